@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_RESHARD_PLAN_H
+#define FLX_RESHARD_PLAN_H
+
+/*
+ * The resharding plan: for every source tensor, where it goes in the target
+ * layout (split axis, pipeline stage, per-stage name) and, for every target
+ * rank, the box (global offset + local shape) it holds.  Boxes follow
+ * torch.chunk / DTensor Shard semantics: chunk = ceil(n / tp); rank r holds
+ * [r*chunk, min((r+1)*chunk, n)), so trailing ranks may be short or empty.
+ *
+ * A "view" is one (tensor, box) pair whose bytes are the box's elements in
+ * C order.  flx_view_read() serves any byte range of a view straight from
+ * the source files: the box is intersected with the saved chunks (found
+ * through an index sorted along one axis, never a scan of all pairs), and
+ * every requested byte is copied by coalesced pread()s of contiguous source
+ * runs; only chunks saved with a non-unit innermost stride are gathered
+ * through the slicer, from a bounded window.
+ *
+ * Thread-safety: immutable after flx_plan_build(); reads are reentrant.
+ */
+
+#include "ckpt.h"
+#include "spec.h"
+
+#include <sys/types.h>
+
+typedef struct flx_box {
+	int64_t off[FLX_MAX_DIMS];
+	int64_t size[FLX_MAX_DIMS];
+} flx_box;
+
+typedef struct flx_view flx_view;
+
+typedef struct flx_placement {
+	const flx_tensor *src;
+	int split;        /* axis, or -1: replicated on every TP rank */
+	int stage_lo;     /* stages holding it: [stage_lo, stage_hi] */
+	int stage_hi;
+	int layer;        /* global layer index, -1 if none */
+	char **names;     /* per stage in [lo, hi]: target FQN (owned) */
+	flx_view **views; /* per TP rank: the view of its box (owned) */
+} flx_placement;
+
+typedef struct flx_plan {
+	const flx_ckpt *ckpt; /* borrowed */
+	const flx_spec *spec; /* borrowed */
+	size_t n;
+	flx_placement *p;     /* one per source tensor, same order */
+	int nlayers;          /* distinct layer indices matched */
+} flx_plan;
+
+/**
+ * Place every tensor of ckpt under spec.  Fails (one error naming the
+ * tensor) when a tensor's split cannot be inferred and no rule gives it, a
+ * rule names an axis the tensor lacks, a stage number is out of range, or
+ * two tensors land on the same name in one stage.
+ * @return 0 and *out (owned; flx_plan_free()), or -errno with err.
+ */
+int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec,
+		   flx_plan **out, flx_error *err);
+
+void flx_plan_free(flx_plan *p);
+
+/** Target name of placement pl on stage (must be in range). */
+const char *flx_placement_name(const flx_placement *pl, int stage);
+
+/** Box of a view, its tensor and its size in bytes. */
+const flx_box *flx_view_box(const flx_view *v);
+const flx_tensor *flx_view_tensor(const flx_view *v);
+uint64_t flx_view_bytes(const flx_view *v);
+
+/** A whole-tensor view (box = global shape), for hf/ and tests.
+ * @return 0 and *out (owned; flx_view_free()), or -errno. */
+int flx_view_new(const flx_ckpt *ckpt, const flx_tensor *t,
+		 const flx_box *box, flx_view **out, flx_error *err);
+void flx_view_free(flx_view *v);
+
+/** Read statistics, for tests and benchmarks (per call, caller-owned). */
+typedef struct flx_read_stats {
+	uint64_t preads;       /* pread() calls issued */
+	uint64_t bytes_read;   /* bytes read from backing files */
+} flx_read_stats;
+
+/**
+ * Copy bytes [off, off+n) of view v into buf (n is clipped at the end).
+ * stats may be NULL.
+ * @return bytes copied (0 at/after the end), or -EIO (short read of a
+ *         backing file, which means it changed after mount) / -errno.
+ */
+ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
+		      flx_read_stats *stats);
+
+#endif

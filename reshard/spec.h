@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_RESHARD_SPEC_H
+#define FLX_RESHARD_SPEC_H
+
+/*
+ * The target parallel layout a mount presents: tp x pp ranks, optional
+ * placement rules, and the naming conventions for pipeline stages.
+ *
+ * Rules file: a JSON array of objects, tried in order, first match wins:
+ *   { "match": "<fnmatch glob on the FQN>",
+ *     "split": <axis> | null,          (absent: infer from the source)
+ *     "stage": "first" | "last" | "all" | <n> }   (absent: default rule)
+ * Unknown keys are errors (a typo must not be silently ignored).
+ */
+
+#include "error.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FLX_MAX_TP 4096
+#define FLX_MAX_PP 1024
+
+typedef enum flx_split_kind {
+	FLX_SPLIT_INFER = 0, /* from the source chunks */
+	FLX_SPLIT_NONE,      /* replicate on every TP rank */
+	FLX_SPLIT_AXIS,      /* along rule.axis */
+} flx_split_kind;
+
+typedef enum flx_stage_kind {
+	FLX_STAGE_DEFAULT = 0, /* layer regex / embedding / last */
+	FLX_STAGE_FIRST,
+	FLX_STAGE_LAST,
+	FLX_STAGE_ALL,
+	FLX_STAGE_N,
+} flx_stage_kind;
+
+typedef struct flx_rule {
+	char *match;
+	flx_split_kind split;
+	int axis;
+	flx_stage_kind stage;
+	int stage_n;
+} flx_rule;
+
+typedef struct flx_spec {
+	int tp;               /* >= 1 */
+	int pp;               /* >= 1 */
+	char *rules_path;     /* NULL: no rules */
+	flx_rule *rules;
+	size_t nrules;
+	char *layer_regex;    /* POSIX ERE; the last group is the layer index */
+	char *embed_regex;    /* POSIX ERE for first-stage tensors */
+	bool pp_renumber;     /* stage-local layer indices */
+	uint64_t hf_shard_size; /* bytes per hf/ shard before splitting */
+} flx_spec;
+
+#define FLX_DEFAULT_LAYER_REGEX "(^|\\.)layers\\.([0-9]+)\\."
+#define FLX_DEFAULT_EMBED_REGEX \
+	"(^|\\.)(tok_embeddings|embed_tokens|word_embeddings|wte)(\\.|$)"
+#define FLX_DEFAULT_HF_SHARD_SIZE (5ull << 30)
+
+/** Defaults: tp=1 pp=1, default regexes, 5 GiB hf shards.
+ * @return 0 or -ENOMEM. */
+int flx_spec_init(flx_spec *s);
+
+/** Free owned strings and rules; safe after a partial init. */
+void flx_spec_release(flx_spec *s);
+
+/**
+ * Set one option from its text form ("tp", "4").  Keys: tp, pp, rules
+ * (loads and validates the file now), layer_regex, embed_regex,
+ * pp_renumber (value NULL, "1", "0", "true", "false"), hf_shard_size
+ * (bytes with optional K/M/G/T suffix, binary).
+ * @return 0, -EINVAL (bad value; err names the key) or -ENOENT (unknown key,
+ *         err untouched so callers can pass it on).
+ */
+int flx_spec_set(flx_spec *s, const char *key, const char *value,
+		 flx_error *err);
+
+/** Parse rules JSON text (name for messages).  Replaces s->rules.
+ * @return 0 or -EINVAL with err naming the file, the rule index and key. */
+int flx_spec_rules_parse(flx_spec *s, const char *json, size_t len,
+			 const char *name, flx_error *err);
+
+/** First rule whose glob matches fqn, or NULL. */
+const flx_rule *flx_spec_match(const flx_spec *s, const char *fqn);
+
+/** Parse a size "5G", "512M", "1048576".  @return 0 or -EINVAL. */
+int flx_parse_size(const char *text, uint64_t *out);
+
+#endif

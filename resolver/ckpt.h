@@ -1,0 +1,95 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_RESOLVER_CKPT_H
+#define FLX_RESOLVER_CKPT_H
+
+/*
+ * The global index of a source checkpoint: every tensor (FQN, dtype, global
+ * shape, saved chunks and where each chunk's raw storage sits on disk), the
+ * non-tensor (BYTE_IO) items, and the other files of the directory.
+ *
+ * flx_ckpt_open() validates everything that can be validated without
+ * reading tensor payloads; after it succeeds every chunk's bytes are known
+ * to lie inside files that were open, regular and long enough at mount.
+ * The checkpoint directory is only ever opened O_RDONLY.
+ *
+ * Thread-safety: immutable after open; any number of threads may read.
+ */
+
+#include "dtype.h"
+#include "error.h"
+#include "torchpkl.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct flx_file {
+	char *relpath;   /* relative to the checkpoint directory */
+	int fd;          /* O_RDONLY, opened at mount */
+	uint64_t size;   /* st_size at mount */
+	dev_t dev;       /* identity at mount, to detect replacement */
+	ino_t ino;
+	int64_t mtime_ns;
+	bool data;       /* a .distcp data file (false: passthrough extra) */
+} flx_file;
+
+typedef struct flx_chunk {
+	int64_t off[FLX_MAX_DIMS];  /* global start coordinate */
+	int64_t size[FLX_MAX_DIMS]; /* extent */
+	uint32_t file;              /* index into flx_ckpt.files */
+	uint64_t item_off;          /* the item's window in that file */
+	uint64_t item_len;
+	uint64_t data_off;    /* absolute file offset of storage element 0 */
+	int64_t storage_offset;       /* elements, from data.pkl */
+	int64_t stride[FLX_MAX_DIMS]; /* elements, from data.pkl */
+} flx_chunk;
+
+typedef struct flx_tensor {
+	char *fqn;
+	flx_dtype dtype;
+	int ndim;
+	int64_t shape[FLX_MAX_DIMS];
+	uint32_t nchunks;
+	flx_chunk *chunks;
+} flx_tensor;
+
+/* A non-tensor value (BYTE_IO): opaque bytes, a torch.save zip in practice. */
+typedef struct flx_object {
+	char *fqn;
+	uint32_t file;
+	uint64_t off;
+	uint64_t len;
+} flx_object;
+
+typedef struct flx_ckpt {
+	char *dir;              /* as given */
+	char *format;           /* "torch-dcp" */
+	char *writer;           /* "torch 1.13 (_shard)" or "torch >= 2.0" */
+	int64_t mtime_ns;       /* of .metadata */
+	size_t nfiles;
+	flx_file *files;        /* data files first, then extras */
+	size_t ntensors;
+	flx_tensor *tensors;    /* in .metadata order */
+	size_t nobjects;
+	flx_object *objects;
+} flx_ckpt;
+
+/**
+ * Open and validate a PyTorch DCP checkpoint directory.
+ * @return 0 and *out (owned; flx_ckpt_close()), or -errno with err naming
+ *         the file, the key and the reason.
+ */
+int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err);
+
+/** Release everything (closes fds); NULL is fine. */
+void flx_ckpt_close(flx_ckpt *c);
+
+/** Tensor by FQN (binary search on an internal index), or NULL. */
+const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn);
+
+/** Number of elements of a shape; 1 for ndim 0.  Caller has checked that
+ * it fits (flx_ckpt_open does). */
+uint64_t flx_numel(int ndim, const int64_t *shape);
+
+#endif

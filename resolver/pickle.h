@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_RESOLVER_PICKLE_H
+#define FLX_RESOLVER_PICKLE_H
+
+/*
+ * A restricted pickle decoder.  No C library reads Python pickles, and the
+ * ones torch writes must be read without executing anything, so this is a
+ * small stack machine over protocols 2-5 whose GLOBAL/STACK_GLOBAL push an
+ * inert class reference, REDUCE/NEWOBJ build an inert object node
+ * (class + args) and BUILD attaches the state to that node.  Callers then
+ * interpret the resulting tree (see dcp.c, torchpkl.c).
+ *
+ * The memo holds values, not re-decodable positions, so repeated references
+ * share one node: the result is a DAG (a hostile pickle can even make a
+ * cycle through SETITEM/APPEND on a memoized container).  Every walker over
+ * the tree must bound its depth (FLX_PV_MAX_WALK_DEPTH).
+ *
+ * Everything is bounded: input length, stack depth, memo size, node count,
+ * integer widths.  All nodes live in one arena owned by flx_pickle.
+ */
+
+#include "error.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FLX_PV_MAX_WALK_DEPTH 64
+
+typedef enum flx_pv_kind {
+	FLX_PV_NONE,
+	FLX_PV_BOOL,
+	FLX_PV_INT,    /* fits int64 */
+	FLX_PV_BIGINT, /* LONG1/LONG4 wider than 64 bits: value not kept */
+	FLX_PV_FLOAT,
+	FLX_PV_STR,    /* unicode, UTF-8 bytes as found */
+	FLX_PV_BYTES,
+	FLX_PV_TUPLE,
+	FLX_PV_LIST,
+	FLX_PV_SET,    /* set and frozenset */
+	FLX_PV_DICT,
+	FLX_PV_GLOBAL, /* class/function reference (module, name) */
+	FLX_PV_OBJ,    /* result of REDUCE or NEWOBJ/NEWOBJ_EX */
+	FLX_PV_PERSID, /* BINPERSID/PERSID: persistent id */
+} flx_pv_kind;
+
+typedef struct flx_pv flx_pv;
+
+struct flx_pv {
+	flx_pv_kind kind;
+	union {
+		bool b;
+		int64_t i;
+		double f;
+		struct {
+			const char *s; /* NUL-terminated copy; may hold NULs */
+			size_t len;
+		} str; /* STR and BYTES */
+		struct {
+			flx_pv **v;
+			size_t n;
+		} seq; /* TUPLE, LIST, SET */
+		struct {
+			flx_pv **kv; /* kv[2*i] = key, kv[2*i+1] = value */
+			size_t n;    /* number of pairs, in insertion order */
+		} dict;
+		struct {
+			const char *module;
+			const char *name;
+		} global;
+		struct {
+			flx_pv *cls;   /* the callable (usually FLX_PV_GLOBAL) */
+			flx_pv *args;  /* TUPLE (NEWOBJ/REDUCE argument) */
+			flx_pv *state; /* BUILD argument, NULL if none */
+			bool newobj;   /* NEWOBJ (true) or REDUCE (false) */
+		} obj;
+		struct {
+			flx_pv *pid;
+		} persid;
+	} u;
+	/* internal (capacity of seq/dict arrays); callers ignore */
+	size_t cap_;
+};
+
+typedef struct flx_pickle_limits {
+	size_t max_nodes;  /* 0 = default (1<<22) */
+	size_t max_stack;  /* values on the stack incl. marks; 0 = 1<<20 */
+	size_t max_depth;  /* MARK nesting; 0 = default 1024 */
+	size_t max_memo;   /* memo slots; 0 = default 1<<22 */
+} flx_pickle_limits;
+
+typedef struct flx_pickle flx_pickle;
+
+/**
+ * Decode one pickle from buf[0..len).  Stops at the first STOP; bytes after
+ * it are ignored.  name names the input in error messages (e.g. the file).
+ * Special cases, for the objects torch pickles: REDUCE or NEWOBJ of
+ * collections.OrderedDict with empty args yields an empty FLX_PV_DICT (so
+ * later SETITEMS fill it).  Nothing else is interpreted.
+ * @return 0 and *out (owned by caller, release with flx_pickle_free()), or
+ *         -EINVAL (malformed/unsupported input; err says offset and opcode)
+ *         or -ENOMEM.  *out untouched on failure.
+ */
+int flx_pickle_load(const void *buf, size_t len, const char *name,
+		    const flx_pickle_limits *lim, flx_pickle **out,
+		    flx_error *err);
+
+/** The decoded root value; borrowed, valid until flx_pickle_free(). */
+const flx_pv *flx_pickle_root(const flx_pickle *p);
+
+/** Free everything; NULL is fine. */
+void flx_pickle_free(flx_pickle *p);
+
+/* ---- helpers for interpreters (all accept NULL and return NULL/false) ---- */
+
+/** Value stored under string key in a DICT, or NULL. */
+const flx_pv *flx_pv_dict_get(const flx_pv *dict, const char *key);
+
+/** True if v is a GLOBAL with this name (module ignored when NULL). */
+bool flx_pv_is_global(const flx_pv *v, const char *module, const char *name);
+
+/** For an OBJ: its class if it is a GLOBAL, else NULL. */
+const flx_pv *flx_pv_obj_class(const flx_pv *v);
+
+/** True if v is an OBJ whose class GLOBAL has this name. */
+bool flx_pv_is_obj_of(const flx_pv *v, const char *name);
+
+/** STR contents or NULL. */
+const char *flx_pv_str(const flx_pv *v);
+
+/** INT (or BOOL) value into *out; false if v is no such value. */
+bool flx_pv_int(const flx_pv *v, int64_t *out);
+
+/** Element i of a TUPLE or LIST, or NULL. */
+const flx_pv *flx_pv_item(const flx_pv *v, size_t i);
+
+/** Length of a TUPLE/LIST/SET, pairs of a DICT, 0 otherwise. */
+size_t flx_pv_len(const flx_pv *v);
+
+/** Short name of the kind for messages ("dict", "tuple", ...). */
+const char *flx_pv_kind_name(const flx_pv *v);
+
+#endif

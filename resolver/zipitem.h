@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_RESOLVER_ZIPITEM_H
+#define FLX_RESOLVER_ZIPITEM_H
+
+/*
+ * Locate records inside one torch.save ZIP archive (a DCP item): EOCD at the
+ * end (ZIP64 record through its locator when present), the central
+ * directory, then each record's local header, exactly as PyTorch's reader
+ * computes record offsets (lho + 30 + name_len + extra_len from the LOCAL
+ * header; size from the central directory).  Only STORED records are
+ * accepted: torch.save never compresses, and we slice payloads in place.
+ */
+
+#include "error.h"
+#include "reader.h"
+
+#include <stdint.h>
+
+#define FLX_ZIP_MAX_ENTRIES 4096
+#define FLX_ZIP_MAX_NAME 1024
+
+typedef struct flx_zip_rec {
+	uint64_t data_off; /* payload offset relative to the archive start */
+	uint64_t size;     /* payload bytes */
+} flx_zip_rec;
+
+typedef struct flx_zip flx_zip;
+
+/**
+ * Parse the archive that fills reader r entirely ([0, r->size)).
+ * name is used in messages (e.g. "__0_0.distcp@1234").
+ * Validates: EOCD/ZIP64 signatures and counts, CD inside the archive,
+ * every entry STORED, unencrypted, single disk, names with a common
+ * "<prefix>/" (taken from the first CD entry, as torch does), local header
+ * signature, payload inside the archive.
+ * @return 0 and *out (owned; flx_zip_close()), -EINVAL (malformed; err
+ *         names the record and reason), -EIO, -ENOMEM.
+ */
+int flx_zip_open(const flx_reader *r, const char *name, flx_zip **out,
+		 flx_error *err);
+
+/**
+ * Find record "<prefix>/<rel>" (e.g. rel = "data.pkl", "data/0").
+ * @return 0 and *rec, or -ENOENT.
+ */
+int flx_zip_find(const flx_zip *z, const char *rel, flx_zip_rec *rec);
+
+/** The archive prefix ("archive"); borrowed, valid until close. */
+const char *flx_zip_prefix(const flx_zip *z);
+
+void flx_zip_close(flx_zip *z);
+
+#endif
