@@ -25,11 +25,6 @@
 
 #include <sys/types.h>
 
-typedef struct flx_box {
-	int64_t off[FLX_MAX_DIMS];
-	int64_t size[FLX_MAX_DIMS];
-} flx_box;
-
 typedef struct flx_view flx_view;
 
 typedef struct flx_placement {

@@ -34,9 +34,14 @@ typedef struct flx_file {
 	bool data;       /* a .distcp data file (false: passthrough extra) */
 } flx_file;
 
+/* A hyper-rectangle in global coordinates: [off, off + size) per axis. */
+typedef struct flx_box {
+	int64_t off[FLX_MAX_DIMS];
+	int64_t size[FLX_MAX_DIMS];
+} flx_box;
+
 typedef struct flx_chunk {
-	int64_t off[FLX_MAX_DIMS];  /* global start coordinate */
-	int64_t size[FLX_MAX_DIMS]; /* extent */
+	flx_box box;                /* where the chunk sits in the tensor */
 	uint32_t file;              /* index into flx_ckpt.files */
 	uint64_t item_off;          /* the item's window in that file */
 	uint64_t item_len;
@@ -73,6 +78,7 @@ typedef struct flx_ckpt {
 	flx_tensor *tensors;    /* in .metadata order */
 	size_t nobjects;
 	flx_object *objects;
+	flx_tensor **by_name;   /* internal: tensors sorted by FQN */
 } flx_ckpt;
 
 /**

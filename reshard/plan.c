@@ -1,0 +1,982 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Placement (which tensor goes where under the target spec) and views (the
+ * bytes of one target box, served from the source chunks).
+ *
+ * Read plan format.  A view keeps the list of "pieces": the non-empty
+ * intersections of its box with the saved chunks, each remembering its
+ * chunk and how far the chunk's storage is dense row-major
+ * (contig_from: dims contig_from..ndim-1 are contiguous in the file).  A read
+ * of bytes [off, off+n) walks the box in C order; at each position it finds
+ * the piece holding that element (box index below, with the previous piece
+ * tried first since reads are sequential) and computes the longest run that
+ * is contiguous in both the destination and the source file: the rest of
+ * the current row, extended over whole outer slabs while the piece spans
+ * the full box and the full chunk in every inner dimension.  Runs that
+ * continue each other in the same file are merged before pread(), so a
+ * target shard that is contiguous in one source file is one pread however
+ * many rows it has.  Chunks saved with a non-unit innermost stride (a
+ * transposed tensor saved as-is) are gathered element-wise through the
+ * slicer from a bounded window of the file.
+ */
+#include "plan.h"
+
+#include "reader.h"
+#include "slice.h"
+
+#include <errno.h>
+#include <regex.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WINDOW_BYTES (1u << 20)
+
+/* ---- box index: boxes sorted by start along one axis ---- */
+
+typedef struct box_index {
+	const char *base;  /* array of elements, each holding a flx_box */
+	size_t stride;     /* element size */
+	size_t box_off;    /* offset of the flx_box inside an element */
+	int ndim;
+	int axis;          /* sort axis (-1 for 0-d: every box matches) */
+	int64_t maxext;    /* largest extent along axis */
+	size_t n;
+	uint32_t *order;   /* element indices sorted by box.off[axis] */
+} box_index;
+
+static const flx_box *bix_box(const box_index *ix, size_t i)
+{
+	return (const flx_box *)(ix->base + i * ix->stride + ix->box_off);
+}
+
+static int cmp_u32_by_start(const void *a, const void *b, void *arg)
+{
+	const box_index *ix = arg;
+	int64_t sa = bix_box(ix, *(const uint32_t *)a)->off[ix->axis];
+	int64_t sb = bix_box(ix, *(const uint32_t *)b)->off[ix->axis];
+
+	return sa < sb ? -1 : sa > sb;
+}
+
+static bool box_empty(int ndim, const flx_box *b)
+{
+	for (int d = 0; d < ndim; d++)
+		if (b->size[d] == 0)
+			return true;
+	return false;
+}
+
+/* Sort along the axis with the most distinct starts, so a query scans as
+ * few candidates as possible. */
+static int bix_build(box_index *ix, const void *base, size_t stride,
+		     size_t box_off, size_t n, int ndim)
+{
+	int best = 0;
+	size_t best_distinct = 0;
+
+	memset(ix, 0, sizeof(*ix));
+	ix->base = base;
+	ix->stride = stride;
+	ix->box_off = box_off;
+	ix->ndim = ndim;
+	ix->axis = ndim ? 0 : -1;
+	ix->order = malloc((n ? n : 1) * sizeof(uint32_t));
+	if (!ix->order)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		if (!box_empty(ndim, bix_box(ix, i)))
+			ix->order[ix->n++] = (uint32_t)i;
+	if (ndim == 0)
+		return 0;
+	for (int d = 0; d < ndim; d++) {
+		size_t distinct = 0;
+
+		ix->axis = d;
+		qsort_r(ix->order, ix->n, sizeof(uint32_t), cmp_u32_by_start,
+			ix);
+		for (size_t i = 0; i < ix->n; i++)
+			distinct += i == 0 ||
+				    bix_box(ix, ix->order[i])->off[d] !=
+					    bix_box(ix, ix->order[i - 1])->off[d];
+		if (distinct > best_distinct) {
+			best_distinct = distinct;
+			best = d;
+		}
+	}
+	ix->axis = best;
+	qsort_r(ix->order, ix->n, sizeof(uint32_t), cmp_u32_by_start, ix);
+	for (size_t i = 0; i < ix->n; i++) {
+		int64_t e = bix_box(ix, ix->order[i])->size[best];
+
+		if (e > ix->maxext)
+			ix->maxext = e;
+	}
+	return 0;
+}
+
+static void bix_free(box_index *ix)
+{
+	free(ix->order);
+	ix->order = NULL;
+}
+
+static bool boxes_meet(int ndim, const flx_box *a, const flx_box *b)
+{
+	for (int d = 0; d < ndim; d++)
+		if (a->off[d] >= b->off[d] + b->size[d] ||
+		    b->off[d] >= a->off[d] + a->size[d])
+			return false;
+	return true;
+}
+
+/* Position of the first candidate whose start could reach lo along the
+ * index axis (start > lo - maxext). */
+static size_t bix_first(const box_index *ix, int64_t lo)
+{
+	size_t a = 0, b = ix->n;
+
+	if (ix->axis < 0)
+		return 0;
+	while (a < b) {
+		size_t m = a + (b - a) / 2;
+
+		if (bix_box(ix, ix->order[m])->off[ix->axis] <= lo - ix->maxext)
+			a = m + 1;
+		else
+			b = m;
+	}
+	return a;
+}
+
+/* Visit every indexed box that meets q; stops early when fn returns
+ * non-zero and passes that value back. */
+static int bix_query(const box_index *ix, const flx_box *q,
+		     int (*fn)(void *arg, uint32_t idx), void *arg)
+{
+	int64_t lo = ix->axis >= 0 ? q->off[ix->axis] : 0;
+	int64_t hi = ix->axis >= 0 ? lo + q->size[ix->axis] : 1;
+
+	if (box_empty(ix->ndim, q))
+		return 0;
+	for (size_t i = bix_first(ix, lo); i < ix->n; i++) {
+		const flx_box *b = bix_box(ix, ix->order[i]);
+		int rc;
+
+		if (ix->axis >= 0 && b->off[ix->axis] >= hi)
+			break;
+		if (!boxes_meet(ix->ndim, b, q))
+			continue;
+		rc = fn(arg, ix->order[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* ---- views ---- */
+
+typedef struct piece {
+	flx_box b;              /* intersection, global coordinates */
+	const flx_chunk *ch;
+	int contig_from;        /* dims [contig_from, ndim) dense in file */
+} piece;
+
+struct flx_view {
+	const flx_ckpt *ckpt;
+	const flx_tensor *t;
+	flx_box box;
+	int ndim;
+	unsigned esz;
+	uint64_t bytes;
+	int64_t dstride[FLX_MAX_DIMS]; /* destination strides, elements */
+	size_t npieces;
+	piece *pieces;
+	box_index pix;
+};
+
+/* How far a chunk's storage is dense row-major, from the innermost
+ * dimension out.  Dimensions of extent 1 never break density, whatever
+ * their stride.  Returns ndim when even the innermost is strided. */
+static int contig_from(const flx_tensor *t, const flx_chunk *ch)
+{
+	int64_t expect = 1;
+	int k = t->ndim;
+
+	while (k > 0) {
+		int64_t sz = ch->box.size[k - 1];
+
+		if (sz != 1 && ch->stride[k - 1] != expect)
+			break;
+		expect *= sz;
+		k--;
+	}
+	return k;
+}
+
+typedef struct collect {
+	flx_view *v;
+	const flx_tensor *t;
+	size_t cap;
+} collect;
+
+static int add_piece(void *arg, uint32_t idx)
+{
+	collect *c = arg;
+	flx_view *v = c->v;
+	const flx_chunk *ch = &c->t->chunks[idx];
+	piece *p;
+
+	if (v->npieces == c->cap) {
+		size_t cap = c->cap ? 2 * c->cap : 4;
+		piece *np = realloc(v->pieces, cap * sizeof(*np));
+
+		if (!np)
+			return -ENOMEM;
+		v->pieces = np;
+		c->cap = cap;
+	}
+	p = &v->pieces[v->npieces++];
+	memset(p, 0, sizeof(*p));
+	for (int d = 0; d < v->ndim; d++) {
+		int64_t lo = ch->box.off[d] > v->box.off[d] ? ch->box.off[d]
+							     : v->box.off[d];
+		int64_t e1 = ch->box.off[d] + ch->box.size[d];
+		int64_t e2 = v->box.off[d] + v->box.size[d];
+
+		p->b.off[d] = lo;
+		p->b.size[d] = (e1 < e2 ? e1 : e2) - lo;
+	}
+	p->ch = ch;
+	p->contig_from = contig_from(c->t, ch);
+	return 0;
+}
+
+static int view_build(const flx_ckpt *ckpt, const flx_tensor *t,
+		      const box_index *chunks, const flx_box *box,
+		      flx_view **out, flx_error *err)
+{
+	flx_view *v = calloc(1, sizeof(*v));
+	collect c = {.v = v, .t = t};
+	uint64_t numel = 1, covered = 0;
+	int rc;
+
+	if (!v)
+		return -ENOMEM;
+	v->ckpt = ckpt;
+	v->t = t;
+	v->box = *box;
+	v->ndim = t->ndim;
+	v->esz = flx_dtype_size(t->dtype);
+	for (int d = t->ndim - 1; d >= 0; d--) {
+		if (box->off[d] < 0 || box->size[d] < 0 ||
+		    box->off[d] + box->size[d] > t->shape[d]) {
+			rc = flx_error_set(err, -EINVAL, NULL, t->fqn,
+					   "view box outside the tensor");
+			goto fail;
+		}
+		v->dstride[d] = (int64_t)numel;
+		numel *= (uint64_t)box->size[d];
+	}
+	v->bytes = numel * v->esz;
+	rc = bix_query(chunks, box, add_piece, &c);
+	if (rc)
+		goto fail;
+	/* The chunks were validated to tile the tensor, so the pieces must
+	 * tile the box; anything else is a bug, and serving it would return
+	 * wrong bytes. */
+	for (size_t i = 0; i < v->npieces; i++)
+		covered += flx_numel(v->ndim, v->pieces[i].b.size);
+	if (covered != numel) {
+		rc = flx_error_set(err, -EIO, NULL, t->fqn,
+				   "internal: pieces cover %llu of %llu "
+				   "elements",
+				   (unsigned long long)covered,
+				   (unsigned long long)numel);
+		goto fail;
+	}
+	rc = bix_build(&v->pix, v->pieces, sizeof(piece), offsetof(piece, b),
+		       v->npieces, v->ndim);
+	if (rc)
+		goto fail;
+	*out = v;
+	return 0;
+fail:
+	flx_view_free(v);
+	return rc;
+}
+
+static int chunk_index(const flx_tensor *t, box_index *ix)
+{
+	return bix_build(ix, t->chunks, sizeof(flx_chunk),
+			 offsetof(flx_chunk, box), t->nchunks, t->ndim);
+}
+
+int flx_view_new(const flx_ckpt *ckpt, const flx_tensor *t,
+		 const flx_box *box, flx_view **out, flx_error *err)
+{
+	box_index ix;
+	int rc = chunk_index(t, &ix);
+
+	if (rc)
+		return rc;
+	rc = view_build(ckpt, t, &ix, box, out, err);
+	bix_free(&ix);
+	return rc;
+}
+
+void flx_view_free(flx_view *v)
+{
+	if (!v)
+		return;
+	bix_free(&v->pix);
+	free(v->pieces);
+	free(v);
+}
+
+const flx_box *flx_view_box(const flx_view *v)
+{
+	return &v->box;
+}
+
+const flx_tensor *flx_view_tensor(const flx_view *v)
+{
+	return v->t;
+}
+
+uint64_t flx_view_bytes(const flx_view *v)
+{
+	return v->bytes;
+}
+
+/* ---- reading ---- */
+
+typedef struct pending {
+	int fd;
+	uint64_t src;   /* file offset */
+	size_t dst;     /* offset in the caller's buffer */
+	size_t len;
+} pending;
+
+typedef struct rdctx {
+	const flx_view *v;
+	unsigned char *buf;
+	uint64_t off;   /* view byte that buf[0] holds */
+	flx_read_stats *stats;
+	pending run;
+	/* window for strided gathers */
+	unsigned char *win;
+	int win_fd;
+	uint64_t win_off;
+	size_t win_len;
+} rdctx;
+
+static int do_pread(rdctx *r, int fd, void *dst, size_t len, uint64_t off)
+{
+	int rc = flx_pread_full(fd, dst, len, off);
+
+	if (r->stats) {
+		r->stats->preads++;
+		r->stats->bytes_read += len;
+	}
+	return rc;
+}
+
+static int flush(rdctx *r)
+{
+	int rc = 0;
+
+	if (r->run.len)
+		rc = do_pread(r, r->run.fd, r->buf + r->run.dst, r->run.len,
+			      r->run.src);
+	r->run.len = 0;
+	return rc;
+}
+
+/* Queue a contiguous run, merging it with the previous one when it
+ * continues it in the same file. */
+static int emit(rdctx *r, int fd, uint64_t src, size_t dst, size_t len)
+{
+	if (r->run.len && r->run.fd == fd && r->run.src + r->run.len == src &&
+	    r->run.dst + r->run.len == dst) {
+		r->run.len += len;
+		return 0;
+	}
+	int rc = flush(r);
+
+	r->run = (pending){fd, src, dst, len};
+	return rc;
+}
+
+static int find_piece_cb(void *arg, uint32_t idx)
+{
+	*(uint32_t *)arg = idx;
+	return 1;
+}
+
+static const piece *find_piece(const flx_view *v, const piece *hint,
+			       const int64_t *g)
+{
+	flx_box q;
+	uint32_t idx = UINT32_MAX;
+
+	if (hint) {
+		int d;
+
+		for (d = 0; d < v->ndim; d++)
+			if (g[d] < hint->b.off[d] ||
+			    g[d] >= hint->b.off[d] + hint->b.size[d])
+				break;
+		if (d == v->ndim)
+			return hint;
+	}
+	for (int d = 0; d < v->ndim; d++) {
+		q.off[d] = g[d];
+		q.size[d] = 1;
+	}
+	bix_query(&v->pix, &q, find_piece_cb, &idx);
+	return idx == UINT32_MAX ? NULL : &v->pieces[idx];
+}
+
+/* Elements from g onwards (C order of the box) that stay inside piece p
+ * and contiguous in its chunk's storage; see the comment at the top. */
+static uint64_t run_elems(const flx_view *v, const piece *p, const int64_t *g)
+{
+	const flx_box *b = &p->b, *ch = &p->ch->box, *bx = &v->box;
+	int D = v->ndim;
+	uint64_t n, inner;
+
+	if (D == 0)
+		return 1;
+	n = (uint64_t)(b->off[D - 1] + b->size[D - 1] - g[D - 1]);
+	if (p->contig_from >= D)
+		return n; /* strided innermost: the caller gathers */
+	inner = (uint64_t)b->size[D - 1];
+	for (int j = D - 1; j >= 1; j--) {
+		bool full = b->off[j] == bx->off[j] &&
+			    b->size[j] == bx->size[j] &&
+			    b->off[j] == ch->off[j] &&
+			    b->size[j] == ch->size[j];
+
+		if (!full || p->contig_from > j - 1)
+			break;
+		n += (uint64_t)(b->off[j - 1] + b->size[j - 1] - g[j - 1] - 1) *
+		     inner;
+		inner *= (uint64_t)b->size[j - 1];
+	}
+	return n;
+}
+
+/* File offset of global element g inside piece p's chunk. */
+static uint64_t src_offset(const flx_view *v, const piece *p, const int64_t *g)
+{
+	const flx_chunk *ch = p->ch;
+	int64_t e = ch->storage_offset;
+
+	for (int d = 0; d < v->ndim; d++)
+		e += (g[d] - ch->box.off[d]) * ch->stride[d];
+	return ch->data_off + (uint64_t)e * v->esz;
+}
+
+static int window_load(rdctx *r, int fd, uint64_t off, uint64_t file_size)
+{
+	size_t len;
+
+	if (!r->win) {
+		r->win = malloc(WINDOW_BYTES);
+		if (!r->win)
+			return -ENOMEM;
+	}
+	off &= ~(uint64_t)4095;
+	len = file_size - off < WINDOW_BYTES ? (size_t)(file_size - off)
+					     : WINDOW_BYTES;
+	r->win_fd = fd;
+	r->win_off = off;
+	r->win_len = len;
+	return do_pread(r, fd, r->win, len, off);
+}
+
+/*
+ * Copy view bytes [lo, hi) of a strided run whose first element starts at
+ * view byte ebase and sits at file offset src0, later elements sstride bytes
+ * apart.  Whole elements inside the window go through the slicer in one
+ * call; a partial element at either end of the request is copied alone.
+ */
+static int gather(rdctx *r, const piece *p, uint64_t src0, uint64_t sstride,
+		  uint64_t ebase, uint64_t lo, uint64_t hi)
+{
+	const flx_file *f = &r->v->ckpt->files[p->ch->file];
+	const flx_slicer *sl = flx_slicer_default();
+	unsigned esz = r->v->esz;
+	uint64_t pos = lo;
+	int rc;
+
+	while (pos < hi) {
+		uint64_t el = (pos - ebase) / esz, within = (pos - ebase) % esz;
+		uint64_t s = src0 + el * sstride;
+		unsigned char *dst = r->buf + (pos - r->off);
+
+		if (r->win_len == 0 || r->win_fd != f->fd || s < r->win_off ||
+		    s + esz > r->win_off + r->win_len) {
+			rc = window_load(r, f->fd, s, f->size);
+			if (rc)
+				return rc;
+			if (s + esz > r->win_off + r->win_len)
+				return -EIO;
+		}
+		if (within == 0 && hi - pos >= esz) {
+			uint64_t want = (hi - pos) / esz, avail = want;
+			flx_slice sc = {.ndim = 1, .elem_size = esz};
+
+			if (sstride)
+				avail = (r->win_off + r->win_len - s - esz) /
+						sstride + 1;
+			sc.shape[0] = (int64_t)(avail < want ? avail : want);
+			sc.dst_stride[0] = esz;
+			sc.src_stride[0] = (int64_t)sstride;
+			rc = sl->copy(sl, dst, r->win + (s - r->win_off), &sc);
+			if (rc)
+				return rc;
+			pos += (uint64_t)sc.shape[0] * esz;
+		} else {
+			uint64_t take = esz - within;
+
+			if (take > hi - pos)
+				take = hi - pos;
+			memcpy(dst, r->win + (s - r->win_off) + within, take);
+			pos += take;
+		}
+	}
+	return 0;
+}
+
+static void unravel(const flx_view *v, uint64_t e, int64_t *g)
+{
+	for (int d = v->ndim - 1; d >= 0; d--) {
+		uint64_t sz = (uint64_t)v->box.size[d];
+
+		g[d] = v->box.off[d] + (int64_t)(e % sz);
+		e /= sz;
+	}
+}
+
+ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
+		      flx_read_stats *stats)
+{
+	rdctx r = {.v = v, .buf = buf, .off = off, .stats = stats,
+		   .win_fd = -1};
+	const piece *p = NULL;
+	uint64_t pos, end;
+	int64_t g[FLX_MAX_DIMS];
+	int rc = 0;
+
+	if (off >= v->bytes || n == 0)
+		return 0;
+	if (n > v->bytes - off)
+		n = (size_t)(v->bytes - off);
+	end = off + n;
+	for (pos = off; pos < end && !rc;) {
+		uint64_t e = pos / v->esz, within = pos % v->esz;
+		uint64_t elems, stop;
+
+		unravel(v, e, g);
+		p = find_piece(v, p, g);
+		if (!p) {
+			rc = -EIO;
+			break;
+		}
+		elems = run_elems(v, p, g);
+		stop = (e + elems) * v->esz;
+		if (stop > end)
+			stop = end;
+		if (p->contig_from < v->ndim || v->ndim == 0) {
+			rc = emit(&r, v->ckpt->files[p->ch->file].fd,
+				  src_offset(v, p, g) + within,
+				  (size_t)(pos - off), (size_t)(stop - pos));
+		} else {
+			rc = flush(&r);
+			if (!rc)
+				rc = gather(&r, p, src_offset(v, p, g),
+					    (uint64_t)p->ch->stride[v->ndim - 1] *
+						    v->esz,
+					    e * v->esz, pos, stop);
+		}
+		pos = stop;
+	}
+	if (!rc)
+		rc = flush(&r);
+	free(r.win);
+	return rc ? rc : (ssize_t)n;
+}
+
+/* ---- placement ---- */
+
+typedef struct layer_match {
+	int layer;     /* -1: not a layer tensor */
+	size_t so, eo; /* the index digits in the FQN */
+} layer_match;
+
+static int match_layer(const regex_t *rx, const char *fqn, layer_match *m)
+{
+	regmatch_t g[10];
+	size_t ng = rx->re_nsub < 9 ? rx->re_nsub : 9;
+	long v;
+
+	m->layer = -1;
+	if (regexec(rx, fqn, ng + 1, g, 0) != 0 || ng == 0 ||
+	    g[ng].rm_so < 0)
+		return 0;
+	m->so = (size_t)g[ng].rm_so;
+	m->eo = (size_t)g[ng].rm_eo;
+	if (m->eo == m->so || m->eo - m->so > 9)
+		return 0;
+	v = 0;
+	for (size_t i = m->so; i < m->eo; i++) {
+		if (fqn[i] < '0' || fqn[i] > '9')
+			return 0;
+		v = v * 10 + (fqn[i] - '0');
+	}
+	m->layer = (int)v;
+	return 0;
+}
+
+static int infer_split(const flx_tensor *t, flx_error *err)
+{
+	int axis = -1;
+
+	for (int d = 0; d < t->ndim; d++) {
+		for (uint32_t i = 1; i < t->nchunks; i++) {
+			if (t->chunks[i].box.off[d] == t->chunks[0].box.off[d])
+				continue;
+			if (axis >= 0 && axis != d)
+				return flx_error_set(
+					err, -EINVAL, NULL, t->fqn,
+					"saved split along axes %d and %d; "
+					"add a rule giving its target split "
+					"(rules=FILE)",
+					axis, d);
+			axis = d;
+			break;
+		}
+	}
+	return axis;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+typedef struct name_ref {
+	const char *name;
+	int stage;
+	size_t tensor;
+} name_ref;
+
+static int cmp_name_ref(const void *a, const void *b)
+{
+	const name_ref *x = a, *y = b;
+
+	if (x->stage != y->stage)
+		return x->stage < y->stage ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+static int check_unique_names(flx_plan *p, flx_error *err)
+{
+	size_t n = 0, cap = 0;
+	name_ref *refs = NULL;
+	int rc = 0;
+
+	for (size_t i = 0; i < p->n; i++)
+		cap += (size_t)(p->p[i].stage_hi - p->p[i].stage_lo + 1);
+	refs = malloc((cap ? cap : 1) * sizeof(*refs));
+	if (!refs)
+		return -ENOMEM;
+	for (size_t i = 0; i < p->n; i++)
+		for (int s = p->p[i].stage_lo; s <= p->p[i].stage_hi; s++)
+			refs[n++] = (name_ref){flx_placement_name(&p->p[i], s),
+					       s, i};
+	qsort(refs, n, sizeof(*refs), cmp_name_ref);
+	for (size_t i = 1; i < n && !rc; i++)
+		if (cmp_name_ref(&refs[i - 1], &refs[i]) == 0)
+			rc = flx_error_set(err, -EINVAL, NULL,
+					   p->p[refs[i].tensor].src->fqn,
+					   "target name '%s' on stage %d is "
+					   "also used by %s",
+					   refs[i].name, refs[i].stage,
+					   p->p[refs[i - 1].tensor].src->fqn);
+	free(refs);
+	return rc;
+}
+
+/* Stage of each distinct layer: contiguous groups, the first
+ * (nlayers mod pp) stages one layer longer. */
+typedef struct layer_map {
+	int *idx;   /* sorted distinct layer indices */
+	int n;
+	int pp;
+} layer_map;
+
+static int layer_pos(const layer_map *m, int layer)
+{
+	int *hit = bsearch(&layer, m->idx, (size_t)m->n, sizeof(int), cmp_int);
+
+	return hit ? (int)(hit - m->idx) : -1;
+}
+
+static int stage_of_pos(const layer_map *m, int pos)
+{
+	int base = m->n / m->pp, rem = m->n % m->pp;
+	int big = rem * (base + 1);
+
+	if (pos < big)
+		return pos / (base + 1);
+	return rem + (pos - big) / (base ? base : 1);
+}
+
+static int first_pos_of_stage(const layer_map *m, int s)
+{
+	int base = m->n / m->pp, rem = m->n % m->pp;
+
+	return s < rem ? s * (base + 1) : rem * (base + 1) + (s - rem) * base;
+}
+
+static char *renamed(const char *fqn, const layer_match *lm, int local)
+{
+	char *out = NULL;
+
+	if (asprintf(&out, "%.*s%d%s", (int)lm->so, fqn, local,
+		     fqn + lm->eo) < 0)
+		return NULL;
+	return out;
+}
+
+static int place_one(flx_plan *p, size_t i, const regex_t *layer_rx,
+		     const regex_t *embed_rx, const layer_map *lm,
+		     const box_index *chunks, flx_error *err)
+{
+	const flx_spec *s = p->spec;
+	flx_placement *pl = &p->p[i];
+	const flx_tensor *t = pl->src;
+	const flx_rule *rule = flx_spec_match(s, t->fqn);
+	layer_match m;
+	int nst, rc;
+
+	/* split axis */
+	if (rule && rule->split == FLX_SPLIT_NONE) {
+		pl->split = -1;
+	} else if (rule && rule->split == FLX_SPLIT_AXIS) {
+		if (rule->axis >= t->ndim)
+			return flx_error_set(err, -EINVAL, s->rules_path,
+					     t->fqn,
+					     "rule '%s' splits axis %d but the "
+					     "tensor has %d dimension(s)",
+					     rule->match, rule->axis, t->ndim);
+		pl->split = rule->axis;
+	} else {
+		pl->split = infer_split(t, err);
+		if (pl->split < -1)
+			return pl->split;
+	}
+	/* stage */
+	match_layer(layer_rx, t->fqn, &m);
+	pl->layer = m.layer;
+	switch (rule ? rule->stage : FLX_STAGE_DEFAULT) {
+	case FLX_STAGE_FIRST:
+		pl->stage_lo = pl->stage_hi = 0;
+		break;
+	case FLX_STAGE_LAST:
+		pl->stage_lo = pl->stage_hi = s->pp - 1;
+		break;
+	case FLX_STAGE_ALL:
+		pl->stage_lo = 0;
+		pl->stage_hi = s->pp - 1;
+		break;
+	case FLX_STAGE_N:
+		if (rule->stage_n >= s->pp)
+			return flx_error_set(err, -EINVAL, s->rules_path,
+					     t->fqn,
+					     "rule '%s' names stage %d but "
+					     "pp=%d",
+					     rule->match, rule->stage_n, s->pp);
+		pl->stage_lo = pl->stage_hi = rule->stage_n;
+		break;
+	default:
+		if (m.layer >= 0)
+			pl->stage_lo = stage_of_pos(lm, layer_pos(lm, m.layer));
+		else if (regexec(embed_rx, t->fqn, 0, NULL, 0) == 0)
+			pl->stage_lo = 0;
+		else
+			pl->stage_lo = s->pp - 1;
+		pl->stage_hi = pl->stage_lo;
+	}
+	/* names per stage */
+	nst = pl->stage_hi - pl->stage_lo + 1;
+	pl->names = calloc((size_t)nst, sizeof(char *));
+	if (!pl->names)
+		return -ENOMEM;
+	for (int k = 0; k < nst; k++) {
+		int st = pl->stage_lo + k, pos = layer_pos(lm, m.layer);
+
+		if (s->pp_renumber && m.layer >= 0 &&
+		    stage_of_pos(lm, pos) == st)
+			pl->names[k] = renamed(
+				t->fqn, &m,
+				pos - first_pos_of_stage(lm, st));
+		else
+			pl->names[k] = strdup(t->fqn);
+		if (!pl->names[k])
+			return -ENOMEM;
+	}
+	/* one view per TP rank; replicated tensors share one */
+	pl->views = calloc((size_t)s->tp, sizeof(flx_view *));
+	if (!pl->views)
+		return -ENOMEM;
+	for (int r = 0; r < s->tp; r++) {
+		flx_box box;
+
+		for (int d = 0; d < t->ndim; d++) {
+			box.off[d] = 0;
+			box.size[d] = t->shape[d];
+		}
+		if (pl->split < 0 && r > 0) {
+			pl->views[r] = pl->views[0];
+			continue;
+		}
+		if (pl->split >= 0) {
+			int64_t n = t->shape[pl->split];
+			int64_t c = (n + s->tp - 1) / s->tp;
+			int64_t lo = (int64_t)r * c < n ? (int64_t)r * c : n;
+			int64_t hi = lo + c < n ? lo + c : n;
+
+			box.off[pl->split] = lo;
+			box.size[pl->split] = hi - lo;
+		}
+		rc = view_build(p->ckpt, t, chunks, &box, &pl->views[r], err);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int build_layer_map(const flx_ckpt *c, const regex_t *rx, int pp,
+			   layer_map *lm)
+{
+	lm->pp = pp;
+	lm->n = 0;
+	lm->idx = malloc((c->ntensors ? c->ntensors : 1) * sizeof(int));
+	if (!lm->idx)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->ntensors; i++) {
+		layer_match m;
+
+		match_layer(rx, c->tensors[i].fqn, &m);
+		if (m.layer >= 0)
+			lm->idx[lm->n++] = m.layer;
+	}
+	qsort(lm->idx, (size_t)lm->n, sizeof(int), cmp_int);
+	{
+		int k = 0;
+
+		for (int i = 0; i < lm->n; i++)
+			if (i == 0 || lm->idx[i] != lm->idx[k - 1])
+				lm->idx[k++] = lm->idx[i];
+		lm->n = k;
+	}
+	return 0;
+}
+
+int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec,
+		   flx_plan **out, flx_error *err)
+{
+	flx_plan *p = calloc(1, sizeof(*p));
+	regex_t layer_rx, embed_rx;
+	bool have_layer = false, have_embed = false;
+	layer_map lm = {0};
+	int rc;
+
+	if (!p)
+		return -ENOMEM;
+	p->ckpt = ckpt;
+	p->spec = spec;
+	if (regcomp(&layer_rx, spec->layer_regex, REG_EXTENDED) ||
+	    !(have_layer = true) ||
+	    regcomp(&embed_rx, spec->embed_regex, REG_EXTENDED | REG_NOSUB)) {
+		rc = flx_error_set(err, -EINVAL, NULL, "layer_regex",
+				   "invalid regular expression");
+		goto fail;
+	}
+	have_embed = true;
+	rc = build_layer_map(ckpt, &layer_rx, spec->pp, &lm);
+	if (rc)
+		goto fail;
+	p->nlayers = lm.n;
+	p->p = calloc(ckpt->ntensors ? ckpt->ntensors : 1, sizeof(*p->p));
+	if (!p->p) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (size_t i = 0; i < ckpt->ntensors; i++) {
+		box_index ix;
+
+		p->p[i].src = &ckpt->tensors[i];
+		p->n = i + 1;
+		rc = chunk_index(&ckpt->tensors[i], &ix);
+		if (rc)
+			goto fail;
+		rc = place_one(p, i, &layer_rx, &embed_rx, &lm, &ix, err);
+		bix_free(&ix);
+		if (rc)
+			goto fail;
+	}
+	rc = check_unique_names(p, err);
+	if (rc)
+		goto fail;
+	free(lm.idx);
+	regfree(&layer_rx);
+	regfree(&embed_rx);
+	*out = p;
+	return 0;
+fail:
+	if (rc == -ENOMEM)
+		flx_error_set(err, rc, NULL, NULL, "out of memory");
+	free(lm.idx);
+	if (have_layer)
+		regfree(&layer_rx);
+	if (have_embed)
+		regfree(&embed_rx);
+	flx_plan_free(p);
+	return rc;
+}
+
+const char *flx_placement_name(const flx_placement *pl, int stage)
+{
+	return pl->names[stage - pl->stage_lo];
+}
+
+void flx_plan_free(flx_plan *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->n; i++) {
+		flx_placement *pl = &p->p[i];
+
+		if (pl->names)
+			for (int s = 0; s <= pl->stage_hi - pl->stage_lo; s++)
+				free(pl->names[s]);
+		free(pl->names);
+		if (pl->views) {
+			int nv = pl->split < 0 ? 1 : p->spec->tp;
+
+			for (int r = 0; r < nv; r++)
+				flx_view_free(pl->views[r]);
+		}
+		free(pl->views);
+	}
+	free(p->p);
+	free(p);
+}

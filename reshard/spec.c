@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: MIT */
+#include "spec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <jansson.h>
+#include <regex.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_RULES_BYTES (16u << 20)
+
+int flx_spec_init(flx_spec *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->tp = 1;
+	s->pp = 1;
+	s->hf_shard_size = FLX_DEFAULT_HF_SHARD_SIZE;
+	s->layer_regex = strdup(FLX_DEFAULT_LAYER_REGEX);
+	s->embed_regex = strdup(FLX_DEFAULT_EMBED_REGEX);
+	if (!s->layer_regex || !s->embed_regex) {
+		flx_spec_release(s);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void free_rules(flx_rule *r, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(r[i].match);
+	free(r);
+}
+
+void flx_spec_release(flx_spec *s)
+{
+	if (!s)
+		return;
+	free(s->rules_path);
+	free(s->layer_regex);
+	free(s->embed_regex);
+	free_rules(s->rules, s->nrules);
+	memset(s, 0, sizeof(*s));
+}
+
+/* Strict decimal: digits only, no sign, no trailing text, no overflow. */
+static int parse_int(const char *v, long lo, long hi, long *out)
+{
+	char *end;
+	long n;
+
+	if (!v || !*v || *v < '0' || *v > '9')
+		return -EINVAL;
+	errno = 0;
+	n = strtol(v, &end, 10);
+	if (errno || *end || n < lo || n > hi)
+		return -EINVAL;
+	*out = n;
+	return 0;
+}
+
+int flx_parse_size(const char *text, uint64_t *out)
+{
+	unsigned long long n;
+	char *end;
+	unsigned shift = 0;
+
+	if (!text || *text < '0' || *text > '9')
+		return -EINVAL;
+	errno = 0;
+	n = strtoull(text, &end, 10);
+	if (errno)
+		return -EINVAL;
+	switch (*end) {
+	case '\0':
+		break;
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default:
+		return -EINVAL;
+	}
+	if (*end == 'i' || *end == 'B') /* accept 5GiB / 5GB spellings */
+		end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+	if (*end || (shift && n > (~0ull >> shift)) || n == 0)
+		return -EINVAL;
+	*out = (uint64_t)n << shift;
+	return 0;
+}
+
+static int check_regex(const char *key, const char *re, int min_groups,
+		       flx_error *err)
+{
+	regex_t rx;
+	int rc = regcomp(&rx, re, REG_EXTENDED);
+
+	if (rc) {
+		char msg[128];
+
+		regerror(rc, &rx, msg, sizeof(msg));
+		return flx_error_set(err, -EINVAL, NULL, key,
+				     "invalid regular expression: %s", msg);
+	}
+	rc = (int)rx.re_nsub < min_groups;
+	regfree(&rx);
+	if (rc)
+		return flx_error_set(err, -EINVAL, NULL, key,
+				     "needs a capture group for the layer "
+				     "index");
+	return 0;
+}
+
+static int set_string(char **dst, const char *v)
+{
+	char *copy = strdup(v);
+
+	if (!copy)
+		return -ENOMEM;
+	free(*dst);
+	*dst = copy;
+	return 0;
+}
+
+static int load_rules_file(flx_spec *s, const char *path, flx_error *err)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	char *buf = NULL;
+	ssize_t got;
+	int rc;
+
+	if (fd < 0)
+		return flx_error_set(err, -errno, path, "rules",
+				     "cannot open rules file: %s",
+				     strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size > MAX_RULES_BYTES) {
+		close(fd);
+		return flx_error_set(err, -EINVAL, path, "rules",
+				     "not a regular file of at most 16 MiB");
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	got = read(fd, buf, (size_t)st.st_size);
+	close(fd);
+	if (got != st.st_size) {
+		free(buf);
+		return flx_error_set(err, -EIO, path, "rules",
+				     "short read of the rules file");
+	}
+	rc = flx_spec_rules_parse(s, buf, (size_t)got, path, err);
+	free(buf);
+	return rc;
+}
+
+int flx_spec_set(flx_spec *s, const char *key, const char *value,
+		 flx_error *err)
+{
+	long n;
+	int rc;
+
+	if (strcmp(key, "tp") == 0 || strcmp(key, "pp") == 0) {
+		long hi = key[0] == 't' ? FLX_MAX_TP : FLX_MAX_PP;
+
+		if (parse_int(value, 1, hi, &n))
+			return flx_error_set(err, -EINVAL, NULL, key,
+					     "expected an integer from 1 to "
+					     "%ld, got '%s'",
+					     hi, value ? value : "");
+		*(key[0] == 't' ? &s->tp : &s->pp) = (int)n;
+		return 0;
+	}
+	if (strcmp(key, "rules") == 0) {
+		if (!value || !*value)
+			return flx_error_set(err, -EINVAL, NULL, key,
+					     "expected a file name");
+		rc = load_rules_file(s, value, err);
+		return rc ? rc : set_string(&s->rules_path, value);
+	}
+	if (strcmp(key, "layer_regex") == 0 ||
+	    strcmp(key, "embed_regex") == 0) {
+		bool layer = key[0] == 'l';
+
+		if (!value || !*value)
+			return flx_error_set(err, -EINVAL, NULL, key,
+					     "expected a regular expression");
+		rc = check_regex(key, value, layer ? 1 : 0, err);
+		if (rc)
+			return rc;
+		return set_string(layer ? &s->layer_regex : &s->embed_regex,
+				  value);
+	}
+	if (strcmp(key, "pp_renumber") == 0) {
+		if (!value || !strcmp(value, "1") || !strcmp(value, "true"))
+			s->pp_renumber = true;
+		else if (!strcmp(value, "0") || !strcmp(value, "false"))
+			s->pp_renumber = false;
+		else
+			return flx_error_set(err, -EINVAL, NULL, key,
+					     "expected 0/1/true/false, got "
+					     "'%s'",
+					     value);
+		return 0;
+	}
+	if (strcmp(key, "hf_shard_size") == 0) {
+		if (flx_parse_size(value, &s->hf_shard_size))
+			return flx_error_set(err, -EINVAL, NULL, key,
+					     "expected a positive size such as "
+					     "5G or 500M, got '%s'",
+					     value ? value : "");
+		return 0;
+	}
+	return -ENOENT;
+}
+
+static int rule_error(flx_error *err, const char *name, size_t i,
+		      const char *field, const char *why)
+{
+	char key[64];
+
+	snprintf(key, sizeof(key), "rule %zu: %s", i, field);
+	return flx_error_set(err, -EINVAL, name, key, "%s", why);
+}
+
+static int parse_rule(json_t *o, flx_rule *r, const char *name, size_t i,
+		      flx_error *err)
+{
+	const char *k;
+	json_t *v;
+
+	if (!json_is_object(o))
+		return rule_error(err, name, i, "rule", "not a JSON object");
+	json_object_foreach(o, k, v) {
+		if (strcmp(k, "match") == 0) {
+			if (!json_is_string(v) || !*json_string_value(v))
+				return rule_error(err, name, i, k,
+						  "expected a non-empty glob "
+						  "string");
+			if (!(r->match = strdup(json_string_value(v))))
+				return -ENOMEM;
+		} else if (strcmp(k, "split") == 0) {
+			if (json_is_null(v)) {
+				r->split = FLX_SPLIT_NONE;
+			} else if (json_is_integer(v) &&
+				   json_integer_value(v) >= 0 &&
+				   json_integer_value(v) < 16) {
+				r->split = FLX_SPLIT_AXIS;
+				r->axis = (int)json_integer_value(v);
+			} else {
+				return rule_error(err, name, i, k,
+						  "expected an axis (0-15) or "
+						  "null");
+			}
+		} else if (strcmp(k, "stage") == 0) {
+			const char *sv = json_string_value(v);
+
+			if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+			    json_integer_value(v) < FLX_MAX_PP) {
+				r->stage = FLX_STAGE_N;
+				r->stage_n = (int)json_integer_value(v);
+			} else if (sv && !strcmp(sv, "first")) {
+				r->stage = FLX_STAGE_FIRST;
+			} else if (sv && !strcmp(sv, "last")) {
+				r->stage = FLX_STAGE_LAST;
+			} else if (sv && !strcmp(sv, "all")) {
+				r->stage = FLX_STAGE_ALL;
+			} else {
+				return rule_error(err, name, i, k,
+						  "expected \"first\", "
+						  "\"last\", \"all\" or a "
+						  "stage number");
+			}
+		} else {
+			return rule_error(err, name, i, k,
+					  "unknown key (expected match, "
+					  "split, stage)");
+		}
+	}
+	if (!r->match)
+		return rule_error(err, name, i, "match", "missing");
+	return 0;
+}
+
+int flx_spec_rules_parse(flx_spec *s, const char *json, size_t len,
+			 const char *name, flx_error *err)
+{
+	json_error_t je;
+	json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+	flx_rule *rules = NULL;
+	size_t n = 0;
+	int rc = 0;
+
+	if (!root)
+		return flx_error_set(err, -EINVAL, name, "rules",
+				     "invalid JSON at line %d column %d: %s",
+				     je.line, je.column, je.text);
+	if (!json_is_array(root)) {
+		rc = flx_error_set(err, -EINVAL, name, "rules",
+				   "expected a JSON array of rule objects");
+		goto out;
+	}
+	n = json_array_size(root);
+	rules = calloc(n ? n : 1, sizeof(*rules));
+	if (!rules) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = parse_rule(json_array_get(root, i), &rules[i], name, i,
+				err);
+	if (rc) {
+		free_rules(rules, n);
+		goto out;
+	}
+	free_rules(s->rules, s->nrules);
+	s->rules = rules;
+	s->nrules = n;
+out:
+	json_decref(root);
+	return rc;
+}
+
+const flx_rule *flx_spec_match(const flx_spec *s, const char *fqn)
+{
+	for (size_t i = 0; i < s->nrules; i++)
+		if (fnmatch(s->rules[i].match, fqn, 0) == 0)
+			return &s->rules[i];
+	return NULL;
+}

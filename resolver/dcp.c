@@ -1,0 +1,1047 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * PyTorch Distributed Checkpoint reader: ".metadata" (a pickle of the
+ * Metadata dataclass, decoded by the inert pickle VM and interpreted here by
+ * class *name*, so torch 1.13's _shard modules and 2.x's modules both work)
+ * and the items of the "__R_N.distcp" files (each a torch.save zip whose
+ * data/0 record holds the chunk's raw storage).
+ *
+ * Everything is validated at open so a mount either fails with one precise
+ * line or serves a checkpoint whose every chunk byte lies inside a file that
+ * was present and long enough.
+ */
+#include "ckpt.h"
+#include "pickle.h"
+#include "reader.h"
+#include "torchpkl.h"
+#include "zipitem.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define META_NAME ".metadata"
+#define MAX_METADATA_BYTES (1ull << 30)
+#define MAX_DATA_PKL_BYTES (1u << 20)
+
+/* One storage_data entry: (fqn, chunk offsets or none) -> item location. */
+typedef struct sentry {
+	const char *fqn;
+	int ndim;          /* -1: no offset key (BYTE_IO) */
+	int64_t off[FLX_MAX_DIMS];
+	const char *relpath;
+	uint64_t offset;
+	uint64_t length;
+	const flx_pv *transforms; /* list or NULL */
+} sentry;
+
+typedef struct loader {
+	flx_ckpt *c;
+	int dirfd;
+	char *realdir;     /* realpath of the directory, for symlink checks */
+	flx_error *err;
+	sentry *se;
+	size_t nse;
+	size_t cap_files;
+} loader;
+
+uint64_t flx_numel(int ndim, const int64_t *shape)
+{
+	uint64_t n = 1;
+
+	for (int i = 0; i < ndim; i++)
+		n *= (uint64_t)shape[i];
+	return n;
+}
+
+/* ---- small interpretation helpers over the pickle tree ---- */
+
+/* Class name check that also insists on a torch.distributed module, so an
+ * unrelated class that happens to share a name is not mistaken for DCP's. */
+static bool is_dcp_obj(const flx_pv *v, const char *name)
+{
+	const flx_pv *cls = flx_pv_obj_class(v);
+
+	return cls && strcmp(cls->u.global.name, name) == 0 &&
+	       strncmp(cls->u.global.module, "torch.distributed.", 18) == 0;
+}
+
+/* The attribute dict of a dataclass-like object (BUILD state).  An object
+ * with no BUILD (empty __dict__) has no state: NULL. */
+static const flx_pv *obj_state(const flx_pv *v)
+{
+	if (!v || v->kind != FLX_PV_OBJ)
+		return NULL;
+	return v->u.obj.state;
+}
+
+static const flx_pv *attr(const flx_pv *obj, const char *key)
+{
+	return flx_pv_dict_get(obj_state(obj), key);
+}
+
+/* torch.Size(...) is REDUCE(torch.Size, (tuple_of_ints,)); accept a bare
+ * tuple/list of ints as well. */
+static int decode_size(loader *L, const flx_pv *v, const char *key,
+		       const char *what, int *ndim, int64_t *dims)
+{
+	const flx_pv *t = v;
+	size_t n;
+
+	if (v && v->kind == FLX_PV_OBJ &&
+	    flx_pv_is_global(v->u.obj.cls, "torch", "Size"))
+		t = flx_pv_item(v->u.obj.args, 0);
+	if (!t || (t->kind != FLX_PV_TUPLE && t->kind != FLX_PV_LIST))
+		return flx_error_set(L->err, -EINVAL, META_NAME, key,
+				     "%s: expected torch.Size, found %s", what,
+				     v ? flx_pv_kind_name(v) : "nothing");
+	n = flx_pv_len(t);
+	if (n > FLX_MAX_DIMS)
+		return flx_error_set(L->err, -EINVAL, META_NAME, key,
+				     "%s: %zu dimensions (at most %d)", what,
+				     n, FLX_MAX_DIMS);
+	for (size_t i = 0; i < n; i++) {
+		if (!flx_pv_int(flx_pv_item(t, i), &dims[i]) || dims[i] < 0)
+			return flx_error_set(L->err, -EINVAL, META_NAME, key,
+					     "%s: dimension %zu is not a "
+					     "non-negative integer",
+					     what, i);
+	}
+	*ndim = (int)n;
+	return 0;
+}
+
+static int decode_dtype(loader *L, const flx_pv *props, const char *key,
+			flx_dtype *out)
+{
+	const flx_pv *st = obj_state(props), *dt = NULL;
+
+	if (!flx_pv_is_obj_of(props, "TensorProperties"))
+		return flx_error_set(L->err, -EINVAL, META_NAME, key,
+				     "properties: expected TensorProperties");
+	/* BUILD state is a tuple (dtype, layout, requires_grad,
+	 * memory_format, pin_memory[, ...]) in every released version; a
+	 * dict state with "dtype" is accepted for forward compatibility. */
+	if (st && st->kind == FLX_PV_TUPLE)
+		dt = flx_pv_item(st, 0);
+	else if (st && st->kind == FLX_PV_DICT)
+		dt = flx_pv_dict_get(st, "dtype");
+	if (!dt || dt->kind != FLX_PV_GLOBAL ||
+	    strcmp(dt->u.global.module, "torch") != 0)
+		return flx_error_set(L->err, -EINVAL, META_NAME, key,
+				     "properties: dtype is not a torch dtype");
+	*out = flx_dtype_from_torch(dt->u.global.name);
+	if (*out == FLX_DT_INVALID)
+		return flx_error_set(L->err, -EINVAL, META_NAME, key,
+				     "unsupported dtype torch.%s",
+				     dt->u.global.name);
+	return 0;
+}
+
+static int get_u64(loader *L, const flx_pv *obj, const char *name,
+		   const char *key, uint64_t *out)
+{
+	int64_t v;
+
+	if (!flx_pv_int(attr(obj, name), &v) || v < 0)
+		return flx_error_set(L->err, -EINVAL, META_NAME, key,
+				     "%s is missing or not a non-negative "
+				     "integer",
+				     name);
+	*out = (uint64_t)v;
+	return 0;
+}
+
+/* ---- storage_data ---- */
+
+static int cmp_offsets(int na, const int64_t *a, int nb, const int64_t *b)
+{
+	if (na != nb)
+		return na < nb ? -1 : 1;
+	for (int i = 0; i < na; i++)
+		if (a[i] != b[i])
+			return a[i] < b[i] ? -1 : 1;
+	return 0;
+}
+
+static int cmp_sentry(const void *pa, const void *pb)
+{
+	const sentry *a = pa, *b = pb;
+	int r = strcmp(a->fqn, b->fqn);
+
+	return r ? r : cmp_offsets(a->ndim, a->off, b->ndim, b->off);
+}
+
+static const sentry *find_sentry(const loader *L, const char *fqn, int ndim,
+				 const int64_t *off)
+{
+	sentry key = {.fqn = fqn, .ndim = ndim};
+
+	if (ndim > 0)
+		memcpy(key.off, off, sizeof(int64_t) * (size_t)ndim);
+	return bsearch(&key, L->se, L->nse, sizeof(sentry), cmp_sentry);
+}
+
+static int load_storage_data(loader *L, const flx_pv *sd)
+{
+	if (!sd || sd->kind != FLX_PV_DICT)
+		return flx_error_set(L->err, -EINVAL, META_NAME, "storage_data",
+				     "missing or not a dict");
+	L->se = calloc(sd->u.dict.n ? sd->u.dict.n : 1, sizeof(sentry));
+	if (!L->se)
+		return -ENOMEM;
+	for (size_t i = 0; i < sd->u.dict.n; i++) {
+		const flx_pv *k = sd->u.dict.kv[2 * i];
+		const flx_pv *v = sd->u.dict.kv[2 * i + 1];
+		sentry *e = &L->se[L->nse];
+		const flx_pv *off;
+		int rc;
+
+		if (!is_dcp_obj(k, "MetadataIndex") ||
+		    !flx_pv_str(attr(k, "fqn")))
+			return flx_error_set(L->err, -EINVAL, META_NAME,
+					     "storage_data",
+					     "entry %zu: key is not a "
+					     "MetadataIndex with an fqn",
+					     i);
+		e->fqn = flx_pv_str(attr(k, "fqn"));
+		/* "offset" is absent (or None) for BYTE_IO entries. */
+		off = attr(k, "offset");
+		e->ndim = -1;
+		if (off && off->kind != FLX_PV_NONE) {
+			rc = decode_size(L, off, e->fqn, "MetadataIndex.offset",
+					 &e->ndim, e->off);
+			if (rc)
+				return rc;
+		}
+		if (!is_dcp_obj(v, "_StorageInfo"))
+			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
+					     "storage_data value is not a "
+					     "_StorageInfo");
+		e->relpath = flx_pv_str(attr(v, "relative_path"));
+		if (!e->relpath)
+			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
+					     "relative_path is missing or not "
+					     "a string");
+		rc = get_u64(L, v, "offset", e->fqn, &e->offset);
+		if (!rc)
+			rc = get_u64(L, v, "length", e->fqn, &e->length);
+		if (rc)
+			return rc;
+		e->transforms = attr(v, "transform_descriptors");
+		L->nse++;
+	}
+	qsort(L->se, L->nse, sizeof(sentry), cmp_sentry);
+	for (size_t i = 1; i < L->nse; i++)
+		if (cmp_sentry(&L->se[i - 1], &L->se[i]) == 0)
+			return flx_error_set(L->err, -EINVAL, META_NAME,
+					     L->se[i].fqn,
+					     "duplicate storage_data entry "
+					     "for one chunk");
+	return 0;
+}
+
+/* ---- files ---- */
+
+/* relative_path must name a file inside the checkpoint directory: not
+ * absolute, no "." or ".." component, no empty component. */
+static bool relpath_ok(const char *p)
+{
+	const char *s = p;
+
+	if (!*p || *p == '/')
+		return false;
+	while (*s) {
+		const char *e = strchr(s, '/');
+		size_t n = e ? (size_t)(e - s) : strlen(s);
+
+		if (n == 0 || (n == 1 && s[0] == '.') ||
+		    (n == 2 && s[0] == '.' && s[1] == '.'))
+			return false;
+		s += n;
+		if (*s == '/')
+			s++;
+	}
+	return true;
+}
+
+/* Open relpath read-only.  A symlink is followed only when its target
+ * resolves inside the checkpoint directory. */
+static int open_inside(loader *L, const char *relpath, int *fd_out)
+{
+	int fd = openat(L->dirfd, relpath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	char *abs = NULL, *real = NULL;
+	size_t n;
+
+	if (fd >= 0 || errno != ELOOP) {
+		if (fd < 0)
+			return -errno;
+		*fd_out = fd;
+		return 0;
+	}
+	if (asprintf(&abs, "%s/%s", L->realdir, relpath) < 0)
+		return -ENOMEM;
+	real = realpath(abs, NULL);
+	free(abs);
+	if (!real)
+		return -errno;
+	n = strlen(L->realdir);
+	if (strncmp(real, L->realdir, n) != 0 || real[n] != '/') {
+		free(real);
+		return -EXDEV;
+	}
+	fd = open(real, O_RDONLY | O_CLOEXEC);
+	free(real);
+	if (fd < 0)
+		return -errno;
+	*fd_out = fd;
+	return 0;
+}
+
+static int add_file(loader *L, const char *relpath, bool data, uint32_t *idx)
+{
+	flx_ckpt *c = L->c;
+	struct stat st;
+	flx_file *f;
+	int fd = -1, rc;
+
+	for (size_t i = 0; i < c->nfiles; i++)
+		if (strcmp(c->files[i].relpath, relpath) == 0) {
+			*idx = (uint32_t)i;
+			return 0;
+		}
+	if (data && !relpath_ok(relpath))
+		return flx_error_set(L->err, -EINVAL, META_NAME, relpath,
+				     "relative_path leaves the checkpoint "
+				     "directory");
+	if (c->nfiles == L->cap_files) {
+		size_t cap = L->cap_files ? 2 * L->cap_files : 16;
+		flx_file *nf = realloc(c->files, cap * sizeof(*nf));
+
+		if (!nf)
+			return -ENOMEM;
+		c->files = nf;
+		L->cap_files = cap;
+	}
+	rc = open_inside(L, relpath, &fd);
+	if (rc == -EXDEV)
+		return flx_error_set(L->err, -EINVAL, relpath, "relative_path",
+				     "symlink points outside the checkpoint "
+				     "directory");
+	if (rc)
+		return flx_error_set(L->err, rc, relpath, NULL,
+				     "cannot open: %s", strerror(-rc));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return flx_error_set(L->err, -EINVAL, relpath, NULL,
+				     "not a regular file");
+	}
+	f = &c->files[c->nfiles];
+	memset(f, 0, sizeof(*f));
+	f->relpath = strdup(relpath);
+	if (!f->relpath) {
+		close(fd);
+		return -ENOMEM;
+	}
+	f->fd = fd;
+	f->size = (uint64_t)st.st_size;
+	f->dev = st.st_dev;
+	f->ino = st.st_ino;
+	f->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 +
+		      st.st_mtim.tv_nsec;
+	f->data = data;
+	*idx = (uint32_t)c->nfiles++;
+	/* The kernel readahead only hurts the scattered reads of resharding;
+	 * reads issue their own large coalesced preads. */
+	posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+	return 0;
+}
+
+static int item_window(loader *L, const sentry *e, const char *key,
+		       uint32_t *file)
+{
+	const flx_file *f;
+	int rc;
+
+	if (e->transforms && flx_pv_len(e->transforms) > 0) {
+		const char *t = flx_pv_str(flx_pv_item(e->transforms, 0));
+
+		return flx_error_set(L->err, -ENOTSUP, META_NAME, key,
+				     "item transform '%s' is not supported",
+				     t ? t : "?");
+	}
+	rc = add_file(L, e->relpath, true, file);
+	if (rc)
+		return rc;
+	f = &L->c->files[*file];
+	if (e->offset > f->size || e->length > f->size - e->offset)
+		return flx_error_set(L->err, -EINVAL, e->relpath, key,
+				     "item [%llu, +%llu) runs past the end "
+				     "of the file (%llu bytes)",
+				     (unsigned long long)e->offset,
+				     (unsigned long long)e->length,
+				     (unsigned long long)f->size);
+	return 0;
+}
+
+/* ---- tensors ---- */
+
+static void fmt_offsets(char *buf, size_t len, int ndim, const int64_t *off)
+{
+	size_t n = (size_t)snprintf(buf, len, "[");
+
+	for (int i = 0; i < ndim && n < len; i++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? "," : "",
+				      (long long)off[i]);
+	if (n < len)
+		snprintf(buf + n, len - n, "]");
+}
+
+/* Locate the chunk's storage inside its torch.save item and check it
+ * against the metadata. */
+static int load_item(loader *L, flx_tensor *t, flx_chunk *ch)
+{
+	const flx_file *f = &L->c->files[ch->file];
+	char name[FLX_ERR_FIELD];
+	flx_reader r;
+	flx_fd_reader fr;
+	flx_zip *z = NULL;
+	flx_zip_rec pkl, data, bo;
+	flx_tensor_pkl tp;
+	unsigned char *buf = NULL;
+	int rc;
+
+	snprintf(name, sizeof(name), "%s@%llu", f->relpath,
+		 (unsigned long long)ch->item_off);
+	flx_reader_fd(&r, &fr, f->fd, ch->item_off, ch->item_len);
+	rc = flx_zip_open(&r, name, &z, L->err);
+	if (rc)
+		goto out;
+	if (flx_zip_find(z, "data.pkl", &pkl) ||
+	    pkl.size > MAX_DATA_PKL_BYTES) {
+		rc = flx_error_set(L->err, -EINVAL, name, t->fqn,
+				   "item has no usable data.pkl record");
+		goto out;
+	}
+	if (!flx_zip_find(z, "byteorder", &bo)) {
+		char order[8] = {0};
+
+		if (bo.size > 7 ||
+		    (rc = flx_read_at(&r, order, bo.size, bo.data_off)))
+			goto bad_order;
+		if (strcmp(order, "little") != 0)
+			goto bad_order;
+	}
+	buf = malloc(pkl.size ? pkl.size : 1);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = flx_read_at(&r, buf, pkl.size, pkl.data_off);
+	if (rc) {
+		rc = flx_error_set(L->err, rc, name, t->fqn,
+				   "cannot read data.pkl");
+		goto out;
+	}
+	rc = flx_tensor_pkl_parse(buf, pkl.size, name, &tp, L->err);
+	if (rc) {
+		flx_error_key(L->err, t->fqn);
+		goto out;
+	}
+	if (tp.dtype != t->dtype) {
+		rc = flx_error_set(L->err, -EINVAL, name, t->fqn,
+				   "dtype %s in data.pkl disagrees with %s "
+				   "in .metadata",
+				   flx_dtype_name(tp.dtype),
+				   flx_dtype_name(t->dtype));
+		goto out;
+	}
+	if (cmp_offsets(tp.ndim, tp.size, t->ndim, ch->box.size) != 0) {
+		char a[96], b[96];
+
+		fmt_offsets(a, sizeof(a), tp.ndim, tp.size);
+		fmt_offsets(b, sizeof(b), t->ndim, ch->box.size);
+		rc = flx_error_set(L->err, -EINVAL, name, t->fqn,
+				   "saved tensor shape %s differs from the "
+				   "chunk's sizes %s",
+				   a, b);
+		goto out;
+	}
+	{
+		char rel[80];
+
+		snprintf(rel, sizeof(rel), "data/%s", tp.key);
+		if (flx_zip_find(z, rel, &data)) {
+			rc = flx_error_set(L->err, -EINVAL, name, t->fqn,
+					   "item has no %s record", rel);
+			goto out;
+		}
+	}
+	if (data.size < tp.storage_bytes) {
+		rc = flx_error_set(L->err, -EINVAL, name, t->fqn,
+				   "storage record holds %llu bytes, the "
+				   "tensor needs %llu",
+				   (unsigned long long)data.size,
+				   (unsigned long long)tp.storage_bytes);
+		goto out;
+	}
+	ch->data_off = ch->item_off + data.data_off;
+	ch->storage_offset = tp.storage_offset;
+	memcpy(ch->stride, tp.stride, sizeof(ch->stride));
+	rc = 0;
+	goto out;
+bad_order:
+	rc = flx_error_set(L->err, -ENOTSUP, name, t->fqn,
+			   "byteorder record is not 'little'");
+out:
+	free(buf);
+	flx_zip_close(z);
+	return rc;
+}
+
+static int cmp_chunk_axis0(const void *pa, const void *pb, void *axis)
+{
+	const flx_chunk *a = *(flx_chunk *const *)pa;
+	const flx_chunk *b = *(flx_chunk *const *)pb;
+	int d = *(int *)axis;
+
+	return a->box.off[d] < b->box.off[d] ? -1 : a->box.off[d] > b->box.off[d];
+}
+
+static bool chunks_overlap(int ndim, const flx_chunk *a, const flx_chunk *b)
+{
+	for (int d = 0; d < ndim; d++)
+		if (a->box.off[d] >= b->box.off[d] + b->box.size[d] ||
+		    b->box.off[d] >= a->box.off[d] + a->box.size[d])
+			return false;
+	return true;
+}
+
+/*
+ * Chunks must lie inside the global shape, be pairwise disjoint and cover
+ * it.  Disjointness is checked with a sweep along the axis of greatest
+ * extent (sorted starts; an active list of chunks that still extend past
+ * the sweep position), not a comparison of all pairs; coverage then
+ * follows from the volumes adding up.
+ */
+static int check_coverage(loader *L, flx_tensor *t)
+{
+	uint64_t total = flx_numel(t->ndim, t->shape), sum = 0;
+	flx_chunk **order = NULL, **active = NULL;
+	size_t nactive = 0;
+	int axis = 0, rc = 0;
+
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		const flx_chunk *ch = &t->chunks[i];
+		uint64_t v = 1;
+		char o[96];
+
+		for (int d = 0; d < t->ndim; d++) {
+			if (ch->box.off[d] > t->shape[d] ||
+			    ch->box.size[d] > t->shape[d] - ch->box.off[d]) {
+				fmt_offsets(o, sizeof(o), t->ndim, ch->box.off);
+				return flx_error_set(L->err, -EINVAL,
+						     META_NAME, t->fqn,
+						     "chunk at %s lies outside "
+						     "the global shape",
+						     o);
+			}
+			v *= (uint64_t)ch->box.size[d];
+		}
+		/* Every chunk lies inside, so a surplus can only be overlap;
+		 * the sweep below names the chunk. */
+		if (__builtin_add_overflow(sum, v, &sum))
+			sum = UINT64_MAX;
+	}
+	if (sum < total)
+		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
+				     "chunks cover %llu of %llu elements",
+				     (unsigned long long)sum,
+				     (unsigned long long)total);
+	if (t->nchunks < 2)
+		return 0;
+	for (int d = 1; d < t->ndim; d++)
+		if (t->shape[d] > t->shape[axis])
+			axis = d;
+	order = malloc(t->nchunks * sizeof(*order));
+	active = malloc(t->nchunks * sizeof(*active));
+	if (!order || !active) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < t->nchunks; i++)
+		order[i] = &t->chunks[i];
+	if (t->ndim > 0)
+		qsort_r(order, t->nchunks, sizeof(*order), cmp_chunk_axis0,
+			&axis);
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		flx_chunk *ch = order[i];
+		size_t keep = 0;
+
+		if (flx_numel(t->ndim, ch->box.size) == 0)
+			continue; /* empty chunks overlap nothing */
+		for (size_t j = 0; j < nactive; j++) {
+			flx_chunk *a = active[j];
+
+			if (t->ndim == 0 ||
+			    a->box.off[axis] + a->box.size[axis] > ch->box.off[axis]) {
+				if (chunks_overlap(t->ndim, a, ch)) {
+					char o[96];
+
+					fmt_offsets(o, sizeof(o), t->ndim,
+						    ch->box.off);
+					rc = flx_error_set(
+						L->err, -EINVAL, META_NAME,
+						t->fqn,
+						"chunk at %s overlaps another "
+						"chunk",
+						o);
+					goto out;
+				}
+				active[keep++] = a;
+			}
+		}
+		nactive = keep;
+		active[nactive++] = ch;
+	}
+	if (sum != total)
+		rc = flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
+				   "chunks hold %llu elements, the tensor %llu",
+				   (unsigned long long)sum,
+				   (unsigned long long)total);
+out:
+	free(order);
+	free(active);
+	return rc;
+}
+
+static int load_tensor(loader *L, flx_tensor *t, const flx_pv *tsm)
+{
+	const flx_pv *chunks = attr(tsm, "chunks");
+	uint64_t numel = 1;
+	int rc;
+
+	rc = decode_dtype(L, attr(tsm, "properties"), t->fqn, &t->dtype);
+	if (!rc)
+		rc = decode_size(L, attr(tsm, "size"), t->fqn, "size",
+				 &t->ndim, t->shape);
+	if (rc)
+		return rc;
+	/* Element and byte counts must fit in 63 bits. */
+	for (int d = 0; d < t->ndim; d++)
+		if (t->shape[d] &&
+		    __builtin_mul_overflow(numel, (uint64_t)t->shape[d],
+					   &numel))
+			goto too_big;
+	if (numel > (uint64_t)INT64_MAX / flx_dtype_size(t->dtype))
+		goto too_big;
+	if (!chunks || chunks->kind != FLX_PV_LIST)
+		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
+				     "chunks is missing or not a list");
+	if (flx_pv_len(chunks) == 0 || flx_pv_len(chunks) > UINT32_MAX)
+		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
+				     "tensor has %zu chunks",
+				     flx_pv_len(chunks));
+	t->chunks = calloc(flx_pv_len(chunks), sizeof(flx_chunk));
+	if (!t->chunks)
+		return -ENOMEM;
+	t->nchunks = (uint32_t)flx_pv_len(chunks);
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		const flx_pv *cm = flx_pv_item(chunks, i);
+		flx_chunk *ch = &t->chunks[i];
+		const sentry *e;
+		int n1, n2;
+
+		if (!is_dcp_obj(cm, "ChunkStorageMetadata"))
+			return flx_error_set(L->err, -EINVAL, META_NAME,
+					     t->fqn,
+					     "chunk %u is not a "
+					     "ChunkStorageMetadata",
+					     i);
+		rc = decode_size(L, attr(cm, "offsets"), t->fqn,
+				 "chunk offsets", &n1, ch->box.off);
+		if (!rc)
+			rc = decode_size(L, attr(cm, "sizes"), t->fqn,
+					 "chunk sizes", &n2, ch->box.size);
+		if (rc)
+			return rc;
+		if (n1 != t->ndim || n2 != t->ndim)
+			return flx_error_set(L->err, -EINVAL, META_NAME,
+					     t->fqn,
+					     "chunk %u has %d/%d dimensions, "
+					     "the tensor %d",
+					     i, n1, n2, t->ndim);
+		e = find_sentry(L, t->fqn, t->ndim, ch->box.off);
+		if (!e) {
+			char o[96];
+
+			fmt_offsets(o, sizeof(o), t->ndim, ch->box.off);
+			return flx_error_set(L->err, -EINVAL, META_NAME,
+					     t->fqn,
+					     "no storage_data entry for the "
+					     "chunk at %s",
+					     o);
+		}
+		rc = item_window(L, e, t->fqn, &ch->file);
+		if (rc)
+			return rc;
+		ch->item_off = e->offset;
+		ch->item_len = e->length;
+	}
+	rc = check_coverage(L, t);
+	for (uint32_t i = 0; !rc && i < t->nchunks; i++)
+		rc = load_item(L, t, &t->chunks[i]);
+	return rc;
+too_big:
+	return flx_error_set(L->err, -EOVERFLOW, META_NAME, t->fqn,
+			     "tensor size overflows 64 bits");
+}
+
+static int load_object(loader *L, flx_object *o)
+{
+	const sentry *e = find_sentry(L, o->fqn, -1, NULL);
+	int rc;
+
+	if (!e)
+		return flx_error_set(L->err, -EINVAL, META_NAME, o->fqn,
+				     "no storage_data entry for this bytes "
+				     "value");
+	rc = item_window(L, e, o->fqn, &o->file);
+	o->off = e->offset;
+	o->len = e->length;
+	return rc;
+}
+
+static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
+{
+	flx_ckpt *c = L->c;
+	size_t n;
+
+	if (!sdm || sdm->kind != FLX_PV_DICT)
+		return flx_error_set(L->err, -EINVAL, META_NAME,
+				     "state_dict_metadata",
+				     "missing or not a dict");
+	n = sdm->u.dict.n;
+	c->tensors = calloc(n ? n : 1, sizeof(flx_tensor));
+	c->objects = calloc(n ? n : 1, sizeof(flx_object));
+	if (!c->tensors || !c->objects)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		const char *fqn = flx_pv_str(sdm->u.dict.kv[2 * i]);
+		const flx_pv *v = sdm->u.dict.kv[2 * i + 1];
+		char *copy;
+		int rc;
+
+		if (!fqn)
+			return flx_error_set(L->err, -EINVAL, META_NAME,
+					     "state_dict_metadata",
+					     "key %zu is not a string", i);
+		if (strlen(fqn) != sdm->u.dict.kv[2 * i]->u.str.len)
+			return flx_error_set(L->err, -EINVAL, META_NAME,
+					     "state_dict_metadata",
+					     "key %zu contains a NUL byte", i);
+		copy = strdup(fqn);
+		if (!copy)
+			return -ENOMEM;
+		if (is_dcp_obj(v, "TensorStorageMetadata")) {
+			flx_tensor *t = &c->tensors[c->ntensors++];
+
+			t->fqn = copy;
+			rc = load_tensor(L, t, v);
+		} else if (is_dcp_obj(v, "BytesStorageMetadata")) {
+			flx_object *o = &c->objects[c->nobjects++];
+
+			o->fqn = copy;
+			rc = load_object(L, o);
+		} else {
+			free(copy);
+			rc = flx_error_set(L->err, -EINVAL, META_NAME, fqn,
+					   "value is neither "
+					   "TensorStorageMetadata nor "
+					   "BytesStorageMetadata");
+		}
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int read_metadata(loader *L, void **buf_out, size_t *len_out)
+{
+	int fd = openat(L->dirfd, META_NAME, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat st;
+	void *buf;
+	int rc;
+
+	if (fd < 0) {
+		rc = -errno;
+		return flx_error_set(L->err, rc, META_NAME, NULL,
+				     "%s (is this a PyTorch DCP checkpoint?)",
+				     strerror(-rc));
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size > MAX_METADATA_BYTES) {
+		close(fd);
+		return flx_error_set(L->err, -EINVAL, META_NAME, NULL,
+				     "not a regular file of at most 1 GiB");
+	}
+	L->c->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 +
+			 st.st_mtim.tv_nsec;
+	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	rc = flx_pread_full(fd, buf, (size_t)st.st_size, 0);
+	close(fd);
+	if (rc) {
+		free(buf);
+		return flx_error_set(L->err, rc, META_NAME, NULL,
+				     "read failed: %s", strerror(-rc));
+	}
+	*buf_out = buf;
+	*len_out = (size_t)st.st_size;
+	return 0;
+}
+
+/* Regular, non-hidden files other than the checkpoint's own appear
+ * unchanged in hf/ (config.json, tokenizer files, ...). */
+static bool is_checkpoint_file(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (name[0] == '.')
+		return true;
+	if (n > 7 && strcmp(name + n - 7, ".distcp") == 0)
+		return true;
+	if (n > 9 && strncmp(name, "__", 2) == 0 &&
+	    strcmp(name + n - 9, ".metadata") == 0)
+		return true;
+	return false;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int load_extras(loader *L)
+{
+	int fd = openat(L->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	int rc = 0;
+
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return flx_error_set(L->err, -errno, L->c->dir, NULL,
+				     "cannot list the directory");
+	}
+	while ((de = readdir(d))) {
+		struct stat st;
+
+		if (is_checkpoint_file(de->d_name))
+			continue;
+		if (fstatat(L->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISREG(st.st_mode))
+			continue;
+		if (n == cap) {
+			char **nn = realloc(names, (cap = cap ? 2 * cap : 8) *
+							   sizeof(*names));
+			if (!nn) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			names = nn;
+		}
+		if (!(names[n] = strdup(de->d_name))) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		n++;
+	}
+	if (n)
+		qsort(names, n, sizeof(*names), cmp_str);
+	for (size_t i = 0; i < n && !rc; i++) {
+		uint32_t idx;
+		bool used = false;
+
+		for (size_t j = 0; j < L->c->nfiles; j++)
+			used |= strcmp(L->c->files[j].relpath, names[i]) == 0;
+		if (!used)
+			rc = add_file(L, names[i], false, &idx);
+	}
+out:
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	closedir(d);
+	return rc;
+}
+
+static int interpret(loader *L, const flx_pv *root)
+{
+	const flx_pv *cls = flx_pv_obj_class(root);
+	int rc;
+
+	if (!is_dcp_obj(root, "Metadata") || !obj_state(root) ||
+	    obj_state(root)->kind != FLX_PV_DICT)
+		return flx_error_set(L->err, -EINVAL, META_NAME, NULL,
+				     "not a DCP Metadata object");
+	L->c->writer = strdup(
+		strstr(cls->u.global.module, "._shard.")
+			? "torch 1.13 (torch.distributed._shard.checkpoint)"
+		: attr(root, "storage_meta")
+			? "torch >= 2.4 (torch.distributed.checkpoint)"
+			: "torch >= 2.0 (torch.distributed.checkpoint)");
+	L->c->format = strdup("torch-dcp");
+	if (!L->c->writer || !L->c->format)
+		return -ENOMEM;
+	rc = load_storage_data(L, attr(root, "storage_data"));
+	if (!rc)
+		rc = load_state_dict_metadata(L, attr(root,
+						      "state_dict_metadata"));
+	return rc;
+}
+
+static int cmp_tensor_ptr(const void *a, const void *b)
+{
+	return strcmp((*(flx_tensor *const *)a)->fqn,
+		      (*(flx_tensor *const *)b)->fqn);
+}
+
+static int build_index(loader *L);
+
+int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
+{
+	static const flx_pickle_limits lim = {0};
+	loader L = {.err = err, .dirfd = -1};
+	flx_pickle *pk = NULL;
+	void *meta = NULL;
+	size_t meta_len = 0;
+	int rc;
+
+	L.c = calloc(1, sizeof(flx_ckpt));
+	if (!L.c)
+		return -ENOMEM;
+	L.c->dir = strdup(dir);
+	if (!L.c->dir) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	L.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (L.dirfd < 0) {
+		rc = flx_error_set(err, -errno, dir, NULL,
+				   "cannot open checkpoint directory: %s",
+				   strerror(errno));
+		goto fail;
+	}
+	L.realdir = realpath(dir, NULL);
+	if (!L.realdir) {
+		rc = -errno;
+		goto fail;
+	}
+	rc = read_metadata(&L, &meta, &meta_len);
+	if (rc)
+		goto fail;
+	rc = flx_pickle_load(meta, meta_len, META_NAME, &lim, &pk, err);
+	if (rc)
+		goto fail;
+	rc = interpret(&L, flx_pickle_root(pk));
+	if (!rc)
+		rc = load_extras(&L);
+	if (!rc)
+		rc = build_index(&L);
+	if (rc)
+		goto fail;
+	flx_pickle_free(pk);
+	free(meta);
+	free(L.se);
+	free(L.realdir);
+	close(L.dirfd);
+	*out = L.c;
+	return 0;
+fail:
+	if (rc == -ENOMEM)
+		flx_error_set(err, rc, dir, NULL, "out of memory");
+	flx_pickle_free(pk);
+	free(meta);
+	free(L.se);
+	free(L.realdir);
+	if (L.dirfd >= 0)
+		close(L.dirfd);
+	flx_ckpt_close(L.c);
+	return rc;
+}
+
+/* Sorted view for flx_ckpt_find(); a crafted pickle can repeat a dict key,
+ * which would make names ambiguous, so duplicates are refused here. */
+static int build_index(loader *L)
+{
+	flx_ckpt *c = L->c;
+
+	c->by_name = malloc((c->ntensors ? c->ntensors : 1) *
+			    sizeof(*c->by_name));
+	if (!c->by_name)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->ntensors; i++)
+		c->by_name[i] = &c->tensors[i];
+	qsort(c->by_name, c->ntensors, sizeof(*c->by_name), cmp_tensor_ptr);
+	for (size_t i = 1; i < c->ntensors; i++)
+		if (strcmp(c->by_name[i - 1]->fqn, c->by_name[i]->fqn) == 0)
+			return flx_error_set(L->err, -EINVAL, META_NAME,
+					     c->by_name[i]->fqn,
+					     "tensor listed twice");
+	return 0;
+}
+
+const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn)
+{
+	size_t lo = 0, hi = c->ntensors;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int r = strcmp(c->by_name[mid]->fqn, fqn);
+
+		if (r == 0)
+			return c->by_name[mid];
+		if (r < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+void flx_ckpt_close(flx_ckpt *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->nfiles; i++) {
+		free(c->files[i].relpath);
+		close(c->files[i].fd);
+	}
+	for (size_t i = 0; i < c->ntensors; i++) {
+		free(c->tensors[i].fqn);
+		free(c->tensors[i].chunks);
+	}
+	for (size_t i = 0; i < c->nobjects; i++)
+		free(c->objects[i].fqn);
+	free(c->files);
+	free(c->tensors);
+	free(c->objects);
+	free(c->by_name);
+	free(c->dir);
+	free(c->format);
+	free(c->writer);
+	free(c);
+}

@@ -1,0 +1,368 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Read engine and placement against a formula oracle: a synthetic checkpoint
+ * whose element at global index (i, j, k) holds a value computed from the
+ * index, stored as chunks with different layouts (row-major, transposed,
+ * with a storage offset, split across files).  Every view must read back the
+ * formula for every byte range, and contiguous shards must cost one pread.
+ */
+#include "check.h"
+#include "ckpt.h"
+#include "plan.h"
+#include "spec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int32_t value(const int64_t *g)
+{
+	return (int32_t)(g[0] * 10000 + g[1] * 100 + g[2] + 7);
+}
+
+typedef struct spec3 {
+	int64_t off[3], size[3];
+	int order[3]; /* storage dimension order, outermost first */
+	int64_t storage_offset;
+	int file;
+} spec3;
+
+/* Write one chunk: element (a,b,c) of the chunk at storage position
+ * storage_offset + sum(idx * stride), strides from the chosen order. */
+static void write_chunk(int fd, uint64_t at, const spec3 *s, flx_chunk *ch)
+{
+	int64_t stride[3], n = 1;
+	int64_t total = s->size[0] * s->size[1] * s->size[2] +
+			s->storage_offset;
+	int32_t *buf = calloc((size_t)total + 1, sizeof(int32_t));
+
+	for (int k = 2; k >= 0; k--) {
+		stride[s->order[k]] = n;
+		n *= s->size[s->order[k]];
+	}
+	for (int64_t a = 0; a < s->size[0]; a++)
+		for (int64_t b = 0; b < s->size[1]; b++)
+			for (int64_t c = 0; c < s->size[2]; c++) {
+				int64_t g[3] = {s->off[0] + a, s->off[1] + b,
+						s->off[2] + c};
+				buf[s->storage_offset + a * stride[0] +
+				    b * stride[1] + c * stride[2]] = value(g);
+			}
+	CHECK(pwrite(fd, buf, (size_t)total * 4, (off_t)at) == total * 4);
+	free(buf);
+	memcpy(ch->box.off, s->off, sizeof(s->off));
+	memcpy(ch->box.size, s->size, sizeof(s->size));
+	memcpy(ch->stride, stride, sizeof(stride));
+	ch->storage_offset = s->storage_offset;
+	ch->data_off = at;
+}
+
+/* A 7 x 10 x 3 int32 tensor in 5 chunks over 2 files:
+ *   rows 0-2, cols 0-3   row-major                     file 0
+ *   rows 0-2, cols 4-9   transposed storage (k,j,i)    file 0
+ *   rows 3-6, cols 0-5   row-major, storage offset 5   file 1
+ *   rows 3-6, cols 6-8   row-major                     file 1
+ *   rows 3-6, col 9      (j,i,k) order                 file 1 */
+static flx_ckpt *make_ckpt(const char *dir)
+{
+	static const spec3 specs[5] = {
+		{{0, 0, 0}, {3, 4, 3}, {0, 1, 2}, 0, 0},
+		{{0, 4, 0}, {3, 6, 3}, {2, 1, 0}, 0, 0},
+		{{3, 0, 0}, {4, 6, 3}, {0, 1, 2}, 5, 1},
+		{{3, 6, 0}, {4, 3, 3}, {0, 1, 2}, 0, 1},
+		{{3, 9, 0}, {4, 1, 3}, {1, 0, 2}, 0, 1},
+	};
+	flx_ckpt *c = calloc(1, sizeof(*c));
+	flx_tensor *t;
+	uint64_t at[2] = {16, 40};
+
+	c->dir = strdup(dir);
+	c->format = strdup("test");
+	c->writer = strdup("test");
+	c->nfiles = 2;
+	c->files = calloc(2, sizeof(flx_file));
+	for (int f = 0; f < 2; f++) {
+		char path[512];
+
+		snprintf(path, sizeof(path), "%s/f%d", dir, f);
+		c->files[f].relpath = strdup(path);
+		c->files[f].fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+		c->files[f].data = true;
+		CHECK(c->files[f].fd >= 0);
+	}
+	c->ntensors = 1;
+	c->tensors = calloc(1, sizeof(flx_tensor));
+	t = &c->tensors[0];
+	t->fqn = strdup("layers.0.w");
+	t->dtype = FLX_DT_I32;
+	t->ndim = 3;
+	t->shape[0] = 7;
+	t->shape[1] = 10;
+	t->shape[2] = 3;
+	t->nchunks = 5;
+	t->chunks = calloc(5, sizeof(flx_chunk));
+	for (int i = 0; i < 5; i++) {
+		const spec3 *s = &specs[i];
+		flx_chunk *ch = &t->chunks[i];
+
+		ch->file = (uint32_t)s->file;
+		write_chunk(c->files[s->file].fd, at[s->file], s, ch);
+		at[s->file] += (uint64_t)(s->size[0] * s->size[1] * s->size[2] +
+					  s->storage_offset) * 4 + 12;
+	}
+	for (int f = 0; f < 2; f++)
+		c->files[f].size = (uint64_t)lseek(c->files[f].fd, 0, SEEK_END);
+	c->by_name = calloc(1, sizeof(flx_tensor *));
+	c->by_name[0] = t;
+	return c;
+}
+
+/* Expected bytes of a box in C order. */
+static unsigned char *expected(const flx_box *b, size_t *len)
+{
+	size_t n = (size_t)(b->size[0] * b->size[1] * b->size[2]);
+	int32_t *v = malloc(n * 4 + 1);
+	size_t k = 0;
+
+	for (int64_t i = 0; i < b->size[0]; i++)
+		for (int64_t j = 0; j < b->size[1]; j++)
+			for (int64_t l = 0; l < b->size[2]; l++) {
+				int64_t g[3] = {b->off[0] + i, b->off[1] + j,
+						b->off[2] + l};
+				v[k++] = value(g);
+			}
+	*len = n * 4;
+	return (unsigned char *)v;
+}
+
+static void check_box(const flx_ckpt *c, const flx_box *box)
+{
+	flx_view *v = NULL;
+	flx_error err;
+	size_t len;
+	unsigned char *want = expected(box, &len), *got;
+	int rc;
+
+	flx_error_init(&err);
+	rc = flx_view_new(c, &c->tensors[0], box, &v, &err);
+	CHECK_EQ(rc, 0);
+	if (rc) {
+		free(want);
+		return;
+	}
+	CHECK_EQ(flx_view_bytes(v), len);
+	got = malloc(len + 8);
+	/* whole view, then every (start, length) with a few lengths,
+	 * including starts and ends in the middle of elements */
+	CHECK_EQ(flx_view_read(v, got, len + 8, 0, NULL), (ssize_t)len);
+	CHECK(memcmp(got, want, len) == 0);
+	for (size_t s = 0; s < len; s += (len > 400 ? 37 : 1)) {
+		static const size_t lens[] = {1, 3, 4, 5, 13, 64, 1000};
+
+		for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+			size_t want_n = len - s < lens[li] ? len - s : lens[li];
+			ssize_t r;
+
+			memset(got, 0xAB, want_n);
+			r = flx_view_read(v, got, lens[li], s, NULL);
+			CHECK_EQ(r, (ssize_t)want_n);
+			if (memcmp(got, want + s, want_n) != 0) {
+				fprintf(stderr, "mismatch box off %lld,%lld "
+					"size %lld,%lld at %zu+%zu\n",
+					(long long)box->off[0],
+					(long long)box->off[1],
+					(long long)box->size[0],
+					(long long)box->size[1], s, want_n);
+				check_failures++;
+				s = len;
+				break;
+			}
+		}
+	}
+	CHECK_EQ(flx_view_read(v, got, 4, len, NULL), 0);
+	free(got);
+	free(want);
+	flx_view_free(v);
+}
+
+static void test_boxes(const flx_ckpt *c)
+{
+	const flx_tensor *t = &c->tensors[0];
+
+	/* every torch.chunk split along every axis for tp 1..5 */
+	for (int axis = 0; axis < 3; axis++)
+		for (int tp = 1; tp <= 5; tp++) {
+			int64_t n = t->shape[axis], ch = (n + tp - 1) / tp;
+
+			for (int r = 0; r < tp; r++) {
+				flx_box b;
+
+				for (int d = 0; d < 3; d++) {
+					b.off[d] = 0;
+					b.size[d] = t->shape[d];
+				}
+				b.off[axis] = r * ch < n ? r * ch : n;
+				b.size[axis] = (r + 1) * ch < n
+						       ? ch
+						       : n - b.off[axis];
+				if (b.size[axis] < 0)
+					b.size[axis] = 0;
+				check_box(c, &b);
+			}
+		}
+	/* a box straddling all five chunks */
+	{
+		flx_box b = {{1, 2, 1}, {5, 8, 2}};
+
+		check_box(c, &b);
+	}
+}
+
+/* A box equal to one row-major chunk must be a single pread; the whole
+ * first-file row-major chunk rows (3 rows x 4 cols x 3) also one. */
+static void test_coalescing(const flx_ckpt *c)
+{
+	flx_box b = {{3, 6, 0}, {4, 3, 3}};
+	flx_view *v = NULL;
+	flx_read_stats st = {0};
+	unsigned char buf[4 * 3 * 3 * 4];
+
+	CHECK_EQ(flx_view_new(c, &c->tensors[0], &b, &v, NULL), 0);
+	CHECK_EQ(flx_view_read(v, buf, sizeof(buf), 0, &st),
+		 (ssize_t)sizeof(buf));
+	CHECK_EQ(st.preads, 1);
+	CHECK_EQ(st.bytes_read, sizeof(buf));
+	flx_view_free(v);
+
+	/* rows 3-6, cols 0-8: one pread per row per chunk (the chunks are
+	 * adjacent in the file but not row-interleaved) -> bytes read equal
+	 * bytes delivered */
+	flx_box b2 = {{3, 0, 0}, {4, 9, 3}};
+	unsigned char buf2[4 * 9 * 3 * 4];
+
+	memset(&st, 0, sizeof(st));
+	CHECK_EQ(flx_view_new(c, &c->tensors[0], &b2, &v, NULL), 0);
+	CHECK_EQ(flx_view_read(v, buf2, sizeof(buf2), 0, &st),
+		 (ssize_t)sizeof(buf2));
+	CHECK_EQ(st.bytes_read, sizeof(buf2));
+	CHECK_EQ(st.preads, 8);
+	flx_view_free(v);
+}
+
+static void test_read_errors(flx_ckpt *c)
+{
+	flx_box b = {{0, 0, 0}, {3, 4, 3}};
+	flx_view *v = NULL;
+	unsigned char buf[256];
+
+	CHECK_EQ(flx_view_new(c, &c->tensors[0], &b, &v, NULL), 0);
+	/* a backing file shrinking after mount must give EIO, not zeros */
+	CHECK_EQ(ftruncate(c->files[0].fd, 20), 0);
+	CHECK_EQ(flx_view_read(v, buf, sizeof(buf), 0, NULL), -EIO);
+	flx_view_free(v);
+}
+
+static void test_placement(const flx_ckpt *c)
+{
+	flx_spec s;
+	flx_plan *p = NULL;
+	flx_error err;
+	int rc;
+
+	/* split along axes 0 and 1 in the source: needs a rule */
+	flx_spec_init(&s);
+	flx_error_init(&err);
+	s.tp = 2;
+	rc = flx_plan_build(c, &s, &p, &err);
+	CHECK_EQ(rc, -EINVAL);
+	CHECK_STR(err.key, "layers.0.w");
+	CHECK(strstr(err.text, "rule") != NULL);
+
+	static const char rules[] =
+		"[{\"match\": \"layers.*.w\", \"split\": 1, \"stage\": 1}]";
+	CHECK_EQ(flx_spec_rules_parse(&s, rules, sizeof(rules) - 1, "r.json",
+				      NULL), 0);
+	flx_error_init(&err);
+	rc = flx_plan_build(c, &s, &p, &err);
+	CHECK_EQ(rc, -EINVAL); /* stage 1 but pp = 1 */
+	CHECK(strstr(err.text, "stage 1") != NULL);
+
+	s.pp = 2;
+	s.tp = 3;
+	rc = flx_plan_build(c, &s, &p, NULL);
+	CHECK_EQ(rc, 0);
+	if (!rc) {
+		CHECK_EQ(p->p[0].split, 1);
+		CHECK_EQ(p->p[0].stage_lo, 1);
+		CHECK_EQ(p->p[0].stage_hi, 1);
+		/* 10 columns over 3 ranks: 4, 4, 2 */
+		CHECK_EQ(flx_view_box(p->p[0].views[0])->size[1], 4);
+		CHECK_EQ(flx_view_box(p->p[0].views[1])->off[1], 4);
+		CHECK_EQ(flx_view_box(p->p[0].views[2])->size[1], 2);
+		CHECK_STR(flx_placement_name(&p->p[0], 1), "layers.0.w");
+	}
+	flx_plan_free(p);
+
+	/* unknown rule key and bad JSON are refused with the rule named */
+	flx_error_init(&err);
+	static const char bad[] = "[{\"match\":\"x\",\"splt\":1}]";
+	CHECK_EQ(flx_spec_rules_parse(&s, bad, sizeof(bad) - 1, "r.json", &err),
+		 -EINVAL);
+	CHECK(strstr(err.key, "splt") != NULL);
+	flx_error_init(&err);
+	CHECK_EQ(flx_spec_rules_parse(&s, "[{", 2, "r.json", &err), -EINVAL);
+	CHECK_STR(err.file, "r.json");
+	flx_spec_release(&s);
+}
+
+static void test_spec_values(void)
+{
+	flx_spec s;
+	flx_error err;
+	uint64_t sz;
+
+	flx_spec_init(&s);
+	flx_error_init(&err);
+	CHECK_EQ(flx_spec_set(&s, "tp", "0", &err), -EINVAL);
+	CHECK_STR(err.key, "tp");
+	CHECK_EQ(flx_spec_set(&s, "tp", "4x", NULL), -EINVAL);
+	CHECK_EQ(flx_spec_set(&s, "pp", "-1", NULL), -EINVAL);
+	CHECK_EQ(flx_spec_set(&s, "tp", "8", NULL), 0);
+	CHECK_EQ(s.tp, 8);
+	CHECK_EQ(flx_spec_set(&s, "bogus", "1", NULL), -ENOENT);
+	CHECK_EQ(flx_spec_set(&s, "layer_regex", "layers\\.[0-9]+", NULL),
+		 -EINVAL);
+	CHECK_EQ(flx_spec_set(&s, "pp_renumber", NULL, NULL), 0);
+	CHECK(s.pp_renumber);
+	CHECK_EQ(flx_parse_size("5G", &sz), 0);
+	CHECK_EQ(sz, 5ull << 30);
+	CHECK_EQ(flx_parse_size("512MiB", &sz), 0);
+	CHECK_EQ(sz, 512ull << 20);
+	CHECK_EQ(flx_parse_size("0", &sz), -EINVAL);
+	CHECK_EQ(flx_parse_size("99999999999999999999T", &sz), -EINVAL);
+	flx_spec_release(&s);
+}
+
+int main(void)
+{
+	char dir[] = "/tmp/flx_test_view_XXXXXX";
+	flx_ckpt *c;
+	char path[600];
+
+	CHECK(mkdtemp(dir) != NULL);
+	c = make_ckpt(dir);
+	test_boxes(c);
+	test_coalescing(c);
+	test_placement(c);
+	test_spec_values();
+	test_read_errors(c);
+	for (int f = 0; f < 2; f++) {
+		snprintf(path, sizeof(path), "%s/f%d", dir, f);
+		unlink(path);
+	}
+	rmdir(dir);
+	flx_ckpt_close(c);
+	return CHECK_RESULT();
+}
