@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Install what is missing (Debian 12, as root), build flexfs, and run the
+# main job on the bundled example checkpoint (tools/demo.sh).
+#   tools/setup.sh            install + build + demo
+#   tools/setup.sh --deps     install only (idempotent; used by tests and CI)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Build: compiler, CMake, pkg-config, the libraries flexfs links.
+# Run/test: fuse3 (fusermount3, mount.fuse3), bats, numpy and torch for the
+# oracle checks (real loaders read the views back).
+PKGS=(build-essential cmake pkg-config libfuse3-dev fuse3 libjansson-dev
+      libzstd-dev bats python3 python3-numpy python3-torch util-linux)
+
+missing=()
+for p in "${PKGS[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+		missing+=("$p")
+done
+if ((${#missing[@]})); then
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "setup: missing packages: ${missing[*]} (run as root to install)" >&2
+		exit 1
+	fi
+	echo "setup: installing ${missing[*]}"
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+[[ ${1:-} == --deps ]] && exit 0
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$(nproc)"
+exec tools/demo.sh

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Build and run the whole test suite: the core without FUSE (unit tests),
+# then the full build (unit + end-to-end mounts through bats).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh --deps
+jobs=$(nproc)
+
+echo "== core without FUSE"
+cmake -S . -B build-nofuse -DFLEXFS_WITH_FUSE=OFF >/dev/null
+cmake --build build-nofuse -j"$jobs"
+(cd build-nofuse && ctest --output-on-failure -j"$jobs")
+
+echo "== full build"
+cmake -S . -B build >/dev/null
+cmake --build build -j"$jobs"
+(cd build && ctest --output-on-failure)
