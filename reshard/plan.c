@@ -944,6 +944,12 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec,
 fail:
 	if (rc == -ENOMEM)
 		flx_error_set(err, rc, NULL, NULL, "out of memory");
+	if (err && !err->file[0]) {
+		char meta[FLX_ERR_FIELD];
+
+		snprintf(meta, sizeof(meta), "%s/.metadata", ckpt->dir);
+		flx_error_file(err, meta);
+	}
 	free(lm.idx);
 	if (have_layer)
 		regfree(&layer_rx);

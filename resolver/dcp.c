@@ -973,6 +973,14 @@ int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
 fail:
 	if (rc == -ENOMEM)
 		flx_error_set(err, rc, dir, NULL, "out of memory");
+	/* name files by their path, as the user will look them up */
+	if (err && err->file[0] && err->file[0] != '/' &&
+	    strcmp(err->file, dir) != 0) {
+		char path[2 * FLX_ERR_FIELD + 2];
+
+		snprintf(path, sizeof(path), "%s/%s", dir, err->file);
+		flx_error_file_replace(err, path);
+	}
 	flx_pickle_free(pk);
 	free(meta);
 	free(L.se);

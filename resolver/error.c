@@ -44,6 +44,12 @@ void flx_error_file(flx_error *e, const char *file)
 		copy_field(e->file, file);
 }
 
+void flx_error_file_replace(flx_error *e, const char *file)
+{
+	if (e && e->code)
+		copy_field(e->file, file);
+}
+
 const char *flx_error_line(const flx_error *e, char *buf, size_t len)
 {
 	size_t n = 0;

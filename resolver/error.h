@@ -36,6 +36,9 @@ void flx_error_key(flx_error *e, const char *key);
 /** Fill file if the recorded error has none. */
 void flx_error_file(flx_error *e, const char *file);
 
+/** Replace the recorded error's file (truncated to fit). */
+void flx_error_file_replace(flx_error *e, const char *file);
+
 /**
  * Format "FILE: KEY: REASON" (empty parts omitted) into buf.
  * @return buf
