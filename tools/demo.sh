@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${FLEXFS_BIN:-build/fs/flexfs}
-CKPT=examples/tiny-llama/ckpt
+CKPT=examples/tiny-llama
 MNT=$(mktemp -d /tmp/flexfs-demo.XXXXXX)
 trap 'fusermount3 -u "$MNT" 2>/dev/null || true; rmdir "$MNT" 2>/dev/null || true' EXIT
 

@@ -16,10 +16,11 @@ where --real-safetensors also loads every file with the real library).
 """
 
 import argparse
-import hashlib
+import fnmatch
 import json
 import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -45,7 +46,6 @@ DESCR = {"float64": "<f8", "float32": "<f4", "float16": "<f2", "bfloat16": "<u2"
 
 def layout(man, T, P, rule_split, renumber):
     """-> {fqn: dict(axis, stages, names{stage: name}, layer, boxes[t] = (off, ext))}"""
-    import re
     lay = {}
     for fqn in man["tensors"]:
         parts = fqn.split(".")
@@ -136,7 +136,6 @@ def build_tree(root, fixture, T, P, rules, renumber=False, hf_shards=0):
     rule_split = {}
     for fqn in man["tensors"]:
         for r in rules:
-            import fnmatch
             if fnmatch.fnmatchcase(fqn, r["match"]):
                 if "split" in r:
                     rule_split[fqn] = r["split"]
