@@ -1,0 +1,358 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Low-level FUSE operations: each callback translates one request into one
+ * call on the namespace (tree.h) and replies.
+ *
+ * Inode scheme: a FUSE inode number IS the flx_ino of the node, and the
+ * root is FLX_ROOT_INO == FUSE_ROOT_ID == 1.  The tree is built once before
+ * mounting and never changes, so numbers are stable for the mount's life,
+ * there is nothing to allocate on lookup and nothing to free on forget
+ * (the kernel's lookup counts need no bookkeeping).  Negative lookups are
+ * replied as entries with ino 0 so the kernel caches the miss too.
+ *
+ * Thread-safety: the session runs a multithreaded loop.  The namespace is
+ * immutable after flx_fs_build() and every flx_fs_* call is reentrant;
+ * flx_ll is read-only; callbacks keep all other state on the stack or in
+ * a per-request buffer.  There is no lock here.
+ *
+ * Caching: since nothing changes, entries and attributes are cached "for
+ * ever", file pages are kept across opens (keep_cache) and directory
+ * listings are cached (cache_readdir).  direct_io is never set: loaders
+ * mmap() these files, which needs page-cache I/O.
+ */
+#include "fuse_ll.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+/* About 31 years: "never expires" while staying far from the overflow
+ * edge of the kernel's jiffies arithmetic. */
+#define FLX_LL_TIMEOUT 1e9
+
+#define FLX_LL_BSIZE 4096
+
+static const flx_fs *fs_of(fuse_req_t req)
+{
+	return ((const flx_ll *)fuse_req_userdata(req))->fs;
+}
+
+static void fill_attr(const flx_ll *ll, const flx_stat *st, struct stat *sb)
+{
+	memset(sb, 0, sizeof(*sb));
+	sb->st_ino = st->ino;
+	sb->st_mode = st->dir ? S_IFDIR | 0555 : S_IFREG | 0444;
+	sb->st_nlink = st->nlink ? st->nlink : 1;
+	sb->st_uid = ll->uid;
+	sb->st_gid = ll->gid;
+	sb->st_size = st->dir ? 0 : (off_t)st->size;
+	sb->st_blksize = FLX_LL_BSIZE;
+	sb->st_blocks = st->dir ? 0 : (blkcnt_t)((st->size + 511) / 512);
+	sb->st_mtim.tv_sec = st->mtime_ns / 1000000000;
+	sb->st_mtim.tv_nsec = st->mtime_ns % 1000000000;
+	sb->st_atim = sb->st_mtim;
+	sb->st_ctim = sb->st_mtim;
+}
+
+static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	/*
+	 * Large reads: libfuse has already clamped conn->max_readahead from
+	 * UINT_MAX to the kernel's offer, the most it accepts, so it stays.
+	 * conn->max_read stays 0 (no limit): libfuse 3.14 fails the mount
+	 * with EPROTO unless it equals the -o max_read= mount option.  Each
+	 * read request can be up to max_pages (from max_write: 1 MiB).
+	 * No splice: replies come from memory buffers (fuse_reply_buf).
+	 */
+	/* The data never changes: no need to revalidate pages on getattr. */
+	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+}
+
+static void flx_ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	const flx_ll *ll = fuse_req_userdata(req);
+	struct fuse_entry_param e;
+	flx_stat st;
+	int rc = flx_fs_lookup(ll->fs, parent, name, &st);
+
+	if (rc && rc != -ENOENT) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	memset(&e, 0, sizeof(e));
+	e.entry_timeout = FLX_LL_TIMEOUT;
+	e.attr_timeout = FLX_LL_TIMEOUT;
+	if (rc == 0) { /* else ino 0: a cached negative entry */
+		e.ino = st.ino;
+		fill_attr(ll, &st, &e.attr);
+	}
+	fuse_reply_entry(req, &e);
+}
+
+static void flx_ll_getattr(fuse_req_t req, fuse_ino_t ino,
+			   struct fuse_file_info *fi)
+{
+	const flx_ll *ll = fuse_req_userdata(req);
+	struct stat sb;
+	flx_stat st;
+	int rc = flx_fs_stat(ll->fs, ino, &st);
+
+	(void)fi;
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fill_attr(ll, &st, &sb);
+	fuse_reply_attr(req, &sb, FLX_LL_TIMEOUT);
+}
+
+static void flx_ll_opendir(fuse_req_t req, fuse_ino_t ino,
+			   struct fuse_file_info *fi)
+{
+	flx_stat st;
+	int rc = flx_fs_stat(fs_of(req), ino, &st);
+
+	if (rc == 0 && !st.dir)
+		rc = -ENOTDIR;
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fi->cache_readdir = 1;
+	fi->keep_cache = 1;
+	fuse_reply_open(req, fi);
+}
+
+/*
+ * Directory position i: 0 is ".", 1 is "..", i >= 2 is the core's entry
+ * i - 2.  Only st_ino and the type bits of *sb matter to readdir.
+ * @return 1 with *name and *sb, 0 past the end, or -errno.
+ */
+static int dirent_at(const flx_fs *fs, fuse_ino_t dir, uint64_t i,
+		     const char **name, struct stat *sb)
+{
+	flx_stat st = {.ino = dir, .dir = true};
+	int rc = 1;
+
+	if (i == 0) {
+		*name = ".";
+	} else if (i == 1) {
+		*name = "..";
+		/* The core keeps no parent links; readdir's d_ino for ".."
+		 * is informational, as in libfuse's examples. */
+		if (flx_fs_lookup(fs, dir, "..", &st) != 0)
+			st = (flx_stat){.ino = FLX_ROOT_INO, .dir = true};
+	} else {
+		rc = flx_fs_readdir(fs, dir, i - 2, name, &st);
+	}
+	memset(sb, 0, sizeof(*sb));
+	sb->st_ino = st.ino;
+	sb->st_mode = st.dir ? S_IFDIR : S_IFREG;
+	return rc;
+}
+
+static void flx_ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
+			   off_t off, struct fuse_file_info *fi)
+{
+	char *buf = malloc(size ? size : 1);
+	size_t used = 0;
+	int rc = buf ? 0 : -ENOMEM;
+
+	(void)fi;
+	/* The offset stored with each entry is that of the next one. */
+	for (uint64_t i = (uint64_t)off; rc == 0; i++) {
+		const char *name;
+		struct stat sb;
+		size_t len;
+
+		rc = dirent_at(fs_of(req), ino, i, &name, &sb);
+		if (rc <= 0)
+			break;
+		len = fuse_add_direntry(req, buf + used, size - used, name, &sb,
+					(off_t)(i + 1));
+		if (len > size - used)
+			break; /* full: the kernel asks again from i */
+		used += len;
+		rc = 0;
+	}
+	if (rc < 0 && used == 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void flx_ll_open(fuse_req_t req, fuse_ino_t ino,
+			struct fuse_file_info *fi)
+{
+	(void)ino;
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	fi->keep_cache = 1; /* contents are fixed: reuse pages across opens */
+	fuse_reply_open(req, fi);
+}
+
+static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			struct fuse_file_info *fi)
+{
+	char *buf = malloc(size ? size : 1);
+	ssize_t n;
+
+	(void)fi;
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	n = flx_fs_read(fs_of(req), ino, buf, size, (uint64_t)off, NULL);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+	free(buf);
+}
+
+static void flx_ll_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	const flx_fs *fs = fs_of(req);
+	struct statvfs sv;
+
+	(void)ino;
+	memset(&sv, 0, sizeof(sv));
+	sv.f_bsize = FLX_LL_BSIZE;
+	sv.f_frsize = FLX_LL_BSIZE;
+	sv.f_blocks =
+	    (flx_fs_total_bytes(fs) + FLX_LL_BSIZE - 1) / FLX_LL_BSIZE;
+	sv.f_files = flx_fs_inode_count(fs);
+	sv.f_namemax = 255;
+	/* FUSE carries no flags; the kernel reports ST_RDONLY from the ro
+	 * mount flag.  Set for completeness. */
+	sv.f_flag = ST_RDONLY;
+	fuse_reply_statfs(req, &sv);
+}
+
+static void flx_ll_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	(void)ino;
+	fuse_reply_err(req, (mask & W_OK) ? EROFS : 0);
+}
+
+/*
+ * Every modifying operation: EROFS.  With the ro mount flag the VFS
+ * already refuses most of them; these cover what still gets through.
+ */
+static void erofs(fuse_req_t req)
+{
+	fuse_reply_err(req, EROFS);
+}
+
+static void flx_ll_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+			   int to_set, struct fuse_file_info *fi)
+{
+	(void)ino, (void)attr, (void)to_set, (void)fi;
+	erofs(req);
+}
+
+static void flx_ll_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+			 mode_t mode, dev_t rdev)
+{
+	(void)parent, (void)name, (void)mode, (void)rdev;
+	erofs(req);
+}
+
+static void flx_ll_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+			 mode_t mode)
+{
+	(void)parent, (void)name, (void)mode;
+	erofs(req);
+}
+
+static void flx_ll_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	(void)parent, (void)name;
+	erofs(req);
+}
+
+static void flx_ll_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+			   const char *name)
+{
+	(void)link, (void)parent, (void)name;
+	erofs(req);
+}
+
+static void flx_ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+			  fuse_ino_t newparent, const char *newname,
+			  unsigned int flags)
+{
+	(void)parent, (void)name, (void)newparent, (void)newname, (void)flags;
+	erofs(req);
+}
+
+static void flx_ll_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+			const char *newname)
+{
+	(void)ino, (void)newparent, (void)newname;
+	erofs(req);
+}
+
+static void flx_ll_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+			  mode_t mode, struct fuse_file_info *fi)
+{
+	(void)parent, (void)name, (void)mode, (void)fi;
+	erofs(req);
+}
+
+static void flx_ll_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+			 size_t size, off_t off, struct fuse_file_info *fi)
+{
+	(void)ino, (void)buf, (void)size, (void)off, (void)fi;
+	erofs(req);
+}
+
+static void flx_ll_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			    const char *value, size_t size, int flags)
+{
+	(void)ino, (void)name, (void)value, (void)size, (void)flags;
+	erofs(req);
+}
+
+static void flx_ll_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	(void)ino, (void)name;
+	erofs(req);
+}
+
+static const struct fuse_lowlevel_ops flx_ll_ops = {
+    .init = flx_ll_init,
+    .lookup = flx_ll_lookup,
+    .getattr = flx_ll_getattr,
+    .opendir = flx_ll_opendir,
+    .readdir = flx_ll_readdir,
+    .open = flx_ll_open,
+    .read = flx_ll_read,
+    .statfs = flx_ll_statfs,
+    .access = flx_ll_access,
+    .setattr = flx_ll_setattr,
+    .mknod = flx_ll_mknod,
+    .mkdir = flx_ll_mkdir,
+    .unlink = flx_ll_unlink,
+    .rmdir = flx_ll_unlink, /* same signature, same answer */
+    .symlink = flx_ll_symlink,
+    .rename = flx_ll_rename,
+    .link = flx_ll_link,
+    .create = flx_ll_create,
+    .write = flx_ll_write,
+    .setxattr = flx_ll_setxattr,
+    .removexattr = flx_ll_removexattr,
+};
+
+struct fuse_session *flx_ll_session_new(struct fuse_args *args, flx_ll *ll)
+{
+	return fuse_session_new(args, &flx_ll_ops, sizeof(flx_ll_ops), ll);
+}

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_FS_FUSE_LL_H
+#define FLX_FS_FUSE_LL_H
+
+/*
+ * The low-level FUSE adapter over the immutable namespace (tree.h).  Only
+ * fuse_ll.c and fuse_main.c include libfuse headers.
+ */
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include "tree.h"
+
+#include <sys/types.h>
+
+/* Per-mount context, the session's userdata.  Read-only while mounted. */
+typedef struct flx_ll {
+	const flx_fs *fs; /* borrowed; outlives the session */
+	uid_t uid;	  /* owner shown for every inode: the mounting user */
+	gid_t gid;
+} flx_ll;
+
+/**
+ * fuse_session_new() with flexfs's operations; ll is borrowed and must
+ * outlive the session.  args as for fuse_session_new().
+ * @return the session (owned: fuse_session_destroy()), or NULL after
+ *         libfuse printed why (e.g. an unknown -o option).
+ */
+struct fuse_session *flx_ll_session_new(struct fuse_args *args, flx_ll *ll);
+
+#endif

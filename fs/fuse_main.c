@@ -1,0 +1,281 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * flexfs: mount a PyTorch DCP checkpoint read-only as resharded views.
+ *
+ *   flexfs [options] CHECKPOINT MOUNTPOINT
+ *   mount -t flexfs CHECKPOINT MOUNTPOINT -o tp=4   (via /sbin/mount.flexfs)
+ *
+ * Startup order matters: mount(8), mount.fuse3 and fstab only see the
+ * exit status of the process they ran, so everything that can fail (the
+ * options, the checkpoint, the plan, the tree, the mount itself) fails
+ * before fuse_daemonize(), with one line on stderr and exit status 1.
+ * The sequence follows libfuse 3.14's example/hello_ll.c.
+ */
+#include "fuse_ll.h"
+#include "mountopts.h"
+
+#include "ckpt.h"
+#include "error.h"
+#include "plan.h"
+#include "tree.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef FLEXFS_VERSION
+#define FLEXFS_VERSION "unknown"
+#endif
+
+/* Idle worker threads kept by the multithreaded loop unless -o
+ * max_idle_threads= says otherwise (libfuse's default is unbounded). */
+#define FLX_IDLE_THREADS 10
+
+enum { KEY_HELP, KEY_VERSION };
+
+static const struct fuse_opt flx_opt_table[] = {
+    FUSE_OPT_KEY("-h", KEY_HELP),
+    FUSE_OPT_KEY("--help", KEY_HELP),
+    FUSE_OPT_KEY("-V", KEY_VERSION),
+    FUSE_OPT_KEY("--version", KEY_VERSION),
+    FUSE_OPT_END,
+};
+
+struct cmdline {
+	flx_mountopts mo;
+	flx_error err;
+	int nonopts; /* non-option arguments seen */
+	bool help;
+	bool version;
+};
+
+static void report(const flx_error *e)
+{
+	char line[4 * FLX_ERR_FIELD];
+
+	fprintf(stderr, "flexfs: %s\n", flx_error_line(e, line, sizeof(line)));
+}
+
+/* fuse_opt callback: -1 error, 0 consumed, 1 keep for libfuse. */
+static int opt_proc(void *data, const char *arg, int key,
+		    struct fuse_args *outargs)
+{
+	struct cmdline *cl = data;
+
+	(void)outargs;
+	switch (key) {
+	case KEY_HELP:
+		cl->help = true;
+		return 0;
+	case KEY_VERSION:
+		cl->version = true;
+		return 0;
+	case FUSE_OPT_KEY_NONOPT:
+		/* The first is ours; the mountpoint (and any surplus, which
+		 * fuse_parse_cmdline() rejects) stays for libfuse. */
+		if (cl->nonopts++)
+			return 1;
+		if (flx_mo_set_source(&cl->mo, arg) == 0)
+			return 0;
+		flx_error_set(&cl->err, -ENOMEM, NULL, NULL, "out of memory");
+		return -1;
+	case FUSE_OPT_KEY_OPT:
+		if (arg[0] == '-') /* -f, -d, -s...: libfuse's own flags */
+			return 1;
+		return flx_mo_option(&cl->mo, arg, &cl->err) ? -1 : 0;
+	}
+	return 1;
+}
+
+static void usage(const char *prog)
+{
+	printf("usage: %s [options] CHECKPOINT MOUNTPOINT\n"
+	       "       mount -t flexfs CHECKPOINT MOUNTPOINT -o tp=N[,...]\n"
+	       "\n"
+	       "Mount the PyTorch Distributed Checkpoint directory CHECKPOINT "
+	       "read-only at\n"
+	       "MOUNTPOINT, resharded into per-rank views for tp x pp "
+	       "ranks.\n"
+	       "\n"
+	       "%s\n"
+	       "libfuse options:\n",
+	       prog, flx_mo_help);
+	fuse_cmdline_help();
+	fuse_lowlevel_help();
+}
+
+/* Canonical source path, so fsname= and later opens do not depend on
+ * the cwd that fuse_daemonize() leaves. */
+static int canonical_source(struct cmdline *cl)
+{
+	char *real = realpath(cl->mo.source, NULL);
+	int rc;
+
+	if (!real)
+		return flx_error_set(&cl->err, -errno, cl->mo.source, NULL,
+				     "%s", strerror(errno));
+	rc = flx_mo_set_source(&cl->mo, real);
+	free(real);
+	return rc ? flx_error_set(&cl->err, rc, NULL, NULL, "out of memory")
+		  : 0;
+}
+
+/* Options, source and libfuse's command line; prints what went wrong.
+ * @return 0 to mount, 1 to exit with failure, 2 to exit with success. */
+static int parse(const char *prog, struct cmdline *cl, struct fuse_args *args,
+		 struct fuse_cmdline_opts *fo)
+{
+	char *optstr = NULL;
+	int rc;
+
+	if (fuse_opt_parse(args, cl, flx_opt_table, opt_proc) == -1) {
+		if (cl->err.code)
+			report(&cl->err);
+		return 1;
+	}
+	if (cl->help) {
+		usage(prog);
+		return 2;
+	}
+	if (cl->version) {
+		printf("flexfs version %s\nFUSE library version %s\n",
+		       FLEXFS_VERSION, fuse_pkgversion());
+		fflush(stdout); /* before fusermount3 --version writes */
+		fuse_lowlevel_version();
+		return 2;
+	}
+	if (!cl->mo.source) {
+		fprintf(stderr,
+			"flexfs: missing CHECKPOINT and MOUNTPOINT "
+			"(see %s --help)\n",
+			prog);
+		return 1;
+	}
+	if (canonical_source(cl)) {
+		report(&cl->err);
+		return 1;
+	}
+	rc = flx_mo_fuse_optstring(&cl->mo, &optstr);
+	if (rc || fuse_opt_add_arg(args, "-o") ||
+	    fuse_opt_add_arg(args, optstr)) {
+		free(optstr);
+		fprintf(stderr, "flexfs: out of memory\n");
+		return 1;
+	}
+	free(optstr);
+	if (fuse_parse_cmdline(args, fo) != 0) /* libfuse printed why */
+		return 1;
+	if (!fo->mountpoint) {
+		fprintf(stderr, "flexfs: missing MOUNTPOINT (see %s --help)\n",
+			prog);
+		return 1;
+	}
+	return 0;
+}
+
+/* Checkpoint -> plan -> tree, every check that needs the real metadata.
+ * @return 0, or -errno after printing the one error line. */
+static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_plan **plan,
+		 flx_fs **fs)
+{
+	flx_error err;
+	int rc;
+
+	flx_error_init(&err);
+	rc = flx_ckpt_open(cl->mo.source, ckpt, &err);
+	if (!rc)
+		rc = flx_plan_build(*ckpt, &cl->mo.spec, plan, &err);
+	if (!rc)
+		rc = flx_fs_build(*ckpt, *plan, fs, &err);
+	if (rc) {
+		if (!err.code)
+			flx_error_set(&err, rc, cl->mo.source, NULL, "%s",
+				      strerror(-rc));
+		report(&err);
+	}
+	return rc;
+}
+
+static int loop(struct fuse_session *se, const struct fuse_cmdline_opts *fo)
+{
+	struct fuse_loop_config *cfg;
+	int rc;
+
+	if (fo->singlethread)
+		return fuse_session_loop(se);
+	cfg = fuse_loop_cfg_create();
+	if (!cfg)
+		return -ENOMEM;
+	fuse_loop_cfg_set_clone_fd(cfg, fo->clone_fd);
+	fuse_loop_cfg_set_idle_threads(cfg, fo->max_idle_threads == UINT_MAX
+						? FLX_IDLE_THREADS
+						: fo->max_idle_threads);
+	fuse_loop_cfg_set_max_threads(cfg, fo->max_threads);
+	rc = fuse_session_loop_mt(se, cfg);
+	fuse_loop_cfg_destroy(cfg);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct fuse_cmdline_opts fo;
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_session *se;
+	struct cmdline cl;
+	flx_ckpt *ckpt = NULL;
+	flx_plan *plan = NULL;
+	flx_fs *fs = NULL;
+	char **av = NULL;
+	int ac, ret = 1, rc;
+	flx_ll ll;
+
+	memset(&fo, 0, sizeof(fo));
+	memset(&cl, 0, sizeof(cl));
+	if (flx_mo_init(&cl.mo) || flx_mo_argv(argc, argv, &ac, &av)) {
+		fprintf(stderr, "flexfs: out of memory\n");
+		goto err_out1;
+	}
+	args = (struct fuse_args)FUSE_ARGS_INIT(ac, av);
+	rc = parse(argv[0], &cl, &args, &fo);
+	if (rc) {
+		ret = rc == 2 ? 0 : 1;
+		goto err_out1;
+	}
+	if (build(&cl, &ckpt, &plan, &fs))
+		goto err_out1;
+
+	ll = (flx_ll){.fs = fs, .uid = getuid(), .gid = getgid()};
+	se = flx_ll_session_new(&args, &ll);
+	if (se == NULL)
+		goto err_out1;
+	if (fuse_set_signal_handlers(se) != 0)
+		goto err_out2;
+	if (fuse_session_mount(se, fo.mountpoint) != 0)
+		goto err_out3;
+	/* Past this point stderr is /dev/null unless -f: nothing may fail
+	 * for a reason the user could have been told about. */
+	if (fuse_daemonize(fo.foreground) == 0) {
+		rc = loop(se, &fo);
+		/* > 0 is the signal that ended the loop: a requested
+		 * shutdown, not a failure. */
+		ret = rc < 0 ? 1 : 0;
+	}
+	fuse_session_unmount(se);
+err_out3:
+	fuse_remove_signal_handlers(se);
+err_out2:
+	fuse_session_destroy(se);
+err_out1:
+	flx_fs_free(fs);
+	flx_plan_free(plan);
+	flx_ckpt_close(ckpt);
+	free(fo.mountpoint);
+	fuse_opt_free_args(&args);
+	free(av);
+	flx_mo_release(&cl.mo);
+	return ret;
+}

@@ -1,0 +1,347 @@
+/* SPDX-License-Identifier: MIT */
+#include "mountopts.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char flx_mo_help[] =
+    "flexfs options:\n"
+    "    -o tp=N                tensor-parallel ranks of the view "
+    "(default 1)\n"
+    "    -o pp=N                pipeline stages of the view (default 1)\n"
+    "    -o rules=FILE          JSON placement rules (split axis, stage) "
+    "per FQN glob\n"
+    "    -o layer_regex=ERE     finds the layer index of an FQN (last "
+    "group)\n"
+    "    -o embed_regex=ERE     FQNs that belong to the first stage\n"
+    "    -o pp_renumber[=0|1]   stage-local layer numbers in stage "
+    "views\n"
+    "    -o hf_shard_size=SIZE  bytes per hf/ shard, K/M/G/T suffixes "
+    "(default 5G)\n"
+    "    Always added: ro, default_permissions, subtype=flexfs,\n"
+    "    fsname=CHECKPOINT.  Ignored: auto, noauto, user, nouser, users,\n"
+    "    _netdev, nofail, defaults, rw, comment=*, x-*.  Other -o options\n"
+    "    go to libfuse (listed below); use \\, for a comma in a value.\n";
+
+static const char *const ours[] = {
+    "tp",	   "pp",	  "rules",	   "layer_regex",
+    "embed_regex", "pp_renumber", "hf_shard_size",
+};
+
+static const char *const fstab_exact[] = {
+    "auto",    "noauto", "user",     "nouser", "users",
+    "_netdev", "nofail", "defaults", "",
+};
+
+/* Options whose value is free text written by fstab, systemd or mount(8)
+ * (user=NAME shows up for "user" fstab entries). */
+static const char *const fstab_keyed[] = {"comment", "user"};
+
+int flx_mo_init(flx_mountopts *mo)
+{
+	memset(mo, 0, sizeof(*mo));
+	return flx_spec_init(&mo->spec);
+}
+
+void flx_mo_release(flx_mountopts *mo)
+{
+	if (!mo)
+		return;
+	flx_spec_release(&mo->spec);
+	flx_mo_tokens_free(mo->fuse, mo->nfuse);
+	free(mo->source);
+	memset(mo, 0, sizeof(*mo));
+}
+
+void flx_mo_tokens_free(char **tok, size_t n)
+{
+	for (size_t i = 0; tok && i < n; i++)
+		free(tok[i]);
+	free(tok);
+}
+
+static int push(char ***v, size_t *n, char *s)
+{
+	char **nv = realloc(*v, (*n + 1) * sizeof(**v));
+
+	if (!nv) {
+		free(s);
+		return -ENOMEM;
+	}
+	nv[(*n)++] = s;
+	*v = nv;
+	return 0;
+}
+
+static int is_octal(char c, char hi)
+{
+	return c >= '0' && c <= hi;
+}
+
+int flx_mo_split(const char *opts, char ***out, size_t *n)
+{
+	size_t len = strlen(opts);
+	char *cur = malloc(len + 1);
+	char **tok = NULL;
+	size_t ntok = 0, d = 0;
+	int rc = cur ? 0 : -ENOMEM;
+
+	for (const char *s = opts; !rc; s++) {
+		if (*s == ',' || *s == '\0') {
+			cur[d] = '\0';
+			if (d && !(rc = push(&tok, &ntok, strdup(cur))) &&
+			    !tok[ntok - 1])
+				rc = -ENOMEM;
+			d = 0;
+			if (*s == '\0')
+				break;
+		} else if (s[0] == '\\' && s[1]) {
+			/* Same rules as libfuse's process_real_option_group. */
+			s++;
+			if (is_octal(s[0], '3') && is_octal(s[1], '7') &&
+			    is_octal(s[2], '7')) {
+				cur[d++] =
+				    (char)((s[0] - '0') * 64 +
+					   (s[1] - '0') * 8 + (s[2] - '0'));
+				s += 2;
+			} else {
+				cur[d++] = *s;
+			}
+		} else {
+			cur[d++] = *s;
+		}
+	}
+	free(cur);
+	if (rc) {
+		flx_mo_tokens_free(tok, ntok);
+		return rc;
+	}
+	*out = tok;
+	*n = ntok;
+	return 0;
+}
+
+/* Length of the key part of "key=value" (or the whole token). */
+static size_t key_len(const char *tok)
+{
+	const char *eq = strchr(tok, '=');
+
+	return eq ? (size_t)(eq - tok) : strlen(tok);
+}
+
+static int key_in(const char *tok, const char *const *keys, size_t n)
+{
+	size_t kl = key_len(tok);
+
+	for (size_t i = 0; i < n; i++)
+		if (strlen(keys[i]) == kl && !strncmp(tok, keys[i], kl))
+			return 1;
+	return 0;
+}
+
+flx_mo_class flx_mo_classify(const char *tok)
+{
+	size_t nfx = sizeof(fstab_exact) / sizeof(fstab_exact[0]);
+
+	if (key_in(tok, ours, sizeof(ours) / sizeof(ours[0])))
+		return FLX_MO_OURS;
+	for (size_t i = 0; i < nfx; i++)
+		if (!strcmp(tok, fstab_exact[i]))
+			return FLX_MO_FSTAB;
+	if (!strncmp(tok, "x-", 2) ||
+	    (strchr(tok, '=') &&
+	     key_in(tok, fstab_keyed,
+		    sizeof(fstab_keyed) / sizeof(fstab_keyed[0]))))
+		return FLX_MO_FSTAB;
+	if (!strcmp(tok, "rw") || !strcmp(tok, "ro"))
+		return FLX_MO_RWRO;
+	return FLX_MO_FUSE;
+}
+
+static int apply_ours(flx_spec *spec, const char *tok, flx_error *err)
+{
+	size_t kl = key_len(tok);
+	const char *value = tok[kl] == '=' ? tok + kl + 1 : NULL;
+	char key[32];
+	flx_error e;
+	int rc;
+
+	snprintf(key, sizeof(key), "%.*s", (int)kl, tok);
+	if (!value && strcmp(key, "pp_renumber") != 0)
+		return flx_error_set(err, -EINVAL, NULL, key,
+				     "needs a value (%s=...)", key);
+	/* A local error tells "unknown key" (-ENOENT, nothing recorded) from
+	 * a value error that happens to be -ENOENT (rules=/missing). */
+	flx_error_init(&e);
+	rc = flx_spec_set(spec, key, value, &e);
+	if (rc == 0)
+		return 0;
+	if (!e.code && rc == -ENOENT)
+		flx_error_set(&e, -EINVAL, NULL, key,
+			      "not supported by this build");
+	else if (!e.code)
+		flx_error_set(&e, rc, NULL, key, "%s", strerror(-rc));
+	flx_error_key(&e, key);
+	if (err && !err->code)
+		*err = e;
+	return e.code;
+}
+
+int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
+{
+	char *copy;
+
+	switch (flx_mo_classify(tok)) {
+	case FLX_MO_OURS:
+		return apply_ours(&mo->spec, tok, err);
+	case FLX_MO_FSTAB:
+	case FLX_MO_RWRO:
+		return 0;
+	case FLX_MO_FUSE:
+		break;
+	}
+	if (!strncmp(tok, "fsname=", 7))
+		mo->has_fsname = true;
+	if (!strncmp(tok, "subtype=", 8))
+		mo->has_subtype = true;
+	copy = strdup(tok);
+	if (!copy || push(&mo->fuse, &mo->nfuse, copy))
+		return flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
+	return 0;
+}
+
+int flx_mo_options(flx_mountopts *mo, const char *opts, flx_error *err)
+{
+	char **tok;
+	size_t n;
+	int rc = flx_mo_split(opts, &tok, &n);
+
+	if (rc)
+		return flx_error_set(err, rc, NULL, NULL, "out of memory");
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = flx_mo_option(mo, tok[i], err);
+	flx_mo_tokens_free(tok, n);
+	return rc;
+}
+
+int flx_mo_set_source(flx_mountopts *mo, const char *src)
+{
+	char *copy = strdup(src);
+
+	if (!copy)
+		return -ENOMEM;
+	free(mo->source);
+	mo->source = copy;
+	return 0;
+}
+
+char *flx_mo_escape(const char *s)
+{
+	char *out = malloc(2 * strlen(s) + 1), *d = out;
+
+	if (!out)
+		return NULL;
+	for (; *s; s++) {
+		if (*s == ',' || *s == '\\')
+			*d++ = '\\';
+		*d++ = *s;
+	}
+	*d = '\0';
+	return out;
+}
+
+/* Append "," (unless first) and escape(tok) prefixed by pre to *buf. */
+static int append(char **buf, size_t *len, const char *pre, const char *tok)
+{
+	char *esc = flx_mo_escape(tok);
+	size_t add = esc ? strlen(pre) + strlen(esc) + 1 : 0;
+	char *nb = esc ? realloc(*buf, *len + add + 1) : NULL;
+
+	if (!nb) {
+		free(esc);
+		return -ENOMEM;
+	}
+	*len += (size_t)sprintf(nb + *len, "%s%s%s", *len ? "," : "", pre, esc);
+	*buf = nb;
+	free(esc);
+	return 0;
+}
+
+int flx_mo_fuse_optstring(const flx_mountopts *mo, char **out)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	int rc = 0;
+
+	if (!mo->source)
+		return -EINVAL;
+	for (size_t i = 0; i < mo->nfuse && !rc; i++)
+		rc = append(&buf, &len, "", mo->fuse[i]);
+	/* ro last, so it would win even over a stray rw. */
+	if (!rc)
+		rc = append(&buf, &len, "", "ro");
+	if (!rc)
+		rc = append(&buf, &len, "", "default_permissions");
+	if (!rc && !mo->has_subtype)
+		rc = append(&buf, &len, "subtype=", FLX_MO_SUBTYPE);
+	if (!rc && !mo->has_fsname)
+		rc = append(&buf, &len, "fsname=", mo->source);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	*out = buf;
+	return 0;
+}
+
+bool flx_mo_is_helper(const char *argv0)
+{
+	const char *base = argv0 ? strrchr(argv0, '/') : NULL;
+
+	base = base ? base + 1 : argv0;
+	return base && !strncmp(base, "mount.", 6);
+}
+
+/* mount(8)'s flags that mean something else to libfuse. */
+static int helper_flag(const char *a)
+{
+	return !strcmp(a, "-s") || !strcmp(a, "-f") || !strcmp(a, "-n") ||
+	       !strcmp(a, "-v");
+}
+
+int flx_mo_argv(int argc, char **argv, int *out_argc, char ***out_argv)
+{
+	char **v = calloc((size_t)argc + 1, sizeof(*v));
+	bool helper = argc > 0 && flx_mo_is_helper(argv[0]);
+	bool rest = false;
+	int n = 0;
+
+	if (!v)
+		return -ENOMEM;
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!helper || i == 0 || rest) {
+			v[n++] = argv[i];
+		} else if (!strcmp(a, "--")) {
+			rest = true;
+			v[n++] = argv[i];
+		} else if (!strcmp(a, "-o")) {
+			v[n++] = argv[i];
+			if (i + 1 < argc)
+				v[n++] = argv[++i];
+		} else if (!strcmp(a, "-t")) {
+			i++; /* and its TYPE */
+		} else if (!strncmp(a, "-t", 2) || helper_flag(a)) {
+			continue;
+		} else {
+			v[n++] = argv[i];
+		}
+	}
+	v[n] = NULL;
+	*out_argc = n;
+	*out_argv = v;
+	return 0;
+}

@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_MOUNTOPTS_MOUNTOPTS_H
+#define FLX_MOUNTOPTS_MOUNTOPTS_H
+
+/*
+ * Mount-option layer: everything between argv / "-o a,b,c" and the two
+ * consumers (the target spec and libfuse).  Pure string logic, no FUSE
+ * headers, so it is unit-tested without a mount and shared with
+ * flexfs-inspect.
+ *
+ * Every "-o" token falls in exactly one class:
+ *   ours   tp, pp, rules, layer_regex, embed_regex, pp_renumber,
+ *          hf_shard_size: applied to the spec with flx_spec_set();
+ *   fstab  auto, noauto, user, nouser, users, _netdev, nofail, defaults,
+ *          user=*, comment=*, x-*: bookkeeping of mount(8)/fstab/systemd
+ *          that libfuse would reject ("unknown option"), dropped;
+ *   rw/ro  accepted (fstab "defaults" reaches helpers as "rw") and dropped:
+ *          the mount is always read-only;
+ *   fuse   everything else, handed to libfuse, which owns the error for
+ *          names it does not know.
+ */
+
+#include "spec.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define FLX_MO_SUBTYPE "flexfs"
+
+typedef enum flx_mo_class {
+	FLX_MO_OURS = 0,
+	FLX_MO_FSTAB,
+	FLX_MO_RWRO,
+	FLX_MO_FUSE,
+} flx_mo_class;
+
+typedef struct flx_mountopts {
+	flx_spec spec; /* what "ours" tokens set */
+	char *source;  /* checkpoint directory (owned), NULL until set */
+	char **fuse;   /* "fuse" tokens in order, unescaped (owned) */
+	size_t nfuse;
+	bool has_fsname;  /* the user gave fsname= */
+	bool has_subtype; /* the user gave subtype= */
+} flx_mountopts;
+
+/** Defaults (see flx_spec_init), no source, no libfuse tokens.
+ * @return 0 or -ENOMEM. */
+int flx_mo_init(flx_mountopts *mo);
+
+/** Free everything; safe after a failed or partial init. */
+void flx_mo_release(flx_mountopts *mo);
+
+/**
+ * Split an option string at commas the way libfuse's fuse_opt does:
+ * "\," is a literal comma, "\\" a backslash, "\NNN" an octal byte, "\x"
+ * any other character x.  Empty tokens are skipped.
+ * @return 0 and *out (owned: flx_mo_tokens_free(*out, *n)), or -ENOMEM.
+ */
+int flx_mo_split(const char *opts, char ***out, size_t *n);
+
+void flx_mo_tokens_free(char **tok, size_t n);
+
+/** Class of one unescaped token. */
+flx_mo_class flx_mo_classify(const char *tok);
+
+/**
+ * Apply one unescaped token: ours go to the spec, fstab and rw/ro are
+ * dropped, the rest is remembered for flx_mo_fuse_optstring().
+ * @return 0, or -errno with err naming the option (bad value, missing
+ *         value, rules file that does not load).
+ */
+int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err);
+
+/** flx_mo_split() + flx_mo_option() on each token, stopping at the first
+ * error.  @return 0 or -errno with err. */
+int flx_mo_options(flx_mountopts *mo, const char *opts, flx_error *err);
+
+/** Record the checkpoint directory (copied).  @return 0 or -ENOMEM. */
+int flx_mo_set_source(flx_mountopts *mo, const char *src);
+
+/**
+ * Escape s for use inside a libfuse option list: "," -> "\," and
+ * "\" -> "\\" (the inverse of flx_mo_split for one token).
+ * @return a new string (owned: free()), or NULL on allocation failure.
+ */
+char *flx_mo_escape(const char *s);
+
+/**
+ * The final "-o" value for libfuse: the user's libfuse tokens in order,
+ * then ro, default_permissions, subtype=flexfs (unless given) and
+ * fsname=<source> (unless given), every token escaped.  allow_other and
+ * friends appear only when the user asked for them.
+ * @return 0 and *out (owned: free()), -EINVAL without a source, or -ENOMEM.
+ */
+int flx_mo_fuse_optstring(const flx_mountopts *mo, char **out);
+
+/** True when argv0's basename starts with "mount." (we run as a mount(8)
+ * helper: /sbin/mount.flexfs or /sbin/mount.fuse.flexfs). */
+bool flx_mo_is_helper(const char *argv0);
+
+/**
+ * Rewrite argv for libfuse.  As a mount(8) helper, mount's own flags are
+ * dropped: -s (sloppy), -f (fake), -n (no mtab), -v (verbose) and -t TYPE
+ * would otherwise mean single-threaded / foreground to libfuse, and a
+ * helper must daemonize.  Everything after "--" and the argument of -o
+ * are copied untouched.  Outside helper mode argv is copied as is.
+ * @return 0 and *out_argv (the array is owned: free(); the strings are
+ *         borrowed from argv; NULL-terminated) with *out_argc, or -ENOMEM.
+ */
+int flx_mo_argv(int argc, char **argv, int *out_argc, char ***out_argv);
+
+/** One line per option we own, for --help (static text). */
+extern const char flx_mo_help[];
+
+#endif

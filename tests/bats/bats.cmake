@@ -1,0 +1,32 @@
+# SPDX-License-Identifier: MIT
+# End-to-end tests: one ctest per tests/bats/*.bats, run by bats-core.
+# They mount real FUSE filesystems; each test skips by itself where
+# /dev/fuse or fusermount3 is missing.  Disabled (listed, not run) when
+# bats or the FUSE front end is absent.
+find_program(BATS_EXECUTABLE bats)
+file(GLOB flx_bats_files CONFIGURE_DEPENDS
+  ${CMAKE_CURRENT_SOURCE_DIR}/bats/*.bats)
+
+if(FLEXFS_WITH_FUSE AND TARGET flexfs)
+  set(flx_bats_env
+    "FLEXFS_BIN=$<TARGET_FILE:flexfs>"
+    "FLEXFS_INSPECT=$<TARGET_FILE:flexfs-inspect>"
+    "FLEXFS_SRC=${CMAKE_SOURCE_DIR}")
+  set(flx_bats_disabled OFF)
+else()
+  set(flx_bats_env "FLEXFS_SRC=${CMAKE_SOURCE_DIR}")
+  set(flx_bats_disabled ON)
+endif()
+if(NOT BATS_EXECUTABLE)
+  set(BATS_EXECUTABLE bats)
+  set(flx_bats_disabled ON)
+endif()
+
+foreach(file ${flx_bats_files})
+  get_filename_component(name ${file} NAME_WE)
+  add_test(NAME e2e_${name} COMMAND ${BATS_EXECUTABLE} --tap ${file})
+  set_tests_properties(e2e_${name} PROPERTIES
+    ENVIRONMENT "${flx_bats_env}"
+    LABELS e2e
+    DISABLED ${flx_bats_disabled})
+endforeach()

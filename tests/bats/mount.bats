@@ -1,0 +1,305 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# Mounting flexfs: the tree's shape, read-only semantics, clean unmount,
+# the mount(8) helper personalities and startup errors (which must all be
+# reported synchronously, before daemonizing, as one stderr line).
+# Byte-level content of the views is checked elsewhere (check_views.py).
+
+load helpers
+
+# mount(8) only finds helpers in /sbin: link ours there for the -t/-T
+# tests, only as root and only if nothing else owns those names.
+setup_file() {
+	export FF_SBIN_LINKED=
+	[[ $(id -u) == 0 && -x ${FLEXFS_BIN:-} ]] || return 0
+	# A link to this very binary is ours (left by an interrupted run).
+	for name in mount.flexfs mount.fuse.flexfs; do
+		[[ $(readlink "/sbin/$name") == "$FLEXFS_BIN" ]] && continue
+		[[ -e /sbin/$name || -L /sbin/$name ]] && return 0
+	done
+	for name in mount.flexfs mount.fuse.flexfs; do
+		ln -sfn "$FLEXFS_BIN" "/sbin/$name"
+	done
+	FF_SBIN_LINKED=1
+}
+
+teardown_file() {
+	local name
+
+	[[ -n ${FF_SBIN_LINKED:-} ]] || return 0
+	for name in mount.flexfs mount.fuse.flexfs; do
+		[[ $(readlink "/sbin/$name") == "$FLEXFS_BIN" ]] &&
+			rm -f "/sbin/$name"
+	done
+	return 0
+}
+
+require_sbin_helper() {
+	[[ -n ${FF_SBIN_LINKED:-} ]] ||
+		skip "needs root and no existing /sbin/mount.flexfs"
+}
+
+setup() {
+	setup_ff
+}
+
+teardown() {
+	teardown_ff
+}
+
+# The startup error contract: non-zero, nothing mounted, exactly one line
+# on stderr, starting with $1 and containing each further argument.
+assert_one_line_error() {
+	local prefix=$1 word
+
+	shift
+	echo "status=$status stderr: $stderr" >&2
+	[[ $status -ne 0 ]]
+	[[ ${#stderr_lines[@]} -eq 1 ]]
+	[[ ${stderr_lines[0]} == "$prefix"* ]]
+	for word in "$@"; do
+		[[ ${stderr_lines[0]} == *"$word"* ]]
+	done
+	not_mounted "$MNT"
+}
+
+@test "mount shows index.json, ranks, hf and objects at the root" {
+	require_fuse
+	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES"
+	run ls -A "$MNT"
+	[[ $status -eq 0 ]]
+	[[ $output == $'hf\nindex.json\nobjects\nranks' ]]
+	run ls "$MNT/ranks"
+	[[ $output == $'tp00_pp00\ntp01_pp00' ]]
+	[[ $(head -c 1 "$MNT/index.json") == "{" ]]
+	grep -q "fuse.flexfs" <(findmnt -n -o FSTYPE "$MNT")
+	[[ $(findmnt -n -o SOURCE "$MNT") == "$(realpath "$FIXTURE")" ]]
+	findmnt -n -o OPTIONS "$MNT" | grep -Eq '(^|,)ro(,|$)'
+	findmnt -n -o OPTIONS "$MNT" | grep -q default_permissions
+	! findmnt -n -o OPTIONS "$MNT" | grep -q allow_other
+}
+
+@test "tp=2,pp=2 presents four rank directories" {
+	require_fuse
+	mount_ff "$FIXTURE" "$MNT" "tp=2,pp=2,rules=$RULES"
+	run ls "$MNT/ranks"
+	[[ $output == $'tp00_pp00\ntp00_pp01\ntp01_pp00\ntp01_pp01' ]]
+}
+
+@test "unmount: the daemon exits 0, is reaped, and said nothing" {
+	require_fuse
+	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES"
+	local pid=$FF_PID
+	cat "$MNT/index.json" >/dev/null
+	unmount_ff "$MNT"
+	[[ $FF_RC -eq 0 ]]
+	[[ ! -e /proc/$pid ]]
+	not_mounted "$MNT"
+	[[ ! -s $FF_ERR ]]
+}
+
+@test "writes fail with EROFS" {
+	require_fuse
+	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES"
+	local f=$MNT/index.json cmd
+	for cmd in "touch $MNT/new" "echo x > $f" "echo x >> $f" \
+		"mkdir $MNT/d" "rm -f $f" "rmdir $MNT/hf" "truncate -s 0 $f" \
+		"mv $f $MNT/moved" "ln $f $MNT/hard" "ln -s x $MNT/sym" \
+		"chmod 600 $f" "mknod $MNT/fifo p"; do
+		run bash -c "$cmd"
+		echo "$cmd -> $status: $output" >&2
+		[[ $status -ne 0 ]]
+		[[ $output == *"Read-only file system"* ]]
+	done
+	[[ $(head -c 1 "$f") == "{" ]]
+}
+
+@test "a missing name is ENOENT (twice: the negative entry is cached)" {
+	require_fuse
+	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES"
+	run cat "$MNT/no-such-file"
+	[[ $status -ne 0 && $output == *"No such file or directory"* ]]
+	run stat "$MNT/ranks/no-such-rank"
+	[[ $status -ne 0 && $output == *"No such file or directory"* ]]
+	run stat "$MNT/ranks/no-such-rank"
+	[[ $status -ne 0 && $output == *"No such file or directory"* ]]
+	run ls "$MNT/index.json/child"
+	[[ $status -ne 0 && $output == *"Not a directory"* ]]
+}
+
+@test "files are 0444, directories 0555, owned by the mounting user" {
+	require_fuse
+	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES"
+	[[ $(stat -c %a "$MNT/index.json") == 444 ]]
+	[[ $(stat -c %F "$MNT/index.json") == "regular file" ]]
+	[[ $(stat -c %a "$MNT") == 555 ]]
+	[[ $(stat -c %a "$MNT/ranks/tp00_pp00") == 555 ]]
+	[[ $(stat -c %F "$MNT/ranks") == directory ]]
+	[[ $(stat -c %u:%g "$MNT/index.json") == "$(id -u):$(id -g)" ]]
+	[[ $(stat -c %s "$MNT/index.json") -eq $(wc -c <"$MNT/index.json") ]]
+	[[ $(stat -f -c %b "$MNT") -gt 0 ]]
+	# -a lists . and .. too.
+	run ls -a "$MNT/ranks"
+	[[ ${lines[0]} == . && ${lines[1]} == .. ]]
+}
+
+@test "files can be mmap()ed (no direct_io)" {
+	require_fuse
+	command -v python3 >/dev/null || skip "python3 not found"
+	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES"
+	local f=$MNT/ranks/tp01_pp00/model.safetensors
+	python3 - "$f" <<-'EOF'
+		import mmap, sys
+		with open(sys.argv[1], 'rb') as fh:
+		    data = fh.read()
+		    m = mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ)
+		    assert m[:] == data and len(data) > 8, 'mmap differs'
+	EOF
+}
+
+@test "-h documents every flexfs option; -V prints versions" {
+	run "$FLEXFS_BIN" -h
+	[[ $status -eq 0 ]]
+	for opt in tp= pp= rules= layer_regex= embed_regex= pp_renumber \
+		hf_shard_size=; do
+		[[ $output == *"-o $opt"* ]]
+	done
+	[[ $output == *"-o allow_other"* ]] # libfuse's own help follows
+	run "$FLEXFS_BIN" --version
+	[[ $status -eq 0 && $output == *"flexfs version"* ]]
+	[[ $output == *"FUSE library version"* ]]
+}
+
+@test "helper personality: mount.flexfs ignores fstab options and daemonizes" {
+	require_fuse
+	# mount(8)'s -s/-f/-n/-v and -t must not mean single-thread/foreground.
+	# A helper that stayed in the foreground would hang here: time out.
+	run timeout 20 "$FLEXFS_BUILD/mount.flexfs" "$FIXTURE" "$MNT" -s -f -n -v \
+		-o "tp=2,rules=$RULES,noauto,_netdev,nofail,x-systemd.automount,defaults" \
+		-t flexfs 3>&-
+	echo "$output" >&2
+	[[ $status -eq 0 ]]
+	mountpoint -q "$MNT"
+	FF_DAEMON=$(daemon_pid "$MNT")
+	[[ -n $FF_DAEMON ]]
+	# fuse_daemonize() made it a session leader of its own.
+	[[ $(ps -o sid= -p "$FF_DAEMON" | tr -d ' ') == "$FF_DAEMON" ]]
+	[[ $(ls "$MNT/ranks") == $'tp00_pp00\ntp01_pp00' ]]
+	fusermount3 -u "$MNT"
+	wait_gone "$FF_DAEMON"
+	FF_DAEMON=
+}
+
+@test "helper personality: mount.fuse3 'flexfs#SRC' daemonizes" {
+	require_fuse
+	command -v mount.fuse3 >/dev/null || [[ -x /sbin/mount.fuse3 ]] ||
+		skip "mount.fuse3 not found"
+	run timeout 20 env PATH="$PATH:/sbin:/usr/sbin" mount.fuse3 \
+		"$FLEXFS_BIN#$FIXTURE" "$MNT" -o "tp=2,rules=$RULES,nofail" 3>&-
+	echo "$output" >&2
+	[[ $status -eq 0 ]]
+	mountpoint -q "$MNT"
+	FF_DAEMON=$(daemon_pid "$MNT")
+	[[ -n $FF_DAEMON ]]
+	[[ $(ls "$MNT/ranks") == $'tp00_pp00\ntp01_pp00' ]]
+	fusermount3 -u "$MNT"
+	wait_gone "$FF_DAEMON"
+	FF_DAEMON=
+}
+
+@test "mount -t flexfs and -t fuse.flexfs find the /sbin helper" {
+	require_fuse
+	require_sbin_helper
+	local type
+	for type in flexfs fuse.flexfs; do
+		run timeout 20 mount -t "$type" "$FIXTURE" "$MNT" \
+			-o "tp=2,rules=$RULES,noauto,nofail,_netdev" 3>&-
+		echo "$type: $output" >&2
+		[[ $status -eq 0 ]]
+		FF_DAEMON=$(daemon_pid "$MNT")
+		[[ $(findmnt -n -o FSTYPE "$MNT") == fuse.flexfs ]]
+		[[ -f $MNT/ranks/tp01_pp00/model.safetensors ]]
+		umount "$MNT"
+		wait_gone "$FF_DAEMON"
+		FF_DAEMON=
+	done
+}
+
+@test "an fstab line mounts with mount -T (a private fstab)" {
+	require_fuse
+	require_sbin_helper
+	local fstab=$BATS_TEST_TMPDIR/fstab
+	printf '%s %s flexfs %s 0 0\n' "$FIXTURE" "$MNT" \
+		"tp=2,rules=$RULES,noauto,nofail,_netdev,x-systemd.automount,comment=x,defaults" \
+		>"$fstab"
+	run timeout 20 mount -T "$fstab" "$MNT" 3>&-
+	echo "$output" >&2
+	[[ $status -eq 0 ]]
+	FF_DAEMON=$(daemon_pid "$MNT")
+	[[ $(ls "$MNT/ranks") == $'tp00_pp00\ntp01_pp00' ]]
+	findmnt -n -o OPTIONS "$MNT" | grep -Eq '(^|,)ro(,|$)'
+	umount "$MNT"
+	wait_gone "$FF_DAEMON"
+	FF_DAEMON=
+}
+
+@test "a bad option value fails before mounting and names the option" {
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" -o tp=0 3>&-
+	assert_one_line_error "flexfs: " tp
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" -o pp=abc 3>&-
+	assert_one_line_error "flexfs: " pp
+	run --separate-stderr "$FLEXFS_BUILD/mount.flexfs" "$FIXTURE" "$MNT" \
+		-o tp=-1,noauto 3>&-
+	assert_one_line_error "flexfs: " tp
+}
+
+@test "an unknown option is rejected by libfuse" {
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" \
+		-o "tp=2,rules=$RULES,tpp=3" 3>&-
+	assert_one_line_error "fuse: " "tpp=3"
+}
+
+@test "a missing checkpoint directory or mountpoint is an error" {
+	run --separate-stderr "$FLEXFS_BIN" "$BATS_TEST_TMPDIR/nope" "$MNT" 3>&-
+	assert_one_line_error "flexfs: " "nope" "No such file or directory"
+	run --separate-stderr "$FLEXFS_BIN" "$BATS_TEST_TMPDIR" "$MNT" 3>&-
+	assert_one_line_error "flexfs: "
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" \
+		"$BATS_TEST_TMPDIR/no-mnt" -o "tp=2,rules=$RULES" 3>&-
+	assert_one_line_error "fuse: " "no-mnt"
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" 3>&-
+	assert_one_line_error "flexfs: " MOUNTPOINT
+}
+
+@test "a bad rules file is an error naming the file and the problem" {
+	local bad=$BATS_TEST_TMPDIR/bad.json typo=$BATS_TEST_TMPDIR/typo.json
+	echo '[{"match": "block.weight", "split": 1,]' >"$bad"
+	echo '[{"match": "block.weight", "axis": 1}]' >"$typo"
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" \
+		-o "tp=2,rules=$bad" 3>&-
+	assert_one_line_error "flexfs: " "$bad" "JSON"
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" \
+		-o "tp=2,rules=$typo" 3>&-
+	assert_one_line_error "flexfs: " "$typo" "axis"
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" \
+		-o "tp=2,rules=$BATS_TEST_TMPDIR/absent.json" 3>&-
+	assert_one_line_error "flexfs: " "absent.json"
+}
+
+@test "a 2-D block-sharded tensor without a rule is refused by name" {
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" -o tp=2 3>&-
+	assert_one_line_error "flexfs: " "block.weight"
+	# (with rules.json the same checkpoint mounts: every test above)
+}
+
+@test "flexfs-inspect prints the plan and reports the same errors" {
+	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" -o "tp=2,rules=$RULES"
+	[[ $status -eq 0 ]]
+	[[ ${lines[0]} == TENSOR* ]]
+	[[ $output == *block.weight*"r0-1: 8x6"* ]]
+	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" --json \
+		-o "tp=2,rules=$RULES"
+	[[ $status -eq 0 && ${lines[0]} == "{" ]]
+	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" -o tp=2
+	assert_one_line_error "flexfs-inspect: " "block.weight"
+}

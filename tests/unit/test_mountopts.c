@@ -1,0 +1,272 @@
+/* SPDX-License-Identifier: MIT */
+/* Unit tests for the mount-option layer: tokenizing, classification,
+ * application to the spec, helper argv rewriting, the libfuse list. */
+#include "check.h"
+#include "mountopts.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static void check_split(const char *in, size_t n, const char *const *want)
+{
+	char **tok = NULL;
+	size_t got = 99;
+
+	CHECK_EQ(flx_mo_split(in, &tok, &got), 0);
+	CHECK_EQ(got, n);
+	for (size_t i = 0; i < n && i < got; i++)
+		CHECK_STR(tok[i], want[i]);
+	flx_mo_tokens_free(tok, got);
+}
+
+static void test_split(void)
+{
+	static const char *const plain[] = {"tp=4", "pp=2", "allow_other"};
+	static const char *const esc[] = {"fsname=a,b", "x\\y", "s p", "q"};
+	static const char *const tail[] = {"a\\"};
+
+	check_split("tp=4,pp=2,allow_other", 3, plain);
+	check_split(",tp=4,,pp=2,allow_other,", 3, plain);
+	/* \, comma, \\ backslash, \040 octal space, \q any char */
+	check_split("fsname=a\\,b,x\\\\y,s\\040p,\\q", 4, esc);
+	check_split("a\\", 1, tail); /* a lone trailing backslash stays */
+	check_split("", 0, NULL);
+}
+
+static void test_classify(void)
+{
+	CHECK_EQ(flx_mo_classify("tp=4"), FLX_MO_OURS);
+	CHECK_EQ(flx_mo_classify("pp=2"), FLX_MO_OURS);
+	CHECK_EQ(flx_mo_classify("rules=/r.json"), FLX_MO_OURS);
+	CHECK_EQ(flx_mo_classify("layer_regex=x"), FLX_MO_OURS);
+	CHECK_EQ(flx_mo_classify("embed_regex=x"), FLX_MO_OURS);
+	CHECK_EQ(flx_mo_classify("pp_renumber"), FLX_MO_OURS);
+	CHECK_EQ(flx_mo_classify("hf_shard_size=1G"), FLX_MO_OURS);
+	CHECK_EQ(flx_mo_classify("tp"), FLX_MO_OURS);
+	for (const char *const *f =
+		 (const char *const[]){
+		     "auto", "noauto", "user", "nouser", "users", "_netdev",
+		     "nofail", "defaults", "x-systemd.automount", "x-gvfs-show",
+		     "comment=systemd.automount", "user=joe", NULL};
+	     *f; f++)
+		CHECK_EQ(flx_mo_classify(*f), FLX_MO_FSTAB);
+	CHECK_EQ(flx_mo_classify("rw"), FLX_MO_RWRO);
+	CHECK_EQ(flx_mo_classify("ro"), FLX_MO_RWRO);
+	/* Look-alikes are not ours: libfuse reports them as unknown. */
+	CHECK_EQ(flx_mo_classify("tpp=4"), FLX_MO_FUSE);
+	CHECK_EQ(flx_mo_classify("tp_size=4"), FLX_MO_FUSE);
+	CHECK_EQ(flx_mo_classify("flexfs_tp=4"), FLX_MO_FUSE);
+	CHECK_EQ(flx_mo_classify("automount"), FLX_MO_FUSE);
+	CHECK_EQ(flx_mo_classify("allow_other"), FLX_MO_FUSE);
+	CHECK_EQ(flx_mo_classify("max_read=131072"), FLX_MO_FUSE);
+	CHECK_EQ(flx_mo_classify("nosuid"), FLX_MO_FUSE);
+}
+
+/* Apply tok to fresh options; expect rc and an error naming key. */
+static void check_bad(const char *tok, const char *key)
+{
+	flx_mountopts mo;
+	flx_error err;
+	int rc;
+
+	CHECK_EQ(flx_mo_init(&mo), 0);
+	flx_error_init(&err);
+	rc = flx_mo_option(&mo, tok, &err);
+	if (rc == 0 || err.code != rc || strcmp(err.key, key) != 0)
+		fprintf(stderr, "  for '%s': rc %d key '%s' text '%s'\n", tok,
+			rc, err.key, err.text);
+	CHECK(rc < 0);
+	CHECK_EQ(err.code, rc);
+	CHECK_STR(err.key, key);
+	CHECK(err.text[0] != '\0');
+	CHECK_EQ(mo.nfuse, 0);
+	flx_mo_release(&mo);
+}
+
+static int write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		return -1;
+	fputs(text, f);
+	return fclose(f);
+}
+
+static void test_values(void)
+{
+	char dir[] = "/tmp/flx_mo_XXXXXX", good[64], bad[64], typo[64];
+	flx_mountopts mo;
+	flx_error err;
+
+	check_bad("tp=0", "tp");
+	check_bad("tp=abc", "tp");
+	check_bad("tp=", "tp");
+	check_bad("tp", "tp");
+	check_bad("tp=4x", "tp");
+	check_bad("pp=-1", "pp");
+	check_bad("rules=/nonexistent/rules.json", "rules");
+	check_bad("rules=", "rules");
+	check_bad("layer_regex=(", "layer_regex");
+	check_bad("hf_shard_size=lots", "hf_shard_size");
+	check_bad("pp_renumber=maybe", "pp_renumber");
+
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(good, sizeof(good), "%s/good.json", dir);
+	snprintf(bad, sizeof(bad), "%s/bad.json", dir);
+	snprintf(typo, sizeof(typo), "%s/typo.json", dir);
+	CHECK_EQ(write_file(good, "[{\"match\": \"block.*\", \"split\": 0}]"),
+		 0);
+	CHECK_EQ(write_file(bad, "[{\"match\": "), 0);
+	CHECK_EQ(write_file(typo, "[{\"match\": \"a\", \"splitt\": 0}]"), 0);
+
+	CHECK_EQ(flx_mo_init(&mo), 0);
+	flx_error_init(&err);
+	CHECK_EQ(flx_mo_option(&mo, "tp=4", &err), 0);
+	CHECK_EQ(flx_mo_option(&mo, "pp=2", &err), 0);
+	CHECK_EQ(flx_mo_option(&mo, "pp_renumber", &err), 0);
+	CHECK_EQ(flx_mo_option(&mo, "hf_shard_size=2M", &err), 0);
+	{
+		char tok[96];
+
+		snprintf(tok, sizeof(tok), "rules=%s", good);
+		CHECK_EQ(flx_mo_option(&mo, tok, &err), 0);
+		snprintf(tok, sizeof(tok), "rules=%s", bad);
+		CHECK(flx_mo_option(&mo, tok, &err) < 0);
+		CHECK_STR(err.file, bad);
+		flx_error_init(&err);
+		snprintf(tok, sizeof(tok), "rules=%s", typo);
+		CHECK(flx_mo_option(&mo, tok, &err) < 0);
+		CHECK(strstr(err.key, "splitt") != NULL);
+	}
+	CHECK_EQ(mo.spec.tp, 4);
+	CHECK_EQ(mo.spec.pp, 2);
+	CHECK(mo.spec.pp_renumber);
+	CHECK_EQ(mo.spec.hf_shard_size, 2u << 20);
+	CHECK_EQ(mo.spec.nrules, 1); /* the failed loads kept the good one */
+	CHECK_EQ(mo.nfuse, 0);
+	flx_mo_release(&mo);
+	flx_mo_release(&mo); /* idempotent */
+
+	unlink(good);
+	unlink(bad);
+	unlink(typo);
+	rmdir(dir);
+}
+
+static void test_optstring(void)
+{
+	flx_mountopts mo;
+	flx_error err;
+	char *s = NULL, **tok = NULL;
+	size_t n = 0;
+
+	CHECK_EQ(flx_mo_init(&mo), 0);
+	flx_error_init(&err);
+	CHECK_EQ(flx_mo_set_source(&mo, "/data/ck,pt\\1"), 0);
+	CHECK_EQ(
+	    flx_mo_options(&mo,
+			   "tp=2,noauto,_netdev,nofail,x-systemd.automount,"
+			   "defaults,rw,allow_other,tpp=3,comment=x,"
+			   "max_read=131072",
+			   &err),
+	    0);
+	CHECK_EQ(err.code, 0);
+	CHECK_EQ(mo.spec.tp, 2);
+	CHECK_EQ(mo.nfuse, 3); /* the unknown tpp=3 goes to libfuse */
+	CHECK_EQ(flx_mo_fuse_optstring(&mo, &s), 0);
+	CHECK_STR(s, "allow_other,tpp=3,max_read=131072,ro,"
+		     "default_permissions,subtype=flexfs,"
+		     "fsname=/data/ck\\,pt\\\\1");
+	/* libfuse's splitting gives the source back verbatim. */
+	CHECK_EQ(flx_mo_split(s, &tok, &n), 0);
+	CHECK_EQ(n, 7);
+	if (n == 7)
+		CHECK_STR(tok[6], "fsname=/data/ck,pt\\1");
+	flx_mo_tokens_free(tok, n);
+	free(s);
+
+	/* The user's own fsname/subtype win, escaped on the way out. */
+	CHECK_EQ(flx_mo_options(&mo, "fsname=my\\,ckpt,subtype=x", &err), 0);
+	CHECK_EQ(flx_mo_fuse_optstring(&mo, &s), 0);
+	CHECK_STR(s, "allow_other,tpp=3,max_read=131072,fsname=my\\,ckpt,"
+		     "subtype=x,ro,default_permissions");
+	free(s);
+
+	/* The first error stops the list and is the one reported. */
+	flx_error_init(&err);
+	CHECK(flx_mo_options(&mo, "pp=2,tp=0,pp=abc", &err) < 0);
+	CHECK_STR(err.key, "tp");
+	CHECK_EQ(mo.spec.pp, 2);
+	flx_mo_release(&mo);
+
+	CHECK_EQ(flx_mo_init(&mo), 0);
+	CHECK_EQ(flx_mo_fuse_optstring(&mo, &s), -EINVAL); /* no source */
+	flx_mo_release(&mo);
+
+	s = flx_mo_escape("a,b\\c,");
+	CHECK_STR(s, "a\\,b\\\\c\\,");
+	free(s);
+}
+
+static void check_argv(int argc, const char **argv, int wantc,
+		       const char **want)
+{
+	char **out = NULL;
+	int outc = -1;
+
+	CHECK_EQ(flx_mo_argv(argc, (char **)argv, &outc, &out), 0);
+	CHECK_EQ(outc, wantc);
+	for (int i = 0; i < wantc && i < outc; i++)
+		CHECK_STR(out[i], want[i]);
+	CHECK(out && out[outc] == NULL);
+	free(out);
+}
+
+static void test_argv(void)
+{
+	const char *helper[] = {"/sbin/mount.flexfs",
+				"/ckpt",
+				"/mnt",
+				"-s",
+				"-f",
+				"-n",
+				"-v",
+				"-o",
+				"tp=2,-f",
+				"-t",
+				"flexfs",
+				"-tfuse.flexfs"};
+	const char *helper_want[] = {"/sbin/mount.flexfs", "/ckpt", "/mnt",
+				     "-o", "tp=2,-f"};
+	const char *fuse_helper[] = {
+	    "mount.fuse.flexfs", "/ckpt", "/mnt", "-o", "rw", "-v", "--", "-f"};
+	const char *fuse_helper_want[] = {
+	    "mount.fuse.flexfs", "/ckpt", "/mnt", "-o", "rw", "--", "-f"};
+	/* As the program itself, -f/-s/-d are libfuse's and stay. */
+	const char *plain[] = {
+	    "/usr/bin/flexfs", "/ckpt", "/mnt", "-f", "-s", "-o", "tp=2"};
+
+	check_argv(12, helper, 5, helper_want);
+	check_argv(8, fuse_helper, 7, fuse_helper_want);
+	check_argv(7, plain, 7, plain);
+	check_argv(0, NULL, 0, NULL);
+
+	CHECK(flx_mo_is_helper("mount.flexfs"));
+	CHECK(flx_mo_is_helper("/sbin/mount.fuse.flexfs"));
+	CHECK(!flx_mo_is_helper("flexfs"));
+	CHECK(!flx_mo_is_helper("/opt/mount.d/flexfs"));
+	CHECK(!flx_mo_is_helper("./flexfs-mount."));
+	CHECK(!flx_mo_is_helper(NULL));
+}
+
+int main(void)
+{
+	test_split();
+	test_classify();
+	test_values();
+	test_optstring();
+	test_argv();
+	return CHECK_RESULT();
+}
