@@ -1,1 +1,1540 @@
-/* SPDX-License-Identifier: MIT */ /* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+#include "pickle.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <locale.h>
+#include <stdarg.h>
+#include <stdalign.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * Design: a loop over opcodes with an explicit value stack and a separate
+ * mark stack (like CPython's _pickle.c: values above the innermost mark form
+ * the current "frame" and nothing may pop below it).  The input is never
+ * trusted: every length is compared with what is left before use, every
+ * count is bounded by flx_pickle_limits, and nodes are inert data.  All
+ * nodes, strings and container arrays come from one arena freed at once;
+ * the VM's own stacks and memo are plain heap arrays freed after the load.
+ */
+
+#define DEF_MAX_NODES ((size_t)1 << 22)
+#define DEF_MAX_STACK ((size_t)1 << 20)
+#define DEF_MAX_DEPTH ((size_t)1024)
+#define DEF_MAX_MEMO  ((size_t)1 << 22)
+
+#define ARENA_BLOCK ((size_t)64 << 10)
+#define ARENA_ALIGN (alignof(max_align_t))
+
+struct arena_blk {
+	struct arena_blk *next;
+	size_t used;
+	size_t cap;
+	max_align_t data[];
+};
+
+struct flx_pickle {
+	struct arena_blk *blocks;
+	flx_pv *root;
+};
+
+struct vm {
+	const unsigned char *buf;
+	size_t len;
+	size_t pos;
+	size_t op_off; /* offset of the opcode being run, for messages */
+	unsigned char op;
+	const char *name;
+	flx_error *err;
+	flx_pickle *p;
+	size_t max_nodes, max_stack, max_depth, max_memo;
+	size_t nodes;
+	int rc; /* first failure, also when err is NULL */
+
+	flx_pv **stack;
+	size_t sp, stack_cap;
+	size_t *marks; /* stack heights at each open MARK */
+	size_t nmarks, marks_cap;
+	flx_pv **memo;
+	size_t memo_cap, memo_count;
+	locale_t cloc; /* "C" numeric locale for FLOAT, created on demand */
+};
+
+/* ---------------------------------------------------------------- opcodes */
+
+enum {
+	OP_MARK = '(',
+	OP_STOP = '.',
+	OP_POP = '0',
+	OP_POP_MARK = '1',
+	OP_DUP = '2',
+	OP_FLOAT = 'F',
+	OP_INT = 'I',
+	OP_BININT = 'J',
+	OP_BININT1 = 'K',
+	OP_LONG = 'L',
+	OP_BININT2 = 'M',
+	OP_NONE = 'N',
+	OP_PERSID = 'P',
+	OP_BINPERSID = 'Q',
+	OP_REDUCE = 'R',
+	OP_STRING = 'S',
+	OP_BINSTRING = 'T',
+	OP_SHORT_BINSTRING = 'U',
+	OP_UNICODE = 'V',
+	OP_BINUNICODE = 'X',
+	OP_APPEND = 'a',
+	OP_BUILD = 'b',
+	OP_GLOBAL = 'c',
+	OP_DICT = 'd',
+	OP_EMPTY_DICT = '}',
+	OP_APPENDS = 'e',
+	OP_GET = 'g',
+	OP_BINGET = 'h',
+	OP_INST = 'i',
+	OP_LONG_BINGET = 'j',
+	OP_LIST = 'l',
+	OP_EMPTY_LIST = ']',
+	OP_OBJ = 'o',
+	OP_PUT = 'p',
+	OP_BINPUT = 'q',
+	OP_LONG_BINPUT = 'r',
+	OP_SETITEM = 's',
+	OP_TUPLE = 't',
+	OP_EMPTY_TUPLE = ')',
+	OP_SETITEMS = 'u',
+	OP_BINFLOAT = 'G',
+	OP_BINBYTES = 'B',
+	OP_SHORT_BINBYTES = 'C',
+	OP_PROTO = 0x80,
+	OP_NEWOBJ = 0x81,
+	OP_EXT1 = 0x82,
+	OP_EXT2 = 0x83,
+	OP_EXT4 = 0x84,
+	OP_TUPLE1 = 0x85,
+	OP_TUPLE2 = 0x86,
+	OP_TUPLE3 = 0x87,
+	OP_NEWTRUE = 0x88,
+	OP_NEWFALSE = 0x89,
+	OP_LONG1 = 0x8a,
+	OP_LONG4 = 0x8b,
+	OP_SHORT_BINUNICODE = 0x8c,
+	OP_BINUNICODE8 = 0x8d,
+	OP_BINBYTES8 = 0x8e,
+	OP_EMPTY_SET = 0x8f,
+	OP_ADDITEMS = 0x90,
+	OP_FROZENSET = 0x91,
+	OP_NEWOBJ_EX = 0x92,
+	OP_STACK_GLOBAL = 0x93,
+	OP_MEMOIZE = 0x94,
+	OP_FRAME = 0x95,
+	OP_BYTEARRAY8 = 0x96,
+	OP_NEXT_BUFFER = 0x97,
+	OP_READONLY_BUFFER = 0x98,
+};
+
+static const char *const op_names[256] = {
+    [OP_MARK] = "MARK",
+    [OP_STOP] = "STOP",
+    [OP_POP] = "POP",
+    [OP_POP_MARK] = "POP_MARK",
+    [OP_DUP] = "DUP",
+    [OP_FLOAT] = "FLOAT",
+    [OP_INT] = "INT",
+    [OP_BININT] = "BININT",
+    [OP_BININT1] = "BININT1",
+    [OP_LONG] = "LONG",
+    [OP_BININT2] = "BININT2",
+    [OP_NONE] = "NONE",
+    [OP_PERSID] = "PERSID",
+    [OP_BINPERSID] = "BINPERSID",
+    [OP_REDUCE] = "REDUCE",
+    [OP_STRING] = "STRING",
+    [OP_BINSTRING] = "BINSTRING",
+    [OP_SHORT_BINSTRING] = "SHORT_BINSTRING",
+    [OP_UNICODE] = "UNICODE",
+    [OP_BINUNICODE] = "BINUNICODE",
+    [OP_APPEND] = "APPEND",
+    [OP_BUILD] = "BUILD",
+    [OP_GLOBAL] = "GLOBAL",
+    [OP_DICT] = "DICT",
+    [OP_EMPTY_DICT] = "EMPTY_DICT",
+    [OP_APPENDS] = "APPENDS",
+    [OP_GET] = "GET",
+    [OP_BINGET] = "BINGET",
+    [OP_INST] = "INST",
+    [OP_LONG_BINGET] = "LONG_BINGET",
+    [OP_LIST] = "LIST",
+    [OP_EMPTY_LIST] = "EMPTY_LIST",
+    [OP_OBJ] = "OBJ",
+    [OP_PUT] = "PUT",
+    [OP_BINPUT] = "BINPUT",
+    [OP_LONG_BINPUT] = "LONG_BINPUT",
+    [OP_SETITEM] = "SETITEM",
+    [OP_TUPLE] = "TUPLE",
+    [OP_EMPTY_TUPLE] = "EMPTY_TUPLE",
+    [OP_SETITEMS] = "SETITEMS",
+    [OP_BINFLOAT] = "BINFLOAT",
+    [OP_BINBYTES] = "BINBYTES",
+    [OP_SHORT_BINBYTES] = "SHORT_BINBYTES",
+    [OP_PROTO] = "PROTO",
+    [OP_NEWOBJ] = "NEWOBJ",
+    [OP_EXT1] = "EXT1",
+    [OP_EXT2] = "EXT2",
+    [OP_EXT4] = "EXT4",
+    [OP_TUPLE1] = "TUPLE1",
+    [OP_TUPLE2] = "TUPLE2",
+    [OP_TUPLE3] = "TUPLE3",
+    [OP_NEWTRUE] = "NEWTRUE",
+    [OP_NEWFALSE] = "NEWFALSE",
+    [OP_LONG1] = "LONG1",
+    [OP_LONG4] = "LONG4",
+    [OP_SHORT_BINUNICODE] = "SHORT_BINUNICODE",
+    [OP_BINUNICODE8] = "BINUNICODE8",
+    [OP_BINBYTES8] = "BINBYTES8",
+    [OP_EMPTY_SET] = "EMPTY_SET",
+    [OP_ADDITEMS] = "ADDITEMS",
+    [OP_FROZENSET] = "FROZENSET",
+    [OP_NEWOBJ_EX] = "NEWOBJ_EX",
+    [OP_STACK_GLOBAL] = "STACK_GLOBAL",
+    [OP_MEMOIZE] = "MEMOIZE",
+    [OP_FRAME] = "FRAME",
+    [OP_BYTEARRAY8] = "BYTEARRAY8",
+    [OP_NEXT_BUFFER] = "NEXT_BUFFER",
+    [OP_READONLY_BUFFER] = "READONLY_BUFFER",
+};
+
+static const char *op_name(unsigned char op)
+{
+	return op_names[op];
+}
+
+/* ------------------------------------------------------------------ errors */
+
+static int vm_fail(struct vm *vm, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int vm_fail(struct vm *vm, int code, const char *fmt, ...)
+{
+	char why[160];
+	const char *on = op_name(vm->op);
+	va_list ap;
+
+	if (!vm->rc)
+		vm->rc = code;
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	if (on)
+		return flx_error_set(vm->err, code, vm->name, NULL,
+				     "pickle: offset %zu: %s (opcode %s)",
+				     vm->op_off, why, on);
+	return flx_error_set(vm->err, code, vm->name, NULL,
+			     "pickle: offset %zu: %s", vm->op_off, why);
+}
+
+static int vm_nomem(struct vm *vm)
+{
+	return vm_fail(vm, -ENOMEM, "out of memory");
+}
+
+/* ------------------------------------------------------------------- arena */
+
+static void *arena_alloc(struct vm *vm, size_t n)
+{
+	flx_pickle *p = vm->p;
+	struct arena_blk *b = p->blocks;
+	size_t cap;
+
+	if (n > SIZE_MAX - ARENA_ALIGN - sizeof(*b))
+		return NULL;
+	n = (n + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1);
+	if (n == 0)
+		n = ARENA_ALIGN;
+	if (b && b->cap - b->used >= n) {
+		void *r = (char *)b->data + b->used;
+
+		b->used += n;
+		return r;
+	}
+	cap = n > ARENA_BLOCK / 4 ? n : ARENA_BLOCK;
+	b = malloc(sizeof(*b) + cap);
+	if (!b)
+		return NULL;
+	b->cap = cap;
+	b->used = n;
+	/* A dedicated big block goes behind the current one so the
+	 * current block's free tail stays usable. */
+	if (cap == n && p->blocks) {
+		b->next = p->blocks->next;
+		p->blocks->next = b;
+	} else {
+		b->next = p->blocks;
+		p->blocks = b;
+	}
+	return b->data;
+}
+
+static flx_pv *new_node(struct vm *vm, flx_pv_kind kind)
+{
+	flx_pv *v;
+
+	if (vm->nodes >= vm->max_nodes) {
+		vm_fail(vm, -EINVAL, "more than %zu values", vm->max_nodes);
+		return NULL;
+	}
+	v = arena_alloc(vm, sizeof(*v));
+	if (!v) {
+		vm_nomem(vm);
+		return NULL;
+	}
+	memset(v, 0, sizeof(*v));
+	v->kind = kind;
+	vm->nodes++;
+	return v;
+}
+
+/* STR/BYTES node holding a NUL-terminated copy of s[0..n). */
+static flx_pv *new_str(struct vm *vm, flx_pv_kind kind, const void *s, size_t n)
+{
+	flx_pv *v = new_node(vm, kind);
+	char *d;
+
+	if (!v)
+		return NULL;
+	if (n == SIZE_MAX || !(d = arena_alloc(vm, n + 1))) {
+		vm_nomem(vm);
+		return NULL;
+	}
+	if (n)
+		memcpy(d, s, n);
+	d[n] = '\0';
+	v->u.str.s = d;
+	v->u.str.len = n;
+	return v;
+}
+
+/* Make room for one more element (seq) or pair (dict).  Arena memory is
+ * never freed individually, so growth is geometric to bound the waste. */
+static int grow_items(struct vm *vm, flx_pv *v, flx_pv ***arr, size_t n,
+		      size_t per)
+{
+	size_t ncap;
+	flx_pv **na;
+
+	if (n < v->cap_)
+		return 0;
+	ncap = v->cap_ ? v->cap_ * 2 : 8;
+	if (ncap > SIZE_MAX / sizeof(*na) / per)
+		return vm_nomem(vm);
+	na = arena_alloc(vm, ncap * per * sizeof(*na));
+	if (!na)
+		return vm_nomem(vm);
+	if (n)
+		memcpy(na, *arr, n * per * sizeof(*na));
+	*arr = na;
+	v->cap_ = ncap;
+	return 0;
+}
+
+static int seq_add(struct vm *vm, flx_pv *seq, flx_pv *item)
+{
+	int rc = grow_items(vm, seq, &seq->u.seq.v, seq->u.seq.n, 1);
+
+	if (rc)
+		return rc;
+	seq->u.seq.v[seq->u.seq.n++] = item;
+	return 0;
+}
+
+static int dict_add(struct vm *vm, flx_pv *d, flx_pv *k, flx_pv *val)
+{
+	int rc = grow_items(vm, d, &d->u.dict.kv, d->u.dict.n, 2);
+
+	if (rc)
+		return rc;
+	d->u.dict.kv[2 * d->u.dict.n] = k;
+	d->u.dict.kv[2 * d->u.dict.n + 1] = val;
+	d->u.dict.n++;
+	return 0;
+}
+
+/* A TUPLE/LIST/SET node holding a copy of items[0..n). */
+static flx_pv *new_seq(struct vm *vm, flx_pv_kind kind, flx_pv **items,
+		       size_t n)
+{
+	flx_pv *v = new_node(vm, kind);
+
+	if (!v)
+		return NULL;
+	if (n) {
+		if (n > SIZE_MAX / sizeof(*items) ||
+		    !(v->u.seq.v = arena_alloc(vm, n * sizeof(*items)))) {
+			vm_nomem(vm);
+			return NULL;
+		}
+		memcpy(v->u.seq.v, items, n * sizeof(*items));
+	}
+	v->u.seq.n = n;
+	v->cap_ = n;
+	return v;
+}
+
+/* ------------------------------------------------------------------ stacks */
+
+static size_t fence(const struct vm *vm)
+{
+	return vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
+}
+
+static int push(struct vm *vm, flx_pv *v)
+{
+	if (!v)
+		return vm->rc ? vm->rc : -ENOMEM;
+	if (vm->sp + vm->nmarks >= vm->max_stack)
+		return vm_fail(vm, -EINVAL, "stack deeper than %zu entries",
+			       vm->max_stack);
+	if (vm->sp == vm->stack_cap) {
+		size_t ncap = vm->stack_cap ? vm->stack_cap * 2 : 64;
+		flx_pv **ns = realloc(vm->stack, ncap * sizeof(*ns));
+
+		if (!ns)
+			return vm_nomem(vm);
+		vm->stack = ns;
+		vm->stack_cap = ncap;
+	}
+	vm->stack[vm->sp++] = v;
+	return 0;
+}
+
+/* Values at and above the innermost mark only: like CPython, a pop that
+ * would cross the mark is a malformed pickle. */
+static int pop(struct vm *vm, flx_pv **out)
+{
+	if (vm->sp <= fence(vm))
+		return vm_fail(vm, -EINVAL, "stack underflow");
+	*out = vm->stack[--vm->sp];
+	return 0;
+}
+
+static int top(struct vm *vm, flx_pv **out)
+{
+	if (vm->sp <= fence(vm))
+		return vm_fail(vm, -EINVAL, "stack underflow");
+	*out = vm->stack[vm->sp - 1];
+	return 0;
+}
+
+/* Close the innermost mark: the items are stack[*start .. vm->sp).  The
+ * caller consumes them, then sets vm->sp = *start. */
+static int pop_mark(struct vm *vm, size_t *start)
+{
+	if (!vm->nmarks)
+		return vm_fail(vm, -EINVAL, "no MARK on the stack");
+	*start = vm->marks[--vm->nmarks];
+	return 0;
+}
+
+static int push_mark(struct vm *vm)
+{
+	if (vm->nmarks >= vm->max_depth)
+		return vm_fail(vm, -EINVAL, "MARK nesting deeper than %zu",
+			       vm->max_depth);
+	if (vm->sp + vm->nmarks >= vm->max_stack)
+		return vm_fail(vm, -EINVAL, "stack deeper than %zu entries",
+			       vm->max_stack);
+	if (vm->nmarks == vm->marks_cap) {
+		size_t ncap = vm->marks_cap ? vm->marks_cap * 2 : 16;
+		size_t *nm = realloc(vm->marks, ncap * sizeof(*nm));
+
+		if (!nm)
+			return vm_nomem(vm);
+		vm->marks = nm;
+		vm->marks_cap = ncap;
+	}
+	vm->marks[vm->nmarks++] = vm->sp;
+	return 0;
+}
+
+/* -------------------------------------------------------------------- memo */
+
+static int memo_put(struct vm *vm, uint64_t idx, flx_pv *v)
+{
+	if (idx >= vm->max_memo)
+		return vm_fail(vm, -EINVAL,
+			       "memo index %" PRIu64
+			       " out of range (limit %zu)",
+			       idx, vm->max_memo);
+	if (idx >= vm->memo_cap) {
+		/* Bounded by max_memo above; growth is geometric so a run
+		 * of MEMOIZEs costs amortised O(1). */
+		size_t ncap = vm->memo_cap ? vm->memo_cap * 2 : 64;
+		flx_pv **nm;
+
+		if (ncap <= idx)
+			ncap = (size_t)idx + 1;
+		if (ncap > vm->max_memo)
+			ncap = vm->max_memo;
+		nm = realloc(vm->memo, ncap * sizeof(*nm));
+		if (!nm)
+			return vm_nomem(vm);
+		memset(nm + vm->memo_cap, 0,
+		       (ncap - vm->memo_cap) * sizeof(*nm));
+		vm->memo = nm;
+		vm->memo_cap = ncap;
+	}
+	if (!vm->memo[idx])
+		vm->memo_count++;
+	vm->memo[idx] = v;
+	return 0;
+}
+
+static int memo_get(struct vm *vm, uint64_t idx)
+{
+	if (idx >= vm->memo_cap || !vm->memo[idx])
+		return vm_fail(vm, -EINVAL,
+			       "memo index %" PRIu64 " out of range", idx);
+	return push(vm, vm->memo[idx]);
+}
+
+/* ------------------------------------------------------------------- input */
+
+static int need(struct vm *vm, uint64_t n, const char *what)
+{
+	if (n > vm->len - vm->pos)
+		return vm_fail(vm, -EINVAL,
+			       "truncated: %s needs %" PRIu64
+			       " bytes, %zu left",
+			       what, n, vm->len - vm->pos);
+	return 0;
+}
+
+static const unsigned char *take(struct vm *vm, size_t n)
+{
+	const unsigned char *r = vm->buf + vm->pos;
+
+	vm->pos += n;
+	return r;
+}
+
+static uint64_t le(const unsigned char *p, int n)
+{
+	uint64_t v = 0;
+
+	for (int i = n - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* Fixed-width little-endian argument. */
+static int arg_le(struct vm *vm, int n, uint64_t *out)
+{
+	int rc = need(vm, (uint64_t)n, "argument");
+
+	if (rc)
+		return rc;
+	*out = le(take(vm, (size_t)n), n);
+	return 0;
+}
+
+/* A protocol-0 text argument: bytes up to the next '\n'. */
+static int arg_line(struct vm *vm, const char **s, size_t *n)
+{
+	const unsigned char *p = vm->buf + vm->pos;
+	const unsigned char *nl = memchr(p, '\n', vm->len - vm->pos);
+
+	if (!nl)
+		return vm_fail(vm, -EINVAL, "truncated: unterminated line");
+	*s = (const char *)p;
+	*n = (size_t)(nl - p);
+	vm->pos += *n + 1;
+	return 0;
+}
+
+/* --------------------------------------------------------------- integers */
+
+static flx_pv *new_int(struct vm *vm, int64_t i)
+{
+	flx_pv *v = new_node(vm, FLX_PV_INT);
+
+	if (v)
+		v->u.i = i;
+	return v;
+}
+
+/* Two's complement little-endian (LONG1/LONG4); wider than int64 -> BIGINT.
+ * Python writes the shortest form, but longer sign-extended encodings are
+ * valid and still fit. */
+static flx_pv *new_long_le(struct vm *vm, const unsigned char *b, size_t n)
+{
+	unsigned char ext;
+	uint64_t u;
+
+	if (n == 0)
+		return new_int(vm, 0);
+	ext = (b[n - 1] & 0x80) ? 0xff : 0x00;
+	if (n > 8) {
+		for (size_t i = 8; i < n; i++)
+			if (b[i] != ext)
+				return new_node(vm, FLX_PV_BIGINT);
+		if ((b[7] & 0x80) != (ext & 0x80))
+			return new_node(vm, FLX_PV_BIGINT);
+		n = 8;
+	}
+	u = le(b, (int)n);
+	if (n < 8 && ext)
+		u |= ~(uint64_t)0 << (8 * n);
+	return new_int(vm, (int64_t)u);
+}
+
+/* Decimal text ("-12"): magnitude in *u, *big when it exceeds 64 bits.
+ * False when the text is no decimal integer. */
+static bool parse_dec(const char *s, size_t n, uint64_t *u, bool *neg,
+		      bool *big)
+{
+	size_t i = 0;
+
+	*u = 0;
+	*neg = false;
+	*big = false;
+	if (i < n && (s[i] == '-' || s[i] == '+'))
+		*neg = s[i++] == '-';
+	if (i == n)
+		return false;
+	for (; i < n; i++) {
+		unsigned d = (unsigned)((unsigned char)s[i] - '0');
+
+		if (d > 9)
+			return false;
+		if (*u > (UINT64_MAX - d) / 10)
+			*big = true;
+		else
+			*u = *u * 10 + d;
+	}
+	return true;
+}
+
+/* INT/LONG text ("-12", "12L"); wider than int64 -> BIGINT. */
+static flx_pv *new_int_text(struct vm *vm, const char *s, size_t n,
+			    bool long_suffix)
+{
+	bool neg, big;
+	uint64_t u;
+
+	if (long_suffix && n && s[n - 1] == 'L')
+		n--;
+	if (!parse_dec(s, n, &u, &neg, &big)) {
+		vm_fail(vm, -EINVAL, "bad integer literal");
+		return NULL;
+	}
+	if (big || (!neg && u > (uint64_t)INT64_MAX) ||
+	    (neg && u > (uint64_t)INT64_MAX + 1))
+		return new_node(vm, FLX_PV_BIGINT);
+	return new_int(vm, neg ? (int64_t)(0 - u) : (int64_t)u);
+}
+
+/* ----------------------------------------------------------- text strings */
+
+static int hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* STRING: a quoted Python 2 str literal, decoded as codecs.escape_decode
+ * does (unknown escapes keep their backslash). */
+static flx_pv *new_string_text(struct vm *vm, const char *s, size_t n)
+{
+	char *out;
+	size_t o = 0;
+	flx_pv *v;
+
+	if (n < 2 || s[0] != s[n - 1] || (s[0] != '\'' && s[0] != '"')) {
+		vm_fail(vm, -EINVAL, "argument must be quoted");
+		return NULL;
+	}
+	s++;
+	n -= 2;
+	out = arena_alloc(vm, n + 1);
+	if (!out) {
+		vm_nomem(vm);
+		return NULL;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+
+		if (c != '\\' || i + 1 == n) {
+			if (c == '\\') {
+				vm_fail(vm, -EINVAL, "trailing backslash");
+				return NULL;
+			}
+			out[o++] = c;
+			continue;
+		}
+		c = s[++i];
+		switch (c) {
+		case '\\':
+			out[o++] = '\\';
+			break;
+		case '\'':
+			out[o++] = '\'';
+			break;
+		case '"':
+			out[o++] = '"';
+			break;
+		case 'a':
+			out[o++] = '\a';
+			break;
+		case 'b':
+			out[o++] = '\b';
+			break;
+		case 'f':
+			out[o++] = '\f';
+			break;
+		case 'n':
+			out[o++] = '\n';
+			break;
+		case 'r':
+			out[o++] = '\r';
+			break;
+		case 't':
+			out[o++] = '\t';
+			break;
+		case 'v':
+			out[o++] = '\v';
+			break;
+		case 'x': {
+			int h =
+			    i + 2 < n ? hexval((unsigned char)s[i + 1]) : -1;
+			int l = h >= 0 ? hexval((unsigned char)s[i + 2]) : -1;
+
+			if (l < 0) {
+				vm_fail(vm, -EINVAL, "invalid \\x escape");
+				return NULL;
+			}
+			out[o++] = (char)(h << 4 | l);
+			i += 2;
+			break;
+		}
+		default:
+			if (c >= '0' && c <= '7') {
+				unsigned val = (unsigned)(c - '0');
+
+				for (int k = 0;
+				     k < 2 && i + 1 < n && s[i + 1] >= '0' &&
+				     s[i + 1] <= '7';
+				     k++)
+					val =
+					    val * 8 + (unsigned)(s[++i] - '0');
+				out[o++] = (char)(val & 0xff);
+			} else {
+				out[o++] = '\\';
+				out[o++] = c;
+			}
+		}
+	}
+	out[o] = '\0';
+	v = new_node(vm, FLX_PV_STR);
+	if (v) {
+		v->u.str.s = out;
+		v->u.str.len = o;
+	}
+	return v;
+}
+
+static size_t utf8_put(char *o, uint32_t cp)
+{
+	if (cp < 0x80) {
+		o[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		o[0] = (char)(0xc0 | cp >> 6);
+		o[1] = (char)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		o[0] = (char)(0xe0 | cp >> 12);
+		o[1] = (char)(0x80 | (cp >> 6 & 0x3f));
+		o[2] = (char)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	o[0] = (char)(0xf0 | cp >> 18);
+	o[1] = (char)(0x80 | (cp >> 12 & 0x3f));
+	o[2] = (char)(0x80 | (cp >> 6 & 0x3f));
+	o[3] = (char)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+/* UNICODE: raw-unicode-escape (latin-1 bytes plus \uXXXX / \UXXXXXXXX after
+ * an odd run of backslashes), re-encoded as UTF-8.  Each input byte yields
+ * at most two output bytes. */
+static flx_pv *new_unicode_text(struct vm *vm, const char *s, size_t n)
+{
+	char *out = n < SIZE_MAX / 2 ? arena_alloc(vm, 2 * n + 1) : NULL;
+	size_t o = 0, i = 0;
+	flx_pv *v;
+
+	if (!out) {
+		vm_nomem(vm);
+		return NULL;
+	}
+	while (i < n) {
+		size_t run = 0, digits;
+		uint32_t cp = 0;
+
+		if (s[i] != '\\') {
+			o += utf8_put(out + o, (unsigned char)s[i++]);
+			continue;
+		}
+		while (i + run < n && s[i + run] == '\\')
+			run++;
+		if (!(run & 1) || i + run >= n ||
+		    (s[i + run] != 'u' && s[i + run] != 'U')) {
+			memset(out + o, '\\', run);
+			o += run;
+			i += run;
+			continue;
+		}
+		memset(out + o, '\\', run - 1);
+		o += run - 1;
+		i += run;
+		digits = s[i] == 'u' ? 4 : 8;
+		i++;
+		if (n - i < digits) {
+			vm_fail(vm, -EINVAL, "truncated \\u escape");
+			return NULL;
+		}
+		for (size_t k = 0; k < digits; k++) {
+			int h = hexval((unsigned char)s[i + k]);
+
+			if (h < 0) {
+				vm_fail(vm, -EINVAL, "bad \\u escape");
+				return NULL;
+			}
+			cp = cp << 4 | (uint32_t)h;
+		}
+		if (cp > 0x10ffff) {
+			vm_fail(vm, -EINVAL, "\\U escape out of range");
+			return NULL;
+		}
+		i += digits;
+		o += utf8_put(out + o, cp);
+	}
+	out[o] = '\0';
+	v = new_node(vm, FLX_PV_STR);
+	if (v) {
+		v->u.str.s = out;
+		v->u.str.len = o;
+	}
+	return v;
+}
+
+static flx_pv *new_float_text(struct vm *vm, const char *s, size_t n)
+{
+	char tmp[64];
+	char *end;
+	flx_pv *v;
+
+	if (n == 0 || n >= sizeof(tmp)) {
+		vm_fail(vm, -EINVAL, "bad float literal");
+		return NULL;
+	}
+	memcpy(tmp, s, n);
+	tmp[n] = '\0';
+	/* strtod follows LC_NUMERIC; pickles always use '.'. */
+	if (!vm->cloc)
+		vm->cloc = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+	if (!vm->cloc) {
+		vm_nomem(vm);
+		return NULL;
+	}
+	v = new_node(vm, FLX_PV_FLOAT);
+	if (!v)
+		return NULL;
+	v->u.f = strtod_l(tmp, &end, vm->cloc);
+	if (end != tmp + n) {
+		vm_fail(vm, -EINVAL, "bad float literal");
+		return NULL;
+	}
+	return v;
+}
+
+/* GLOBAL / INST argument: "module\nname\n". */
+static flx_pv *new_global_text(struct vm *vm)
+{
+	const char *m, *nm;
+	size_t ml, nl;
+	flx_pv *v, *ms, *ns;
+
+	if (arg_line(vm, &m, &ml) || arg_line(vm, &nm, &nl))
+		return NULL;
+	if (!ml || !nl) {
+		vm_fail(vm, -EINVAL, "empty module or name");
+		return NULL;
+	}
+	ms = new_str(vm, FLX_PV_STR, m, ml);
+	ns = ms ? new_str(vm, FLX_PV_STR, nm, nl) : NULL;
+	v = ns ? new_node(vm, FLX_PV_GLOBAL) : NULL;
+	if (v) {
+		v->u.global.module = ms->u.str.s;
+		v->u.global.name = ns->u.str.s;
+	}
+	return v;
+}
+
+/* ----------------------------------------------------------------- objects */
+
+/* Inert REDUCE/NEWOBJ result.  OrderedDict() is the one call we give a
+ * meaning to: torch pickles it (backward_hooks, state dicts) and then fills
+ * it with SETITEMS, so it must be a real DICT. */
+static flx_pv *new_obj(struct vm *vm, flx_pv *cls, flx_pv *args, bool newobj)
+{
+	flx_pv *v;
+
+	if (args->kind != FLX_PV_TUPLE) {
+		vm_fail(vm, -EINVAL, "argument is a %s, not a tuple",
+			flx_pv_kind_name(args));
+		return NULL;
+	}
+	if (args->u.seq.n == 0 &&
+	    flx_pv_is_global(cls, "collections", "OrderedDict"))
+		return new_node(vm, FLX_PV_DICT);
+	v = new_node(vm, FLX_PV_OBJ);
+	if (v) {
+		v->u.obj.cls = cls;
+		v->u.obj.args = args;
+		v->u.obj.newobj = newobj;
+	}
+	return v;
+}
+
+static int op_build(struct vm *vm)
+{
+	flx_pv *state, *o;
+	int rc;
+
+	if ((rc = pop(vm, &state)) || (rc = top(vm, &o)))
+		return rc;
+	if (o->kind == FLX_PV_OBJ) {
+		o->u.obj.state = state;
+		return 0;
+	}
+	/* nn.Module.state_dict() is an OrderedDict carrying a _metadata
+	 * attribute, pickled as BUILD on the (by then) DICT.  Nobody reads
+	 * it, so it is dropped instead of rejecting every state dict. */
+	if (o->kind == FLX_PV_DICT)
+		return 0;
+	return vm_fail(vm, -EINVAL, "BUILD on a %s", flx_pv_kind_name(o));
+}
+
+/* -------------------------------------------------------------- containers */
+
+static int op_appends(struct vm *vm)
+{
+	size_t start = 0;
+	flx_pv *list;
+	int rc = pop_mark(vm, &start);
+
+	if (rc)
+		return rc;
+	if (start <= fence(vm))
+		return vm_fail(vm, -EINVAL, "stack underflow");
+	list = vm->stack[start - 1];
+	if (list->kind != FLX_PV_LIST)
+		return vm_fail(vm, -EINVAL, "APPENDS to a %s",
+			       flx_pv_kind_name(list));
+	for (size_t i = start; i < vm->sp; i++)
+		if ((rc = seq_add(vm, list, vm->stack[i])))
+			return rc;
+	vm->sp = start;
+	return 0;
+}
+
+static int op_setitems(struct vm *vm)
+{
+	size_t start = 0;
+	flx_pv *d;
+	int rc = pop_mark(vm, &start);
+
+	if (rc)
+		return rc;
+	if (start <= fence(vm))
+		return vm_fail(vm, -EINVAL, "stack underflow");
+	d = vm->stack[start - 1];
+	if (d->kind != FLX_PV_DICT)
+		return vm_fail(vm, -EINVAL, "SETITEMS on a %s",
+			       flx_pv_kind_name(d));
+	if ((vm->sp - start) & 1)
+		return vm_fail(vm, -EINVAL, "odd number of items");
+	for (size_t i = start; i < vm->sp; i += 2)
+		if ((rc = dict_add(vm, d, vm->stack[i], vm->stack[i + 1])))
+			return rc;
+	vm->sp = start;
+	return 0;
+}
+
+static int op_additems(struct vm *vm)
+{
+	size_t start = 0;
+	flx_pv *set;
+	int rc = pop_mark(vm, &start);
+
+	if (rc)
+		return rc;
+	if (start <= fence(vm))
+		return vm_fail(vm, -EINVAL, "stack underflow");
+	set = vm->stack[start - 1];
+	if (set->kind != FLX_PV_SET)
+		return vm_fail(vm, -EINVAL, "ADDITEMS to a %s",
+			       flx_pv_kind_name(set));
+	for (size_t i = start; i < vm->sp; i++)
+		if ((rc = seq_add(vm, set, vm->stack[i])))
+			return rc;
+	vm->sp = start;
+	return 0;
+}
+
+/* TUPLE, LIST, FROZENSET, DICT, OBJ, INST: consume everything above the
+ * innermost mark. */
+static int op_from_mark(struct vm *vm)
+{
+	size_t start = 0, n;
+	flx_pv *v = NULL;
+	int rc = pop_mark(vm, &start);
+
+	if (rc)
+		return rc;
+	n = vm->sp - start;
+	switch (vm->op) {
+	case OP_TUPLE:
+		v = new_seq(vm, FLX_PV_TUPLE, vm->stack + start, n);
+		break;
+	case OP_LIST:
+		v = new_seq(vm, FLX_PV_LIST, vm->stack + start, n);
+		break;
+	case OP_FROZENSET:
+		v = new_seq(vm, FLX_PV_SET, vm->stack + start, n);
+		break;
+	case OP_DICT:
+		if (n & 1)
+			return vm_fail(vm, -EINVAL, "odd number of items");
+		v = new_node(vm, FLX_PV_DICT);
+		for (size_t i = 0; v && i < n; i += 2)
+			if (dict_add(vm, v, vm->stack[start + i],
+				     vm->stack[start + i + 1]))
+				v = NULL;
+		break;
+	case OP_OBJ: {
+		flx_pv *args;
+
+		if (n == 0)
+			return vm_fail(vm, -EINVAL, "stack underflow");
+		args = new_seq(vm, FLX_PV_TUPLE, vm->stack + start + 1, n - 1);
+		v = args ? new_obj(vm, vm->stack[start], args, false) : NULL;
+		break;
+	}
+	case OP_INST: {
+		flx_pv *cls = new_global_text(vm);
+		flx_pv *args =
+		    cls ? new_seq(vm, FLX_PV_TUPLE, vm->stack + start, n)
+			: NULL;
+
+		v = args ? new_obj(vm, cls, args, false) : NULL;
+		break;
+	}
+	}
+	vm->sp = start;
+	return push(vm, v);
+}
+
+static int op_tuple_n(struct vm *vm, size_t n)
+{
+	if (vm->sp - fence(vm) < n)
+		return vm_fail(vm, -EINVAL, "stack underflow");
+	vm->sp -= n;
+	return push(vm, new_seq(vm, FLX_PV_TUPLE, vm->stack + vm->sp, n));
+}
+
+/* -------------------------------------------------------------------- loop */
+
+/* Length-prefixed STR/BYTES payload. */
+static int op_sized(struct vm *vm, int lenbytes, bool is_signed,
+		    flx_pv_kind kind)
+{
+	uint64_t n;
+	int rc = arg_le(vm, lenbytes, &n);
+
+	if (rc)
+		return rc;
+	if (is_signed && (n & 0x80000000u))
+		return vm_fail(vm, -EINVAL, "negative length");
+	if ((rc = need(vm, n, "payload")))
+		return rc;
+	return push(vm, new_str(vm, kind, take(vm, (size_t)n), (size_t)n));
+}
+
+static int step(struct vm *vm, bool *stop)
+{
+	const char *s;
+	size_t sl;
+	uint64_t u;
+	flx_pv *a, *b, *c;
+	int rc;
+
+	switch (vm->op) {
+	case OP_PROTO:
+		if ((rc = arg_le(vm, 1, &u)))
+			return rc;
+		if (u > 5)
+			return vm_fail(vm, -EINVAL,
+				       "unsupported protocol %" PRIu64, u);
+		return 0;
+	case OP_FRAME:
+		if ((rc = arg_le(vm, 8, &u)))
+			return rc;
+		/* Frames only group opcodes for buffered reading; the
+		 * content is parsed as if unframed, but a frame claiming
+		 * more than what is left means a damaged file. */
+		if (u > vm->len - vm->pos)
+			return vm_fail(vm, -EINVAL,
+				       "frame of %" PRIu64
+				       " bytes runs past the end (%zu left)",
+				       u, vm->len - vm->pos);
+		return 0;
+	case OP_STOP:
+		if ((rc = pop(vm, &a)))
+			return rc;
+		vm->p->root = a;
+		*stop = true;
+		return 0;
+
+	case OP_MARK:
+		return push_mark(vm);
+	case OP_POP:
+		/* CPython: POP right after MARK discards the mark. */
+		if (vm->nmarks && vm->marks[vm->nmarks - 1] == vm->sp) {
+			vm->nmarks--;
+			return 0;
+		}
+		return pop(vm, &a);
+	case OP_POP_MARK: {
+		size_t start = 0;
+
+		if ((rc = pop_mark(vm, &start)))
+			return rc;
+		vm->sp = start;
+		return 0;
+	}
+	case OP_DUP:
+		if ((rc = top(vm, &a)))
+			return rc;
+		return push(vm, a);
+
+	case OP_MEMOIZE:
+		if ((rc = top(vm, &a)))
+			return rc;
+		return memo_put(vm, vm->memo_count, a);
+	case OP_BINPUT:
+	case OP_LONG_BINPUT:
+		if ((rc = arg_le(vm, vm->op == OP_BINPUT ? 1 : 4, &u)) ||
+		    (rc = top(vm, &a)))
+			return rc;
+		return memo_put(vm, u, a);
+	case OP_PUT:
+	case OP_GET: {
+		bool neg, big;
+
+		if ((rc = arg_line(vm, &s, &sl)))
+			return rc;
+		if (!parse_dec(s, sl, &u, &neg, &big) || neg || big)
+			return vm_fail(vm, -EINVAL, "bad memo index");
+		if (vm->op == OP_GET)
+			return memo_get(vm, u);
+		if ((rc = top(vm, &a)))
+			return rc;
+		return memo_put(vm, u, a);
+	}
+	case OP_BINGET:
+	case OP_LONG_BINGET:
+		if ((rc = arg_le(vm, vm->op == OP_BINGET ? 1 : 4, &u)))
+			return rc;
+		return memo_get(vm, u);
+
+	case OP_NONE:
+		return push(vm, new_node(vm, FLX_PV_NONE));
+	case OP_NEWTRUE:
+	case OP_NEWFALSE:
+		a = new_node(vm, FLX_PV_BOOL);
+		if (a)
+			a->u.b = vm->op == OP_NEWTRUE;
+		return push(vm, a);
+	case OP_BININT:
+		if ((rc = arg_le(vm, 4, &u)))
+			return rc;
+		return push(vm, new_int(vm, (int32_t)(uint32_t)u));
+	case OP_BININT1:
+	case OP_BININT2:
+		if ((rc = arg_le(vm, vm->op == OP_BININT1 ? 1 : 2, &u)))
+			return rc;
+		return push(vm, new_int(vm, (int64_t)u));
+	case OP_LONG1:
+	case OP_LONG4:
+		if ((rc = arg_le(vm, vm->op == OP_LONG1 ? 1 : 4, &u)))
+			return rc;
+		if (vm->op == OP_LONG4 && (u & 0x80000000u))
+			return vm_fail(vm, -EINVAL, "negative length");
+		if ((rc = need(vm, u, "payload")))
+			return rc;
+		return push(vm,
+			    new_long_le(vm, take(vm, (size_t)u), (size_t)u));
+	case OP_INT:
+		if ((rc = arg_line(vm, &s, &sl)))
+			return rc;
+		/* Protocol 0 spells booleans as INT "01"/"00". */
+		if (sl == 2 && s[0] == '0' && (s[1] == '0' || s[1] == '1')) {
+			a = new_node(vm, FLX_PV_BOOL);
+			if (a)
+				a->u.b = s[1] == '1';
+			return push(vm, a);
+		}
+		return push(vm, new_int_text(vm, s, sl, false));
+	case OP_LONG:
+		if ((rc = arg_line(vm, &s, &sl)))
+			return rc;
+		return push(vm, new_int_text(vm, s, sl, true));
+	case OP_BINFLOAT: {
+		const unsigned char *p;
+		double d;
+
+		if ((rc = need(vm, 8, "argument")))
+			return rc;
+		p = take(vm, 8);
+		u = 0;
+		for (int i = 0; i < 8; i++)
+			u = u << 8 | p[i]; /* big-endian, unlike the rest */
+		memcpy(&d, &u, sizeof(d));
+		a = new_node(vm, FLX_PV_FLOAT);
+		if (a)
+			a->u.f = d;
+		return push(vm, a);
+	}
+	case OP_FLOAT:
+		if ((rc = arg_line(vm, &s, &sl)))
+			return rc;
+		return push(vm, new_float_text(vm, s, sl));
+
+	case OP_SHORT_BINUNICODE:
+		return op_sized(vm, 1, false, FLX_PV_STR);
+	case OP_BINUNICODE:
+		return op_sized(vm, 4, false, FLX_PV_STR);
+	case OP_BINUNICODE8:
+		return op_sized(vm, 8, false, FLX_PV_STR);
+	case OP_SHORT_BINSTRING:
+		return op_sized(vm, 1, false, FLX_PV_STR);
+	case OP_BINSTRING:
+		return op_sized(vm, 4, true, FLX_PV_STR);
+	case OP_SHORT_BINBYTES:
+		return op_sized(vm, 1, false, FLX_PV_BYTES);
+	case OP_BINBYTES:
+		return op_sized(vm, 4, false, FLX_PV_BYTES);
+	case OP_BINBYTES8:
+	case OP_BYTEARRAY8:
+		return op_sized(vm, 8, false, FLX_PV_BYTES);
+	case OP_STRING:
+		if ((rc = arg_line(vm, &s, &sl)))
+			return rc;
+		return push(vm, new_string_text(vm, s, sl));
+	case OP_UNICODE:
+		if ((rc = arg_line(vm, &s, &sl)))
+			return rc;
+		return push(vm, new_unicode_text(vm, s, sl));
+
+	case OP_EMPTY_TUPLE:
+		return push(vm, new_seq(vm, FLX_PV_TUPLE, NULL, 0));
+	case OP_TUPLE1:
+	case OP_TUPLE2:
+	case OP_TUPLE3:
+		return op_tuple_n(vm, (size_t)(vm->op - OP_TUPLE1 + 1));
+	case OP_EMPTY_LIST:
+		return push(vm, new_node(vm, FLX_PV_LIST));
+	case OP_EMPTY_DICT:
+		return push(vm, new_node(vm, FLX_PV_DICT));
+	case OP_EMPTY_SET:
+		return push(vm, new_node(vm, FLX_PV_SET));
+	case OP_TUPLE:
+	case OP_LIST:
+	case OP_DICT:
+	case OP_FROZENSET:
+	case OP_OBJ:
+	case OP_INST:
+		return op_from_mark(vm);
+	case OP_APPEND:
+		if ((rc = pop(vm, &a)) || (rc = top(vm, &b)))
+			return rc;
+		if (b->kind != FLX_PV_LIST)
+			return vm_fail(vm, -EINVAL, "APPEND to a %s",
+				       flx_pv_kind_name(b));
+		return seq_add(vm, b, a);
+	case OP_APPENDS:
+		return op_appends(vm);
+	case OP_SETITEM:
+		if ((rc = pop(vm, &a)) || (rc = pop(vm, &b)) ||
+		    (rc = top(vm, &c)))
+			return rc;
+		if (c->kind != FLX_PV_DICT)
+			return vm_fail(vm, -EINVAL, "SETITEM on a %s",
+				       flx_pv_kind_name(c));
+		return dict_add(vm, c, b, a);
+	case OP_SETITEMS:
+		return op_setitems(vm);
+	case OP_ADDITEMS:
+		return op_additems(vm);
+
+	case OP_GLOBAL:
+		return push(vm, new_global_text(vm));
+	case OP_STACK_GLOBAL:
+		if ((rc = pop(vm, &b)) || (rc = pop(vm, &a)))
+			return rc;
+		if (a->kind != FLX_PV_STR || b->kind != FLX_PV_STR)
+			return vm_fail(vm, -EINVAL,
+				       "module and name must be str");
+		c = new_node(vm, FLX_PV_GLOBAL);
+		if (c) {
+			c->u.global.module = a->u.str.s;
+			c->u.global.name = b->u.str.s;
+		}
+		return push(vm, c);
+	case OP_REDUCE:
+	case OP_NEWOBJ:
+		if ((rc = pop(vm, &b)) || (rc = pop(vm, &a)))
+			return rc;
+		return push(vm, new_obj(vm, a, b, vm->op == OP_NEWOBJ));
+	case OP_NEWOBJ_EX:
+		if ((rc = pop(vm, &c)) || (rc = pop(vm, &b)) ||
+		    (rc = pop(vm, &a)))
+			return rc;
+		/* The tree has no slot for keyword arguments; dropping them
+		 * silently would misdescribe the object. */
+		if (c->kind != FLX_PV_DICT || c->u.dict.n)
+			return vm_fail(vm, -EINVAL,
+				       "keyword arguments are not supported");
+		return push(vm, new_obj(vm, a, b, true));
+	case OP_BUILD:
+		return op_build(vm);
+	case OP_PERSID:
+		if ((rc = arg_line(vm, &s, &sl)))
+			return rc;
+		a = new_str(vm, FLX_PV_STR, s, sl);
+		goto persid;
+	case OP_BINPERSID:
+		if ((rc = pop(vm, &a)))
+			return rc;
+	persid:
+		if (!a)
+			return vm->rc ? vm->rc : -ENOMEM;
+		b = new_node(vm, FLX_PV_PERSID);
+		if (b)
+			b->u.persid.pid = a;
+		return push(vm, b);
+
+	case OP_EXT1:
+	case OP_EXT2:
+	case OP_EXT4:
+		return vm_fail(vm, -EINVAL,
+			       "extension registry codes are not supported");
+	case OP_NEXT_BUFFER:
+	case OP_READONLY_BUFFER:
+		return vm_fail(vm, -EINVAL,
+			       "out-of-band buffers are not supported");
+	}
+	return vm_fail(vm, -EINVAL, "unknown opcode 0x%02x", vm->op);
+}
+
+int flx_pickle_load(const void *buf, size_t len, const char *name,
+		    const flx_pickle_limits *lim, flx_pickle **out,
+		    flx_error *err)
+{
+	struct vm vm = {
+	    .buf = buf,
+	    .len = len,
+	    .name = name,
+	    .err = err,
+	    .max_nodes = DEF_MAX_NODES,
+	    .max_stack = DEF_MAX_STACK,
+	    .max_depth = DEF_MAX_DEPTH,
+	    .max_memo = DEF_MAX_MEMO,
+	};
+	bool stop = false;
+	int rc = 0;
+
+	if (lim) {
+		if (lim->max_nodes)
+			vm.max_nodes = lim->max_nodes;
+		if (lim->max_stack)
+			vm.max_stack = lim->max_stack;
+		if (lim->max_depth)
+			vm.max_depth = lim->max_depth;
+		if (lim->max_memo)
+			vm.max_memo = lim->max_memo;
+	}
+	if (!buf && len)
+		return flx_error_set(err, -EINVAL, name, NULL,
+				     "pickle: no input");
+	vm.p = calloc(1, sizeof(*vm.p));
+	if (!vm.p)
+		return flx_error_set(err, -ENOMEM, name, NULL,
+				     "pickle: out of memory");
+	while (!stop) {
+		if (vm.pos >= vm.len) {
+			vm.op_off = vm.pos;
+			vm.op = 0;
+			rc = vm_fail(&vm, -EINVAL, "truncated: no STOP opcode");
+			break;
+		}
+		vm.op_off = vm.pos;
+		vm.op = vm.buf[vm.pos++];
+		rc = step(&vm, &stop);
+		if (rc)
+			break;
+	}
+	free(vm.stack);
+	free(vm.marks);
+	free(vm.memo);
+	if (vm.cloc)
+		freelocale(vm.cloc);
+	if (rc) {
+		flx_pickle_free(vm.p);
+		return rc;
+	}
+	*out = vm.p;
+	return 0;
+}
+
+const flx_pv *flx_pickle_root(const flx_pickle *p)
+{
+	return p ? p->root : NULL;
+}
+
+void flx_pickle_free(flx_pickle *p)
+{
+	struct arena_blk *b, *next;
+
+	if (!p)
+		return;
+	for (b = p->blocks; b; b = next) {
+		next = b->next;
+		free(b);
+	}
+	free(p);
+}
+
+/* ----------------------------------------------------------------- helpers */
+
+const flx_pv *flx_pv_dict_get(const flx_pv *dict, const char *key)
+{
+	size_t kl;
+
+	if (!dict || !key || dict->kind != FLX_PV_DICT)
+		return NULL;
+	kl = strlen(key);
+	/* From the end: a repeated key behaves as in Python (last wins). */
+	for (size_t i = dict->u.dict.n; i-- > 0;) {
+		const flx_pv *k = dict->u.dict.kv[2 * i];
+
+		if (k->kind == FLX_PV_STR && k->u.str.len == kl &&
+		    memcmp(k->u.str.s, key, kl) == 0)
+			return dict->u.dict.kv[2 * i + 1];
+	}
+	return NULL;
+}
+
+bool flx_pv_is_global(const flx_pv *v, const char *module, const char *name)
+{
+	if (!v || v->kind != FLX_PV_GLOBAL || !name)
+		return false;
+	if (strcmp(v->u.global.name, name) != 0)
+		return false;
+	return !module || strcmp(v->u.global.module, module) == 0;
+}
+
+const flx_pv *flx_pv_obj_class(const flx_pv *v)
+{
+	if (!v || v->kind != FLX_PV_OBJ || !v->u.obj.cls ||
+	    v->u.obj.cls->kind != FLX_PV_GLOBAL)
+		return NULL;
+	return v->u.obj.cls;
+}
+
+bool flx_pv_is_obj_of(const flx_pv *v, const char *name)
+{
+	return flx_pv_is_global(flx_pv_obj_class(v), NULL, name);
+}
+
+const char *flx_pv_str(const flx_pv *v)
+{
+	return v && v->kind == FLX_PV_STR ? v->u.str.s : NULL;
+}
+
+bool flx_pv_int(const flx_pv *v, int64_t *out)
+{
+	if (!v || !out)
+		return false;
+	if (v->kind == FLX_PV_INT)
+		*out = v->u.i;
+	else if (v->kind == FLX_PV_BOOL)
+		*out = v->u.b;
+	else
+		return false;
+	return true;
+}
+
+const flx_pv *flx_pv_item(const flx_pv *v, size_t i)
+{
+	if (!v || (v->kind != FLX_PV_TUPLE && v->kind != FLX_PV_LIST) ||
+	    i >= v->u.seq.n)
+		return NULL;
+	return v->u.seq.v[i];
+}
+
+size_t flx_pv_len(const flx_pv *v)
+{
+	if (!v)
+		return 0;
+	switch (v->kind) {
+	case FLX_PV_TUPLE:
+	case FLX_PV_LIST:
+	case FLX_PV_SET:
+		return v->u.seq.n;
+	case FLX_PV_DICT:
+		return v->u.dict.n;
+	default:
+		return 0;
+	}
+}
+
+const char *flx_pv_kind_name(const flx_pv *v)
+{
+	static const char *const names[] = {
+	    [FLX_PV_NONE] = "None",   [FLX_PV_BOOL] = "bool",
+	    [FLX_PV_INT] = "int",     [FLX_PV_BIGINT] = "big int",
+	    [FLX_PV_FLOAT] = "float", [FLX_PV_STR] = "str",
+	    [FLX_PV_BYTES] = "bytes", [FLX_PV_TUPLE] = "tuple",
+	    [FLX_PV_LIST] = "list",   [FLX_PV_SET] = "set",
+	    [FLX_PV_DICT] = "dict",   [FLX_PV_GLOBAL] = "global",
+	    [FLX_PV_OBJ] = "object",  [FLX_PV_PERSID] = "persistent id",
+	};
+
+	if (!v)
+		return "nothing";
+	if ((unsigned)v->kind >= sizeof(names) / sizeof(names[0]))
+		return "?";
+	return names[v->kind];
+}

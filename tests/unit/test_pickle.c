@@ -1,0 +1,855 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The pickle VM against pickles made by CPython (protocols 0-5) and by
+ * torch 1.13/2.6 DCP saves (data/vectors.h, from data/gen_vectors.py), then
+ * against hand-made and damaged inputs.  Expected trees come from CPython's
+ * own unpickler (see gen_vectors.py), printed in a canonical form that
+ * dump() below reproduces from our tree.
+ */
+#include "check.h"
+#include "data/vectors.h"
+#include "pickle.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NVEC (sizeof(pkl_vecs) / sizeof(pkl_vecs[0]))
+
+static unsigned char *read_file(const char *rel, size_t *len)
+{
+	char path[512];
+	unsigned char *buf = NULL;
+	FILE *f;
+	long n;
+
+	snprintf(path, sizeof(path), "unit/data/%s", rel);
+	f = fopen(path, "rb");
+	if (!f) {
+		fprintf(stderr, "cannot open %s\n", path);
+		return NULL;
+	}
+	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+	    fseek(f, 0, SEEK_SET) == 0) {
+		buf = malloc((size_t)n + 1);
+		if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+			free(buf);
+			buf = NULL;
+		}
+		*len = (size_t)n;
+	}
+	fclose(f);
+	return buf;
+}
+
+/* ------------------------------------------------------- canonical dump */
+
+struct sbuf {
+	char *p;
+	size_t n, cap;
+	size_t budget; /* nodes left to visit: a shared DAG can be huge */
+};
+
+static void put(struct sbuf *b, const char *s, size_t n)
+{
+	if (b->n + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+
+		while (cap < b->n + n + 1)
+			cap *= 2;
+		b->p = realloc(b->p, cap);
+		if (!b->p)
+			abort();
+		b->cap = cap;
+	}
+	memcpy(b->p + b->n, s, n);
+	b->n += n;
+	b->p[b->n] = '\0';
+}
+
+static void puts_(struct sbuf *b, const char *s)
+{
+	put(b, s, strlen(s));
+}
+
+static void put_esc(struct sbuf *b, const char *s, size_t n)
+{
+	puts_(b, "\"");
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		char t[8];
+
+		if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+			put(b, (const char *)&c, 1);
+		} else {
+			snprintf(t, sizeof(t), "\\x%02x", c);
+			puts_(b, t);
+		}
+	}
+	puts_(b, "\"");
+}
+
+/* Mirrors dump() in gen_vectors.py. */
+static void dump(struct sbuf *b, const flx_pv *v, int depth)
+{
+	char t[64];
+
+	if (b->budget == 0)
+		return;
+	b->budget--;
+	if (depth >= FLX_PV_MAX_WALK_DEPTH) {
+		puts_(b, "~");
+		return;
+	}
+	switch (v->kind) {
+	case FLX_PV_NONE:
+		puts_(b, "N");
+		break;
+	case FLX_PV_BOOL:
+		puts_(b, v->u.b ? "T" : "F");
+		break;
+	case FLX_PV_INT:
+		snprintf(t, sizeof(t), "i%" PRId64, v->u.i);
+		puts_(b, t);
+		break;
+	case FLX_PV_BIGINT:
+		puts_(b, "I");
+		break;
+	case FLX_PV_FLOAT: {
+		uint64_t bits;
+
+		memcpy(&bits, &v->u.f, sizeof(bits));
+		snprintf(t, sizeof(t), "f%016" PRIx64, bits);
+		puts_(b, t);
+		break;
+	}
+	case FLX_PV_STR:
+	case FLX_PV_BYTES:
+		puts_(b, v->kind == FLX_PV_STR ? "s" : "b");
+		put_esc(b, v->u.str.s, v->u.str.len);
+		break;
+	case FLX_PV_TUPLE:
+	case FLX_PV_LIST:
+	case FLX_PV_SET: {
+		const char *br = v->kind == FLX_PV_TUPLE  ? "()"
+				 : v->kind == FLX_PV_LIST ? "[]"
+							  : "{}";
+
+		put(b, br, 1);
+		for (size_t i = 0; i < v->u.seq.n; i++) {
+			if (i)
+				puts_(b, ",");
+			dump(b, v->u.seq.v[i], depth + 1);
+		}
+		put(b, br + 1, 1);
+		break;
+	}
+	case FLX_PV_DICT:
+		puts_(b, "<");
+		for (size_t i = 0; i < v->u.dict.n; i++) {
+			if (i)
+				puts_(b, ",");
+			dump(b, v->u.dict.kv[2 * i], depth + 1);
+			puts_(b, ":");
+			dump(b, v->u.dict.kv[2 * i + 1], depth + 1);
+		}
+		puts_(b, ">");
+		break;
+	case FLX_PV_GLOBAL:
+		puts_(b, "g(");
+		put_esc(b, v->u.global.module, strlen(v->u.global.module));
+		puts_(b, " ");
+		put_esc(b, v->u.global.name, strlen(v->u.global.name));
+		puts_(b, ")");
+		break;
+	case FLX_PV_OBJ:
+		puts_(b, v->u.obj.newobj ? "O(" : "R(");
+		dump(b, v->u.obj.cls, depth + 1);
+		puts_(b, ";");
+		dump(b, v->u.obj.args, depth + 1);
+		puts_(b, ";");
+		if (v->u.obj.state)
+			dump(b, v->u.obj.state, depth + 1);
+		else
+			puts_(b, "-");
+		puts_(b, ")");
+		break;
+	case FLX_PV_PERSID:
+		puts_(b, "P(");
+		dump(b, v->u.persid.pid, depth + 1);
+		puts_(b, ")");
+		break;
+	}
+}
+
+static uint64_t fnv64(const char *s, size_t n)
+{
+	uint64_t h = 0xcbf29ce484222325u;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (unsigned char)s[i]) * 0x100000001b3u;
+	return h;
+}
+
+/* Does the tree match the generator's expectation? */
+static bool matches(const flx_pv *root, const char *expect, const char *file)
+{
+	struct sbuf b = {.budget = 10000000}; /* a bad decode may loop */
+	char h[64];
+	bool ok;
+
+	dump(&b, root, 0);
+	if (strncmp(expect, "fnv:", 4) == 0) {
+		snprintf(h, sizeof(h), "fnv:%016" PRIx64 ":%zu",
+			 fnv64(b.p, b.n), b.n);
+		ok = strcmp(h, expect) == 0;
+	} else {
+		ok = strcmp(b.p, expect) == 0;
+	}
+	if (!ok)
+		fprintf(stderr,
+			"%s: tree differs\n got: %.600s\nwant: %.600s\n", file,
+			b.p, expect);
+	free(b.p);
+	return ok;
+}
+
+/* ------------------------------------------------------------- helpers */
+
+/* NULL-safe accessors, so a wrong tree fails a CHECK instead of crashing */
+static int kind(const flx_pv *v)
+{
+	return v ? (int)v->kind : -1;
+}
+
+static const flx_pv *state(const flx_pv *v)
+{
+	return v && v->kind == FLX_PV_OBJ ? v->u.obj.state : NULL;
+}
+
+static const flx_pv *args(const flx_pv *v)
+{
+	return v && v->kind == FLX_PV_OBJ ? v->u.obj.args : NULL;
+}
+
+static bool is_newobj(const flx_pv *v)
+{
+	return v && v->kind == FLX_PV_OBJ && v->u.obj.newobj;
+}
+
+static int load(const void *buf, size_t len, flx_pickle **p, flx_error *e)
+{
+	flx_error_init(e);
+	return flx_pickle_load(buf, len, "t.pkl", NULL, p, e);
+}
+
+static void expect_fail(const char *s, size_t n, const char *needle, int line)
+{
+	flx_pickle *p = NULL;
+	flx_error e;
+	int rc = load(s, n, &p, &e);
+
+	if (rc != -EINVAL || p != NULL) {
+		fprintf(stderr, "line %d: expected -EINVAL, got %d\n", line,
+			rc);
+		check_failures++;
+		flx_pickle_free(p);
+		return;
+	}
+	if (needle && !strstr(e.text, needle)) {
+		fprintf(stderr, "line %d: error '%s' lacks '%s'\n", line,
+			e.text, needle);
+		check_failures++;
+	}
+	if (strcmp(e.file, "t.pkl") != 0) {
+		fprintf(stderr, "line %d: error file '%s'\n", line, e.file);
+		check_failures++;
+	}
+}
+
+#define FAILS(s, needle) expect_fail((s), sizeof(s) - 1, (needle), __LINE__)
+
+static const flx_pv *root_of(const char *s, size_t n, flx_pickle **p)
+{
+	flx_error e;
+	int rc = load(s, n, p, &e);
+
+	if (rc) {
+		fprintf(stderr, "load failed: %s\n", e.text);
+		check_failures++;
+		return NULL;
+	}
+	return flx_pickle_root(*p);
+}
+
+#define ROOT(s, p) root_of((s), sizeof(s) - 1, (p))
+
+/* Load with limits; only the return code matters. */
+static int limited(const char *s, size_t n, const flx_pickle_limits *lim,
+		   flx_error *e)
+{
+	flx_pickle *p = NULL;
+	int rc;
+
+	flx_error_init(e);
+	rc = flx_pickle_load(s, n, "t", lim, &p, e);
+	if (rc)
+		CHECK(p == NULL); /* out untouched on failure */
+	flx_pickle_free(p);
+	return rc;
+}
+
+#define LIMITED(s, lim, e) limited((s), sizeof(s) - 1, (lim), (e))
+
+/* -------------------------------------------------------------- vectors */
+
+static void test_vectors(void)
+{
+	size_t nproto[6] = {0}, nmeta = 0;
+
+	CHECK(NVEC >= 26);
+	for (size_t i = 0; i < NVEC; i++) {
+		size_t len = 0;
+		unsigned char *buf = read_file(pkl_vecs[i].file, &len);
+		flx_pickle *p = NULL;
+		flx_error e;
+		int rc;
+
+		CHECK(buf != NULL);
+		if (!buf)
+			continue;
+		rc = load(buf, len, &p, &e);
+		if (rc)
+			fprintf(stderr, "%s: %s\n", pkl_vecs[i].file, e.text);
+		CHECK_EQ(rc, 0);
+		if (!rc) {
+			CHECK(matches(flx_pickle_root(p), pkl_vecs[i].expect,
+				      pkl_vecs[i].file));
+			if (buf[0] == 0x80 && buf[1] <= 5)
+				nproto[buf[1]]++;
+			else
+				nproto[0]++;
+			if (strstr(pkl_vecs[i].file, "metadata"))
+				nmeta++;
+		}
+		flx_pickle_free(p);
+		free(buf);
+	}
+	/* Every protocol is represented, and both torch versions. */
+	for (int v = 0; v <= 5; v++)
+		CHECK(nproto[v] >= 3 || (v == 1 && nproto[1] == 0));
+	CHECK_EQ(nmeta, 2);
+}
+
+/* Structural facts the dumps cannot show: sharing through the memo. */
+static void test_memo_sharing(void)
+{
+	for (int proto = 0; proto <= 5; proto++) {
+		char name[64];
+		size_t len = 0;
+		unsigned char *buf;
+		flx_pickle *p = NULL;
+		flx_error e;
+		const flx_pv *r;
+
+		snprintf(name, sizeof(name), "pickle/memo_p%d.pkl", proto);
+		buf = read_file(name, &len);
+		CHECK(buf != NULL);
+		if (!buf)
+			continue;
+		CHECK_EQ(load(buf, len, &p, &e), 0);
+		r = flx_pickle_root(p);
+		CHECK_EQ(flx_pv_len(r), 7);
+		CHECK(flx_pv_item(r, 0) == flx_pv_item(r, 1));
+		CHECK_STR(flx_pv_str(flx_pv_item(r, 0)), "shared string");
+		CHECK(flx_pv_item(r, 2) == flx_pv_item(r, 3));
+		CHECK(flx_pv_item(r, 4) == flx_pv_item(r, 5));
+		CHECK(flx_pv_item(flx_pv_item(r, 4), 0) == flx_pv_item(r, 2));
+		CHECK(flx_pv_dict_get(flx_pv_item(r, 6), "k") ==
+		      flx_pv_item(r, 0));
+		flx_pickle_free(p);
+		free(buf);
+	}
+}
+
+static void test_objects(void)
+{
+	size_t len = 0;
+	unsigned char *buf = read_file("pickle/objects_p4.pkl", &len);
+	flx_pickle *p = NULL;
+	flx_error e;
+	const flx_pv *r, *pt, *st, *od;
+	int64_t x;
+
+	CHECK(buf != NULL);
+	if (!buf)
+		return;
+	CHECK_EQ(load(buf, len, &p, &e), 0);
+	r = flx_pickle_root(p);
+	CHECK_EQ(flx_pv_len(r), 10);
+	/* dataclass: NEWOBJ(Point, ()) + BUILD(dict) */
+	pt = flx_pv_item(r, 0);
+	CHECK(flx_pv_is_obj_of(pt, "Point"));
+	CHECK(flx_pv_is_global(flx_pv_obj_class(pt), "__main__", "Point"));
+	CHECK(!flx_pv_is_global(flx_pv_obj_class(pt), "other", "Point"));
+	CHECK(is_newobj(pt));
+	st = state(pt);
+	CHECK(flx_pv_int(flx_pv_dict_get(st, "x"), &x) && x == 1);
+	CHECK_EQ(kind(flx_pv_dict_get(st, "y")), FLX_PV_FLOAT);
+	CHECK_EQ(flx_pv_len(flx_pv_dict_get(st, "tags")), 1);
+	CHECK(flx_pv_dict_get(st, "nope") == NULL);
+	/* __getstate__ tuple (TensorProperties-like) */
+	st = state(flx_pv_item(r, 1));
+	CHECK(kind(st) == FLX_PV_TUPLE && flx_pv_len(st) == 2);
+	/* __reduce__: REDUCE(Reduced, (3, 'x')) */
+	CHECK(flx_pv_is_obj_of(flx_pv_item(r, 2), "Reduced"));
+	CHECK(!is_newobj(flx_pv_item(r, 2)));
+	CHECK_STR(flx_pv_str(flx_pv_item(args(flx_pv_item(r, 2)), 1)), "x");
+	/* OrderedDict() / OrderedDict(a=1) / state dict with _metadata */
+	CHECK_EQ(kind(flx_pv_item(r, 5)), FLX_PV_DICT);
+	CHECK_EQ(flx_pv_len(flx_pv_item(r, 5)), 0);
+	CHECK_EQ(kind(flx_pv_item(r, 6)), FLX_PV_DICT);
+	CHECK(flx_pv_int(flx_pv_dict_get(flx_pv_item(r, 6), "a"), &x) &&
+	      x == 1);
+	od = flx_pv_item(r, 7);
+	CHECK_EQ(kind(od), FLX_PV_DICT);
+	CHECK_EQ(flx_pv_len(od), 2);
+	CHECK(flx_pv_int(flx_pv_dict_get(od, "b"), &x) && x == 2);
+	flx_pickle_free(p);
+	free(buf);
+}
+
+static void test_scalars(void)
+{
+	size_t len = 0;
+	unsigned char *buf = read_file("pickle/scalars_p2.pkl", &len);
+	flx_pickle *p = NULL;
+	flx_error e;
+	const flx_pv *ints, *strs;
+	int64_t v;
+
+	CHECK(buf != NULL);
+	if (!buf)
+		return;
+	CHECK_EQ(load(buf, len, &p, &e), 0);
+	ints = flx_pv_item(flx_pickle_root(p), 0);
+	CHECK(flx_pv_int(flx_pv_item(ints, 8), &v) && v == INT32_MIN);
+	CHECK(flx_pv_int(flx_pv_item(ints, 12), &v) && v == INT64_MAX);
+	CHECK(flx_pv_int(flx_pv_item(ints, 13), &v) && v == INT64_MIN);
+	CHECK_EQ(kind(flx_pv_item(ints, 14)), FLX_PV_BIGINT);
+	CHECK_EQ(kind(flx_pv_item(ints, 15)), FLX_PV_BIGINT);
+	CHECK_EQ(kind(flx_pv_item(ints, 19)), FLX_PV_BIGINT);
+	CHECK(!flx_pv_int(flx_pv_item(ints, 19), &v));
+	strs = flx_pv_item(flx_pickle_root(p), 2);
+	CHECK_STR(flx_pv_str(flx_pv_item(strs, 2)),
+		  "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+	CHECK(kind(flx_pv_item(strs, 4)) == FLX_PV_STR &&
+	      flx_pv_item(strs, 4)->u.str.len == 20); /* holds a NUL */
+	CHECK_EQ(strlen(flx_pv_str(flx_pv_item(strs, 6))), 256);
+	flx_pickle_free(p);
+	free(buf);
+}
+
+/* A real torch 2.6 DCP .metadata, walked the way dcp.c will. */
+static void test_dcp_metadata(void)
+{
+	static const char *const files[] = {"pickle/t113_dcp_metadata.pkl",
+					    "pickle/t26_dcp_metadata.pkl"};
+
+	for (int i = 0; i < 2; i++) {
+		size_t len = 0;
+		unsigned char *buf = read_file(files[i], &len);
+		flx_pickle *p = NULL;
+		flx_error e;
+		const flx_pv *r, *sdm, *w, *props, *sd;
+
+		CHECK(buf != NULL);
+		if (!buf)
+			continue;
+		CHECK_EQ(load(buf, len, &p, &e), 0);
+		r = flx_pickle_root(p);
+		CHECK(flx_pv_is_obj_of(r, "Metadata"));
+		sdm = flx_pv_dict_get(state(r), "state_dict_metadata");
+		CHECK_EQ(flx_pv_len(sdm), 3);
+		w = flx_pv_dict_get(sdm, "w");
+		CHECK(flx_pv_is_obj_of(w, "TensorStorageMetadata"));
+		props = flx_pv_dict_get(state(w), "properties");
+		CHECK(flx_pv_is_obj_of(props, "TensorProperties"));
+		CHECK(flx_pv_is_global(flx_pv_item(state(props), 0), "torch",
+				       "float32"));
+		CHECK(flx_pv_is_obj_of(flx_pv_dict_get(sdm, "step"),
+				       "BytesStorageMetadata"));
+		CHECK(state(flx_pv_dict_get(sdm, "step")) == NULL);
+		sd = flx_pv_dict_get(state(r), "storage_data");
+		CHECK_EQ(flx_pv_len(sd), 3);
+		if (flx_pv_len(sd) == 3) {
+			CHECK(flx_pv_is_obj_of(sd->u.dict.kv[0],
+					       "MetadataIndex"));
+			CHECK(
+			    flx_pv_is_obj_of(sd->u.dict.kv[1], "_StorageInfo"));
+		}
+		flx_pickle_free(p);
+		free(buf);
+	}
+}
+
+/* -------------------------------------------------------- hand-made ok */
+
+static void test_text_opcodes(void)
+{
+	flx_pickle *p = NULL;
+	const flx_pv *r;
+	int64_t v;
+
+	r = ROOT("S'a\\x41\\n\\101\\q'\n.", &p);
+	CHECK(r && r->kind == FLX_PV_STR && r->u.str.len == 6 &&
+	      memcmp(r->u.str.s, "aA\nA\\q", 6) == 0);
+	flx_pickle_free(p);
+	r = ROOT("T\x03\x00\x00\x00"
+		 "abc.",
+		 &p);
+	CHECK_STR(flx_pv_str(r), "abc");
+	flx_pickle_free(p);
+	r = ROOT("U\x02hi.", &p);
+	CHECK_STR(flx_pv_str(r), "hi");
+	flx_pickle_free(p);
+	r = ROOT("I01\n.", &p);
+	CHECK(r && r->kind == FLX_PV_BOOL && r->u.b);
+	CHECK(flx_pv_int(r, &v) && v == 1);
+	flx_pickle_free(p);
+	r = ROOT("I-9223372036854775808\n.", &p);
+	CHECK(flx_pv_int(r, &v) && v == INT64_MIN);
+	flx_pickle_free(p);
+	r = ROOT("I9223372036854775808\n.", &p);
+	CHECK(r && r->kind == FLX_PV_BIGINT);
+	flx_pickle_free(p);
+	r = ROOT("L123L\n.", &p);
+	CHECK(flx_pv_int(r, &v) && v == 123);
+	flx_pickle_free(p);
+	r = ROOT("L99999999999999999999999\n.", &p);
+	CHECK(r && r->kind == FLX_PV_BIGINT);
+	flx_pickle_free(p);
+	r = ROOT("F-1.5e3\n.", &p);
+	CHECK(r && r->kind == FLX_PV_FLOAT && r->u.f == -1500.0);
+	flx_pickle_free(p);
+	r = ROOT("Vx\\u20ac\\\\u0041\\\\\\u0041\xe9\n.", &p);
+	CHECK_STR(flx_pv_str(r), "x\xe2\x82\xac\\\\u0041\\\\A\xc3\xa9");
+	flx_pickle_free(p);
+	/* PUT/GET text, DUP, POP right after MARK drops the mark */
+	r = ROOT("(Vs\np7\n0g7\n2t.", &p);
+	CHECK(flx_pv_len(r) == 2 && flx_pv_item(r, 0) == flx_pv_item(r, 1));
+	flx_pickle_free(p);
+	r = ROOT("(0N.", &p);
+	CHECK(r && r->kind == FLX_PV_NONE);
+	flx_pickle_free(p);
+	/* PERSID and BINPERSID */
+	r = ROOT("Pkey\n.", &p);
+	CHECK_EQ(kind(r), FLX_PV_PERSID);
+	if (kind(r) == FLX_PV_PERSID)
+		CHECK_STR(flx_pv_str(r->u.persid.pid), "key");
+	flx_pickle_free(p);
+	r = ROOT("\x80\x02K\x05Q.", &p);
+	CHECK(r && r->kind == FLX_PV_PERSID &&
+	      flx_pv_int(r->u.persid.pid, &v) && v == 5);
+	flx_pickle_free(p);
+	/* INST and OBJ are inert objects */
+	r = ROOT("(I1\nimod\ncls\n.", &p);
+	CHECK(flx_pv_is_obj_of(r, "cls") && flx_pv_len(r->u.obj.args) == 1);
+	flx_pickle_free(p);
+	r = ROOT("(cmod\ncls\nI1\nI2\no.", &p);
+	CHECK(flx_pv_is_obj_of(r, "cls") && flx_pv_len(r->u.obj.args) == 2);
+	flx_pickle_free(p);
+}
+
+static void test_binary_opcodes(void)
+{
+	flx_pickle *p = NULL;
+	const flx_pv *r;
+	int64_t v;
+
+	/* LONG1 with redundant sign bytes still fits */
+	r = ROOT("\x80\x02\x8a\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff.",
+		 &p);
+	CHECK(flx_pv_int(r, &v) && v == -1);
+	flx_pickle_free(p);
+	r = ROOT("\x80\x02\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x80\x00.", &p);
+	CHECK(r && r->kind == FLX_PV_BIGINT); /* 2^63 */
+	flx_pickle_free(p);
+	r = ROOT("\x80\x02\x8a\x00.", &p);
+	CHECK(flx_pv_int(r, &v) && v == 0);
+	flx_pickle_free(p);
+	r = ROOT("\x80\x02\x8b\x02\x00\x00\x00\x00\x80.", &p);
+	CHECK(flx_pv_int(r, &v) && v == -32768);
+	flx_pickle_free(p);
+	r = ROOT("\x80\x02J\xfe\xff\xff\xff.", &p);
+	CHECK(flx_pv_int(r, &v) && v == -2);
+	flx_pickle_free(p);
+	r = ROOT("\x80\x05\x96\x02\x00\x00\x00\x00\x00\x00\x00\x00\x01.", &p);
+	CHECK(r && r->kind == FLX_PV_BYTES && r->u.str.len == 2 &&
+	      r->u.str.s[1] == 1 && r->u.str.s[2] == 0);
+	flx_pickle_free(p);
+	/* FRAME covering exactly the rest */
+	r = ROOT("\x80\x04\x95\x02\x00\x00\x00\x00\x00\x00\x00N.", &p);
+	CHECK(r && r->kind == FLX_PV_NONE);
+	flx_pickle_free(p);
+	/* OrderedDict via NEWOBJ is a dict; with args it stays an object */
+	r = ROOT("\x80\x02"
+		 "ccollections\nOrderedDict\n)\x81.",
+		 &p);
+	CHECK(r && r->kind == FLX_PV_DICT);
+	flx_pickle_free(p);
+	r = ROOT("\x80\x02"
+		 "ccollections\nOrderedDict\n]\x85R.",
+		 &p);
+	CHECK(flx_pv_is_obj_of(r, "OrderedDict"));
+	flx_pickle_free(p);
+	/* NEWOBJ_EX with empty kwargs */
+	r = ROOT("\x80\x04\x8c\x01m\x8c\x01"
+		 "c\x93)}\x92.",
+		 &p);
+	CHECK(flx_pv_is_obj_of(r, "c") && r->u.obj.newobj);
+	flx_pickle_free(p);
+	/* a list that contains itself (memo cycle) stays a plain graph */
+	r = ROOT("\x80\x04]\x94h\x00"
+		 "a.",
+		 &p);
+	CHECK(r && flx_pv_item(r, 0) == r);
+	flx_pickle_free(p);
+	/* bytes after STOP are ignored */
+	r = ROOT("N.\xff\xff garbage", &p);
+	CHECK(r && r->kind == FLX_PV_NONE);
+	flx_pickle_free(p);
+	/* BUILD with None state is still a state */
+	r = ROOT("\x80\x02"
+		 "cm\nC\n)\x81N"
+		 "b.",
+		 &p);
+	CHECK_EQ(kind(state(r)), FLX_PV_NONE);
+	flx_pickle_free(p);
+}
+
+static void test_helpers(void)
+{
+	flx_pickle *p = NULL;
+	const flx_pv *r = ROOT("\x80\x02}X\x01\x00\x00\x00kC\x01"
+			       "bs.",
+			       &p);
+	int64_t v;
+
+	CHECK(flx_pv_dict_get(NULL, "k") == NULL);
+	CHECK(flx_pv_dict_get(r, NULL) == NULL);
+	CHECK_EQ(kind(flx_pv_dict_get(r, "k")), FLX_PV_BYTES);
+	CHECK(flx_pv_str(flx_pv_dict_get(r, "k")) == NULL);
+	CHECK(flx_pv_item(r, 0) == NULL);
+	CHECK(flx_pv_item(NULL, 0) == NULL);
+	CHECK_EQ(flx_pv_len(r), 1);
+	CHECK_EQ(flx_pv_len(flx_pv_dict_get(r, "k")), 0);
+	CHECK_EQ(flx_pv_len(NULL), 0);
+	CHECK(!flx_pv_int(r, &v));
+	CHECK(!flx_pv_int(NULL, &v));
+	CHECK(flx_pv_obj_class(r) == NULL);
+	CHECK(!flx_pv_is_obj_of(NULL, "x"));
+	CHECK(!flx_pv_is_global(NULL, NULL, "x"));
+	CHECK_STR(flx_pv_kind_name(r), "dict");
+	CHECK_STR(flx_pv_kind_name(NULL), "nothing");
+	CHECK(flx_pickle_root(NULL) == NULL);
+	flx_pickle_free(p);
+	flx_pickle_free(NULL);
+}
+
+/* ------------------------------------------------------------ malformed */
+
+static void test_malformed(void)
+{
+	char *big;
+	flx_pickle *p = NULL;
+	flx_pickle_limits lim = {0};
+	flx_error e;
+	int rc;
+
+	/* the exact message format */
+	flx_error_init(&e);
+	rc = flx_pickle_load("\x80\x02h\x05.", 5, "meta.pkl", NULL, &p, &e);
+	CHECK_EQ(rc, -EINVAL);
+	CHECK_STR(
+	    e.text,
+	    "pickle: offset 2: memo index 5 out of range (opcode BINGET)");
+	CHECK_STR(e.file, "meta.pkl");
+	CHECK(p == NULL);
+
+	FAILS("\x80\x02\xff.", "offset 2: unknown opcode 0xff");
+	FAILS("\x80\x02N\x00.", "unknown opcode 0x00");
+	FAILS("\x80\x06N.", "unsupported protocol 6");
+	FAILS("", "no STOP");
+	FAILS("\x80\x02N", "no STOP");
+	FAILS("\x80\x02.", "stack underflow");
+	FAILS("\x80\x02N(.", "stack underflow"); /* STOP below a mark */
+	FAILS("\x80\x02Nt.", "no MARK");
+	FAILS("\x80\x02N1.", "no MARK");
+	FAILS("\x80\x02N(\x86.", "stack underflow"); /* TUPLE2 across mark */
+	FAILS("\x80\x02j\x00\x00\x01\x00.", "memo index 65536 out of range");
+	FAILS("\x80\x02\x94.", "stack underflow"); /* MEMOIZE on nothing */
+	FAILS("\x80\x02Nr\xff\xff\xff\xff.", "out of range (limit");
+	FAILS("g1\n.", "memo index 1 out of range (opcode GET)");
+	FAILS("Ng-1\n.", "bad memo index");
+	FAILS("\x80\x04\x95\xe8\x03\x00\x00\x00\x00\x00\x00N.",
+	      "frame of 1000 bytes runs past the end");
+	FAILS("\x80\x04\x95\x01\x00\x00", "truncated");
+	FAILS("\x80\x04\x8d\xff\xff\xff\xff\xff\xff\xff\x7fN.",
+	      "truncated: payload needs 9223372036854775807 bytes");
+	FAILS("\x80\x04\x8e\xff\xff\xff\xff\xff\xff\xff\xffN.", "truncated");
+	FAILS("\x80\x05\x96\xff\xff\xff\xff\xff\xff\xff\x7fN.", "truncated");
+	FAILS("\x80\x02X\xff\xff\xff\xffN.", "truncated");
+	FAILS("\x80\x02T\xff\xff\xff\xffN.", "negative length");
+	FAILS("\x80\x02\x8b\xff\xff\xff\xffN.", "negative length");
+	FAILS("\x80\x02\x8a\x05\x01.", "truncated");
+	FAILS("\x80\x02)Na.", "APPEND to a tuple");
+	FAILS("\x80\x02}(Ne.", "APPENDS to a dict");
+	FAILS("\x80\x02]NNs.", "SETITEM on a list");
+	FAILS("\x80\x02](NNu.", "SETITEMS on a list");
+	FAILS("\x80\x02}(Nu.", "odd number of items");
+	FAILS("\x80\x02(NNNd.", "odd number of items");
+	FAILS("\x80\x04](N\x90.", "ADDITEMS to a list");
+	FAILS("\x80\x02]Nb.", "BUILD on a list");
+	FAILS("\x80\x02NNR.", "not a tuple");
+	FAILS("\x80\x04K\x01K\x02\x93.", "module and name must be str");
+	FAILS("\x80\x04\x8c\x01m\x8c\x01"
+	      "c\x93)}X\x01\x00\x00\x00kN"
+	      "s\x92.",
+	      "keyword arguments");
+	FAILS("\x80\x02\x82\x01.", "extension registry");
+	FAILS("\x80\x02\x83\x01\x00.", "extension registry");
+	FAILS("\x80\x05\x97.", "out-of-band buffers");
+	FAILS("\x80\x05N\x98.", "out-of-band buffers");
+	FAILS("c\nname\n.", "empty module or name");
+	FAILS("cmod", "unterminated line");
+	FAILS("Iabc\n.", "bad integer literal");
+	FAILS("I\n.", "bad integer literal");
+	FAILS("Fx1\n.", "bad float literal");
+	FAILS("S'abc\n.", "must be quoted");
+	FAILS("S'\\x4'\n.", "invalid \\x escape");
+	FAILS("V\\u12\n.", "truncated \\u escape");
+	FAILS("V\\U00110000\n.", "out of range");
+	FAILS("Q.", "stack underflow");
+
+	/* MARK nesting and stack limits */
+	big = malloc(200000);
+	CHECK(big != NULL);
+	if (!big)
+		return;
+	memset(big, '(', 200000);
+	rc = load(big, 200000, &p, &e);
+	CHECK_EQ(rc, -EINVAL);
+	CHECK(strstr(e.text, "MARK nesting deeper than 1024") != NULL);
+	memset(big, 'N', 200000);
+	lim.max_stack = 1000;
+	flx_error_init(&e);
+	rc = flx_pickle_load(big, 200000, "t", &lim, &p, &e);
+	CHECK_EQ(rc, -EINVAL);
+	CHECK(strstr(e.text, "stack deeper than 1000") != NULL);
+	/* marks count towards the stack too */
+	memset(big, '(', 200000);
+	lim.max_depth = 1u << 20;
+	flx_error_init(&e);
+	rc = flx_pickle_load(big, 200000, "t", &lim, &p, &e);
+	CHECK_EQ(rc, -EINVAL);
+	CHECK(strstr(e.text, "stack deeper than 1000") != NULL);
+	free(big);
+
+	/* depth exactly at the limit works, one more fails */
+	lim = (flx_pickle_limits){.max_depth = 3};
+	CHECK_EQ(LIMITED("(((Nttt.", &lim, &e), 0);
+	CHECK_EQ(LIMITED("((((Ntttt.", &lim, &e), -EINVAL);
+
+	/* node and memo limits */
+	lim = (flx_pickle_limits){.max_nodes = 4};
+	CHECK_EQ(LIMITED("(NNNl.", &lim, &e), 0);
+	CHECK_EQ(LIMITED("(NNNNl.", &lim, &e), -EINVAL);
+	CHECK(strstr(e.text, "more than 4 values") != NULL);
+	lim = (flx_pickle_limits){.max_memo = 16};
+	CHECK_EQ(LIMITED("\x80\x02Nq\x0fh\x0f.", &lim, &e), 0);
+	CHECK_EQ(LIMITED("\x80\x02Nq\x10.", &lim, &e), -EINVAL);
+	/* a NULL err still gets the right code */
+	CHECK_EQ(LIMITED("\x80\x02h\x05.", NULL, NULL), -EINVAL);
+	lim = (flx_pickle_limits){.max_nodes = 2};
+	CHECK_EQ(LIMITED("(NNNNl.", &lim, NULL), -EINVAL);
+}
+
+/* Every proper prefix of a valid pickle must fail cleanly, and random
+ * damage must either fail with -EINVAL or give a walkable tree. */
+static void test_damage(void)
+{
+	size_t total = 0;
+
+	for (size_t i = 0; i < NVEC; i++) {
+		size_t len = 0;
+		unsigned char *buf = read_file(pkl_vecs[i].file, &len);
+		unsigned char *cp;
+		bool bigfile = len > 4096;
+
+		if (!buf)
+			continue;
+		cp = malloc(len);
+		for (size_t k = 0; cp && k < len; k += bigfile ? 7 : 1) {
+			flx_pickle *p = NULL;
+			flx_error e;
+			int rc;
+
+			/* exact-size copy so ASan sees any over-read */
+			memcpy(cp, buf, k);
+			rc = load(cp, k, &p, &e);
+			if (rc != -EINVAL) {
+				fprintf(stderr, "%s: prefix %zu gave %d\n",
+					pkl_vecs[i].file, k, rc);
+				check_failures++;
+			}
+			flx_pickle_free(p);
+			total++;
+		}
+		for (size_t k = 0; cp && !bigfile && k < len; k++) {
+			static const unsigned char flips[] = {0xff, 0x01, 0x80};
+
+			for (size_t f = 0; f < sizeof(flips); f++) {
+				flx_pickle *p = NULL;
+				flx_error e;
+				int rc;
+
+				memcpy(cp, buf, len);
+				cp[k] ^= flips[f];
+				rc = load(cp, len, &p, &e);
+				if (rc == 0) {
+					struct sbuf b = {.budget = 100000};
+
+					dump(&b, flx_pickle_root(p), 0);
+					free(b.p);
+				} else if (rc != -EINVAL) {
+					fprintf(stderr, "%s: flip at %zu: %d\n",
+						pkl_vecs[i].file, k, rc);
+					check_failures++;
+				}
+				flx_pickle_free(p);
+			}
+		}
+		free(cp);
+		free(buf);
+	}
+	CHECK(total > 10000);
+}
+
+int main(void)
+{
+	test_vectors();
+	test_memo_sharing();
+	test_objects();
+	test_scalars();
+	test_dcp_metadata();
+	test_text_opcodes();
+	test_binary_opcodes();
+	test_helpers();
+	test_malformed();
+	test_damage();
+	return CHECK_RESULT();
+}
