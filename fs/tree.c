@@ -7,6 +7,7 @@
  */
 #include "tree_internal.h"
 
+#include "grow.h"
 #include "reader.h"
 
 #include <errno.h>
@@ -35,29 +36,11 @@ struct flx_fs {
 	uint64_t total;
 };
 
-static int grow(void **arr, size_t *cap, size_t need, size_t elem)
-{
-	size_t ncap;
-	void *p;
-
-	if (need <= *cap)
-		return 0;
-	ncap = *cap ? *cap * 2 : 8;
-	while (ncap < need)
-		ncap *= 2;
-	p = realloc(*arr, ncap * elem);
-	if (!p)
-		return -ENOMEM;
-	*arr = p;
-	*cap = ncap;
-	return 0;
-}
-
 int flx_fs_new(flx_fs **out, int64_t mtime_ns)
 {
 	flx_fs *fs = calloc(1, sizeof(*fs));
 
-	if (!fs || grow((void **)&fs->nodes, &fs->cap, 1, sizeof(node))) {
+	if (!fs || flx_grow((void **)&fs->nodes, &fs->cap, 1, sizeof(node))) {
 		free(fs);
 		return -ENOMEM;
 	}
@@ -82,10 +65,10 @@ static int add_node(flx_fs *fs, int parent, const char *name, bool dir)
 
 	if (parent < 0 || (size_t)parent >= fs->n || !fs->nodes[parent].dir)
 		return -ENOTDIR;
-	if (grow((void **)&fs->nodes, &fs->cap, fs->n + 1, sizeof(node)))
+	if (flx_grow((void **)&fs->nodes, &fs->cap, fs->n + 1, sizeof(node)))
 		return -ENOMEM;
 	pn = &fs->nodes[parent];
-	if (grow((void **)&pn->kids, &pn->capkids, pn->nkids + 1, sizeof(int)))
+	if (flx_grow((void **)&pn->kids, &pn->capkids, pn->nkids + 1, sizeof(int)))
 		return -ENOMEM;
 	idx = (int)fs->n;
 	nn = &fs->nodes[idx];
@@ -118,7 +101,7 @@ static flx_seg *new_seg(flx_fs *fs, int file, flx_seg_kind kind,
 
 	if (len == 0)
 		return NULL;
-	if (grow((void **)&f->segs, &f->capsegs, f->nsegs + 1,
+	if (flx_grow((void **)&f->segs, &f->capsegs, f->nsegs + 1,
 		 sizeof(flx_seg)))
 		return NULL;
 	s = &f->segs[f->nsegs++];
@@ -182,7 +165,7 @@ uint64_t flx_fs_file_size(const flx_fs *fs, int file)
 
 int flx_fs_own_view(flx_fs *fs, flx_view *v)
 {
-	if (grow((void **)&fs->views, &fs->capviews, fs->nviews + 1,
+	if (flx_grow((void **)&fs->views, &fs->capviews, fs->nviews + 1,
 		 sizeof(flx_view *))) {
 		flx_view_free(v);
 		return -ENOMEM;

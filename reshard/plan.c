@@ -21,6 +21,7 @@
  */
 #include "plan.h"
 
+#include "grow.h"
 #include "reader.h"
 #include "slice.h"
 
@@ -228,15 +229,9 @@ static int add_piece(void *arg, uint32_t idx)
 	const flx_chunk *ch = &c->t->chunks[idx];
 	piece *p;
 
-	if (v->npieces == c->cap) {
-		size_t cap = c->cap ? 2 * c->cap : 4;
-		piece *np = realloc(v->pieces, cap * sizeof(*np));
-
-		if (!np)
-			return -ENOMEM;
-		v->pieces = np;
-		c->cap = cap;
-	}
+	if (flx_grow((void **)&v->pieces, &c->cap, v->npieces + 1,
+		     sizeof(piece)))
+		return -ENOMEM;
 	p = &v->pieces[v->npieces++];
 	memset(p, 0, sizeof(*p));
 	for (int d = 0; d < v->ndim; d++) {

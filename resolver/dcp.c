@@ -11,6 +11,7 @@
  * was present and long enough.
  */
 #include "ckpt.h"
+#include "grow.h"
 #include "pickle.h"
 #include "reader.h"
 #include "torchpkl.h"
@@ -320,15 +321,9 @@ static int add_file(loader *L, const char *relpath, bool data, uint32_t *idx)
 		return flx_error_set(L->err, -EINVAL, META_NAME, relpath,
 				     "relative_path leaves the checkpoint "
 				     "directory");
-	if (c->nfiles == L->cap_files) {
-		size_t cap = L->cap_files ? 2 * L->cap_files : 16;
-		flx_file *nf = realloc(c->files, cap * sizeof(*nf));
-
-		if (!nf)
-			return -ENOMEM;
-		c->files = nf;
-		L->cap_files = cap;
-	}
+	if (flx_grow((void **)&c->files, &L->cap_files, c->nfiles + 1,
+		     sizeof(flx_file)))
+		return -ENOMEM;
 	rc = open_inside(L, relpath, &fd);
 	if (rc == -EXDEV)
 		return flx_error_set(L->err, -EINVAL, relpath, "relative_path",
@@ -854,14 +849,9 @@ static int load_extras(loader *L)
 		if (fstatat(L->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
 		    !S_ISREG(st.st_mode))
 			continue;
-		if (n == cap) {
-			char **nn = realloc(names, (cap = cap ? 2 * cap : 8) *
-							   sizeof(*names));
-			if (!nn) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			names = nn;
+		if (flx_grow((void **)&names, &cap, n + 1, sizeof(*names))) {
+			rc = -ENOMEM;
+			goto out;
 		}
 		if (!(names[n] = strdup(de->d_name))) {
 			rc = -ENOMEM;

@@ -937,66 +937,50 @@ static int op_build(struct vm *vm)
 
 /* -------------------------------------------------------------- containers */
 
-static int op_appends(struct vm *vm)
+/* The container below the innermost mark, which must be of kind want;
+ * *start is the first item above the mark. */
+static int mark_target(struct vm *vm, flx_pv_kind want, const char *op,
+		       size_t *start, flx_pv **target)
 {
-	size_t start = 0;
-	flx_pv *list;
-	int rc = pop_mark(vm, &start);
+	int rc = pop_mark(vm, start);
 
 	if (rc)
 		return rc;
-	if (start <= fence(vm))
+	if (*start <= fence(vm))
 		return vm_fail(vm, -EINVAL, "stack underflow");
-	list = vm->stack[start - 1];
-	if (list->kind != FLX_PV_LIST)
-		return vm_fail(vm, -EINVAL, "APPENDS to a %s",
-			       flx_pv_kind_name(list));
-	for (size_t i = start; i < vm->sp; i++)
-		if ((rc = seq_add(vm, list, vm->stack[i])))
-			return rc;
-	vm->sp = start;
+	*target = vm->stack[*start - 1];
+	if ((*target)->kind != want)
+		return vm_fail(vm, -EINVAL, "%s a %s", op,
+			       flx_pv_kind_name(*target));
 	return 0;
+}
+
+/* APPENDS (list) and ADDITEMS (set): add every item above the mark. */
+static int op_add_seq(struct vm *vm, flx_pv_kind want, const char *op)
+{
+	size_t start = 0;
+	flx_pv *seq = NULL;
+	int rc = mark_target(vm, want, op, &start, &seq);
+
+	for (size_t i = start; !rc && i < vm->sp; i++)
+		rc = seq_add(vm, seq, vm->stack[i]);
+	if (!rc)
+		vm->sp = start;
+	return rc;
 }
 
 static int op_setitems(struct vm *vm)
 {
 	size_t start = 0;
-	flx_pv *d;
-	int rc = pop_mark(vm, &start);
+	flx_pv *d = NULL;
+	int rc = mark_target(vm, FLX_PV_DICT, "SETITEMS on", &start, &d);
 
 	if (rc)
 		return rc;
-	if (start <= fence(vm))
-		return vm_fail(vm, -EINVAL, "stack underflow");
-	d = vm->stack[start - 1];
-	if (d->kind != FLX_PV_DICT)
-		return vm_fail(vm, -EINVAL, "SETITEMS on a %s",
-			       flx_pv_kind_name(d));
 	if ((vm->sp - start) & 1)
 		return vm_fail(vm, -EINVAL, "odd number of items");
 	for (size_t i = start; i < vm->sp; i += 2)
 		if ((rc = dict_add(vm, d, vm->stack[i], vm->stack[i + 1])))
-			return rc;
-	vm->sp = start;
-	return 0;
-}
-
-static int op_additems(struct vm *vm)
-{
-	size_t start = 0;
-	flx_pv *set;
-	int rc = pop_mark(vm, &start);
-
-	if (rc)
-		return rc;
-	if (start <= fence(vm))
-		return vm_fail(vm, -EINVAL, "stack underflow");
-	set = vm->stack[start - 1];
-	if (set->kind != FLX_PV_SET)
-		return vm_fail(vm, -EINVAL, "ADDITEMS to a %s",
-			       flx_pv_kind_name(set));
-	for (size_t i = start; i < vm->sp; i++)
-		if ((rc = seq_add(vm, set, vm->stack[i])))
 			return rc;
 	vm->sp = start;
 	return 0;
@@ -1284,7 +1268,7 @@ static int step(struct vm *vm, bool *stop)
 				       flx_pv_kind_name(b));
 		return seq_add(vm, b, a);
 	case OP_APPENDS:
-		return op_appends(vm);
+		return op_add_seq(vm, FLX_PV_LIST, "APPENDS to");
 	case OP_SETITEM:
 		if ((rc = pop(vm, &a)) || (rc = pop(vm, &b)) ||
 		    (rc = top(vm, &c)))
@@ -1296,7 +1280,7 @@ static int step(struct vm *vm, bool *stop)
 	case OP_SETITEMS:
 		return op_setitems(vm);
 	case OP_ADDITEMS:
-		return op_additems(vm);
+		return op_add_seq(vm, FLX_PV_SET, "ADDITEMS to");
 
 	case OP_GLOBAL:
 		return push(vm, new_global_text(vm));

@@ -7,6 +7,7 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int check_failures;
@@ -44,5 +45,33 @@ static int check_failures;
 #define CHECK_RESULT()                                                      \
 	(check_failures ? (fprintf(stderr, "%d check(s) failed\n",          \
 				   check_failures), 1) : 0)
+
+/* Read tests/unit/data/<rel> (tests run with tests/ as working dir) into a
+ * malloc'd buffer; NULL (with a message) on failure. */
+static inline unsigned char *check_read_file(const char *rel, size_t *len)
+{
+	char path[512];
+	unsigned char *buf = NULL;
+	FILE *f;
+	long n;
+
+	snprintf(path, sizeof(path), "unit/data/%s", rel);
+	f = fopen(path, "rb");
+	if (!f) {
+		fprintf(stderr, "cannot open %s\n", path);
+		return NULL;
+	}
+	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
+	    fseek(f, 0, SEEK_SET) == 0) {
+		buf = malloc((size_t)n + 1);
+		if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+			free(buf);
+			buf = NULL;
+		}
+		*len = (size_t)n;
+	}
+	fclose(f);
+	return buf;
+}
 
 #endif

@@ -19,31 +19,6 @@
 
 #define NVEC (sizeof(pkl_vecs) / sizeof(pkl_vecs[0]))
 
-static unsigned char *read_file(const char *rel, size_t *len)
-{
-	char path[512];
-	unsigned char *buf = NULL;
-	FILE *f;
-	long n;
-
-	snprintf(path, sizeof(path), "unit/data/%s", rel);
-	f = fopen(path, "rb");
-	if (!f) {
-		fprintf(stderr, "cannot open %s\n", path);
-		return NULL;
-	}
-	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
-	    fseek(f, 0, SEEK_SET) == 0) {
-		buf = malloc((size_t)n + 1);
-		if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-			free(buf);
-			buf = NULL;
-		}
-		*len = (size_t)n;
-	}
-	fclose(f);
-	return buf;
-}
 
 /* ------------------------------------------------------- canonical dump */
 
@@ -313,7 +288,7 @@ static void test_vectors(void)
 	CHECK(NVEC >= 26);
 	for (size_t i = 0; i < NVEC; i++) {
 		size_t len = 0;
-		unsigned char *buf = read_file(pkl_vecs[i].file, &len);
+		unsigned char *buf = check_read_file(pkl_vecs[i].file, &len);
 		flx_pickle *p = NULL;
 		flx_error e;
 		int rc;
@@ -356,7 +331,7 @@ static void test_memo_sharing(void)
 		const flx_pv *r;
 
 		snprintf(name, sizeof(name), "pickle/memo_p%d.pkl", proto);
-		buf = read_file(name, &len);
+		buf = check_read_file(name, &len);
 		CHECK(buf != NULL);
 		if (!buf)
 			continue;
@@ -378,7 +353,7 @@ static void test_memo_sharing(void)
 static void test_objects(void)
 {
 	size_t len = 0;
-	unsigned char *buf = read_file("pickle/objects_p4.pkl", &len);
+	unsigned char *buf = check_read_file("pickle/objects_p4.pkl", &len);
 	flx_pickle *p = NULL;
 	flx_error e;
 	const flx_pv *r, *pt, *st, *od;
@@ -425,7 +400,7 @@ static void test_objects(void)
 static void test_scalars(void)
 {
 	size_t len = 0;
-	unsigned char *buf = read_file("pickle/scalars_p2.pkl", &len);
+	unsigned char *buf = check_read_file("pickle/scalars_p2.pkl", &len);
 	flx_pickle *p = NULL;
 	flx_error e;
 	const flx_pv *ints, *strs;
@@ -461,7 +436,7 @@ static void test_dcp_metadata(void)
 
 	for (int i = 0; i < 2; i++) {
 		size_t len = 0;
-		unsigned char *buf = read_file(files[i], &len);
+		unsigned char *buf = check_read_file(files[i], &len);
 		flx_pickle *p = NULL;
 		flx_error e;
 		const flx_pv *r, *sdm, *w, *props, *sd;
@@ -786,7 +761,7 @@ static void test_damage(void)
 
 	for (size_t i = 0; i < NVEC; i++) {
 		size_t len = 0;
-		unsigned char *buf = read_file(pkl_vecs[i].file, &len);
+		unsigned char *buf = check_read_file(pkl_vecs[i].file, &len);
 		unsigned char *cp;
 		bool bigfile = len > 4096;
 

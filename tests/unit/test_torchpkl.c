@@ -18,38 +18,13 @@
 
 #define NZIP (sizeof(zip_vecs) / sizeof(zip_vecs[0]))
 
-static unsigned char *read_file(const char *rel, size_t *len)
-{
-	char path[512];
-	unsigned char *buf = NULL;
-	FILE *f;
-	long n;
-
-	snprintf(path, sizeof(path), "unit/data/%s", rel);
-	f = fopen(path, "rb");
-	if (!f) {
-		fprintf(stderr, "cannot open %s\n", path);
-		return NULL;
-	}
-	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
-	    fseek(f, 0, SEEK_SET) == 0) {
-		buf = malloc((size_t)n + 1);
-		if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-			free(buf);
-			buf = NULL;
-		}
-		*len = (size_t)n;
-	}
-	fclose(f);
-	return buf;
-}
 
 /* Parse data.pkl of zip vector v; returns flx_tensor_pkl_parse's code. */
 static int parse_vec(const struct zip_vec *v, flx_tensor_pkl *t,
 		     uint64_t *key_size, bool *is_v3)
 {
 	size_t len = 0;
-	unsigned char *buf = read_file(v->file, &len);
+	unsigned char *buf = check_read_file(v->file, &len);
 	flx_reader r;
 	flx_mem_reader m;
 	flx_zip *z = NULL;

@@ -20,31 +20,6 @@
 
 #define NZIP (sizeof(zip_vecs) / sizeof(zip_vecs[0]))
 
-static unsigned char *read_file(const char *rel, size_t *len)
-{
-	char path[512];
-	unsigned char *buf = NULL;
-	FILE *f;
-	long n;
-
-	snprintf(path, sizeof(path), "unit/data/%s", rel);
-	f = fopen(path, "rb");
-	if (!f) {
-		fprintf(stderr, "cannot open %s\n", path);
-		return NULL;
-	}
-	if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 &&
-	    fseek(f, 0, SEEK_SET) == 0) {
-		buf = malloc((size_t)n + 1);
-		if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-			free(buf);
-			buf = NULL;
-		}
-		*len = (size_t)n;
-	}
-	fclose(f);
-	return buf;
-}
 
 static uint64_t fnv64(const unsigned char *s, size_t n)
 {
@@ -100,7 +75,7 @@ static void test_vectors(void)
 	for (size_t i = 0; i < NZIP; i++) {
 		const struct zip_vec *v = &zip_vecs[i];
 		size_t len = 0;
-		unsigned char *buf = read_file(v->file, &len);
+		unsigned char *buf = check_read_file(v->file, &len);
 		flx_zip *z = NULL;
 		flx_zip_rec rec;
 		flx_error e;
@@ -165,7 +140,7 @@ static void test_fd_windows(void)
 			continue;
 		snprintf(path, sizeof(path), "unit/data/%s", v->file);
 		fd = open(path, O_RDONLY);
-		buf = read_file(v->file, &len);
+		buf = check_read_file(v->file, &len);
 		CHECK(fd >= 0 && buf);
 		if (fd < 0 || !buf) {
 			free(buf);
@@ -290,7 +265,7 @@ static void test_damaged_torch(const char *file)
 	CHECK(v != NULL);
 	if (!v)
 		return;
-	orig = read_file(file, &len);
+	orig = check_read_file(file, &len);
 	CHECK(orig && len == v->win_len && v->win_off == 0);
 	if (!orig || len != v->win_len)
 		return;
@@ -472,7 +447,7 @@ static void test_zip64_saturated(void)
 	CHECK(v != NULL);
 	if (!v)
 		return;
-	orig = read_file(v->file, &len);
+	orig = check_read_file(v->file, &len);
 	if (!orig)
 		return;
 	b = malloc(len);
