@@ -24,8 +24,8 @@ typedef struct builder {
 	const flx_plan *p;
 	flx_fs *fs;
 	flx_error *err;
-	json_t *index;     /* index.json root */
-	flx_view **whole;  /* per tensor: a view of the whole tensor */
+	json_t *index;	  /* index.json root */
+	flx_view **whole; /* per tensor: a view of the whole tensor */
 } builder;
 
 static json_t *ints_json(int n, const int64_t *v)
@@ -79,8 +79,7 @@ static int add_safetensors(builder *b, int dir, const char *name,
 	return rc ? fail(b, rc, name, "building file") : 0;
 }
 
-static int add_npy(builder *b, int dir, const char *tname,
-		   const flx_view *v)
+static int add_npy(builder *b, int dir, const char *tname, const flx_view *v)
 {
 	const flx_tensor *t = flx_view_tensor(v);
 	unsigned char *hdr;
@@ -150,15 +149,14 @@ static int build_rank(builder *b, int ranks_dir, int tp, int pp)
 			continue;
 		v = pl->views[tp];
 		name = flx_placement_name(pl, pp);
-		row = json_pack("{s:s,s:o,s:o}", "name", name, "offset",
-				ints_json(pl->src->ndim, flx_view_box(v)->off),
-				"shape",
-				ints_json(pl->src->ndim, flx_view_box(v)->size));
+		row = json_pack(
+		    "{s:s,s:o,s:o}", "name", name, "offset",
+		    ints_json(pl->src->ndim, flx_view_box(v)->off), "shape",
+		    ints_json(pl->src->ndim, flx_view_box(v)->size));
 		jt = json_object_get(json_object_get(b->index, "tensors"),
 				     pl->src->fqn);
-		if (!row ||
-		    json_object_set_new(json_object_get(jt, "placement"),
-					dname, row)) {
+		if (!row || json_object_set_new(
+				json_object_get(jt, "placement"), dname, row)) {
 			rc = fail(b, -ENOMEM, dname, "");
 			break;
 		}
@@ -169,17 +167,16 @@ static int build_rank(builder *b, int ranks_dir, int tp, int pp)
 		e[n].view = v;
 		n++;
 		if (json_object_set_new(
-			    tinfo, name,
-			    json_pack("{s:s,s:o,s:o,s:o}", "source",
-				      pl->src->fqn, "global_shape",
-				      ints_json(pl->src->ndim,
-						pl->src->shape),
-				      "global_offset",
-				      ints_json(pl->src->ndim,
-						flx_view_box(v)->off),
-				      "split_axis",
-				      pl->split < 0 ? json_null()
-						    : json_integer(pl->split))))
+			tinfo, name,
+			json_pack(
+			    "{s:s,s:o,s:o,s:o}", "source", pl->src->fqn,
+			    "global_shape",
+			    ints_json(pl->src->ndim, pl->src->shape),
+			    "global_offset",
+			    ints_json(pl->src->ndim, flx_view_box(v)->off),
+			    "split_axis",
+			    pl->split < 0 ? json_null()
+					  : json_integer(pl->split))))
 			rc = fail(b, -ENOMEM, dname, "");
 	}
 	if (rc)
@@ -256,8 +253,8 @@ static int build_hf(builder *b)
 		size_t cnt = 0;
 		json_t *meta = json_pack("{s:s}", "format", "pt");
 
-		snprintf(fname, sizeof(fname), "model-%05zu-of-%05zu.safetensors",
-			 k + 1, nshards);
+		snprintf(fname, sizeof(fname),
+			 "model-%05zu-of-%05zu.safetensors", k + 1, nshards);
 		while (first + cnt < n && shard_of[first + cnt] == k) {
 			json_object_set_new(wmap, e[first + cnt].name,
 					    json_string(fname));
@@ -269,9 +266,9 @@ static int build_hf(builder *b)
 		first += cnt;
 	}
 	if (!rc) {
-		json_t *idx = json_pack("{s:{s:I},s:O}", "metadata",
-					"total_size", (json_int_t)total,
-					"weight_map", wmap);
+		json_t *idx =
+		    json_pack("{s:{s:I},s:O}", "metadata", "total_size",
+			      (json_int_t)total, "weight_map", wmap);
 		char *text = idx ? json_dumps(idx, JSON_INDENT(2)) : NULL;
 		int f = text ? flx_fs_mkfile(b->fs, dir,
 					     "model.safetensors.index.json")
@@ -327,11 +324,10 @@ static int build_objects(builder *b)
 			rc = -ENOMEM;
 		free(fname);
 		if (!rc && json_object_set_new(
-				   objs, o->fqn,
-				   json_pack("{s:s,s:I,s:s}", "path", path,
-					     "bytes", (json_int_t)o->len,
-					     "file",
-					     b->c->files[o->file].relpath)))
+			       objs, o->fqn,
+			       json_pack("{s:s,s:I,s:s}", "path", path, "bytes",
+					 (json_int_t)o->len, "file",
+					 b->c->files[o->file].relpath)))
 			rc = -ENOMEM;
 		free(path);
 		if (rc)
@@ -351,32 +347,31 @@ static int index_begin(builder *b)
 	for (size_t i = 0; i < c->nfiles; i++)
 		bytes += c->files[i].data ? c->files[i].size : 0;
 	b->index = json_pack(
-		"{s:s,s:{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:i},"
-		"s:{s:i,s:i,s:s?,s:s,s:s,s:b,s:I},s:o,s:{}}",
-		"flexfs_version", "0.1.0", "source", "format", c->format,
-		"writer", c->writer, "dir", c->dir, "tensors",
-		(json_int_t)c->ntensors, "objects", (json_int_t)c->nobjects,
-		"files", (json_int_t)c->nfiles, "bytes", (json_int_t)bytes,
-		"layers", b->p->nlayers, "target", "tp", s->tp, "pp", s->pp,
-		"rules", s->rules_path, "layer_regex", s->layer_regex,
-		"embed_regex", s->embed_regex, "pp_renumber", s->pp_renumber,
-		"hf_shard_size", (json_int_t)s->hf_shard_size, "tensors",
-		tensors, "objects");
+	    "{s:s,s:{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:i},"
+	    "s:{s:i,s:i,s:s?,s:s,s:s,s:b,s:I},s:o,s:{}}",
+	    "flexfs_version", "0.1.0", "source", "format", c->format, "writer",
+	    c->writer, "dir", c->dir, "tensors", (json_int_t)c->ntensors,
+	    "objects", (json_int_t)c->nobjects, "files", (json_int_t)c->nfiles,
+	    "bytes", (json_int_t)bytes, "layers", b->p->nlayers, "target", "tp",
+	    s->tp, "pp", s->pp, "rules", s->rules_path, "layer_regex",
+	    s->layer_regex, "embed_regex", s->embed_regex, "pp_renumber",
+	    s->pp_renumber, "hf_shard_size", (json_int_t)s->hf_shard_size,
+	    "tensors", tensors, "objects");
 	if (!b->index)
 		return fail(b, -ENOMEM, "index.json", "");
 	for (size_t i = 0; i < b->p->n; i++) {
 		const flx_placement *pl = &b->p->p[i];
 		const flx_tensor *t = pl->src;
 		json_t *jt = json_pack(
-			"{s:s,s:o,s:o,s:I,s:o,s:i,s:i,s:o,s:b,s:{}}", "dtype",
-			flx_dtype_name(t->dtype), "shape",
-			ints_json(t->ndim, t->shape), "split_axis",
-			pl->split < 0 ? json_null() : json_integer(pl->split),
-			"source_chunks", (json_int_t)t->nchunks, "layer",
-			pl->layer < 0 ? json_null() : json_integer(pl->layer),
-			"stage_lo", pl->stage_lo, "stage_hi", pl->stage_hi,
-			"npy_dtype", json_string(flx_dtype_get(t->dtype)->npy),
-			"in_safetensors", st_representable(t), "placement");
+		    "{s:s,s:o,s:o,s:I,s:o,s:i,s:i,s:o,s:b,s:{}}", "dtype",
+		    flx_dtype_name(t->dtype), "shape",
+		    ints_json(t->ndim, t->shape), "split_axis",
+		    pl->split < 0 ? json_null() : json_integer(pl->split),
+		    "source_chunks", (json_int_t)t->nchunks, "layer",
+		    pl->layer < 0 ? json_null() : json_integer(pl->layer),
+		    "stage_lo", pl->stage_lo, "stage_hi", pl->stage_hi,
+		    "npy_dtype", json_string(flx_dtype_get(t->dtype)->npy),
+		    "in_safetensors", st_representable(t), "placement");
 
 		if (!jt || json_object_set_new(tensors, t->fqn, jt))
 			return fail(b, -ENOMEM, "index.json", "");

@@ -31,9 +31,8 @@ static json_t *shape_json(int ndim, const int64_t *shape)
 	return a;
 }
 
-int flx_safetensors_header(flx_st_entry *e, size_t n,
-			   const char *metadata_json, unsigned char **out,
-			   uint64_t *len)
+int flx_safetensors_header(flx_st_entry *e, size_t n, const char *metadata_json,
+			   unsigned char **out, uint64_t *len)
 {
 	json_t *root = json_object(), *meta;
 	uint64_t off = 0, hlen, total;
@@ -59,10 +58,10 @@ int flx_safetensors_header(flx_st_entry *e, size_t n,
 			rc = -EINVAL;
 			goto out;
 		}
-		o = json_pack("{s:s,s:o,s:[I,I]}", "dtype", dt, "shape",
-			      shape_json(t->ndim, flx_view_box(e[i].view)->size),
-			      "data_offsets", (json_int_t)off,
-			      (json_int_t)(off + b));
+		o = json_pack(
+		    "{s:s,s:o,s:[I,I]}", "dtype", dt, "shape",
+		    shape_json(t->ndim, flx_view_box(e[i].view)->size),
+		    "data_offsets", (json_int_t)off, (json_int_t)(off + b));
 		if (!o || json_object_set_new(root, e[i].name, o))
 			goto out;
 		off += b;

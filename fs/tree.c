@@ -68,7 +68,8 @@ static int add_node(flx_fs *fs, int parent, const char *name, bool dir)
 	if (flx_grow((void **)&fs->nodes, &fs->cap, fs->n + 1, sizeof(node)))
 		return -ENOMEM;
 	pn = &fs->nodes[parent];
-	if (flx_grow((void **)&pn->kids, &pn->capkids, pn->nkids + 1, sizeof(int)))
+	if (flx_grow((void **)&pn->kids, &pn->capkids, pn->nkids + 1,
+		     sizeof(int)))
 		return -ENOMEM;
 	idx = (int)fs->n;
 	nn = &fs->nodes[idx];
@@ -93,8 +94,7 @@ int flx_fs_mkfile(flx_fs *fs, int parent, const char *name)
 	return add_node(fs, parent, name, false);
 }
 
-static flx_seg *new_seg(flx_fs *fs, int file, flx_seg_kind kind,
-			uint64_t len)
+static flx_seg *new_seg(flx_fs *fs, int file, flx_seg_kind kind, uint64_t len)
 {
 	node *f = &fs->nodes[file];
 	flx_seg *s;
@@ -102,7 +102,7 @@ static flx_seg *new_seg(flx_fs *fs, int file, flx_seg_kind kind,
 	if (len == 0)
 		return NULL;
 	if (flx_grow((void **)&f->segs, &f->capsegs, f->nsegs + 1,
-		 sizeof(flx_seg)))
+		     sizeof(flx_seg)))
 		return NULL;
 	s = &f->segs[f->nsegs++];
 	s->kind = kind;
@@ -166,7 +166,7 @@ uint64_t flx_fs_file_size(const flx_fs *fs, int file)
 int flx_fs_own_view(flx_fs *fs, flx_view *v)
 {
 	if (flx_grow((void **)&fs->views, &fs->capviews, fs->nviews + 1,
-		 sizeof(flx_view *))) {
+		     sizeof(flx_view *))) {
 		flx_view_free(v);
 		return -ENOMEM;
 	}
@@ -374,10 +374,10 @@ ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 	for (size_t i = lo; done < n && i < f->nsegs; i++) {
 		const flx_seg *s = &f->segs[i];
 		uint64_t at = off + done - s->start;
-		size_t take = (size_t)(s->len - at < n - done ? s->len - at
-							      : n - done);
-		ssize_t got = read_seg(s, (unsigned char *)buf + done, take, at,
-				       stats);
+		size_t take =
+		    (size_t)(s->len - at < n - done ? s->len - at : n - done);
+		ssize_t got =
+		    read_seg(s, (unsigned char *)buf + done, take, at, stats);
 
 		if (got < 0)
 			return got;

@@ -36,7 +36,7 @@ typedef struct flx_fs flx_fs;
 typedef struct flx_stat {
 	flx_ino ino;
 	bool dir;
-	uint64_t size;   /* bytes for files, entries for directories */
+	uint64_t size; /* bytes for files, entries for directories */
 	uint32_t nlink;
 	int64_t mtime_ns; /* the checkpoint's .metadata mtime */
 } flx_stat;

@@ -60,7 +60,7 @@ int flx_fs_finish(flx_fs *fs, const char **dup);
 /* formats.c: literal parts of synthetic files. */
 
 typedef struct flx_st_entry {
-	const char *name;  /* tensor name in the file */
+	const char *name; /* tensor name in the file */
 	const flx_view *view;
 } flx_st_entry;
 

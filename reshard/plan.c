@@ -37,14 +37,14 @@
 /* ---- box index: boxes sorted by start along one axis ---- */
 
 typedef struct box_index {
-	const char *base;  /* array of elements, each holding a flx_box */
-	size_t stride;     /* element size */
-	size_t box_off;    /* offset of the flx_box inside an element */
+	const char *base; /* array of elements, each holding a flx_box */
+	size_t stride;	  /* element size */
+	size_t box_off;	  /* offset of the flx_box inside an element */
 	int ndim;
-	int axis;          /* sort axis (-1 for 0-d: every box matches) */
-	int64_t maxext;    /* largest extent along axis */
+	int axis;	/* sort axis (-1 for 0-d: every box matches) */
+	int64_t maxext; /* largest extent along axis */
 	size_t n;
-	uint32_t *order;   /* element indices sorted by box.off[axis] */
+	uint32_t *order; /* element indices sorted by box.off[axis] */
 } box_index;
 
 static const flx_box *bix_box(const box_index *ix, size_t i)
@@ -98,9 +98,9 @@ static int bix_build(box_index *ix, const void *base, size_t stride,
 		qsort_r(ix->order, ix->n, sizeof(uint32_t), cmp_u32_by_start,
 			ix);
 		for (size_t i = 0; i < ix->n; i++)
-			distinct += i == 0 ||
-				    bix_box(ix, ix->order[i])->off[d] !=
-					    bix_box(ix, ix->order[i - 1])->off[d];
+			distinct +=
+			    i == 0 || bix_box(ix, ix->order[i])->off[d] !=
+					  bix_box(ix, ix->order[i - 1])->off[d];
 		if (distinct > best_distinct) {
 			best_distinct = distinct;
 			best = d;
@@ -179,9 +179,9 @@ static int bix_query(const box_index *ix, const flx_box *q,
 /* ---- views ---- */
 
 typedef struct piece {
-	flx_box b;              /* intersection, global coordinates */
+	flx_box b; /* intersection, global coordinates */
 	const flx_chunk *ch;
-	int contig_from;        /* dims [contig_from, ndim) dense in file */
+	int contig_from; /* dims [contig_from, ndim) dense in file */
 } piece;
 
 struct flx_view {
@@ -236,7 +236,7 @@ static int add_piece(void *arg, uint32_t idx)
 	memset(p, 0, sizeof(*p));
 	for (int d = 0; d < v->ndim; d++) {
 		int64_t lo = ch->box.off[d] > v->box.off[d] ? ch->box.off[d]
-							     : v->box.off[d];
+							    : v->box.off[d];
 		int64_t e1 = ch->box.off[d] + ch->box.size[d];
 		int64_t e2 = v->box.off[d] + v->box.size[d];
 
@@ -308,8 +308,8 @@ static int chunk_index(const flx_tensor *t, box_index *ix)
 			 offsetof(flx_chunk, box), t->nchunks, t->ndim);
 }
 
-int flx_view_new(const flx_ckpt *ckpt, const flx_tensor *t,
-		 const flx_box *box, flx_view **out, flx_error *err)
+int flx_view_new(const flx_ckpt *ckpt, const flx_tensor *t, const flx_box *box,
+		 flx_view **out, flx_error *err)
 {
 	box_index ix;
 	int rc = chunk_index(t, &ix);
@@ -349,15 +349,15 @@ uint64_t flx_view_bytes(const flx_view *v)
 
 typedef struct pending {
 	int fd;
-	uint64_t src;   /* file offset */
-	size_t dst;     /* offset in the caller's buffer */
+	uint64_t src; /* file offset */
+	size_t dst;   /* offset in the caller's buffer */
 	size_t len;
 } pending;
 
 typedef struct rdctx {
 	const flx_view *v;
 	unsigned char *buf;
-	uint64_t off;   /* view byte that buf[0] holds */
+	uint64_t off; /* view byte that buf[0] holds */
 	flx_read_stats *stats;
 	pending run;
 	/* window for strided gathers */
@@ -449,10 +449,9 @@ static uint64_t run_elems(const flx_view *v, const piece *p, const int64_t *g)
 		return n; /* strided innermost: the caller gathers */
 	inner = (uint64_t)b->size[D - 1];
 	for (int j = D - 1; j >= 1; j--) {
-		bool full = b->off[j] == bx->off[j] &&
-			    b->size[j] == bx->size[j] &&
-			    b->off[j] == ch->off[j] &&
-			    b->size[j] == ch->size[j];
+		bool full =
+		    b->off[j] == bx->off[j] && b->size[j] == bx->size[j] &&
+		    b->off[j] == ch->off[j] && b->size[j] == ch->size[j];
 
 		if (!full || p->contig_from > j - 1)
 			break;
@@ -526,7 +525,8 @@ static int gather(rdctx *r, const piece *p, uint64_t src0, uint64_t sstride,
 
 			if (sstride)
 				avail = (r->win_off + r->win_len - s - esz) /
-						sstride + 1;
+					    sstride +
+					1;
 			sc.shape[0] = (int64_t)(avail < want ? avail : want);
 			sc.dst_stride[0] = esz;
 			sc.src_stride[0] = (int64_t)sstride;
@@ -559,8 +559,8 @@ static void unravel(const flx_view *v, uint64_t e, int64_t *g)
 ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 		      flx_read_stats *stats)
 {
-	rdctx r = {.v = v, .buf = buf, .off = off, .stats = stats,
-		   .win_fd = -1};
+	rdctx r = {
+	    .v = v, .buf = buf, .off = off, .stats = stats, .win_fd = -1};
 	const piece *p = NULL;
 	uint64_t pos, end;
 	int64_t g[FLX_MAX_DIMS];
@@ -592,10 +592,11 @@ ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 		} else {
 			rc = flush(&r);
 			if (!rc)
-				rc = gather(&r, p, src_offset(v, p, g),
-					    (uint64_t)p->ch->stride[v->ndim - 1] *
-						    v->esz,
-					    e * v->esz, pos, stop);
+				rc = gather(
+				    &r, p, src_offset(v, p, g),
+				    (uint64_t)p->ch->stride[v->ndim - 1] *
+					v->esz,
+				    e * v->esz, pos, stop);
 		}
 		pos = stop;
 	}
@@ -619,8 +620,7 @@ static int match_layer(const regex_t *rx, const char *fqn, layer_match *m)
 	long v;
 
 	m->layer = -1;
-	if (regexec(rx, fqn, ng + 1, g, 0) != 0 || ng == 0 ||
-	    g[ng].rm_so < 0)
+	if (regexec(rx, fqn, ng + 1, g, 0) != 0 || ng == 0 || g[ng].rm_so < 0)
 		return 0;
 	m->so = (size_t)g[ng].rm_so;
 	m->eo = (size_t)g[ng].rm_eo;
@@ -646,11 +646,11 @@ static int infer_split(const flx_tensor *t, flx_error *err)
 				continue;
 			if (axis >= 0 && axis != d)
 				return flx_error_set(
-					err, -EINVAL, NULL, t->fqn,
-					"saved split along axes %d and %d; "
-					"add a rule giving its target split "
-					"(rules=FILE)",
-					axis, d);
+				    err, -EINVAL, NULL, t->fqn,
+				    "saved split along axes %d and %d; "
+				    "add a rule giving its target split "
+				    "(rules=FILE)",
+				    axis, d);
 			axis = d;
 			break;
 		}
@@ -693,8 +693,8 @@ static int check_unique_names(flx_plan *p, flx_error *err)
 		return -ENOMEM;
 	for (size_t i = 0; i < p->n; i++)
 		for (int s = p->p[i].stage_lo; s <= p->p[i].stage_hi; s++)
-			refs[n++] = (name_ref){flx_placement_name(&p->p[i], s),
-					       s, i};
+			refs[n++] =
+			    (name_ref){flx_placement_name(&p->p[i], s), s, i};
 	qsort(refs, n, sizeof(*refs), cmp_name_ref);
 	for (size_t i = 1; i < n && !rc; i++)
 		if (cmp_name_ref(&refs[i - 1], &refs[i]) == 0)
@@ -711,7 +711,7 @@ static int check_unique_names(flx_plan *p, flx_error *err)
 /* Stage of each distinct layer: contiguous groups, the first
  * (nlayers mod pp) stages one layer longer. */
 typedef struct layer_map {
-	int *idx;   /* sorted distinct layer indices */
+	int *idx; /* sorted distinct layer indices */
 	int n;
 	int pp;
 } layer_map;
@@ -744,8 +744,8 @@ static char *renamed(const char *fqn, const layer_match *lm, int local)
 {
 	char *out = NULL;
 
-	if (asprintf(&out, "%.*s%d%s", (int)lm->so, fqn, local,
-		     fqn + lm->eo) < 0)
+	if (asprintf(&out, "%.*s%d%s", (int)lm->so, fqn, local, fqn + lm->eo) <
+	    0)
 		return NULL;
 	return out;
 }
@@ -820,8 +820,7 @@ static int place_one(flx_plan *p, size_t i, const regex_t *layer_rx,
 		if (s->pp_renumber && m.layer >= 0 &&
 		    stage_of_pos(lm, pos) == st)
 			pl->names[k] = renamed(
-				t->fqn, &m,
-				pos - first_pos_of_stage(lm, st));
+			    t->fqn, &m, pos - first_pos_of_stage(lm, st));
 		else
 			pl->names[k] = strdup(t->fqn);
 		if (!pl->names[k])
@@ -885,8 +884,8 @@ static int build_layer_map(const flx_ckpt *c, const regex_t *rx, int pp,
 	return 0;
 }
 
-int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec,
-		   flx_plan **out, flx_error *err)
+int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
+		   flx_error *err)
 {
 	flx_plan *p = calloc(1, sizeof(*p));
 	regex_t layer_rx, embed_rx;

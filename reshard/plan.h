@@ -29,11 +29,11 @@ typedef struct flx_view flx_view;
 
 typedef struct flx_placement {
 	const flx_tensor *src;
-	int split;        /* axis, or -1: replicated on every TP rank */
-	int stage_lo;     /* stages holding it: [stage_lo, stage_hi] */
+	int split;    /* axis, or -1: replicated on every TP rank */
+	int stage_lo; /* stages holding it: [stage_lo, stage_hi] */
 	int stage_hi;
-	int layer;        /* global layer index, -1 if none */
-	char **names;     /* per stage in [lo, hi]: target FQN (owned) */
+	int layer;	  /* global layer index, -1 if none */
+	char **names;	  /* per stage in [lo, hi]: target FQN (owned) */
 	flx_view **views; /* per TP rank: the view of its box (owned) */
 } flx_placement;
 
@@ -41,8 +41,8 @@ typedef struct flx_plan {
 	const flx_ckpt *ckpt; /* borrowed */
 	const flx_spec *spec; /* borrowed */
 	size_t n;
-	flx_placement *p;     /* one per source tensor, same order */
-	int nlayers;          /* distinct layer indices matched */
+	flx_placement *p; /* one per source tensor, same order */
+	int nlayers;	  /* distinct layer indices matched */
 } flx_plan;
 
 /**
@@ -52,8 +52,8 @@ typedef struct flx_plan {
  * two tensors land on the same name in one stage.
  * @return 0 and *out (owned; flx_plan_free()), or -errno with err.
  */
-int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec,
-		   flx_plan **out, flx_error *err);
+int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
+		   flx_error *err);
 
 void flx_plan_free(flx_plan *p);
 
@@ -67,14 +67,14 @@ uint64_t flx_view_bytes(const flx_view *v);
 
 /** A whole-tensor view (box = global shape), for hf/ and tests.
  * @return 0 and *out (owned; flx_view_free()), or -errno. */
-int flx_view_new(const flx_ckpt *ckpt, const flx_tensor *t,
-		 const flx_box *box, flx_view **out, flx_error *err);
+int flx_view_new(const flx_ckpt *ckpt, const flx_tensor *t, const flx_box *box,
+		 flx_view **out, flx_error *err);
 void flx_view_free(flx_view *v);
 
 /** Read statistics, for tests and benchmarks (per call, caller-owned). */
 typedef struct flx_read_stats {
-	uint64_t preads;       /* pread() calls issued */
-	uint64_t bytes_read;   /* bytes read from backing files */
+	uint64_t preads;     /* pread() calls issued */
+	uint64_t bytes_read; /* bytes read from backing files */
 } flx_read_stats;
 
 /**

@@ -78,10 +78,26 @@ int flx_parse_size(const char *text, uint64_t *out)
 	switch (*end) {
 	case '\0':
 		break;
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	case 't': case 'T': shift = 40; end++; break;
+	case 'k':
+	case 'K':
+		shift = 10;
+		end++;
+		break;
+	case 'm':
+	case 'M':
+		shift = 20;
+		end++;
+		break;
+	case 'g':
+	case 'G':
+		shift = 30;
+		end++;
+		break;
+	case 't':
+	case 'T':
+		shift = 40;
+		end++;
+		break;
 	default:
 		return -EINVAL;
 	}
@@ -238,7 +254,8 @@ static int parse_rule(json_t *o, flx_rule *r, const char *name, size_t i,
 
 	if (!json_is_object(o))
 		return rule_error(err, name, i, "rule", "not a JSON object");
-	json_object_foreach(o, k, v) {
+	json_object_foreach(o, k, v)
+	{
 		if (strcmp(k, "match") == 0) {
 			if (!json_is_string(v) || !*json_string_value(v))
 				return rule_error(err, name, i, k,

@@ -24,8 +24,8 @@
 
 typedef enum flx_split_kind {
 	FLX_SPLIT_INFER = 0, /* from the source chunks */
-	FLX_SPLIT_NONE,      /* replicate on every TP rank */
-	FLX_SPLIT_AXIS,      /* along rule.axis */
+	FLX_SPLIT_NONE,	     /* replicate on every TP rank */
+	FLX_SPLIT_AXIS,	     /* along rule.axis */
 } flx_split_kind;
 
 typedef enum flx_stage_kind {
@@ -45,19 +45,19 @@ typedef struct flx_rule {
 } flx_rule;
 
 typedef struct flx_spec {
-	int tp;               /* >= 1 */
-	int pp;               /* >= 1 */
-	char *rules_path;     /* NULL: no rules */
+	int tp;		  /* >= 1 */
+	int pp;		  /* >= 1 */
+	char *rules_path; /* NULL: no rules */
 	flx_rule *rules;
 	size_t nrules;
-	char *layer_regex;    /* POSIX ERE; the last group is the layer index */
-	char *embed_regex;    /* POSIX ERE for first-stage tensors */
-	bool pp_renumber;     /* stage-local layer indices */
+	char *layer_regex; /* POSIX ERE; the last group is the layer index */
+	char *embed_regex; /* POSIX ERE for first-stage tensors */
+	bool pp_renumber;  /* stage-local layer indices */
 	uint64_t hf_shard_size; /* bytes per hf/ shard before splitting */
 } flx_spec;
 
 #define FLX_DEFAULT_LAYER_REGEX "(^|\\.)layers\\.([0-9]+)\\."
-#define FLX_DEFAULT_EMBED_REGEX \
+#define FLX_DEFAULT_EMBED_REGEX                                                \
 	"(^|\\.)(tok_embeddings|embed_tokens|word_embeddings|wte)(\\.|$)"
 #define FLX_DEFAULT_HF_SHARD_SIZE (5ull << 30)
 

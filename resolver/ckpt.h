@@ -25,13 +25,13 @@
 #include <sys/types.h>
 
 typedef struct flx_file {
-	char *relpath;   /* relative to the checkpoint directory */
-	int fd;          /* O_RDONLY, opened at mount */
-	uint64_t size;   /* st_size at mount */
-	dev_t dev;       /* identity at mount, to detect replacement */
+	char *relpath; /* relative to the checkpoint directory */
+	int fd;	       /* O_RDONLY, opened at mount */
+	uint64_t size; /* st_size at mount */
+	dev_t dev;     /* identity at mount, to detect replacement */
 	ino_t ino;
 	int64_t mtime_ns;
-	bool data;       /* a .distcp data file (false: passthrough extra) */
+	bool data; /* a .distcp data file (false: passthrough extra) */
 } flx_file;
 
 /* A hyper-rectangle in global coordinates: [off, off + size) per axis. */
@@ -41,12 +41,12 @@ typedef struct flx_box {
 } flx_box;
 
 typedef struct flx_chunk {
-	flx_box box;                /* where the chunk sits in the tensor */
-	uint32_t file;              /* index into flx_ckpt.files */
-	uint64_t item_off;          /* the item's window in that file */
+	flx_box box;	   /* where the chunk sits in the tensor */
+	uint32_t file;	   /* index into flx_ckpt.files */
+	uint64_t item_off; /* the item's window in that file */
 	uint64_t item_len;
-	uint64_t data_off;    /* absolute file offset of storage element 0 */
-	int64_t storage_offset;       /* elements, from data.pkl */
+	uint64_t data_off;	/* absolute file offset of storage element 0 */
+	int64_t storage_offset; /* elements, from data.pkl */
 	int64_t stride[FLX_MAX_DIMS]; /* elements, from data.pkl */
 } flx_chunk;
 
@@ -68,17 +68,17 @@ typedef struct flx_object {
 } flx_object;
 
 typedef struct flx_ckpt {
-	char *dir;              /* as given */
-	char *format;           /* "torch-dcp" */
-	char *writer;           /* "torch 1.13 (_shard)" or "torch >= 2.0" */
-	int64_t mtime_ns;       /* of .metadata */
+	char *dir;	  /* as given */
+	char *format;	  /* "torch-dcp" */
+	char *writer;	  /* "torch 1.13 (_shard)" or "torch >= 2.0" */
+	int64_t mtime_ns; /* of .metadata */
 	size_t nfiles;
-	flx_file *files;        /* data files first, then extras */
+	flx_file *files; /* data files first, then extras */
 	size_t ntensors;
-	flx_tensor *tensors;    /* in .metadata order */
+	flx_tensor *tensors; /* in .metadata order */
 	size_t nobjects;
 	flx_object *objects;
-	flx_tensor **by_name;   /* internal: tensors sorted by FQN */
+	flx_tensor **by_name; /* internal: tensors sorted by FQN */
 } flx_ckpt;
 
 /**

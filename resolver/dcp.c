@@ -27,14 +27,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define META_NAME ".metadata"
+#define META_NAME	   ".metadata"
 #define MAX_METADATA_BYTES (1ull << 30)
 #define MAX_DATA_PKL_BYTES (1u << 20)
 
 /* One storage_data entry: (fqn, chunk offsets or none) -> item location. */
 typedef struct sentry {
 	const char *fqn;
-	int ndim;          /* -1: no offset key (BYTE_IO) */
+	int ndim; /* -1: no offset key (BYTE_IO) */
 	int64_t off[FLX_MAX_DIMS];
 	const char *relpath;
 	uint64_t offset;
@@ -45,7 +45,7 @@ typedef struct sentry {
 typedef struct loader {
 	flx_ckpt *c;
 	int dirfd;
-	char *realdir;     /* realpath of the directory, for symlink checks */
+	char *realdir; /* realpath of the directory, for symlink checks */
 	flx_error *err;
 	sentry *se;
 	size_t nse;
@@ -105,8 +105,8 @@ static int decode_size(loader *L, const flx_pv *v, const char *key,
 	n = flx_pv_len(t);
 	if (n > FLX_MAX_DIMS)
 		return flx_error_set(L->err, -EINVAL, META_NAME, key,
-				     "%s: %zu dimensions (at most %d)", what,
-				     n, FLX_MAX_DIMS);
+				     "%s: %zu dimensions (at most %d)", what, n,
+				     FLX_MAX_DIMS);
 	for (size_t i = 0; i < n; i++) {
 		if (!flx_pv_int(flx_pv_item(t, i), &dims[i]) || dims[i] < 0)
 			return flx_error_set(L->err, -EINVAL, META_NAME, key,
@@ -348,8 +348,8 @@ static int add_file(loader *L, const char *relpath, bool data, uint32_t *idx)
 	f->size = (uint64_t)st.st_size;
 	f->dev = st.st_dev;
 	f->ino = st.st_ino;
-	f->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 +
-		      st.st_mtim.tv_nsec;
+	f->mtime_ns =
+	    (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 	f->data = data;
 	*idx = (uint32_t)c->nfiles++;
 	/* The kernel readahead only hurts the scattered reads of resharding;
@@ -506,7 +506,8 @@ static int cmp_chunk_axis0(const void *pa, const void *pb, void *axis)
 	const flx_chunk *b = *(flx_chunk *const *)pb;
 	int d = *(int *)axis;
 
-	return a->box.off[d] < b->box.off[d] ? -1 : a->box.off[d] > b->box.off[d];
+	return a->box.off[d] < b->box.off[d] ? -1
+					     : a->box.off[d] > b->box.off[d];
 }
 
 static bool chunks_overlap(int ndim, const flx_chunk *a, const flx_chunk *b)
@@ -541,8 +542,8 @@ static int check_coverage(loader *L, flx_tensor *t)
 			if (ch->box.off[d] > t->shape[d] ||
 			    ch->box.size[d] > t->shape[d] - ch->box.off[d]) {
 				fmt_offsets(o, sizeof(o), t->ndim, ch->box.off);
-				return flx_error_set(L->err, -EINVAL,
-						     META_NAME, t->fqn,
+				return flx_error_set(L->err, -EINVAL, META_NAME,
+						     t->fqn,
 						     "chunk at %s lies outside "
 						     "the global shape",
 						     o);
@@ -585,18 +586,18 @@ static int check_coverage(loader *L, flx_tensor *t)
 			flx_chunk *a = active[j];
 
 			if (t->ndim == 0 ||
-			    a->box.off[axis] + a->box.size[axis] > ch->box.off[axis]) {
+			    a->box.off[axis] + a->box.size[axis] >
+				ch->box.off[axis]) {
 				if (chunks_overlap(t->ndim, a, ch)) {
 					char o[96];
 
 					fmt_offsets(o, sizeof(o), t->ndim,
 						    ch->box.off);
 					rc = flx_error_set(
-						L->err, -EINVAL, META_NAME,
-						t->fqn,
-						"chunk at %s overlaps another "
-						"chunk",
-						o);
+					    L->err, -EINVAL, META_NAME, t->fqn,
+					    "chunk at %s overlaps another "
+					    "chunk",
+					    o);
 					goto out;
 				}
 				active[keep++] = a;
@@ -624,15 +625,14 @@ static int load_tensor(loader *L, flx_tensor *t, const flx_pv *tsm)
 
 	rc = decode_dtype(L, attr(tsm, "properties"), t->fqn, &t->dtype);
 	if (!rc)
-		rc = decode_size(L, attr(tsm, "size"), t->fqn, "size",
-				 &t->ndim, t->shape);
+		rc = decode_size(L, attr(tsm, "size"), t->fqn, "size", &t->ndim,
+				 t->shape);
 	if (rc)
 		return rc;
 	/* Element and byte counts must fit in 63 bits. */
 	for (int d = 0; d < t->ndim; d++)
-		if (t->shape[d] &&
-		    __builtin_mul_overflow(numel, (uint64_t)t->shape[d],
-					   &numel))
+		if (t->shape[d] && __builtin_mul_overflow(
+				       numel, (uint64_t)t->shape[d], &numel))
 			goto too_big;
 	if (numel > (uint64_t)INT64_MAX / flx_dtype_size(t->dtype))
 		goto too_big;
@@ -654,8 +654,7 @@ static int load_tensor(loader *L, flx_tensor *t, const flx_pv *tsm)
 		int n1, n2;
 
 		if (!is_dcp_obj(cm, "ChunkStorageMetadata"))
-			return flx_error_set(L->err, -EINVAL, META_NAME,
-					     t->fqn,
+			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 					     "chunk %u is not a "
 					     "ChunkStorageMetadata",
 					     i);
@@ -667,8 +666,7 @@ static int load_tensor(loader *L, flx_tensor *t, const flx_pv *tsm)
 		if (rc)
 			return rc;
 		if (n1 != t->ndim || n2 != t->ndim)
-			return flx_error_set(L->err, -EINVAL, META_NAME,
-					     t->fqn,
+			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 					     "chunk %u has %d/%d dimensions, "
 					     "the tensor %d",
 					     i, n1, n2, t->ndim);
@@ -677,8 +675,7 @@ static int load_tensor(loader *L, flx_tensor *t, const flx_pv *tsm)
 			char o[96];
 
 			fmt_offsets(o, sizeof(o), t->ndim, ch->box.off);
-			return flx_error_set(L->err, -EINVAL, META_NAME,
-					     t->fqn,
+			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 					     "no storage_data entry for the "
 					     "chunk at %s",
 					     o);
@@ -786,8 +783,8 @@ static int read_metadata(loader *L, void **buf_out, size_t *len_out)
 		return flx_error_set(L->err, -EINVAL, META_NAME, NULL,
 				     "not a regular file of at most 1 GiB");
 	}
-	L->c->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 +
-			 st.st_mtim.tv_nsec;
+	L->c->mtime_ns =
+	    (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
 	if (!buf) {
 		close(fd);
@@ -887,19 +884,19 @@ static int interpret(loader *L, const flx_pv *root)
 	    obj_state(root)->kind != FLX_PV_DICT)
 		return flx_error_set(L->err, -EINVAL, META_NAME, NULL,
 				     "not a DCP Metadata object");
-	L->c->writer = strdup(
-		strstr(cls->u.global.module, "._shard.")
-			? "torch 1.13 (torch.distributed._shard.checkpoint)"
-		: attr(root, "storage_meta")
-			? "torch >= 2.4 (torch.distributed.checkpoint)"
-			: "torch >= 2.0 (torch.distributed.checkpoint)");
+	L->c->writer =
+	    strdup(strstr(cls->u.global.module, "._shard.")
+		       ? "torch 1.13 (torch.distributed._shard.checkpoint)"
+		   : attr(root, "storage_meta")
+		       ? "torch >= 2.4 (torch.distributed.checkpoint)"
+		       : "torch >= 2.0 (torch.distributed.checkpoint)");
 	L->c->format = strdup("torch-dcp");
 	if (!L->c->writer || !L->c->format)
 		return -ENOMEM;
 	rc = load_storage_data(L, attr(root, "storage_data"));
 	if (!rc)
-		rc = load_state_dict_metadata(L, attr(root,
-						      "state_dict_metadata"));
+		rc = load_state_dict_metadata(
+		    L, attr(root, "state_dict_metadata"));
 	return rc;
 }
 
@@ -987,8 +984,8 @@ static int build_index(loader *L)
 {
 	flx_ckpt *c = L->c;
 
-	c->by_name = malloc((c->ntensors ? c->ntensors : 1) *
-			    sizeof(*c->by_name));
+	c->by_name =
+	    malloc((c->ntensors ? c->ntensors : 1) * sizeof(*c->by_name));
 	if (!c->by_name)
 		return -ENOMEM;
 	for (size_t i = 0; i < c->ntensors; i++)

@@ -37,11 +37,11 @@ typedef enum flx_dtype {
 } flx_dtype;
 
 typedef struct flx_dtype_info {
-	const char *torch;       /* "float32" (torch.<name>) */
-	const char *storage;     /* "FloatStorage", NULL for v3-only dtypes */
+	const char *torch;	 /* "float32" (torch.<name>) */
+	const char *storage;	 /* "FloatStorage", NULL for v3-only dtypes */
 	const char *safetensors; /* "F32", NULL when safetensors has none */
-	const char *npy;         /* "<f4" */
-	unsigned size;           /* bytes per element */
+	const char *npy;	 /* "<f4" */
+	unsigned size;		 /* bytes per element */
 } flx_dtype_info;
 
 /** Table entry for dt; the FLX_DT_INVALID entry has empty strings, size 0. */
@@ -50,7 +50,8 @@ const flx_dtype_info *flx_dtype_get(flx_dtype dt);
 /** Lookup by torch attribute name ("bfloat16"); FLX_DT_INVALID if unknown. */
 flx_dtype flx_dtype_from_torch(const char *name);
 
-/** Lookup by legacy storage class ("BFloat16Storage"); FLX_DT_INVALID if unknown. */
+/** Lookup by legacy storage class ("BFloat16Storage"); FLX_DT_INVALID if
+ * unknown. */
 flx_dtype flx_dtype_from_storage(const char *name);
 
 static inline unsigned flx_dtype_size(flx_dtype dt)

@@ -14,10 +14,10 @@
 #define FLX_ERR_FIELD 240
 
 typedef struct flx_error {
-	int code;                  /* -errno, 0 while unset */
-	char file[FLX_ERR_FIELD];  /* file the problem is in ("" if none) */
-	char key[FLX_ERR_FIELD];   /* key / tensor / option ("" if none) */
-	char text[FLX_ERR_FIELD];  /* the reason */
+	int code;		  /* -errno, 0 while unset */
+	char file[FLX_ERR_FIELD]; /* file the problem is in ("" if none) */
+	char key[FLX_ERR_FIELD];  /* key / tensor / option ("" if none) */
+	char text[FLX_ERR_FIELD]; /* the reason */
 } flx_error;
 
 void flx_error_init(flx_error *e);
@@ -27,8 +27,7 @@ void flx_error_init(flx_error *e);
  * @return code (a negative errno), so callers can `return flx_error_set(...)`.
  */
 int flx_error_set(flx_error *e, int code, const char *file, const char *key,
-		  const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
+		  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
 /** Fill key if the recorded error has none (adds context on the way out). */
 void flx_error_key(flx_error *e, const char *key);

@@ -33,11 +33,11 @@ typedef enum flx_pv_kind {
 	FLX_PV_INT,    /* fits int64 */
 	FLX_PV_BIGINT, /* LONG1/LONG4 wider than 64 bits: value not kept */
 	FLX_PV_FLOAT,
-	FLX_PV_STR,    /* unicode, UTF-8 bytes as found */
+	FLX_PV_STR, /* unicode, UTF-8 bytes as found */
 	FLX_PV_BYTES,
 	FLX_PV_TUPLE,
 	FLX_PV_LIST,
-	FLX_PV_SET,    /* set and frozenset */
+	FLX_PV_SET, /* set and frozenset */
 	FLX_PV_DICT,
 	FLX_PV_GLOBAL, /* class/function reference (module, name) */
 	FLX_PV_OBJ,    /* result of REDUCE or NEWOBJ/NEWOBJ_EX */
@@ -69,8 +69,8 @@ struct flx_pv {
 			const char *name;
 		} global;
 		struct {
-			flx_pv *cls;   /* the callable (usually FLX_PV_GLOBAL) */
-			flx_pv *args;  /* TUPLE (NEWOBJ/REDUCE argument) */
+			flx_pv *cls;  /* the callable (usually FLX_PV_GLOBAL) */
+			flx_pv *args; /* TUPLE (NEWOBJ/REDUCE argument) */
 			flx_pv *state; /* BUILD argument, NULL if none */
 			bool newobj;   /* NEWOBJ (true) or REDUCE (false) */
 		} obj;
@@ -83,10 +83,10 @@ struct flx_pv {
 };
 
 typedef struct flx_pickle_limits {
-	size_t max_nodes;  /* 0 = default (1<<22) */
-	size_t max_stack;  /* values on the stack incl. marks; 0 = 1<<20 */
-	size_t max_depth;  /* MARK nesting; 0 = default 1024 */
-	size_t max_memo;   /* memo slots; 0 = default 1<<22 */
+	size_t max_nodes; /* 0 = default (1<<22) */
+	size_t max_stack; /* values on the stack incl. marks; 0 = 1<<20 */
+	size_t max_depth; /* MARK nesting; 0 = default 1024 */
+	size_t max_memo;  /* memo slots; 0 = default 1<<22 */
 } flx_pickle_limits;
 
 typedef struct flx_pickle flx_pickle;

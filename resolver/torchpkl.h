@@ -21,9 +21,9 @@
 
 typedef struct flx_tensor_pkl {
 	flx_dtype dtype;
-	char key[64];            /* storage record name under data/ */
-	uint64_t storage_bytes;  /* storage size in bytes */
-	int64_t storage_offset;  /* elements */
+	char key[64];		/* storage record name under data/ */
+	uint64_t storage_bytes; /* storage size in bytes */
+	int64_t storage_offset; /* elements */
 	int ndim;
 	int64_t size[FLX_MAX_DIMS];
 	int64_t stride[FLX_MAX_DIMS]; /* elements */

@@ -17,11 +17,11 @@
 #include <stdint.h>
 
 #define FLX_ZIP_MAX_ENTRIES 4096
-#define FLX_ZIP_MAX_NAME 1024
+#define FLX_ZIP_MAX_NAME    1024
 
 typedef struct flx_zip_rec {
 	uint64_t data_off; /* payload offset relative to the archive start */
-	uint64_t size;     /* payload bytes */
+	uint64_t size;	   /* payload bytes */
 } flx_zip_rec;
 
 typedef struct flx_zip flx_zip;

@@ -11,7 +11,8 @@ cd "$(dirname "$0")/.."
 # Run/test: fuse3 (fusermount3, mount.fuse3), bats, numpy and torch for the
 # oracle checks (real loaders read the views back).
 PKGS=(build-essential cmake pkg-config libfuse3-dev fuse3 libjansson-dev
-      libzstd-dev bats python3 python3-numpy python3-torch util-linux)
+      libzstd-dev bats clang-format python3 python3-numpy python3-torch
+      util-linux)
 
 missing=()
 for p in "${PKGS[@]}"; do

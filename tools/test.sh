@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 tools/setup.sh --deps
 jobs=$(nproc)
 
+tools/check-format.sh
+
 echo "== core without FUSE"
 cmake -S . -B build-nofuse -DFLEXFS_WITH_FUSE=OFF >/dev/null
 cmake --build build-nofuse -j"$jobs"

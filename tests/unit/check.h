@@ -12,39 +12,42 @@
 
 static int check_failures;
 
-#define CHECK(cond)                                                         \
-	do {                                                                \
-		if (!(cond)) {                                              \
-			fprintf(stderr, "%s:%d: CHECK(%s) failed\n",        \
-				__FILE__, __LINE__, #cond);                 \
-			check_failures++;                                   \
-		}                                                           \
+#define CHECK(cond)                                                            \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, \
+				__LINE__, #cond);                              \
+			check_failures++;                                      \
+		}                                                              \
 	} while (0)
 
-#define CHECK_EQ(a, b)                                                      \
-	do {                                                                \
-		long long va_ = (long long)(a), vb_ = (long long)(b);       \
-		if (va_ != vb_) {                                           \
-			fprintf(stderr, "%s:%d: %s == %s failed: %lld vs %lld\n", \
-				__FILE__, __LINE__, #a, #b, va_, vb_);      \
-			check_failures++;                                   \
-		}                                                           \
+#define CHECK_EQ(a, b)                                                         \
+	do {                                                                   \
+		long long va_ = (long long)(a), vb_ = (long long)(b);          \
+		if (va_ != vb_) {                                              \
+			fprintf(stderr,                                        \
+				"%s:%d: %s == %s failed: %lld vs %lld\n",      \
+				__FILE__, __LINE__, #a, #b, va_, vb_);         \
+			check_failures++;                                      \
+		}                                                              \
 	} while (0)
 
-#define CHECK_STR(a, b)                                                     \
-	do {                                                                \
-		const char *sa_ = (a), *sb_ = (b);                          \
-		if (!sa_ || !sb_ || strcmp(sa_, sb_) != 0) {                \
-			fprintf(stderr, "%s:%d: %s == %s failed: '%s' vs '%s'\n", \
-				__FILE__, __LINE__, #a, #b,                 \
-				sa_ ? sa_ : "(null)", sb_ ? sb_ : "(null)"); \
-			check_failures++;                                   \
-		}                                                           \
+#define CHECK_STR(a, b)                                                        \
+	do {                                                                   \
+		const char *sa_ = (a), *sb_ = (b);                             \
+		if (!sa_ || !sb_ || strcmp(sa_, sb_) != 0) {                   \
+			fprintf(stderr,                                        \
+				"%s:%d: %s == %s failed: '%s' vs '%s'\n",      \
+				__FILE__, __LINE__, #a, #b,                    \
+				sa_ ? sa_ : "(null)", sb_ ? sb_ : "(null)");   \
+			check_failures++;                                      \
+		}                                                              \
 	} while (0)
 
-#define CHECK_RESULT()                                                      \
-	(check_failures ? (fprintf(stderr, "%d check(s) failed\n",          \
-				   check_failures), 1) : 0)
+#define CHECK_RESULT()                                                         \
+	(check_failures                                                        \
+	     ? (fprintf(stderr, "%d check(s) failed\n", check_failures), 1)    \
+	     : 0)
 
 /* Read tests/unit/data/<rel> (tests run with tests/ as working dir) into a
  * malloc'd buffer; NULL (with a message) on failure. */

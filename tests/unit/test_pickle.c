@@ -19,7 +19,6 @@
 
 #define NVEC (sizeof(pkl_vecs) / sizeof(pkl_vecs[0]))
 
-
 /* ------------------------------------------------------- canonical dump */
 
 struct sbuf {

@@ -18,7 +18,6 @@
 
 #define NZIP (sizeof(zip_vecs) / sizeof(zip_vecs[0]))
 
-
 /* Parse data.pkl of zip vector v; returns flx_tensor_pkl_parse's code. */
 static int parse_vec(const struct zip_vec *v, flx_tensor_pkl *t,
 		     uint64_t *key_size, bool *is_v3)

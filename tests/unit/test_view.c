@@ -34,8 +34,8 @@ typedef struct spec3 {
 static void write_chunk(int fd, uint64_t at, const spec3 *s, flx_chunk *ch)
 {
 	int64_t stride[3], n = 1;
-	int64_t total = s->size[0] * s->size[1] * s->size[2] +
-			s->storage_offset;
+	int64_t total =
+	    s->size[0] * s->size[1] * s->size[2] + s->storage_offset;
 	int32_t *buf = calloc((size_t)total + 1, sizeof(int32_t));
 
 	for (int k = 2; k >= 0; k--) {
@@ -68,11 +68,11 @@ static void write_chunk(int fd, uint64_t at, const spec3 *s, flx_chunk *ch)
 static flx_ckpt *make_ckpt(const char *dir)
 {
 	static const spec3 specs[5] = {
-		{{0, 0, 0}, {3, 4, 3}, {0, 1, 2}, 0, 0},
-		{{0, 4, 0}, {3, 6, 3}, {2, 1, 0}, 0, 0},
-		{{3, 0, 0}, {4, 6, 3}, {0, 1, 2}, 5, 1},
-		{{3, 6, 0}, {4, 3, 3}, {0, 1, 2}, 0, 1},
-		{{3, 9, 0}, {4, 1, 3}, {1, 0, 2}, 0, 1},
+	    {{0, 0, 0}, {3, 4, 3}, {0, 1, 2}, 0, 0},
+	    {{0, 4, 0}, {3, 6, 3}, {2, 1, 0}, 0, 0},
+	    {{3, 0, 0}, {4, 6, 3}, {0, 1, 2}, 5, 1},
+	    {{3, 6, 0}, {4, 3, 3}, {0, 1, 2}, 0, 1},
+	    {{3, 9, 0}, {4, 1, 3}, {1, 0, 2}, 0, 1},
 	};
 	flx_ckpt *c = calloc(1, sizeof(*c));
 	flx_tensor *t;
@@ -110,7 +110,9 @@ static flx_ckpt *make_ckpt(const char *dir)
 		ch->file = (uint32_t)s->file;
 		write_chunk(c->files[s->file].fd, at[s->file], s, ch);
 		at[s->file] += (uint64_t)(s->size[0] * s->size[1] * s->size[2] +
-					  s->storage_offset) * 4 + 12;
+					  s->storage_offset) *
+				   4 +
+			       12;
 	}
 	for (int f = 0; f < 2; f++)
 		c->files[f].size = (uint64_t)lseek(c->files[f].fd, 0, SEEK_END);
@@ -169,7 +171,8 @@ static void check_box(const flx_ckpt *c, const flx_box *box)
 			r = flx_view_read(v, got, lens[li], s, NULL);
 			CHECK_EQ(r, (ssize_t)want_n);
 			if (memcmp(got, want + s, want_n) != 0) {
-				fprintf(stderr, "mismatch box off %lld,%lld "
+				fprintf(stderr,
+					"mismatch box off %lld,%lld "
 					"size %lld,%lld at %zu+%zu\n",
 					(long long)box->off[0],
 					(long long)box->off[1],
@@ -204,9 +207,8 @@ static void test_boxes(const flx_ckpt *c)
 					b.size[d] = t->shape[d];
 				}
 				b.off[axis] = r * ch < n ? r * ch : n;
-				b.size[axis] = (r + 1) * ch < n
-						       ? ch
-						       : n - b.off[axis];
+				b.size[axis] =
+				    (r + 1) * ch < n ? ch : n - b.off[axis];
 				if (b.size[axis] < 0)
 					b.size[axis] = 0;
 				check_box(c, &b);
@@ -281,9 +283,10 @@ static void test_placement(const flx_ckpt *c)
 	CHECK(strstr(err.text, "rule") != NULL);
 
 	static const char rules[] =
-		"[{\"match\": \"layers.*.w\", \"split\": 1, \"stage\": 1}]";
-	CHECK_EQ(flx_spec_rules_parse(&s, rules, sizeof(rules) - 1, "r.json",
-				      NULL), 0);
+	    "[{\"match\": \"layers.*.w\", \"split\": 1, \"stage\": 1}]";
+	CHECK_EQ(
+	    flx_spec_rules_parse(&s, rules, sizeof(rules) - 1, "r.json", NULL),
+	    0);
 	flx_error_init(&err);
 	rc = flx_plan_build(c, &s, &p, &err);
 	CHECK_EQ(rc, -EINVAL); /* stage 1 but pp = 1 */

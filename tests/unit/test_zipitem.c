@@ -20,7 +20,6 @@
 
 #define NZIP (sizeof(zip_vecs) / sizeof(zip_vecs[0]))
 
-
 static uint64_t fnv64(const unsigned char *s, size_t n)
 {
 	uint64_t h = 0xcbf29ce484222325u;
