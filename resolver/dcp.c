@@ -50,6 +50,8 @@ typedef struct loader {
 	sentry *se;
 	size_t nse;
 	size_t cap_files;
+	int *fmap; /* open-addressing index of files by relpath */
+	size_t fmap_cap;
 } loader;
 
 uint64_t flx_numel(int ndim, const int64_t *shape)
@@ -272,32 +274,27 @@ static bool relpath_ok(const char *p)
 	return true;
 }
 
-/* Open relpath read-only.  A symlink is followed only when its target
- * resolves inside the checkpoint directory. */
+/* Open relpath read-only.  Symlinks (in any component) are followed only
+ * while the resolved path stays inside the checkpoint directory. */
 static int open_inside(loader *L, const char *relpath, int *fd_out)
 {
-	int fd = openat(L->dirfd, relpath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	char *abs = NULL, *real = NULL;
-	size_t n;
+	size_t n = strlen(L->realdir);
+	char *abs = NULL, *real;
+	int fd;
 
-	if (fd >= 0 || errno != ELOOP) {
-		if (fd < 0)
-			return -errno;
-		*fd_out = fd;
-		return 0;
-	}
 	if (asprintf(&abs, "%s/%s", L->realdir, relpath) < 0)
 		return -ENOMEM;
 	real = realpath(abs, NULL);
 	free(abs);
 	if (!real)
 		return -errno;
-	n = strlen(L->realdir);
-	if (strncmp(real, L->realdir, n) != 0 || real[n] != '/') {
+	if (strncmp(real, L->realdir, n) != 0 ||
+	    (real[n] != '/' && !(n == 1 && real[0] == '/'))) {
 		free(real);
 		return -EXDEV;
 	}
-	fd = open(real, O_RDONLY | O_CLOEXEC);
+	/* real has no symlink left; O_NOFOLLOW keeps it that way */
+	fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	free(real);
 	if (fd < 0)
 		return -errno;
@@ -305,36 +302,88 @@ static int open_inside(loader *L, const char *relpath, int *fd_out)
 	return 0;
 }
 
-static int add_file(loader *L, const char *relpath, bool data, uint32_t *idx)
+/* relpath -> index into files, so deduplication stays linear in the
+ * number of items (torch 1.13 writes one file per item). */
+static uint64_t hash_str(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	while (*s)
+		h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+	return h;
+}
+
+static int file_index_lookup(const loader *L, const char *relpath)
+{
+	if (!L->fmap_cap)
+		return -1;
+	for (size_t i = hash_str(relpath) & (L->fmap_cap - 1);;
+	     i = (i + 1) & (L->fmap_cap - 1)) {
+		int v = L->fmap[i];
+
+		if (v < 0)
+			return -1;
+		if (strcmp(L->c->files[v].relpath, relpath) == 0)
+			return v;
+	}
+}
+
+static int file_index_add(loader *L, int idx)
+{
+	if (2 * (size_t)(idx + 1) > L->fmap_cap) {
+		size_t cap = L->fmap_cap ? 2 * L->fmap_cap : 64;
+		int *m = malloc(cap * sizeof(int));
+
+		if (!m)
+			return -ENOMEM;
+		memset(m, 0xff, cap * sizeof(int));
+		free(L->fmap);
+		L->fmap = m;
+		L->fmap_cap = cap;
+		for (int k = 0; k < idx; k++)
+			file_index_add(L, k);
+	}
+	for (size_t i = hash_str(L->c->files[idx].relpath) & (L->fmap_cap - 1);;
+	     i = (i + 1) & (L->fmap_cap - 1))
+		if (L->fmap[i] < 0) {
+			L->fmap[i] = idx;
+			return 0;
+		}
+}
+
+/* Open and record a file of the directory.  key names the tensor or
+ * value that needs it (NULL for passthrough extras), for messages. */
+static int add_file(loader *L, const char *relpath, bool data, const char *key,
+		    uint32_t *idx)
 {
 	flx_ckpt *c = L->c;
 	struct stat st;
 	flx_file *f;
-	int fd = -1, rc;
+	int fd = -1, rc, known = file_index_lookup(L, relpath);
 
-	for (size_t i = 0; i < c->nfiles; i++)
-		if (strcmp(c->files[i].relpath, relpath) == 0) {
-			*idx = (uint32_t)i;
-			return 0;
-		}
+	if (known >= 0) {
+		*idx = (uint32_t)known;
+		return 0;
+	}
 	if (data && !relpath_ok(relpath))
-		return flx_error_set(L->err, -EINVAL, META_NAME, relpath,
-				     "relative_path leaves the checkpoint "
-				     "directory");
+		return flx_error_set(L->err, -EINVAL, META_NAME, key,
+				     "relative_path '%s' leaves the "
+				     "checkpoint directory",
+				     relpath);
 	if (flx_grow((void **)&c->files, &L->cap_files, c->nfiles + 1,
 		     sizeof(flx_file)))
 		return -ENOMEM;
 	rc = open_inside(L, relpath, &fd);
 	if (rc == -EXDEV)
-		return flx_error_set(L->err, -EINVAL, relpath, "relative_path",
-				     "symlink points outside the checkpoint "
-				     "directory");
+		return flx_error_set(L->err, -EINVAL, relpath, key,
+				     "resolves outside the checkpoint "
+				     "directory (symlink)");
 	if (rc)
-		return flx_error_set(L->err, rc, relpath, NULL,
+		return flx_error_set(L->err, rc, relpath, key,
 				     "cannot open: %s", strerror(-rc));
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
-		return flx_error_set(L->err, -EINVAL, relpath, NULL,
+		return flx_error_set(L->err, -EINVAL, relpath, key,
 				     "not a regular file");
 	}
 	f = &c->files[c->nfiles];
@@ -352,6 +401,8 @@ static int add_file(loader *L, const char *relpath, bool data, uint32_t *idx)
 	    (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
 	f->data = data;
 	*idx = (uint32_t)c->nfiles++;
+	if (file_index_add(L, (int)*idx))
+		return -ENOMEM;
 	/* The kernel readahead only hurts the scattered reads of resharding;
 	 * reads issue their own large coalesced preads. */
 	posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
@@ -371,7 +422,7 @@ static int item_window(loader *L, const sentry *e, const char *key,
 				     "item transform '%s' is not supported",
 				     t ? t : "?");
 	}
-	rc = add_file(L, e->relpath, true, file);
+	rc = add_file(L, e->relpath, true, key, file);
 	if (rc)
 		return rc;
 	f = &L->c->files[*file];
@@ -416,8 +467,10 @@ static int load_item(loader *L, flx_tensor *t, flx_chunk *ch)
 		 (unsigned long long)ch->item_off);
 	flx_reader_fd(&r, &fr, f->fd, ch->item_off, ch->item_len);
 	rc = flx_zip_open(&r, name, &z, L->err);
-	if (rc)
+	if (rc) {
+		flx_error_key(L->err, t->fqn);
 		goto out;
+	}
 	if (flx_zip_find(z, "data.pkl", &pkl) ||
 	    pkl.size > MAX_DATA_PKL_BYTES) {
 		rc = flx_error_set(L->err, -EINVAL, name, t->fqn,
@@ -766,17 +819,21 @@ static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
 
 static int read_metadata(loader *L, void **buf_out, size_t *len_out)
 {
-	int fd = openat(L->dirfd, META_NAME, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	struct stat st;
 	void *buf;
-	int rc;
+	int fd = -1, rc = open_inside(L, META_NAME, &fd);
 
-	if (fd < 0) {
-		rc = -errno;
+	if (rc == -EXDEV)
+		return flx_error_set(L->err, -EINVAL, META_NAME, NULL,
+				     "resolves outside the checkpoint "
+				     "directory (symlink)");
+	if (rc == -ENOENT)
 		return flx_error_set(L->err, rc, META_NAME, NULL,
-				     "%s (is this a PyTorch DCP checkpoint?)",
-				     strerror(-rc));
-	}
+				     "no such file (is this a PyTorch DCP "
+				     "checkpoint directory?)");
+	if (rc)
+		return flx_error_set(L->err, rc, META_NAME, NULL,
+				     "cannot open: %s", strerror(-rc));
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
 	    (uint64_t)st.st_size > MAX_METADATA_BYTES) {
 		close(fd);
@@ -860,12 +917,8 @@ static int load_extras(loader *L)
 		qsort(names, n, sizeof(*names), cmp_str);
 	for (size_t i = 0; i < n && !rc; i++) {
 		uint32_t idx;
-		bool used = false;
-
-		for (size_t j = 0; j < L->c->nfiles; j++)
-			used |= strcmp(L->c->files[j].relpath, names[i]) == 0;
-		if (!used)
-			rc = add_file(L, names[i], false, &idx);
+		if (file_index_lookup(L, names[i]) < 0)
+			rc = add_file(L, names[i], false, NULL, &idx);
 	}
 out:
 	for (size_t i = 0; i < n; i++)
@@ -953,6 +1006,7 @@ int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
 	flx_pickle_free(pk);
 	free(meta);
 	free(L.se);
+	free(L.fmap);
 	free(L.realdir);
 	close(L.dirfd);
 	*out = L.c;
@@ -971,6 +1025,7 @@ fail:
 	flx_pickle_free(pk);
 	free(meta);
 	free(L.se);
+	free(L.fmap);
 	free(L.realdir);
 	if (L.dirfd >= 0)
 		close(L.dirfd);
