@@ -20,10 +20,10 @@
  * the VM's own stacks and memo are plain heap arrays freed after the load.
  */
 
-#define DEF_MAX_NODES ((size_t)1 << 22)
+#define DEF_MAX_NODES ((size_t)1 << 25)
 #define DEF_MAX_STACK ((size_t)1 << 20)
 #define DEF_MAX_DEPTH ((size_t)1024)
-#define DEF_MAX_MEMO  ((size_t)1 << 22)
+#define DEF_MAX_MEMO  ((size_t)1 << 25)
 
 #define ARENA_BLOCK ((size_t)64 << 10)
 #define ARENA_ALIGN (alignof(max_align_t))
@@ -991,21 +991,25 @@ static int op_setitems(struct vm *vm)
 static int op_from_mark(struct vm *vm)
 {
 	size_t start = 0, n;
+	flx_pv **items;
 	flx_pv *v = NULL;
 	int rc = pop_mark(vm, &start);
 
 	if (rc)
 		return rc;
 	n = vm->sp - start;
+	/* the stack is not allocated before its first push: no pointer
+	 * arithmetic on NULL when the mark sits on an empty stack */
+	items = vm->stack ? vm->stack + start : NULL;
 	switch (vm->op) {
 	case OP_TUPLE:
-		v = new_seq(vm, FLX_PV_TUPLE, vm->stack + start, n);
+		v = new_seq(vm, FLX_PV_TUPLE, items, n);
 		break;
 	case OP_LIST:
-		v = new_seq(vm, FLX_PV_LIST, vm->stack + start, n);
+		v = new_seq(vm, FLX_PV_LIST, items, n);
 		break;
 	case OP_FROZENSET:
-		v = new_seq(vm, FLX_PV_SET, vm->stack + start, n);
+		v = new_seq(vm, FLX_PV_SET, items, n);
 		break;
 	case OP_DICT:
 		if (n & 1)
@@ -1021,15 +1025,13 @@ static int op_from_mark(struct vm *vm)
 
 		if (n == 0)
 			return vm_fail(vm, -EINVAL, "stack underflow");
-		args = new_seq(vm, FLX_PV_TUPLE, vm->stack + start + 1, n - 1);
+		args = new_seq(vm, FLX_PV_TUPLE, items + 1, n - 1);
 		v = args ? new_obj(vm, vm->stack[start], args, false) : NULL;
 		break;
 	}
 	case OP_INST: {
 		flx_pv *cls = new_global_text(vm);
-		flx_pv *args =
-		    cls ? new_seq(vm, FLX_PV_TUPLE, vm->stack + start, n)
-			: NULL;
+		flx_pv *args = cls ? new_seq(vm, FLX_PV_TUPLE, items, n) : NULL;
 
 		v = args ? new_obj(vm, cls, args, false) : NULL;
 		break;
@@ -1369,6 +1371,16 @@ int flx_pickle_load(const void *buf, size_t len, const char *name,
 		if (lim->max_memo)
 			vm.max_memo = lim->max_memo;
 	}
+	/* Every value, stack slot and memo slot costs at least one opcode
+	 * byte (CPython numbers memo slots densely), so nothing legitimate
+	 * exceeds the input length; clamping there keeps memory proportional
+	 * to the input whatever indices a hostile pickle names. */
+	if (vm.max_nodes > len + 1)
+		vm.max_nodes = len + 1;
+	if (vm.max_stack > len + 1)
+		vm.max_stack = len + 1;
+	if (vm.max_memo > len + 1)
+		vm.max_memo = len + 1;
 	if (!buf && len)
 		return flx_error_set(err, -EINVAL, name, NULL,
 				     "pickle: no input");

@@ -82,11 +82,13 @@ struct flx_pv {
 	size_t cap_;
 };
 
+/* Limits; 0 selects the default.  Nodes, stack and memo are further capped
+ * at the input length + 1, which no legitimate pickle exceeds. */
 typedef struct flx_pickle_limits {
-	size_t max_nodes; /* 0 = default (1<<22) */
-	size_t max_stack; /* values on the stack incl. marks; 0 = 1<<20 */
-	size_t max_depth; /* MARK nesting; 0 = default 1024 */
-	size_t max_memo;  /* memo slots; 0 = default 1<<22 */
+	size_t max_nodes; /* values created; default 1<<25 */
+	size_t max_stack; /* values on the stack incl. marks; default 1<<20 */
+	size_t max_depth; /* MARK nesting; default 1024 */
+	size_t max_memo;  /* memo slots; default 1<<25 */
 } flx_pickle_limits;
 
 typedef struct flx_pickle flx_pickle;

@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: MIT
+# Fuzz targets.  Always: regress_<target> replays tests/fuzz/corpus/<target>
+# (seeds, everything a campaign kept, every crash found) under ctest.
+# With -DFLEXFS_FUZZ=ON and clang: fuzz_<target> libFuzzer binaries
+# (ASan + UBSan); see tests/fuzz/README.md for campaigns.
+option(FLEXFS_FUZZ "Build libFuzzer targets (clang)" OFF)
+
+set(flx_fuzz_dir ${CMAKE_CURRENT_SOURCE_DIR}/fuzz)
+set(flx_fuzz_targets pickle zipitem metadata options)
+set(flx_fuzz_libs_pickle flx_resolver)
+set(flx_fuzz_libs_zipitem flx_resolver)
+set(flx_fuzz_libs_metadata flx_fs)
+set(flx_fuzz_libs_options flx_mountopts)
+
+foreach(t ${flx_fuzz_targets})
+  add_executable(regress_${t} ${flx_fuzz_dir}/regression_driver.c
+    ${flx_fuzz_dir}/fuzz_${t}.c)
+  target_link_libraries(regress_${t} PRIVATE ${flx_fuzz_libs_${t}})
+  add_test(NAME fuzz_regress_${t}
+    COMMAND regress_${t} ${flx_fuzz_dir}/corpus/${t}
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  set_tests_properties(fuzz_regress_${t} PROPERTIES LABELS fuzz)
+  if(FLEXFS_FUZZ)
+    add_executable(fuzz_${t} ${flx_fuzz_dir}/fuzz_${t}.c)
+    target_compile_options(fuzz_${t} PRIVATE -fsanitize=fuzzer)
+    target_link_options(fuzz_${t} PRIVATE -fsanitize=fuzzer)
+    target_link_libraries(fuzz_${t} PRIVATE ${flx_fuzz_libs_${t}})
+  endif()
+endforeach()
+if(FLEXFS_FUZZ)
+  # the libraries too: coverage feedback needs their edges
+  foreach(lib flx_resolver flx_reshard flx_fs flx_gpu flx_mountopts)
+    target_compile_options(${lib} PRIVATE -fsanitize=fuzzer-no-link)
+  endforeach()
+endif()
