@@ -13,7 +13,8 @@
  * The memo holds values, not re-decodable positions, so repeated references
  * share one node: the result is a DAG (a hostile pickle can even make a
  * cycle through SETITEM/APPEND on a memoized container).  Every walker over
- * the tree must bound its depth (FLX_PV_MAX_WALK_DEPTH).
+ * the tree must bound its depth (FLX_PV_MAX_WALK_DEPTH) and, since shared
+ * nodes multiply paths, the total number of nodes it visits.
  *
  * Everything is bounded: input length, stack depth, memo size, node count,
  * integer widths.  All nodes live in one arena owned by flx_pickle.

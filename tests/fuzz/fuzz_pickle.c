@@ -8,12 +8,17 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+/* Memo sharing makes the tree a DAG (even cyclic), so a depth bound alone
+ * still allows an exponential walk: every walker also needs a budget. */
+static size_t budget;
+
 static size_t walk(const flx_pv *v, int depth)
 {
 	size_t n = 1;
 
-	if (!v || depth > FLX_PV_MAX_WALK_DEPTH)
+	if (!v || depth > FLX_PV_MAX_WALK_DEPTH || budget == 0)
 		return 0;
+	budget--;
 	switch (v->kind) {
 	case FLX_PV_TUPLE:
 	case FLX_PV_LIST:
@@ -42,6 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	flx_pickle *p = NULL;
 
+	budget = 1u << 16;
 	if (flx_pickle_load(data, size, "fuzz", NULL, &p, NULL) == 0)
 		walk(flx_pickle_root(p), 0);
 	flx_pickle_free(p);
