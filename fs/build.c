@@ -433,7 +433,7 @@ int flx_fs_build(const flx_ckpt *ckpt, const flx_plan *plan, flx_fs **out,
 	const char *dup = NULL;
 	int rc, ranks;
 
-	rc = flx_fs_new(&b.fs, ckpt->mtime_ns);
+	rc = flx_fs_new(&b.fs, ckpt);
 	if (rc)
 		return fail(&b, rc, NULL, "");
 	rc = index_begin(&b);
@@ -457,7 +457,9 @@ int flx_fs_build(const flx_ckpt *ckpt, const flx_plan *plan, flx_fs **out,
 		rc = index_finish(&b);
 	if (!rc && (rc = flx_fs_finish(b.fs, &dup)))
 		flx_error_set(err, rc, NULL, dup,
-			      "two entries of one directory share this name");
+			      rc == -EEXIST ? "two entries of one directory "
+					      "share this name"
+					    : "out of memory");
 	if (rc)
 		goto fail;
 	json_decref(b.index);

@@ -24,10 +24,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <syslog.h>
 #include <unistd.h>
 
 /* About 31 years: "never expires" while staying far from the overflow
@@ -35,6 +37,30 @@
 #define FLX_LL_TIMEOUT 1e9
 
 #define FLX_LL_BSIZE 4096
+
+/* A file that fails (a backing file changed or vanished after mount) is
+ * reported once, so a loader retrying every page cannot flood the log; the
+ * other files keep being served. */
+static void log_once(const flx_ll *ll, fuse_ino_t ino, const char *op, int rc)
+{
+	char path[1024];
+
+	if (!ll->logged || ino > flx_fs_inode_count(ll->fs) ||
+	    __atomic_exchange_n(&ll->logged[ino], 1, __ATOMIC_RELAXED))
+		return;
+	if (flx_fs_path(ll->fs, ino, path, sizeof(path)))
+		snprintf(path, sizeof(path), "inode %lu", (unsigned long)ino);
+	if (ll->foreground)
+		fprintf(stderr,
+			"flexfs: %s: %s failed: %s (a backing file "
+			"changed after mount?)\n",
+			path, op, strerror(rc));
+	else
+		syslog(LOG_ERR,
+		       "flexfs: %s: %s failed: %s (a backing file changed "
+		       "after mount?)",
+		       path, op, strerror(rc));
+}
 
 static const flx_fs *fs_of(fuse_req_t req)
 {
@@ -190,9 +216,18 @@ static void flx_ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 static void flx_ll_open(fuse_req_t req, fuse_ino_t ino,
 			struct fuse_file_info *fi)
 {
-	(void)ino;
+	int rc;
+
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
 		fuse_reply_err(req, EROFS);
+		return;
+	}
+	/* refuse to open a view whose backing files were replaced or
+	 * rewritten since mount: it would no longer be the checkpoint */
+	rc = flx_fs_open_check(fs_of(req), ino);
+	if (rc) {
+		log_once(fuse_req_userdata(req), ino, "open", -rc);
+		fuse_reply_err(req, -rc);
 		return;
 	}
 	fi->keep_cache = 1; /* contents are fixed: reuse pages across opens */
@@ -211,9 +246,10 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	n = flx_fs_read(fs_of(req), ino, buf, size, (uint64_t)off, NULL);
-	if (n < 0)
+	if (n < 0) {
+		log_once(fuse_req_userdata(req), ino, "read", (int)-n);
 		fuse_reply_err(req, (int)-n);
-	else
+	} else
 		fuse_reply_buf(req, buf, (size_t)n);
 	free(buf);
 }

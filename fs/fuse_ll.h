@@ -12,6 +12,8 @@
 
 #include "tree.h"
 
+#include <stdbool.h>
+
 #include <sys/types.h>
 
 /* Per-mount context, the session's userdata.  Read-only while mounted. */
@@ -19,6 +21,9 @@ typedef struct flx_ll {
 	const flx_fs *fs; /* borrowed; outlives the session */
 	uid_t uid;	  /* owner shown for every inode: the mounting user */
 	gid_t gid;
+	bool foreground;       /* log to stderr (else syslog) */
+	unsigned char *logged; /* per inode: a failure was logged (owned by
+				* the caller; NULL disables logging) */
 } flx_ll;
 
 /**

@@ -231,7 +231,7 @@ int main(int argc, char **argv)
 	flx_fs *fs = NULL;
 	char **av = NULL;
 	int ac, ret = 1, rc;
-	flx_ll ll;
+	flx_ll ll = {0};
 
 	memset(&fo, 0, sizeof(fo));
 	memset(&cl, 0, sizeof(cl));
@@ -248,7 +248,11 @@ int main(int argc, char **argv)
 	if (build(&cl, &ckpt, &plan, &fs))
 		goto err_out1;
 
-	ll = (flx_ll){.fs = fs, .uid = getuid(), .gid = getgid()};
+	ll = (flx_ll){.fs = fs,
+		      .uid = getuid(),
+		      .gid = getgid(),
+		      .foreground = fo.foreground,
+		      .logged = calloc(flx_fs_inode_count(fs) + 1, 1)};
 	se = flx_ll_session_new(&args, &ll);
 	if (se == NULL)
 		goto err_out1;
@@ -270,6 +274,7 @@ err_out3:
 err_out2:
 	fuse_session_destroy(se);
 err_out1:
+	free(ll.logged);
 	flx_fs_free(fs);
 	flx_plan_free(plan);
 	flx_ckpt_close(ckpt);

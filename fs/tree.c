@@ -25,9 +25,12 @@ typedef struct node {
 	flx_seg *segs;
 	size_t nsegs, capsegs;
 	uint64_t size;
+	uint32_t *deps; /* backing files read (indices into ckpt->files) */
+	size_t ndeps;
 } node;
 
 struct flx_fs {
+	const flx_ckpt *ckpt;
 	node *nodes;
 	size_t n, cap;
 	flx_view **views; /* owned views (hf/ whole tensors) */
@@ -36,7 +39,7 @@ struct flx_fs {
 	uint64_t total;
 };
 
-int flx_fs_new(flx_fs **out, int64_t mtime_ns)
+int flx_fs_new(flx_fs **out, const flx_ckpt *ckpt)
 {
 	flx_fs *fs = calloc(1, sizeof(*fs));
 
@@ -53,7 +56,8 @@ int flx_fs_new(flx_fs **out, int64_t mtime_ns)
 	}
 	fs->nodes[0].dir = true;
 	fs->n = 1;
-	fs->mtime_ns = mtime_ns;
+	fs->ckpt = ckpt;
+	fs->mtime_ns = ckpt->mtime_ns;
 	*out = fs;
 	return 0;
 }
@@ -182,13 +186,67 @@ static int cmp_kid(const void *a, const void *b, void *arg)
 		      fs->nodes[*(const int *)b].name);
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The sorted, unique backing files of a file node. */
+static int collect_deps(const flx_fs *fs, node *nd)
+{
+	size_t cap = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < nd->nsegs && !rc; i++) {
+		const flx_seg *sg = &nd->segs[i];
+		uint32_t *files = NULL, one;
+		size_t n = 0;
+
+		if (sg->kind == FLX_SEG_LIT)
+			continue;
+		if (sg->kind == FLX_SEG_RAW) {
+			one = (uint32_t)(sg->u.raw.file - fs->ckpt->files);
+			files = &one;
+			n = 1;
+		} else if ((rc = flx_view_files(sg->u.view, &files, &n))) {
+			break;
+		}
+		rc = flx_grow((void **)&nd->deps, &cap, nd->ndeps + n,
+			      sizeof(uint32_t));
+		if (!rc) {
+			memcpy(nd->deps + nd->ndeps, files, n * sizeof(*files));
+			nd->ndeps += n;
+		}
+		if (files != &one)
+			free(files);
+	}
+	if (rc)
+		return rc;
+	if (nd->ndeps)
+		qsort(nd->deps, nd->ndeps, sizeof(uint32_t), cmp_u32);
+	{
+		size_t k = 0;
+
+		for (size_t i = 0; i < nd->ndeps; i++)
+			if (k == 0 || nd->deps[i] != nd->deps[k - 1])
+				nd->deps[k++] = nd->deps[i];
+		nd->ndeps = k;
+	}
+	return 0;
+}
+
 int flx_fs_finish(flx_fs *fs, const char **dup)
 {
 	for (size_t i = 0; i < fs->n; i++) {
 		node *d = &fs->nodes[i];
 
-		if (!d->dir)
+		if (!d->dir) {
+			if (collect_deps(fs, d))
+				return -ENOMEM;
 			continue;
+		}
 		qsort_r(d->kids, d->nkids, sizeof(int), cmp_kid, fs);
 		/* a duplicate name would make lookups ambiguous */
 		for (size_t k = 1; k < d->nkids; k++)
@@ -211,6 +269,7 @@ void flx_fs_free(flx_fs *fs)
 			if (nd->segs[k].kind == FLX_SEG_LIT)
 				free(nd->segs[k].u.lit);
 		free(nd->segs);
+		free(nd->deps);
 		free(nd->kids);
 		free(nd->name);
 	}
@@ -324,8 +383,8 @@ int flx_fs_resolve(const flx_fs *fs, const char *path, flx_stat *st)
 	return rc;
 }
 
-static ssize_t read_seg(const flx_seg *s, unsigned char *buf, size_t n,
-			uint64_t off, flx_read_stats *stats)
+static ssize_t read_seg(const flx_fs *fs, const flx_seg *s, unsigned char *buf,
+			size_t n, uint64_t off, flx_read_stats *stats)
 {
 	int rc;
 
@@ -336,6 +395,9 @@ static ssize_t read_seg(const flx_seg *s, unsigned char *buf, size_t n,
 	case FLX_SEG_VIEW:
 		return flx_view_read(s->u.view, buf, n, off, stats);
 	case FLX_SEG_RAW:
+		/* a passthrough file changed since mount: no mixed bytes */
+		if (flx_file_verify(fs->ckpt, s->u.raw.file, false))
+			return -EIO;
 		rc = flx_pread_full(s->u.raw.file->fd, buf, n,
 				    s->u.raw.off + off);
 		if (stats) {
@@ -376,8 +438,8 @@ ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 		uint64_t at = off + done - s->start;
 		size_t take =
 		    (size_t)(s->len - at < n - done ? s->len - at : n - done);
-		ssize_t got =
-		    read_seg(s, (unsigned char *)buf + done, take, at, stats);
+		ssize_t got = read_seg(fs, s, (unsigned char *)buf + done, take,
+				       at, stats);
 
 		if (got < 0)
 			return got;
@@ -386,6 +448,48 @@ ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 		done += take;
 	}
 	return (ssize_t)done;
+}
+
+int flx_fs_open_check(const flx_fs *fs, flx_ino ino)
+{
+	const node *nd = get(fs, ino);
+
+	if (!nd)
+		return -ENOENT;
+	for (size_t i = 0; i < nd->ndeps; i++) {
+		int rc = flx_file_verify(fs->ckpt,
+					 &fs->ckpt->files[nd->deps[i]], true);
+
+		if (rc)
+			return rc == -ENOMEM ? rc : -ESTALE;
+	}
+	return 0;
+}
+
+int flx_fs_path(const flx_fs *fs, flx_ino ino, char *buf, size_t len)
+{
+	const node *nd = get(fs, ino);
+	size_t at;
+
+	if (!nd)
+		return -ENOENT;
+	if (!len)
+		return -ENAMETOOLONG;
+	/* fill buf from its end while walking up to the root */
+	at = len - 1;
+	buf[at] = '\0';
+	for (; nd != fs->nodes; nd = &fs->nodes[nd->parent]) {
+		size_t n = strlen(nd->name), sep = at < len - 1;
+
+		if (n + sep > at)
+			return -ENAMETOOLONG;
+		if (sep)
+			buf[--at] = '/';
+		at -= n;
+		memcpy(buf + at, nd->name, n);
+	}
+	memmove(buf, buf + at, len - at);
+	return 0;
 }
 
 uint64_t flx_fs_inode_count(const flx_fs *fs)

@@ -79,6 +79,18 @@ int flx_fs_resolve(const flx_fs *fs, const char *path, flx_stat *st);
 ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 		    uint64_t off, flx_read_stats *stats);
 
+/**
+ * Check, when a file is opened, that every backing file it reads is still
+ * the one validated at mount (same inode at the same path, same size and
+ * mtime); see flx_file_verify().  Directories always pass.
+ * @return 0, -ESTALE (a backing file changed), -ENOENT.
+ */
+int flx_fs_open_check(const flx_fs *fs, flx_ino ino);
+
+/** The path of ino relative to the root into buf (for messages).
+ * @return 0, -ENOENT, or -ENAMETOOLONG. */
+int flx_fs_path(const flx_fs *fs, flx_ino ino, char *buf, size_t len);
+
 /** Number of inodes (for statfs). */
 uint64_t flx_fs_inode_count(const flx_fs *fs);
 uint64_t flx_fs_total_bytes(const flx_fs *fs);

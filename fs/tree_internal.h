@@ -47,15 +47,19 @@ int flx_fs_add_raw(flx_fs *fs, int file, const flx_file *f, uint64_t off,
 /** Size of a file so far. */
 uint64_t flx_fs_file_size(const flx_fs *fs, int file);
 
-/** Allocate an empty tree holding only the root.  @return 0 or -ENOMEM. */
-int flx_fs_new(flx_fs **out, int64_t mtime_ns);
+/** Allocate an empty tree holding only the root, over ckpt (borrowed).
+ * @return 0 or -ENOMEM. */
+int flx_fs_new(flx_fs **out, const flx_ckpt *ckpt);
 
 /** Keep a view alive as long as the fs (takes ownership). */
 int flx_fs_own_view(flx_fs *fs, flx_view *v);
 
-/** Sort directory entries; call once after the last mk*().
+/** Sort directory entries and record which backing files each file
+ * reads; call once after the last mk*().
  * @return 0, or -EEXIST with *dup naming a name that occurs twice. */
 int flx_fs_finish(flx_fs *fs, const char **dup);
+
+/* flx_fs_finish() fails with -ENOMEM (dup untouched) when out of memory. */
 
 /* formats.c: literal parts of synthetic files. */
 

@@ -330,6 +330,31 @@ void flx_view_free(flx_view *v)
 	free(v);
 }
 
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int flx_view_files(const flx_view *v, uint32_t **out, size_t *n)
+{
+	uint32_t *f = malloc((v->npieces ? v->npieces : 1) * sizeof(*f));
+	size_t k = 0;
+
+	if (!f)
+		return -ENOMEM;
+	for (size_t i = 0; i < v->npieces; i++)
+		f[i] = v->pieces[i].ch->file;
+	qsort(f, v->npieces, sizeof(*f), cmp_u32);
+	for (size_t i = 0; i < v->npieces; i++)
+		if (i == 0 || f[i] != f[k - 1])
+			f[k++] = f[i];
+	*out = f;
+	*n = k;
+	return 0;
+}
+
 const flx_box *flx_view_box(const flx_view *v)
 {
 	return &v->box;
@@ -348,7 +373,7 @@ uint64_t flx_view_bytes(const flx_view *v)
 /* ---- reading ---- */
 
 typedef struct pending {
-	int fd;
+	uint32_t file;
 	uint64_t src; /* file offset */
 	size_t dst;   /* offset in the caller's buffer */
 	size_t len;
@@ -360,17 +385,43 @@ typedef struct rdctx {
 	uint64_t off; /* view byte that buf[0] holds */
 	flx_read_stats *stats;
 	pending run;
+	/* files already verified during this call (reads touch few) */
+	uint32_t checked[8];
+	unsigned nchecked;
 	/* window for strided gathers */
 	unsigned char *win;
-	int win_fd;
+	uint32_t win_file;
 	uint64_t win_off;
 	size_t win_len;
 } rdctx;
 
-static int do_pread(rdctx *r, int fd, void *dst, size_t len, uint64_t off)
+/* A backing file changed since mount would hand out wrong or mixed bytes:
+ * check size and mtime once per file per read. */
+static int check_file(rdctx *r, uint32_t file)
 {
-	int rc = flx_pread_full(fd, dst, len, off);
+	const flx_file *f = &r->v->ckpt->files[file];
+	int rc;
 
+	for (unsigned i = 0; i < r->nchecked; i++)
+		if (r->checked[i] == file)
+			return 0;
+	rc = flx_file_verify(r->v->ckpt, f, false);
+	if (rc)
+		return -EIO;
+	r->checked[r->nchecked++ % 8] = file;
+	if (r->nchecked > 8)
+		r->nchecked = 8;
+	return 0;
+}
+
+static int do_pread(rdctx *r, uint32_t file, void *dst, size_t len,
+		    uint64_t off)
+{
+	int rc = check_file(r, file);
+
+	if (rc)
+		return rc;
+	rc = flx_pread_full(r->v->ckpt->files[file].fd, dst, len, off);
 	if (r->stats) {
 		r->stats->preads++;
 		r->stats->bytes_read += len;
@@ -383,7 +434,7 @@ static int flush(rdctx *r)
 	int rc = 0;
 
 	if (r->run.len)
-		rc = do_pread(r, r->run.fd, r->buf + r->run.dst, r->run.len,
+		rc = do_pread(r, r->run.file, r->buf + r->run.dst, r->run.len,
 			      r->run.src);
 	r->run.len = 0;
 	return rc;
@@ -391,16 +442,17 @@ static int flush(rdctx *r)
 
 /* Queue a contiguous run, merging it with the previous one when it
  * continues it in the same file. */
-static int emit(rdctx *r, int fd, uint64_t src, size_t dst, size_t len)
+static int emit(rdctx *r, uint32_t file, uint64_t src, size_t dst, size_t len)
 {
-	if (r->run.len && r->run.fd == fd && r->run.src + r->run.len == src &&
-	    r->run.dst + r->run.len == dst) {
+	int rc;
+
+	if (r->run.len && r->run.file == file &&
+	    r->run.src + r->run.len == src && r->run.dst + r->run.len == dst) {
 		r->run.len += len;
 		return 0;
 	}
-	int rc = flush(r);
-
-	r->run = (pending){fd, src, dst, len};
+	rc = flush(r);
+	r->run = (pending){file, src, dst, len};
 	return rc;
 }
 
@@ -473,8 +525,9 @@ static uint64_t src_offset(const flx_view *v, const piece *p, const int64_t *g)
 	return ch->data_off + (uint64_t)e * v->esz;
 }
 
-static int window_load(rdctx *r, int fd, uint64_t off, uint64_t file_size)
+static int window_load(rdctx *r, uint32_t file, uint64_t off)
 {
+	uint64_t file_size = r->v->ckpt->files[file].size;
 	size_t len;
 
 	if (!r->win) {
@@ -485,10 +538,10 @@ static int window_load(rdctx *r, int fd, uint64_t off, uint64_t file_size)
 	off &= ~(uint64_t)4095;
 	len = file_size - off < WINDOW_BYTES ? (size_t)(file_size - off)
 					     : WINDOW_BYTES;
-	r->win_fd = fd;
+	r->win_file = file;
 	r->win_off = off;
 	r->win_len = len;
-	return do_pread(r, fd, r->win, len, off);
+	return do_pread(r, file, r->win, len, off);
 }
 
 /*
@@ -500,7 +553,7 @@ static int window_load(rdctx *r, int fd, uint64_t off, uint64_t file_size)
 static int gather(rdctx *r, const piece *p, uint64_t src0, uint64_t sstride,
 		  uint64_t ebase, uint64_t lo, uint64_t hi)
 {
-	const flx_file *f = &r->v->ckpt->files[p->ch->file];
+	uint32_t file = p->ch->file;
 	const flx_slicer *sl = flx_slicer_default();
 	unsigned esz = r->v->esz;
 	uint64_t pos = lo;
@@ -511,9 +564,9 @@ static int gather(rdctx *r, const piece *p, uint64_t src0, uint64_t sstride,
 		uint64_t s = src0 + el * sstride;
 		unsigned char *dst = r->buf + (pos - r->off);
 
-		if (r->win_len == 0 || r->win_fd != f->fd || s < r->win_off ||
+		if (r->win_len == 0 || r->win_file != file || s < r->win_off ||
 		    s + esz > r->win_off + r->win_len) {
-			rc = window_load(r, f->fd, s, f->size);
+			rc = window_load(r, file, s);
 			if (rc)
 				return rc;
 			if (s + esz > r->win_off + r->win_len)
@@ -559,8 +612,7 @@ static void unravel(const flx_view *v, uint64_t e, int64_t *g)
 ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 		      flx_read_stats *stats)
 {
-	rdctx r = {
-	    .v = v, .buf = buf, .off = off, .stats = stats, .win_fd = -1};
+	rdctx r = {.v = v, .buf = buf, .off = off, .stats = stats};
 	const piece *p = NULL;
 	uint64_t pos, end;
 	int64_t g[FLX_MAX_DIMS];
@@ -586,8 +638,7 @@ ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 		if (stop > end)
 			stop = end;
 		if (p->contig_from < v->ndim || v->ndim == 0) {
-			rc = emit(&r, v->ckpt->files[p->ch->file].fd,
-				  src_offset(v, p, g) + within,
+			rc = emit(&r, p->ch->file, src_offset(v, p, g) + within,
 				  (size_t)(pos - off), (size_t)(stop - pos));
 		} else {
 			rc = flush(&r);

@@ -65,6 +65,10 @@ const flx_box *flx_view_box(const flx_view *v);
 const flx_tensor *flx_view_tensor(const flx_view *v);
 uint64_t flx_view_bytes(const flx_view *v);
 
+/** Indices (into ckpt->files) of the backing files the view reads,
+ * sorted and unique.  @return 0 and *out (owned, free()) / *n, or -ENOMEM. */
+int flx_view_files(const flx_view *v, uint32_t **out, size_t *n);
+
 /** A whole-tensor view (box = global shape), for hf/ and tests.
  * @return 0 and *out (owned; flx_view_free()), or -errno. */
 int flx_view_new(const flx_ckpt *ckpt, const flx_tensor *t, const flx_box *box,

@@ -32,6 +32,9 @@ typedef struct flx_file {
 	ino_t ino;
 	int64_t mtime_ns;
 	bool data; /* a .distcp data file (false: passthrough extra) */
+	/* when the path was last found to still name this file (CLOCK_MONOTONIC
+	 * ns; 0 never); the one mutable field, updated atomically */
+	int64_t path_checked_ns;
 } flx_file;
 
 /* A hyper-rectangle in global coordinates: [off, off + size) per axis. */
@@ -93,6 +96,16 @@ void flx_ckpt_close(flx_ckpt *c);
 
 /** Tensor by FQN (binary search on an internal index), or NULL. */
 const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn);
+
+/**
+ * Check that a backing file still is what was validated at mount.
+ * Always: fstat() of the open descriptor shows the same size and mtime
+ * (a file truncated or rewritten in place).  With by_path: the path also
+ * still names the same inode (a file replaced by rename); this check is
+ * skipped if it passed less than a second ago.  Thread-safe.
+ * @return 0, or -ESTALE when the file changed (-errno if stat fails).
+ */
+int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path);
 
 /** Number of elements of a shape; 1 for ndim 0.  Caller has checked that
  * it fits (flx_ckpt_open does). */

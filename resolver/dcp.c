@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define META_NAME	   ".metadata"
@@ -1070,6 +1071,47 @@ const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn)
 			hi = mid;
 	}
 	return NULL;
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
+{
+	/* the one mutable field of the index (see ckpt.h) */
+	int64_t *checked = (int64_t *)&f->path_checked_ns;
+	struct stat st;
+	char *path = NULL;
+	int64_t now, last;
+	int rc;
+
+	if (fstat(f->fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size != f->size ||
+	    (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec !=
+		f->mtime_ns)
+		return -ESTALE;
+	if (!by_path)
+		return 0;
+	now = now_ns();
+	last = __atomic_load_n(checked, __ATOMIC_RELAXED);
+	if (last && now - last < 1000000000)
+		return 0;
+	if (asprintf(&path, "%s/%s", c->dir, f->relpath) < 0)
+		return -ENOMEM;
+	rc = stat(path, &st) < 0 ? -errno : 0;
+	free(path);
+	if (rc == -ENOENT ||
+	    (!rc && (st.st_dev != f->dev || st.st_ino != f->ino)))
+		return -ESTALE;
+	if (!rc)
+		__atomic_store_n(checked, now, __ATOMIC_RELAXED);
+	return rc;
 }
 
 void flx_ckpt_close(flx_ckpt *c)

@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int32_t value(const int64_t *g)
@@ -114,8 +115,17 @@ static flx_ckpt *make_ckpt(const char *dir)
 				   4 +
 			       12;
 	}
-	for (int f = 0; f < 2; f++)
-		c->files[f].size = (uint64_t)lseek(c->files[f].fd, 0, SEEK_END);
+	/* record identity as flx_ckpt_open does: reads check it */
+	for (int f = 0; f < 2; f++) {
+		struct stat st;
+
+		CHECK(fstat(c->files[f].fd, &st) == 0);
+		c->files[f].size = (uint64_t)st.st_size;
+		c->files[f].dev = st.st_dev;
+		c->files[f].ino = st.st_ino;
+		c->files[f].mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 +
+				       st.st_mtim.tv_nsec;
+	}
 	c->by_name = calloc(1, sizeof(flx_tensor *));
 	c->by_name[0] = t;
 	return c;
@@ -260,7 +270,14 @@ static void test_read_errors(flx_ckpt *c)
 	unsigned char buf[256];
 
 	CHECK_EQ(flx_view_new(c, &c->tensors[0], &b, &v, NULL), 0);
-	/* a backing file shrinking after mount must give EIO, not zeros */
+	/* a backing file rewritten after mount (same size, new mtime) or
+	 * shrinking must give EIO, not other or mixed bytes */
+	{
+		struct timespec ts[2] = {{0, UTIME_OMIT}, {12345, 0}};
+
+		CHECK_EQ(futimens(c->files[0].fd, ts), 0);
+		CHECK_EQ(flx_view_read(v, buf, sizeof(buf), 0, NULL), -EIO);
+	}
 	CHECK_EQ(ftruncate(c->files[0].fd, 20), 0);
 	CHECK_EQ(flx_view_read(v, buf, sizeof(buf), 0, NULL), -EIO);
 	flx_view_free(v);

@@ -1,0 +1,100 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# A backing file truncated, rewritten or replaced after mount: the views
+# that read it fail (EIO on read, ESTALE on open) instead of returning
+# wrong or mixed bytes; the daemon logs each failing file once and keeps
+# serving every other file.
+
+load helpers
+
+PY=/usr/bin/python3
+
+setup() {
+	setup_ff
+	CK=$BATS_TEST_TMPDIR/ckpt
+	cp -a "$FLEXFS_SRC/tests/fixtures/dcp-t113/ckpt" "$CK"
+	# torch 1.13 writes one file per item: find the item of one chunk of
+	# wq of layer 0, and a file that tensor does not use
+	mount_ff "$CK" "$MNT" "tp=1,rules=$RULES"
+	WQ_FILE=$($PY - "$MNT/index.json" <<'PY'
+import json, sys
+idx = json.load(open(sys.argv[1]))
+print(idx["objects"]["extra.step"]["file"])
+PY
+)
+}
+
+teardown() {
+	teardown_ff
+}
+
+# read FILE -> prints "ok <bytes>" or the errno name
+read_file() {
+	$PY - "$1" <<'PY'
+import errno, os, sys
+try:
+    with open(sys.argv[1], "rb") as f:
+        print("ok", len(f.read()))
+except OSError as e:
+    print(errno.errorcode[e.errno])
+PY
+}
+
+@test "truncated after mount: EIO on an open file, ESTALE on open, logged once" {
+	obj=$MNT/objects/extra.step.pt
+	# opened before the change: the read fails
+	run $PY - "$obj" "$CK/$WQ_FILE" <<'PY'
+import errno, os, sys
+f = open(sys.argv[1], "rb", buffering=0)
+os.truncate(sys.argv[2], 10)
+for _ in range(3):
+    try:
+        f.read()
+        print("read ok")
+    except OSError as e:
+        print(errno.errorcode[e.errno])
+PY
+	[ "$output" = "$(printf 'EIO\nEIO\nEIO')" ]
+	# opened after it: the open fails
+	run read_file "$obj"
+	[ "$output" = ESTALE ]
+	run read_file "$MNT/hf/config.json"
+	[[ $output == "ok "* ]]
+	run read_file "$MNT/ranks/tp00_pp00/tensors/layers.0.attention.wq.weight.npy"
+	[[ $output == "ok "* ]]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+	# one line for the failing file, however often it failed
+	[ "$(grep -c 'objects/extra.step.pt' "$FF_ERR")" -eq 1 ]
+	[ "$(wc -l <"$FF_ERR")" -eq 1 ]
+}
+
+@test "rewritten in place (same size, new mtime): EIO, never mixed bytes" {
+	obj=$MNT/objects/extra.step.pt
+	size=$(stat -c %s "$CK/$WQ_FILE")
+	head -c "$size" /dev/zero >"$CK/$WQ_FILE.new"
+	dd if="$CK/$WQ_FILE.new" of="$CK/$WQ_FILE" conv=notrunc status=none
+	touch -d '+1 minute' "$CK/$WQ_FILE"
+	run read_file "$obj"
+	[ "$output" = EIO ] || [ "$output" = ESTALE ]
+	run read_file "$MNT/hf/tokenizer.json"
+	[[ $output == "ok "* ]]
+}
+
+@test "replaced by rename after mount: ESTALE on open" {
+	obj=$MNT/objects/extra.step.pt
+	cp "$CK/$WQ_FILE" "$CK/$WQ_FILE.tmp"
+	mv "$CK/$WQ_FILE.tmp" "$CK/$WQ_FILE"
+	run read_file "$obj"
+	[ "$output" = ESTALE ]
+	run read_file "$MNT/index.json"
+	[[ $output == "ok "* ]]
+}
+
+@test "a passthrough file removed after mount: ESTALE, the rest still served" {
+	rm "$CK/config.json"
+	run read_file "$MNT/hf/config.json"
+	[ "$output" = ESTALE ]
+	run read_file "$MNT/hf/tokenizer.json"
+	[[ $output == "ok "* ]]
+}
