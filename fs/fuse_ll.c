@@ -93,10 +93,15 @@ static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 	 * conn->max_read stays 0 (no limit): libfuse 3.14 fails the mount
 	 * with EPROTO unless it equals the -o max_read= mount option.  Each
 	 * read request can be up to max_pages (from max_write: 1 MiB).
-	 * No splice: replies come from memory buffers (fuse_reply_buf).
 	 */
 	/* The data never changes: no need to revalidate pages on getattr. */
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
+	/* Replies that map to one backing range are spliced from the file
+	 * (flx_ll_read): pages move to /dev/fuse without a user-space copy. */
+	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
+		conn->want |= FUSE_CAP_SPLICE_WRITE;
+	if (conn->capable & FUSE_CAP_SPLICE_MOVE)
+		conn->want |= FUSE_CAP_SPLICE_MOVE;
 }
 
 static void flx_ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -234,23 +239,54 @@ static void flx_ll_open(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_open(req, fi);
 }
 
+/* A range that is one contiguous range of one backing file is replied
+ * from that file (spliced when the kernel allows); anything else is
+ * gathered into a buffer. */
 static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			struct fuse_file_info *fi)
 {
-	char *buf = malloc(size ? size : 1);
+	const flx_fs *fs = fs_of(req);
+	flx_stat st;
+	uint64_t src;
+	char *buf;
 	ssize_t n;
+	int fd, rc;
 
 	(void)fi;
+	rc = flx_fs_stat(fs, ino, &st);
+	if (!rc && !st.dir && (uint64_t)off < st.size) {
+		size_t len = st.size - (uint64_t)off < size
+				 ? (size_t)(st.size - (uint64_t)off)
+				 : size;
+
+		rc = flx_fs_map(fs, ino, (uint64_t)off, len, &fd, &src);
+		if (rc == 1) {
+			struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
+
+			bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+			bv.buf[0].fd = fd;
+			bv.buf[0].pos = (off_t)src;
+			fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+			return;
+		}
+	}
+	if (rc < 0) {
+		log_once(fuse_req_userdata(req), ino, "read", -rc);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	buf = malloc(size ? size : 1);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	n = flx_fs_read(fs_of(req), ino, buf, size, (uint64_t)off, NULL);
+	n = flx_fs_read(fs, ino, buf, size, (uint64_t)off, NULL);
 	if (n < 0) {
 		log_once(fuse_req_userdata(req), ino, "read", (int)-n);
 		fuse_reply_err(req, (int)-n);
-	} else
+	} else {
 		fuse_reply_buf(req, buf, (size_t)n);
+	}
 	free(buf);
 }
 

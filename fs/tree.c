@@ -409,11 +409,61 @@ static ssize_t read_seg(const flx_fs *fs, const flx_seg *s, unsigned char *buf,
 	return -EIO;
 }
 
+/* Index of the last segment starting at or before off (f has segments). */
+static size_t seg_at(const node *f, uint64_t off)
+{
+	size_t lo = 0, hi = f->nsegs;
+
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (f->segs[mid].start <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+int flx_fs_map(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n, int *fd,
+	       uint64_t *src)
+{
+	const node *f = get(fs, ino);
+	const flx_seg *s;
+	uint32_t file;
+	uint64_t at;
+	int rc;
+
+	if (!f)
+		return -ENOENT;
+	if (f->dir || n == 0 || off >= f->size || n > f->size - off)
+		return 0;
+	s = &f->segs[seg_at(f, off)];
+	at = off - s->start;
+	if (n > s->len - at)
+		return 0;
+	switch (s->kind) {
+	case FLX_SEG_RAW:
+		if (flx_file_verify(fs->ckpt, s->u.raw.file, false))
+			return -EIO;
+		*fd = s->u.raw.file->fd;
+		*src = s->u.raw.off + at;
+		return 1;
+	case FLX_SEG_VIEW:
+		rc = flx_view_map(s->u.view, at, n, &file, src);
+		if (rc == 1)
+			*fd = fs->ckpt->files[file].fd;
+		return rc;
+	default:
+		return 0;
+	}
+}
+
 ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 		    uint64_t off, flx_read_stats *stats)
 {
 	const node *f = get(fs, ino);
-	size_t lo = 0, hi, done = 0;
+	size_t done = 0;
 
 	if (!f)
 		return -ENOENT;
@@ -423,17 +473,7 @@ ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 		return 0;
 	if (n > f->size - off)
 		n = (size_t)(f->size - off);
-	/* last segment starting at or before off */
-	hi = f->nsegs;
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (f->segs[mid].start <= off)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	for (size_t i = lo; done < n && i < f->nsegs; i++) {
+	for (size_t i = seg_at(f, off); done < n && i < f->nsegs; i++) {
 		const flx_seg *s = &f->segs[i];
 		uint64_t at = off + done - s->start;
 		size_t take =

@@ -80,6 +80,17 @@ ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 		    uint64_t off, flx_read_stats *stats);
 
 /**
+ * If bytes [off, off+n) of file ino (n already clipped to the file size)
+ * are one contiguous range of one backing file, give its descriptor and
+ * offset, so the reply can be spliced without a copy (the file was just
+ * checked unchanged).
+ * @return 1 with *fd and *src, 0 otherwise (literal bytes, several
+ *         ranges), or -EIO / -ENOENT.
+ */
+int flx_fs_map(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n, int *fd,
+	       uint64_t *src);
+
+/**
  * Check, when a file is opened, that every backing file it reads is still
  * the one validated at mount (same inode at the same path, same size and
  * mtime); see flx_file_verify().  Directories always pass.

@@ -657,6 +657,28 @@ ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 	return rc ? rc : (ssize_t)n;
 }
 
+int flx_view_map(const flx_view *v, uint64_t off, size_t n, uint32_t *file,
+		 uint64_t *src)
+{
+	int64_t g[FLX_MAX_DIMS];
+	const piece *p;
+	uint64_t e = off / v->esz;
+
+	if (n == 0 || off >= v->bytes || n > v->bytes - off)
+		return 0;
+	unravel(v, e, g);
+	p = find_piece(v, NULL, g);
+	if (!p || (v->ndim > 0 && p->contig_from >= v->ndim))
+		return 0;
+	if ((e + run_elems(v, p, g)) * v->esz < off + n)
+		return 0;
+	if (flx_file_verify(v->ckpt, &v->ckpt->files[p->ch->file], false))
+		return -EIO;
+	*file = p->ch->file;
+	*src = src_offset(v, p, g) + off % v->esz;
+	return 1;
+}
+
 /* ---- placement ---- */
 
 typedef struct layer_match {

@@ -75,6 +75,16 @@ int flx_view_new(const flx_ckpt *ckpt, const flx_tensor *t, const flx_box *box,
 		 flx_view **out, flx_error *err);
 void flx_view_free(flx_view *v);
 
+/**
+ * If view bytes [off, off+n) are one contiguous byte range of one backing
+ * file (so a reply can be spliced from the file without a copy), give the
+ * file index and its offset, after checking the file is unchanged.
+ * @return 1 with *file and *src, 0 if the range is scattered or strided,
+ *         -EIO if the backing file changed since mount.
+ */
+int flx_view_map(const flx_view *v, uint64_t off, size_t n, uint32_t *file,
+		 uint64_t *src);
+
 /** Read statistics, for tests and benchmarks (per call, caller-owned). */
 typedef struct flx_read_stats {
 	uint64_t preads;     /* pread() calls issued */

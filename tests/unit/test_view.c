@@ -149,6 +149,8 @@ static unsigned char *expected(const flx_box *b, size_t *len)
 	return (unsigned char *)v;
 }
 
+static size_t mapped; /* ranges flx_view_map found contiguous */
+
 static void check_box(const flx_ckpt *c, const flx_box *box)
 {
 	flx_view *v = NULL;
@@ -195,6 +197,27 @@ static void check_box(const flx_ckpt *c, const flx_box *box)
 		}
 	}
 	CHECK_EQ(flx_view_read(v, got, 4, len, NULL), 0);
+	/* a range that flx_view_map calls contiguous must be exactly those
+	 * bytes of the file it names */
+	for (size_t s = 0; s < len; s += 3) {
+		for (size_t n = 1; s + n <= len; n = n * 2 + 1) {
+			uint32_t file;
+			uint64_t src;
+			int mr = flx_view_map(v, s, n, &file, &src);
+
+			CHECK(mr == 0 || mr == 1);
+			if (mr != 1)
+				continue;
+			mapped++;
+			CHECK(pread(c->files[file].fd, got, n, (off_t)src) ==
+			      (ssize_t)n);
+			if (memcmp(got, want + s, n) != 0) {
+				fprintf(stderr, "map mismatch at %zu+%zu\n", s,
+					n);
+				check_failures++;
+			}
+		}
+	}
 	free(got);
 	free(want);
 	flx_view_free(v);
@@ -374,6 +397,7 @@ int main(void)
 	CHECK(mkdtemp(dir) != NULL);
 	c = make_ckpt(dir);
 	test_boxes(c);
+	CHECK(mapped > 1000); /* row-major chunks are mapped, not gathered */
 	test_coalescing(c);
 	test_placement(c);
 	test_spec_values();
