@@ -33,6 +33,8 @@
 #include <string.h>
 
 #define WINDOW_BYTES (1u << 20)
+#define STAGE_BYTES  (4u << 20) /* largest clustered pread */
+#define MAX_RUNS     65536	/* runs queued before they are executed */
 
 /* ---- box index: boxes sorted by start along one axis ---- */
 
@@ -384,7 +386,10 @@ typedef struct rdctx {
 	unsigned char *buf;
 	uint64_t off; /* view byte that buf[0] holds */
 	flx_read_stats *stats;
-	pending run;
+	/* runs queued for this call, executed by flush() */
+	pending *runs;
+	size_t nruns, capruns;
+	unsigned char *stage; /* staging for clustered runs */
 	/* files already verified during this call (reads touch few) */
 	uint32_t checked[8];
 	unsigned nchecked;
@@ -429,31 +434,79 @@ static int do_pread(rdctx *r, uint32_t file, void *dst, size_t len,
 	return rc;
 }
 
+static int cmp_run_src(const void *a, const void *b)
+{
+	const pending *x = a, *y = b;
+
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	return x->src < y->src ? -1 : x->src > y->src;
+}
+
+/*
+ * Execute the queued runs.  Sorted by source position, runs that are
+ * adjacent in the same file form a cluster read with one pread() into a
+ * staging buffer and scattered with memcpy: the rows a request needs from
+ * one saved chunk are usually contiguous on disk even when their
+ * destinations interleave with another chunk's (a column-split source
+ * read row-wise), so hundreds of small reads become one, reading no byte
+ * twice and none that is not delivered.
+ */
 static int flush(rdctx *r)
 {
+	size_t i = 0;
 	int rc = 0;
 
-	if (r->run.len)
-		rc = do_pread(r, r->run.file, r->buf + r->run.dst, r->run.len,
-			      r->run.src);
-	r->run.len = 0;
+	if (r->nruns > 1)
+		qsort(r->runs, r->nruns, sizeof(pending), cmp_run_src);
+	while (i < r->nruns && !rc) {
+		size_t j = i + 1;
+		uint64_t span = r->runs[i].len;
+
+		while (j < r->nruns && r->runs[j].file == r->runs[i].file &&
+		       r->runs[j].src == r->runs[i].src + span &&
+		       span + r->runs[j].len <= STAGE_BYTES)
+			span += r->runs[j++].len;
+		if (j == i + 1) {
+			rc = do_pread(r, r->runs[i].file,
+				      r->buf + r->runs[i].dst, r->runs[i].len,
+				      r->runs[i].src);
+		} else {
+			if (!r->stage && !(r->stage = malloc(STAGE_BYTES)))
+				return -ENOMEM;
+			rc = do_pread(r, r->runs[i].file, r->stage, span,
+				      r->runs[i].src);
+			for (size_t k = i; !rc && k < j; k++)
+				memcpy(r->buf + r->runs[k].dst,
+				       r->stage +
+					   (r->runs[k].src - r->runs[i].src),
+				       r->runs[k].len);
+		}
+		i = j;
+	}
+	r->nruns = 0;
 	return rc;
 }
 
 /* Queue a contiguous run, merging it with the previous one when it
- * continues it in the same file. */
+ * continues it in both the file and the buffer. */
 static int emit(rdctx *r, uint32_t file, uint64_t src, size_t dst, size_t len)
 {
+	pending *last = r->nruns ? &r->runs[r->nruns - 1] : NULL;
 	int rc;
 
-	if (r->run.len && r->run.file == file &&
-	    r->run.src + r->run.len == src && r->run.dst + r->run.len == dst) {
-		r->run.len += len;
+	if (last && last->file == file && last->src + last->len == src &&
+	    last->dst + last->len == dst) {
+		last->len += len;
 		return 0;
 	}
-	rc = flush(r);
-	r->run = (pending){file, src, dst, len};
-	return rc;
+	if (r->nruns == MAX_RUNS && (rc = flush(r)))
+		return rc;
+	if (flx_grow((void **)&r->runs, &r->capruns, r->nruns + 1,
+		     sizeof(pending)))
+		return -ENOMEM;
+	r->runs[r->nruns++] = (pending){file, src, dst, len};
+	return 0;
 }
 
 static int find_piece_cb(void *arg, uint32_t idx)
@@ -654,6 +707,8 @@ ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 	if (!rc)
 		rc = flush(&r);
 	free(r.win);
+	free(r.stage);
+	free(r.runs);
 	return rc ? rc : (ssize_t)n;
 }
 
