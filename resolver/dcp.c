@@ -404,9 +404,9 @@ static int add_file(loader *L, const char *relpath, bool data, const char *key,
 	*idx = (uint32_t)c->nfiles++;
 	if (file_index_add(L, (int)*idx))
 		return -ENOMEM;
-	/* The kernel readahead only hurts the scattered reads of resharding;
-	 * reads issue their own large coalesced preads. */
-	posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+	/* No POSIX_FADV_RANDOM: views end up reading every source byte, so
+	 * the kernel's readahead is never wasted and keeps cold sequential
+	 * reads streaming. */
 	return 0;
 }
 
