@@ -11,6 +11,7 @@
  *   objects/<fqn>.pt                    non-tensor items verbatim
  *                                       (torch.save zips)
  */
+#include "json_guard.h"
 #include "tree_internal.h"
 
 #include <errno.h>
@@ -59,13 +60,9 @@ static int add_safetensors(builder *b, int dir, const char *name,
 {
 	unsigned char *hdr = NULL;
 	uint64_t hlen = 0;
-	char *mjson = json_dumps(meta, JSON_COMPACT);
 	int f, rc;
 
-	if (!mjson)
-		return -ENOMEM;
-	rc = flx_safetensors_header(e, n, mjson, &hdr, &hlen);
-	free(mjson);
+	rc = flx_safetensors_header(e, n, meta, &hdr, &hlen);
 	if (rc)
 		return fail(b, rc, name, "safetensors header");
 	f = flx_fs_mkfile(b->fs, dir, name);
@@ -433,6 +430,7 @@ int flx_fs_build(const flx_ckpt *ckpt, const flx_plan *plan, flx_fs **out,
 	const char *dup = NULL;
 	int rc, ranks;
 
+	flx_json_guard_begin();
 	rc = flx_fs_new(&b.fs, ckpt);
 	if (rc)
 		return fail(&b, rc, NULL, "");
@@ -460,6 +458,10 @@ int flx_fs_build(const flx_ckpt *ckpt, const flx_plan *plan, flx_fs **out,
 			      rc == -EEXIST ? "two entries of one directory "
 					      "share this name"
 					    : "out of memory");
+	/* a jansson allocation that failed may have left a key out of some
+	 * JSON text without an error: discard everything */
+	if (!rc && flx_json_guard_failed())
+		rc = fail(&b, -ENOMEM, "index.json", "");
 	if (rc)
 		goto fail;
 	json_decref(b.index);
@@ -467,6 +469,7 @@ int flx_fs_build(const flx_ckpt *ckpt, const flx_plan *plan, flx_fs **out,
 	*out = b.fs;
 	return 0;
 fail:
+	flx_error_default(err, rc, NULL);
 	json_decref(b.index);
 	free(b.whole);
 	flx_fs_free(b.fs);

@@ -31,7 +31,7 @@ static json_t *shape_json(int ndim, const int64_t *shape)
 	return a;
 }
 
-int flx_safetensors_header(flx_st_entry *e, size_t n, const char *metadata_json,
+int flx_safetensors_header(flx_st_entry *e, size_t n, json_t *metadata,
 			   unsigned char **out, uint64_t *len)
 {
 	json_t *root = json_object(), *meta;
@@ -43,8 +43,8 @@ int flx_safetensors_header(flx_st_entry *e, size_t n, const char *metadata_json,
 
 	if (!root)
 		return -ENOMEM;
-	meta = metadata_json ? json_loads(metadata_json, 0, NULL)
-			     : json_pack("{s:s}", "format", "pt");
+	meta = metadata ? json_incref(metadata)
+			: json_pack("{s:s}", "format", "pt");
 	if (!meta || json_object_set_new(root, "__metadata__", meta))
 		goto out;
 	qsort(e, n, sizeof(*e), cmp_entry);

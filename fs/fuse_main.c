@@ -220,6 +220,19 @@ static int loop(struct fuse_session *se, const struct fuse_cmdline_opts *fo)
 	return rc;
 }
 
+/*
+ * The end of the session: 0 or the signal that ended it (a requested
+ * shutdown), else the loop's -errno.  -ECONNABORTED is an unmount too:
+ * when the connection is torn down (the last user of a lazily unmounted
+ * tree went away) while a worker is dequeuing a request, the kernel's
+ * fuse_dev_do_read() fails that read with ECONNABORTED instead of ENODEV,
+ * and libfuse 3.14 only takes ENODEV for the end of the session.
+ */
+static bool loop_failed(int rc)
+{
+	return rc < 0 && rc != -ECONNABORTED;
+}
+
 int main(int argc, char **argv)
 {
 	struct fuse_cmdline_opts fo;
@@ -264,9 +277,7 @@ int main(int argc, char **argv)
 	 * for a reason the user could have been told about. */
 	if (fuse_daemonize(fo.foreground) == 0) {
 		rc = loop(se, &fo);
-		/* > 0 is the signal that ended the loop: a requested
-		 * shutdown, not a failure. */
-		ret = rc < 0 ? 1 : 0;
+		ret = loop_failed(rc) ? 1 : 0;
 	}
 	fuse_session_unmount(se);
 err_out3:

@@ -7,6 +7,8 @@
 
 #include "tree.h"
 
+#include <jansson.h>
+
 typedef enum flx_seg_kind {
 	FLX_SEG_LIT,  /* bytes owned by the segment */
 	FLX_SEG_VIEW, /* a view's tensor bytes */
@@ -72,14 +74,13 @@ typedef struct flx_st_entry {
  * Safetensors header ("u64 N" + JSON + space padding so the data starts at
  * a multiple of 64) for entries, which are reordered in place into data
  * order (element size descending, then name, as the safetensors writer
- * does).  metadata: a JSON object of string values for "__metadata__"
- * (borrowed) or NULL for {"format": "pt"}.
+ * does).  metadata: the "__metadata__" object of string values (borrowed;
+ * NULL for {"format": "pt"}).
  * @return 0 and *out and *len (owned by caller), -EINVAL (dtype without a
  *         safetensors name), -ENOMEM.
  */
-int flx_safetensors_header(flx_st_entry *entries, size_t n,
-			   const char *metadata_json, unsigned char **out,
-			   uint64_t *len);
+int flx_safetensors_header(flx_st_entry *entries, size_t n, json_t *metadata,
+			   unsigned char **out, uint64_t *len);
 
 /** .npy header (v1, or v2 past 64 KiB) with data at a multiple of 64.
  * @return 0 and *out and *len (owned), or -ENOMEM. */

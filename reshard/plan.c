@@ -741,15 +741,32 @@ typedef struct layer_match {
 	size_t so, eo; /* the index digits in the FQN */
 } layer_match;
 
+/*
+ * An allocation failure inside regexec() must not read as "no match" (the
+ * tensor would silently land on another stage).  glibc's regexec() returns
+ * REG_NOMATCH for every internal error, REG_ESPACE included, so the failed
+ * malloc's errno is what tells them apart: callers clear errno first.
+ */
+static int match_rc(int r)
+{
+	if (r == 0 || (r == REG_NOMATCH && errno != ENOMEM))
+		return 0;
+	return -ENOMEM;
+}
+
+/* @return 0 (m->layer = -1 when fqn is no layer tensor) or -ENOMEM. */
 static int match_layer(const regex_t *rx, const char *fqn, layer_match *m)
 {
 	regmatch_t g[10];
 	size_t ng = rx->re_nsub < 9 ? rx->re_nsub : 9;
 	long v;
+	int r;
 
+	errno = 0;
+	r = regexec(rx, fqn, ng + 1, g, 0);
 	m->layer = -1;
-	if (regexec(rx, fqn, ng + 1, g, 0) != 0 || ng == 0 || g[ng].rm_so < 0)
-		return 0;
+	if (r != 0 || ng == 0 || g[ng].rm_so < 0)
+		return match_rc(r);
 	m->so = (size_t)g[ng].rm_so;
 	m->eo = (size_t)g[ng].rm_eo;
 	if (m->eo == m->so || m->eo - m->so > 9)
@@ -906,7 +923,9 @@ static int place_one(flx_plan *p, size_t i, const regex_t *layer_rx,
 			return pl->split;
 	}
 	/* stage */
-	match_layer(layer_rx, t->fqn, &m);
+	rc = match_layer(layer_rx, t->fqn, &m);
+	if (rc)
+		return rc;
 	pl->layer = m.layer;
 	switch (rule ? rule->stage : FLX_STAGE_DEFAULT) {
 	case FLX_STAGE_FIRST:
@@ -929,12 +948,14 @@ static int place_one(flx_plan *p, size_t i, const regex_t *layer_rx,
 		pl->stage_lo = pl->stage_hi = rule->stage_n;
 		break;
 	default:
+		errno = 0;
+		rc = m.layer >= 0 ? 0 : regexec(embed_rx, t->fqn, 0, NULL, 0);
+		if (match_rc(rc))
+			return -ENOMEM;
 		if (m.layer >= 0)
 			pl->stage_lo = stage_of_pos(lm, layer_pos(lm, m.layer));
-		else if (regexec(embed_rx, t->fqn, 0, NULL, 0) == 0)
-			pl->stage_lo = 0;
 		else
-			pl->stage_lo = s->pp - 1;
+			pl->stage_lo = rc == 0 ? 0 : s->pp - 1;
 		pl->stage_hi = pl->stage_lo;
 	}
 	/* names per stage */
@@ -996,7 +1017,8 @@ static int build_layer_map(const flx_ckpt *c, const regex_t *rx, int pp,
 	for (size_t i = 0; i < c->ntensors; i++) {
 		layer_match m;
 
-		match_layer(rx, c->tensors[i].fqn, &m);
+		if (match_layer(rx, c->tensors[i].fqn, &m))
+			return -ENOMEM;
 		if (m.layer >= 0)
 			lm->idx[lm->n++] = m.layer;
 	}
@@ -1022,17 +1044,26 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 	int rc;
 
 	if (!p)
-		return -ENOMEM;
+		return flx_error_default(err, -ENOMEM, NULL);
 	p->ckpt = ckpt;
 	p->spec = spec;
-	if (regcomp(&layer_rx, spec->layer_regex, REG_EXTENDED) ||
-	    !(have_layer = true) ||
-	    regcomp(&embed_rx, spec->embed_regex, REG_EXTENDED | REG_NOSUB)) {
-		rc = flx_error_set(err, -EINVAL, NULL, "layer_regex",
-				   "invalid regular expression");
+	/* both were compiled when set; failing now means out of memory */
+	rc = regcomp(&layer_rx, spec->layer_regex, REG_EXTENDED);
+	have_layer = rc == 0;
+	if (!rc) {
+		rc = regcomp(&embed_rx, spec->embed_regex,
+			     REG_EXTENDED | REG_NOSUB);
+		have_embed = rc == 0;
+	}
+	if (rc) {
+		rc = rc == REG_ESPACE
+			 ? -ENOMEM
+			 : flx_error_set(err, -EINVAL, NULL,
+					 have_layer ? "embed_regex"
+						    : "layer_regex",
+					 "invalid regular expression");
 		goto fail;
 	}
-	have_embed = true;
 	rc = build_layer_map(ckpt, &layer_rx, spec->pp, &lm);
 	if (rc)
 		goto fail;
@@ -1064,8 +1095,7 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 	*out = p;
 	return 0;
 fail:
-	if (rc == -ENOMEM)
-		flx_error_set(err, rc, NULL, NULL, "out of memory");
+	flx_error_default(err, rc, NULL);
 	if (err && !err->file[0]) {
 		char meta[FLX_ERR_FIELD];
 

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "spec.h"
 
+#include "json_guard.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
@@ -115,6 +117,8 @@ static int check_regex(const char *key, const char *re, int min_groups,
 	regex_t rx;
 	int rc = regcomp(&rx, re, REG_EXTENDED);
 
+	if (rc == REG_ESPACE)
+		return flx_error_set(err, -ENOMEM, NULL, key, "out of memory");
 	if (rc) {
 		char msg[128];
 
@@ -177,8 +181,8 @@ static int load_rules_file(flx_spec *s, const char *path, flx_error *err)
 	return rc;
 }
 
-int flx_spec_set(flx_spec *s, const char *key, const char *value,
-		 flx_error *err)
+static int spec_set(flx_spec *s, const char *key, const char *value,
+		    flx_error *err)
 {
 	long n;
 	int rc;
@@ -235,6 +239,15 @@ int flx_spec_set(flx_spec *s, const char *key, const char *value,
 		return 0;
 	}
 	return -ENOENT;
+}
+
+int flx_spec_set(flx_spec *s, const char *key, const char *value,
+		 flx_error *err)
+{
+	int rc = spec_set(s, key, value, err);
+
+	/* -ENOENT (unknown key) is the caller's to report */
+	return rc == -ENOENT ? rc : flx_error_default(err, rc, NULL);
 }
 
 static int rule_error(flx_error *err, const char *name, size_t i,
@@ -310,11 +323,16 @@ int flx_spec_rules_parse(flx_spec *s, const char *json, size_t len,
 			 const char *name, flx_error *err)
 {
 	json_error_t je;
-	json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+	json_t *root;
 	flx_rule *rules = NULL;
 	size_t n = 0;
 	int rc = 0;
 
+	flx_json_guard_begin();
+	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+	if (!root && flx_json_guard_failed())
+		return flx_error_set(err, -ENOMEM, name, "rules",
+				     "out of memory");
 	if (!root)
 		return flx_error_set(err, -EINVAL, name, "rules",
 				     "invalid JSON at line %d column %d: %s",
@@ -342,7 +360,7 @@ int flx_spec_rules_parse(flx_spec *s, const char *json, size_t len,
 	s->nrules = n;
 out:
 	json_decref(root);
-	return rc;
+	return flx_error_default(err, rc, name);
 }
 
 const flx_rule *flx_spec_match(const flx_spec *s, const char *fqn)

@@ -162,6 +162,15 @@ static int get_u64(loader *L, const flx_pv *obj, const char *name,
 	return 0;
 }
 
+/* A string of the metadata, or NULL if v is none or holds a NUL byte (a
+ * name or path cut at a NUL would silently mean another one). */
+static const char *cstr(const flx_pv *v)
+{
+	const char *s = flx_pv_str(v);
+
+	return s && strlen(s) == v->u.str.len ? s : NULL;
+}
+
 /* ---- storage_data ---- */
 
 static int cmp_offsets(int na, const int64_t *a, int nb, const int64_t *b)
@@ -207,14 +216,14 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 		const flx_pv *off;
 		int rc;
 
-		if (!is_dcp_obj(k, "MetadataIndex") ||
-		    !flx_pv_str(attr(k, "fqn")))
+		if (!is_dcp_obj(k, "MetadataIndex") || !cstr(attr(k, "fqn")))
 			return flx_error_set(L->err, -EINVAL, META_NAME,
 					     "storage_data",
 					     "entry %zu: key is not a "
-					     "MetadataIndex with an fqn",
+					     "MetadataIndex with a string fqn "
+					     "free of NUL bytes",
 					     i);
-		e->fqn = flx_pv_str(attr(k, "fqn"));
+		e->fqn = cstr(attr(k, "fqn"));
 		/* "offset" is absent (or None) for BYTE_IO entries. */
 		off = attr(k, "offset");
 		e->ndim = -1;
@@ -228,17 +237,31 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
 					     "storage_data value is not a "
 					     "_StorageInfo");
-		e->relpath = flx_pv_str(attr(v, "relative_path"));
+		e->relpath = cstr(attr(v, "relative_path"));
 		if (!e->relpath)
 			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
 					     "relative_path is missing or not "
-					     "a string");
+					     "a string without NUL bytes");
 		rc = get_u64(L, v, "offset", e->fqn, &e->offset);
 		if (!rc)
 			rc = get_u64(L, v, "length", e->fqn, &e->length);
 		if (rc)
 			return rc;
 		e->transforms = attr(v, "transform_descriptors");
+		if (e->transforms && e->transforms->kind != FLX_PV_NONE) {
+			bool ok = e->transforms->kind == FLX_PV_LIST ||
+				  e->transforms->kind == FLX_PV_TUPLE;
+
+			for (size_t j = 0; ok && j < flx_pv_len(e->transforms);
+			     j++)
+				ok =
+				    cstr(flx_pv_item(e->transforms, j)) != NULL;
+			if (!ok)
+				return flx_error_set(L->err, -EINVAL, META_NAME,
+						     e->fqn,
+						     "transform_descriptors is "
+						     "not a list of strings");
+		}
 		L->nse++;
 	}
 	qsort(L->se, L->nse, sizeof(sentry), cmp_sentry);
@@ -779,7 +802,7 @@ static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
 	if (!c->tensors || !c->objects)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
-		const char *fqn = flx_pv_str(sdm->u.dict.kv[2 * i]);
+		const char *fqn = cstr(sdm->u.dict.kv[2 * i]);
 		const flx_pv *v = sdm->u.dict.kv[2 * i + 1];
 		char *copy;
 		int rc;
@@ -787,11 +810,9 @@ static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
 		if (!fqn)
 			return flx_error_set(L->err, -EINVAL, META_NAME,
 					     "state_dict_metadata",
-					     "key %zu is not a string", i);
-		if (strlen(fqn) != sdm->u.dict.kv[2 * i]->u.str.len)
-			return flx_error_set(L->err, -EINVAL, META_NAME,
-					     "state_dict_metadata",
-					     "key %zu contains a NUL byte", i);
+					     "key %zu is not a string without "
+					     "NUL bytes",
+					     i);
 		copy = strdup(fqn);
 		if (!copy)
 			return -ENOMEM;
@@ -973,7 +994,7 @@ int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
 
 	L.c = calloc(1, sizeof(flx_ckpt));
 	if (!L.c)
-		return -ENOMEM;
+		return flx_error_default(err, -ENOMEM, dir);
 	L.c->dir = strdup(dir);
 	if (!L.c->dir) {
 		rc = -ENOMEM;
@@ -1013,8 +1034,7 @@ int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
 	*out = L.c;
 	return 0;
 fail:
-	if (rc == -ENOMEM)
-		flx_error_set(err, rc, dir, NULL, "out of memory");
+	flx_error_default(err, rc, dir);
 	/* name files by their path, as the user will look them up */
 	if (err && err->file[0] && err->file[0] != '/' &&
 	    strcmp(err->file, dir) != 0) {
@@ -1034,25 +1054,38 @@ fail:
 	return rc;
 }
 
-/* Sorted view for flx_ckpt_find(); a crafted pickle can repeat a dict key,
- * which would make names ambiguous, so duplicates are refused here. */
+/* Sorted view for flx_ckpt_find(), and the uniqueness of names. */
 static int build_index(loader *L)
 {
 	flx_ckpt *c = L->c;
+	size_t n = c->ntensors + c->nobjects;
+	const char **names;
+	int rc = 0;
 
 	c->by_name =
 	    malloc((c->ntensors ? c->ntensors : 1) * sizeof(*c->by_name));
-	if (!c->by_name)
+	names = malloc((n ? n : 1) * sizeof(*names));
+	if (!c->by_name || !names) {
+		free(names);
 		return -ENOMEM;
+	}
 	for (size_t i = 0; i < c->ntensors; i++)
 		c->by_name[i] = &c->tensors[i];
 	qsort(c->by_name, c->ntensors, sizeof(*c->by_name), cmp_tensor_ptr);
-	for (size_t i = 1; i < c->ntensors; i++)
-		if (strcmp(c->by_name[i - 1]->fqn, c->by_name[i]->fqn) == 0)
-			return flx_error_set(L->err, -EINVAL, META_NAME,
-					     c->by_name[i]->fqn,
-					     "tensor listed twice");
-	return 0;
+	/* a crafted pickle can repeat a dict key: every name, tensor or
+	 * bytes value, must be unique or views would be ambiguous */
+	for (size_t i = 0; i < c->ntensors; i++)
+		names[i] = c->tensors[i].fqn;
+	for (size_t i = 0; i < c->nobjects; i++)
+		names[c->ntensors + i] = c->objects[i].fqn;
+	qsort(names, n, sizeof(*names), cmp_str);
+	for (size_t i = 1; i < n && !rc; i++)
+		if (strcmp(names[i - 1], names[i]) == 0)
+			rc = flx_error_set(L->err, -EINVAL, META_NAME, names[i],
+					   "listed twice in "
+					   "state_dict_metadata");
+	free(names);
+	return rc;
 }
 
 const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn)

@@ -11,9 +11,19 @@ void flx_error_init(flx_error *e)
 		memset(e, 0, sizeof(*e));
 }
 
+/* Names and reasons can carry bytes from a hostile file: keep the error
+ * one printable line whatever they contain. */
+static void sanitize(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			*s = '?';
+}
+
 static void copy_field(char *dst, const char *src)
 {
 	snprintf(dst, FLX_ERR_FIELD, "%s", src ? src : "");
+	sanitize(dst);
 }
 
 int flx_error_set(flx_error *e, int code, const char *file, const char *key,
@@ -29,6 +39,14 @@ int flx_error_set(flx_error *e, int code, const char *file, const char *key,
 	va_start(ap, fmt);
 	vsnprintf(e->text, sizeof(e->text), fmt, ap);
 	va_end(ap);
+	sanitize(e->text);
+	return code;
+}
+
+int flx_error_default(flx_error *e, int code, const char *file)
+{
+	if (code < 0 && e && !e->code)
+		flx_error_set(e, code, file, NULL, "%s", strerror(-code));
 	return code;
 }
 

@@ -24,10 +24,18 @@ void flx_error_init(flx_error *e);
 
 /**
  * Record an error unless one is already recorded.  file and key may be NULL.
+ * Control characters in any field are replaced by '?' (one printable line).
  * @return code (a negative errno), so callers can `return flx_error_set(...)`.
  */
 int flx_error_set(flx_error *e, int code, const char *file, const char *key,
 		  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/**
+ * At a public entry point's exit: if code is an error and nothing was
+ * recorded (typically -ENOMEM from deep inside), record strerror(code).
+ * @return code
+ */
+int flx_error_default(flx_error *e, int code, const char *file);
 
 /** Fill key if the recorded error has none (adds context on the way out). */
 void flx_error_key(flx_error *e, const char *key);
