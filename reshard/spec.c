@@ -4,6 +4,7 @@
 #include "json_guard.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <fnmatch.h>
 #include <jansson.h>
@@ -111,11 +112,71 @@ int flx_parse_size(const char *text, uint64_t *out)
 	return 0;
 }
 
+/*
+ * glibc's regcomp() expands stacked and large repetitions into an
+ * automaton that grows exponentially (\.+++++... takes gigabytes), so
+ * before compiling, refuse what POSIX leaves undefined anyway (a
+ * duplication operator right after another) and bound the length and the
+ * {m,n} counts.  Escaped characters and bracket expressions are skipped.
+ */
+#define MAX_REGEX_LEN 256
+#define MAX_REGEX_DUP 32
+
+static const char *regex_too_costly(const char *re)
+{
+	bool after_dup = false;
+
+	if (strlen(re) > MAX_REGEX_LEN)
+		return "longer than 256 characters";
+	for (const char *p = re; *p; p++) {
+		bool dup = false;
+
+		if (*p == '\\' && p[1]) {
+			p++;
+		} else if (*p == '[') {
+			/* a bracket expression: ']' first is literal */
+			p += p[1] == '^' ? 2 : 1;
+			if (*p == ']')
+				p++;
+			while (*p && *p != ']')
+				p++;
+			if (!*p)
+				return NULL; /* regcomp reports it */
+		} else if (*p == '*' || *p == '+' || *p == '?') {
+			dup = true;
+		} else if (*p == '{') {
+			char *end;
+			long lo = strtol(p + 1, &end, 10), hi = lo;
+
+			/* {m,} costs m copies and a star: only m counts */
+			if (*end == ',' && end[1] != '}')
+				hi = strtol(end + 1, &end, 10);
+			if (lo > MAX_REGEX_DUP || hi > MAX_REGEX_DUP)
+				return "a repetition count above 32";
+			dup = true;
+		}
+		if (dup && after_dup)
+			return "a repetition right after another (undefined "
+			       "in POSIX)";
+		after_dup = dup;
+		if (*p == '{')
+			while (p[1] && *p != '}')
+				p++;
+	}
+	return NULL;
+}
+
 static int check_regex(const char *key, const char *re, int min_groups,
 		       flx_error *err)
 {
+	const char *why = regex_too_costly(re);
 	regex_t rx;
-	int rc = regcomp(&rx, re, REG_EXTENDED);
+	int rc;
+
+	if (why)
+		return flx_error_set(err, -EINVAL, NULL, key,
+				     "regular expression refused: %s", why);
+	rc = regcomp(&rx, re, REG_EXTENDED);
 
 	if (rc == REG_ESPACE)
 		return flx_error_set(err, -ENOMEM, NULL, key, "out of memory");

@@ -377,6 +377,17 @@ static void test_spec_values(void)
 	CHECK_EQ(flx_spec_set(&s, "bogus", "1", NULL), -ENOENT);
 	CHECK_EQ(flx_spec_set(&s, "layer_regex", "layers\\.[0-9]+", NULL),
 		 -EINVAL);
+	/* regexes whose automaton would explode are refused up front */
+	flx_error_init(&err);
+	CHECK_EQ(
+	    flx_spec_set(&s, "layer_regex", "(^|\\.+++++)h\\.([0-9]+)", &err),
+	    -EINVAL);
+	CHECK(strstr(err.text, "repetition right after another") != NULL);
+	CHECK_EQ(flx_spec_set(&s, "layer_regex", "((x){33})([0-9]+)", NULL),
+		 -EINVAL);
+	CHECK_EQ(
+	    flx_spec_set(&s, "layer_regex", "layers[.]([0-9]{1,})[.]", NULL),
+	    0);
 	CHECK_EQ(flx_spec_set(&s, "pp_renumber", NULL, NULL), 0);
 	CHECK(s.pp_renumber);
 	CHECK_EQ(flx_parse_size("5G", &sz), 0);
