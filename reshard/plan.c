@@ -390,11 +390,13 @@ typedef struct rdctx {
 	pending *runs;
 	size_t nruns, capruns;
 	unsigned char *stage; /* staging for clustered runs */
+	size_t stage_cap;
 	/* files already verified during this call (reads touch few) */
 	uint32_t checked[8];
 	unsigned nchecked;
 	/* window for strided gathers */
 	unsigned char *win;
+	size_t win_cap;
 	uint32_t win_file;
 	uint64_t win_off;
 	size_t win_len;
@@ -472,8 +474,14 @@ static int flush(rdctx *r)
 				      r->buf + r->runs[i].dst, r->runs[i].len,
 				      r->runs[i].src);
 		} else {
-			if (!r->stage && !(r->stage = malloc(STAGE_BYTES)))
-				return -ENOMEM;
+			if (span > r->stage_cap) {
+				void *ns = realloc(r->stage, span);
+
+				if (!ns)
+					return -ENOMEM;
+				r->stage = ns;
+				r->stage_cap = span;
+			}
 			rc = do_pread(r, r->runs[i].file, r->stage, span,
 				      r->runs[i].src);
 			for (size_t k = i; !rc && k < j; k++)
@@ -583,14 +591,17 @@ static int window_load(rdctx *r, uint32_t file, uint64_t off)
 	uint64_t file_size = r->v->ckpt->files[file].size;
 	size_t len;
 
-	if (!r->win) {
-		r->win = malloc(WINDOW_BYTES);
-		if (!r->win)
-			return -ENOMEM;
-	}
 	off &= ~(uint64_t)4095;
 	len = file_size - off < WINDOW_BYTES ? (size_t)(file_size - off)
 					     : WINDOW_BYTES;
+	if (len > r->win_cap) {
+		void *nw = realloc(r->win, len);
+
+		if (!nw)
+			return -ENOMEM;
+		r->win = nw;
+		r->win_cap = len;
+	}
 	r->win_file = file;
 	r->win_off = off;
 	r->win_len = len;

@@ -18,3 +18,6 @@ echo "== full build"
 cmake -S . -B build >/dev/null
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure)
+
+echo "== sanitizers (ASan + UBSan) and valgrind"
+tools/test-sanitize.sh

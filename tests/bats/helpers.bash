@@ -5,6 +5,22 @@
 # FLEXFS_SRC.  Background daemons must not keep bats's fd 3 open, or bats
 # waits for them forever: every command that may leave a process behind
 # runs with 3>&-.
+#
+# FLEXFS_EXEC_PREFIX (optional): a command line mount_ff runs the daemon
+# under, split on blanks, e.g. "valgrind -q --error-exitcode=99
+# --leak-check=full --errors-for-leak-kinds=definite" (tools/test-sanitize.sh).
+# Mounting and exiting then get more time, and unmount_ff fails when the
+# daemon exits 99 (valgrind found errors).
+#
+# Reports: every test that calls setup_ff/teardown_ff fails when
+#  - ASan/LSan reported anything from any process the test started,
+#    daemonized ones included (their stderr is /dev/null, so setup_ff points
+#    log_path into the test's directory);
+#  - a daemon started by mount_ff printed a sanitizer or valgrind report on
+#    stderr (GCC's UBSan runtime ignores log_path and always writes there);
+#  - MNT is left a dead mount (its daemon died, e.g. halted by UBSan while
+#    daemonized, where its report is lost).
+# With FF_STRICT_STDERR=1 any daemon stderr at all fails the test.
 
 bats_require_minimum_version 1.5.0
 
@@ -37,17 +53,23 @@ require_bins() {
 }
 
 # mount_ff SRC MNT [OPTS]: run flexfs in the foreground, in the
-# background, and wait (up to ~10 s) until MNT is a mountpoint.  Sets
-# FF_PID and FF_ERR (the daemon's stderr).  Fails with that stderr if the
-# daemon died first.
+# background, and wait (up to ~10 s; 60 s under FLEXFS_EXEC_PREFIX) until
+# MNT is a mountpoint.  Sets FF_PID and FF_ERR (the daemon's stderr, one
+# file per mount, all listed in FF_ERRS for teardown_ff).  Fails with that
+# stderr if the daemon died first.
 mount_ff() {
-	local src=$1 mnt=$2 opts=${3:-} i
+	local src=$1 mnt=$2 opts=${3:-} i tries=100
+	local -a prefix=()
 
-	FF_ERR=$BATS_TEST_TMPDIR/flexfs.stderr
-	"$FLEXFS_BIN" "$src" "$mnt" -f ${opts:+-o "$opts"} \
+	read -r -a prefix <<<"${FLEXFS_EXEC_PREFIX:-}"
+	((${#prefix[@]} == 0)) || tries=600
+	FF_NMOUNT=$((${FF_NMOUNT:-0} + 1))
+	FF_ERR=$BATS_TEST_TMPDIR/flexfs.$FF_NMOUNT.stderr
+	FF_ERRS+=("$FF_ERR")
+	"${prefix[@]}" "$FLEXFS_BIN" "$src" "$mnt" -f ${opts:+-o "$opts"} \
 		>"$BATS_TEST_TMPDIR/flexfs.stdout" 2>"$FF_ERR" 3>&- &
 	FF_PID=$!
-	for ((i = 0; i < 100; i++)); do
+	for ((i = 0; i < tries; i++)); do
 		mountpoint -q "$mnt" && return 0
 		if ! kill -0 "$FF_PID" 2>/dev/null; then
 			wait "$FF_PID"
@@ -58,7 +80,7 @@ mount_ff() {
 		fi
 		sleep 0.1
 	done
-	echo "flexfs did not mount $mnt within 10 s:" >&2
+	echo "flexfs did not mount $mnt within $((tries / 10)) s:" >&2
 	cat "$FF_ERR" >&2
 	return 1
 }
@@ -69,17 +91,20 @@ not_mounted() {
 	! mountpoint -q "$1"
 }
 
-# wait_gone PID: wait (up to ~10 s) until PID has exited.  A zombie
-# counts as exited here; the caller's wait reaps its own children.
+# wait_gone PID [TENTHS]: wait (up to TENTHS/10 s, default ~10 s; 60 s
+# under FLEXFS_EXEC_PREFIX) until PID has exited.  A zombie counts as
+# exited here; the caller's wait reaps its own children.
 wait_gone() {
-	local pid=$1 i state
+	local pid=$1 tenths=${2:-} i state
 
-	for ((i = 0; i < 100; i++)); do
+	[[ -n $tenths ]] || tenths=$([[ -n ${FLEXFS_EXEC_PREFIX:-} ]] &&
+		echo 600 || echo 100)
+	for ((i = 0; i < tenths; i++)); do
 		state=$(ps -o stat= -p "$pid" 2>/dev/null) || return 0
 		[[ $state == Z* ]] && return 0
 		sleep 0.1
 	done
-	echo "process $pid still running after 10 s" >&2
+	echo "process $pid still running after $((tenths / 10)) s" >&2
 	return 1
 }
 
@@ -94,6 +119,18 @@ unmount_ff() {
 	FF_RC=0
 	wait "$pid" || FF_RC=$?
 	FF_PID=
+	if [[ -n ${FLEXFS_EXEC_PREFIX:-} && $FF_RC -eq 99 ]]; then
+		echo "the daemon exited 99 under $FLEXFS_EXEC_PREFIX" \
+			"(its report: $FF_ERR, printed by teardown_ff)" >&2
+		return 1
+	fi
+}
+
+# mountinfo_of DIR: DIR's lines in /proc/self/mountinfo.  Unlike
+# mountpoint(1) this also sees a dead mount (its daemon gone, every stat()
+# failing with ENOTCONN).
+mountinfo_of() {
+	awk -v m="$1" '$5 == m' /proc/self/mountinfo
 }
 
 # daemon_pid MNT: the pid of the daemonized flexfs serving MNT (found by
@@ -109,13 +146,49 @@ setup_ff() {
 	mkdir -p "$MNT"
 	FF_PID=
 	FF_DAEMON=
+	FF_ERRS=()
+	# sanitizer reports of every process of this test, daemons included,
+	# land in FF_SANLOG.<pid> (see ff_check_reports)
+	FF_SANLOG=$BATS_TEST_TMPDIR/sanitizer
+	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}log_path=$FF_SANLOG"
+	export UBSAN_OPTIONS="${UBSAN_OPTIONS:+$UBSAN_OPTIONS:}log_path=$FF_SANLOG"
+}
+
+# ff_check_reports: fail (printing them) if this test's processes left
+# sanitizer reports, or a daemon's stderr has a sanitizer or valgrind
+# report (any stderr at all with FF_STRICT_STDERR=1).
+ff_check_reports() {
+	local f bad=0
+
+	for f in "${FF_SANLOG:-/nonexistent}".*; do
+		[[ -e $f ]] || continue
+		echo "sanitizer report $f:" >&2
+		cat "$f" >&2
+		bad=1
+	done
+	for f in "${FF_ERRS[@]}"; do
+		[[ -s $f ]] || continue
+		if [[ -n ${FF_STRICT_STDERR:-} ]] ||
+			grep -Eq '^==[0-9]+==|Sanitizer|runtime error:' "$f"; then
+			echo "daemon stderr ($f):" >&2
+			cat "$f" >&2
+			bad=1
+		fi
+	done
+	return "$bad"
 }
 
 # Always leave the machine clean: lazy unmount, then stop what is left.
+# A mount whose daemon died under it (a crash: a sanitizer that could not
+# log, a signal) is cleaned up too, and fails the test.
 teardown_ff() {
-	local pid
+	local pid dead=0
 
-	if [[ -n ${MNT:-} ]] && mountpoint -q "$MNT" 2>/dev/null; then
+	if [[ -n ${MNT:-} && -n $(mountinfo_of "$MNT") ]]; then
+		if ! timeout 10 stat "$MNT" >/dev/null 2>&1; then
+			echo "the daemon serving $MNT is gone: a dead mount" >&2
+			dead=1
+		fi
 		pid=$(daemon_pid "$MNT")
 		fusermount3 -u -z "$MNT" 2>/dev/null || umount -l "$MNT"
 		FF_DAEMON=${FF_DAEMON:-$pid}
@@ -125,4 +198,5 @@ teardown_ff() {
 		wait_gone "$pid" 2>/dev/null || kill -9 "$pid" 2>/dev/null
 	done
 	[[ -z ${FF_PID:-} ]] || wait "$FF_PID" 2>/dev/null || true
+	ff_check_reports && ((dead == 0))
 }

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Memory and undefined-behaviour checking of the test suite (part of
+# tools/test.sh; about 5 minutes on 2 cores):
+#
+#  1. build-asan (-DFLEXFS_SANITIZE=ON: ASan + UBSan, no recovery): ctest
+#     runs the unit tests, the fuzz regressions and every end-to-end bats
+#     file against the sanitized daemon, with leak detection on.  A report
+#     fails the test that caused it: unit tests by their exit status;
+#     daemons through tests/bats/helpers.bash (each test's sanitizer
+#     log_path is checked in teardown, as is every -f daemon's stderr, and a
+#     mount whose daemon died is a failure).  The oracle's self-test (pure
+#     Python, label "oracle") is left to tools/test.sh.
+#  2. valgrind memcheck on the normal build: tests/bats/valgrind.bats with
+#     FLEXFS_EXEC_PREFIX, so the daemon, its startup error paths and
+#     flexfs-inspect run under memcheck; an error or a definite leak makes
+#     the process exit 99, which fails the test.
+#
+# Environment: FLEXFS_STRESS_SECONDS (reader time per fixture in
+# stress.bats; 5 here), FLEXFS_NORMAL_BUILD (the build valgrind uses;
+# default build, as tools/test.sh leaves it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+normal=${FLEXFS_NORMAL_BUILD:-build}
+export FLEXFS_STRESS_SECONDS=${FLEXFS_STRESS_SECONDS:-5}
+
+if ! command -v valgrind >/dev/null; then
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "test-sanitize: valgrind is missing (run as root to install)" >&2
+		exit 1
+	fi
+	echo "test-sanitize: installing valgrind"
+	apt-get update -q
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+		--no-install-recommends valgrind
+fi
+
+start=$SECONDS
+echo "== ASan + UBSan build (build-asan)"
+cmake -S . -B build-asan -DFLEXFS_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+(
+	cd build-asan
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		ctest --output-on-failure -j"$jobs" -LE oracle -E "^e2e_valgrind$" \
+			--timeout 600
+)
+echo "== ASan + UBSan: passed in $((SECONDS - start)) s"
+
+start=$SECONDS
+echo "== valgrind memcheck on the daemon ($normal, tests/bats/valgrind.bats)"
+cmake -S . -B "$normal" >/dev/null
+cmake --build "$normal" -j"$jobs"
+FLEXFS_SRC=$PWD \
+	FLEXFS_BIN=$PWD/$normal/fs/flexfs \
+	FLEXFS_INSPECT=$PWD/$normal/tools/flexfs-inspect \
+	FLEXFS_EXEC_PREFIX="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite" \
+	bats --tap tests/bats/valgrind.bats
+echo "== valgrind: passed in $((SECONDS - start)) s"
