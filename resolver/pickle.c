@@ -870,8 +870,8 @@ static flx_pv *new_float_text(struct vm *vm, const char *s, size_t n)
 /* GLOBAL / INST argument: "module\nname\n". */
 static flx_pv *new_global_text(struct vm *vm)
 {
-	const char *m, *nm;
-	size_t ml, nl;
+	const char *m = NULL, *nm = NULL;
+	size_t ml = 0, nl = 0;
 	flx_pv *v, *ms, *ns;
 
 	if (arg_line(vm, &m, &ml) || arg_line(vm, &nm, &nl))
@@ -918,7 +918,7 @@ static flx_pv *new_obj(struct vm *vm, flx_pv *cls, flx_pv *args, bool newobj)
 
 static int op_build(struct vm *vm)
 {
-	flx_pv *state, *o;
+	flx_pv *state = NULL, *o = NULL;
 	int rc;
 
 	if ((rc = pop(vm, &state)) || (rc = top(vm, &o)))
@@ -1069,10 +1069,10 @@ static int op_sized(struct vm *vm, int lenbytes, bool is_signed,
 
 static int step(struct vm *vm, bool *stop)
 {
-	const char *s;
-	size_t sl;
+	const char *s = NULL;
+	size_t sl = 0;
 	uint64_t u;
-	flx_pv *a, *b, *c;
+	flx_pv *a = NULL, *b = NULL, *c = NULL;
 	int rc;
 
 	switch (vm->op) {

@@ -9,8 +9,8 @@ jobs=$(nproc)
 
 tools/check-format.sh
 
-echo "== core without FUSE"
-cmake -S . -B build-nofuse -DFLEXFS_WITH_FUSE=OFF >/dev/null
+echo "== core without FUSE (Release: -O3 warnings are errors too)"
+cmake -S . -B build-nofuse -DFLEXFS_WITH_FUSE=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-nofuse -j"$jobs"
 (cd build-nofuse && ctest --output-on-failure -j"$jobs")
 

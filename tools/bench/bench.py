@@ -1,0 +1,1139 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""flexfs read-path benchmark.  Run it through tools/bench/flexfs-bench.
+
+    tools/bench/flexfs-bench [--size 2G] [--runs 5] [--quick] [--json FILE]
+                             [--workdir /var/tmp/flexfs-bench] [--only LIST]
+                             [--no-torch26] [--clean]
+
+Builds (once, cached in the work dir) a llama-like bf16 checkpoint saved
+TP2 x PP1 by torch's own DCP writer (torch 1.13, and torch 2.6 when the
+Debian trixie chroot /opt/trixie exists), and a 10,000-tensor checkpoint
+from 64 ranks (TP8 x PP8) for the mount latency.  Then measures, each
+against a baseline taken in the same run (median of --runs, min and max):
+
+  contig   sequential 1 MiB reads of ranks/*/model.safetensors, TP2 source
+           viewed as TP2 (contiguous shards), vs the same reads of the
+           backing .distcp files: (a) first read on a fresh mount, backing
+           files in the page cache, (b) re-read on the same mount, (c) cold
+  strided  first read of hf/ (TP1; wo/w2 gather rows) vs backing files
+  e2e      every tensor of a TP4 layout through flexfs (np.load mmap of
+           the .npy, or read() of the safetensors) vs torch's DCP
+           load_state_dict into TP4 shards; plus backing bytes read per
+           byte delivered (/proc/<daemon>/io rchar)
+  mount    exec of flexfs to the first byte of MNT/index.json
+  memory   peak RSS (VmHWM) of the daemon over a full read of every view
+  parallel 8 concurrent readers (TP8 view) vs 1 reader
+
+--quick: a tiny checkpoint, one run of everything, and every byte read
+through flexfs is compared with the ground truth (numpy slices of the
+regenerated tensors) and with what torch's loader returns; exits 1 on any
+mismatch, 77 when /dev/fuse is missing; no timing is asserted.
+"""
+
+import argparse
+import atexit
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+import model  # noqa: E402
+import readers  # noqa: E402
+
+PY = os.environ.get("FLEXFS_BENCH_PYTHON", "/usr/bin/python3")
+CHROOT = os.environ.get("FLEXFS_TORCH2_CHROOT", "/opt/trixie")
+GB = 1e9
+MiB = 1 << 20
+
+
+def log(msg):
+    sys.stderr.write("[bench %s] %s\n" % (time.strftime("%H:%M:%S"), msg))
+    sys.stderr.flush()
+
+
+def median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+# ---------------------------------------------------------------------------
+# processes
+
+
+def proc_stats(pid):
+    """/proc/<pid>/{io,stat,status} of the daemon (all its threads)."""
+    s = {}
+    try:
+        with open("/proc/%d/io" % pid) as f:
+            for line in f:
+                k, v = line.split(":")
+                s[k] = int(v)
+        with open("/proc/%d/stat" % pid) as f:
+            rest = f.read().rsplit(")", 1)[1].split()
+        tick = os.sysconf("SC_CLK_TCK")
+        s["utime"] = int(rest[11]) / tick
+        s["stime"] = int(rest[12]) / tick
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                k, v = line.split(":", 1)
+                if k in ("VmHWM", "VmRSS"):
+                    s[k] = int(v.split()[0]) * 1024
+                elif k == "Threads":
+                    s[k] = int(v)
+    except FileNotFoundError:
+        pass
+    return s
+
+
+def delta(a, b):
+    d = {k: b[k] - a[k] for k in b if k in a and k not in ("VmHWM", "VmRSS", "Threads")}
+    for k in ("VmHWM", "VmRSS", "Threads"):
+        if k in b:
+            d[k] = b[k]
+    d["cpu_s"] = d.get("utime", 0) + d.get("stime", 0)
+    return d
+
+
+class Counters:
+    """Exact counts for one diagnostic pass (perf, root): FUSE_READ
+    requests of this mount (tracepoint fuse:fuse_request_send, filtered on
+    opcode and connection) and the daemon's syscalls (pread64, splice,
+    vmsplice, writev, read).  Not used during timed runs: enabling syscall
+    tracepoints slows the traced process down."""
+
+    SYSCALLS = ("pread64", "preadv", "splice", "vmsplice", "writev", "read")
+
+    def __init__(self, ctx, mount):
+        self.ctx, self.m = ctx, mount
+        self.counts, self.procs = {}, []
+
+    def __enter__(self):
+        if not self.ctx.perf:
+            return self
+        st = os.stat(self.m.mnt)
+        kdev = (os.major(st.st_dev) << 20) | os.minor(st.st_dev)
+        base = os.path.join(self.ctx.workdir, "perf-%d" % os.getpid())
+        self.files = [base + ".fuse", base + ".sys"]
+        cmds = [["perf", "stat", "-x,", "-a", "-o", self.files[0], "-e", "fuse:fuse_request_send",
+                 "--filter", "opcode == 15 && connection == %d" % kdev],
+                ["perf", "stat", "-x,", "-o", self.files[1], "-p", str(self.m.p.pid)] +
+                sum([["-e", "syscalls:sys_enter_" + c] for c in self.SYSCALLS], [])]
+        for c in cmds:
+            self.procs.append(subprocess.Popen(c, stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL))
+        time.sleep(0.5)  # perf attaches
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.send_signal(signal.SIGINT)
+        for p in self.procs:
+            p.wait(timeout=30)
+        for f in getattr(self, "files", []):
+            try:
+                with open(f) as fh:
+                    for line in fh:
+                        x = line.strip().split(",")
+                        if len(x) > 2 and x[0].isdigit():
+                            self.counts[x[2].split(":")[-1].replace("sys_enter_", "")] = int(x[0])
+                os.remove(f)
+            except OSError:
+                pass
+        if "fuse_request_send" in self.counts:
+            self.counts["fuse_reads"] = self.counts.pop("fuse_request_send")
+
+    def summary(self, nbytes):
+        c = dict(self.counts)
+        n = c.get("fuse_reads")
+        if n:
+            c["avg_request_bytes"] = nbytes / n
+            c["preads_per_request"] = (c.get("pread64", 0) + c.get("preadv", 0)) / n
+        return c
+
+
+def perf_usable():
+    if os.geteuid() != 0 or not shutil.which("perf"):
+        return False
+    r = subprocess.run(["perf", "list", "fuse:fuse_request_send"], capture_output=True, text=True)
+    return "fuse_request_send" in r.stdout
+
+
+class Mount:
+    """flexfs CKPT MNT -f -o OPTS, in the background; latency = exec to
+    the first byte of MNT/index.json."""
+
+    active = []
+
+    def __init__(self, ctx, ckpt, opts, name="m"):
+        self.ctx, self.ckpt, self.opts = ctx, ckpt, opts
+        self.mnt = os.path.join(ctx.workdir, "mnt-" + name)
+        self.errf = os.path.join(ctx.workdir, "flexfs-%s.stderr" % name)
+        self.p = None
+
+    def start(self):
+        os.makedirs(self.mnt, exist_ok=True)
+        if os.path.ismount(self.mnt):
+            subprocess.run(["fusermount3", "-u", "-z", self.mnt], check=False)
+        idx = os.path.join(self.mnt, "index.json")
+        err = open(self.errf, "w")
+        t0 = time.monotonic()
+        env = dict(os.environ, **self.ctx.daemon_env) if self.ctx.daemon_env else None
+        self.p = subprocess.Popen([self.ctx.flexfs, self.ckpt, self.mnt, "-f", "-o", self.opts],
+                                  stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env)
+        err.close()
+        Mount.active.append(self)
+        while True:
+            try:
+                with open(idx, "rb", buffering=0) as f:
+                    if f.read(1):
+                        break
+            except OSError:
+                pass
+            if self.p.poll() is not None:
+                raise RuntimeError("flexfs exited %d before mounting: %s"
+                                   % (self.p.returncode, open(self.errf).read().strip()))
+            if time.monotonic() - t0 > 600:
+                raise RuntimeError("flexfs did not mount within 600 s")
+            time.sleep(0.0002)
+        self.t_ready = time.monotonic()
+        self.latency = self.t_ready - t0
+        self.at_mount = proc_stats(self.p.pid)
+        if self.ctx.fuse_ra_kb:
+            # what-if experiment: the FUSE bdi's readahead (default 128 KiB)
+            st = os.stat(self.mnt)
+            with open("/sys/class/bdi/%d:%d/read_ahead_kb" % (os.major(st.st_dev),
+                                                              os.minor(st.st_dev)), "w") as f:
+                f.write("%d\n" % self.ctx.fuse_ra_kb)
+        return self
+
+    def stats(self):
+        return proc_stats(self.p.pid)
+
+    def path(self, *p):
+        return os.path.join(self.mnt, *p)
+
+    def stop(self):
+        if self.p is None:
+            return
+        subprocess.run(["fusermount3", "-u", self.mnt], check=True)
+        try:
+            rc = self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            rc = self.p.wait()
+        Mount.active.remove(self)
+        self.p = None
+        msg = open(self.errf).read().strip()
+        if rc != 0 or msg:
+            self.ctx.problems.append("flexfs %s -o %s: exit %d, stderr: %s"
+                                     % (self.ckpt, self.opts, rc, msg[:300]))
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def cleanup_mounts():
+    for m in list(Mount.active):
+        try:
+            subprocess.run(["fusermount3", "-u", "-z", m.mnt], check=False,
+                           stderr=subprocess.DEVNULL)
+            if m.p and m.p.poll() is None:
+                m.p.terminate()
+                m.p.wait(timeout=10)
+        except Exception:
+            pass
+    Mount.active.clear()
+
+
+# ---------------------------------------------------------------------------
+# page cache
+
+
+def disk_stats(path):
+    """/proc/diskstats of the block device holding path: reads completed,
+    sectors read, ms spent reading (whole disk, partitions included)."""
+    dev = os.stat(path).st_dev
+    name = None
+    try:
+        name = os.path.basename(os.path.realpath("/sys/dev/block/%d:%d" % (
+            os.major(dev), os.minor(dev))))
+    except OSError:
+        pass
+    with open("/proc/diskstats") as f:
+        for line in f:
+            x = line.split()
+            if x[2] == name:
+                return dict(reads=int(x[3]), sectors=int(x[5]), read_ms=int(x[6]))
+    return {}
+
+
+def disk_delta(a, b):
+    if not a or not b:
+        return {}
+    d = {k: b[k] - a[k] for k in a}
+    d["bytes"] = d["sectors"] * 512
+    d["avg_io_kib"] = d["bytes"] / 1024 / d["reads"] if d["reads"] else 0
+    return d
+
+
+def resident_bytes(paths):
+    """Bytes of paths in the page cache (fincore), or None."""
+    if not shutil.which("fincore"):
+        return None
+    r = subprocess.run(["fincore", "-b", "-n", "-o", "RES"] + list(paths),
+                       capture_output=True, text=True)
+    if r.returncode:
+        return None
+    return sum(int(x) for x in r.stdout.split())
+
+
+def warm(paths):
+    readers.seq_read(paths)
+
+
+def evict(ctx, paths):
+    """Drop the page cache: all of it (drop_caches) in full mode when
+    permitted, else just these files (fadvise DONTNEED).  -> residency."""
+    os.sync()
+    if ctx.drop == "drop_caches":
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+    else:
+        for p in paths:
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+    return resident_bytes(paths)
+
+
+def pick_drop_method(ctx):
+    """drop_caches if writable and effective (checked on a probe file with
+    fincore), else fadvise(DONTNEED) of the backing files."""
+    if ctx.args.quick or ctx.args.evict == "fadvise":
+        return "fadvise", "fadvise(POSIX_FADV_DONTNEED) of the backing files"
+    probe = os.path.join(ctx.workdir, ".evict-probe")
+    with open(probe, "wb") as f:
+        f.write(os.urandom(4 * MiB))
+    warm([probe])
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        res = resident_bytes([probe])
+        if res in (0, None):
+            return "drop_caches", ("sync; echo 3 > /proc/sys/vm/drop_caches (probe file: %s)"
+                                   % ("0 bytes resident after" if res == 0 else "not checked"))
+        why = "drop_caches left %d bytes resident" % res
+    except OSError as e:
+        why = "drop_caches not permitted (%s)" % e
+    finally:
+        os.remove(probe)
+    return "fadvise", why + "; using fadvise(POSIX_FADV_DONTNEED) of the backing files"
+
+
+# ---------------------------------------------------------------------------
+# checkpoints
+
+
+def scripts_dir(ctx):
+    """Copies of the generator/loader scripts in the work dir (so that the
+    trixie chroot can run them through the bind mount)."""
+    d = os.path.join(ctx.workdir, "scripts")
+    os.makedirs(d, exist_ok=True)
+    for n in ("model.py", "gen_ckpt.py", "torch_load.py", "readers.py"):
+        shutil.copy2(os.path.join(HERE, n), d)
+    shutil.copy2(os.path.join(REPO, "tools", "fixtures", "gen_dcp.py"), d)
+    return d
+
+
+class Chroot:
+    """The work dir bind-mounted into the torch 2.6 chroot."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.inner = "/tmp/flexfs-bench.%d" % os.getpid()
+        self.outer = CHROOT + self.inner
+        self.bound = False
+
+    def __enter__(self):
+        os.makedirs(self.outer, exist_ok=True)
+        subprocess.run(["mount", "--bind", self.ctx.workdir, self.outer], check=True)
+        self.bound = True
+        atexit.register(self.__exit__)
+        return self
+
+    def __exit__(self, *exc):
+        if self.bound:
+            subprocess.run(["umount", self.outer], check=False)
+            self.bound = False
+            try:
+                os.rmdir(self.outer)
+            except OSError:
+                pass
+
+    def path(self, outer_path):
+        rel = os.path.relpath(outer_path, self.ctx.workdir)
+        return self.inner + "/" + rel
+
+    def cmd(self, script, *args):
+        return ["chroot", CHROOT, "python3", self.path(os.path.join(self.ctx.scripts, script))] \
+            + list(args)
+
+
+def ckpt_key(preset, layers, layout, limit, tag):
+    return "%s-%s-%dL-%s%s" % (tag, preset, layers, layout, "-%dT" % limit if limit else "")
+
+
+def ensure_ckpt(ctx, tag, preset, size=None, layers=None, layout="tp2pp1", limit=None,
+                full_check=False):
+    """The cached checkpoint, generated when missing.  tag: t113 | t26."""
+    c = model.config(preset, size, layers)
+    d = os.path.join(ctx.workdir, ckpt_key(preset, c["layers"], layout, limit, tag))
+    stamp = os.path.join(d, "bench-ckpt.json")
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            info = json.load(f)
+        if info["config"] == c and info.get("layout") == layout and \
+                info.get("tensors_limit") == limit and info["seed"] == model.SEED:
+            log("reusing %s (torch %s)" % (d, info["torch"]))
+            info["dir"] = d
+            return info
+    args = ["--out", d, "--preset", preset, "--layers", str(c["layers"]),
+            "--layout", layout] + (["--tensors", str(limit)] if limit else []) + \
+        (["--full-check"] if full_check else [])
+    log("generating %s (%s, %d layers, %.2f GiB) with torch %s" % (
+        d, preset, c["layers"], c["bytes"] / 2 ** 30, "2.6" if tag == "t26" else "1.13"))
+    if tag == "t26":
+        r = subprocess.run(ctx.chroot.cmd("gen_ckpt.py", *[
+            ctx.chroot.path(a) if a == d else a for a in args]), capture_output=True, text=True)
+    else:
+        r = subprocess.run([PY, os.path.join(ctx.scripts, "gen_ckpt.py")] + args,
+                           capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError("generator failed:\n%s%s" % (r.stdout, r.stderr))
+    log(r.stdout.strip())
+    with open(stamp) as f:
+        info = json.load(f)
+    info["dir"] = d
+    return info
+
+
+def distcp_files(ckpt):
+    return sorted(os.path.join(ckpt, n) for n in os.listdir(ckpt) if n.endswith(".distcp"))
+
+
+def backing_files(ckpt):
+    return distcp_files(ckpt) + [os.path.join(ckpt, ".metadata")]
+
+
+# ---------------------------------------------------------------------------
+# results
+
+
+class Row:
+    def __init__(self, fig, name, unit, baseline_desc, goal, better="higher", note="",
+                 ratio_unit=None):
+        self.fig, self.name, self.unit, self.goal, self.better = fig, name, unit, goal, better
+        self.ratio_unit = ratio_unit
+        self.baseline_desc, self.note = baseline_desc, note
+        self.base, self.flex, self.ratio = [], [], []
+
+    def add(self, base, flex, ratio):
+        if base is not None:
+            self.base.append(base)
+        if flex is not None:
+            self.flex.append(flex)
+        if ratio is not None:
+            self.ratio.append(ratio)
+
+    def verdict(self):
+        if self.goal is None or not self.ratio:
+            return "-"
+        m = median(self.ratio)
+        ok = m >= self.goal if self.better == "higher" else m <= self.goal
+        return "pass" if ok else "MISS"
+
+    def doc(self):
+        return dict(figure=self.fig, name=self.name, unit=self.unit,
+                    baseline_desc=self.baseline_desc, baseline=self.base, flexfs=self.flex,
+                    ratio=self.ratio, ratio_median=median(self.ratio) if self.ratio else None,
+                    ratio_min=min(self.ratio) if self.ratio else None,
+                    ratio_max=max(self.ratio) if self.ratio else None,
+                    goal=self.goal, goal_kind=">=" if self.better == "higher" else "<=",
+                    verdict=self.verdict(), note=self.note)
+
+
+def fmt(v, unit):
+    if v is None or v != v:
+        return "-"
+    if unit == "GB/s":
+        return "%.2f GB/s" % (v / GB)
+    if unit == "s":
+        return "%.2f s" % v
+    if unit == "ms":
+        return "%.0f ms" % (v * 1e3) if v >= 0.01 else "%.1f ms" % (v * 1e3)
+    if unit == "MiB":
+        return "%.1f MiB" % (v / MiB)
+    if unit == "x":
+        return "%.3f" % v
+    return "%.3g" % v
+
+
+def table(rows):
+    out = []
+    hdr = ("figure", "baseline", "flexfs", "ratio median [min, max]", "goal", "result")
+    lines = []
+    for r in rows:
+        base = ("%s %s" % (r.baseline_desc, fmt(median(r.base), r.unit))).strip() \
+            if r.base else r.baseline_desc or "-"
+        flex = fmt(median(r.flex), r.unit) if r.flex else "-"
+        val = r.ratio_unit  # rows whose "ratio" is the value itself
+        f = (lambda v: fmt(v, val)) if val else (lambda v: "%.3g" % v)
+        if r.ratio:
+            rat = "%s [%s, %s]" % (f(median(r.ratio)), f(min(r.ratio)), f(max(r.ratio)))
+        else:
+            rat = "-"
+        goal = "-" if r.goal is None else ("%s %s" % (">=" if r.better == "higher" else "<=",
+                                                      f(r.goal)))
+        lines.append((r.name, base, flex, rat, goal, r.verdict()))
+    w = [max(len(x[i]) for x in lines + [hdr]) for i in range(len(hdr))]
+    sep = "+".join("-" * (n + 2) for n in w)
+    out.append(" | ".join(h.ljust(n) for h, n in zip(hdr, w)))
+    out.append(sep)
+    for x in lines:
+        out.append(" | ".join(v.ljust(n) for v, n in zip(x, w)))
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------
+# figures
+
+
+def tput(nbytes, secs):
+    return nbytes / secs if secs > 0 else float("nan")
+
+
+def view_files(m, tp, pp=1):
+    return [m.path("ranks", "tp%02d_pp%02d" % (r, s), "model.safetensors")
+            for s in range(pp) for r in range(tp)]
+
+
+def hf_files(m):
+    d = m.path("hf")
+    return sorted(os.path.join(d, n) for n in os.listdir(d)
+                  if n.endswith(".safetensors") or n.endswith(".index.json"))
+
+
+def record_check(ctx, what, res):
+    ctx.checks[what] = res
+    if not res.get("ok", False):
+        ctx.problems.append("byte check failed: %s: %s" % (what, res.get("errors")))
+    log("check %s: %s (%d tensors, %.1f MB compared)" % (
+        what, "ok" if res.get("ok") else "FAILED", res.get("tensors_checked", 0),
+        res.get("bytes_checked", 0) / 1e6))
+
+
+def diag_pass(ctx, info, opts, reader, cold=False):
+    """One extra, untimed read for the diagnostics: exact FUSE request and
+    daemon syscall counts (Counters), /proc/<daemon> deltas, disk I/O.
+    reader(mount) -> (bytes delivered, seconds)."""
+    ck = info["dir"]
+    if cold:
+        evict(ctx, backing_files(ck))
+    else:
+        warm(backing_files(ck))
+    with Mount(ctx, ck, opts, name="diag") as m:
+        with Counters(ctx, m) as c:
+            s0, k0 = m.stats(), disk_stats(ck)
+            n, t = reader(m)
+            s1, k1 = m.stats(), disk_stats(ck)
+    return dict(opts=opts, cold=cold, bytes=n, seconds=t, gbps=n / t / GB if t else None,
+                counters=c.summary(n), daemon=delta(s0, s1), disk=disk_delta(k0, k1))
+
+
+def fig_contig(ctx, info):
+    ck = info["dir"]
+    files = distcp_files(ck)
+    rows = [Row("contig", "contiguous TP2->TP2, (a) first read", "GB/s", "distcp warm", 0.5),
+            Row("contig", "contiguous TP2->TP2, (b) re-read", "GB/s", "distcp warm", 0.9),
+            Row("contig", "contiguous TP2->TP2, (c) cold", "GB/s", "distcp cold", 0.9)]
+    diag = []
+    for i in range(ctx.runs):
+        warm(backing_files(ck))
+        nb, tb = readers.seq_read(files)
+        with Mount(ctx, ck, "tp=2") as m:
+            vf = view_files(m, 2)
+            s0 = m.stats()
+            nf, tf = readers.seq_read(vf)
+            s1 = m.stats()
+            rows[0].add(tput(nb, tb), tput(nf, tf), tput(nf, tf) / tput(nb, tb))
+            nf2, tf2 = readers.seq_read(vf)
+            s2 = m.stats()
+            nb2, tb2 = readers.seq_read(files)
+            rows[1].add(tput(nb2, tb2), tput(nf2, tf2), tput(nf2, tf2) / tput(nb2, tb2))
+            if i == 0 and ctx.check != "none":
+                record_check(ctx, "ranks/*/model.safetensors tp=2", check_views(ctx, info, vf, 2))
+        res_b = evict(ctx, backing_files(ck))
+        k0 = disk_stats(ck)
+        nbc, tbc = readers.seq_read(files)
+        k1 = disk_stats(ck)
+        res_f = evict(ctx, backing_files(ck))
+        with Mount(ctx, ck, "tp=2") as m:
+            s3 = m.stats()
+            k2 = disk_stats(ck)
+            nfc, tfc = readers.seq_read(view_files(m, 2))
+            k3 = disk_stats(ck)
+            s4 = m.stats()
+        rows[2].add(tput(nbc, tbc), tput(nfc, tfc), tput(nfc, tfc) / tput(nbc, tbc))
+        diag.append(dict(first=delta(s0, s1), reread=delta(s1, s2), cold=delta(s3, s4),
+                         bytes=dict(distcp=nb, views=nf),
+                         disk_cold=dict(baseline=disk_delta(k0, k1), flexfs=disk_delta(k2, k3)),
+                         resident_after_evict=dict(before_baseline=res_b, before_flexfs=res_f)))
+        log("contig run %d: a %.2f/%.2f  b %.2f/%.2f  c %.2f/%.2f GB/s (flexfs/distcp)" % (
+            i, nf / tf / GB, nb / tb / GB, nf2 / tf2 / GB, nb2 / tb2 / GB,
+            nfc / tfc / GB, nbc / tbc / GB))
+    ctx.diag["contig"] = dict(runs=diag, passes=[
+        diag_pass(ctx, info, "tp=2", lambda m: readers.seq_read(view_files(m, 2))),
+        diag_pass(ctx, info, "tp=2", lambda m: readers.seq_read(view_files(m, 2)), cold=True)])
+    return rows
+
+
+def check_views(ctx, info, files, tp):
+    """Byte check of ranks/tpRR_pp00/model.safetensors files of a TP-tp view."""
+    truth = ctx.truth(info)
+    errs, out = [], dict(ok=True, tensors_checked=0, bytes_checked=0, files=len(files))
+    for r, p in enumerate(files):
+        res = readers.check_st_files(truth, [p], lambda n, r=r: truth.shard(n, tp, r),
+                                     ctx.check)
+        if res["names"] != len(truth.spec):
+            res["ok"] = False
+            res["errors"].append("%s: %d tensors, want %d" % (p, res["names"], len(truth.spec)))
+        out["ok"] &= res["ok"]
+        out["tensors_checked"] += res["tensors_checked"]
+        out["bytes_checked"] += res["bytes_checked"]
+        errs += res["errors"]
+    out["errors"] = errs[:20]
+    return out
+
+
+def check_hf(ctx, info, m):
+    truth = ctx.truth(info)
+    files = [p for p in hf_files(m) if p.endswith(".safetensors")]
+    res = readers.check_st_files(truth, files, truth.full, ctx.check)
+    if res["names"] != len(truth.spec):
+        res["ok"] = False
+        res["errors"].append("hf/: %d tensors, want %d" % (res["names"], len(truth.spec)))
+    idx = m.path("hf", "model.safetensors.index.json")
+    if len(files) > 1:
+        with open(idx) as f:
+            wm = json.load(f)["weight_map"]
+        if sorted(wm) != sorted(truth.spec) or \
+                sorted(set(wm.values())) != sorted(os.path.basename(p) for p in files):
+            res["ok"] = False
+            res["errors"].append("hf/model.safetensors.index.json weight_map is wrong")
+    res["hf_files"] = [os.path.basename(p) for p in files]
+    return res
+
+
+def fig_strided(ctx, info):
+    ck = info["dir"]
+    files = distcp_files(ck)
+    opts = "tp=1" + (",hf_shard_size=%s" % ctx.hf_shard if ctx.hf_shard else "")
+    row = Row("strided", "strided hf/ (TP1) of TP2, first read", "GB/s", "distcp warm", 0.35)
+    diag = []
+    for i in range(ctx.runs):
+        warm(backing_files(ck))
+        nb, tb = readers.seq_read(files)
+        with Mount(ctx, ck, opts) as m:
+            s0 = m.stats()
+            nf, tf = readers.seq_read(hf_files(m))
+            s1 = m.stats()
+            if i == 0 and ctx.check != "none":
+                record_check(ctx, "hf/ (tp=1 mount, %s)" % opts, check_hf(ctx, info, m))
+        row.add(tput(nb, tb), tput(nf, tf), tput(nf, tf) / tput(nb, tb))
+        diag.append(dict(read=delta(s0, s1), bytes=nf))
+        log("strided run %d: %.2f / %.2f GB/s (flexfs/distcp)" % (i, nf / tf / GB, nb / tb / GB))
+    # where the time goes: the same file read tensor group by tensor group
+    warm(backing_files(ck))
+    with Mount(ctx, ck, opts) as m:
+        groups = {}
+        for p in hf_files(m):
+            if not p.endswith(".safetensors"):
+                continue
+            with open(p, "rb") as f:
+                hdr, _meta, base = readers.st_header(f)
+            for n, e in hdr.items():
+                kind = ("row-parallel (wo, w2: source split on dim 1)"
+                        if n.endswith(("attention.wo.weight", "feed_forward.w2.weight"))
+                        else "dim-0 split or replicated")
+                b, en = e["data_offsets"]
+                groups.setdefault(kind, []).append((p, base + b, en - b))
+        per = {}
+        for kind, rng in sorted(groups.items()):
+            rng.sort(key=lambda x: (x[0], x[1]))
+            s0 = m.stats()
+            n, t = readers.seq_read(None, ranges=rng)
+            s1 = m.stats()
+            per[kind] = dict(bytes=n, seconds=t, gbps=n / t / GB, daemon=delta(s0, s1))
+            log("strided breakdown: %s: %.2f GB/s" % (kind, n / t / GB))
+        for kind, rng in sorted(groups.items()):  # the same again, counted (untimed)
+            m.stop()
+            warm(backing_files(ck))
+            m.start()
+            with Counters(ctx, m) as c:
+                n, t = readers.seq_read(None, ranges=rng)
+            per[kind]["counters"] = c.summary(n)
+    ctx.diag["strided"] = dict(runs=diag, by_kind=per)
+    return [row]
+
+
+def run_json(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError("%s failed (%d):\n%s%s" % (" ".join(cmd), r.returncode,
+                                                      r.stdout[-2000:], r.stderr[-4000:]))
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def fig_e2e(ctx, info, tag):
+    ck = info["dir"]
+    tp = 4
+    tv = "2.6" if tag == "t26" else "1.13"
+    rows = {
+        "npy": Row("e2e", "e2e TP4 vs torch %s DCP load (npy mmap)" % tv, "s",
+                   "torch %s" % tv, 5.0, note="ratio = torch time / flexfs time"),
+        "st": Row("e2e", "e2e TP4 vs torch %s DCP load (safetensors read)" % tv, "s",
+                  "torch %s" % tv, 5.0, note="ratio = torch time / flexfs time"),
+    }
+    byt = {
+        "npy": Row("e2e", "backing bytes read / delivered, TP4 npy, cold", "x", "",
+                   1.05, better="lower", ratio_unit="x",
+                   note="daemon read_bytes (storage reads it caused) / bytes delivered, one "
+                        "cold pass: page cache dropped, fresh mount, every TP4 tensor read"),
+        "st": Row("e2e", "backing bytes read / delivered, TP4 safetensors, cold", "x", "",
+                  1.05, better="lower", ratio_unit="x",
+                  note="daemon read_bytes (storage reads it caused) / bytes delivered, one "
+                       "cold pass: page cache dropped, fresh mount, every TP4 tensor read"),
+    }
+    floor = Row("e2e", "TP4 read floor: plain page-cached files -> fresh arrays (%s ckpt)" % tv,
+                "s", "floor", None, note="ratio = floor time / flexfs (safetensors) time: the "
+                "share of the flexfs time any reader pays on this machine")
+    diag = []
+    for i in range(ctx.runs):
+        chk = ctx.check if i == 0 else "none"
+        warm(backing_files(ck))
+        if tag == "t26":
+            cmd = ctx.chroot.cmd("torch_load.py", "--ckpt", ctx.chroot.path(ck),
+                                 "--tp", str(tp), "--check", chk)
+        else:
+            cmd = [PY, os.path.join(ctx.scripts, "torch_load.py"), "--ckpt", ck,
+                   "--tp", str(tp), "--check", chk]
+        tr = run_json(cmd)
+        if chk != "none":
+            record_check(ctx, "torch %s DCP load TP4 vs ground truth" % tv, tr["check"])
+        d = dict(torch=dict(seconds=tr["seconds"], per_rank=tr["per_rank"], bytes=tr["bytes"],
+                            io=tr.get("io")))
+        warm(backing_files(ck))
+        fl = run_json([PY, os.path.join(HERE, "readers.py"), "e2e", "--mode", "floor",
+                       "--info", os.path.join(ck, "bench-ckpt.json"), "--tp", str(tp),
+                       "--src"] + distcp_files(ck))
+        d["floor"] = dict(seconds=fl["seconds"], per_rank=fl["per_rank"], bytes=fl["bytes"])
+        for mode in ("npy", "st"):
+            warm(backing_files(ck))
+            with Mount(ctx, ck, "tp=%d" % tp, name="e2e") as m:
+                s0 = m.stats()
+                fr = run_json([PY, os.path.join(HERE, "readers.py"), "e2e", "--mnt", m.mnt,
+                               "--info", os.path.join(ck, "bench-ckpt.json"), "--tp", str(tp),
+                               "--mode", mode, "--check", chk])
+                s1 = m.stats()
+            if chk != "none":
+                record_check(ctx, "flexfs TP4 %s (%s ckpt) vs ground truth" % (mode, tv),
+                             fr["check"])
+            total = m.latency + fr["seconds"]
+            dd = delta(s0, s1)
+            dd["rchar_per_delivered"] = dd["rchar"] / fr["bytes"]
+            rows[mode].add(tr["seconds"], total, tr["seconds"] / total)
+            if mode == "st":
+                floor.add(fl["seconds"], total, fl["seconds"] / total)
+            d[mode] = dict(mount_s=m.latency, read_s=fr["seconds"], per_rank=fr["per_rank"],
+                           bytes=fr["bytes"], daemon=dd)
+            log("e2e %s run %d %s: torch %.2f s, flexfs %.2f s (mount %.3f + read %.2f), "
+                "floor %.2f s, rchar/delivered %.4f (warm; splice replies are not in rchar)" % (
+                    tv, i, mode, tr["seconds"], total, m.latency, fr["seconds"], fl["seconds"],
+                    dd["rchar"] / fr["bytes"]))
+        diag.append(d)
+    if tag == "t113":
+        def e2e_reader(mode):
+            def rd(m):
+                r = run_json([PY, os.path.join(HERE, "readers.py"), "e2e", "--mnt", m.mnt,
+                              "--info", os.path.join(ck, "bench-ckpt.json"), "--tp", str(tp),
+                              "--mode", mode])
+                return r["bytes"], r["seconds"]
+            return rd
+        passes = {}
+        for mode in ("npy", "st"):
+            passes[mode] = diag_pass(ctx, info, "tp=%d" % tp, e2e_reader(mode))
+            c = passes[mode + "_cold"] = diag_pass(ctx, info, "tp=%d" % tp, e2e_reader(mode),
+                                                  cold=True)
+            x = c["daemon"].get("read_bytes", 0) / c["bytes"]
+            byt[mode].add(None, x, x)
+            log("e2e cold pass %s: daemon read_bytes %.3f GB for %.3f GB delivered (%.4f); "
+                "disk %s" % (mode, c["daemon"].get("read_bytes", 0) / GB, c["bytes"] / GB, x,
+                             c["disk"]))
+        diag = dict(runs=diag, passes=passes)
+    ctx.diag["e2e_" + tag] = diag
+    out = [rows["npy"], rows["st"], floor]
+    return out + ([byt["npy"], byt["st"]] if tag == "t113" else [])
+
+
+def fig_mount(ctx, many, big):
+    rows, extra = [], []
+    diag = {}
+    cases = [("tp=1", "warm", many), ("tp=8,pp=8", "warm", many), ("tp=1", "cold", many),
+             ("tp=4", "warm", big)]
+    for opts, cache, info in cases:
+        n = info["n_tensors"]
+        label = "mount latency, %d tensors/%d ranks -o %s (%s)" % (n, info["world"], opts, cache)
+        r = Row("mount", label, "ms", "", 0.100, better="lower", ratio_unit="ms",
+                note="exec of flexfs to the first byte of index.json (no baseline)")
+        dd = []
+        for i in range(ctx.runs):
+            if cache == "warm":
+                warm(backing_files(info["dir"]))
+            else:
+                evict(ctx, backing_files(info["dir"]))
+            with Mount(ctx, info["dir"], opts, name="lat") as m:
+                st = m.at_mount
+                size = os.path.getsize(m.path("index.json"))
+            r.add(None, m.latency, m.latency)
+            dd.append(dict(latency_s=m.latency, cpu_s=st.get("utime", 0) + st.get("stime", 0),
+                           VmHWM=st.get("VmHWM"), syscr=st.get("syscr"), rchar=st.get("rchar"),
+                           index_json_bytes=size))
+            log("mount %s run %d: %.0f ms (daemon cpu %.2f s, VmHWM %.0f MiB, %d read calls)"
+                % (label, i, m.latency * 1e3, dd[-1]["cpu_s"], (st.get("VmHWM") or 0) / MiB,
+                   st.get("syscr") or 0))
+        diag[label] = dd
+        rows.append(r)
+        if info is many and cache == "warm":
+            rr = Row("memory", "peak RSS of the daemon after mounting %d tensors -o %s"
+                     % (n, opts), "MiB", "", 64 * MiB, better="lower", ratio_unit="MiB",
+                     note="VmHWM when index.json is first readable")
+            for x in dd:
+                rr.add(None, x["VmHWM"], x["VmHWM"])
+            extra.append(rr)
+    ctx.diag["mount"] = diag
+    return rows + extra
+
+
+def fig_memory(ctx, info):
+    ck = info["dir"]
+    row = Row("memory", "peak RSS of the daemon, full read of every view (tp=4)", "MiB", "",
+              64 * MiB, better="lower", ratio_unit="MiB", note="VmHWM (no baseline)")
+    diag = []
+    for i in range(ctx.runs if not ctx.args.quick else 1):
+        warm(backing_files(ck))
+        with Mount(ctx, ck, "tp=4", name="mem") as m:
+            paths = []
+            for dp, _dn, fn in os.walk(m.mnt):
+                paths += [os.path.join(dp, n) for n in sorted(fn)]
+            n, t = readers.seq_read(paths)
+            st = m.stats()
+        row.add(None, st["VmHWM"], st["VmHWM"])
+        diag.append(dict(files=len(paths), bytes=n, seconds=t, VmHWM=st["VmHWM"],
+                         VmRSS=st.get("VmRSS"), threads=st.get("Threads"),
+                         at_mount_VmHWM=m.at_mount.get("VmHWM")))
+        log("memory run %d: %d files, %.2f GB, VmHWM %.1f MiB (at mount %.1f)" % (
+            i, len(paths), n / GB, st["VmHWM"] / MiB, m.at_mount.get("VmHWM", 0) / MiB))
+    ctx.diag["memory"] = diag
+    return [row]
+
+
+def _par_worker(args):
+    path, off, ln, bs = args
+    n, _t = readers.seq_read(None, bs=bs, ranges=[(path, off, ln)])
+    return n
+
+
+def parallel_read(jobs):
+    """Each job (path, off, len) in its own process, started together.
+    -> (bytes, wall seconds from the common start to the last finish)."""
+    rfds, pids = [], []
+    go_r, go_w = os.pipe()
+    for job in jobs:
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            os.close(go_w)
+            os.read(go_r, 1)
+            t0 = time.monotonic()
+            n = _par_worker(job + (MiB,))
+            t1 = time.monotonic()
+            os.write(w, json.dumps([n, t0, t1]).encode())
+            os._exit(0)
+        os.close(w)
+        rfds.append(r)
+        pids.append(pid)
+    os.close(go_r)
+    time.sleep(0.2)
+    os.write(go_w, b"x" * len(jobs))
+    os.close(go_w)
+    res = []
+    for r in rfds:
+        buf = b""
+        while True:
+            b = os.read(r, 4096)
+            if not b:
+                break
+            buf += b
+        os.close(r)
+        res.append(json.loads(buf))
+    for pid in pids:
+        os.waitpid(pid, 0)
+    return sum(x[0] for x in res), max(x[2] for x in res) - min(x[1] for x in res)
+
+
+def fig_parallel(ctx, info):
+    ck = info["dir"]
+    tp = 8
+    row = Row("parallel", "8 readers vs 1 (TP8 views, first read)", "GB/s", "1 reader", None,
+              note="ratio = aggregate throughput of 8 concurrent readers / 1 reader")
+    raw = Row("parallel", "8 readers vs 1 on the backing files (reference)", "GB/s", "1 reader",
+              None, note="same, 8 equal ranges of the .distcp files, page cache warm")
+    diag = []
+    files = distcp_files(ck)
+    for i in range(ctx.runs):
+        warm(backing_files(ck))
+        with Mount(ctx, ck, "tp=%d" % tp, name="par") as m:
+            vf = view_files(m, tp)
+            n1, t1 = readers.seq_read(vf)
+            if i == 0 and ctx.check != "none":
+                record_check(ctx, "ranks/*/model.safetensors tp=8", check_views(ctx, info, vf, tp))
+        with Mount(ctx, ck, "tp=%d" % tp, name="par") as m:
+            s0 = m.stats()
+            n8, t8 = parallel_read([(p, 0, None) for p in view_files(m, tp)])
+            s1 = m.stats()
+        row.add(tput(n1, t1), tput(n8, t8), tput(n8, t8) / tput(n1, t1))
+        sizes = [os.path.getsize(p) for p in files]
+        rng = []
+        for p, sz in zip(files, sizes):
+            q = -(-sz // 4)
+            rng += [(p, k * q, min(q, sz - k * q)) for k in range(4)]
+        nb1, tb1 = readers.seq_read(None, ranges=rng)
+        nb8, tb8 = parallel_read(rng)
+        raw.add(tput(nb1, tb1), tput(nb8, tb8), tput(nb8, tb8) / tput(nb1, tb1))
+        diag.append(dict(one=dict(bytes=n1, seconds=t1), eight=dict(bytes=n8, seconds=t8),
+                         daemon_eight=delta(s0, s1)))
+        log("parallel run %d: flexfs 1 reader %.2f, 8 readers %.2f GB/s; backing %.2f / %.2f"
+            % (i, n1 / t1 / GB, n8 / t8 / GB, nb1 / tb1 / GB, nb8 / tb8 / GB))
+    ctx.diag["parallel"] = dict(runs=diag, passes=[
+        diag_pass(ctx, info, "tp=%d" % tp,
+                  lambda m: parallel_read([(p, 0, None) for p in view_files(m, tp)])),
+        diag_pass(ctx, info, "tp=%d" % tp, lambda m: readers.seq_read(view_files(m, tp)))])
+    return [row, raw]
+
+
+def check_many(ctx, info):
+    """Quick mode: the 64-rank checkpoint viewed as TP1 is right."""
+    with Mount(ctx, info["dir"], "tp=1", name="many") as m:
+        truth = ctx.truth(info)
+        with open(m.path("index.json")) as f:
+            idx = json.load(f)
+        res = readers.check_st_files(truth, [m.path("ranks", "tp00_pp00", "model.safetensors")],
+                                     truth.full, ctx.check)
+        n_idx = len(idx.get("tensors", {}))
+        if res["names"] != len(truth.spec) or n_idx != len(truth.spec):
+            res["ok"] = False
+            res["errors"].append("%d tensors in the view, %d in index.json, want %d"
+                                 % (res["names"], n_idx, len(truth.spec)))
+    record_check(ctx, "64-rank checkpoint as TP1", res)
+
+
+# ---------------------------------------------------------------------------
+
+
+def machine_info(ctx):
+    def sh(cmd):
+        try:
+            return subprocess.run(cmd, shell=True, capture_output=True, text=True).stdout.strip()
+        except Exception:
+            return ""
+    cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip()
+    mem = sh("grep MemTotal /proc/meminfo | awk '{print $2}'")
+    dev = sh("df --output=source %s | tail -1" % ctx.workdir)
+    return dict(cpu=cpu, cores=os.cpu_count(), mem_kib=int(mem or 0), kernel=platform.release(),
+                os=sh(". /etc/os-release; echo $PRETTY_NAME"),
+                workdir_device=dev, fstype=sh("df --output=fstype %s | tail -1" % ctx.workdir),
+                lsblk=sh("lsblk -d -o NAME,ROTA,MODEL,SIZE,TYPE"),
+                libfuse=sh("pkg-config --modversion fuse3"), fusermount=sh("fusermount3 -V"),
+                flexfs=ctx.flexfs,
+                git=sh("git -C %s rev-parse --short HEAD" % REPO) +
+                (" (dirty)" if sh("git -C %s status --porcelain -uno" % REPO) else ""),
+                python=sys.version.split()[0])
+
+
+class Ctx:
+    pass
+
+
+def find_flexfs(args):
+    for p in (args.flexfs, os.environ.get("FLEXFS_BIN"),
+              os.path.join(REPO, "build-bench", "fs", "flexfs"),
+              os.path.join(REPO, "build", "fs", "flexfs")):
+        if p and os.access(p, os.X_OK):
+            return os.path.abspath(p)
+    sys.exit("flexfs-bench: no flexfs binary (build it, or pass --flexfs / FLEXFS_BIN)")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--size", default="2G", help="checkpoint size (default 2G)")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--quick", action="store_true",
+                    help="tiny checkpoint, one run, check every byte, assert no timing")
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON ('-': stdout)")
+    ap.add_argument("--workdir", default=os.environ.get("FLEXFS_BENCH_DIR", "/var/tmp/flexfs-bench"))
+    ap.add_argument("--flexfs", help="the flexfs binary (default $FLEXFS_BIN, build-bench/, build/)")
+    ap.add_argument("--only", default="contig,strided,e2e,mount,memory,parallel",
+                    help="comma-separated figures to run")
+    ap.add_argument("--no-torch26", action="store_true", help="skip the torch 2.6 chroot")
+    ap.add_argument("--check", choices=("none", "sample", "all"),
+                    help="byte checks (default: all with --quick, else sample)")
+    ap.add_argument("--evict", choices=("auto", "fadvise"), default="auto",
+                    help="cold cache: drop_caches when permitted (auto) or fadvise only")
+    ap.add_argument("--clean", action="store_true", help="remove the work dir and exit")
+    ap.add_argument("--fuse-ra-kb", type=int, metavar="KB",
+                    help="what-if: set the FUSE mount's bdi read_ahead_kb after each mount "
+                         "(kernel default 128)")
+    ap.add_argument("--daemon-env", action="append", default=[], metavar="K=V",
+                    help="what-if: extra environment for the flexfs daemon (e.g. LD_PRELOAD=)")
+    args = ap.parse_args(argv)
+
+    if args.clean:
+        cleanup_mounts()
+        if os.path.isdir(args.workdir):
+            for n in os.listdir(args.workdir):
+                if n.startswith("mnt-") and os.path.ismount(os.path.join(args.workdir, n)):
+                    sys.exit("flexfs-bench: %s is still mounted" % n)
+            shutil.rmtree(args.workdir)
+            log("removed %s" % args.workdir)
+        return 0
+
+    if not os.path.exists("/dev/fuse"):
+        print("flexfs-bench: SKIP: no /dev/fuse")
+        return 77
+    if not shutil.which("fusermount3"):
+        sys.exit("flexfs-bench: fusermount3 not found")
+
+    ctx = Ctx()
+    ctx.args = args
+    ctx.flexfs = find_flexfs(args)
+    ctx.workdir = os.path.abspath(args.workdir)
+    os.makedirs(ctx.workdir, exist_ok=True)
+    ctx.runs = 1 if args.quick else args.runs
+    ctx.check = args.check or ("all" if args.quick else "sample")
+    ctx.hf_shard = "512K" if args.quick else None
+    ctx.problems, ctx.checks, ctx.diag = [], {}, {}
+    ctx.fuse_ra_kb = args.fuse_ra_kb
+    ctx.daemon_env = dict(kv.split("=", 1) for kv in args.daemon_env)
+    truths = {}
+
+    def truth(info):
+        if info["dir"] not in truths:
+            truths[info["dir"]] = readers.Truth(info)
+        return truths[info["dir"]]
+    ctx.truth = truth
+    only = set(args.only.split(","))
+    atexit.register(cleanup_mounts)
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))
+
+    ctx.scripts = scripts_dir(ctx)
+    ctx.drop, drop_why = pick_drop_method(ctx)
+    ctx.perf = perf_usable() and not args.quick
+    log("flexfs %s; work dir %s; cold cache by %s" % (ctx.flexfs, ctx.workdir, drop_why))
+    t26 = (not args.no_torch26 and os.path.exists(CHROOT + "/usr/bin/python3")
+           and os.geteuid() == 0)
+    ctx.chroot = Chroot(ctx) if t26 else None
+    doc = dict(machine=machine_info(ctx), args=vars(args), evict=drop_why,
+               loadavg_start=os.getloadavg(), started=time.strftime("%Y-%m-%d %H:%M:%S"))
+    t_start = time.monotonic()
+    rows = []
+    try:
+        if ctx.chroot:
+            ctx.chroot.__enter__()
+        if args.quick:
+            big = ensure_ckpt(ctx, "t113", "mini", layers=3, full_check=True)
+            many = ensure_ckpt(ctx, "t113", "many", layers=12, layout="tp8pp8")
+        else:
+            big = ensure_ckpt(ctx, "t113", "tinyllama", size=model.parse_size(args.size))
+            many = ensure_ckpt(ctx, "t113", "many", layers=1111, layout="tp8pp8", limit=10000)
+        big26 = None
+        if ctx.chroot and "e2e" in only:
+            big26 = ensure_ckpt(ctx, "t26", big["config"]["preset"],
+                                layers=big["config"]["layers"], full_check=args.quick)
+        doc["checkpoints"] = {k: v for k, v in
+                              dict(big_t113=big, big_t26=big26, many=many).items() if v}
+        if args.quick:
+            check_many(ctx, many)
+        if "contig" in only:
+            rows += fig_contig(ctx, big)
+        if "strided" in only:
+            rows += fig_strided(ctx, big)
+        if "e2e" in only:
+            rows += fig_e2e(ctx, big, "t113")
+            if big26:
+                rows += fig_e2e(ctx, big26, "t26")
+        if "mount" in only:
+            rows += fig_mount(ctx, many, big)
+        if "memory" in only:
+            rows += fig_memory(ctx, big)
+        if "parallel" in only:
+            rows += fig_parallel(ctx, big)
+    finally:
+        cleanup_mounts()
+        if ctx.chroot:
+            ctx.chroot.__exit__()
+    doc["rows"] = [r.doc() for r in rows]
+    doc["checks"] = ctx.checks
+    doc["diagnostics"] = ctx.diag
+    doc["problems"] = ctx.problems
+    doc["loadavg_end"] = os.getloadavg()
+    doc["seconds"] = time.monotonic() - t_start
+    out = table(rows)
+    summary = "checks: %d run, %d failed; %d problem(s); %.0f s; loadavg %.2f -> %.2f" % (
+        len(ctx.checks), sum(1 for c in ctx.checks.values() if not c.get("ok")),
+        len(ctx.problems), doc["seconds"], doc["loadavg_start"][0], doc["loadavg_end"][0])
+    if args.json:
+        text = json.dumps(doc, indent=1, default=str)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    if args.json != "-":
+        print(out)
+        print(summary)
+        if args.quick:
+            print("(quick mode: timings are not meaningful and are not asserted)")
+        for p in ctx.problems:
+            print("PROBLEM: " + p)
+    return 1 if ctx.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
