@@ -215,7 +215,7 @@ static int collect_deps(const flx_fs *fs, node *nd)
 		}
 		rc = flx_grow((void **)&nd->deps, &cap, nd->ndeps + n,
 			      sizeof(uint32_t));
-		if (!rc) {
+		if (!rc && n) {
 			memcpy(nd->deps + nd->ndeps, files, n * sizeof(*files));
 			nd->ndeps += n;
 		}
@@ -247,7 +247,8 @@ int flx_fs_finish(flx_fs *fs, const char **dup)
 				return -ENOMEM;
 			continue;
 		}
-		qsort_r(d->kids, d->nkids, sizeof(int), cmp_kid, fs);
+		if (d->nkids > 1) /* an empty directory has no array */
+			qsort_r(d->kids, d->nkids, sizeof(int), cmp_kid, fs);
 		/* a duplicate name would make lookups ambiguous */
 		for (size_t k = 1; k < d->nkids; k++)
 			if (cmp_kid(&d->kids[k - 1], &d->kids[k], fs) == 0) {

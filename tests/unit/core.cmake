@@ -1,2 +1,2 @@
 # SPDX-License-Identifier: MIT
-flx_unit(test_view flx_reshard)
+flx_unit(test_view flx_fs)

@@ -10,6 +10,7 @@
 #include "ckpt.h"
 #include "plan.h"
 #include "spec.h"
+#include "tree.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -345,6 +346,26 @@ static void test_placement(const flx_ckpt *c)
 		CHECK_EQ(flx_view_box(p->p[0].views[1])->off[1], 4);
 		CHECK_EQ(flx_view_box(p->p[0].views[2])->size[1], 2);
 		CHECK_STR(flx_placement_name(&p->p[0], 1), "layers.0.w");
+	}
+	/* the tree of a checkpoint without bytes values has an empty
+	 * objects/ (and stage 0 holds no tensor): empty directories */
+	if (!rc) {
+		flx_fs *fs = NULL;
+		flx_stat st;
+		const char *name;
+
+		CHECK_EQ(flx_fs_build(c, p, &fs, NULL), 0);
+		CHECK_EQ(flx_fs_resolve(fs, "objects", &st), 0);
+		CHECK(st.dir);
+		CHECK_EQ(flx_fs_readdir(fs, st.ino, 0, &name, &st), 0);
+		CHECK_EQ(flx_fs_resolve(fs, "ranks/tp00_pp00/tensors", &st), 0);
+		CHECK_EQ(flx_fs_readdir(fs, st.ino, 0, &name, &st), 0);
+		CHECK_EQ(flx_fs_resolve(fs,
+					"ranks/tp02_pp01/tensors/"
+					"layers.0.w.npy",
+					&st),
+			 0);
+		flx_fs_free(fs);
 	}
 	flx_plan_free(p);
 
