@@ -29,18 +29,6 @@ typedef struct builder {
 	flx_view **whole; /* per tensor: a view of the whole tensor */
 } builder;
 
-static json_t *ints_json(int n, const int64_t *v)
-{
-	json_t *a = json_array();
-
-	for (int i = 0; a && i < n; i++)
-		if (json_array_append_new(a, json_integer(v[i]))) {
-			json_decref(a);
-			return NULL;
-		}
-	return a;
-}
-
 static void rank_dir_name(char *buf, size_t len, int tp, int pp)
 {
 	snprintf(buf, len, "tp%02d_pp%02d", tp, pp);
@@ -148,8 +136,8 @@ static int build_rank(builder *b, int ranks_dir, int tp, int pp)
 		name = flx_placement_name(pl, pp);
 		row = json_pack(
 		    "{s:s,s:o,s:o}", "name", name, "offset",
-		    ints_json(pl->src->ndim, flx_view_box(v)->off), "shape",
-		    ints_json(pl->src->ndim, flx_view_box(v)->size));
+		    flx_json_ints(pl->src->ndim, flx_view_box(v)->off), "shape",
+		    flx_json_ints(pl->src->ndim, flx_view_box(v)->size));
 		jt = json_object_get(json_object_get(b->index, "tensors"),
 				     pl->src->fqn);
 		if (!row || json_object_set_new(
@@ -168,9 +156,9 @@ static int build_rank(builder *b, int ranks_dir, int tp, int pp)
 			json_pack(
 			    "{s:s,s:o,s:o,s:o}", "source", pl->src->fqn,
 			    "global_shape",
-			    ints_json(pl->src->ndim, pl->src->shape),
+			    flx_json_ints(pl->src->ndim, pl->src->shape),
 			    "global_offset",
-			    ints_json(pl->src->ndim, flx_view_box(v)->off),
+			    flx_json_ints(pl->src->ndim, flx_view_box(v)->off),
 			    "split_axis",
 			    pl->split < 0 ? json_null()
 					  : json_integer(pl->split))))
@@ -362,7 +350,7 @@ static int index_begin(builder *b)
 		json_t *jt = json_pack(
 		    "{s:s,s:o,s:o,s:I,s:o,s:i,s:i,s:o,s:b,s:{}}", "dtype",
 		    flx_dtype_name(t->dtype), "shape",
-		    ints_json(t->ndim, t->shape), "split_axis",
+		    flx_json_ints(t->ndim, t->shape), "split_axis",
 		    pl->split < 0 ? json_null() : json_integer(pl->split),
 		    "source_chunks", (json_int_t)t->nchunks, "layer",
 		    pl->layer < 0 ? json_null() : json_integer(pl->layer),

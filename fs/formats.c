@@ -19,12 +19,12 @@ static int cmp_entry(const void *pa, const void *pb)
 	return strcmp(a->name, b->name);
 }
 
-static json_t *shape_json(int ndim, const int64_t *shape)
+json_t *flx_json_ints(int n, const int64_t *v)
 {
 	json_t *a = json_array();
 
-	for (int d = 0; a && d < ndim; d++)
-		if (json_array_append_new(a, json_integer(shape[d]))) {
+	for (int i = 0; a && i < n; i++)
+		if (json_array_append_new(a, json_integer(v[i]))) {
 			json_decref(a);
 			return NULL;
 		}
@@ -60,7 +60,7 @@ int flx_safetensors_header(flx_st_entry *e, size_t n, json_t *metadata,
 		}
 		o = json_pack(
 		    "{s:s,s:o,s:[I,I]}", "dtype", dt, "shape",
-		    shape_json(t->ndim, flx_view_box(e[i].view)->size),
+		    flx_json_ints(t->ndim, flx_view_box(e[i].view)->size),
 		    "data_offsets", (json_int_t)off, (json_int_t)(off + b));
 		if (!o || json_object_set_new(root, e[i].name, o))
 			goto out;

@@ -82,6 +82,10 @@ typedef struct flx_st_entry {
 int flx_safetensors_header(flx_st_entry *entries, size_t n, json_t *metadata,
 			   unsigned char **out, uint64_t *len);
 
+/** A JSON array of n integers (a shape or offsets); NULL if out of memory.
+ * @return a new reference. */
+json_t *flx_json_ints(int n, const int64_t *v);
+
 /** .npy header (v1, or v2 past 64 KiB) with data at a multiple of 64.
  * @return 0 and *out and *len (owned), or -ENOMEM. */
 int flx_npy_header(flx_dtype dt, int ndim, const int64_t *shape,
