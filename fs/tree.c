@@ -186,13 +186,6 @@ static int cmp_kid(const void *a, const void *b, void *arg)
 		      fs->nodes[*(const int *)b].name);
 }
 
-static int cmp_u32(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /* The sorted, unique backing files of a file node. */
 static int collect_deps(const flx_fs *fs, node *nd)
 {
@@ -224,16 +217,7 @@ static int collect_deps(const flx_fs *fs, node *nd)
 	}
 	if (rc)
 		return rc;
-	if (nd->ndeps)
-		qsort(nd->deps, nd->ndeps, sizeof(uint32_t), cmp_u32);
-	{
-		size_t k = 0;
-
-		for (size_t i = 0; i < nd->ndeps; i++)
-			if (k == 0 || nd->deps[i] != nd->deps[k - 1])
-				nd->deps[k++] = nd->deps[i];
-		nd->ndeps = k;
-	}
+	nd->ndeps = flx_u32_sort_unique(nd->deps, nd->ndeps);
 	return 0;
 }
 

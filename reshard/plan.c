@@ -332,28 +332,16 @@ void flx_view_free(flx_view *v)
 	free(v);
 }
 
-static int cmp_u32(const void *a, const void *b)
-{
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 int flx_view_files(const flx_view *v, uint32_t **out, size_t *n)
 {
 	uint32_t *f = malloc((v->npieces ? v->npieces : 1) * sizeof(*f));
-	size_t k = 0;
 
 	if (!f)
 		return -ENOMEM;
 	for (size_t i = 0; i < v->npieces; i++)
 		f[i] = v->pieces[i].ch->file;
-	qsort(f, v->npieces, sizeof(*f), cmp_u32);
-	for (size_t i = 0; i < v->npieces; i++)
-		if (i == 0 || f[i] != f[k - 1])
-			f[k++] = f[i];
 	*out = f;
-	*n = k;
+	*n = flx_u32_sort_unique(f, v->npieces);
 	return 0;
 }
 
@@ -393,7 +381,7 @@ typedef struct rdctx {
 	size_t stage_cap;
 	/* files already verified during this call (reads touch few) */
 	uint32_t checked[8];
-	unsigned nchecked;
+	unsigned nchecked; /* verifications so far; the last 8 are kept */
 	/* window for strided gathers */
 	unsigned char *win;
 	size_t win_cap;
@@ -409,15 +397,13 @@ static int check_file(rdctx *r, uint32_t file)
 	const flx_file *f = &r->v->ckpt->files[file];
 	int rc;
 
-	for (unsigned i = 0; i < r->nchecked; i++)
+	for (unsigned i = 0; i < r->nchecked && i < 8; i++)
 		if (r->checked[i] == file)
 			return 0;
 	rc = flx_file_verify(r->v->ckpt, f, false);
 	if (rc)
 		return -EIO;
 	r->checked[r->nchecked++ % 8] = file;
-	if (r->nchecked > 8)
-		r->nchecked = 8;
 	return 0;
 }
 

@@ -27,3 +27,22 @@ int flx_grow(void **arr, size_t *cap, size_t need, size_t elem)
 	*cap = ncap;
 	return 0;
 }
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+size_t flx_u32_sort_unique(uint32_t *v, size_t n)
+{
+	size_t k = 0;
+
+	if (n > 1)
+		qsort(v, n, sizeof(*v), cmp_u32);
+	for (size_t i = 0; i < n; i++)
+		if (k == 0 || v[i] != v[k - 1])
+			v[k++] = v[i];
+	return k;
+}
