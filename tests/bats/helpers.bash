@@ -200,3 +200,26 @@ teardown_ff() {
 	[[ -z ${FF_PID:-} ]] || wait "$FF_PID" 2>/dev/null || true
 	ff_check_reports && ((dead == 0))
 }
+
+# check_views_mount FIXTURE TP PP [extra mount opts] [checker args...]:
+# mount tests/fixtures/FIXTURE with the rules, run $FF_AFTER_MOUNT PID if a
+# test sets one, check every byte of every view against the torch ground
+# truth (lib/check_views.py), then require a clean unmount (exit 0) and a
+# daemon that said nothing on stderr while serving.
+check_views_mount() {
+	local fx=$1 tp=$2 pp=$3 extra=${4:-}
+	shift 4 || shift $#
+	local src=$FLEXFS_SRC/tests/fixtures/$fx
+
+	mount_ff "$src/ckpt" "$MNT" "tp=$tp,pp=$pp,rules=$RULES${extra:+,$extra}"
+	[[ -z ${FF_AFTER_MOUNT:-} ]] || "$FF_AFTER_MOUNT" "$FF_PID"
+	run /usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/check_views.py" -q \
+		--mount "$MNT" --truth "$src/truth" --tp "$tp" --pp "$pp" \
+		--rules "$RULES" "$@"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *" passed, 0 failed"* ]]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+	[ ! -s "$FF_ERR" ]
+}

@@ -18,6 +18,21 @@ PY=/usr/bin/python3
 SECONDS_PER_FIXTURE=${FLEXFS_STRESS_SECONDS:-10}
 NREADERS=${FLEXFS_STRESS_READERS:-6}
 
+# kill_readers_reap PID: kill the readers mid-read, then wait (up to 8 s)
+# for the daemon PID, the last reference gone, to exit; FF_RC gets its
+# status.
+kill_readers_reap() {
+	local pid=$1 p
+
+	for p in "${READERS[@]}"; do kill -9 "$p"; done
+	for p in "${READERS[@]}"; do { wait "$p"; } 2>/dev/null || true; done
+	READERS=()
+	wait_gone "$pid" 80
+	FF_RC=0
+	wait "$pid" || FF_RC=$?
+	FF_PID=
+}
+
 setup() {
 	setup_ff
 	require_fuse
@@ -197,13 +212,7 @@ stress_fixture() {
 	for p in "${READERS[@]}"; do kill -0 "$p"; done
 	# the readers die (mid-read); the last reference goes; the daemon
 	# sees the connection end and exits 0 within a few seconds
-	for p in "${READERS[@]}"; do kill -9 "$p"; done
-	for p in "${READERS[@]}"; do { wait "$p"; } 2>/dev/null || true; done
-	READERS=()
-	wait_gone "$pid" 80
-	FF_RC=0
-	wait "$pid" || FF_RC=$?
-	FF_PID=
+	kill_readers_reap "$pid"
 	echo "daemon exit $FF_RC"
 	[ "$FF_RC" -eq 0 ]
 	[ ! -e "/proc/$pid" ] # reaped: no zombie
@@ -225,13 +234,7 @@ stress_fixture() {
 	start_readers 60 --hold
 	wait_ready
 	fusermount3 -u -z "$MNT"
-	for p in "${READERS[@]}"; do kill -9 "$p"; done
-	for p in "${READERS[@]}"; do { wait "$p"; } 2>/dev/null || true; done
-	READERS=()
-	wait_gone "$pid" 80
-	FF_RC=0
-	wait "$pid" || FF_RC=$?
-	FF_PID=
+	kill_readers_reap "$pid"
 	[ "$FF_RC" -eq 0 ]
 	[ ! -e "/proc/$pid" ]
 	not_mounted "$MNT"

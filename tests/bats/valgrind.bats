@@ -42,21 +42,9 @@ under_prefix() {
 }
 
 # checked FIXTURE TP PP [extra opts] [checker args...]: every view byte
-# against the truth, then a clean unmount: exit 0, nothing on stderr.
+# against the truth with the daemon under the prefix, then a clean unmount.
 checked() {
-	local fx=$1 tp=$2 pp=$3 extra=${4:-}
-	shift 4 || shift $#
-	local src=$FLEXFS_SRC/tests/fixtures/$fx
-	mount_ff "$src/ckpt" "$MNT" "tp=$tp,pp=$pp,rules=$RULES${extra:+,$extra}"
-	under_prefix "$FF_PID"
-	run "$PY" "$CHECK" -q --mount "$MNT" --truth "$src/truth" --tp "$tp" \
-		--pp "$pp" --rules "$RULES" "$@"
-	echo "$output"
-	[ "$status" -eq 0 ]
-	[[ $output == *" passed, 0 failed"* ]]
-	unmount_ff "$MNT"
-	[ "$FF_RC" -eq 0 ]
-	[ ! -s "$FF_ERR" ]
+	FF_AFTER_MOUNT=under_prefix check_views_mount "$@"
 }
 
 @test "memcheck: dcp-t26 tp=3 pp=2, every byte, clean unmount" {

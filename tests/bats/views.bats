@@ -8,7 +8,6 @@
 load helpers
 
 CHECK=$FLEXFS_SRC/tests/bats/lib/check_views.py
-PY=/usr/bin/python3
 CHROOT=${FLEXFS_TORCH2_CHROOT:-/opt/trixie}
 
 setup() {
@@ -19,51 +18,34 @@ teardown() {
 	teardown_ff
 }
 
-# check_matrix FIXTURE TP PP [extra mount opts] [extra checker args...]
-check_matrix() {
-	local fx=$1 tp=$2 pp=$3 extra=${4:-}
-	shift 4 || shift $#
-	local src=$FLEXFS_SRC/tests/fixtures/$fx
-	mount_ff "$src/ckpt" "$MNT" "tp=$tp,pp=$pp,rules=$RULES${extra:+,$extra}"
-	run "$PY" "$CHECK" -q --mount "$MNT" --truth "$src/truth" --tp "$tp" \
-		--pp "$pp" --rules "$RULES" "$@"
-	echo "$output"
-	[ "$status" -eq 0 ]
-	[[ $output == *" passed, 0 failed"* ]]
-	unmount_ff "$MNT"
-	[ "$FF_RC" -eq 0 ]
-	# the daemon said nothing on stderr while serving every byte
-	[ ! -s "$FF_ERR" ]
-}
-
-@test "dcp-t113: tp=1 pp=1 views equal the torch ground truth" { check_matrix dcp-t113 1 1; }
-@test "dcp-t113: tp=1 pp=2 views equal the torch ground truth" { check_matrix dcp-t113 1 2; }
-@test "dcp-t113: tp=2 pp=1 views equal the torch ground truth" { check_matrix dcp-t113 2 1; }
-@test "dcp-t113: tp=2 pp=2 views equal the torch ground truth" { check_matrix dcp-t113 2 2; }
-@test "dcp-t113: tp=3 pp=1 views equal the torch ground truth" { check_matrix dcp-t113 3 1; }
-@test "dcp-t113: tp=3 pp=2 views equal the torch ground truth" { check_matrix dcp-t113 3 2; }
-@test "dcp-t113: tp=4 pp=1 views equal the torch ground truth" { check_matrix dcp-t113 4 1; }
-@test "dcp-t113: tp=4 pp=2 views equal the torch ground truth" { check_matrix dcp-t113 4 2; }
-@test "dcp-t113: tp=8 pp=1 views equal the torch ground truth" { check_matrix dcp-t113 8 1; }
-@test "dcp-t113: tp=8 pp=2 views equal the torch ground truth" { check_matrix dcp-t113 8 2; }
-@test "dcp-t26: tp=1 pp=1 views equal the torch ground truth" { check_matrix dcp-t26 1 1; }
-@test "dcp-t26: tp=1 pp=2 views equal the torch ground truth" { check_matrix dcp-t26 1 2; }
-@test "dcp-t26: tp=2 pp=1 views equal the torch ground truth" { check_matrix dcp-t26 2 1; }
-@test "dcp-t26: tp=2 pp=2 views equal the torch ground truth" { check_matrix dcp-t26 2 2; }
-@test "dcp-t26: tp=3 pp=1 views equal the torch ground truth" { check_matrix dcp-t26 3 1; }
-@test "dcp-t26: tp=3 pp=2 views equal the torch ground truth" { check_matrix dcp-t26 3 2; }
-@test "dcp-t26: tp=4 pp=1 views equal the torch ground truth" { check_matrix dcp-t26 4 1; }
-@test "dcp-t26: tp=4 pp=2 views equal the torch ground truth" { check_matrix dcp-t26 4 2; }
-@test "dcp-t26: tp=8 pp=1 views equal the torch ground truth" { check_matrix dcp-t26 8 1; }
-@test "dcp-t26: tp=8 pp=2 views equal the torch ground truth" { check_matrix dcp-t26 8 2; }
+@test "dcp-t113: tp=1 pp=1 views equal the torch ground truth" { check_views_mount dcp-t113 1 1; }
+@test "dcp-t113: tp=1 pp=2 views equal the torch ground truth" { check_views_mount dcp-t113 1 2; }
+@test "dcp-t113: tp=2 pp=1 views equal the torch ground truth" { check_views_mount dcp-t113 2 1; }
+@test "dcp-t113: tp=2 pp=2 views equal the torch ground truth" { check_views_mount dcp-t113 2 2; }
+@test "dcp-t113: tp=3 pp=1 views equal the torch ground truth" { check_views_mount dcp-t113 3 1; }
+@test "dcp-t113: tp=3 pp=2 views equal the torch ground truth" { check_views_mount dcp-t113 3 2; }
+@test "dcp-t113: tp=4 pp=1 views equal the torch ground truth" { check_views_mount dcp-t113 4 1; }
+@test "dcp-t113: tp=4 pp=2 views equal the torch ground truth" { check_views_mount dcp-t113 4 2; }
+@test "dcp-t113: tp=8 pp=1 views equal the torch ground truth" { check_views_mount dcp-t113 8 1; }
+@test "dcp-t113: tp=8 pp=2 views equal the torch ground truth" { check_views_mount dcp-t113 8 2; }
+@test "dcp-t26: tp=1 pp=1 views equal the torch ground truth" { check_views_mount dcp-t26 1 1; }
+@test "dcp-t26: tp=1 pp=2 views equal the torch ground truth" { check_views_mount dcp-t26 1 2; }
+@test "dcp-t26: tp=2 pp=1 views equal the torch ground truth" { check_views_mount dcp-t26 2 1; }
+@test "dcp-t26: tp=2 pp=2 views equal the torch ground truth" { check_views_mount dcp-t26 2 2; }
+@test "dcp-t26: tp=3 pp=1 views equal the torch ground truth" { check_views_mount dcp-t26 3 1; }
+@test "dcp-t26: tp=3 pp=2 views equal the torch ground truth" { check_views_mount dcp-t26 3 2; }
+@test "dcp-t26: tp=4 pp=1 views equal the torch ground truth" { check_views_mount dcp-t26 4 1; }
+@test "dcp-t26: tp=4 pp=2 views equal the torch ground truth" { check_views_mount dcp-t26 4 2; }
+@test "dcp-t26: tp=8 pp=1 views equal the torch ground truth" { check_views_mount dcp-t26 8 1; }
+@test "dcp-t26: tp=8 pp=2 views equal the torch ground truth" { check_views_mount dcp-t26 8 2; }
 
 @test "pp_renumber: stage-local layer names, same bytes" {
-	check_matrix dcp-t113 2 2 pp_renumber --pp-renumber
-	check_matrix dcp-t26 3 2 pp_renumber --pp-renumber
+	check_views_mount dcp-t113 2 2 pp_renumber --pp-renumber
+	check_views_mount dcp-t26 3 2 pp_renumber --pp-renumber
 }
 
 @test "hf/ is sharded with an index past hf_shard_size" {
-	check_matrix dcp-t26 1 1 hf_shard_size=1K
+	check_views_mount dcp-t26 1 1 hf_shard_size=1K
 	mount_ff "$FLEXFS_SRC/tests/fixtures/dcp-t26/ckpt" "$MNT" "rules=$RULES,hf_shard_size=1K"
 	[ -f "$MNT/hf/model.safetensors.index.json" ]
 	compgen -G "$MNT/hf/model-00001-of-000[0-9][0-9].safetensors"
