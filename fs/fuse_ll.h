@@ -12,11 +12,15 @@
 
 #include "tree.h"
 
+#include <limits.h>
 #include <stdbool.h>
 
 #include <sys/types.h>
 
-/* Per-mount context, the session's userdata.  Read-only while mounted. */
+#define FLX_LL_RA_AUTO UINT_MAX
+
+/* Per-mount context, the session's userdata.  Read-only while mounted,
+ * except ra_done. */
 typedef struct flx_ll {
 	const flx_fs *fs; /* borrowed; outlives the session */
 	uid_t uid;	  /* owner shown for every inode: the mounting user */
@@ -24,6 +28,13 @@ typedef struct flx_ll {
 	bool foreground;       /* log to stderr (else syslog) */
 	unsigned char *logged; /* per inode: a failure was logged (owned by
 				* the caller; NULL disables logging) */
+	/* Readahead to set on the mount's bdi ("MAJ:MIN", empty: none) once
+	 * the kernel has processed INIT, which would otherwise clamp it back
+	 * to its own offer; ra_verbose: report a failure (the user asked). */
+	char bdi[64];
+	unsigned read_ahead_kb; /* FLX_LL_RA_AUTO: 4 requests (set at INIT) */
+	bool ra_verbose;
+	int ra_done; /* set atomically by the first request after INIT */
 } flx_ll;
 
 /**

@@ -200,6 +200,58 @@ static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_plan **plan,
 	return rc;
 }
 
+/* The mount's bdi, for raise_read_ahead() in fuse_ll.c.  Read from
+ * /proc/self/mountinfo: a stat() of the mount point would wait for the
+ * INIT that only the loop, not yet running, can answer. */
+static void find_bdi(const flx_mountopts *mo, const char *mnt, flx_ll *ll)
+{
+	FILE *f;
+	char *text = NULL;
+	size_t len = 0, cap = 0, n;
+	int rc = -ENOMEM;
+
+	/* Same "auto" sentinel on both sides of the option layer. */
+	ll->read_ahead_kb = mo->read_ahead_kb == FLX_MO_READ_AHEAD_AUTO
+				? FLX_LL_RA_AUTO
+				: mo->read_ahead_kb;
+	ll->ra_verbose = mo->ra_given;
+	if (!mo->read_ahead_kb)
+		return;
+	f = fopen("/proc/self/mountinfo", "r");
+	if (!f) {
+		rc = -errno;
+		goto out;
+	}
+	/* Bounded: a pathological mount table is not worth more. */
+	while (cap < (64u << 20)) {
+		char *nt = realloc(text, cap = cap ? 2 * cap : 65536);
+
+		if (!nt)
+			break;
+		text = nt;
+		n = fread(text + len, 1, cap - 1 - len, f);
+		len += n;
+		if (len < cap - 1) {
+			text[len] = '\0';
+			rc = ferror(f)
+				 ? -EIO
+				 : flx_mo_mountinfo_dev(text, mnt, ll->bdi,
+							sizeof(ll->bdi));
+			break;
+		}
+	}
+	fclose(f);
+out:
+	free(text);
+	if (rc && ll->ra_verbose)
+		fprintf(stderr,
+			"flexfs: read_ahead_kb=%u not applied: no bdi for %s "
+			"in /proc/self/mountinfo: %s\n",
+			ll->read_ahead_kb, mnt, strerror(-rc));
+	if (rc)
+		ll->bdi[0] = '\0';
+}
+
 static int loop(struct fuse_session *se, const struct fuse_cmdline_opts *fo)
 {
 	struct fuse_loop_config *cfg;
@@ -273,6 +325,7 @@ int main(int argc, char **argv)
 		goto err_out2;
 	if (fuse_session_mount(se, fo.mountpoint) != 0)
 		goto err_out3;
+	find_bdi(&cl.mo, fo.mountpoint, &ll);
 	/* Past this point stderr is /dev/null unless -f: nothing may fail
 	 * for a reason the user could have been told about. */
 	if (fuse_daemonize(fo.foreground) == 0) {

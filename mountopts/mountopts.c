@@ -2,6 +2,7 @@
 #include "mountopts.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,11 @@ const char flx_mo_help[] =
     "views\n"
     "    -o hf_shard_size=SIZE  bytes per hf/ shard, K/M/G/T suffixes "
     "(default 5G)\n"
+    "    -o read_ahead_kb=N     readahead of the mount in KiB: the size of "
+    "FUSE\n"
+    "                           read requests in flight (default: 4 "
+    "requests,\n"
+    "                           about 4 MiB; 0: the kernel's; needs root)\n"
     "    Always added: ro, default_permissions, subtype=flexfs,\n"
     "    fsname=CHECKPOINT.  Ignored: auto, noauto, user, nouser, users,\n"
     "    _netdev, nofail, defaults, rw, comment=*, x-*.  Other -o options\n"
@@ -27,7 +33,7 @@ const char flx_mo_help[] =
 
 static const char *const ours[] = {
     "tp",	   "pp",	  "rules",	   "layer_regex",
-    "embed_regex", "pp_renumber", "hf_shard_size",
+    "embed_regex", "pp_renumber", "hf_shard_size", "read_ahead_kb",
 };
 
 static const char *const fstab_exact[] = {
@@ -42,6 +48,7 @@ static const char *const fstab_keyed[] = {"comment", "user"};
 int flx_mo_init(flx_mountopts *mo)
 {
 	memset(mo, 0, sizeof(*mo));
+	mo->read_ahead_kb = FLX_MO_READ_AHEAD_AUTO;
 	return flx_spec_init(&mo->spec);
 }
 
@@ -160,6 +167,27 @@ flx_mo_class flx_mo_classify(const char *tok)
 	return FLX_MO_FUSE;
 }
 
+/* read_ahead_kb= is the mount's, not the view's: it never reaches the
+ * spec (flexfs-inspect has no use for it). */
+static int apply_read_ahead(flx_mountopts *mo, const char *value,
+			    flx_error *err)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = value && *value >= '0' && *value <= '9' ? strtoul(value, &end, 10)
+						    : ULONG_MAX;
+	if (v == ULONG_MAX || errno || *end || v > FLX_MO_READ_AHEAD_KB_MAX)
+		return flx_error_set(err, -EINVAL, NULL, "read_ahead_kb",
+				     "'%s' is not a number of KiB from 0 to %u",
+				     value ? value : "",
+				     FLX_MO_READ_AHEAD_KB_MAX);
+	mo->read_ahead_kb = (unsigned)v;
+	mo->ra_given = true;
+	return 0;
+}
+
 static int apply_ours(flx_spec *spec, const char *tok, flx_error *err)
 {
 	size_t kl = key_len(tok);
@@ -195,6 +223,9 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 
 	switch (flx_mo_classify(tok)) {
 	case FLX_MO_OURS:
+		if (key_len(tok) == 13 && !strncmp(tok, "read_ahead_kb", 13))
+			return apply_read_ahead(
+			    mo, tok[13] == '=' ? tok + 14 : NULL, err);
 		return apply_ours(&mo->spec, tok, err);
 	case FLX_MO_FSTAB:
 	case FLX_MO_RWRO:
@@ -343,5 +374,67 @@ int flx_mo_argv(int argc, char **argv, int *out_argc, char ***out_argv)
 	v[n] = NULL;
 	*out_argc = n;
 	*out_argv = v;
+	return 0;
+}
+
+/* Undo mountinfo's escaping of a path field (space, tab, newline and
+ * backslash as \ooo) in place; the field ends at the first space. */
+static size_t mountinfo_field(const char *s, char *out, size_t cap)
+{
+	size_t n = 0;
+
+	for (; *s && *s != ' ' && *s != '\n'; s++) {
+		char c = *s;
+
+		if (c == '\\' && is_octal(s[1], '3') && is_octal(s[2], '7') &&
+		    is_octal(s[3], '7')) {
+			c = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 +
+				   (s[3] - '0'));
+			s += 3;
+		}
+		if (n + 1 < cap)
+			out[n] = c;
+		n++;
+	}
+	if (cap)
+		out[n < cap ? n : cap - 1] = '\0';
+	return n;
+}
+
+int flx_mo_mountinfo_dev(const char *mountinfo, const char *mnt, char *dev,
+			 size_t len)
+{
+	char path[4096], found[64] = "";
+	const char *line = mountinfo;
+
+	/* id parent MAJ:MIN root mountpoint options [optional...] - fstype */
+	while (line && *line) {
+		const char *nl = strchr(line, '\n'), *f = line, *sep;
+		char mm[64];
+		int i;
+
+		for (i = 0; i < 2 && f; i++) {
+			f = strchr(f, ' ');
+			f = f ? f + 1 : NULL;
+		}
+		sep = strstr(line, " - ");
+		if (f && sep && (!nl || sep < nl) &&
+		    mountinfo_field(f, mm, sizeof(mm)) < sizeof(mm)) {
+			const char *mp = strchr(f, ' ');
+
+			mp = mp ? strchr(mp + 1, ' ') : NULL;
+			if (mp &&
+			    mountinfo_field(mp + 1, path, sizeof(path)) <
+				sizeof(path) &&
+			    !strcmp(path, mnt) && !strncmp(sep + 3, "fuse", 4))
+				memcpy(found, mm, sizeof(found));
+		}
+		line = nl ? nl + 1 : NULL;
+	}
+	if (!found[0])
+		return -ENOENT;
+	if (strlen(found) >= len)
+		return -ENAMETOOLONG;
+	strcpy(dev, found);
 	return 0;
 }

@@ -11,6 +11,7 @@
  * Every "-o" token falls in exactly one class:
  *   ours   tp, pp, rules, layer_regex, embed_regex, pp_renumber,
  *          hf_shard_size: applied to the spec with flx_spec_set();
+ *          read_ahead_kb: kept in flx_mountopts for the FUSE adapter;
  *   fstab  auto, noauto, user, nouser, users, _netdev, nofail, defaults,
  *          user=*, comment=*, x-*: bookkeeping of mount(8)/fstab/systemd
  *          that libfuse would reject ("unknown option"), dropped;
@@ -22,10 +23,18 @@
 
 #include "spec.h"
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 
 #define FLX_MO_SUBTYPE "flexfs"
+
+/* Readahead of the mount's own bdi, in KiB: FLX_MO_READ_AHEAD_AUTO (the
+ * FUSE adapter picks) unless -o read_ahead_kb= says otherwise (0: the
+ * kernel's).  The kernel's default, 128 KiB, makes every FUSE read request
+ * 128 KiB whatever max_pages allows (docs/performance.md measures it). */
+#define FLX_MO_READ_AHEAD_AUTO	 UINT_MAX
+#define FLX_MO_READ_AHEAD_KB_MAX (1024 * 1024)
 
 typedef enum flx_mo_class {
 	FLX_MO_OURS = 0,
@@ -41,6 +50,11 @@ typedef struct flx_mountopts {
 	size_t nfuse;
 	bool has_fsname;  /* the user gave fsname= */
 	bool has_subtype; /* the user gave subtype= */
+	/* read_ahead_kb= (0: leave the kernel's value, AUTO: the adapter's
+	 * choice); ra_given: the user set it, so failing to apply it
+	 * deserves a message. */
+	unsigned read_ahead_kb;
+	bool ra_given;
 } flx_mountopts;
 
 /** Defaults (see flx_spec_init), no source, no libfuse tokens.
@@ -108,6 +122,17 @@ bool flx_mo_is_helper(const char *argv0);
  *         borrowed from argv; NULL-terminated) with *out_argc, or -ENOMEM.
  */
 int flx_mo_argv(int argc, char **argv, int *out_argc, char ***out_argv);
+
+/**
+ * The "MAJ:MIN" device of the mount at mnt (an absolute, canonical path)
+ * in the text of /proc/self/mountinfo, taking the last (topmost) entry
+ * whose file-system type starts with "fuse".  Mount points are matched
+ * after undoing mountinfo's octal escapes (\040 for a space...).
+ * @return 0 and dev (NUL-terminated), -ENOENT if no entry matches, or
+ *         -ENAMETOOLONG if dev is too small.
+ */
+int flx_mo_mountinfo_dev(const char *mountinfo, const char *mnt, char *dev,
+			 size_t len);
 
 /** One line per option we own, for --help (static text). */
 extern const char flx_mo_help[];

@@ -98,6 +98,34 @@ assert_one_line_error() {
 	[[ ! -s $FF_ERR ]]
 }
 
+# The mount's bdi readahead sets the size and number of FUSE read requests
+# in flight (docs/performance.md).  Writing it needs root.
+@test "read_ahead_kb: raised to 4 requests by default, kept at 0, set as given" {
+	require_fuse
+	[[ $(id -u) == 0 ]] || skip "needs root (sysfs)"
+	local ra
+	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES"
+	ls "$MNT" >/dev/null
+	ra=$(cat "/sys/class/bdi/$(mountpoint -d "$MNT")/read_ahead_kb")
+	echo "default: $ra" >&2
+	# 4 x the request size, itself at most 1 MiB and a whole number of
+	# pages: 4032 (1008 KiB requests) or 4096.
+	[[ $ra -ge 2048 && $ra -le 4096 && $((ra % 16)) -eq 0 ]]
+	unmount_ff "$MNT"
+	# 0: the kernel's own (VM_READAHEAD_PAGES, 128 KiB), left alone.
+	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES,read_ahead_kb=0"
+	ls "$MNT" >/dev/null
+	ra=$(cat "/sys/class/bdi/$(mountpoint -d "$MNT")/read_ahead_kb")
+	echo "read_ahead_kb=0: $ra" >&2
+	[[ $ra -le 512 ]]
+	unmount_ff "$MNT"
+	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES,read_ahead_kb=1536"
+	ls "$MNT" >/dev/null
+	[[ $(cat "/sys/class/bdi/$(mountpoint -d "$MNT")/read_ahead_kb") == 1536 ]]
+	unmount_ff "$MNT"
+	[[ ! -s $FF_ERR ]]
+}
+
 @test "writes fail with EROFS" {
 	require_fuse
 	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES"
@@ -161,7 +189,7 @@ assert_one_line_error() {
 	run "$FLEXFS_BIN" -h
 	[[ $status -eq 0 ]]
 	for opt in tp= pp= rules= layer_regex= embed_regex= pp_renumber \
-		hf_shard_size=; do
+		hf_shard_size= read_ahead_kb=; do
 		[[ $output == *"-o $opt"* ]]
 	done
 	[[ $output == *"-o allow_other"* ]] # libfuse's own help follows
@@ -248,6 +276,9 @@ assert_one_line_error() {
 	assert_one_line_error "flexfs: " tp
 	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" -o pp=abc 3>&-
 	assert_one_line_error "flexfs: " pp
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" \
+		-o read_ahead_kb=4M 3>&-
+	assert_one_line_error "flexfs: " read_ahead_kb
 	run --separate-stderr "$FLEXFS_BUILD/mount.flexfs" "$FIXTURE" "$MNT" \
 		-o tp=-1,noauto 3>&-
 	assert_one_line_error "flexfs: " tp

@@ -111,6 +111,12 @@ static void test_values(void)
 	check_bad("layer_regex=(", "layer_regex");
 	check_bad("hf_shard_size=lots", "hf_shard_size");
 	check_bad("pp_renumber=maybe", "pp_renumber");
+	check_bad("read_ahead_kb=-1", "read_ahead_kb");
+	check_bad("read_ahead_kb=4k", "read_ahead_kb");
+	check_bad("read_ahead_kb=", "read_ahead_kb");
+	check_bad("read_ahead_kb", "read_ahead_kb");
+	check_bad("read_ahead_kb=1048577", "read_ahead_kb");
+	check_bad("read_ahead_kb=99999999999999999999999", "read_ahead_kb");
 
 	CHECK(mkdtemp(dir) != NULL);
 	snprintf(good, sizeof(good), "%s/good.json", dir);
@@ -146,6 +152,14 @@ static void test_values(void)
 	CHECK_EQ(mo.spec.hf_shard_size, 2u << 20);
 	CHECK_EQ(mo.spec.nrules, 1); /* the failed loads kept the good one */
 	CHECK_EQ(mo.nfuse, 0);
+	CHECK_EQ(mo.read_ahead_kb, FLX_MO_READ_AHEAD_AUTO);
+	CHECK(!mo.ra_given);
+	CHECK_EQ(flx_mo_option(&mo, "read_ahead_kb=0", &err), 0);
+	CHECK_EQ(mo.read_ahead_kb, 0);
+	CHECK_EQ(flx_mo_option(&mo, "read_ahead_kb=1048576", &err), 0);
+	CHECK_EQ(mo.read_ahead_kb, 1048576);
+	CHECK(mo.ra_given);
+	CHECK_EQ(mo.nfuse, 0); /* ours: libfuse never sees it */
 	flx_mo_release(&mo);
 	flx_mo_release(&mo); /* idempotent */
 
@@ -153,6 +167,38 @@ static void test_values(void)
 	unlink(bad);
 	unlink(typo);
 	rmdir(dir);
+}
+
+static void test_mountinfo(void)
+{
+	/* Two mounts on /mnt/a b (the later, topmost one wins), a non-FUSE
+	 * mount on the same path, optional fields, and look-alike paths. */
+	const char *mi =
+	    "22 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda rw\n"
+	    "40 22 0:50 / /mnt/a\\040b rw,nosuid - fuse.flexfs /ck ro\n"
+	    "41 22 0:51 / /mnt/a rw shared:7 master:2 - fuse.flexfs /ck ro\n"
+	    "42 40 0:52 / /mnt/a\\040b ro - fuse.flexfs /ck ro\n"
+	    "43 22 0:53 / /mnt/a\\040b/c ro - fuse.flexfs /ck ro\n"
+	    "44 22 0:54 / /mnt/t ro - tmpfs tmpfs rw\n"
+	    "45 22 0:55 / /mnt/bs\\134x ro - fuseblk /dev/x ro";
+	char dev[16];
+
+	CHECK_EQ(flx_mo_mountinfo_dev(mi, "/mnt/a b", dev, sizeof(dev)), 0);
+	CHECK_STR(dev, "0:52");
+	CHECK_EQ(flx_mo_mountinfo_dev(mi, "/mnt/a", dev, sizeof(dev)), 0);
+	CHECK_STR(dev, "0:51");
+	CHECK_EQ(flx_mo_mountinfo_dev(mi, "/mnt/bs\\x", dev, sizeof(dev)), 0);
+	CHECK_STR(dev, "0:55");
+	CHECK_EQ(flx_mo_mountinfo_dev(mi, "/mnt/t", dev, sizeof(dev)),
+		 -ENOENT);
+	CHECK_EQ(flx_mo_mountinfo_dev(mi, "/mnt", dev, sizeof(dev)), -ENOENT);
+	CHECK_EQ(flx_mo_mountinfo_dev(mi, "/", dev, sizeof(dev)), -ENOENT);
+	CHECK_EQ(flx_mo_mountinfo_dev(mi, "/mnt/a", dev, 4), -ENAMETOOLONG);
+	CHECK_EQ(flx_mo_mountinfo_dev("", "/mnt/a", dev, sizeof(dev)),
+		 -ENOENT);
+	CHECK_EQ(flx_mo_mountinfo_dev("garbage without fields\n\n",
+				      "/mnt/a", dev, sizeof(dev)),
+		 -ENOENT);
 }
 
 static void test_optstring(void)
@@ -267,6 +313,7 @@ int main(void)
 	test_classify();
 	test_values();
 	test_optstring();
+	test_mountinfo();
 	test_argv();
 	return CHECK_RESULT();
 }
