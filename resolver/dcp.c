@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,7 @@ typedef struct loader {
 	size_t cap_files;
 	int *fmap; /* open-addressing index of files by relpath */
 	size_t fmap_cap;
+	size_t nitems; /* chunks of all tensors */
 } loader;
 
 uint64_t flx_numel(int ndim, const int64_t *shape)
@@ -474,13 +476,16 @@ static void fmt_offsets(char *buf, size_t len, int ndim, const int64_t *off)
 }
 
 /* Locate the chunk's storage inside its torch.save item and check it
- * against the metadata. */
-static int load_item(loader *L, flx_tensor *t, flx_chunk *ch)
+ * against the metadata.  Reads go through bc, bound here to the item's
+ * file; errors go to err.  Touches nothing shared but *ch, so items may
+ * be loaded on several threads at once (load_items()). */
+static int load_item(const flx_ckpt *c, flx_block_cache *bc, flx_error *err,
+		     const flx_tensor *t, flx_chunk *ch)
 {
-	const flx_file *f = &L->c->files[ch->file];
+	const flx_file *f = &c->files[ch->file];
 	char name[FLX_ERR_FIELD];
 	flx_reader r;
-	flx_fd_reader fr;
+	flx_cached_reader cr;
 	flx_zip *z = NULL;
 	flx_zip_rec pkl, data, bo;
 	flx_tensor_pkl tp;
@@ -489,15 +494,16 @@ static int load_item(loader *L, flx_tensor *t, flx_chunk *ch)
 
 	snprintf(name, sizeof(name), "%s@%llu", f->relpath,
 		 (unsigned long long)ch->item_off);
-	flx_reader_fd(&r, &fr, f->fd, ch->item_off, ch->item_len);
-	rc = flx_zip_open(&r, name, &z, L->err);
+	flx_block_cache_bind(bc, f->fd, f->size);
+	flx_reader_cached(&r, &cr, bc, ch->item_off, ch->item_len);
+	rc = flx_zip_open(&r, name, &z, err);
 	if (rc) {
-		flx_error_key(L->err, t->fqn);
+		flx_error_key(err, t->fqn);
 		goto out;
 	}
 	if (flx_zip_find(z, "data.pkl", &pkl) ||
 	    pkl.size > MAX_DATA_PKL_BYTES) {
-		rc = flx_error_set(L->err, -EINVAL, name, t->fqn,
+		rc = flx_error_set(err, -EINVAL, name, t->fqn,
 				   "item has no usable data.pkl record");
 		goto out;
 	}
@@ -517,17 +523,17 @@ static int load_item(loader *L, flx_tensor *t, flx_chunk *ch)
 	}
 	rc = flx_read_at(&r, buf, pkl.size, pkl.data_off);
 	if (rc) {
-		rc = flx_error_set(L->err, rc, name, t->fqn,
+		rc = flx_error_set(err, rc, name, t->fqn,
 				   "cannot read data.pkl");
 		goto out;
 	}
-	rc = flx_tensor_pkl_parse(buf, pkl.size, name, &tp, L->err);
+	rc = flx_tensor_pkl_parse(buf, pkl.size, name, &tp, err);
 	if (rc) {
-		flx_error_key(L->err, t->fqn);
+		flx_error_key(err, t->fqn);
 		goto out;
 	}
 	if (tp.dtype != t->dtype) {
-		rc = flx_error_set(L->err, -EINVAL, name, t->fqn,
+		rc = flx_error_set(err, -EINVAL, name, t->fqn,
 				   "dtype %s in data.pkl disagrees with %s "
 				   "in .metadata",
 				   flx_dtype_name(tp.dtype),
@@ -539,7 +545,7 @@ static int load_item(loader *L, flx_tensor *t, flx_chunk *ch)
 
 		fmt_offsets(a, sizeof(a), tp.ndim, tp.size);
 		fmt_offsets(b, sizeof(b), t->ndim, ch->box.size);
-		rc = flx_error_set(L->err, -EINVAL, name, t->fqn,
+		rc = flx_error_set(err, -EINVAL, name, t->fqn,
 				   "saved tensor shape %s differs from the "
 				   "chunk's sizes %s",
 				   a, b);
@@ -550,13 +556,13 @@ static int load_item(loader *L, flx_tensor *t, flx_chunk *ch)
 
 		snprintf(rel, sizeof(rel), "data/%s", tp.key);
 		if (flx_zip_find(z, rel, &data)) {
-			rc = flx_error_set(L->err, -EINVAL, name, t->fqn,
+			rc = flx_error_set(err, -EINVAL, name, t->fqn,
 					   "item has no %s record", rel);
 			goto out;
 		}
 	}
 	if (data.size < tp.storage_bytes) {
-		rc = flx_error_set(L->err, -EINVAL, name, t->fqn,
+		rc = flx_error_set(err, -EINVAL, name, t->fqn,
 				   "storage record holds %llu bytes, the "
 				   "tensor needs %llu",
 				   (unsigned long long)data.size,
@@ -569,11 +575,140 @@ static int load_item(loader *L, flx_tensor *t, flx_chunk *ch)
 	rc = 0;
 	goto out;
 bad_order:
-	rc = flx_error_set(L->err, -ENOTSUP, name, t->fqn,
+	rc = flx_error_set(err, -ENOTSUP, name, t->fqn,
 			   "byteorder record is not 'little'");
 out:
 	free(buf);
 	flx_zip_close(z);
+	return rc;
+}
+
+/*
+ * Reading the items.  Every chunk's torch.save item is opened (zip
+ * directory, data.pkl) to check it against the metadata and to find its
+ * data.  A checkpoint can hold tens of thousands of small items, so they
+ * are visited in file order, through a block cache that serves the
+ * directory and data.pkl of neighbouring items from one pread, and, past
+ * ITEMS_PER_THREAD items, on several threads, each over a contiguous run
+ * of that order with its own cache.  Each thread stops at its first
+ * failure; the failure reported is the first in file order, as a single
+ * thread would find it.
+ */
+#define ITEMS_PER_THREAD 4096
+#define MAX_ITEM_THREADS 8
+
+typedef struct item_job {
+	const flx_tensor *t;
+	flx_chunk *ch;
+} item_job;
+
+typedef struct item_worker {
+	const flx_ckpt *c;
+	item_job *jobs;
+	size_t lo, hi;
+	size_t failed_at; /* index of the failing job, or hi */
+	int rc;
+	flx_error err;
+} item_worker;
+
+static int cmp_job(const void *pa, const void *pb)
+{
+	const flx_chunk *a = ((const item_job *)pa)->ch;
+	const flx_chunk *b = ((const item_job *)pb)->ch;
+
+	if (a->file != b->file)
+		return a->file < b->file ? -1 : 1;
+	return a->item_off < b->item_off ? -1 : a->item_off > b->item_off;
+}
+
+static void *item_worker_run(void *arg)
+{
+	item_worker *w = arg;
+	flx_block_cache bc;
+
+	w->failed_at = w->lo;
+	w->rc = flx_block_cache_init(&bc);
+	if (w->rc)
+		return NULL;
+	for (size_t i = w->lo; i < w->hi; i++) {
+		w->rc =
+		    load_item(w->c, &bc, &w->err, w->jobs[i].t, w->jobs[i].ch);
+		if (w->rc) {
+			w->failed_at = i;
+			break;
+		}
+	}
+	if (!w->rc)
+		w->failed_at = w->hi;
+	flx_block_cache_release(&bc);
+	return NULL;
+}
+
+/* FLEXFS_ITEM_THREADS=N forces N threads however few the items (tests
+ * run the error corpus that way: the report must not change). */
+static unsigned item_threads(size_t n)
+{
+	const char *force = getenv("FLEXFS_ITEM_THREADS");
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t want = n / ITEMS_PER_THREAD;
+
+	if (force && *force >= '1' && *force <= '8' && !force[1])
+		return (unsigned)(*force - '0') < n ? (unsigned)(*force - '0')
+						    : 1;
+
+	if (cpus < 1)
+		cpus = 1;
+	if (want > (size_t)cpus)
+		want = (size_t)cpus;
+	if (want > MAX_ITEM_THREADS)
+		want = MAX_ITEM_THREADS;
+	return want ? (unsigned)want : 1;
+}
+
+static int load_items(loader *L)
+{
+	flx_ckpt *c = L->c;
+	item_job *jobs = calloc(L->nitems ? L->nitems : 1, sizeof(*jobs));
+	item_worker w[MAX_ITEM_THREADS];
+	pthread_t tid[MAX_ITEM_THREADS];
+	unsigned nt = item_threads(L->nitems), started = 1;
+	size_t n = 0;
+	int rc = 0;
+
+	if (!jobs)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->ntensors; i++)
+		for (uint32_t k = 0; k < c->tensors[i].nchunks; k++)
+			jobs[n++] = (item_job){&c->tensors[i],
+					       &c->tensors[i].chunks[k]};
+	qsort(jobs, n, sizeof(*jobs), cmp_job);
+	for (unsigned k = 0; k < nt; k++) {
+		w[k] = (item_worker){.c = c,
+				     .jobs = jobs,
+				     .lo = n * k / nt,
+				     .hi = n * (k + 1) / nt};
+		flx_error_init(&w[k].err);
+	}
+	/* Worker 0 runs here; if a thread cannot start, its run is done
+	 * here too, after the others. */
+	for (unsigned k = 1; k < nt; k++, started++)
+		if (pthread_create(&tid[k], NULL, item_worker_run, &w[k]))
+			break;
+	item_worker_run(&w[0]);
+	for (unsigned k = 1; k < nt; k++) {
+		if (k < started)
+			pthread_join(tid[k], NULL);
+		else
+			item_worker_run(&w[k]);
+	}
+	for (unsigned k = 0; k < nt && !rc; k++) {
+		rc = w[k].rc;
+		if (rc && w[k].err.code)
+			*L->err = w[k].err;
+	}
+	if (rc && !L->err->code)
+		flx_error_set(L->err, rc, NULL, NULL, "%s", strerror(-rc));
+	free(jobs);
 	return rc;
 }
 
@@ -763,10 +898,10 @@ static int load_tensor(loader *L, flx_tensor *t, const flx_pv *tsm)
 		ch->item_off = e->offset;
 		ch->item_len = e->length;
 	}
-	rc = check_coverage(L, t);
-	for (uint32_t i = 0; !rc && i < t->nchunks; i++)
-		rc = load_item(L, t, &t->chunks[i]);
-	return rc;
+	L->nitems += t->nchunks;
+	/* The items themselves are read later, all together, in file order
+	 * (load_items()). */
+	return check_coverage(L, t);
 too_big:
 	return flx_error_set(L->err, -EOVERFLOW, META_NAME, t->fqn,
 			     "tensor size overflows 64 bits");
@@ -1019,6 +1154,14 @@ int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
 	if (rc)
 		goto fail;
 	rc = interpret(&L, flx_pickle_root(pk));
+	/* The tree is not needed past this point: free it before the items
+	 * are read, so the two never count together in peak memory. */
+	flx_pickle_free(pk);
+	pk = NULL;
+	free(meta);
+	meta = NULL;
+	if (!rc)
+		rc = load_items(&L);
 	if (!rc)
 		rc = load_extras(&L);
 	if (!rc)

@@ -2,6 +2,7 @@
 #include "reader.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -18,6 +19,97 @@ static int fd_pread(void *ctx, void *buf, size_t n, uint64_t off)
 	const flx_fd_reader *f = ctx;
 
 	return flx_pread_full(f->fd, buf, n, f->base + off);
+}
+
+int flx_block_cache_init(flx_block_cache *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->fd = -1;
+	for (int i = 0; i < 2; i++) {
+		c->slot[i].buf = malloc(FLX_BLOCK_CACHE_SLOT);
+		if (!c->slot[i].buf) {
+			flx_block_cache_release(c);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+void flx_block_cache_bind(flx_block_cache *c, int fd, uint64_t fsize)
+{
+	if (c->fd == fd && c->fsize == fsize)
+		return;
+	c->fd = fd;
+	c->fsize = fsize;
+	c->slot[0].len = 0;
+	c->slot[1].len = 0;
+}
+
+void flx_block_cache_release(flx_block_cache *c)
+{
+	free(c->slot[0].buf);
+	free(c->slot[1].buf);
+	c->slot[0].buf = NULL;
+	c->slot[1].buf = NULL;
+	c->fd = -1;
+}
+
+static int cached_pread(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	const flx_cached_reader *cr = ctx;
+	flx_block_cache *c = cr->cache;
+	uint64_t at = cr->base + off, start;
+	size_t len;
+	int i, rc;
+
+	for (i = 0; i < 2; i++) {
+		if (c->slot[i].len && at >= c->slot[i].start &&
+		    at - c->slot[i].start <= c->slot[i].len &&
+		    n <= c->slot[i].len - (at - c->slot[i].start)) {
+			memcpy(buf, c->slot[i].buf + (at - c->slot[i].start),
+			       n);
+			c->slot[i].used = ++c->tick;
+			c->hits++;
+			return 0;
+		}
+	}
+	/* The block is centred on the read: parsers read an item's zip
+	 * directory backwards from its end, then its head, and the next
+	 * item starts where this one ends, so half a block on either side
+	 * catches both this item's records and the next item's. */
+	if (n > FLX_BLOCK_CACHE_SLOT / 2 || at >= c->fsize) {
+		c->preads++;
+		return flx_pread_full(c->fd, buf, n, at);
+	}
+	start = at + n > FLX_BLOCK_CACHE_SLOT / 2
+		    ? (at + n - FLX_BLOCK_CACHE_SLOT / 2) & ~(uint64_t)4095
+		    : 0;
+	len = c->fsize - start < FLX_BLOCK_CACHE_SLOT
+		  ? (size_t)(c->fsize - start)
+		  : FLX_BLOCK_CACHE_SLOT;
+	if (len < (at - start) + n) /* the read runs past the file's end */
+		return -EIO;
+	i = c->slot[0].used <= c->slot[1].used ? 0 : 1;
+	c->slot[i].len = 0;
+	c->preads++;
+	rc = flx_pread_full(c->fd, c->slot[i].buf, len, start);
+	if (rc)
+		return rc;
+	c->slot[i].start = start;
+	c->slot[i].len = len;
+	c->slot[i].used = ++c->tick;
+	memcpy(buf, c->slot[i].buf + (at - start), n);
+	return 0;
+}
+
+void flx_reader_cached(flx_reader *r, flx_cached_reader *ctx,
+		       flx_block_cache *cache, uint64_t base, uint64_t len)
+{
+	ctx->cache = cache;
+	ctx->base = base;
+	r->pread = cached_pread;
+	r->ctx = ctx;
+	r->size = len;
 }
 
 void flx_reader_mem(flx_reader *r, flx_mem_reader *ctx, const void *buf,

@@ -4,3 +4,4 @@
 flx_unit(test_pickle flx_resolver)
 flx_unit(test_zipitem flx_resolver)
 flx_unit(test_torchpkl flx_resolver)
+flx_unit(test_reader flx_resolver)
