@@ -189,15 +189,13 @@ static void test_mountinfo(void)
 	CHECK_STR(dev, "0:51");
 	CHECK_EQ(flx_mo_mountinfo_dev(mi, "/mnt/bs\\x", dev, sizeof(dev)), 0);
 	CHECK_STR(dev, "0:55");
-	CHECK_EQ(flx_mo_mountinfo_dev(mi, "/mnt/t", dev, sizeof(dev)),
-		 -ENOENT);
+	CHECK_EQ(flx_mo_mountinfo_dev(mi, "/mnt/t", dev, sizeof(dev)), -ENOENT);
 	CHECK_EQ(flx_mo_mountinfo_dev(mi, "/mnt", dev, sizeof(dev)), -ENOENT);
 	CHECK_EQ(flx_mo_mountinfo_dev(mi, "/", dev, sizeof(dev)), -ENOENT);
 	CHECK_EQ(flx_mo_mountinfo_dev(mi, "/mnt/a", dev, 4), -ENAMETOOLONG);
-	CHECK_EQ(flx_mo_mountinfo_dev("", "/mnt/a", dev, sizeof(dev)),
-		 -ENOENT);
-	CHECK_EQ(flx_mo_mountinfo_dev("garbage without fields\n\n",
-				      "/mnt/a", dev, sizeof(dev)),
+	CHECK_EQ(flx_mo_mountinfo_dev("", "/mnt/a", dev, sizeof(dev)), -ENOENT);
+	CHECK_EQ(flx_mo_mountinfo_dev("garbage without fields\n\n", "/mnt/a",
+				      dev, sizeof(dev)),
 		 -ENOENT);
 }
 
