@@ -26,14 +26,16 @@
 #include "slice.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <regex.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #define WINDOW_BYTES (1u << 20)
-#define STAGE_BYTES  (4u << 20) /* largest clustered pread */
+#define STAGE_BYTES  (4u << 20) /* largest clustered preadv */
 #define MAX_RUNS     65536	/* runs queued before they are executed */
 
 /* ---- box index: boxes sorted by start along one axis ---- */
@@ -377,8 +379,8 @@ typedef struct rdctx {
 	/* runs queued for this call, executed by flush() */
 	pending *runs;
 	size_t nruns, capruns;
-	unsigned char *stage; /* staging for clustered runs */
-	size_t stage_cap;
+	struct iovec *iov; /* scatter list of a clustered run */
+	size_t capiov;
 	/* files already verified during this call (reads touch few) */
 	uint32_t checked[8];
 	unsigned nchecked; /* verifications so far; the last 8 are kept */
@@ -433,13 +435,43 @@ static int cmp_run_src(const void *a, const void *b)
 
 /*
  * Execute the queued runs.  Sorted by source position, runs that are
- * adjacent in the same file form a cluster read with one pread() into a
- * staging buffer and scattered with memcpy: the rows a request needs from
- * one saved chunk are usually contiguous on disk even when their
- * destinations interleave with another chunk's (a column-split source
- * read row-wise), so hundreds of small reads become one, reading no byte
- * twice and none that is not delivered.
+ * adjacent in the same file form a cluster read with one preadv() that
+ * scatters each run straight to its place in the caller's buffer: the rows
+ * a request needs from one saved chunk are usually contiguous on disk even
+ * when their destinations interleave with another chunk's (a column-split
+ * source read row-wise), so hundreds of small reads become one, copying
+ * each byte once, reading no byte twice and none that is not delivered.
  */
+static int read_cluster(rdctx *r, size_t i, size_t j)
+{
+	uint32_t file = r->runs[i].file;
+	uint64_t src = r->runs[i].src;
+	int rc = check_file(r, file);
+
+	while (!rc && i < j) {
+		size_t k = j - i < IOV_MAX ? j - i : IOV_MAX;
+		uint64_t len = 0;
+
+		if (flx_grow((void **)&r->iov, &r->capiov, k,
+			     sizeof(struct iovec)))
+			return -ENOMEM;
+		for (size_t m = 0; m < k; m++) {
+			r->iov[m].iov_base = r->buf + r->runs[i + m].dst;
+			r->iov[m].iov_len = r->runs[i + m].len;
+			len += r->runs[i + m].len;
+		}
+		rc = flx_preadv_full(r->v->ckpt->files[file].fd, r->iov, (int)k,
+				     src);
+		if (r->stats) {
+			r->stats->preads++;
+			r->stats->bytes_read += len;
+		}
+		src += len;
+		i += k;
+	}
+	return rc;
+}
+
 static int flush(rdctx *r)
 {
 	size_t i = 0;
@@ -455,27 +487,12 @@ static int flush(rdctx *r)
 		       r->runs[j].src == r->runs[i].src + span &&
 		       span + r->runs[j].len <= STAGE_BYTES)
 			span += r->runs[j++].len;
-		if (j == i + 1) {
+		if (j == i + 1)
 			rc = do_pread(r, r->runs[i].file,
 				      r->buf + r->runs[i].dst, r->runs[i].len,
 				      r->runs[i].src);
-		} else {
-			if (span > r->stage_cap) {
-				void *ns = realloc(r->stage, span);
-
-				if (!ns)
-					return -ENOMEM;
-				r->stage = ns;
-				r->stage_cap = span;
-			}
-			rc = do_pread(r, r->runs[i].file, r->stage, span,
-				      r->runs[i].src);
-			for (size_t k = i; !rc && k < j; k++)
-				memcpy(r->buf + r->runs[k].dst,
-				       r->stage +
-					   (r->runs[k].src - r->runs[i].src),
-				       r->runs[k].len);
-		}
+		else
+			rc = read_cluster(r, i, j);
 		i = j;
 	}
 	r->nruns = 0;
@@ -704,7 +721,7 @@ ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 	if (!rc)
 		rc = flush(&r);
 	free(r.win);
-	free(r.stage);
+	free(r.iov);
 	free(r.runs);
 	return rc ? rc : (ssize_t)n;
 }

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static int mem_pread(void *ctx, void *buf, size_t n, uint64_t off)
@@ -157,6 +158,32 @@ int flx_pread_full(int fd, void *buf, size_t n, uint64_t off)
 		p += got;
 		n -= (size_t)got;
 		off += (uint64_t)got;
+	}
+	return 0;
+}
+
+int flx_preadv_full(int fd, struct iovec *iov, int iovcnt, uint64_t off)
+{
+	while (iovcnt > 0) {
+		ssize_t got = preadv(fd, iov, iovcnt, (off_t)off);
+
+		if (got < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (got == 0)
+			return -EIO;
+		off += (uint64_t)got;
+		while (iovcnt > 0 && (size_t)got >= iov->iov_len) {
+			got -= (ssize_t)iov->iov_len;
+			iov++;
+			iovcnt--;
+		}
+		if (iovcnt > 0) {
+			iov->iov_base = (char *)iov->iov_base + got;
+			iov->iov_len -= (size_t)got;
+		}
 	}
 	return 0;
 }

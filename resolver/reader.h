@@ -94,4 +94,10 @@ int flx_read_at(const flx_reader *r, void *buf, size_t n, uint64_t off);
  * @return 0, -EIO on EOF before n bytes, or -errno. */
 int flx_pread_full(int fd, void *buf, size_t n, uint64_t off);
 
+/** preadv() that loops over short reads and EINTR; iov is modified (the
+ * entries already filled are consumed).
+ * @return 0, -EIO on EOF before every entry is full, or -errno. */
+struct iovec;
+int flx_preadv_full(int fd, struct iovec *iov, int iovcnt, uint64_t off);
+
 #endif

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define FILE_BYTES (300u * 1024 + 123)
@@ -88,6 +89,33 @@ int main(void)
 	flx_block_cache_bind(&bc, fd, FILE_BYTES);
 	CHECK_EQ(check_range(&r, 70000, 10, 10), 0);
 	CHECK_EQ(bc.preads, before);
+
+	/* preadv scatter: 1000 entries of odd sizes, some empty, filled in
+	 * order; a read past the end: -EIO. */
+	{
+		static unsigned char out[200000];
+		struct iovec iov[1000];
+		size_t at = 0;
+
+		for (int k = 0; k < 1000; k++) {
+			size_t len = (size_t)(k % 7 == 3 ? 0 : k % 301 + 1);
+
+			iov[k].iov_base = out + at;
+			iov[k].iov_len = len;
+			at += len;
+		}
+		CHECK_EQ(flx_preadv_full(fd, iov, 1000, 777), 0);
+		for (size_t i = 0; i < at; i++)
+			if (out[i] != byte_at(777 + i)) {
+				CHECK(!"preadv byte");
+				break;
+			}
+		iov[0].iov_base = out;
+		iov[0].iov_len = 4096;
+		iov[1].iov_base = out + 4096;
+		iov[1].iov_len = 4096;
+		CHECK_EQ(flx_preadv_full(fd, iov, 2, FILE_BYTES - 5000), -EIO);
+	}
 
 	/* The file shrinks under a fresh binding: -EIO, not short data. */
 	CHECK_EQ(ftruncate(fd, 100000), 0);
