@@ -66,7 +66,12 @@ mount_ff() {
 	FF_NMOUNT=$((${FF_NMOUNT:-0} + 1))
 	FF_ERR=$BATS_TEST_TMPDIR/flexfs.$FF_NMOUNT.stderr
 	FF_ERRS+=("$FF_ERR")
-	"${prefix[@]}" "$FLEXFS_BIN" "$src" "$mnt" -f ${opts:+-o "$opts"} \
+	# No huge-page re-exec under a checker: it would run the daemon
+	# outside it (see fuse_main.c).
+	local thp=${FLEXFS_MALLOC_THP:-}
+	((${#prefix[@]} == 0)) || thp=0
+	FLEXFS_MALLOC_THP=$thp "${prefix[@]}" "$FLEXFS_BIN" "$src" "$mnt" -f \
+		${opts:+-o "$opts"} \
 		>"$BATS_TEST_TMPDIR/flexfs.stdout" 2>"$FF_ERR" 3>&- &
 	FF_PID=$!
 	for ((i = 0; i < tries; i++)); do

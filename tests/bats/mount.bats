@@ -126,6 +126,30 @@ assert_one_line_error() {
 	[[ ! -s $FF_ERR ]]
 }
 
+# Huge pages for malloc (fuse_main.c): with THP in madvise mode the daemon
+# re-executes itself once with glibc.malloc.hugetlb=1, and only then.
+@test "malloc huge pages: one re-exec with the tunable, none when turned off" {
+	require_fuse
+	grep -q '\[madvise\]' /sys/kernel/mm/transparent_hugepage/enabled ||
+		skip "THP is not in madvise mode here"
+	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES"
+	tr '\0' '\n' <"/proc/$FF_PID/environ" >"$BATS_TEST_TMPDIR/env"
+	grep -qx 'GLIBC_TUNABLES=glibc.malloc.hugetlb=1' "$BATS_TEST_TMPDIR/env"
+	grep -qx 'FLEXFS_THP_REEXEC=-' "$BATS_TEST_TMPDIR/env"
+	[[ $(readlink "/proc/$FF_PID/exe") == "$(readlink -f "$FLEXFS_BIN")" ]]
+	cmp <(cat "$MNT/index.json") <(cat "$MNT/index.json")
+	unmount_ff "$MNT"
+	[[ $FF_RC -eq 0 && ! -s $FF_ERR ]]
+	FLEXFS_MALLOC_THP=0 mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES"
+	! tr '\0' '\n' <"/proc/$FF_PID/environ" | grep -q FLEXFS_THP_REEXEC
+	unmount_ff "$MNT"
+	# An existing tunable is kept, and then nothing is added.
+	GLIBC_TUNABLES=glibc.malloc.hugetlb=0 mount_ff "$FIXTURE" "$MNT" \
+		"tp=2,rules=$RULES"
+	! tr '\0' '\n' <"/proc/$FF_PID/environ" | grep -q FLEXFS_THP_REEXEC
+	unmount_ff "$MNT"
+}
+
 @test "writes fail with EROFS" {
 	require_fuse
 	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES"
