@@ -16,8 +16,18 @@
  * the tree must bound its depth (FLX_PV_MAX_WALK_DEPTH) and, since shared
  * nodes multiply paths, the total number of nodes it visits.
  *
+ * Values that cannot change (None, True, False, ints, tuples of up to 16
+ * items) may share one node even where the pickle made them separately:
+ * torch writes the same torch.Size tuples for every chunk.  A walk sees
+ * the same tree either way, but node addresses say nothing about identity
+ * in the pickle: compare values.  Lists, dicts, sets and objects are shared
+ * only through the memo, as in Python.
+ *
  * Everything is bounded: input length, stack depth, memo size, node count,
- * integer widths.  All nodes live in one arena owned by flx_pickle.
+ * integer widths.  All nodes, strings and arrays live in one arena, owned
+ * by flx_pickle and freed at once; none points into the input buffer.  A
+ * large tree takes 2 MiB blocks, prefaulted and offered to transparent huge
+ * pages, so its memory rounds up to 2 MiB.
  */
 
 #include "error.h"
@@ -60,10 +70,12 @@ struct flx_pv {
 		struct {
 			flx_pv **v;
 			size_t n;
-		} seq; /* TUPLE, LIST, SET */
+			size_t cap_; /* internal: room in v; callers ignore */
+		} seq;		     /* TUPLE, LIST, SET */
 		struct {
 			flx_pv **kv; /* kv[2*i] = key, kv[2*i+1] = value */
 			size_t n;    /* number of pairs, in insertion order */
+			size_t cap_; /* internal: room in kv, in pairs */
 		} dict;
 		struct {
 			const char *module;
@@ -79,14 +91,12 @@ struct flx_pv {
 			flx_pv *pid;
 		} persid;
 	} u;
-	/* internal (capacity of seq/dict arrays); callers ignore */
-	size_t cap_;
 };
 
 /* Limits; 0 selects the default.  Nodes, stack and memo are further capped
  * at the input length + 1, which no legitimate pickle exceeds. */
 typedef struct flx_pickle_limits {
-	size_t max_nodes; /* values created; default 1<<25 */
+	size_t max_nodes; /* values created, shared or not; default 1<<25 */
 	size_t max_stack; /* values on the stack incl. marks; default 1<<20 */
 	size_t max_depth; /* MARK nesting; default 1024 */
 	size_t max_memo;  /* memo slots; default 1<<25 */

@@ -634,6 +634,398 @@ static void test_helpers(void)
 	flx_pickle_free(NULL);
 }
 
+/* ------------------------------------------------- arena, memo, sharing */
+
+/* Pickles too big to spell out, written opcode by opcode. */
+static void put_u8(struct sbuf *b, unsigned v)
+{
+	char c = (char)(v & 0xff);
+
+	put(b, &c, 1);
+}
+
+static void put_le(struct sbuf *b, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		put_u8(b, (unsigned)(v >> (8 * i)));
+}
+
+static void put_binint(struct sbuf *b, int64_t v)
+{
+	put_u8(b, 'J');
+	put_le(b, (uint64_t)v, 4);
+}
+
+static void put_binget(struct sbuf *b, uint32_t idx)
+{
+	put_u8(b, 'j');
+	put_le(b, idx, 4);
+}
+
+static bool str_is(const flx_pv *v, const char *want)
+{
+	const char *s = flx_pv_str(v);
+
+	return s && strcmp(s, want) == 0;
+}
+
+static bool int_is(const flx_pv *v, int64_t want)
+{
+	int64_t x;
+
+	return flx_pv_int(v, &x) && x == want;
+}
+
+/* Lists grown across many arena blocks: by APPENDS batches (a big input:
+ * 2 MiB blocks from the start); by single APPENDs of a shared value, so
+ * the array ends the arena and grows in place; by single APPENDs taking
+ * turns with a second list, so each growth copies. */
+static void test_big_lists(void)
+{
+	enum { N = 300000, M = 3000 };
+	struct sbuf b = {0};
+	flx_pickle *p = NULL;
+	const flx_pv *r, *l0, *l1, *l2;
+	bool ok = true;
+
+	put(&b, "\x80\x02]", 3);
+	for (int i = 0; i < N; i++) {
+		if (i % 1000 == 0)
+			put_u8(&b, '(');
+		put_binint(&b, (int64_t)i * 7 - 5);
+		if (i % 1000 == 999)
+			put_u8(&b, 'e');
+	}
+	put_u8(&b, '.');
+	CHECK(b.n > ((size_t)1 << 20));
+	r = root_of(b.p, b.n, &p);
+	CHECK_EQ(flx_pv_len(r), N);
+	for (size_t i = 0; ok && i < N; i++)
+		ok = int_is(flx_pv_item(r, i), (int64_t)i * 7 - 5);
+	CHECK(ok);
+	flx_pickle_free(p);
+	p = NULL;
+
+	/* a small input, so the arena starts with small blocks */
+	b.n = 0;
+	put(&b,
+	    "\x80\x02]q\x00"
+	    "0]q\x01"
+	    "0]q\x02"
+	    "0",
+	    14);
+	for (int i = 0; i < M; i++)
+		put(&b, "h\x00Na0", 5);
+	for (int i = 0; i < M; i++) {
+		put(&b, "h\x01", 2);
+		put_binint(&b, i);
+		put(&b, "a0h\x02", 4);
+		put_binint(&b, -i);
+		put(&b, "a0", 2);
+	}
+	put(&b, "h\x00h\x01h\x02\x87.", 8);
+	r = root_of(b.p, b.n, &p);
+	l0 = flx_pv_item(r, 0);
+	l1 = flx_pv_item(r, 1);
+	l2 = flx_pv_item(r, 2);
+	CHECK(flx_pv_len(l0) == M && flx_pv_len(l1) == M &&
+	      flx_pv_len(l2) == M);
+	for (size_t i = 0; ok && i < M; i++)
+		ok = kind(flx_pv_item(l0, i)) == FLX_PV_NONE &&
+		     int_is(flx_pv_item(l1, i), (int64_t)i) &&
+		     int_is(flx_pv_item(l2, i), -(int64_t)i);
+	CHECK(ok);
+	flx_pickle_free(p);
+	p = NULL;
+	free(b.p);
+}
+
+/* A dict filled by SETITEMS batches and SETITEMs with other values made in
+ * between; a memoized list grown after megabytes of other nodes, seen the
+ * same through both of its references. */
+static void test_big_dict_and_memo(void)
+{
+	enum { BATCHES = 40, PER = 1000, FILL = 60000 };
+	struct sbuf b = {0};
+	flx_pickle *p = NULL;
+	const flx_pv *r, *d, *l;
+	char key[32];
+	bool ok = true;
+	size_t n = 0;
+
+	/* memo 0: the dict, 1: a list, 2: the latest filler list */
+	put(&b,
+	    "\x80\x02}q\x00"
+	    "0]q\x01"
+	    "0",
+	    10);
+	for (int k = 0; k < BATCHES; k++) {
+		put(&b, "h\x00(", 3);
+		for (int i = 0; i < PER; i++) {
+			int len =
+			    snprintf(key, sizeof(key), "k%d", k * PER + i);
+
+			put_u8(&b, 0x8c);
+			put_u8(&b, (unsigned)len);
+			put(&b, key, (size_t)len);
+			put_binint(&b, k * PER + i);
+		}
+		put(&b, "u0", 2);
+		/* other values in between: the dict's array ends no block */
+		put(&b, "]q\x02(", 4);
+		for (int i = 0; i < FILL / BATCHES; i++)
+			put(&b, "}", 1);
+		put(&b, "e0h\x01", 4);
+		put_binint(&b, k);
+		put(&b, "a0", 2);
+		/* SETITEM repeating the first key: the last value wins */
+		put(&b, "h\x00\x8c\x02k0", 6);
+		put_binint(&b, -k);
+		put(&b, "s0", 2);
+	}
+	put(&b, "(h\x00h\x01h\x02h\x01t.", 11);
+	r = root_of(b.p, b.n, &p);
+	CHECK_EQ(flx_pv_len(r), 4);
+	d = flx_pv_item(r, 0);
+	l = flx_pv_item(r, 1);
+	CHECK_EQ(kind(d), FLX_PV_DICT);
+	CHECK_EQ(flx_pv_len(d), BATCHES * PER + BATCHES);
+	if (flx_pv_len(d) == BATCHES * PER + BATCHES) {
+		for (int k = 0; ok && k < BATCHES; k++) {
+			for (int i = 0; ok && i < PER; i++) {
+				snprintf(key, sizeof(key), "k%d", k * PER + i);
+				ok = str_is(d->u.dict.kv[2 * n], key) &&
+				     int_is(d->u.dict.kv[2 * n + 1],
+					    k * PER + i);
+				n++;
+			}
+			ok = ok && int_is(d->u.dict.kv[2 * n + 1], -k);
+			n++;
+		}
+	}
+	CHECK(ok);
+	CHECK(int_is(flx_pv_dict_get(d, "k0"), -(BATCHES - 1)));
+	CHECK(int_is(flx_pv_dict_get(d, "k1"), 1));
+	CHECK_EQ(flx_pv_len(l), BATCHES);
+	CHECK(flx_pv_item(r, 3) == l);
+	for (size_t i = 0; i < BATCHES; i++)
+		CHECK(int_is(flx_pv_item(l, i), (int64_t)i));
+	CHECK_EQ(flx_pv_len(flx_pv_item(r, 2)), FILL / BATCHES);
+	flx_pickle_free(p);
+	p = NULL;
+	free(b.p);
+}
+
+/* Strings and bytes bigger than an arena block get blocks of their own,
+ * also as the very first allocation; the blocks around keep working. */
+static void test_big_strings(void)
+{
+	static const size_t sizes[] = {100000, 3u << 20};
+	struct sbuf b = {0};
+	flx_pickle *p = NULL;
+	const flx_pv *r, *s;
+
+	for (size_t k = 0; k < 2; k++) {
+		size_t n = sizes[k];
+		bool ok = true;
+
+		b.n = 0;
+		put(&b, "\x80\x04(", 3);
+		put_u8(&b, 0x8e); /* BINBYTES8 */
+		put_le(&b, n, 8);
+		for (size_t i = 0; i < n; i++)
+			put_u8(&b, (unsigned)(i * 31 + k));
+		put(&b, "\x8c\x02hiK\x07X", 7);
+		put_le(&b, n + 1, 4);
+		for (size_t i = 0; i <= n; i++)
+			put_u8(&b, 'a' + (unsigned)(i % 26));
+		put(&b, "t.", 2);
+		r = root_of(b.p, b.n, &p);
+		CHECK_EQ(flx_pv_len(r), 4);
+		s = flx_pv_item(r, 0);
+		CHECK(kind(s) == FLX_PV_BYTES && s->u.str.len == n);
+		for (size_t i = 0; ok && kind(s) == FLX_PV_BYTES && i < n; i++)
+			ok = (unsigned char)s->u.str.s[i] ==
+			     (unsigned char)(i * 31 + k);
+		CHECK(ok && s->u.str.s[n] == '\0');
+		CHECK_STR(flx_pv_str(flx_pv_item(r, 1)), "hi");
+		CHECK(int_is(flx_pv_item(r, 2), 7));
+		s = flx_pv_item(r, 3);
+		CHECK(kind(s) == FLX_PV_STR && s->u.str.len == n + 1);
+		for (size_t i = 0; ok && kind(s) == FLX_PV_STR && i <= n; i++)
+			ok = s->u.str.s[i] == 'a' + (char)(i % 26);
+		CHECK(ok && s->u.str.s[n + 1] == '\0');
+		flx_pickle_free(p);
+		p = NULL;
+	}
+	free(b.p);
+}
+
+/* More memo entries than one memo chunk holds, read back from either side
+ * of every chunk edge; slots never set stay out of range. */
+static void test_big_memo(void)
+{
+	static const size_t counts[] = {100000, 300000};
+	static const uint32_t probes[] = {0,	 1,	511,	512,	65535,
+					  65536, 99999, 262143, 262144, 299999};
+	struct sbuf b = {0};
+	flx_pickle *p = NULL;
+	flx_error e;
+	const flx_pv *r;
+
+	for (size_t k = 0; k < 2; k++) {
+		size_t n = counts[k], np = 0;
+
+		b.n = 0;
+		put(&b, "\x80\x04", 2);
+		for (size_t i = 0; i < n; i++) {
+			put_binint(&b, (int64_t)i * 3);
+			put_u8(&b, 0x94); /* MEMOIZE */
+			put_u8(&b, '0');
+		}
+		put_u8(&b, '(');
+		for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]);
+		     i++) {
+			if (probes[i] >= n)
+				continue;
+			put_binget(&b, probes[i]);
+			np++;
+		}
+		put(&b, "t.", 2);
+		r = root_of(b.p, b.n, &p);
+		CHECK_EQ(flx_pv_len(r), np);
+		for (size_t i = 0; i < np; i++)
+			CHECK(
+			    int_is(flx_pv_item(r, i), (int64_t)probes[i] * 3));
+		flx_pickle_free(p);
+		p = NULL;
+		/* one past the last MEMOIZE */
+		b.n -= np * 5 + 3;
+		put_binget(&b, (uint32_t)n);
+		put_u8(&b, '.');
+		CHECK_EQ(load(b.p, b.n, &p, &e), -EINVAL);
+		CHECK(strstr(e.text, "out of range") != NULL);
+	}
+
+	/* a sparse index: the slots below it exist but are unset */
+	b.n = 0;
+	put(&b, "\x80\x02", 2);
+	for (int i = 0; i < 150001; i++)
+		put(&b, "N0", 2);
+	put(&b, "Nr", 2);
+	put_le(&b, 300000, 4);
+	put_binget(&b, 300000);
+	put(&b, "\x86.", 2);
+	r = root_of(b.p, b.n, &p);
+	CHECK(flx_pv_len(r) == 2 && flx_pv_item(r, 0) == flx_pv_item(r, 1));
+	flx_pickle_free(p);
+	p = NULL;
+	b.n -= 7;
+	put_binget(&b, 299999);
+	put(&b, "\x86.", 2);
+	CHECK_EQ(load(b.p, b.n, &p, &e), -EINVAL);
+	CHECK(strstr(e.text, "memo index 299999 out of range") != NULL);
+	free(b.p);
+}
+
+/* Immutable values made twice may share a node; mutable ones never do
+ * unless the memo says so.  Values are counted as made either way. */
+static void test_sharing(void)
+{
+	flx_pickle *p = NULL;
+	flx_pickle_limits lim;
+	flx_error e;
+	const flx_pv *r, *t;
+
+	r = ROOT("\x80\x02(K\x01K\x02\x86K\x01K\x02\x86K\x01K\x02K\x03\x87"
+		 "K\x02K\x01\x86]q\x00\x85h\x00\x85]\x85))NN\x88\x88"
+		 "(K\x01K\x02tt.",
+		 &p);
+	CHECK_EQ(flx_pv_len(r), 14);
+	t = flx_pv_item(r, 0);
+	CHECK(flx_pv_len(t) == 2 && int_is(flx_pv_item(t, 0), 1) &&
+	      int_is(flx_pv_item(t, 1), 2));
+	CHECK(flx_pv_item(r, 1) == t);
+	CHECK(flx_pv_item(r, 13) == t); /* TUPLE after MARK: same */
+	CHECK(flx_pv_item(r, 2) != t && flx_pv_len(flx_pv_item(r, 2)) == 3);
+	CHECK(flx_pv_item(r, 3) != t);
+	CHECK(int_is(flx_pv_item(flx_pv_item(r, 3), 0), 2));
+	/* equal ints share too */
+	CHECK(flx_pv_item(t, 0) == flx_pv_item(flx_pv_item(r, 2), 0));
+	/* (l,) twice with the same list is one tuple, with another list not */
+	CHECK(flx_pv_item(r, 4) == flx_pv_item(r, 5));
+	CHECK(flx_pv_item(r, 6) != flx_pv_item(r, 4));
+	CHECK(flx_pv_item(flx_pv_item(r, 6), 0) !=
+	      flx_pv_item(flx_pv_item(r, 4), 0));
+	CHECK(kind(flx_pv_item(flx_pv_item(r, 6), 0)) == FLX_PV_LIST);
+	CHECK(flx_pv_item(r, 7) == flx_pv_item(r, 8));
+	CHECK_EQ(flx_pv_len(flx_pv_item(r, 7)), 0);
+	CHECK(flx_pv_item(r, 9) == flx_pv_item(r, 10));
+	CHECK(flx_pv_item(r, 11) == flx_pv_item(r, 12));
+	CHECK(kind(flx_pv_item(r, 11)) == FLX_PV_BOOL &&
+	      flx_pv_item(r, 11)->u.b);
+	flx_pickle_free(p);
+	p = NULL;
+	/* empty lists and dicts stay apart: they can be filled later */
+	r = ROOT("\x80\x02(]]}}t.", &p);
+	CHECK(flx_pv_len(r) == 4 && flx_pv_item(r, 0) != flx_pv_item(r, 1));
+	CHECK(flx_pv_item(r, 2) != flx_pv_item(r, 3));
+	flx_pickle_free(p);
+	p = NULL;
+	/* many distinct tuples (the table of shared ones grows), each made
+	 * twice; SETITEMS and APPENDS with nothing to add */
+	{
+		enum { T = 5000 };
+		struct sbuf b = {0};
+		bool ok = true;
+		char str[16];
+
+		/* (s,) for T strings, then again from the memo */
+		put(&b, "\x80\x02(", 3);
+		for (int i = 0; i < T; i++) {
+			int len = snprintf(str, sizeof(str), "s%d", i);
+
+			put_u8(&b, 0x8c);
+			put_u8(&b, (unsigned)len);
+			put(&b, str, (size_t)len);
+			put_u8(&b, 'r');
+			put_le(&b, (uint64_t)i, 4);
+			put_u8(&b, 0x85);
+		}
+		for (int i = 0; i < T; i++) {
+			put_binget(&b, (uint32_t)i);
+			put_u8(&b, 0x85);
+		}
+		put(&b, "}(u](et.", 8);
+		r = root_of(b.p, b.n, &p);
+		CHECK_EQ(flx_pv_len(r), 2 * T + 2);
+		for (size_t i = 0; ok && i < T; i++) {
+			t = flx_pv_item(r, i);
+			snprintf(str, sizeof(str), "s%zu", i);
+			ok = flx_pv_item(r, T + i) == t && flx_pv_len(t) == 1 &&
+			     str_is(flx_pv_item(t, 0), str) &&
+			     (i == 0 || t != flx_pv_item(r, i - 1));
+		}
+		CHECK(ok);
+		CHECK(kind(flx_pv_item(r, 2 * T)) == FLX_PV_DICT &&
+		      flx_pv_len(flx_pv_item(r, 2 * T)) == 0);
+		CHECK(kind(flx_pv_item(r, 2 * T + 1)) == FLX_PV_LIST &&
+		      flx_pv_len(flx_pv_item(r, 2 * T + 1)) == 0);
+		flx_pickle_free(p);
+		p = NULL;
+		free(b.p);
+	}
+	/* a shared value still counts as made: 4 ints + the list > 4 */
+	lim = (flx_pickle_limits){.max_nodes = 4};
+	CHECK_EQ(LIMITED("\x80\x02(K\x01K\x01K\x01K\x01l.", &lim, &e), -EINVAL);
+	CHECK(strstr(e.text, "more than 4 values") != NULL);
+	lim = (flx_pickle_limits){.max_nodes = 5};
+	CHECK_EQ(LIMITED("\x80\x02(K\x01K\x01K\x01K\x01l.", &lim, &e), 0);
+	lim = (flx_pickle_limits){.max_nodes = 3};
+	CHECK_EQ(LIMITED("\x80\x02K\x01K\x02\x86K\x01K\x02\x86.", &lim, &e),
+		 -EINVAL);
+}
+
 /* ------------------------------------------------------------ malformed */
 
 static void test_malformed(void)
@@ -828,6 +1220,11 @@ int main(void)
 	test_text_opcodes();
 	test_binary_opcodes();
 	test_helpers();
+	test_big_lists();
+	test_big_dict_and_memo();
+	test_big_strings();
+	test_big_memo();
+	test_sharing();
 	test_malformed();
 	test_damage();
 	return CHECK_RESULT();
