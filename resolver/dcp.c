@@ -37,7 +37,12 @@
 typedef struct sentry {
 	const char *fqn;
 	int ndim; /* -1: no offset key (BYTE_IO) */
-	int64_t off[FLX_MAX_DIMS];
+	/* ndim offsets in loader.offs (an index while that array grows):
+	 * tens of thousands of entries, so no FLX_MAX_DIMS array each */
+	union {
+		const int64_t *off;
+		size_t offi;
+	};
 	const char *relpath;
 	uint64_t offset;
 	uint64_t length;
@@ -55,6 +60,8 @@ typedef struct loader {
 	int *fmap; /* open-addressing index of files by relpath */
 	size_t fmap_cap;
 	size_t nitems; /* chunks of all tensors */
+	int64_t *offs; /* storage_data offsets, see sentry */
+	size_t noffs, capoffs;
 } loader;
 
 uint64_t flx_numel(int ndim, const int64_t *shape)
@@ -196,10 +203,8 @@ static int cmp_sentry(const void *pa, const void *pb)
 static const sentry *find_sentry(const loader *L, const char *fqn, int ndim,
 				 const int64_t *off)
 {
-	sentry key = {.fqn = fqn, .ndim = ndim};
+	sentry key = {.fqn = fqn, .ndim = ndim, .off = off};
 
-	if (ndim > 0)
-		memcpy(key.off, off, sizeof(int64_t) * (size_t)ndim);
 	return bsearch(&key, L->se, L->nse, sizeof(sentry), cmp_sentry);
 }
 
@@ -230,10 +235,21 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 		off = attr(k, "offset");
 		e->ndim = -1;
 		if (off && off->kind != FLX_PV_NONE) {
+			int64_t o[FLX_MAX_DIMS];
+
 			rc = decode_size(L, off, e->fqn, "MetadataIndex.offset",
-					 &e->ndim, e->off);
+					 &e->ndim, o);
 			if (rc)
 				return rc;
+			if (flx_grow((void **)&L->offs, &L->capoffs,
+				     L->noffs + (size_t)e->ndim,
+				     sizeof(int64_t)))
+				return -ENOMEM;
+			if (e->ndim)
+				memcpy(L->offs + L->noffs, o,
+				       sizeof(int64_t) * (size_t)e->ndim);
+			e->offi = L->noffs;
+			L->noffs += (size_t)e->ndim;
 		}
 		if (!is_dcp_obj(v, "_StorageInfo"))
 			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
@@ -266,6 +282,9 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 		}
 		L->nse++;
 	}
+	for (size_t i = 0; i < L->nse; i++)
+		L->se[i].off =
+		    L->se[i].ndim > 0 ? L->offs + L->se[i].offi : NULL;
 	qsort(L->se, L->nse, sizeof(sentry), cmp_sentry);
 	for (size_t i = 1; i < L->nse; i++)
 		if (cmp_sentry(&L->se[i - 1], &L->se[i]) == 0)
@@ -1171,6 +1190,7 @@ int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
 	flx_pickle_free(pk);
 	free(meta);
 	free(L.se);
+	free(L.offs);
 	free(L.fmap);
 	free(L.realdir);
 	close(L.dirfd);
@@ -1189,6 +1209,7 @@ fail:
 	flx_pickle_free(pk);
 	free(meta);
 	free(L.se);
+	free(L.offs);
 	free(L.fmap);
 	free(L.realdir);
 	if (L.dirfd >= 0)
