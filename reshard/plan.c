@@ -18,6 +18,13 @@
  * many rows it has.  Chunks saved with a non-unit innermost stride (a
  * transposed tensor saved as-is) are gathered element-wise through the
  * slicer from a bounded window of the file.
+ *
+ * Storage.  A plan has a view per tensor per TP rank (80,000 for 10,000
+ * tensors at tp=8) and the mount walks them several times, so a view is
+ * kept small: one block (struct, then its pieces with only ndim
+ * coordinates each) cut from the plan's arena, its box shared with every
+ * other view of the same box (interned), and no piece index below
+ * SCAN_MAX pieces.
  */
 #include "plan.h"
 
@@ -40,43 +47,59 @@
 
 /* ---- box index: boxes sorted by start along one axis ---- */
 
+/* Boxes (chunks, pieces) are scanned in order up to this count; sorted
+ * and searched beyond. */
+#define SCAN_MAX 8
+
+/*
+ * Boxes are read in place from the elements that hold them: a chunk keeps
+ * a whole flx_box (size[] FLX_MAX_DIMS after off[]), a piece keeps only
+ * its ndim offsets then its ndim sizes.  gap is the distance, in int64s,
+ * from off[0] to size[0].
+ */
 typedef struct box_index {
-	const char *base; /* array of elements, each holding a flx_box */
+	const char *base; /* array of elements, each holding a box */
 	size_t stride;	  /* element size */
-	size_t box_off;	  /* offset of the flx_box inside an element */
+	size_t box_off;	  /* offset of the box's off[0] inside an element */
+	int gap;
 	int ndim;
-	int axis;	/* sort axis (-1 for 0-d: every box matches) */
+	int axis; /* sort axis (-1: a few boxes or 0-d, every one scanned) */
 	int64_t maxext; /* largest extent along axis */
 	size_t n;
-	uint32_t *order; /* element indices sorted by box.off[axis] */
+	uint32_t *order; /* element indices sorted by off[axis] */
+	bool own_order;	 /* order was malloc'd by bix_build() */
 } box_index;
 
-static const flx_box *bix_box(const box_index *ix, size_t i)
+static const int64_t *bix_off(const box_index *ix, size_t i)
 {
-	return (const flx_box *)(ix->base + i * ix->stride + ix->box_off);
+	return (const int64_t *)(ix->base + i * ix->stride + ix->box_off);
 }
 
 static int cmp_u32_by_start(const void *a, const void *b, void *arg)
 {
 	const box_index *ix = arg;
-	int64_t sa = bix_box(ix, *(const uint32_t *)a)->off[ix->axis];
-	int64_t sb = bix_box(ix, *(const uint32_t *)b)->off[ix->axis];
+	int64_t sa = bix_off(ix, *(const uint32_t *)a)[ix->axis];
+	int64_t sb = bix_off(ix, *(const uint32_t *)b)[ix->axis];
 
 	return sa < sb ? -1 : sa > sb;
 }
 
-static bool box_empty(int ndim, const flx_box *b)
+static bool box_empty(int ndim, const int64_t *size)
 {
 	for (int d = 0; d < ndim; d++)
-		if (b->size[d] == 0)
+		if (size[d] == 0)
 			return true;
 	return false;
 }
 
-/* Sort along the axis with the most distinct starts, so a query scans as
- * few candidates as possible. */
+/*
+ * Sort along the axis with the most distinct starts, so a query scans as
+ * few candidates as possible.  order: room for n indices, or NULL to have
+ * one allocated (freed by bix_free()).
+ */
 static int bix_build(box_index *ix, const void *base, size_t stride,
-		     size_t box_off, size_t n, int ndim)
+		     size_t box_off, int gap, size_t n, int ndim,
+		     uint32_t *order)
 {
 	int best = 0;
 	size_t best_distinct = 0;
@@ -85,16 +108,24 @@ static int bix_build(box_index *ix, const void *base, size_t stride,
 	ix->base = base;
 	ix->stride = stride;
 	ix->box_off = box_off;
+	ix->gap = gap;
 	ix->ndim = ndim;
 	ix->axis = ndim ? 0 : -1;
-	ix->order = malloc((n ? n : 1) * sizeof(uint32_t));
-	if (!ix->order)
-		return -ENOMEM;
+	ix->order = order;
+	if (!order) {
+		ix->order = malloc((n ? n : 1) * sizeof(uint32_t));
+		if (!ix->order)
+			return -ENOMEM;
+		ix->own_order = true;
+	}
 	for (size_t i = 0; i < n; i++)
-		if (!box_empty(ndim, bix_box(ix, i)))
+		if (!box_empty(ndim, bix_off(ix, i) + gap))
 			ix->order[ix->n++] = (uint32_t)i;
-	if (ndim == 0)
+	/* a few boxes are scanned faster than sorted and searched */
+	if (ndim == 0 || ix->n <= SCAN_MAX) {
+		ix->axis = -1;
 		return 0;
+	}
 	for (int d = 0; d < ndim; d++) {
 		size_t distinct = 0;
 
@@ -103,8 +134,8 @@ static int bix_build(box_index *ix, const void *base, size_t stride,
 			ix);
 		for (size_t i = 0; i < ix->n; i++)
 			distinct +=
-			    i == 0 || bix_box(ix, ix->order[i])->off[d] !=
-					  bix_box(ix, ix->order[i - 1])->off[d];
+			    i == 0 || bix_off(ix, ix->order[i])[d] !=
+					  bix_off(ix, ix->order[i - 1])[d];
 		if (distinct > best_distinct) {
 			best_distinct = distinct;
 			best = d;
@@ -113,7 +144,7 @@ static int bix_build(box_index *ix, const void *base, size_t stride,
 	ix->axis = best;
 	qsort_r(ix->order, ix->n, sizeof(uint32_t), cmp_u32_by_start, ix);
 	for (size_t i = 0; i < ix->n; i++) {
-		int64_t e = bix_box(ix, ix->order[i])->size[best];
+		int64_t e = bix_off(ix, ix->order[i])[gap + ix->axis];
 
 		if (e > ix->maxext)
 			ix->maxext = e;
@@ -123,15 +154,17 @@ static int bix_build(box_index *ix, const void *base, size_t stride,
 
 static void bix_free(box_index *ix)
 {
-	free(ix->order);
+	if (ix->own_order)
+		free(ix->order);
 	ix->order = NULL;
 }
 
-static bool boxes_meet(int ndim, const flx_box *a, const flx_box *b)
+static bool boxes_meet(int ndim, const int64_t *aoff, const int64_t *asize,
+		       const int64_t *boff, const int64_t *bsize)
 {
 	for (int d = 0; d < ndim; d++)
-		if (a->off[d] >= b->off[d] + b->size[d] ||
-		    b->off[d] >= a->off[d] + a->size[d])
+		if (aoff[d] >= boff[d] + bsize[d] ||
+		    boff[d] >= aoff[d] + asize[d])
 			return false;
 	return true;
 }
@@ -147,7 +180,7 @@ static size_t bix_first(const box_index *ix, int64_t lo)
 	while (a < b) {
 		size_t m = a + (b - a) / 2;
 
-		if (bix_box(ix, ix->order[m])->off[ix->axis] <= lo - ix->maxext)
+		if (bix_off(ix, ix->order[m])[ix->axis] <= lo - ix->maxext)
 			a = m + 1;
 		else
 			b = m;
@@ -155,23 +188,24 @@ static size_t bix_first(const box_index *ix, int64_t lo)
 	return a;
 }
 
-/* Visit every indexed box that meets q; stops early when fn returns
- * non-zero and passes that value back. */
-static int bix_query(const box_index *ix, const flx_box *q,
-		     int (*fn)(void *arg, uint32_t idx), void *arg)
+/* Visit every indexed box that meets the query box (qoff, qsize); stops
+ * early when fn returns non-zero and passes that value back. */
+static int bix_query(const box_index *ix, const int64_t *qoff,
+		     const int64_t *qsize, int (*fn)(void *arg, uint32_t idx),
+		     void *arg)
 {
-	int64_t lo = ix->axis >= 0 ? q->off[ix->axis] : 0;
-	int64_t hi = ix->axis >= 0 ? lo + q->size[ix->axis] : 1;
+	int64_t lo = ix->axis >= 0 ? qoff[ix->axis] : 0;
+	int64_t hi = ix->axis >= 0 ? lo + qsize[ix->axis] : 1;
 
-	if (box_empty(ix->ndim, q))
+	if (box_empty(ix->ndim, qsize))
 		return 0;
 	for (size_t i = bix_first(ix, lo); i < ix->n; i++) {
-		const flx_box *b = bix_box(ix, ix->order[i]);
+		const int64_t *b = bix_off(ix, ix->order[i]);
 		int rc;
 
-		if (ix->axis >= 0 && b->off[ix->axis] >= hi)
+		if (ix->axis >= 0 && b[ix->axis] >= hi)
 			break;
-		if (!boxes_meet(ix->ndim, b, q))
+		if (!boxes_meet(ix->ndim, b, b + ix->gap, qoff, qsize))
 			continue;
 		rc = fn(arg, ix->order[i]);
 		if (rc)
@@ -180,26 +214,182 @@ static int bix_query(const box_index *ix, const flx_box *q,
 	return 0;
 }
 
+/* ---- arena: the plan's views, names and boxes, freed all at once ---- */
+
+#define ARENA_BLOCK 65000 /* below malloc's mmap threshold: heap memory */
+
+typedef struct arena_blk {
+	struct arena_blk *next;
+	size_t used, cap;
+	max_align_t data[];
+} arena_blk;
+
+/* Boxes are interned while the plan is built: the views of tensors of one
+ * shape share their boxes (a model has few distinct ones), which keeps a
+ * view small enough that walking all of them stays in cache. */
+typedef struct box_entry {
+	int ndim;
+	flx_box box;
+} box_entry;
+
+struct flx_plan_arena {
+	arena_blk *head;
+	box_entry **boxes; /* open addressing; only while building */
+	size_t nboxes, capboxes;
+};
+
+/* n bytes, zeroed, aligned for any type; NULL when out of memory. */
+static void *arena_alloc(flx_plan_arena *a, size_t n)
+{
+	arena_blk *b = a->head;
+	size_t al = (n + _Alignof(max_align_t) - 1) &
+		    ~(size_t)(_Alignof(max_align_t) - 1);
+	void *p;
+
+	if (al < n)
+		return NULL;
+	if (!b || b->cap - b->used < al) {
+		bool own = al > ARENA_BLOCK / 4;
+		size_t cap = own ? al : ARENA_BLOCK;
+
+		if (cap > SIZE_MAX - sizeof(*b))
+			return NULL;
+		b = malloc(sizeof(*b) + cap);
+		if (!b)
+			return NULL;
+		b->used = 0;
+		b->cap = cap;
+		/* a large block of its own goes behind the current one,
+		 * whose free room stays in use */
+		if (a->head && own) {
+			b->next = a->head->next;
+			a->head->next = b;
+		} else {
+			b->next = a->head;
+			a->head = b;
+		}
+	}
+	p = (char *)b->data + b->used;
+	b->used += al;
+	memset(p, 0, n);
+	return p;
+}
+
+static void arena_free(flx_plan_arena *a)
+{
+	while (a && a->head) {
+		arena_blk *b = a->head;
+
+		a->head = b->next;
+		free(b);
+	}
+	if (a) {
+		free(a->boxes);
+		a->boxes = NULL;
+	}
+}
+
+static uint64_t box_hash(int ndim, const flx_box *b)
+{
+	uint64_t h = (uint64_t)ndim * 0x9e3779b97f4a7c15ull;
+
+	for (int d = 0; d < ndim; d++) {
+		h = (h ^ (uint64_t)b->off[d]) * 0xff51afd7ed558ccdull;
+		h = (h ^ (uint64_t)b->size[d]) * 0xc4ceb9fe1a85ec53ull;
+	}
+	return h ^ (h >> 29);
+}
+
+static bool box_same(int ndim, const box_entry *e, const flx_box *b)
+{
+	if (e->ndim != ndim)
+		return false;
+	for (int d = 0; d < ndim; d++)
+		if (e->box.off[d] != b->off[d] || e->box.size[d] != b->size[d])
+			return false;
+	return true;
+}
+
+/* The plan's copy of box (dims past ndim zero).  @return NULL when out of
+ * memory. */
+static const flx_box *box_intern(flx_plan_arena *a, int ndim, const flx_box *b)
+{
+	size_t i, mask;
+	box_entry *e;
+
+	if (a->nboxes + 1 > a->capboxes / 2) {
+		size_t cap = a->capboxes ? 2 * a->capboxes : 256;
+		box_entry **nb = calloc(cap, sizeof(*nb));
+
+		if (!nb)
+			return NULL;
+		for (size_t k = 0; k < a->capboxes; k++) {
+			box_entry *o = a->boxes[k];
+
+			if (!o)
+				continue;
+			for (i = box_hash(o->ndim, &o->box) & (cap - 1); nb[i];
+			     i = (i + 1) & (cap - 1))
+				;
+			nb[i] = o;
+		}
+		free(a->boxes);
+		a->boxes = nb;
+		a->capboxes = cap;
+	}
+	mask = a->capboxes - 1;
+	for (i = box_hash(ndim, b) & mask; a->boxes[i]; i = (i + 1) & mask)
+		if (box_same(ndim, a->boxes[i], b))
+			return &a->boxes[i]->box;
+	e = arena_alloc(a, sizeof(*e));
+	if (!e)
+		return NULL;
+	e->ndim = ndim;
+	memcpy(e->box.off, b->off, (size_t)ndim * sizeof(int64_t));
+	memcpy(e->box.size, b->size, (size_t)ndim * sizeof(int64_t));
+	a->boxes[i] = e;
+	a->nboxes++;
+	return &e->box;
+}
+
 /* ---- views ---- */
 
+/* A piece: the intersection of the view's box with one saved chunk.
+ * Stored back to back, each sizeof(piece) + 2 * ndim int64s. */
 typedef struct piece {
-	flx_box b; /* intersection, global coordinates */
 	const flx_chunk *ch;
 	int contig_from; /* dims [contig_from, ndim) dense in file */
+	int64_t c[];	 /* off[0..ndim) then size[0..ndim), global */
 } piece;
 
+/*
+ * One allocation per view: the struct, its pieces, then (more than
+ * SCAN_MAX pieces) the piece index and its order array, then (a view of
+ * its own) its box.  A plan's views live in its arena and share interned
+ * boxes; flx_view_new()'s are malloc'd alone.
+ */
 struct flx_view {
 	const flx_ckpt *ckpt;
 	const flx_tensor *t;
-	flx_box box;
-	int ndim;
-	unsigned esz;
+	const flx_box *box;
 	uint64_t bytes;
-	int64_t dstride[FLX_MAX_DIMS]; /* destination strides, elements */
-	size_t npieces;
-	piece *pieces;
-	box_index pix;
+	uint32_t npieces;
+	uint16_t esz;
+	uint8_t ndim;
+	bool standalone; /* freed by flx_view_free() */
+	box_index *pix;	 /* NULL: few pieces, scanned */
 };
+
+static size_t piece_stride(int ndim)
+{
+	return sizeof(piece) + 2 * (size_t)ndim * sizeof(int64_t);
+}
+
+static const piece *piece_at(const flx_view *v, size_t i)
+{
+	return (const piece *)((const unsigned char *)(v + 1) +
+			       i * piece_stride(v->ndim));
+}
 
 /* How far a chunk's storage is dense row-major, from the innermost
  * dimension out.  Dimensions of extent 1 never break density, whatever
@@ -220,118 +410,145 @@ static int contig_from(const flx_tensor *t, const flx_chunk *ch)
 	return k;
 }
 
-typedef struct collect {
-	flx_view *v;
-	const flx_tensor *t;
-	size_t cap;
-} collect;
+/* Chunk indices met by a view's box, gathered before the view is sized;
+ * the buffer is reused from one view to the next. */
+typedef struct scratch {
+	uint32_t *idx;
+	size_t n, cap;
+} scratch;
 
-static int add_piece(void *arg, uint32_t idx)
+static int collect_chunk(void *arg, uint32_t idx)
 {
-	collect *c = arg;
-	flx_view *v = c->v;
-	const flx_chunk *ch = &c->t->chunks[idx];
-	piece *p;
+	scratch *s = arg;
 
-	if (flx_grow((void **)&v->pieces, &c->cap, v->npieces + 1,
-		     sizeof(piece)))
+	if (flx_grow((void **)&s->idx, &s->cap, s->n + 1, sizeof(uint32_t)))
 		return -ENOMEM;
-	p = &v->pieces[v->npieces++];
-	memset(p, 0, sizeof(*p));
-	for (int d = 0; d < v->ndim; d++) {
-		int64_t lo = ch->box.off[d] > v->box.off[d] ? ch->box.off[d]
-							    : v->box.off[d];
-		int64_t e1 = ch->box.off[d] + ch->box.size[d];
-		int64_t e2 = v->box.off[d] + v->box.size[d];
-
-		p->b.off[d] = lo;
-		p->b.size[d] = (e1 < e2 ? e1 : e2) - lo;
-	}
-	p->ch = ch;
-	p->contig_from = contig_from(c->t, ch);
+	s->idx[s->n++] = idx;
 	return 0;
 }
 
+/* The chunk index of a tensor; order from small when it fits. */
+static int chunk_index(const flx_tensor *t, box_index *ix, uint32_t *small,
+		       size_t nsmall)
+{
+	return bix_build(ix, t->chunks, sizeof(flx_chunk),
+			 offsetof(flx_chunk, box), FLX_MAX_DIMS, t->nchunks,
+			 t->ndim, t->nchunks <= nsmall ? small : NULL);
+}
+
+/* Build the view of box over tensor t; from arena a, or malloc'd alone
+ * when a is NULL.  sc: scratch space (emptied here). */
 static int view_build(const flx_ckpt *ckpt, const flx_tensor *t,
 		      const box_index *chunks, const flx_box *box,
-		      flx_view **out, flx_error *err)
+		      flx_plan_arena *a, scratch *sc, flx_view **out,
+		      flx_error *err)
 {
-	flx_view *v = calloc(1, sizeof(*v));
-	collect c = {.v = v, .t = t};
+	int D = t->ndim, rc;
+	size_t np, pstride = piece_stride(D), need, at;
 	uint64_t numel = 1, covered = 0;
-	int rc;
+	unsigned char *mem;
+	flx_view *v;
 
-	if (!v)
-		return -ENOMEM;
-	v->ckpt = ckpt;
-	v->t = t;
-	v->box = *box;
-	v->ndim = t->ndim;
-	v->esz = flx_dtype_size(t->dtype);
-	for (int d = t->ndim - 1; d >= 0; d--) {
+	for (int d = D - 1; d >= 0; d--) {
 		if (box->off[d] < 0 || box->size[d] < 0 ||
-		    box->off[d] + box->size[d] > t->shape[d]) {
-			rc = flx_error_set(err, -EINVAL, NULL, t->fqn,
-					   "view box outside the tensor");
-			goto fail;
-		}
-		v->dstride[d] = (int64_t)numel;
+		    box->off[d] + box->size[d] > t->shape[d])
+			return flx_error_set(err, -EINVAL, NULL, t->fqn,
+					     "view box outside the tensor");
 		numel *= (uint64_t)box->size[d];
 	}
-	v->bytes = numel * v->esz;
-	rc = bix_query(chunks, box, add_piece, &c);
+	sc->n = 0;
+	rc = bix_query(chunks, box->off, box->size, collect_chunk, sc);
 	if (rc)
-		goto fail;
+		return rc;
+	np = sc->n;
+	need = sizeof(*v) + np * pstride;
+	if (np > SCAN_MAX)
+		need += sizeof(box_index) + np * sizeof(uint32_t);
+	need = (need + 7) & ~(size_t)7;
+	if (!a)
+		need += sizeof(flx_box);
+	mem = a ? arena_alloc(a, need) : calloc(1, need);
+	if (!mem)
+		return -ENOMEM;
+	v = (flx_view *)mem;
+	if (a) {
+		v->box = box_intern(a, D, box);
+		if (!v->box)
+			return -ENOMEM;
+	} else {
+		flx_box *own = (flx_box *)(mem + need - sizeof(flx_box));
+
+		*own = *box;
+		v->box = own;
+	}
+	v->ckpt = ckpt;
+	v->t = t;
+	v->ndim = (uint8_t)D;
+	v->esz = (uint16_t)flx_dtype_size(t->dtype);
+	v->bytes = numel * v->esz;
+	v->npieces = (uint32_t)np;
+	v->standalone = !a;
+	at = sizeof(*v) + np * pstride;
+	for (size_t i = 0; i < np; i++) {
+		const flx_chunk *ch = &t->chunks[sc->idx[i]];
+		piece *p = (piece *)(mem + sizeof(*v) + i * pstride);
+
+		for (int d = 0; d < D; d++) {
+			int64_t lo = ch->box.off[d] > box->off[d]
+					 ? ch->box.off[d]
+					 : box->off[d];
+			int64_t e1 = ch->box.off[d] + ch->box.size[d];
+			int64_t e2 = box->off[d] + box->size[d];
+
+			p->c[d] = lo;
+			p->c[D + d] = (e1 < e2 ? e1 : e2) - lo;
+		}
+		p->ch = ch;
+		p->contig_from = contig_from(t, ch);
+		covered += flx_numel(D, p->c + D);
+	}
 	/* The chunks were validated to tile the tensor, so the pieces must
 	 * tile the box; anything else is a bug, and serving it would return
 	 * wrong bytes. */
-	for (size_t i = 0; i < v->npieces; i++)
-		covered += flx_numel(v->ndim, v->pieces[i].b.size);
 	if (covered != numel) {
 		rc = flx_error_set(err, -EIO, NULL, t->fqn,
 				   "internal: pieces cover %llu of %llu "
 				   "elements",
 				   (unsigned long long)covered,
 				   (unsigned long long)numel);
-		goto fail;
+		if (!a)
+			free(v);
+		return rc;
 	}
-	rc = bix_build(&v->pix, v->pieces, sizeof(piece), offsetof(piece, b),
-		       v->npieces, v->ndim);
-	if (rc)
-		goto fail;
+	if (np > SCAN_MAX) { /* order lies in the same block: cannot fail */
+		v->pix = (box_index *)(mem + at);
+		bix_build(v->pix, mem + sizeof(*v), pstride, offsetof(piece, c),
+			  D, np, D, (uint32_t *)(mem + at + sizeof(box_index)));
+	}
 	*out = v;
 	return 0;
-fail:
-	flx_view_free(v);
-	return rc;
-}
-
-static int chunk_index(const flx_tensor *t, box_index *ix)
-{
-	return bix_build(ix, t->chunks, sizeof(flx_chunk),
-			 offsetof(flx_chunk, box), t->nchunks, t->ndim);
 }
 
 int flx_view_new(const flx_ckpt *ckpt, const flx_tensor *t, const flx_box *box,
 		 flx_view **out, flx_error *err)
 {
+	uint32_t small[64];
+	scratch sc = {0};
 	box_index ix;
-	int rc = chunk_index(t, &ix);
+	int rc = chunk_index(t, &ix, small, 64);
 
 	if (rc)
 		return rc;
-	rc = view_build(ckpt, t, &ix, box, out, err);
+	rc = view_build(ckpt, t, &ix, box, NULL, &sc, out, err);
 	bix_free(&ix);
+	free(sc.idx);
 	return rc;
 }
 
 void flx_view_free(flx_view *v)
 {
-	if (!v)
-		return;
-	bix_free(&v->pix);
-	free(v->pieces);
-	free(v);
+	if (v && v->standalone)
+		free(v);
 }
 
 int flx_view_files(const flx_view *v, uint32_t **out, size_t *n)
@@ -341,15 +558,25 @@ int flx_view_files(const flx_view *v, uint32_t **out, size_t *n)
 	if (!f)
 		return -ENOMEM;
 	for (size_t i = 0; i < v->npieces; i++)
-		f[i] = v->pieces[i].ch->file;
+		f[i] = piece_at(v, i)->ch->file;
 	*out = f;
 	*n = flx_u32_sort_unique(f, v->npieces);
 	return 0;
 }
 
+size_t flx_view_npieces(const flx_view *v)
+{
+	return v->npieces;
+}
+
+uint32_t flx_view_piece_file(const flx_view *v, size_t i)
+{
+	return piece_at(v, i)->ch->file;
+}
+
 const flx_box *flx_view_box(const flx_view *v)
 {
-	return &v->box;
+	return v->box;
 }
 
 const flx_tensor *flx_view_tensor(const flx_view *v)
@@ -526,54 +753,58 @@ static int find_piece_cb(void *arg, uint32_t idx)
 	return 1;
 }
 
+static bool piece_holds(const flx_view *v, const piece *p, const int64_t *g)
+{
+	for (int d = 0; d < v->ndim; d++)
+		if (g[d] < p->c[d] || g[d] >= p->c[d] + p->c[v->ndim + d])
+			return false;
+	return true;
+}
+
 static const piece *find_piece(const flx_view *v, const piece *hint,
 			       const int64_t *g)
 {
-	flx_box q;
+	int64_t ones[FLX_MAX_DIMS];
 	uint32_t idx = UINT32_MAX;
 
-	if (hint) {
-		int d;
-
-		for (d = 0; d < v->ndim; d++)
-			if (g[d] < hint->b.off[d] ||
-			    g[d] >= hint->b.off[d] + hint->b.size[d])
-				break;
-		if (d == v->ndim)
-			return hint;
+	if (hint && piece_holds(v, hint, g))
+		return hint;
+	if (!v->pix) {
+		for (size_t i = 0; i < v->npieces; i++)
+			if (piece_holds(v, piece_at(v, i), g))
+				return piece_at(v, i);
+		return NULL;
 	}
-	for (int d = 0; d < v->ndim; d++) {
-		q.off[d] = g[d];
-		q.size[d] = 1;
-	}
-	bix_query(&v->pix, &q, find_piece_cb, &idx);
-	return idx == UINT32_MAX ? NULL : &v->pieces[idx];
+	for (int d = 0; d < v->ndim; d++)
+		ones[d] = 1;
+	bix_query(v->pix, g, ones, find_piece_cb, &idx);
+	return idx == UINT32_MAX ? NULL : piece_at(v, idx);
 }
 
 /* Elements from g onwards (C order of the box) that stay inside piece p
  * and contiguous in its chunk's storage; see the comment at the top. */
 static uint64_t run_elems(const flx_view *v, const piece *p, const int64_t *g)
 {
-	const flx_box *b = &p->b, *ch = &p->ch->box, *bx = &v->box;
+	const flx_box *ch = &p->ch->box, *bx = v->box;
 	int D = v->ndim;
+	const int64_t *boff = p->c, *bsize = p->c + D;
 	uint64_t n, inner;
 
 	if (D == 0)
 		return 1;
-	n = (uint64_t)(b->off[D - 1] + b->size[D - 1] - g[D - 1]);
+	n = (uint64_t)(boff[D - 1] + bsize[D - 1] - g[D - 1]);
 	if (p->contig_from >= D)
 		return n; /* strided innermost: the caller gathers */
-	inner = (uint64_t)b->size[D - 1];
+	inner = (uint64_t)bsize[D - 1];
 	for (int j = D - 1; j >= 1; j--) {
-		bool full =
-		    b->off[j] == bx->off[j] && b->size[j] == bx->size[j] &&
-		    b->off[j] == ch->off[j] && b->size[j] == ch->size[j];
+		bool full = boff[j] == bx->off[j] && bsize[j] == bx->size[j] &&
+			    boff[j] == ch->off[j] && bsize[j] == ch->size[j];
 
 		if (!full || p->contig_from > j - 1)
 			break;
-		n += (uint64_t)(b->off[j - 1] + b->size[j - 1] - g[j - 1] - 1) *
+		n += (uint64_t)(boff[j - 1] + bsize[j - 1] - g[j - 1] - 1) *
 		     inner;
-		inner *= (uint64_t)b->size[j - 1];
+		inner *= (uint64_t)bsize[j - 1];
 	}
 	return n;
 }
@@ -669,9 +900,9 @@ static int gather(rdctx *r, const piece *p, uint64_t src0, uint64_t sstride,
 static void unravel(const flx_view *v, uint64_t e, int64_t *g)
 {
 	for (int d = v->ndim - 1; d >= 0; d--) {
-		uint64_t sz = (uint64_t)v->box.size[d];
+		uint64_t sz = (uint64_t)v->box->size[d];
 
-		g[d] = v->box.off[d] + (int64_t)(e % sz);
+		g[d] = v->box->off[d] + (int64_t)(e % sz);
 		e /= sz;
 	}
 }
@@ -729,7 +960,7 @@ ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 int flx_view_map(const flx_view *v, uint64_t off, size_t n, uint32_t *file,
 		 uint64_t *src)
 {
-	int64_t g[FLX_MAX_DIMS];
+	int64_t g[FLX_MAX_DIMS] = {0};
 	const piece *p;
 	uint64_t e = off / v->esz;
 
@@ -841,9 +1072,23 @@ static int cmp_name_ref(const void *a, const void *b)
 
 static int check_unique_names(flx_plan *p, flx_error *err)
 {
+	const flx_ckpt *c = p->ckpt;
 	size_t n = 0, cap = 0;
 	name_ref *refs = NULL;
 	int rc = 0;
+
+	/* Without renumbering every name is an FQN, and the checkpoint's
+	 * FQNs are unique (its sorted index says so at a glance). */
+	if (!p->spec->pp_renumber && c->by_name) {
+		size_t i = 1;
+
+		while (i < c->ntensors &&
+		       strcmp(c->by_name[i - 1]->fqn, c->by_name[i]->fqn))
+			i++;
+		if (i >= c->ntensors)
+			return 0;
+		/* a repeat: the full check below names it */
+	}
 
 	for (size_t i = 0; i < p->n; i++)
 		cap += (size_t)(p->p[i].stage_hi - p->p[i].stage_lo + 1);
@@ -899,26 +1144,43 @@ static int first_pos_of_stage(const layer_map *m, int s)
 	return s < rem ? s * (base + 1) : rem * (base + 1) + (s - rem) * base;
 }
 
-static char *renamed(const char *fqn, const layer_match *lm, int local)
+/* fqn with the layer digits replaced by local, in the plan's arena. */
+static const char *renamed(flx_plan_arena *a, const char *fqn,
+			   const layer_match *lm, int local)
 {
-	char *out = NULL;
+	char digits[16];
+	int nd = snprintf(digits, sizeof(digits), "%d", local);
+	size_t tail = strlen(fqn + lm->eo);
+	char *out = arena_alloc(a, lm->so + (size_t)nd + tail + 1);
 
-	if (asprintf(&out, "%.*s%d%s", (int)lm->so, fqn, local, fqn + lm->eo) <
-	    0)
+	if (!out)
 		return NULL;
+	memcpy(out, fqn, lm->so);
+	memcpy(out + lm->so, digits, (size_t)nd);
+	memcpy(out + lm->so + (size_t)nd, fqn + lm->eo, tail + 1);
 	return out;
 }
 
-static int place_one(flx_plan *p, size_t i, const regex_t *layer_rx,
-		     const regex_t *embed_rx, const layer_map *lm,
-		     const box_index *chunks, flx_error *err)
+/* What place_one() needs besides the plan. */
+typedef struct placer {
+	const regex_t *embed_rx;
+	const layer_map *lm;
+	const layer_match *matches; /* per tensor, from build_layer_map() */
+	scratch sc;
+} placer;
+
+static int place_one(flx_plan *p, size_t i, placer *pc, const box_index *chunks,
+		     flx_error *err)
 {
 	const flx_spec *s = p->spec;
 	flx_placement *pl = &p->p[i];
 	const flx_tensor *t = pl->src;
 	const flx_rule *rule = flx_spec_match(s, t->fqn);
-	layer_match m;
+	const layer_map *lm = pc->lm;
+	const layer_match *m = &pc->matches[i];
+	flx_view *whole = NULL;
 	int nst, rc;
+	flx_box box;
 
 	/* split axis */
 	if (rule && rule->split == FLX_SPLIT_NONE) {
@@ -937,10 +1199,7 @@ static int place_one(flx_plan *p, size_t i, const regex_t *layer_rx,
 			return pl->split;
 	}
 	/* stage */
-	rc = match_layer(layer_rx, t->fqn, &m);
-	if (rc)
-		return rc;
-	pl->layer = m.layer;
+	pl->layer = m->layer;
 	switch (rule ? rule->stage : FLX_STAGE_DEFAULT) {
 	case FLX_STAGE_FIRST:
 		pl->stage_lo = pl->stage_hi = 0;
@@ -963,43 +1222,44 @@ static int place_one(flx_plan *p, size_t i, const regex_t *layer_rx,
 		break;
 	default:
 		errno = 0;
-		rc = m.layer >= 0 ? 0 : regexec(embed_rx, t->fqn, 0, NULL, 0);
+		rc = m->layer >= 0 ? 0
+				   : regexec(pc->embed_rx, t->fqn, 0, NULL, 0);
 		if (match_rc(rc))
 			return -ENOMEM;
-		if (m.layer >= 0)
-			pl->stage_lo = stage_of_pos(lm, layer_pos(lm, m.layer));
+		if (m->layer >= 0)
+			pl->stage_lo =
+			    stage_of_pos(lm, layer_pos(lm, m->layer));
 		else
 			pl->stage_lo = rc == 0 ? 0 : s->pp - 1;
 		pl->stage_hi = pl->stage_lo;
 	}
-	/* names per stage */
+	/* names per stage: the FQN itself unless renumbered */
 	nst = pl->stage_hi - pl->stage_lo + 1;
-	pl->names = calloc((size_t)nst, sizeof(char *));
+	pl->names = arena_alloc(p->arena, (size_t)nst * sizeof(char *));
 	if (!pl->names)
 		return -ENOMEM;
 	for (int k = 0; k < nst; k++) {
-		int st = pl->stage_lo + k, pos = layer_pos(lm, m.layer);
+		int st = pl->stage_lo + k, pos = layer_pos(lm, m->layer);
 
-		if (s->pp_renumber && m.layer >= 0 &&
+		if (s->pp_renumber && m->layer >= 0 &&
 		    stage_of_pos(lm, pos) == st)
-			pl->names[k] = renamed(
-			    t->fqn, &m, pos - first_pos_of_stage(lm, st));
+			pl->names[k] =
+			    renamed(p->arena, t->fqn, m,
+				    pos - first_pos_of_stage(lm, st));
 		else
-			pl->names[k] = strdup(t->fqn);
+			pl->names[k] = t->fqn;
 		if (!pl->names[k])
 			return -ENOMEM;
 	}
 	/* one view per TP rank; replicated tensors share one */
-	pl->views = calloc((size_t)s->tp, sizeof(flx_view *));
+	pl->views = arena_alloc(p->arena, (size_t)s->tp * sizeof(flx_view *));
 	if (!pl->views)
 		return -ENOMEM;
+	for (int d = 0; d < t->ndim; d++) {
+		box.off[d] = 0;
+		box.size[d] = t->shape[d];
+	}
 	for (int r = 0; r < s->tp; r++) {
-		flx_box box;
-
-		for (int d = 0; d < t->ndim; d++) {
-			box.off[d] = 0;
-			box.size[d] = t->shape[d];
-		}
 		if (pl->split < 0 && r > 0) {
 			pl->views[r] = pl->views[0];
 			continue;
@@ -1013,15 +1273,32 @@ static int place_one(flx_plan *p, size_t i, const regex_t *layer_rx,
 			box.off[pl->split] = lo;
 			box.size[pl->split] = hi - lo;
 		}
-		rc = view_build(p->ckpt, t, chunks, &box, &pl->views[r], err);
+		rc = view_build(p->ckpt, t, chunks, &box, p->arena, &pc->sc,
+				&pl->views[r], err);
 		if (rc)
 			return rc;
 	}
-	return 0;
+	/* the whole tensor, for hf/: rank 0's view when its box is whole
+	 * (replicated, or tp=1) */
+	if (pl->split < 0 ||
+	    pl->views[0]->box->size[pl->split] == t->shape[pl->split]) {
+		pl->whole = pl->views[0];
+		return 0;
+	}
+	for (int d = 0; d < t->ndim; d++) {
+		box.off[d] = 0;
+		box.size[d] = t->shape[d];
+	}
+	rc = view_build(p->ckpt, t, chunks, &box, p->arena, &pc->sc, &whole,
+			err);
+	pl->whole = whole;
+	return rc;
 }
 
+/* Every tensor's layer match (kept for place_one()) and the sorted
+ * distinct layer indices. */
 static int build_layer_map(const flx_ckpt *c, const regex_t *rx, int pp,
-			   layer_map *lm)
+			   layer_map *lm, layer_match *matches)
 {
 	lm->pp = pp;
 	lm->n = 0;
@@ -1029,12 +1306,10 @@ static int build_layer_map(const flx_ckpt *c, const regex_t *rx, int pp,
 	if (!lm->idx)
 		return -ENOMEM;
 	for (size_t i = 0; i < c->ntensors; i++) {
-		layer_match m;
-
-		if (match_layer(rx, c->tensors[i].fqn, &m))
+		if (match_layer(rx, c->tensors[i].fqn, &matches[i]))
 			return -ENOMEM;
-		if (m.layer >= 0)
-			lm->idx[lm->n++] = m.layer;
+		if (matches[i].layer >= 0)
+			lm->idx[lm->n++] = matches[i].layer;
 	}
 	qsort(lm->idx, (size_t)lm->n, sizeof(int), cmp_int);
 	{
@@ -1055,12 +1330,19 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 	regex_t layer_rx, embed_rx;
 	bool have_layer = false, have_embed = false;
 	layer_map lm = {0};
+	layer_match *matches = NULL;
+	placer pc = {.embed_rx = &embed_rx, .lm = &lm};
 	int rc;
 
 	if (!p)
 		return flx_error_default(err, -ENOMEM, NULL);
 	p->ckpt = ckpt;
 	p->spec = spec;
+	p->arena = calloc(1, sizeof(*p->arena));
+	if (!p->arena) {
+		rc = -ENOMEM;
+		goto fail;
+	}
 	/* both were compiled when set; failing now means out of memory */
 	rc = regcomp(&layer_rx, spec->layer_regex, REG_EXTENDED);
 	have_layer = rc == 0;
@@ -1078,9 +1360,13 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 					 "invalid regular expression");
 		goto fail;
 	}
-	rc = build_layer_map(ckpt, &layer_rx, spec->pp, &lm);
+	matches =
+	    malloc((ckpt->ntensors ? ckpt->ntensors : 1) * sizeof(*matches));
+	rc = matches ? build_layer_map(ckpt, &layer_rx, spec->pp, &lm, matches)
+		     : -ENOMEM;
 	if (rc)
 		goto fail;
+	pc.matches = matches;
 	p->nlayers = lm.n;
 	p->p = calloc(ckpt->ntensors ? ckpt->ntensors : 1, sizeof(*p->p));
 	if (!p->p) {
@@ -1088,14 +1374,15 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 		goto fail;
 	}
 	for (size_t i = 0; i < ckpt->ntensors; i++) {
+		uint32_t small[64];
 		box_index ix;
 
 		p->p[i].src = &ckpt->tensors[i];
 		p->n = i + 1;
-		rc = chunk_index(&ckpt->tensors[i], &ix);
+		rc = chunk_index(&ckpt->tensors[i], &ix, small, 64);
 		if (rc)
 			goto fail;
-		rc = place_one(p, i, &layer_rx, &embed_rx, &lm, &ix, err);
+		rc = place_one(p, i, &pc, &ix, err);
 		bix_free(&ix);
 		if (rc)
 			goto fail;
@@ -1103,6 +1390,12 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 	rc = check_unique_names(p, err);
 	if (rc)
 		goto fail;
+	/* interning is over: the boxes stay, their table goes */
+	free(p->arena->boxes);
+	p->arena->boxes = NULL;
+	p->arena->nboxes = p->arena->capboxes = 0;
+	free(pc.sc.idx);
+	free(matches);
 	free(lm.idx);
 	regfree(&layer_rx);
 	regfree(&embed_rx);
@@ -1116,6 +1409,8 @@ fail:
 		snprintf(meta, sizeof(meta), "%s/.metadata", ckpt->dir);
 		flx_error_file(err, meta);
 	}
+	free(pc.sc.idx);
+	free(matches);
 	free(lm.idx);
 	if (have_layer)
 		regfree(&layer_rx);
@@ -1134,21 +1429,8 @@ void flx_plan_free(flx_plan *p)
 {
 	if (!p)
 		return;
-	for (size_t i = 0; i < p->n; i++) {
-		flx_placement *pl = &p->p[i];
-
-		if (pl->names)
-			for (int s = 0; s <= pl->stage_hi - pl->stage_lo; s++)
-				free(pl->names[s]);
-		free(pl->names);
-		if (pl->views) {
-			int nv = pl->split < 0 ? 1 : p->spec->tp;
-
-			for (int r = 0; r < nv; r++)
-				flx_view_free(pl->views[r]);
-		}
-		free(pl->views);
-	}
+	arena_free(p->arena);
+	free(p->arena);
 	free(p->p);
 	free(p);
 }

@@ -26,23 +26,30 @@
 #include <sys/types.h>
 
 typedef struct flx_view flx_view;
+typedef struct flx_plan_arena flx_plan_arena;
 
+/* Everything a placement points to belongs to the plan (names are the
+ * source FQN itself unless renumbered) and lives until flx_plan_free(). */
 typedef struct flx_placement {
 	const flx_tensor *src;
 	int split;    /* axis, or -1: replicated on every TP rank */
 	int stage_lo; /* stages holding it: [stage_lo, stage_hi] */
 	int stage_hi;
-	int layer;	  /* global layer index, -1 if none */
-	char **names;	  /* per stage in [lo, hi]: target FQN (owned) */
-	flx_view **views; /* per TP rank: the view of its box (owned) */
+	int layer;	       /* global layer index, -1 if none */
+	const char **names;    /* per stage in [lo, hi]: target FQN */
+	flx_view **views;      /* per TP rank: the view of its box (replicated:
+				* all the same view) */
+	const flx_view *whole; /* the whole tensor (hf/); views[0] when
+				* that box is already whole */
 } flx_placement;
 
 typedef struct flx_plan {
 	const flx_ckpt *ckpt; /* borrowed */
 	const flx_spec *spec; /* borrowed */
 	size_t n;
-	flx_placement *p; /* one per source tensor, same order */
-	int nlayers;	  /* distinct layer indices matched */
+	flx_placement *p;      /* one per source tensor, same order */
+	int nlayers;	       /* distinct layer indices matched */
+	flx_plan_arena *arena; /* internal: views and names, in blocks */
 } flx_plan;
 
 /**
@@ -69,10 +76,18 @@ uint64_t flx_view_bytes(const flx_view *v);
  * sorted and unique.  @return 0 and *out (owned, free()) / *n, or -ENOMEM. */
 int flx_view_files(const flx_view *v, uint32_t **out, size_t *n);
 
-/** A whole-tensor view (box = global shape), for hf/ and tests.
+/** The same without allocating: the view reads from npieces saved chunks,
+ * piece i from file flx_view_piece_file(v, i) (files may repeat). */
+size_t flx_view_npieces(const flx_view *v);
+uint32_t flx_view_piece_file(const flx_view *v, size_t i);
+
+/** A view of any box of t, on its own (a plan's views belong to the plan).
  * @return 0 and *out (owned; flx_view_free()), or -errno. */
 int flx_view_new(const flx_ckpt *ckpt, const flx_tensor *t, const flx_box *box,
 		 flx_view **out, flx_error *err);
+
+/** Free a view from flx_view_new(); NULL and a plan's views are ignored
+ * (those go with the plan). */
 void flx_view_free(flx_view *v);
 
 /**

@@ -67,15 +67,40 @@ static void write_chunk(int fd, uint64_t at, const spec3 *s, flx_chunk *ch)
  *   rows 3-6, cols 0-5   row-major, storage offset 5   file 1
  *   rows 3-6, cols 6-8   row-major                     file 1
  *   rows 3-6, col 9      (j,i,k) order                 file 1 */
-static flx_ckpt *make_ckpt(const char *dir)
+static const spec3 five[5] = {
+    {{0, 0, 0}, {3, 4, 3}, {0, 1, 2}, 0, 0},
+    {{0, 4, 0}, {3, 6, 3}, {2, 1, 0}, 0, 0},
+    {{3, 0, 0}, {4, 6, 3}, {0, 1, 2}, 5, 1},
+    {{3, 6, 0}, {4, 3, 3}, {0, 1, 2}, 0, 1},
+    {{3, 9, 0}, {4, 1, 3}, {1, 0, 2}, 0, 1},
+};
+
+/* The same tensor in 35 chunks (one row by two columns each, storage
+ * orders and files varying): views meet many pieces, and the chunks and
+ * pieces are searched through their sorted index rather than scanned. */
+static spec3 many[35];
+
+static void make_many(void)
 {
-	static const spec3 specs[5] = {
-	    {{0, 0, 0}, {3, 4, 3}, {0, 1, 2}, 0, 0},
-	    {{0, 4, 0}, {3, 6, 3}, {2, 1, 0}, 0, 0},
-	    {{3, 0, 0}, {4, 6, 3}, {0, 1, 2}, 5, 1},
-	    {{3, 6, 0}, {4, 3, 3}, {0, 1, 2}, 0, 1},
-	    {{3, 9, 0}, {4, 1, 3}, {1, 0, 2}, 0, 1},
-	};
+	static const int orders[3][3] = {{0, 1, 2}, {2, 1, 0}, {1, 0, 2}};
+
+	for (int i = 0; i < 35; i++) {
+		spec3 *s = &many[i];
+
+		s->off[0] = i / 5;
+		s->off[1] = 2 * (i % 5);
+		s->off[2] = 0;
+		s->size[0] = 1;
+		s->size[1] = 2;
+		s->size[2] = 3;
+		memcpy(s->order, orders[i % 3], sizeof(s->order));
+		s->storage_offset = i % 4;
+		s->file = i % 2;
+	}
+}
+
+static flx_ckpt *make_ckpt(const char *dir, const spec3 *specs, int nspecs)
+{
 	flx_ckpt *c = calloc(1, sizeof(*c));
 	flx_tensor *t;
 	uint64_t at[2] = {16, 40};
@@ -103,9 +128,9 @@ static flx_ckpt *make_ckpt(const char *dir)
 	t->shape[0] = 7;
 	t->shape[1] = 10;
 	t->shape[2] = 3;
-	t->nchunks = 5;
-	t->chunks = calloc(5, sizeof(flx_chunk));
-	for (int i = 0; i < 5; i++) {
+	t->nchunks = (uint32_t)nspecs;
+	t->chunks = calloc((size_t)nspecs, sizeof(flx_chunk));
+	for (int i = 0; i < nspecs; i++) {
 		const spec3 *s = &specs[i];
 		flx_chunk *ch = &t->chunks[i];
 
@@ -254,6 +279,74 @@ static void test_boxes(const flx_ckpt *c)
 
 		check_box(c, &b);
 	}
+}
+
+/* Every byte of a view, read whole, against the formula. */
+static void check_view_bytes(const flx_view *v)
+{
+	size_t len;
+	unsigned char *want = expected(flx_view_box(v), &len);
+	unsigned char *got = malloc(len + 8);
+
+	CHECK_EQ(flx_view_bytes(v), len);
+	CHECK_EQ(flx_view_read(v, got, len + 8, 0, NULL), (ssize_t)len);
+	CHECK(memcmp(got, want, len) == 0);
+	free(got);
+	free(want);
+}
+
+/* The plan's own views (held in its arena, boxes shared between views):
+ * torch.chunk boxes along every axis, and the whole tensor for hf/. */
+static void test_plan_views(const flx_ckpt *c)
+{
+	static const int tps[] = {1, 2, 3, 4, 8};
+	const flx_tensor *t = &c->tensors[0];
+
+	for (int axis = 0; axis < 3; axis++)
+		for (size_t k = 0; k < sizeof(tps) / sizeof(tps[0]); k++) {
+			char rules[64];
+			flx_spec s;
+			flx_plan *p = NULL;
+			int tp = tps[k];
+			int64_t n = t->shape[axis], ch = (n + tp - 1) / tp;
+
+			flx_spec_init(&s);
+			s.tp = tp;
+			snprintf(rules, sizeof(rules),
+				 "[{\"match\": \"*\", \"split\": %d}]", axis);
+			CHECK_EQ(flx_spec_rules_parse(&s, rules, strlen(rules),
+						      "r.json", NULL),
+				 0);
+			CHECK_EQ(flx_plan_build(c, &s, &p, NULL), 0);
+			for (int r = 0; p && r < tp; r++) {
+				const flx_box *b =
+				    flx_view_box(p->p[0].views[r]);
+				int64_t lo = r * ch < n ? r * ch : n;
+				int64_t hi = lo + ch < n ? lo + ch : n;
+
+				for (int d = 0; d < 3; d++) {
+					CHECK_EQ(b->off[d], d == axis ? lo : 0);
+					CHECK_EQ(b->size[d], d == axis
+								 ? hi - lo
+								 : t->shape[d]);
+				}
+				check_view_bytes(p->p[0].views[r]);
+			}
+			if (p) {
+				const flx_box *b = flx_view_box(p->p[0].whole);
+
+				for (int d = 0; d < 3; d++) {
+					CHECK_EQ(b->off[d], 0);
+					CHECK_EQ(b->size[d], t->shape[d]);
+				}
+				check_view_bytes(p->p[0].whole);
+				/* tp=1: rank 0's view is the whole tensor */
+				CHECK(tp > 1 ||
+				      p->p[0].whole == p->p[0].views[0]);
+			}
+			flx_plan_free(p);
+			flx_spec_release(&s);
+		}
 }
 
 /* A box equal to one row-major chunk must be a single pread; the whole
@@ -420,25 +513,38 @@ static void test_spec_values(void)
 	flx_spec_release(&s);
 }
 
+static void remove_files(const char *dir)
+{
+	char path[600];
+
+	for (int f = 0; f < 2; f++) {
+		snprintf(path, sizeof(path), "%s/f%d", dir, f);
+		unlink(path);
+	}
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/flx_test_view_XXXXXX";
 	flx_ckpt *c;
-	char path[600];
 
 	CHECK(mkdtemp(dir) != NULL);
-	c = make_ckpt(dir);
+	c = make_ckpt(dir, five, 5);
 	test_boxes(c);
 	CHECK(mapped > 1000); /* row-major chunks are mapped, not gathered */
 	test_coalescing(c);
 	test_placement(c);
 	test_spec_values();
+	test_plan_views(c);
 	test_read_errors(c);
-	for (int f = 0; f < 2; f++) {
-		snprintf(path, sizeof(path), "%s/f%d", dir, f);
-		unlink(path);
-	}
-	rmdir(dir);
+	remove_files(dir);
 	flx_ckpt_close(c);
+	make_many();
+	c = make_ckpt(dir, many, 35);
+	test_boxes(c);
+	test_plan_views(c);
+	remove_files(dir);
+	flx_ckpt_close(c);
+	rmdir(dir);
 	return CHECK_RESULT();
 }
