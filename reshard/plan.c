@@ -679,7 +679,7 @@ static int cmp_run_src(const void *a, const void *b)
 static int read_cluster(rdctx *r, size_t i, size_t j)
 {
 	/* gap bytes land here, unread; one per thread (no shared writes) */
-	static _Thread_local unsigned char scratch[GAP_MAX];
+	static _Thread_local unsigned char gap_sink[GAP_MAX];
 	uint32_t file = r->runs[i].file;
 	uint64_t src = r->runs[i].src;
 	int rc = check_file(r, file);
@@ -696,7 +696,7 @@ static int read_cluster(rdctx *r, size_t i, size_t j)
 			const pending *p = &r->runs[i];
 
 			if (p->src > at) {
-				r->iov[k].iov_base = scratch;
+				r->iov[k].iov_base = gap_sink;
 				r->iov[k++].iov_len = (size_t)(p->src - at);
 				len += p->src - at;
 			}
