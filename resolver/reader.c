@@ -141,31 +141,19 @@ int flx_read_at(const flx_reader *r, void *buf, size_t n, uint64_t off)
 	return r->pread(r->ctx, buf, n, off);
 }
 
-int flx_pread_full(int fd, void *buf, size_t n, uint64_t off)
-{
-	unsigned char *p = buf;
-
-	while (n) {
-		ssize_t got = pread(fd, p, n, (off_t)off);
-
-		if (got < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (got == 0)
-			return -EIO;
-		p += got;
-		n -= (size_t)got;
-		off += (uint64_t)got;
-	}
-	return 0;
-}
-
 int flx_preadv_full(int fd, struct iovec *iov, int iovcnt, uint64_t off)
 {
-	while (iovcnt > 0) {
-		ssize_t got = preadv(fd, iov, iovcnt, (off_t)off);
+	for (;;) {
+		ssize_t got;
+
+		/* empty entries first: a read of 0 bytes is done, not EOF */
+		while (iovcnt > 0 && iov->iov_len == 0) {
+			iov++;
+			iovcnt--;
+		}
+		if (iovcnt == 0)
+			return 0;
+		got = preadv(fd, iov, iovcnt, (off_t)off);
 
 		if (got < 0) {
 			if (errno == EINTR)
@@ -185,5 +173,11 @@ int flx_preadv_full(int fd, struct iovec *iov, int iovcnt, uint64_t off)
 			iov->iov_len -= (size_t)got;
 		}
 	}
-	return 0;
+}
+
+int flx_pread_full(int fd, void *buf, size_t n, uint64_t off)
+{
+	struct iovec v = {.iov_base = buf, .iov_len = n};
+
+	return flx_preadv_full(fd, &v, 1, off);
 }

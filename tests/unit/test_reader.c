@@ -115,6 +115,12 @@ int main(void)
 		iov[1].iov_base = out + 4096;
 		iov[1].iov_len = 4096;
 		CHECK_EQ(flx_preadv_full(fd, iov, 2, FILE_BYTES - 5000), -EIO);
+		/* nothing to read is done, even at or past the end */
+		iov[0].iov_len = 0;
+		iov[1].iov_len = 0;
+		CHECK_EQ(flx_preadv_full(fd, iov, 2, FILE_BYTES), 0);
+		CHECK_EQ(flx_pread_full(fd, out, 0, FILE_BYTES + 10), 0);
+		CHECK_EQ(flx_pread_full(fd, out, 1, FILE_BYTES), -EIO);
 	}
 
 	/* The file shrinks under a fresh binding: -EIO, not short data. */
