@@ -41,9 +41,9 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#define WINDOW_BYTES (1u << 20)
-#define STAGE_BYTES  (4u << 20) /* largest clustered preadv */
-#define MAX_RUNS     65536	/* runs queued before they are executed */
+#define WINDOW_BYTES  (1u << 20)
+#define CLUSTER_BYTES (4u << 20) /* largest clustered preadv */
+#define MAX_RUNS      65536	 /* runs queued before they are executed */
 
 /* ---- box index: boxes sorted by start along one axis ---- */
 
@@ -681,12 +681,13 @@ static int read_cluster(rdctx *r, size_t i, size_t j)
 	/* gap bytes land here, unread; one per thread (no shared writes) */
 	static _Thread_local unsigned char gap_sink[GAP_MAX];
 	uint32_t file = r->runs[i].file;
-	uint64_t src = r->runs[i].src;
 	int rc = check_file(r, file);
 
+	/* Each preadv starts at its first run and ends at its last: the
+	 * bytes it reads are at - src, gaps included. */
 	while (!rc && i < j) {
 		size_t k = 0;
-		uint64_t len = 0, at = src;
+		uint64_t src = r->runs[i].src, at = src;
 
 		if (flx_grow((void **)&r->iov, &r->capiov, IOV_MAX,
 			     sizeof(struct iovec)))
@@ -698,11 +699,9 @@ static int read_cluster(rdctx *r, size_t i, size_t j)
 			if (p->src > at) {
 				r->iov[k].iov_base = gap_sink;
 				r->iov[k++].iov_len = (size_t)(p->src - at);
-				len += p->src - at;
 			}
 			r->iov[k].iov_base = r->buf + p->dst;
 			r->iov[k++].iov_len = p->len;
-			len += p->len;
 			at = p->src + p->len;
 			i++;
 		}
@@ -710,11 +709,8 @@ static int read_cluster(rdctx *r, size_t i, size_t j)
 				     src);
 		if (r->stats) {
 			r->stats->preads++;
-			r->stats->bytes_read += len;
+			r->stats->bytes_read += at - src;
 		}
-		src = at;
-		if (i < j) /* the next call starts at the next run */
-			src = r->runs[i].src;
 	}
 	return rc;
 }
@@ -734,7 +730,7 @@ static int flush(rdctx *r)
 		       r->runs[j].src >= end &&
 		       r->runs[j].src - end <= GAP_MAX &&
 		       r->runs[j].src + r->runs[j].len - r->runs[i].src <=
-			   STAGE_BYTES) {
+			   CLUSTER_BYTES) {
 			end = r->runs[j].src + r->runs[j].len;
 			j++;
 		}
