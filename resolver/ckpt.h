@@ -107,6 +107,11 @@ const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn);
  */
 int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path);
 
+/** Record st (an fstat of f's fd) as f's identity at mount: size, device,
+ * inode, mtime; what flx_file_verify() compares against. */
+struct stat;
+void flx_file_identity(flx_file *f, const struct stat *st);
+
 /** Number of elements of a shape; 1 for ndim 0.  Caller has checked that
  * it fits (flx_ckpt_open does). */
 uint64_t flx_numel(int ndim, const int64_t *shape);

@@ -33,6 +33,11 @@
 #define MAX_METADATA_BYTES (1ull << 30)
 #define MAX_DATA_PKL_BYTES (1u << 20)
 
+static int64_t mtime_ns(const struct stat *st)
+{
+	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
 /* One storage_data entry: (fqn, chunk offsets or none) -> item location. */
 typedef struct sentry {
 	const char *fqn;
@@ -439,11 +444,7 @@ static int add_file(loader *L, const char *relpath, bool data, const char *key,
 		return -ENOMEM;
 	}
 	f->fd = fd;
-	f->size = (uint64_t)st.st_size;
-	f->dev = st.st_dev;
-	f->ino = st.st_ino;
-	f->mtime_ns =
-	    (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	flx_file_identity(f, &st);
 	f->data = data;
 	*idx = (uint32_t)c->nfiles++;
 	if (file_index_add(L, (int)*idx))
@@ -625,7 +626,6 @@ typedef struct item_worker {
 	const flx_ckpt *c;
 	item_job *jobs;
 	size_t lo, hi;
-	size_t failed_at; /* index of the failing job, or hi */
 	int rc;
 	flx_error err;
 } item_worker;
@@ -645,20 +645,10 @@ static void *item_worker_run(void *arg)
 	item_worker *w = arg;
 	flx_block_cache bc;
 
-	w->failed_at = w->lo;
 	w->rc = flx_block_cache_init(&bc);
-	if (w->rc)
-		return NULL;
-	for (size_t i = w->lo; i < w->hi; i++) {
+	for (size_t i = w->lo; !w->rc && i < w->hi; i++)
 		w->rc =
 		    load_item(w->c, &bc, &w->err, w->jobs[i].t, w->jobs[i].ch);
-		if (w->rc) {
-			w->failed_at = i;
-			break;
-		}
-	}
-	if (!w->rc)
-		w->failed_at = w->hi;
 	flx_block_cache_release(&bc);
 	return NULL;
 }
@@ -1016,8 +1006,7 @@ static int read_metadata(loader *L, void **buf_out, size_t *len_out)
 		return flx_error_set(L->err, -EINVAL, META_NAME, NULL,
 				     "not a regular file of at most 1 GiB");
 	}
-	L->c->mtime_ns =
-	    (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	L->c->mtime_ns = mtime_ns(&st);
 	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
 	if (!buf) {
 		close(fd);
@@ -1278,6 +1267,14 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+void flx_file_identity(flx_file *f, const struct stat *st)
+{
+	f->size = (uint64_t)st->st_size;
+	f->dev = st->st_dev;
+	f->ino = st->st_ino;
+	f->mtime_ns = mtime_ns(st);
+}
+
 int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
 {
 	/* the one mutable field of the index (see ckpt.h) */
@@ -1289,9 +1286,7 @@ int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
 
 	if (fstat(f->fd, &st) < 0)
 		return -errno;
-	if ((uint64_t)st.st_size != f->size ||
-	    (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec !=
-		f->mtime_ns)
+	if ((uint64_t)st.st_size != f->size || mtime_ns(&st) != f->mtime_ns)
 		return -ESTALE;
 	if (!by_path)
 		return 0;

@@ -165,11 +165,7 @@ static flx_ckpt *make_ckpt(const char *dir, const tdef *defs, size_t n)
 	CHECK(ftruncate(c->files[0].fd, (off_t)at) == 0);
 	for (int f = 0; f < 2; f++) {
 		CHECK(fstat(c->files[f].fd, &st) == 0);
-		c->files[f].size = (uint64_t)st.st_size;
-		c->files[f].dev = st.st_dev;
-		c->files[f].ino = st.st_ino;
-		c->files[f].mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 +
-				       st.st_mtim.tv_nsec;
+		flx_file_identity(&c->files[f], &st);
 	}
 	return c;
 }

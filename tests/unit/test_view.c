@@ -146,11 +146,7 @@ static flx_ckpt *make_ckpt(const char *dir, const spec3 *specs, int nspecs)
 		struct stat st;
 
 		CHECK(fstat(c->files[f].fd, &st) == 0);
-		c->files[f].size = (uint64_t)st.st_size;
-		c->files[f].dev = st.st_dev;
-		c->files[f].ino = st.st_ino;
-		c->files[f].mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 +
-				       st.st_mtim.tv_nsec;
+		flx_file_identity(&c->files[f], &st);
 	}
 	c->by_name = calloc(1, sizeof(flx_tensor *));
 	c->by_name[0] = t;
