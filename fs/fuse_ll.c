@@ -152,7 +152,7 @@ static size_t splice_max;
 
 static unsigned request_max(void)
 {
-	FILE *f = fopen("/proc/sys/fs/pipe-max-size", "r");
+	FILE *f;
 	unsigned long v = 0;
 	int p[2];
 
@@ -161,12 +161,10 @@ static unsigned request_max(void)
 
 		close(p[0]);
 		close(p[1]);
-		if (ok) {
-			if (f)
-				fclose(f);
+		if (ok)
 			return FLX_LL_REQ_MAX;
-		}
 	}
+	f = fopen("/proc/sys/fs/pipe-max-size", "r");
 	if (!f || fscanf(f, "%lu", &v) != 1)
 		v = FLX_LL_REQ_MAX;
 	if (f)

@@ -313,17 +313,28 @@ static bool thp_madvise_mode(void)
 	return yes;
 }
 
+/* Put GLIBC_TUNABLES back as FLX_THP_ENV recorded it, and drop the mark:
+ * on the second start, or when the re-exec failed. */
+static void thp_restore(void)
+{
+	const char *mark = getenv(FLX_THP_ENV);
+
+	if (!mark)
+		return;
+	if (*mark == '-')
+		unsetenv("GLIBC_TUNABLES");
+	else
+		setenv("GLIBC_TUNABLES", mark + 1, 1);
+	unsetenv(FLX_THP_ENV);
+}
+
 static void malloc_thp(char **argv)
 {
-	const char *mark = getenv(FLX_THP_ENV), *old, *off;
+	const char *old, *off;
 	char *tun;
 
-	if (mark) { /* second start: put the environment back */
-		if (*mark == '-')
-			unsetenv("GLIBC_TUNABLES");
-		else
-			setenv("GLIBC_TUNABLES", mark + 1, 1);
-		unsetenv(FLX_THP_ENV);
+	if (getenv(FLX_THP_ENV)) { /* second start */
+		thp_restore();
 		return;
 	}
 	old = getenv("GLIBC_TUNABLES");
@@ -340,12 +351,7 @@ static void malloc_thp(char **argv)
 			     FLX_THP_TUNABLE) >= 0 &&
 		    setenv("GLIBC_TUNABLES", tun, 1) == 0)
 			execv("/proc/self/exe", argv);
-		/* exec failed: carry on without */
-		if (old)
-			setenv("GLIBC_TUNABLES", old, 1);
-		else
-			unsetenv("GLIBC_TUNABLES");
-		unsetenv(FLX_THP_ENV);
+		thp_restore(); /* exec failed: carry on without */
 	}
 	free(tun);
 }

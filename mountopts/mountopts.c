@@ -87,6 +87,16 @@ static int is_octal(char c, char hi)
 	return c >= '0' && c <= hi;
 }
 
+/* The byte of a 3-digit octal escape "ooo" (\000 to \377) at s, or -1:
+ * the escape of libfuse's option lists and of /proc/self/mountinfo. */
+static int octal3(const char *s)
+{
+	if (!is_octal(s[0], '3') || !is_octal(s[1], '7') ||
+	    !is_octal(s[2], '7'))
+		return -1;
+	return (s[0] - '0') * 64 + (s[1] - '0') * 8 + (s[2] - '0');
+}
+
 int flx_mo_split(const char *opts, char ***out, size_t *n)
 {
 	size_t len = strlen(opts);
@@ -107,11 +117,8 @@ int flx_mo_split(const char *opts, char ***out, size_t *n)
 		} else if (s[0] == '\\' && s[1]) {
 			/* Same rules as libfuse's process_real_option_group. */
 			s++;
-			if (is_octal(s[0], '3') && is_octal(s[1], '7') &&
-			    is_octal(s[2], '7')) {
-				cur[d++] =
-				    (char)((s[0] - '0') * 64 +
-					   (s[1] - '0') * 8 + (s[2] - '0'));
+			if (octal3(s) >= 0) {
+				cur[d++] = (char)octal3(s);
 				s += 2;
 			} else {
 				cur[d++] = *s;
@@ -377,8 +384,9 @@ int flx_mo_argv(int argc, char **argv, int *out_argc, char ***out_argv)
 	return 0;
 }
 
-/* Undo mountinfo's escaping of a path field (space, tab, newline and
- * backslash as \ooo) in place; the field ends at the first space. */
+/* Copy a mountinfo field from s to out (cap bytes, truncated), undoing
+ * its escapes (space, tab, newline and backslash as \ooo); the field ends
+ * at the first space.  @return the field's unescaped length. */
 static size_t mountinfo_field(const char *s, char *out, size_t cap)
 {
 	size_t n = 0;
@@ -386,10 +394,8 @@ static size_t mountinfo_field(const char *s, char *out, size_t cap)
 	for (; *s && *s != ' ' && *s != '\n'; s++) {
 		char c = *s;
 
-		if (c == '\\' && is_octal(s[1], '3') && is_octal(s[2], '7') &&
-		    is_octal(s[3], '7')) {
-			c = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 +
-				   (s[3] - '0'));
+		if (c == '\\' && octal3(s + 1) >= 0) {
+			c = (char)octal3(s + 1);
 			s += 3;
 		}
 		if (n + 1 < cap)

@@ -137,7 +137,7 @@ assert_one_line_error() {
 	grep -qx 'GLIBC_TUNABLES=glibc.malloc.hugetlb=1' "$BATS_TEST_TMPDIR/env"
 	grep -qx 'FLEXFS_THP_REEXEC=-' "$BATS_TEST_TMPDIR/env"
 	[[ $(readlink "/proc/$FF_PID/exe") == "$(readlink -f "$FLEXFS_BIN")" ]]
-	cmp <(cat "$MNT/index.json") <(cat "$MNT/index.json")
+	[[ $(head -c 1 "$MNT/index.json") == "{" ]]
 	unmount_ff "$MNT"
 	[[ $FF_RC -eq 0 && ! -s $FF_ERR ]]
 	FLEXFS_MALLOC_THP=0 mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES"
