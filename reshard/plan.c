@@ -52,10 +52,10 @@
 #define SCAN_MAX 8
 
 /*
- * Boxes are read in place from the elements that hold them: a chunk keeps
- * a whole flx_box (size[] FLX_MAX_DIMS after off[]), a piece keeps only
- * its ndim offsets then its ndim sizes.  gap is the distance, in int64s,
- * from off[0] to size[0].
+ * Boxes are read in place from the elements that hold them: a chunk's
+ * slot of its tensor's dims block and a piece both keep ndim offsets then
+ * ndim sizes (the chunk's strides follow).  gap is the distance, in
+ * int64s, from off[0] to size[0].
  */
 typedef struct box_index {
 	const char *base; /* array of elements, each holding a box */
@@ -400,7 +400,7 @@ static int contig_from(const flx_tensor *t, const flx_chunk *ch)
 	int k = t->ndim;
 
 	while (k > 0) {
-		int64_t sz = ch->box.size[k - 1];
+		int64_t sz = ch->size[k - 1];
 
 		if (sz != 1 && ch->stride[k - 1] != expect)
 			break;
@@ -431,9 +431,9 @@ static int collect_chunk(void *arg, uint32_t idx)
 static int chunk_index(const flx_tensor *t, box_index *ix, uint32_t *small,
 		       size_t nsmall)
 {
-	return bix_build(ix, t->chunks, sizeof(flx_chunk),
-			 offsetof(flx_chunk, box), FLX_MAX_DIMS, t->nchunks,
-			 t->ndim, t->nchunks <= nsmall ? small : NULL);
+	return bix_build(ix, t->dims, 3 * (size_t)t->ndim * sizeof(int64_t), 0,
+			 t->ndim, t->nchunks, t->ndim,
+			 t->nchunks <= nsmall ? small : NULL);
 }
 
 /* Build the view of box over tensor t; from arena a, or malloc'd alone
@@ -494,10 +494,9 @@ static int view_build(const flx_ckpt *ckpt, const flx_tensor *t,
 		piece *p = (piece *)(mem + sizeof(*v) + i * pstride);
 
 		for (int d = 0; d < D; d++) {
-			int64_t lo = ch->box.off[d] > box->off[d]
-					 ? ch->box.off[d]
-					 : box->off[d];
-			int64_t e1 = ch->box.off[d] + ch->box.size[d];
+			int64_t lo =
+			    ch->off[d] > box->off[d] ? ch->off[d] : box->off[d];
+			int64_t e1 = ch->off[d] + ch->size[d];
 			int64_t e2 = box->off[d] + box->size[d];
 
 			p->c[d] = lo;
@@ -805,7 +804,8 @@ static const piece *find_piece(const flx_view *v, const piece *hint,
  * and contiguous in its chunk's storage; see the comment at the top. */
 static uint64_t run_elems(const flx_view *v, const piece *p, const int64_t *g)
 {
-	const flx_box *ch = &p->ch->box, *bx = v->box;
+	const flx_chunk *ch = p->ch;
+	const flx_box *bx = v->box;
 	int D = v->ndim;
 	const int64_t *boff = p->c, *bsize = p->c + D;
 	uint64_t n, inner;
@@ -836,7 +836,7 @@ static uint64_t src_offset(const flx_view *v, const piece *p, const int64_t *g)
 	int64_t e = ch->storage_offset;
 
 	for (int d = 0; d < v->ndim; d++)
-		e += (g[d] - ch->box.off[d]) * ch->stride[d];
+		e += (g[d] - ch->off[d]) * ch->stride[d];
 	return ch->data_off + (uint64_t)e * v->esz;
 }
 
@@ -1052,7 +1052,7 @@ static int infer_split(const flx_tensor *t, flx_error *err)
 
 	for (int d = 0; d < t->ndim; d++) {
 		for (uint32_t i = 1; i < t->nchunks; i++) {
-			if (t->chunks[i].box.off[d] == t->chunks[0].box.off[d])
+			if (t->chunks[i].off[d] == t->chunks[0].off[d])
 				continue;
 			if (axis >= 0 && axis != d)
 				return flx_error_set(

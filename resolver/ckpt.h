@@ -43,14 +43,21 @@ typedef struct flx_box {
 	int64_t size[FLX_MAX_DIMS];
 } flx_box;
 
+/*
+ * One saved chunk.  A checkpoint can hold hundreds of thousands, so the
+ * per-axis numbers are not inline FLX_MAX_DIMS arrays (that made a chunk
+ * 432 bytes, most of them zeros): off, size and stride point into the
+ * tensor's dims block, ndim each.
+ */
 typedef struct flx_chunk {
-	flx_box box;	   /* where the chunk sits in the tensor */
+	int64_t *off;	   /* where the chunk sits in the tensor */
+	int64_t *size;	   /* its extent */
+	int64_t *stride;   /* elements, from data.pkl */
 	uint32_t file;	   /* index into flx_ckpt.files */
 	uint64_t item_off; /* the item's window in that file */
 	uint64_t item_len;
 	uint64_t data_off;	/* absolute file offset of storage element 0 */
 	int64_t storage_offset; /* elements, from data.pkl */
-	int64_t stride[FLX_MAX_DIMS]; /* elements, from data.pkl */
 } flx_chunk;
 
 typedef struct flx_tensor {
@@ -59,7 +66,11 @@ typedef struct flx_tensor {
 	int ndim;
 	int64_t shape[FLX_MAX_DIMS];
 	uint32_t nchunks;
+	/* chunks[0..nchunks), then dims: per chunk, in chunk order, its
+	 * ndim offsets, ndim sizes and ndim strides (one allocation, see
+	 * flx_tensor_alloc_chunks(); a chunk's box is read in place there) */
 	flx_chunk *chunks;
+	int64_t *dims;
 } flx_tensor;
 
 /* A non-tensor value (BYTE_IO): opaque bytes, a torch.save zip in practice. */
@@ -111,6 +122,13 @@ int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path);
  * inode, mtime; what flx_file_verify() compares against. */
 struct stat;
 void flx_file_identity(flx_file *f, const struct stat *st);
+
+/**
+ * Allocate n zeroed chunks for t (t->ndim set, t->chunks NULL) with their
+ * dims block, and point each chunk's off/size/stride into it.  Freed with
+ * free(t->chunks).  @return 0, or -ENOMEM (t unchanged).
+ */
+int flx_tensor_alloc_chunks(flx_tensor *t, uint32_t n);
 
 /** Number of elements of a shape; 1 for ndim 0.  Caller has checked that
  * it fits (flx_ckpt_open does). */

@@ -52,6 +52,7 @@ typedef struct sentry {
 	uint64_t offset;
 	uint64_t length;
 	const flx_pv *transforms; /* list or NULL */
+	uint64_t hash;		  /* of fqn, ndim and offsets */
 } sentry;
 
 typedef struct loader {
@@ -67,7 +68,35 @@ typedef struct loader {
 	size_t nitems; /* chunks of all tensors */
 	int64_t *offs; /* storage_data offsets, see sentry */
 	size_t noffs, capoffs;
+	uint32_t *smap; /* open-addressing index of se, UINT32_MAX: empty */
+	size_t smap_mask;
 } loader;
+
+int flx_tensor_alloc_chunks(flx_tensor *t, uint32_t n)
+{
+	size_t per = 3 * (size_t)t->ndim;
+	/* never an empty dims block: chunk pointers must be valid even for
+	 * 0-d tensors, where nothing is read through them */
+	size_t ndims = (size_t)n * per;
+	flx_chunk *ch;
+
+	_Static_assert(sizeof(flx_chunk) % sizeof(int64_t) == 0,
+		       "dims follow the chunks, aligned");
+	ch = calloc(1, (size_t)n * sizeof(flx_chunk) +
+			   (ndims ? ndims : 1) * sizeof(int64_t));
+	if (!ch)
+		return -ENOMEM;
+	t->chunks = ch;
+	t->dims = (int64_t *)(ch + n);
+	for (uint32_t i = 0; i < n; i++) {
+		int64_t *d = t->dims + i * per;
+
+		ch[i].off = d;
+		ch[i].size = d + t->ndim;
+		ch[i].stride = d + 2 * t->ndim;
+	}
+	return 0;
+}
 
 uint64_t flx_numel(int ndim, const int64_t *shape)
 {
@@ -197,20 +226,49 @@ static int cmp_offsets(int na, const int64_t *a, int nb, const int64_t *b)
 	return 0;
 }
 
-static int cmp_sentry(const void *pa, const void *pb)
+/* storage_data is looked up once per chunk, by (fqn, offsets): a hash
+ * table, not a sort and binary search, which spent most of its time in
+ * strcmp over tens of thousands of long, shared-prefix names. */
+static uint64_t sentry_hash(const char *fqn, int ndim, const int64_t *off)
 {
-	const sentry *a = pa, *b = pb;
-	int r = strcmp(a->fqn, b->fqn);
+	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over the name */
 
-	return r ? r : cmp_offsets(a->ndim, a->off, b->ndim, b->off);
+	for (const unsigned char *p = (const unsigned char *)fqn; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ull;
+	h ^= (uint64_t)(ndim + 1) * 0x9e3779b97f4a7c15ull;
+	for (int i = 0; i < ndim; i++)
+		h = (h ^ (uint64_t)off[i]) * 0xff51afd7ed558ccdull;
+	return h ^ (h >> 29);
+}
+
+static bool sentry_is(const sentry *e, uint64_t h, const char *fqn, int ndim,
+		      const int64_t *off)
+{
+	return e->hash == h && e->ndim == ndim &&
+	       (e->fqn == fqn || strcmp(e->fqn, fqn) == 0) &&
+	       cmp_offsets(ndim, e->off, ndim, off) == 0;
+}
+
+/* The slot holding the entry for (fqn, ndim, off), or the empty slot where
+ * it would go. */
+static uint32_t *sentry_slot(const loader *L, uint64_t h, const char *fqn,
+			     int ndim, const int64_t *off)
+{
+	size_t i = (size_t)h & L->smap_mask;
+
+	while (L->smap[i] != UINT32_MAX &&
+	       !sentry_is(&L->se[L->smap[i]], h, fqn, ndim, off))
+		i = (i + 1) & L->smap_mask;
+	return &L->smap[i];
 }
 
 static const sentry *find_sentry(const loader *L, const char *fqn, int ndim,
 				 const int64_t *off)
 {
-	sentry key = {.fqn = fqn, .ndim = ndim, .off = off};
+	uint32_t *slot =
+	    sentry_slot(L, sentry_hash(fqn, ndim, off), fqn, ndim, off);
 
-	return bsearch(&key, L->se, L->nse, sizeof(sentry), cmp_sentry);
+	return *slot == UINT32_MAX ? NULL : &L->se[*slot];
 }
 
 static int load_storage_data(loader *L, const flx_pv *sd)
@@ -287,16 +345,28 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 		}
 		L->nse++;
 	}
-	for (size_t i = 0; i < L->nse; i++)
-		L->se[i].off =
-		    L->se[i].ndim > 0 ? L->offs + L->se[i].offi : NULL;
-	qsort(L->se, L->nse, sizeof(sentry), cmp_sentry);
-	for (size_t i = 1; i < L->nse; i++)
-		if (cmp_sentry(&L->se[i - 1], &L->se[i]) == 0)
-			return flx_error_set(L->err, -EINVAL, META_NAME,
-					     L->se[i].fqn,
+	if (L->nse > UINT32_MAX / 2)
+		return flx_error_set(L->err, -EOVERFLOW, META_NAME,
+				     "storage_data", "%zu entries", L->nse);
+	for (L->smap_mask = 15; L->smap_mask < 2 * L->nse;)
+		L->smap_mask = 2 * L->smap_mask + 1;
+	L->smap = malloc((L->smap_mask + 1) * sizeof(*L->smap));
+	if (!L->smap)
+		return -ENOMEM;
+	memset(L->smap, 0xff, (L->smap_mask + 1) * sizeof(*L->smap));
+	for (size_t i = 0; i < L->nse; i++) {
+		sentry *e = &L->se[i];
+		uint32_t *slot;
+
+		e->off = e->ndim > 0 ? L->offs + e->offi : NULL;
+		e->hash = sentry_hash(e->fqn, e->ndim, e->off);
+		slot = sentry_slot(L, e->hash, e->fqn, e->ndim, e->off);
+		if (*slot != UINT32_MAX)
+			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
 					     "duplicate storage_data entry "
 					     "for one chunk");
+		*slot = (uint32_t)i;
+	}
 	return 0;
 }
 
@@ -560,11 +630,11 @@ static int load_item(const flx_ckpt *c, flx_block_cache *bc, flx_error *err,
 				   flx_dtype_name(t->dtype));
 		goto out;
 	}
-	if (cmp_offsets(tp.ndim, tp.size, t->ndim, ch->box.size) != 0) {
+	if (cmp_offsets(tp.ndim, tp.size, t->ndim, ch->size) != 0) {
 		char a[96], b[96];
 
 		fmt_offsets(a, sizeof(a), tp.ndim, tp.size);
-		fmt_offsets(b, sizeof(b), t->ndim, ch->box.size);
+		fmt_offsets(b, sizeof(b), t->ndim, ch->size);
 		rc = flx_error_set(err, -EINVAL, name, t->fqn,
 				   "saved tensor shape %s differs from the "
 				   "chunk's sizes %s",
@@ -591,7 +661,7 @@ static int load_item(const flx_ckpt *c, flx_block_cache *bc, flx_error *err,
 	}
 	ch->data_off = ch->item_off + data.data_off;
 	ch->storage_offset = tp.storage_offset;
-	memcpy(ch->stride, tp.stride, sizeof(ch->stride));
+	memcpy(ch->stride, tp.stride, sizeof(int64_t) * (size_t)t->ndim);
 	rc = 0;
 	goto out;
 bad_order:
@@ -727,15 +797,14 @@ static int cmp_chunk_axis0(const void *pa, const void *pb, void *axis)
 	const flx_chunk *b = *(flx_chunk *const *)pb;
 	int d = *(int *)axis;
 
-	return a->box.off[d] < b->box.off[d] ? -1
-					     : a->box.off[d] > b->box.off[d];
+	return a->off[d] < b->off[d] ? -1 : a->off[d] > b->off[d];
 }
 
 static bool chunks_overlap(int ndim, const flx_chunk *a, const flx_chunk *b)
 {
 	for (int d = 0; d < ndim; d++)
-		if (a->box.off[d] >= b->box.off[d] + b->box.size[d] ||
-		    b->box.off[d] >= a->box.off[d] + a->box.size[d])
+		if (a->off[d] >= b->off[d] + b->size[d] ||
+		    b->off[d] >= a->off[d] + a->size[d])
 			return false;
 	return true;
 }
@@ -760,16 +829,16 @@ static int check_coverage(loader *L, flx_tensor *t)
 		char o[96];
 
 		for (int d = 0; d < t->ndim; d++) {
-			if (ch->box.off[d] > t->shape[d] ||
-			    ch->box.size[d] > t->shape[d] - ch->box.off[d]) {
-				fmt_offsets(o, sizeof(o), t->ndim, ch->box.off);
+			if (ch->off[d] > t->shape[d] ||
+			    ch->size[d] > t->shape[d] - ch->off[d]) {
+				fmt_offsets(o, sizeof(o), t->ndim, ch->off);
 				return flx_error_set(L->err, -EINVAL, META_NAME,
 						     t->fqn,
 						     "chunk at %s lies outside "
 						     "the global shape",
 						     o);
 			}
-			v *= (uint64_t)ch->box.size[d];
+			v *= (uint64_t)ch->size[d];
 		}
 		/* Every chunk lies inside, so a surplus can only be overlap;
 		 * the sweep below names the chunk. */
@@ -801,19 +870,18 @@ static int check_coverage(loader *L, flx_tensor *t)
 		flx_chunk *ch = order[i];
 		size_t keep = 0;
 
-		if (flx_numel(t->ndim, ch->box.size) == 0)
+		if (flx_numel(t->ndim, ch->size) == 0)
 			continue; /* empty chunks overlap nothing */
 		for (size_t j = 0; j < nactive; j++) {
 			flx_chunk *a = active[j];
 
 			if (t->ndim == 0 ||
-			    a->box.off[axis] + a->box.size[axis] >
-				ch->box.off[axis]) {
+			    a->off[axis] + a->size[axis] > ch->off[axis]) {
 				if (chunks_overlap(t->ndim, a, ch)) {
 					char o[96];
 
 					fmt_offsets(o, sizeof(o), t->ndim,
-						    ch->box.off);
+						    ch->off);
 					rc = flx_error_set(
 					    L->err, -EINVAL, META_NAME, t->fqn,
 					    "chunk at %s overlaps another "
@@ -864,14 +932,14 @@ static int load_tensor(loader *L, flx_tensor *t, const flx_pv *tsm)
 		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 				     "tensor has %zu chunks",
 				     flx_pv_len(chunks));
-	t->chunks = calloc(flx_pv_len(chunks), sizeof(flx_chunk));
-	if (!t->chunks)
+	if (flx_tensor_alloc_chunks(t, (uint32_t)flx_pv_len(chunks)))
 		return -ENOMEM;
 	t->nchunks = (uint32_t)flx_pv_len(chunks);
 	for (uint32_t i = 0; i < t->nchunks; i++) {
 		const flx_pv *cm = flx_pv_item(chunks, i);
 		flx_chunk *ch = &t->chunks[i];
 		const sentry *e;
+		int64_t at[FLX_MAX_DIMS], sz[FLX_MAX_DIMS];
 		int n1, n2;
 
 		if (!is_dcp_obj(cm, "ChunkStorageMetadata"))
@@ -879,11 +947,12 @@ static int load_tensor(loader *L, flx_tensor *t, const flx_pv *tsm)
 					     "chunk %u is not a "
 					     "ChunkStorageMetadata",
 					     i);
+		/* decoded aside: the chunk has room for t->ndim only */
 		rc = decode_size(L, attr(cm, "offsets"), t->fqn,
-				 "chunk offsets", &n1, ch->box.off);
+				 "chunk offsets", &n1, at);
 		if (!rc)
 			rc = decode_size(L, attr(cm, "sizes"), t->fqn,
-					 "chunk sizes", &n2, ch->box.size);
+					 "chunk sizes", &n2, sz);
 		if (rc)
 			return rc;
 		if (n1 != t->ndim || n2 != t->ndim)
@@ -891,11 +960,13 @@ static int load_tensor(loader *L, flx_tensor *t, const flx_pv *tsm)
 					     "chunk %u has %d/%d dimensions, "
 					     "the tensor %d",
 					     i, n1, n2, t->ndim);
-		e = find_sentry(L, t->fqn, t->ndim, ch->box.off);
+		memcpy(ch->off, at, sizeof(int64_t) * (size_t)t->ndim);
+		memcpy(ch->size, sz, sizeof(int64_t) * (size_t)t->ndim);
+		e = find_sentry(L, t->fqn, t->ndim, ch->off);
 		if (!e) {
 			char o[96];
 
-			fmt_offsets(o, sizeof(o), t->ndim, ch->box.off);
+			fmt_offsets(o, sizeof(o), t->ndim, ch->off);
 			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 					     "no storage_data entry for the "
 					     "chunk at %s",
@@ -1159,15 +1230,16 @@ int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
 	if (rc)
 		goto fail;
 	rc = flx_pickle_load(meta, meta_len, META_NAME, &lim, &pk, err);
+	/* The tree holds copies of every string: the raw bytes can go
+	 * before the tree is interpreted, and the tree before the items
+	 * are read, so no two of them count together in peak memory. */
+	free(meta);
+	meta = NULL;
 	if (rc)
 		goto fail;
 	rc = interpret(&L, flx_pickle_root(pk));
-	/* The tree is not needed past this point: free it before the items
-	 * are read, so the two never count together in peak memory. */
 	flx_pickle_free(pk);
 	pk = NULL;
-	free(meta);
-	meta = NULL;
 	if (!rc)
 		rc = load_items(&L);
 	if (!rc)
@@ -1179,6 +1251,7 @@ int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
 	flx_pickle_free(pk);
 	free(meta);
 	free(L.se);
+	free(L.smap);
 	free(L.offs);
 	free(L.fmap);
 	free(L.realdir);
@@ -1198,6 +1271,7 @@ fail:
 	flx_pickle_free(pk);
 	free(meta);
 	free(L.se);
+	free(L.smap);
 	free(L.offs);
 	free(L.fmap);
 	free(L.realdir);

@@ -105,7 +105,7 @@ static void sb_chunks(sbuf *b, const flx_tensor *t)
 
 	for (int d = 0; d < t->ndim; d++)
 		for (uint32_t c = 0; c < t->nchunks; c++)
-			if (t->chunks[c].box.size[d] != t->shape[d]) {
+			if (t->chunks[c].size[d] != t->shape[d]) {
 				axes[n++] = d;
 				break;
 			}

@@ -143,10 +143,11 @@ static flx_ckpt *make_ckpt(const char *dir, const tdef *defs, size_t n)
 		t->dtype = defs[i].dt;
 		t->ndim = defs[i].ndim;
 		t->nchunks = 1;
-		t->chunks = ch = calloc(1, sizeof(flx_chunk));
+		CHECK(flx_tensor_alloc_chunks(t, 1) == 0);
+		ch = t->chunks;
 		for (int d = t->ndim - 1; d >= 0; d--) {
 			t->shape[d] = defs[i].shape[d];
-			ch->box.size[d] = t->shape[d];
+			ch->size[d] = t->shape[d];
 			ch->stride[d] = stride;
 			stride *= t->shape[d];
 		}

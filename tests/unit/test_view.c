@@ -54,8 +54,8 @@ static void write_chunk(int fd, uint64_t at, const spec3 *s, flx_chunk *ch)
 			}
 	CHECK(pwrite(fd, buf, (size_t)total * 4, (off_t)at) == total * 4);
 	free(buf);
-	memcpy(ch->box.off, s->off, sizeof(s->off));
-	memcpy(ch->box.size, s->size, sizeof(s->size));
+	memcpy(ch->off, s->off, sizeof(s->off));
+	memcpy(ch->size, s->size, sizeof(s->size));
 	memcpy(ch->stride, stride, sizeof(stride));
 	ch->storage_offset = s->storage_offset;
 	ch->data_off = at;
@@ -129,7 +129,7 @@ static flx_ckpt *make_ckpt(const char *dir, const spec3 *specs, int nspecs)
 	t->shape[1] = 10;
 	t->shape[2] = 3;
 	t->nchunks = (uint32_t)nspecs;
-	t->chunks = calloc((size_t)nspecs, sizeof(flx_chunk));
+	CHECK(flx_tensor_alloc_chunks(t, (uint32_t)nspecs) == 0);
 	for (int i = 0; i < nspecs; i++) {
 		const spec3 *s = &specs[i];
 		flx_chunk *ch = &t->chunks[i];
