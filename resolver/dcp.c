@@ -52,8 +52,12 @@ typedef struct sentry {
 	uint64_t offset;
 	uint64_t length;
 	const flx_pv *transforms; /* list or NULL */
-	uint64_t hash;		  /* of fqn, ndim and offsets */
 } sentry;
+
+typedef struct sentry_ref {
+	uint32_t idx; /* into loader.se; UINT32_MAX: empty slot */
+	uint32_t tag; /* high half of the entry's hash */
+} sentry_ref;
 
 typedef struct loader {
 	flx_ckpt *c;
@@ -68,7 +72,7 @@ typedef struct loader {
 	size_t nitems; /* chunks of all tensors */
 	int64_t *offs; /* storage_data offsets, see sentry */
 	size_t noffs, capoffs;
-	uint32_t *smap; /* open-addressing index of se, UINT32_MAX: empty */
+	sentry_ref *smap; /* open-addressing index of se */
 	size_t smap_mask;
 } loader;
 
@@ -238,37 +242,44 @@ static uint64_t sentry_hash(const char *fqn, int ndim, const int64_t *off)
 	h ^= (uint64_t)(ndim + 1) * 0x9e3779b97f4a7c15ull;
 	for (int i = 0; i < ndim; i++)
 		h = (h ^ (uint64_t)off[i]) * 0xff51afd7ed558ccdull;
-	return h ^ (h >> 29);
-}
-
-static bool sentry_is(const sentry *e, uint64_t h, const char *fqn, int ndim,
-		      const int64_t *off)
-{
-	return e->hash == h && e->ndim == ndim &&
-	       (e->fqn == fqn || strcmp(e->fqn, fqn) == 0) &&
-	       cmp_offsets(ndim, e->off, ndim, off) == 0;
+	/* murmur3's finaliser: every input bit reaches the low (slot) and
+	 * the high (tag) bits */
+	h = (h ^ (h >> 33)) * 0xff51afd7ed558ccdull;
+	h = (h ^ (h >> 33)) * 0xc4ceb9fe1a85ec53ull;
+	return h ^ (h >> 33);
 }
 
 /* The slot holding the entry for (fqn, ndim, off), or the empty slot where
- * it would go. */
-static uint32_t *sentry_slot(const loader *L, uint64_t h, const char *fqn,
-			     int ndim, const int64_t *off)
+ * it would go.  A slot keeps the entry's index and the hash's high half,
+ * so probing past other entries costs no visit to L->se. */
+static sentry_ref *sentry_slot(const loader *L, uint64_t h, const char *fqn,
+			       int ndim, const int64_t *off)
 {
-	size_t i = (size_t)h & L->smap_mask;
+	uint32_t tag = (uint32_t)(h >> 32);
 
-	while (L->smap[i] != UINT32_MAX &&
-	       !sentry_is(&L->se[L->smap[i]], h, fqn, ndim, off))
-		i = (i + 1) & L->smap_mask;
-	return &L->smap[i];
+	for (size_t i = (size_t)h & L->smap_mask;; i = (i + 1) & L->smap_mask) {
+		sentry_ref *r = &L->smap[i];
+		const sentry *e;
+
+		if (r->idx == UINT32_MAX)
+			return r;
+		if (r->tag != tag)
+			continue;
+		e = &L->se[r->idx];
+		if (e->ndim == ndim &&
+		    (e->fqn == fqn || strcmp(e->fqn, fqn) == 0) &&
+		    cmp_offsets(ndim, e->off, ndim, off) == 0)
+			return r;
+	}
 }
 
 static const sentry *find_sentry(const loader *L, const char *fqn, int ndim,
 				 const int64_t *off)
 {
-	uint32_t *slot =
+	const sentry_ref *r =
 	    sentry_slot(L, sentry_hash(fqn, ndim, off), fqn, ndim, off);
 
-	return *slot == UINT32_MAX ? NULL : &L->se[*slot];
+	return r->idx == UINT32_MAX ? NULL : &L->se[r->idx];
 }
 
 static int load_storage_data(loader *L, const flx_pv *sd)
@@ -356,16 +367,17 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 	memset(L->smap, 0xff, (L->smap_mask + 1) * sizeof(*L->smap));
 	for (size_t i = 0; i < L->nse; i++) {
 		sentry *e = &L->se[i];
-		uint32_t *slot;
+		uint64_t h;
+		sentry_ref *r;
 
 		e->off = e->ndim > 0 ? L->offs + e->offi : NULL;
-		e->hash = sentry_hash(e->fqn, e->ndim, e->off);
-		slot = sentry_slot(L, e->hash, e->fqn, e->ndim, e->off);
-		if (*slot != UINT32_MAX)
+		h = sentry_hash(e->fqn, e->ndim, e->off);
+		r = sentry_slot(L, h, e->fqn, e->ndim, e->off);
+		if (r->idx != UINT32_MAX)
 			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
 					     "duplicate storage_data entry "
 					     "for one chunk");
-		*slot = (uint32_t)i;
+		*r = (sentry_ref){(uint32_t)i, (uint32_t)(h >> 32)};
 	}
 	return 0;
 }

@@ -110,6 +110,8 @@ typedef struct flx_pickle flx_pickle;
  * Special cases, for the objects torch pickles: REDUCE or NEWOBJ of
  * collections.OrderedDict with empty args yields an empty FLX_PV_DICT (so
  * later SETITEMS fill it).  Nothing else is interpreted.
+ * The tree keeps no pointer into buf (strings are copied): buf may be freed
+ * as soon as this returns.
  * @return 0 and *out (owned by caller, release with flx_pickle_free()), or
  *         -EINVAL (malformed/unsupported input; err says offset and opcode)
  *         or -ENOMEM.  *out untouched on failure.
