@@ -5,7 +5,7 @@
  *
  * Read plan format.  A view keeps the list of "pieces": the non-empty
  * intersections of its box with the saved chunks, each remembering its
- * chunk and how far the chunk's storage is dense row-major
+ * chunk, which knows how far its storage is dense row-major
  * (contig_from: dims contig_from..ndim-1 are contiguous in the file).  A read
  * of bytes [off, off+n) walks the box in C order; at each position it finds
  * the piece holding that element (box index below, with the previous piece
@@ -358,8 +358,7 @@ static const flx_box *box_intern(flx_plan_arena *a, int ndim, const flx_box *b)
  * Stored back to back, each sizeof(piece) + 2 * ndim int64s. */
 typedef struct piece {
 	const flx_chunk *ch;
-	int contig_from; /* dims [contig_from, ndim) dense in file */
-	int64_t c[];	 /* off[0..ndim) then size[0..ndim), global */
+	int64_t c[]; /* off[0..ndim) then size[0..ndim), global */
 } piece;
 
 /*
@@ -389,25 +388,6 @@ static const piece *piece_at(const flx_view *v, size_t i)
 {
 	return (const piece *)((const unsigned char *)(v + 1) +
 			       i * piece_stride(v->ndim));
-}
-
-/* How far a chunk's storage is dense row-major, from the innermost
- * dimension out.  Dimensions of extent 1 never break density, whatever
- * their stride.  Returns ndim when even the innermost is strided. */
-static int contig_from(const flx_tensor *t, const flx_chunk *ch)
-{
-	int64_t expect = 1;
-	int k = t->ndim;
-
-	while (k > 0) {
-		int64_t sz = ch->size[k - 1];
-
-		if (sz != 1 && ch->stride[k - 1] != expect)
-			break;
-		expect *= sz;
-		k--;
-	}
-	return k;
 }
 
 /* Chunk indices met by a view's box, gathered before the view is sized;
@@ -503,7 +483,6 @@ static int view_build(const flx_ckpt *ckpt, const flx_tensor *t,
 			p->c[D + d] = (e1 < e2 ? e1 : e2) - lo;
 		}
 		p->ch = ch;
-		p->contig_from = contig_from(t, ch);
 		covered += flx_numel(D, p->c + D);
 	}
 	/* The chunks were validated to tile the tensor, so the pieces must
@@ -813,14 +792,14 @@ static uint64_t run_elems(const flx_view *v, const piece *p, const int64_t *g)
 	if (D == 0)
 		return 1;
 	n = (uint64_t)(boff[D - 1] + bsize[D - 1] - g[D - 1]);
-	if (p->contig_from >= D)
+	if (p->ch->contig_from >= D)
 		return n; /* strided innermost: the caller gathers */
 	inner = (uint64_t)bsize[D - 1];
 	for (int j = D - 1; j >= 1; j--) {
 		bool full = boff[j] == bx->off[j] && bsize[j] == bx->size[j] &&
 			    boff[j] == ch->off[j] && bsize[j] == ch->size[j];
 
-		if (!full || p->contig_from > j - 1)
+		if (!full || p->ch->contig_from > j - 1)
 			break;
 		n += (uint64_t)(boff[j - 1] + bsize[j - 1] - g[j - 1] - 1) *
 		     inner;
@@ -955,7 +934,7 @@ ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 		stop = (e + elems) * v->esz;
 		if (stop > end)
 			stop = end;
-		if (p->contig_from < v->ndim || v->ndim == 0) {
+		if (p->ch->contig_from < v->ndim || v->ndim == 0) {
 			rc = emit(&r, p->ch->file, src_offset(v, p, g) + within,
 				  (size_t)(pos - off), (size_t)(stop - pos));
 		} else {
@@ -988,7 +967,7 @@ int flx_view_map(const flx_view *v, uint64_t off, size_t n, uint32_t *file,
 		return 0;
 	unravel(v, e, g);
 	p = find_piece(v, NULL, g);
-	if (!p || (v->ndim > 0 && p->contig_from >= v->ndim))
+	if (!p || (v->ndim > 0 && p->ch->contig_from >= v->ndim))
 		return 0;
 	if ((e + run_elems(v, p, g)) * v->esz < off + n)
 		return 0;

@@ -50,10 +50,13 @@ typedef struct flx_box {
  * tensor's dims block, ndim each.
  */
 typedef struct flx_chunk {
-	int64_t *off;	   /* where the chunk sits in the tensor */
-	int64_t *size;	   /* its extent */
-	int64_t *stride;   /* elements, from data.pkl */
-	uint32_t file;	   /* index into flx_ckpt.files */
+	int64_t *off;	 /* where the chunk sits in the tensor */
+	int64_t *size;	 /* its extent */
+	int64_t *stride; /* elements, from data.pkl */
+	uint32_t file;	 /* index into flx_ckpt.files */
+	/* dims [contig_from, ndim) are dense row-major in storage (ndim:
+	 * even the innermost is strided); see flx_chunk_contig_from() */
+	int32_t contig_from;
 	uint64_t item_off; /* the item's window in that file */
 	uint64_t item_len;
 	uint64_t data_off;	/* absolute file offset of storage element 0 */
@@ -129,6 +132,14 @@ void flx_file_identity(flx_file *f, const struct stat *st);
  * free(t->chunks).  @return 0, or -ENOMEM (t unchanged).
  */
 int flx_tensor_alloc_chunks(flx_tensor *t, uint32_t n);
+
+/**
+ * How far chunk ch of an ndim-dimensional tensor is stored dense row-major,
+ * from the innermost dimension out, given its size and stride: the value
+ * of flx_chunk.contig_from.  Dimensions of extent 1 never break density,
+ * whatever their stride.
+ */
+int flx_chunk_contig_from(int ndim, const flx_chunk *ch);
 
 /** Number of elements of a shape; 1 for ndim 0.  Caller has checked that
  * it fits (flx_ckpt_open does). */

@@ -102,6 +102,22 @@ int flx_tensor_alloc_chunks(flx_tensor *t, uint32_t n)
 	return 0;
 }
 
+int flx_chunk_contig_from(int ndim, const flx_chunk *ch)
+{
+	int64_t expect = 1;
+	int k = ndim;
+
+	while (k > 0) {
+		int64_t sz = ch->size[k - 1];
+
+		if (sz != 1 && ch->stride[k - 1] != expect)
+			break;
+		expect *= sz;
+		k--;
+	}
+	return k;
+}
+
 uint64_t flx_numel(int ndim, const int64_t *shape)
 {
 	uint64_t n = 1;
@@ -674,6 +690,7 @@ static int load_item(const flx_ckpt *c, flx_block_cache *bc, flx_error *err,
 	ch->data_off = ch->item_off + data.data_off;
 	ch->storage_offset = tp.storage_offset;
 	memcpy(ch->stride, tp.stride, sizeof(int64_t) * (size_t)t->ndim);
+	ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
 	rc = 0;
 	goto out;
 bad_order:

@@ -151,6 +151,7 @@ static flx_ckpt *make_ckpt(const char *dir, const tdef *defs, size_t n)
 			ch->stride[d] = stride;
 			stride *= t->shape[d];
 		}
+		ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
 		ch->data_off = at;
 		at += (uint64_t)stride * flx_dtype_size(t->dtype) + 8;
 		c->by_name[i] = t; /* uniqueness is what matters here */

@@ -57,6 +57,7 @@ static void write_chunk(int fd, uint64_t at, const spec3 *s, flx_chunk *ch)
 	memcpy(ch->off, s->off, sizeof(s->off));
 	memcpy(ch->size, s->size, sizeof(s->size));
 	memcpy(ch->stride, stride, sizeof(stride));
+	ch->contig_from = flx_chunk_contig_from(3, ch);
 	ch->storage_offset = s->storage_offset;
 	ch->data_off = at;
 }
