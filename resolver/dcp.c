@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -249,13 +250,20 @@ static int cmp_offsets(int na, const int64_t *a, int nb, const int64_t *b)
 /* storage_data is looked up once per chunk, by (fqn, offsets): a hash
  * table, not a sort and binary search, which spent most of its time in
  * strcmp over tens of thousands of long, shared-prefix names. */
-static uint64_t sentry_hash(const char *fqn, int ndim, const int64_t *off)
+static uint64_t name_hash(const char *fqn)
 {
-	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over the name */
+	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
 
 	for (const unsigned char *p = (const unsigned char *)fqn; *p; p++)
 		h = (h ^ *p) * 0x100000001b3ull;
-	h ^= (uint64_t)(ndim + 1) * 0x9e3779b97f4a7c15ull;
+	return h;
+}
+
+/* nh: name_hash() of the entry's fqn (one per tensor, not per chunk). */
+static uint64_t sentry_hash(uint64_t nh, int ndim, const int64_t *off)
+{
+	uint64_t h = nh ^ (uint64_t)(ndim + 1) * 0x9e3779b97f4a7c15ull;
+
 	for (int i = 0; i < ndim; i++)
 		h = (h ^ (uint64_t)off[i]) * 0xff51afd7ed558ccdull;
 	/* murmur3's finaliser: every input bit reaches the low (slot) and
@@ -289,11 +297,13 @@ static sentry_ref *sentry_slot(const loader *L, uint64_t h, const char *fqn,
 	}
 }
 
-static const sentry *find_sentry(const loader *L, const char *fqn, int ndim,
-				 const int64_t *off)
+/* fqn: the pickle's string where there is one, so that the entry's name
+ * (the same memoized string, as torch writes it) compares by pointer. */
+static const sentry *find_sentry(const loader *L, uint64_t nh, const char *fqn,
+				 int ndim, const int64_t *off)
 {
 	const sentry_ref *r =
-	    sentry_slot(L, sentry_hash(fqn, ndim, off), fqn, ndim, off);
+	    sentry_slot(L, sentry_hash(nh, ndim, off), fqn, ndim, off);
 
 	return r->idx == UINT32_MAX ? NULL : &L->se[r->idx];
 }
@@ -381,13 +391,19 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 	if (!L->smap)
 		return -ENOMEM;
 	memset(L->smap, 0xff, (L->smap_mask + 1) * sizeof(*L->smap));
+	const char *last = NULL;
+	uint64_t nh = 0;
 	for (size_t i = 0; i < L->nse; i++) {
 		sentry *e = &L->se[i];
 		uint64_t h;
 		sentry_ref *r;
 
 		e->off = e->ndim > 0 ? L->offs + e->offi : NULL;
-		h = sentry_hash(e->fqn, e->ndim, e->off);
+		if (e->fqn != last) {
+			last = e->fqn;
+			nh = name_hash(last);
+		}
+		h = sentry_hash(nh, e->ndim, e->off);
 		r = sentry_slot(L, h, e->fqn, e->ndim, e->off);
 		if (r->idx != UINT32_MAX)
 			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
@@ -935,10 +951,13 @@ out:
 	return rc;
 }
 
-static int load_tensor(loader *L, flx_tensor *t, const flx_pv *tsm)
+/* name: the key's string in the tree (t->fqn is a copy), for
+ * find_sentry(). */
+static int load_tensor(loader *L, flx_tensor *t, const char *name,
+		       const flx_pv *tsm)
 {
 	const flx_pv *chunks = attr(tsm, "chunks");
-	uint64_t numel = 1;
+	uint64_t numel = 1, nh = name_hash(name);
 	int rc;
 
 	rc = decode_dtype(L, attr(tsm, "properties"), t->fqn, &t->dtype);
@@ -991,7 +1010,7 @@ static int load_tensor(loader *L, flx_tensor *t, const flx_pv *tsm)
 					     i, n1, n2, t->ndim);
 		memcpy(ch->off, at, sizeof(int64_t) * (size_t)t->ndim);
 		memcpy(ch->size, sz, sizeof(int64_t) * (size_t)t->ndim);
-		e = find_sentry(L, t->fqn, t->ndim, ch->off);
+		e = find_sentry(L, nh, name, t->ndim, ch->off);
 		if (!e) {
 			char o[96];
 
@@ -1018,7 +1037,7 @@ too_big:
 
 static int load_object(loader *L, flx_object *o)
 {
-	const sentry *e = find_sentry(L, o->fqn, -1, NULL);
+	const sentry *e = find_sentry(L, name_hash(o->fqn), o->fqn, -1, NULL);
 	int rc;
 
 	if (!e)
@@ -1064,7 +1083,7 @@ static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
 			flx_tensor *t = &c->tensors[c->ntensors++];
 
 			t->fqn = copy;
-			rc = load_tensor(L, t, v);
+			rc = load_tensor(L, t, fqn, v);
 		} else if (is_dcp_obj(v, "BytesStorageMetadata")) {
 			flx_object *o = &c->objects[c->nobjects++];
 
@@ -1081,6 +1100,24 @@ static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
 			return rc;
 	}
 	return 0;
+}
+
+/* The buffer for .metadata's bytes.  A large one is offered to
+ * transparent huge pages: copying 9 MB into fresh 4 KiB pages costs a
+ * fault per page, several times the copy itself.  free() releases it. */
+static void *meta_alloc(size_t n)
+{
+	const size_t huge = (size_t)2 << 20;
+	void *b = NULL;
+
+	if (n < huge)
+		return malloc(n ? n : 1);
+	if (posix_memalign(&b, huge, (n + huge - 1) / huge * huge))
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	(void)madvise(b, (n + huge - 1) / huge * huge, MADV_HUGEPAGE);
+#endif
+	return b;
 }
 
 static int read_metadata(loader *L, void **buf_out, size_t *len_out)
@@ -1107,7 +1144,7 @@ static int read_metadata(loader *L, void **buf_out, size_t *len_out)
 				     "not a regular file of at most 1 GiB");
 	}
 	L->c->mtime_ns = mtime_ns(&st);
-	buf = malloc(st.st_size ? (size_t)st.st_size : 1);
+	buf = meta_alloc((size_t)st.st_size);
 	if (!buf) {
 		close(fd);
 		return -ENOMEM;
