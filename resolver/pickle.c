@@ -103,6 +103,10 @@ struct vm {
 	flx_pv *not_odict; /* a GLOBAL known not to be OrderedDict */
 	flx_pv **ints;	   /* direct-mapped cache, ints_mask + 1 slots */
 	size_t ints_mask;
+	flx_pv *size_cls; /* a GLOBAL known to be torch.Size */
+	flx_pv **sizes;	  /* shared torch.Size objects, by args */
+	size_t sizes_n;
+	unsigned sizes_bits;
 	flx_pv **tuples; /* open addressing, 1 << tuples_bits slots */
 	size_t tuples_n;
 	unsigned tuples_bits;
@@ -1231,6 +1235,68 @@ static flx_pv *new_global_text(struct vm *vm)
 
 /* ----------------------------------------------------------------- objects */
 
+static size_t size_slot(const struct vm *vm, const flx_pv *args)
+{
+	return (size_t)(mix((uint64_t)(uintptr_t)args) >>
+			(64 - vm->sizes_bits));
+}
+
+static int sizes_grow(struct vm *vm)
+{
+	unsigned bits = vm->sizes_bits ? vm->sizes_bits + 1 : 8;
+	size_t cap = (size_t)1 << bits;
+	flx_pv **old = vm->sizes, **ns = calloc(cap, sizeof(*ns));
+	size_t oldcap = old ? (size_t)1 << vm->sizes_bits : 0;
+
+	if (!ns)
+		return vm_nomem(vm);
+	vm->sizes = ns;
+	vm->sizes_bits = bits;
+	for (size_t i = 0; i < oldcap; i++) {
+		size_t s;
+
+		if (!old[i])
+			continue;
+		for (s = size_slot(vm, old[i]->u.obj.args); ns[s];
+		     s = (s + 1) & (cap - 1))
+			;
+		ns[s] = old[i];
+	}
+	free(old);
+	return 0;
+}
+
+/*
+ * torch.Size(t), shared like tuples: a DCP .metadata holds three per saved
+ * chunk (offsets, sizes, storage key), nearly all equal to others, and
+ * they were a quarter of the tree.  args is a one-item tuple, so a shared
+ * one (new_tuple()): equal arguments are the same node.
+ */
+static flx_pv *shared_size(struct vm *vm, flx_pv *cls, flx_pv *args)
+{
+	size_t s, mask;
+	flx_pv *v;
+
+	if (!count_value(vm))
+		return NULL;
+	if (2 * (vm->sizes_n + 1) > ((size_t)1 << vm->sizes_bits) &&
+	    sizes_grow(vm))
+		return NULL;
+	mask = ((size_t)1 << vm->sizes_bits) - 1;
+	for (s = size_slot(vm, args); (v = vm->sizes[s]); s = (s + 1) & mask)
+		if (v->u.obj.args == args && v->u.obj.cls == cls)
+			return v;
+	v = alloc_node(vm, FLX_PV_OBJ, 0);
+	if (v) {
+		v->u.obj.cls = cls;
+		v->u.obj.args = args;
+		v->u.obj.shared_ = true;
+		vm->sizes[s] = v;
+		vm->sizes_n++;
+	}
+	return v;
+}
+
 /* Inert REDUCE/NEWOBJ result.  OrderedDict() is the one call we give a
  * meaning to: torch pickles it (backward_hooks, state dicts) and then fills
  * it with SETITEMS, so it must be a real DICT. */
@@ -1251,6 +1317,11 @@ static flx_pv *new_obj(struct vm *vm, flx_pv *cls, flx_pv *args, bool newobj)
 		if (cls->kind == FLX_PV_GLOBAL)
 			vm->not_odict = cls;
 	}
+	if (!newobj && args->u.seq.n == 1 &&
+	    (cls == vm->size_cls || flx_pv_is_global(cls, "torch", "Size"))) {
+		vm->size_cls = cls;
+		return shared_size(vm, cls, args);
+	}
 	v = new_node(vm, FLX_PV_OBJ);
 	if (v) {
 		v->u.obj.cls = cls;
@@ -1267,6 +1338,8 @@ static int op_build(struct vm *vm)
 
 	if ((rc = pop(vm, &state)) || (rc = top(vm, &o)))
 		return rc;
+	if (o->kind == FLX_PV_OBJ && o->u.obj.shared_)
+		return vm_fail(vm, -EINVAL, "BUILD on a torch.Size");
 	if (o->kind == FLX_PV_OBJ) {
 		o->u.obj.state = state;
 		return 0;
@@ -1756,6 +1829,7 @@ int flx_pickle_load(const void *buf, size_t len, const char *name,
 	memo_free(&vm);
 	free(vm.ints);
 	free(vm.tuples);
+	free(vm.sizes);
 	if (vm.cloc)
 		freelocale(vm.cloc);
 	if (rc) {

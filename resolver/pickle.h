@@ -86,6 +86,8 @@ struct flx_pv {
 			flx_pv *args; /* TUPLE (NEWOBJ/REDUCE argument) */
 			flx_pv *state; /* BUILD argument, NULL if none */
 			bool newobj;   /* NEWOBJ (true) or REDUCE (false) */
+			bool shared_;  /* internal: one node for equal
+					* torch.Size values; callers ignore */
 		} obj;
 		struct {
 			flx_pv *pid;
@@ -109,7 +111,9 @@ typedef struct flx_pickle flx_pickle;
  * it are ignored.  name names the input in error messages (e.g. the file).
  * Special cases, for the objects torch pickles: REDUCE or NEWOBJ of
  * collections.OrderedDict with empty args yields an empty FLX_PV_DICT (so
- * later SETITEMS fill it).  Nothing else is interpreted.
+ * later SETITEMS fill it); REDUCE of torch.Size over equal arguments
+ * yields one shared node (torch.Size is an immutable tuple: BUILD on it
+ * fails, as in Python).  Nothing else is interpreted.
  * The tree keeps no pointer into buf (strings are copied): buf may be freed
  * as soon as this returns.
  * @return 0 and *out (owned by caller, release with flx_pickle_free()), or

@@ -1028,6 +1028,49 @@ static void test_sharing(void)
 
 /* ------------------------------------------------------------ malformed */
 
+/* torch.Size(t) is shared like a tuple: equal arguments, one node, which
+ * BUILD may not change.  NEWOBJ of it, or any other class, stays apart. */
+static void test_size_sharing(void)
+{
+	flx_pickle *p = NULL;
+	flx_error e;
+	const flx_pv *r, *a;
+	int64_t x;
+
+	/* (Size((1,2)), Size((1,2)), Size((1,3)), NEWOBJ Size((1,2))) */
+	r = ROOT("\x80\x02(ctorch\nSize\nq\x00K\x01K\x02\x86\x85Rh\x00K\x01K"
+		 "\x02\x86\x85Rh\x00K\x01K\x03\x86\x85Rh\x00K\x01K\x02\x86\x85"
+		 "\x81t.",
+		 &p);
+	CHECK_EQ(flx_pv_len(r), 4);
+	CHECK(flx_pv_is_global(flx_pv_obj_class(flx_pv_item(r, 0)), "torch",
+			       "Size"));
+	CHECK(flx_pv_item(r, 0) == flx_pv_item(r, 1));
+	CHECK(flx_pv_item(r, 2) != flx_pv_item(r, 0));
+	CHECK(flx_pv_item(r, 3) != flx_pv_item(r, 0));
+	CHECK(is_newobj(flx_pv_item(r, 3)));
+	a = flx_pv_item(args(flx_pv_item(r, 2)), 0);
+	CHECK(flx_pv_len(a) == 2 && flx_pv_int(flx_pv_item(a, 1), &x) &&
+	      x == 3);
+	flx_pickle_free(p);
+	p = NULL;
+	/* BUILD on one would change every use of it: refused, as Python
+	 * refuses it (no __dict__) */
+	{
+		static const char build[] = "\x80\x02"
+					    "ctorch\nSize\nK\x01\x85\x85R}b.";
+
+		CHECK_EQ(load(build, sizeof(build) - 1, &p, &e), -EINVAL);
+	}
+	CHECK(strstr(e.text, "BUILD on a torch.Size") != NULL);
+	/* another class is not shared */
+	r = ROOT("\x80\x02(ctorch\nShape\nq\x00K\x01\x85\x85Rh\x00K\x01\x85"
+		 "\x85Rt.",
+		 &p);
+	CHECK(flx_pv_len(r) == 2 && flx_pv_item(r, 0) != flx_pv_item(r, 1));
+	flx_pickle_free(p);
+}
+
 static void test_malformed(void)
 {
 	char *big;
@@ -1225,6 +1268,7 @@ int main(void)
 	test_big_strings();
 	test_big_memo();
 	test_sharing();
+	test_size_sharing();
 	test_malformed();
 	test_damage();
 	return CHECK_RESULT();
