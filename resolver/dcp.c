@@ -609,113 +609,212 @@ static void fmt_offsets(char *buf, size_t len, int ndim, const int64_t *off)
 		snprintf(buf + n, len - n, "]");
 }
 
+/*
+ * What an item worker keeps from one item to the next: a mount reads tens
+ * of thousands of items, each a few hundred bytes, and allocating for each
+ * (and decoding each data.pkl from scratch) cost more than reading them.
+ * memo: data.pkl bytes already parsed, direct-mapped by a hash.  Items of
+ * equally shaped chunks carry byte-identical data.pkl records, and equal
+ * bytes parse to the equal result, so a hit (same length and bytes) skips
+ * the pickle VM and stays exact.  Only successful parses are kept: a bad
+ * record is parsed, and reported, every time.
+ */
+#define PKL_MEMO     64
+#define PKL_MEMO_MAX 4096 /* longer data.pkl records are not kept */
+
+typedef struct pkl_memo_ent {
+	uint64_t hash;
+	size_t len;
+	unsigned char *bytes; /* owned copy; NULL: empty slot */
+	flx_tensor_pkl tp;
+} pkl_memo_ent;
+
+typedef struct item_scratch {
+	flx_block_cache bc;
+	flx_zip *zip;
+	unsigned char *buf; /* data.pkl bytes */
+	size_t cap;
+	pkl_memo_ent memo[PKL_MEMO];
+} item_scratch;
+
+/* On failure too, s is left for scratch_release(). */
+static int scratch_init(item_scratch *s)
+{
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	rc = flx_block_cache_init(&s->bc);
+	s->zip = flx_zip_new();
+	return rc ? rc : s->zip ? 0 : -ENOMEM;
+}
+
+static void scratch_release(item_scratch *s)
+{
+	flx_block_cache_release(&s->bc);
+	flx_zip_close(s->zip);
+	free(s->buf);
+	for (int i = 0; i < PKL_MEMO; i++)
+		free(s->memo[i].bytes);
+}
+
+static uint64_t bytes_hash(const unsigned char *p, size_t n)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ull ^ n, w;
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		memcpy(&w, p + i, 8);
+		h = (h ^ w) * 0xff51afd7ed558ccdull;
+		h ^= h >> 32;
+	}
+	w = 0;
+	memcpy(&w, p + i, n - i);
+	h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+	return h ^ (h >> 29);
+}
+
+/* flx_tensor_pkl_parse() of buf[0..n), through the memo. */
+static int parse_data_pkl(item_scratch *s, const unsigned char *buf, size_t n,
+			  const char *name, flx_tensor_pkl *tp, flx_error *err)
+{
+	uint64_t h = bytes_hash(buf, n);
+	pkl_memo_ent *m = &s->memo[h % PKL_MEMO];
+	int rc;
+
+	if (m->bytes && m->hash == h && m->len == n &&
+	    memcmp(m->bytes, buf, n) == 0) {
+		*tp = m->tp;
+		return 0;
+	}
+	rc = flx_tensor_pkl_parse(buf, n, name, tp, err);
+	if (rc || n > PKL_MEMO_MAX)
+		return rc;
+	if (!m->bytes || m->len < n) {
+		unsigned char *b = malloc(n ? n : 1);
+
+		if (!b)
+			return 0; /* not kept; the parse stands */
+		free(m->bytes);
+		m->bytes = b;
+	}
+	memcpy(m->bytes, buf, n);
+	m->len = n;
+	m->hash = h;
+	m->tp = *tp;
+	return 0;
+}
+
+/* "<relpath>@<offset>", the item's name in messages, without snprintf's
+ * cost (one per item).  relpath is cut to fit. */
+static void item_name(char *buf, size_t size, const char *relpath, uint64_t off)
+{
+	char digits[24];
+	size_t n = strlen(relpath), k = sizeof(digits);
+
+	do {
+		digits[--k] = (char)('0' + off % 10);
+		off /= 10;
+	} while (off);
+	if (n > size - 2 - (sizeof(digits) - k))
+		n = size - 2 - (sizeof(digits) - k);
+	memcpy(buf, relpath, n);
+	buf[n++] = '@';
+	memcpy(buf + n, digits + k, sizeof(digits) - k);
+	buf[n + sizeof(digits) - k] = '\0';
+}
+
 /* Locate the chunk's storage inside its torch.save item and check it
- * against the metadata.  Reads go through bc, bound here to the item's
- * file; errors go to err.  Touches nothing shared but *ch, so items may
- * be loaded on several threads at once (load_items()). */
-static int load_item(const flx_ckpt *c, flx_block_cache *bc, flx_error *err,
+ * against the metadata.  Reads go through s's cache, bound here to the
+ * item's file; errors go to err.  Touches nothing shared but *ch, so items
+ * may be loaded on several threads at once (load_items()). */
+static int load_item(const flx_ckpt *c, item_scratch *s, flx_error *err,
 		     const flx_tensor *t, flx_chunk *ch)
 {
 	const flx_file *f = &c->files[ch->file];
 	char name[FLX_ERR_FIELD];
 	flx_reader r;
 	flx_cached_reader cr;
-	flx_zip *z = NULL;
+	flx_zip *z = s->zip;
 	flx_zip_rec pkl, data, bo;
 	flx_tensor_pkl tp;
-	unsigned char *buf = NULL;
 	int rc;
 
-	snprintf(name, sizeof(name), "%s@%llu", f->relpath,
-		 (unsigned long long)ch->item_off);
-	flx_block_cache_bind(bc, f->fd, f->size);
-	flx_reader_cached(&r, &cr, bc, ch->item_off, ch->item_len);
-	rc = flx_zip_open(&r, name, &z, err);
+	item_name(name, sizeof(name), f->relpath, ch->item_off);
+	flx_block_cache_bind(&s->bc, f->fd, f->size);
+	flx_reader_cached(&r, &cr, &s->bc, ch->item_off, ch->item_len);
+	rc = flx_zip_parse(z, &r, name, err);
 	if (rc) {
 		flx_error_key(err, t->fqn);
-		goto out;
+		return rc;
 	}
-	if (flx_zip_find(z, "data.pkl", &pkl) ||
-	    pkl.size > MAX_DATA_PKL_BYTES) {
-		rc = flx_error_set(err, -EINVAL, name, t->fqn,
-				   "item has no usable data.pkl record");
-		goto out;
-	}
+	if (flx_zip_find(z, "data.pkl", &pkl) || pkl.size > MAX_DATA_PKL_BYTES)
+		return flx_error_set(err, -EINVAL, name, t->fqn,
+				     "item has no usable data.pkl record");
 	if (!flx_zip_find(z, "byteorder", &bo)) {
 		char order[8] = {0};
 
 		if (bo.size > 7 ||
-		    (rc = flx_read_at(&r, order, bo.size, bo.data_off)))
-			goto bad_order;
-		if (strcmp(order, "little") != 0)
-			goto bad_order;
+		    (rc = flx_read_at(&r, order, bo.size, bo.data_off)) ||
+		    strcmp(order, "little") != 0)
+			return flx_error_set(err, -ENOTSUP, name, t->fqn,
+					     "byteorder record is not "
+					     "'little'");
 	}
-	buf = malloc(pkl.size ? pkl.size : 1);
-	if (!buf) {
-		rc = -ENOMEM;
-		goto out;
+	if (pkl.size > s->cap) {
+		unsigned char *b = malloc(pkl.size);
+
+		if (!b)
+			return -ENOMEM;
+		free(s->buf);
+		s->buf = b;
+		s->cap = pkl.size;
 	}
-	rc = flx_read_at(&r, buf, pkl.size, pkl.data_off);
-	if (rc) {
-		rc = flx_error_set(err, rc, name, t->fqn,
-				   "cannot read data.pkl");
-		goto out;
-	}
-	rc = flx_tensor_pkl_parse(buf, pkl.size, name, &tp, err);
+	rc = flx_read_at(&r, s->buf, pkl.size, pkl.data_off);
+	if (rc)
+		return flx_error_set(err, rc, name, t->fqn,
+				     "cannot read data.pkl");
+	rc = parse_data_pkl(s, s->buf, pkl.size, name, &tp, err);
 	if (rc) {
 		flx_error_key(err, t->fqn);
-		goto out;
+		return rc;
 	}
-	if (tp.dtype != t->dtype) {
-		rc = flx_error_set(err, -EINVAL, name, t->fqn,
-				   "dtype %s in data.pkl disagrees with %s "
-				   "in .metadata",
-				   flx_dtype_name(tp.dtype),
-				   flx_dtype_name(t->dtype));
-		goto out;
-	}
+	if (tp.dtype != t->dtype)
+		return flx_error_set(err, -EINVAL, name, t->fqn,
+				     "dtype %s in data.pkl disagrees with %s "
+				     "in .metadata",
+				     flx_dtype_name(tp.dtype),
+				     flx_dtype_name(t->dtype));
 	if (cmp_offsets(tp.ndim, tp.size, t->ndim, ch->size) != 0) {
 		char a[96], b[96];
 
 		fmt_offsets(a, sizeof(a), tp.ndim, tp.size);
 		fmt_offsets(b, sizeof(b), t->ndim, ch->size);
-		rc = flx_error_set(err, -EINVAL, name, t->fqn,
-				   "saved tensor shape %s differs from the "
-				   "chunk's sizes %s",
-				   a, b);
-		goto out;
+		return flx_error_set(err, -EINVAL, name, t->fqn,
+				     "saved tensor shape %s differs from the "
+				     "chunk's sizes %s",
+				     a, b);
 	}
 	{
-		char rel[80];
+		char rel[80] = "data/";
+		size_t k = strlen(tp.key);
 
-		snprintf(rel, sizeof(rel), "data/%s", tp.key);
-		if (flx_zip_find(z, rel, &data)) {
-			rc = flx_error_set(err, -EINVAL, name, t->fqn,
-					   "item has no %s record", rel);
-			goto out;
-		}
+		/* tp.key is shorter than its 64 bytes: rel has room */
+		memcpy(rel + 5, tp.key, k + 1);
+		if (flx_zip_find(z, rel, &data))
+			return flx_error_set(err, -EINVAL, name, t->fqn,
+					     "item has no %s record", rel);
 	}
-	if (data.size < tp.storage_bytes) {
-		rc = flx_error_set(err, -EINVAL, name, t->fqn,
-				   "storage record holds %llu bytes, the "
-				   "tensor needs %llu",
-				   (unsigned long long)data.size,
-				   (unsigned long long)tp.storage_bytes);
-		goto out;
-	}
+	if (data.size < tp.storage_bytes)
+		return flx_error_set(err, -EINVAL, name, t->fqn,
+				     "storage record holds %llu bytes, the "
+				     "tensor needs %llu",
+				     (unsigned long long)data.size,
+				     (unsigned long long)tp.storage_bytes);
 	ch->data_off = ch->item_off + data.data_off;
 	ch->storage_offset = tp.storage_offset;
 	memcpy(ch->stride, tp.stride, sizeof(int64_t) * (size_t)t->ndim);
 	ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
-	rc = 0;
-	goto out;
-bad_order:
-	rc = flx_error_set(err, -ENOTSUP, name, t->fqn,
-			   "byteorder record is not 'little'");
-out:
-	free(buf);
-	flx_zip_close(z);
-	return rc;
+	return 0;
 }
 
 /*
@@ -758,13 +857,16 @@ static int cmp_job(const void *pa, const void *pb)
 static void *item_worker_run(void *arg)
 {
 	item_worker *w = arg;
-	flx_block_cache bc;
+	item_scratch *s = malloc(sizeof(*s));
 
-	w->rc = flx_block_cache_init(&bc);
+	w->rc = s ? scratch_init(s) : -ENOMEM;
 	for (size_t i = w->lo; !w->rc && i < w->hi; i++)
 		w->rc =
-		    load_item(w->c, &bc, &w->err, w->jobs[i].t, w->jobs[i].ch);
-	flx_block_cache_release(&bc);
+		    load_item(w->c, s, &w->err, w->jobs[i].t, w->jobs[i].ch);
+	if (s) {
+		scratch_release(s);
+		free(s);
+	}
 	return NULL;
 }
 

@@ -37,15 +37,39 @@
 #define FLAG_ENCRYPTED 0x2041u
 
 struct zent {
-	char *name;
+	const char *name; /* in flx_zip.names */
 	flx_zip_rec rec;
 };
 
+/* Everything is kept between parses (flx_zip_parse()): a mount parses tens
+ * of thousands of items, and ten allocations each cost more than the
+ * parse itself. */
 struct flx_zip {
-	char *prefix;
+	char *prefix; /* in names */
 	size_t n;
 	struct zent *ents; /* sorted by name */
+	size_t cap_ents;
+	char *names; /* every name NUL-terminated, the prefix after them */
+	size_t cap_names;
+	unsigned char *cd; /* the central directory, as read */
+	size_t cap_cd;
 };
+
+/* Room for n bytes in *buf (capacity *cap), contents not kept. */
+static int room(void **buf, size_t *cap, size_t n)
+{
+	void *b;
+
+	if (n <= *cap)
+		return 0;
+	b = malloc(n);
+	if (!b)
+		return -ENOMEM;
+	free(*buf);
+	*buf = b;
+	*cap = n;
+	return 0;
+}
 
 struct zctx {
 	const flx_reader *r;
@@ -315,10 +339,11 @@ static int cmp_ent(const void *a, const void *b)
 		      ((const struct zent *)b)->name);
 }
 
-/* One CD entry at cd[*cur]: fill e (name allocated), advance *cur. */
+/* One CD entry at cd[*cur]: fill e (its name copied to *pool, which has
+ * room: names are shorter than their CD records), advance *cur and *pool. */
 static int read_cd_entry(struct zctx *c, const struct cdinfo *ci,
 			 const unsigned char *cd, size_t *cur, size_t idx,
-			 struct zent *e)
+			 struct zent *e, char **pool)
 {
 	unsigned char lfh[LFH_LEN + FLX_ZIP_MAX_NAME];
 	const unsigned char *h = cd + *cur;
@@ -362,9 +387,10 @@ static int read_cd_entry(struct zctx *c, const struct cdinfo *ci,
 			     "central directory entry %zu: NUL "
 			     "in name",
 			     idx);
-	e->name = strndup((const char *)h + CDH_LEN, nlen);
-	if (!e->name)
-		return zfail(c, -ENOMEM, "out of memory");
+	memcpy(*pool, h + CDH_LEN, nlen);
+	(*pool)[nlen] = '\0';
+	e->name = *pool;
+	*pool += nlen + 1;
 	if ((rc = zip64_extra(c, h + CDH_LEN + nlen, xlen, &usize, &csize, &lho,
 			      &disk, idx)))
 		return rc;
@@ -416,78 +442,103 @@ static int read_cd_entry(struct zctx *c, const struct cdinfo *ci,
 	return 0;
 }
 
-int flx_zip_open(const flx_reader *r, const char *name, flx_zip **out,
-		 flx_error *err)
+flx_zip *flx_zip_new(void)
 {
-	struct zctx c = {.r = r, .name = name, .err = err};
+	return calloc(1, sizeof(flx_zip));
+}
+
+static int parse(flx_zip *z, struct zctx *cx)
+{
+	struct zctx c = *cx;
 	struct cdinfo ci = {0};
-	unsigned char *cd = NULL;
-	flx_zip *z;
 	size_t cur = 0, plen = 0;
+	char *pool;
 	int rc;
 
-	z = calloc(1, sizeof(*z));
-	if (!z)
-		return zfail(&c, -ENOMEM, "out of memory");
 	if ((rc = read_end(&c, &ci)))
-		goto out;
-	z->ents = calloc((size_t)ci.entries, sizeof(*z->ents));
-	cd = malloc((size_t)ci.cd_size);
-	if (!z->ents || !cd) {
-		rc = zfail(&c, -ENOMEM, "out of memory");
-		goto out;
-	}
-	if ((rc = zread(&c, cd, (size_t)ci.cd_size, ci.cd_off,
+		return rc;
+	/* names: at most the CD's bytes with a NUL each, then the prefix
+	 * (shorter than the first name) */
+	if (room((void **)&z->ents, &z->cap_ents,
+		 (size_t)ci.entries * sizeof(*z->ents)) ||
+	    room((void **)&z->cd, &z->cap_cd, (size_t)ci.cd_size) ||
+	    room((void **)&z->names, &z->cap_names,
+		 2 * ((size_t)ci.cd_size + (size_t)ci.entries)))
+		return zfail(&c, -ENOMEM, "out of memory");
+	if ((rc = zread(&c, z->cd, (size_t)ci.cd_size, ci.cd_off,
 			"central directory")))
-		goto out;
+		return rc;
+	pool = z->names;
 	for (size_t i = 0; i < ci.entries; i++) {
 		struct zent *e = &z->ents[i];
 		const char *slash;
 
-		rc = read_cd_entry(&c, &ci, cd, &cur, i, e);
-		z->n = i + 1; /* e->name is owned now, even on failure */
+		rc = read_cd_entry(&c, &ci, z->cd, &cur, i, e, &pool);
 		if (rc)
-			goto out;
+			return rc;
+		z->n = i + 1;
 		if (i == 0) {
 			/* torch: the prefix is whatever precedes the first
 			 * '/' of the first record. */
 			slash = strchr(e->name, '/');
-			if (!slash || slash == e->name) {
-				rc = zfail(&c, -EINVAL,
-					   "record '%s': no "
-					   "archive folder prefix",
-					   e->name);
-				goto out;
-			}
+			if (!slash || slash == e->name)
+				return zfail(&c, -EINVAL,
+					     "record '%s': no "
+					     "archive folder prefix",
+					     e->name);
 			plen = (size_t)(slash - e->name);
-			z->prefix = strndup(e->name, plen);
-			if (!z->prefix) {
-				rc = zfail(&c, -ENOMEM, "out of memory");
-				goto out;
-			}
+			/* after this first name, before the next one: the
+			 * pool has room for the CD twice */
+			z->prefix = z->names + ci.cd_size + ci.entries;
+			memcpy(z->prefix, e->name, plen);
+			z->prefix[plen] = '\0';
 		}
 		if (strncmp(e->name, z->prefix, plen) != 0 ||
-		    e->name[plen] != '/') {
-			rc =
-			    zfail(&c, -EINVAL, "record '%s' is not under '%s/'",
-				  e->name, z->prefix);
-			goto out;
-		}
+		    e->name[plen] != '/')
+			return zfail(&c, -EINVAL,
+				     "record '%s' is not under '%s/'", e->name,
+				     z->prefix);
 	}
 	qsort(z->ents, z->n, sizeof(*z->ents), cmp_ent);
-	for (size_t i = 1; i < z->n; i++) {
-		if (strcmp(z->ents[i - 1].name, z->ents[i].name) == 0) {
-			rc = zfail(&c, -EINVAL, "record '%s' appears twice",
-				   z->ents[i].name);
-			goto out;
-		}
+	for (size_t i = 1; i < z->n; i++)
+		if (strcmp(z->ents[i - 1].name, z->ents[i].name) == 0)
+			return zfail(&c, -EINVAL, "record '%s' appears twice",
+				     z->ents[i].name);
+	return 0;
+}
+
+int flx_zip_parse(flx_zip *z, const flx_reader *r, const char *name,
+		  flx_error *err)
+{
+	struct zctx c = {.r = r, .name = name, .err = err};
+	int rc;
+
+	z->n = 0;
+	z->prefix = NULL;
+	rc = parse(z, &c);
+	if (rc) {
+		z->n = 0;
+		z->prefix = NULL;
+	}
+	return rc;
+}
+
+int flx_zip_open(const flx_reader *r, const char *name, flx_zip **out,
+		 flx_error *err)
+{
+	flx_zip *z = flx_zip_new();
+	int rc;
+
+	if (!z)
+		return flx_error_set(err, -ENOMEM, name, NULL,
+				     "zip: out of memory");
+	rc = flx_zip_parse(z, r, name, err);
+	if (rc) {
+		flx_zip_close(z);
+		return rc;
 	}
 	*out = z;
-	z = NULL;
-out:
-	free(cd);
-	flx_zip_close(z);
-	return rc;
+	return 0;
 }
 
 int flx_zip_find(const flx_zip *z, const char *rel, flx_zip_rec *rec)
@@ -495,7 +546,7 @@ int flx_zip_find(const flx_zip *z, const char *rel, flx_zip_rec *rec)
 	size_t plen, rlen, lo = 0, hi;
 	char buf[FLX_ZIP_MAX_NAME + 1];
 
-	if (!z || !rel)
+	if (!z || !rel || !z->prefix || !z->n)
 		return -ENOENT;
 	plen = strlen(z->prefix);
 	rlen = strlen(rel);
@@ -530,9 +581,8 @@ void flx_zip_close(flx_zip *z)
 {
 	if (!z)
 		return;
-	for (size_t i = 0; i < z->n; i++)
-		free(z->ents[i].name);
 	free(z->ents);
-	free(z->prefix);
+	free(z->names);
+	free(z->cd);
 	free(z);
 }

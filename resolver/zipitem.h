@@ -40,6 +40,18 @@ int flx_zip_open(const flx_reader *r, const char *name, flx_zip **out,
 		 flx_error *err);
 
 /**
+ * The same as a reusable object: flx_zip_new() makes an empty one (NULL:
+ * out of memory), flx_zip_parse() parses r into it, replacing what it
+ * held and reusing its memory (no allocation once it has grown to the
+ * largest archive seen).  After a failed parse z holds no records but
+ * may be parsed again.  Records and the prefix are valid until the next
+ * parse or flx_zip_close().  @return as flx_zip_open().
+ */
+flx_zip *flx_zip_new(void);
+int flx_zip_parse(flx_zip *z, const flx_reader *r, const char *name,
+		  flx_error *err);
+
+/**
  * Find record "<prefix>/<rel>" (e.g. rel = "data.pkl", "data/0").
  * @return 0 and *rec, or -ENOENT.
  */

@@ -120,6 +120,64 @@ static void test_vectors(void)
 
 /* The same windows through a file descriptor, as the resolver reads
  * items of a .distcp file. */
+/* One reusable object through every vector, in order and then backwards
+ * (so each archive follows a bigger and a smaller one, and the failing
+ * ones in between): records as from a fresh open, nothing left over. */
+static void test_reuse(void)
+{
+	flx_zip *z = flx_zip_new();
+	const struct zip_vec *prev = NULL;
+	int stale = 0;
+
+	CHECK(z != NULL);
+	if (!z)
+		return;
+	for (size_t k = 0; k < 2 * NZIP; k++) {
+		const struct zip_vec *v =
+		    &zip_vecs[k < NZIP ? k : 2 * NZIP - 1 - k];
+		size_t len = 0;
+		unsigned char *buf = check_read_file(v->file, &len);
+		flx_reader r;
+		flx_mem_reader m;
+		flx_zip_rec rec;
+		flx_error e;
+		int rc;
+
+		if (!buf)
+			continue;
+		flx_error_init(&e);
+		flx_reader_mem(&r, &m, buf + v->win_off, (size_t)v->win_len);
+		rc = flx_zip_parse(z, &r, "item", &e);
+		if (v->err) {
+			CHECK_EQ(rc, -EINVAL);
+			CHECK(strstr(e.text, v->err) != NULL);
+			/* a failed parse leaves no records behind */
+			CHECK_EQ(flx_zip_find(z, "data.pkl", &rec), -ENOENT);
+			CHECK(flx_zip_prefix(z) == NULL);
+		} else {
+			CHECK_EQ(rc, 0);
+			check_records(v, z, buf);
+			/* records only the previous archive had are gone */
+			for (int i = 0; prev && i < prev->nrec; i++) {
+				bool here = false;
+
+				for (int j = 0; j < v->nrec; j++)
+					here |= !strcmp(prev->rec[i].rel,
+							v->rec[j].rel);
+				if (!here)
+					CHECK_EQ(flx_zip_find(
+						     z, prev->rec[i].rel, &rec),
+						 -ENOENT);
+				stale += !here;
+			}
+		}
+		prev = v;
+		free(buf);
+	}
+	CHECK(stale > 0); /* the vectors differ enough to test that */
+	flx_zip_close(z);
+}
+
 static void test_fd_windows(void)
 {
 	int nwin = 0;
@@ -488,6 +546,7 @@ static void test_tiny(void)
 int main(void)
 {
 	test_vectors();
+	test_reuse();
 	test_fd_windows();
 	test_damaged_torch("torch/t113_f32.pt");
 	test_damaged_torch("torch/t26_f32.pt");
