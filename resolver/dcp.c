@@ -669,8 +669,12 @@ static uint64_t bytes_hash(const unsigned char *p, size_t n)
 	}
 	w = 0;
 	memcpy(&w, p + i, n - i);
-	h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
-	return h ^ (h >> 29);
+	/* murmur3's finaliser: the slot (low bits) depends on every byte,
+	 * not mostly on the last word */
+	h ^= w;
+	h = (h ^ (h >> 33)) * 0xff51afd7ed558ccdull;
+	h = (h ^ (h >> 33)) * 0xc4ceb9fe1a85ec53ull;
+	return h ^ (h >> 33);
 }
 
 /* flx_tensor_pkl_parse() of buf[0..n), through the memo. */
