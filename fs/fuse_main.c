@@ -186,11 +186,26 @@ static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_plan **plan,
 	int rc;
 
 	flx_error_init(&err);
-	rc = flx_ckpt_open(cl->mo.source, ckpt, &err);
+	/* The plan and the tree need nothing the items give: they are built
+	 * while the items are read. */
+	rc = flx_ckpt_open_start(cl->mo.source, ckpt, &err);
 	if (!rc)
 		rc = flx_plan_build(*ckpt, &cl->mo.spec, plan, &err);
 	if (!rc)
 		rc = flx_fs_build(*ckpt, *plan, fs, &err);
+	if (*ckpt) {
+		flx_error ierr;
+		int irc;
+
+		/* a bad item is reported before a plan or tree failure, as
+		 * when the items were read first */
+		flx_error_init(&ierr);
+		irc = flx_ckpt_finish(*ckpt, &ierr);
+		if (irc) {
+			err = ierr;
+			rc = irc;
+		}
+	}
 	if (rc) {
 		if (!err.code)
 			flx_error_set(&err, rc, cl->mo.source, NULL, "%s",

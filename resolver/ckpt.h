@@ -12,7 +12,8 @@
  * to lie inside files that were open, regular and long enough at mount.
  * The checkpoint directory is only ever opened O_RDONLY.
  *
- * Thread-safety: immutable after open; any number of threads may read.
+ * Thread-safety: immutable after open (after flx_ckpt_finish() for
+ * flx_ckpt_open_start()); any number of threads may read.
  */
 
 #include "dtype.h"
@@ -96,6 +97,8 @@ typedef struct flx_ckpt {
 	size_t nobjects;
 	flx_object *objects;
 	flx_tensor **by_name; /* internal: tensors sorted by FQN */
+	/* internal: items still being read (flx_ckpt_open_start()) */
+	struct flx_item_load *loading;
 } flx_ckpt;
 
 /**
@@ -104,6 +107,21 @@ typedef struct flx_ckpt {
  *         the file, the key and the reason.
  */
 int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err);
+
+/**
+ * flx_ckpt_open() in two steps, so that the caller can plan and build its
+ * namespace while the items (the longest part of a large open) are read
+ * on other threads.  flx_ckpt_open_start() fails as flx_ckpt_open() would
+ * on everything but the items.  Until flx_ckpt_finish(), the caller may
+ * use everything except what the items give, a chunk's data_off,
+ * storage_offset, stride and contig_from, and may not read.
+ * flx_ckpt_finish() waits for the items: 0, or -errno with err as
+ * flx_ckpt_open() would have failed (then only flx_ckpt_close() remains);
+ * 0 at once after flx_ckpt_open() or a finished open.  Not thread-safe
+ * against itself or flx_ckpt_close(), which waits for unfinished items.
+ */
+int flx_ckpt_open_start(const char *dir, flx_ckpt **out, flx_error *err);
+int flx_ckpt_finish(flx_ckpt *c, flx_error *err);
 
 /** Release everything (closes fds); NULL is fine. */
 void flx_ckpt_close(flx_ckpt *c);

@@ -730,7 +730,7 @@ static void item_name(char *buf, size_t size, const char *relpath, uint64_t off)
 /* Locate the chunk's storage inside its torch.save item and check it
  * against the metadata.  Reads go through s's cache, bound here to the
  * item's file; errors go to err.  Touches nothing shared but *ch, so items
- * may be loaded on several threads at once (load_items()). */
+ * may be loaded on several threads at once (items_begin()). */
 static int load_item(const flx_ckpt *c, item_scratch *s, flx_error *err,
 		     const flx_tensor *t, flx_chunk *ch)
 {
@@ -844,9 +844,19 @@ typedef struct item_worker {
 	const flx_ckpt *c;
 	item_job *jobs;
 	size_t lo, hi;
+	bool thread; /* running on tid, joined by items_end() */
+	bool ran;
+	pthread_t tid;
 	int rc;
 	flx_error err;
 } item_worker;
+
+/* Items being read, from items_begin() to items_end(). */
+struct flx_item_load {
+	item_job *jobs;
+	unsigned nt;
+	item_worker w[MAX_ITEM_THREADS];
+};
 
 static int cmp_job(const void *pa, const void *pb)
 {
@@ -863,6 +873,7 @@ static void *item_worker_run(void *arg)
 	item_worker *w = arg;
 	item_scratch *s = malloc(sizeof(*s));
 
+	w->ran = true;
 	w->rc = s ? scratch_init(s) : -ENOMEM;
 	for (size_t i = w->lo; !w->rc && i < w->hi; i++)
 		w->rc =
@@ -895,50 +906,71 @@ static unsigned item_threads(size_t n)
 	return want ? (unsigned)want : 1;
 }
 
-static int load_items(loader *L)
+/*
+ * Start reading the nitems items of c: workers 1.. on their own threads,
+ * worker 0 too unless wait (then it runs here, before returning).  A
+ * worker whose thread cannot start runs in items_end().  @return 0 and
+ * *out (for items_end()), or -ENOMEM.
+ */
+static int items_begin(const flx_ckpt *c, size_t nitems, bool wait,
+		       struct flx_item_load **out)
 {
-	flx_ckpt *c = L->c;
-	item_job *jobs = calloc(L->nitems ? L->nitems : 1, sizeof(*jobs));
-	item_worker w[MAX_ITEM_THREADS];
-	pthread_t tid[MAX_ITEM_THREADS];
-	unsigned nt = item_threads(L->nitems), started = 1;
+	struct flx_item_load *ld = calloc(1, sizeof(*ld));
 	size_t n = 0;
-	int rc = 0;
 
-	if (!jobs)
+	if (!ld ||
+	    !(ld->jobs = calloc(nitems ? nitems : 1, sizeof(item_job)))) {
+		free(ld);
 		return -ENOMEM;
+	}
 	for (size_t i = 0; i < c->ntensors; i++)
 		for (uint32_t k = 0; k < c->tensors[i].nchunks; k++)
-			jobs[n++] = (item_job){&c->tensors[i],
-					       &c->tensors[i].chunks[k]};
-	qsort(jobs, n, sizeof(*jobs), cmp_job);
-	for (unsigned k = 0; k < nt; k++) {
-		w[k] = (item_worker){.c = c,
-				     .jobs = jobs,
-				     .lo = n * k / nt,
-				     .hi = n * (k + 1) / nt};
-		flx_error_init(&w[k].err);
+			ld->jobs[n++] = (item_job){&c->tensors[i],
+						   &c->tensors[i].chunks[k]};
+	qsort(ld->jobs, n, sizeof(*ld->jobs), cmp_job);
+	ld->nt = item_threads(n);
+	for (unsigned k = 0; k < ld->nt; k++) {
+		item_worker *w = &ld->w[k];
+
+		*w = (item_worker){.c = c,
+				   .jobs = ld->jobs,
+				   .lo = n * k / ld->nt,
+				   .hi = n * (k + 1) / ld->nt};
+		flx_error_init(&w->err);
 	}
-	/* Worker 0 runs here; if a thread cannot start, its run is done
-	 * here too, after the others. */
-	for (unsigned k = 1; k < nt; k++, started++)
-		if (pthread_create(&tid[k], NULL, item_worker_run, &w[k]))
+	for (unsigned k = wait; k < ld->nt; k++) {
+		if (pthread_create(&ld->w[k].tid, NULL, item_worker_run,
+				   &ld->w[k]))
 			break;
-	item_worker_run(&w[0]);
-	for (unsigned k = 1; k < nt; k++) {
-		if (k < started)
-			pthread_join(tid[k], NULL);
-		else
-			item_worker_run(&w[k]);
+		ld->w[k].thread = true;
 	}
-	for (unsigned k = 0; k < nt && !rc; k++) {
-		rc = w[k].rc;
-		if (rc && w[k].err.code)
-			*L->err = w[k].err;
+	if (wait)
+		item_worker_run(&ld->w[0]);
+	*out = ld;
+	return 0;
+}
+
+/* Wait for (or run) every worker, then free ld.  @return 0, or the first
+ * failure in file order with err. */
+static int items_end(struct flx_item_load *ld, flx_error *err)
+{
+	int rc = 0;
+
+	for (unsigned k = 0; k < ld->nt; k++) {
+		if (ld->w[k].thread)
+			pthread_join(ld->w[k].tid, NULL);
+		else if (!ld->w[k].ran)
+			item_worker_run(&ld->w[k]);
 	}
-	if (rc && !L->err->code)
-		flx_error_set(L->err, rc, NULL, NULL, "%s", strerror(-rc));
-	free(jobs);
+	for (unsigned k = 0; k < ld->nt && !rc; k++) {
+		rc = ld->w[k].rc;
+		if (rc && ld->w[k].err.code)
+			*err = ld->w[k].err;
+	}
+	if (rc && !err->code)
+		flx_error_set(err, rc, NULL, NULL, "%s", strerror(-rc));
+	free(ld->jobs);
+	free(ld);
 	return rc;
 }
 
@@ -1134,7 +1166,7 @@ static int load_tensor(loader *L, flx_tensor *t, const char *name,
 	}
 	L->nitems += t->nchunks;
 	/* The items themselves are read later, all together, in file order
-	 * (load_items()). */
+	 * (items_begin()). */
 	return check_coverage(L, t);
 too_big:
 	return flx_error_set(L->err, -EOVERFLOW, META_NAME, t->fqn,
@@ -1369,10 +1401,31 @@ static int cmp_tensor_ptr(const void *a, const void *b)
 
 static int build_index(loader *L);
 
-int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
+/* Name files by their path, as the user will look them up. */
+static void name_by_path(flx_error *err, const char *dir)
+{
+	if (err && err->file[0] && err->file[0] != '/' &&
+	    strcmp(err->file, dir) != 0) {
+		char path[2 * FLX_ERR_FIELD + 2];
+
+		snprintf(path, sizeof(path), "%s/%s", dir, err->file);
+		flx_error_file_replace(err, path);
+	}
+}
+
+/*
+ * Everything is checked in this order, and the first failure is the one
+ * reported: the metadata, the items, then the other files and the names.
+ * The items are read last (or, unless wait, left reading) because they
+ * take the longest and nothing else needs them; so when the other files
+ * or the names fail, the items are still read first, to report what a
+ * full check would have found first.
+ */
+static int open_ckpt(const char *dir, bool wait, flx_ckpt **out, flx_error *err)
 {
 	static const flx_pickle_limits lim = {0};
 	loader L = {.err = err, .dirfd = -1};
+	struct flx_item_load *ld = NULL;
 	flx_pickle *pk = NULL;
 	void *meta = NULL;
 	size_t meta_len = 0;
@@ -1412,16 +1465,31 @@ int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
 	rc = interpret(&L, flx_pickle_root(pk));
 	flx_pickle_free(pk);
 	pk = NULL;
-	if (!rc)
-		rc = load_items(&L);
-	if (!rc)
-		rc = load_extras(&L);
-	if (!rc)
-		rc = build_index(&L);
+	if (!rc) {
+		/* the other files first: adding them moves c->files, which
+		 * the item workers read */
+		flx_error later;
+		int rc2;
+
+		flx_error_init(&later);
+		L.err = &later;
+		rc2 = load_extras(&L);
+		if (!rc2)
+			rc2 = build_index(&L);
+		L.err = err;
+		rc = items_begin(L.c, L.nitems, wait || rc2, &ld);
+		if (!rc && (wait || rc2)) {
+			rc = items_end(ld, err);
+			ld = NULL;
+		}
+		if (!rc && rc2) {
+			*err = later;
+			rc = rc2;
+		}
+	}
 	if (rc)
 		goto fail;
-	flx_pickle_free(pk);
-	free(meta);
+	L.c->loading = ld;
 	free(L.se);
 	free(L.smap);
 	free(L.offs);
@@ -1432,14 +1500,7 @@ int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
 	return 0;
 fail:
 	flx_error_default(err, rc, dir);
-	/* name files by their path, as the user will look them up */
-	if (err && err->file[0] && err->file[0] != '/' &&
-	    strcmp(err->file, dir) != 0) {
-		char path[2 * FLX_ERR_FIELD + 2];
-
-		snprintf(path, sizeof(path), "%s/%s", dir, err->file);
-		flx_error_file_replace(err, path);
-	}
+	name_by_path(err, dir);
 	flx_pickle_free(pk);
 	free(meta);
 	free(L.se);
@@ -1450,6 +1511,31 @@ fail:
 	if (L.dirfd >= 0)
 		close(L.dirfd);
 	flx_ckpt_close(L.c);
+	return rc;
+}
+
+int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
+{
+	return open_ckpt(dir, true, out, err);
+}
+
+int flx_ckpt_open_start(const char *dir, flx_ckpt **out, flx_error *err)
+{
+	return open_ckpt(dir, false, out, err);
+}
+
+int flx_ckpt_finish(flx_ckpt *c, flx_error *err)
+{
+	int rc;
+
+	if (!c->loading)
+		return 0;
+	rc = items_end(c->loading, err);
+	c->loading = NULL;
+	if (rc) {
+		flx_error_default(err, rc, c->dir);
+		name_by_path(err, c->dir);
+	}
 	return rc;
 }
 
@@ -1556,6 +1642,12 @@ void flx_ckpt_close(flx_ckpt *c)
 {
 	if (!c)
 		return;
+	if (c->loading) {
+		flx_error ignored;
+
+		flx_error_init(&ignored);
+		(void)items_end(c->loading, &ignored);
+	}
 	for (size_t i = 0; i < c->nfiles; i++) {
 		free(c->files[i].relpath);
 		close(c->files[i].fd);

@@ -9,3 +9,9 @@ add_test(NAME test_cases_threads COMMAND test_cases
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(test_cases_threads PROPERTIES
   ENVIRONMENT "FLEXFS_ITEM_THREADS=3")
+# Again through flx_ckpt_open_start() + plan + flx_ckpt_finish(), as the
+# daemon mounts: the same errors, item failures first.
+add_test(NAME test_cases_async COMMAND test_cases
+  WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_cases_async PROPERTIES
+  ENVIRONMENT "FLX_CASES_ASYNC=1;FLEXFS_ITEM_THREADS=2")
