@@ -39,6 +39,8 @@ static int64_t mtime_ns(const struct stat *st)
 	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
 }
 
+#define PATH_MEMO 64
+
 /* One storage_data entry: (fqn, chunk offsets or none) -> item location. */
 typedef struct sentry {
 	const char *fqn;
@@ -74,6 +76,10 @@ typedef struct loader {
 	int64_t *offs; /* storage_data offsets, see sentry */
 	size_t noffs, capoffs;
 	sentry_ref *smap; /* open-addressing index of se */
+	struct path_memo {
+		const char *s; /* a relative_path node's string */
+		uint32_t idx;  /* its file */
+	} paths[PATH_MEMO];
 	size_t smap_mask;
 } loader;
 
@@ -582,9 +588,22 @@ static int item_window(loader *L, const sentry *e, const char *key,
 				     "item transform '%s' is not supported",
 				     t ? t : "?");
 	}
-	rc = add_file(L, e->relpath, true, key, file);
-	if (rc)
-		return rc;
+	{
+		/* relative_path strings are memoized in the pickle: one node,
+		 * so one pointer, per file for tens of thousands of entries,
+		 * and the tree outlives this cache */
+		struct path_memo *pm =
+		    &L->paths[((uintptr_t)e->relpath >> 4) % PATH_MEMO];
+
+		if (pm->s == e->relpath) {
+			*file = pm->idx;
+		} else {
+			rc = add_file(L, e->relpath, true, key, file);
+			if (rc)
+				return rc;
+			*pm = (struct path_memo){e->relpath, *file};
+		}
+	}
 	f = &L->c->files[*file];
 	if (e->offset > f->size || e->length > f->size - e->offset)
 		return flx_error_set(L->err, -EINVAL, e->relpath, key,
