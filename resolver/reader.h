@@ -63,7 +63,10 @@ typedef struct flx_cached_reader {
 int flx_block_cache_init(flx_block_cache *c);
 
 /** Bind to fd of fsize bytes, dropping cached blocks unless fd is the
- * one already bound (the cache trusts that the file does not change). */
+ * one already bound (the cache trusts that the file does not change).
+ * The cache knows a file only by descriptor number and size: fd must stay
+ * open as long as it is bound, or a reused number of an equally long file
+ * would be served the old file's blocks (bind to -1 first). */
 void flx_block_cache_bind(flx_block_cache *c, int fd, uint64_t fsize);
 
 /** Free the slots (safe after a failed init or twice). */
