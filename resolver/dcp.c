@@ -887,6 +887,44 @@ static int cmp_job(const void *pa, const void *pb)
 	return a->item_off < b->item_off ? -1 : a->item_off > b->item_off;
 }
 
+/*
+ * Fill jobs with every chunk of c in file order: by file, then by offset
+ * in the file.  A rank writes its items in state-dict order, so bucketing
+ * the chunks by file in tensor order (stable) nearly always leaves each
+ * file's run sorted already; a run that is not gets sorted.  A qsort of
+ * all 64 k jobs cost 4 ms of a mount.  @return the job count, SIZE_MAX
+ * when out of memory.
+ */
+static size_t order_jobs(const flx_ckpt *c, item_job *jobs)
+{
+	size_t *at = calloc(c->nfiles + 1, sizeof(*at)), n = 0;
+
+	if (!at)
+		return SIZE_MAX;
+	for (size_t i = 0; i < c->ntensors; i++)
+		for (uint32_t k = 0; k < c->tensors[i].nchunks; k++)
+			at[c->tensors[i].chunks[k].file + 1]++;
+	for (size_t f = 0; f < c->nfiles; f++)
+		at[f + 1] += at[f];
+	n = at[c->nfiles];
+	for (size_t i = 0; i < c->ntensors; i++)
+		for (uint32_t k = 0; k < c->tensors[i].nchunks; k++) {
+			flx_chunk *ch = &c->tensors[i].chunks[k];
+
+			jobs[at[ch->file]++] = (item_job){&c->tensors[i], ch};
+		}
+	/* at[f] is now the end of file f's run */
+	for (size_t f = 0, lo = 0; f < c->nfiles; lo = at[f++])
+		for (size_t j = lo + 1; j < at[f]; j++)
+			if (jobs[j - 1].ch->item_off > jobs[j].ch->item_off) {
+				qsort(jobs + lo, at[f] - lo, sizeof(*jobs),
+				      cmp_job);
+				break;
+			}
+	free(at);
+	return n;
+}
+
 static void *item_worker_run(void *arg)
 {
 	item_worker *w = arg;
@@ -942,11 +980,12 @@ static int items_begin(const flx_ckpt *c, size_t nitems, bool wait,
 		free(ld);
 		return -ENOMEM;
 	}
-	for (size_t i = 0; i < c->ntensors; i++)
-		for (uint32_t k = 0; k < c->tensors[i].nchunks; k++)
-			ld->jobs[n++] = (item_job){&c->tensors[i],
-						   &c->tensors[i].chunks[k]};
-	qsort(ld->jobs, n, sizeof(*ld->jobs), cmp_job);
+	n = order_jobs(c, ld->jobs);
+	if (n == SIZE_MAX) {
+		free(ld->jobs);
+		free(ld);
+		return -ENOMEM;
+	}
 	ld->nt = item_threads(n);
 	for (unsigned k = 0; k < ld->nt; k++) {
 		item_worker *w = &ld->w[k];
@@ -1562,34 +1601,52 @@ int flx_ckpt_finish(flx_ckpt *c, flx_error *err)
 static int build_index(loader *L)
 {
 	flx_ckpt *c = L->c;
-	size_t n = c->ntensors + c->nobjects;
-	const char **names;
-	int rc = 0;
+	const char **obj, *dup = NULL;
+	size_t t = 0;
 
 	c->by_name =
 	    malloc((c->ntensors ? c->ntensors : 1) * sizeof(*c->by_name));
-	names = malloc((n ? n : 1) * sizeof(*names));
-	if (!c->by_name || !names) {
-		free(names);
+	obj = malloc((c->nobjects ? c->nobjects : 1) * sizeof(*obj));
+	if (!c->by_name || !obj) {
+		free(obj);
 		return -ENOMEM;
 	}
 	for (size_t i = 0; i < c->ntensors; i++)
 		c->by_name[i] = &c->tensors[i];
 	qsort(c->by_name, c->ntensors, sizeof(*c->by_name), cmp_tensor_ptr);
-	/* a crafted pickle can repeat a dict key: every name, tensor or
-	 * bytes value, must be unique or views would be ambiguous */
-	for (size_t i = 0; i < c->ntensors; i++)
-		names[i] = c->tensors[i].fqn;
 	for (size_t i = 0; i < c->nobjects; i++)
-		names[c->ntensors + i] = c->objects[i].fqn;
-	qsort(names, n, sizeof(*names), cmp_str);
-	for (size_t i = 1; i < n && !rc; i++)
-		if (strcmp(names[i - 1], names[i]) == 0)
-			rc = flx_error_set(L->err, -EINVAL, META_NAME, names[i],
-					   "listed twice in "
-					   "state_dict_metadata");
-	free(names);
-	return rc;
+		obj[i] = c->objects[i].fqn;
+	qsort(obj, c->nobjects, sizeof(*obj), cmp_str);
+	/* A crafted pickle can repeat a dict key: every name, tensor or
+	 * bytes value, must be unique or views would be ambiguous.  The two
+	 * sorted lists are checked without a third sort; the name reported
+	 * is the smallest one listed twice. */
+	for (size_t i = 1; i < c->ntensors && !dup; i++)
+		if (strcmp(c->by_name[i - 1]->fqn, c->by_name[i]->fqn) == 0)
+			dup = c->by_name[i]->fqn;
+	for (size_t i = 0; i < c->nobjects; i++) {
+		const char *o = obj[i];
+		int r = 1;
+
+		if (dup && strcmp(o, dup) >= 0)
+			break;
+		if (i && strcmp(obj[i - 1], o) == 0) {
+			dup = o;
+			break;
+		}
+		while (t < c->ntensors &&
+		       (r = strcmp(c->by_name[t]->fqn, o)) < 0)
+			t++;
+		if (t < c->ntensors && r == 0) {
+			dup = o;
+			break;
+		}
+	}
+	free(obj);
+	if (dup)
+		return flx_error_set(L->err, -EINVAL, META_NAME, dup,
+				     "listed twice in state_dict_metadata");
+	return 0;
 }
 
 const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn)
