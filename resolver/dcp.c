@@ -40,12 +40,13 @@ static int64_t mtime_ns(const struct stat *st)
 }
 
 #define PATH_MEMO 64
+#define MAX_PARTS 8 /* threads interpreting the metadata, see part */
 
 /* One storage_data entry: (fqn, chunk offsets or none) -> item location. */
 typedef struct sentry {
 	const char *fqn;
 	int ndim; /* -1: no offset key (BYTE_IO) */
-	/* ndim offsets in loader.offs (an index while that array grows):
+	/* ndim offsets in a part's pool (an index while that array grows):
 	 * tens of thousands of entries, so no FLX_MAX_DIMS array each */
 	union {
 		const int64_t *off;
@@ -55,6 +56,7 @@ typedef struct sentry {
 	uint64_t offset;
 	uint64_t length;
 	const flx_pv *transforms; /* list or NULL */
+	uint64_t h;		  /* sentry_hash() */
 } sentry;
 
 typedef struct sentry_ref {
@@ -73,8 +75,7 @@ typedef struct loader {
 	int *fmap; /* open-addressing index of files by relpath */
 	size_t fmap_cap;
 	size_t nitems; /* chunks of all tensors */
-	int64_t *offs; /* storage_data offsets, see sentry */
-	size_t noffs, capoffs;
+	int64_t *offpool[MAX_PARTS]; /* storage_data offsets, see sentry */
 	sentry_ref *smap; /* open-addressing index of se */
 	struct path_memo {
 		const char *s; /* a relative_path node's string */
@@ -314,108 +315,248 @@ static const sentry *find_sentry(const loader *L, uint64_t nh, const char *fqn,
 	return r->idx == UINT32_MAX ? NULL : &L->se[r->idx];
 }
 
+/* ---- interpretation in parts ----
+ *
+ * The two big dicts of the metadata, storage_data (one entry per chunk)
+ * and state_dict_metadata (one per tensor), are decoded in contiguous
+ * ranges of entries on several threads: on a 10,000-tensor checkpoint
+ * they were 24 ms of the mount on one CPU while the other idled (the item
+ * workers start only after them).  A part touches nothing another part
+ * does; what is shared (the storage_data hash table, the file table) is
+ * filled afterwards, in entry order, so the error reported is the one a
+ * single thread would report.
+ */
+#define ENTRIES_PER_PART 2048
+
+enum { ENT_TENSOR = 1, ENT_OBJECT = 2 };
+
+typedef struct part {
+	loader L; /* shallow copy of the loader: L.err is &err */
+	flx_error err;
+	const flx_pv *dict;
+	size_t lo, hi;	     /* entries [lo, hi) */
+	size_t fail;	     /* first failing entry, hi while none */
+	uint32_t fail_chunk; /* its chunks before this one need windows */
+	int rc;
+	int64_t *offs; /* storage_data: this part's chunk offsets */
+	size_t noffs, capoffs;
+	const unsigned char *kinds; /* state_dict_metadata: ENT_ per entry */
+	size_t t0, o0;		    /* its first tensor and object slot */
+	size_t nitems;
+	pthread_t tid;
+	bool thread;
+} part;
+
+/* FLEXFS_ITEM_THREADS=N forces N parts as it forces N item threads, so
+ * the error corpus (a few dozen entries) runs through the parts too. */
+static unsigned part_count(size_t n)
+{
+	const char *force = getenv("FLEXFS_ITEM_THREADS");
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t want = n / ENTRIES_PER_PART;
+
+	if (force && *force >= '1' && *force <= '8' && !force[1])
+		want = (size_t)(*force - '0');
+	else if (want > (size_t)(cpus < 1 ? 1 : cpus))
+		want = (size_t)(cpus < 1 ? 1 : cpus);
+	if (want > n)
+		want = n;
+	if (want > MAX_PARTS)
+		want = MAX_PARTS;
+	return want ? (unsigned)want : 1;
+}
+
+/* np parts over entries [0, n) of dict; NULL when out of memory. */
+static part *parts_new(const loader *L, const flx_pv *dict, size_t n,
+		       unsigned np)
+{
+	part *p = calloc(np, sizeof(*p));
+
+	for (unsigned k = 0; p && k < np; k++) {
+		p[k].L = *L;
+		flx_error_init(&p[k].err);
+		p[k].L.err = &p[k].err;
+		p[k].dict = dict;
+		p[k].lo = n * k / np;
+		p[k].hi = p[k].fail = n * (k + 1) / np;
+	}
+	return p;
+}
+
+/* Part 0 here, the others on threads; a part whose thread cannot start
+ * runs here as well. */
+static void parts_run(part *p, unsigned np, void *(*fn)(void *))
+{
+	for (unsigned k = 1; k < np; k++)
+		p[k].thread = pthread_create(&p[k].tid, NULL, fn, &p[k]) == 0;
+	fn(&p[0]);
+	for (unsigned k = 1; k < np; k++) {
+		if (p[k].thread)
+			pthread_join(p[k].tid, NULL);
+		else
+			fn(&p[k]);
+	}
+}
+
+/* Parts cover the entries in order: the first part that failed holds
+ * the first failing entry. */
+static part *parts_failed(part *p, unsigned np)
+{
+	for (unsigned k = 0; k < np; k++)
+		if (p[k].rc)
+			return &p[k];
+	return NULL;
+}
+
+/* Report a part's failure through the loader's error. */
+static int part_error(loader *L, const part *f)
+{
+	if (f->err.code && L->err && !L->err->code)
+		*L->err = f->err;
+	return f->rc;
+}
+
+/* ---- storage_data: decoding ---- */
+
+static int decode_sentry(part *p, size_t i, sentry *e)
+{
+	loader *L = &p->L;
+	const flx_pv *k = p->dict->u.dict.kv[2 * i];
+	const flx_pv *v = p->dict->u.dict.kv[2 * i + 1];
+	const flx_pv *off;
+	int rc;
+
+	if (!is_dcp_obj(k, "MetadataIndex") || !cstr(attr(k, "fqn")))
+		return flx_error_set(L->err, -EINVAL, META_NAME, "storage_data",
+				     "entry %zu: key is not a MetadataIndex "
+				     "with a string fqn free of NUL bytes",
+				     i);
+	e->fqn = cstr(attr(k, "fqn"));
+	/* "offset" is absent (or None) for BYTE_IO entries. */
+	off = attr(k, "offset");
+	e->ndim = -1;
+	if (off && off->kind != FLX_PV_NONE) {
+		int64_t o[FLX_MAX_DIMS];
+
+		rc = decode_size(L, off, e->fqn, "MetadataIndex.offset",
+				 &e->ndim, o);
+		if (rc)
+			return rc;
+		if (flx_grow((void **)&p->offs, &p->capoffs,
+			     p->noffs + (size_t)e->ndim, sizeof(int64_t)))
+			return -ENOMEM;
+		if (e->ndim)
+			memcpy(p->offs + p->noffs, o,
+			       sizeof(int64_t) * (size_t)e->ndim);
+		e->offi = p->noffs;
+		p->noffs += (size_t)e->ndim;
+	}
+	if (!is_dcp_obj(v, "_StorageInfo"))
+		return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
+				     "storage_data value is not a "
+				     "_StorageInfo");
+	e->relpath = cstr(attr(v, "relative_path"));
+	if (!e->relpath)
+		return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
+				     "relative_path is missing or not a "
+				     "string without NUL bytes");
+	rc = get_u64(L, v, "offset", e->fqn, &e->offset);
+	if (!rc)
+		rc = get_u64(L, v, "length", e->fqn, &e->length);
+	if (rc)
+		return rc;
+	e->transforms = attr(v, "transform_descriptors");
+	if (e->transforms && e->transforms->kind != FLX_PV_NONE) {
+		bool ok = e->transforms->kind == FLX_PV_LIST ||
+			  e->transforms->kind == FLX_PV_TUPLE;
+
+		for (size_t j = 0; ok && j < flx_pv_len(e->transforms); j++)
+			ok = cstr(flx_pv_item(e->transforms, j)) != NULL;
+		if (!ok)
+			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
+					     "transform_descriptors is not a "
+					     "list of strings");
+	}
+	return 0;
+}
+
+static void *sd_part_run(void *arg)
+{
+	part *p = arg;
+	const char *last = NULL;
+	uint64_t nh = 0;
+
+	for (size_t i = p->lo; i < p->hi; i++) {
+		sentry *e = &p->L.se[i];
+		int rc = decode_sentry(p, i, e);
+
+		if (rc) {
+			p->rc = rc;
+			p->fail = i;
+			break;
+		}
+		/* consecutive entries share the memoized fqn string */
+		if (e->fqn != last) {
+			last = e->fqn;
+			nh = name_hash(last);
+		}
+		e->h = sentry_hash(nh, e->ndim,
+				   e->ndim > 0 ? p->offs + e->offi : NULL);
+	}
+	return NULL;
+}
+
 static int load_storage_data(loader *L, const flx_pv *sd)
 {
+	size_t n;
+	unsigned np;
+	part *p, *f;
+	int rc = 0;
+
 	if (!sd || sd->kind != FLX_PV_DICT)
 		return flx_error_set(L->err, -EINVAL, META_NAME, "storage_data",
 				     "missing or not a dict");
-	L->se = calloc(sd->u.dict.n ? sd->u.dict.n : 1, sizeof(sentry));
+	n = sd->u.dict.n;
+	if (n > UINT32_MAX / 2)
+		return flx_error_set(L->err, -EOVERFLOW, META_NAME,
+				     "storage_data", "%zu entries", n);
+	L->se = calloc(n ? n : 1, sizeof(sentry));
 	if (!L->se)
 		return -ENOMEM;
-	for (size_t i = 0; i < sd->u.dict.n; i++) {
-		const flx_pv *k = sd->u.dict.kv[2 * i];
-		const flx_pv *v = sd->u.dict.kv[2 * i + 1];
-		sentry *e = &L->se[L->nse];
-		const flx_pv *off;
-		int rc;
+	np = part_count(n);
+	if (!(p = parts_new(L, sd, n, np)))
+		return -ENOMEM;
+	parts_run(p, np, sd_part_run);
+	for (unsigned k = 0; k < np; k++) {
+		L->offpool[k] = p[k].offs; /* freed with the loader */
+		for (size_t i = p[k].lo; i < p[k].fail; i++) {
+			sentry *e = &L->se[i];
 
-		if (!is_dcp_obj(k, "MetadataIndex") || !cstr(attr(k, "fqn")))
-			return flx_error_set(L->err, -EINVAL, META_NAME,
-					     "storage_data",
-					     "entry %zu: key is not a "
-					     "MetadataIndex with a string fqn "
-					     "free of NUL bytes",
-					     i);
-		e->fqn = cstr(attr(k, "fqn"));
-		/* "offset" is absent (or None) for BYTE_IO entries. */
-		off = attr(k, "offset");
-		e->ndim = -1;
-		if (off && off->kind != FLX_PV_NONE) {
-			int64_t o[FLX_MAX_DIMS];
-
-			rc = decode_size(L, off, e->fqn, "MetadataIndex.offset",
-					 &e->ndim, o);
-			if (rc)
-				return rc;
-			if (flx_grow((void **)&L->offs, &L->capoffs,
-				     L->noffs + (size_t)e->ndim,
-				     sizeof(int64_t)))
-				return -ENOMEM;
-			if (e->ndim)
-				memcpy(L->offs + L->noffs, o,
-				       sizeof(int64_t) * (size_t)e->ndim);
-			e->offi = L->noffs;
-			L->noffs += (size_t)e->ndim;
+			e->off = e->ndim > 0 ? p[k].offs + e->offi : NULL;
 		}
-		if (!is_dcp_obj(v, "_StorageInfo"))
-			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
-					     "storage_data value is not a "
-					     "_StorageInfo");
-		e->relpath = cstr(attr(v, "relative_path"));
-		if (!e->relpath)
-			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
-					     "relative_path is missing or not "
-					     "a string without NUL bytes");
-		rc = get_u64(L, v, "offset", e->fqn, &e->offset);
-		if (!rc)
-			rc = get_u64(L, v, "length", e->fqn, &e->length);
-		if (rc)
-			return rc;
-		e->transforms = attr(v, "transform_descriptors");
-		if (e->transforms && e->transforms->kind != FLX_PV_NONE) {
-			bool ok = e->transforms->kind == FLX_PV_LIST ||
-				  e->transforms->kind == FLX_PV_TUPLE;
-
-			for (size_t j = 0; ok && j < flx_pv_len(e->transforms);
-			     j++)
-				ok =
-				    cstr(flx_pv_item(e->transforms, j)) != NULL;
-			if (!ok)
-				return flx_error_set(L->err, -EINVAL, META_NAME,
-						     e->fqn,
-						     "transform_descriptors is "
-						     "not a list of strings");
-		}
-		L->nse++;
 	}
-	if (L->nse > UINT32_MAX / 2)
-		return flx_error_set(L->err, -EOVERFLOW, META_NAME,
-				     "storage_data", "%zu entries", L->nse);
+	f = parts_failed(p, np);
+	if (f)
+		rc = part_error(L, f);
+	free(p);
+	if (rc)
+		return rc;
+	L->nse = n;
 	for (L->smap_mask = 15; L->smap_mask < 2 * L->nse;)
 		L->smap_mask = 2 * L->smap_mask + 1;
 	L->smap = malloc((L->smap_mask + 1) * sizeof(*L->smap));
 	if (!L->smap)
 		return -ENOMEM;
 	memset(L->smap, 0xff, (L->smap_mask + 1) * sizeof(*L->smap));
-	const char *last = NULL;
-	uint64_t nh = 0;
 	for (size_t i = 0; i < L->nse; i++) {
 		sentry *e = &L->se[i];
-		uint64_t h;
-		sentry_ref *r;
+		sentry_ref *r = sentry_slot(L, e->h, e->fqn, e->ndim, e->off);
 
-		e->off = e->ndim > 0 ? L->offs + e->offi : NULL;
-		if (e->fqn != last) {
-			last = e->fqn;
-			nh = name_hash(last);
-		}
-		h = sentry_hash(nh, e->ndim, e->off);
-		r = sentry_slot(L, h, e->fqn, e->ndim, e->off);
 		if (r->idx != UINT32_MAX)
 			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
 					     "duplicate storage_data entry "
 					     "for one chunk");
-		*r = (sentry_ref){(uint32_t)i, (uint32_t)(h >> 32)};
+		*r = (sentry_ref){(uint32_t)i, (uint32_t)(e->h >> 32)};
 	}
 	return 0;
 }
@@ -1147,15 +1288,22 @@ out:
 	return rc;
 }
 
-/* name: the key's string in the tree (t->fqn is a copy), for
- * find_sentry(). */
-static int load_tensor(loader *L, flx_tensor *t, const char *name,
-		       const flx_pv *tsm)
+/*
+ * Decode one tensor's metadata and find its chunks' storage_data entries.
+ * name: the key's string in the tree (t->fqn is a copy), for
+ * find_sentry().  Runs in a part: each chunk's ch->file holds its entry's
+ * index into L->se until resolve_windows() replaces it with the file.  On
+ * failure *windows is how many chunks were found before it (their windows
+ * come first in the error order).
+ */
+static int decode_tensor(loader *L, flx_tensor *t, const char *name,
+			 const flx_pv *tsm, uint32_t *windows)
 {
 	const flx_pv *chunks = attr(tsm, "chunks");
 	uint64_t numel = 1, nh = name_hash(name);
 	int rc;
 
+	*windows = 0;
 	rc = decode_dtype(L, attr(tsm, "properties"), t->fqn, &t->dtype);
 	if (!rc)
 		rc = decode_size(L, attr(tsm, "size"), t->fqn, "size", &t->ndim,
@@ -1186,6 +1334,7 @@ static int load_tensor(loader *L, flx_tensor *t, const char *name,
 		int64_t at[FLX_MAX_DIMS], sz[FLX_MAX_DIMS];
 		int n1, n2;
 
+		*windows = i;
 		if (!is_dcp_obj(cm, "ChunkStorageMetadata"))
 			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 					     "chunk %u is not a "
@@ -1216,13 +1365,11 @@ static int load_tensor(loader *L, flx_tensor *t, const char *name,
 					     "chunk at %s",
 					     o);
 		}
-		rc = item_window(L, e, t->fqn, &ch->file);
-		if (rc)
-			return rc;
+		ch->file = (uint32_t)(e - L->se);
 		ch->item_off = e->offset;
 		ch->item_len = e->length;
 	}
-	L->nitems += t->nchunks;
+	*windows = t->nchunks;
 	/* The items themselves are read later, all together, in file order
 	 * (items_begin()). */
 	return check_coverage(L, t);
@@ -1231,25 +1378,103 @@ too_big:
 			     "tensor size overflows 64 bits");
 }
 
-static int load_object(loader *L, flx_object *o)
+/* As decode_tensor(): o->file holds the entry's index for now. */
+static int decode_object(loader *L, flx_object *o)
 {
 	const sentry *e = find_sentry(L, name_hash(o->fqn), o->fqn, -1, NULL);
-	int rc;
 
 	if (!e)
 		return flx_error_set(L->err, -EINVAL, META_NAME, o->fqn,
 				     "no storage_data entry for this bytes "
 				     "value");
-	rc = item_window(L, e, o->fqn, &o->file);
+	o->file = (uint32_t)(e - L->se);
 	o->off = e->offset;
 	o->len = e->length;
-	return rc;
+	return 0;
+}
+
+static void *sdm_part_run(void *arg)
+{
+	part *p = arg;
+	loader *L = &p->L;
+	flx_ckpt *c = L->c;
+	size_t ti = p->t0, oi = p->o0;
+
+	for (size_t i = p->lo; i < p->hi; i++) {
+		const flx_pv *v = p->dict->u.dict.kv[2 * i + 1];
+		const char *fqn = cstr(p->dict->u.dict.kv[2 * i]);
+		char *copy = strdup(fqn);
+		uint32_t windows = 0;
+		int rc;
+
+		if (p->kinds[i] == ENT_TENSOR) {
+			flx_tensor *t = &c->tensors[ti++];
+
+			t->fqn = copy;
+			rc = copy ? decode_tensor(L, t, fqn, v, &windows)
+				  : -ENOMEM;
+			p->nitems += t->nchunks;
+		} else {
+			flx_object *o = &c->objects[oi++];
+
+			o->fqn = copy;
+			rc = copy ? decode_object(L, o) : -ENOMEM;
+		}
+		if (rc) {
+			p->rc = rc;
+			p->fail = i;
+			p->fail_chunk = windows;
+			break;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * After the parts: open each chunk's file and check its item window, in
+ * entry order up to the first failing entry f (NULL: all of [0, n)), which
+ * gets windows only for the chunks it found before failing.  @return 0,
+ * the first window failure, or f's failure.
+ */
+static int resolve_windows(loader *L, const unsigned char *kinds, size_t n,
+			   const part *f)
+{
+	flx_ckpt *c = L->c;
+	size_t ti = 0, oi = 0, last = f ? f->fail : n;
+	int rc;
+
+	for (size_t i = 0; i < n && i <= last; i++) {
+		if (kinds[i] == ENT_TENSOR) {
+			flx_tensor *t = &c->tensors[ti++];
+			uint32_t lim = i == last ? f->fail_chunk : t->nchunks;
+
+			for (uint32_t k = 0; k < lim; k++) {
+				flx_chunk *ch = &t->chunks[k];
+
+				rc = item_window(L, &L->se[ch->file], t->fqn,
+						 &ch->file);
+				if (rc)
+					return rc;
+			}
+		} else if (i != last) {
+			flx_object *o = &c->objects[oi++];
+
+			rc = item_window(L, &L->se[o->file], o->fqn, &o->file);
+			if (rc)
+				return rc;
+		}
+	}
+	return f ? part_error(L, f) : 0;
 }
 
 static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
 {
 	flx_ckpt *c = L->c;
-	size_t n;
+	unsigned char *kinds;
+	size_t n, ok, nt = 0, no = 0;
+	unsigned np;
+	part *p;
+	int rc;
 
 	if (!sdm || sdm->kind != FLX_PV_DICT)
 		return flx_error_set(L->err, -EINVAL, META_NAME,
@@ -1258,44 +1483,62 @@ static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
 	n = sdm->u.dict.n;
 	c->tensors = calloc(n ? n : 1, sizeof(flx_tensor));
 	c->objects = calloc(n ? n : 1, sizeof(flx_object));
-	if (!c->tensors || !c->objects)
+	kinds = malloc(n ? n : 1);
+	if (!c->tensors || !c->objects || !kinds) {
+		free(kinds);
 		return -ENOMEM;
-	for (size_t i = 0; i < n; i++) {
-		const char *fqn = cstr(sdm->u.dict.kv[2 * i]);
-		const flx_pv *v = sdm->u.dict.kv[2 * i + 1];
-		char *copy;
-		int rc;
-
-		if (!fqn)
-			return flx_error_set(L->err, -EINVAL, META_NAME,
-					     "state_dict_metadata",
-					     "key %zu is not a string without "
-					     "NUL bytes",
-					     i);
-		copy = strdup(fqn);
-		if (!copy)
-			return -ENOMEM;
-		if (is_dcp_obj(v, "TensorStorageMetadata")) {
-			flx_tensor *t = &c->tensors[c->ntensors++];
-
-			t->fqn = copy;
-			rc = load_tensor(L, t, fqn, v);
-		} else if (is_dcp_obj(v, "BytesStorageMetadata")) {
-			flx_object *o = &c->objects[c->nobjects++];
-
-			o->fqn = copy;
-			rc = load_object(L, o);
-		} else {
-			free(copy);
-			rc = flx_error_set(L->err, -EINVAL, META_NAME, fqn,
-					   "value is neither "
-					   "TensorStorageMetadata nor "
-					   "BytesStorageMetadata");
-		}
-		if (rc)
-			return rc;
 	}
-	return 0;
+	/* Classify first (cheap), so that every part knows its slots; the
+	 * parts run over the entries before the first unclassifiable one. */
+	for (ok = 0; ok < n; ok++) {
+		const flx_pv *v = sdm->u.dict.kv[2 * ok + 1];
+
+		if (!cstr(sdm->u.dict.kv[2 * ok]))
+			break;
+		if (is_dcp_obj(v, "TensorStorageMetadata"))
+			kinds[ok] = ENT_TENSOR;
+		else if (is_dcp_obj(v, "BytesStorageMetadata"))
+			kinds[ok] = ENT_OBJECT;
+		else
+			break;
+	}
+	np = part_count(ok);
+	if (!(p = parts_new(L, sdm, ok, np))) {
+		free(kinds);
+		return -ENOMEM;
+	}
+	for (unsigned k = 0; k < np; k++) {
+		p[k].kinds = kinds;
+		p[k].t0 = nt;
+		p[k].o0 = no;
+		for (size_t i = p[k].lo; i < p[k].hi; i++)
+			if (kinds[i] == ENT_TENSOR)
+				nt++;
+			else
+				no++;
+	}
+	/* every slot counts from here: flx_ckpt_close() frees what the
+	 * parts filled, and NULL in slots they did not reach */
+	c->ntensors = nt;
+	c->nobjects = no;
+	parts_run(p, np, sdm_part_run);
+	rc = resolve_windows(L, kinds, ok, parts_failed(p, np));
+	for (unsigned k = 0; k < np; k++)
+		L->nitems += p[k].nitems;
+	free(p);
+	free(kinds);
+	if (rc || ok == n)
+		return rc;
+	if (!cstr(sdm->u.dict.kv[2 * ok]))
+		return flx_error_set(L->err, -EINVAL, META_NAME,
+				     "state_dict_metadata",
+				     "key %zu is not a string without NUL "
+				     "bytes",
+				     ok);
+	return flx_error_set(L->err, -EINVAL, META_NAME,
+			     cstr(sdm->u.dict.kv[2 * ok]),
+			     "value is neither TensorStorageMetadata nor "
+			     "BytesStorageMetadata");
 }
 
 /* The buffer for .metadata's bytes.  A large one is offered to
@@ -1479,6 +1722,18 @@ static void name_by_path(flx_error *err, const char *dir)
  * or the names fail, the items are still read first, to report what a
  * full check would have found first.
  */
+static void loader_release(loader *L)
+{
+	free(L->se);
+	free(L->smap);
+	for (unsigned k = 0; k < MAX_PARTS; k++)
+		free(L->offpool[k]);
+	free(L->fmap);
+	free(L->realdir);
+	if (L->dirfd >= 0)
+		close(L->dirfd);
+}
+
 static int open_ckpt(const char *dir, bool wait, flx_ckpt **out, flx_error *err)
 {
 	static const flx_pickle_limits lim = {0};
@@ -1548,12 +1803,7 @@ static int open_ckpt(const char *dir, bool wait, flx_ckpt **out, flx_error *err)
 	if (rc)
 		goto fail;
 	L.c->loading = ld;
-	free(L.se);
-	free(L.smap);
-	free(L.offs);
-	free(L.fmap);
-	free(L.realdir);
-	close(L.dirfd);
+	loader_release(&L);
 	*out = L.c;
 	return 0;
 fail:
@@ -1561,13 +1811,7 @@ fail:
 	name_by_path(err, dir);
 	flx_pickle_free(pk);
 	free(meta);
-	free(L.se);
-	free(L.smap);
-	free(L.offs);
-	free(L.fmap);
-	free(L.realdir);
-	if (L.dirfd >= 0)
-		close(L.dirfd);
+	loader_release(&L);
 	flx_ckpt_close(L.c);
 	return rc;
 }
