@@ -74,9 +74,9 @@ typedef struct loader {
 	size_t cap_files;
 	int *fmap; /* open-addressing index of files by relpath */
 	size_t fmap_cap;
-	size_t nitems; /* chunks of all tensors */
+	size_t nitems;		     /* chunks of all tensors */
 	int64_t *offpool[MAX_PARTS]; /* storage_data offsets, see sentry */
-	sentry_ref *smap; /* open-addressing index of se */
+	sentry_ref *smap;	     /* open-addressing index of se */
 	struct path_memo {
 		const char *s; /* a relative_path node's string */
 		uint32_t idx;  /* its file */
