@@ -998,21 +998,28 @@ static int match_rc(int r)
 	return -ENOMEM;
 }
 
-/* @return 0 (m->layer = -1 when fqn is no layer tensor) or -ENOMEM. */
-static int match_layer(const regex_t *rx, const char *fqn, layer_match *m)
+/* dflt: rx is FLX_DEFAULT_LAYER_REGEX, matched without regexec().
+ * @return 0 (m->layer = -1 when fqn is no layer tensor) or -ENOMEM. */
+static int match_layer(const regex_t *rx, bool dflt, const char *fqn,
+		       layer_match *m)
 {
 	regmatch_t g[10];
 	size_t ng = rx->re_nsub < 9 ? rx->re_nsub : 9;
 	long v;
 	int r;
 
-	errno = 0;
-	r = regexec(rx, fqn, ng + 1, g, 0);
 	m->layer = -1;
-	if (r != 0 || ng == 0 || g[ng].rm_so < 0)
-		return match_rc(r);
-	m->so = (size_t)g[ng].rm_so;
-	m->eo = (size_t)g[ng].rm_eo;
+	if (dflt) {
+		if (!flx_default_layer_match(fqn, &m->so, &m->eo))
+			return 0;
+	} else {
+		errno = 0;
+		r = regexec(rx, fqn, ng + 1, g, 0);
+		if (r != 0 || ng == 0 || g[ng].rm_so < 0)
+			return match_rc(r);
+		m->so = (size_t)g[ng].rm_so;
+		m->eo = (size_t)g[ng].rm_eo;
+	}
 	if (m->eo == m->so || m->eo - m->so > 9)
 		return 0;
 	v = 0;
@@ -1296,8 +1303,8 @@ static int place_one(flx_plan *p, size_t i, placer *pc, const box_index *chunks,
 
 /* Every tensor's layer match (kept for place_one()) and the sorted
  * distinct layer indices. */
-static int build_layer_map(const flx_ckpt *c, const regex_t *rx, int pp,
-			   layer_map *lm, layer_match *matches)
+static int build_layer_map(const flx_ckpt *c, const regex_t *rx, bool dflt,
+			   int pp, layer_map *lm, layer_match *matches)
 {
 	lm->pp = pp;
 	lm->n = 0;
@@ -1305,7 +1312,7 @@ static int build_layer_map(const flx_ckpt *c, const regex_t *rx, int pp,
 	if (!lm->idx)
 		return -ENOMEM;
 	for (size_t i = 0; i < c->ntensors; i++) {
-		if (match_layer(rx, c->tensors[i].fqn, &matches[i]))
+		if (match_layer(rx, dflt, c->tensors[i].fqn, &matches[i]))
 			return -ENOMEM;
 		if (matches[i].layer >= 0)
 			lm->idx[lm->n++] = matches[i].layer;
@@ -1361,7 +1368,10 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 	}
 	matches =
 	    malloc((ckpt->ntensors ? ckpt->ntensors : 1) * sizeof(*matches));
-	rc = matches ? build_layer_map(ckpt, &layer_rx, spec->pp, &lm, matches)
+	rc = matches ? build_layer_map(ckpt, &layer_rx,
+				       strcmp(spec->layer_regex,
+					      FLX_DEFAULT_LAYER_REGEX) == 0,
+				       spec->pp, &lm, matches)
 		     : -ENOMEM;
 	if (rc)
 		goto fail;

@@ -431,3 +431,28 @@ const flx_rule *flx_spec_match(const flx_spec *s, const char *fqn)
 			return &s->rules[i];
 	return NULL;
 }
+
+/*
+ * (^|\.)layers\.([0-9]+)\. by hand.  POSIX picks the leftmost match:
+ * the first "layers." that starts the name or follows a '.', and whose
+ * digit run is followed by a '.' (the digit run is then the only one the
+ * group can take, as [0-9]+ cannot reach past the '.').  Start positions
+ * of later candidates are all greater, so the first that completes wins.
+ */
+bool flx_default_layer_match(const char *fqn, size_t *so, size_t *eo)
+{
+	for (const char *p = fqn; (p = strstr(p, "layers.")); p++) {
+		const char *d = p + 7, *q = d;
+
+		if (p != fqn && p[-1] != '.')
+			continue;
+		while (*q >= '0' && *q <= '9')
+			q++;
+		if (q > d && *q == '.') {
+			*so = (size_t)(d - fqn);
+			*eo = (size_t)(q - fqn);
+			return true;
+		}
+	}
+	return false;
+}

@@ -2,3 +2,5 @@
 flx_unit(test_view flx_fs)
 # Generated files (index.json, safetensors headers, .npy) against jansson.
 flx_unit(test_formats flx_fs)
+# The hand matcher of the default layer regex against regexec().
+flx_unit(test_spec flx_reshard)
