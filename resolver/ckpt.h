@@ -18,6 +18,7 @@
 
 #include "dtype.h"
 #include "error.h"
+#include "grow.h"
 #include "torchpkl.h"
 
 #include <stdbool.h>
@@ -97,6 +98,12 @@ typedef struct flx_ckpt {
 	size_t nobjects;
 	flx_object *objects;
 	flx_tensor **by_name; /* internal: tensors sorted by FQN */
+	/* internal: when pooled (a loaded checkpoint), the tensors' and
+	 * objects' names and the tensors' chunks live in pool, which
+	 * flx_ckpt_close() frees whole; otherwise each is its own
+	 * allocation (flx_tensor_alloc_chunks()) */
+	bool pooled;
+	flx_pool pool;
 	/* internal: items still being read (flx_ckpt_open_start()) */
 	struct flx_item_load *loading;
 } flx_ckpt;

@@ -84,20 +84,24 @@ typedef struct loader {
 	size_t smap_mask;
 } loader;
 
-int flx_tensor_alloc_chunks(flx_tensor *t, uint32_t n)
+/* Bytes of n chunks of t and their dims block; never an empty dims block:
+ * chunk pointers must be valid even for 0-d tensors, where nothing is read
+ * through them. */
+static size_t chunks_bytes(const flx_tensor *t, uint32_t n)
 {
-	size_t per = 3 * (size_t)t->ndim;
-	/* never an empty dims block: chunk pointers must be valid even for
-	 * 0-d tensors, where nothing is read through them */
-	size_t ndims = (size_t)n * per;
-	flx_chunk *ch;
+	size_t ndims = (size_t)n * 3 * (size_t)t->ndim;
 
 	_Static_assert(sizeof(flx_chunk) % sizeof(int64_t) == 0,
 		       "dims follow the chunks, aligned");
-	ch = calloc(1, (size_t)n * sizeof(flx_chunk) +
-			   (ndims ? ndims : 1) * sizeof(int64_t));
-	if (!ch)
-		return -ENOMEM;
+	return (size_t)n * sizeof(flx_chunk) +
+	       (ndims ? ndims : 1) * sizeof(int64_t);
+}
+
+/* Lay n chunks out in ch (zeroed, chunks_bytes() long). */
+static void place_chunks(flx_tensor *t, uint32_t n, flx_chunk *ch)
+{
+	size_t per = 3 * (size_t)t->ndim;
+
 	t->chunks = ch;
 	t->dims = (int64_t *)(ch + n);
 	for (uint32_t i = 0; i < n; i++) {
@@ -107,6 +111,15 @@ int flx_tensor_alloc_chunks(flx_tensor *t, uint32_t n)
 		ch[i].size = d + t->ndim;
 		ch[i].stride = d + 2 * t->ndim;
 	}
+}
+
+int flx_tensor_alloc_chunks(flx_tensor *t, uint32_t n)
+{
+	flx_chunk *ch = calloc(1, chunks_bytes(t, n));
+
+	if (!ch)
+		return -ENOMEM;
+	place_chunks(t, n, ch);
 	return 0;
 }
 
@@ -342,6 +355,7 @@ typedef struct part {
 	size_t noffs, capoffs;
 	const unsigned char *kinds; /* state_dict_metadata: ENT_ per entry */
 	size_t t0, o0;		    /* its first tensor and object slot */
+	flx_pool pool;		    /* names and chunks, for c->pool */
 	size_t nitems;
 	pthread_t tid;
 	bool thread;
@@ -526,6 +540,21 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 	np = part_count(n);
 	if (!(p = parts_new(L, sd, n, np)))
 		return -ENOMEM;
+	/* room for two dimensions per entry, allocated here: a part's
+	 * thread would grow it in 4 KiB pages (see flx_pool) */
+	for (unsigned k = 0; k < np && !rc; k++) {
+		p[k].capoffs = 2 * (p[k].hi - p[k].lo);
+		p[k].offs =
+		    malloc((p[k].capoffs ? p[k].capoffs : 1) * sizeof(int64_t));
+		if (!p[k].offs)
+			rc = -ENOMEM;
+	}
+	if (rc) {
+		for (unsigned k = 0; k < np; k++)
+			free(p[k].offs);
+		free(p);
+		return rc;
+	}
 	parts_run(p, np, sd_part_run);
 	for (unsigned k = 0; k < np; k++) {
 		L->offpool[k] = p[k].offs; /* freed with the loader */
@@ -1296,8 +1325,8 @@ out:
  * failure *windows is how many chunks were found before it (their windows
  * come first in the error order).
  */
-static int decode_tensor(loader *L, flx_tensor *t, const char *name,
-			 const flx_pv *tsm, uint32_t *windows)
+static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
+			 const char *name, const flx_pv *tsm, uint32_t *windows)
 {
 	const flx_pv *chunks = attr(tsm, "chunks");
 	uint64_t numel = 1, nh = name_hash(name);
@@ -1324,9 +1353,15 @@ static int decode_tensor(loader *L, flx_tensor *t, const char *name,
 		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 				     "tensor has %zu chunks",
 				     flx_pv_len(chunks));
-	if (flx_tensor_alloc_chunks(t, (uint32_t)flx_pv_len(chunks)))
-		return -ENOMEM;
-	t->nchunks = (uint32_t)flx_pv_len(chunks);
+	{
+		uint32_t n = (uint32_t)flx_pv_len(chunks);
+		flx_chunk *mem = flx_pool_alloc(pool, chunks_bytes(t, n));
+
+		if (!mem)
+			return -ENOMEM;
+		place_chunks(t, n, mem);
+		t->nchunks = n;
+	}
 	for (uint32_t i = 0; i < t->nchunks; i++) {
 		const flx_pv *cm = flx_pv_item(chunks, i);
 		flx_chunk *ch = &t->chunks[i];
@@ -1403,7 +1438,8 @@ static void *sdm_part_run(void *arg)
 	for (size_t i = p->lo; i < p->hi; i++) {
 		const flx_pv *v = p->dict->u.dict.kv[2 * i + 1];
 		const char *fqn = cstr(p->dict->u.dict.kv[2 * i]);
-		char *copy = strdup(fqn);
+		size_t len = strlen(fqn) + 1;
+		char *copy = flx_pool_alloc(&p->pool, len);
 		uint32_t windows = 0;
 		int rc;
 
@@ -1411,12 +1447,17 @@ static void *sdm_part_run(void *arg)
 			flx_tensor *t = &c->tensors[ti++];
 
 			t->fqn = copy;
-			rc = copy ? decode_tensor(L, t, fqn, v, &windows)
+			if (copy)
+				memcpy(copy, fqn, len);
+			rc = copy ? decode_tensor(L, &p->pool, t, fqn, v,
+						  &windows)
 				  : -ENOMEM;
 			p->nitems += t->nchunks;
 		} else {
 			flx_object *o = &c->objects[oi++];
 
+			if (copy)
+				memcpy(copy, fqn, len);
 			o->fqn = copy;
 			rc = copy ? decode_object(L, o) : -ENOMEM;
 		}
@@ -1521,7 +1562,12 @@ static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
 	 * parts filled, and NULL in slots they did not reach */
 	c->ntensors = nt;
 	c->nobjects = no;
+	/* big parts start with huge blocks (see flx_pool) */
+	for (unsigned k = 0; ok >= ENTRIES_PER_PART && k < np; k++)
+		p[k].pool.next = (size_t)2 << 20;
 	parts_run(p, np, sdm_part_run);
+	for (unsigned k = 0; k < np; k++)
+		flx_pool_move(&c->pool, &p[k].pool);
 	rc = resolve_windows(L, kinds, ok, parts_failed(p, np));
 	for (unsigned k = 0; k < np; k++)
 		L->nitems += p[k].nitems;
@@ -1747,6 +1793,7 @@ static int open_ckpt(const char *dir, bool wait, flx_ckpt **out, flx_error *err)
 	L.c = calloc(1, sizeof(flx_ckpt));
 	if (!L.c)
 		return flx_error_default(err, -ENOMEM, dir);
+	L.c->pooled = true;
 	L.c->dir = strdup(dir);
 	if (!L.c->dir) {
 		rc = -ENOMEM;
@@ -1972,12 +2019,15 @@ void flx_ckpt_close(flx_ckpt *c)
 		free(c->files[i].relpath);
 		close(c->files[i].fd);
 	}
-	for (size_t i = 0; i < c->ntensors; i++) {
-		free(c->tensors[i].fqn);
-		free(c->tensors[i].chunks);
+	if (!c->pooled) {
+		for (size_t i = 0; i < c->ntensors; i++) {
+			free(c->tensors[i].fqn);
+			free(c->tensors[i].chunks);
+		}
+		for (size_t i = 0; i < c->nobjects; i++)
+			free(c->objects[i].fqn);
 	}
-	for (size_t i = 0; i < c->nobjects; i++)
-		free(c->objects[i].fqn);
+	flx_pool_free(&c->pool);
 	free(c->files);
 	free(c->tensors);
 	free(c->objects);
