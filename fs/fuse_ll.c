@@ -17,20 +17,22 @@
  *
  * Caching: since nothing changes, entries and attributes are cached "for
  * ever", file pages are kept across opens (keep_cache) and directory
- * listings are cached (cache_readdir).  direct_io is never set: loaders
- * mmap() these files, which needs page-cache I/O.
+ * listings are cached (cache_readdir).  -o direct_io opens files
+ * FOPEN_DIRECT_IO instead (see the block above flx_ll_writev()).
  */
 #include "fuse_ll.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
+#include <linux/fuse.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/uio.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -62,6 +64,133 @@ static void log_once(const flx_ll *ll, fuse_ino_t ino, const char *op, int rc)
 		       "flexfs: %s: %s failed: %s (a backing file changed "
 		       "after mount?)",
 		       path, op, strerror(rc));
+}
+
+/*
+ * direct_io.  A file opened FOPEN_DIRECT_IO has no page cache for read():
+ * each read() is sent to the daemon and the reply lands in the reader's
+ * buffer.  For a view that is one copy per byte instead of two (a spliced
+ * reply goes from the backing file's page cache straight to the reader,
+ * not through a page cache of the view) and no page-cache pages to
+ * allocate: first reads of 1 MiB ran 2-4x faster here, and the data is
+ * not cached twice (backing file and view).  The price: re-reads are
+ * served by the daemon again, and every small read() is a round trip
+ * (4 KiB reads: 0.2 against 2.8 GB/s), so it is an option, not the
+ * default (docs/performance.md).
+ *
+ * Loaders mmap() these files (numpy, safetensors).  A MAP_SHARED mapping
+ * of a direct-io file fails with ENODEV unless the INIT reply carries
+ * FUSE_DIRECT_IO_ALLOW_MMAP (protocol 7.39, Linux 6.6); the mapping then
+ * goes through the page cache as usual.  libfuse 3.17 asks for it with
+ * FUSE_CAP_DIRECT_IO_ALLOW_MMAP.  Older libfuse (Debian 12 has 3.14) can
+ * neither ask for it nor pass it on: it writes its INIT reply itself.  So
+ * the session's writes go through flx_ll_writev(), which adds the flag to
+ * that one reply: the first write after flx_ll_init() has run, since the
+ * kernel sends no other request until INIT is answered.  Where the kernel
+ * is older, direct_io is dropped with a warning: mmap must keep working.
+ */
+#ifndef FUSE_DIRECT_IO_ALLOW_MMAP
+#define FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36)
+#endif
+#define FLX_LL_DIO_MMAP_MINOR 39
+
+static void warn(const flx_ll *ll, const char *msg)
+{
+	if (ll->foreground)
+		fprintf(stderr, "flexfs: %s\n", msg);
+	else
+		syslog(LOG_WARNING, "flexfs: %s", msg);
+}
+
+static ssize_t flx_ll_writev(int fd, struct iovec *iov, int count,
+			     void *userdata)
+{
+	flx_ll *ll = userdata;
+	const struct fuse_out_header *oh;
+	struct fuse_init_out out;
+	struct iovec patched[2];
+
+	if (!__atomic_load_n(&ll->init_patch, __ATOMIC_ACQUIRE) ||
+	    !__atomic_exchange_n(&ll->init_patch, 0, __ATOMIC_ACQ_REL))
+		return writev(fd, iov, count);
+	/* libfuse's INIT reply: header, then the whole fuse_init_out (the
+	 * kernel is >= 7.39, so libfuse sends every field).  Anything else
+	 * (an error reply: libfuse refused the connection) goes unchanged. */
+	oh = iov[0].iov_base;
+	if (count != 2 || iov[0].iov_len != sizeof(*oh) || oh->error != 0 ||
+	    iov[1].iov_len != sizeof(out))
+		return writev(fd, iov, count);
+	memcpy(&out, iov[1].iov_base, sizeof(out));
+	out.flags |= FUSE_INIT_EXT; /* flags2 is read only with it */
+	out.flags2 |= (uint32_t)(FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
+	patched[0] = iov[0];
+	patched[1] = (struct iovec){.iov_base = &out, .iov_len = sizeof(out)};
+	return writev(fd, patched, 2);
+}
+
+static ssize_t flx_ll_readfd(int fd, void *buf, size_t len, void *userdata)
+{
+	(void)userdata;
+	return read(fd, buf, len);
+}
+
+static ssize_t flx_ll_splice(int fdin, off_t *offin, int fdout, off_t *offout,
+			     size_t len, unsigned int flags, void *userdata)
+{
+	(void)userdata;
+	return splice(fdin, offin, fdout, offout, len, flags);
+}
+
+int flx_ll_session_mounted(struct fuse_session *se, flx_ll *ll)
+{
+#ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
+	(void)se, (void)ll; /* libfuse asks for it (flx_ll_init) */
+	return 0;
+#else
+	static const struct fuse_custom_io io = {
+	    .writev = flx_ll_writev,
+	    .read = flx_ll_readfd,
+	    .splice_receive = flx_ll_splice,
+	    .splice_send = flx_ll_splice,
+	};
+	int rc;
+
+	if (!ll->direct_io)
+		return 0;
+	/* Meant to replace fuse_session_mount(); after it, it only swaps the
+	 * I/O functions over the same /dev/fuse descriptor (libfuse 3.14). */
+	rc = fuse_session_custom_io(se, &io, fuse_session_fd(se));
+	if (rc)
+		fprintf(stderr, "flexfs: direct_io: %s\n", strerror(-rc));
+	return rc;
+#endif
+}
+
+/* At INIT: keep direct_io only where mmap of direct-io files works. */
+static void init_direct_io(flx_ll *ll, struct fuse_conn_info *conn)
+{
+	char msg[160];
+
+	if (!ll->direct_io)
+		return;
+#ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
+	if (conn->capable & FUSE_CAP_DIRECT_IO_ALLOW_MMAP) {
+		conn->want |= FUSE_CAP_DIRECT_IO_ALLOW_MMAP;
+		return;
+	}
+#else
+	if (conn->proto_major > 7 ||
+	    conn->proto_minor >= FLX_LL_DIO_MMAP_MINOR) {
+		__atomic_store_n(&ll->init_patch, 1, __ATOMIC_RELEASE);
+		return;
+	}
+#endif
+	__atomic_store_n(&ll->direct_io, false, __ATOMIC_RELAXED);
+	snprintf(msg, sizeof(msg),
+		 "direct_io not applied: FUSE protocol %u.%u cannot mmap "
+		 "direct-io files (7.%u, Linux 6.6, can); pages are cached",
+		 conn->proto_major, conn->proto_minor, FLX_LL_DIO_MMAP_MINOR);
+	warn(ll, msg);
 }
 
 /*
@@ -202,6 +331,7 @@ static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	if (conn->capable & FUSE_CAP_SPLICE_MOVE)
 		conn->want |= FUSE_CAP_SPLICE_MOVE;
+	init_direct_io(ll, conn);
 }
 
 static void flx_ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -321,6 +451,7 @@ static void flx_ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 static void flx_ll_open(fuse_req_t req, fuse_ino_t ino,
 			struct fuse_file_info *fi)
 {
+	flx_ll *ll = fuse_req_userdata(req);
 	int rc;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
@@ -336,6 +467,7 @@ static void flx_ll_open(fuse_req_t req, fuse_ino_t ino,
 		return;
 	}
 	fi->keep_cache = 1; /* contents are fixed: reuse pages across opens */
+	fi->direct_io = __atomic_load_n(&ll->direct_io, __ATOMIC_RELAXED);
 	fuse_reply_open(req, fi);
 }
 

@@ -35,6 +35,10 @@ typedef struct flx_ll {
 	unsigned read_ahead_kb; /* FLX_LL_RA_AUTO: 4 requests (set at INIT) */
 	bool ra_verbose;
 	int ra_done; /* set atomically by the first request after INIT */
+	/* Open files FOPEN_DIRECT_IO (-o direct_io).  Cleared at INIT when
+	 * the kernel could not mmap such files; read atomically. */
+	bool direct_io;
+	int init_patch; /* INIT reply to patch (see flx_ll_session_mounted) */
 } flx_ll;
 
 /**
@@ -44,5 +48,15 @@ typedef struct flx_ll {
  *         libfuse printed why (e.g. an unknown -o option).
  */
 struct fuse_session *flx_ll_session_new(struct fuse_args *args, flx_ll *ll);
+
+/**
+ * What the session needs once fuse_session_mount() succeeded and before
+ * the loop runs: with ll->direct_io and a libfuse that cannot ask the
+ * kernel to allow mmap of direct-io files (before 3.17), the session's
+ * writes to /dev/fuse go through flexfs so that the INIT reply can ask
+ * for it (fuse_session_custom_io(); reads and splices are unchanged).
+ * @return 0, or -errno (out of memory) after printing why.
+ */
+int flx_ll_session_mounted(struct fuse_session *se, flx_ll *ll);
 
 #endif

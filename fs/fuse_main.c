@@ -404,6 +404,7 @@ int main(int argc, char **argv)
 		      .uid = getuid(),
 		      .gid = getgid(),
 		      .foreground = fo.foreground,
+		      .direct_io = cl.mo.direct_io,
 		      .logged = calloc(flx_fs_inode_count(fs) + 1, 1)};
 	se = flx_ll_session_new(&args, &ll);
 	if (se == NULL)
@@ -412,6 +413,8 @@ int main(int argc, char **argv)
 		goto err_out2;
 	if (fuse_session_mount(se, fo.mountpoint) != 0)
 		goto err_out3;
+	if (flx_ll_session_mounted(se, &ll) != 0)
+		goto err_out4;
 	find_bdi(&cl.mo, fo.mountpoint, &ll);
 	/* Past this point stderr is /dev/null unless -f: nothing may fail
 	 * for a reason the user could have been told about. */
@@ -419,6 +422,7 @@ int main(int argc, char **argv)
 		rc = loop(se, &fo);
 		ret = loop_failed(rc) ? 1 : 0;
 	}
+err_out4:
 	fuse_session_unmount(se);
 err_out3:
 	fuse_remove_signal_handlers(se);

@@ -26,6 +26,11 @@ const char flx_mo_help[] =
     "                           read requests in flight (default: 4 "
     "requests,\n"
     "                           about 4 MiB; 0: the kernel's; needs root)\n"
+    "    -o direct_io[=0|1]     read() bypasses the page cache: one copy "
+    "less and\n"
+    "                           no second cached copy of the data; mmap "
+    "still\n"
+    "                           works (Linux >= 6.6); for large reads\n"
     "    Always added: ro, default_permissions, subtype=flexfs,\n"
     "    fsname=CHECKPOINT.  Ignored: auto, noauto, user, nouser, users,\n"
     "    _netdev, nofail, defaults, rw, comment=*, x-*.  Other -o options\n"
@@ -34,6 +39,7 @@ const char flx_mo_help[] =
 static const char *const ours[] = {
     "tp",	   "pp",	  "rules",	   "layer_regex",
     "embed_regex", "pp_renumber", "hf_shard_size", "read_ahead_kb",
+    "direct_io",
 };
 
 static const char *const fstab_exact[] = {
@@ -195,6 +201,20 @@ static int apply_read_ahead(flx_mountopts *mo, const char *value,
 	return 0;
 }
 
+/* direct_io[=0|1] is the mount's too: how the kernel caches, not what
+ * the views hold. */
+static int apply_direct_io(flx_mountopts *mo, const char *value, flx_error *err)
+{
+	if (!value || !strcmp(value, "1"))
+		mo->direct_io = true;
+	else if (!strcmp(value, "0"))
+		mo->direct_io = false;
+	else
+		return flx_error_set(err, -EINVAL, NULL, "direct_io",
+				     "'%s' is not 0 or 1", value);
+	return 0;
+}
+
 static int apply_ours(flx_spec *spec, const char *tok, flx_error *err)
 {
 	size_t kl = key_len(tok);
@@ -233,6 +253,9 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 		if (key_len(tok) == 13 && !strncmp(tok, "read_ahead_kb", 13))
 			return apply_read_ahead(
 			    mo, tok[13] == '=' ? tok + 14 : NULL, err);
+		if (key_len(tok) == 9 && !strncmp(tok, "direct_io", 9))
+			return apply_direct_io(
+			    mo, tok[9] == '=' ? tok + 10 : NULL, err);
 		return apply_ours(&mo->spec, tok, err);
 	case FLX_MO_FSTAB:
 	case FLX_MO_RWRO:

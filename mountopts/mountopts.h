@@ -11,7 +11,8 @@
  * Every "-o" token falls in exactly one class:
  *   ours   tp, pp, rules, layer_regex, embed_regex, pp_renumber,
  *          hf_shard_size: applied to the spec with flx_spec_set();
- *          read_ahead_kb: kept in flx_mountopts for the FUSE adapter;
+ *          read_ahead_kb, direct_io: kept in flx_mountopts for the
+ *          FUSE adapter;
  *   fstab  auto, noauto, user, nouser, users, _netdev, nofail, defaults,
  *          user=*, comment=*, x-*: bookkeeping of mount(8)/fstab/systemd
  *          that libfuse would reject ("unknown option"), dropped;
@@ -55,6 +56,9 @@ typedef struct flx_mountopts {
 	 * deserves a message. */
 	unsigned read_ahead_kb;
 	bool ra_given;
+	/* direct_io[=0|1]: files are opened FOPEN_DIRECT_IO (read() bypasses
+	 * the kernel's page cache; mmap still goes through it). */
+	bool direct_io;
 } flx_mountopts;
 
 /** Defaults (see flx_spec_init), no source, no libfuse tokens.

@@ -213,7 +213,7 @@ assert_one_line_error() {
 	run "$FLEXFS_BIN" -h
 	[[ $status -eq 0 ]]
 	for opt in tp= pp= rules= layer_regex= embed_regex= pp_renumber \
-		hf_shard_size= read_ahead_kb=; do
+		hf_shard_size= read_ahead_kb= direct_io; do
 		[[ $output == *"-o $opt"* ]]
 	done
 	[[ $output == *"-o allow_other"* ]] # libfuse's own help follows

@@ -42,6 +42,8 @@ static void test_classify(void)
 	CHECK_EQ(flx_mo_classify("layer_regex=x"), FLX_MO_OURS);
 	CHECK_EQ(flx_mo_classify("embed_regex=x"), FLX_MO_OURS);
 	CHECK_EQ(flx_mo_classify("pp_renumber"), FLX_MO_OURS);
+	CHECK_EQ(flx_mo_classify("direct_io"), FLX_MO_OURS);
+	CHECK_EQ(flx_mo_classify("direct_io=1"), FLX_MO_OURS);
 	CHECK_EQ(flx_mo_classify("hf_shard_size=1G"), FLX_MO_OURS);
 	CHECK_EQ(flx_mo_classify("tp"), FLX_MO_OURS);
 	for (const char *const *f =
@@ -111,6 +113,9 @@ static void test_values(void)
 	check_bad("layer_regex=(", "layer_regex");
 	check_bad("hf_shard_size=lots", "hf_shard_size");
 	check_bad("pp_renumber=maybe", "pp_renumber");
+	check_bad("direct_io=yes", "direct_io");
+	check_bad("direct_io=", "direct_io");
+	check_bad("direct_io=10", "direct_io");
 	check_bad("read_ahead_kb=-1", "read_ahead_kb");
 	check_bad("read_ahead_kb=4k", "read_ahead_kb");
 	check_bad("read_ahead_kb=", "read_ahead_kb");
@@ -159,6 +164,13 @@ static void test_values(void)
 	CHECK_EQ(flx_mo_option(&mo, "read_ahead_kb=1048576", &err), 0);
 	CHECK_EQ(mo.read_ahead_kb, 1048576);
 	CHECK(mo.ra_given);
+	CHECK(!mo.direct_io);
+	CHECK_EQ(flx_mo_option(&mo, "direct_io", &err), 0);
+	CHECK(mo.direct_io);
+	CHECK_EQ(flx_mo_option(&mo, "direct_io=0", &err), 0);
+	CHECK(!mo.direct_io);
+	CHECK_EQ(flx_mo_option(&mo, "direct_io=1", &err), 0);
+	CHECK(mo.direct_io);
 	CHECK_EQ(mo.nfuse, 0); /* ours: libfuse never sees it */
 	flx_mo_release(&mo);
 	flx_mo_release(&mo); /* idempotent */
