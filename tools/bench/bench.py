@@ -564,17 +564,28 @@ def diag_pass(ctx, info, opts, reader, cold=False):
                 counters=c.summary(n), daemon=delta(s0, s1), disk=disk_delta(k0, k1))
 
 
-def fig_contig(ctx, info):
+def dio_variant(dio):
+    """(extra mount options, label suffix, figure key suffix) of a figure
+    measured without or with -o direct_io."""
+    return (",direct_io", " [direct_io]", "_dio") if dio else ("", "", "")
+
+
+def fig_contig(ctx, info, dio=False):
     ck = info["dir"]
     files = distcp_files(ck)
-    rows = [Row("contig", "contiguous TP2->TP2, (a) first read", "GB/s", "distcp warm", 0.5),
-            Row("contig", "contiguous TP2->TP2, (b) re-read", "GB/s", "distcp warm", 0.9),
-            Row("contig", "contiguous TP2->TP2, (c) cold", "GB/s", "distcp cold", 0.9)]
+    mo, sfx, key = dio_variant(dio)
+    opts = "tp=2" + mo
+    rows = [Row("contig" + key, "contiguous TP2->TP2, (a) first read" + sfx, "GB/s",
+                "distcp warm", 0.5),
+            Row("contig" + key, "contiguous TP2->TP2, (b) re-read" + sfx, "GB/s",
+                "distcp warm", 0.9),
+            Row("contig" + key, "contiguous TP2->TP2, (c) cold" + sfx, "GB/s",
+                "distcp cold", 0.9)]
     diag = []
     for i in range(ctx.runs):
         warm(backing_files(ck))
         nb, tb = readers.seq_read(files)
-        with Mount(ctx, ck, "tp=2") as m:
+        with Mount(ctx, ck, opts) as m:
             vf = view_files(m, 2)
             s0 = m.stats()
             nf, tf = readers.seq_read(vf)
@@ -585,13 +596,14 @@ def fig_contig(ctx, info):
             nb2, tb2 = readers.seq_read(files)
             rows[1].add(tput(nb2, tb2), tput(nf2, tf2), tput(nf2, tf2) / tput(nb2, tb2))
             if i == 0 and ctx.check != "none":
-                record_check(ctx, "ranks/*/model.safetensors tp=2", check_views(ctx, info, vf, 2))
+                record_check(ctx, "ranks/*/model.safetensors " + opts,
+                             check_views(ctx, info, vf, 2))
         res_b = evict(ctx, backing_files(ck))
         k0 = disk_stats(ck)
         nbc, tbc = readers.seq_read(files)
         k1 = disk_stats(ck)
         res_f = evict(ctx, backing_files(ck))
-        with Mount(ctx, ck, "tp=2") as m:
+        with Mount(ctx, ck, opts) as m:
             s3 = m.stats()
             k2 = disk_stats(ck)
             nfc, tfc = readers.seq_read(view_files(m, 2))
@@ -602,12 +614,12 @@ def fig_contig(ctx, info):
                          bytes=dict(distcp=nb, views=nf),
                          disk_cold=dict(baseline=disk_delta(k0, k1), flexfs=disk_delta(k2, k3)),
                          resident_after_evict=dict(before_baseline=res_b, before_flexfs=res_f)))
-        log("contig run %d: a %.2f/%.2f  b %.2f/%.2f  c %.2f/%.2f GB/s (flexfs/distcp)" % (
-            i, nf / tf / GB, nb / tb / GB, nf2 / tf2 / GB, nb2 / tb2 / GB,
+        log("contig%s run %d: a %.2f/%.2f  b %.2f/%.2f  c %.2f/%.2f GB/s (flexfs/distcp)" % (
+            sfx, i, nf / tf / GB, nb / tb / GB, nf2 / tf2 / GB, nb2 / tb2 / GB,
             nfc / tfc / GB, nbc / tbc / GB))
-    ctx.diag["contig"] = dict(runs=diag, passes=[
-        diag_pass(ctx, info, "tp=2", lambda m: readers.seq_read(view_files(m, 2))),
-        diag_pass(ctx, info, "tp=2", lambda m: readers.seq_read(view_files(m, 2)), cold=True)])
+    ctx.diag["contig" + key] = dict(runs=diag, passes=[
+        diag_pass(ctx, info, opts, lambda m: readers.seq_read(view_files(m, 2))),
+        diag_pass(ctx, info, opts, lambda m: readers.seq_read(view_files(m, 2)), cold=True)])
     return rows
 
 
@@ -648,11 +660,13 @@ def check_hf(ctx, info, m):
     return res
 
 
-def fig_strided(ctx, info):
+def fig_strided(ctx, info, dio=False):
     ck = info["dir"]
     files = distcp_files(ck)
-    opts = "tp=1" + (",hf_shard_size=%s" % ctx.hf_shard if ctx.hf_shard else "")
-    row = Row("strided", "strided hf/ (TP1) of TP2, first read", "GB/s", "distcp warm", 0.35)
+    mo, sfx, key = dio_variant(dio)
+    opts = "tp=1" + (",hf_shard_size=%s" % ctx.hf_shard if ctx.hf_shard else "") + mo
+    row = Row("strided" + key, "strided hf/ (TP1) of TP2, first read" + sfx, "GB/s",
+              "distcp warm", 0.35)
     diag = []
     for i in range(ctx.runs):
         warm(backing_files(ck))
@@ -665,7 +679,8 @@ def fig_strided(ctx, info):
                 record_check(ctx, "hf/ (tp=1 mount, %s)" % opts, check_hf(ctx, info, m))
         row.add(tput(nb, tb), tput(nf, tf), tput(nf, tf) / tput(nb, tb))
         diag.append(dict(read=delta(s0, s1), bytes=nf))
-        log("strided run %d: %.2f / %.2f GB/s (flexfs/distcp)" % (i, nf / tf / GB, nb / tb / GB))
+        log("strided%s run %d: %.2f / %.2f GB/s (flexfs/distcp)" % (
+            sfx, i, nf / tf / GB, nb / tb / GB))
     # where the time goes: the same file read tensor group by tensor group
     warm(backing_files(ck))
     with Mount(ctx, ck, opts) as m:
@@ -696,7 +711,7 @@ def fig_strided(ctx, info):
             with Counters(ctx, m) as c:
                 n, t = readers.seq_read(None, ranges=rng)
             per[kind]["counters"] = c.summary(n)
-    ctx.diag["strided"] = dict(runs=diag, by_kind=per)
+    ctx.diag["strided" + key] = dict(runs=diag, by_kind=per)
     return [row]
 
 
@@ -717,7 +732,12 @@ def fig_e2e(ctx, info, tag):
                    "torch %s" % tv, 5.0, note="ratio = torch time / flexfs time"),
         "st": Row("e2e", "e2e TP4 vs torch %s DCP load (safetensors read)" % tv, "s",
                   "torch %s" % tv, 5.0, note="ratio = torch time / flexfs time"),
+        "st_dio": Row("e2e", "e2e TP4 vs torch %s DCP load (safetensors read) [direct_io]"
+                      % tv, "s", "torch %s" % tv, 5.0,
+                      note="ratio = torch time / flexfs time; mounted -o direct_io"),
     }
+    # reader mode and mount options of each flexfs variant
+    variants = (("npy", "npy", ""), ("st", "st", ""), ("st_dio", "st", ",direct_io"))
     byt = {
         "npy": Row("e2e", "backing bytes read / delivered, TP4 npy, cold", "x", "",
                    1.05, better="lower", ratio_unit="x",
@@ -751,28 +771,28 @@ def fig_e2e(ctx, info, tag):
                        "--info", os.path.join(ck, "bench-ckpt.json"), "--tp", str(tp),
                        "--src"] + distcp_files(ck))
         d["floor"] = dict(seconds=fl["seconds"], per_rank=fl["per_rank"], bytes=fl["bytes"])
-        for mode in ("npy", "st"):
+        for var, mode, mo in variants:
             warm(backing_files(ck))
-            with Mount(ctx, ck, "tp=%d" % tp, name="e2e") as m:
+            with Mount(ctx, ck, "tp=%d%s" % (tp, mo), name="e2e") as m:
                 s0 = m.stats()
                 fr = run_json([PY, os.path.join(HERE, "readers.py"), "e2e", "--mnt", m.mnt,
                                "--info", os.path.join(ck, "bench-ckpt.json"), "--tp", str(tp),
                                "--mode", mode, "--check", chk])
                 s1 = m.stats()
             if chk != "none":
-                record_check(ctx, "flexfs TP4 %s (%s ckpt) vs ground truth" % (mode, tv),
+                record_check(ctx, "flexfs TP4 %s (%s ckpt) vs ground truth" % (var, tv),
                              fr["check"])
             total = m.latency + fr["seconds"]
             dd = delta(s0, s1)
             dd["rchar_per_delivered"] = dd["rchar"] / fr["bytes"]
-            rows[mode].add(tr["seconds"], total, tr["seconds"] / total)
-            if mode == "st":
+            rows[var].add(tr["seconds"], total, tr["seconds"] / total)
+            if var == "st":
                 floor.add(fl["seconds"], total, fl["seconds"] / total)
-            d[mode] = dict(mount_s=m.latency, read_s=fr["seconds"], per_rank=fr["per_rank"],
-                           bytes=fr["bytes"], daemon=dd)
+            d[var] = dict(mount_s=m.latency, read_s=fr["seconds"], per_rank=fr["per_rank"],
+                          bytes=fr["bytes"], daemon=dd)
             log("e2e %s run %d %s: torch %.2f s, flexfs %.2f s (mount %.3f + read %.2f), "
                 "floor %.2f s, rchar/delivered %.4f (warm; splice replies are not in rchar)" % (
-                    tv, i, mode, tr["seconds"], total, m.latency, fr["seconds"], fl["seconds"],
+                    tv, i, var, tr["seconds"], total, m.latency, fr["seconds"], fl["seconds"],
                     dd["rchar"] / fr["bytes"]))
         diag.append(d)
     if tag == "t113":
@@ -795,7 +815,7 @@ def fig_e2e(ctx, info, tag):
                              c["disk"]))
         diag = dict(runs=diag, passes=passes)
     ctx.diag["e2e_" + tag] = diag
-    out = [rows["npy"], rows["st"], floor]
+    out = [rows["npy"], rows["st"], rows["st_dio"], floor]
     return out + ([byt["npy"], byt["st"]] if tag == "t113" else [])
 
 
@@ -1009,7 +1029,8 @@ def main(argv=None):
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON ('-': stdout)")
     ap.add_argument("--workdir", default=os.environ.get("FLEXFS_BENCH_DIR", "/var/tmp/flexfs-bench"))
     ap.add_argument("--flexfs", help="the flexfs binary (default $FLEXFS_BIN, build-bench/, build/)")
-    ap.add_argument("--only", default="contig,strided,e2e,mount,memory,parallel",
+    ap.add_argument("--only",
+                    default="contig,contig_dio,strided,strided_dio,e2e,mount,memory,parallel",
                     help="comma-separated figures to run")
     ap.add_argument("--no-torch26", action="store_true", help="skip the torch 2.6 chroot")
     ap.add_argument("--check", choices=("none", "sample", "all"),
@@ -1092,8 +1113,12 @@ def main(argv=None):
             check_many(ctx, many)
         if "contig" in only:
             rows += fig_contig(ctx, big)
+        if "contig_dio" in only:
+            rows += fig_contig(ctx, big, dio=True)
         if "strided" in only:
             rows += fig_strided(ctx, big)
+        if "strided_dio" in only:
+            rows += fig_strided(ctx, big, dio=True)
         if "e2e" in only:
             rows += fig_e2e(ctx, big, "t113")
             if big26:
