@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <fcntl.h>
 #include <linux/fuse.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,22 @@ static void log_once(const flx_ll *ll, fuse_ino_t ino, const char *op, int rc)
 		       path, op, strerror(rc));
 }
 
+/* A warning: the mount goes on.  stderr with -f, else syslog. */
+__attribute__((format(printf, 2, 3))) static void warn(const flx_ll *ll,
+						       const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (ll->foreground)
+		fprintf(stderr, "flexfs: %s\n", msg);
+	else
+		syslog(LOG_WARNING, "flexfs: %s", msg);
+}
+
 /*
  * direct_io.  A file opened FOPEN_DIRECT_IO has no page cache for read():
  * each read() is sent to the daemon and the reply lands in the reader's
@@ -93,14 +110,6 @@ static void log_once(const flx_ll *ll, fuse_ino_t ino, const char *op, int rc)
 #define FUSE_DIRECT_IO_ALLOW_MMAP (1ULL << 36)
 #endif
 #define FLX_LL_DIO_MMAP_MINOR 39
-
-static void warn(const flx_ll *ll, const char *msg)
-{
-	if (ll->foreground)
-		fprintf(stderr, "flexfs: %s\n", msg);
-	else
-		syslog(LOG_WARNING, "flexfs: %s", msg);
-}
 
 static ssize_t flx_ll_writev(int fd, struct iovec *iov, int count,
 			     void *userdata)
@@ -169,8 +178,6 @@ int flx_ll_session_mounted(struct fuse_session *se, flx_ll *ll)
 /* At INIT: keep direct_io only where mmap of direct-io files works. */
 static void init_direct_io(flx_ll *ll, struct fuse_conn_info *conn)
 {
-	char msg[160];
-
 	if (!ll->direct_io)
 		return;
 #ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
@@ -186,11 +193,10 @@ static void init_direct_io(flx_ll *ll, struct fuse_conn_info *conn)
 	}
 #endif
 	__atomic_store_n(&ll->direct_io, false, __ATOMIC_RELAXED);
-	snprintf(msg, sizeof(msg),
-		 "direct_io not applied: FUSE protocol %u.%u cannot mmap "
-		 "direct-io files (7.%u, Linux 6.6, can); pages are cached",
-		 conn->proto_major, conn->proto_minor, FLX_LL_DIO_MMAP_MINOR);
-	warn(ll, msg);
+	warn(ll,
+	     "direct_io not applied: FUSE protocol %u.%u cannot mmap "
+	     "direct-io files (7.%u, Linux 6.6, can); pages are cached",
+	     conn->proto_major, conn->proto_minor, FLX_LL_DIO_MMAP_MINOR);
 }
 
 /*
@@ -224,16 +230,9 @@ static void raise_read_ahead(flx_ll *ll)
 		if (fclose(f) && !e) /* sysfs reports at the flush */
 			e = errno;
 	}
-	if (!e || !ll->ra_verbose)
-		return;
-	if (ll->foreground)
-		fprintf(stderr,
-			"flexfs: read_ahead_kb=%u not applied: %s: %s\n",
-			ll->read_ahead_kb, path, strerror(e));
-	else
-		syslog(LOG_WARNING,
-		       "flexfs: read_ahead_kb=%u not applied: %s: %s",
-		       ll->read_ahead_kb, path, strerror(e));
+	if (e && ll->ra_verbose)
+		warn(ll, "read_ahead_kb=%u not applied: %s: %s",
+		     ll->read_ahead_kb, path, strerror(e));
 }
 
 static const flx_fs *fs_of(fuse_req_t req)
