@@ -151,12 +151,23 @@ static size_t key_len(const char *tok)
 	return eq ? (size_t)(eq - tok) : strlen(tok);
 }
 
-static int key_in(const char *tok, const char *const *keys, size_t n)
+static bool key_is(const char *tok, const char *key)
+{
+	return key_len(tok) == strlen(key) && !strncmp(tok, key, strlen(key));
+}
+
+/* The value of "key=value", or NULL for a bare "key". */
+static const char *option_value(const char *tok)
 {
 	size_t kl = key_len(tok);
 
+	return tok[kl] == '=' ? tok + kl + 1 : NULL;
+}
+
+static int key_in(const char *tok, const char *const *keys, size_t n)
+{
 	for (size_t i = 0; i < n; i++)
-		if (strlen(keys[i]) == kl && !strncmp(tok, keys[i], kl))
+		if (key_is(tok, keys[i]))
 			return 1;
 	return 0;
 }
@@ -180,8 +191,6 @@ flx_mo_class flx_mo_classify(const char *tok)
 	return FLX_MO_FUSE;
 }
 
-/* read_ahead_kb= is the mount's, not the view's: it never reaches the
- * spec (flexfs-inspect has no use for it). */
 static int apply_read_ahead(flx_mountopts *mo, const char *value,
 			    flx_error *err)
 {
@@ -201,24 +210,10 @@ static int apply_read_ahead(flx_mountopts *mo, const char *value,
 	return 0;
 }
 
-/* direct_io[=0|1] is the mount's too: how the kernel caches, not what
- * the views hold. */
-static int apply_direct_io(flx_mountopts *mo, const char *value, flx_error *err)
-{
-	if (!value || !strcmp(value, "1"))
-		mo->direct_io = true;
-	else if (!strcmp(value, "0"))
-		mo->direct_io = false;
-	else
-		return flx_error_set(err, -EINVAL, NULL, "direct_io",
-				     "'%s' is not 0 or 1", value);
-	return 0;
-}
-
 static int apply_ours(flx_spec *spec, const char *tok, flx_error *err)
 {
 	size_t kl = key_len(tok);
-	const char *value = tok[kl] == '=' ? tok + kl + 1 : NULL;
+	const char *value = option_value(tok);
 	char key[32];
 	flx_error e;
 	int rc;
@@ -250,12 +245,14 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 
 	switch (flx_mo_classify(tok)) {
 	case FLX_MO_OURS:
-		if (key_len(tok) == 13 && !strncmp(tok, "read_ahead_kb", 13))
-			return apply_read_ahead(
-			    mo, tok[13] == '=' ? tok + 14 : NULL, err);
-		if (key_len(tok) == 9 && !strncmp(tok, "direct_io", 9))
-			return apply_direct_io(
-			    mo, tok[9] == '=' ? tok + 10 : NULL, err);
+		/* read_ahead_kb and direct_io are the mount's, not the
+		 * view's: how the kernel reads and caches, so they never
+		 * reach the spec (flexfs-inspect has no use for them). */
+		if (key_is(tok, "read_ahead_kb"))
+			return apply_read_ahead(mo, option_value(tok), err);
+		if (key_is(tok, "direct_io"))
+			return flx_parse_flag("direct_io", option_value(tok),
+					      &mo->direct_io, err);
 		return apply_ours(&mo->spec, tok, err);
 	case FLX_MO_FSTAB:
 	case FLX_MO_RWRO:

@@ -66,6 +66,20 @@ static int parse_int(const char *v, long lo, long hi, long *out)
 	return 0;
 }
 
+int flx_parse_flag(const char *key, const char *value, bool *out,
+		   flx_error *err)
+{
+	if (!value || !strcmp(value, "1") || !strcmp(value, "true"))
+		*out = true;
+	else if (!strcmp(value, "0") || !strcmp(value, "false"))
+		*out = false;
+	else
+		return flx_error_set(err, -EINVAL, NULL, key,
+				     "expected 0/1/true/false, got '%s'",
+				     value);
+	return 0;
+}
+
 int flx_parse_size(const char *text, uint64_t *out)
 {
 	unsigned long long n;
@@ -279,18 +293,8 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 		return set_string(layer ? &s->layer_regex : &s->embed_regex,
 				  value);
 	}
-	if (strcmp(key, "pp_renumber") == 0) {
-		if (!value || !strcmp(value, "1") || !strcmp(value, "true"))
-			s->pp_renumber = true;
-		else if (!strcmp(value, "0") || !strcmp(value, "false"))
-			s->pp_renumber = false;
-		else
-			return flx_error_set(err, -EINVAL, NULL, key,
-					     "expected 0/1/true/false, got "
-					     "'%s'",
-					     value);
-		return 0;
-	}
+	if (strcmp(key, "pp_renumber") == 0)
+		return flx_parse_flag(key, value, &s->pp_renumber, err);
 	if (strcmp(key, "hf_shard_size") == 0) {
 		if (flx_parse_size(value, &s->hf_shard_size))
 			return flx_error_set(err, -EINVAL, NULL, key,

@@ -99,4 +99,13 @@ bool flx_default_layer_match(const char *fqn, size_t *so, size_t *eo);
 /** Parse a size "5G", "512M", "1048576".  @return 0 or -EINVAL. */
 int flx_parse_size(const char *text, uint64_t *out);
 
+/**
+ * Parse the value of a flag option: absent (NULL, "-o flag"), "1" or
+ * "true" set it, "0" or "false" clear it.  Every flag of the mount
+ * (pp_renumber, direct_io) takes this one grammar.
+ * @return 0 and *out, or -EINVAL with err naming key.
+ */
+int flx_parse_flag(const char *key, const char *value, bool *out,
+		   flx_error *err);
+
 #endif

@@ -171,6 +171,11 @@ static void test_values(void)
 	CHECK(!mo.direct_io);
 	CHECK_EQ(flx_mo_option(&mo, "direct_io=1", &err), 0);
 	CHECK(mo.direct_io);
+	/* the flag grammar of pp_renumber (flx_parse_flag) */
+	CHECK_EQ(flx_mo_option(&mo, "direct_io=false", &err), 0);
+	CHECK(!mo.direct_io);
+	CHECK_EQ(flx_mo_option(&mo, "direct_io=true", &err), 0);
+	CHECK(mo.direct_io);
 	CHECK_EQ(mo.nfuse, 0); /* ours: libfuse never sees it */
 	flx_mo_release(&mo);
 	flx_mo_release(&mo); /* idempotent */
