@@ -162,16 +162,12 @@ int flx_ll_session_mounted(struct fuse_session *se, flx_ll *ll)
 	    .splice_receive = flx_ll_splice,
 	    .splice_send = flx_ll_splice,
 	};
-	int rc;
-
 	if (!ll->direct_io)
 		return 0;
 	/* Meant to replace fuse_session_mount(); after it, it only swaps the
-	 * I/O functions over the same /dev/fuse descriptor (libfuse 3.14). */
-	rc = fuse_session_custom_io(se, &io, fuse_session_fd(se));
-	if (rc)
-		fprintf(stderr, "flexfs: direct_io: %s\n", strerror(-rc));
-	return rc;
+	 * I/O functions over the same /dev/fuse descriptor (libfuse 3.14).
+	 * It logs its own failure, so nothing is added here. */
+	return fuse_session_custom_io(se, &io, fuse_session_fd(se));
 #endif
 }
 

@@ -55,7 +55,7 @@ struct fuse_session *flx_ll_session_new(struct fuse_args *args, flx_ll *ll);
  * kernel to allow mmap of direct-io files (before 3.17), the session's
  * writes to /dev/fuse go through flexfs so that the INIT reply can ask
  * for it (fuse_session_custom_io(); reads and splices are unchanged).
- * @return 0, or -errno (out of memory) after printing why.
+ * @return 0, or -errno (out of memory) after libfuse printed why.
  */
 int flx_ll_session_mounted(struct fuse_session *se, flx_ll *ll);
 
