@@ -257,24 +257,38 @@ static void fill_attr(const flx_ll *ll, const flx_stat *st, struct stat *sb)
 }
 
 /*
- * Read request size.  libfuse splices a reply through a per-thread pipe
- * of len + a few pages, growing it with F_SETPIPE_SZ; when that fails it
- * copies the reply into a buffer it allocates for each reply instead.
- * Past /proc/sys/fs/pipe-max-size (1 MiB by default) only a process with
+ * Read request size.  libfuse splices a reply through a per-thread pipe,
+ * growing it with F_SETPIPE_SZ to what it estimates the reply needs: a
+ * page for the header, one per piece of the reply and one more, plus the
+ * bytes.  When the pipe cannot grow that far it copies the reply into a
+ * buffer it allocates for each reply instead.  Past
+ * /proc/sys/fs/pipe-max-size (1 MiB by default) only a process with
  * CAP_SYS_RESOURCE may grow a pipe, which root often lacks in containers,
  * so the kernel's 1 MiB (256-page) requests would never be spliced.
- * Requests are therefore capped at what a pipe can carry: the probe below
- * tries a pipe for the largest request; failing that, pipe-max-size less
- * 4 pages (1008 KiB), which measured 1.2-1.3x faster than unspliced
- * 1 MiB requests (docs/performance.md).  Every contiguous reply then
- * splices; the rest use the reusable per-thread buffer.
+ * Requests are therefore capped so that a reply of up to
+ * FLX_LL_SPLICE_PIECES pieces (a .npy header and its data, or the end of
+ * one tensor and the start of the next) fits a pipe: the probe below
+ * tries a pipe for the largest request; failing that, the request is
+ * pipe-max-size less that estimate (996 KiB of a 1 MiB pipe).  Requests
+ * of 256 KiB to 1008 KiB measured alike (docs/performance.md); unspliced
+ * replies cost a second copy.  Replies that need a gather use the
+ * reusable per-thread buffer.
  */
-#define FLX_LL_REQ_MAX (1u << 20)
-#define FLX_LL_PAGE    4096u
+#define FLX_LL_REQ_MAX	     (1u << 20)
+#define FLX_LL_PAGE	     4096u
+#define FLX_LL_SPLICE_PIECES 4u
+#define FLX_LL_OUT_HEADER    16u /* sizeof(struct fuse_out_header) */
 
-static size_t splice_max;
+static size_t splice_max; /* the request size */
+static size_t pipe_cap;	  /* bytes a reply pipe can grow to */
 
-static unsigned request_max(void)
+/* The pipe libfuse asks for to splice a reply of len bytes in k pieces. */
+static size_t pipe_estimate(size_t k, size_t len)
+{
+	return FLX_LL_PAGE * (k + 2) + FLX_LL_OUT_HEADER + len;
+}
+
+static void probe_pipe(void)
 {
 	FILE *f;
 	unsigned long v = 0;
@@ -285,23 +299,30 @@ static unsigned request_max(void)
 
 		close(p[0]);
 		close(p[1]);
-		if (ok)
-			return FLX_LL_REQ_MAX;
+		if (ok) {
+			pipe_cap = 2 * FLX_LL_REQ_MAX;
+			splice_max = FLX_LL_REQ_MAX;
+			return;
+		}
 	}
 	f = fopen("/proc/sys/fs/pipe-max-size", "r");
 	if (!f || fscanf(f, "%lu", &v) != 1)
 		v = FLX_LL_REQ_MAX;
 	if (f)
 		fclose(f);
-	v = v > 8 * FLX_LL_PAGE ? v - 4 * FLX_LL_PAGE : FLX_LL_PAGE;
+	pipe_cap = v;
+	v = v > pipe_estimate(FLX_LL_SPLICE_PIECES, FLX_LL_PAGE)
+		? v - pipe_estimate(FLX_LL_SPLICE_PIECES, 0)
+		: FLX_LL_PAGE;
 	v = v < FLX_LL_REQ_MAX ? v : FLX_LL_REQ_MAX;
-	return (unsigned)(v / FLX_LL_PAGE * FLX_LL_PAGE);
+	splice_max = v / FLX_LL_PAGE * FLX_LL_PAGE;
 }
 
 static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 {
 	flx_ll *ll = userdata;
-	unsigned req = request_max();
+
+	probe_pipe();
 
 	/*
 	 * conn->max_read stays 0 (no limit): libfuse 3.14 fails the mount
@@ -311,8 +332,8 @@ static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 	 * as libfuse clamped it (to the kernel's offer); the real readahead
 	 * is raised later, see raise_read_ahead().
 	 */
-	if (conn->max_write > req)
-		conn->max_write = req;
+	if (conn->max_write > splice_max)
+		conn->max_write = (unsigned)splice_max;
 	splice_max = conn->max_write;
 	/* Readahead of several requests keeps the reader, the kernel and
 	 * the daemon's threads busy at once (4 measured best here). */
@@ -320,8 +341,9 @@ static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 		ll->read_ahead_kb = 4 * (conn->max_write / 1024);
 	/* The data never changes: no need to revalidate pages on getattr. */
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
-	/* Replies that map to one backing range are spliced from the file
-	 * (flx_ll_read): pages move to /dev/fuse without a user-space copy. */
+	/* Replies made of backing ranges and literal bytes are spliced from
+	 * the files (flx_ll_read): pages move to /dev/fuse without a copy in
+	 * user space. */
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	if (conn->capable & FUSE_CAP_SPLICE_MOVE)
@@ -505,47 +527,94 @@ static char *reply_buf(size_t size)
 	return b->data;
 }
 
-/* A range that is one contiguous range of one backing file, and fits a
- * pipe, is replied from that file (spliced when the kernel allows);
- * anything else is gathered into the thread's buffer. */
+/*
+ * Whether a reply of these pieces (len bytes) can be spliced: libfuse's
+ * estimate of the pipe (pipe_estimate()) must fit pipe_cap, or libfuse
+ * stops growing the thread's pipe for good, and so must the pipe's slots,
+ * one per page or part of a page each spliced range touches, one per
+ * started page of literal bytes, one for the header.  A splice that ran
+ * out of slots would still be right (libfuse copies the rest) but slow.
+ */
+static bool splice_fits(const flx_piece *p, size_t k, size_t len)
+{
+	size_t slots = 1;
+	bool fd = false;
+
+	if (pipe_estimate(k, len) > pipe_cap)
+		return false;
+	for (size_t i = 0; i < k; i++) {
+		size_t lead = p[i].fd >= 0 ? p[i].src % FLX_LL_PAGE : 0;
+
+		slots += (lead + p[i].len + FLX_LL_PAGE - 1) / FLX_LL_PAGE;
+		fd |= p[i].fd >= 0;
+	}
+	/* literal bytes alone are sent from memory: one copy, not two */
+	return fd && slots <= pipe_cap / FLX_LL_PAGE;
+}
+
+/*
+ * A range made of whole backing ranges and literal bytes (headers) is
+ * replied from the files, spliced, so its bytes are copied once (by the
+ * kernel, into the page cache or the reader); literal bytes alone are
+ * sent from the buffer they were generated into; anything else (a
+ * strided gather) is read into the thread's buffer and sent from there.
+ */
 static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			struct fuse_file_info *fi)
 {
 	const flx_fs *fs = fs_of(req);
+	flx_piece pc[FLX_LL_SPLICE_PIECES];
 	flx_stat st;
-	uint64_t src;
 	char *buf;
+	size_t len = 0;
 	ssize_t n;
-	int fd, rc;
+	int rc;
 
 	(void)fi;
+	buf = reply_buf(size ? size : 1);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
 	rc = flx_fs_stat(fs, ino, &st);
 	if (!rc && !st.dir && (uint64_t)off < st.size) {
-		size_t len = st.size - (uint64_t)off < size
-				 ? (size_t)(st.size - (uint64_t)off)
-				 : size;
+		len = st.size - (uint64_t)off < size
+			  ? (size_t)(st.size - (uint64_t)off)
+			  : size;
+		rc = flx_fs_pieces(fs, ino, (uint64_t)off, len, buf, pc,
+				   FLX_LL_SPLICE_PIECES);
+	}
+	if (rc > 0 && splice_fits(pc, (size_t)rc, len)) {
+		/* a fuse_bufvec ends in buf[1]: room for the others after it */
+		_Alignas(struct fuse_bufvec) unsigned char
+		    mem[sizeof(struct fuse_bufvec) +
+			(FLX_LL_SPLICE_PIECES - 1) * sizeof(struct fuse_buf)];
+		struct fuse_bufvec *bv = (struct fuse_bufvec *)mem;
 
-		rc = len <= splice_max
-			 ? flx_fs_map(fs, ino, (uint64_t)off, len, &fd, &src)
-			 : 0;
-		if (rc == 1) {
-			struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
+		*bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT(0);
+		bv->count = (size_t)rc;
+		for (int i = 0; i < rc; i++) {
+			struct fuse_buf *b = &bv->buf[i];
 
-			bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-			bv.buf[0].fd = fd;
-			bv.buf[0].pos = (off_t)src;
-			fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
-			return;
+			*b = (struct fuse_buf){.size = pc[i].len};
+			if (pc[i].fd >= 0) {
+				b->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+				b->fd = pc[i].fd;
+				b->pos = (off_t)pc[i].src;
+			} else {
+				b->mem = (void *)pc[i].mem;
+			}
 		}
+		fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
+		return;
+	}
+	if (rc == 1 && pc[0].fd < 0) {
+		fuse_reply_buf(req, pc[0].mem, len); /* literal bytes only */
+		return;
 	}
 	if (rc < 0) {
 		log_once(fuse_req_userdata(req), ino, "read", -rc);
 		fuse_reply_err(req, -rc);
-		return;
-	}
-	buf = reply_buf(size ? size : 1);
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
 		return;
 	}
 	n = flx_fs_read(fs, ino, buf, size, (uint64_t)off, NULL);

@@ -624,48 +624,106 @@ static size_t seg_at(const flx_fs *fs, const node *f, uint64_t off)
 	return lo;
 }
 
-int flx_fs_map(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n, int *fd,
-	       uint64_t *src)
+/* Append a piece to out[0..*k), merging it into the last one when it
+ * continues it.  @return 0, or 1 when out is full. */
+static int add_piece(flx_piece *out, size_t *k, size_t max, int fd,
+		     uint64_t src, size_t len, const void *mem)
+{
+	flx_piece *last = *k ? &out[*k - 1] : NULL;
+
+	if (last && last->fd == fd &&
+	    (fd < 0 ? (const char *)last->mem + last->len == mem
+		    : last->src + last->len == src)) {
+		last->len += len;
+		return 0;
+	}
+	if (*k == max)
+		return 1;
+	out[(*k)++] = (flx_piece){fd, src, len, mem};
+	return 0;
+}
+
+/* Add the pieces of view bytes [at, at+n).  @return 0, 1 (needs a gather
+ * or more pieces than max), or -EIO. */
+static int view_pieces(const flx_fs *fs, const flx_view *v, uint64_t at,
+		       size_t n, flx_piece *out, size_t *k, size_t max)
+{
+	flx_range r[FLX_FS_PIECES_MAX];
+	size_t room = max - *k + (*k > 0); /* the first may merge */
+	int nr = flx_view_ranges(
+	    v, at, n, r, room < FLX_FS_PIECES_MAX ? room : FLX_FS_PIECES_MAX);
+
+	if (nr <= 0)
+		return nr < 0 ? nr : 1;
+	for (int i = 0; i < nr; i++)
+		if (add_piece(out, k, max, fs->ckpt->files[r[i].file].fd,
+			      r[i].src, (size_t)r[i].len, NULL))
+			return 1;
+	return 0;
+}
+
+int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
+		  void *lit, flx_piece *out, size_t max)
 {
 	const node *f = get(fs, ino);
-	const flx_seg *s;
-	uint32_t file;
-	uint64_t at;
-	size_t i;
-	int rc;
+	unsigned char *l = lit;
+	size_t k = 0, done = 0;
+	int rc = 0;
 
 	if (!f)
 		return -ENOENT;
 	if (f->type == N_DIR || n == 0 || off >= f->size || n > f->size - off)
 		return 0;
 	if (f->type == N_NPY) {
-		if (off < f->count)
-			return 0;
-		rc = flx_view_map(f->u.view, off - f->count, n, &file, src);
-		if (rc == 1)
-			*fd = fs->ckpt->files[file].fd;
-		return rc;
+		if (off < f->count) {
+			uint64_t len;
+
+			done =
+			    f->count - off < n ? (size_t)(f->count - off) : n;
+			if (flx_npy_header(f->u.view, l, off, off + done,
+					   &len) ||
+			    len != f->count)
+				return -EIO;
+			add_piece(out, &k, max, -1, 0, done, l);
+		}
+		if (done < n)
+			rc = view_pieces(fs, f->u.view, off + done - f->count,
+					 n - done, out, &k, max);
+		return rc ? (rc < 0 ? rc : 0) : (int)k;
 	}
-	i = seg_at(fs, f, off);
-	s = &fs->segs[i];
-	at = off - s->start;
-	if (n > seg_len(fs, f, i) - at)
-		return 0;
-	switch (s->kind) {
-	case FLX_SEG_RAW:
-		if (flx_file_verify(fs->ckpt, &fs->ckpt->files[s->idx], false))
-			return -EIO;
-		*fd = fs->ckpt->files[s->idx].fd;
-		*src = s->u.off + at;
-		return 1;
-	case FLX_SEG_VIEW:
-		rc = flx_view_map(s->u.view, at, n, &file, src);
-		if (rc == 1)
-			*fd = fs->ckpt->files[file].fd;
-		return rc;
-	default:
-		return 0;
+	for (size_t i = seg_at(fs, f, off);
+	     !rc && done < n && i < (size_t)f->first + f->count; i++) {
+		const flx_seg *s = &fs->segs[i];
+		uint64_t at = off + done - s->start, len = seg_len(fs, f, i);
+		size_t take =
+		    (size_t)(len - at < n - done ? len - at : n - done);
+		const flx_file *file;
+
+		switch (s->kind) {
+		case FLX_SEG_GEN:
+			rc = read_gen(s, len, l + done, take, at) < 0
+				 ? -EIO
+				 : add_piece(out, &k, max, -1, 0, take,
+					     l + done);
+			break;
+		case FLX_SEG_VIEW:
+			rc = view_pieces(fs, s->u.view, at, take, out, &k, max);
+			break;
+		case FLX_SEG_RAW:
+			file = &fs->ckpt->files[s->idx];
+			rc = flx_file_verify(fs->ckpt, file, false)
+				 ? -EIO
+				 : add_piece(out, &k, max, file->fd,
+					     s->u.off + at, take, NULL);
+			break;
+		default:
+			rc = -EIO;
+		}
+		done += take;
 	}
+	if (rc)
+		return rc < 0 ? rc : 0;
+	return done == n ? (int)k : -EIO;
 }
 
 static ssize_t read_npy(const node *f, unsigned char *buf, size_t n,

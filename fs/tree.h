@@ -85,16 +85,31 @@ int flx_fs_resolve(const flx_fs *fs, const char *path, flx_stat *st);
 ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 		    uint64_t off, flx_read_stats *stats);
 
+/** A piece of a file's bytes: a range of a backing file, or literal bytes
+ * (generated headers) the caller can send from memory. */
+typedef struct flx_piece {
+	int fd;	      /* the backing file, or -1: literal bytes at mem */
+	uint64_t src; /* fd: offset in the file */
+	size_t len;
+	const void *mem; /* literal: the bytes, inside the caller's lit */
+} flx_piece;
+
+/* The most pieces flx_fs_pieces() describes a range with. */
+#define FLX_FS_PIECES_MAX 16
+
 /**
- * If bytes [off, off+n) of file ino (n already clipped to the file size)
- * are one contiguous range of one backing file, give its descriptor and
- * offset, so the reply can be spliced without a copy (the file was just
- * checked unchanged).
- * @return 1 with *fd and *src, 0 otherwise (literal bytes, several
- *         ranges), or -EIO / -ENOENT.
+ * Describe bytes [off, off+n) of file ino (n already clipped to the file
+ * size) as at most max (<= FLX_FS_PIECES_MAX) pieces, in order, a piece that
+ * continues the one before merged into it: ranges of backing files, just
+ * checked unchanged, and literal bytes, which are generated into lit + (their
+ * offset - off) (lit holds n bytes; other bytes of it are left as they were).
+ * A reply made of these pieces needs no copy in user space (spliced ranges).
+ * @return the number of pieces (>= 1) in out; 0 when some bytes need a
+ *         gather (a strided view) or take more than max pieces; -EIO (a
+ *         backing file changed), -ENOENT.
  */
-int flx_fs_map(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n, int *fd,
-	       uint64_t *src);
+int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
+		  void *lit, flx_piece *out, size_t max);
 
 /**
  * Check, when a file is opened, that every backing file it reads is still

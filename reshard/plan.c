@@ -956,26 +956,43 @@ ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 	return rc ? rc : (ssize_t)n;
 }
 
-int flx_view_map(const flx_view *v, uint64_t off, size_t n, uint32_t *file,
-		 uint64_t *src)
+int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
+		    size_t max)
 {
 	int64_t g[FLX_MAX_DIMS] = {0};
-	const piece *p;
-	uint64_t e = off / v->esz;
+	const piece *p = NULL;
+	uint64_t pos = off, end;
+	size_t k = 0;
 
-	if (n == 0 || off >= v->bytes || n > v->bytes - off)
+	if (n == 0 || off >= v->bytes || n > v->bytes - off || max == 0)
 		return 0;
-	unravel(v, e, g);
-	p = find_piece(v, NULL, g);
-	if (!p || (v->ndim > 0 && p->ch->contig_from >= v->ndim))
-		return 0;
-	if ((e + run_elems(v, p, g)) * v->esz < off + n)
-		return 0;
-	if (flx_file_verify(v->ckpt, &v->ckpt->files[p->ch->file], false))
-		return -EIO;
-	*file = p->ch->file;
-	*src = src_offset(v, p, g) + off % v->esz;
-	return 1;
+	end = off + n;
+	while (pos < end) {
+		uint64_t e = pos / v->esz, stop, src;
+
+		unravel(v, e, g);
+		p = find_piece(v, p, g);
+		if (!p || (v->ndim > 0 && p->ch->contig_from >= v->ndim))
+			return 0;
+		stop = (e + run_elems(v, p, g)) * v->esz;
+		if (stop > end)
+			stop = end;
+		src = src_offset(v, p, g) + pos % v->esz;
+		if (k && out[k - 1].file == p->ch->file &&
+		    out[k - 1].src + out[k - 1].len == src) {
+			out[k - 1].len += stop - pos;
+		} else {
+			if (k == max)
+				return 0;
+			out[k++] = (flx_range){p->ch->file, src, stop - pos};
+		}
+		pos = stop;
+	}
+	for (size_t i = 0; i < k; i++)
+		if (flx_file_verify(v->ckpt, &v->ckpt->files[out[i].file],
+				    false))
+			return -EIO;
+	return (int)k;
 }
 
 /* ---- placement ---- */

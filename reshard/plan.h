@@ -90,15 +90,25 @@ int flx_view_new(const flx_ckpt *ckpt, const flx_tensor *t, const flx_box *box,
  * (those go with the plan). */
 void flx_view_free(flx_view *v);
 
+/** A contiguous byte range of one backing file. */
+typedef struct flx_range {
+	uint32_t file; /* index into ckpt->files */
+	uint64_t src;  /* offset in that file */
+	uint64_t len;
+} flx_range;
+
 /**
- * If view bytes [off, off+n) are one contiguous byte range of one backing
- * file (so a reply can be spliced from the file without a copy), give the
- * file index and its offset, after checking the file is unchanged.
- * @return 1 with *file and *src, 0 if the range is scattered or strided,
- *         -EIO if the backing file changed since mount.
+ * Describe view bytes [off, off+n) as at most max contiguous ranges of
+ * backing files, in order, a range that continues the one before merged
+ * into it, after checking each file is unchanged: a reply can then be
+ * spliced from the files without a copy.
+ * @return the number of ranges (>= 1) written to out; 0 if some bytes
+ *         need a gather (a chunk saved with a strided innermost axis) or
+ *         take more than max ranges; -EIO if a backing file changed since
+ *         mount.
  */
-int flx_view_map(const flx_view *v, uint64_t off, size_t n, uint32_t *file,
-		 uint64_t *src);
+int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
+		    size_t max);
 
 /** Read statistics, for tests and benchmarks (per call, caller-owned). */
 typedef struct flx_read_stats {

@@ -172,7 +172,8 @@ static unsigned char *expected(const flx_box *b, size_t *len)
 	return (unsigned char *)v;
 }
 
-static size_t mapped; /* ranges flx_view_map found contiguous */
+static size_t mapped;	    /* ranges flx_view_ranges described */
+static size_t mapped_multi; /* ... with more than one backing range */
 
 static void check_box(const flx_ckpt *c, const flx_box *box)
 {
@@ -220,23 +221,35 @@ static void check_box(const flx_ckpt *c, const flx_box *box)
 		}
 	}
 	CHECK_EQ(flx_view_read(v, got, 4, len, NULL), 0);
-	/* a range that flx_view_map calls contiguous must be exactly those
-	 * bytes of the file it names */
+	/* the backing ranges flx_view_ranges gives must hold exactly those
+	 * bytes, in order; with room for one range it answers 1 or 0 */
 	for (size_t s = 0; s < len; s += 3) {
 		for (size_t n = 1; s + n <= len; n = n * 2 + 1) {
-			uint32_t file;
-			uint64_t src;
-			int mr = flx_view_map(v, s, n, &file, &src);
+			flx_range r[4], one;
+			int mr = flx_view_ranges(v, s, n, r, 4);
+			size_t at = 0;
 
-			CHECK(mr == 0 || mr == 1);
-			if (mr != 1)
+			CHECK(mr >= 0 && mr <= 4);
+			if (mr <= 0)
 				continue;
 			mapped++;
-			CHECK(pread(c->files[file].fd, got, n, (off_t)src) ==
-			      (ssize_t)n);
+			mapped_multi += mr > 1;
+			CHECK_EQ(flx_view_ranges(v, s, n, &one, 1),
+				 mr == 1 ? 1 : 0);
+			for (int i = 0; i < mr; i++) {
+				CHECK(r[i].len > 0 && at + r[i].len <= n);
+				if (i && r[i].file == r[i - 1].file)
+					CHECK(r[i].src !=
+					      r[i - 1].src + r[i - 1].len);
+				CHECK(pread(c->files[r[i].file].fd, got + at,
+					    r[i].len, (off_t)r[i].src) ==
+				      (ssize_t)r[i].len);
+				at += r[i].len;
+			}
+			CHECK_EQ(at, n);
 			if (memcmp(got, want + s, n) != 0) {
-				fprintf(stderr, "map mismatch at %zu+%zu\n", s,
-					n);
+				fprintf(stderr, "ranges mismatch at %zu+%zu\n",
+					s, n);
 				check_failures++;
 			}
 		}
@@ -292,6 +305,23 @@ static void check_view_bytes(const flx_view *v)
 	free(want);
 }
 
+/* A plan of c at tp ranks with every tensor split on axis (spec in *s,
+ * released by the caller); NULL if the build failed (counted). */
+static flx_plan *plan_split(const flx_ckpt *c, flx_spec *s, int tp, int axis)
+{
+	char rules[64];
+	flx_plan *p = NULL;
+
+	flx_spec_init(s);
+	s->tp = tp;
+	snprintf(rules, sizeof(rules), "[{\"match\": \"*\", \"split\": %d}]",
+		 axis);
+	CHECK_EQ(flx_spec_rules_parse(s, rules, strlen(rules), "r.json", NULL),
+		 0);
+	CHECK_EQ(flx_plan_build(c, s, &p, NULL), 0);
+	return p;
+}
+
 /* The plan's own views (held in its arena, boxes shared between views):
  * torch.chunk boxes along every axis, and the whole tensor for hf/. */
 static void test_plan_views(const flx_ckpt *c)
@@ -301,20 +331,11 @@ static void test_plan_views(const flx_ckpt *c)
 
 	for (int axis = 0; axis < 3; axis++)
 		for (size_t k = 0; k < sizeof(tps) / sizeof(tps[0]); k++) {
-			char rules[64];
 			flx_spec s;
-			flx_plan *p = NULL;
 			int tp = tps[k];
+			flx_plan *p = plan_split(c, &s, tp, axis);
 			int64_t n = t->shape[axis], ch = (n + tp - 1) / tp;
 
-			flx_spec_init(&s);
-			s.tp = tp;
-			snprintf(rules, sizeof(rules),
-				 "[{\"match\": \"*\", \"split\": %d}]", axis);
-			CHECK_EQ(flx_spec_rules_parse(&s, rules, strlen(rules),
-						      "r.json", NULL),
-				 0);
-			CHECK_EQ(flx_plan_build(c, &s, &p, NULL), 0);
 			for (int r = 0; p && r < tp; r++) {
 				const flx_box *b =
 				    flx_view_box(p->p[0].views[r]);
@@ -526,6 +547,95 @@ static void test_spec_values(void)
 	flx_spec_release(&s);
 }
 
+/* ranges of tree files flx_fs_pieces() described: in all, with literal
+ * bytes and backing ranges together, with several backing ranges */
+static size_t pieced, pieced_mixed, pieced_multi;
+
+/* The pieces of [off, off+n) of ino, when flx_fs_pieces() gives them,
+ * must hold exactly what flx_fs_read() returns for that range. */
+static void check_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
+			 size_t max)
+{
+	flx_piece pc[FLX_FS_PIECES_MAX];
+	unsigned char *lit = malloc(n), *got = malloc(n), *want = malloc(n);
+	size_t at = 0, nfd = 0, nlit = 0;
+	int k = flx_fs_pieces(fs, ino, off, n, lit, pc, max);
+
+	CHECK(k >= 0 && (size_t)k <= max);
+	CHECK_EQ(flx_fs_read(fs, ino, want, n, off, NULL), (ssize_t)n);
+	for (int i = 0; i < k; i++) {
+		CHECK(pc[i].len > 0 && at + pc[i].len <= n);
+		if (at + pc[i].len > n)
+			break;
+		if (pc[i].fd >= 0) {
+			CHECK(pread(pc[i].fd, got + at, pc[i].len,
+				    (off_t)pc[i].src) == (ssize_t)pc[i].len);
+			/* a range continuing the last one is merged into it */
+			CHECK(i == 0 || pc[i - 1].fd != pc[i].fd ||
+			      pc[i - 1].src + pc[i - 1].len != pc[i].src);
+			nfd++;
+		} else {
+			CHECK(pc[i].mem == lit + at);
+			memcpy(got + at, pc[i].mem, pc[i].len);
+			nlit++;
+		}
+		at += pc[i].len;
+	}
+	if (k > 0) {
+		pieced++;
+		pieced_mixed += nfd && nlit;
+		pieced_multi += nfd > 1;
+		if (at != n || memcmp(got, want, n)) {
+			fprintf(stderr, "pieces of ino %llu %llu+%zu differ\n",
+				(unsigned long long)ino,
+				(unsigned long long)off, n);
+			check_failures++;
+		}
+	}
+	free(lit);
+	free(got);
+	free(want);
+}
+
+/* Every file of the tree, as .npy and safetensors views of several
+ * layouts: replies pieced from headers and backing ranges must be the
+ * bytes a read gives (fuse_ll.c splices them). */
+static void test_tree_pieces(const flx_ckpt *c)
+{
+	static const size_t lens[] = {1, 7, 64, 300, 1000, 100000};
+	static const size_t maxes[] = {1, 2, 4, FLX_FS_PIECES_MAX};
+
+	for (int axis = 0; axis < 3; axis++)
+		for (int tp = 1; tp <= 4; tp++) {
+			flx_spec s;
+			flx_plan *p = plan_split(c, &s, tp, axis);
+			flx_fs *fs = NULL;
+
+			if (p)
+				CHECK_EQ(flx_fs_build(c, p, &fs, NULL), 0);
+			for (flx_ino ino = 1;
+			     fs && ino <= flx_fs_inode_count(fs); ino++) {
+				flx_stat st;
+
+				if (flx_fs_stat(fs, ino, &st) || st.dir)
+					continue;
+				for (uint64_t o = 0; o < st.size; o += 5)
+					for (size_t l = 0;
+					     l < sizeof(lens) / sizeof(lens[0]);
+					     l++)
+						check_pieces(
+						    fs, ino, o,
+						    lens[l] < st.size - o
+							? lens[l]
+							: (size_t)(st.size - o),
+						    maxes[(o + l) % 4]);
+			}
+			flx_fs_free(fs);
+			flx_plan_free(p);
+			flx_spec_release(&s);
+		}
+}
+
 static void remove_files(const char *dir)
 {
 	char path[600];
@@ -545,11 +655,16 @@ int main(void)
 	c = make_ckpt(dir, five, 5);
 	test_boxes(c);
 	CHECK(mapped > 1000); /* row-major chunks are mapped, not gathered */
+	CHECK(mapped_multi > 100); /* ranges across chunks too */
 	test_coalescing(c);
 	test_placement(c);
 	test_spec_values();
 	test_plan_views(c);
+	test_tree_pieces(c); /* before test_read_errors changes a file */
 	test_read_errors(c);
+	CHECK(pieced > 10000);
+	CHECK(pieced_mixed > 500);  /* a header and tensor bytes */
+	CHECK(pieced_multi > 3000); /* ranges of several chunks */
 	remove_files(dir);
 	flx_ckpt_close(c);
 	make_many();
