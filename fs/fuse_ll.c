@@ -528,20 +528,25 @@ static char *reply_buf(size_t size)
 }
 
 /*
- * Whether a reply of these pieces (len bytes) can be spliced: libfuse's
+ * Whether a reply of these pieces (len bytes) can be spliced.  libfuse's
  * estimate of the pipe (pipe_estimate()) must fit pipe_cap, or libfuse
- * stops growing the thread's pipe for good, and so must the pipe's slots,
- * one per page or part of a page each spliced range touches, one per
- * started page of literal bytes, one for the header.  A splice that ran
- * out of slots would still be right (libfuse copies the rest) but slow.
+ * stops growing the thread's pipe for good.  The pipe's slots must hold
+ * the reply: one for the header, one per page or part of a page each
+ * spliced range touches, one per started page of literal bytes.  The pipe
+ * has at least the estimate rounded up to a power of two pages (the
+ * kernel's rounding; pipes never shrink), which can be fewer slots than
+ * ranges that start mid-page need.  A splice that ran out of slots would
+ * still be right (libfuse copies the rest) but slow.
  */
 static bool splice_fits(const flx_piece *p, size_t k, size_t len)
 {
-	size_t slots = 1;
+	size_t est = pipe_estimate(k, len), slots = 1, pages = 1;
 	bool fd = false;
 
-	if (pipe_estimate(k, len) > pipe_cap)
+	if (est > pipe_cap)
 		return false;
+	while (pages * FLX_LL_PAGE < est)
+		pages *= 2;
 	for (size_t i = 0; i < k; i++) {
 		size_t lead = p[i].fd >= 0 ? p[i].src % FLX_LL_PAGE : 0;
 
@@ -549,7 +554,7 @@ static bool splice_fits(const flx_piece *p, size_t k, size_t len)
 		fd |= p[i].fd >= 0;
 	}
 	/* literal bytes alone are sent from memory: one copy, not two */
-	return fd && slots <= pipe_cap / FLX_LL_PAGE;
+	return fd && slots <= pages;
 }
 
 /*
