@@ -302,6 +302,39 @@ def warm(paths):
     readers.seq_read(paths)
 
 
+def mem_available():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def prime_memory(ctx, nbytes):
+    """Touch nbytes of fresh anonymous memory and free it, right before a
+    measured process, so that the memory it allocates is memory the
+    machine used a moment ago.  On a VM with free page reporting
+    (virtio-balloon; this one reports free 2 MiB blocks to the host about
+    2 s after they are freed) memory that sat free is handed back to the
+    host, and the next first touch of it costs a host fault: a TP4 load
+    into fresh arrays measured 0.5 s right after another run and 1.8-2.8 s
+    after a 10 s pause, torch and flexfs alike.  Priming measures every
+    reader in the first state, which is what a machine without a balloon
+    always has.  -> seconds the priming took (large when the memory had
+    gone back to the host)."""
+    if not ctx.prime or nbytes <= 0:
+        return 0.0
+    import numpy as np
+    nbytes = int(min(nbytes, mem_available() - 2 * 2**30))
+    if nbytes <= 0:
+        return 0.0
+    t0 = time.monotonic()
+    a = np.empty(nbytes, np.uint8)
+    a[::4096] = 1
+    del a
+    return time.monotonic() - t0
+
+
 def evict(ctx, paths):
     """Drop the page cache: all of it (drop_caches) in full mode when
     permitted, else just these files (fadvise DONTNEED).  -> residency."""
@@ -752,6 +785,9 @@ def fig_e2e(ctx, info, tag):
                 "s", "floor", None, note="ratio = floor time / flexfs (safetensors) time: the "
                 "share of the flexfs time any reader pays on this machine")
     diag = []
+    # a reader needs fresh memory for its arrays, and for the views' page
+    # cache when it reads through it; torch more for whole saved chunks
+    prime_n = 3 * info["config"]["bytes"] + 2**30
     for i in range(ctx.runs):
         chk = ctx.check if i == 0 else "none"
         warm(backing_files(ck))
@@ -761,12 +797,14 @@ def fig_e2e(ctx, info, tag):
         else:
             cmd = [PY, os.path.join(ctx.scripts, "torch_load.py"), "--ckpt", ck,
                    "--tp", str(tp), "--check", chk]
+        primed = [prime_memory(ctx, prime_n)]
         tr = run_json(cmd)
         if chk != "none":
             record_check(ctx, "torch %s DCP load TP4 vs ground truth" % tv, tr["check"])
         d = dict(torch=dict(seconds=tr["seconds"], per_rank=tr["per_rank"], bytes=tr["bytes"],
                             io=tr.get("io")))
         warm(backing_files(ck))
+        primed.append(prime_memory(ctx, prime_n))
         fl = run_json([PY, os.path.join(HERE, "readers.py"), "e2e", "--mode", "floor",
                        "--info", os.path.join(ck, "bench-ckpt.json"), "--tp", str(tp),
                        "--src"] + distcp_files(ck))
@@ -774,6 +812,7 @@ def fig_e2e(ctx, info, tag):
         for var, mode, mo in variants:
             warm(backing_files(ck))
             with Mount(ctx, ck, "tp=%d%s" % (tp, mo), name="e2e") as m:
+                primed.append(prime_memory(ctx, prime_n))
                 s0 = m.stats()
                 fr = run_json([PY, os.path.join(HERE, "readers.py"), "e2e", "--mnt", m.mnt,
                                "--info", os.path.join(ck, "bench-ckpt.json"), "--tp", str(tp),
@@ -794,6 +833,9 @@ def fig_e2e(ctx, info, tag):
                 "floor %.2f s, rchar/delivered %.4f (warm; splice replies are not in rchar)" % (
                     tv, i, var, tr["seconds"], total, m.latency, fr["seconds"], fl["seconds"],
                     dd["rchar"] / fr["bytes"]))
+        d["primed_s"] = primed
+        log("e2e %s run %d: memory primed before each process in %s s" % (
+            tv, i, " ".join("%.2f" % x for x in primed)))
         diag.append(d)
     if tag == "t113":
         def e2e_reader(mode):
@@ -1038,6 +1080,9 @@ def main(argv=None):
     ap.add_argument("--evict", choices=("auto", "fadvise"), default="auto",
                     help="cold cache: drop_caches when permitted (auto) or fadvise only")
     ap.add_argument("--clean", action="store_true", help="remove the work dir and exit")
+    ap.add_argument("--no-prime", action="store_true",
+                    help="e2e: do not touch and free memory before each measured process "
+                         "(see prime_memory())")
     ap.add_argument("--fuse-ra-kb", type=int, metavar="KB",
                     help="what-if: set the FUSE mount's bdi read_ahead_kb after each mount "
                          "(kernel default 128)")
@@ -1071,6 +1116,7 @@ def main(argv=None):
     ctx.hf_shard = "512K" if args.quick else None
     ctx.problems, ctx.checks, ctx.diag = [], {}, {}
     ctx.fuse_ra_kb = args.fuse_ra_kb
+    ctx.prime = not args.no_prime and not args.quick
     ctx.daemon_env = dict(kv.split("=", 1) for kv in args.daemon_env)
     truths = {}
 
