@@ -684,7 +684,8 @@ int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
 					   &len) ||
 			    len != f->count)
 				return -EIO;
-			add_piece(out, &k, max, -1, 0, done, l);
+			if (add_piece(out, &k, max, -1, 0, done, l))
+				return 0;
 		}
 		if (done < n)
 			rc = view_pieces(fs, f->u.view, off + done - f->count,
