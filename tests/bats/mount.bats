@@ -109,7 +109,7 @@ assert_one_line_error() {
 	ra=$(cat "/sys/class/bdi/$(mountpoint -d "$MNT")/read_ahead_kb")
 	echo "default: $ra" >&2
 	# 4 x the request size, itself at most 1 MiB and a whole number of
-	# pages: 4032 (1008 KiB requests) or 4096.
+	# pages: 3984 (996 KiB requests) or 4096.
 	[[ $ra -ge 2048 && $ra -le 4096 && $((ra % 16)) -eq 0 ]]
 	unmount_ff "$MNT"
 	# 0: the kernel's own (VM_READAHEAD_PAGES, 128 KiB), left alone.
@@ -124,6 +124,25 @@ assert_one_line_error() {
 	[[ $(cat "/sys/class/bdi/$(mountpoint -d "$MNT")/read_ahead_kb") == 1536 ]]
 	unmount_ff "$MNT"
 	[[ ! -s $FF_ERR ]]
+}
+
+# What the daemon asks of the kernel at INIT (fs/fuse_ll.c), from
+# libfuse's debug output: requests a pipe can splice in 4 pieces (at most
+# 1 MiB, whole pages), and 64 background requests so that 8 readers can
+# each keep a readahead window in flight.
+@test "INIT: request size fits a pipe, max_background 64" {
+	require_fuse
+	local w
+	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES,debug"
+	ls "$MNT" >/dev/null
+	unmount_ff "$MNT"
+	grep -E '^ +max_(write|background)=|congestion' "$FF_ERR"
+	grep -qx '   max_background=64' "$FF_ERR"
+	grep -qx '   congestion_threshold=48' "$FF_ERR"
+	w=$(sed -n 's/^   max_write=0x\([0-9a-f]*\)$/\1/p' "$FF_ERR")
+	[[ -n $w ]]
+	w=$((16#$w))
+	((w > 0 && w <= 1048576 && w % 4096 == 0))
 }
 
 # Huge pages for malloc (fuse_main.c): with THP in madvise mode the daemon
