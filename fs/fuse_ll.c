@@ -111,21 +111,51 @@ __attribute__((format(printf, 2, 3))) static void warn(const flx_ll *ll,
 #endif
 #define FLX_LL_DIO_MMAP_MINOR 39
 
+/*
+ * Short replies.  A backing file that shrinks between the check before a
+ * reply (flx_file_verify()) and the splice of its bytes makes the splice
+ * end early; libfuse then sends the bytes it got as a short reply.  The
+ * kernel takes a short read for the end of the file and shrinks the view:
+ * a reader would see a shorter file, not an error.  So flx_ll_read()
+ * notes the reply's full length for the thread, and a reply written or
+ * spliced with another length is replaced by EIO (flx_ll_writev(),
+ * flx_ll_splice_send()), logged once per mount.
+ */
+static _Thread_local size_t reply_expect; /* header + bytes; 0: any */
+
+static void send_eio(flx_ll *ll, int fd, uint64_t unique)
+{
+	static int logged;
+	struct fuse_out_header eh = {
+	    .len = sizeof(eh), .error = -EIO, .unique = unique};
+
+	(void)!write(fd, &eh, sizeof(eh));
+	if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
+		warn(ll, "a backing file ended early while a read was "
+			 "served (changed under the mount): answered EIO");
+}
+
 static ssize_t flx_ll_writev(int fd, struct iovec *iov, int count,
 			     void *userdata)
 {
 	flx_ll *ll = userdata;
-	const struct fuse_out_header *oh;
+	const struct fuse_out_header *oh = iov[0].iov_base;
 	struct fuse_init_out out;
 	struct iovec patched[2];
 
+	if (reply_expect && count > 0 && iov[0].iov_len >= sizeof(*oh) &&
+	    oh->error == 0 && oh->len != reply_expect) {
+		size_t len = oh->len;
+
+		send_eio(ll, fd, oh->unique);
+		return (ssize_t)len; /* libfuse needs no error of its own */
+	}
 	if (!__atomic_load_n(&ll->init_patch, __ATOMIC_ACQUIRE) ||
 	    !__atomic_exchange_n(&ll->init_patch, 0, __ATOMIC_ACQ_REL))
 		return writev(fd, iov, count);
 	/* libfuse's INIT reply: header, then the whole fuse_init_out (the
 	 * kernel is >= 7.39, so libfuse sends every field).  Anything else
 	 * (an error reply: libfuse refused the connection) goes unchanged. */
-	oh = iov[0].iov_base;
 	if (count != 2 || iov[0].iov_len != sizeof(*oh) || oh->error != 0 ||
 	    iov[1].iov_len != sizeof(out))
 		return writev(fd, iov, count);
@@ -150,25 +180,54 @@ static ssize_t flx_ll_splice(int fdin, off_t *offin, int fdout, off_t *offout,
 	return splice(fdin, offin, fdout, offout, len, flags);
 }
 
+/*
+ * A reply spliced from libfuse's pipe: header, then the bytes.  One of the
+ * wrong length is answered with EIO and drained from the pipe; should the
+ * drain fail, -1 makes libfuse drop the thread's pipe with what is left.
+ */
+static ssize_t flx_ll_splice_send(int fdin, off_t *offin, int fdout,
+				  off_t *offout, size_t len, unsigned int flags,
+				  void *userdata)
+{
+	struct fuse_out_header oh;
+	char sink[4096];
+	size_t left = len;
+
+	if (!reply_expect || len == reply_expect || len < sizeof(oh))
+		return flx_ll_splice(fdin, offin, fdout, offout, len, flags,
+				     userdata);
+	if (read(fdin, &oh, sizeof(oh)) != (ssize_t)sizeof(oh)) {
+		errno = EIO;
+		return -1;
+	}
+	send_eio(userdata, fdout, oh.unique);
+	for (left -= sizeof(oh); left > 0;) {
+		ssize_t n =
+		    read(fdin, sink, left < sizeof(sink) ? left : sizeof(sink));
+
+		if (n <= 0) {
+			errno = EIO;
+			return -1;
+		}
+		left -= (size_t)n;
+	}
+	return (ssize_t)len;
+}
+
 int flx_ll_session_mounted(struct fuse_session *se, flx_ll *ll)
 {
-#ifdef FUSE_CAP_DIRECT_IO_ALLOW_MMAP
-	(void)se, (void)ll; /* libfuse asks for it (flx_ll_init) */
-	return 0;
-#else
 	static const struct fuse_custom_io io = {
 	    .writev = flx_ll_writev,
 	    .read = flx_ll_readfd,
 	    .splice_receive = flx_ll_splice,
-	    .splice_send = flx_ll_splice,
+	    .splice_send = flx_ll_splice_send,
 	};
-	if (!ll->direct_io)
-		return 0;
+
+	(void)ll;
 	/* Meant to replace fuse_session_mount(); after it, it only swaps the
 	 * I/O functions over the same /dev/fuse descriptor (libfuse 3.14).
 	 * It logs its own failure, so nothing is added here. */
 	return fuse_session_custom_io(se, &io, fuse_session_fd(se));
-#endif
 }
 
 /* At INIT: keep direct_io only where mmap of direct-io files works. */
@@ -619,7 +678,9 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				b->mem = (void *)pc[i].mem;
 			}
 		}
+		reply_expect = sizeof(struct fuse_out_header) + len;
 		fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
+		reply_expect = 0;
 		return;
 	}
 	if (rc == 1 && pc[0].fd < 0) {

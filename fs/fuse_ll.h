@@ -51,10 +51,11 @@ struct fuse_session *flx_ll_session_new(struct fuse_args *args, flx_ll *ll);
 
 /**
  * What the session needs once fuse_session_mount() succeeded and before
- * the loop runs: with ll->direct_io and a libfuse that cannot ask the
- * kernel to allow mmap of direct-io files (before 3.17), the session's
- * writes to /dev/fuse go through flexfs so that the INIT reply can ask
- * for it (fuse_session_custom_io(); reads and splices are unchanged).
+ * the loop runs: the session's writes and splices to /dev/fuse go through
+ * flexfs (fuse_session_custom_io(); reads are unchanged), so that a reply
+ * that came out short is answered with EIO instead, and, with
+ * ll->direct_io and a libfuse that cannot ask the kernel to allow mmap of
+ * direct-io files (before 3.17), so that the INIT reply can ask for it.
  * @return 0, or -errno (out of memory) after libfuse printed why.
  */
 int flx_ll_session_mounted(struct fuse_session *se, flx_ll *ll);

@@ -8,9 +8,13 @@ file(GLOB flx_bats_files CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/bats/*.bats)
 
 if(FLEXFS_WITH_FUSE AND TARGET flexfs)
+  # faults.bats: a backing file cut short under the daemon (LD_PRELOAD)
+  add_library(flx_short_read MODULE ${CMAKE_CURRENT_SOURCE_DIR}/bats/lib/short_read.c)
+  target_link_libraries(flx_short_read PRIVATE ${CMAKE_DL_LIBS})
   set(flx_bats_env
     "FLEXFS_BIN=$<TARGET_FILE:flexfs>"
     "FLEXFS_INSPECT=$<TARGET_FILE:flexfs-inspect>"
+    "FLEXFS_SHORT_READ=$<TARGET_FILE:flx_short_read>"
     "FLEXFS_SRC=${CMAKE_SOURCE_DIR}")
   set(flx_bats_disabled OFF)
 else()

@@ -98,3 +98,30 @@ PY
 	run read_file "$MNT/hf/tokenizer.json"
 	[[ $output == "ok "* ]]
 }
+
+# A file cut short after the daemon checked it and before it spliced the
+# bytes (the shim makes pread/splice of it stop at 256 KiB while fstat
+# still reports 1 MiB): libfuse would send the bytes it got as a short
+# reply, which the kernel takes for the end of the file.  The reader must
+# get EIO instead of a shorter file, with the page cache and direct_io.
+@test "cut short during a spliced reply: EIO, not a shorter file" {
+	[[ -f ${FLEXFS_SHORT_READ:-} ]] || skip "no short-read shim (run through ctest)"
+	local big=$CK/weights.bin opts
+	unmount_ff "$MNT"
+	head -c 1048576 /dev/urandom >"$big"
+	for opts in "tp=1,rules=$RULES" "tp=1,rules=$RULES,direct_io"; do
+		LD_PRELOAD=$FLEXFS_SHORT_READ FLX_SHORT_FILE=$big FLX_SHORT_AT=262144 \
+			ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+			mount_ff "$CK" "$MNT" "$opts"
+		[[ $(stat -c %s "$MNT/hf/weights.bin") == 1048576 ]]
+		run read_file "$MNT/hf/weights.bin"
+		echo "$opts: $output"
+		[ "$output" = EIO ]
+		[[ $(stat -c %s "$MNT/hf/weights.bin") == 1048576 ]]
+		# the other files are served as before
+		run read_file "$MNT/hf/config.json"
+		[[ $output == "ok "* ]]
+		unmount_ff "$MNT"
+		grep -q 'a backing file ended early while a read was served' "$FF_ERR"
+	done
+}
