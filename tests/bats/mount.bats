@@ -145,6 +145,37 @@ assert_one_line_error() {
 	((w > 0 && w <= 1048576 && w % 4096 == 0))
 }
 
+# Cold mounts (resolver/dcp.c): small .distcp files are read ahead while
+# the metadata is decoded; large ones are not (that would read tensors).
+# Two files the metadata does not use show it apart from the item reads.
+@test "mount reads small .distcp files ahead, not large ones" {
+	require_fuse
+	command -v fincore >/dev/null || skip "no fincore"
+	local ck=$BATS_TEST_TMPDIR/ckpt res
+	cp -a "$FIXTURE" "$ck"
+	head -c 1048576 /dev/urandom >"$ck/__9_0.distcp"
+	head -c 5242880 /dev/urandom >"$ck/__9_1.distcp"
+	/usr/bin/python3 - "$ck/__9_0.distcp" "$ck/__9_1.distcp" <<'PY'
+import os, sys
+for p in sys.argv[1:]:
+    fd = os.open(p, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+PY
+	res=$(fincore -b -n -o RES "$ck/__9_0.distcp" "$ck/__9_1.distcp" | tr -s ' \n' ' ')
+	echo "before: $res"
+	[[ $res == " 0 0 " || $res == "0 0 " ]]
+	mount_ff "$ck" "$MNT" "tp=2,rules=$RULES"
+	ls "$MNT" >/dev/null
+	res=$(fincore -b -n -o RES "$ck/__9_0.distcp" "$ck/__9_1.distcp" | tr -s ' \n' ' ')
+	echo "after: $res"
+	unmount_ff "$MNT"
+	read -r -a r <<<"$res"
+	((r[0] == 1048576 && r[1] == 0))
+	[[ ! -s $FF_ERR ]]
+}
+
 # Huge pages for malloc (fuse_main.c): with THP in madvise mode the daemon
 # re-executes itself once with glibc.malloc.hugetlb=1, and only then.
 @test "malloc huge pages: one re-exec with the tunable, none when turned off" {
