@@ -214,7 +214,7 @@ static ssize_t flx_ll_splice_send(int fdin, off_t *offin, int fdout,
 	return (ssize_t)len;
 }
 
-int flx_ll_session_mounted(struct fuse_session *se, flx_ll *ll)
+int flx_ll_session_mounted(struct fuse_session *se)
 {
 	static const struct fuse_custom_io io = {
 	    .writev = flx_ll_writev,
@@ -223,7 +223,6 @@ int flx_ll_session_mounted(struct fuse_session *se, flx_ll *ll)
 	    .splice_send = flx_ll_splice_send,
 	};
 
-	(void)ll;
 	/* Meant to replace fuse_session_mount(); after it, it only swaps the
 	 * I/O functions over the same /dev/fuse descriptor (libfuse 3.14).
 	 * It logs its own failure, so nothing is added here. */
@@ -336,7 +335,6 @@ static void fill_attr(const flx_ll *ll, const flx_stat *st, struct stat *sb)
 #define FLX_LL_REQ_MAX	      (1u << 20)
 #define FLX_LL_PAGE	      4096u
 #define FLX_LL_SPLICE_PIECES  4u
-#define FLX_LL_OUT_HEADER     16u /* sizeof(struct fuse_out_header) */
 #define FLX_LL_MAX_BACKGROUND 64u
 
 static size_t splice_max; /* the request size */
@@ -345,7 +343,7 @@ static size_t pipe_cap;	  /* bytes a reply pipe can grow to */
 /* The pipe libfuse asks for to splice a reply of len bytes in k pieces. */
 static size_t pipe_estimate(size_t k, size_t len)
 {
-	return FLX_LL_PAGE * (k + 2) + FLX_LL_OUT_HEADER + len;
+	return FLX_LL_PAGE * (k + 2) + sizeof(struct fuse_out_header) + len;
 }
 
 static void probe_pipe(void)

@@ -53,11 +53,12 @@ struct fuse_session *flx_ll_session_new(struct fuse_args *args, flx_ll *ll);
  * What the session needs once fuse_session_mount() succeeded and before
  * the loop runs: the session's writes and splices to /dev/fuse go through
  * flexfs (fuse_session_custom_io(); reads are unchanged), so that a reply
- * that came out short is answered with EIO instead, and, with
- * ll->direct_io and a libfuse that cannot ask the kernel to allow mmap of
- * direct-io files (before 3.17), so that the INIT reply can ask for it.
+ * that came out short is answered with EIO instead, and, with -o direct_io
+ * and a libfuse that cannot ask the kernel to allow mmap of direct-io files
+ * (before 3.17), so that the INIT reply can ask for it.  The hooks get the
+ * session's flx_ll as their userdata (flx_ll_session_new()).
  * @return 0, or -errno (out of memory) after libfuse printed why.
  */
-int flx_ll_session_mounted(struct fuse_session *se, flx_ll *ll);
+int flx_ll_session_mounted(struct fuse_session *se);
 
 #endif

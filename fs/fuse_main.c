@@ -413,7 +413,7 @@ int main(int argc, char **argv)
 		goto err_out2;
 	if (fuse_session_mount(se, fo.mountpoint) != 0)
 		goto err_out3;
-	if (flx_ll_session_mounted(se, &ll) != 0)
+	if (flx_ll_session_mounted(se) != 0)
 		goto err_out4;
 	find_bdi(&cl.mo, fo.mountpoint, &ll);
 	/* Past this point stderr is /dev/null unless -f: nothing may fail

@@ -624,6 +624,23 @@ static size_t seg_at(const flx_fs *fs, const node *f, uint64_t off)
 	return lo;
 }
 
+/* The header bytes of .npy file f in [off, off+n), generated into buf.
+ * @return how many there are (0 past the header), or -EIO. */
+static ssize_t npy_header(const node *f, unsigned char *buf, size_t n,
+			  uint64_t off)
+{
+	uint64_t len;
+	size_t done;
+
+	if (off >= f->count)
+		return 0;
+	done = f->count - off < n ? (size_t)(f->count - off) : n;
+	if (flx_npy_header(f->u.view, buf, off, off + done, &len) ||
+	    len != f->count)
+		return -EIO;
+	return (ssize_t)done;
+}
+
 /* Append a piece to out[0..*k), merging it into the last one when it
  * continues it.  @return 0, or 1 when out is full. */
 static int add_piece(flx_piece *out, size_t *k, size_t max, int fd,
@@ -675,18 +692,13 @@ int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
 	if (f->type == N_DIR || n == 0 || off >= f->size || n > f->size - off)
 		return 0;
 	if (f->type == N_NPY) {
-		if (off < f->count) {
-			uint64_t len;
+		ssize_t h = npy_header(f, l, n, off);
 
-			done =
-			    f->count - off < n ? (size_t)(f->count - off) : n;
-			if (flx_npy_header(f->u.view, l, off, off + done,
-					   &len) ||
-			    len != f->count)
-				return -EIO;
-			if (add_piece(out, &k, max, -1, 0, done, l))
-				return 0;
-		}
+		if (h < 0)
+			return (int)h;
+		done = (size_t)h;
+		if (done && add_piece(out, &k, max, -1, 0, done, l))
+			return 0;
 		if (done < n)
 			rc = view_pieces(fs, f->u.view, off + done - f->count,
 					 n - done, out, &k, max);
@@ -730,17 +742,12 @@ int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
 static ssize_t read_npy(const node *f, unsigned char *buf, size_t n,
 			uint64_t off, flx_read_stats *stats)
 {
-	size_t done = 0;
-	ssize_t got;
+	ssize_t h = npy_header(f, buf, n, off), got;
+	size_t done;
 
-	if (off < f->count) {
-		uint64_t len;
-
-		done = f->count - off < n ? (size_t)(f->count - off) : n;
-		if (flx_npy_header(f->u.view, buf, off, off + done, &len) ||
-		    len != f->count)
-			return -EIO;
-	}
+	if (h < 0)
+		return h;
+	done = (size_t)h;
 	if (done == n)
 		return (ssize_t)n;
 	got = flx_view_read(f->u.view, buf + done, n - done,

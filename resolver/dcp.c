@@ -1648,13 +1648,18 @@ static int read_metadata(loader *L, void **buf_out, size_t *len_out)
 
 /* Regular, non-hidden files other than the checkpoint's own appear
  * unchanged in hf/ (config.json, tokenizer files, ...). */
+static bool is_distcp(const char *name)
+{
+	size_t n = strlen(name);
+
+	return n > 7 && strcmp(name + n - 7, ".distcp") == 0;
+}
+
 static bool is_checkpoint_file(const char *name)
 {
 	size_t n = strlen(name);
 
-	if (name[0] == '.')
-		return true;
-	if (n > 7 && strcmp(name + n - 7, ".distcp") == 0)
+	if (name[0] == '.' || is_distcp(name))
 		return true;
 	if (n > 9 && strncmp(name, "__", 2) == 0 &&
 	    strcmp(name + n - 9, ".metadata") == 0)
@@ -1818,13 +1823,11 @@ static void *prefetch_run(void *arg)
 		for (ssize_t at = 0; at < got;) {
 			const struct dirent64 *de =
 			    (const struct dirent64 *)(buf + at);
-			size_t n = strlen(de->d_name);
 			struct stat st;
 			int fd;
 
 			at += de->d_reclen;
-			if (n <= 7 ||
-			    strcmp(de->d_name + n - 7, ".distcp") != 0 ||
+			if (!is_distcp(de->d_name) ||
 			    fstatat(pf->dirfd, de->d_name, &st,
 				    AT_SYMLINK_NOFOLLOW) ||
 			    !S_ISREG(st.st_mode) ||
