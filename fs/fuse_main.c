@@ -371,6 +371,33 @@ static void malloc_thp(char **argv)
 	free(tun);
 }
 
+/* The block cache of strided gathers (cache_size=).  A tensor saved
+ * transposed whose chunk outgrows it is re-read for every request, so say
+ * so while the user can still see stderr.  @return 0 or -ENOMEM. */
+static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
+		      flx_bcache **out)
+{
+	const flx_tensor *t;
+	uint64_t span = flx_ckpt_gather_span(ckpt, &t);
+
+	if (span > mo->cache_size)
+		fprintf(stderr,
+			"flexfs: %s: %s is saved with a strided innermost "
+			"axis (a chunk spans %llu MiB, more than "
+			"cache_size=%llu MiB): reads of it will re-read the "
+			"chunk; mount with -o cache_size=%lluM\n",
+			ckpt->dir, t->fqn,
+			(unsigned long long)((span + (1u << 20) - 1) >> 20),
+			(unsigned long long)(mo->cache_size >> 20),
+			(unsigned long long)((span + (2u << 20) - 1) >> 20));
+	if (flx_bcache_new(mo->cache_size, FLX_BCACHE_BLOCK, out)) {
+		fprintf(stderr, "flexfs: out of memory\n");
+		return -ENOMEM;
+	}
+	flx_fs_set_cache(fs, *out);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct fuse_cmdline_opts fo;
@@ -380,6 +407,7 @@ int main(int argc, char **argv)
 	flx_ckpt *ckpt = NULL;
 	flx_plan *plan = NULL;
 	flx_fs *fs = NULL;
+	flx_bcache *cache = NULL;
 	char **av = NULL;
 	int ac, ret = 1, rc;
 	flx_ll ll = {0};
@@ -398,6 +426,8 @@ int main(int argc, char **argv)
 		goto err_out1;
 	}
 	if (build(&cl, &ckpt, &plan, &fs))
+		goto err_out1;
+	if (make_cache(&cl.mo, ckpt, fs, &cache))
 		goto err_out1;
 
 	ll = (flx_ll){.fs = fs,
@@ -431,6 +461,7 @@ err_out2:
 err_out1:
 	free(ll.logged);
 	flx_fs_free(fs);
+	flx_bcache_free(cache);
 	flx_plan_free(plan);
 	flx_ckpt_close(ckpt);
 	free(fo.mountpoint);

@@ -73,6 +73,7 @@ struct flx_fs {
 	size_t nblobs, capblobs;
 	int64_t mtime_ns;
 	uint64_t total;
+	flx_bcache *cache; /* borrowed: strided gathers' blocks, or NULL */
 };
 
 static const char *name_of(const flx_fs *fs, const node *nd)
@@ -442,6 +443,11 @@ out:
 	return rc;
 }
 
+void flx_fs_set_cache(flx_fs *fs, flx_bcache *cache)
+{
+	fs->cache = cache;
+}
+
 void flx_fs_free(flx_fs *fs)
 {
 	if (!fs)
@@ -581,7 +587,8 @@ static ssize_t read_seg(const flx_fs *fs, const flx_seg *s, uint64_t slen,
 	case FLX_SEG_GEN:
 		return read_gen(s, slen, buf, n, off);
 	case FLX_SEG_VIEW:
-		return flx_view_read(s->u.view, buf, n, off, stats);
+		return flx_view_read_cached(s->u.view, fs->cache, buf, n, off,
+					    stats);
 	case FLX_SEG_RAW:
 		file = &fs->ckpt->files[s->idx];
 		/* a passthrough file changed since mount: no mixed bytes */
@@ -739,8 +746,8 @@ int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
 	return done == n ? (int)k : -EIO;
 }
 
-static ssize_t read_npy(const node *f, unsigned char *buf, size_t n,
-			uint64_t off, flx_read_stats *stats)
+static ssize_t read_npy(const flx_fs *fs, const node *f, unsigned char *buf,
+			size_t n, uint64_t off, flx_read_stats *stats)
 {
 	ssize_t h = npy_header(f, buf, n, off), got;
 	size_t done;
@@ -750,8 +757,8 @@ static ssize_t read_npy(const node *f, unsigned char *buf, size_t n,
 	done = (size_t)h;
 	if (done == n)
 		return (ssize_t)n;
-	got = flx_view_read(f->u.view, buf + done, n - done,
-			    off + done - f->count, stats);
+	got = flx_view_read_cached(f->u.view, fs->cache, buf + done, n - done,
+				   off + done - f->count, stats);
 	if (got < 0)
 		return got;
 	return (size_t)got == n - done ? (ssize_t)n : -EIO;
@@ -772,7 +779,7 @@ ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 	if (n > f->size - off)
 		n = (size_t)(f->size - off);
 	if (f->type == N_NPY)
-		return read_npy(f, buf, n, off, stats);
+		return read_npy(fs, f, buf, n, off, stats);
 	for (size_t i = seg_at(fs, f, off);
 	     done < n && i < (size_t)f->first + f->count; i++) {
 		const flx_seg *s = &fs->segs[i];

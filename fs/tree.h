@@ -57,6 +57,13 @@ int flx_fs_build(const flx_ckpt *ckpt, const flx_plan *plan, flx_fs **out,
 
 void flx_fs_free(flx_fs *fs);
 
+/**
+ * Serve strided gathers (chunks saved with a strided innermost axis)
+ * through cache (borrowed; it must outlive the fs, NULL: none), shared by
+ * every reader.  Call before the first read.
+ */
+void flx_fs_set_cache(flx_fs *fs, flx_bcache *cache);
+
 /** Stat an inode.  @return 0 or -ENOENT. */
 int flx_fs_stat(const flx_fs *fs, flx_ino ino, flx_stat *st);
 

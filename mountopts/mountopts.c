@@ -31,6 +31,11 @@ const char flx_mo_help[] =
     "                           no second cached copy of the data; mmap "
     "still\n"
     "                           works (Linux >= 6.6); for large reads\n"
+    "    -o cache_size=SIZE     memory for backing-file blocks of tensors "
+    "saved\n"
+    "                           transposed (strided), K/M/G/T suffixes "
+    "(default\n"
+    "                           64M; 0: none, each read re-reads them)\n"
     "    Always added: ro, default_permissions, subtype=flexfs,\n"
     "    fsname=CHECKPOINT.  Ignored: auto, noauto, user, nouser, users,\n"
     "    _netdev, nofail, defaults, rw, comment=*, x-*.  Other -o options\n"
@@ -39,7 +44,7 @@ const char flx_mo_help[] =
 static const char *const ours[] = {
     "tp",	   "pp",	  "rules",	   "layer_regex",
     "embed_regex", "pp_renumber", "hf_shard_size", "read_ahead_kb",
-    "direct_io",
+    "direct_io",   "cache_size",
 };
 
 static const char *const fstab_exact[] = {
@@ -55,6 +60,7 @@ int flx_mo_init(flx_mountopts *mo)
 {
 	memset(mo, 0, sizeof(*mo));
 	mo->read_ahead_kb = FLX_MO_READ_AHEAD_AUTO;
+	mo->cache_size = FLX_MO_CACHE_DEFAULT;
 	return flx_spec_init(&mo->spec);
 }
 
@@ -210,6 +216,23 @@ static int apply_read_ahead(flx_mountopts *mo, const char *value,
 	return 0;
 }
 
+static int apply_cache_size(flx_mountopts *mo, const char *value,
+			    flx_error *err)
+{
+	uint64_t v = 0;
+
+	/* flx_parse_size() refuses 0, a valid value here */
+	if ((!value || strcmp(value, "0") != 0) && flx_parse_size(value, &v))
+		v = UINT64_MAX;
+	if (v == UINT64_MAX ||
+	    (v && (v < FLX_MO_CACHE_MIN || v > FLX_MO_CACHE_MAX)))
+		return flx_error_set(err, -EINVAL, NULL, "cache_size",
+				     "'%s' is not 0 or a size from 1M to 1T",
+				     value ? value : "");
+	mo->cache_size = v;
+	return 0;
+}
+
 static int apply_ours(flx_spec *spec, const char *tok, flx_error *err)
 {
 	size_t kl = key_len(tok);
@@ -245,14 +268,17 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 
 	switch (flx_mo_classify(tok)) {
 	case FLX_MO_OURS:
-		/* read_ahead_kb and direct_io are the mount's, not the
-		 * view's: how the kernel reads and caches, so they never
-		 * reach the spec (flexfs-inspect has no use for them). */
+		/* read_ahead_kb, direct_io and cache_size are the mount's,
+		 * not the view's: how the kernel and the daemon read and
+		 * cache, so they never reach the spec (flexfs-inspect has
+		 * no use for them). */
 		if (key_is(tok, "read_ahead_kb"))
 			return apply_read_ahead(mo, option_value(tok), err);
 		if (key_is(tok, "direct_io"))
 			return flx_parse_flag("direct_io", option_value(tok),
 					      &mo->direct_io, err);
+		if (key_is(tok, "cache_size"))
+			return apply_cache_size(mo, option_value(tok), err);
 		return apply_ours(&mo->spec, tok, err);
 	case FLX_MO_FSTAB:
 	case FLX_MO_RWRO:

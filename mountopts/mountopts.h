@@ -11,8 +11,8 @@
  * Every "-o" token falls in exactly one class:
  *   ours   tp, pp, rules, layer_regex, embed_regex, pp_renumber,
  *          hf_shard_size: applied to the spec with flx_spec_set();
- *          read_ahead_kb, direct_io: kept in flx_mountopts for the
- *          FUSE adapter;
+ *          read_ahead_kb, direct_io, cache_size: kept in flx_mountopts
+ *          for the FUSE adapter;
  *   fstab  auto, noauto, user, nouser, users, _netdev, nofail, defaults,
  *          user=*, comment=*, x-*: bookkeeping of mount(8)/fstab/systemd
  *          that libfuse would reject ("unknown option"), dropped;
@@ -27,6 +27,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define FLX_MO_SUBTYPE "flexfs"
 
@@ -36,6 +37,12 @@
  * 128 KiB whatever max_pages allows (docs/performance.md measures it). */
 #define FLX_MO_READ_AHEAD_AUTO	 UINT_MAX
 #define FLX_MO_READ_AHEAD_KB_MAX (1024 * 1024)
+
+/* cache_size= bounds: 0 (off) or from one 1 MiB block up to 1 TiB (a
+ * typo's 64T would only fail later, one block at a time). */
+#define FLX_MO_CACHE_DEFAULT (64ull << 20)
+#define FLX_MO_CACHE_MIN     (1ull << 20)
+#define FLX_MO_CACHE_MAX     (1ull << 40)
 
 typedef enum flx_mo_class {
 	FLX_MO_OURS = 0,
@@ -59,6 +66,9 @@ typedef struct flx_mountopts {
 	/* direct_io[=0|1]: files are opened FOPEN_DIRECT_IO (read() bypasses
 	 * the kernel's page cache; mmap still goes through it). */
 	bool direct_io;
+	/* cache_size=: bytes of backing-file blocks kept for strided gathers
+	 * (reshard/bcache.h); 0 disables, default FLX_MO_CACHE_DEFAULT. */
+	uint64_t cache_size;
 } flx_mountopts;
 
 /** Defaults (see flx_spec_init), no source, no libfuse tokens.

@@ -17,7 +17,7 @@
  * target shard that is contiguous in one source file is one pread however
  * many rows it has.  Chunks saved with a non-unit innermost stride (a
  * transposed tensor saved as-is) are gathered element-wise through the
- * slicer from a bounded window of the file.
+ * slicer, a block of the file at a time (gather_file(), bcache.h).
  *
  * Storage.  A plan has a view per tensor per TP rank (80,000 for 10,000
  * tensors at tp=8) and the mount walks them several times, so a view is
@@ -28,6 +28,7 @@
  */
 #include "plan.h"
 
+#include "bcache.h"
 #include "grow.h"
 #include "reader.h"
 #include "slice.h"
@@ -576,6 +577,14 @@ typedef struct pending {
 	size_t len;
 } pending;
 
+/* A strided run queued for gather_flush(): view bytes [lo, hi), whose
+ * element 0 starts at view byte ebase and file offset src0 and element i
+ * at src0 + i * sstride.  lo advances as the run is copied. */
+typedef struct srun {
+	uint32_t file;
+	uint64_t src0, sstride, ebase, lo, hi;
+} srun;
+
 typedef struct rdctx {
 	const flx_view *v;
 	unsigned char *buf;
@@ -589,12 +598,13 @@ typedef struct rdctx {
 	/* files already verified during this call (reads touch few) */
 	uint32_t checked[8];
 	unsigned nchecked; /* verifications so far; the last 8 are kept */
-	/* window for strided gathers */
-	unsigned char *win;
+	/* strided runs, executed block by block by gather_flush() */
+	srun *sruns;
+	size_t nsruns, capsruns;
+	flx_bcache *cache;  /* shared blocks, or NULL */
+	size_t block;	    /* block size of the gathers */
+	unsigned char *win; /* a block read for this call alone */
 	size_t win_cap;
-	uint32_t win_file;
-	uint64_t win_off;
-	size_t win_len;
 } rdctx;
 
 /* A backing file changed since mount would hand out wrong or mixed bytes:
@@ -819,80 +829,184 @@ static uint64_t src_offset(const flx_view *v, const piece *p, const int64_t *g)
 	return ch->data_off + (uint64_t)e * v->esz;
 }
 
-static int window_load(rdctx *r, uint32_t file, uint64_t off)
-{
-	uint64_t file_size = r->v->ckpt->files[file].size;
-	size_t len;
+/*
+ * Strided gathers, block by block.  A chunk saved with a strided innermost
+ * axis spreads each target row over the whole chunk, and the next row
+ * reads the same blocks a few bytes further on; copying row after row
+ * would read every block once per row.  The strided runs of a call are
+ * queued instead, and gather_file() visits the blocks in file order: each
+ * block is fetched once (from the shared cache, which also keeps it for
+ * the next requests, or read for this call alone) and every run copies the
+ * elements that start in it.
+ */
+#define MAX_SRUNS 4096 /* strided runs queued before they are executed */
 
-	off &= ~(uint64_t)4095;
-	len = file_size - off < WINDOW_BYTES ? (size_t)(file_size - off)
-					     : WINDOW_BYTES;
-	if (len > r->win_cap) {
-		void *nw = realloc(r->win, len);
+static int block_get(rdctx *r, uint32_t file, uint64_t blk, flx_bref *b)
+{
+	const flx_file *f = &r->v->ckpt->files[file];
+	uint64_t start = blk * r->block;
+	size_t want;
+	int rc;
+
+	if (r->cache) {
+		rc = flx_bcache_get(r->cache, file, f->fd, f->size, blk, b);
+		if (rc == 1 && r->stats) {
+			r->stats->preads++;
+			r->stats->bytes_read += b->len;
+		}
+		if (rc != -EAGAIN)
+			return rc < 0 ? (rc == -EINVAL ? -EIO : rc) : 0;
+	}
+	if (start >= f->size)
+		return -EIO;
+	want = f->size - start < r->block + FLX_BCACHE_TAIL
+		   ? (size_t)(f->size - start)
+		   : r->block + FLX_BCACHE_TAIL;
+	if (want > r->win_cap) {
+		void *nw = realloc(r->win, want);
 
 		if (!nw)
 			return -ENOMEM;
 		r->win = nw;
-		r->win_cap = len;
+		r->win_cap = want;
 	}
-	r->win_file = file;
-	r->win_off = off;
-	r->win_len = len;
-	return do_pread(r, file, r->win, len, off);
+	*b =
+	    (flx_bref){.data = r->win, .start = start, .len = want, .slot = -1};
+	return do_pread(r, file, r->win, want, start);
 }
 
-/*
- * Copy view bytes [lo, hi) of a strided run whose first element starts at
- * view byte ebase and sits at file offset src0, later elements sstride bytes
- * apart.  Whole elements inside the window go through the slicer in one
- * call; a partial element at either end of the request is copied alone.
- */
-static int gather(rdctx *r, const piece *p, uint64_t src0, uint64_t sstride,
-		  uint64_t ebase, uint64_t lo, uint64_t hi)
+static void block_put(rdctx *r, flx_bref *b)
 {
-	uint32_t file = p->ch->file;
+	if (b->slot >= 0)
+		flx_bcache_put(r->cache, b);
+}
+
+/* File offset of the element holding the next byte of run u. */
+static uint64_t srun_src(const srun *u, unsigned esz)
+{
+	return u->src0 + (u->lo - u->ebase) / esz * u->sstride;
+}
+
+/* Copy the elements of run u that start in block b; partial elements at
+ * the ends of the request are copied alone. */
+static int gather_block(rdctx *r, srun *u, const flx_bref *b)
+{
 	const flx_slicer *sl = flx_slicer_default();
 	unsigned esz = r->v->esz;
-	uint64_t pos = lo;
-	int rc;
+	uint64_t bend = b->start + r->block, have = b->start + b->len;
 
-	while (pos < hi) {
-		uint64_t el = (pos - ebase) / esz, within = (pos - ebase) % esz;
-		uint64_t s = src0 + el * sstride;
-		unsigned char *dst = r->buf + (pos - r->off);
+	while (u->lo < u->hi) {
+		uint64_t within = (u->lo - u->ebase) % esz,
+			 s = srun_src(u, esz);
+		unsigned char *dst = r->buf + (u->lo - r->off);
+		int rc;
 
-		if (r->win_len == 0 || r->win_file != file || s < r->win_off ||
-		    s + esz > r->win_off + r->win_len) {
-			rc = window_load(r, file, s);
-			if (rc)
-				return rc;
-			if (s + esz > r->win_off + r->win_len)
-				return -EIO;
-		}
-		if (within == 0 && hi - pos >= esz) {
-			uint64_t want = (hi - pos) / esz, avail = want;
+		if (s >= bend)
+			break;
+		/* the file is shorter than at mount */
+		if (s < b->start || s + esz > have)
+			return -EIO;
+		if (within == 0 && u->hi - u->lo >= esz) {
+			uint64_t n = (u->hi - u->lo) / esz, fit;
 			flx_slice sc = {.ndim = 1, .elem_size = esz};
 
-			if (sstride)
-				avail = (r->win_off + r->win_len - s - esz) /
-					    sstride +
-					1;
-			sc.shape[0] = (int64_t)(avail < want ? avail : want);
+			if (u->sstride) {
+				/* elements that start in the block and end
+				 * inside the bytes read */
+				fit = (bend - 1 - s) / u->sstride + 1;
+				if (fit > (have - esz - s) / u->sstride + 1)
+					fit = (have - esz - s) / u->sstride + 1;
+				if (n > fit)
+					n = fit;
+			}
+			sc.shape[0] = (int64_t)n;
 			sc.dst_stride[0] = esz;
-			sc.src_stride[0] = (int64_t)sstride;
-			rc = sl->copy(sl, dst, r->win + (s - r->win_off), &sc);
+			sc.src_stride[0] = (int64_t)u->sstride;
+			rc = sl->copy(sl, dst, b->data + (s - b->start), &sc);
 			if (rc)
 				return rc;
-			pos += (uint64_t)sc.shape[0] * esz;
+			u->lo += n * esz;
 		} else {
 			uint64_t take = esz - within;
 
-			if (take > hi - pos)
-				take = hi - pos;
-			memcpy(dst, r->win + (s - r->win_off) + within, take);
-			pos += take;
+			if (take > u->hi - u->lo)
+				take = u->hi - u->lo;
+			memcpy(dst, b->data + (s - b->start) + within, take);
+			u->lo += take;
 		}
 	}
+	return 0;
+}
+
+/* Runs u[0..n) of one file, lowest block first. */
+static int gather_file(rdctx *r, srun *u, size_t n)
+{
+	unsigned esz = r->v->esz;
+	size_t left = n;
+	int rc = check_file(r, u[0].file);
+
+	while (!rc && left) {
+		uint64_t blk = UINT64_MAX;
+		flx_bref b;
+
+		for (size_t k = 0; k < n; k++)
+			if (u[k].lo < u[k].hi &&
+			    srun_src(&u[k], esz) / r->block < blk)
+				blk = srun_src(&u[k], esz) / r->block;
+		rc = block_get(r, u[0].file, blk, &b);
+		if (rc)
+			break;
+		for (size_t k = 0; k < n && !rc; k++) {
+			if (u[k].lo == u[k].hi ||
+			    srun_src(&u[k], esz) / r->block != blk)
+				continue;
+			rc = gather_block(r, &u[k], &b);
+			if (!rc && u[k].lo == u[k].hi)
+				left--;
+		}
+		block_put(r, &b);
+	}
+	return rc;
+}
+
+static int cmp_srun_file(const void *a, const void *b)
+{
+	const srun *x = a, *y = b;
+
+	return x->file < y->file ? -1 : x->file > y->file;
+}
+
+static int gather_flush(rdctx *r)
+{
+	size_t i = 0;
+	int rc = 0;
+
+	if (r->nsruns > 1)
+		qsort(r->sruns, r->nsruns, sizeof(srun), cmp_srun_file);
+	while (i < r->nsruns && !rc) {
+		size_t j = i + 1;
+
+		while (j < r->nsruns && r->sruns[j].file == r->sruns[i].file)
+			j++;
+		rc = gather_file(r, r->sruns + i, j - i);
+		i = j;
+	}
+	r->nsruns = 0;
+	return rc;
+}
+
+/* Queue view bytes [lo, hi) of a strided run; see srun. */
+static int gather(rdctx *r, uint32_t file, uint64_t src0, uint64_t sstride,
+		  uint64_t ebase, uint64_t lo, uint64_t hi)
+{
+	int rc;
+
+	if (r->nsruns == MAX_SRUNS && (rc = gather_flush(r)))
+		return rc;
+	if (flx_grow((void **)&r->sruns, &r->capsruns, r->nsruns + 1,
+		     sizeof(srun)))
+		return -ENOMEM;
+	r->sruns[r->nsruns++] = (srun){file, src0, sstride, ebase, lo, hi};
 	return 0;
 }
 
@@ -906,10 +1020,48 @@ static void unravel(const flx_view *v, uint64_t e, int64_t *g)
 	}
 }
 
-ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
-		      flx_read_stats *stats)
+uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which)
 {
-	rdctx r = {.v = v, .buf = buf, .off = off, .stats = stats};
+	uint64_t best = 0;
+
+	if (which)
+		*which = NULL;
+	for (size_t i = 0; i < ckpt->ntensors; i++) {
+		const flx_tensor *t = &ckpt->tensors[i];
+
+		for (uint32_t c = 0; c < t->nchunks; c++) {
+			const flx_chunk *ch = &t->chunks[c];
+			uint64_t last =
+			    0; /* storage index of the last element */
+			bool empty = false;
+
+			if (t->ndim == 0 || ch->contig_from < t->ndim)
+				continue;
+			for (int d = 0; d < t->ndim; d++) {
+				empty |= ch->size[d] == 0;
+				last += (uint64_t)(ch->size[d] - 1) *
+					(uint64_t)ch->stride[d];
+			}
+			if (!empty &&
+			    (last + 1) * flx_dtype_size(t->dtype) > best) {
+				best = (last + 1) * flx_dtype_size(t->dtype);
+				if (which)
+					*which = t;
+			}
+		}
+	}
+	return best;
+}
+
+ssize_t flx_view_read_cached(const flx_view *v, flx_bcache *cache, void *buf,
+			     size_t n, uint64_t off, flx_read_stats *stats)
+{
+	rdctx r = {.v = v,
+		   .buf = buf,
+		   .off = off,
+		   .stats = stats,
+		   .cache = cache,
+		   .block = cache ? flx_bcache_block(cache) : WINDOW_BYTES};
 	const piece *p = NULL;
 	uint64_t pos, end;
 	int64_t g[FLX_MAX_DIMS];
@@ -938,10 +1090,7 @@ ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 			rc = emit(&r, p->ch->file, src_offset(v, p, g) + within,
 				  (size_t)(pos - off), (size_t)(stop - pos));
 		} else {
-			rc = flush(&r);
-			if (!rc)
-				rc = gather(
-				    &r, p, src_offset(v, p, g),
+			rc = gather(&r, p->ch->file, src_offset(v, p, g),
 				    (uint64_t)p->ch->stride[v->ndim - 1] *
 					v->esz,
 				    e * v->esz, pos, stop);
@@ -950,10 +1099,19 @@ ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 	}
 	if (!rc)
 		rc = flush(&r);
+	if (!rc)
+		rc = gather_flush(&r);
+	free(r.sruns);
 	free(r.win);
 	free(r.iov);
 	free(r.runs);
 	return rc ? rc : (ssize_t)n;
+}
+
+ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
+		      flx_read_stats *stats)
+{
+	return flx_view_read_cached(v, NULL, buf, n, off, stats);
 }
 
 int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,

@@ -15,11 +15,12 @@
  * through an index sorted along one axis, never a scan of all pairs), and
  * every requested byte is copied by coalesced pread()s of contiguous source
  * runs; only chunks saved with a non-unit innermost stride are gathered
- * through the slicer, from a bounded window.
+ * through the slicer, block by block (see bcache.h).
  *
  * Thread-safety: immutable after flx_plan_build(); reads are reentrant.
  */
 
+#include "bcache.h"
 #include "ckpt.h"
 #include "spec.h"
 
@@ -63,6 +64,13 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 		   flx_error *err);
 
 void flx_plan_free(flx_plan *p);
+
+/**
+ * The largest storage span, in bytes, of a chunk saved with a strided
+ * innermost axis (read by gathers, see bcache.h), and its tensor in *which
+ * (may be NULL); 0 when every chunk's innermost axis is contiguous.
+ */
+uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which);
 
 /** Target name of placement pl on stage (must be in range). */
 const char *flx_placement_name(const flx_placement *pl, int stage);
@@ -124,5 +132,14 @@ typedef struct flx_read_stats {
  */
 ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 		      flx_read_stats *stats);
+
+/**
+ * flx_view_read() whose strided gathers (chunks saved with a strided
+ * innermost axis) take their blocks from cache, which keeps them for later
+ * reads; cache may be NULL (each call reads the blocks it needs once).
+ * Reads through one cache may run in parallel.
+ */
+ssize_t flx_view_read_cached(const flx_view *v, flx_bcache *cache, void *buf,
+			     size_t n, uint64_t off, flx_read_stats *stats);
 
 #endif

@@ -122,6 +122,13 @@ static void test_values(void)
 	check_bad("read_ahead_kb", "read_ahead_kb");
 	check_bad("read_ahead_kb=1048577", "read_ahead_kb");
 	check_bad("read_ahead_kb=99999999999999999999999", "read_ahead_kb");
+	check_bad("cache_size=", "cache_size");
+	check_bad("cache_size", "cache_size");
+	check_bad("cache_size=lots", "cache_size");
+	check_bad("cache_size=-1", "cache_size");
+	check_bad("cache_size=4K", "cache_size"); /* under one block */
+	check_bad("cache_size=2T", "cache_size"); /* over 1 TiB */
+	check_bad("cache_size=64Q", "cache_size");
 
 	CHECK(mkdtemp(dir) != NULL);
 	snprintf(good, sizeof(good), "%s/good.json", dir);
@@ -176,6 +183,15 @@ static void test_values(void)
 	CHECK(!mo.direct_io);
 	CHECK_EQ(flx_mo_option(&mo, "direct_io=true", &err), 0);
 	CHECK(mo.direct_io);
+	CHECK_EQ(mo.cache_size, 64u << 20); /* the default */
+	CHECK_EQ(flx_mo_option(&mo, "cache_size=0", &err), 0);
+	CHECK_EQ(mo.cache_size, 0);
+	CHECK_EQ(flx_mo_option(&mo, "cache_size=1M", &err), 0);
+	CHECK_EQ(mo.cache_size, 1u << 20);
+	CHECK_EQ(flx_mo_option(&mo, "cache_size=3G", &err), 0);
+	CHECK_EQ(mo.cache_size, 3ull << 30);
+	CHECK_EQ(flx_mo_option(&mo, "cache_size=1T", &err), 0);
+	CHECK_EQ(mo.cache_size, 1ull << 40);
 	CHECK_EQ(mo.nfuse, 0); /* ours: libfuse never sees it */
 	flx_mo_release(&mo);
 	flx_mo_release(&mo); /* idempotent */

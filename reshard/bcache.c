@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Block cache: a fixed array of slots, a chained hash table on (file,
+ * block) and a use clock for replacement.  One mutex guards it all; the
+ * pread of a miss and the callers' copies run outside it (a slot being read
+ * is marked LOADING and pinned, so nobody evicts or reads it half-filled).
+ * Replacement scans the slots for the least recently used unpinned one: it
+ * runs only on a miss, which costs a pread of a whole block anyway.
+ */
+#include "bcache.h"
+
+#include "reader.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+enum { S_FREE = 0, S_LOADING, S_READY };
+
+typedef struct slot {
+	uint64_t blk;
+	uint64_t used; /* clock value of the last get */
+	uint32_t file;
+	uint32_t refs;
+	int32_t hnext; /* next slot in its hash chain, -1 at the end */
+	int state;
+	size_t len;
+	unsigned char *data; /* block + TAIL bytes, allocated on first use */
+} slot;
+
+struct flx_bcache {
+	pthread_mutex_t mu;
+	pthread_cond_t loaded; /* a LOADING slot became READY or FREE */
+	size_t block;
+	size_t nslots;
+	slot *slots;
+	int32_t *heads; /* hash buckets, -1 empty */
+	size_t mask;	/* buckets - 1 */
+	uint64_t clock;
+	flx_bcache_stats st;
+};
+
+static size_t bucket(const flx_bcache *c, uint32_t file, uint64_t blk)
+{
+	uint64_t h = (blk ^ ((uint64_t)file << 40)) * 0x9E3779B97F4A7C15ull;
+
+	return (size_t)(h >> 32) & c->mask;
+}
+
+int flx_bcache_new(uint64_t cap, size_t block, flx_bcache **out)
+{
+	flx_bcache *c;
+	size_t nb = 1;
+
+	*out = NULL;
+	if (block < 64 || (block & (block - 1)) || block > (1u << 30))
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->block = block;
+	/* more blocks than fit in memory are refused by the option parser;
+	 * bound the slot array anyway */
+	c->nslots =
+	    cap / block > (1u << 24) ? (1u << 24) : (size_t)(cap / block);
+	while (nb < 2 * c->nslots)
+		nb <<= 1;
+	c->mask = nb - 1;
+	c->slots = calloc(c->nslots ? c->nslots : 1, sizeof(slot));
+	c->heads = malloc(nb * sizeof(int32_t));
+	if (!c->slots || !c->heads) {
+		free(c->slots);
+		free(c->heads);
+		free(c);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < nb; i++)
+		c->heads[i] = -1;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->loaded, NULL);
+	*out = c;
+	return 0;
+}
+
+void flx_bcache_free(flx_bcache *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->nslots; i++)
+		free(c->slots[i].data);
+	free(c->slots);
+	free(c->heads);
+	pthread_cond_destroy(&c->loaded);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+size_t flx_bcache_block(const flx_bcache *c)
+{
+	return c->block;
+}
+
+size_t flx_bcache_slots(const flx_bcache *c)
+{
+	return c->nslots;
+}
+
+static int32_t find(const flx_bcache *c, uint32_t file, uint64_t blk)
+{
+	int32_t i = c->heads[bucket(c, file, blk)];
+
+	while (i >= 0 && (c->slots[i].file != file || c->slots[i].blk != blk ||
+			  c->slots[i].state == S_FREE))
+		i = c->slots[i].hnext;
+	return i;
+}
+
+static void unlink_slot(flx_bcache *c, int32_t i)
+{
+	slot *s = &c->slots[i];
+	int32_t *p = &c->heads[bucket(c, s->file, s->blk)];
+
+	while (*p != i)
+		p = &c->slots[*p].hnext;
+	*p = s->hnext;
+	s->hnext = -1;
+	s->state = S_FREE;
+}
+
+/* The least recently used slot nobody holds, or -1. */
+static int32_t victim(const flx_bcache *c)
+{
+	int32_t best = -1;
+
+	for (size_t i = 0; i < c->nslots; i++) {
+		const slot *s = &c->slots[i];
+
+		if (s->state == S_FREE)
+			return (int32_t)i;
+		if (s->refs == 0 && s->state == S_READY &&
+		    (best < 0 || s->used < c->slots[best].used))
+			best = (int32_t)i;
+	}
+	return best;
+}
+
+static void fill(flx_bref *ref, const flx_bcache *c, int32_t i)
+{
+	const slot *s = &c->slots[i];
+
+	ref->data = s->data;
+	ref->start = s->blk * c->block;
+	ref->len = s->len;
+	ref->slot = i;
+}
+
+int flx_bcache_get(flx_bcache *c, uint32_t file, int fd, uint64_t file_size,
+		   uint64_t blk, flx_bref *ref)
+{
+	uint64_t start = blk * c->block;
+	size_t want;
+	int32_t i;
+	slot *s;
+	int rc;
+
+	if (blk > file_size / c->block || start >= file_size)
+		return -EINVAL;
+	want = file_size - start < c->block + FLX_BCACHE_TAIL
+		   ? (size_t)(file_size - start)
+		   : c->block + FLX_BCACHE_TAIL;
+	pthread_mutex_lock(&c->mu);
+	for (;;) {
+		i = find(c, file, blk);
+		if (i < 0 || c->slots[i].state == S_READY)
+			break;
+		pthread_cond_wait(&c->loaded, &c->mu); /* LOADING elsewhere */
+	}
+	if (i >= 0) {
+		s = &c->slots[i];
+		s->refs++;
+		s->used = ++c->clock;
+		c->st.hits++;
+		fill(ref, c, i);
+		pthread_mutex_unlock(&c->mu);
+		return 0;
+	}
+	i = victim(c);
+	if (i < 0) {
+		c->st.bypassed++;
+		pthread_mutex_unlock(&c->mu);
+		return -EAGAIN;
+	}
+	s = &c->slots[i];
+	if (s->state != S_FREE) {
+		unlink_slot(c, i);
+		c->st.evictions++;
+	}
+	s->file = file;
+	s->blk = blk;
+	s->state = S_LOADING;
+	s->refs = 1;
+	s->used = ++c->clock;
+	s->hnext = c->heads[bucket(c, file, blk)];
+	c->heads[bucket(c, file, blk)] = i;
+	c->st.misses++;
+	if (!s->data) {
+		s->data = malloc(c->block + FLX_BCACHE_TAIL);
+		if (s->data)
+			c->st.blocks++;
+	}
+	pthread_mutex_unlock(&c->mu);
+
+	/* the slot is ours (LOADING, pinned): read outside the lock */
+	rc = s->data ? flx_pread_full(fd, s->data, want, start) : -ENOMEM;
+
+	pthread_mutex_lock(&c->mu);
+	if (rc) {
+		unlink_slot(c, i);
+		s->refs = 0;
+	} else {
+		s->len = want;
+		s->state = S_READY;
+		fill(ref, c, i);
+	}
+	pthread_cond_broadcast(&c->loaded);
+	pthread_mutex_unlock(&c->mu);
+	return rc ? rc : 1;
+}
+
+void flx_bcache_put(flx_bcache *c, flx_bref *ref)
+{
+	if (!ref || ref->slot < 0)
+		return;
+	pthread_mutex_lock(&c->mu);
+	c->slots[ref->slot].refs--;
+	pthread_mutex_unlock(&c->mu);
+	ref->slot = -1;
+}
+
+void flx_bcache_stats_get(flx_bcache *c, flx_bcache_stats *out)
+{
+	pthread_mutex_lock(&c->mu);
+	*out = c->st;
+	pthread_mutex_unlock(&c->mu);
+}
