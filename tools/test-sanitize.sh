@@ -12,7 +12,8 @@
 #     mount whose daemon died is a failure).  The oracle's self-test (pure
 #     Python, label "oracle") is left to tools/test.sh.
 #  2. build-tsan (ThreadSanitizer): the case corpus with the items read on
-#     threads, also beside the plan build (test_cases_threads/_async).
+#     threads, also beside the plan build (test_cases_threads/_async);
+#     readers sharing one block cache (test_bcache, test_view).
 #  3. valgrind memcheck on the normal build: tests/bats/valgrind.bats with
 #     FLEXFS_EXEC_PREFIX, so the daemon, its startup error paths and
 #     flexfs-inspect run under memcheck; an error or a definite leak makes
@@ -52,15 +53,16 @@ cmake --build build-asan -j"$jobs"
 echo "== ASan + UBSan: passed in $((SECONDS - start)) s"
 
 start=$SECONDS
-echo "== TSan: item workers beside the plan build (build-tsan, test_cases*)"
+echo "== TSan: item workers beside the plan build, readers sharing the block cache (build-tsan)"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	-DCMAKE_C_FLAGS=-fsanitize=thread \
 	-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_cases
+cmake --build build-tsan -j"$jobs" --target test_cases test_bcache test_view
 (
 	cd build-tsan
 	TSAN_OPTIONS=halt_on_error=1:exitcode=66 \
-		ctest --output-on-failure -R "^test_cases" --timeout 600
+		ctest --output-on-failure -R "^(test_cases|test_bcache$|test_view$)" \
+		--timeout 600
 )
 echo "== TSan: passed in $((SECONDS - start)) s"
 

@@ -4,3 +4,5 @@ flx_unit(test_view flx_fs)
 flx_unit(test_formats flx_fs)
 # The hand matcher of the default layer regex against regexec().
 flx_unit(test_spec flx_reshard)
+# The block cache of strided gathers: replacement, pins, errors, threads.
+flx_unit(test_bcache flx_reshard)

@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -21,7 +22,7 @@
 
 static int32_t value(const int64_t *g)
 {
-	return (int32_t)(g[0] * 10000 + g[1] * 100 + g[2] + 7);
+	return (int32_t)(g[0] * 1000000 + g[1] * 1000 + g[2] + 7);
 }
 
 typedef struct spec3 {
@@ -100,11 +101,17 @@ static void make_many(void)
 	}
 }
 
-static flx_ckpt *make_ckpt(const char *dir, const spec3 *specs, int nspecs)
+static const int64_t shape_7x10x3[3] = {7, 10, 3};
+
+/* where make_ckpt() writes the first chunk of each file */
+static uint64_t first_at[2] = {16, 40};
+
+static flx_ckpt *make_ckpt(const char *dir, const spec3 *specs, int nspecs,
+			   const int64_t *shape)
 {
 	flx_ckpt *c = calloc(1, sizeof(*c));
 	flx_tensor *t;
-	uint64_t at[2] = {16, 40};
+	uint64_t at[2] = {first_at[0], first_at[1]};
 
 	c->dir = strdup(dir);
 	c->format = strdup("test");
@@ -126,9 +133,7 @@ static flx_ckpt *make_ckpt(const char *dir, const spec3 *specs, int nspecs)
 	t->fqn = strdup("layers.0.w");
 	t->dtype = FLX_DT_I32;
 	t->ndim = 3;
-	t->shape[0] = 7;
-	t->shape[1] = 10;
-	t->shape[2] = 3;
+	memcpy(t->shape, shape, 3 * sizeof(int64_t));
 	t->nchunks = (uint32_t)nspecs;
 	CHECK(flx_tensor_alloc_chunks(t, (uint32_t)nspecs) == 0);
 	for (int i = 0; i < nspecs; i++) {
@@ -172,6 +177,9 @@ static unsigned char *expected(const flx_box *b, size_t *len)
 	return (unsigned char *)v;
 }
 
+/* the block cache check_box() reads through (NULL: none) */
+static flx_bcache *cache_now;
+
 static size_t mapped;	    /* ranges flx_view_ranges described */
 static size_t mapped_multi; /* ... with more than one backing range */
 
@@ -194,7 +202,8 @@ static void check_box(const flx_ckpt *c, const flx_box *box)
 	got = malloc(len + 8);
 	/* whole view, then every (start, length) with a few lengths,
 	 * including starts and ends in the middle of elements */
-	CHECK_EQ(flx_view_read(v, got, len + 8, 0, NULL), (ssize_t)len);
+	CHECK_EQ(flx_view_read_cached(v, cache_now, got, len + 8, 0, NULL),
+		 (ssize_t)len);
 	CHECK(memcmp(got, want, len) == 0);
 	for (size_t s = 0; s < len; s += (len > 400 ? 37 : 1)) {
 		static const size_t lens[] = {1, 3, 4, 5, 13, 64, 1000};
@@ -204,7 +213,8 @@ static void check_box(const flx_ckpt *c, const flx_box *box)
 			ssize_t r;
 
 			memset(got, 0xAB, want_n);
-			r = flx_view_read(v, got, lens[li], s, NULL);
+			r = flx_view_read_cached(v, cache_now, got, lens[li], s,
+						 NULL);
 			CHECK_EQ(r, (ssize_t)want_n);
 			if (memcmp(got, want + s, want_n) != 0) {
 				fprintf(stderr,
@@ -220,7 +230,7 @@ static void check_box(const flx_ckpt *c, const flx_box *box)
 			}
 		}
 	}
-	CHECK_EQ(flx_view_read(v, got, 4, len, NULL), 0);
+	CHECK_EQ(flx_view_read_cached(v, cache_now, got, 4, len, NULL), 0);
 	/* the backing ranges flx_view_ranges gives must hold exactly those
 	 * bytes, in order; with room for one range it answers 1 or 0 */
 	for (size_t s = 0; s < len; s += 3) {
@@ -636,6 +646,149 @@ static void test_tree_pieces(const flx_ckpt *c)
 		}
 }
 
+/* A 256 x 2 x 128 int32 tensor in one chunk stored (k, j, i), like a
+ * transposed weight saved as-is: consecutive elements of a view row lie
+ * 512 elements (2 KiB) apart in the file, so every row of a read spans the
+ * whole 256 KiB chunk and the next row needs the same blocks again. */
+static const spec3 tposed[1] = {{{0, 0, 0}, {256, 2, 128}, {2, 1, 0}, 3, 0}};
+static const int64_t shape_tposed[3] = {256, 2, 128};
+
+static void remove_files(const char *dir);
+
+typedef struct par_arg {
+	const flx_view *v;
+	flx_bcache *cache;
+	const unsigned char *want;
+	size_t len;
+	unsigned seed;
+	int bad;
+} par_arg;
+
+static void *par_reader(void *p)
+{
+	par_arg *a = p;
+	unsigned char *got = malloc(40000);
+
+	for (int i = 0; i < 300; i++) {
+		size_t off = (size_t)rand_r(&a->seed) % a->len;
+		size_t n = 1 + (size_t)rand_r(&a->seed) % 40000;
+		ssize_t r;
+
+		if (n > a->len - off)
+			n = a->len - off;
+		r = flx_view_read_cached(a->v, a->cache, got, n, off, NULL);
+		if (r != (ssize_t)n || memcmp(got, a->want + off, n) != 0)
+			a->bad++;
+	}
+	free(got);
+	return NULL;
+}
+
+/* Strided gathers visit blocks in file order: without a cache a request
+ * reads each block it needs once, and with a cache that holds the chunk
+ * the whole view reads each block once.  (Row after row, a 16 KiB request
+ * here would read its 65 blocks 32 times.)  Elements straddle block
+ * boundaries: the chunk starts 2 bytes into a 4-byte element grid. */
+static void test_gather_blocks(const char *dir)
+{
+	const flx_box whole = {{0, 0, 0}, {256, 2, 128}};
+	const size_t req = 16384;
+	/* blocks the 256 KiB + 12 byte span can touch */
+	const uint64_t span_blocks = (256 * 1024 + 12) / 4096 + 2;
+	flx_bcache *none, *big, *small;
+	flx_bcache_stats bs;
+	flx_read_stats st, total = {0};
+	flx_view *v = NULL;
+	unsigned char *want, *got;
+	size_t len;
+	flx_ckpt *c;
+
+	first_at[0] = 18;
+	c = make_ckpt(dir, tposed, 1, shape_tposed);
+	first_at[0] = 16;
+	CHECK_EQ(c->tensors[0].chunks[0].contig_from, 3); /* gathered */
+	CHECK_EQ(flx_view_new(c, &c->tensors[0], &whole, &v, NULL), 0);
+	want = expected(&whole, &len);
+	CHECK_EQ(len, 256 * 2 * 128 * 4);
+	got = malloc(len);
+	CHECK_EQ(flx_bcache_new(0, 4096, &none), 0);
+	CHECK_EQ(flx_bcache_new(1 << 20, 4096, &big), 0);
+	CHECK_EQ(flx_bcache_new(8 * 4096, 4096, &small), 0);
+
+	for (size_t off = 0; off < len; off += req) {
+		memset(&st, 0, sizeof(st));
+		CHECK_EQ(
+		    flx_view_read_cached(v, none, got + off, req, off, &st),
+		    (ssize_t)req);
+		CHECK(st.preads <= span_blocks);
+		CHECK(st.preads >= span_blocks - 2);
+	}
+	CHECK(memcmp(got, want, len) == 0);
+
+	memset(got, 0, len);
+	for (size_t off = 0; off < len; off += req)
+		CHECK_EQ(
+		    flx_view_read_cached(v, big, got + off, req, off, &total),
+		    (ssize_t)req);
+	CHECK(memcmp(got, want, len) == 0);
+	flx_bcache_stats_get(big, &bs);
+	CHECK(bs.misses <= span_blocks);
+	CHECK_EQ(total.preads, bs.misses);
+	CHECK(bs.hits >= (len / req - 1) * (span_blocks - 2));
+	CHECK_EQ(bs.evictions, 0);
+	CHECK_EQ(bs.blocks, bs.misses);
+
+	/* a cache smaller than the chunk: replaced blocks, same bytes;
+	 * reads that start and end inside elements */
+	memset(got, 0, len);
+	for (size_t off = 0; off < len;) {
+		size_t n = len - off < 9001 ? len - off : 9001;
+
+		CHECK_EQ(
+		    flx_view_read_cached(v, small, got + off, n, off, NULL),
+		    (ssize_t)n);
+		off += n;
+	}
+	CHECK(memcmp(got, want, len) == 0);
+	flx_bcache_stats_get(small, &bs);
+	CHECK(bs.evictions > 0);
+	CHECK(bs.blocks <= 8);
+
+	/* readers in parallel through one cache (run under TSan too) */
+	{
+		flx_bcache *shared;
+		pthread_t th[4];
+		par_arg a[4];
+
+		CHECK_EQ(flx_bcache_new(16 * 4096, 4096, &shared), 0);
+		for (int i = 0; i < 4; i++) {
+			a[i] = (par_arg){v,   shared,		want,
+					 len, 7u + (unsigned)i, 0};
+			CHECK_EQ(
+			    pthread_create(&th[i], NULL, par_reader, &a[i]), 0);
+		}
+		for (int i = 0; i < 4; i++) {
+			pthread_join(th[i], NULL);
+			CHECK_EQ(a[i].bad, 0);
+		}
+		flx_bcache_free(shared);
+	}
+
+	/* the file cut short after mount: EIO, from a cached block too */
+	CHECK_EQ(ftruncate(c->files[0].fd, 4096 * 10), 0);
+	CHECK_EQ(flx_view_read_cached(v, big, got, req, 0, NULL), -EIO);
+	CHECK_EQ(flx_view_read_cached(v, none, got, req, 0, NULL), -EIO);
+
+	flx_bcache_free(none);
+	flx_bcache_free(big);
+	flx_bcache_free(small);
+	free(got);
+	free(want);
+	flx_view_free(v);
+	remove_files(dir);
+	flx_ckpt_close(c);
+}
+
 static void remove_files(const char *dir)
 {
 	char path[600];
@@ -652,9 +805,27 @@ int main(void)
 	flx_ckpt *c;
 
 	CHECK(mkdtemp(dir) != NULL);
-	c = make_ckpt(dir, five, 5);
+	c = make_ckpt(dir, five, 5, shape_7x10x3);
 	test_boxes(c);
 	CHECK(mapped > 1000); /* row-major chunks are mapped, not gathered */
+	/* the same reads through block caches: none with small blocks (a
+	 * block per call), one that keeps replacing, roomy ones */
+	{
+		static const struct {
+			uint64_t cap;
+			size_t block;
+		} cfg[] = {
+		    {0, 64}, {5 * 64, 64}, {1 << 20, 64}, {1 << 20, 4096}};
+
+		for (size_t i = 0; i < sizeof(cfg) / sizeof(cfg[0]); i++) {
+			CHECK_EQ(flx_bcache_new(cfg[i].cap, cfg[i].block,
+						&cache_now),
+				 0);
+			test_boxes(c);
+			flx_bcache_free(cache_now);
+			cache_now = NULL;
+		}
+	}
 	CHECK(mapped_multi > 100); /* ranges across chunks too */
 	test_coalescing(c);
 	test_placement(c);
@@ -667,8 +838,9 @@ int main(void)
 	CHECK(pieced_multi > 3000); /* ranges of several chunks */
 	remove_files(dir);
 	flx_ckpt_close(c);
+	test_gather_blocks(dir);
 	make_many();
-	c = make_ckpt(dir, many, 35);
+	c = make_ckpt(dir, many, 35, shape_7x10x3);
 	test_boxes(c);
 	test_plan_views(c);
 	remove_files(dir);
