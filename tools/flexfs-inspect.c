@@ -202,7 +202,8 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 {
 	int tp = p->spec->tp, pp = p->spec->pp, lo = 0, hi = 0;
 	uint64_t *rank = calloc((size_t)tp * (size_t)pp, sizeof(*rank));
-	uint64_t total = 0;
+	uint64_t total = 0, span;
+	const flx_tensor *st;
 	char h1[32], h2[32], h3[32];
 
 	if (!rank)
@@ -230,6 +231,16 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 	       c->ntensors, h1, c->nobjects, p->nlayers, tp, pp, tp * pp,
 	       p->spec->rules_path ? p->spec->rules_path : "none", h2, lo % tp,
 	       lo / tp, h3, hi % tp, hi / tp);
+	/* what the mount's cache_size= must hold for full speed */
+	span = flx_ckpt_gather_span(c, &st);
+	if (span) {
+		human(h1, sizeof(h1), span);
+		printf(
+		    "saved transposed (strided innermost axis): largest chunk "
+		    "%s, %s; gathered through the mount's block cache "
+		    "(cache_size=, default 64M)\n",
+		    h1, st->fqn);
+	}
 	free(rank);
 	return 0;
 }

@@ -61,6 +61,14 @@ check_tposed() {
 	[ "$(wc -l <"$FF_ERR")" -eq 1 ]
 }
 
+@test "flexfs-inspect names the largest transposed chunk" {
+	run --separate-stderr "$FLEXFS_INSPECT" "$TPOSED/ckpt"
+	[ "$status" -eq 0 ]
+	[[ $output == *"saved transposed (strided innermost axis): largest chunk 1.2 MiB, layers.0.attention.wq.weight;"* ]]
+	run --separate-stderr "$FLEXFS_INSPECT" "$FLEXFS_SRC/tests/fixtures/dcp-t113/ckpt" -o "rules=$RULES"
+	[[ $output == *"largest chunk 96 B, transposed.weight;"* ]]
+}
+
 @test "cache_size=0 (no cache): the same bytes" {
 	check_tposed 4 2 cache_size=0
 	grep -q "more than cache_size=0 MiB" "$FF_ERR"
