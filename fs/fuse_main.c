@@ -371,26 +371,31 @@ static void malloc_thp(char **argv)
 	free(tun);
 }
 
-/* The block cache of strided gathers (cache_size=).  A tensor saved
- * transposed whose chunk outgrows it is re-read for every request, so say
- * so while the user can still see stderr.  @return 0 or -ENOMEM. */
+/* The block cache of strided gathers (cache_size=, or sized to the
+ * largest chunk they read).  A tensor saved transposed whose chunk
+ * outgrows it is re-read for every request, so say so while the user can
+ * still see stderr.  @return 0 or -ENOMEM. */
 static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
 		      flx_bcache **out)
 {
 	const flx_tensor *t;
-	uint64_t span = flx_ckpt_gather_span(ckpt, &t);
+	uint64_t span = flx_ckpt_gather_span(ckpt, &t), bytes;
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
 
-	if (span > mo->cache_size)
+	bytes = flx_mo_cache_bytes(
+	    mo, span,
+	    pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize : 0);
+	if (span > bytes)
 		fprintf(stderr,
 			"flexfs: %s: %s is saved with a strided innermost "
-			"axis (a chunk spans %llu MiB, more than "
-			"cache_size=%llu MiB): reads of it will re-read the "
+			"axis (a chunk spans %llu MiB, more than the block "
+			"cache's %llu MiB): reads of it will re-read the "
 			"chunk; mount with -o cache_size=%lluM\n",
 			ckpt->dir, t->fqn,
 			(unsigned long long)((span + (1u << 20) - 1) >> 20),
-			(unsigned long long)(mo->cache_size >> 20),
-			(unsigned long long)((span + (2u << 20) - 1) >> 20));
-	if (flx_bcache_new(mo->cache_size, FLX_BCACHE_BLOCK, out)) {
+			(unsigned long long)(bytes >> 20),
+			(unsigned long long)((span + (3u << 20) - 1) >> 20));
+	if (flx_bcache_new(bytes, FLX_BCACHE_BLOCK, out)) {
 		fprintf(stderr, "flexfs: out of memory\n");
 		return -ENOMEM;
 	}

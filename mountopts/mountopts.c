@@ -34,8 +34,11 @@ const char flx_mo_help[] =
     "    -o cache_size=SIZE     memory for backing-file blocks of tensors "
     "saved\n"
     "                           transposed (strided), K/M/G/T suffixes "
-    "(default\n"
-    "                           64M; 0: none, each read re-reads them)\n"
+    "(default:\n"
+    "                           the largest such chunk, 64M to 4G and 1/8 "
+    "of\n"
+    "                           memory; 0: none, each read re-reads "
+    "them)\n"
     "    Always added: ro, default_permissions, subtype=flexfs,\n"
     "    fsname=CHECKPOINT.  Ignored: auto, noauto, user, nouser, users,\n"
     "    _netdev, nofail, defaults, rw, comment=*, x-*.  Other -o options\n"
@@ -60,7 +63,7 @@ int flx_mo_init(flx_mountopts *mo)
 {
 	memset(mo, 0, sizeof(*mo));
 	mo->read_ahead_kb = FLX_MO_READ_AHEAD_AUTO;
-	mo->cache_size = FLX_MO_CACHE_DEFAULT;
+	mo->cache_size = FLX_MO_CACHE_AUTO;
 	return flx_spec_init(&mo->spec);
 }
 
@@ -231,6 +234,26 @@ static int apply_cache_size(flx_mountopts *mo, const char *value,
 				     value ? value : "");
 	mo->cache_size = v;
 	return 0;
+}
+
+uint64_t flx_mo_cache_bytes(const flx_mountopts *mo, uint64_t span,
+			    uint64_t phys)
+{
+	uint64_t want, cap = FLX_MO_CACHE_AUTO_MAX;
+
+	if (mo->cache_size != FLX_MO_CACHE_AUTO)
+		return mo->cache_size;
+	if (phys && phys / 8 < cap)
+		cap = phys / 8;
+	if (cap < FLX_MO_CACHE_FLOOR)
+		cap = FLX_MO_CACHE_FLOOR;
+	/* whole 1 MiB blocks, two more than the span needs */
+	want = span > FLX_MO_CACHE_MAX ? FLX_MO_CACHE_MAX : span;
+	want = ((want + FLX_MO_CACHE_MIN - 1) / FLX_MO_CACHE_MIN + 2) *
+	       FLX_MO_CACHE_MIN;
+	if (want < FLX_MO_CACHE_FLOOR)
+		want = FLX_MO_CACHE_FLOOR;
+	return want < cap ? want : cap;
 }
 
 static int apply_ours(flx_spec *spec, const char *tok, flx_error *err)

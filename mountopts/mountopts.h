@@ -39,10 +39,14 @@
 #define FLX_MO_READ_AHEAD_KB_MAX (1024 * 1024)
 
 /* cache_size= bounds: 0 (off) or from one 1 MiB block up to 1 TiB (a
- * typo's 64T would only fail later, one block at a time). */
-#define FLX_MO_CACHE_DEFAULT (64ull << 20)
-#define FLX_MO_CACHE_MIN     (1ull << 20)
-#define FLX_MO_CACHE_MAX     (1ull << 40)
+ * typo's 64T would only fail later, one block at a time).  Unset, the
+ * mount sizes it (flx_mo_cache_bytes()): at least FLX_MO_CACHE_FLOOR, at
+ * most FLX_MO_CACHE_AUTO_MAX or an eighth of the memory. */
+#define FLX_MO_CACHE_AUTO     UINT64_MAX
+#define FLX_MO_CACHE_FLOOR    (64ull << 20)
+#define FLX_MO_CACHE_AUTO_MAX (4ull << 30)
+#define FLX_MO_CACHE_MIN      (1ull << 20)
+#define FLX_MO_CACHE_MAX      (1ull << 40)
 
 typedef enum flx_mo_class {
 	FLX_MO_OURS = 0,
@@ -67,7 +71,8 @@ typedef struct flx_mountopts {
 	 * the kernel's page cache; mmap still goes through it). */
 	bool direct_io;
 	/* cache_size=: bytes of backing-file blocks kept for strided gathers
-	 * (reshard/bcache.h); 0 disables, default FLX_MO_CACHE_DEFAULT. */
+	 * (reshard/bcache.h); 0 disables, FLX_MO_CACHE_AUTO (unset): see
+	 * flx_mo_cache_bytes(). */
 	uint64_t cache_size;
 } flx_mountopts;
 
@@ -102,6 +107,18 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err);
 /** flx_mo_split() + flx_mo_option() on each token, stopping at the first
  * error.  @return 0 or -errno with err. */
 int flx_mo_options(flx_mountopts *mo, const char *opts, flx_error *err);
+
+/**
+ * Bytes of the mount's block cache.  cache_size= when given; unset, enough
+ * for the largest chunk the gathers read (span bytes, see
+ * flx_ckpt_gather_span()) and two blocks besides (a chunk rarely starts on
+ * a block boundary, and readers on two threads each pin one), at least
+ * FLX_MO_CACHE_FLOOR, at most FLX_MO_CACHE_AUTO_MAX and phys / 8 (phys:
+ * the machine's memory in bytes, 0 if unknown): a transposed tensor reads
+ * at full speed without tuning, and never at the cost of the machine.
+ */
+uint64_t flx_mo_cache_bytes(const flx_mountopts *mo, uint64_t span,
+			    uint64_t phys);
 
 /** Record the checkpoint directory (copied).  @return 0 or -ENOMEM. */
 int flx_mo_set_source(flx_mountopts *mo, const char *src);

@@ -183,8 +183,21 @@ static void test_values(void)
 	CHECK(!mo.direct_io);
 	CHECK_EQ(flx_mo_option(&mo, "direct_io=true", &err), 0);
 	CHECK(mo.direct_io);
-	CHECK_EQ(mo.cache_size, 64u << 20); /* the default */
+	/* unset: sized to the largest strided chunk, within bounds */
+	CHECK(mo.cache_size == FLX_MO_CACHE_AUTO);
+	CHECK_EQ(flx_mo_cache_bytes(&mo, 0, 0), 64u << 20);
+	CHECK_EQ(flx_mo_cache_bytes(&mo, 5u << 20, 16ull << 30), 64u << 20);
+	CHECK_EQ(flx_mo_cache_bytes(&mo, (100u << 20) + 1, 16ull << 30),
+		 103u << 20);
+	CHECK_EQ(flx_mo_cache_bytes(&mo, 3ull << 30, 16ull << 30), 2ull << 30);
+	CHECK_EQ(flx_mo_cache_bytes(&mo, 3ull << 30, 64ull << 30),
+		 (3ull << 30) + (2u << 20));
+	CHECK_EQ(flx_mo_cache_bytes(&mo, 9ull << 30, 0), 4ull << 30);
+	CHECK_EQ(flx_mo_cache_bytes(&mo, 1ull << 30, 256u << 20), 64u << 20);
+	CHECK_EQ(flx_mo_cache_bytes(&mo, UINT64_MAX - 5, 1ull << 50),
+		 4ull << 30);
 	CHECK_EQ(flx_mo_option(&mo, "cache_size=0", &err), 0);
+	CHECK_EQ(flx_mo_cache_bytes(&mo, 100u << 20, 16ull << 30), 0);
 	CHECK_EQ(mo.cache_size, 0);
 	CHECK_EQ(flx_mo_option(&mo, "cache_size=1M", &err), 0);
 	CHECK_EQ(mo.cache_size, 1u << 20);
@@ -192,6 +205,7 @@ static void test_values(void)
 	CHECK_EQ(mo.cache_size, 3ull << 30);
 	CHECK_EQ(flx_mo_option(&mo, "cache_size=1T", &err), 0);
 	CHECK_EQ(mo.cache_size, 1ull << 40);
+	CHECK_EQ(flx_mo_cache_bytes(&mo, 5u << 20, 1u << 30), 1ull << 40);
 	CHECK_EQ(mo.nfuse, 0); /* ours: libfuse never sees it */
 	flx_mo_release(&mo);
 	flx_mo_release(&mo); /* idempotent */
