@@ -8,8 +8,9 @@
 
 Builds (once, cached in the work dir) a llama-like bf16 checkpoint saved
 TP2 x PP1 by torch's own DCP writer (torch 1.13, and torch 2.6 when the
-Debian trixie chroot /opt/trixie exists), and a 10,000-tensor checkpoint
-from 64 ranks (TP8 x PP8) for the mount latency.  Then measures, each
+Debian trixie chroot /opt/trixie exists), a 10,000-tensor checkpoint
+from 64 ranks (TP8 x PP8) for the mount latency, and a checkpoint of
+transposed weights (torch 1.13) for the strided gathers.  Then measures, each
 against a baseline taken in the same run (median of --runs, min and max):
 
   contig   sequential 1 MiB reads of ranks/*/model.safetensors, TP2 source
@@ -17,6 +18,12 @@ against a baseline taken in the same run (median of --runs, min and max):
            backing .distcp files: (a) first read on a fresh mount, backing
            files in the page cache, (b) re-read on the same mount, (c) cold
   strided  first read of hf/ (TP1; wo/w2 gather rows) vs backing files
+  transposed
+           strided gathers: a checkpoint whose bf16 weights torch saved as
+           w.t() (items with stride (1, rows); 8 of about 4096 x 4096, 256
+           MiB, 4 MiB with --quick), first read of hf/ (TP1) on a fresh
+           mount with the default block cache and with -o cache_size=0, and
+           of ranks/*/ at tp=2, vs the backing files
   e2e      every tensor of a TP4 layout through flexfs (np.load mmap of
            the .npy, or read() of the safetensors) vs torch's DCP
            load_state_dict into TP4 shards; plus backing bytes read per
@@ -36,6 +43,7 @@ import atexit
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -172,10 +180,14 @@ class Mount:
 
     active = []
 
-    def __init__(self, ctx, ckpt, opts, name="m"):
+    def __init__(self, ctx, ckpt, opts, name="m", stderr_ok=None):
+        """stderr_ok: a regex; daemon stderr lines it matches are expected
+        warnings (kept in .warnings and logged once), not problems."""
         self.ctx, self.ckpt, self.opts = ctx, ckpt, opts
         self.mnt = os.path.join(ctx.workdir, "mnt-" + name)
         self.errf = os.path.join(ctx.workdir, "flexfs-%s.stderr" % name)
+        self.stderr_ok = stderr_ok
+        self.warnings = []
         self.p = None
 
     def start(self):
@@ -232,6 +244,14 @@ class Mount:
         Mount.active.remove(self)
         self.p = None
         msg = open(self.errf).read().strip()
+        if self.stderr_ok is not None:
+            lines = msg.splitlines()
+            self.warnings = [x for x in lines if self.stderr_ok.search(x)]
+            msg = "\n".join(x for x in lines if not self.stderr_ok.search(x)).strip()
+            for w in self.warnings:
+                if (self.opts, w) not in self.ctx.warned:
+                    self.ctx.warned.add((self.opts, w))
+                    log("flexfs -o %s warned (expected): %s" % (self.opts, w))
         if rc != 0 or msg:
             self.ctx.problems.append("flexfs %s -o %s: exit %d, stderr: %s"
                                      % (self.ckpt, self.opts, rc, msg[:300]))
@@ -455,6 +475,32 @@ def ensure_ckpt(ctx, tag, preset, size=None, layers=None, layout="tp2pp1", limit
     else:
         r = subprocess.run([PY, os.path.join(ctx.scripts, "gen_ckpt.py")] + args,
                            capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError("generator failed:\n%s%s" % (r.stdout, r.stderr))
+    log(r.stdout.strip())
+    with open(stamp) as f:
+        info = json.load(f)
+    info["dir"] = d
+    return info
+
+
+def ensure_transposed(ctx, n, full_check=False):
+    """The cached checkpoint of transposed weights (model.transposed_config,
+    base dimension n), written by torch 1.13 when missing."""
+    c = model.transposed_config(n)
+    d = os.path.join(ctx.workdir, "t113-transposed-n%d" % n)
+    stamp = os.path.join(d, "bench-ckpt.json")
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            info = json.load(f)
+        if info["config"] == c and info["seed"] == model.SEED:
+            log("reusing %s (torch %s)" % (d, info["torch"]))
+            info["dir"] = d
+            return info
+    log("generating %s (transposed weights, %.1f MiB) with torch 1.13" % (d, c["bytes"] / MiB))
+    r = subprocess.run([PY, os.path.join(ctx.scripts, "gen_ckpt.py"), "--out", d,
+                        "--transposed", str(n)] + (["--full-check"] if full_check else []),
+                       capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError("generator failed:\n%s%s" % (r.stdout, r.stderr))
     log(r.stdout.strip())
@@ -746,6 +792,60 @@ def fig_strided(ctx, info, dio=False):
             per[kind]["counters"] = c.summary(n)
     ctx.diag["strided" + key] = dict(runs=diag, by_kind=per)
     return [row]
+
+
+# the daemon's mount-time warning of a transposed chunk larger than cache_size=
+GATHER_WARNING = re.compile(r"saved with a strided innermost axis")
+
+
+def fig_transposed(ctx, info):
+    """Strided gathers (chunks saved with a strided innermost axis): first
+    read of every view file on a fresh mount, backing files page-cached,
+    vs sequential 1 MiB reads of those backing files just before."""
+    ck = info["dir"]
+    files = distcp_files(ck)
+    hf = lambda m: [p for p in hf_files(m) if p.endswith(".safetensors")]  # noqa: E731
+    cases = [  # (key, mount options, row label, goal, view files, tp of the check)
+        ("default", "tp=1", "transposed hf/ (TP1), first read, default cache", 0.35, hf, 1),
+        ("nocache", "tp=1,cache_size=0", "transposed hf/ (TP1), first read, cache_size=0",
+         None, hf, 1),
+        ("tp2", "tp=2", "transposed ranks/*/ (TP2), first read, default cache", None,
+         lambda m: view_files(m, 2), 2),
+    ]
+    note = ("%d bf16 tensors (%.0f MiB) saved by torch %s as w.t(), items with stride "
+            "(1, rows); ratio = flexfs / backing throughput"
+            % (info["n_tensors"], info["data_bytes"] / MiB, info["torch"]))
+    rows = {k: Row("transposed", label, "GB/s", "distcp warm", goal, note=note)
+            for k, _o, label, goal, _f, _t in cases}
+    diag = {k: [] for k in rows}
+    warnings = {}
+    for i in range(ctx.runs):
+        for key, opts, _label, _goal, view, tp in cases:
+            warm(backing_files(ck))
+            nb, tb = readers.seq_read(files)
+            with Mount(ctx, ck, opts, name="tr", stderr_ok=GATHER_WARNING) as m:
+                s0 = m.stats()
+                nf, tf = readers.seq_read(view(m))
+                s1 = m.stats()
+                if i == 0 and ctx.check != "none":
+                    what = "transposed %s (-o %s)" % ("hf/" if tp == 1 else "ranks/*/", opts)
+                    if tp == 1:
+                        record_check(ctx, what, check_hf(ctx, info, m))
+                    else:
+                        record_check(ctx, what, check_views(ctx, info, view(m), tp))
+            if m.warnings:
+                warnings[opts] = m.warnings
+            rows[key].add(tput(nb, tb), tput(nf, tf), tput(nf, tf) / tput(nb, tb))
+            d = delta(s0, s1)
+            diag[key].append(dict(bytes=nf, seconds=tf, baseline=dict(bytes=nb, seconds=tb),
+                                  daemon=d, rchar_per_delivered=d.get("rchar", 0) / nf,
+                                  VmHWM=s1.get("VmHWM")))
+            log("transposed run %d -o %s: %.3f s, %.2f / %.2f GB/s (flexfs/distcp); daemon "
+                "read %.2f bytes per byte delivered, cpu %.2f s, VmHWM %.0f MiB"
+                % (i, opts, tf, nf / tf / GB, nb / tb / GB, d.get("rchar", 0) / nf,
+                   d["cpu_s"], (s1.get("VmHWM") or 0) / MiB))
+    ctx.diag["transposed"] = dict(runs=diag, warnings=warnings)
+    return [rows[k] for k, *_ in cases]
 
 
 def run_json(cmd):
@@ -1072,7 +1172,8 @@ def main(argv=None):
     ap.add_argument("--workdir", default=os.environ.get("FLEXFS_BENCH_DIR", "/var/tmp/flexfs-bench"))
     ap.add_argument("--flexfs", help="the flexfs binary (default $FLEXFS_BIN, build-bench/, build/)")
     ap.add_argument("--only",
-                    default="contig,contig_dio,strided,strided_dio,e2e,mount,memory,parallel",
+                    default="contig,contig_dio,strided,strided_dio,transposed,e2e,mount,memory,"
+                          "parallel",
                     help="comma-separated figures to run")
     ap.add_argument("--no-torch26", action="store_true", help="skip the torch 2.6 chroot")
     ap.add_argument("--check", choices=("none", "sample", "all"),
@@ -1115,6 +1216,7 @@ def main(argv=None):
     ctx.check = args.check or ("all" if args.quick else "sample")
     ctx.hf_shard = "512K" if args.quick else None
     ctx.problems, ctx.checks, ctx.diag = [], {}, {}
+    ctx.warned = set()  # (mount options, expected daemon warning) already logged
     ctx.fuse_ra_kb = args.fuse_ra_kb
     ctx.prime = not args.no_prime and not args.quick
     ctx.daemon_env = dict(kv.split("=", 1) for kv in args.daemon_env)
@@ -1122,7 +1224,7 @@ def main(argv=None):
 
     def truth(info):
         if info["dir"] not in truths:
-            truths[info["dir"]] = readers.Truth(info)
+            truths[info["dir"]] = readers.truth_for(info)
         return truths[info["dir"]]
     ctx.truth = truth
     only = set(args.only.split(","))
@@ -1153,8 +1255,12 @@ def main(argv=None):
         if ctx.chroot and "e2e" in only:
             big26 = ensure_ckpt(ctx, "t26", big["config"]["preset"],
                                 layers=big["config"]["layers"], full_check=args.quick)
+        trans = None
+        if "transposed" in only:
+            trans = ensure_transposed(ctx, 512 if args.quick else 4096, full_check=args.quick)
         doc["checkpoints"] = {k: v for k, v in
-                              dict(big_t113=big, big_t26=big26, many=many).items() if v}
+                              dict(big_t113=big, big_t26=big26, many=many,
+                                   transposed_t113=trans).items() if v}
         if args.quick:
             check_many(ctx, many)
         if "contig" in only:
@@ -1165,6 +1271,8 @@ def main(argv=None):
             rows += fig_strided(ctx, big)
         if "strided_dio" in only:
             rows += fig_strided(ctx, big, dio=True)
+        if "transposed" in only:
+            rows += fig_transposed(ctx, trans)
         if "e2e" in only:
             rows += fig_e2e(ctx, big, "t113")
             if big26:

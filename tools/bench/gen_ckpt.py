@@ -11,6 +11,14 @@ byte-for-byte what 2 real ranks would write.  Runs under torch 1.13
     gen_ckpt.py --out DIR [--preset tinyllama] [--size 2G | --layers N]
                 [--full-check]
 
+    gen_ckpt.py --out DIR --transposed N [--full-check]
+
+--transposed N: instead, the checkpoint of the "transposed" figure
+(model.transposed_config: 8 bf16 weights of about N x N, 256 MiB at N=4096,
+each saved as base.t(), whole or as 2 TP chunks that are themselves
+transposed views, through gen_dcp's per-chunk "transposed" saving) from 2
+ranks.
+
 Writes DIR/.metadata, DIR/__0_0.distcp, DIR/__1_0.distcp, DIR/config.json
 and, last, DIR/bench-ckpt.json (the cache stamp: geometry, torch version,
 timings).  Every item is then decoded without torch and compared with the
@@ -32,6 +40,7 @@ for p in (here, os.path.join(here, "..", "fixtures")):
 
 import gen_dcp  # noqa: E402  (tools/fixtures/gen_dcp.py, reused unmodified)
 import model  # noqa: E402
+import numpy as np  # noqa: E402
 
 LAYOUTS = {"tp2pp1": (2, 1), "tp8pp8": (8, 8)}
 
@@ -60,6 +69,25 @@ def build_specs(api, c, seed, layout, limit=None):
     return specs
 
 
+def build_transposed_specs(api, c, seed):
+    """Specs of the transposed checkpoint: the full value is base.T (made
+    contiguous); every chunk is flagged transposed, so gen_dcp saves it as
+    the transposed view of a dense (cols, rows) storage, stride (1, rows)."""
+    torch = api.torch
+    specs = []
+    for i, (fqn, base, axis) in enumerate(c["tensors"]):
+        a = np.ascontiguousarray(model.transposed_data(fqn, base, seed))
+        full = torch.from_numpy(a.view("<i2")).view(torch.bfloat16)
+        shape = tuple(full.shape)
+        if axis is None:
+            chunks = [(i % 2, [0] * len(shape), list(shape), True)]
+        else:
+            chunks = [(r, o, sz, True) for r, o, sz, _ in
+                      gen_dcp.split_chunks(shape, axis, [0, 1])]
+        specs.append(gen_dcp.TSpec(fqn, full, chunks))
+    return specs
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
@@ -69,12 +97,18 @@ def main(argv=None):
     ap.add_argument("--layout", default="tp2pp1", choices=sorted(LAYOUTS),
                     help="source layout (simulated ranks = tp x pp)")
     ap.add_argument("--tensors", type=int, help="keep only the first N tensors")
+    ap.add_argument("--transposed", type=int, metavar="N",
+                    help="write the transposed checkpoint of base dimension N instead")
     ap.add_argument("--seed", type=int, default=model.SEED)
     ap.add_argument("--full-check", action="store_true",
                     help="also load everything back through torch's DCP loader")
     args = ap.parse_args(argv)
 
-    c = model.config(args.preset, model.parse_size(args.size), args.layers)
+    if args.transposed:
+        c = model.transposed_config(args.transposed)
+        args.layout = "transposed"
+    else:
+        c = model.config(args.preset, model.parse_size(args.size), args.layers)
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     stamp = os.path.join(out, "bench-ckpt.json")
@@ -87,8 +121,11 @@ def main(argv=None):
     t0 = time.time()
     api = gen_dcp.TorchAPI()
     torch = api.torch
-    specs = build_specs(api, c, args.seed, args.layout, args.tensors)
-    tp, pp = LAYOUTS[args.layout]
+    if args.transposed:
+        specs = build_transposed_specs(api, c, args.seed)
+    else:
+        specs = build_specs(api, c, args.seed, args.layout, args.tensors)
+    tp, pp = (2, 1) if args.transposed else LAYOUTS[args.layout]
     world = tp * pp
     t1 = time.time()
     cwd = os.getcwd()
@@ -102,6 +139,10 @@ def main(argv=None):
         os.chdir(cwd)
     t2 = time.time()
     gen_dcp.write_json(os.path.join(out, "config.json"), {
+        "model_type": "flexfs-transposed", "torch_dtype": "bfloat16",
+        "note": "flexfs benchmark: random bf16 weights, each saved by torch as w.t() "
+                "(DCP items with stride (1, rows))",
+    } if args.transposed else {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "hidden_size": c["dim"], "intermediate_size": c["ffn"],
         "num_attention_heads": c["n_heads"], "num_key_value_heads": c["n_kv_heads"],

@@ -86,6 +86,38 @@ def data(fqn, shape, seed=SEED):
     return a.reshape(shape)
 
 
+# The "transposed" checkpoint (figure transposed): every weight saved as
+# base.t(), base a C-contiguous bf16 tensor of base_shape, as torch DCP
+# writes a transposed view: as-is, item stride (1, rows).  The saved
+# (logical) tensor is base.T, of shape base_shape reversed.  split: the
+# logical axis along which it is saved as 2 TP chunks on 2 ranks, each chunk
+# itself a transposed view; None: one whole chunk (ranks alternate).  The
+# last two have odd sizes (uneven torch.chunk halves).
+
+
+def transposed_config(n):
+    """Geometry of the transposed checkpoint for base dimension n (4096:
+    8 tensors, 256 MiB).  JSON-safe (lists): it is the cache stamp's key."""
+    h = n // 2
+    t = [("transposed.0.whole.weight", (n, n), None),
+         ("transposed.1.whole.weight", (n, n), None),
+         ("transposed.2.split0.weight", (n, n), 0),
+         ("transposed.3.split1.weight", (n, n), 1),
+         ("transposed.4.whole.weight", (h, 2 * n), None),
+         ("transposed.5.split0.weight", (2 * n, h), 0),
+         ("transposed.6.split1.weight", (n - 5, n + 5), 1),
+         ("transposed.7.split0.weight", (n + 3, n - 3), 0)]
+    return dict(kind="transposed", n=n, dtype="bfloat16",
+                tensors=[[f, list(s), a] for f, s, a in t],
+                bytes=2 * sum(math.prod(s) for _, s, _ in t))
+
+
+def transposed_data(fqn, base_shape, seed=SEED):
+    """The saved tensor's bf16 bits: base.T, a (non-contiguous) view of the
+    C-contiguous base."""
+    return data(fqn, tuple(base_shape), seed).T
+
+
 def chunk_boxes(n, parts):
     """torch.chunk / DTensor Shard: chunk = ceil(n/parts); [(off, size)]."""
     c = -(-n // parts) if n else 0

@@ -127,6 +127,34 @@ class Truth:
         return self.full(fqn)[model.box_slice(offs, sizes)]
 
 
+class TransposedTruth:
+    """Ground truth of the transposed checkpoint (model.transposed_config):
+    each tensor is base.T; the TP shards of split tensors follow their saved
+    split, whole tensors are replicated.  Same interface as Truth."""
+
+    def __init__(self, info):
+        self.info = info
+        self.seed = info["seed"]
+        self.spec = {f: (tuple(b), a) for f, b, a in info["config"]["tensors"]}
+        self._last = (None, None)
+
+    def full(self, fqn):
+        if self._last[0] != fqn:
+            self._last = (fqn, model.transposed_data(fqn, self.spec[fqn][0], self.seed))
+        return self._last[1]
+
+    def shard(self, fqn, tp, r):
+        base, axis = self.spec[fqn]
+        offs, sizes = model.target_box(tuple(reversed(base)), axis, tp, r)
+        return self.full(fqn)[model.box_slice(offs, sizes)]
+
+
+def truth_for(info):
+    if info["config"].get("kind") == "transposed":
+        return TransposedTruth(info)
+    return Truth(info)
+
+
 def sample_names(names):
     """The tensors checked when not checking all: embeddings, output,
     norms, every tensor of the first and last layer."""
