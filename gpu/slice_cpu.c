@@ -2,6 +2,7 @@
 #include "slice.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 void flx_slice_coalesce(flx_slice *s)
@@ -35,6 +36,66 @@ void flx_slice_coalesce(flx_slice *s)
 	}
 }
 
+/* count elements of esz bytes, strides in bytes.  Real dtypes' sizes get
+ * a fixed-size memcpy, one load and one store, instead of a call per
+ * element (the tiles below copy 16 elements at a time). */
+static void copy_elems(unsigned char *d, int64_t ds, const unsigned char *p,
+		       int64_t ps, int64_t count, size_t esz)
+{
+#define FLX_COPY_N(N)                                                          \
+	for (int64_t k = 0; k < count; k++)                                    \
+		memcpy(d + k * ds, p + k * ps, N);                             \
+	return
+
+	switch (esz) {
+	case 1:
+		FLX_COPY_N(1);
+	case 2:
+		FLX_COPY_N(2);
+	case 4:
+		FLX_COPY_N(4);
+	case 8:
+		FLX_COPY_N(8);
+	case 16:
+		FLX_COPY_N(16);
+	default:
+		for (int64_t k = 0; k < count; k++)
+			memcpy(d + k * ds, p + k * ps, esz);
+	}
+#undef FLX_COPY_N
+}
+
+/*
+ * A transpose: 2 dimensions, the destination dense along the inner one and
+ * the source along the outer one (rows of a transposed chunk).  Row by
+ * row, every element read comes from another cache line, often of the same
+ * cache set (strides of a multiple of 4 KiB), and the line holding the
+ * next row's element is evicted before it is used; in tiles of TILE x TILE
+ * elements the lines of a tile are reused while cached: a 4096 x 4096 bf16
+ * transpose takes half the time.
+ */
+#define TILE 16
+
+static void copy_tiled(unsigned char *d, const unsigned char *p,
+		       const flx_slice *s)
+{
+	int64_t rows = s->shape[0], cols = s->shape[1];
+
+	for (int64_t r0 = 0; r0 < rows; r0 += TILE)
+		for (int64_t c0 = 0; c0 < cols; c0 += TILE) {
+			int64_t rn = rows - r0 < TILE ? rows - r0 : TILE;
+			int64_t cn = cols - c0 < TILE ? cols - c0 : TILE;
+
+			for (int64_t r = r0; r < r0 + rn; r++)
+				copy_elems(d + r * s->dst_stride[0] +
+					       c0 * s->dst_stride[1],
+					   s->dst_stride[1],
+					   p + r * s->src_stride[0] +
+					       c0 * s->src_stride[1],
+					   s->src_stride[1], cn, s->elem_size);
+		}
+}
+
 static int cpu_copy(const flx_slicer *self, void *dst, const void *src,
 		    const flx_slice *in)
 {
@@ -58,6 +119,12 @@ static int cpu_copy(const flx_slicer *self, void *dst, const void *src,
 	}
 	flx_slice_coalesce(&s);
 	inner = s.ndim - 1;
+	if (s.ndim == 2 && s.dst_stride[1] == (int64_t)s.elem_size &&
+	    s.src_stride[1] != (int64_t)s.elem_size &&
+	    llabs(s.src_stride[0]) < llabs(s.src_stride[1])) {
+		copy_tiled(d, p, &s);
+		return 0;
+	}
 	/* Innermost: one memcpy when both sides are dense, else per element. */
 	if (s.dst_stride[inner] == (int64_t)s.elem_size &&
 	    s.src_stride[inner] == (int64_t)s.elem_size) {
@@ -74,9 +141,11 @@ static int cpu_copy(const flx_slicer *self, void *dst, const void *src,
 			doff += idx[i] * s.dst_stride[i];
 			soff += idx[i] * s.src_stride[i];
 		}
-		for (int64_t k = 0; k < count; k++)
-			memcpy(d + doff + k * s.dst_stride[inner],
-			       p + soff + k * s.src_stride[inner], run);
+		if (count == 1)
+			memcpy(d + doff, p + soff, run);
+		else
+			copy_elems(d + doff, s.dst_stride[inner], p + soff,
+				   s.src_stride[inner], count, s.elem_size);
 		/* odometer over the outer dimensions */
 		int i = inner - 1;
 

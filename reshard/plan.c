@@ -887,6 +887,29 @@ static uint64_t srun_src(const srun *u, unsigned esz)
 	return u->src0 + (u->lo - u->ebase) / esz * u->sstride;
 }
 
+/* Whole elements run u can copy from block b where it stands: those that
+ * start in the block and end inside the bytes read; 0 when it stands
+ * inside an element, past the block, or at bytes the block lacks. */
+static uint64_t block_elems(const rdctx *r, const srun *u, const flx_bref *b)
+{
+	unsigned esz = r->v->esz;
+	uint64_t bend = b->start + r->block, have = b->start + b->len;
+	uint64_t s = srun_src(u, esz), n, fit;
+
+	if (u->hi - u->lo < esz || (u->lo - u->ebase) % esz || s < b->start ||
+	    s >= bend || s + esz > have)
+		return 0;
+	n = (u->hi - u->lo) / esz;
+	if (u->sstride) {
+		fit = (bend - 1 - s) / u->sstride + 1;
+		if (fit > (have - esz - s) / u->sstride + 1)
+			fit = (have - esz - s) / u->sstride + 1;
+		if (n > fit)
+			n = fit;
+	}
+	return n;
+}
+
 /* Copy the elements of run u that start in block b; partial elements at
  * the ends of the request are copied alone. */
 static int gather_block(rdctx *r, srun *u, const flx_bref *b)
@@ -897,7 +920,7 @@ static int gather_block(rdctx *r, srun *u, const flx_bref *b)
 
 	while (u->lo < u->hi) {
 		uint64_t within = (u->lo - u->ebase) % esz,
-			 s = srun_src(u, esz);
+			 s = srun_src(u, esz), n = block_elems(r, u, b);
 		unsigned char *dst = r->buf + (u->lo - r->off);
 		int rc;
 
@@ -906,19 +929,9 @@ static int gather_block(rdctx *r, srun *u, const flx_bref *b)
 		/* the file is shorter than at mount */
 		if (s < b->start || s + esz > have)
 			return -EIO;
-		if (within == 0 && u->hi - u->lo >= esz) {
-			uint64_t n = (u->hi - u->lo) / esz, fit;
+		if (n) {
 			flx_slice sc = {.ndim = 1, .elem_size = esz};
 
-			if (u->sstride) {
-				/* elements that start in the block and end
-				 * inside the bytes read */
-				fit = (bend - 1 - s) / u->sstride + 1;
-				if (fit > (have - esz - s) / u->sstride + 1)
-					fit = (have - esz - s) / u->sstride + 1;
-				if (n > fit)
-					n = fit;
-			}
 			sc.shape[0] = (int64_t)n;
 			sc.dst_stride[0] = esz;
 			sc.src_stride[0] = (int64_t)u->sstride;
@@ -934,6 +947,57 @@ static int gather_block(rdctx *r, srun *u, const flx_bref *b)
 			memcpy(dst, b->data + (s - b->start) + within, take);
 			u->lo += take;
 		}
+	}
+	return 0;
+}
+
+/*
+ * Runs that step through block b together -- consecutive rows of a
+ * transposed chunk: sources a fixed few bytes apart, destinations a row
+ * apart, the same number of elements in the block -- are copied as one 2-D
+ * slice, which the slicer copies tile by tile (a transpose); gather_block()
+ * then finishes what is left of each run in the block.
+ */
+static int gather_rows(rdctx *r, srun *u, size_t n, const flx_bref *b)
+{
+	const flx_slicer *sl = flx_slicer_default();
+	unsigned esz = r->v->esz;
+
+	for (size_t k = 0, j; k < n; k = j) {
+		uint64_t cnt = block_elems(r, &u[k], b), a = 0, d = 0;
+		flx_slice sc = {.ndim = 2, .elem_size = esz};
+		int rc;
+
+		for (j = k + 1; cnt && j < n; j++) {
+			uint64_t s0 = srun_src(&u[j - 1], esz),
+				 s1 = srun_src(&u[j], esz);
+
+			if (j == k + 1) {
+				a = s1 - s0;
+				d = u[j].lo - u[j - 1].lo;
+			}
+			if (u[j].sstride != u[k].sstride || s1 <= s0 ||
+			    s1 - s0 != a || u[j].lo <= u[j - 1].lo ||
+			    u[j].lo - u[j - 1].lo != d ||
+			    block_elems(r, &u[j], b) != cnt)
+				break;
+		}
+		if (!cnt || j - k < 2) {
+			j = k + 1;
+			continue;
+		}
+		sc.shape[0] = (int64_t)(j - k);
+		sc.shape[1] = (int64_t)cnt;
+		sc.dst_stride[0] = (int64_t)d;
+		sc.dst_stride[1] = esz;
+		sc.src_stride[0] = (int64_t)a;
+		sc.src_stride[1] = (int64_t)u[k].sstride;
+		rc = sl->copy(sl, r->buf + (u[k].lo - r->off),
+			      b->data + (srun_src(&u[k], esz) - b->start), &sc);
+		if (rc)
+			return rc;
+		for (size_t q = k; q < j; q++)
+			u[q].lo += cnt * esz;
 	}
 	return 0;
 }
@@ -956,24 +1020,29 @@ static int gather_file(rdctx *r, srun *u, size_t n)
 		rc = block_get(r, u[0].file, blk, &b);
 		if (rc)
 			break;
+		/* runs done by gather_rows() have lo == hi and are left
+		 * alone below, so count what is left afresh */
+		rc = gather_rows(r, u, n, &b);
+		left = 0;
 		for (size_t k = 0; k < n && !rc; k++) {
-			if (u[k].lo == u[k].hi ||
-			    srun_src(&u[k], esz) / r->block != blk)
-				continue;
-			rc = gather_block(r, &u[k], &b);
-			if (!rc && u[k].lo == u[k].hi)
-				left--;
+			if (u[k].lo < u[k].hi &&
+			    srun_src(&u[k], esz) / r->block == blk)
+				rc = gather_block(r, &u[k], &b);
+			left += u[k].lo < u[k].hi;
 		}
 		block_put(r, &b);
 	}
 	return rc;
 }
 
+/* By file, then in view order (gather_rows() looks for neighbours). */
 static int cmp_srun_file(const void *a, const void *b)
 {
 	const srun *x = a, *y = b;
 
-	return x->file < y->file ? -1 : x->file > y->file;
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
 static int gather_flush(rdctx *r)

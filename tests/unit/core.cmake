@@ -6,3 +6,5 @@ flx_unit(test_formats flx_fs)
 flx_unit(test_spec flx_reshard)
 # The block cache of strided gathers: replacement, pins, errors, threads.
 flx_unit(test_bcache flx_reshard)
+# The CPU slicer (the tiled transpose too) against a naive oracle.
+flx_unit(test_slice flx_gpu)
