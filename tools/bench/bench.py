@@ -470,11 +470,16 @@ def ensure_ckpt(ctx, tag, preset, size=None, layers=None, layout="tp2pp1", limit
     log("generating %s (%s, %d layers, %.2f GiB) with torch %s" % (
         d, preset, c["layers"], c["bytes"] / 2 ** 30, "2.6" if tag == "t26" else "1.13"))
     if tag == "t26":
-        r = subprocess.run(ctx.chroot.cmd("gen_ckpt.py", *[
-            ctx.chroot.path(a) if a == d else a for a in args]), capture_output=True, text=True)
+        cmd = ctx.chroot.cmd("gen_ckpt.py", *[ctx.chroot.path(a) if a == d else a for a in args])
     else:
-        r = subprocess.run([PY, os.path.join(ctx.scripts, "gen_ckpt.py")] + args,
-                           capture_output=True, text=True)
+        cmd = [PY, os.path.join(ctx.scripts, "gen_ckpt.py")] + args
+    return run_generator(cmd, d, stamp)
+
+
+def run_generator(cmd, d, stamp):
+    """Run a gen_ckpt.py command that writes checkpoint d and, last, its
+    stamp; return the stamp's info with "dir" set."""
+    r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError("generator failed:\n%s%s" % (r.stdout, r.stderr))
     log(r.stdout.strip())
@@ -498,16 +503,9 @@ def ensure_transposed(ctx, n, full_check=False):
             info["dir"] = d
             return info
     log("generating %s (transposed weights, %.1f MiB) with torch 1.13" % (d, c["bytes"] / MiB))
-    r = subprocess.run([PY, os.path.join(ctx.scripts, "gen_ckpt.py"), "--out", d,
-                        "--transposed", str(n)] + (["--full-check"] if full_check else []),
-                       capture_output=True, text=True)
-    if r.returncode:
-        raise RuntimeError("generator failed:\n%s%s" % (r.stdout, r.stderr))
-    log(r.stdout.strip())
-    with open(stamp) as f:
-        info = json.load(f)
-    info["dir"] = d
-    return info
+    return run_generator([PY, os.path.join(ctx.scripts, "gen_ckpt.py"), "--out", d,
+                          "--transposed", str(n)] + (["--full-check"] if full_check else []),
+                         d, stamp)
 
 
 def distcp_files(ckpt):
