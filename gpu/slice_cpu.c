@@ -76,24 +76,55 @@ static void copy_elems(unsigned char *d, int64_t ds, const unsigned char *p,
  */
 #define TILE 16
 
-static void copy_tiled(unsigned char *d, const unsigned char *p,
-		       const flx_slice *s)
+/* always inlined, so that each caller below gets its own copy with esz a
+ * constant: the 16 copies of a tile row become plain loads and stores */
+static inline __attribute__((always_inline)) void
+tiles(unsigned char *d, const unsigned char *p, const flx_slice *s, size_t esz)
 {
 	int64_t rows = s->shape[0], cols = s->shape[1];
+	int64_t ds = s->dst_stride[0], ps0 = s->src_stride[0],
+		ps1 = s->src_stride[1];
 
 	for (int64_t r0 = 0; r0 < rows; r0 += TILE)
 		for (int64_t c0 = 0; c0 < cols; c0 += TILE) {
 			int64_t rn = rows - r0 < TILE ? rows - r0 : TILE;
 			int64_t cn = cols - c0 < TILE ? cols - c0 : TILE;
 
-			for (int64_t r = r0; r < r0 + rn; r++)
-				copy_elems(d + r * s->dst_stride[0] +
-					       c0 * s->dst_stride[1],
-					   s->dst_stride[1],
-					   p + r * s->src_stride[0] +
-					       c0 * s->src_stride[1],
-					   s->src_stride[1], cn, s->elem_size);
+			for (int64_t r = r0; r < r0 + rn; r++) {
+				unsigned char *o =
+				    d + r * ds + c0 * (int64_t)esz;
+				const unsigned char *i = p + r * ps0 + c0 * ps1;
+
+				for (int64_t c = 0; c < cn; c++)
+					memcpy(o + c * (int64_t)esz,
+					       i + c * ps1, esz);
+			}
 		}
+}
+
+/* dst_stride[1] is elem_size (see cpu_copy) */
+static void copy_tiled(unsigned char *d, const unsigned char *p,
+		       const flx_slice *s)
+{
+	switch (s->elem_size) {
+	case 1:
+		tiles(d, p, s, 1);
+		break;
+	case 2:
+		tiles(d, p, s, 2);
+		break;
+	case 4:
+		tiles(d, p, s, 4);
+		break;
+	case 8:
+		tiles(d, p, s, 8);
+		break;
+	case 16:
+		tiles(d, p, s, 16);
+		break;
+	default:
+		tiles(d, p, s, s->elem_size);
+	}
 }
 
 static int cpu_copy(const flx_slicer *self, void *dst, const void *src,
