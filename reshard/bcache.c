@@ -145,6 +145,20 @@ static int32_t victim(const flx_bcache *c)
 	return best;
 }
 
+size_t flx_bcache_block_len(size_t block, uint64_t file_size, uint64_t blk)
+{
+	uint64_t start;
+
+	if (blk > file_size / block) /* also keeps blk * block in range */
+		return 0;
+	start = blk * block;
+	if (start >= file_size)
+		return 0;
+	return file_size - start < block + FLX_BCACHE_TAIL
+		   ? (size_t)(file_size - start)
+		   : block + FLX_BCACHE_TAIL;
+}
+
 static void fill(flx_bref *ref, const flx_bcache *c, int32_t i)
 {
 	const slot *s = &c->slots[i];
@@ -158,17 +172,13 @@ static void fill(flx_bref *ref, const flx_bcache *c, int32_t i)
 int flx_bcache_get(flx_bcache *c, uint32_t file, int fd, uint64_t file_size,
 		   uint64_t blk, flx_bref *ref)
 {
-	uint64_t start = blk * c->block;
-	size_t want;
+	size_t want = flx_bcache_block_len(c->block, file_size, blk);
 	int32_t i;
 	slot *s;
 	int rc;
 
-	if (blk > file_size / c->block || start >= file_size)
+	if (!want)
 		return -EINVAL;
-	want = file_size - start < c->block + FLX_BCACHE_TAIL
-		   ? (size_t)(file_size - start)
-		   : c->block + FLX_BCACHE_TAIL;
 	pthread_mutex_lock(&c->mu);
 	for (;;) {
 		i = find(c, file, blk);
@@ -212,7 +222,8 @@ int flx_bcache_get(flx_bcache *c, uint32_t file, int fd, uint64_t file_size,
 	pthread_mutex_unlock(&c->mu);
 
 	/* the slot is ours (LOADING, pinned): read outside the lock */
-	rc = s->data ? flx_pread_full(fd, s->data, want, start) : -ENOMEM;
+	rc = s->data ? flx_pread_full(fd, s->data, want, blk * c->block)
+		     : -ENOMEM;
 
 	pthread_mutex_lock(&c->mu);
 	if (rc) {

@@ -92,6 +92,12 @@ size_t flx_bcache_slots(const flx_bcache *c);
 int flx_bcache_get(flx_bcache *c, uint32_t file, int fd, uint64_t file_size,
 		   uint64_t blk, flx_bref *ref);
 
+/** Bytes block blk of a file of file_size bytes holds, for any reader of
+ * blocks of this size (the cache, or a caller reading one itself): from
+ * blk * block on, block + FLX_BCACHE_TAIL of them cut at the end of the
+ * file; 0 when the block starts at or past the end. */
+size_t flx_bcache_block_len(size_t block, uint64_t file_size, uint64_t blk);
+
 /** Unpin a block from flx_bcache_get(). */
 void flx_bcache_put(flx_bcache *c, flx_bref *ref);
 

@@ -42,7 +42,6 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#define WINDOW_BYTES  (1u << 20)
 #define CLUSTER_BYTES (4u << 20) /* largest clustered preadv */
 #define MAX_RUNS      65536	 /* runs queued before they are executed */
 
@@ -857,11 +856,9 @@ static int block_get(rdctx *r, uint32_t file, uint64_t blk, flx_bref *b)
 		if (rc != -EAGAIN)
 			return rc < 0 ? (rc == -EINVAL ? -EIO : rc) : 0;
 	}
-	if (start >= f->size)
+	want = flx_bcache_block_len(r->block, f->size, blk);
+	if (!want)
 		return -EIO;
-	want = f->size - start < r->block + FLX_BCACHE_TAIL
-		   ? (size_t)(f->size - start)
-		   : r->block + FLX_BCACHE_TAIL;
 	if (want > r->win_cap) {
 		void *nw = realloc(r->win, want);
 
@@ -1130,7 +1127,7 @@ ssize_t flx_view_read_cached(const flx_view *v, flx_bcache *cache, void *buf,
 		   .off = off,
 		   .stats = stats,
 		   .cache = cache,
-		   .block = cache ? flx_bcache_block(cache) : WINDOW_BYTES};
+		   .block = cache ? flx_bcache_block(cache) : FLX_BCACHE_BLOCK};
 	const piece *p = NULL;
 	uint64_t pos, end;
 	int64_t g[FLX_MAX_DIMS];
