@@ -1097,19 +1097,13 @@ uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which)
 
 		for (uint32_t c = 0; c < t->nchunks; c++) {
 			const flx_chunk *ch = &t->chunks[c];
-			uint64_t last =
-			    0; /* storage index of the last element */
-			bool empty = false;
+			uint64_t last; /* storage index of the last element */
 
-			if (t->ndim == 0 || ch->contig_from < t->ndim)
+			if (t->ndim == 0 || ch->contig_from < t->ndim ||
+			    flx_strided_last(t->ndim, ch->size, ch->stride,
+					     &last) != 0)
 				continue;
-			for (int d = 0; d < t->ndim; d++) {
-				empty |= ch->size[d] == 0;
-				last += (uint64_t)(ch->size[d] - 1) *
-					(uint64_t)ch->stride[d];
-			}
-			if (!empty &&
-			    (last + 1) * flx_dtype_size(t->dtype) > best) {
+			if ((last + 1) * flx_dtype_size(t->dtype) > best) {
 				best = (last + 1) * flx_dtype_size(t->dtype);
 				if (which)
 					*which = t;

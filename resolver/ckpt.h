@@ -170,4 +170,13 @@ int flx_chunk_contig_from(int ndim, const flx_chunk *ch);
  * it fits (flx_ckpt_open does). */
 uint64_t flx_numel(int ndim, const int64_t *shape);
 
+/**
+ * Where the last element of a strided box lies, in elements from its
+ * first: the sum of (size - 1) x stride (sizes and strides non-negative).
+ * @return 0 and *last; 1 when the box has no element; -ERANGE when the sum
+ *         does not fit 64 bits.
+ */
+int flx_strided_last(int ndim, const int64_t *size, const int64_t *stride,
+		     uint64_t *last);
+
 #endif

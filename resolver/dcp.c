@@ -148,6 +148,24 @@ uint64_t flx_numel(int ndim, const int64_t *shape)
 	return n;
 }
 
+int flx_strided_last(int ndim, const int64_t *size, const int64_t *stride,
+		     uint64_t *last)
+{
+	*last = 0;
+	for (int d = 0; d < ndim; d++)
+		if (size[d] == 0)
+			return 1;
+	for (int d = 0; d < ndim; d++) {
+		uint64_t step;
+
+		if (__builtin_mul_overflow((uint64_t)(size[d] - 1),
+					   (uint64_t)stride[d], &step) ||
+		    __builtin_add_overflow(*last, step, last))
+			return -ERANGE;
+	}
+	return 0;
+}
+
 /* ---- small interpretation helpers over the pickle tree ---- */
 
 /* Class name check that also insists on a torch.distributed module, so an

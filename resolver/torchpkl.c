@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "torchpkl.h"
 
+#include "ckpt.h"
 #include "pickle.h"
 
 #include <errno.h>
@@ -138,19 +139,14 @@ static int int_tuple(struct tctx *c, const flx_pv *v, const char *what,
 /* storage_offset + max index reached must lie inside the storage. */
 static int check_extent(struct tctx *c, const flx_tensor_pkl *t)
 {
-	uint64_t last = (uint64_t)t->storage_offset, end, bytes;
+	uint64_t last, end, bytes;
+	int rc = flx_strided_last(t->ndim, t->size, t->stride, &last);
 
-	for (int d = 0; d < t->ndim; d++)
-		if (t->size[d] == 0)
-			return 0; /* no elements: no storage needed */
-	for (int d = 0; d < t->ndim; d++) {
-		uint64_t step;
-
-		if (__builtin_mul_overflow((uint64_t)(t->size[d] - 1),
-					   (uint64_t)t->stride[d], &step) ||
-		    __builtin_add_overflow(last, step, &last))
-			return tfail(c, "size x stride overflows");
-	}
+	if (rc == 1)
+		return 0; /* no elements: no storage needed */
+	if (rc < 0 ||
+	    __builtin_add_overflow(last, (uint64_t)t->storage_offset, &last))
+		return tfail(c, "size x stride overflows");
 	if (__builtin_add_overflow(last, 1, &end) ||
 	    __builtin_mul_overflow(end, (uint64_t)flx_dtype_size(t->dtype),
 				   &bytes))
