@@ -36,33 +36,40 @@ void flx_slice_coalesce(flx_slice *s)
 	}
 }
 
-/* count elements of esz bytes, strides in bytes.  Real dtypes' sizes get
- * a fixed-size memcpy, one load and one store, instead of a call per
- * element (the tiles below copy 16 elements at a time). */
+/* count elements of esz bytes, strides in bytes.  Always inlined, so that
+ * each caller that passes a constant esz (the dispatchers below) gets a
+ * fixed-size memcpy, one load and one store, instead of a call per
+ * element. */
+static inline __attribute__((always_inline)) void
+elems(unsigned char *d, int64_t ds, const unsigned char *p, int64_t ps,
+      int64_t count, size_t esz)
+{
+	for (int64_t k = 0; k < count; k++)
+		memcpy(d + k * ds, p + k * ps, esz);
+}
+
 static void copy_elems(unsigned char *d, int64_t ds, const unsigned char *p,
 		       int64_t ps, int64_t count, size_t esz)
 {
-#define FLX_COPY_N(N)                                                          \
-	for (int64_t k = 0; k < count; k++)                                    \
-		memcpy(d + k * ds, p + k * ps, N);                             \
-	return
-
 	switch (esz) {
 	case 1:
-		FLX_COPY_N(1);
+		elems(d, ds, p, ps, count, 1);
+		break;
 	case 2:
-		FLX_COPY_N(2);
+		elems(d, ds, p, ps, count, 2);
+		break;
 	case 4:
-		FLX_COPY_N(4);
+		elems(d, ds, p, ps, count, 4);
+		break;
 	case 8:
-		FLX_COPY_N(8);
+		elems(d, ds, p, ps, count, 8);
+		break;
 	case 16:
-		FLX_COPY_N(16);
+		elems(d, ds, p, ps, count, 16);
+		break;
 	default:
-		for (int64_t k = 0; k < count; k++)
-			memcpy(d + k * ds, p + k * ps, esz);
+		elems(d, ds, p, ps, count, esz);
 	}
-#undef FLX_COPY_N
 }
 
 /*
@@ -76,8 +83,7 @@ static void copy_elems(unsigned char *d, int64_t ds, const unsigned char *p,
  */
 #define TILE 16
 
-/* always inlined, so that each caller below gets its own copy with esz a
- * constant: the 16 copies of a tile row become plain loads and stores */
+/* always inlined like elems(), for the same reason */
 static inline __attribute__((always_inline)) void
 tiles(unsigned char *d, const unsigned char *p, const flx_slice *s, size_t esz)
 {
@@ -90,15 +96,10 @@ tiles(unsigned char *d, const unsigned char *p, const flx_slice *s, size_t esz)
 			int64_t rn = rows - r0 < TILE ? rows - r0 : TILE;
 			int64_t cn = cols - c0 < TILE ? cols - c0 : TILE;
 
-			for (int64_t r = r0; r < r0 + rn; r++) {
-				unsigned char *o =
-				    d + r * ds + c0 * (int64_t)esz;
-				const unsigned char *i = p + r * ps0 + c0 * ps1;
-
-				for (int64_t c = 0; c < cn; c++)
-					memcpy(o + c * (int64_t)esz,
-					       i + c * ps1, esz);
-			}
+			for (int64_t r = r0; r < r0 + rn; r++)
+				elems(d + r * ds + c0 * (int64_t)esz,
+				      (int64_t)esz, p + r * ps0 + c0 * ps1, ps1,
+				      cn, esz);
 		}
 }
 
