@@ -111,42 +111,42 @@ class Truth:
 
     def __init__(self, info):
         self.info = info
-        c = info["config"]
         self.seed = info["seed"]
-        self.spec = {f: (s, a) for f, s, a in model.tensors(c, info.get("tensors_limit"))}
+        self.spec = self._spec(info)  # fqn -> (shape given to _data, split axis)
         self._last = (None, None)
+
+    def _spec(self, info):
+        return {f: (s, a) for f, s, a in model.tensors(info["config"], info.get("tensors_limit"))}
+
+    def _data(self, fqn):
+        return model.data(fqn, self.spec[fqn][0], self.seed)
+
+    def shape(self, fqn):
+        return self.spec[fqn][0]
 
     def full(self, fqn):
         if self._last[0] != fqn:
-            self._last = (fqn, model.data(fqn, self.spec[fqn][0], self.seed))
+            self._last = (fqn, self._data(fqn))
         return self._last[1]
 
     def shard(self, fqn, tp, r):
-        shape, axis = self.spec[fqn]
-        offs, sizes = model.target_box(shape, axis, tp, r)
+        offs, sizes = model.target_box(self.shape(fqn), self.spec[fqn][1], tp, r)
         return self.full(fqn)[model.box_slice(offs, sizes)]
 
 
-class TransposedTruth:
+class TransposedTruth(Truth):
     """Ground truth of the transposed checkpoint (model.transposed_config):
     each tensor is base.T; the TP shards of split tensors follow their saved
-    split, whole tensors are replicated.  Same interface as Truth."""
+    split, whole tensors are replicated."""
 
-    def __init__(self, info):
-        self.info = info
-        self.seed = info["seed"]
-        self.spec = {f: (tuple(b), a) for f, b, a in info["config"]["tensors"]}
-        self._last = (None, None)
+    def _spec(self, info):
+        return {f: (tuple(b), a) for f, b, a in info["config"]["tensors"]}
 
-    def full(self, fqn):
-        if self._last[0] != fqn:
-            self._last = (fqn, model.transposed_data(fqn, self.spec[fqn][0], self.seed))
-        return self._last[1]
+    def _data(self, fqn):
+        return model.transposed_data(fqn, self.spec[fqn][0], self.seed)
 
-    def shard(self, fqn, tp, r):
-        base, axis = self.spec[fqn]
-        offs, sizes = model.target_box(tuple(reversed(base)), axis, tp, r)
-        return self.full(fqn)[model.box_slice(offs, sizes)]
+    def shape(self, fqn):
+        return tuple(reversed(self.spec[fqn][0]))
 
 
 def truth_for(info):
