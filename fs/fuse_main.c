@@ -394,7 +394,7 @@ static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
 			ckpt->dir, t->fqn,
 			(unsigned long long)((span + (1u << 20) - 1) >> 20),
 			(unsigned long long)(bytes >> 20),
-			(unsigned long long)((span + (3u << 20) - 1) >> 20));
+			(unsigned long long)(flx_mo_cache_fit(span) >> 20));
 	if (flx_bcache_new(bytes, FLX_BCACHE_BLOCK, out)) {
 		fprintf(stderr, "flexfs: out of memory\n");
 		return -ENOMEM;

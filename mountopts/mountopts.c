@@ -236,6 +236,15 @@ static int apply_cache_size(flx_mountopts *mo, const char *value,
 	return 0;
 }
 
+uint64_t flx_mo_cache_fit(uint64_t span)
+{
+	/* whole 1 MiB blocks, two more than the span needs */
+	if (span > FLX_MO_CACHE_MAX)
+		span = FLX_MO_CACHE_MAX;
+	return ((span + FLX_MO_CACHE_MIN - 1) / FLX_MO_CACHE_MIN + 2) *
+	       FLX_MO_CACHE_MIN;
+}
+
 uint64_t flx_mo_cache_bytes(const flx_mountopts *mo, uint64_t span,
 			    uint64_t phys)
 {
@@ -247,10 +256,7 @@ uint64_t flx_mo_cache_bytes(const flx_mountopts *mo, uint64_t span,
 		cap = phys / 8;
 	if (cap < FLX_MO_CACHE_FLOOR)
 		cap = FLX_MO_CACHE_FLOOR;
-	/* whole 1 MiB blocks, two more than the span needs */
-	want = span > FLX_MO_CACHE_MAX ? FLX_MO_CACHE_MAX : span;
-	want = ((want + FLX_MO_CACHE_MIN - 1) / FLX_MO_CACHE_MIN + 2) *
-	       FLX_MO_CACHE_MIN;
+	want = flx_mo_cache_fit(span);
 	if (want < FLX_MO_CACHE_FLOOR)
 		want = FLX_MO_CACHE_FLOOR;
 	return want < cap ? want : cap;

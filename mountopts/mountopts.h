@@ -120,6 +120,11 @@ int flx_mo_options(flx_mountopts *mo, const char *opts, flx_error *err);
 uint64_t flx_mo_cache_bytes(const flx_mountopts *mo, uint64_t span,
 			    uint64_t phys);
 
+/** What a block cache needs to hold a chunk spanning span bytes: its whole
+ * 1 MiB blocks and two more (see flx_mo_cache_bytes()); what the mount
+ * suggests when a chunk outgrows the cache. */
+uint64_t flx_mo_cache_fit(uint64_t span);
+
 /** Record the checkpoint directory (copied).  @return 0 or -ENOMEM. */
 int flx_mo_set_source(flx_mountopts *mo, const char *src);
 
