@@ -54,6 +54,11 @@
 /* Caps on the reader limits, so that window arithmetic cannot overflow. */
 #define MAX_WINDOW ((size_t)1 << 30)
 #define MAX_LINE   ((size_t)1 << 30)
+/* Read-ahead at the start and after a payload passed over; it doubles with
+ * each refill up to the window.  Between two large arrays of a .distcp lie
+ * a few hundred bytes of opcodes: a whole window read there would be
+ * mostly the next array's bytes, read for nothing. */
+#define AHEAD_MIN ((size_t)4 << 10)
 
 /* A transparent huge page (x86-64, arm64 with 4 KiB pages); see huge_alloc() */
 #define HUGE_SIZE ((size_t)2 << 20)
@@ -105,7 +110,8 @@ struct vm {
 	size_t wcap;
 	size_t hold;	 /* window index a refill keeps (two-line GLOBAL), or
 			  * NO_HOLD: only the bytes from pos on are kept */
-	size_t window;	 /* bytes read per refill, at least */
+	size_t window;	 /* most bytes read ahead at a refill */
+	size_t ahead;	 /* bytes read ahead at the next refill */
 	size_t max_copy; /* longest BYTES payload copied */
 	size_t max_str;	 /* longest STR payload copied */
 	size_t max_line; /* longest text argument */
@@ -888,9 +894,9 @@ static int truncated(struct vm *vm, uint64_t n, const char *what)
 /*
  * Make the window hold buf[pos, pos + n), n > wlen - pos and n <= left():
  * keep its bytes from pos (or from the hold) on, moved to the front, and
- * read behind them at least vm->window bytes or what n still lacks,
- * whichever is more, never past the input's end.  Only a reader load
- * gets here: a buffer load's window already holds everything left.
+ * read behind them vm->ahead bytes or what n still lacks, whichever is
+ * more, never past the input's end.  Only a reader load gets here: a
+ * buffer load's window already holds everything left.
  */
 static int refill(struct vm *vm, size_t n)
 {
@@ -898,7 +904,7 @@ static int refill(struct vm *vm, size_t n)
 	size_t keep = vm->wlen - from;
 	size_t upto = vm->pos - from + n;
 	uint64_t rest = vm->len - (vm->base + from);
-	size_t want = keep + vm->window > upto ? keep + vm->window : upto;
+	size_t want = keep + vm->ahead > upto ? keep + vm->ahead : upto;
 	int rc;
 
 	if (want > rest)
@@ -919,6 +925,10 @@ static int refill(struct vm *vm, size_t n)
 	vm->wlen = keep;
 	if (vm->hold != NO_HOLD)
 		vm->hold -= from;
+	if (vm->ahead < vm->window / 2)
+		vm->ahead *= 2;
+	else
+		vm->ahead = vm->window;
 	rc = flx_read_at(vm->r, vm->wbuf + keep, want - keep, vm->base + keep);
 	if (rc)
 		return vm_fail(vm, rc, "read error: %s", strerror(-rc));
@@ -961,6 +971,7 @@ static void skip(struct vm *vm, uint64_t n)
 	vm->base = at(vm) + n;
 	vm->pos = 0;
 	vm->wlen = 0;
+	vm->ahead = vm->window < AHEAD_MIN ? vm->window : AHEAD_MIN;
 }
 
 /* The next bytes of a run being consumed: *p[0..*n) with 0 < *n <= rest
@@ -1020,13 +1031,17 @@ static int arg_line(struct vm *vm, const char **s, size_t *n)
 				       "text argument longer than %zu bytes",
 				       vm->max_line);
 		more = left(vm) - seen;
-		if (more > vm->window)
-			more = vm->window;
+		if (more > vm->ahead)
+			more = vm->ahead;
 		if ((rc = refill(vm, seen + (size_t)more)))
 			return rc;
 	}
 	*s = (const char *)vm->buf + vm->pos;
 	*n = (size_t)(nl - (vm->buf + vm->pos));
+	if (*n > vm->max_line)
+		return vm_fail(vm, -EINVAL,
+			       "text argument longer than %zu bytes",
+			       vm->max_line);
 	vm->pos += *n + 1;
 	return 0;
 }
@@ -2037,6 +2052,7 @@ static void set_limits(struct vm *vm, const flx_pickle_limits *lim)
 	vm->max_str = lim && lim->max_str ? lim->max_str : DEF_MAX_STR;
 	if (vm->window > MAX_WINDOW)
 		vm->window = MAX_WINDOW;
+	vm->ahead = vm->window < AHEAD_MIN ? vm->window : AHEAD_MIN;
 	vm->max_line = vm->max_str < MAX_LINE ? vm->max_str : MAX_LINE;
 }
 

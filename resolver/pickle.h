@@ -31,13 +31,14 @@
  *
  * Input comes from a buffer (flx_pickle_load) or from any flx_reader
  * (flx_pickle_load_reader).  A reader is read forward through a window of
- * limits.window bytes, so memory does not grow with the input: a Paddle
- * .distcp holds multi-GB arrays as bytes payloads inside the pickle.  Such
- * a load copies a bytes payload only up to limits.max_copy bytes and a str
- * payload up to limits.max_str bytes; a longer one becomes a node with
- * u.str.s == NULL that records where its bytes lie (u.str.off, u.str.len),
- * so that a caller reads them in place.  A buffer load copies every
- * payload, whatever its size.
+ * limits.window bytes (more only to hold a longer text argument), so
+ * memory does not grow with the input: a Paddle .distcp holds multi-GB
+ * arrays as bytes payloads inside the pickle.  Such a load copies a bytes
+ * payload only up to limits.max_copy bytes and a str payload up to
+ * limits.max_str bytes; a longer one becomes a node with u.str.s == NULL
+ * that records where its bytes lie (u.str.off, u.str.len), so that a
+ * caller reads them in place.  A buffer load copies every payload,
+ * whatever its size.
  */
 
 #include "error.h"
@@ -122,7 +123,9 @@ typedef struct flx_pickle_limits {
 	size_t max_stack; /* values on the stack incl. marks; default 1<<20 */
 	size_t max_depth; /* MARK nesting; default 1024 */
 	size_t max_memo;  /* memo slots; default 1<<25 */
-	size_t window;	  /* bytes read at a time; default 256 KiB */
+	size_t window;	  /* most bytes read ahead at a time; default
+			   * 256 KiB (4 KiB after a payload passed over,
+			   * doubling with each read) */
 	size_t max_copy;  /* longest bytes payload copied; default 4 KiB */
 	size_t max_str;	  /* longest str payload copied, and longest text
 			   * argument (protocol 0-1 line); default 1 MiB */
@@ -150,7 +153,7 @@ int flx_pickle_load(const void *buf, size_t len, const char *name,
 
 /**
  * Decode one pickle from the window of r, as flx_pickle_load() does, reading
- * it forward in windows of lim->window bytes: apart from the tree, memory
+ * it forward, at most lim->window bytes ahead: apart from the tree, memory
  * does not depend on r->size.  A bytes payload longer than lim->max_copy,
  * or a str payload longer than lim->max_str, is not read at all: its node
  * has u.str.s == NULL and says where the payload lies in r's window
