@@ -155,12 +155,14 @@ int flx_pickle_load(const void *buf, size_t len, const char *name,
  * Decode one pickle from the window of r, as flx_pickle_load() does, reading
  * it forward, at most lim->window bytes ahead: apart from the tree, memory
  * does not depend on r->size.  A bytes payload longer than lim->max_copy,
- * or a str payload longer than lim->max_str, is not read at all: its node
- * has u.str.s == NULL and says where the payload lies in r's window
- * (u.str.off + u.str.len <= r->size, checked).  A text argument longer than
- * lim->max_str is refused.  Otherwise the tree is the one flx_pickle_load()
- * makes of the same bytes, and so are the error messages.  r is used only
- * during the call, by the calling thread; the tree keeps nothing of it.
+ * or a str payload longer than lim->max_str, is passed over (read only as
+ * far as the read-ahead went): its node has u.str.s == NULL and says where
+ * the payload lies in r's window (u.str.off + u.str.len <= r->size,
+ * checked).  A text argument longer than lim->max_str is refused, and so
+ * is a STACK_GLOBAL of a str not copied.  Otherwise the tree is the one
+ * flx_pickle_load() makes of the same bytes, and so are the error
+ * messages.  r is used only during the call, by the calling thread; the
+ * tree keeps nothing of it.
  * @return as flx_pickle_load(), or the reader's -errno (-EIO) when a read
  *         fails (err says where).
  */
@@ -176,7 +178,8 @@ void flx_pickle_free(flx_pickle *p);
 
 /* ---- helpers for interpreters (all accept NULL and return NULL/false) ---- */
 
-/** Value stored under string key in a DICT, or NULL. */
+/** Value stored under string key in a DICT, or NULL (a key that a reader
+ * load did not copy matches nothing). */
 const flx_pv *flx_pv_dict_get(const flx_pv *dict, const char *key);
 
 /** True if v is a GLOBAL with this name (module ignored when NULL). */
@@ -196,8 +199,8 @@ const char *flx_pv_str(const flx_pv *v);
  * *len.  The bytes are v->u.str.s when copied, else input bytes
  * [*off, *off + *len) (BYTES always hold exactly these; a STR holds UTF-8,
  * so a protocol-2 `_codecs.encode(str, 'latin1')` payload must still be
- * decoded).  False (outputs untouched) for any other value and for a STR
- * decoded from a text opcode.
+ * decoded).  Either output may be NULL.  False (outputs untouched) for any
+ * other value and for a STR decoded from a text opcode.
  */
 bool flx_pv_payload(const flx_pv *v, uint64_t *off, size_t *len);
 
