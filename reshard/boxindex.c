@@ -123,8 +123,23 @@ static size_t bix_first(const box_index *ix, int64_t lo)
 	return a;
 }
 
-/* Visit every indexed box that meets the query box (qoff, qsize); stops
- * early when fn returns non-zero and passes that value back. */
+/* Position (in order) of the first box from position i on that meets the
+ * query box (qoff, qsize); ix->n when there is none.  hi: the query's end
+ * along the index axis. */
+static size_t next_hit(const box_index *ix, const int64_t *qoff,
+		       const int64_t *qsize, int64_t hi, size_t i)
+{
+	for (; i < ix->n; i++) {
+		const int64_t *b = bix_off(ix, ix->order[i]);
+
+		if (ix->axis >= 0 && b[ix->axis] >= hi)
+			return ix->n;
+		if (boxes_meet(ix->ndim, b, b + ix->gap, qoff, qsize))
+			return i;
+	}
+	return ix->n;
+}
+
 int bix_query(const box_index *ix, const int64_t *qoff, const int64_t *qsize,
 	      int (*fn)(void *arg, uint32_t idx), void *arg)
 {
@@ -133,17 +148,28 @@ int bix_query(const box_index *ix, const int64_t *qoff, const int64_t *qsize,
 
 	if (box_empty(ix->ndim, qsize))
 		return 0;
-	for (size_t i = bix_first(ix, lo); i < ix->n; i++) {
-		const int64_t *b = bix_off(ix, ix->order[i]);
-		int rc;
+	for (size_t i = next_hit(ix, qoff, qsize, hi, bix_first(ix, lo));
+	     i < ix->n; i = next_hit(ix, qoff, qsize, hi, i + 1)) {
+		int rc = fn(arg, ix->order[i]);
 
-		if (ix->axis >= 0 && b[ix->axis] >= hi)
-			break;
-		if (!boxes_meet(ix->ndim, b, b + ix->gap, qoff, qsize))
-			continue;
-		rc = fn(arg, ix->order[i]);
 		if (rc)
 			return rc;
 	}
+	return 0;
+}
+
+int bix_find(const box_index *ix, const int64_t *qoff, const int64_t *qsize,
+	     uint32_t *idx)
+{
+	int64_t lo = ix->axis >= 0 ? qoff[ix->axis] : 0;
+	int64_t hi = ix->axis >= 0 ? lo + qsize[ix->axis] : 1;
+	size_t i;
+
+	if (box_empty(ix->ndim, qsize))
+		return -ENOENT;
+	i = next_hit(ix, qoff, qsize, hi, bix_first(ix, lo));
+	if (i == ix->n)
+		return -ENOENT;
+	*idx = ix->order[i];
 	return 0;
 }

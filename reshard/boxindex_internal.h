@@ -51,10 +51,15 @@ void bix_free(box_index *ix);
 
 /**
  * Call fn(arg, idx) for every indexed box that meets the query box (qoff,
- * qsize), idx its element's index; stops early when fn returns non-zero.
- * @return 0, or the first non-zero value fn returned.
+ * qsize), idx its element's index, until fn fails.
+ * @return 0, or the first -errno fn returned.
  */
 int bix_query(const box_index *ix, const int64_t *qoff, const int64_t *qsize,
 	      int (*fn)(void *arg, uint32_t idx), void *arg);
+
+/** The first indexed box (in index order) that meets the query box.
+ * @return 0 and *idx, its element's index, or -ENOENT. */
+int bix_find(const box_index *ix, const int64_t *qoff, const int64_t *qsize,
+	     uint32_t *idx);
 
 #endif

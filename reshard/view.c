@@ -16,7 +16,8 @@
  * target shard that is contiguous in one source file is one pread however
  * many rows it has.  Chunks saved with a non-unit innermost stride (a
  * transposed tensor saved as-is) are gathered element-wise through the
- * slicer, a block of the file at a time (gather_file(), bcache.h).
+ * slicer, the strided runs of a call as one batch (gather_flush(),
+ * gpu/slice.h) whose blocks come from the mount's cache (bcache.h).
  *
  * Storage.  A plan has a view per tensor per TP rank (80,000 for 10,000
  * tensors at tp=8) and the mount walks them several times, so a view is
@@ -240,18 +241,17 @@ typedef struct pending {
 	size_t len;
 } pending;
 
-/* A strided run queued for gather_flush(): view bytes [lo, hi), whose
- * element 0 starts at view byte ebase and file offset src0 and element i
- * at src0 + i * sstride.  lo advances as the run is copied. */
-typedef struct srun {
+/* Blocks [lo, hi] of a file that the elements of queued runs start in. */
+typedef struct span {
 	uint32_t file;
-	uint64_t src0, sstride, ebase, lo, hi;
-} srun;
+	uint64_t lo, hi;
+} span;
 
 typedef struct rdctx {
 	const flx_view *v;
 	unsigned char *buf;
 	uint64_t off; /* view byte that buf[0] holds */
+	size_t len;   /* bytes of buf this call fills */
 	flx_read_stats *stats;
 	/* runs queued for this call, executed by flush() */
 	pending *runs;
@@ -261,12 +261,19 @@ typedef struct rdctx {
 	/* files already verified during this call (reads touch few) */
 	uint32_t checked[8];
 	unsigned nchecked; /* verifications so far; the last 8 are kept */
-	/* strided runs, executed block by block by gather_flush() */
-	srun *sruns;
+	/* strided runs, executed as one batch by gather_flush() */
+	flx_slice_run *sruns;
 	size_t nsruns, capsruns;
-	flx_bcache *cache;  /* shared blocks, or NULL */
-	size_t block;	    /* block size of the gathers */
-	unsigned char *win; /* a block read for this call alone */
+	size_t nspans; /* spans the queued runs add (see run_spans()) */
+	span *spans;
+	size_t capspans;
+	flx_slice_block *blocks;
+	size_t capblocks;
+	flx_bcache *cache;	  /* shared blocks, or NULL */
+	const flx_slicer *slicer; /* executes the batches */
+	size_t block;		  /* block size of the gathers */
+	flx_bref held;		  /* the block the slicer has pinned */
+	unsigned char *win;	  /* a block read for this call alone */
 	size_t win_cap;
 } rdctx;
 
@@ -418,12 +425,6 @@ static int emit(rdctx *r, uint32_t file, uint64_t src, size_t dst, size_t len)
 	return 0;
 }
 
-static int find_piece_cb(void *arg, uint32_t idx)
-{
-	*(uint32_t *)arg = idx;
-	return 1;
-}
-
 static bool piece_holds(const flx_view *v, const piece *p, const int64_t *g)
 {
 	for (int d = 0; d < v->ndim; d++)
@@ -436,7 +437,7 @@ static const piece *find_piece(const flx_view *v, const piece *hint,
 			       const int64_t *g)
 {
 	int64_t ones[FLX_MAX_DIMS];
-	uint32_t idx = UINT32_MAX;
+	uint32_t idx;
 
 	if (hint && piece_holds(v, hint, g))
 		return hint;
@@ -448,8 +449,7 @@ static const piece *find_piece(const flx_view *v, const piece *hint,
 	}
 	for (int d = 0; d < v->ndim; d++)
 		ones[d] = 1;
-	bix_query(v->pix, g, ones, find_piece_cb, &idx);
-	return idx == UINT32_MAX ? NULL : piece_at(v, idx);
+	return bix_find(v->pix, g, ones, &idx) ? NULL : piece_at(v, idx);
 }
 
 /* Elements from g onwards (C order of the box) that stay inside piece p
@@ -493,16 +493,14 @@ static uint64_t src_offset(const flx_view *v, const piece *p, const int64_t *g)
 }
 
 /*
- * Strided gathers, block by block.  A chunk saved with a strided innermost
- * axis spreads each target row over the whole chunk, and the next row
- * reads the same blocks a few bytes further on; copying row after row
- * would read every block once per row.  The strided runs of a call are
- * queued instead, and gather_file() visits the blocks in file order: each
- * block is fetched once (from the shared cache, which also keeps it for
- * the next requests, or read for this call alone) and every run copies the
- * elements that start in it.
+ * Strided gathers.  The strided runs of a call are queued, then handed to
+ * the mount's slicer as one batch (gpu/slice.h) with the blocks their
+ * elements start in, each listed once in file order: a block is fetched
+ * once per batch (from the shared cache, which also keeps it for the next
+ * requests, or read for this call alone) however many runs need it.
  */
-#define MAX_SRUNS 4096 /* strided runs queued before they are executed */
+#define MAX_SRUNS 4096	/* strided runs queued before they are executed */
+#define MAX_SPANS 65536 /* block spans a batch may list (memory bound) */
 
 static int block_get(rdctx *r, uint32_t file, uint64_t blk, flx_bref *b)
 {
@@ -513,12 +511,12 @@ static int block_get(rdctx *r, uint32_t file, uint64_t blk, flx_bref *b)
 
 	if (r->cache) {
 		rc = flx_bcache_get(r->cache, file, f->fd, f->size, blk, b);
-		if (rc == 1 && r->stats) {
+		if (rc == 0 && b->loaded && r->stats) {
 			r->stats->preads++;
 			r->stats->bytes_read += b->len;
 		}
 		if (rc != -EAGAIN)
-			return rc < 0 ? (rc == -EINVAL ? -EIO : rc) : 0;
+			return rc == -EINVAL ? -EIO : rc;
 	}
 	want = flx_bcache_block_len(r->block, f->size, blk);
 	if (!want)
@@ -542,201 +540,194 @@ static void block_put(rdctx *r, flx_bref *b)
 		flx_bcache_put(r->cache, b);
 }
 
-/* File offset of the element holding the next byte of run u. */
-static uint64_t srun_src(const srun *u, unsigned esz)
+/* The batch's get(): block k of the batch being executed, after its file
+ * is checked unchanged. */
+static int batch_get(void *ctx, size_t k, const unsigned char **data)
 {
-	return u->src0 + (u->lo - u->ebase) / esz * u->sstride;
-}
+	rdctx *r = ctx;
+	const flx_slice_block *b = &r->blocks[k];
+	int rc = check_file(r, b->file);
 
-/* Whole elements run u can copy from block b where it stands: those that
- * start in the block and end inside the bytes read; 0 when it stands
- * inside an element, past the block, or at bytes the block lacks. */
-static uint64_t block_elems(const rdctx *r, const srun *u, const flx_bref *b)
-{
-	unsigned esz = r->v->esz;
-	uint64_t bend = b->start + r->block, have = b->start + b->len;
-	uint64_t s = srun_src(u, esz), n, fit;
-
-	if (u->hi - u->lo < esz || (u->lo - u->ebase) % esz || s < b->start ||
-	    s >= bend || s + esz > have)
-		return 0;
-	n = (u->hi - u->lo) / esz;
-	if (u->sstride) {
-		fit = (bend - 1 - s) / u->sstride + 1;
-		if (fit > (have - esz - s) / u->sstride + 1)
-			fit = (have - esz - s) / u->sstride + 1;
-		if (n > fit)
-			n = fit;
+	if (!rc)
+		rc = block_get(r, b->file, b->start / r->block, &r->held);
+	if (!rc && r->held.len != b->len) {
+		block_put(r, &r->held);
+		rc = -EIO;
 	}
-	return n;
-}
-
-/* Copy the elements of run u that start in block b; partial elements at
- * the ends of the request are copied alone. */
-static int gather_block(rdctx *r, srun *u, const flx_bref *b)
-{
-	const flx_slicer *sl = flx_slicer_default();
-	unsigned esz = r->v->esz;
-	uint64_t bend = b->start + r->block, have = b->start + b->len;
-
-	while (u->lo < u->hi) {
-		uint64_t within = (u->lo - u->ebase) % esz,
-			 s = srun_src(u, esz), n = block_elems(r, u, b);
-		unsigned char *dst = r->buf + (u->lo - r->off);
-		int rc;
-
-		if (s >= bend)
-			break;
-		/* the file is shorter than at mount */
-		if (s < b->start || s + esz > have)
-			return -EIO;
-		if (n) {
-			flx_slice sc = {.ndim = 1, .elem_size = esz};
-
-			sc.shape[0] = (int64_t)n;
-			sc.dst_stride[0] = esz;
-			sc.src_stride[0] = (int64_t)u->sstride;
-			rc = sl->copy(sl, dst, b->data + (s - b->start), &sc);
-			if (rc)
-				return rc;
-			u->lo += n * esz;
-		} else {
-			uint64_t take = esz - within;
-
-			if (take > u->hi - u->lo)
-				take = u->hi - u->lo;
-			memcpy(dst, b->data + (s - b->start) + within, take);
-			u->lo += take;
-		}
-	}
-	return 0;
-}
-
-/*
- * Runs that step through block b together -- consecutive rows of a
- * transposed chunk: sources a fixed few bytes apart, destinations a row
- * apart, the same number of elements in the block -- are copied as one 2-D
- * slice, which the slicer copies tile by tile (a transpose); gather_block()
- * then finishes what is left of each run in the block.
- */
-static int gather_rows(rdctx *r, srun *u, size_t n, const flx_bref *b)
-{
-	const flx_slicer *sl = flx_slicer_default();
-	unsigned esz = r->v->esz;
-
-	for (size_t k = 0, j; k < n; k = j) {
-		uint64_t cnt = block_elems(r, &u[k], b), a = 0, d = 0;
-		flx_slice sc = {.ndim = 2, .elem_size = esz};
-		int rc;
-
-		for (j = k + 1; cnt && j < n; j++) {
-			uint64_t s0 = srun_src(&u[j - 1], esz),
-				 s1 = srun_src(&u[j], esz);
-
-			if (j == k + 1) {
-				a = s1 - s0;
-				d = u[j].lo - u[j - 1].lo;
-			}
-			if (u[j].sstride != u[k].sstride || s1 <= s0 ||
-			    s1 - s0 != a || u[j].lo <= u[j - 1].lo ||
-			    u[j].lo - u[j - 1].lo != d ||
-			    block_elems(r, &u[j], b) != cnt)
-				break;
-		}
-		if (!cnt || j - k < 2) {
-			j = k + 1;
-			continue;
-		}
-		sc.shape[0] = (int64_t)(j - k);
-		sc.shape[1] = (int64_t)cnt;
-		sc.dst_stride[0] = (int64_t)d;
-		sc.dst_stride[1] = esz;
-		sc.src_stride[0] = (int64_t)a;
-		sc.src_stride[1] = (int64_t)u[k].sstride;
-		rc = sl->copy(sl, r->buf + (u[k].lo - r->off),
-			      b->data + (srun_src(&u[k], esz) - b->start), &sc);
-		if (rc)
-			return rc;
-		for (size_t q = k; q < j; q++)
-			u[q].lo += cnt * esz;
-	}
-	return 0;
-}
-
-/* Runs u[0..n) of one file, lowest block first. */
-static int gather_file(rdctx *r, srun *u, size_t n)
-{
-	unsigned esz = r->v->esz;
-	size_t left = n;
-	int rc = check_file(r, u[0].file);
-
-	while (!rc && left) {
-		uint64_t blk = UINT64_MAX;
-		flx_bref b;
-
-		for (size_t k = 0; k < n; k++)
-			if (u[k].lo < u[k].hi &&
-			    srun_src(&u[k], esz) / r->block < blk)
-				blk = srun_src(&u[k], esz) / r->block;
-		rc = block_get(r, u[0].file, blk, &b);
-		if (rc)
-			break;
-		/* runs done by gather_rows() have lo == hi and are left
-		 * alone below, so count what is left afresh */
-		rc = gather_rows(r, u, n, &b);
-		left = 0;
-		for (size_t k = 0; k < n && !rc; k++) {
-			if (u[k].lo < u[k].hi &&
-			    srun_src(&u[k], esz) / r->block == blk)
-				rc = gather_block(r, &u[k], &b);
-			left += u[k].lo < u[k].hi;
-		}
-		block_put(r, &b);
-	}
+	if (!rc)
+		*data = r->held.data;
 	return rc;
 }
 
-/* By file, then in view order (gather_rows() looks for neighbours). */
-static int cmp_srun_file(const void *a, const void *b)
+static void batch_put(void *ctx, size_t k)
 {
-	const srun *x = a, *y = b;
+	rdctx *r = ctx;
+
+	(void)k;
+	block_put(r, &r->held);
+}
+
+/* Elements of run u (whole, partial ones included). */
+static uint64_t run_count(const flx_slice_run *u, unsigned esz)
+{
+	return (u->skip + u->len + esz - 1) / esz;
+}
+
+/* Spans of blocks run u adds to a batch's list: one when its elements lie
+ * less than a block apart (every block between its first and last element
+ * then holds one), else one per element. */
+static uint64_t run_spans(const rdctx *r, const flx_slice_run *u)
+{
+	return u->stride < r->block ? 1 : run_count(u, r->v->esz);
+}
+
+static int add_span(rdctx *r, uint32_t file, uint64_t lo, uint64_t hi,
+		    size_t *n)
+{
+	if (flx_grow((void **)&r->spans, &r->capspans, *n + 1, sizeof(span)))
+		return -ENOMEM;
+	r->spans[(*n)++] = (span){file, lo, hi};
+	return 0;
+}
+
+static int cmp_span(const void *a, const void *b)
+{
+	const span *x = a, *y = b;
 
 	if (x->file != y->file)
 		return x->file < y->file ? -1 : 1;
 	return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
-static int gather_flush(rdctx *r)
+/* The blocks the queued runs' elements start in, sorted and each once.
+ * @return 0 and *n, -EIO (a block past the end of its file), -ENOMEM. */
+static int list_blocks(rdctx *r, size_t *n)
 {
-	size_t i = 0;
+	unsigned esz = r->v->esz;
+	size_t ns = 0, nb = 0;
 	int rc = 0;
 
-	if (r->nsruns > 1)
-		qsort(r->sruns, r->nsruns, sizeof(srun), cmp_srun_file);
-	while (i < r->nsruns && !rc) {
-		size_t j = i + 1;
+	for (size_t i = 0; i < r->nsruns && !rc; i++) {
+		const flx_slice_run *u = &r->sruns[i];
+		uint64_t c = run_count(u, esz);
 
-		while (j < r->nsruns && r->sruns[j].file == r->sruns[i].file)
-			j++;
-		rc = gather_file(r, r->sruns + i, j - i);
-		i = j;
+		if (u->stride < r->block)
+			rc = add_span(r, u->file, u->src / r->block,
+				      (u->src + (c - 1) * u->stride) / r->block,
+				      &ns);
+		for (uint64_t e = 0; u->stride >= r->block && e < c && !rc;
+		     e++) {
+			uint64_t blk = (u->src + e * u->stride) / r->block;
+
+			rc = add_span(r, u->file, blk, blk, &ns);
+		}
 	}
+	if (rc)
+		return rc;
+	qsort(r->spans, ns, sizeof(span), cmp_span);
+	for (size_t i = 0, j; i < ns; i = j) {
+		const flx_file *f = &r->v->ckpt->files[r->spans[i].file];
+		uint64_t hi = r->spans[i].hi;
+
+		for (j = i + 1;
+		     j < ns && r->spans[j].file == r->spans[i].file &&
+		     r->spans[j].lo <= hi + 1;
+		     j++)
+			if (r->spans[j].hi > hi)
+				hi = r->spans[j].hi;
+		for (uint64_t blk = r->spans[i].lo; blk <= hi; blk++) {
+			size_t len =
+			    flx_bcache_block_len(r->block, f->size, blk);
+
+			if (!len)
+				return -EIO;
+			if (flx_grow((void **)&r->blocks, &r->capblocks, nb + 1,
+				     sizeof(flx_slice_block)))
+				return -ENOMEM;
+			r->blocks[nb++] = (flx_slice_block){blk * r->block, len,
+							    r->spans[i].file};
+		}
+	}
+	*n = nb;
+	return 0;
+}
+
+/* By file, then by destination (the slicer finds rows among neighbours). */
+static int cmp_srun_file(const void *a, const void *b)
+{
+	const flx_slice_run *x = a, *y = b;
+
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	return x->dst < y->dst ? -1 : x->dst > y->dst;
+}
+
+static int gather_flush(rdctx *r)
+{
+	flx_slice_batch b = {.elem_size = r->v->esz,
+			     .dst = r->buf,
+			     .dst_len = r->len,
+			     .runs = r->sruns,
+			     .nruns = r->nsruns,
+			     .block = r->block,
+			     .get = batch_get,
+			     .put = batch_put,
+			     .ctx = r};
+	int rc;
+
+	if (!r->nsruns)
+		return 0;
+	if (r->nsruns > 1)
+		qsort(r->sruns, r->nsruns, sizeof(flx_slice_run),
+		      cmp_srun_file);
+	rc = list_blocks(r, &b.nblocks);
+	b.blocks = r->blocks;
+	if (!rc)
+		rc = flx_slicer_run(r->slicer, &b);
 	r->nsruns = 0;
+	r->nspans = 0;
 	return rc;
 }
 
-/* Queue view bytes [lo, hi) of a strided run; see srun. */
-static int gather(rdctx *r, uint32_t file, uint64_t src0, uint64_t sstride,
+/*
+ * Queue the strided run of view bytes [lo, hi): the element holding byte
+ * lo starts at view byte ebase and file offset src, the next ones sstride
+ * bytes further on.  A run of elements a block or more apart lists a block
+ * per element: it is queued in parts of at most MAX_SPANS elements, and a
+ * batch is executed before its list outgrows MAX_SPANS spans.
+ */
+static int gather(rdctx *r, uint32_t file, uint64_t src, uint64_t sstride,
 		  uint64_t ebase, uint64_t lo, uint64_t hi)
 {
-	int rc;
+	unsigned esz = r->v->esz;
 
-	if (r->nsruns == MAX_SRUNS && (rc = gather_flush(r)))
-		return rc;
-	if (flx_grow((void **)&r->sruns, &r->capsruns, r->nsruns + 1,
-		     sizeof(srun)))
-		return -ENOMEM;
-	r->sruns[r->nsruns++] = (srun){file, src0, sstride, ebase, lo, hi};
+	while (lo < hi) {
+		flx_slice_run u = {.src = src,
+				   .stride = sstride,
+				   .skip = lo - ebase,
+				   .dst = (size_t)(lo - r->off),
+				   .len = (size_t)(hi - lo),
+				   .file = file};
+		uint64_t cut = ebase + (uint64_t)MAX_SPANS * esz;
+		int rc;
+
+		if (sstride >= r->block && hi > cut)
+			u.len = (size_t)(cut - lo);
+		if ((r->nsruns == MAX_SRUNS ||
+		     r->nspans + run_spans(r, &u) > MAX_SPANS) &&
+		    (rc = gather_flush(r)))
+			return rc;
+		if (flx_grow((void **)&r->sruns, &r->capsruns, r->nsruns + 1,
+			     sizeof(flx_slice_run)))
+			return -ENOMEM;
+		r->sruns[r->nsruns++] = u;
+		r->nspans += run_spans(r, &u);
+		lo += u.len;
+		if (lo < hi) { /* the next part starts on an element */
+			src += (uint64_t)MAX_SPANS * sstride;
+			ebase = cut;
+		}
+	}
 	return 0;
 }
 
@@ -777,14 +768,16 @@ uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which)
 	return best;
 }
 
-ssize_t flx_view_read_cached(const flx_view *v, flx_bcache *cache, void *buf,
-			     size_t n, uint64_t off, flx_read_stats *stats)
+ssize_t flx_view_read_io(const flx_view *v, const flx_view_io *io, void *buf,
+			 size_t n, uint64_t off, flx_read_stats *stats)
 {
+	flx_bcache *cache = io ? io->cache : NULL;
 	rdctx r = {.v = v,
 		   .buf = buf,
 		   .off = off,
 		   .stats = stats,
 		   .cache = cache,
+		   .slicer = io ? io->slicer : NULL,
 		   .block = cache ? flx_bcache_block(cache) : FLX_BCACHE_BLOCK};
 	const piece *p = NULL;
 	uint64_t pos, end;
@@ -795,6 +788,7 @@ ssize_t flx_view_read_cached(const flx_view *v, flx_bcache *cache, void *buf,
 		return 0;
 	if (n > v->bytes - off)
 		n = (size_t)(v->bytes - off);
+	r.len = n;
 	end = off + n;
 	for (pos = off; pos < end && !rc;) {
 		uint64_t e = pos / v->esz, within = pos % v->esz;
@@ -826,6 +820,8 @@ ssize_t flx_view_read_cached(const flx_view *v, flx_bcache *cache, void *buf,
 	if (!rc)
 		rc = gather_flush(&r);
 	free(r.sruns);
+	free(r.spans);
+	free(r.blocks);
 	free(r.win);
 	free(r.iov);
 	free(r.runs);
@@ -835,17 +831,18 @@ ssize_t flx_view_read_cached(const flx_view *v, flx_bcache *cache, void *buf,
 ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 		      flx_read_stats *stats)
 {
-	return flx_view_read_cached(v, NULL, buf, n, off, stats);
+	return flx_view_read_io(v, NULL, buf, n, off, stats);
 }
 
 int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
-		    size_t max)
+		    size_t max, size_t *nout)
 {
 	int64_t g[FLX_MAX_DIMS] = {0};
 	const piece *p = NULL;
 	uint64_t pos = off, end;
 	size_t k = 0;
 
+	*nout = 0;
 	if (n == 0 || off >= v->bytes || n > v->bytes - off || max == 0)
 		return 0;
 	end = off + n;
@@ -874,5 +871,6 @@ int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
 		if (flx_file_verify(v->ckpt, &v->ckpt->files[out[i].file],
 				    false))
 			return -EIO;
-	return (int)k;
+	*nout = k;
+	return 0;
 }

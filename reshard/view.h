@@ -9,13 +9,15 @@
  * through an index sorted along one axis, never a scan of all pairs), and
  * every requested byte is copied by coalesced pread()s of contiguous source
  * runs; only chunks saved with a non-unit innermost stride are gathered
- * through the slicer, block by block (see bcache.h).
+ * through the mount's slicer (gpu/slice.h): the strided runs of a read as
+ * one batch, whose blocks come from the mount's cache (bcache.h).
  *
  * Thread-safety: a view is immutable once built; reads are reentrant.
  */
 
 #include "bcache.h"
 #include "ckpt.h"
+#include "slice.h"
 
 #include <sys/types.h>
 
@@ -63,13 +65,13 @@ typedef struct flx_range {
  * backing files, in order, a range that continues the one before merged
  * into it, after checking each file is unchanged: a reply can then be
  * spliced from the files without a copy.
- * @return the number of ranges (>= 1) written to out; 0 if some bytes
- *         need a gather (a chunk saved with a strided innermost axis) or
- *         take more than max ranges; -EIO if a backing file changed since
- *         mount.
+ * @return 0 and *nout, the number of ranges written to out: >= 1, or 0
+ *         when some bytes need a gather (a chunk saved with a strided
+ *         innermost axis), take more than max ranges, or lie outside the
+ *         view; -EIO if a backing file changed since mount.
  */
 int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
-		    size_t max);
+		    size_t max, size_t *nout);
 
 /** Read statistics, for tests and benchmarks (per call, caller-owned). */
 typedef struct flx_read_stats {
@@ -78,8 +80,8 @@ typedef struct flx_read_stats {
 } flx_read_stats;
 
 /**
- * Copy bytes [off, off+n) of view v into buf (n is clipped at the end).
- * stats may be NULL.
+ * Copy bytes [off, off+n) of view v into buf (n is clipped at the end),
+ * gathering strided chunks on the CPU without a cache.  stats may be NULL.
  * @return bytes copied (0 at/after the end), or -EIO (short read of a
  *         backing file, which means it changed after mount) / -errno.
  */
@@ -87,12 +89,21 @@ ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 		      flx_read_stats *stats);
 
 /**
- * flx_view_read() whose strided gathers (chunks saved with a strided
- * innermost axis) take their blocks from cache, which keeps them for later
- * reads; cache may be NULL (each call reads the blocks it needs once).
- * Reads through one cache may run in parallel.
+ * How the reads of one mount gather chunks saved with a strided innermost
+ * axis, chosen once at mount (flx_slicer_default()) and shared by every
+ * read, which only reads it.
  */
-ssize_t flx_view_read_cached(const flx_view *v, flx_bcache *cache, void *buf,
-			     size_t n, uint64_t off, flx_read_stats *stats);
+typedef struct flx_view_io {
+	flx_bcache *cache;	  /* their blocks, kept for later reads; NULL:
+				   * each read fetches the blocks it needs */
+	const flx_slicer *slicer; /* executes them; NULL: the CPU backend */
+} flx_view_io;
+
+/**
+ * flx_view_read() whose strided gathers go through io (borrowed; NULL:
+ * no cache, the CPU backend).  Reads through one io may run in parallel.
+ */
+ssize_t flx_view_read_io(const flx_view *v, const flx_view_io *io, void *buf,
+			 size_t n, uint64_t off, flx_read_stats *stats);
 
 #endif
