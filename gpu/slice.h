@@ -54,10 +54,11 @@
  *
  * Adding a backend (a CUDA one is issue #22): one file, gpu/slice_cuda.cu,
  * defining `const flx_slicer *flx_slicer_cuda(void)`, which returns NULL
- * when no usable device is present; one entry in the backends table of
- * slice.c; its sources added to flx_gpu in gpu/CMakeLists.txt behind an
- * option (FLEXFS_WITH_CUDA, enable_language(CUDA)); test_slice then checks
- * it against the oracle like every backend, and skips it without a device.
+ * when no usable device is present; its declaration in slice_internal.h
+ * and its entry in the backends table of slice.c (detection); the file
+ * added to flx_gpu in gpu/CMakeLists.txt behind an option
+ * (FLEXFS_WITH_CUDA, enable_language(CUDA)).  test_slice then checks it
+ * against the oracle like every backend, and skips it without a device.
  * Device errors become -EIO in that file, once.
  *
  * Thread-safety: a slicer is immutable and every function here may be

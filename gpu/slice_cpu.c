@@ -224,8 +224,8 @@ static uint64_t run_end(const flx_slice_run *u)
 
 /* Whether the element holding stream byte p of run u starts in block k's
  * home. */
-static int in_home(const flx_slice_batch *b, const flx_slice_run *u, uint64_t p,
-		   const flx_slice_block *k)
+static bool in_home(const flx_slice_batch *b, const flx_slice_run *u,
+		    uint64_t p, const flx_slice_block *k)
 {
 	uint64_t s = elem_src(u, p, b->elem_size);
 
