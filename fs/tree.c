@@ -73,7 +73,7 @@ struct flx_fs {
 	size_t nblobs, capblobs;
 	int64_t mtime_ns;
 	uint64_t total;
-	flx_bcache *cache; /* borrowed: strided gathers' blocks, or NULL */
+	flx_view_io io; /* how strided chunks are gathered (cache borrowed) */
 };
 
 static const char *name_of(const flx_fs *fs, const node *nd)
@@ -443,9 +443,9 @@ out:
 	return rc;
 }
 
-void flx_fs_set_cache(flx_fs *fs, flx_bcache *cache)
+void flx_fs_set_io(flx_fs *fs, const flx_view_io *io)
 {
-	fs->cache = cache;
+	fs->io = *io;
 }
 
 void flx_fs_free(flx_fs *fs)
@@ -587,8 +587,7 @@ static ssize_t read_seg(const flx_fs *fs, const flx_seg *s, uint64_t slen,
 	case FLX_SEG_GEN:
 		return read_gen(s, slen, buf, n, off);
 	case FLX_SEG_VIEW:
-		return flx_view_read_cached(s->u.view, fs->cache, buf, n, off,
-					    stats);
+		return flx_view_read_io(s->u.view, &fs->io, buf, n, off, stats);
 	case FLX_SEG_RAW:
 		file = &fs->ckpt->files[s->idx];
 		/* a passthrough file changed since mount: no mixed bytes */
@@ -674,12 +673,14 @@ static int view_pieces(const flx_fs *fs, const flx_view *v, uint64_t at,
 {
 	flx_range r[FLX_FS_PIECES_MAX];
 	size_t room = max - *k + (*k > 0); /* the first may merge */
-	int nr = flx_view_ranges(
-	    v, at, n, r, room < FLX_FS_PIECES_MAX ? room : FLX_FS_PIECES_MAX);
+	size_t nr;
+	int rc = flx_view_ranges(
+	    v, at, n, r, room < FLX_FS_PIECES_MAX ? room : FLX_FS_PIECES_MAX,
+	    &nr);
 
-	if (nr <= 0)
-		return nr < 0 ? nr : 1;
-	for (int i = 0; i < nr; i++)
+	if (rc || !nr)
+		return rc ? rc : 1;
+	for (size_t i = 0; i < nr; i++)
 		if (add_piece(out, k, max, fs->ckpt->files[r[i].file].fd,
 			      r[i].src, (size_t)r[i].len, NULL))
 			return 1;
@@ -757,8 +758,8 @@ static ssize_t read_npy(const flx_fs *fs, const node *f, unsigned char *buf,
 	done = (size_t)h;
 	if (done == n)
 		return (ssize_t)n;
-	got = flx_view_read_cached(f->u.view, fs->cache, buf + done, n - done,
-				   off + done - f->count, stats);
+	got = flx_view_read_io(f->u.view, &fs->io, buf + done, n - done,
+			       off + done - f->count, stats);
 	if (got < 0)
 		return got;
 	return (size_t)got == n - done ? (ssize_t)n : -EIO;
