@@ -29,6 +29,7 @@
 #include "plan.h"
 
 #include "bcache.h"
+#include "cast.h"
 #include "grow.h"
 #include "reader.h"
 #include "slice.h"
@@ -464,7 +465,7 @@ static int view_build(const flx_ckpt *ckpt, const flx_tensor *t,
 	v->ckpt = ckpt;
 	v->t = t;
 	v->ndim = (uint8_t)D;
-	v->esz = (uint16_t)flx_dtype_size(t->dtype);
+	v->esz = (uint16_t)flx_dtype_size(flx_tensor_stored(t));
 	v->bytes = numel * v->esz;
 	v->npieces = (uint32_t)np;
 	v->standalone = !a;
@@ -564,7 +565,11 @@ const flx_tensor *flx_view_tensor(const flx_view *v)
 
 uint64_t flx_view_bytes(const flx_view *v)
 {
-	return v->bytes;
+	/* v->bytes and v->esz count what the chunks hold; a cast tensor's
+	 * elements are read in another size */
+	if (!v->t->stored)
+		return v->bytes;
+	return v->bytes / v->esz * flx_dtype_size(v->t->dtype);
 }
 
 /* ---- reading ---- */
@@ -1113,8 +1118,9 @@ uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which)
 	return best;
 }
 
-ssize_t flx_view_read_cached(const flx_view *v, flx_bcache *cache, void *buf,
-			     size_t n, uint64_t off, flx_read_stats *stats)
+/* Bytes [off, off+n) of the elements as the chunks hold them. */
+static ssize_t read_stored(const flx_view *v, flx_bcache *cache, void *buf,
+			   size_t n, uint64_t off, flx_read_stats *stats)
 {
 	rdctx r = {.v = v,
 		   .buf = buf,
@@ -1168,6 +1174,40 @@ ssize_t flx_view_read_cached(const flx_view *v, flx_bcache *cache, void *buf,
 	return rc ? rc : (ssize_t)n;
 }
 
+/* A cast tensor's view reads its stored elements, then converts. */
+typedef struct stored_src {
+	const flx_view *v;
+	flx_bcache *cache;
+	flx_read_stats *stats;
+} stored_src;
+
+static int read_stored_all(void *arg, void *buf, size_t n, uint64_t off)
+{
+	const stored_src *s = arg;
+	ssize_t got = read_stored(s->v, s->cache, buf, n, off, s->stats);
+
+	return got < 0 ? (int)got : (size_t)got == n ? 0 : -EIO;
+}
+
+ssize_t flx_view_read_cached(const flx_view *v, flx_bcache *cache, void *buf,
+			     size_t n, uint64_t off, flx_read_stats *stats)
+{
+	stored_src s = {v, cache, stats};
+	uint64_t bytes;
+	int rc;
+
+	if (!v->t->stored)
+		return read_stored(v, cache, buf, n, off, stats);
+	bytes = flx_view_bytes(v);
+	if (off >= bytes || n == 0)
+		return 0;
+	if (n > bytes - off)
+		n = (size_t)(bytes - off);
+	rc = flx_cast_read(v->t->dtype, v->t->stored, read_stored_all, &s, buf,
+			   n, off);
+	return rc ? rc : (ssize_t)n;
+}
+
 ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 		      flx_read_stats *stats)
 {
@@ -1182,7 +1222,8 @@ int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
 	uint64_t pos = off, end;
 	size_t k = 0;
 
-	if (n == 0 || off >= v->bytes || n > v->bytes - off || max == 0)
+	if (n == 0 || off >= v->bytes || n > v->bytes - off || max == 0 ||
+	    v->t->stored) /* a cast: converted bytes, not the file's */
 		return 0;
 	end = off + n;
 	while (pos < end) {
