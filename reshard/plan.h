@@ -12,8 +12,8 @@
  * A "view" is one (tensor, box) pair whose bytes are the box's elements in
  * C order, of the tensor's dtype (converted on read when a cast of the
  * transform stage made it differ from the dtype its chunks hold,
- * flx_tensor.stored).  flx_view_read() serves any byte range of a view straight from
- * the source files: the box is intersected with the saved chunks (found
+ * flx_tensor.stored).  flx_view_read() serves any byte range of a view straight
+ * from the source files: the box is intersected with the saved chunks (found
  * through an index sorted along one axis, never a scan of all pairs), and
  * every requested byte is copied by coalesced pread()s of contiguous source
  * runs; only chunks saved with a non-unit innermost stride are gathered
@@ -58,9 +58,9 @@ typedef struct flx_plan {
 /**
  * Place every tensor of ckpt under spec.  ckpt is the index to serve: a
  * source's, or the transformed index of one (transform.h); placement
- * reads only its tensors' names, shapes and chunk boxes.  Fails (one error naming the
- * tensor) when a tensor's split cannot be inferred and no rule gives it, a
- * rule names an axis the tensor lacks, a stage number is out of range, or
+ * reads only its tensors' names, shapes and chunk boxes.  Fails (one error
+ * naming the tensor) when a tensor's split cannot be inferred and no rule gives
+ * it, a rule names an axis the tensor lacks, a stage number is out of range, or
  * two tensors land on the same name in one stage.
  * @return 0 and *out (owned; flx_plan_free()), or -errno with err.
  */
@@ -116,8 +116,8 @@ typedef struct flx_range {
  * spliced from the files without a copy.
  * @return the number of ranges (>= 1) written to out; 0 if some bytes
  *         need a gather (a chunk saved with a strided innermost axis) or a
- *         conversion (a cast tensor) or take more than max ranges; -EIO if a backing file changed since
- *         mount.
+ *         conversion (a cast tensor) or take more than max ranges;
+ *         -EIO if a backing file changed since mount.
  */
 int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
 		    size_t max);

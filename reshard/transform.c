@@ -298,9 +298,8 @@ static int check_axis(const where *w, const vtensor *v, int axis,
 {
 	if (axis >= v->ndim)
 		return fail(w, err,
-			    "axis %d but the tensor has %d "
-			    "dimension(s)",
-			    axis, v->ndim);
+			    "axis %d but the tensor has %d dimension(s)", axis,
+			    v->ndim);
 	return 0;
 }
 
@@ -327,7 +326,7 @@ static void do_slice(vtensor *v, int a, int64_t start, int64_t len)
 	v->shape[a] = len;
 }
 
-/* Remove axis a (extent 1) from v, or insert a new one of extent 1. */
+/* Remove axis a (extent 1 by now) from v. */
 static void drop_axis(vtensor *v, int a)
 {
 	for (size_t i = 0; i < v->n; i++) {
@@ -344,6 +343,7 @@ static void drop_axis(vtensor *v, int a)
 	v->ndim--;
 }
 
+/* Insert a new axis of extent 1 before axis a of v. */
 static void add_axis(vtensor *v, int a)
 {
 	for (size_t i = 0; i < v->n; i++) {
