@@ -18,6 +18,7 @@
 #include "plan.h"
 #include "spec.h"
 #include "transform.h"
+#include "tree.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -709,6 +710,14 @@ static const tcase cases[] = {
 };
 #define NCASES (sizeof(cases) / sizeof(cases[0]))
 
+static const tcase *find_case(const char *name)
+{
+	for (size_t k = 0; k < NCASES; k++)
+		if (strcmp(cases[k].name, name) == 0)
+			return &cases[k];
+	return NULL;
+}
+
 /* The list behind cases[] (and the order the index must have). */
 static flx_xform *build_list(void)
 {
@@ -978,11 +987,8 @@ static void test_plan(const flx_ckpt *src)
 	CHECK(p != NULL);
 	for (size_t i = 0; p && i < p->n; i++) {
 		const flx_placement *pl = &p->p[i];
-		const tcase *tc = NULL;
+		const tcase *tc = find_case(pl->src->fqn);
 
-		for (size_t k = 0; k < NCASES; k++)
-			if (strcmp(cases[k].name, pl->src->fqn) == 0)
-				tc = &cases[k];
 		if (!tc || tc->map != map_layer)
 			continue;
 		CHECK_EQ(pl->layer, tc->p);
@@ -1006,6 +1012,86 @@ static void test_plan(const flx_ckpt *src)
 		}
 	}
 	CHECK_EQ(p ? p->nlayers : 0, 4);
+	flx_plan_free(p);
+	flx_spec_release(&s);
+	flx_xindex_free(xi);
+	flx_xform_free(x);
+}
+
+/* The tree of a transformed index: each rank's .npy of a target holds
+ * the target's dtype in its header and the rank's box in its data. */
+static void test_mount(const flx_ckpt *src)
+{
+	static const char *const names[] = {"layers.1.w", "chain.w",
+					    "noisy.bf16", "q.f32"};
+	static const int swap[2] = {1, 0};
+	flx_xform *x = NULL;
+	flx_xindex *xi = NULL;
+	flx_plan *p = NULL;
+	flx_fs *fs = NULL;
+	flx_spec s;
+
+	CHECK_EQ(flx_xform_new(NULL, &x), 0);
+	flx_xform_target(x, "layers.1.w", -1, NULL);
+	flx_xform_piece(x, "stack.w", NULL);
+	flx_xform_unstack(x, 0, 1, NULL);
+	flx_xform_target(x, "chain.w", -1, NULL);
+	flx_xform_piece(x, "stack.w", NULL);
+	flx_xform_unstack(x, 0, 2, NULL);
+	flx_xform_slice(x, 1, 1, 3, NULL);
+	flx_xform_transpose(x, 2, swap, NULL);
+	flx_xform_cast(x, FLX_DT_F64, NULL);
+	flx_xform_target(x, "noisy.bf16", -1, NULL);
+	flx_xform_piece(x, "noisy.w", NULL);
+	flx_xform_cast(x, FLX_DT_BF16, NULL);
+	flx_xform_target(x, "q.f32", -1, NULL);
+	flx_xform_piece(x, "q.w", NULL);
+	flx_xform_cast(x, FLX_DT_F32, NULL);
+	CHECK_EQ(flx_xform_apply(x, src, &xi, NULL), 0);
+	CHECK_EQ(flx_spec_init(&s), 0);
+	s.tp = 2;
+	CHECK_EQ(flx_plan_build(flx_xindex_ckpt(xi), &s, &p, NULL), 0);
+	if (p)
+		CHECK_EQ(flx_fs_build(flx_xindex_ckpt(xi), p, &fs, NULL), 0);
+	for (size_t i = 0; fs && i < 4; i++) {
+		const tcase *tc = find_case(names[i]);
+		const flx_placement *pl = NULL;
+
+		for (size_t k = 0; k < p->n; k++)
+			if (strcmp(p->p[k].src->fqn, names[i]) == 0)
+				pl = &p->p[k];
+		CHECK(pl != NULL);
+		if (!pl)
+			continue;
+		for (int r = 0; r < 2; r++) {
+			const flx_view *v = pl->views[r];
+			uint64_t bytes = flx_view_bytes(v);
+			size_t len;
+			unsigned char *want =
+			    expect_box(tc, flx_view_box(v), &len);
+			char path[128], descr[32];
+			unsigned char *got;
+			flx_stat st;
+
+			snprintf(path, sizeof(path),
+				 "ranks/tp%02d_pp00/tensors/%s.npy", r,
+				 tc->name);
+			CHECK_EQ(flx_fs_resolve(fs, path, &st), 0);
+			CHECK_EQ(bytes, len);
+			CHECK(st.size > bytes);
+			got = malloc(st.size + 1);
+			CHECK_EQ(flx_fs_read(fs, st.ino, got, st.size, 0, NULL),
+				 (ssize_t)st.size);
+			got[st.size] = 0;
+			snprintf(descr, sizeof(descr), "'descr': '%s'",
+				 flx_dtype_get(tc->dtype)->npy);
+			CHECK(strstr((char *)got + 10, descr) != NULL);
+			CHECK(memcmp(got + st.size - bytes, want, len) == 0);
+			free(got);
+			free(want);
+		}
+	}
+	flx_fs_free(fs);
 	flx_plan_free(p);
 	flx_spec_release(&s);
 	flx_xindex_free(xi);
@@ -1286,6 +1372,7 @@ int main(void)
 	test_identity(c);
 	test_targets(c);
 	test_plan(c);
+	test_mount(c);
 	test_finish(c);
 	test_errors(c);
 	remove_files(dir);
