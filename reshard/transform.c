@@ -608,8 +608,8 @@ struct flx_xindex {
 	const flx_ckpt *src;
 	bool identity; /* nothing transformed: the index is src */
 	flx_ckpt c;
-	flx_pool pool; /* derived names, chunks and recipes */
-	recipe *recipes;
+	flx_pool pool;	 /* derived names and chunks */
+	recipe *recipes; /* one per derived chunk */
 	size_t nrecipes, caprecipes;
 };
 
@@ -650,6 +650,7 @@ static int make_tensor(flx_xindex *xi, const char *name, const vtensor *v,
 	    flx_grow((void **)&xi->recipes, &xi->caprecipes,
 		     xi->nrecipes + v->n, sizeof(recipe)))
 		return -ENOMEM;
+	/* the dims block of a 0-d tensor is empty, not absent */
 	ch = flx_pool_alloc(&xi->pool, bytes + sizeof(int64_t));
 	fqn = flx_pool_alloc(&xi->pool, nl);
 	if (!ch || !fqn)
@@ -680,7 +681,9 @@ static int make_tensor(flx_xindex *xi, const char *name, const vtensor *v,
 			      .src_ndim = c->src_ndim};
 		memcpy(r->axis_of, c->axis_of, sizeof(r->axis_of));
 		memcpy(r->start, c->start, sizeof(r->start));
-		storage_of(r);
+		/* a loading source's item threads are still writing it */
+		if (!xi->src->loading)
+			storage_of(r);
 	}
 	return 0;
 }

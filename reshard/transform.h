@@ -112,18 +112,20 @@ size_t flx_xform_ntargets(const flx_xform *x);
  * shape off the concatenation axis, a target name used twice (or also by
  * a tensor passed through, or by a non-tensor item).
  * Reads from src only what flx_ckpt_open_start() gives (names, dtypes,
- * shapes, chunk boxes and files), except the derived chunks' storage
- * (data_off, storage_offset, stride, contig_from), which is taken from
- * their source chunks as they are: when src was still loading, call
- * flx_xindex_finish() once flx_ckpt_finish(src) has succeeded.
+ * shapes, chunk boxes and files), and, when src is complete, the storage
+ * of the chunks it derives from (data_off, storage_offset, stride); while
+ * src is still loading, the derived chunks' storage waits for
+ * flx_xindex_finish(), to be called once flx_ckpt_finish(src) succeeded.
+ * Planning and building a tree need no storage: they may come first.
  * @return 0 and *out (owned; flx_xindex_free()), or -errno with err.
  */
 int flx_xform_apply(const flx_xform *x, const flx_ckpt *src, flx_xindex **out,
 		    flx_error *err);
 
-/** Take the derived chunks' storage from their source chunks again: after
- * flx_ckpt_finish() of a source that was loading at flx_xform_apply().
- * Not thread-safe against reads of the index. */
+/** Take the derived chunks' storage (data_off, storage_offset, stride,
+ * contig_from) from their source chunks: after flx_ckpt_finish() of a
+ * source that was loading at flx_xform_apply(); harmless otherwise.  Not
+ * thread-safe against reads of the index. */
 void flx_xindex_finish(flx_xindex *xi);
 
 /** The transformed index (src itself when nothing is transformed), valid
