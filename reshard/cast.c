@@ -6,8 +6,8 @@
  * into it loses nothing, and encoding it into a floating type is the only
  * rounding.  So a narrowing rounds once, whatever the two types (f64 to
  * f16 through f32 would round twice and may differ in the last bit).  The
- * common pairs with bf16, f32 and f64 have shortcuts that give the same
- * bits; NaNs always take the general path.
+ * common widenings to f32 and f64 and bf16 <-> f32 have shortcuts that
+ * give the same bits; NaNs always take the general path.
  */
 #include "cast.h"
 
@@ -313,6 +313,24 @@ static void bf16_to_f32(unsigned char *d, const unsigned char *s, size_t n)
 	}
 }
 
+/* f16 to f32: a normal number only moves its exponent; the rest (zeros,
+ * subnormals, infinities, NaNs) go through convert(). */
+static void f16_to_f32(unsigned char *d, const unsigned char *s, size_t n)
+{
+	static const ty a = {K_FLOAT, {5, 10}, 16, true, 2},
+			b = {K_FLOAT, {8, 23}, 32, true, 4};
+
+	for (size_t i = 0; i < n; i++) {
+		uint32_t h = (uint32_t)load(s + 2 * i, 2), e = h & 0x7c00u;
+		uint64_t r = e && e != 0x7c00u
+				 ? (h & 0x8000u) << 16 |
+				       (((h & 0x7fffu) << 13) + 0x38000000u)
+				 : convert(&a, &b, h);
+
+		store(d + 4 * i, 4, r);
+	}
+}
+
 static void f32_to_f64(unsigned char *d, const unsigned char *s, size_t n)
 {
 	static const ty a = {K_FLOAT, {8, 23}, 32, true, 4},
@@ -369,6 +387,8 @@ int flx_cast(flx_dtype to, void *dst, flx_dtype from, const void *src, size_t n)
 		f32_to_bf16(d, s, n);
 	else if (from == FLX_DT_BF16 && to == FLX_DT_F32)
 		bf16_to_f32(d, s, n);
+	else if (from == FLX_DT_F16 && to == FLX_DT_F32)
+		f16_to_f32(d, s, n);
 	else if (from == FLX_DT_F32 && to == FLX_DT_F64)
 		f32_to_f64(d, s, n);
 	else if (from == FLX_DT_F64 && to == FLX_DT_F32)
