@@ -70,26 +70,60 @@ static int match_layer(const regex_t *rx, bool dflt, const char *fqn,
 	return 0;
 }
 
-static int infer_split(const flx_tensor *t, flx_error *err)
-{
-	int axis = -1;
+/* ---- placement decisions: where a tensor goes, no view built ---- */
 
+/* What placement decides for one tensor before any view is built. */
+typedef struct decision {
+	int split;    /* axis, or -1: replicated on every TP rank */
+	int stage_lo; /* stages holding it: [stage_lo, stage_hi] */
+	int stage_hi;
+	int layer; /* global layer index, -1 if none */
+} decision;
+
+/* The axis t was saved split along (the one axis whose chunk offsets
+ * differ), -1 when saved whole or replicated.  @return 0 and *axis, or
+ * -EINVAL when the chunks differ along two axes. */
+static int infer_split(const flx_tensor *t, int *axis, flx_error *err)
+{
+	*axis = -1;
 	for (int d = 0; d < t->ndim; d++) {
 		for (uint32_t i = 1; i < t->nchunks; i++) {
 			if (t->chunks[i].off[d] == t->chunks[0].off[d])
 				continue;
-			if (axis >= 0 && axis != d)
+			if (*axis >= 0 && *axis != d)
 				return flx_error_set(
 				    err, -EINVAL, NULL, t->fqn,
 				    "saved split along axes %d and %d; "
 				    "add a rule giving its target split "
 				    "(rules=FILE)",
-				    axis, d);
-			axis = d;
+				    *axis, d);
+			*axis = d;
 			break;
 		}
 	}
-	return axis;
+	return 0;
+}
+
+/* Split axis of t: the rule's, else the saved one.  @return 0 and *axis
+ * (-1: replicated), or -EINVAL naming the tensor. */
+static int decide_split(const flx_spec *s, const flx_rule *rule,
+			const flx_tensor *t, int *axis, flx_error *err)
+{
+	if (rule && rule->split == FLX_SPLIT_NONE) {
+		*axis = -1;
+		return 0;
+	}
+	if (rule && rule->split == FLX_SPLIT_AXIS) {
+		if (rule->axis >= t->ndim)
+			return flx_error_set(err, -EINVAL, s->rules_path,
+					     t->fqn,
+					     "rule '%s' splits axis %d but the "
+					     "tensor has %d dimension(s)",
+					     rule->match, rule->axis, t->ndim);
+		*axis = rule->axis;
+		return 0;
+	}
+	return infer_split(t, axis, err);
 }
 
 static int cmp_int(const void *a, const void *b)
@@ -98,6 +132,144 @@ static int cmp_int(const void *a, const void *b)
 
 	return x < y ? -1 : x > y;
 }
+
+/* Stage of each distinct layer: contiguous groups, the first
+ * (nlayers mod pp) stages one layer longer. */
+typedef struct layer_map {
+	int *idx; /* sorted distinct layer indices */
+	int n;
+	int pp;
+} layer_map;
+
+/* Position of layer among the distinct layers; layer must be one. */
+static int layer_pos(const layer_map *m, int layer)
+{
+	int *hit = bsearch(&layer, m->idx, (size_t)m->n, sizeof(int), cmp_int);
+
+	return hit ? (int)(hit - m->idx) : -1;
+}
+
+static int stage_of_pos(const layer_map *m, int pos)
+{
+	int base = m->n / m->pp, rem = m->n % m->pp;
+	int big = rem * (base + 1);
+
+	if (pos < big)
+		return pos / (base + 1);
+	return rem + (pos - big) / (base ? base : 1);
+}
+
+static int first_pos_of_stage(const layer_map *m, int s)
+{
+	int base = m->n / m->pp, rem = m->n % m->pp;
+
+	return s < rem ? s * (base + 1) : rem * (base + 1) + (s - rem) * base;
+}
+
+/* What the decisions need besides the spec; shared by every tensor. */
+typedef struct placer {
+	const regex_t *embed_rx;
+	const layer_map *lm;
+	const layer_match *matches; /* per tensor, from build_layer_map() */
+	scratch sc;		    /* view building's, reused */
+} placer;
+
+/* Stages of the tensor named fqn with layer match m: the rule's, else its
+ * layer's stage, else the first stage for an embedding and the last for
+ * the rest.  @return 0 and [*lo, *hi], -EINVAL (a rule's stage past pp) or
+ * -ENOMEM. */
+static int decide_stages(const flx_spec *s, const flx_rule *rule,
+			 const placer *pc, const layer_match *m,
+			 const char *fqn, int *lo, int *hi, flx_error *err)
+{
+	int rc;
+
+	switch (rule ? rule->stage : FLX_STAGE_DEFAULT) {
+	case FLX_STAGE_FIRST:
+		*lo = *hi = 0;
+		return 0;
+	case FLX_STAGE_LAST:
+		*lo = *hi = s->pp - 1;
+		return 0;
+	case FLX_STAGE_ALL:
+		*lo = 0;
+		*hi = s->pp - 1;
+		return 0;
+	case FLX_STAGE_N:
+		if (rule->stage_n >= s->pp)
+			return flx_error_set(err, -EINVAL, s->rules_path, fqn,
+					     "rule '%s' names stage %d but "
+					     "pp=%d",
+					     rule->match, rule->stage_n, s->pp);
+		*lo = *hi = rule->stage_n;
+		return 0;
+	default:
+		break;
+	}
+	if (m->layer >= 0) {
+		*lo = *hi = stage_of_pos(pc->lm, layer_pos(pc->lm, m->layer));
+		return 0;
+	}
+	errno = 0;
+	rc = regexec(pc->embed_rx, fqn, 0, NULL, 0);
+	if (match_rc(rc))
+		return -ENOMEM;
+	*lo = *hi = rc == 0 ? 0 : s->pp - 1;
+	return 0;
+}
+
+/* Everything placement decides for tensor i of the plan's index. */
+static int decide(const flx_plan *p, const placer *pc, size_t i, decision *d,
+		  flx_error *err)
+{
+	const flx_tensor *t = &p->ckpt->tensors[i];
+	const flx_rule *rule = flx_spec_match(p->spec, t->fqn);
+	const layer_match *m = &pc->matches[i];
+	int rc;
+
+	*d = (decision){.split = -1, .layer = m->layer};
+	rc = decide_split(p->spec, rule, t, &d->split, err);
+	if (rc)
+		return rc;
+	return decide_stages(p->spec, rule, pc, m, t->fqn, &d->stage_lo,
+			     &d->stage_hi, err);
+}
+
+/* The stage-local layer index that replaces the layer digits of a tensor
+ * of layer match m in its name on stage st: *local >= 0 when the name is
+ * renumbered there (pp_renumber, a layer tensor, its own stage), -1 when
+ * the FQN stays. */
+static void decide_local_layer(const flx_spec *s, const layer_map *lm,
+			       const layer_match *m, int st, int *local)
+{
+	int pos = m->layer >= 0 ? layer_pos(lm, m->layer) : -1;
+
+	*local = -1;
+	if (s->pp_renumber && pos >= 0 && stage_of_pos(lm, pos) == st)
+		*local = pos - first_pos_of_stage(lm, st);
+}
+
+/* The box rank r of tp holds of tensor t split along split (-1: the whole
+ * tensor): torch.chunk's, see plan.h. */
+static void rank_box(const flx_tensor *t, int split, int tp, int r,
+		     flx_box *box)
+{
+	for (int d = 0; d < t->ndim; d++) {
+		box->off[d] = 0;
+		box->size[d] = t->shape[d];
+	}
+	if (split >= 0) {
+		int64_t n = t->shape[split];
+		int64_t c = (n + tp - 1) / tp;
+		int64_t lo = (int64_t)r * c < n ? (int64_t)r * c : n;
+		int64_t hi = lo + c < n ? lo + c : n;
+
+		box->off[split] = lo;
+		box->size[split] = hi - lo;
+	}
+}
+
+/* ---- placement machinery: names and views of a decision ---- */
 
 typedef struct name_ref {
 	const char *name;
@@ -156,38 +328,6 @@ static int check_unique_names(flx_plan *p, flx_error *err)
 	return rc;
 }
 
-/* Stage of each distinct layer: contiguous groups, the first
- * (nlayers mod pp) stages one layer longer. */
-typedef struct layer_map {
-	int *idx; /* sorted distinct layer indices */
-	int n;
-	int pp;
-} layer_map;
-
-static int layer_pos(const layer_map *m, int layer)
-{
-	int *hit = bsearch(&layer, m->idx, (size_t)m->n, sizeof(int), cmp_int);
-
-	return hit ? (int)(hit - m->idx) : -1;
-}
-
-static int stage_of_pos(const layer_map *m, int pos)
-{
-	int base = m->n / m->pp, rem = m->n % m->pp;
-	int big = rem * (base + 1);
-
-	if (pos < big)
-		return pos / (base + 1);
-	return rem + (pos - big) / (base ? base : 1);
-}
-
-static int first_pos_of_stage(const layer_map *m, int s)
-{
-	int base = m->n / m->pp, rem = m->n % m->pp;
-
-	return s < rem ? s * (base + 1) : rem * (base + 1) + (s - rem) * base;
-}
-
 /* fqn with the layer digits replaced by local, in the plan's arena. */
 static const char *renamed(flx_plan_arena *a, const char *fqn,
 			   const layer_match *lm, int local)
@@ -205,118 +345,48 @@ static const char *renamed(flx_plan_arena *a, const char *fqn,
 	return out;
 }
 
-/* What place_one() needs besides the plan. */
-typedef struct placer {
-	const regex_t *embed_rx;
-	const layer_map *lm;
-	const layer_match *matches; /* per tensor, from build_layer_map() */
-	scratch sc;
-} placer;
-
-static int place_one(flx_plan *p, size_t i, placer *pc, const box_index *chunks,
-		     flx_error *err)
+/* pl->names: per stage, the FQN itself unless renumbered there. */
+static int place_names(flx_plan *p, flx_placement *pl, const placer *pc,
+		       const layer_match *m)
 {
-	const flx_spec *s = p->spec;
-	flx_placement *pl = &p->p[i];
-	const flx_tensor *t = pl->src;
-	const flx_rule *rule = flx_spec_match(s, t->fqn);
-	const layer_map *lm = pc->lm;
-	const layer_match *m = &pc->matches[i];
-	flx_view *whole = NULL;
-	int nst, rc;
-	flx_box box;
+	int nst = pl->stage_hi - pl->stage_lo + 1;
 
-	/* split axis */
-	if (rule && rule->split == FLX_SPLIT_NONE) {
-		pl->split = -1;
-	} else if (rule && rule->split == FLX_SPLIT_AXIS) {
-		if (rule->axis >= t->ndim)
-			return flx_error_set(err, -EINVAL, s->rules_path,
-					     t->fqn,
-					     "rule '%s' splits axis %d but the "
-					     "tensor has %d dimension(s)",
-					     rule->match, rule->axis, t->ndim);
-		pl->split = rule->axis;
-	} else {
-		pl->split = infer_split(t, err);
-		if (pl->split < -1)
-			return pl->split;
-	}
-	/* stage */
-	pl->layer = m->layer;
-	switch (rule ? rule->stage : FLX_STAGE_DEFAULT) {
-	case FLX_STAGE_FIRST:
-		pl->stage_lo = pl->stage_hi = 0;
-		break;
-	case FLX_STAGE_LAST:
-		pl->stage_lo = pl->stage_hi = s->pp - 1;
-		break;
-	case FLX_STAGE_ALL:
-		pl->stage_lo = 0;
-		pl->stage_hi = s->pp - 1;
-		break;
-	case FLX_STAGE_N:
-		if (rule->stage_n >= s->pp)
-			return flx_error_set(err, -EINVAL, s->rules_path,
-					     t->fqn,
-					     "rule '%s' names stage %d but "
-					     "pp=%d",
-					     rule->match, rule->stage_n, s->pp);
-		pl->stage_lo = pl->stage_hi = rule->stage_n;
-		break;
-	default:
-		errno = 0;
-		rc = m->layer >= 0 ? 0
-				   : regexec(pc->embed_rx, t->fqn, 0, NULL, 0);
-		if (match_rc(rc))
-			return -ENOMEM;
-		if (m->layer >= 0)
-			pl->stage_lo =
-			    stage_of_pos(lm, layer_pos(lm, m->layer));
-		else
-			pl->stage_lo = rc == 0 ? 0 : s->pp - 1;
-		pl->stage_hi = pl->stage_lo;
-	}
-	/* names per stage: the FQN itself unless renumbered */
-	nst = pl->stage_hi - pl->stage_lo + 1;
 	pl->names = arena_alloc(p->arena, (size_t)nst * sizeof(char *));
 	if (!pl->names)
 		return -ENOMEM;
 	for (int k = 0; k < nst; k++) {
-		int st = pl->stage_lo + k, pos = layer_pos(lm, m->layer);
+		int local;
 
-		if (s->pp_renumber && m->layer >= 0 &&
-		    stage_of_pos(lm, pos) == st)
-			pl->names[k] =
-			    renamed(p->arena, t->fqn, m,
-				    pos - first_pos_of_stage(lm, st));
-		else
-			pl->names[k] = t->fqn;
+		decide_local_layer(p->spec, pc->lm, m, pl->stage_lo + k,
+				   &local);
+		pl->names[k] = local >= 0
+				   ? renamed(p->arena, pl->src->fqn, m, local)
+				   : pl->src->fqn;
 		if (!pl->names[k])
 			return -ENOMEM;
 	}
-	/* one view per TP rank; replicated tensors share one */
-	pl->views = arena_alloc(p->arena, (size_t)s->tp * sizeof(flx_view *));
+	return 0;
+}
+
+/* pl->views, one per TP rank (replicated tensors share one), and
+ * pl->whole. */
+static int place_views(flx_plan *p, flx_placement *pl, placer *pc,
+		       const box_index *chunks, flx_error *err)
+{
+	const flx_tensor *t = pl->src;
+	int tp = p->spec->tp, rc;
+	flx_view *whole = NULL;
+	flx_box box;
+
+	pl->views = arena_alloc(p->arena, (size_t)tp * sizeof(flx_view *));
 	if (!pl->views)
 		return -ENOMEM;
-	for (int d = 0; d < t->ndim; d++) {
-		box.off[d] = 0;
-		box.size[d] = t->shape[d];
-	}
-	for (int r = 0; r < s->tp; r++) {
+	for (int r = 0; r < tp; r++) {
 		if (pl->split < 0 && r > 0) {
 			pl->views[r] = pl->views[0];
 			continue;
 		}
-		if (pl->split >= 0) {
-			int64_t n = t->shape[pl->split];
-			int64_t c = (n + s->tp - 1) / s->tp;
-			int64_t lo = (int64_t)r * c < n ? (int64_t)r * c : n;
-			int64_t hi = lo + c < n ? lo + c : n;
-
-			box.off[pl->split] = lo;
-			box.size[pl->split] = hi - lo;
-		}
+		rank_box(t, pl->split, tp, r, &box);
 		rc = view_build(p->ckpt, t, chunks, &box, p->arena, &pc->sc,
 				&pl->views[r], err);
 		if (rc)
@@ -329,21 +399,40 @@ static int place_one(flx_plan *p, size_t i, placer *pc, const box_index *chunks,
 		pl->whole = pl->views[0];
 		return 0;
 	}
-	for (int d = 0; d < t->ndim; d++) {
-		box.off[d] = 0;
-		box.size[d] = t->shape[d];
-	}
+	rank_box(t, -1, tp, 0, &box);
 	rc = view_build(p->ckpt, t, chunks, &box, p->arena, &pc->sc, &whole,
 			err);
 	pl->whole = whole;
 	return rc;
 }
 
-/* Every tensor's layer match (kept for place_one()) and the sorted
+/* Decide where tensor i goes, then build its names and views. */
+static int place_one(flx_plan *p, size_t i, placer *pc, const box_index *chunks,
+		     flx_error *err)
+{
+	flx_placement *pl = &p->p[i];
+	decision d;
+	int rc = decide(p, pc, i, &d, err);
+
+	if (rc)
+		return rc;
+	pl->split = d.split;
+	pl->stage_lo = d.stage_lo;
+	pl->stage_hi = d.stage_hi;
+	pl->layer = d.layer;
+	rc = place_names(p, pl, pc, &pc->matches[i]);
+	if (rc)
+		return rc;
+	return place_views(p, pl, pc, chunks, err);
+}
+
+/* Every tensor's layer match (kept for the decisions) and the sorted
  * distinct layer indices. */
 static int build_layer_map(const flx_ckpt *c, const regex_t *rx, bool dflt,
 			   int pp, layer_map *lm, layer_match *matches)
 {
+	int k = 0;
+
 	lm->pp = pp;
 	lm->n = 0;
 	lm->idx = malloc((c->ntensors ? c->ntensors : 1) * sizeof(int));
@@ -356,15 +445,36 @@ static int build_layer_map(const flx_ckpt *c, const regex_t *rx, bool dflt,
 			lm->idx[lm->n++] = matches[i].layer;
 	}
 	qsort(lm->idx, (size_t)lm->n, sizeof(int), cmp_int);
-	{
-		int k = 0;
-
-		for (int i = 0; i < lm->n; i++)
-			if (i == 0 || lm->idx[i] != lm->idx[k - 1])
-				lm->idx[k++] = lm->idx[i];
-		lm->n = k;
-	}
+	for (int i = 0; i < lm->n; i++)
+		if (i == 0 || lm->idx[i] != lm->idx[k - 1])
+			lm->idx[k++] = lm->idx[i];
+	lm->n = k;
 	return 0;
+}
+
+/* Both regexes of spec were compiled when set; failing now means out of
+ * memory.  @return 0 with *have_layer and *have_embed telling which to
+ * regfree(), or -errno. */
+static int compile_regexes(const flx_spec *spec, regex_t *layer_rx,
+			   regex_t *embed_rx, bool *have_layer,
+			   bool *have_embed, flx_error *err)
+{
+	int rc = regcomp(layer_rx, spec->layer_regex, REG_EXTENDED);
+
+	*have_layer = rc == 0;
+	*have_embed = false;
+	if (!rc) {
+		rc = regcomp(embed_rx, spec->embed_regex,
+			     REG_EXTENDED | REG_NOSUB);
+		*have_embed = rc == 0;
+	}
+	if (!rc)
+		return 0;
+	return rc == REG_ESPACE
+		   ? -ENOMEM
+		   : flx_error_set(err, -EINVAL, NULL,
+				   *have_layer ? "embed_regex" : "layer_regex",
+				   "invalid regular expression");
 }
 
 int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
@@ -383,27 +493,11 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 	p->ckpt = ckpt;
 	p->spec = spec;
 	p->arena = calloc(1, sizeof(*p->arena));
-	if (!p->arena) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	/* both were compiled when set; failing now means out of memory */
-	rc = regcomp(&layer_rx, spec->layer_regex, REG_EXTENDED);
-	have_layer = rc == 0;
-	if (!rc) {
-		rc = regcomp(&embed_rx, spec->embed_regex,
-			     REG_EXTENDED | REG_NOSUB);
-		have_embed = rc == 0;
-	}
-	if (rc) {
-		rc = rc == REG_ESPACE
-			 ? -ENOMEM
-			 : flx_error_set(err, -EINVAL, NULL,
-					 have_layer ? "embed_regex"
-						    : "layer_regex",
-					 "invalid regular expression");
-		goto fail;
-	}
+	rc = p->arena ? compile_regexes(spec, &layer_rx, &embed_rx, &have_layer,
+					&have_embed, err)
+		      : -ENOMEM;
+	if (rc)
+		goto out;
 	matches =
 	    malloc((ckpt->ntensors ? ckpt->ntensors : 1) * sizeof(*matches));
 	rc = matches ? build_layer_map(ckpt, &layer_rx,
@@ -412,15 +506,15 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 				       spec->pp, &lm, matches)
 		     : -ENOMEM;
 	if (rc)
-		goto fail;
+		goto out;
 	pc.matches = matches;
 	p->nlayers = lm.n;
 	p->p = calloc(ckpt->ntensors ? ckpt->ntensors : 1, sizeof(*p->p));
 	if (!p->p) {
 		rc = -ENOMEM;
-		goto fail;
+		goto out;
 	}
-	for (size_t i = 0; i < ckpt->ntensors; i++) {
+	for (size_t i = 0; i < ckpt->ntensors && !rc; i++) {
 		uint32_t small[64];
 		box_index ix;
 
@@ -428,33 +522,29 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 		p->n = i + 1;
 		rc = chunk_index(&ckpt->tensors[i], &ix, small, 64);
 		if (rc)
-			goto fail;
+			break;
 		rc = place_one(p, i, &pc, &ix, err);
 		bix_free(&ix);
-		if (rc)
-			goto fail;
 	}
-	rc = check_unique_names(p, err);
-	if (rc)
-		goto fail;
+	if (!rc)
+		rc = check_unique_names(p, err);
 	/* interning is over: the boxes stay, their table goes */
-	free(p->arena->boxes);
-	p->arena->boxes = NULL;
-	p->arena->nboxes = p->arena->capboxes = 0;
-	free(pc.sc.idx);
-	free(matches);
-	free(lm.idx);
-	regfree(&layer_rx);
-	regfree(&embed_rx);
-	*out = p;
-	return 0;
-fail:
-	flx_error_default(err, rc, NULL);
-	if (err && !err->file[0]) {
-		char meta[FLX_ERR_FIELD];
+	if (!rc) {
+		free(p->arena->boxes);
+		p->arena->boxes = NULL;
+		p->arena->nboxes = p->arena->capboxes = 0;
+	}
+out:
+	if (rc) {
+		flx_error_default(err, rc, NULL);
+		if (err && !err->file[0]) {
+			char meta[FLX_ERR_FIELD];
 
-		snprintf(meta, sizeof(meta), "%s/.metadata", ckpt->dir);
-		flx_error_file(err, meta);
+			snprintf(meta, sizeof(meta), "%s/.metadata", ckpt->dir);
+			flx_error_file(err, meta);
+		}
+		flx_plan_free(p);
+		p = NULL;
 	}
 	free(pc.sc.idx);
 	free(matches);
@@ -463,7 +553,8 @@ fail:
 		regfree(&layer_rx);
 	if (have_embed)
 		regfree(&embed_rx);
-	flx_plan_free(p);
+	if (p)
+		*out = p;
 	return rc;
 }
 

@@ -45,9 +45,11 @@ typedef struct flx_plan {
 } flx_plan;
 
 /**
- * Place every tensor of ckpt under spec.  Fails (one error naming the
- * tensor) when a tensor's split cannot be inferred and no rule gives it, a
- * rule names an axis the tensor lacks, a stage number is out of range, or
+ * Place every tensor of ckpt under spec.  ckpt is the index to serve: a
+ * source's, or the transformed index of one (transform.h); placement
+ * reads only its tensors' names, shapes and chunk boxes.  Fails (one error
+ * naming the tensor) when a tensor's split cannot be inferred and no rule gives
+ * it, a rule names an axis the tensor lacks, a stage number is out of range, or
  * two tensors land on the same name in one stage.
  * @return 0 and *out (owned; flx_plan_free()), or -errno with err.
  */

@@ -29,6 +29,7 @@
 #include "view_internal.h"
 
 #include "bcache.h"
+#include "cast.h"
 #include "grow.h"
 #include "reader.h"
 #include "slice.h"
@@ -129,7 +130,7 @@ int view_build(const flx_ckpt *ckpt, const flx_tensor *t,
 	v->ckpt = ckpt;
 	v->t = t;
 	v->ndim = (uint8_t)D;
-	v->esz = (uint16_t)flx_dtype_size(t->dtype);
+	v->esz = (uint16_t)flx_dtype_size(flx_tensor_stored(t));
 	v->bytes = numel * v->esz;
 	v->npieces = (uint32_t)np;
 	v->standalone = !a;
@@ -229,7 +230,11 @@ const flx_tensor *flx_view_tensor(const flx_view *v)
 
 uint64_t flx_view_bytes(const flx_view *v)
 {
-	return v->bytes;
+	/* v->bytes and v->esz count what the chunks hold; a cast tensor's
+	 * elements are read in another size */
+	if (!v->t->stored)
+		return v->bytes;
+	return v->bytes / v->esz * flx_dtype_size(v->t->dtype);
 }
 
 /* ---- reading ---- */
@@ -768,8 +773,9 @@ uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which)
 	return best;
 }
 
-ssize_t flx_view_read_io(const flx_view *v, const flx_view_io *io, void *buf,
-			 size_t n, uint64_t off, flx_read_stats *stats)
+/* Bytes [off, off+n) of the elements as the chunks hold them. */
+static ssize_t read_stored(const flx_view *v, const flx_view_io *io, void *buf,
+			   size_t n, uint64_t off, flx_read_stats *stats)
 {
 	flx_bcache *cache = io ? io->cache : NULL;
 	rdctx r = {.v = v,
@@ -828,6 +834,40 @@ ssize_t flx_view_read_io(const flx_view *v, const flx_view_io *io, void *buf,
 	return rc ? rc : (ssize_t)n;
 }
 
+/* A cast tensor's view reads its stored elements, then converts. */
+typedef struct stored_src {
+	const flx_view *v;
+	const flx_view_io *io;
+	flx_read_stats *stats;
+} stored_src;
+
+static int read_stored_all(void *arg, void *buf, size_t n, uint64_t off)
+{
+	const stored_src *s = arg;
+	ssize_t got = read_stored(s->v, s->io, buf, n, off, s->stats);
+
+	return got < 0 ? (int)got : (size_t)got == n ? 0 : -EIO;
+}
+
+ssize_t flx_view_read_io(const flx_view *v, const flx_view_io *io, void *buf,
+			 size_t n, uint64_t off, flx_read_stats *stats)
+{
+	stored_src s = {v, io, stats};
+	uint64_t bytes;
+	int rc;
+
+	if (!v->t->stored)
+		return read_stored(v, io, buf, n, off, stats);
+	bytes = flx_view_bytes(v);
+	if (off >= bytes || n == 0)
+		return 0;
+	if (n > bytes - off)
+		n = (size_t)(bytes - off);
+	rc = flx_cast_read(v->t->dtype, v->t->stored, read_stored_all, &s, buf,
+			   n, off);
+	return rc ? rc : (ssize_t)n;
+}
+
 ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 		      flx_read_stats *stats)
 {
@@ -843,7 +883,8 @@ int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
 	size_t k = 0;
 
 	*nout = 0;
-	if (n == 0 || off >= v->bytes || n > v->bytes - off || max == 0)
+	if (n == 0 || off >= v->bytes || n > v->bytes - off || max == 0 ||
+	    v->t->stored) /* a cast: converted bytes, not the file's */
 		return 0;
 	end = off + n;
 	while (pos < end) {

@@ -68,6 +68,10 @@ typedef struct flx_chunk {
 typedef struct flx_tensor {
 	char *fqn;
 	flx_dtype dtype;
+	/* the dtype of the chunks' bytes when a cast of the transform stage
+	 * made it differ from dtype (converted on read, reshard/cast.h);
+	 * FLX_DT_INVALID: dtype, as every source gives */
+	flx_dtype stored;
 	int ndim;
 	int64_t shape[FLX_MAX_DIMS];
 	uint32_t nchunks;
@@ -132,6 +136,12 @@ int flx_ckpt_finish(flx_ckpt *c, flx_error *err);
 
 /** Release everything (closes fds); NULL is fine. */
 void flx_ckpt_close(flx_ckpt *c);
+
+/** The dtype t's chunks hold (see flx_tensor.stored). */
+static inline flx_dtype flx_tensor_stored(const flx_tensor *t)
+{
+	return t->stored ? t->stored : t->dtype;
+}
 
 /** Tensor by FQN (binary search on an internal index), or NULL. */
 const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn);

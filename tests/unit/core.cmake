@@ -8,3 +8,5 @@ flx_unit(test_spec flx_reshard)
 flx_unit(test_bcache flx_reshard)
 # The CPU slicer (the tiled transpose too) against a naive oracle.
 flx_unit(test_slice flx_gpu)
+# The transform stage and its casts against formula and vector oracles.
+flx_unit(test_transform flx_fs)
