@@ -22,21 +22,21 @@ static int fd_pread(void *ctx, void *buf, size_t n, uint64_t off)
 	return flx_pread_full(f->fd, buf, n, f->base + off);
 }
 
-int flx_block_cache_init(flx_block_cache *c)
+int flx_small_read_cache_init(flx_small_read_cache *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->fd = -1;
 	for (int i = 0; i < 2; i++) {
-		c->slot[i].buf = malloc(FLX_BLOCK_CACHE_SLOT);
+		c->slot[i].buf = malloc(FLX_SMALL_READ_SLOT);
 		if (!c->slot[i].buf) {
-			flx_block_cache_release(c);
+			flx_small_read_cache_release(c);
 			return -ENOMEM;
 		}
 	}
 	return 0;
 }
 
-void flx_block_cache_bind(flx_block_cache *c, int fd, uint64_t fsize)
+void flx_small_read_cache_bind(flx_small_read_cache *c, int fd, uint64_t fsize)
 {
 	if (c->fd == fd && c->fsize == fsize)
 		return;
@@ -46,7 +46,7 @@ void flx_block_cache_bind(flx_block_cache *c, int fd, uint64_t fsize)
 	c->slot[1].len = 0;
 }
 
-void flx_block_cache_release(flx_block_cache *c)
+void flx_small_read_cache_release(flx_small_read_cache *c)
 {
 	free(c->slot[0].buf);
 	free(c->slot[1].buf);
@@ -58,7 +58,7 @@ void flx_block_cache_release(flx_block_cache *c)
 static int cached_pread(void *ctx, void *buf, size_t n, uint64_t off)
 {
 	const flx_cached_reader *cr = ctx;
-	flx_block_cache *c = cr->cache;
+	flx_small_read_cache *c = cr->cache;
 	uint64_t at = cr->base + off, start;
 	size_t len;
 	int i, rc;
@@ -78,16 +78,16 @@ static int cached_pread(void *ctx, void *buf, size_t n, uint64_t off)
 	 * directory backwards from its end, then its head, and the next
 	 * item starts where this one ends, so half a block on either side
 	 * catches both this item's records and the next item's. */
-	if (n > FLX_BLOCK_CACHE_SLOT / 2 || at >= c->fsize) {
+	if (n > FLX_SMALL_READ_SLOT / 2 || at >= c->fsize) {
 		c->preads++;
 		return flx_pread_full(c->fd, buf, n, at);
 	}
-	start = at + n > FLX_BLOCK_CACHE_SLOT / 2
-		    ? (at + n - FLX_BLOCK_CACHE_SLOT / 2) & ~(uint64_t)4095
+	start = at + n > FLX_SMALL_READ_SLOT / 2
+		    ? (at + n - FLX_SMALL_READ_SLOT / 2) & ~(uint64_t)4095
 		    : 0;
-	len = c->fsize - start < FLX_BLOCK_CACHE_SLOT
+	len = c->fsize - start < FLX_SMALL_READ_SLOT
 		  ? (size_t)(c->fsize - start)
-		  : FLX_BLOCK_CACHE_SLOT;
+		  : FLX_SMALL_READ_SLOT;
 	if (len < (at - start) + n) /* the read runs past the file's end */
 		return -EIO;
 	i = c->slot[0].used <= c->slot[1].used ? 0 : 1;
@@ -104,7 +104,7 @@ static int cached_pread(void *ctx, void *buf, size_t n, uint64_t off)
 }
 
 void flx_reader_cached(flx_reader *r, flx_cached_reader *ctx,
-		       flx_block_cache *cache, uint64_t base, uint64_t len)
+		       flx_small_read_cache *cache, uint64_t base, uint64_t len)
 {
 	ctx->cache = cache;
 	ctx->base = base;

@@ -29,22 +29,23 @@ typedef struct flx_fd_reader {
 } flx_fd_reader;
 
 /*
- * A read cache over one file for parsers that make many small reads close
- * together: the zip directory and data.pkl of each torch.save item, item
- * after item.  Two slots of FLX_BLOCK_CACHE_SLOT bytes, least recently
- * used replaced, each filled by one pread of the aligned block centred on
- * a miss; reads over half a slot go straight to the file.  Items visited
- * in file order then cost about one pread per 32 KiB of small items, and
- * one or two per large one, instead of about eight.
- * Not thread-safe: one cache per thread.
+ * The small-read cache: a read cache over one file for parsers that make
+ * many small reads close together (the zip directory and data.pkl of each
+ * torch.save item, item after item) while a checkpoint is opened.  Not
+ * the views' block cache of tensor data (reshard's flx_bcache).  Two slots of
+ * FLX_SMALL_READ_SLOT bytes, least recently used replaced, each filled by one
+ * pread of the aligned block centred on a miss; reads over half a slot go
+ * straight to the file.  Items visited in file order then cost about one pread
+ * per 32 KiB of small items, and one or two per large one, instead of about
+ * eight. Not thread-safe: one cache per thread.
  */
-#define FLX_BLOCK_CACHE_SLOT (64u * 1024)
+#define FLX_SMALL_READ_SLOT (64u * 1024)
 
-typedef struct flx_block_cache {
+typedef struct flx_small_read_cache {
 	int fd;		/* -1: nothing bound */
 	uint64_t fsize; /* bound file's size: blocks never extend past it */
 	struct {
-		unsigned char *buf; /* FLX_BLOCK_CACHE_SLOT bytes */
+		unsigned char *buf; /* FLX_SMALL_READ_SLOT bytes */
 		uint64_t start;	    /* file offset of buf[0] */
 		size_t len;	    /* valid bytes (0: empty) */
 		uint64_t used;	    /* LRU tick */
@@ -52,30 +53,31 @@ typedef struct flx_block_cache {
 	uint64_t tick;
 	uint64_t preads; /* counters, for tests and diagnostics */
 	uint64_t hits;
-} flx_block_cache;
+} flx_small_read_cache;
 
 typedef struct flx_cached_reader {
-	flx_block_cache *cache;
+	flx_small_read_cache *cache;
 	uint64_t base; /* window start in the file */
 } flx_cached_reader;
 
 /** Allocate the slots; nothing bound.  @return 0 or -ENOMEM. */
-int flx_block_cache_init(flx_block_cache *c);
+int flx_small_read_cache_init(flx_small_read_cache *c);
 
 /** Bind to fd of fsize bytes, dropping cached blocks unless fd is the
  * one already bound (the cache trusts that the file does not change).
  * The cache knows a file only by descriptor number and size: fd must stay
  * open as long as it is bound, or a reused number of an equally long file
  * would be served the old file's blocks (bind to -1 first). */
-void flx_block_cache_bind(flx_block_cache *c, int fd, uint64_t fsize);
+void flx_small_read_cache_bind(flx_small_read_cache *c, int fd, uint64_t fsize);
 
 /** Free the slots (safe after a failed init or twice). */
-void flx_block_cache_release(flx_block_cache *c);
+void flx_small_read_cache_release(flx_small_read_cache *c);
 
 /** Reader over bytes [base, base+len) of the cache's bound file; base+len
  * must not exceed its fsize.  cache and ctx must outlive the reader. */
 void flx_reader_cached(flx_reader *r, flx_cached_reader *ctx,
-		       flx_block_cache *cache, uint64_t base, uint64_t len);
+		       flx_small_read_cache *cache, uint64_t base,
+		       uint64_t len);
 
 /** Reader over buf[0..len); ctx must outlive the reader. */
 void flx_reader_mem(flx_reader *r, flx_mem_reader *ctx, const void *buf,

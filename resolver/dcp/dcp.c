@@ -837,7 +837,7 @@ typedef struct pkl_memo_ent {
 } pkl_memo_ent;
 
 typedef struct item_scratch {
-	flx_block_cache bc;
+	flx_small_read_cache bc;
 	flx_zip *zip;
 	unsigned char *buf; /* data.pkl bytes */
 	size_t cap;
@@ -850,14 +850,14 @@ static int scratch_init(item_scratch *s)
 	int rc;
 
 	memset(s, 0, sizeof(*s));
-	rc = flx_block_cache_init(&s->bc);
+	rc = flx_small_read_cache_init(&s->bc);
 	s->zip = flx_zip_new();
 	return rc ? rc : s->zip ? 0 : -ENOMEM;
 }
 
 static void scratch_release(item_scratch *s)
 {
-	flx_block_cache_release(&s->bc);
+	flx_small_read_cache_release(&s->bc);
 	flx_zip_close(s->zip);
 	free(s->buf);
 	for (int i = 0; i < PKL_MEMO; i++)
@@ -951,7 +951,7 @@ static int load_item(const flx_ckpt *c, item_scratch *s, flx_error *err,
 	int rc;
 
 	item_name(name, sizeof(name), f->relpath, ch->item_off);
-	flx_block_cache_bind(&s->bc, f->fd, f->size);
+	flx_small_read_cache_bind(&s->bc, f->fd, f->size);
 	flx_reader_cached(&r, &cr, &s->bc, ch->item_off, ch->item_len);
 	rc = flx_zip_parse(z, &r, name, err);
 	if (rc) {
