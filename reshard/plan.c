@@ -1097,14 +1097,15 @@ uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which)
 
 		for (uint32_t c = 0; c < t->nchunks; c++) {
 			const flx_chunk *ch = &t->chunks[c];
-			uint64_t last; /* storage index of the last element */
+			uint64_t span; /* storage elements it reaches */
 
 			if (t->ndim == 0 || ch->contig_from < t->ndim ||
-			    flx_strided_last(t->ndim, ch->size, ch->stride,
-					     &last) != 0)
+			    flx_strided_span(t->ndim, ch->size, ch->stride,
+					     &span) != 0 ||
+			    span == 0)
 				continue;
-			if ((last + 1) * flx_dtype_size(t->dtype) > best) {
-				best = (last + 1) * flx_dtype_size(t->dtype);
+			if (span * flx_dtype_size(t->dtype) > best) {
+				best = span * flx_dtype_size(t->dtype);
 				if (which)
 					*which = t;
 			}

@@ -19,7 +19,7 @@
 #include "dtype.h"
 #include "error.h"
 #include "grow.h"
-#include "torchpkl.h"
+#include "shape.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -165,18 +165,5 @@ int flx_tensor_alloc_chunks(flx_tensor *t, uint32_t n);
  * whatever their stride.
  */
 int flx_chunk_contig_from(int ndim, const flx_chunk *ch);
-
-/** Number of elements of a shape; 1 for ndim 0.  Caller has checked that
- * it fits (flx_ckpt_open does). */
-uint64_t flx_numel(int ndim, const int64_t *shape);
-
-/**
- * Where the last element of a strided box lies, in elements from its
- * first: the sum of (size - 1) x stride (sizes and strides non-negative).
- * @return 0 and *last; 1 when the box has no element; -ERANGE when the sum
- *         does not fit 64 bits.
- */
-int flx_strided_last(int ndim, const int64_t *size, const int64_t *stride,
-		     uint64_t *last);
 
 #endif

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "torchpkl.h"
 
-#include "ckpt.h"
 #include "pickle.h"
+#include "shape.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -139,15 +139,13 @@ static int int_tuple(struct tctx *c, const flx_pv *v, const char *what,
 /* storage_offset + max index reached must lie inside the storage. */
 static int check_extent(struct tctx *c, const flx_tensor_pkl *t)
 {
-	uint64_t last, end, bytes;
-	int rc = flx_strided_last(t->ndim, t->size, t->stride, &last);
+	uint64_t span, end, bytes;
 
-	if (rc == 1)
-		return 0; /* no elements: no storage needed */
-	if (rc < 0 ||
-	    __builtin_add_overflow(last, (uint64_t)t->storage_offset, &last))
+	if (flx_strided_span(t->ndim, t->size, t->stride, &span))
 		return tfail(c, "size x stride overflows");
-	if (__builtin_add_overflow(last, 1, &end) ||
+	if (span == 0)
+		return 0; /* no elements: no storage needed */
+	if (__builtin_add_overflow(span, (uint64_t)t->storage_offset, &end) ||
 	    __builtin_mul_overflow(end, (uint64_t)flx_dtype_size(t->dtype),
 				   &bytes))
 		return tfail(c, "size x stride overflows");

@@ -14,10 +14,9 @@
 
 #include "dtype.h"
 #include "error.h"
+#include "shape.h"
 
 #include <stdint.h>
-
-#define FLX_MAX_DIMS 16
 
 typedef struct flx_tensor_pkl {
 	flx_dtype dtype;

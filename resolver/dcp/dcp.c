@@ -139,33 +139,6 @@ int flx_chunk_contig_from(int ndim, const flx_chunk *ch)
 	return k;
 }
 
-uint64_t flx_numel(int ndim, const int64_t *shape)
-{
-	uint64_t n = 1;
-
-	for (int i = 0; i < ndim; i++)
-		n *= (uint64_t)shape[i];
-	return n;
-}
-
-int flx_strided_last(int ndim, const int64_t *size, const int64_t *stride,
-		     uint64_t *last)
-{
-	*last = 0;
-	for (int d = 0; d < ndim; d++)
-		if (size[d] == 0)
-			return 1;
-	for (int d = 0; d < ndim; d++) {
-		uint64_t step;
-
-		if (__builtin_mul_overflow((uint64_t)(size[d] - 1),
-					   (uint64_t)stride[d], &step) ||
-		    __builtin_add_overflow(*last, step, last))
-			return -ERANGE;
-	}
-	return 0;
-}
-
 /* ---- small interpretation helpers over the pickle tree ---- */
 
 /* Class name check that also insists on a torch.distributed module, so an
@@ -805,17 +778,6 @@ static int item_window(loader *L, const sentry *e, const char *key,
 
 /* ---- tensors ---- */
 
-static void fmt_offsets(char *buf, size_t len, int ndim, const int64_t *off)
-{
-	size_t n = (size_t)snprintf(buf, len, "[");
-
-	for (int i = 0; i < ndim && n < len; i++)
-		n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? "," : "",
-				      (long long)off[i]);
-	if (n < len)
-		snprintf(buf + n, len - n, "]");
-}
-
 /*
  * What an item worker keeps from one item to the next: a mount reads tens
  * of thousands of items, each a few hundred bytes, and allocating for each
@@ -998,8 +960,8 @@ static int load_item(const flx_ckpt *c, item_scratch *s, flx_error *err,
 	if (cmp_offsets(tp.ndim, tp.size, t->ndim, ch->size) != 0) {
 		char a[96], b[96];
 
-		fmt_offsets(a, sizeof(a), tp.ndim, tp.size);
-		fmt_offsets(b, sizeof(b), t->ndim, ch->size);
+		flx_fmt_dims(a, sizeof(a), tp.ndim, tp.size);
+		flx_fmt_dims(b, sizeof(b), t->ndim, ch->size);
 		return flx_error_set(err, -EINVAL, name, t->fqn,
 				     "saved tensor shape %s differs from the "
 				     "chunk's sizes %s",
@@ -1260,7 +1222,7 @@ static int check_coverage(loader *L, flx_tensor *t)
 		for (int d = 0; d < t->ndim; d++) {
 			if (ch->off[d] > t->shape[d] ||
 			    ch->size[d] > t->shape[d] - ch->off[d]) {
-				fmt_offsets(o, sizeof(o), t->ndim, ch->off);
+				flx_fmt_dims(o, sizeof(o), t->ndim, ch->off);
 				return flx_error_set(L->err, -EINVAL, META_NAME,
 						     t->fqn,
 						     "chunk at %s lies outside "
@@ -1309,8 +1271,8 @@ static int check_coverage(loader *L, flx_tensor *t)
 				if (chunks_overlap(t->ndim, a, ch)) {
 					char o[96];
 
-					fmt_offsets(o, sizeof(o), t->ndim,
-						    ch->off);
+					flx_fmt_dims(o, sizeof(o), t->ndim,
+						     ch->off);
 					rc = flx_error_set(
 					    L->err, -EINVAL, META_NAME, t->fqn,
 					    "chunk at %s overlaps another "
@@ -1347,7 +1309,7 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 			 const char *name, const flx_pv *tsm, uint32_t *windows)
 {
 	const flx_pv *chunks = attr(tsm, "chunks");
-	uint64_t numel = 1, nh = name_hash(name);
+	uint64_t nh = name_hash(name);
 	int rc;
 
 	*windows = 0;
@@ -1357,13 +1319,10 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 				 t->shape);
 	if (rc)
 		return rc;
-	/* Element and byte counts must fit in 63 bits. */
-	for (int d = 0; d < t->ndim; d++)
-		if (t->shape[d] && __builtin_mul_overflow(
-				       numel, (uint64_t)t->shape[d], &numel))
-			goto too_big;
-	if (numel > (uint64_t)INT64_MAX / flx_dtype_size(t->dtype))
-		goto too_big;
+	if (flx_shape_bytes(t->ndim, t->shape, flx_dtype_size(t->dtype), NULL,
+			    NULL))
+		return flx_error_set(L->err, -EOVERFLOW, META_NAME, t->fqn,
+				     "tensor size overflows 64 bits");
 	if (!chunks || chunks->kind != FLX_PV_LIST)
 		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 				     "chunks is missing or not a list");
@@ -1412,7 +1371,7 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 		if (!e) {
 			char o[96];
 
-			fmt_offsets(o, sizeof(o), t->ndim, ch->off);
+			flx_fmt_dims(o, sizeof(o), t->ndim, ch->off);
 			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 					     "no storage_data entry for the "
 					     "chunk at %s",
@@ -1426,9 +1385,6 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 	/* The items themselves are read later, all together, in file order
 	 * (items_begin()). */
 	return check_coverage(L, t);
-too_big:
-	return flx_error_set(L->err, -EOVERFLOW, META_NAME, t->fqn,
-			     "tensor size overflows 64 bits");
 }
 
 /* As decode_tensor(): o->file holds the entry's index for now. */
