@@ -1,46 +1,34 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * PyTorch Distributed Checkpoint reader: ".metadata" (a pickle of the
- * Metadata dataclass, decoded by the inert pickle VM and interpreted here by
- * class *name*, so torch 1.13's _shard modules and 2.x's modules both work)
- * and the items of the "__R_N.distcp" files (each a torch.save zip whose
- * data/0 record holds the chunk's raw storage).
- *
- * Everything is validated at open so a mount either fails with one precise
- * line or serves a checkpoint whose every chunk byte lies inside a file that
- * was present and long enough.
+ * The PyTorch Distributed Checkpoint source (source.h): ".metadata" (a
+ * pickle of the Metadata dataclass, decoded by the inert pickle VM and
+ * interpreted here by class *name*, so torch 1.13's _shard modules and
+ * 2.x's modules both work) and the items of the "__R_N.distcp" files (each
+ * a torch.save zip whose data/0 record holds the chunk's raw storage),
+ * read by the builder's item workers.
  */
-#include "ckpt.h"
 #include "grow.h"
 #include "pickle.h"
 #include "reader.h"
+#include "source.h"
 #include "torchpkl.h"
 #include "zipitem.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define META_NAME	   ".metadata"
 #define MAX_METADATA_BYTES (1ull << 30)
 #define MAX_DATA_PKL_BYTES (1u << 20)
 
-static int64_t mtime_ns(const struct stat *st)
-{
-	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
-}
-
 #define PATH_MEMO 64
-#define MAX_PARTS 8 /* threads interpreting the metadata, see part */
+#define MAX_PARTS FLX_MAX_THREADS /* threads interpreting the metadata */
 
 /* One storage_data entry: (fqn, chunk offsets or none) -> item location. */
 typedef struct sentry {
@@ -65,16 +53,12 @@ typedef struct sentry_ref {
 } sentry_ref;
 
 typedef struct loader {
+	flx_build *b;
 	flx_ckpt *c;
-	int dirfd;
-	char *realdir; /* realpath of the directory, for symlink checks */
 	flx_error *err;
+	unsigned threads; /* flx_ckpt_opts.threads */
 	sentry *se;
 	size_t nse;
-	size_t cap_files;
-	int *fmap; /* open-addressing index of files by relpath */
-	size_t fmap_cap;
-	size_t nitems;		     /* chunks of all tensors */
 	int64_t *offpool[MAX_PARTS]; /* storage_data offsets, see sentry */
 	sentry_ref *smap;	     /* open-addressing index of se */
 	struct path_memo {
@@ -83,61 +67,6 @@ typedef struct loader {
 	} paths[PATH_MEMO];
 	size_t smap_mask;
 } loader;
-
-/* Bytes of n chunks of t and their dims block; never an empty dims block:
- * chunk pointers must be valid even for 0-d tensors, where nothing is read
- * through them. */
-static size_t chunks_bytes(const flx_tensor *t, uint32_t n)
-{
-	size_t ndims = (size_t)n * 3 * (size_t)t->ndim;
-
-	_Static_assert(sizeof(flx_chunk) % sizeof(int64_t) == 0,
-		       "dims follow the chunks, aligned");
-	return (size_t)n * sizeof(flx_chunk) +
-	       (ndims ? ndims : 1) * sizeof(int64_t);
-}
-
-/* Lay n chunks out in ch (zeroed, chunks_bytes() long). */
-static void place_chunks(flx_tensor *t, uint32_t n, flx_chunk *ch)
-{
-	size_t per = 3 * (size_t)t->ndim;
-
-	t->chunks = ch;
-	t->dims = (int64_t *)(ch + n);
-	for (uint32_t i = 0; i < n; i++) {
-		int64_t *d = t->dims + i * per;
-
-		ch[i].off = d;
-		ch[i].size = d + t->ndim;
-		ch[i].stride = d + 2 * t->ndim;
-	}
-}
-
-int flx_tensor_alloc_chunks(flx_tensor *t, uint32_t n)
-{
-	flx_chunk *ch = calloc(1, chunks_bytes(t, n));
-
-	if (!ch)
-		return -ENOMEM;
-	place_chunks(t, n, ch);
-	return 0;
-}
-
-int flx_chunk_contig_from(int ndim, const flx_chunk *ch)
-{
-	int64_t expect = 1;
-	int k = ndim;
-
-	while (k > 0) {
-		int64_t sz = ch->size[k - 1];
-
-		if (sz != 1 && ch->stride[k - 1] != expect)
-			break;
-		expect *= sz;
-		k--;
-	}
-	return k;
-}
 
 /* ---- small interpretation helpers over the pickle tree ---- */
 
@@ -347,21 +276,18 @@ typedef struct part {
 	const unsigned char *kinds; /* state_dict_metadata: ENT_ per entry */
 	size_t t0, o0;		    /* its first tensor and object slot */
 	flx_pool pool;		    /* names and chunks, for c->pool */
-	size_t nitems;
-	pthread_t tid;
-	bool thread;
 } part;
 
-/* FLEXFS_ITEM_THREADS=N forces N parts as it forces N item threads, so
- * the error corpus (a few dozen entries) runs through the parts too. */
-static unsigned part_count(size_t n)
+/* Parts for n entries: by size and CPUs, or as many as the open's forced
+ * thread count (so the error corpus, a few dozen entries, runs through
+ * the parts too). */
+static unsigned part_count(const loader *L, size_t n)
 {
-	const char *force = getenv("FLEXFS_ITEM_THREADS");
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	size_t want = n / ENTRIES_PER_PART;
 
-	if (force && *force >= '1' && *force <= '8' && !force[1])
-		want = (size_t)(*force - '0');
+	if (L->threads)
+		want = L->threads;
 	else if (want > (size_t)(cpus < 1 ? 1 : cpus))
 		want = (size_t)(cpus < 1 ? 1 : cpus);
 	if (want > n)
@@ -386,21 +312,6 @@ static part *parts_new(const loader *L, const flx_pv *dict, size_t n,
 		p[k].hi = p[k].fail = n * (k + 1) / np;
 	}
 	return p;
-}
-
-/* Part 0 here, the others on threads; a part whose thread cannot start
- * runs here as well. */
-static void parts_run(part *p, unsigned np, void *(*fn)(void *))
-{
-	for (unsigned k = 1; k < np; k++)
-		p[k].thread = pthread_create(&p[k].tid, NULL, fn, &p[k]) == 0;
-	fn(&p[0]);
-	for (unsigned k = 1; k < np; k++) {
-		if (p[k].thread)
-			pthread_join(p[k].tid, NULL);
-		else
-			fn(&p[k]);
-	}
 }
 
 /* Parts cover the entries in order: the first part that failed holds
@@ -511,12 +422,50 @@ static void *sd_part_run(void *arg)
 	return NULL;
 }
 
+/* Decode the n entries of storage_data into L->se, in parts. */
+static int decode_storage_data(loader *L, const flx_pv *sd, size_t n)
+{
+	unsigned np = part_count(L, n);
+	part *p = parts_new(L, sd, n, np), *f;
+	int rc = 0;
+
+	if (!p)
+		return -ENOMEM;
+	/* room for two dimensions per entry, allocated here: a part's
+	 * thread would grow it in 4 KiB pages (see flx_pool); the loader
+	 * owns each block from the start */
+	for (unsigned k = 0; k < np && !rc; k++) {
+		p[k].capoffs = 2 * (p[k].hi - p[k].lo);
+		p[k].offs =
+		    malloc((p[k].capoffs ? p[k].capoffs : 1) * sizeof(int64_t));
+		L->offpool[k] = p[k].offs;
+		if (!p[k].offs)
+			rc = -ENOMEM;
+	}
+	if (rc)
+		goto out;
+	flx_run_parts(p, sizeof(*p), np, sd_part_run);
+	for (unsigned k = 0; k < np; k++) {
+		/* a part's thread may have moved its block */
+		L->offpool[k] = p[k].offs;
+		for (size_t i = p[k].lo; i < p[k].fail; i++) {
+			sentry *e = &L->se[i];
+
+			e->off = e->ndim > 0 ? p[k].offs + e->offi : NULL;
+		}
+	}
+	f = parts_failed(p, np);
+	if (f)
+		rc = part_error(L, f);
+out:
+	free(p);
+	return rc;
+}
+
 static int load_storage_data(loader *L, const flx_pv *sd)
 {
 	size_t n;
-	unsigned np;
-	part *p, *f;
-	int rc = 0;
+	int rc;
 
 	if (!sd || sd->kind != FLX_PV_DICT)
 		return flx_error_set(L->err, -EINVAL, META_NAME, "storage_data",
@@ -528,37 +477,7 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 	L->se = calloc(n ? n : 1, sizeof(sentry));
 	if (!L->se)
 		return -ENOMEM;
-	np = part_count(n);
-	if (!(p = parts_new(L, sd, n, np)))
-		return -ENOMEM;
-	/* room for two dimensions per entry, allocated here: a part's
-	 * thread would grow it in 4 KiB pages (see flx_pool) */
-	for (unsigned k = 0; k < np && !rc; k++) {
-		p[k].capoffs = 2 * (p[k].hi - p[k].lo);
-		p[k].offs =
-		    malloc((p[k].capoffs ? p[k].capoffs : 1) * sizeof(int64_t));
-		if (!p[k].offs)
-			rc = -ENOMEM;
-	}
-	if (rc) {
-		for (unsigned k = 0; k < np; k++)
-			free(p[k].offs);
-		free(p);
-		return rc;
-	}
-	parts_run(p, np, sd_part_run);
-	for (unsigned k = 0; k < np; k++) {
-		L->offpool[k] = p[k].offs; /* freed with the loader */
-		for (size_t i = p[k].lo; i < p[k].fail; i++) {
-			sentry *e = &L->se[i];
-
-			e->off = e->ndim > 0 ? p[k].offs + e->offi : NULL;
-		}
-	}
-	f = parts_failed(p, np);
-	if (f)
-		rc = part_error(L, f);
-	free(p);
+	rc = decode_storage_data(L, sd, n);
 	if (rc)
 		return rc;
 	L->nse = n;
@@ -578,161 +497,6 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 					     "for one chunk");
 		*r = (sentry_ref){(uint32_t)i, (uint32_t)(e->h >> 32)};
 	}
-	return 0;
-}
-
-/* ---- files ---- */
-
-/* relative_path must name a file inside the checkpoint directory: not
- * absolute, no "." or ".." component, no empty component. */
-static bool relpath_ok(const char *p)
-{
-	const char *s = p;
-
-	if (!*p || *p == '/')
-		return false;
-	while (*s) {
-		const char *e = strchr(s, '/');
-		size_t n = e ? (size_t)(e - s) : strlen(s);
-
-		if (n == 0 || (n == 1 && s[0] == '.') ||
-		    (n == 2 && s[0] == '.' && s[1] == '.'))
-			return false;
-		s += n;
-		if (*s == '/')
-			s++;
-	}
-	return true;
-}
-
-/* Open relpath read-only.  Symlinks (in any component) are followed only
- * while the resolved path stays inside the checkpoint directory. */
-static int open_inside(loader *L, const char *relpath, int *fd_out)
-{
-	size_t n = strlen(L->realdir);
-	char *abs = NULL, *real;
-	int fd;
-
-	if (asprintf(&abs, "%s/%s", L->realdir, relpath) < 0)
-		return -ENOMEM;
-	real = realpath(abs, NULL);
-	free(abs);
-	if (!real)
-		return -errno;
-	if (strncmp(real, L->realdir, n) != 0 ||
-	    (real[n] != '/' && !(n == 1 && real[0] == '/'))) {
-		free(real);
-		return -EXDEV;
-	}
-	/* real has no symlink left; O_NOFOLLOW keeps it that way */
-	fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	free(real);
-	if (fd < 0)
-		return -errno;
-	*fd_out = fd;
-	return 0;
-}
-
-/* relpath -> index into files, so deduplication stays linear in the
- * number of items (torch 1.13 writes one file per item). */
-static uint64_t hash_str(const char *s)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	while (*s)
-		h = (h ^ (unsigned char)*s++) * 1099511628211ull;
-	return h;
-}
-
-static int file_index_lookup(const loader *L, const char *relpath)
-{
-	if (!L->fmap_cap)
-		return -1;
-	for (size_t i = hash_str(relpath) & (L->fmap_cap - 1);;
-	     i = (i + 1) & (L->fmap_cap - 1)) {
-		int v = L->fmap[i];
-
-		if (v < 0)
-			return -1;
-		if (strcmp(L->c->files[v].relpath, relpath) == 0)
-			return v;
-	}
-}
-
-static int file_index_add(loader *L, int idx)
-{
-	if (2 * (size_t)(idx + 1) > L->fmap_cap) {
-		size_t cap = L->fmap_cap ? 2 * L->fmap_cap : 64;
-		int *m = malloc(cap * sizeof(int));
-
-		if (!m)
-			return -ENOMEM;
-		memset(m, 0xff, cap * sizeof(int));
-		free(L->fmap);
-		L->fmap = m;
-		L->fmap_cap = cap;
-		for (int k = 0; k < idx; k++)
-			file_index_add(L, k);
-	}
-	for (size_t i = hash_str(L->c->files[idx].relpath) & (L->fmap_cap - 1);;
-	     i = (i + 1) & (L->fmap_cap - 1))
-		if (L->fmap[i] < 0) {
-			L->fmap[i] = idx;
-			return 0;
-		}
-}
-
-/* Open and record a file of the directory.  key names the tensor or
- * value that needs it (NULL for passthrough extras), for messages. */
-static int add_file(loader *L, const char *relpath, bool data, const char *key,
-		    uint32_t *idx)
-{
-	flx_ckpt *c = L->c;
-	struct stat st;
-	flx_file *f;
-	int fd = -1, rc, known = file_index_lookup(L, relpath);
-
-	if (known >= 0) {
-		*idx = (uint32_t)known;
-		return 0;
-	}
-	if (data && !relpath_ok(relpath))
-		return flx_error_set(L->err, -EINVAL, META_NAME, key,
-				     "relative_path '%s' leaves the "
-				     "checkpoint directory",
-				     relpath);
-	if (flx_grow((void **)&c->files, &L->cap_files, c->nfiles + 1,
-		     sizeof(flx_file)))
-		return -ENOMEM;
-	rc = open_inside(L, relpath, &fd);
-	if (rc == -EXDEV)
-		return flx_error_set(L->err, -EINVAL, relpath, key,
-				     "resolves outside the checkpoint "
-				     "directory (symlink)");
-	if (rc)
-		return flx_error_set(L->err, rc, relpath, key,
-				     "cannot open: %s", strerror(-rc));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return flx_error_set(L->err, -EINVAL, relpath, key,
-				     "not a regular file");
-	}
-	f = &c->files[c->nfiles];
-	memset(f, 0, sizeof(*f));
-	f->relpath = strdup(relpath);
-	if (!f->relpath) {
-		close(fd);
-		return -ENOMEM;
-	}
-	f->fd = fd;
-	flx_file_identity(f, &st);
-	f->data = data;
-	*idx = (uint32_t)c->nfiles++;
-	if (file_index_add(L, (int)*idx))
-		return -ENOMEM;
-	/* No POSIX_FADV_RANDOM: views end up reading every source byte, so
-	 * the kernel's readahead is never wasted and keeps cold sequential
-	 * reads streaming. */
 	return 0;
 }
 
@@ -759,7 +523,10 @@ static int item_window(loader *L, const sentry *e, const char *key,
 		if (pm->s == e->relpath) {
 			*file = pm->idx;
 		} else {
-			rc = add_file(L, e->relpath, true, key, file);
+			const flx_file_ref ref = {META_NAME, "relative_path",
+						  key};
+
+			rc = flx_build_data_file(L->b, e->relpath, &ref, file);
 			if (rc)
 				return rc;
 			*pm = (struct path_memo){e->relpath, *file};
@@ -807,8 +574,9 @@ typedef struct item_scratch {
 } item_scratch;
 
 /* On failure too, s is left for scratch_release(). */
-static int scratch_init(item_scratch *s)
+static int scratch_init(void *arg)
 {
+	item_scratch *s = arg;
 	int rc;
 
 	memset(s, 0, sizeof(*s));
@@ -817,8 +585,10 @@ static int scratch_init(item_scratch *s)
 	return rc ? rc : s->zip ? 0 : -ENOMEM;
 }
 
-static void scratch_release(item_scratch *s)
+static void scratch_release(void *arg)
 {
+	item_scratch *s = arg;
+
 	flx_small_read_cache_release(&s->bc);
 	flx_zip_close(s->zip);
 	free(s->buf);
@@ -899,10 +669,11 @@ static void item_name(char *buf, size_t size, const char *relpath, uint64_t off)
 /* Locate the chunk's storage inside its torch.save item and check it
  * against the metadata.  Reads go through s's cache, bound here to the
  * item's file; errors go to err.  Touches nothing shared but *ch, so items
- * may be loaded on several threads at once (items_begin()). */
-static int load_item(const flx_ckpt *c, item_scratch *s, flx_error *err,
-		     const flx_tensor *t, flx_chunk *ch)
+ * may be loaded on several threads at once (flx_item_ops). */
+static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
+		     flx_chunk *ch, flx_error *err)
 {
+	item_scratch *s = arg;
 	const flx_file *f = &c->files[ch->file];
 	char name[FLX_ERR_FIELD];
 	flx_reader r;
@@ -991,313 +762,6 @@ static int load_item(const flx_ckpt *c, item_scratch *s, flx_error *err,
 }
 
 /*
- * Reading the items.  Every chunk's torch.save item is opened (zip
- * directory, data.pkl) to check it against the metadata and to find its
- * data.  A checkpoint can hold tens of thousands of small items, so they
- * are visited in file order, through a block cache that serves the
- * directory and data.pkl of neighbouring items from one pread, and, past
- * ITEMS_PER_THREAD items, on several threads, each over a contiguous run
- * of that order with its own cache.  Each thread stops at its first
- * failure; the failure reported is the first in file order, as a single
- * thread would find it.
- */
-#define ITEMS_PER_THREAD 4096
-#define MAX_ITEM_THREADS 8
-
-typedef struct item_job {
-	const flx_tensor *t;
-	flx_chunk *ch;
-} item_job;
-
-typedef struct item_worker {
-	const flx_ckpt *c;
-	item_job *jobs;
-	size_t lo, hi;
-	bool thread; /* running on tid, joined by items_end() */
-	bool ran;
-	pthread_t tid;
-	int rc;
-	flx_error err;
-} item_worker;
-
-/* Items being read, from items_begin() to items_end(). */
-struct flx_item_load {
-	item_job *jobs;
-	unsigned nt;
-	item_worker w[MAX_ITEM_THREADS];
-};
-
-static int cmp_job(const void *pa, const void *pb)
-{
-	const flx_chunk *a = ((const item_job *)pa)->ch;
-	const flx_chunk *b = ((const item_job *)pb)->ch;
-
-	if (a->file != b->file)
-		return a->file < b->file ? -1 : 1;
-	return a->item_off < b->item_off ? -1 : a->item_off > b->item_off;
-}
-
-/*
- * Fill jobs with every chunk of c in file order: by file, then by offset
- * in the file.  A rank writes its items in state-dict order, so bucketing
- * the chunks by file in tensor order (stable) nearly always leaves each
- * file's run sorted already; a run that is not gets sorted.  A qsort of
- * all 64 k jobs cost 4 ms of a mount.  @return the job count, SIZE_MAX
- * when out of memory.
- */
-static size_t order_jobs(const flx_ckpt *c, item_job *jobs)
-{
-	size_t *at = calloc(c->nfiles + 1, sizeof(*at)), n = 0;
-
-	if (!at)
-		return SIZE_MAX;
-	for (size_t i = 0; i < c->ntensors; i++)
-		for (uint32_t k = 0; k < c->tensors[i].nchunks; k++)
-			at[c->tensors[i].chunks[k].file + 1]++;
-	for (size_t f = 0; f < c->nfiles; f++)
-		at[f + 1] += at[f];
-	n = at[c->nfiles];
-	for (size_t i = 0; i < c->ntensors; i++)
-		for (uint32_t k = 0; k < c->tensors[i].nchunks; k++) {
-			flx_chunk *ch = &c->tensors[i].chunks[k];
-
-			jobs[at[ch->file]++] = (item_job){&c->tensors[i], ch};
-		}
-	/* at[f] is now the end of file f's run */
-	for (size_t f = 0, lo = 0; f < c->nfiles; lo = at[f++])
-		for (size_t j = lo + 1; j < at[f]; j++)
-			if (jobs[j - 1].ch->item_off > jobs[j].ch->item_off) {
-				qsort(jobs + lo, at[f] - lo, sizeof(*jobs),
-				      cmp_job);
-				break;
-			}
-	free(at);
-	return n;
-}
-
-static void *item_worker_run(void *arg)
-{
-	item_worker *w = arg;
-	item_scratch *s = malloc(sizeof(*s));
-
-	w->ran = true;
-	w->rc = s ? scratch_init(s) : -ENOMEM;
-	for (size_t i = w->lo; !w->rc && i < w->hi; i++)
-		w->rc =
-		    load_item(w->c, s, &w->err, w->jobs[i].t, w->jobs[i].ch);
-	if (s) {
-		scratch_release(s);
-		free(s);
-	}
-	return NULL;
-}
-
-/* FLEXFS_ITEM_THREADS=N forces N threads however few the items (tests
- * run the error corpus that way: the report must not change). */
-static unsigned item_threads(size_t n)
-{
-	const char *force = getenv("FLEXFS_ITEM_THREADS");
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	size_t want = n / ITEMS_PER_THREAD;
-
-	if (force && *force >= '1' && *force <= '8' && !force[1])
-		return (unsigned)(*force - '0') < n ? (unsigned)(*force - '0')
-						    : 1;
-
-	if (cpus < 1)
-		cpus = 1;
-	if (want > (size_t)cpus)
-		want = (size_t)cpus;
-	if (want > MAX_ITEM_THREADS)
-		want = MAX_ITEM_THREADS;
-	return want ? (unsigned)want : 1;
-}
-
-/*
- * Start reading the nitems items of c: workers 1.. on their own threads,
- * worker 0 too unless wait (then it runs here, before returning).  A
- * worker whose thread cannot start runs in items_end().  @return 0 and
- * *out (for items_end()), or -ENOMEM.
- */
-static int items_begin(const flx_ckpt *c, size_t nitems, bool wait,
-		       struct flx_item_load **out)
-{
-	struct flx_item_load *ld = calloc(1, sizeof(*ld));
-	size_t n = 0;
-
-	if (!ld ||
-	    !(ld->jobs = calloc(nitems ? nitems : 1, sizeof(item_job)))) {
-		free(ld);
-		return -ENOMEM;
-	}
-	n = order_jobs(c, ld->jobs);
-	if (n == SIZE_MAX) {
-		free(ld->jobs);
-		free(ld);
-		return -ENOMEM;
-	}
-	ld->nt = item_threads(n);
-	for (unsigned k = 0; k < ld->nt; k++) {
-		item_worker *w = &ld->w[k];
-
-		*w = (item_worker){.c = c,
-				   .jobs = ld->jobs,
-				   .lo = n * k / ld->nt,
-				   .hi = n * (k + 1) / ld->nt};
-		flx_error_init(&w->err);
-	}
-	for (unsigned k = wait; k < ld->nt; k++) {
-		if (pthread_create(&ld->w[k].tid, NULL, item_worker_run,
-				   &ld->w[k]))
-			break;
-		ld->w[k].thread = true;
-	}
-	if (wait)
-		item_worker_run(&ld->w[0]);
-	*out = ld;
-	return 0;
-}
-
-/* Wait for (or run) every worker, then free ld.  @return 0, or the first
- * failure in file order with err. */
-static int items_end(struct flx_item_load *ld, flx_error *err)
-{
-	int rc = 0;
-
-	for (unsigned k = 0; k < ld->nt; k++) {
-		if (ld->w[k].thread)
-			pthread_join(ld->w[k].tid, NULL);
-		else if (!ld->w[k].ran)
-			item_worker_run(&ld->w[k]);
-	}
-	for (unsigned k = 0; k < ld->nt && !rc; k++) {
-		rc = ld->w[k].rc;
-		if (rc && ld->w[k].err.code)
-			*err = ld->w[k].err;
-	}
-	if (rc && !err->code)
-		flx_error_set(err, rc, NULL, NULL, "%s", strerror(-rc));
-	free(ld->jobs);
-	free(ld);
-	return rc;
-}
-
-static int cmp_chunk_axis0(const void *pa, const void *pb, void *axis)
-{
-	const flx_chunk *a = *(flx_chunk *const *)pa;
-	const flx_chunk *b = *(flx_chunk *const *)pb;
-	int d = *(int *)axis;
-
-	return a->off[d] < b->off[d] ? -1 : a->off[d] > b->off[d];
-}
-
-static bool chunks_overlap(int ndim, const flx_chunk *a, const flx_chunk *b)
-{
-	for (int d = 0; d < ndim; d++)
-		if (a->off[d] >= b->off[d] + b->size[d] ||
-		    b->off[d] >= a->off[d] + a->size[d])
-			return false;
-	return true;
-}
-
-/*
- * Chunks must lie inside the global shape, be pairwise disjoint and cover
- * it.  Disjointness is checked with a sweep along the axis of greatest
- * extent (sorted starts; an active list of chunks that still extend past
- * the sweep position), not a comparison of all pairs; coverage then
- * follows from the volumes adding up.
- */
-static int check_coverage(loader *L, flx_tensor *t)
-{
-	uint64_t total = flx_numel(t->ndim, t->shape), sum = 0;
-	flx_chunk **order = NULL, **active = NULL;
-	size_t nactive = 0;
-	int axis = 0, rc = 0;
-
-	for (uint32_t i = 0; i < t->nchunks; i++) {
-		const flx_chunk *ch = &t->chunks[i];
-		uint64_t v = 1;
-		char o[96];
-
-		for (int d = 0; d < t->ndim; d++) {
-			if (ch->off[d] > t->shape[d] ||
-			    ch->size[d] > t->shape[d] - ch->off[d]) {
-				flx_fmt_dims(o, sizeof(o), t->ndim, ch->off);
-				return flx_error_set(L->err, -EINVAL, META_NAME,
-						     t->fqn,
-						     "chunk at %s lies outside "
-						     "the global shape",
-						     o);
-			}
-			v *= (uint64_t)ch->size[d];
-		}
-		/* Every chunk lies inside, so a surplus can only be overlap;
-		 * the sweep below names the chunk. */
-		if (__builtin_add_overflow(sum, v, &sum))
-			sum = UINT64_MAX;
-	}
-	if (sum < total)
-		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
-				     "chunks cover %llu of %llu elements",
-				     (unsigned long long)sum,
-				     (unsigned long long)total);
-	if (t->nchunks < 2)
-		return 0;
-	for (int d = 1; d < t->ndim; d++)
-		if (t->shape[d] > t->shape[axis])
-			axis = d;
-	order = malloc(t->nchunks * sizeof(*order));
-	active = malloc(t->nchunks * sizeof(*active));
-	if (!order || !active) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (uint32_t i = 0; i < t->nchunks; i++)
-		order[i] = &t->chunks[i];
-	if (t->ndim > 0)
-		qsort_r(order, t->nchunks, sizeof(*order), cmp_chunk_axis0,
-			&axis);
-	for (uint32_t i = 0; i < t->nchunks; i++) {
-		flx_chunk *ch = order[i];
-		size_t keep = 0;
-
-		if (flx_numel(t->ndim, ch->size) == 0)
-			continue; /* empty chunks overlap nothing */
-		for (size_t j = 0; j < nactive; j++) {
-			flx_chunk *a = active[j];
-
-			if (t->ndim == 0 ||
-			    a->off[axis] + a->size[axis] > ch->off[axis]) {
-				if (chunks_overlap(t->ndim, a, ch)) {
-					char o[96];
-
-					flx_fmt_dims(o, sizeof(o), t->ndim,
-						     ch->off);
-					rc = flx_error_set(
-					    L->err, -EINVAL, META_NAME, t->fqn,
-					    "chunk at %s overlaps another "
-					    "chunk",
-					    o);
-					goto out;
-				}
-				active[keep++] = a;
-			}
-		}
-		nactive = keep;
-		active[nactive++] = ch;
-	}
-	if (sum != total)
-		rc = flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
-				   "chunks hold %llu elements, the tensor %llu",
-				   (unsigned long long)sum,
-				   (unsigned long long)total);
-out:
-	free(order);
-	free(active);
-	return rc;
-}
-
-/*
  * Decode one tensor's metadata and find its chunks' storage_data entries.
  * name: the key's string in the tree (t->fqn is a copy), for
  * find_sentry().  Runs in a part: each chunk's ch->file holds its entry's
@@ -1330,15 +794,9 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 				     "tensor has %zu chunks",
 				     flx_pv_len(chunks));
-	{
-		uint32_t n = (uint32_t)flx_pv_len(chunks);
-		flx_chunk *mem = flx_pool_alloc(pool, chunks_bytes(t, n));
-
-		if (!mem)
-			return -ENOMEM;
-		place_chunks(t, n, mem);
-		t->nchunks = n;
-	}
+	rc = flx_tensor_pool_chunks(pool, t, (uint32_t)flx_pv_len(chunks));
+	if (rc)
+		return rc;
 	for (uint32_t i = 0; i < t->nchunks; i++) {
 		const flx_pv *cm = flx_pv_item(chunks, i);
 		flx_chunk *ch = &t->chunks[i];
@@ -1383,8 +841,8 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 	}
 	*windows = t->nchunks;
 	/* The items themselves are read later, all together, in file order
-	 * (items_begin()). */
-	return check_coverage(L, t);
+	 * (flx_build_items()). */
+	return flx_tensor_check_chunks(t, META_NAME, L->err);
 }
 
 /* As decode_tensor(): o->file holds the entry's index for now. */
@@ -1426,7 +884,6 @@ static void *sdm_part_run(void *arg)
 			rc = copy ? decode_tensor(L, &p->pool, t, fqn, v,
 						  &windows)
 				  : -ENOMEM;
-			p->nitems += t->nchunks;
 		} else {
 			flx_object *o = &c->objects[oi++];
 
@@ -1485,11 +942,11 @@ static int resolve_windows(loader *L, const unsigned char *kinds, size_t n,
 static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
 {
 	flx_ckpt *c = L->c;
-	unsigned char *kinds;
+	unsigned char *kinds = NULL;
 	size_t n, ok, nt = 0, no = 0;
 	unsigned np;
-	part *p;
-	int rc;
+	part *p = NULL;
+	int rc = -ENOMEM;
 
 	if (!sdm || sdm->kind != FLX_PV_DICT)
 		return flx_error_set(L->err, -EINVAL, META_NAME,
@@ -1499,10 +956,8 @@ static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
 	c->tensors = calloc(n ? n : 1, sizeof(flx_tensor));
 	c->objects = calloc(n ? n : 1, sizeof(flx_object));
 	kinds = malloc(n ? n : 1);
-	if (!c->tensors || !c->objects || !kinds) {
-		free(kinds);
-		return -ENOMEM;
-	}
+	if (!c->tensors || !c->objects || !kinds)
+		goto out;
 	/* Classify first (cheap), so that every part knows its slots; the
 	 * parts run over the entries before the first unclassifiable one. */
 	for (ok = 0; ok < n; ok++) {
@@ -1517,11 +972,9 @@ static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
 		else
 			break;
 	}
-	np = part_count(ok);
-	if (!(p = parts_new(L, sdm, ok, np))) {
-		free(kinds);
-		return -ENOMEM;
-	}
+	np = part_count(L, ok);
+	if (!(p = parts_new(L, sdm, ok, np)))
+		goto out;
 	for (unsigned k = 0; k < np; k++) {
 		p[k].kinds = kinds;
 		p[k].t0 = nt;
@@ -1539,26 +992,25 @@ static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
 	/* big parts start with huge blocks (see flx_pool) */
 	for (unsigned k = 0; ok >= ENTRIES_PER_PART && k < np; k++)
 		p[k].pool.next = (size_t)2 << 20;
-	parts_run(p, np, sdm_part_run);
+	flx_run_parts(p, sizeof(*p), np, sdm_part_run);
 	for (unsigned k = 0; k < np; k++)
 		flx_pool_move(&c->pool, &p[k].pool);
 	rc = resolve_windows(L, kinds, ok, parts_failed(p, np));
-	for (unsigned k = 0; k < np; k++)
-		L->nitems += p[k].nitems;
+	if (rc || ok == n)
+		goto out;
+	if (!cstr(sdm->u.dict.kv[2 * ok]))
+		rc = flx_error_set(
+		    L->err, -EINVAL, META_NAME, "state_dict_metadata",
+		    "key %zu is not a string without NUL bytes", ok);
+	else
+		rc = flx_error_set(L->err, -EINVAL, META_NAME,
+				   cstr(sdm->u.dict.kv[2 * ok]),
+				   "value is neither TensorStorageMetadata "
+				   "nor BytesStorageMetadata");
+out:
 	free(p);
 	free(kinds);
-	if (rc || ok == n)
-		return rc;
-	if (!cstr(sdm->u.dict.kv[2 * ok]))
-		return flx_error_set(L->err, -EINVAL, META_NAME,
-				     "state_dict_metadata",
-				     "key %zu is not a string without NUL "
-				     "bytes",
-				     ok);
-	return flx_error_set(L->err, -EINVAL, META_NAME,
-			     cstr(sdm->u.dict.kv[2 * ok]),
-			     "value is neither TensorStorageMetadata nor "
-			     "BytesStorageMetadata");
+	return rc;
 }
 
 /* The buffer for .metadata's bytes.  A large one is offered to
@@ -1582,8 +1034,8 @@ static void *meta_alloc(size_t n)
 static int read_metadata(loader *L, void **buf_out, size_t *len_out)
 {
 	struct stat st;
-	void *buf;
-	int fd = -1, rc = open_inside(L, META_NAME, &fd);
+	void *buf = NULL;
+	int fd = -1, rc = flx_build_open(L->b, META_NAME, &fd);
 
 	if (rc == -EXDEV)
 		return flx_error_set(L->err, -EINVAL, META_NAME, NULL,
@@ -1598,99 +1050,28 @@ static int read_metadata(loader *L, void **buf_out, size_t *len_out)
 				     "cannot open: %s", strerror(-rc));
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
 	    (uint64_t)st.st_size > MAX_METADATA_BYTES) {
-		close(fd);
-		return flx_error_set(L->err, -EINVAL, META_NAME, NULL,
-				     "not a regular file of at most 1 GiB");
+		rc = flx_error_set(L->err, -EINVAL, META_NAME, NULL,
+				   "not a regular file of at most 1 GiB");
+		goto out;
 	}
-	L->c->mtime_ns = mtime_ns(&st);
+	L->c->mtime_ns = flx_mtime_ns(&st);
 	buf = meta_alloc((size_t)st.st_size);
 	if (!buf) {
-		close(fd);
-		return -ENOMEM;
+		rc = -ENOMEM;
+		goto out;
 	}
 	rc = flx_pread_full(fd, buf, (size_t)st.st_size, 0);
-	close(fd);
 	if (rc) {
-		free(buf);
-		return flx_error_set(L->err, rc, META_NAME, NULL,
-				     "read failed: %s", strerror(-rc));
+		rc = flx_error_set(L->err, rc, META_NAME, NULL,
+				   "read failed: %s", strerror(-rc));
+		goto out;
 	}
 	*buf_out = buf;
 	*len_out = (size_t)st.st_size;
-	return 0;
-}
-
-/* Regular, non-hidden files other than the checkpoint's own appear
- * unchanged in hf/ (config.json, tokenizer files, ...). */
-static bool is_distcp(const char *name)
-{
-	size_t n = strlen(name);
-
-	return n > 7 && strcmp(name + n - 7, ".distcp") == 0;
-}
-
-static bool is_checkpoint_file(const char *name)
-{
-	size_t n = strlen(name);
-
-	if (name[0] == '.' || is_distcp(name))
-		return true;
-	if (n > 9 && strncmp(name, "__", 2) == 0 &&
-	    strcmp(name + n - 9, ".metadata") == 0)
-		return true;
-	return false;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static int load_extras(loader *L)
-{
-	int fd = openat(L->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	char **names = NULL;
-	size_t n = 0, cap = 0;
-	struct dirent *de;
-	int rc = 0;
-
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
-		return flx_error_set(L->err, -errno, L->c->dir, NULL,
-				     "cannot list the directory");
-	}
-	while ((de = readdir(d))) {
-		struct stat st;
-
-		if (is_checkpoint_file(de->d_name))
-			continue;
-		if (fstatat(L->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
-		    !S_ISREG(st.st_mode))
-			continue;
-		if (flx_grow((void **)&names, &cap, n + 1, sizeof(*names))) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		if (!(names[n] = strdup(de->d_name))) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		n++;
-	}
-	if (n)
-		qsort(names, n, sizeof(*names), cmp_str);
-	for (size_t i = 0; i < n && !rc; i++) {
-		uint32_t idx;
-		if (file_index_lookup(L, names[i]) < 0)
-			rc = add_file(L, names[i], false, NULL, &idx);
-	}
+	buf = NULL;
 out:
-	for (size_t i = 0; i < n; i++)
-		free(names[i]);
-	free(names);
-	closedir(d);
+	free(buf);
+	close(fd);
 	return rc;
 }
 
@@ -1709,8 +1090,7 @@ static int interpret(loader *L, const flx_pv *root)
 		   : attr(root, "storage_meta")
 		       ? "torch >= 2.4 (torch.distributed.checkpoint)"
 		       : "torch >= 2.0 (torch.distributed.checkpoint)");
-	L->c->format = strdup("torch-dcp");
-	if (!L->c->writer || !L->c->format)
+	if (!L->c->writer)
 		return -ENOMEM;
 	rc = load_storage_data(L, attr(root, "storage_data"));
 	if (!rc)
@@ -1719,164 +1099,70 @@ static int interpret(loader *L, const flx_pv *root)
 	return rc;
 }
 
-static int cmp_tensor_ptr(const void *a, const void *b)
+/* ---- the source ---- */
+
+static bool is_distcp(const char *name)
 {
-	return strcmp((*(flx_tensor *const *)a)->fqn,
-		      (*(flx_tensor *const *)b)->fqn);
+	size_t n = strlen(name);
+
+	return n > 7 && strcmp(name + n - 7, ".distcp") == 0;
 }
 
-static int build_index(loader *L);
-
-/* Name files by their path, as the user will look them up. */
-static void name_by_path(flx_error *err, const char *dir)
+/* DCP's own files, never passed through: .metadata, the .distcp data,
+ * torch's __R_N.metadata leftovers, and hidden files. */
+static bool is_checkpoint_file(const char *name)
 {
-	if (err && err->file[0] && err->file[0] != '/' &&
-	    strcmp(err->file, dir) != 0) {
-		char path[2 * FLX_ERR_FIELD + 2];
+	size_t n = strlen(name);
 
-		snprintf(path, sizeof(path), "%s/%s", dir, err->file);
-		flx_error_file_replace(err, path);
-	}
+	if (name[0] == '.' || is_distcp(name))
+		return true;
+	if (n > 9 && strncmp(name, "__", 2) == 0 &&
+	    strcmp(name + n - 9, ".metadata") == 0)
+		return true;
+	return false;
 }
 
-/*
- * Everything is checked in this order, and the first failure is the one
- * reported: the metadata, the items, then the other files and the names.
- * The items are read last (or, unless wait, left reading) because they
- * take the longest and nothing else needs them; so when the other files
- * or the names fail, the items are still read first, to report what a
- * full check would have found first.
- */
+/* A directory with a .metadata entry, whatever it is: load says what is
+ * wrong with it. */
+static int probe(int dirfd, bool *yes)
+{
+	struct stat st;
+
+	*yes = fstatat(dirfd, META_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+	       errno != ENOENT;
+	return 0;
+}
+
+static const flx_item_ops item_ops = {
+    .scratch_size = sizeof(item_scratch),
+    .scratch_init = scratch_init,
+    .scratch_release = scratch_release,
+    .load = load_item,
+};
+
 static void loader_release(loader *L)
 {
 	free(L->se);
 	free(L->smap);
 	for (unsigned k = 0; k < MAX_PARTS; k++)
 		free(L->offpool[k]);
-	free(L->fmap);
-	free(L->realdir);
-	if (L->dirfd >= 0)
-		close(L->dirfd);
 }
 
-/*
- * Cold mounts: while the metadata is read and decoded (about 50 ms for
- * 10,000 tensors), a thread asks the kernel to start reading the small
- * .distcp files, whose items the workers parse right after; a checkpoint
- * of many small tensors keeps its item headers spread over all of them.
- * 10,000 tensors from 64 ranks (64 files of 1 MB), caches dropped: exec to
- * index.json 92-98 -> 79-84 ms; warm mounts unchanged (docs/performance.md).
- * Large files are left alone: their items are few, and reading them ahead
- * would read the tensors.  Only a hint: every failure is ignored, and
- * nothing but regular files, not through symlinks, is opened.
- */
-#define PREFETCH_FILE_MAX  (4u << 20)
-#define PREFETCH_TOTAL_MAX (128u << 20)
-
-typedef struct prefetch {
-	pthread_t tid;
-	int dirfd; /* owned by the thread once it runs */
-	bool started;
-} prefetch;
-
-/* Entries are read with getdents64() into the stack, not readdir(): no
- * allocation on this thread, so the chaos test's count of the mount
- * path's allocations stays the same from run to run.  The thread is joined
- * before the checkpoint is returned (its few system calls end long before
- * the decode does), so no thread or descriptor of it outlives the open or
- * reaches the daemon's fork. */
-static void *prefetch_run(void *arg)
-{
-	prefetch *pf = arg;
-	_Alignas(struct dirent64) char buf[8192];
-	uint64_t total = 0;
-	ssize_t got;
-
-	while (total < PREFETCH_TOTAL_MAX &&
-	       (got = getdents64(pf->dirfd, buf, sizeof(buf))) > 0) {
-		for (ssize_t at = 0; at < got;) {
-			const struct dirent64 *de =
-			    (const struct dirent64 *)(buf + at);
-			struct stat st;
-			int fd;
-
-			at += de->d_reclen;
-			if (!is_distcp(de->d_name) ||
-			    fstatat(pf->dirfd, de->d_name, &st,
-				    AT_SYMLINK_NOFOLLOW) ||
-			    !S_ISREG(st.st_mode) ||
-			    st.st_size > PREFETCH_FILE_MAX ||
-			    total + (uint64_t)st.st_size > PREFETCH_TOTAL_MAX)
-				continue;
-			fd = openat(pf->dirfd, de->d_name,
-				    O_RDONLY | O_CLOEXEC | O_NOFOLLOW |
-					O_NOCTTY | O_NONBLOCK);
-			if (fd < 0)
-				continue;
-			total += (uint64_t)st.st_size;
-			(void)posix_fadvise(fd, 0, st.st_size,
-					    POSIX_FADV_WILLNEED);
-			close(fd);
-		}
-	}
-	close(pf->dirfd);
-	return NULL;
-}
-
-static void prefetch_start(prefetch *pf, int dirfd)
-{
-	pf->started = false;
-	pf->dirfd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (pf->dirfd < 0)
-		return;
-	pf->started = pthread_create(&pf->tid, NULL, prefetch_run, pf) == 0;
-	if (!pf->started)
-		close(pf->dirfd);
-}
-
-static void prefetch_end(prefetch *pf)
-{
-	if (pf->started)
-		pthread_join(pf->tid, NULL);
-	pf->started = false;
-}
-
-static int open_ckpt(const char *dir, bool wait, flx_ckpt **out, flx_error *err)
+static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 {
 	static const flx_pickle_limits lim = {0};
-	loader L = {.err = err, .dirfd = -1};
-	struct flx_item_load *ld = NULL;
+	loader L = {.b = b, .c = flx_build_ckpt(b), .err = err};
 	flx_pickle *pk = NULL;
 	void *meta = NULL;
 	size_t meta_len = 0;
-	prefetch pf = {0};
 	int rc;
 
-	L.c = calloc(1, sizeof(flx_ckpt));
-	if (!L.c)
-		return flx_error_default(err, -ENOMEM, dir);
-	L.c->pooled = true;
-	L.c->dir = strdup(dir);
-	if (!L.c->dir) {
-		rc = -ENOMEM;
-		goto fail;
-	}
-	L.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (L.dirfd < 0) {
-		rc = flx_error_set(err, -errno, dir, NULL,
-				   "cannot open checkpoint directory: %s",
-				   strerror(errno));
-		goto fail;
-	}
-	L.realdir = realpath(dir, NULL);
-	if (!L.realdir) {
-		rc = -errno;
-		goto fail;
-	}
-	prefetch_start(&pf, L.dirfd);
+	L.threads = o->threads;
+	flx_build_prefetch(b, is_distcp);
+	flx_build_names_from(b, META_NAME, "state_dict_metadata");
 	rc = read_metadata(&L, &meta, &meta_len);
 	if (rc)
-		goto fail;
+		goto out;
 	rc = flx_pickle_load(meta, meta_len, META_NAME, &lim, &pk, err);
 	/* The tree holds copies of every string: the raw bytes can go
 	 * before the tree is interpreted, and the tree before the items
@@ -1884,221 +1170,22 @@ static int open_ckpt(const char *dir, bool wait, flx_ckpt **out, flx_error *err)
 	free(meta);
 	meta = NULL;
 	if (rc)
-		goto fail;
+		goto out;
 	rc = interpret(&L, flx_pickle_root(pk));
-	flx_pickle_free(pk);
-	pk = NULL;
-	if (!rc) {
-		/* the other files first: adding them moves c->files, which
-		 * the item workers read */
-		flx_error later;
-		int rc2;
-
-		flx_error_init(&later);
-		L.err = &later;
-		rc2 = load_extras(&L);
-		if (!rc2)
-			rc2 = build_index(&L);
-		L.err = err;
-		rc = items_begin(L.c, L.nitems, wait || rc2, &ld);
-		if (!rc && (wait || rc2)) {
-			rc = items_end(ld, err);
-			ld = NULL;
-		}
-		if (!rc && rc2) {
-			*err = later;
-			rc = rc2;
-		}
-	}
-	if (rc)
-		goto fail;
-	L.c->loading = ld;
-	prefetch_end(&pf);
-	loader_release(&L);
-	*out = L.c;
-	return 0;
-fail:
-	prefetch_end(&pf);
-	flx_error_default(err, rc, dir);
-	name_by_path(err, dir);
+	if (!rc)
+		flx_build_items(b, &item_ops);
+out:
 	flx_pickle_free(pk);
 	free(meta);
 	loader_release(&L);
-	flx_ckpt_close(L.c);
 	return rc;
 }
 
-int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
-{
-	return open_ckpt(dir, true, out, err);
-}
-
-int flx_ckpt_open_start(const char *dir, flx_ckpt **out, flx_error *err)
-{
-	return open_ckpt(dir, false, out, err);
-}
-
-int flx_ckpt_finish(flx_ckpt *c, flx_error *err)
-{
-	int rc;
-
-	if (!c->loading)
-		return 0;
-	rc = items_end(c->loading, err);
-	c->loading = NULL;
-	if (rc) {
-		flx_error_default(err, rc, c->dir);
-		name_by_path(err, c->dir);
-	}
-	return rc;
-}
-
-/* Sorted view for flx_ckpt_find(), and the uniqueness of names. */
-static int build_index(loader *L)
-{
-	flx_ckpt *c = L->c;
-	const char **obj, *dup = NULL;
-	size_t t = 0;
-
-	c->by_name =
-	    malloc((c->ntensors ? c->ntensors : 1) * sizeof(*c->by_name));
-	obj = malloc((c->nobjects ? c->nobjects : 1) * sizeof(*obj));
-	if (!c->by_name || !obj) {
-		free(obj);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < c->ntensors; i++)
-		c->by_name[i] = &c->tensors[i];
-	qsort(c->by_name, c->ntensors, sizeof(*c->by_name), cmp_tensor_ptr);
-	for (size_t i = 0; i < c->nobjects; i++)
-		obj[i] = c->objects[i].fqn;
-	qsort(obj, c->nobjects, sizeof(*obj), cmp_str);
-	/* A crafted pickle can repeat a dict key: every name, tensor or
-	 * bytes value, must be unique or views would be ambiguous.  The two
-	 * sorted lists are checked without a third sort; the name reported
-	 * is the smallest one listed twice. */
-	for (size_t i = 1; i < c->ntensors && !dup; i++)
-		if (strcmp(c->by_name[i - 1]->fqn, c->by_name[i]->fqn) == 0)
-			dup = c->by_name[i]->fqn;
-	for (size_t i = 0; i < c->nobjects; i++) {
-		const char *o = obj[i];
-		int r = 1;
-
-		if (dup && strcmp(o, dup) >= 0)
-			break;
-		if (i && strcmp(obj[i - 1], o) == 0) {
-			dup = o;
-			break;
-		}
-		while (t < c->ntensors &&
-		       (r = strcmp(c->by_name[t]->fqn, o)) < 0)
-			t++;
-		if (t < c->ntensors && r == 0) {
-			dup = o;
-			break;
-		}
-	}
-	free(obj);
-	if (dup)
-		return flx_error_set(L->err, -EINVAL, META_NAME, dup,
-				     "listed twice in state_dict_metadata");
-	return 0;
-}
-
-const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn)
-{
-	size_t lo = 0, hi = c->ntensors;
-
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		int r = strcmp(c->by_name[mid]->fqn, fqn);
-
-		if (r == 0)
-			return c->by_name[mid];
-		if (r < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return NULL;
-}
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-void flx_file_identity(flx_file *f, const struct stat *st)
-{
-	f->size = (uint64_t)st->st_size;
-	f->dev = st->st_dev;
-	f->ino = st->st_ino;
-	f->mtime_ns = mtime_ns(st);
-}
-
-int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
-{
-	/* the one mutable field of the index (see ckpt.h) */
-	int64_t *checked = (int64_t *)&f->path_checked_ns;
-	struct stat st;
-	char *path = NULL;
-	int64_t now, last;
-	int rc;
-
-	if (fstat(f->fd, &st) < 0)
-		return -errno;
-	if ((uint64_t)st.st_size != f->size || mtime_ns(&st) != f->mtime_ns)
-		return -ESTALE;
-	if (!by_path)
-		return 0;
-	now = now_ns();
-	last = __atomic_load_n(checked, __ATOMIC_RELAXED);
-	if (last && now - last < 1000000000)
-		return 0;
-	if (asprintf(&path, "%s/%s", c->dir, f->relpath) < 0)
-		return -ENOMEM;
-	rc = stat(path, &st) < 0 ? -errno : 0;
-	free(path);
-	if (rc == -ENOENT ||
-	    (!rc && (st.st_dev != f->dev || st.st_ino != f->ino)))
-		return -ESTALE;
-	if (!rc)
-		__atomic_store_n(checked, now, __ATOMIC_RELAXED);
-	return rc;
-}
-
-void flx_ckpt_close(flx_ckpt *c)
-{
-	if (!c)
-		return;
-	if (c->loading) {
-		flx_error ignored;
-
-		flx_error_init(&ignored);
-		(void)items_end(c->loading, &ignored);
-	}
-	for (size_t i = 0; i < c->nfiles; i++) {
-		free(c->files[i].relpath);
-		close(c->files[i].fd);
-	}
-	if (!c->pooled) {
-		for (size_t i = 0; i < c->ntensors; i++) {
-			free(c->tensors[i].fqn);
-			free(c->tensors[i].chunks);
-		}
-		for (size_t i = 0; i < c->nobjects; i++)
-			free(c->objects[i].fqn);
-	}
-	flx_pool_free(&c->pool);
-	free(c->files);
-	free(c->tensors);
-	free(c->objects);
-	free(c->by_name);
-	free(c->dir);
-	free(c->format);
-	free(c->writer);
-	free(c);
-}
+const flx_source flx_source_dcp = {
+    .name = "torch-dcp",
+    .kind = "PyTorch DCP",
+    .marker = META_NAME,
+    .probe = probe,
+    .owns = is_checkpoint_file,
+    .load = load,
+};
