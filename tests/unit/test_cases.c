@@ -15,6 +15,13 @@
  *
  * Runs from tests/ (ctest's working directory).  FLX_CASES_TMPDIR or TMPDIR
  * picks where the temporary directories go (default /tmp).
+ *
+ * Usage: test_cases [--threads N] [--async]
+ *   --threads N  open with flx_ckpt_opts.threads = N (the metadata decoded
+ *                and the items read by N threads: the same outcome)
+ *   --async      open as the daemon does: flx_ckpt_open_start(), the plan
+ *                (tp=2) while the items are read, then flx_ckpt_finish(),
+ *                whose item failure is reported before a plan failure
  */
 #include "check.h"
 #include "ckpt.h"
@@ -746,12 +753,14 @@ static int compare(const expect *e, const flx_error *err, int rc, char *why,
 	return 0;
 }
 
+/* How every case is opened (the command line). */
+static flx_ckpt_opts open_opts;
+
 /* Run one case; 0 when it passes.  Prints its line. */
 static int run_case(const char *kind, const char *name, const char *tmproot,
 		    const char *base)
 {
-	const char *env = getenv("FLX_CASES_ASYNC");
-	bool async = env && *env == '1';
+	bool async = open_opts.defer_items;
 	char casedir[PATH_MAX], dir[PATH_MAX], path[PATH_MAX];
 	char why[512] = "", line[4 * FLX_ERR_FIELD];
 	flx_ckpt *c = NULL;
@@ -776,10 +785,9 @@ static int run_case(const char *kind, const char *name, const char *tmproot,
 		       kind, e.ok ? "ok" : "an error");
 		bad = 1;
 	}
-	/* FLX_CASES_ASYNC: as the daemon does it, the plan is built while
-	 * the items are read, and an item failure still wins */
-	rc = async ? flx_ckpt_open_start(dir, &c, &err)
-		   : flx_ckpt_open(dir, &c, &err);
+	/* --async: as the daemon does it, the plan is built while the items
+	 * are read, and an item failure still wins */
+	rc = flx_ckpt_open_with(dir, &open_opts, &c, &err);
 	if (!rc && (e.plan || async)) {
 		flx_spec s;
 
@@ -834,7 +842,7 @@ out:
 	return bad;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	static const char *const kinds[] = {"invalid", "valid"};
 	const char *tmp = getenv("FLX_CASES_TMPDIR");
@@ -843,6 +851,18 @@ int main(void)
 	size_t ncases[2] = {0, 0};
 
 	setvbuf(stdout, NULL, _IOLBF, 0); /* interleave with stderr */
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--async") == 0) {
+			open_opts.defer_items = true;
+		} else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc &&
+			   atoi(argv[i + 1]) > 0) {
+			open_opts.threads = (unsigned)atoi(argv[++i]);
+		} else {
+			fprintf(stderr,
+				"usage: test_cases [--threads N] [--async]\n");
+			return 2;
+		}
+	}
 	if (!tmp || !*tmp)
 		tmp = getenv("TMPDIR");
 	if (!tmp || !*tmp)
