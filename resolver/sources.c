@@ -7,8 +7,10 @@
 #include "source.h"
 
 extern const flx_source flx_source_dcp;
+extern const flx_source flx_source_hf;
 
 const flx_source *const flx_sources[] = {
     &flx_source_dcp,
+    &flx_source_hf,
     NULL,
 };
