@@ -393,8 +393,8 @@ static int check_layout(hf *h, shard *s, uint64_t len)
 			flx_fmt_dims(sh, sizeof(sh), e->ndim, e->shape);
 			return flx_error_set(
 			    h->err, -EINVAL, s->relpath, e->name,
-			    "data_offsets [%llu, %llu) hold %llu bytes, a %s "
-			    "%s tensor %llu",
+			    "data_offsets [%llu, %llu) hold %llu bytes; %s "
+			    "%s needs %llu",
 			    b, x, x - b, flx_dtype_get(e->dtype)->safetensors,
 			    sh, (unsigned long long)e->bytes);
 		}
@@ -402,8 +402,8 @@ static int check_layout(hf *h, shard *s, uint64_t len)
 	}
 	if (pos != len)
 		return flx_error_set(h->err, -EINVAL, s->relpath, NULL,
-				     "%llu bytes after the last tensor's "
-				     "data",
+				     "trailing bytes: %llu after the last "
+				     "tensor's data",
 				     (unsigned long long)(len - pos));
 	return 0;
 }

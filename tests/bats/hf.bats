@@ -126,7 +126,7 @@ mount_refused() {
 	mount_refused "header" "not valid JSON"
 	broken_copy
 	printf '\0\0\0\0' >>"$BROKEN/model.safetensors"
-	mount_refused "4 bytes after the last tensor's data"
+	mount_refused "trailing bytes: 4 after the last tensor's data"
 }
 
 @test "hf: an index naming a missing shard is refused with one line" {
