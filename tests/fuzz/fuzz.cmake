@@ -6,10 +6,11 @@
 option(FLEXFS_FUZZ "Build libFuzzer targets (clang)" OFF)
 
 set(flx_fuzz_dir ${CMAKE_CURRENT_SOURCE_DIR}/fuzz)
-set(flx_fuzz_targets pickle zipitem metadata options)
+set(flx_fuzz_targets pickle zipitem metadata safetensors options)
 set(flx_fuzz_libs_pickle flx_resolver)
 set(flx_fuzz_libs_zipitem flx_resolver)
 set(flx_fuzz_libs_metadata flx_fs)
+set(flx_fuzz_libs_safetensors flx_fs)
 set(flx_fuzz_libs_options flx_mountopts)
 
 foreach(t ${flx_fuzz_targets})
