@@ -33,8 +33,7 @@ static void read_all(const flx_fs *fs, const char *path)
 
 	if (flx_fs_resolve(fs, path, &st))
 		return;
-	while ((got = flx_fs_read(fs, st.ino, buf, sizeof(buf), off, NULL)) >
-	       0)
+	while ((got = flx_fs_read(fs, st.ino, buf, sizeof(buf), off, NULL)) > 0)
 		off += (uint64_t)got;
 }
 
