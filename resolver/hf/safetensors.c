@@ -8,7 +8,7 @@
  * passed through as extras.
  *
  * Every header is checked as the safetensors library checks it when it
- * loads a file (docs: shared/specs/target-formats.md, safetensors section):
+ * loads a file (huggingface/safetensors, src/tensor.rs, Metadata::validate):
  *  - at least 8 bytes; the header length N (u64 little-endian) at most
  *    100,000,000 and 8 + N within the file;
  *  - the header is UTF-8 JSON: an object whose keys are tensor names, each
@@ -23,6 +23,7 @@
  * byte counts within 63 bits, dtypes it can serve (sub-byte and e8m0 types
  * are refused).  With an index, every tensor of every shard must be listed
  * for that shard and every listed tensor must be in the shard named.
+ * Tensors are indexed shard by shard (in name order), each in data order.
  */
 #include "json_guard.h"
 #include "reader.h"
@@ -506,7 +507,8 @@ static int check_complete(hf *h)
 		for (size_t k = 0; k < h->nsh && !s; k++)
 			if (strcmp(h->sh[k].relpath, file) == 0)
 				s = &h->sh[k];
-		if (strcmp(name, "__metadata__") == 0 ||
+		/* every file the map names is a shard: s is found */
+		if (!s || strcmp(name, "__metadata__") == 0 ||
 		    !json_object_get(s->header, name))
 			return flx_error_set(h->err, -EINVAL, INDEX_NAME, name,
 					     "weight_map lists it in %s, which "
@@ -596,8 +598,8 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 			     "the safetensors headers");
 	for (size_t k = 0; !rc && k < h.nsh; k++) {
 		shard *s = &h.sh[k];
-		const flx_file_ref ref = {INDEX_NAME, "weight_map file",
-					  s->key};
+		const flx_file_ref ref = {h.index ? INDEX_NAME : SINGLE_NAME,
+					  "weight_map file", s->key};
 
 		rc = flx_build_data_file(b, s->relpath, &ref, &s->file);
 		if (!rc)
