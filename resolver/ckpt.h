@@ -50,9 +50,8 @@ typedef struct flx_box {
 
 /*
  * One saved chunk.  A checkpoint can hold hundreds of thousands, so the
- * per-axis numbers are not inline FLX_MAX_DIMS arrays (that made a chunk
- * 432 bytes, most of them zeros): off, size and stride point into the
- * tensor's dims block, ndim each.
+ * per-axis numbers are not inline FLX_MAX_DIMS arrays (mostly zeros): off,
+ * size and stride point into the tensor's dims block, ndim each.
  */
 typedef struct flx_chunk {
 	int64_t *off;	 /* where the chunk sits in the tensor */

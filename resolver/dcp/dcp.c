@@ -252,9 +252,8 @@ static const sentry *find_sentry(const loader *L, uint64_t nh, const char *fqn,
  *
  * The two big dicts of the metadata, storage_data (one entry per chunk)
  * and state_dict_metadata (one per tensor), are decoded in contiguous
- * ranges of entries on several threads: on a 10,000-tensor checkpoint
- * they were 24 ms of the mount on one CPU while the other idled (the item
- * workers start only after them).  A part touches nothing another part
+ * ranges of entries on several threads, since the item workers start only
+ * after them (docs/performance.md).  A part touches nothing another part
  * does; what is shared (the storage_data hash table, the file table) is
  * filled afterwards, in entry order, so the error reported is the one a
  * single thread would report.
