@@ -276,27 +276,32 @@ bool flx_relpath_ok(const char *p)
 int flx_build_open(flx_build *b, const char *relpath, int *fd_out)
 {
 	size_t n = strlen(b->realdir);
-	char *abs = NULL, *real;
-	int fd;
+	char *abs = NULL, *real = NULL;
+	int fd, rc = 0;
 
 	if (asprintf(&abs, "%s/%s", b->realdir, relpath) < 0)
 		return -ENOMEM;
 	real = realpath(abs, NULL);
-	free(abs);
-	if (!real)
-		return -errno;
+	if (!real) {
+		rc = -errno;
+		goto out;
+	}
 	if (strncmp(real, b->realdir, n) != 0 ||
 	    (real[n] != '/' && !(n == 1 && real[0] == '/'))) {
-		free(real);
-		return -EXDEV;
+		rc = -EXDEV;
+		goto out;
 	}
 	/* real has no symlink left; O_NOFOLLOW keeps it that way */
 	fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	free(real);
-	if (fd < 0)
-		return -errno;
+	if (fd < 0) {
+		rc = -errno;
+		goto out;
+	}
 	*fd_out = fd;
-	return 0;
+out:
+	free(abs);
+	free(real);
+	return rc;
 }
 
 /* relpath -> index into files, so that recording a file stays linear in
@@ -431,9 +436,7 @@ static int load_extras(flx_build *b)
 	if (!d) {
 		rc = flx_error_set(b->err, -errno, b->c->dir, NULL,
 				   "cannot list the directory");
-		if (fd >= 0)
-			close(fd);
-		return rc;
+		goto out;
 	}
 	while ((de = readdir(d))) {
 		struct stat st;
@@ -465,7 +468,10 @@ out:
 	for (size_t i = 0; i < n; i++)
 		free(names[i]);
 	free(names);
-	closedir(d);
+	if (d)
+		closedir(d); /* closes fd */
+	else if (fd >= 0)
+		close(fd);
 	return rc;
 }
 
@@ -772,13 +778,14 @@ static int build_names(flx_build *b)
 	flx_ckpt *c = b->c;
 	const char **obj, *dup = NULL;
 	size_t t = 0;
+	int rc = 0;
 
 	c->by_name =
 	    malloc((c->ntensors ? c->ntensors : 1) * sizeof(*c->by_name));
 	obj = malloc((c->nobjects ? c->nobjects : 1) * sizeof(*obj));
 	if (!c->by_name || !obj) {
-		free(obj);
-		return -ENOMEM;
+		rc = -ENOMEM;
+		goto out;
 	}
 	for (size_t i = 0; i < c->ntensors; i++)
 		c->by_name[i] = &c->tensors[i];
@@ -811,11 +818,12 @@ static int build_names(flx_build *b)
 			break;
 		}
 	}
-	free(obj);
 	if (dup)
-		return flx_error_set(b->err, -EINVAL, b->names_from, dup,
-				     "listed twice in %s", b->names_where);
-	return 0;
+		rc = flx_error_set(b->err, -EINVAL, b->names_from, dup,
+				   "listed twice in %s", b->names_where);
+out:
+	free(obj);
+	return rc;
 }
 
 const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn)
