@@ -149,21 +149,23 @@ static int find_eocd(struct zctx *c, unsigned char eocd[EOCD_LEN],
 	if (!tail)
 		return zfail(c, -ENOMEM, "out of memory");
 	rc = zread(c, tail, (size_t)span, base, "archive tail");
-	for (size_t i = (size_t)span - EOCD_LEN + 1; !rc && i-- > 0;) {
+	if (rc)
+		goto out;
+	for (size_t i = (size_t)span - EOCD_LEN + 1; i-- > 0;) {
 		if (U32(tail + i) == SIG_EOCD &&
 		    i + EOCD_LEN + U16(tail + i + 20) == span) {
 			memcpy(eocd, tail + i, EOCD_LEN);
 			*pos = base + i;
-			free(tail);
-			return 0;
+			goto out;
 		}
 	}
+	rc = zfail(c, -EINVAL,
+		   "no end-of-central-directory record in the last %" PRIu64
+		   " bytes",
+		   span);
+out:
 	free(tail);
-	return rc ? rc
-		  : zfail(c, -EINVAL,
-			  "no end-of-central-directory "
-			  "record in the last %" PRIu64 " bytes",
-			  span);
+	return rc;
 }
 
 struct cdinfo {
