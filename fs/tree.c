@@ -387,7 +387,8 @@ static int collect_deps(flx_fs *fs, node *nd, uint32_t *seen, uint32_t stamp)
 	}
 	nd->u.deps.first = (uint32_t)first;
 	nd->u.deps.n = (uint32_t)(fs->ndeps - first);
-	flx_u32_sort_unique(fs->deps + first, fs->ndeps - first);
+	if (fs->ndeps > first) /* fs->deps may still be NULL */
+		flx_u32_sort_unique(fs->deps + first, fs->ndeps - first);
 	return 0;
 }
 

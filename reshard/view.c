@@ -757,14 +757,16 @@ uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which)
 
 		for (uint32_t c = 0; c < t->nchunks; c++) {
 			const flx_chunk *ch = &t->chunks[c];
-			uint64_t last; /* storage index of the last element */
+			uint64_t reach; /* storage elements it reaches */
+			uint64_t esz = flx_dtype_size(flx_tensor_stored(t));
 
 			if (t->ndim == 0 || ch->contig_from < t->ndim ||
-			    flx_strided_last(t->ndim, ch->size, ch->stride,
-					     &last) != 0)
+			    flx_strided_span(t->ndim, ch->size, ch->stride,
+					     &reach) != 0 ||
+			    reach == 0)
 				continue;
-			if ((last + 1) * flx_dtype_size(t->dtype) > best) {
-				best = (last + 1) * flx_dtype_size(t->dtype);
+			if (reach * esz > best) {
+				best = reach * esz;
 				if (which)
 					*which = t;
 			}

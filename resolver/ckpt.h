@@ -5,7 +5,9 @@
 /*
  * The global index of a source checkpoint: every tensor (FQN, dtype, global
  * shape, saved chunks and where each chunk's raw storage sits on disk), the
- * non-tensor (BYTE_IO) items, and the other files of the directory.
+ * non-tensor values (objects), and the other files of the directory.  The
+ * format it was read from (a source: PyTorch DCP, Hugging Face safetensors)
+ * shows only in flx_ckpt.format and .writer.
  *
  * flx_ckpt_open() validates everything that can be validated without
  * reading tensor payloads; after it succeeds every chunk's bytes are known
@@ -19,7 +21,7 @@
 #include "dtype.h"
 #include "error.h"
 #include "grow.h"
-#include "torchpkl.h"
+#include "shape.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -33,7 +35,8 @@ typedef struct flx_file {
 	dev_t dev;     /* identity at mount, to detect replacement */
 	ino_t ino;
 	int64_t mtime_ns;
-	bool data; /* a .distcp data file (false: passthrough extra) */
+	bool data; /* a file of the checkpoint itself (false: an extra,
+		    * passed through unchanged) */
 	/* when the path was last found to still name this file (CLOCK_MONOTONIC
 	 * ns; 0 never); the one mutable field, updated atomically */
 	int64_t path_checked_ns;
@@ -47,22 +50,23 @@ typedef struct flx_box {
 
 /*
  * One saved chunk.  A checkpoint can hold hundreds of thousands, so the
- * per-axis numbers are not inline FLX_MAX_DIMS arrays (that made a chunk
- * 432 bytes, most of them zeros): off, size and stride point into the
- * tensor's dims block, ndim each.
+ * per-axis numbers are not inline FLX_MAX_DIMS arrays (mostly zeros): off,
+ * size and stride point into the tensor's dims block, ndim each.
  */
 typedef struct flx_chunk {
 	int64_t *off;	 /* where the chunk sits in the tensor */
 	int64_t *size;	 /* its extent */
-	int64_t *stride; /* elements, from data.pkl */
+	int64_t *stride; /* elements */
 	uint32_t file;	 /* index into flx_ckpt.files */
 	/* dims [contig_from, ndim) are dense row-major in storage (ndim:
 	 * even the innermost is strided); see flx_chunk_contig_from() */
 	int32_t contig_from;
-	uint64_t item_off; /* the item's window in that file */
+	/* the chunk's window in that file: its item (a DCP torch.save zip)
+	 * or its data; the order in which items are read */
+	uint64_t item_off;
 	uint64_t item_len;
 	uint64_t data_off;	/* absolute file offset of storage element 0 */
-	int64_t storage_offset; /* elements, from data.pkl */
+	int64_t storage_offset; /* elements, from data.pkl (0: none) */
 } flx_chunk;
 
 typedef struct flx_tensor {
@@ -82,7 +86,8 @@ typedef struct flx_tensor {
 	int64_t *dims;
 } flx_tensor;
 
-/* A non-tensor value (BYTE_IO): opaque bytes, a torch.save zip in practice. */
+/* A non-tensor value (DCP's BYTE_IO): opaque bytes, a torch.save zip in
+ * practice. */
 typedef struct flx_object {
 	char *fqn;
 	uint32_t file;
@@ -92,13 +97,13 @@ typedef struct flx_object {
 
 typedef struct flx_ckpt {
 	char *dir;	  /* as given */
-	char *format;	  /* "torch-dcp" */
-	char *writer;	  /* "torch 1.13 (_shard)" or "torch >= 2.0" */
-	int64_t mtime_ns; /* of .metadata */
+	char *format;	  /* the source: "torch-dcp", "hf-safetensors" */
+	char *writer;	  /* what wrote it: "torch >= 2.0 (...)" */
+	int64_t mtime_ns; /* of its metadata file (.metadata, ...) */
 	size_t nfiles;
 	flx_file *files; /* data files first, then extras */
 	size_t ntensors;
-	flx_tensor *tensors; /* in .metadata order */
+	flx_tensor *tensors; /* in the source's order (.metadata's) */
 	size_t nobjects;
 	flx_object *objects;
 	flx_tensor **by_name; /* internal: tensors sorted by FQN */
@@ -112,24 +117,44 @@ typedef struct flx_ckpt {
 	struct flx_item_load *loading;
 } flx_ckpt;
 
+/* Options of an open; zero-initialise, then set what differs. */
+typedef struct flx_ckpt_opts {
+	/* the source to read it as ("torch-dcp", "hf-safetensors"); NULL:
+	 * the first source that recognises the directory */
+	const char *format;
+	/* threads that decode the metadata and read the items: 0 by size
+	 * and CPUs; 1..8 exactly that many wherever there is work for them
+	 * (tests: the outcome must not depend on it) */
+	unsigned threads;
+	/* return before the items are read: see flx_ckpt_open_start() */
+	bool defer_items;
+} flx_ckpt_opts;
+
 /**
- * Open and validate a PyTorch DCP checkpoint directory.
+ * Open and validate a checkpoint directory, of any source format.  Not
+ * recognised by any source: -ENOENT naming the first source's marker file.
+ * @param o  options; NULL for the defaults.
  * @return 0 and *out (owned; flx_ckpt_close()), or -errno with err naming
  *         the file, the key and the reason.
  */
+int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *o, flx_ckpt **out,
+		       flx_error *err);
+
+/** flx_ckpt_open_with() with the default options. */
 int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err);
 
 /**
- * flx_ckpt_open() in two steps, so that the caller can plan and build its
- * namespace while the items (the longest part of a large open) are read
- * on other threads.  flx_ckpt_open_start() fails as flx_ckpt_open() would
- * on everything but the items.  Until flx_ckpt_finish(), the caller may
- * use everything except what the items give, a chunk's data_off,
- * storage_offset, stride and contig_from, and may not read.
- * flx_ckpt_finish() waits for the items: 0, or -errno with err as
- * flx_ckpt_open() would have failed (then only flx_ckpt_close() remains);
- * 0 at once after flx_ckpt_open() or a finished open.  Not thread-safe
- * against itself or flx_ckpt_close(), which waits for unfinished items.
+ * flx_ckpt_open() in two steps (o->defer_items), so that the caller can
+ * plan and build its namespace while the items (the longest part of a
+ * large open) are read on other threads.  flx_ckpt_open_start() fails as
+ * flx_ckpt_open() would on everything but the items.  Until
+ * flx_ckpt_finish(), the caller may use everything except what the items
+ * give, a chunk's data_off, storage_offset, stride and contig_from, and
+ * may not read.  flx_ckpt_finish() waits for the items: 0, or -errno with
+ * err as flx_ckpt_open() would have failed (then only flx_ckpt_close()
+ * remains); 0 at once after flx_ckpt_open() or a finished open, or for a
+ * source without items.  Not thread-safe against itself or
+ * flx_ckpt_close(), which waits for unfinished items.
  */
 int flx_ckpt_open_start(const char *dir, flx_ckpt **out, flx_error *err);
 int flx_ckpt_finish(flx_ckpt *c, flx_error *err);
@@ -143,7 +168,8 @@ static inline flx_dtype flx_tensor_stored(const flx_tensor *t)
 	return t->stored ? t->stored : t->dtype;
 }
 
-/** Tensor by FQN (binary search on an internal index), or NULL. */
+/** Tensor by FQN (binary search on an internal index), or NULL.
+ * Thread-safe. */
 const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn);
 
 /**
@@ -157,14 +183,16 @@ const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn);
 int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path);
 
 /** Record st (an fstat of f's fd) as f's identity at mount: size, device,
- * inode, mtime; what flx_file_verify() compares against. */
+ * inode, mtime; what flx_file_verify() compares against.  For those who
+ * build an index by hand (tests). */
 struct stat;
 void flx_file_identity(flx_file *f, const struct stat *st);
 
 /**
  * Allocate n zeroed chunks for t (t->ndim set, t->chunks NULL) with their
- * dims block, and point each chunk's off/size/stride into it.  Freed with
- * free(t->chunks).  @return 0, or -ENOMEM (t unchanged).
+ * dims block, and point each chunk's off/size/stride into it, for an index
+ * built by hand (pooled false).  Freed with free(t->chunks).
+ * @return 0, or -ENOMEM (t unchanged).
  */
 int flx_tensor_alloc_chunks(flx_tensor *t, uint32_t n);
 
@@ -172,21 +200,8 @@ int flx_tensor_alloc_chunks(flx_tensor *t, uint32_t n);
  * How far chunk ch of an ndim-dimensional tensor is stored dense row-major,
  * from the innermost dimension out, given its size and stride: the value
  * of flx_chunk.contig_from.  Dimensions of extent 1 never break density,
- * whatever their stride.
+ * whatever their stride.  Thread-safe.
  */
 int flx_chunk_contig_from(int ndim, const flx_chunk *ch);
-
-/** Number of elements of a shape; 1 for ndim 0.  Caller has checked that
- * it fits (flx_ckpt_open does). */
-uint64_t flx_numel(int ndim, const int64_t *shape);
-
-/**
- * Where the last element of a strided box lies, in elements from its
- * first: the sum of (size - 1) x stride (sizes and strides non-negative).
- * @return 0 and *last; 1 when the box has no element; -ERANGE when the sum
- *         does not fit 64 bits.
- */
-int flx_strided_last(int ndim, const int64_t *size, const int64_t *stride,
-		     uint64_t *last);
 
 #endif

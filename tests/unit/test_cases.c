@@ -3,18 +3,27 @@
  * Mount-time validation corpus (tests/cases/, see its README.md).
  *
  * Every directory under cases/invalid and cases/valid is one case: the base
- * fixture fixtures/dcp-t113/ckpt is hard-linked (or copied) into a fresh
- * temporary directory, the case's files are overlaid (each as a new inode,
- * so the base is never written through a link), its "setup" is applied, and
+ * fixture (fixtures/dcp-t113/ckpt, or the one its "base" file names) is
+ * hard-linked (or copied) into a fresh temporary directory, the case's
+ * files are overlaid (each as a new inode, so the base is never written
+ * through a link), its "setup" is applied, and
  * the result is opened with flx_ckpt_open() (and planned with tp=2 and no
  * rules for "stage=plan").  The outcome must match "expected": "ok", or the
  * errno, and substrings of the error's key, text and file.  Every refusal
  * must in addition be one line that names a file and gives a reason.  Valid
- * cases must read back every tensor exactly as fixtures/dcp-t113/truth has
- * it.  The base fixture must be byte-for-byte unchanged at the end.
+ * cases must read back every tensor exactly as the truth beside the base
+ * (its ../truth) has it.  Every base fixture used must be byte-for-byte
+ * unchanged at the end.
  *
  * Runs from tests/ (ctest's working directory).  FLX_CASES_TMPDIR or TMPDIR
  * picks where the temporary directories go (default /tmp).
+ *
+ * Usage: test_cases [--threads N] [--async]
+ *   --threads N  open with flx_ckpt_opts.threads = N (the metadata decoded
+ *                and the items read by N threads: the same outcome)
+ *   --async      open as the daemon does: flx_ckpt_open_start(), the plan
+ *                (tp=2) while the items are read, then flx_ckpt_finish(),
+ *                whose item failure is reported before a plan failure
  */
 #include "check.h"
 #include "ckpt.h"
@@ -35,9 +44,10 @@
 #include <unistd.h>
 
 #define CASES_DIR "cases"
-#define BASE_DIR  "fixtures/dcp-t113/ckpt"
-#define TRUTH_DIR "fixtures/dcp-t113/truth"
+#define FIXTURES  "fixtures"
+#define BASE_DIR  "dcp-t113/ckpt" /* the default base, under FIXTURES */
 #define FIELD	  256
+#define MAX_BASES 8
 
 /* ---- small file helpers ---- */
 
@@ -302,6 +312,47 @@ static int snapshot_diff(const snapshot *a, const snapshot *b)
 		}
 	}
 	return diffs;
+}
+
+/* The base fixtures the cases used, each snapshotted before its first use
+ * and compared at the end. */
+static struct base_used {
+	char rel[PATH_MAX]; /* under FIXTURES */
+	snapshot before;
+} bases[MAX_BASES];
+static size_t nbases;
+
+/* The case's base fixture (its "base" file, else BASE_DIR), checked to be
+ * a plain relative path and snapshotted on first use.  0 or -1 with why. */
+static int case_base(const char *casedir, char *rel, size_t len, char *why,
+		     size_t whylen)
+{
+	char path[PATH_MAX], dir[PATH_MAX];
+	char *buf;
+	size_t k;
+
+	fmt_path(path, sizeof(path), "%s/base", casedir);
+	buf = slurp(path, NULL);
+	fmt_path(rel, len, "%s", buf ? buf : BASE_DIR);
+	free(buf);
+	rel[strcspn(rel, "\n")] = '\0';
+	if (!rel[0] || rel[0] == '/' || strstr(rel, "..")) {
+		say(why, whylen, "base '%s' is not a path under %s", rel,
+		    FIXTURES);
+		return -1;
+	}
+	for (k = 0; k < nbases && strcmp(bases[k].rel, rel) != 0; k++)
+		;
+	if (k < nbases)
+		return 0;
+	fmt_path(dir, sizeof(dir), "%s/%s", FIXTURES, rel);
+	if (nbases == MAX_BASES || take_snapshot(dir, &bases[k].before)) {
+		say(why, whylen, "cannot snapshot base %s", dir);
+		return -1;
+	}
+	fmt_path(bases[k].rel, sizeof(bases[k].rel), "%s", rel);
+	nbases++;
+	return 0;
 }
 
 /* ---- expected ---- */
@@ -595,9 +646,10 @@ static int apply_setup(const char *path, const char *dir, const char *base,
 	return rc;
 }
 
-/* dir := base fixture + the case's files; then setup. */
-static int assemble(const char *casedir, const char *dir, const char *base,
-		    char *why, size_t whylen)
+/* dir := base fixture (basedir; base: its absolute path) + the case's
+ * files; then setup. */
+static int assemble(const char *casedir, const char *dir, const char *basedir,
+		    const char *base, char *why, size_t whylen)
 {
 	char src[PATH_MAX], dst[PATH_MAX];
 	names l;
@@ -607,12 +659,12 @@ static int assemble(const char *casedir, const char *dir, const char *base,
 		say(why, whylen, "mkdir %s: %s", dir, strerror(errno));
 		return -1;
 	}
-	if ((rc = list_dir(BASE_DIR, &l))) {
-		say(why, whylen, "cannot list %s: %s", BASE_DIR, strerror(-rc));
+	if ((rc = list_dir(basedir, &l))) {
+		say(why, whylen, "cannot list %s: %s", basedir, strerror(-rc));
 		return -1;
 	}
 	for (size_t i = 0; i < l.n && !rc; i++) {
-		fmt_path(src, sizeof(src), "%s/%s", BASE_DIR, l.v[i]);
+		fmt_path(src, sizeof(src), "%s/%s", basedir, l.v[i]);
 		fmt_path(dst, sizeof(dst), "%s/%s", dir, l.v[i]);
 		if ((rc = link_or_copy(src, dst)))
 			say(why, whylen, "link %s: %s", src, strerror(-rc));
@@ -625,7 +677,8 @@ static int assemble(const char *casedir, const char *dir, const char *base,
 		return -1;
 	}
 	for (size_t i = 0; i < l.n && !rc; i++) {
-		if (!strcmp(l.v[i], "expected") || !strcmp(l.v[i], "setup"))
+		if (!strcmp(l.v[i], "expected") || !strcmp(l.v[i], "setup") ||
+		    !strcmp(l.v[i], "base"))
 			continue;
 		fmt_path(src, sizeof(src), "%s/%s", casedir, l.v[i]);
 		fmt_path(dst, sizeof(dst), "%s/%s", dir, l.v[i]);
@@ -646,8 +699,10 @@ static int assemble(const char *casedir, const char *dir, const char *base,
 
 /* ---- checks ---- */
 
-/* Every tensor of an accepted checkpoint must read back as the truth. */
-static int verify_data(const flx_ckpt *c, char *why, size_t whylen)
+/* Every tensor of an accepted checkpoint must read back as the truth (a
+ * directory of <fqn>.bin). */
+static int verify_data(const flx_ckpt *c, const char *truthdir, char *why,
+		       size_t whylen)
 {
 	for (size_t i = 0; i < c->ntensors; i++) {
 		const flx_tensor *t = &c->tensors[i];
@@ -659,7 +714,7 @@ static int verify_data(const flx_ckpt *c, char *why, size_t whylen)
 		char *truth, *buf;
 		ssize_t got;
 
-		fmt_path(path, sizeof(path), "%s/%s.bin", TRUTH_DIR, t->fqn);
+		fmt_path(path, sizeof(path), "%s/%s.bin", truthdir, t->fqn);
 		truth = slurp(path, &n);
 		if (!truth) {
 			say(why, whylen, "no truth for %s", t->fqn);
@@ -746,13 +801,15 @@ static int compare(const expect *e, const flx_error *err, int rc, char *why,
 	return 0;
 }
 
+/* How every case is opened (the command line). */
+static flx_ckpt_opts open_opts;
+
 /* Run one case; 0 when it passes.  Prints its line. */
-static int run_case(const char *kind, const char *name, const char *tmproot,
-		    const char *base)
+static int run_case(const char *kind, const char *name, const char *tmproot)
 {
-	const char *env = getenv("FLX_CASES_ASYNC");
-	bool async = env && *env == '1';
+	bool async = open_opts.defer_items;
 	char casedir[PATH_MAX], dir[PATH_MAX], path[PATH_MAX];
+	char rel[PATH_MAX], basedir[PATH_MAX], base[PATH_MAX], truth[PATH_MAX];
 	char why[512] = "", line[4 * FLX_ERR_FIELD];
 	flx_ckpt *c = NULL;
 	flx_plan *p = NULL;
@@ -766,7 +823,19 @@ static int run_case(const char *kind, const char *name, const char *tmproot,
 	line[0] = '\0';
 	flx_error_init(&err);
 	if (parse_expect(path, &e, why, sizeof(why)) ||
-	    assemble(casedir, dir, base, why, sizeof(why))) {
+	    case_base(casedir, rel, sizeof(rel), why, sizeof(why))) {
+		printf("FAIL %s/%s: harness: %s\n", kind, name, why);
+		bad = 1;
+		goto out;
+	}
+	fmt_path(basedir, sizeof(basedir), "%s/%s", FIXTURES, rel);
+	/* the truth lies beside the base: <fixture>/truth */
+	fmt_path(truth, sizeof(truth), "%s/%s", FIXTURES, rel);
+	*strrchr(truth, '/') = '\0';
+	fmt_path(truth + strlen(truth), sizeof(truth) - strlen(truth),
+		 "/truth");
+	if (!realpath(basedir, base) ||
+	    assemble(casedir, dir, basedir, base, why, sizeof(why))) {
 		printf("FAIL %s/%s: harness: %s\n", kind, name, why);
 		bad = 1;
 		goto out;
@@ -776,10 +845,9 @@ static int run_case(const char *kind, const char *name, const char *tmproot,
 		       kind, e.ok ? "ok" : "an error");
 		bad = 1;
 	}
-	/* FLX_CASES_ASYNC: as the daemon does it, the plan is built while
-	 * the items are read, and an item failure still wins */
-	rc = async ? flx_ckpt_open_start(dir, &c, &err)
-		   : flx_ckpt_open(dir, &c, &err);
+	/* --async: as the daemon does it, the plan is built while the items
+	 * are read, and an item failure still wins */
+	rc = flx_ckpt_open_with(dir, &open_opts, &c, &err);
 	if (!rc && (e.plan || async)) {
 		flx_spec s;
 
@@ -817,7 +885,7 @@ static int run_case(const char *kind, const char *name, const char *tmproot,
 		say(why, sizeof(why), "accepted; expected %s: %s",
 		    errno_name(e.code), e.text);
 		bad = 1;
-	} else if (verify_data(c, why, sizeof(why))) {
+	} else if (verify_data(c, truth, why, sizeof(why))) {
 		bad = 1;
 	}
 	if (bad)
@@ -834,25 +902,36 @@ out:
 	return bad;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	static const char *const kinds[] = {"invalid", "valid"};
 	const char *tmp = getenv("FLX_CASES_TMPDIR");
 	char tmproot[PATH_MAX], base[PATH_MAX];
-	snapshot before, after;
 	size_t ncases[2] = {0, 0};
 
 	setvbuf(stdout, NULL, _IOLBF, 0); /* interleave with stderr */
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--async") == 0) {
+			open_opts.defer_items = true;
+		} else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc &&
+			   atoi(argv[i + 1]) > 0) {
+			open_opts.threads = (unsigned)atoi(argv[++i]);
+		} else {
+			fprintf(stderr,
+				"usage: test_cases [--threads N] [--async]\n");
+			return 2;
+		}
+	}
 	if (!tmp || !*tmp)
 		tmp = getenv("TMPDIR");
 	if (!tmp || !*tmp)
 		tmp = "/tmp";
-	if (!realpath(BASE_DIR, base)) {
-		fprintf(stderr, "%s: %s (run from tests/)\n", BASE_DIR,
+	fmt_path(base, sizeof(base), "%s/%s", FIXTURES, BASE_DIR);
+	if (access(base, R_OK)) {
+		fprintf(stderr, "%s: %s (run from tests/)\n", base,
 			strerror(errno));
 		return 1;
 	}
-	CHECK_EQ(take_snapshot(BASE_DIR, &before), 0);
 	fmt_path(tmproot, sizeof(tmproot), "%s/flx-cases.XXXXXX", tmp);
 	if (!mkdtemp(tmproot)) {
 		fprintf(stderr, "mkdtemp %s: %s\n", tmproot, strerror(errno));
@@ -865,7 +944,7 @@ int main(void)
 		fmt_path(dir, sizeof(dir), "%s/%s", CASES_DIR, kinds[k]);
 		CHECK_EQ(list_dir(dir, &l), 0);
 		for (size_t i = 0; i < l.n; i++) {
-			if (run_case(kinds[k], l.v[i], tmproot, base))
+			if (run_case(kinds[k], l.v[i], tmproot))
 				check_failures++;
 			ncases[k]++;
 		}
@@ -875,9 +954,14 @@ int main(void)
 	CHECK(ncases[0] > 0);
 	CHECK(ncases[1] > 0);
 	CHECK_EQ(rm_tree(tmproot), 0);
-	CHECK_EQ(take_snapshot(BASE_DIR, &after), 0);
-	CHECK_EQ(snapshot_diff(&before, &after), 0);
-	snapshot_free(&before);
-	snapshot_free(&after);
+	for (size_t k = 0; k < nbases; k++) {
+		snapshot after;
+
+		fmt_path(base, sizeof(base), "%s/%s", FIXTURES, bases[k].rel);
+		CHECK_EQ(take_snapshot(base, &after), 0);
+		CHECK_EQ(snapshot_diff(&bases[k].before, &after), 0);
+		snapshot_free(&bases[k].before);
+		snapshot_free(&after);
+	}
 	return CHECK_RESULT();
 }

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Unit tests for the block-cached file reader (resolver/reader.h): every
+/* Unit tests for the small-read cache reader (resolver/common/reader.h): every
  * read returns the file's bytes, whatever mix of hits, misses, reads
  * across a block's end, reads larger than a block and item windows; the
  * pread count shows the cache does its job; a file shorter than it was
@@ -22,7 +22,7 @@ static unsigned char byte_at(uint64_t off)
 static int check_range(const flx_reader *r, uint64_t base, uint64_t off,
 		       size_t n)
 {
-	static unsigned char buf[3 * FLX_BLOCK_CACHE_SLOT];
+	static unsigned char buf[3 * FLX_SMALL_READ_SLOT];
 	int rc = flx_read_at(r, buf, n, off);
 
 	if (rc)
@@ -38,7 +38,7 @@ int main(void)
 	char path[] = "/tmp/flx_reader_XXXXXX";
 	int fd = mkstemp(path);
 	static unsigned char data[FILE_BYTES];
-	flx_block_cache bc;
+	flx_small_read_cache bc;
 	flx_cached_reader cr;
 	flx_reader r;
 	uint64_t before;
@@ -47,19 +47,19 @@ int main(void)
 	for (uint64_t i = 0; i < FILE_BYTES; i++)
 		data[i] = byte_at(i);
 	CHECK_EQ(write(fd, data, FILE_BYTES), FILE_BYTES);
-	CHECK_EQ(flx_block_cache_init(&bc), 0);
-	flx_block_cache_bind(&bc, fd, FILE_BYTES);
+	CHECK_EQ(flx_small_read_cache_init(&bc), 0);
+	flx_small_read_cache_bind(&bc, fd, FILE_BYTES);
 
 	/* Whole-file window: small reads in order cost one pread per block. */
 	flx_reader_cached(&r, &cr, &bc, 0, FILE_BYTES);
 	for (uint64_t off = 0; off + 100 <= FILE_BYTES; off += 100)
 		CHECK_EQ(check_range(&r, 0, off, 100), 0);
-	CHECK(bc.preads <= FILE_BYTES / (FLX_BLOCK_CACHE_SLOT / 2 - 4096) + 2);
+	CHECK(bc.preads <= FILE_BYTES / (FLX_SMALL_READ_SLOT / 2 - 4096) + 2);
 	CHECK(bc.hits > 2900);
 
 	/* Head, tail, head again (from empty slots): two slots keep both. */
-	flx_block_cache_bind(&bc, -1, 0);
-	flx_block_cache_bind(&bc, fd, FILE_BYTES);
+	flx_small_read_cache_bind(&bc, -1, 0);
+	flx_small_read_cache_bind(&bc, fd, FILE_BYTES);
 	before = bc.preads;
 	CHECK_EQ(check_range(&r, 0, 10, 50), 0);
 	CHECK_EQ(check_range(&r, 0, FILE_BYTES - 22, 22), 0);
@@ -69,11 +69,11 @@ int main(void)
 
 	/* Across a block end, half a block, larger than a block, the last
 	 * byte. */
-	CHECK_EQ(check_range(&r, 0, FLX_BLOCK_CACHE_SLOT - 10, 20), 0);
-	CHECK_EQ(check_range(&r, 0, 3, FLX_BLOCK_CACHE_SLOT / 2), 0);
-	CHECK_EQ(check_range(&r, 0, 4099, FLX_BLOCK_CACHE_SLOT / 2), 0);
-	CHECK_EQ(check_range(&r, 0, 4099, FLX_BLOCK_CACHE_SLOT / 2 + 1), 0);
-	CHECK_EQ(check_range(&r, 0, 5, 2 * FLX_BLOCK_CACHE_SLOT + 7), 0);
+	CHECK_EQ(check_range(&r, 0, FLX_SMALL_READ_SLOT - 10, 20), 0);
+	CHECK_EQ(check_range(&r, 0, 3, FLX_SMALL_READ_SLOT / 2), 0);
+	CHECK_EQ(check_range(&r, 0, 4099, FLX_SMALL_READ_SLOT / 2), 0);
+	CHECK_EQ(check_range(&r, 0, 4099, FLX_SMALL_READ_SLOT / 2 + 1), 0);
+	CHECK_EQ(check_range(&r, 0, 5, 2 * FLX_SMALL_READ_SLOT + 7), 0);
 	CHECK_EQ(check_range(&r, 0, FILE_BYTES - 1, 1), 0);
 	CHECK_EQ(check_range(&r, 0, FILE_BYTES - 1, 2), -EINVAL);
 
@@ -86,7 +86,7 @@ int main(void)
 
 	/* Rebinding the same file keeps the blocks; another drops them. */
 	before = bc.preads;
-	flx_block_cache_bind(&bc, fd, FILE_BYTES);
+	flx_small_read_cache_bind(&bc, fd, FILE_BYTES);
 	CHECK_EQ(check_range(&r, 70000, 10, 10), 0);
 	CHECK_EQ(bc.preads, before);
 
@@ -125,16 +125,16 @@ int main(void)
 
 	/* The file shrinks under a fresh binding: -EIO, not short data. */
 	CHECK_EQ(ftruncate(fd, 100000), 0);
-	flx_block_cache_bind(&bc, -1, 0);
-	flx_block_cache_bind(&bc, fd, FILE_BYTES);
+	flx_small_read_cache_bind(&bc, -1, 0);
+	flx_small_read_cache_bind(&bc, fd, FILE_BYTES);
 	flx_reader_cached(&r, &cr, &bc, 0, FILE_BYTES);
 	CHECK_EQ(check_range(&r, 0, 10, 10), 0);
 	CHECK_EQ(check_range(&r, 0, 150000, 10), -EIO);
 	CHECK_EQ(check_range(&r, 0, 99990, 20), -EIO);
-	CHECK_EQ(check_range(&r, 0, 90000, 2 * FLX_BLOCK_CACHE_SLOT), -EIO);
+	CHECK_EQ(check_range(&r, 0, 90000, 2 * FLX_SMALL_READ_SLOT), -EIO);
 
-	flx_block_cache_release(&bc);
-	flx_block_cache_release(&bc); /* idempotent */
+	flx_small_read_cache_release(&bc);
+	flx_small_read_cache_release(&bc); /* idempotent */
 	close(fd);
 	unlink(path);
 	return CHECK_RESULT();

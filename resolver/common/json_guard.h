@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_RESOLVER_JSON_GUARD_H
+#define FLX_RESOLVER_JSON_GUARD_H
+
+/*
+ * jansson reports allocation failures inconsistently: some calls assert,
+ * json_dumps() can drop a key and still return text.  flexfs therefore
+ * routes jansson's allocations through functions that record a failure in
+ * a per-thread flag, and every operation that builds or parses JSON checks
+ * the flag once at its end and fails with -ENOMEM, discarding what it
+ * built.  Thread-safe: the flag is per thread.
+ */
+
+#include <stdbool.h>
+
+/** Install the allocator hooks (once per process) and clear this
+ * thread's failure flag. */
+void flx_json_guard_begin(void);
+
+/** Whether a jansson allocation failed on this thread since begin. */
+bool flx_json_guard_failed(void);
+
+#endif

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+#include "shape.h"
+
+#include <errno.h>
+#include <stdio.h>
+
+uint64_t flx_numel(int ndim, const int64_t *shape)
+{
+	uint64_t n = 1;
+
+	for (int i = 0; i < ndim; i++)
+		n *= (uint64_t)shape[i];
+	return n;
+}
+
+int flx_shape_bytes(int ndim, const int64_t *shape, unsigned elem_size,
+		    uint64_t *numel, uint64_t *bytes)
+{
+	uint64_t n = 1;
+
+	for (int d = 0; d < ndim; d++)
+		if (shape[d] &&
+		    __builtin_mul_overflow(n, (uint64_t)shape[d], &n))
+			return -EOVERFLOW;
+	if (n > (uint64_t)INT64_MAX / elem_size)
+		return -EOVERFLOW;
+	for (int d = 0; d < ndim; d++)
+		if (shape[d] == 0)
+			n = 0;
+	if (numel)
+		*numel = n;
+	if (bytes)
+		*bytes = n * elem_size;
+	return 0;
+}
+
+int flx_strided_span(int ndim, const int64_t *size, const int64_t *stride,
+		     uint64_t *span)
+{
+	uint64_t last = 0;
+
+	*span = 0;
+	for (int d = 0; d < ndim; d++)
+		if (size[d] == 0)
+			return 0;
+	for (int d = 0; d < ndim; d++) {
+		uint64_t step;
+
+		if (__builtin_mul_overflow((uint64_t)(size[d] - 1),
+					   (uint64_t)stride[d], &step) ||
+		    __builtin_add_overflow(last, step, &last))
+			return -ERANGE;
+	}
+	if (__builtin_add_overflow(last, 1, span))
+		return -ERANGE;
+	return 0;
+}
+
+void flx_fmt_dims(char *buf, size_t len, int ndim, const int64_t *v)
+{
+	size_t n = (size_t)snprintf(buf, len, "[");
+
+	for (int i = 0; i < ndim && n < len; i++)
+		n += (size_t)snprintf(buf + n, len - n, "%s%lld", i ? "," : "",
+				      (long long)v[i]);
+	if (n < len)
+		snprintf(buf + n, len - n, "]");
+}

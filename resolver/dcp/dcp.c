@@ -1,0 +1,1190 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The PyTorch Distributed Checkpoint source (source.h): ".metadata" (a
+ * pickle of the Metadata dataclass, decoded by the inert pickle VM and
+ * interpreted here by class *name*, so torch 1.13's _shard modules and
+ * 2.x's modules both work) and the items of the "__R_N.distcp" files (each
+ * a torch.save zip whose data/0 record holds the chunk's raw storage),
+ * read by the builder's item workers.
+ */
+#include "grow.h"
+#include "pickle.h"
+#include "reader.h"
+#include "source.h"
+#include "torchpkl.h"
+#include "zipitem.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define META_NAME	   ".metadata"
+#define MAX_METADATA_BYTES (1ull << 30)
+#define MAX_DATA_PKL_BYTES (1u << 20)
+
+#define PATH_MEMO 64
+#define MAX_PARTS FLX_MAX_THREADS /* threads interpreting the metadata */
+
+/* One storage_data entry: (fqn, chunk offsets or none) -> item location. */
+typedef struct sentry {
+	const char *fqn;
+	int ndim; /* -1: no offset key (BYTE_IO) */
+	/* ndim offsets in a part's pool (an index while that array grows):
+	 * tens of thousands of entries, so no FLX_MAX_DIMS array each */
+	union {
+		const int64_t *off;
+		size_t offi;
+	};
+	const char *relpath;
+	uint64_t offset;
+	uint64_t length;
+	const flx_pv *transforms; /* list or NULL */
+	uint64_t h;		  /* sentry_hash() */
+} sentry;
+
+typedef struct sentry_ref {
+	uint32_t idx; /* into loader.se; UINT32_MAX: empty slot */
+	uint32_t tag; /* high half of the entry's hash */
+} sentry_ref;
+
+typedef struct loader {
+	flx_build *b;
+	flx_ckpt *c;
+	flx_error *err;
+	unsigned threads; /* flx_ckpt_opts.threads */
+	sentry *se;
+	size_t nse;
+	int64_t *offpool[MAX_PARTS]; /* storage_data offsets, see sentry */
+	sentry_ref *smap;	     /* open-addressing index of se */
+	struct path_memo {
+		const char *s; /* a relative_path node's string */
+		uint32_t idx;  /* its file */
+	} paths[PATH_MEMO];
+	size_t smap_mask;
+} loader;
+
+/* ---- small interpretation helpers over the pickle tree ---- */
+
+/* Class name check that also insists on a torch.distributed module, so an
+ * unrelated class that happens to share a name is not mistaken for DCP's. */
+static bool is_dcp_obj(const flx_pv *v, const char *name)
+{
+	const flx_pv *cls = flx_pv_obj_class(v);
+
+	return cls && strcmp(cls->u.global.name, name) == 0 &&
+	       strncmp(cls->u.global.module, "torch.distributed.", 18) == 0;
+}
+
+/* The attribute dict of a dataclass-like object (BUILD state).  An object
+ * with no BUILD (empty __dict__) has no state: NULL. */
+static const flx_pv *obj_state(const flx_pv *v)
+{
+	if (!v || v->kind != FLX_PV_OBJ)
+		return NULL;
+	return v->u.obj.state;
+}
+
+static const flx_pv *attr(const flx_pv *obj, const char *key)
+{
+	return flx_pv_dict_get(obj_state(obj), key);
+}
+
+/* torch.Size(...) is REDUCE(torch.Size, (tuple_of_ints,)); accept a bare
+ * tuple/list of ints as well. */
+static int decode_size(loader *L, const flx_pv *v, const char *key,
+		       const char *what, int *ndim, int64_t *dims)
+{
+	const flx_pv *t = v;
+	size_t n;
+
+	if (v && v->kind == FLX_PV_OBJ &&
+	    flx_pv_is_global(v->u.obj.cls, "torch", "Size"))
+		t = flx_pv_item(v->u.obj.args, 0);
+	if (!t || (t->kind != FLX_PV_TUPLE && t->kind != FLX_PV_LIST))
+		return flx_error_set(L->err, -EINVAL, META_NAME, key,
+				     "%s: expected torch.Size, found %s", what,
+				     v ? flx_pv_kind_name(v) : "nothing");
+	n = flx_pv_len(t);
+	if (n > FLX_MAX_DIMS)
+		return flx_error_set(L->err, -EINVAL, META_NAME, key,
+				     "%s: %zu dimensions (at most %d)", what, n,
+				     FLX_MAX_DIMS);
+	for (size_t i = 0; i < n; i++) {
+		if (!flx_pv_int(flx_pv_item(t, i), &dims[i]) || dims[i] < 0)
+			return flx_error_set(L->err, -EINVAL, META_NAME, key,
+					     "%s: dimension %zu is not a "
+					     "non-negative integer",
+					     what, i);
+	}
+	*ndim = (int)n;
+	return 0;
+}
+
+static int decode_dtype(loader *L, const flx_pv *props, const char *key,
+			flx_dtype *out)
+{
+	const flx_pv *st = obj_state(props), *dt = NULL;
+
+	if (!flx_pv_is_obj_of(props, "TensorProperties"))
+		return flx_error_set(L->err, -EINVAL, META_NAME, key,
+				     "properties: expected TensorProperties");
+	/* BUILD state is a tuple (dtype, layout, requires_grad,
+	 * memory_format, pin_memory[, ...]) in every released version; a
+	 * dict state with "dtype" is accepted for forward compatibility. */
+	if (st && st->kind == FLX_PV_TUPLE)
+		dt = flx_pv_item(st, 0);
+	else if (st && st->kind == FLX_PV_DICT)
+		dt = flx_pv_dict_get(st, "dtype");
+	if (!dt || dt->kind != FLX_PV_GLOBAL ||
+	    strcmp(dt->u.global.module, "torch") != 0)
+		return flx_error_set(L->err, -EINVAL, META_NAME, key,
+				     "properties: dtype is not a torch dtype");
+	*out = flx_dtype_from_torch(dt->u.global.name);
+	if (*out == FLX_DT_INVALID)
+		return flx_error_set(L->err, -EINVAL, META_NAME, key,
+				     "unsupported dtype torch.%s",
+				     dt->u.global.name);
+	return 0;
+}
+
+static int get_u64(loader *L, const flx_pv *obj, const char *name,
+		   const char *key, uint64_t *out)
+{
+	int64_t v;
+
+	if (!flx_pv_int(attr(obj, name), &v) || v < 0)
+		return flx_error_set(L->err, -EINVAL, META_NAME, key,
+				     "%s is missing or not a non-negative "
+				     "integer",
+				     name);
+	*out = (uint64_t)v;
+	return 0;
+}
+
+/* A string of the metadata, or NULL if v is none or holds a NUL byte (a
+ * name or path cut at a NUL would silently mean another one). */
+static const char *cstr(const flx_pv *v)
+{
+	const char *s = flx_pv_str(v);
+
+	return s && strlen(s) == v->u.str.len ? s : NULL;
+}
+
+/* ---- storage_data ---- */
+
+static int cmp_offsets(int na, const int64_t *a, int nb, const int64_t *b)
+{
+	if (na != nb)
+		return na < nb ? -1 : 1;
+	for (int i = 0; i < na; i++)
+		if (a[i] != b[i])
+			return a[i] < b[i] ? -1 : 1;
+	return 0;
+}
+
+/* storage_data is looked up once per chunk, by (fqn, offsets): a hash
+ * table, not a sort and binary search, which spent most of its time in
+ * strcmp over tens of thousands of long, shared-prefix names. */
+static uint64_t name_hash(const char *fqn)
+{
+	uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+
+	for (const unsigned char *p = (const unsigned char *)fqn; *p; p++)
+		h = (h ^ *p) * 0x100000001b3ull;
+	return h;
+}
+
+/* nh: name_hash() of the entry's fqn (one per tensor, not per chunk). */
+static uint64_t sentry_hash(uint64_t nh, int ndim, const int64_t *off)
+{
+	uint64_t h = nh ^ (uint64_t)(ndim + 1) * 0x9e3779b97f4a7c15ull;
+
+	for (int i = 0; i < ndim; i++)
+		h = (h ^ (uint64_t)off[i]) * 0xff51afd7ed558ccdull;
+	/* murmur3's finaliser: every input bit reaches the low (slot) and
+	 * the high (tag) bits */
+	h = (h ^ (h >> 33)) * 0xff51afd7ed558ccdull;
+	h = (h ^ (h >> 33)) * 0xc4ceb9fe1a85ec53ull;
+	return h ^ (h >> 33);
+}
+
+/* The slot holding the entry for (fqn, ndim, off), or the empty slot where
+ * it would go.  A slot keeps the entry's index and the hash's high half,
+ * so probing past other entries costs no visit to L->se. */
+static sentry_ref *sentry_slot(const loader *L, uint64_t h, const char *fqn,
+			       int ndim, const int64_t *off)
+{
+	uint32_t tag = (uint32_t)(h >> 32);
+
+	for (size_t i = (size_t)h & L->smap_mask;; i = (i + 1) & L->smap_mask) {
+		sentry_ref *r = &L->smap[i];
+		const sentry *e;
+
+		if (r->idx == UINT32_MAX)
+			return r;
+		if (r->tag != tag)
+			continue;
+		e = &L->se[r->idx];
+		if (e->ndim == ndim &&
+		    (e->fqn == fqn || strcmp(e->fqn, fqn) == 0) &&
+		    cmp_offsets(ndim, e->off, ndim, off) == 0)
+			return r;
+	}
+}
+
+/* fqn: the pickle's string where there is one, so that the entry's name
+ * (the same memoized string, as torch writes it) compares by pointer. */
+static const sentry *find_sentry(const loader *L, uint64_t nh, const char *fqn,
+				 int ndim, const int64_t *off)
+{
+	const sentry_ref *r =
+	    sentry_slot(L, sentry_hash(nh, ndim, off), fqn, ndim, off);
+
+	return r->idx == UINT32_MAX ? NULL : &L->se[r->idx];
+}
+
+/* ---- interpretation in parts ----
+ *
+ * The two big dicts of the metadata, storage_data (one entry per chunk)
+ * and state_dict_metadata (one per tensor), are decoded in contiguous
+ * ranges of entries on several threads, since the item workers start only
+ * after them (docs/performance.md).  A part touches nothing another part
+ * does; what is shared (the storage_data hash table, the file table) is
+ * filled afterwards, in entry order, so the error reported is the one a
+ * single thread would report.
+ */
+#define ENTRIES_PER_PART 2048
+
+enum { ENT_TENSOR = 1, ENT_OBJECT = 2 };
+
+typedef struct part {
+	loader L; /* shallow copy of the loader: L.err is &err */
+	flx_error err;
+	const flx_pv *dict;
+	size_t lo, hi;	     /* entries [lo, hi) */
+	size_t fail;	     /* first failing entry, hi while none */
+	uint32_t fail_chunk; /* its chunks before this one need windows */
+	int rc;
+	int64_t *offs; /* storage_data: this part's chunk offsets */
+	size_t noffs, capoffs;
+	const unsigned char *kinds; /* state_dict_metadata: ENT_ per entry */
+	size_t t0, o0;		    /* its first tensor and object slot */
+	flx_pool pool;		    /* names and chunks, for c->pool */
+} part;
+
+/* Parts for n entries: by size and CPUs, or as many as the open's forced
+ * thread count (so the error corpus, a few dozen entries, runs through
+ * the parts too). */
+static unsigned part_count(const loader *L, size_t n)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t want = n / ENTRIES_PER_PART;
+
+	if (L->threads)
+		want = L->threads;
+	else if (want > (size_t)(cpus < 1 ? 1 : cpus))
+		want = (size_t)(cpus < 1 ? 1 : cpus);
+	if (want > n)
+		want = n;
+	if (want > MAX_PARTS)
+		want = MAX_PARTS;
+	return want ? (unsigned)want : 1;
+}
+
+/* np parts over entries [0, n) of dict; NULL when out of memory. */
+static part *parts_new(const loader *L, const flx_pv *dict, size_t n,
+		       unsigned np)
+{
+	part *p = calloc(np, sizeof(*p));
+
+	for (unsigned k = 0; p && k < np; k++) {
+		p[k].L = *L;
+		flx_error_init(&p[k].err);
+		p[k].L.err = &p[k].err;
+		p[k].dict = dict;
+		p[k].lo = n * k / np;
+		p[k].hi = p[k].fail = n * (k + 1) / np;
+	}
+	return p;
+}
+
+/* Parts cover the entries in order: the first part that failed holds
+ * the first failing entry. */
+static part *parts_failed(part *p, unsigned np)
+{
+	for (unsigned k = 0; k < np; k++)
+		if (p[k].rc)
+			return &p[k];
+	return NULL;
+}
+
+/* Report a part's failure through the loader's error. */
+static int part_error(loader *L, const part *f)
+{
+	if (f->err.code && L->err && !L->err->code)
+		*L->err = f->err;
+	return f->rc;
+}
+
+/* ---- storage_data: decoding ---- */
+
+static int decode_sentry(part *p, size_t i, sentry *e)
+{
+	loader *L = &p->L;
+	const flx_pv *k = p->dict->u.dict.kv[2 * i];
+	const flx_pv *v = p->dict->u.dict.kv[2 * i + 1];
+	const flx_pv *off;
+	int rc;
+
+	if (!is_dcp_obj(k, "MetadataIndex") || !cstr(attr(k, "fqn")))
+		return flx_error_set(L->err, -EINVAL, META_NAME, "storage_data",
+				     "entry %zu: key is not a MetadataIndex "
+				     "with a string fqn free of NUL bytes",
+				     i);
+	e->fqn = cstr(attr(k, "fqn"));
+	/* "offset" is absent (or None) for BYTE_IO entries. */
+	off = attr(k, "offset");
+	e->ndim = -1;
+	if (off && off->kind != FLX_PV_NONE) {
+		int64_t o[FLX_MAX_DIMS];
+
+		rc = decode_size(L, off, e->fqn, "MetadataIndex.offset",
+				 &e->ndim, o);
+		if (rc)
+			return rc;
+		if (flx_grow((void **)&p->offs, &p->capoffs,
+			     p->noffs + (size_t)e->ndim, sizeof(int64_t)))
+			return -ENOMEM;
+		if (e->ndim)
+			memcpy(p->offs + p->noffs, o,
+			       sizeof(int64_t) * (size_t)e->ndim);
+		e->offi = p->noffs;
+		p->noffs += (size_t)e->ndim;
+	}
+	if (!is_dcp_obj(v, "_StorageInfo"))
+		return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
+				     "storage_data value is not a "
+				     "_StorageInfo");
+	e->relpath = cstr(attr(v, "relative_path"));
+	if (!e->relpath)
+		return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
+				     "relative_path is missing or not a "
+				     "string without NUL bytes");
+	rc = get_u64(L, v, "offset", e->fqn, &e->offset);
+	if (!rc)
+		rc = get_u64(L, v, "length", e->fqn, &e->length);
+	if (rc)
+		return rc;
+	e->transforms = attr(v, "transform_descriptors");
+	if (e->transforms && e->transforms->kind != FLX_PV_NONE) {
+		bool ok = e->transforms->kind == FLX_PV_LIST ||
+			  e->transforms->kind == FLX_PV_TUPLE;
+
+		for (size_t j = 0; ok && j < flx_pv_len(e->transforms); j++)
+			ok = cstr(flx_pv_item(e->transforms, j)) != NULL;
+		if (!ok)
+			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
+					     "transform_descriptors is not a "
+					     "list of strings");
+	}
+	return 0;
+}
+
+static void *sd_part_run(void *arg)
+{
+	part *p = arg;
+	const char *last = NULL;
+	uint64_t nh = 0;
+
+	for (size_t i = p->lo; i < p->hi; i++) {
+		sentry *e = &p->L.se[i];
+		int rc = decode_sentry(p, i, e);
+
+		if (rc) {
+			p->rc = rc;
+			p->fail = i;
+			break;
+		}
+		/* consecutive entries share the memoized fqn string */
+		if (e->fqn != last) {
+			last = e->fqn;
+			nh = name_hash(last);
+		}
+		e->h = sentry_hash(nh, e->ndim,
+				   e->ndim > 0 ? p->offs + e->offi : NULL);
+	}
+	return NULL;
+}
+
+/* Decode the n entries of storage_data into L->se, in parts. */
+static int decode_storage_data(loader *L, const flx_pv *sd, size_t n)
+{
+	unsigned np = part_count(L, n);
+	part *p = parts_new(L, sd, n, np), *f;
+	int rc = 0;
+
+	if (!p)
+		return -ENOMEM;
+	/* room for two dimensions per entry, allocated here: a part's
+	 * thread would grow it in 4 KiB pages (see flx_pool); the loader
+	 * owns each block from the start */
+	for (unsigned k = 0; k < np && !rc; k++) {
+		p[k].capoffs = 2 * (p[k].hi - p[k].lo);
+		p[k].offs =
+		    malloc((p[k].capoffs ? p[k].capoffs : 1) * sizeof(int64_t));
+		L->offpool[k] = p[k].offs;
+		if (!p[k].offs)
+			rc = -ENOMEM;
+	}
+	if (rc)
+		goto out;
+	flx_run_parts(p, sizeof(*p), np, sd_part_run);
+	for (unsigned k = 0; k < np; k++) {
+		/* a part's thread may have moved its block */
+		L->offpool[k] = p[k].offs;
+		for (size_t i = p[k].lo; i < p[k].fail; i++) {
+			sentry *e = &L->se[i];
+
+			e->off = e->ndim > 0 ? p[k].offs + e->offi : NULL;
+		}
+	}
+	f = parts_failed(p, np);
+	if (f)
+		rc = part_error(L, f);
+out:
+	free(p);
+	return rc;
+}
+
+static int load_storage_data(loader *L, const flx_pv *sd)
+{
+	size_t n;
+	int rc;
+
+	if (!sd || sd->kind != FLX_PV_DICT)
+		return flx_error_set(L->err, -EINVAL, META_NAME, "storage_data",
+				     "missing or not a dict");
+	n = sd->u.dict.n;
+	if (n > UINT32_MAX / 2)
+		return flx_error_set(L->err, -EOVERFLOW, META_NAME,
+				     "storage_data", "%zu entries", n);
+	L->se = calloc(n ? n : 1, sizeof(sentry));
+	if (!L->se)
+		return -ENOMEM;
+	rc = decode_storage_data(L, sd, n);
+	if (rc)
+		return rc;
+	L->nse = n;
+	for (L->smap_mask = 15; L->smap_mask < 2 * L->nse;)
+		L->smap_mask = 2 * L->smap_mask + 1;
+	L->smap = malloc((L->smap_mask + 1) * sizeof(*L->smap));
+	if (!L->smap)
+		return -ENOMEM;
+	memset(L->smap, 0xff, (L->smap_mask + 1) * sizeof(*L->smap));
+	for (size_t i = 0; i < L->nse; i++) {
+		sentry *e = &L->se[i];
+		sentry_ref *r = sentry_slot(L, e->h, e->fqn, e->ndim, e->off);
+
+		if (r->idx != UINT32_MAX)
+			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
+					     "duplicate storage_data entry "
+					     "for one chunk");
+		*r = (sentry_ref){(uint32_t)i, (uint32_t)(e->h >> 32)};
+	}
+	return 0;
+}
+
+static int item_window(loader *L, const sentry *e, const char *key,
+		       uint32_t *file)
+{
+	const flx_file *f;
+	int rc;
+
+	if (e->transforms && flx_pv_len(e->transforms) > 0) {
+		const char *t = flx_pv_str(flx_pv_item(e->transforms, 0));
+
+		return flx_error_set(L->err, -ENOTSUP, META_NAME, key,
+				     "item transform '%s' is not supported",
+				     t ? t : "?");
+	}
+	{
+		/* relative_path strings are memoized in the pickle: one node,
+		 * so one pointer, per file for tens of thousands of entries,
+		 * and the tree outlives this cache */
+		struct path_memo *pm =
+		    &L->paths[((uintptr_t)e->relpath >> 4) % PATH_MEMO];
+
+		if (pm->s == e->relpath) {
+			*file = pm->idx;
+		} else {
+			const flx_file_ref ref = {META_NAME, "relative_path",
+						  key};
+
+			rc = flx_build_data_file(L->b, e->relpath, &ref, file);
+			if (rc)
+				return rc;
+			*pm = (struct path_memo){e->relpath, *file};
+		}
+	}
+	f = &L->c->files[*file];
+	if (e->offset > f->size || e->length > f->size - e->offset)
+		return flx_error_set(L->err, -EINVAL, e->relpath, key,
+				     "item [%llu, +%llu) runs past the end "
+				     "of the file (%llu bytes)",
+				     (unsigned long long)e->offset,
+				     (unsigned long long)e->length,
+				     (unsigned long long)f->size);
+	return 0;
+}
+
+/* ---- tensors ---- */
+
+/*
+ * What an item worker keeps from one item to the next: a mount reads tens
+ * of thousands of items, each a few hundred bytes, and allocating for each
+ * (and decoding each data.pkl from scratch) cost more than reading them.
+ * memo: data.pkl bytes already parsed, direct-mapped by a hash.  Items of
+ * equally shaped chunks carry byte-identical data.pkl records, and equal
+ * bytes parse to the equal result, so a hit (same length and bytes) skips
+ * the pickle VM and stays exact.  Only successful parses are kept: a bad
+ * record is parsed, and reported, every time.
+ */
+#define PKL_MEMO     64
+#define PKL_MEMO_MAX 4096 /* longer data.pkl records are not kept */
+
+typedef struct pkl_memo_ent {
+	uint64_t hash;
+	size_t len;
+	unsigned char *bytes; /* owned copy; NULL: empty slot */
+	flx_tensor_pkl tp;
+} pkl_memo_ent;
+
+typedef struct item_scratch {
+	flx_small_read_cache bc;
+	flx_zip *zip;
+	unsigned char *buf; /* data.pkl bytes */
+	size_t cap;
+	pkl_memo_ent memo[PKL_MEMO];
+} item_scratch;
+
+/* On failure too, s is left for scratch_release(). */
+static int scratch_init(void *arg)
+{
+	item_scratch *s = arg;
+	int rc;
+
+	memset(s, 0, sizeof(*s));
+	rc = flx_small_read_cache_init(&s->bc);
+	s->zip = flx_zip_new();
+	return rc ? rc : s->zip ? 0 : -ENOMEM;
+}
+
+static void scratch_release(void *arg)
+{
+	item_scratch *s = arg;
+
+	flx_small_read_cache_release(&s->bc);
+	flx_zip_close(s->zip);
+	free(s->buf);
+	for (int i = 0; i < PKL_MEMO; i++)
+		free(s->memo[i].bytes);
+}
+
+static uint64_t bytes_hash(const unsigned char *p, size_t n)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ull ^ n, w;
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		memcpy(&w, p + i, 8);
+		h = (h ^ w) * 0xff51afd7ed558ccdull;
+		h ^= h >> 32;
+	}
+	w = 0;
+	memcpy(&w, p + i, n - i);
+	/* murmur3's finaliser: the slot (low bits) depends on every byte,
+	 * not mostly on the last word */
+	h ^= w;
+	h = (h ^ (h >> 33)) * 0xff51afd7ed558ccdull;
+	h = (h ^ (h >> 33)) * 0xc4ceb9fe1a85ec53ull;
+	return h ^ (h >> 33);
+}
+
+/* flx_tensor_pkl_parse() of buf[0..n), through the memo. */
+static int parse_data_pkl(item_scratch *s, const unsigned char *buf, size_t n,
+			  const char *name, flx_tensor_pkl *tp, flx_error *err)
+{
+	uint64_t h = bytes_hash(buf, n);
+	pkl_memo_ent *m = &s->memo[h % PKL_MEMO];
+	int rc;
+
+	if (m->bytes && m->hash == h && m->len == n &&
+	    memcmp(m->bytes, buf, n) == 0) {
+		*tp = m->tp;
+		return 0;
+	}
+	rc = flx_tensor_pkl_parse(buf, n, name, tp, err);
+	if (rc || n > PKL_MEMO_MAX)
+		return rc;
+	if (!m->bytes || m->len < n) {
+		unsigned char *b = malloc(n ? n : 1);
+
+		if (!b)
+			return 0; /* not kept; the parse stands */
+		free(m->bytes);
+		m->bytes = b;
+	}
+	memcpy(m->bytes, buf, n);
+	m->len = n;
+	m->hash = h;
+	m->tp = *tp;
+	return 0;
+}
+
+/* "<relpath>@<offset>", the item's name in messages, without snprintf's
+ * cost (one per item).  relpath is cut to fit. */
+static void item_name(char *buf, size_t size, const char *relpath, uint64_t off)
+{
+	char digits[24];
+	size_t n = strlen(relpath), k = sizeof(digits);
+
+	do {
+		digits[--k] = (char)('0' + off % 10);
+		off /= 10;
+	} while (off);
+	if (n > size - 2 - (sizeof(digits) - k))
+		n = size - 2 - (sizeof(digits) - k);
+	memcpy(buf, relpath, n);
+	buf[n++] = '@';
+	memcpy(buf + n, digits + k, sizeof(digits) - k);
+	buf[n + sizeof(digits) - k] = '\0';
+}
+
+/* Locate the chunk's storage inside its torch.save item and check it
+ * against the metadata.  Reads go through s's cache, bound here to the
+ * item's file; errors go to err.  Touches nothing shared but *ch, so items
+ * may be loaded on several threads at once (flx_item_ops). */
+static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
+		     flx_chunk *ch, flx_error *err)
+{
+	item_scratch *s = arg;
+	const flx_file *f = &c->files[ch->file];
+	char name[FLX_ERR_FIELD];
+	flx_reader r;
+	flx_cached_reader cr;
+	flx_zip *z = s->zip;
+	flx_zip_rec pkl, data, bo;
+	flx_tensor_pkl tp;
+	int rc;
+
+	item_name(name, sizeof(name), f->relpath, ch->item_off);
+	flx_small_read_cache_bind(&s->bc, f->fd, f->size);
+	flx_reader_cached(&r, &cr, &s->bc, ch->item_off, ch->item_len);
+	rc = flx_zip_parse(z, &r, name, err);
+	if (rc) {
+		flx_error_key(err, t->fqn);
+		return rc;
+	}
+	if (flx_zip_find(z, "data.pkl", &pkl) || pkl.size > MAX_DATA_PKL_BYTES)
+		return flx_error_set(err, -EINVAL, name, t->fqn,
+				     "item has no usable data.pkl record");
+	if (!flx_zip_find(z, "byteorder", &bo)) {
+		char order[8] = {0};
+
+		if (bo.size > 7 ||
+		    (rc = flx_read_at(&r, order, bo.size, bo.data_off)) ||
+		    strcmp(order, "little") != 0)
+			return flx_error_set(err, -ENOTSUP, name, t->fqn,
+					     "byteorder record is not "
+					     "'little'");
+	}
+	if (pkl.size > s->cap) {
+		unsigned char *b = malloc(pkl.size);
+
+		if (!b)
+			return -ENOMEM;
+		free(s->buf);
+		s->buf = b;
+		s->cap = pkl.size;
+	}
+	rc = flx_read_at(&r, s->buf, pkl.size, pkl.data_off);
+	if (rc)
+		return flx_error_set(err, rc, name, t->fqn,
+				     "cannot read data.pkl");
+	rc = parse_data_pkl(s, s->buf, pkl.size, name, &tp, err);
+	if (rc) {
+		flx_error_key(err, t->fqn);
+		return rc;
+	}
+	if (tp.dtype != t->dtype)
+		return flx_error_set(err, -EINVAL, name, t->fqn,
+				     "dtype %s in data.pkl disagrees with %s "
+				     "in .metadata",
+				     flx_dtype_name(tp.dtype),
+				     flx_dtype_name(t->dtype));
+	if (cmp_offsets(tp.ndim, tp.size, t->ndim, ch->size) != 0) {
+		char a[96], b[96];
+
+		flx_fmt_dims(a, sizeof(a), tp.ndim, tp.size);
+		flx_fmt_dims(b, sizeof(b), t->ndim, ch->size);
+		return flx_error_set(err, -EINVAL, name, t->fqn,
+				     "saved tensor shape %s differs from the "
+				     "chunk's sizes %s",
+				     a, b);
+	}
+	{
+		char rel[80] = "data/";
+		size_t k = strlen(tp.key);
+
+		/* tp.key is shorter than its 64 bytes: rel has room */
+		memcpy(rel + 5, tp.key, k + 1);
+		if (flx_zip_find(z, rel, &data))
+			return flx_error_set(err, -EINVAL, name, t->fqn,
+					     "item has no %s record", rel);
+	}
+	if (data.size < tp.storage_bytes)
+		return flx_error_set(err, -EINVAL, name, t->fqn,
+				     "storage record holds %llu bytes, the "
+				     "tensor needs %llu",
+				     (unsigned long long)data.size,
+				     (unsigned long long)tp.storage_bytes);
+	ch->data_off = ch->item_off + data.data_off;
+	ch->storage_offset = tp.storage_offset;
+	memcpy(ch->stride, tp.stride, sizeof(int64_t) * (size_t)t->ndim);
+	ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
+	return 0;
+}
+
+/*
+ * Decode one tensor's metadata and find its chunks' storage_data entries.
+ * name: the key's string in the tree (t->fqn is a copy), for
+ * find_sentry().  Runs in a part: each chunk's ch->file holds its entry's
+ * index into L->se until resolve_windows() replaces it with the file.  On
+ * failure *windows is how many chunks were found before it (their windows
+ * come first in the error order).
+ */
+static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
+			 const char *name, const flx_pv *tsm, uint32_t *windows)
+{
+	const flx_pv *chunks = attr(tsm, "chunks");
+	uint64_t nh = name_hash(name);
+	int rc;
+
+	*windows = 0;
+	rc = decode_dtype(L, attr(tsm, "properties"), t->fqn, &t->dtype);
+	if (!rc)
+		rc = decode_size(L, attr(tsm, "size"), t->fqn, "size", &t->ndim,
+				 t->shape);
+	if (rc)
+		return rc;
+	if (flx_shape_bytes(t->ndim, t->shape, flx_dtype_size(t->dtype), NULL,
+			    NULL))
+		return flx_error_set(L->err, -EOVERFLOW, META_NAME, t->fqn,
+				     "tensor size overflows 64 bits");
+	if (!chunks || chunks->kind != FLX_PV_LIST)
+		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
+				     "chunks is missing or not a list");
+	if (flx_pv_len(chunks) == 0 || flx_pv_len(chunks) > UINT32_MAX)
+		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
+				     "tensor has %zu chunks",
+				     flx_pv_len(chunks));
+	rc = flx_tensor_pool_chunks(pool, t, (uint32_t)flx_pv_len(chunks));
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		const flx_pv *cm = flx_pv_item(chunks, i);
+		flx_chunk *ch = &t->chunks[i];
+		const sentry *e;
+		int64_t at[FLX_MAX_DIMS], sz[FLX_MAX_DIMS];
+		int n1, n2;
+
+		*windows = i;
+		if (!is_dcp_obj(cm, "ChunkStorageMetadata"))
+			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
+					     "chunk %u is not a "
+					     "ChunkStorageMetadata",
+					     i);
+		/* decoded aside: the chunk has room for t->ndim only */
+		rc = decode_size(L, attr(cm, "offsets"), t->fqn,
+				 "chunk offsets", &n1, at);
+		if (!rc)
+			rc = decode_size(L, attr(cm, "sizes"), t->fqn,
+					 "chunk sizes", &n2, sz);
+		if (rc)
+			return rc;
+		if (n1 != t->ndim || n2 != t->ndim)
+			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
+					     "chunk %u has %d/%d dimensions, "
+					     "the tensor %d",
+					     i, n1, n2, t->ndim);
+		memcpy(ch->off, at, sizeof(int64_t) * (size_t)t->ndim);
+		memcpy(ch->size, sz, sizeof(int64_t) * (size_t)t->ndim);
+		e = find_sentry(L, nh, name, t->ndim, ch->off);
+		if (!e) {
+			char o[96];
+
+			flx_fmt_dims(o, sizeof(o), t->ndim, ch->off);
+			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
+					     "no storage_data entry for the "
+					     "chunk at %s",
+					     o);
+		}
+		ch->file = (uint32_t)(e - L->se);
+		ch->item_off = e->offset;
+		ch->item_len = e->length;
+	}
+	*windows = t->nchunks;
+	/* The items themselves are read later, all together, in file order
+	 * (flx_build_items()). */
+	return flx_tensor_check_chunks(t, META_NAME, L->err);
+}
+
+/* As decode_tensor(): o->file holds the entry's index for now. */
+static int decode_object(loader *L, flx_object *o)
+{
+	const sentry *e = find_sentry(L, name_hash(o->fqn), o->fqn, -1, NULL);
+
+	if (!e)
+		return flx_error_set(L->err, -EINVAL, META_NAME, o->fqn,
+				     "no storage_data entry for this bytes "
+				     "value");
+	o->file = (uint32_t)(e - L->se);
+	o->off = e->offset;
+	o->len = e->length;
+	return 0;
+}
+
+static void *sdm_part_run(void *arg)
+{
+	part *p = arg;
+	loader *L = &p->L;
+	flx_ckpt *c = L->c;
+	size_t ti = p->t0, oi = p->o0;
+
+	for (size_t i = p->lo; i < p->hi; i++) {
+		const flx_pv *v = p->dict->u.dict.kv[2 * i + 1];
+		const char *fqn = cstr(p->dict->u.dict.kv[2 * i]);
+		size_t len = strlen(fqn) + 1;
+		char *copy = flx_pool_alloc(&p->pool, len);
+		uint32_t windows = 0;
+		int rc;
+
+		if (p->kinds[i] == ENT_TENSOR) {
+			flx_tensor *t = &c->tensors[ti++];
+
+			t->fqn = copy;
+			if (copy)
+				memcpy(copy, fqn, len);
+			rc = copy ? decode_tensor(L, &p->pool, t, fqn, v,
+						  &windows)
+				  : -ENOMEM;
+		} else {
+			flx_object *o = &c->objects[oi++];
+
+			if (copy)
+				memcpy(copy, fqn, len);
+			o->fqn = copy;
+			rc = copy ? decode_object(L, o) : -ENOMEM;
+		}
+		if (rc) {
+			p->rc = rc;
+			p->fail = i;
+			p->fail_chunk = windows;
+			break;
+		}
+	}
+	return NULL;
+}
+
+/*
+ * After the parts: open each chunk's file and check its item window, in
+ * entry order up to the first failing entry f (NULL: all of [0, n)), which
+ * gets windows only for the chunks it found before failing.  @return 0,
+ * the first window failure, or f's failure.
+ */
+static int resolve_windows(loader *L, const unsigned char *kinds, size_t n,
+			   const part *f)
+{
+	flx_ckpt *c = L->c;
+	size_t ti = 0, oi = 0, last = f ? f->fail : n;
+	int rc;
+
+	for (size_t i = 0; i < n && i <= last; i++) {
+		if (kinds[i] == ENT_TENSOR) {
+			flx_tensor *t = &c->tensors[ti++];
+			uint32_t lim = i == last ? f->fail_chunk : t->nchunks;
+
+			for (uint32_t k = 0; k < lim; k++) {
+				flx_chunk *ch = &t->chunks[k];
+
+				rc = item_window(L, &L->se[ch->file], t->fqn,
+						 &ch->file);
+				if (rc)
+					return rc;
+			}
+		} else if (i != last) {
+			flx_object *o = &c->objects[oi++];
+
+			rc = item_window(L, &L->se[o->file], o->fqn, &o->file);
+			if (rc)
+				return rc;
+		}
+	}
+	return f ? part_error(L, f) : 0;
+}
+
+static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
+{
+	flx_ckpt *c = L->c;
+	unsigned char *kinds = NULL;
+	size_t n, ok, nt = 0, no = 0;
+	unsigned np;
+	part *p = NULL;
+	int rc = -ENOMEM;
+
+	if (!sdm || sdm->kind != FLX_PV_DICT)
+		return flx_error_set(L->err, -EINVAL, META_NAME,
+				     "state_dict_metadata",
+				     "missing or not a dict");
+	n = sdm->u.dict.n;
+	c->tensors = calloc(n ? n : 1, sizeof(flx_tensor));
+	c->objects = calloc(n ? n : 1, sizeof(flx_object));
+	kinds = malloc(n ? n : 1);
+	if (!c->tensors || !c->objects || !kinds)
+		goto out;
+	/* Classify first (cheap), so that every part knows its slots; the
+	 * parts run over the entries before the first unclassifiable one. */
+	for (ok = 0; ok < n; ok++) {
+		const flx_pv *v = sdm->u.dict.kv[2 * ok + 1];
+
+		if (!cstr(sdm->u.dict.kv[2 * ok]))
+			break;
+		if (is_dcp_obj(v, "TensorStorageMetadata"))
+			kinds[ok] = ENT_TENSOR;
+		else if (is_dcp_obj(v, "BytesStorageMetadata"))
+			kinds[ok] = ENT_OBJECT;
+		else
+			break;
+	}
+	np = part_count(L, ok);
+	if (!(p = parts_new(L, sdm, ok, np)))
+		goto out;
+	for (unsigned k = 0; k < np; k++) {
+		p[k].kinds = kinds;
+		p[k].t0 = nt;
+		p[k].o0 = no;
+		for (size_t i = p[k].lo; i < p[k].hi; i++)
+			if (kinds[i] == ENT_TENSOR)
+				nt++;
+			else
+				no++;
+	}
+	/* every slot counts from here: flx_ckpt_close() frees what the
+	 * parts filled, and NULL in slots they did not reach */
+	c->ntensors = nt;
+	c->nobjects = no;
+	/* big parts start with huge blocks (see flx_pool) */
+	for (unsigned k = 0; ok >= ENTRIES_PER_PART && k < np; k++)
+		p[k].pool.next = (size_t)2 << 20;
+	flx_run_parts(p, sizeof(*p), np, sdm_part_run);
+	for (unsigned k = 0; k < np; k++)
+		flx_pool_move(&c->pool, &p[k].pool);
+	rc = resolve_windows(L, kinds, ok, parts_failed(p, np));
+	if (rc || ok == n)
+		goto out;
+	if (!cstr(sdm->u.dict.kv[2 * ok]))
+		rc = flx_error_set(
+		    L->err, -EINVAL, META_NAME, "state_dict_metadata",
+		    "key %zu is not a string without NUL bytes", ok);
+	else
+		rc = flx_error_set(L->err, -EINVAL, META_NAME,
+				   cstr(sdm->u.dict.kv[2 * ok]),
+				   "value is neither TensorStorageMetadata "
+				   "nor BytesStorageMetadata");
+out:
+	free(p);
+	free(kinds);
+	return rc;
+}
+
+/* The buffer for .metadata's bytes.  A large one is offered to
+ * transparent huge pages: copying 9 MB into fresh 4 KiB pages costs a
+ * fault per page, several times the copy itself.  free() releases it. */
+static void *meta_alloc(size_t n)
+{
+	const size_t huge = (size_t)2 << 20;
+	void *b = NULL;
+
+	if (n < huge)
+		return malloc(n ? n : 1);
+	if (posix_memalign(&b, huge, (n + huge - 1) / huge * huge))
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	(void)madvise(b, (n + huge - 1) / huge * huge, MADV_HUGEPAGE);
+#endif
+	return b;
+}
+
+static int read_metadata(loader *L, void **buf_out, size_t *len_out)
+{
+	struct stat st;
+	void *buf = NULL;
+	int fd = -1, rc = flx_build_open(L->b, META_NAME, &fd);
+
+	if (rc == -EXDEV)
+		return flx_error_set(L->err, -EINVAL, META_NAME, NULL,
+				     "resolves outside the checkpoint "
+				     "directory (symlink)");
+	if (rc == -ENOENT)
+		return flx_error_set(L->err, rc, META_NAME, NULL,
+				     "no such file (is this a PyTorch DCP "
+				     "checkpoint directory?)");
+	if (rc)
+		return flx_error_set(L->err, rc, META_NAME, NULL,
+				     "cannot open: %s", strerror(-rc));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size > MAX_METADATA_BYTES) {
+		rc = flx_error_set(L->err, -EINVAL, META_NAME, NULL,
+				   "not a regular file of at most 1 GiB");
+		goto out;
+	}
+	L->c->mtime_ns = flx_mtime_ns(&st);
+	buf = meta_alloc((size_t)st.st_size);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = flx_pread_full(fd, buf, (size_t)st.st_size, 0);
+	if (rc) {
+		rc = flx_error_set(L->err, rc, META_NAME, NULL,
+				   "read failed: %s", strerror(-rc));
+		goto out;
+	}
+	*buf_out = buf;
+	*len_out = (size_t)st.st_size;
+	buf = NULL;
+out:
+	free(buf);
+	close(fd);
+	return rc;
+}
+
+static int interpret(loader *L, const flx_pv *root)
+{
+	const flx_pv *cls = flx_pv_obj_class(root);
+	int rc;
+
+	if (!is_dcp_obj(root, "Metadata") || !obj_state(root) ||
+	    obj_state(root)->kind != FLX_PV_DICT)
+		return flx_error_set(L->err, -EINVAL, META_NAME, NULL,
+				     "not a DCP Metadata object");
+	L->c->writer =
+	    strdup(strstr(cls->u.global.module, "._shard.")
+		       ? "torch 1.13 (torch.distributed._shard.checkpoint)"
+		   : attr(root, "storage_meta")
+		       ? "torch >= 2.4 (torch.distributed.checkpoint)"
+		       : "torch >= 2.0 (torch.distributed.checkpoint)");
+	if (!L->c->writer)
+		return -ENOMEM;
+	rc = load_storage_data(L, attr(root, "storage_data"));
+	if (!rc)
+		rc = load_state_dict_metadata(
+		    L, attr(root, "state_dict_metadata"));
+	return rc;
+}
+
+/* ---- the source ---- */
+
+static bool is_distcp(const char *name)
+{
+	size_t n = strlen(name);
+
+	return n > 7 && strcmp(name + n - 7, ".distcp") == 0;
+}
+
+/* DCP's own files, never passed through: .metadata, the .distcp data,
+ * torch's __R_N.metadata leftovers, and hidden files. */
+static bool is_checkpoint_file(const char *name)
+{
+	size_t n = strlen(name);
+
+	if (name[0] == '.' || is_distcp(name))
+		return true;
+	if (n > 9 && strncmp(name, "__", 2) == 0 &&
+	    strcmp(name + n - 9, ".metadata") == 0)
+		return true;
+	return false;
+}
+
+/* A directory with a .metadata entry, whatever it is: load says what is
+ * wrong with it. */
+static int probe(int dirfd, bool *yes)
+{
+	struct stat st;
+
+	*yes = fstatat(dirfd, META_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+	       errno != ENOENT;
+	return 0;
+}
+
+static const flx_item_ops item_ops = {
+    .scratch_size = sizeof(item_scratch),
+    .scratch_init = scratch_init,
+    .scratch_release = scratch_release,
+    .load = load_item,
+};
+
+static void loader_release(loader *L)
+{
+	free(L->se);
+	free(L->smap);
+	for (unsigned k = 0; k < MAX_PARTS; k++)
+		free(L->offpool[k]);
+}
+
+static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
+{
+	static const flx_pickle_limits lim = {0};
+	loader L = {.b = b, .c = flx_build_ckpt(b), .err = err};
+	flx_pickle *pk = NULL;
+	void *meta = NULL;
+	size_t meta_len = 0;
+	int rc;
+
+	L.threads = o->threads;
+	flx_build_prefetch(b, is_distcp);
+	flx_build_names_from(b, META_NAME, "state_dict_metadata");
+	rc = read_metadata(&L, &meta, &meta_len);
+	if (rc)
+		goto out;
+	rc = flx_pickle_load(meta, meta_len, META_NAME, &lim, &pk, err);
+	/* The tree holds copies of every string: the raw bytes can go
+	 * before the tree is interpreted, and the tree before the items
+	 * are read, so no two of them count together in peak memory. */
+	free(meta);
+	meta = NULL;
+	if (rc)
+		goto out;
+	rc = interpret(&L, flx_pickle_root(pk));
+	if (!rc)
+		flx_build_items(b, &item_ops);
+out:
+	flx_pickle_free(pk);
+	free(meta);
+	loader_release(&L);
+	return rc;
+}
+
+const flx_source flx_source_dcp = {
+    .name = "torch-dcp",
+    .kind = "PyTorch DCP",
+    .marker = META_NAME,
+    .probe = probe,
+    .owns = is_checkpoint_file,
+    .load = load,
+};

@@ -1,0 +1,1114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The global index and its format-neutral builder (source.h): opening a
+ * checkpoint directory, choosing its source, and everything a source needs
+ * that does not depend on its format: the file table, chunk validation,
+ * the item workers, read-ahead, extras and the name index.
+ *
+ * Everything is validated at open so a mount either fails with one precise
+ * line or serves a checkpoint whose every chunk byte lies inside a file that
+ * was present and long enough.
+ */
+#include "ckpt.h"
+#include "grow.h"
+#include "source.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct flx_build {
+	flx_ckpt *c;
+	int dirfd;
+	char *realdir; /* realpath of the directory, for symlink checks */
+	flx_error *err;
+	const flx_source *src;
+	size_t cap_files;
+	int *fmap; /* open-addressing index of files by relpath */
+	size_t fmap_cap;
+	const flx_item_ops *items; /* NULL: no items to read */
+	const char *names_from, *names_where;
+	struct prefetch {
+		pthread_t tid;
+		int dirfd; /* owned by the thread once it runs */
+		bool (*want)(const char *name);
+		bool started;
+	} pf;
+	unsigned threads; /* flx_ckpt_opts.threads */
+};
+
+int64_t flx_mtime_ns(const struct stat *st)
+{
+	return (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+}
+
+flx_ckpt *flx_build_ckpt(flx_build *b)
+{
+	return b->c;
+}
+
+int flx_build_dirfd(const flx_build *b)
+{
+	return b->dirfd;
+}
+
+void flx_build_items(flx_build *b, const flx_item_ops *ops)
+{
+	b->items = ops;
+}
+
+void flx_build_names_from(flx_build *b, const char *from, const char *where)
+{
+	b->names_from = from;
+	b->names_where = where;
+}
+
+/* ---- chunks ---- */
+
+/* Bytes of n chunks of t and their dims block; never an empty dims block:
+ * chunk pointers must be valid even for 0-d tensors, where nothing is read
+ * through them. */
+static size_t chunks_bytes(const flx_tensor *t, uint32_t n)
+{
+	size_t ndims = (size_t)n * 3 * (size_t)t->ndim;
+
+	_Static_assert(sizeof(flx_chunk) % sizeof(int64_t) == 0,
+		       "dims follow the chunks, aligned");
+	return (size_t)n * sizeof(flx_chunk) +
+	       (ndims ? ndims : 1) * sizeof(int64_t);
+}
+
+/* Lay n chunks out in ch (zeroed, chunks_bytes() long). */
+static void place_chunks(flx_tensor *t, uint32_t n, flx_chunk *ch)
+{
+	size_t per = 3 * (size_t)t->ndim;
+
+	t->chunks = ch;
+	t->dims = (int64_t *)(ch + n);
+	for (uint32_t i = 0; i < n; i++) {
+		int64_t *d = t->dims + i * per;
+
+		ch[i].off = d;
+		ch[i].size = d + t->ndim;
+		ch[i].stride = d + 2 * t->ndim;
+	}
+}
+
+int flx_tensor_alloc_chunks(flx_tensor *t, uint32_t n)
+{
+	flx_chunk *ch = calloc(1, chunks_bytes(t, n));
+
+	if (!ch)
+		return -ENOMEM;
+	place_chunks(t, n, ch);
+	return 0;
+}
+
+int flx_tensor_pool_chunks(flx_pool *pool, flx_tensor *t, uint32_t n)
+{
+	flx_chunk *ch = flx_pool_alloc(pool, chunks_bytes(t, n));
+
+	if (!ch)
+		return -ENOMEM;
+	place_chunks(t, n, ch);
+	t->nchunks = n;
+	return 0;
+}
+
+int flx_chunk_contig_from(int ndim, const flx_chunk *ch)
+{
+	int64_t expect = 1;
+	int k = ndim;
+
+	while (k > 0) {
+		int64_t sz = ch->size[k - 1];
+
+		if (sz != 1 && ch->stride[k - 1] != expect)
+			break;
+		expect *= sz;
+		k--;
+	}
+	return k;
+}
+
+static int cmp_chunk_axis0(const void *pa, const void *pb, void *axis)
+{
+	const flx_chunk *a = *(flx_chunk *const *)pa;
+	const flx_chunk *b = *(flx_chunk *const *)pb;
+	int d = *(int *)axis;
+
+	return a->off[d] < b->off[d] ? -1 : a->off[d] > b->off[d];
+}
+
+static bool chunks_overlap(int ndim, const flx_chunk *a, const flx_chunk *b)
+{
+	for (int d = 0; d < ndim; d++)
+		if (a->off[d] >= b->off[d] + b->size[d] ||
+		    b->off[d] >= a->off[d] + a->size[d])
+			return false;
+	return true;
+}
+
+/*
+ * Disjointness is checked with a sweep along the axis of greatest extent
+ * (sorted starts; an active list of chunks that still extend past the
+ * sweep position), not a comparison of all pairs; coverage then follows
+ * from the volumes adding up.
+ */
+int flx_tensor_check_chunks(const flx_tensor *t, const char *from,
+			    flx_error *err)
+{
+	uint64_t total = flx_numel(t->ndim, t->shape), sum = 0;
+	flx_chunk **order = NULL, **active = NULL;
+	size_t nactive = 0;
+	int axis = 0, rc = 0;
+	char o[96];
+
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		const flx_chunk *ch = &t->chunks[i];
+		uint64_t v = 1;
+
+		for (int d = 0; d < t->ndim; d++) {
+			if (ch->off[d] > t->shape[d] ||
+			    ch->size[d] > t->shape[d] - ch->off[d]) {
+				flx_fmt_dims(o, sizeof(o), t->ndim, ch->off);
+				return flx_error_set(err, -EINVAL, from, t->fqn,
+						     "chunk at %s lies outside "
+						     "the global shape",
+						     o);
+			}
+			v *= (uint64_t)ch->size[d];
+		}
+		/* Every chunk lies inside, so a surplus can only be overlap;
+		 * the sweep below names the chunk. */
+		if (__builtin_add_overflow(sum, v, &sum))
+			sum = UINT64_MAX;
+	}
+	if (sum < total)
+		return flx_error_set(err, -EINVAL, from, t->fqn,
+				     "chunks cover %llu of %llu elements",
+				     (unsigned long long)sum,
+				     (unsigned long long)total);
+	if (t->nchunks < 2)
+		return 0;
+	for (int d = 1; d < t->ndim; d++)
+		if (t->shape[d] > t->shape[axis])
+			axis = d;
+	order = malloc(t->nchunks * sizeof(*order));
+	active = malloc(t->nchunks * sizeof(*active));
+	if (!order || !active) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < t->nchunks; i++)
+		order[i] = &t->chunks[i];
+	if (t->ndim > 0)
+		qsort_r(order, t->nchunks, sizeof(*order), cmp_chunk_axis0,
+			&axis);
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		flx_chunk *ch = order[i];
+		size_t keep = 0;
+
+		if (flx_numel(t->ndim, ch->size) == 0)
+			continue; /* empty chunks overlap nothing */
+		for (size_t j = 0; j < nactive; j++) {
+			flx_chunk *a = active[j];
+
+			if (t->ndim == 0 ||
+			    a->off[axis] + a->size[axis] > ch->off[axis]) {
+				if (chunks_overlap(t->ndim, a, ch)) {
+					flx_fmt_dims(o, sizeof(o), t->ndim,
+						     ch->off);
+					rc = flx_error_set(
+					    err, -EINVAL, from, t->fqn,
+					    "chunk at %s overlaps another "
+					    "chunk",
+					    o);
+					goto out;
+				}
+				active[keep++] = a;
+			}
+		}
+		nactive = keep;
+		active[nactive++] = ch;
+	}
+	if (sum != total)
+		rc = flx_error_set(err, -EINVAL, from, t->fqn,
+				   "chunks hold %llu elements, the tensor %llu",
+				   (unsigned long long)sum,
+				   (unsigned long long)total);
+out:
+	free(order);
+	free(active);
+	return rc;
+}
+
+/* ---- files ---- */
+
+bool flx_relpath_ok(const char *p)
+{
+	const char *s = p;
+
+	if (!*p || *p == '/')
+		return false;
+	while (*s) {
+		const char *e = strchr(s, '/');
+		size_t n = e ? (size_t)(e - s) : strlen(s);
+
+		if (n == 0 || (n == 1 && s[0] == '.') ||
+		    (n == 2 && s[0] == '.' && s[1] == '.'))
+			return false;
+		s += n;
+		if (*s == '/')
+			s++;
+	}
+	return true;
+}
+
+int flx_build_open(flx_build *b, const char *relpath, int *fd_out)
+{
+	size_t n = strlen(b->realdir);
+	char *abs = NULL, *real = NULL;
+	int fd, rc = 0;
+
+	if (asprintf(&abs, "%s/%s", b->realdir, relpath) < 0)
+		return -ENOMEM;
+	real = realpath(abs, NULL);
+	if (!real) {
+		rc = -errno;
+		goto out;
+	}
+	if (strncmp(real, b->realdir, n) != 0 ||
+	    (real[n] != '/' && !(n == 1 && real[0] == '/'))) {
+		rc = -EXDEV;
+		goto out;
+	}
+	/* real has no symlink left; O_NOFOLLOW keeps it that way */
+	fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		rc = -errno;
+		goto out;
+	}
+	*fd_out = fd;
+out:
+	free(abs);
+	free(real);
+	return rc;
+}
+
+/* relpath -> index into files, so that recording a file stays linear in
+ * the number of references (torch 1.13 writes one file per item). */
+static uint64_t hash_str(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	while (*s)
+		h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+	return h;
+}
+
+static int file_index_lookup(const flx_build *b, const char *relpath)
+{
+	if (!b->fmap_cap)
+		return -1;
+	for (size_t i = hash_str(relpath) & (b->fmap_cap - 1);;
+	     i = (i + 1) & (b->fmap_cap - 1)) {
+		int v = b->fmap[i];
+
+		if (v < 0)
+			return -1;
+		if (strcmp(b->c->files[v].relpath, relpath) == 0)
+			return v;
+	}
+}
+
+static int file_index_add(flx_build *b, int idx)
+{
+	if (2 * (size_t)(idx + 1) > b->fmap_cap) {
+		size_t cap = b->fmap_cap ? 2 * b->fmap_cap : 64;
+		int *m = malloc(cap * sizeof(int));
+
+		if (!m)
+			return -ENOMEM;
+		memset(m, 0xff, cap * sizeof(int));
+		free(b->fmap);
+		b->fmap = m;
+		b->fmap_cap = cap;
+		for (int k = 0; k < idx; k++)
+			file_index_add(b, k);
+	}
+	for (size_t i = hash_str(b->c->files[idx].relpath) & (b->fmap_cap - 1);;
+	     i = (i + 1) & (b->fmap_cap - 1))
+		if (b->fmap[i] < 0) {
+			b->fmap[i] = idx;
+			return 0;
+		}
+}
+
+/* Open and record a file of the directory; key names the tensor or value
+ * that needs it (NULL for extras), for messages. */
+static int add_file(flx_build *b, const char *relpath, bool data,
+		    const char *key, uint32_t *idx)
+{
+	flx_ckpt *c = b->c;
+	struct stat st;
+	flx_file *f;
+	int fd = -1, rc;
+
+	if (flx_grow((void **)&c->files, &b->cap_files, c->nfiles + 1,
+		     sizeof(flx_file)))
+		return -ENOMEM;
+	rc = flx_build_open(b, relpath, &fd);
+	if (rc == -EXDEV)
+		return flx_error_set(b->err, -EINVAL, relpath, key,
+				     "resolves outside the checkpoint "
+				     "directory (symlink)");
+	if (rc)
+		return flx_error_set(b->err, rc, relpath, key,
+				     "cannot open: %s", strerror(-rc));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		rc = flx_error_set(b->err, -EINVAL, relpath, key,
+				   "not a regular file");
+		goto out;
+	}
+	f = &c->files[c->nfiles];
+	memset(f, 0, sizeof(*f));
+	f->relpath = strdup(relpath);
+	if (!f->relpath) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	f->fd = fd;
+	fd = -1;
+	flx_file_identity(f, &st);
+	f->data = data;
+	*idx = (uint32_t)c->nfiles++;
+	rc = file_index_add(b, (int)*idx);
+	/* No POSIX_FADV_RANDOM: views end up reading every source byte, so
+	 * the kernel's readahead is never wasted and keeps cold sequential
+	 * reads streaming. */
+out:
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+int flx_build_data_file(flx_build *b, const char *relpath,
+			const flx_file_ref *ref, uint32_t *idx)
+{
+	int known = file_index_lookup(b, relpath);
+
+	if (known >= 0) {
+		*idx = (uint32_t)known;
+		return 0;
+	}
+	if (!flx_relpath_ok(relpath))
+		return flx_error_set(b->err, -EINVAL, ref->from, ref->key,
+				     "%s '%s' leaves the checkpoint directory",
+				     ref->field, relpath);
+	return add_file(b, relpath, true, ref->key, idx);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The other regular files of the directory (not through symlinks), in
+ * name order: passed through unchanged (config.json, tokenizer files). */
+static int load_extras(flx_build *b)
+{
+	int fd = openat(b->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	int rc = 0;
+
+	if (!d) {
+		rc = flx_error_set(b->err, -errno, b->c->dir, NULL,
+				   "cannot list the directory");
+		goto out;
+	}
+	while ((de = readdir(d))) {
+		struct stat st;
+
+		if (b->src->owns(de->d_name))
+			continue;
+		if (fstatat(b->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISREG(st.st_mode))
+			continue;
+		if (flx_grow((void **)&names, &cap, n + 1, sizeof(*names))) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		if (!(names[n] = strdup(de->d_name))) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		n++;
+	}
+	if (n)
+		qsort(names, n, sizeof(*names), cmp_str);
+	for (size_t i = 0; i < n && !rc; i++) {
+		uint32_t idx;
+
+		if (file_index_lookup(b, names[i]) < 0)
+			rc = add_file(b, names[i], false, NULL, &idx);
+	}
+out:
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	if (d)
+		closedir(d); /* closes fd */
+	else if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* ---- worker threads ---- */
+
+void flx_run_parts(void *parts, size_t size, unsigned n, void *(*fn)(void *))
+{
+	pthread_t tid[FLX_MAX_THREADS];
+	bool started[FLX_MAX_THREADS] = {false};
+	char *p = parts;
+
+	for (unsigned k = 1; k < n; k++)
+		started[k] =
+		    pthread_create(&tid[k], NULL, fn, p + k * size) == 0;
+	fn(p);
+	for (unsigned k = 1; k < n; k++) {
+		if (started[k])
+			pthread_join(tid[k], NULL);
+		else
+			fn(p + k * size);
+	}
+}
+
+/*
+ * Reading the items.  Every chunk's item is read (for DCP: its torch.save
+ * zip directory and data.pkl) to check it against the metadata and to find
+ * its data.  A checkpoint can hold tens of thousands of small items, so
+ * they are visited in file order (the source's reads of neighbouring items
+ * then share blocks) and, past ITEMS_PER_THREAD items, on several threads,
+ * each over a contiguous run of that order with its own scratch.  Each
+ * thread stops at its first failure; the failure reported is the first in
+ * file order, as a single thread would find it.
+ */
+#define ITEMS_PER_THREAD 4096
+
+typedef struct item_job {
+	const flx_tensor *t;
+	flx_chunk *ch;
+} item_job;
+
+typedef struct item_worker {
+	const flx_ckpt *c;
+	const flx_item_ops *ops;
+	item_job *jobs;
+	size_t lo, hi;
+	bool thread; /* running on tid, joined by items_end() */
+	bool ran;
+	pthread_t tid;
+	int rc;
+	flx_error err;
+} item_worker;
+
+/* Items being read, from items_begin() to items_end(). */
+struct flx_item_load {
+	item_job *jobs;
+	unsigned nt;
+	item_worker w[FLX_MAX_THREADS];
+};
+
+static int cmp_job(const void *pa, const void *pb)
+{
+	const flx_chunk *a = ((const item_job *)pa)->ch;
+	const flx_chunk *b = ((const item_job *)pb)->ch;
+
+	if (a->file != b->file)
+		return a->file < b->file ? -1 : 1;
+	return a->item_off < b->item_off ? -1 : a->item_off > b->item_off;
+}
+
+/*
+ * Fill jobs with every chunk of c in file order: by file, then by offset
+ * in the file.  A rank writes its items in state-dict order, so bucketing
+ * the chunks by file in tensor order (stable) nearly always leaves each
+ * file's run sorted already; a run that is not gets sorted (a qsort of
+ * every job would cost more than the bucketing).  @return 0, or -ENOMEM.
+ */
+static int order_jobs(const flx_ckpt *c, item_job *jobs)
+{
+	size_t *at = calloc(c->nfiles + 1, sizeof(*at));
+
+	if (!at)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->ntensors; i++)
+		for (uint32_t k = 0; k < c->tensors[i].nchunks; k++)
+			at[c->tensors[i].chunks[k].file + 1]++;
+	for (size_t f = 0; f < c->nfiles; f++)
+		at[f + 1] += at[f];
+	for (size_t i = 0; i < c->ntensors; i++)
+		for (uint32_t k = 0; k < c->tensors[i].nchunks; k++) {
+			flx_chunk *ch = &c->tensors[i].chunks[k];
+
+			jobs[at[ch->file]++] = (item_job){&c->tensors[i], ch};
+		}
+	/* at[f] is now the end of file f's run */
+	for (size_t f = 0, lo = 0; f < c->nfiles; lo = at[f++])
+		for (size_t j = lo + 1; j < at[f]; j++)
+			if (jobs[j - 1].ch->item_off > jobs[j].ch->item_off) {
+				qsort(jobs + lo, at[f] - lo, sizeof(*jobs),
+				      cmp_job);
+				break;
+			}
+	free(at);
+	return 0;
+}
+
+static void *item_worker_run(void *arg)
+{
+	item_worker *w = arg;
+	void *s = malloc(w->ops->scratch_size);
+
+	w->ran = true;
+	w->rc = s ? w->ops->scratch_init(s) : -ENOMEM;
+	for (size_t i = w->lo; !w->rc && i < w->hi; i++)
+		w->rc =
+		    w->ops->load(w->c, s, w->jobs[i].t, w->jobs[i].ch, &w->err);
+	if (s)
+		w->ops->scratch_release(s);
+	free(s);
+	return NULL;
+}
+
+/* Threads for n items: by size and CPUs, or forced (flx_ckpt_opts.threads;
+ * tests run the error corpus that way: the report must not change). */
+static unsigned item_threads(unsigned force, size_t n)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t want = n / ITEMS_PER_THREAD;
+
+	if (force)
+		return force < n ? force : 1;
+	if (cpus < 1)
+		cpus = 1;
+	if (want > (size_t)cpus)
+		want = (size_t)cpus;
+	if (want > FLX_MAX_THREADS)
+		want = FLX_MAX_THREADS;
+	return want ? (unsigned)want : 1;
+}
+
+/*
+ * Start reading the items of b's index: workers 1.. on their own threads,
+ * worker 0 too unless wait (then it runs here, before returning).  A
+ * worker whose thread cannot start runs in items_end().  @return 0 and
+ * *out (for items_end()), or -ENOMEM.
+ */
+static int items_begin(const flx_build *b, bool wait,
+		       struct flx_item_load **out)
+{
+	const flx_ckpt *c = b->c;
+	struct flx_item_load *ld = NULL;
+	size_t n = 0;
+	int rc = -ENOMEM;
+
+	for (size_t i = 0; i < c->ntensors; i++)
+		n += c->tensors[i].nchunks;
+	ld = calloc(1, sizeof(*ld));
+	if (!ld || !(ld->jobs = calloc(n ? n : 1, sizeof(item_job))))
+		goto out;
+	rc = order_jobs(c, ld->jobs);
+	if (rc)
+		goto out;
+	ld->nt = item_threads(b->threads, n);
+	for (unsigned k = 0; k < ld->nt; k++) {
+		item_worker *w = &ld->w[k];
+
+		*w = (item_worker){.c = c,
+				   .ops = b->items,
+				   .jobs = ld->jobs,
+				   .lo = n * k / ld->nt,
+				   .hi = n * (k + 1) / ld->nt};
+		flx_error_init(&w->err);
+	}
+	for (unsigned k = wait; k < ld->nt; k++) {
+		if (pthread_create(&ld->w[k].tid, NULL, item_worker_run,
+				   &ld->w[k]))
+			break;
+		ld->w[k].thread = true;
+	}
+	if (wait)
+		item_worker_run(&ld->w[0]);
+	*out = ld;
+	ld = NULL;
+out:
+	if (ld)
+		free(ld->jobs);
+	free(ld);
+	return rc;
+}
+
+/* Wait for (or run) every worker, then free ld.  @return 0, or the first
+ * failure in file order with err. */
+static int items_end(struct flx_item_load *ld, flx_error *err)
+{
+	int rc = 0;
+
+	for (unsigned k = 0; k < ld->nt; k++) {
+		if (ld->w[k].thread)
+			pthread_join(ld->w[k].tid, NULL);
+		else if (!ld->w[k].ran)
+			item_worker_run(&ld->w[k]);
+	}
+	for (unsigned k = 0; k < ld->nt && !rc; k++) {
+		rc = ld->w[k].rc;
+		if (rc && ld->w[k].err.code)
+			*err = ld->w[k].err;
+	}
+	if (rc && !err->code)
+		flx_error_set(err, rc, NULL, NULL, "%s", strerror(-rc));
+	free(ld->jobs);
+	free(ld);
+	return rc;
+}
+
+/* ---- read-ahead ----
+ *
+ * Cold mounts: while the metadata is read and decoded, a thread asks the
+ * kernel to start reading the small files whose records the source parses
+ * right after; a checkpoint of many small tensors keeps its item headers
+ * spread over all of them (docs/performance.md).  Large files are left
+ * alone: their items are few, and reading them ahead would read the
+ * tensors.  Only a hint: every failure is ignored, and nothing but regular
+ * files, not through symlinks, is opened.
+ */
+#define PREFETCH_FILE_MAX  (4u << 20)
+#define PREFETCH_TOTAL_MAX (128u << 20)
+
+/* Entries are read with getdents64() into the stack, not readdir(): no
+ * allocation on this thread, so the chaos test's count of the mount
+ * path's allocations stays the same from run to run.  The thread is joined
+ * before the checkpoint is returned (its few system calls end long before
+ * the decode does), so no thread or descriptor of it outlives the open or
+ * reaches the daemon's fork. */
+static void *prefetch_run(void *arg)
+{
+	struct prefetch *pf = arg;
+	_Alignas(struct dirent64) char buf[8192];
+	uint64_t total = 0;
+	ssize_t got;
+
+	while (total < PREFETCH_TOTAL_MAX &&
+	       (got = getdents64(pf->dirfd, buf, sizeof(buf))) > 0) {
+		for (ssize_t at = 0; at < got;) {
+			const struct dirent64 *de =
+			    (const struct dirent64 *)(buf + at);
+			struct stat st;
+			int fd;
+
+			at += de->d_reclen;
+			if (!pf->want(de->d_name) ||
+			    fstatat(pf->dirfd, de->d_name, &st,
+				    AT_SYMLINK_NOFOLLOW) ||
+			    !S_ISREG(st.st_mode) ||
+			    st.st_size > PREFETCH_FILE_MAX ||
+			    total + (uint64_t)st.st_size > PREFETCH_TOTAL_MAX)
+				continue;
+			fd = openat(pf->dirfd, de->d_name,
+				    O_RDONLY | O_CLOEXEC | O_NOFOLLOW |
+					O_NOCTTY | O_NONBLOCK);
+			if (fd < 0)
+				continue;
+			total += (uint64_t)st.st_size;
+			(void)posix_fadvise(fd, 0, st.st_size,
+					    POSIX_FADV_WILLNEED);
+			close(fd);
+		}
+	}
+	close(pf->dirfd);
+	return NULL;
+}
+
+void flx_build_prefetch(flx_build *b, bool (*want)(const char *name))
+{
+	struct prefetch *pf = &b->pf;
+
+	if (pf->started)
+		return;
+	pf->want = want;
+	pf->dirfd = openat(b->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (pf->dirfd < 0)
+		return;
+	pf->started = pthread_create(&pf->tid, NULL, prefetch_run, pf) == 0;
+	if (!pf->started)
+		close(pf->dirfd);
+}
+
+static void prefetch_end(struct prefetch *pf)
+{
+	if (pf->started)
+		pthread_join(pf->tid, NULL);
+	pf->started = false;
+}
+
+/* ---- names ---- */
+
+static int cmp_tensor_ptr(const void *a, const void *b)
+{
+	return strcmp((*(flx_tensor *const *)a)->fqn,
+		      (*(flx_tensor *const *)b)->fqn);
+}
+
+/* Sorted view for flx_ckpt_find(), and the uniqueness of names. */
+static int build_names(flx_build *b)
+{
+	flx_ckpt *c = b->c;
+	const char **obj, *dup = NULL;
+	size_t t = 0;
+	int rc = 0;
+
+	c->by_name =
+	    malloc((c->ntensors ? c->ntensors : 1) * sizeof(*c->by_name));
+	obj = malloc((c->nobjects ? c->nobjects : 1) * sizeof(*obj));
+	if (!c->by_name || !obj) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < c->ntensors; i++)
+		c->by_name[i] = &c->tensors[i];
+	qsort(c->by_name, c->ntensors, sizeof(*c->by_name), cmp_tensor_ptr);
+	for (size_t i = 0; i < c->nobjects; i++)
+		obj[i] = c->objects[i].fqn;
+	qsort(obj, c->nobjects, sizeof(*obj), cmp_str);
+	/* Every name, tensor or value, must be unique or views would be
+	 * ambiguous (a crafted metadata can repeat a key).  The two sorted
+	 * lists are checked without a third sort; the name reported is the
+	 * smallest one listed twice. */
+	for (size_t i = 1; i < c->ntensors && !dup; i++)
+		if (strcmp(c->by_name[i - 1]->fqn, c->by_name[i]->fqn) == 0)
+			dup = c->by_name[i]->fqn;
+	for (size_t i = 0; i < c->nobjects; i++) {
+		const char *o = obj[i];
+		int r = 1;
+
+		if (dup && strcmp(o, dup) >= 0)
+			break;
+		if (i && strcmp(obj[i - 1], o) == 0) {
+			dup = o;
+			break;
+		}
+		while (t < c->ntensors &&
+		       (r = strcmp(c->by_name[t]->fqn, o)) < 0)
+			t++;
+		if (t < c->ntensors && r == 0) {
+			dup = o;
+			break;
+		}
+	}
+	if (dup)
+		rc = flx_error_set(b->err, -EINVAL, b->names_from, dup,
+				   "listed twice in %s", b->names_where);
+out:
+	free(obj);
+	return rc;
+}
+
+const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn)
+{
+	size_t lo = 0, hi = c->ntensors;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int r = strcmp(c->by_name[mid]->fqn, fqn);
+
+		if (r == 0)
+			return c->by_name[mid];
+		if (r < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* ---- open ---- */
+
+/* Name files by their path, as the user will look them up. */
+static void name_by_path(flx_error *err, const char *dir)
+{
+	if (err && err->file[0] && err->file[0] != '/' &&
+	    strcmp(err->file, dir) != 0) {
+		char path[2 * FLX_ERR_FIELD + 2];
+
+		snprintf(path, sizeof(path), "%s/%s", dir, err->file);
+		flx_error_file_replace(err, path);
+	}
+}
+
+/* The source named by o->format, else the first whose probe recognises
+ * the directory. */
+static int pick_source(flx_build *b, const flx_ckpt_opts *o,
+		       const flx_source **out)
+{
+	const flx_source *first = flx_sources[0];
+	char others[FLX_ERR_FIELD] = "";
+	size_t n = 0;
+
+	for (const flx_source *const *s = flx_sources; *s; s++) {
+		bool yes = false;
+		int rc;
+
+		if (o->format) {
+			if (strcmp((*s)->name, o->format) != 0)
+				continue;
+			*out = *s;
+			return 0;
+		}
+		rc = (*s)->probe(b->dirfd, &yes);
+		if (rc)
+			return flx_error_set(b->err, rc, b->c->dir, NULL,
+					     "cannot look for %s: %s",
+					     (*s)->marker, strerror(-rc));
+		if (yes) {
+			*out = *s;
+			return 0;
+		}
+		if (s != flx_sources && n < sizeof(others))
+			n += (size_t)snprintf(others + n, sizeof(others) - n,
+					      ", no %s (%s)", (*s)->marker,
+					      (*s)->kind);
+	}
+	if (o->format)
+		return flx_error_set(b->err, -EINVAL, b->c->dir, "format",
+				     "unknown checkpoint format '%s'",
+				     o->format);
+	/* named after the first source's marker: the usual checkpoint */
+	return flx_error_set(b->err, -ENOENT, first->marker, NULL,
+			     "no such file (is this a %s checkpoint "
+			     "directory?)%s",
+			     first->kind, others);
+}
+
+/*
+ * Everything is checked in this order, and the first failure is the one
+ * reported: what the source loads, the items, then the other files and
+ * the names.  The items are read last (or, unless wait, left reading)
+ * because they take the longest and nothing else needs them; so when the
+ * other files or the names fail, the items are still read first, to report
+ * what a full check would have found first.
+ */
+static int finish_load(flx_build *b, bool wait)
+{
+	struct flx_item_load *ld = NULL;
+	flx_error later;
+	flx_error *err = b->err;
+	int rc = 0, rc2;
+
+	/* the other files first: adding them moves c->files, which the
+	 * item workers read */
+	flx_error_init(&later);
+	b->err = &later;
+	rc2 = load_extras(b);
+	if (!rc2)
+		rc2 = build_names(b);
+	b->err = err;
+	if (b->items) {
+		rc = items_begin(b, wait || rc2, &ld);
+		if (!rc && (wait || rc2)) {
+			rc = items_end(ld, err);
+			ld = NULL;
+		}
+	}
+	if (!rc && rc2) {
+		*err = later;
+		rc = rc2;
+	}
+	if (!rc)
+		b->c->loading = ld;
+	return rc;
+}
+
+static void build_release(flx_build *b)
+{
+	prefetch_end(&b->pf);
+	free(b->fmap);
+	free(b->realdir);
+	if (b->dirfd >= 0)
+		close(b->dirfd);
+}
+
+int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
+		       flx_ckpt **out, flx_error *err)
+{
+	static const flx_ckpt_opts none = {0};
+	const flx_ckpt_opts *o = opts ? opts : &none;
+	flx_build b = {.err = err, .dirfd = -1};
+	int rc;
+
+	b.threads = o->threads > FLX_MAX_THREADS ? FLX_MAX_THREADS : o->threads;
+	b.names_where = "the checkpoint";
+	b.c = calloc(1, sizeof(flx_ckpt));
+	if (!b.c)
+		return flx_error_default(err, -ENOMEM, dir);
+	b.c->pooled = true;
+	b.c->dir = strdup(dir);
+	if (!b.c->dir) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	b.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (b.dirfd < 0) {
+		rc = flx_error_set(err, -errno, dir, NULL,
+				   "cannot open checkpoint directory: %s",
+				   strerror(errno));
+		goto out;
+	}
+	b.realdir = realpath(dir, NULL);
+	if (!b.realdir) {
+		rc = -errno;
+		goto out;
+	}
+	rc = pick_source(&b, o, &b.src);
+	if (rc)
+		goto out;
+	b.c->format = strdup(b.src->name);
+	if (!b.c->format) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = b.src->load(&b, o, err);
+	if (!rc)
+		rc = finish_load(&b, !o->defer_items);
+out:
+	build_release(&b);
+	if (rc) {
+		flx_error_default(err, rc, dir);
+		name_by_path(err, dir);
+		flx_ckpt_close(b.c);
+		return rc;
+	}
+	*out = b.c;
+	return 0;
+}
+
+int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
+{
+	return flx_ckpt_open_with(dir, NULL, out, err);
+}
+
+int flx_ckpt_open_start(const char *dir, flx_ckpt **out, flx_error *err)
+{
+	const flx_ckpt_opts o = {.defer_items = true};
+
+	return flx_ckpt_open_with(dir, &o, out, err);
+}
+
+int flx_ckpt_finish(flx_ckpt *c, flx_error *err)
+{
+	int rc;
+
+	if (!c->loading)
+		return 0;
+	rc = items_end(c->loading, err);
+	c->loading = NULL;
+	if (rc) {
+		flx_error_default(err, rc, c->dir);
+		name_by_path(err, c->dir);
+	}
+	return rc;
+}
+
+/* ---- files at run time ---- */
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void flx_file_identity(flx_file *f, const struct stat *st)
+{
+	f->size = (uint64_t)st->st_size;
+	f->dev = st->st_dev;
+	f->ino = st->st_ino;
+	f->mtime_ns = flx_mtime_ns(st);
+}
+
+int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
+{
+	/* the one mutable field of the index (see ckpt.h) */
+	int64_t *checked = (int64_t *)&f->path_checked_ns;
+	struct stat st;
+	char *path = NULL;
+	int64_t now, last;
+	int rc;
+
+	if (fstat(f->fd, &st) < 0)
+		return -errno;
+	if ((uint64_t)st.st_size != f->size || flx_mtime_ns(&st) != f->mtime_ns)
+		return -ESTALE;
+	if (!by_path)
+		return 0;
+	now = now_ns();
+	last = __atomic_load_n(checked, __ATOMIC_RELAXED);
+	if (last && now - last < 1000000000)
+		return 0;
+	if (asprintf(&path, "%s/%s", c->dir, f->relpath) < 0)
+		return -ENOMEM;
+	rc = stat(path, &st) < 0 ? -errno : 0;
+	free(path);
+	if (rc == -ENOENT ||
+	    (!rc && (st.st_dev != f->dev || st.st_ino != f->ino)))
+		return -ESTALE;
+	if (!rc)
+		__atomic_store_n(checked, now, __ATOMIC_RELAXED);
+	return rc;
+}
+
+void flx_ckpt_close(flx_ckpt *c)
+{
+	if (!c)
+		return;
+	if (c->loading) {
+		flx_error ignored;
+
+		flx_error_init(&ignored);
+		(void)items_end(c->loading, &ignored);
+	}
+	for (size_t i = 0; i < c->nfiles; i++) {
+		free(c->files[i].relpath);
+		close(c->files[i].fd);
+	}
+	if (!c->pooled) {
+		for (size_t i = 0; i < c->ntensors; i++) {
+			free(c->tensors[i].fqn);
+			free(c->tensors[i].chunks);
+		}
+		for (size_t i = 0; i < c->nobjects; i++)
+			free(c->objects[i].fqn);
+	}
+	flx_pool_free(&c->pool);
+	free(c->files);
+	free(c->tensors);
+	free(c->objects);
+	free(c->by_name);
+	free(c->dir);
+	free(c->format);
+	free(c->writer);
+	free(c);
+}

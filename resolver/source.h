@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_RESOLVER_SOURCE_H
+#define FLX_RESOLVER_SOURCE_H
+
+/*
+ * Internal: how a checkpoint format (a "source") fills the global index.
+ *
+ * flx_ckpt_open_with() (index.c) opens the directory, asks each source of
+ * flx_sources[] in turn whether it recognises it (probe), and hands the
+ * first that does a builder (load).  The source decodes its own metadata
+ * and fills the flx_ckpt: format-specific checks and messages are its
+ * own.  The builder owns everything that does not depend on the format:
+ *
+ *  - the file table: every file is opened inside the directory (symlinks
+ *    followed only while they stay inside), once per path, and its
+ *    identity recorded (flx_build_data_file());
+ *  - the chunks of each tensor: inside the global shape, pairwise
+ *    disjoint, covering it (flx_tensor_check_chunks());
+ *  - the items, when a chunk's data must be found by reading a record in
+ *    its file: read in file order on worker threads (flx_build_items());
+ *  - a read-ahead of small files while the metadata is decoded
+ *    (flx_build_prefetch());
+ *  - after load: the other regular files of the directory (extras, passed
+ *    through unchanged), the name index and the uniqueness of names.
+ *
+ * Errors: the first failure in the order a single pass would meet it is
+ * the one reported: what load reports, then an item, then an extra or a
+ * repeated name.  Paths in err->file are relative to the directory; the
+ * builder prefixes the directory on the way out.
+ *
+ * Thread-safety: a builder is used by one thread (the source's own worker
+ * threads call only the functions marked thread-safe).
+ */
+
+#include "ckpt.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct stat;
+
+typedef struct flx_build flx_build;
+
+typedef struct flx_source {
+	const char *name;   /* flx_ckpt.format: "torch-dcp" */
+	const char *kind;   /* for messages: "PyTorch DCP" */
+	const char *marker; /* what probe looks for, for messages */
+	/* Whether the directory dirfd holds this source's checkpoint; looks,
+	 * never reads a payload.  @return 0 and *yes, or -errno. */
+	int (*probe)(int dirfd, bool *yes);
+	/* Whether a directory entry is one of the source's own files (never
+	 * passed through as an extra).  Files load recorded are own files
+	 * whatever this says. */
+	bool (*owns)(const char *name);
+	/* Fill flx_build_ckpt(b): writer, mtime_ns, tensors (names and
+	 * chunks from its pool), objects, through the builder's functions
+	 * below.  @return 0, or -errno with err set (the builder's err). */
+	int (*load)(flx_build *b, const flx_ckpt_opts *o, flx_error *err);
+} flx_source;
+
+/* The sources, in probe order, NULL-terminated (sources.c). */
+extern const flx_source *const flx_sources[];
+
+/** The index being built (format already set): the source fills the
+ * rest.  Tensors' and objects' names and chunks go in its pool
+ * (flx_ckpt_close() frees it whole); files only through the builder. */
+flx_ckpt *flx_build_ckpt(flx_build *b);
+
+/** The checkpoint directory, open O_RDONLY | O_DIRECTORY; the builder
+ * owns it.  Look up names with *at() only under symlink-free rules (or
+ * through flx_build_open()). */
+int flx_build_dirfd(const flx_build *b);
+
+/**
+ * Open relpath (relative to the directory) read-only.  Symlinks, in any
+ * component, are followed only while the resolved path stays inside the
+ * directory.
+ * @return 0 and *fd (owned by the caller), -EXDEV when it resolves
+ *         outside, or -errno.  Nothing is recorded in err.
+ */
+int flx_build_open(flx_build *b, const char *relpath, int *fd);
+
+/* Who names a data file, for its error messages. */
+typedef struct flx_file_ref {
+	const char *from;  /* the file that names it: ".metadata" */
+	const char *field; /* how it names it: "relative_path" */
+	const char *key;   /* the tensor or value that needs it (or NULL) */
+} flx_file_ref;
+
+/**
+ * Record a data file (one the source reads tensors or values from) in
+ * the index, open and checked once per path: a plain relative path
+ * without "." or ".." components, inside the directory, a regular file.
+ * @return 0 and *idx (into flx_build_ckpt(b)->files, valid for the life
+ *         of the index), or -errno with err: "<from>: <key>: <field> '...'
+ *         leaves the checkpoint directory", or naming relpath: resolves
+ *         outside (symlink), cannot open, not a regular file.
+ */
+int flx_build_data_file(flx_build *b, const char *relpath,
+			const flx_file_ref *ref, uint32_t *idx);
+
+/** Plain relative path: not empty, not absolute, no empty, "." or ".."
+ * component.  Thread-safe. */
+bool flx_relpath_ok(const char *relpath);
+
+/**
+ * Allocate n zeroed chunks of t (t->ndim set) and their dims block from
+ * pool, and point each chunk's off/size/stride into it; t->nchunks = n.
+ * Thread-safe for distinct pools.  @return 0 or -ENOMEM.
+ */
+int flx_tensor_pool_chunks(flx_pool *pool, flx_tensor *t, uint32_t n);
+
+/**
+ * Check that t's chunks lie inside its shape, are pairwise disjoint and
+ * cover it.  from names the file that described them, in messages.
+ * Thread-safe (touches only t and err).
+ * @return 0, -EINVAL with err, or -ENOMEM.
+ */
+int flx_tensor_check_chunks(const flx_tensor *t, const char *from,
+			    flx_error *err);
+
+/*
+ * The items: for sources whose chunk data must be located by reading a
+ * record in the file (DCP's torch.save items), the builder calls load
+ * once per chunk after the source's load, in file order (by file, then
+ * item_off), from up to 8 threads, each with its own scratch.  load may
+ * write only *ch.  Until they are read (flx_ckpt_open_start()) the caller
+ * of the open may use everything but what load fills.
+ */
+typedef struct flx_item_ops {
+	size_t scratch_size;
+	/* @return 0 or -errno; on failure too, s is left for release */
+	int (*scratch_init)(void *s);
+	void (*scratch_release)(void *s);
+	/* @return 0, or -errno with err (one per worker) */
+	int (*load)(const flx_ckpt *c, void *s, const flx_tensor *t,
+		    flx_chunk *ch, flx_error *err);
+} flx_item_ops;
+
+/** Have every chunk's item read through ops (static storage). */
+void flx_build_items(flx_build *b, const flx_item_ops *ops);
+
+/** Start reading ahead (POSIX_FADV_WILLNEED) the small regular files of
+ * the directory whose name want() accepts, on a thread that ends before
+ * the open returns.  Only a hint: failures are ignored. */
+void flx_build_prefetch(flx_build *b, bool (*want)(const char *name));
+
+/** Name the place a repeated tensor or value name is reported against:
+ * "<from>: <name>: listed twice in <where>". */
+void flx_build_names_from(flx_build *b, const char *from, const char *where);
+
+/**
+ * Run fn(parts + k * size) for k in [0, n), n <= FLX_MAX_THREADS: k = 0
+ * on this thread, the others on their own threads (one that cannot start
+ * runs here), and return when all have.  Allocates nothing.
+ */
+#define FLX_MAX_THREADS 8
+void flx_run_parts(void *parts, size_t size, unsigned n, void *(*fn)(void *));
+
+/** st's mtime in nanoseconds. */
+int64_t flx_mtime_ns(const struct stat *st);
+
+#endif

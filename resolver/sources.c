@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The sources flx_ckpt_open() knows, in the order they are asked whether
+ * they recognise a directory.  Adding a source: its file under resolver/,
+ * one declaration and one entry here, one line in CMakeLists.txt.
+ */
+#include "source.h"
+
+extern const flx_source flx_source_dcp;
+extern const flx_source flx_source_hf;
+
+const flx_source *const flx_sources[] = {
+    &flx_source_dcp,
+    &flx_source_hf,
+    NULL,
+};

@@ -1,0 +1,254 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The index builder and its source table (resolver/index.c, sources.c):
+ *  - the DCP fixture opens to the same index with 1, 3 and automatic
+ *    threads (the thread count is an open option, not an environment
+ *    variable);
+ *  - format detection: each fixture opens as its own format, a forced
+ *    format is obeyed, an unknown one refused, and a directory no source
+ *    recognises gets one line naming what each looks for;
+ *  - the Hugging Face source: every tensor one dense chunk whose data lies
+ *    where the header says (parsed here independently with jansson), and
+ *    whose bytes equal the truth; the same tensors from one file and from
+ *    three shards; extras recorded as such; no items to wait for.
+ * Runs from tests/ (ctest's working directory).
+ */
+#include "check.h"
+#include "ckpt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DCP	 "fixtures/dcp-t113/ckpt"
+#define HF	 "fixtures/hf-tiny/single"
+#define HF_SH	 "fixtures/hf-tiny/sharded"
+#define HF_TRUTH "fixtures/hf-tiny/truth"
+
+static flx_ckpt *open_ok(const char *dir, const flx_ckpt_opts *o)
+{
+	flx_ckpt *c = NULL;
+	flx_error err;
+	int rc;
+
+	flx_error_init(&err);
+	rc = flx_ckpt_open_with(dir, o, &c, &err);
+	if (rc) {
+		char line[4 * FLX_ERR_FIELD];
+
+		fprintf(stderr, "open %s: %s\n", dir,
+			flx_error_line(&err, line, sizeof(line)));
+	}
+	CHECK_EQ(rc, 0);
+	return c;
+}
+
+static int open_fails(const char *dir, const flx_ckpt_opts *o, flx_error *err)
+{
+	flx_ckpt *c = NULL;
+	int rc;
+
+	flx_error_init(err);
+	rc = flx_ckpt_open_with(dir, o, &c, err);
+	CHECK(rc < 0);
+	CHECK(c == NULL);
+	CHECK_EQ(err->code, rc);
+	return rc;
+}
+
+/* Two indexes hold the same tensors, chunks and data locations. */
+static void check_same(const flx_ckpt *a, const flx_ckpt *b)
+{
+	CHECK_EQ(a->ntensors, b->ntensors);
+	CHECK_EQ(a->nobjects, b->nobjects);
+	CHECK_EQ(a->nfiles, b->nfiles);
+	for (size_t i = 0; i < a->ntensors && i < b->ntensors; i++) {
+		const flx_tensor *x = &a->tensors[i], *y = &b->tensors[i];
+
+		CHECK_STR(x->fqn, y->fqn);
+		CHECK_EQ(x->nchunks, y->nchunks);
+		for (uint32_t k = 0; k < x->nchunks && k < y->nchunks; k++) {
+			const flx_chunk *p = &x->chunks[k], *q = &y->chunks[k];
+
+			CHECK_EQ(p->file, q->file);
+			CHECK_EQ(p->data_off, q->data_off);
+			CHECK_EQ(p->storage_offset, q->storage_offset);
+			CHECK_EQ(p->contig_from, q->contig_from);
+			for (int d = 0; d < x->ndim; d++)
+				CHECK_EQ(p->stride[d], q->stride[d]);
+		}
+	}
+}
+
+static void test_dcp_threads(void)
+{
+	flx_ckpt_opts one = {.threads = 1}, three = {.threads = 3};
+	flx_ckpt *a = open_ok(DCP, NULL), *b = open_ok(DCP, &one),
+		 *c = open_ok(DCP, &three);
+
+	if (a && b && c) {
+		CHECK_STR(a->format, "torch-dcp");
+		CHECK(a->ntensors > 10);
+		check_same(a, b);
+		check_same(a, c);
+	}
+	flx_ckpt_close(a);
+	flx_ckpt_close(b);
+	flx_ckpt_close(c);
+}
+
+static void test_detection(void)
+{
+	flx_ckpt_opts dcp = {.format = "torch-dcp"};
+	flx_ckpt_opts hf = {.format = "hf-safetensors"};
+	flx_ckpt_opts bad = {.format = "paddle"};
+	char tmp[] = "/tmp/flx-index.XXXXXX";
+	flx_ckpt *c;
+	flx_error err;
+
+	c = open_ok(HF, &hf);
+	if (c)
+		CHECK_STR(c->format, "hf-safetensors");
+	flx_ckpt_close(c);
+	CHECK_EQ(open_fails(HF, &dcp, &err), -ENOENT);
+	CHECK(strstr(err.file, "/.metadata") != NULL);
+	CHECK_EQ(open_fails(DCP, &hf, &err), -ENOENT);
+	CHECK(strstr(err.file, "/model.safetensors") != NULL);
+	CHECK_EQ(open_fails(DCP, &bad, &err), -EINVAL);
+	CHECK(strstr(err.text, "unknown checkpoint format 'paddle'") != NULL);
+	/* recognised by nobody: one line naming what each source wants */
+	CHECK(mkdtemp(tmp) != NULL);
+	CHECK_EQ(open_fails(tmp, NULL, &err), -ENOENT);
+	CHECK(strstr(err.file, "/.metadata") != NULL);
+	CHECK(strstr(err.text, "PyTorch DCP") != NULL);
+	CHECK(strstr(err.text, "model.safetensors.index.json") != NULL);
+	CHECK_EQ(rmdir(tmp), 0);
+}
+
+/* Read all of path; NULL when it cannot. */
+static unsigned char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	unsigned char *buf;
+	long n;
+
+	if (!f)
+		return NULL;
+	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 ||
+	    fseek(f, 0, SEEK_SET) || !(buf = malloc((size_t)n + 1)) ||
+	    fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		fclose(f);
+		return NULL;
+	}
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
+/* The HF index against its files: the header parsed here, the bytes
+ * against the truth.  @return the number of tensors checked. */
+static size_t check_hf(const char *dir, const flx_ckpt *c)
+{
+	size_t checked = 0;
+
+	CHECK_STR(c->format, "hf-safetensors");
+	CHECK_STR(c->writer, "safetensors (format pt)");
+	CHECK_EQ(c->nobjects, 0);
+	CHECK(c->loading == NULL);
+	for (size_t i = 0; i < c->nfiles; i++) {
+		const flx_file *f = &c->files[i];
+		bool extra = !strcmp(f->relpath, "config.json") ||
+			     !strcmp(f->relpath, "tokenizer.json");
+
+		CHECK_EQ(f->data, !extra);
+	}
+	for (size_t i = 0; i < c->ntensors; i++) {
+		const flx_tensor *t = &c->tensors[i];
+		const flx_chunk *ch = &t->chunks[0];
+		const flx_file *f = &c->files[ch->file];
+		char path[512];
+		unsigned char *file, *truth;
+		size_t flen = 0, tlen = 0;
+		uint64_t n = 0, step = 1;
+		json_t *h, *e;
+
+		CHECK_EQ(t->nchunks, 1);
+		snprintf(path, sizeof(path), "%s/%s", dir, f->relpath);
+		file = slurp(path, &flen);
+		snprintf(path, sizeof(path), "%s/%s.bin", HF_TRUTH, t->fqn);
+		truth = slurp(path, &tlen);
+		CHECK(file && truth && flen >= 8);
+		if (!file || !truth || flen < 8) {
+			free(file);
+			free(truth);
+			continue;
+		}
+		for (int b = 7; b >= 0; b--)
+			n = n << 8 | file[b];
+		h = json_loadb((const char *)file + 8, n, 0, NULL);
+		e = json_object_get(h, t->fqn);
+		CHECK(e != NULL);
+		CHECK_EQ(ch->data_off,
+			 8 + n +
+			     json_integer_value(json_array_get(
+				 json_object_get(e, "data_offsets"), 0)));
+		for (int d = t->ndim - 1; d >= 0; d--) {
+			CHECK_EQ(ch->off[d], 0);
+			CHECK_EQ(ch->size[d], t->shape[d]);
+			CHECK_EQ(ch->stride[d], (int64_t)step);
+			step *= t->shape[d] ? (uint64_t)t->shape[d] : 1;
+		}
+		CHECK_EQ(ch->contig_from, 0);
+		CHECK_EQ(ch->storage_offset, 0);
+		CHECK(ch->data_off + tlen <= flen);
+		if (ch->data_off + tlen <= flen)
+			CHECK(memcmp(file + ch->data_off, truth, tlen) == 0);
+		json_decref(h);
+		free(file);
+		free(truth);
+		checked++;
+	}
+	return checked;
+}
+
+static void test_hf(void)
+{
+	flx_ckpt *one = open_ok(HF, NULL), *sh = NULL;
+	flx_error err;
+	size_t n1 = 0, n3 = 0;
+
+	if (one)
+		n1 = check_hf(HF, one);
+	flx_error_init(&err);
+	/* no items: the open is complete at once */
+	CHECK_EQ(flx_ckpt_open_start(HF_SH, &sh, &err), 0);
+	if (sh) {
+		CHECK(sh->loading == NULL);
+		CHECK_EQ(flx_ckpt_finish(sh, &err), 0);
+		n3 = check_hf(HF_SH, sh);
+		/* the same tensors, in shard then data order */
+		for (size_t i = 0; one && i < sh->ntensors; i++)
+			CHECK(flx_ckpt_find(one, sh->tensors[i].fqn) != NULL);
+		for (size_t i = 0; i < sh->nfiles; i++)
+			CHECK(sh->files[i].data ==
+			      (strstr(sh->files[i].relpath, "-of-00003") !=
+			       NULL));
+	}
+	CHECK_EQ(n1, 44);
+	CHECK_EQ(n3, 44);
+	flx_ckpt_close(one);
+	flx_ckpt_close(sh);
+}
+
+int main(void)
+{
+	test_dcp_threads();
+	test_detection();
+	test_hf();
+	return CHECK_RESULT();
+}
