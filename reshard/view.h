@@ -6,8 +6,8 @@
  * A "view" is one (tensor, box) pair whose bytes are the box's elements in
  * C order, of the tensor's dtype (converted on read when a cast of the
  * transform stage made it differ from the dtype its chunks hold,
- * flx_tensor.stored).  flx_view_read() serves any byte range of a view straight from
- * the source files: the box is intersected with the saved chunks (found
+ * flx_tensor.stored).  flx_view_read() serves any byte range of a view straight
+ * from the source files: the box is intersected with the saved chunks (found
  * through an index sorted along one axis, never a scan of all pairs), and
  * every requested byte is copied by coalesced pread()s of contiguous source
  * runs; only chunks saved with a non-unit innermost stride are gathered
@@ -69,8 +69,8 @@ typedef struct flx_range {
  * spliced from the files without a copy.
  * @return 0 and *nout, the number of ranges written to out: >= 1, or 0
  *         when some bytes need a gather (a chunk saved with a strided
- *         innermost axis) or a conversion (a cast tensor), take more than max ranges, or lie outside the
- *         view; -EIO if a backing file changed since mount.
+ *         innermost axis) or a conversion (a cast tensor), take more than max
+ * ranges, or lie outside the view; -EIO if a backing file changed since mount.
  */
 int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
 		    size_t max, size_t *nout);
