@@ -69,8 +69,9 @@ typedef struct flx_range {
  * spliced from the files without a copy.
  * @return 0 and *nout, the number of ranges written to out: >= 1, or 0
  *         when some bytes need a gather (a chunk saved with a strided
- *         innermost axis) or a conversion (a cast tensor), take more than max
- * ranges, or lie outside the view; -EIO if a backing file changed since mount.
+ *         innermost axis) or a conversion (a cast tensor), take more
+ *         than max ranges, or lie outside the view; -EIO if a backing
+ *         file changed since mount.
  */
 int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
 		    size_t max, size_t *nout);
