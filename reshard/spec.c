@@ -395,9 +395,13 @@ int flx_spec_rules_parse(flx_spec *s, const char *json, size_t len,
 
 	flx_json_guard_begin();
 	root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-	if (!root && flx_json_guard_failed())
+	/* a failed allocation can leave jansson with a tree that silently
+	 * lacks a member: whatever it returned, the guard decides */
+	if (flx_json_guard_failed()) {
+		json_decref(root);
 		return flx_error_set(err, -ENOMEM, name, "rules",
 				     "out of memory");
+	}
 	if (!root)
 		return flx_error_set(err, -EINVAL, name, "rules",
 				     "invalid JSON at line %d column %d: %s",

@@ -5,3 +5,7 @@ flx_unit(test_chaos flx_fs)
 # -rdynamic: names in the backtraces it prints (and malloc stays exported).
 target_link_options(test_chaos PRIVATE -rdynamic)
 set_tests_properties(test_chaos PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# The same over the Hugging Face safetensors source (sharded, with its rules).
+add_test(NAME test_chaos_hf COMMAND test_chaos fixtures/hf-tiny/sharded
+  fixtures/hf-tiny/rules.json WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_chaos_hf PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)

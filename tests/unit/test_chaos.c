@@ -2,7 +2,8 @@
 /*
  * Allocation-failure ("chaos") test, in the style of jansson's memory
  * tests: the whole mount path -- flx_spec_init/set (tp=3, pp=2, the rules
- * file), flx_ckpt_open() of the torch 1.13 fixture, flx_plan_build(),
+ * file), flx_ckpt_open() of the torch 1.13 fixture (or the checkpoint and
+ * rules named on the command line), flx_plan_build(),
  * flx_fs_build() -- is run again and again, and run N makes the N-th
  * allocation fail (only that one).  Every run must either succeed (and
  * then free everything) or return -ENOMEM with err.code set and a one-line
@@ -77,8 +78,10 @@ int main(void)
 #include <time.h>
 #include <unistd.h>
 
-#define CKPT_DIR      "fixtures/dcp-t113/ckpt"
-#define RULES_FILE    "fixtures/rules.json"
+/* The checkpoint and rules file of the mount path (argv[1], argv[2]):
+ * by default the torch 1.13 DCP fixture; ctest also runs the HF source. */
+static const char *ckpt_dir = "fixtures/dcp-t113/ckpt";
+static const char *rules_file = "fixtures/rules.json";
 
 /* Fail every allocation up to here; beyond, every k-th (see above). */
 #define FULL_PREFIX   1500ul
@@ -405,11 +408,11 @@ static void run_path(struct outcome *o)
 		if (!rc)
 			rc = flx_spec_set(&s, "pp", "2", &o->err);
 		if (!rc)
-			rc = flx_spec_set(&s, "rules", RULES_FILE, &o->err);
+			rc = flx_spec_set(&s, "rules", rules_file, &o->err);
 	}
 	if (!rc) {
 		o->stage = ST_OPEN;
-		rc = flx_ckpt_open(CKPT_DIR, &c, &o->err);
+		rc = flx_ckpt_open(ckpt_dir, &c, &o->err);
 	}
 	if (!rc) {
 		o->stage = ST_PLAN;
@@ -737,7 +740,7 @@ static bool exercise(unsigned long n)
 	return true;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	struct outcome o;
 	unsigned long total, n, stride = 1;
@@ -746,6 +749,13 @@ int main(void)
 	bool more = true;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc == 3) {
+		ckpt_dir = argv[1];
+		rules_file = argv[2];
+	} else if (argc != 1) {
+		fprintf(stderr, "usage: test_chaos [CKPT_DIR RULES_FILE]\n");
+		return 2;
+	}
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
 		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (sh == MAP_FAILED) {
