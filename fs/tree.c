@@ -100,31 +100,34 @@ static const char *name_of(const flx_fs *fs, const node *nd)
 	return fs->names + nd->name;
 }
 
-/* Append name to the pool; @return its offset, or -ENOMEM. */
-static int64_t add_name(flx_fs *fs, const char *name)
+/* Append name to the pool.  @return 0 and *at, its offset, or -ENOMEM. */
+static int add_name(flx_fs *fs, const char *name, uint32_t *at)
 {
-	size_t len = strlen(name) + 1, at = fs->nnames;
+	size_t len = strlen(name) + 1, end = fs->nnames + len;
 
 	/* offsets are 32-bit: 4 GiB of names is far past any checkpoint */
-	if (at + len > UINT32_MAX ||
-	    flx_grow((void **)&fs->names, &fs->capnames, at + len, 1))
+	if (end > UINT32_MAX ||
+	    flx_grow((void **)&fs->names, &fs->capnames, end, 1))
 		return -ENOMEM;
-	memcpy(fs->names + at, name, len);
-	fs->nnames += len;
-	return (int64_t)at;
+	memcpy(fs->names + fs->nnames, name, len);
+	*at = (uint32_t)fs->nnames;
+	fs->nnames = end;
+	return 0;
 }
 
 int flx_fs_new(const flx_ckpt *ckpt, flx_fs **out)
 {
 	flx_fs *fs = calloc(1, sizeof(*fs));
+	uint32_t root_name;
 	int rc = -ENOMEM;
 
 	if (!fs)
 		goto out;
 	if (flx_grow((void **)&fs->nodes, &fs->cap, 1, sizeof(node)) ||
-	    add_name(fs, "") < 0)
+	    add_name(fs, "", &root_name))
 		goto out;
 	memset(&fs->nodes[0], 0, sizeof(node));
+	fs->nodes[0].name = root_name;
 	fs->nodes[0].type = N_DIR;
 	fs->n = 1;
 	fs->ckpt = ckpt;
@@ -184,15 +187,10 @@ static int add_node(flx_fs *fs, int parent, uint32_t name_at, unsigned type,
 static int add_named(flx_fs *fs, int parent, const char *name, unsigned type,
 		     int *out)
 {
-	int64_t at;
+	uint32_t at;
+	int rc = add_name(fs, name, &at);
 
-	if (parent < 0 || (size_t)parent >= fs->n ||
-	    fs->nodes[parent].type != N_DIR)
-		return -ENOTDIR;
-	at = add_name(fs, name);
-	if (at < 0)
-		return (int)at;
-	return add_node(fs, parent, (uint32_t)at, type, out);
+	return rc ? rc : add_node(fs, parent, at, type, out);
 }
 
 int flx_fs_mkdir(flx_fs *fs, int parent, const char *name, int *out)
