@@ -20,6 +20,7 @@
 #include "tree_internal.h"
 
 #include "grow.h"
+#include "names.h"
 #include "reader.h"
 
 #include <errno.h>
@@ -810,7 +811,7 @@ int flx_fs_readdir(const flx_fs *fs, flx_ino dir, uint64_t pos,
 
 int flx_fs_resolve(const flx_fs *fs, const char *path, flx_stat *st)
 {
-	char part[256];
+	char part[FLX_NAME_MAX + 1];
 	flx_ino cur = FLX_ROOT_INO;
 	int rc = flx_fs_stat(fs, cur, st);
 

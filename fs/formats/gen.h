@@ -25,6 +25,14 @@
  * on the checkpoint, the plan and arg (never on the time, the window or
  * earlier calls), must not allocate, and must be reentrant: any number of
  * reader threads run it at once.
+ *
+ * Adding a format: one file in fs/formats/ with its header, holding its
+ * pieces' flx_gen_ops (static) and a function that adds a file of the
+ * format to a tree (flx_fs_add_gen() for each piece, flx_fs_add_view()
+ * and flx_fs_add_raw() for the bytes it carries); JSON goes through the
+ * writer of json_internal.h; a test checks the bytes against an
+ * independent writer (tests/unit/test_formats.c does it with jansson).
+ * A layout then calls that function.
  */
 
 #include "plan.h"

@@ -12,7 +12,7 @@
 /**
  * Add the .npy file of view v (borrowed; must outlive fs) to directory
  * dir, named name, or, when like >= 0, named as that earlier node (name
- * ignored; see flx_fs_mkfile_as()).
+ * unused, may be NULL; see flx_fs_mkfile_as()).
  * @return 0 and *node, or -ENOMEM, -ENOTDIR, -EINVAL.
  */
 int flx_npy_add_file(flx_fs *fs, int dir, const char *name, int like,

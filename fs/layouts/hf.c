@@ -153,14 +153,17 @@ static int hf_build(flx_build *b, void *state)
 		if (nshards > 1)
 			hf_shard_file(k, nshards, fname);
 		rc = shard_set(b, h, k, &first, &set);
-		if (!rc && (rc = flx_st_add_file(b->fs, dir, fname, b->gen, set,
-						 0, -1)))
-			flx_build_fail(b, rc, fname, "building file");
+		if (!rc)
+			rc = flx_st_add_file(b->fs, dir, fname, b->gen, set, 0,
+					     -1);
+		if (rc) /* the first error recorded stays */
+			return flx_build_fail(b, rc, fname, "building file");
 	}
-	if (!rc && nshards > 1 &&
-	    (rc = flx_hf_index_add_file(b->fs, dir, index_name, &h->index)))
-		flx_build_fail(b, rc, index_name, "building file");
-	return rc ? rc : hf_passthrough(b, dir);
+	if (nshards > 1)
+		rc = flx_hf_index_add_file(b->fs, dir, index_name, &h->index);
+	if (rc)
+		return flx_build_fail(b, rc, index_name, "building file");
+	return hf_passthrough(b, dir);
 }
 
 const flx_layout flx_layout_hf = {

@@ -82,8 +82,9 @@ static int rank_npy(flx_build *b, int tdir, int tp, int pp, int *npy_node)
 			return flx_error_set(b->err, -ENAMETOOLONG, NULL, tname,
 					     "tensor name too long for a file "
 					     "name");
-		rc = flx_npy_add_file(b->fs, tdir, fname, tp ? npy_node[i] : -1,
-				      pl->views[tp], &node);
+		rc = flx_npy_add_file(b->fs, tdir, tp ? NULL : fname,
+				      tp ? npy_node[i] : -1, pl->views[tp],
+				      &node);
 		if (rc)
 			return flx_build_fail(b, rc, tname, "creating .npy");
 		if (!tp)
@@ -112,11 +113,12 @@ static int build_stage(flx_build *b, int ranks, int pp, int *npy_node)
 			return flx_build_fail(b, rc, dname,
 					      "creating rank directory");
 		rc = rank_npy(b, tdir, tp, pp, npy_node);
-		if (!rc &&
-		    (rc = flx_st_add_file(b->fs, dir, "model.safetensors",
-					  b->gen, set, tp, pp)))
-			flx_build_fail(b, rc, "model.safetensors",
-				       "building file");
+		if (!rc)
+			rc = flx_st_add_file(b->fs, dir, "model.safetensors",
+					     b->gen, set, tp, pp);
+		if (rc) /* the first error recorded stays */
+			return flx_build_fail(b, rc, "model.safetensors",
+					      "building file");
 	}
 	return rc;
 }
