@@ -1,8 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * File names and decimal numbers; see names.h.  Numbers are formatted by
- * hand rather than by printf: index.json alone holds hundreds of
- * thousands of them, and every read of it formats them again.
+ * File names from tensor and object names; see names.h.
  */
 #include "names.h"
 
@@ -34,31 +32,4 @@ int flx_file_name(const char *name, const char *suffix, char *out)
 		return -ENAMETOOLONG;
 	memcpy(out + n, suffix, sl + 1);
 	return 0;
-}
-
-size_t flx_fmt_int(char *o, int64_t v, int width)
-{
-	char b[24];
-	size_t i = sizeof(b), n;
-	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-
-	do {
-		b[--i] = (char)('0' + u % 10);
-		u /= 10;
-	} while (u || (int)(sizeof(b) - i) < width);
-	if (v < 0)
-		b[--i] = '-';
-	n = sizeof(b) - i;
-	memcpy(o, b + i, n);
-	return n;
-}
-
-size_t flx_int_len(int64_t v)
-{
-	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
-	size_t n = v < 0 ? 2 : 1;
-
-	for (; u >= 10000; u /= 10000)
-		n += 4;
-	return n + (u >= 10) + (u >= 100) + (u >= 1000);
 }

@@ -9,9 +9,10 @@
  *
  * Nodes are created in order and numbered from 0 (the root); a file's
  * segments must be appended before the next node is created (they are kept
- * in one array shared by all files).  Every call returns 0 or -errno, other
- * results through out-parameters; after a failure the tree must only be
- * freed.  Single-threaded: a tree is built by one thread, then only read.
+ * in one array shared by all files).  Every call that can fail returns 0
+ * or -errno, other results through out-parameters; after a failure the
+ * tree must only be freed.  Single-threaded: a tree is built by one
+ * thread, then only read.
  */
 
 #include "formats/gen.h"

@@ -22,11 +22,6 @@ void flx_jw_spaces(flx_jw *w, uint64_t n)
 	}
 }
 
-void flx_jw_lit(flx_jw *w, const char *s)
-{
-	flx_jw_raw(w, s, strlen(s));
-}
-
 /*
  * Decode the UTF-8 sequence at s (n bytes left), as jansson's
  * utf8_iterate() does.  @return its length, 0 if invalid.
@@ -237,75 +232,12 @@ void flx_jw_int_or_null(flx_jw *w, int v)
 		flx_jw_int(w, v);
 }
 
-/* Newline and indentation to depth (nothing when compact). */
-static void newline(flx_jw *w, int depth)
-{
-	if (!w->indent)
-		return;
-	flx_jw_raw(w, "\n", 1);
-	flx_jw_spaces(w, (uint64_t)depth * (uint64_t)w->indent);
-}
-
-void flx_jw_open(flx_jw *w, char c)
-{
-	flx_jw_raw(w, &c, 1);
-	w->depth++;
-	w->has &= ~(1ull << w->depth);
-}
-
-void flx_jw_close(flx_jw *w, char c)
-{
-	if (w->has >> w->depth & 1)
-		newline(w, w->depth - 1);
-	w->depth--;
-	flx_jw_raw(w, &c, 1);
-}
-
-/* Start a member or element: separator, then indentation. */
-static void item(flx_jw *w)
-{
-	if (w->has >> w->depth & 1)
-		flx_jw_raw(w, ",", 1);
-	w->has |= 1ull << w->depth;
-	newline(w, w->depth);
-}
-
-static void colon(flx_jw *w)
-{
-	if (w->indent)
-		flx_jw_raw(w, ": ", 2);
-	else
-		flx_jw_raw(w, ":", 1);
-}
-
-void flx_jw_key(flx_jw *w, const char *k)
-{
-	item(w);
-	flx_jw_str(w, k);
-	colon(w);
-}
-
-void flx_jw_key_name(flx_jw *w, const char *k)
-{
-	item(w);
-	flx_jw_name(w, k);
-	colon(w);
-}
-
 void flx_jw_ints(flx_jw *w, int n, const int64_t *v)
 {
 	flx_jw_open(w, '[');
 	for (int i = 0; i < n; i++) {
-		item(w);
+		flx_jw_item(w);
 		flx_jw_int(w, v[i]);
 	}
 	flx_jw_close(w, ']');
-}
-
-void flx_jw_resume(flx_jw *w, int depth, bool more)
-{
-	w->depth = depth;
-	w->has = ((1ull << depth) - 1) & ~1ull;
-	if (more)
-		w->has |= 1ull << depth;
 }

@@ -74,9 +74,6 @@ static inline bool flx_jw_sizing(const flx_jw *w)
 /** n spaces, verbatim. */
 void flx_jw_spaces(flx_jw *w, uint64_t n);
 
-/** Plain ASCII without quotes or backslashes (the same at every level). */
-void flx_jw_lit(flx_jw *w, const char *s);
-
 /** The opening or closing quote of a string at the current level. */
 void flx_jw_quote(flx_jw *w);
 
@@ -95,22 +92,89 @@ void flx_jw_int_or_null(flx_jw *w, int v);
 /** An array of n integers. */
 void flx_jw_ints(flx_jw *w, int n, const int64_t *v);
 
-/** Open or close an object ('{', '}') or array ('[', ']'). */
-void flx_jw_open(flx_jw *w, char c);
-void flx_jw_close(flx_jw *w, char c);
+/*
+ * The structure of the text, inline: every token of a generated file goes
+ * through them, at mount (sizing) and on every read.
+ */
+
+/** Plain ASCII without quotes or backslashes (the same at every level). */
+static inline void flx_jw_lit(flx_jw *w, const char *s)
+{
+	flx_jw_raw(w, s, strlen(s));
+}
+
+/** Newline and indentation to depth (nothing when compact). */
+static inline void flx_jw_newline(flx_jw *w, int depth)
+{
+	if (!w->indent)
+		return;
+	flx_jw_raw(w, "\n", 1);
+	flx_jw_spaces(w, (uint64_t)depth * (uint64_t)w->indent);
+}
+
+/** Open an object ('{') or array ('['). */
+static inline void flx_jw_open(flx_jw *w, char c)
+{
+	flx_jw_raw(w, &c, 1);
+	w->depth++;
+	w->has &= ~(1ull << w->depth);
+}
+
+/** Close an object ('}') or array (']'). */
+static inline void flx_jw_close(flx_jw *w, char c)
+{
+	if (w->has >> w->depth & 1)
+		flx_jw_newline(w, w->depth - 1);
+	w->depth--;
+	flx_jw_raw(w, &c, 1);
+}
+
+/** Start a member or element: separator, then indentation. */
+static inline void flx_jw_item(flx_jw *w)
+{
+	if (w->has >> w->depth & 1)
+		flx_jw_raw(w, ",", 1);
+	w->has |= 1ull << w->depth;
+	flx_jw_newline(w, w->depth);
+}
+
+/** After a key. */
+static inline void flx_jw_colon(flx_jw *w)
+{
+	if (w->indent)
+		flx_jw_raw(w, ": ", 2);
+	else
+		flx_jw_raw(w, ":", 1);
+}
 
 /** A member's key: separator, indentation, the key, the colon. */
-void flx_jw_key(flx_jw *w, const char *k);
+static inline void flx_jw_key(flx_jw *w, const char *k)
+{
+	flx_jw_item(w);
+	flx_jw_str(w, k);
+	flx_jw_colon(w);
+}
 
 /** A key that is a tensor name (see flx_jw_name()). */
-void flx_jw_key_name(flx_jw *w, const char *k);
+static inline void flx_jw_key_name(flx_jw *w, const char *k)
+{
+	flx_jw_item(w);
+	flx_jw_name(w, k);
+	flx_jw_colon(w);
+}
 
 /**
  * Resume inside a document, for a piece that continues it: the
  * containers at depths 1..depth are open, all but the innermost have
  * members, the innermost has one if more.
  */
-void flx_jw_resume(flx_jw *w, int depth, bool more);
+static inline void flx_jw_resume(flx_jw *w, int depth, bool more)
+{
+	w->depth = depth;
+	w->has = ((1ull << depth) - 1) & ~1ull;
+	if (more)
+		w->has |= 1ull << depth;
+}
 
 /** The piece's result: 0 and *len, its length, or the first error. */
 static inline int flx_jw_end(const flx_jw *w, uint64_t *len)
