@@ -52,7 +52,8 @@ typedef struct flx_stat {
  * @return 0 and *out (owned; flx_fs_free()), or -errno with err: -ENOMEM,
  *         -EINVAL (a string JSON cannot carry: not UTF-8),
  *         -ENAMETOOLONG (a name too long for a file name), -EEXIST (two
- *         entries of a directory share a name).
+ *         entries of a directory share a name), -EFBIG (more than 2^32
+ *         tensors or objects).
  */
 int flx_fs_build(const flx_ckpt *ckpt, const flx_plan *plan, flx_fs **out,
 		 flx_error *err);

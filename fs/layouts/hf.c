@@ -21,6 +21,9 @@
 
 extern const flx_layout flx_layout_hf;
 
+/* The layout's directory under the root. */
+static const char dir_name[] = "hf";
+
 static const char index_name[] = "model.safetensors.index.json";
 
 /* "model-%05zu-of-%05zu.safetensors", k from 0 */
@@ -53,7 +56,7 @@ static int hf_size(flx_build *b, void **state, flx_fs_size *sz)
 	for (size_t i = 0; i < p->n; i++)
 		n += flx_st_representable(p->p[i].src->dtype);
 	if (!h || flx_st_set_new(b->fs, n, &h->all))
-		return flx_build_fail(b, -ENOMEM, "hf", "");
+		return flx_build_fail(b, -ENOMEM, dir_name, "");
 	for (size_t i = 0; i < p->n; i++) {
 		const flx_placement *pl = &p->p[i];
 		flx_st_entry *e = &h->all->e[h->all->n];
@@ -109,7 +112,7 @@ static int shard_set(flx_build *b, hf_state *h, size_t k, size_t *first,
 		cnt++;
 	shard = flx_fs_alloc(b->fs, sizeof(*shard));
 	if (!shard)
-		return flx_build_fail(b, -ENOMEM, "hf", "");
+		return flx_build_fail(b, -ENOMEM, dir_name, "");
 	shard->n = cnt;
 	shard->e = all->e + *first;
 	shard->order = all->order + *first;
@@ -142,10 +145,10 @@ static int hf_build(flx_build *b, void *state)
 {
 	hf_state *h = state;
 	size_t nshards = h->index.nshards, first = 0;
-	int dir, rc = flx_fs_mkdir(b->fs, 0, "hf", &dir);
+	int dir, rc = flx_fs_mkdir(b->fs, 0, dir_name, &dir);
 
 	if (rc)
-		return flx_build_fail(b, rc, "hf", "creating directory");
+		return flx_build_fail(b, rc, dir_name, "creating directory");
 	for (size_t k = 0; k < (nshards ? nshards : 1) && !rc; k++) {
 		char fname[FLX_NAME_MAX + 1] = "model.safetensors";
 		const flx_st_set *set = NULL;
@@ -167,7 +170,7 @@ static int hf_build(flx_build *b, void *state)
 }
 
 const flx_layout flx_layout_hf = {
-    .name = "hf",
+    .name = dir_name,
     .size = hf_size,
     .build = hf_build,
     .shard_file = hf_shard_file,

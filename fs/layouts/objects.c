@@ -8,6 +8,9 @@
 
 #include <string.h>
 
+/* The layout's directory under the root. */
+static const char dir_name[] = "objects";
+
 static int objects_file(const flx_object *o, char *out)
 {
 	return flx_file_name(o->fqn, ".pt", out);
@@ -18,7 +21,7 @@ static int objects_size(flx_build *b, void **state, flx_fs_size *sz)
 	(void)state;
 	sz->nodes += 1 + b->ckpt->nobjects;
 	sz->segs += 1; /* a file of one segment keeps it in its node */
-	sz->names += sizeof("objects");
+	sz->names += sizeof(dir_name);
 	for (size_t i = 0; i < b->ckpt->nobjects; i++)
 		sz->names += strlen(b->ckpt->objects[i].fqn) + 5;
 	return 0;
@@ -26,11 +29,11 @@ static int objects_size(flx_build *b, void **state, flx_fs_size *sz)
 
 static int objects_build(flx_build *b, void *state)
 {
-	int dir, rc = flx_fs_mkdir(b->fs, 0, "objects", &dir);
+	int dir, rc = flx_fs_mkdir(b->fs, 0, dir_name, &dir);
 
 	(void)state;
 	if (rc)
-		return flx_build_fail(b, rc, "objects", "creating directory");
+		return flx_build_fail(b, rc, dir_name, "creating directory");
 	for (size_t i = 0; i < b->ckpt->nobjects; i++) {
 		const flx_object *o = &b->ckpt->objects[i];
 		char fname[FLX_NAME_MAX + 1];
@@ -52,7 +55,7 @@ static int objects_build(flx_build *b, void *state)
 }
 
 const flx_layout flx_layout_objects = {
-    .name = "objects",
+    .name = dir_name,
     .size = objects_size,
     .build = objects_build,
     .object_file = objects_file,

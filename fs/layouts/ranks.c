@@ -18,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The layout's directory under the root. */
+static const char dir_name[] = "ranks";
+
 /* "tp%02d_pp%02d" */
 static int ranks_dir(int tp, int pp, char *out)
 {
@@ -50,7 +53,7 @@ static int stage_set(flx_build *b, int pp, flx_st_set **out)
 		     flx_st_representable(p->p[i].src->dtype);
 	rc = flx_st_set_new(b->fs, n, &set);
 	if (rc)
-		return flx_build_fail(b, rc, "ranks", "");
+		return flx_build_fail(b, rc, dir_name, "");
 	for (size_t i = 0; i < p->n; i++) {
 		const flx_placement *pl = &p->p[i];
 
@@ -154,12 +157,12 @@ static int ranks_build(flx_build *b, void *state)
 
 	(void)state;
 	if (!npy_node) {
-		flx_build_fail(b, rc, "ranks", "");
+		flx_build_fail(b, rc, dir_name, "");
 		goto out;
 	}
-	rc = flx_fs_mkdir(b->fs, 0, "ranks", &ranks);
+	rc = flx_fs_mkdir(b->fs, 0, dir_name, &ranks);
 	if (rc) {
-		flx_build_fail(b, rc, "ranks", "creating directory");
+		flx_build_fail(b, rc, dir_name, "creating directory");
 		goto out;
 	}
 	for (int pp = 0; pp < p->spec->pp && !rc; pp++)
@@ -170,7 +173,7 @@ out:
 }
 
 const flx_layout flx_layout_ranks = {
-    .name = "ranks",
+    .name = dir_name,
     .size = ranks_size,
     .build = ranks_build,
     .rank_dir = ranks_dir,
