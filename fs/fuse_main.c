@@ -372,7 +372,8 @@ static void malloc_thp(char **argv)
 }
 
 /* The block cache of strided gathers (cache_size=, or sized to the
- * largest chunk they read).  A tensor saved transposed whose chunk
+ * largest chunk they read), and the slicer executing them, chosen here
+ * once for the mount.  A tensor saved transposed whose chunk
  * outgrows it is re-read for every request, so say so while the user can
  * still see stderr.  @return 0 or -ENOMEM. */
 static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
@@ -399,7 +400,7 @@ static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
 		fprintf(stderr, "flexfs: out of memory\n");
 		return -ENOMEM;
 	}
-	flx_fs_set_cache(fs, *out);
+	flx_fs_set_io(fs, &(flx_view_io){*out, flx_slicer_default()});
 	return 0;
 }
 

@@ -93,7 +93,7 @@ struct flx_fs {
 	size_t nblobs, capblobs;
 	int64_t mtime_ns;
 	uint64_t total;
-	flx_bcache *cache; /* borrowed: strided gathers' blocks, or NULL */
+	flx_view_io io; /* how strided chunks are gathered (cache borrowed) */
 };
 
 static const char *name_of(const flx_fs *fs, const node *nd)
@@ -536,8 +536,8 @@ static int view_read(const flx_fs *fs, const seg_src *s, uint64_t len,
 	(void)len;
 	if (rc || h == n)
 		return rc;
-	got = flx_view_read_cached(s->u.view, fs->cache, buf + h, n - h,
-				   at + h - s->idx, stats);
+	got = flx_view_read_io(s->u.view, &fs->io, buf + h, n - h,
+			       at + h - s->idx, stats);
 	if (got < 0)
 		return (int)got;
 	return (size_t)got == n - h ? 0 : -EIO;
@@ -548,8 +548,8 @@ static int view_pieces(const flx_fs *fs, const seg_src *s, uint64_t len,
 		       piece_list *pl)
 {
 	flx_range r[FLX_FS_PIECES_MAX];
-	size_t room, h;
-	int nr, rc = view_header(fs, s, buf, n, at, &h);
+	size_t room, h, nr;
+	int rc = view_header(fs, s, buf, n, at, &h);
 
 	(void)len;
 	if (!rc && h)
@@ -557,12 +557,12 @@ static int view_pieces(const flx_fs *fs, const seg_src *s, uint64_t len,
 	if (rc || h == n)
 		return rc;
 	room = pl->max - pl->k + (pl->k > 0); /* the first may merge */
-	nr = flx_view_ranges(s->u.view, at + h - s->idx, n - h, r,
-			     room < FLX_FS_PIECES_MAX ? room
-						      : FLX_FS_PIECES_MAX);
-	if (nr <= 0)
-		return nr < 0 ? nr : NO_PIECES;
-	for (int i = 0; i < nr && !rc; i++)
+	rc = flx_view_ranges(
+	    s->u.view, at + h - s->idx, n - h, r,
+	    room < FLX_FS_PIECES_MAX ? room : FLX_FS_PIECES_MAX, &nr);
+	if (!rc && !nr)
+		rc = NO_PIECES;
+	for (size_t i = 0; i < nr && !rc; i++)
 		rc = add_piece(pl, fs->ckpt->files[r[i].file].fd, r[i].src,
 			       (size_t)r[i].len, NULL);
 	return rc;
@@ -712,9 +712,9 @@ out:
 	return rc;
 }
 
-void flx_fs_set_cache(flx_fs *fs, flx_bcache *cache)
+void flx_fs_set_io(flx_fs *fs, const flx_view_io *io)
 {
-	fs->cache = cache;
+	fs->io = *io;
 }
 
 void flx_fs_free(flx_fs *fs)

@@ -62,10 +62,11 @@ void flx_fs_free(flx_fs *fs);
 
 /**
  * Serve strided gathers (chunks saved with a strided innermost axis)
- * through cache (borrowed; it must outlive the fs, NULL: none), shared by
- * every reader.  Call before the first read.
+ * through io (copied; its cache and slicer are borrowed and must outlive
+ * the fs), shared by every reader.  Call before the first read; until
+ * then: no cache, the CPU slicer.
  */
-void flx_fs_set_cache(flx_fs *fs, flx_bcache *cache);
+void flx_fs_set_io(flx_fs *fs, const flx_view_io *io);
 
 /** Stat an inode.  @return 0 or -ENOENT. */
 int flx_fs_stat(const flx_fs *fs, flx_ino ino, flx_stat *st);

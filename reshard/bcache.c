@@ -159,13 +159,14 @@ size_t flx_bcache_block_len(size_t block, uint64_t file_size, uint64_t blk)
 		   : block + FLX_BCACHE_TAIL;
 }
 
-static void fill(flx_bref *ref, const flx_bcache *c, int32_t i)
+static void fill(flx_bref *ref, const flx_bcache *c, int32_t i, bool loaded)
 {
 	const slot *s = &c->slots[i];
 
 	ref->data = s->data;
 	ref->start = s->blk * c->block;
 	ref->len = s->len;
+	ref->loaded = loaded;
 	ref->slot = i;
 }
 
@@ -191,7 +192,7 @@ int flx_bcache_get(flx_bcache *c, uint32_t file, int fd, uint64_t file_size,
 		s->refs++;
 		s->used = ++c->clock;
 		c->st.hits++;
-		fill(ref, c, i);
+		fill(ref, c, i, false);
 		pthread_mutex_unlock(&c->mu);
 		return 0;
 	}
@@ -232,11 +233,11 @@ int flx_bcache_get(flx_bcache *c, uint32_t file, int fd, uint64_t file_size,
 	} else {
 		s->len = want;
 		s->state = S_READY;
-		fill(ref, c, i);
+		fill(ref, c, i, true);
 	}
 	pthread_cond_broadcast(&c->loaded);
 	pthread_mutex_unlock(&c->mu);
-	return rc ? rc : 1;
+	return rc;
 }
 
 void flx_bcache_put(flx_bcache *c, flx_bref *ref)

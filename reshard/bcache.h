@@ -33,6 +33,7 @@
  * block it is copying from, so waits cannot deadlock.
  */
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +48,7 @@ typedef struct flx_bref {
 	const unsigned char *data;
 	uint64_t start;
 	size_t len;
+	bool loaded;  /* the get that pinned it read it from the file */
 	int32_t slot; /* internal */
 } flx_bref;
 
@@ -82,12 +84,12 @@ size_t flx_bcache_slots(const flx_bcache *c);
  * reading it with pread from fd, whose size is file_size, on a miss.
  * The block's bytes are [blk * block, min(blk * block + block + TAIL,
  * file_size)).
- * @return 0 (found) or 1 (read by this call) and *ref (release with
- *         flx_bcache_put()); -EAGAIN when every
- *         block is pinned or being read (nothing pinned: read it yourself);
- *         -EINVAL when blk lies past file_size; or the pread error (-EIO
- *         for a file shorter than file_size), in which case nothing is
- *         cached.
+ * @return 0 and *ref (release with flx_bcache_put()), ref->loaded telling
+ *         whether this call read the block (a miss) or found it; -EAGAIN
+ *         when every block is pinned or being read (nothing pinned: read
+ *         it yourself); -EINVAL when blk lies past file_size; or the pread
+ *         error (-EIO for a file shorter than file_size), in which case
+ *         nothing is cached.
  */
 int flx_bcache_get(flx_bcache *c, uint32_t file, int fd, uint64_t file_size,
 		   uint64_t blk, flx_bref *ref);

@@ -35,12 +35,30 @@
  * Sharing does not change the limits: max_nodes counts values created,
  * shared or not.  The VM's stacks, memo and caches are heap arrays freed
  * after the load.
+ *
+ * Input goes through a window (struct vm).  A buffer load's window is the
+ * buffer itself, so an opcode's argument costs one comparison, as over a
+ * plain buffer; a reader load refills its window (refill()) when an
+ * opcode, argument or text line runs past the window's end, reads a long
+ * copied payload in pieces (chunk()) and passes over one it does not copy
+ * without reading it (skip()).  Only the tree grows with the input.
  */
 
 #define DEF_MAX_NODES ((size_t)1 << 25)
 #define DEF_MAX_STACK ((size_t)1 << 20)
 #define DEF_MAX_DEPTH ((size_t)1024)
 #define DEF_MAX_MEMO  ((size_t)1 << 25)
+#define DEF_WINDOW    ((size_t)256 << 10)
+#define DEF_MAX_COPY  ((size_t)4 << 10)
+#define DEF_MAX_STR   ((size_t)1 << 20)
+/* Caps on the reader limits, so that window arithmetic cannot overflow. */
+#define MAX_WINDOW ((size_t)1 << 30)
+#define MAX_LINE   ((size_t)1 << 30)
+/* Read-ahead at the start and after a payload passed over; it doubles with
+ * each refill up to the window.  Between two large arrays of a .distcp lie
+ * a few hundred bytes of opcodes: a whole window read there would be
+ * mostly the next array's bytes, read for nothing. */
+#define AHEAD_MIN ((size_t)4 << 10)
 
 /* A transparent huge page (x86-64, arm64 with 4 KiB pages); see huge_alloc() */
 #define HUGE_SIZE ((size_t)2 << 20)
@@ -75,11 +93,29 @@ struct flx_pickle {
 	flx_pv *root;
 };
 
+/* No hold on the window (see struct vm). */
+#define NO_HOLD SIZE_MAX
+
 struct vm {
+	/* Input bytes [base, base + wlen) are buf[0..wlen); the next byte is
+	 * buf[pos].  A buffer load's window is the whole input (base 0,
+	 * wlen == len), so its every need is met without a refill; a reader
+	 * load's window is wbuf, refilled as the VM advances. */
 	const unsigned char *buf;
-	size_t len;
-	size_t pos;
-	size_t op_off; /* offset of the opcode being run, for messages */
+	size_t pos, wlen;
+	uint64_t base;
+	uint64_t len;	     /* of the input */
+	const flx_reader *r; /* NULL: a buffer load */
+	unsigned char *wbuf;
+	size_t wcap;
+	size_t hold;	 /* window index a refill keeps (two-line GLOBAL), or
+			  * NO_HOLD: only the bytes from pos on are kept */
+	size_t window;	 /* most bytes read ahead at a refill */
+	size_t ahead;	 /* bytes read ahead at the next refill */
+	size_t max_copy; /* longest BYTES payload copied */
+	size_t max_str;	 /* longest STR payload copied */
+	size_t max_line; /* longest text argument */
+	uint64_t op_off; /* offset of the opcode being run, for messages */
 	unsigned char op;
 	const char *name;
 	flx_error *err;
@@ -279,10 +315,11 @@ static int vm_fail(struct vm *vm, int code, const char *fmt, ...)
 	va_end(ap);
 	if (on)
 		return flx_error_set(vm->err, code, vm->name, NULL,
-				     "pickle: offset %zu: %s (opcode %s)",
+				     "pickle: offset %" PRIu64
+				     ": %s (opcode %s)",
 				     vm->op_off, why, on);
 	return flx_error_set(vm->err, code, vm->name, NULL,
-			     "pickle: offset %zu: %s", vm->op_off, why);
+			     "pickle: offset %" PRIu64 ": %s", vm->op_off, why);
 }
 
 static int vm_nomem(struct vm *vm)
@@ -433,8 +470,10 @@ static flx_pv *new_bool(struct vm *vm, bool b)
 	return v;
 }
 
-/* STR/BYTES node holding a NUL-terminated copy of s[0..n). */
-static flx_pv *new_str(struct vm *vm, flx_pv_kind kind, const void *s, size_t n)
+/* STR/BYTES node with room for a NUL-terminated copy of n bytes, to be
+ * filled by the caller; off as in flx_pv. */
+static flx_pv *new_str_room(struct vm *vm, flx_pv_kind kind, size_t n,
+			    uint64_t off)
 {
 	flx_pv *v;
 	char *d;
@@ -446,11 +485,21 @@ static flx_pv *new_str(struct vm *vm, flx_pv_kind kind, const void *s, size_t n)
 	if (!count_value(vm) || !(v = alloc_node(vm, kind, n + 1)))
 		return NULL;
 	d = (char *)(v + 1);
-	if (n)
-		memcpy(d, s, n);
 	d[n] = '\0';
 	v->u.str.s = d;
 	v->u.str.len = n;
+	v->u.str.off = off;
+	return v;
+}
+
+/* STR/BYTES node holding a NUL-terminated copy of s[0..n). */
+static flx_pv *new_str(struct vm *vm, flx_pv_kind kind, const void *s, size_t n,
+		       uint64_t off)
+{
+	flx_pv *v = new_str_room(vm, kind, n, off);
+
+	if (v && n)
+		memcpy((char *)(v + 1), s, n);
 	return v;
 }
 
@@ -822,14 +871,86 @@ static void memo_free(struct vm *vm)
 
 /* ------------------------------------------------------------------- input */
 
-static int need(struct vm *vm, uint64_t n, const char *what)
+/* Input offset of the next byte. */
+static uint64_t at(const struct vm *vm)
 {
-	if (n > vm->len - vm->pos)
-		return vm_fail(vm, -EINVAL,
-			       "truncated: %s needs %" PRIu64
-			       " bytes, %zu left",
-			       what, n, vm->len - vm->pos);
+	return vm->base + vm->pos;
+}
+
+/* Input bytes from the next one on. */
+static uint64_t left(const struct vm *vm)
+{
+	return vm->len - at(vm);
+}
+
+static int truncated(struct vm *vm, uint64_t n, const char *what)
+{
+	return vm_fail(vm, -EINVAL,
+		       "truncated: %s needs %" PRIu64 " bytes, %" PRIu64
+		       " left",
+		       what, n, left(vm));
+}
+
+/*
+ * Make the window hold buf[pos, pos + n), n > wlen - pos and n <= left():
+ * keep its bytes from pos (or from the hold) on, moved to the front, and
+ * read behind them vm->ahead bytes or what n still lacks, whichever is
+ * more, never past the input's end.  Only a reader load gets here: a
+ * buffer load's window already holds everything left.
+ */
+static int refill(struct vm *vm, size_t n)
+{
+	size_t from = vm->hold < vm->pos ? vm->hold : vm->pos;
+	size_t keep = vm->wlen - from;
+	size_t upto = vm->pos - from + n;
+	uint64_t rest = vm->len - (vm->base + from);
+	size_t want = keep + vm->ahead > upto ? keep + vm->ahead : upto;
+	int rc;
+
+	if (want > rest)
+		want = (size_t)rest;
+	if (want > vm->wcap) {
+		size_t cap = want < 2 * vm->wcap ? 2 * vm->wcap : want;
+		unsigned char *nb = realloc(vm->wbuf, cap);
+
+		if (!nb)
+			return vm_nomem(vm);
+		vm->wbuf = nb;
+		vm->wcap = cap;
+	}
+	memmove(vm->wbuf, vm->wbuf + from, keep);
+	vm->buf = vm->wbuf;
+	vm->base += from;
+	vm->pos -= from;
+	vm->wlen = keep;
+	if (vm->hold != NO_HOLD)
+		vm->hold -= from;
+	if (vm->ahead < vm->window / 2)
+		vm->ahead *= 2;
+	else
+		vm->ahead = vm->window;
+	rc = flx_read_at(vm->r, vm->wbuf + keep, want - keep, vm->base + keep);
+	if (rc)
+		return vm_fail(vm, rc, "read error: %s", strerror(-rc));
+	vm->wlen = want;
 	return 0;
+}
+
+static int need_slow(struct vm *vm, size_t n, const char *what)
+{
+	if (n > left(vm))
+		return truncated(vm, n, what);
+	return refill(vm, n);
+}
+
+/* n contiguous bytes at buf[pos] (n small: an argument).  Inlined: most
+ * opcodes have one, and the window nearly always holds it. */
+static inline __attribute__((always_inline)) int need(struct vm *vm, size_t n,
+						      const char *what)
+{
+	if (n <= vm->wlen - vm->pos)
+		return 0;
+	return need_slow(vm, n, what);
 }
 
 static const unsigned char *take(struct vm *vm, size_t n)
@@ -838,6 +959,33 @@ static const unsigned char *take(struct vm *vm, size_t n)
 
 	vm->pos += n;
 	return r;
+}
+
+/* Pass n <= left() bytes without reading them. */
+static void skip(struct vm *vm, uint64_t n)
+{
+	if (n <= vm->wlen - vm->pos) {
+		vm->pos += (size_t)n;
+		return;
+	}
+	vm->base = at(vm) + n;
+	vm->pos = 0;
+	vm->wlen = 0;
+	vm->ahead = vm->window < AHEAD_MIN ? vm->window : AHEAD_MIN;
+}
+
+/* The next bytes of a run being consumed: *p[0..*n) with 0 < *n <= rest
+ * (rest <= left()). */
+static int chunk(struct vm *vm, uint64_t rest, const unsigned char **p,
+		 size_t *n)
+{
+	int rc;
+
+	if (vm->pos == vm->wlen && (rc = refill(vm, 1)))
+		return rc;
+	*n = vm->wlen - vm->pos < rest ? vm->wlen - vm->pos : (size_t)rest;
+	*p = take(vm, *n);
+	return 0;
 }
 
 static uint64_t le(const unsigned char *p, int n)
@@ -850,9 +998,10 @@ static uint64_t le(const unsigned char *p, int n)
 }
 
 /* Fixed-width little-endian argument. */
-static int arg_le(struct vm *vm, int n, uint64_t *out)
+static inline __attribute__((always_inline)) int arg_le(struct vm *vm, int n,
+							uint64_t *out)
 {
-	int rc = need(vm, (uint64_t)n, "argument");
+	int rc = need(vm, (size_t)n, "argument");
 
 	if (rc)
 		return rc;
@@ -860,16 +1009,39 @@ static int arg_le(struct vm *vm, int n, uint64_t *out)
 	return 0;
 }
 
-/* A protocol-0 text argument: bytes up to the next '\n'. */
+/* A protocol-0 text argument: bytes up to the next '\n'.  *s stays valid
+ * until the next read from the input, or, under a hold, until the hold
+ * ends. */
 static int arg_line(struct vm *vm, const char **s, size_t *n)
 {
-	const unsigned char *p = vm->buf + vm->pos;
-	const unsigned char *nl = memchr(p, '\n', vm->len - vm->pos);
+	size_t seen = 0; /* bytes from pos known to hold no '\n' */
+	const unsigned char *nl;
+	int rc;
 
-	if (!nl)
-		return vm_fail(vm, -EINVAL, "truncated: unterminated line");
-	*s = (const char *)p;
-	*n = (size_t)(nl - p);
+	while (!(nl = memchr(vm->buf + vm->pos + seen, '\n',
+			     vm->wlen - vm->pos - seen))) {
+		uint64_t more;
+
+		seen = vm->wlen - vm->pos;
+		if (seen == left(vm))
+			return vm_fail(vm, -EINVAL,
+				       "truncated: unterminated line");
+		if (seen > vm->max_line)
+			return vm_fail(vm, -EINVAL,
+				       "text argument longer than %zu bytes",
+				       vm->max_line);
+		more = left(vm) - seen;
+		if (more > vm->ahead)
+			more = vm->ahead;
+		if ((rc = refill(vm, seen + (size_t)more)))
+			return rc;
+	}
+	*s = (const char *)vm->buf + vm->pos;
+	*n = (size_t)(nl - (vm->buf + vm->pos));
+	if (*n > vm->max_line)
+		return vm_fail(vm, -EINVAL,
+			       "text argument longer than %zu bytes",
+			       vm->max_line);
 	vm->pos += *n + 1;
 	return 0;
 }
@@ -930,6 +1102,40 @@ static flx_pv *new_long_le(struct vm *vm, const unsigned char *b, size_t n)
 	if (n < 8 && ext)
 		u |= ~(uint64_t)0 << (8 * n);
 	return new_int(vm, (int64_t)u);
+}
+
+/* LONG1/LONG4 payload of n <= left() bytes at the cursor.  One across the
+ * window's end (reader loads) is read in pieces: its value depends only on
+ * its first 8 bytes, its last byte's sign and whether the bytes from the
+ * 9th on all repeat that sign. */
+static flx_pv *new_long(struct vm *vm, uint64_t n)
+{
+	unsigned char lo[8], last = 0;
+	bool zeros = true, ones = true;
+
+	if (n <= vm->wlen - vm->pos)
+		return new_long_le(vm, take(vm, (size_t)n), (size_t)n);
+	for (uint64_t got = 0; got < n;) {
+		const unsigned char *p;
+		size_t k;
+
+		if (chunk(vm, n - got, &p, &k))
+			return NULL;
+		for (size_t i = 0; i < k; i++, got++) {
+			if (got < 8)
+				lo[got] = p[i];
+			else {
+				zeros = zeros && p[i] == 0x00;
+				ones = ones && p[i] == 0xff;
+			}
+		}
+		last = p[k - 1];
+	}
+	if (n <= 8)
+		return new_long_le(vm, lo, (size_t)n);
+	if (!((last & 0x80) ? ones : zeros) || (lo[7] & 0x80) != (last & 0x80))
+		return new_node(vm, FLX_PV_BIGINT);
+	return new_long_le(vm, lo, 8);
 }
 
 /* Decimal text ("-12"): magnitude in *u, *big when it exceeds 64 bits.
@@ -1088,6 +1294,7 @@ static flx_pv *new_string_text(struct vm *vm, const char *s, size_t n)
 	if (v) {
 		v->u.str.s = out;
 		v->u.str.len = o;
+		v->u.str.off = FLX_PV_NO_OFFSET;
 	}
 	return v;
 }
@@ -1176,6 +1383,7 @@ static flx_pv *new_unicode_text(struct vm *vm, const char *s, size_t n)
 	if (v) {
 		v->u.str.s = out;
 		v->u.str.len = o;
+		v->u.str.off = FLX_PV_NO_OFFSET;
 	}
 	return v;
 }
@@ -1215,16 +1423,25 @@ static flx_pv *new_global_text(struct vm *vm)
 {
 	const char *m = NULL, *nm = NULL;
 	size_t ml = 0, nl = 0;
+	uint64_t m_at = at(vm);
 	flx_pv *v, *ms, *ns;
+	int rc;
 
-	if (arg_line(vm, &m, &ml) || arg_line(vm, &nm, &nl))
+	/* the module line stays in the window while the name is read */
+	vm->hold = vm->pos;
+	rc = arg_line(vm, &m, &ml);
+	if (!rc)
+		rc = arg_line(vm, &nm, &nl);
+	vm->hold = NO_HOLD;
+	if (rc)
 		return NULL;
+	m = (const char *)vm->buf + (m_at - vm->base);
 	if (!ml || !nl) {
 		vm_fail(vm, -EINVAL, "empty module or name");
 		return NULL;
 	}
-	ms = new_str(vm, FLX_PV_STR, m, ml);
-	ns = ms ? new_str(vm, FLX_PV_STR, nm, nl) : NULL;
+	ms = new_str(vm, FLX_PV_STR, m, ml, FLX_PV_NO_OFFSET);
+	ns = ms ? new_str(vm, FLX_PV_STR, nm, nl, FLX_PV_NO_OFFSET) : NULL;
 	v = ns ? new_node(vm, FLX_PV_GLOBAL) : NULL;
 	if (v) {
 		v->u.global.module = ms->u.str.s;
@@ -1464,6 +1681,45 @@ static int op_tuple_n(struct vm *vm, size_t n)
 
 /* -------------------------------------------------------------------- loop */
 
+/* STR/BYTES payload of n <= left() bytes at the cursor.  Copied where a
+ * buffer load or the limits say so; else a node that says where it is. */
+static flx_pv *new_payload(struct vm *vm, flx_pv_kind kind, uint64_t n)
+{
+	size_t max = kind == FLX_PV_BYTES ? vm->max_copy : vm->max_str;
+	uint64_t off = at(vm);
+	flx_pv *v;
+	char *d;
+
+	if (n <= vm->wlen - vm->pos && n <= max)
+		return new_str(vm, kind, take(vm, (size_t)n), (size_t)n, off);
+	if (n > max) {
+		if ((uint64_t)(size_t)n != n) {
+			vm_nomem(vm);
+			return NULL;
+		}
+		if (!count_value(vm) || !(v = alloc_node(vm, kind, 0)))
+			return NULL;
+		v->u.str.len = (size_t)n;
+		v->u.str.off = off;
+		skip(vm, n);
+		return v;
+	}
+	/* a copied payload across the window's end (reader loads) */
+	if (!(v = new_str_room(vm, kind, (size_t)n, off)))
+		return NULL;
+	d = (char *)(v + 1);
+	for (uint64_t got = 0; got < n;) {
+		const unsigned char *p;
+		size_t k;
+
+		if (chunk(vm, n - got, &p, &k))
+			return NULL;
+		memcpy(d + got, p, k);
+		got += k;
+	}
+	return v;
+}
+
 /* Length-prefixed STR/BYTES payload. */
 static int op_sized(struct vm *vm, int lenbytes, bool is_signed,
 		    flx_pv_kind kind)
@@ -1475,9 +1731,9 @@ static int op_sized(struct vm *vm, int lenbytes, bool is_signed,
 		return rc;
 	if (is_signed && (n & 0x80000000u))
 		return vm_fail(vm, -EINVAL, "negative length");
-	if ((rc = need(vm, n, "payload")))
-		return rc;
-	return push(vm, new_str(vm, kind, take(vm, (size_t)n), (size_t)n));
+	if (n > left(vm))
+		return truncated(vm, n, "payload");
+	return push(vm, new_payload(vm, kind, n));
 }
 
 /* Inlined into the loop of flx_pickle_load(): as a call, its prologue and
@@ -1504,11 +1760,12 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		/* Frames only group opcodes for buffered reading; the
 		 * content is parsed as if unframed, but a frame claiming
 		 * more than what is left means a damaged file. */
-		if (u > vm->len - vm->pos)
+		if (u > left(vm))
 			return vm_fail(vm, -EINVAL,
 				       "frame of %" PRIu64
-				       " bytes runs past the end (%zu left)",
-				       u, vm->len - vm->pos);
+				       " bytes runs past the end (%" PRIu64
+				       " left)",
+				       u, left(vm));
 		return 0;
 	case OP_STOP:
 		if ((rc = pop(vm, &a)))
@@ -1597,10 +1854,9 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 			return rc;
 		if (vm->op == OP_LONG4 && (u & 0x80000000u))
 			return vm_fail(vm, -EINVAL, "negative length");
-		if ((rc = need(vm, u, "payload")))
-			return rc;
-		return push(vm,
-			    new_long_le(vm, take(vm, (size_t)u), (size_t)u));
+		if (u > left(vm))
+			return truncated(vm, u, "payload");
+		return push(vm, new_long(vm, u));
 	case OP_INT:
 		if ((rc = arg_line(vm, &s, &sl)))
 			return rc;
@@ -1710,6 +1966,10 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		if (a->kind != FLX_PV_STR || b->kind != FLX_PV_STR)
 			return vm_fail(vm, -EINVAL,
 				       "module and name must be str");
+		if (!a->u.str.s || !b->u.str.s)
+			return vm_fail(vm, -EINVAL,
+				       "module or name longer than %zu bytes",
+				       vm->max_str);
 		c = new_node(vm, FLX_PV_GLOBAL);
 		if (c) {
 			c->u.global.module = a->u.str.s;
@@ -1736,7 +1996,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 	case OP_PERSID:
 		if ((rc = arg_line(vm, &s, &sl)))
 			return rc;
-		a = new_str(vm, FLX_PV_STR, s, sl);
+		a = new_str(vm, FLX_PV_STR, s, sl, FLX_PV_NO_OFFSET);
 		goto persid;
 	case OP_BINPERSID:
 		if ((rc = pop(vm, &a)))
@@ -1762,82 +2022,116 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 	return vm_fail(vm, -EINVAL, "unknown opcode 0x%02x", vm->op);
 }
 
-int flx_pickle_load(const void *buf, size_t len, const char *name,
-		    const flx_pickle_limits *lim, flx_pickle **out,
-		    flx_error *err)
+static void set_limits(struct vm *vm, const flx_pickle_limits *lim)
 {
-	struct vm vm = {
-	    .buf = buf,
-	    .len = len,
-	    .name = name,
-	    .err = err,
-	    .max_nodes = DEF_MAX_NODES,
-	    .max_stack = DEF_MAX_STACK,
-	    .max_depth = DEF_MAX_DEPTH,
-	    .max_memo = DEF_MAX_MEMO,
-	};
-	bool stop = false;
-	int rc = 0;
-
-	if (lim) {
-		if (lim->max_nodes)
-			vm.max_nodes = lim->max_nodes;
-		if (lim->max_stack)
-			vm.max_stack = lim->max_stack;
-		if (lim->max_depth)
-			vm.max_depth = lim->max_depth;
-		if (lim->max_memo)
-			vm.max_memo = lim->max_memo;
-	}
+	vm->max_nodes = lim && lim->max_nodes ? lim->max_nodes : DEF_MAX_NODES;
+	vm->max_stack = lim && lim->max_stack ? lim->max_stack : DEF_MAX_STACK;
+	vm->max_depth = lim && lim->max_depth ? lim->max_depth : DEF_MAX_DEPTH;
+	vm->max_memo = lim && lim->max_memo ? lim->max_memo : DEF_MAX_MEMO;
 	/* Every value, stack slot and memo slot costs at least one opcode
 	 * byte (CPython numbers memo slots densely), so nothing legitimate
 	 * exceeds the input length; clamping there keeps memory proportional
 	 * to the input whatever indices a hostile pickle names. */
-	if (vm.max_nodes > len + 1)
-		vm.max_nodes = len + 1;
-	if (vm.max_stack > len + 1)
-		vm.max_stack = len + 1;
-	if (vm.max_memo > len + 1)
-		vm.max_memo = len + 1;
-	if (!buf && len)
-		return flx_error_set(err, -EINVAL, name, NULL,
-				     "pickle: no input");
-	vm.p = calloc(1, sizeof(*vm.p));
-	if (!vm.p)
-		return flx_error_set(err, -ENOMEM, name, NULL,
+	if (vm->len < SIZE_MAX) {
+		if (vm->max_nodes > vm->len + 1)
+			vm->max_nodes = (size_t)vm->len + 1;
+		if (vm->max_stack > vm->len + 1)
+			vm->max_stack = (size_t)vm->len + 1;
+		if (vm->max_memo > vm->len + 1)
+			vm->max_memo = (size_t)vm->len + 1;
+	}
+	if (!vm->r) { /* a buffer load copies everything */
+		vm->window = 0;
+		vm->max_copy = SIZE_MAX;
+		vm->max_str = SIZE_MAX;
+		vm->max_line = SIZE_MAX;
+		return;
+	}
+	vm->window = lim && lim->window ? lim->window : DEF_WINDOW;
+	vm->max_copy = lim && lim->max_copy ? lim->max_copy : DEF_MAX_COPY;
+	vm->max_str = lim && lim->max_str ? lim->max_str : DEF_MAX_STR;
+	if (vm->window > MAX_WINDOW)
+		vm->window = MAX_WINDOW;
+	vm->ahead = vm->window < AHEAD_MIN ? vm->window : AHEAD_MIN;
+	vm->max_line = vm->max_str < MAX_LINE ? vm->max_str : MAX_LINE;
+}
+
+/* The VM over whole (the whole input, a buffer load) or else vm->r. */
+static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
+{
+	bool stop = false;
+	int rc = 0;
+
+	vm->hold = NO_HOLD;
+	if (whole) {
+		vm->buf = whole;
+		vm->wlen = (size_t)vm->len;
+	}
+	vm->p = calloc(1, sizeof(*vm->p));
+	if (!vm->p)
+		return flx_error_set(vm->err, -ENOMEM, vm->name, NULL,
 				     "pickle: out of memory");
 	/* The tree takes a few times the input: small blocks for a small
 	 * pickle, huge ones from the start for a large one. */
-	vm.p->next_size = ARENA_FIRST_BLOCK;
-	while (vm.p->next_size < ARENA_MAX_BLOCK && vm.p->next_size < len)
-		vm.p->next_size *= 2;
+	vm->p->next_size = ARENA_FIRST_BLOCK;
+	while (vm->p->next_size < ARENA_MAX_BLOCK && vm->p->next_size < vm->len)
+		vm->p->next_size *= 2;
 	while (!stop) {
-		if (vm.pos >= vm.len) {
-			vm.op_off = vm.pos;
-			vm.op = 0;
-			rc = vm_fail(&vm, -EINVAL, "truncated: no STOP opcode");
-			break;
+		if (vm->pos == vm->wlen) {
+			vm->op_off = at(vm);
+			vm->op = 0;
+			if (vm->op_off == vm->len) {
+				rc = vm_fail(vm, -EINVAL,
+					     "truncated: no STOP opcode");
+				break;
+			}
+			if ((rc = refill(vm, 1)))
+				break;
 		}
-		vm.op_off = vm.pos;
-		vm.op = vm.buf[vm.pos++];
-		rc = step(&vm, &stop);
+		vm->op_off = at(vm);
+		vm->op = vm->buf[vm->pos++];
+		rc = step(vm, &stop);
 		if (rc)
 			break;
 	}
-	free(vm.stack);
-	free(vm.marks);
-	memo_free(&vm);
-	free(vm.ints);
-	free(vm.tuples);
-	free(vm.sizes);
-	if (vm.cloc)
-		freelocale(vm.cloc);
+	free(vm->wbuf);
+	free(vm->stack);
+	free(vm->marks);
+	memo_free(vm);
+	free(vm->ints);
+	free(vm->tuples);
+	free(vm->sizes);
+	if (vm->cloc)
+		freelocale(vm->cloc);
 	if (rc) {
-		flx_pickle_free(vm.p);
+		flx_pickle_free(vm->p);
 		return rc;
 	}
-	*out = vm.p;
+	*out = vm->p;
 	return 0;
+}
+
+int flx_pickle_load(const void *buf, size_t len, const char *name,
+		    const flx_pickle_limits *lim, flx_pickle **out,
+		    flx_error *err)
+{
+	struct vm vm = {.len = len, .name = name, .err = err};
+
+	if (!buf && len)
+		return flx_error_set(err, -EINVAL, name, NULL,
+				     "pickle: no input");
+	set_limits(&vm, lim);
+	return load(&vm, buf, out);
+}
+
+int flx_pickle_load_reader(const flx_reader *r, const char *name,
+			   const flx_pickle_limits *lim, flx_pickle **out,
+			   flx_error *err)
+{
+	struct vm vm = {.len = r->size, .r = r, .name = name, .err = err};
+
+	set_limits(&vm, lim);
+	return load(&vm, NULL, out);
 }
 
 const flx_pv *flx_pickle_root(const flx_pickle *p)
@@ -1871,7 +2165,7 @@ const flx_pv *flx_pv_dict_get(const flx_pv *dict, const char *key)
 	for (size_t i = dict->u.dict.n; i-- > 0;) {
 		const flx_pv *k = dict->u.dict.kv[2 * i];
 
-		if (k->kind == FLX_PV_STR && k->u.str.len == kl &&
+		if (k->kind == FLX_PV_STR && k->u.str.len == kl && k->u.str.s &&
 		    memcmp(k->u.str.s, key, kl) == 0)
 			return dict->u.dict.kv[2 * i + 1];
 	}
@@ -1903,6 +2197,18 @@ bool flx_pv_is_obj_of(const flx_pv *v, const char *name)
 const char *flx_pv_str(const flx_pv *v)
 {
 	return v && v->kind == FLX_PV_STR ? v->u.str.s : NULL;
+}
+
+bool flx_pv_payload(const flx_pv *v, uint64_t *off, size_t *len)
+{
+	if (!v || (v->kind != FLX_PV_STR && v->kind != FLX_PV_BYTES) ||
+	    v->u.str.off == FLX_PV_NO_OFFSET)
+		return false;
+	if (off)
+		*off = v->u.str.off;
+	if (len)
+		*len = v->u.str.len;
+	return true;
 }
 
 bool flx_pv_int(const flx_pv *v, int64_t *out)

@@ -25,18 +25,34 @@
  *
  * Everything is bounded: input length, stack depth, memo size, node count,
  * integer widths.  All nodes, strings and arrays live in one arena, owned
- * by flx_pickle and freed at once; none points into the input buffer.  A
- * large tree takes 2 MiB blocks, prefaulted and offered to transparent huge
+ * by flx_pickle and freed at once; none points into the input.  A large
+ * tree takes 2 MiB blocks, prefaulted and offered to transparent huge
  * pages, so its memory rounds up to 2 MiB.
+ *
+ * Input comes from a buffer (flx_pickle_load) or from any flx_reader
+ * (flx_pickle_load_reader).  A reader is read forward through a window of
+ * limits.window bytes (more only to hold a longer text argument), so
+ * memory does not grow with the input: a Paddle .distcp holds multi-GB
+ * arrays as bytes payloads inside the pickle.  Such a load copies a bytes
+ * payload only up to limits.max_copy bytes and a str payload up to
+ * limits.max_str bytes; a longer one becomes a node with u.str.s == NULL
+ * that records where its bytes lie (u.str.off, u.str.len), so that a
+ * caller reads them in place.  A buffer load copies every payload,
+ * whatever its size.
  */
 
 #include "error.h"
+#include "reader.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define FLX_PV_MAX_WALK_DEPTH 64
+
+/* u.str.off of a STR decoded from a text opcode (STRING, UNICODE, PERSID,
+ * protocol 0-1): its bytes appear nowhere in the input as they are. */
+#define FLX_PV_NO_OFFSET UINT64_MAX
 
 typedef enum flx_pv_kind {
 	FLX_PV_NONE,
@@ -64,9 +80,13 @@ struct flx_pv {
 		int64_t i;
 		double f;
 		struct {
-			const char *s; /* NUL-terminated copy; may hold NULs */
-			size_t len;
-		} str; /* STR and BYTES */
+			/* NUL-terminated copy (may hold NULs), or NULL where a
+			 * reader load left a long payload in the input */
+			const char *s;
+			size_t len;   /* payload bytes */
+			uint64_t off; /* input offset of the payload's first
+				       * byte, or FLX_PV_NO_OFFSET */
+		} str;		      /* STR and BYTES */
 		struct {
 			flx_pv **v;
 			size_t n;
@@ -96,12 +116,19 @@ struct flx_pv {
 };
 
 /* Limits; 0 selects the default.  Nodes, stack and memo are further capped
- * at the input length + 1, which no legitimate pickle exceeds. */
+ * at the input length + 1, which no legitimate pickle exceeds.  The last
+ * three apply to reader loads only. */
 typedef struct flx_pickle_limits {
 	size_t max_nodes; /* values created, shared or not; default 1<<25 */
 	size_t max_stack; /* values on the stack incl. marks; default 1<<20 */
 	size_t max_depth; /* MARK nesting; default 1024 */
 	size_t max_memo;  /* memo slots; default 1<<25 */
+	size_t window;	  /* most bytes read ahead at a time; default
+			   * 256 KiB (4 KiB after a payload passed over,
+			   * doubling with each read) */
+	size_t max_copy;  /* longest bytes payload copied; default 4 KiB */
+	size_t max_str;	  /* longest str payload copied, and longest text
+			   * argument (protocol 0-1 line); default 1 MiB */
 } flx_pickle_limits;
 
 typedef struct flx_pickle flx_pickle;
@@ -114,8 +141,8 @@ typedef struct flx_pickle flx_pickle;
  * later SETITEMS fill it); REDUCE of torch.Size over equal arguments
  * yields one shared node (torch.Size is an immutable tuple: BUILD on it
  * fails, as in Python).  Nothing else is interpreted.
- * The tree keeps no pointer into buf (strings are copied): buf may be freed
- * as soon as this returns.
+ * Every payload is copied and the tree keeps no pointer into buf: buf may
+ * be freed as soon as this returns.  Reentrant; buf is only read.
  * @return 0 and *out (owned by caller, release with flx_pickle_free()), or
  *         -EINVAL (malformed/unsupported input; err says offset and opcode)
  *         or -ENOMEM.  *out untouched on failure.
@@ -123,6 +150,25 @@ typedef struct flx_pickle flx_pickle;
 int flx_pickle_load(const void *buf, size_t len, const char *name,
 		    const flx_pickle_limits *lim, flx_pickle **out,
 		    flx_error *err);
+
+/**
+ * Decode one pickle from the window of r, as flx_pickle_load() does, reading
+ * it forward, at most lim->window bytes ahead: apart from the tree, memory
+ * does not depend on r->size.  A bytes payload longer than lim->max_copy,
+ * or a str payload longer than lim->max_str, is passed over (read only as
+ * far as the read-ahead went): its node has u.str.s == NULL and says where
+ * the payload lies in r's window (u.str.off + u.str.len <= r->size,
+ * checked).  A text argument longer than lim->max_str is refused, and so
+ * is a STACK_GLOBAL of a str not copied.  Otherwise the tree is the one
+ * flx_pickle_load() makes of the same bytes, and so are the error
+ * messages.  r is used only during the call, by the calling thread; the
+ * tree keeps nothing of it.
+ * @return as flx_pickle_load(), or the reader's -errno (-EIO) when a read
+ *         fails (err says where).
+ */
+int flx_pickle_load_reader(const flx_reader *r, const char *name,
+			   const flx_pickle_limits *lim, flx_pickle **out,
+			   flx_error *err);
 
 /** The decoded root value; borrowed, valid until flx_pickle_free(). */
 const flx_pv *flx_pickle_root(const flx_pickle *p);
@@ -132,7 +178,8 @@ void flx_pickle_free(flx_pickle *p);
 
 /* ---- helpers for interpreters (all accept NULL and return NULL/false) ---- */
 
-/** Value stored under string key in a DICT, or NULL. */
+/** Value stored under string key in a DICT, or NULL (a key that a reader
+ * load did not copy matches nothing). */
 const flx_pv *flx_pv_dict_get(const flx_pv *dict, const char *key);
 
 /** True if v is a GLOBAL with this name (module ignored when NULL). */
@@ -144,8 +191,18 @@ const flx_pv *flx_pv_obj_class(const flx_pv *v);
 /** True if v is an OBJ whose class GLOBAL has this name. */
 bool flx_pv_is_obj_of(const flx_pv *v, const char *name);
 
-/** STR contents or NULL. */
+/** STR contents, or NULL (no STR, or one a reader load did not copy). */
 const char *flx_pv_str(const flx_pv *v);
+
+/**
+ * Where the payload of a STR or BYTES value lies in the input: *off and
+ * *len.  The bytes are v->u.str.s when copied, else input bytes
+ * [*off, *off + *len) (BYTES always hold exactly these; a STR holds UTF-8,
+ * so a protocol-2 `_codecs.encode(str, 'latin1')` payload must still be
+ * decoded).  Either output may be NULL.  False (outputs untouched) for any
+ * other value and for a STR decoded from a text opcode.
+ */
+bool flx_pv_payload(const flx_pv *v, uint64_t *off, size_t *len);
 
 /** INT (or BOOL) value into *out; false if v is no such value. */
 bool flx_pv_int(const flx_pv *v, int64_t *out);

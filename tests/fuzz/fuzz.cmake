@@ -6,8 +6,11 @@
 option(FLEXFS_FUZZ "Build libFuzzer targets (clang)" OFF)
 
 set(flx_fuzz_dir ${CMAKE_CURRENT_SOURCE_DIR}/fuzz)
-set(flx_fuzz_targets pickle zipitem metadata options)
+set(flx_fuzz_targets pickle pickle_window zipitem metadata options)
 set(flx_fuzz_libs_pickle flx_resolver)
+set(flx_fuzz_libs_pickle_window flx_resolver)
+# any pickle is a seed of pickle_window: it replays pickle's corpus too
+set(flx_fuzz_more_pickle_window ${flx_fuzz_dir}/corpus/pickle)
 set(flx_fuzz_libs_zipitem flx_resolver)
 set(flx_fuzz_libs_metadata flx_fs)
 set(flx_fuzz_libs_options flx_mountopts)
@@ -17,7 +20,7 @@ foreach(t ${flx_fuzz_targets})
     ${flx_fuzz_dir}/fuzz_${t}.c)
   target_link_libraries(regress_${t} PRIVATE ${flx_fuzz_libs_${t}})
   add_test(NAME fuzz_regress_${t}
-    COMMAND regress_${t} ${flx_fuzz_dir}/corpus/${t}
+    COMMAND regress_${t} ${flx_fuzz_dir}/corpus/${t} ${flx_fuzz_more_${t}}
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
   set_tests_properties(fuzz_regress_${t} PROPERTIES LABELS fuzz)
   if(FLEXFS_FUZZ)

@@ -38,6 +38,7 @@ static size_t walk(const flx_pv *v, int depth)
 		break;
 	default:
 		(void)flx_pv_str(v);
+		(void)flx_pv_payload(v, NULL, NULL);
 		break;
 	}
 	return n;

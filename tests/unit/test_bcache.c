@@ -51,11 +51,22 @@ static int block_ok(const flx_bref *r, uint64_t blk, uint64_t size)
 	return 1;
 }
 
+/* flx_bcache_get(), what it says folded into the result for the checks:
+ * 1 when this call read the block (ref->loaded), 0 when it found it, or
+ * its -errno. */
+static int get(flx_bcache *c, uint32_t file, int fd, uint64_t size,
+	       uint64_t blk, flx_bref *ref)
+{
+	int rc = flx_bcache_get(c, file, fd, size, blk, ref);
+
+	return rc ? rc : ref->loaded;
+}
+
 /* get + check + put; @return what get returned. */
 static int touch(flx_bcache *c, int fd, uint64_t blk)
 {
 	flx_bref r;
-	int rc = flx_bcache_get(c, 0, fd, FSIZE, blk, &r);
+	int rc = get(c, 0, fd, FSIZE, blk, &r);
 
 	if (rc >= 0) {
 		CHECK(block_ok(&r, blk, FSIZE));
@@ -106,10 +117,10 @@ static void test_basics(int fd)
 
 	/* pinned blocks stay: with all three pinned a fourth is refused,
 	 * and the pinned ones are still found */
-	CHECK_EQ(flx_bcache_get(c, 0, fd, FSIZE, 4, &r[0]), 1);
-	CHECK_EQ(flx_bcache_get(c, 0, fd, FSIZE, 5, &r[1]), 1);
-	CHECK_EQ(flx_bcache_get(c, 0, fd, FSIZE, 6, &r[2]), 1);
-	CHECK_EQ(flx_bcache_get(c, 0, fd, FSIZE, 7, &r[3]), -EAGAIN);
+	CHECK_EQ(get(c, 0, fd, FSIZE, 4, &r[0]), 1);
+	CHECK_EQ(get(c, 0, fd, FSIZE, 5, &r[1]), 1);
+	CHECK_EQ(get(c, 0, fd, FSIZE, 6, &r[2]), 1);
+	CHECK_EQ(get(c, 0, fd, FSIZE, 7, &r[3]), -EAGAIN);
 	CHECK_EQ(touch(c, fd, 5), 0);
 	CHECK(block_ok(&r[0], 4, FSIZE) && block_ok(&r[1], 5, FSIZE) &&
 	      block_ok(&r[2], 6, FSIZE));
@@ -122,14 +133,14 @@ static void test_basics(int fd)
 	CHECK_EQ(st.bypassed, 1);
 
 	/* the same block number of another file is another block */
-	CHECK_EQ(flx_bcache_get(c, 1, fd, FSIZE, 4, &r[0]), 1);
+	CHECK_EQ(get(c, 1, fd, FSIZE, 4, &r[0]), 1);
 	flx_bcache_put(c, &r[0]);
 
 	/* a file shorter than the caller says: the error, nothing kept,
 	 * the next get reads again */
-	CHECK_EQ(flx_bcache_get(c, 2, fd, FSIZE + 4 * BLK, 11, &r[0]), -EIO);
-	CHECK_EQ(flx_bcache_get(c, 2, fd, FSIZE + 4 * BLK, 11, &r[0]), -EIO);
-	CHECK_EQ(flx_bcache_get(c, 2, fd, FSIZE, 10, &r[0]), 1);
+	CHECK_EQ(get(c, 2, fd, FSIZE + 4 * BLK, 11, &r[0]), -EIO);
+	CHECK_EQ(get(c, 2, fd, FSIZE + 4 * BLK, 11, &r[0]), -EIO);
+	CHECK_EQ(get(c, 2, fd, FSIZE, 10, &r[0]), 1);
 	flx_bcache_put(c, &r[0]);
 	flx_bcache_free(c);
 	flx_bcache_free(NULL);
@@ -149,7 +160,7 @@ static void *worker(void *p)
 	for (int i = 0; i < 20000; i++) {
 		uint64_t blk = (uint64_t)rand_r(&a->seed) % 11;
 		flx_bref r;
-		int rc = flx_bcache_get(a->c, 0, a->fd, FSIZE, blk, &r);
+		int rc = get(a->c, 0, a->fd, FSIZE, blk, &r);
 
 		if (rc == -EAGAIN)
 			continue;

@@ -1,21 +1,27 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The pickle VM against pickles made by CPython (protocols 0-5) and by
+ * The pickle VM against pickles made by CPython (protocols 0-5), numpy and
  * torch 1.13/2.6 DCP saves (data/vectors.h, from data/gen_vectors.py), then
  * against hand-made and damaged inputs.  Expected trees come from CPython's
  * own unpickler (see gen_vectors.py), printed in a canonical form that
- * dump() below reproduces from our tree.
+ * dump() below reproduces from our tree.  Reader loads must give the trees
+ * and errors of buffer loads, through windows small enough that every
+ * opcode straddles an edge, and leave long payloads where numpy's bytes
+ * are (offsets found by Python) without reading them.
  */
 #include "check.h"
 #include "data/vectors.h"
 #include "pickle.h"
+#include "reader.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NVEC (sizeof(pkl_vecs) / sizeof(pkl_vecs[0]))
 
@@ -25,6 +31,13 @@ struct sbuf {
 	char *p;
 	size_t n, cap;
 	size_t budget; /* nodes left to visit: a shared DAG can be huge */
+	/* reader loads: print payload offsets too, and take a payload left
+	 * in the input from src[0..srclen) (counted in refs) */
+	bool offs;
+	const unsigned char *src;
+	size_t srclen;
+	size_t refs;
+	size_t long_bytes; /* bytes payloads over 1 byte visited */
 };
 
 static void put(struct sbuf *b, const char *s, size_t n)
@@ -101,10 +114,28 @@ static void dump(struct sbuf *b, const flx_pv *v, int depth)
 		break;
 	}
 	case FLX_PV_STR:
-	case FLX_PV_BYTES:
+	case FLX_PV_BYTES: {
+		const char *s = v->u.str.s;
+
 		puts_(b, v->kind == FLX_PV_STR ? "s" : "b");
-		put_esc(b, v->u.str.s, v->u.str.len);
+		if (v->kind == FLX_PV_BYTES && v->u.str.len > 1)
+			b->long_bytes++;
+		if (!s) {
+			b->refs++;
+			if (b->src && v->u.str.off <= b->srclen &&
+			    v->u.str.len <= b->srclen - v->u.str.off)
+				s = (const char *)b->src + v->u.str.off;
+		}
+		if (s)
+			put_esc(b, s, v->u.str.len);
+		else
+			puts_(b, "?");
+		if (b->offs) {
+			snprintf(t, sizeof(t), "@%" PRIu64, v->u.str.off);
+			puts_(b, t);
+		}
 		break;
+	}
 	case FLX_PV_TUPLE:
 	case FLX_PV_LIST:
 	case FLX_PV_SET: {
@@ -1253,6 +1284,591 @@ static void test_damage(void)
 	CHECK(total > 10000);
 }
 
+/* --------------------------------------------------------------- readers */
+
+static int load_reader(const flx_reader *r, const flx_pickle_limits *lim,
+		       flx_pickle **p, flx_error *e)
+{
+	flx_error_init(e);
+	return flx_pickle_load_reader(r, "t.pkl", lim, p, e);
+}
+
+/* An unlinked temp file of pad bytes, data[0..n), pad bytes (pad <= 64),
+ * or -1. */
+static int temp_file(const void *data, size_t n, size_t pad)
+{
+	char path[] = "/tmp/flx_pickle_XXXXXX";
+	unsigned char junk[64];
+	int fd = mkstemp(path);
+
+	if (fd < 0)
+		return -1;
+	unlink(path);
+	memset(junk, '\n', sizeof(junk));
+	if (write(fd, junk, pad) != (ssize_t)pad ||
+	    write(fd, data, n) != (ssize_t)n ||
+	    write(fd, junk, pad) != (ssize_t)pad) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* What a load gave, as text: its error, or its tree with payload offsets
+ * (payloads left in the input taken from src).  Caller frees. */
+static char *outcome(int rc, const flx_pickle *p, const flx_error *e,
+		     const unsigned char *src, size_t srclen, size_t *refs,
+		     size_t *long_bytes)
+{
+	struct sbuf b = {
+	    .budget = 100000, .offs = true, .src = src, .srclen = srclen};
+	char t[32];
+
+	if (rc) {
+		snprintf(t, sizeof(t), "rc %d: ", rc);
+		puts_(&b, t);
+		puts_(&b, e->text);
+	} else {
+		dump(&b, flx_pickle_root(p), 0);
+	}
+	if (refs)
+		*refs = b.refs;
+	if (long_bytes)
+		*long_bytes = b.long_bytes;
+	return b.p;
+}
+
+/* Every vector through file readers (at offset 13 of the file): windows
+ * of 1 and 7 bytes put every opcode, argument and payload across an edge;
+ * the tree, offsets included, is the buffer load's.  With max_copy 1,
+ * the bytes at the offsets of the payloads left in the file are theirs. */
+static void test_reader_vectors(void)
+{
+	static const size_t windows[] = {1, 7, 64, 4096, 0};
+	static const size_t copies[] = {SIZE_MAX, 1};
+	size_t refs_total = 0;
+
+	for (size_t i = 0; i < NVEC; i++) {
+		size_t len = 0, refs = 0, nlong = 0;
+		unsigned char *buf = check_read_file(pkl_vecs[i].file, &len);
+		flx_pickle *p = NULL;
+		flx_error e;
+		char *want;
+		int fd, rc;
+
+		CHECK(buf != NULL);
+		if (!buf)
+			continue;
+		rc = load(buf, len, &p, &e);
+		want = outcome(rc, p, &e, NULL, 0, &refs, &nlong);
+		CHECK_EQ(refs, 0); /* a buffer load copies everything */
+		flx_pickle_free(p);
+		p = NULL;
+		fd = temp_file(buf, len, 13);
+		CHECK(fd >= 0);
+		for (size_t w = 0; fd >= 0 && w < 5; w++) {
+			for (size_t c = 0; c < 2; c++) {
+				flx_pickle_limits lim = {.window = windows[w],
+							 .max_copy = copies[c],
+							 .max_str = SIZE_MAX};
+				flx_fd_reader ctx;
+				flx_reader r;
+				char *got;
+
+				flx_reader_fd(&r, &ctx, fd, 13, len);
+				rc = load_reader(&r, &lim, &p, &e);
+				got = outcome(rc, p, &e, buf, len, &refs, NULL);
+				if (strcmp(got, want) != 0) {
+					fprintf(stderr,
+						"%s: window %zu, max_copy %zu:"
+						" differs\n got: %.300s\nwant:"
+						" %.300s\n",
+						pkl_vecs[i].file, windows[w],
+						copies[c], got, want);
+					check_failures++;
+				}
+				/* max_copy 1 leaves every longer bytes */
+				CHECK_EQ(refs, c == 0 ? 0 : nlong);
+				refs_total += refs;
+				free(got);
+				flx_pickle_free(p);
+				p = NULL;
+			}
+		}
+		if (fd >= 0)
+			close(fd);
+		free(want);
+		free(buf);
+	}
+	/* numpy arrays, scalars' bytes: payloads were left in the file */
+	CHECK(refs_total > 50);
+}
+
+/* A buffer load and a reader load of data[0..n) give the same. */
+static void same_outcome(const unsigned char *data, size_t n,
+			 const flx_pickle_limits *lim, const char *file,
+			 size_t at)
+{
+	flx_pickle *p = NULL;
+	flx_mem_reader m;
+	flx_reader r;
+	flx_error e;
+	char *a, *b;
+
+	int rc = load(data, n, &p, &e);
+
+	a = outcome(rc, p, &e, NULL, 0, NULL, NULL);
+	flx_pickle_free(p);
+	p = NULL;
+	flx_reader_mem(&r, &m, data, n);
+	rc = load_reader(&r, lim, &p, &e);
+	b = outcome(rc, p, &e, data, n, NULL, NULL);
+	flx_pickle_free(p);
+	if (strcmp(a, b) != 0) {
+		fprintf(stderr,
+			"%s: damage at %zu, window %zu: buffer and reader"
+			" differ\nbuffer: %.300s\nreader: %.300s\n",
+			file, at, lim->window, a, b);
+		check_failures++;
+	}
+	free(a);
+	free(b);
+}
+
+/* Damaged input fails through a reader exactly as from a buffer, message
+ * included (or gives the same tree): every prefix and byte flip of the
+ * small vectors, through windows of 1 and 7 bytes. */
+static void test_reader_damage(void)
+{
+	static const flx_pickle_limits lims[] = {
+	    {.window = 1, .max_copy = SIZE_MAX, .max_str = SIZE_MAX},
+	    {.window = 7, .max_copy = 1, .max_str = SIZE_MAX},
+	};
+	size_t total = 0;
+
+	for (size_t i = 0; i < NVEC; i++) {
+		size_t len = 0;
+		unsigned char *buf = check_read_file(pkl_vecs[i].file, &len);
+		unsigned char *cp = buf && len <= 4096 ? malloc(len) : NULL;
+
+		for (size_t k = 0; cp && k <= len; k++) {
+			/* exact-size copies so ASan sees any over-read */
+			unsigned char *pre = malloc(k ? k : 1);
+
+			if (!pre)
+				break;
+			memcpy(pre, buf, k);
+			same_outcome(pre, k, &lims[k & 1], pkl_vecs[i].file, k);
+			free(pre);
+			total++;
+		}
+		for (size_t k = 0; cp && k < len; k++) {
+			static const unsigned char flips[] = {0xff, 0x01, 0x80};
+
+			for (size_t f = 0; f < sizeof(flips); f++) {
+				memcpy(cp, buf, len);
+				cp[k] ^= flips[f];
+				same_outcome(cp, len, &lims[f & 1],
+					     pkl_vecs[i].file, k);
+				total++;
+			}
+		}
+		free(cp);
+		free(buf);
+	}
+	CHECK(total > 50000);
+}
+
+/* numpy's arrays, pickled as Paddle saves them: each payload's offset and
+ * length are where Python found the array's bytes in the file (protocol
+ * 2: their latin-1 text as UTF-8); long ones are left in the file. */
+static const flx_pv *npy_payload(const flx_pv *arr)
+{
+	const flx_pv *v;
+
+	if (state(arr)) /* _reconstruct, BUILD((1, shape, dtype, F, raw)) */
+		v = flx_pv_item(state(arr), 4);
+	else /* _frombuffer(raw, dtype, shape, order) */
+		v = flx_pv_item(args(arr), 0);
+	if (flx_pv_is_obj_of(v, "encode")) /* _codecs.encode(s, 'latin1') */
+		v = flx_pv_item(args(v), 0);
+	return v;
+}
+
+static void test_numpy(void)
+{
+	size_t n = sizeof(npy_vecs) / sizeof(npy_vecs[0]), nref = 0;
+
+	CHECK_EQ(n, 9);
+	for (size_t i = 0; i < n; i++) {
+		const struct npy_vec *nv = &npy_vecs[i];
+		size_t len = 0, plen = 0;
+		unsigned char *buf = check_read_file(nv->file, &len);
+		char path[256];
+		int proto = buf && len > 1 ? buf[1] : -1, fd;
+		flx_pickle_limits lim = {.max_str = 4096};
+		flx_pickle *p = NULL;
+		flx_fd_reader ctx;
+		flx_reader r;
+		flx_error e;
+		const flx_pv *arr, *v;
+		uint64_t off = 0;
+
+		snprintf(path, sizeof(path), "unit/data/%s", nv->file);
+		fd = open(path, O_RDONLY);
+		CHECK(buf != NULL && fd >= 0);
+		if (!buf || fd < 0) {
+			free(buf);
+			continue;
+		}
+		flx_reader_fd(&r, &ctx, fd, 0, len);
+		CHECK_EQ(load_reader(&r, NULL, &p, &e), 0);
+		arr = flx_pv_dict_get(flx_pickle_root(p), nv->key);
+		CHECK(flx_pv_is_obj_of(arr, proto == 5 ? "_frombuffer"
+						       : "_reconstruct"));
+		v = npy_payload(arr);
+		CHECK_EQ(kind(v), proto == 2 ? FLX_PV_STR : FLX_PV_BYTES);
+		CHECK(flx_pv_payload(v, &off, &plen));
+		CHECK_EQ(off, nv->off);
+		CHECK_EQ(plen, nv->len);
+		if (v && v->u.str.s) {
+			CHECK(proto == 2 || plen <= 4096);
+			CHECK(off + plen <= len &&
+			      memcmp(v->u.str.s, buf + off, plen) == 0);
+		} else {
+			CHECK(proto != 2 && plen > 4096);
+			nref++;
+		}
+		flx_pickle_free(p);
+		p = NULL;
+		/* a str payload over max_str is left in the file too */
+		if (proto == 2) {
+			CHECK_EQ(load_reader(&r, &lim, &p, &e), 0);
+			v = npy_payload(
+			    flx_pv_dict_get(flx_pickle_root(p), nv->key));
+			CHECK_EQ(kind(v), FLX_PV_STR);
+			CHECK(flx_pv_payload(v, &off, &plen) &&
+			      off == nv->off && plen == nv->len);
+			CHECK((plen > 4096) == (flx_pv_str(v) == NULL));
+			flx_pickle_free(p);
+		}
+		close(fd);
+		free(buf);
+	}
+	CHECK_EQ(nref, 2); /* 'w' of protocols 4 and 5 */
+}
+
+/* A reader over a made-up input: segments of given bytes, or of n pattern
+ * bytes standing for an array too large to hold.  It counts its reads and
+ * fails those that reach fail_at. */
+struct seg {
+	const char *lit; /* NULL: pattern bytes */
+	uint64_t n;
+};
+
+struct synth {
+	const struct seg *seg;
+	size_t nseg;
+	uint64_t size;
+	uint64_t fail_at;
+	uint64_t bytes, max_read;
+};
+
+static unsigned char pattern(uint64_t off)
+{
+	return (unsigned char)((off * 2654435761u) >> 11);
+}
+
+static int synth_pread(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	struct synth *s = ctx;
+	unsigned char *d = buf;
+	uint64_t start = 0;
+
+	if (off + n > s->fail_at)
+		return -EIO;
+	s->bytes += n;
+	if (n > s->max_read)
+		s->max_read = n;
+	for (size_t i = 0; i < s->nseg && n; start += s->seg[i++].n) {
+		const struct seg *g = &s->seg[i];
+		uint64_t in;
+		size_t k;
+
+		if (off >= start + g->n)
+			continue;
+		in = off - start;
+		k = g->n - in < n ? (size_t)(g->n - in) : n;
+		for (size_t j = 0; j < k; j++)
+			d[j] = g->lit ? (unsigned char)g->lit[in + j]
+				      : pattern(start + in + j);
+		d += k;
+		off += k;
+		n -= k;
+	}
+	return n ? -EIO : 0;
+}
+
+static void synth_reader(flx_reader *r, struct synth *s, const struct seg *seg,
+			 size_t nseg)
+{
+	*s = (struct synth){.seg = seg, .nseg = nseg, .fail_at = UINT64_MAX};
+	for (size_t i = 0; i < nseg; i++)
+		s->size += seg[i].n;
+	r->pread = synth_pread;
+	r->ctx = s;
+	r->size = s->size;
+}
+
+#define GIB ((uint64_t)1 << 30)
+
+/* {'w': <6 GiB BINBYTES8>, 'b': b'xyz', 's': 'hello'}, framed as protocol
+ * 4 writes it: decoded through a 256 KiB window without reading the
+ * array; a payload that runs past the end, or a failing read, refused. */
+static void test_huge_payload(void)
+{
+	const uint64_t n = 6 * GIB;
+	struct sbuf head = {0}, tail = {0};
+	struct synth s;
+	flx_reader r;
+	flx_pickle *p = NULL;
+	flx_error e;
+	const flx_pv *root, *w;
+	size_t b_at, s_at;
+	uint64_t off = 0;
+	size_t plen = 0;
+	char want[200];
+
+	put(&head, "\x80\x04\x95", 3);
+	put_le(&head, 7, 8);
+	put(&head, "}\x94(\x8c\x01w\x94", 7);
+	put_u8(&head, 0x8e); /* BINBYTES8 */
+	put_le(&head, n, 8);
+	put_u8(&tail, 0x95);
+	put_le(&tail, 0, 8);
+	put(&tail,
+	    "\x94\x8c\x01"
+	    "b\x94"
+	    "C\x03",
+	    7);
+	b_at = tail.n;
+	put(&tail, "xyz\x94\x8c\x01s\x94\x8c\x05", 10);
+	s_at = tail.n;
+	put(&tail, "hello\x94u.", 8);
+	for (int k = 0; k < 8; k++) /* the frame holds the rest */
+		tail.p[1 + k] = (char)((tail.n - 9) >> (8 * k));
+	{
+		const struct seg seg[] = {
+		    {head.p, head.n}, {NULL, n}, {tail.p, tail.n}};
+
+		synth_reader(&r, &s, seg, 3);
+		CHECK_EQ(load_reader(&r, NULL, &p, &e), 0);
+		root = flx_pickle_root(p);
+		CHECK_EQ(flx_pv_len(root), 3);
+		w = flx_pv_dict_get(root, "w");
+		CHECK(kind(w) == FLX_PV_BYTES && w->u.str.s == NULL);
+		CHECK(flx_pv_payload(w, &off, &plen));
+		CHECK_EQ(off, head.n);
+		CHECK_EQ(plen, n);
+		w = flx_pv_dict_get(root, "b");
+		CHECK(kind(w) == FLX_PV_BYTES && w->u.str.s &&
+		      strcmp(w->u.str.s, "xyz") == 0);
+		CHECK(flx_pv_payload(w, &off, &plen) &&
+		      off == head.n + n + b_at && plen == 3);
+		CHECK_STR(flx_pv_str(flx_pv_dict_get(root, "s")), "hello");
+		CHECK(flx_pv_payload(flx_pv_dict_get(root, "s"), &off, &plen) &&
+		      off == head.n + n + s_at);
+		/* bounded reads: the array's bytes were not read */
+		CHECK(s.max_read <= ((size_t)256 << 10));
+		CHECK(s.bytes < ((uint64_t)64 << 10));
+		flx_pickle_free(p);
+		p = NULL;
+
+		/* a read that fails: the reader's code, and where */
+		synth_reader(&r, &s, seg, 3);
+		s.fail_at = head.n + n + 5;
+		CHECK_EQ(load_reader(&r, NULL, &p, &e), -EIO);
+		CHECK(p == NULL);
+		snprintf(want, sizeof(want),
+			 "pickle: offset %" PRIu64 ": read error: %s",
+			 head.n + n, strerror(EIO));
+		CHECK_STR(e.text, want);
+	}
+	/* the payload one byte short, then exactly to the end (no STOP) */
+	for (int k = 0; k < 2; k++) {
+		const struct seg seg[] = {{head.p, head.n}, {NULL, n - 1 + k}};
+
+		synth_reader(&r, &s, seg, 2);
+		CHECK_EQ(load_reader(&r, NULL, &p, &e), -EINVAL);
+		if (k == 0)
+			snprintf(want, sizeof(want),
+				 "pickle: offset %zu: truncated: payload needs"
+				 " %" PRIu64 " bytes, %" PRIu64
+				 " left (opcode BINBYTES8)",
+				 head.n - 9, n, n - 1);
+		else
+			snprintf(want, sizeof(want),
+				 "pickle: offset %" PRIu64
+				 ": truncated: no STOP opcode",
+				 head.n + n);
+		CHECK_STR(e.text, want);
+		CHECK(s.bytes < ((uint64_t)64 << 10));
+	}
+	free(head.p);
+	free(tail.p);
+}
+
+/* 300 arrays of 1 MiB in a list, protocol 3 (no frames): the read-ahead
+ * starts small after each array passed over, so the reads stay near the
+ * opcodes' bytes instead of a window per array. */
+static void test_many_payloads(void)
+{
+	enum { N = 300 };
+	const uint64_t size = (uint64_t)1 << 20;
+	static char op[N][5];
+	static struct seg seg[2 * N + 2];
+	size_t nseg = 0;
+	struct synth s;
+	flx_reader r;
+	flx_pickle *p = NULL;
+	flx_error e;
+	const flx_pv *root;
+	uint64_t off = 0;
+	size_t plen = 0;
+	bool ok = true;
+
+	/* PROTO 3, EMPTY_LIST, BINPUT 0, MARK, N x BINBYTES, APPENDS, STOP */
+	seg[nseg++] = (struct seg){"\x80\x03]q\x00(", 6};
+	for (int i = 0; i < N; i++) {
+		op[i][0] = 'B';
+		for (int k = 0; k < 4; k++)
+			op[i][1 + k] = (char)(size >> (8 * k));
+		seg[nseg++] = (struct seg){op[i], 5};
+		seg[nseg++] = (struct seg){NULL, size};
+	}
+	seg[nseg++] = (struct seg){"e.", 2};
+	synth_reader(&r, &s, seg, nseg);
+	CHECK_EQ(load_reader(&r, NULL, &p, &e), 0);
+	root = flx_pickle_root(p);
+	CHECK_EQ(flx_pv_len(root), N);
+	for (size_t i = 0; ok && i < N; i++) {
+		const flx_pv *v = flx_pv_item(root, i);
+
+		ok = flx_pv_payload(v, &off, &plen) && v->u.str.s == NULL &&
+		     off == 6 + 5 + i * (size + 5) && plen == size;
+	}
+	CHECK(ok);
+	/* a 4 KiB read-ahead per array, not a 256 KiB window */
+	CHECK(s.bytes < (uint64_t)N * (8 << 10));
+	flx_pickle_free(p);
+}
+
+/* A 64 MiB array in a real (sparse) file through the file reader: its
+ * offset finds its first and last bytes; a file shorter than the reader
+ * says fails with -EIO. */
+static void test_file_payload(void)
+{
+	const uint64_t n = (uint64_t)64 << 20;
+	struct sbuf head = {0};
+	char path[] = "/tmp/flx_pickle_XXXXXX";
+	int fd = mkstemp(path);
+	flx_fd_reader ctx;
+	flx_reader r;
+	flx_pickle *p = NULL;
+	flx_error e;
+	const flx_pv *v;
+	uint64_t off = 0;
+	size_t plen = 0;
+	char c = 0;
+
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	unlink(path);
+	put(&head, "\x80\x04\x8e", 3); /* BINBYTES8 */
+	put_le(&head, n, 8);
+	CHECK_EQ(pwrite(fd, head.p, head.n, 0), (ssize_t)head.n);
+	CHECK_EQ(pwrite(fd, "A", 1, (off_t)head.n), 1);
+	CHECK_EQ(pwrite(fd, "Z.", 2, (off_t)(head.n + n - 1)), 2);
+	flx_reader_fd(&r, &ctx, fd, 0, head.n + n + 1);
+	CHECK_EQ(load_reader(&r, NULL, &p, &e), 0);
+	v = flx_pickle_root(p);
+	CHECK(kind(v) == FLX_PV_BYTES && v->u.str.s == NULL);
+	CHECK(flx_pv_payload(v, &off, &plen) && off == head.n && plen == n);
+	CHECK(pread(fd, &c, 1, (off_t)off) == 1 && c == 'A');
+	CHECK(pread(fd, &c, 1, (off_t)(off + plen - 1)) == 1 && c == 'Z');
+	flx_pickle_free(p);
+	p = NULL;
+	CHECK_EQ(ftruncate(fd, (off_t)(head.n + n)), 0);
+	CHECK_EQ(load_reader(&r, NULL, &p, &e), -EIO);
+	CHECK(strstr(e.text, "read error") != NULL);
+	close(fd);
+	free(head.p);
+}
+
+/* Long strs through a reader: one over max_str is left in the input
+ * (flx_pv_str() NULL, a dict key nothing matches) and refused as a module
+ * name; a text argument over max_str is refused, where a buffer load
+ * takes it. */
+static void test_reader_str_limits(void)
+{
+	static const char d[] = "\x80\x04}(\x8c\x0b"
+				"0123456789AK\x01\x8c\x05"
+				"shortX\x0a\x00\x00\x00"
+				"xxxxxxxxxxu.";
+	static const char g[] = "\x80\x04\x8c\x0bmodule_name\x8c\x01"
+				"c\x93.";
+	static const char t10[] = "V0123456789\n.", t11[] = "V0123456789A\n.";
+	static const char gl[] = "cmod\n0123456789A\n.";
+	flx_pickle_limits lim = {.max_str = 10};
+	flx_mem_reader m;
+	flx_reader r;
+	flx_pickle *p = NULL;
+	flx_error e;
+	const flx_pv *root, *v;
+	uint64_t off = 0;
+	size_t plen = 0;
+
+	flx_reader_mem(&r, &m, d, sizeof(d) - 1);
+	CHECK_EQ(load_reader(&r, &lim, &p, &e), 0);
+	root = flx_pickle_root(p);
+	CHECK_EQ(flx_pv_len(root), 2);
+	v = flx_pv_len(root) == 2 ? root->u.dict.kv[0] : NULL;
+	CHECK(kind(v) == FLX_PV_STR && flx_pv_str(v) == NULL);
+	CHECK(flx_pv_payload(v, &off, &plen) && off == 6 && plen == 11);
+	CHECK(flx_pv_dict_get(root, "0123456789A") == NULL);
+	CHECK_STR(flx_pv_str(flx_pv_dict_get(root, "short")), "xxxxxxxxxx");
+	flx_pickle_free(p);
+	p = NULL;
+
+	flx_reader_mem(&r, &m, g, sizeof(g) - 1);
+	CHECK_EQ(load_reader(&r, &lim, &p, &e), -EINVAL);
+	CHECK_STR(e.text, "pickle: offset 18: module or name longer than 10"
+			  " bytes (opcode STACK_GLOBAL)");
+
+	flx_reader_mem(&r, &m, t10, sizeof(t10) - 1);
+	CHECK_EQ(load_reader(&r, &lim, &p, &e), 0);
+	CHECK_STR(flx_pv_str(flx_pickle_root(p)), "0123456789");
+	CHECK(!flx_pv_payload(flx_pickle_root(p), &off, &plen));
+	flx_pickle_free(p);
+	p = NULL;
+	flx_reader_mem(&r, &m, t11, sizeof(t11) - 1);
+	CHECK_EQ(load_reader(&r, &lim, &p, &e), -EINVAL);
+	CHECK_STR(e.text, "pickle: offset 0: text argument longer than 10"
+			  " bytes (opcode UNICODE)");
+	CHECK_EQ(load(t11, sizeof(t11) - 1, &p, &e), 0);
+	flx_pickle_free(p);
+	p = NULL;
+	/* a GLOBAL's name line, also through a 1-byte window */
+	for (size_t w = 0; w < 2; w++) {
+		lim.window = w;
+		flx_reader_mem(&r, &m, gl, sizeof(gl) - 1);
+		CHECK_EQ(load_reader(&r, &lim, &p, &e), -EINVAL);
+		CHECK_STR(e.text, "pickle: offset 0: text argument longer than"
+				  " 10 bytes (opcode GLOBAL)");
+	}
+}
+
 int main(void)
 {
 	test_vectors();
@@ -1271,5 +1887,12 @@ int main(void)
 	test_size_sharing();
 	test_malformed();
 	test_damage();
+	test_reader_vectors();
+	test_reader_damage();
+	test_numpy();
+	test_huge_payload();
+	test_many_payloads();
+	test_file_payload();
+	test_reader_str_limits();
 	return CHECK_RESULT();
 }

@@ -1,16 +1,32 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The CPU slicer against a naive oracle (one element at a time through an
- * odometer over the slice's index space): random shapes and strides in up
- * to 4 dimensions, element sizes of every dtype and an odd one, and the
- * transposes the strided gathers send (2-D, the source dense along the
- * outer axis), whose tiled path must give the same bytes at every size,
- * multiples of the tile or not.  Bytes outside the destination slice stay
- * untouched.
+ * The slicer against naive oracles.
+ *
+ * The host copy (slice_internal.h) against one element at a time through
+ * an odometer over the slice's index space: random shapes and strides in
+ * up to 4 dimensions, element sizes of every dtype and an odd one, and
+ * the transposes the strided gathers send (2-D, the source dense along
+ * the outer axis), whose tiled path must give the same bytes at every
+ * size, multiples of the tile or not.  Bytes outside the destination slice
+ * stay untouched.
+ *
+ * Every backend's batches (slice.h) against one byte at a time straight
+ * from the files: random batches of runs over random files and block
+ * sizes, the rows of transposes off the tile grid cut at any byte, 6
+ * element sizes; each listed block fetched once, one pinned at a time,
+ * exactly its len bytes readable (each get hands out a fresh allocation of
+ * that size, for ASan); bytes outside the runs untouched.  Backends: the
+ * CPU one, flx_slicer_default(), and test backends that decline small
+ * batches, that answer -EAGAIN after scribbling on the runs (both must
+ * fall back to the CPU) and that fail (the error must come back).  Then
+ * the errors: invalid batches, an element past its block's bytes, a block
+ * missing from the list, a failing get.
  */
 #include "check.h"
 #include "slice.h"
+#include "slice_internal.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +71,6 @@ static unsigned cases, tiled_cases;
 
 static void check_slice(const flx_slice *s)
 {
-	const flx_slicer *sl = flx_slicer_cpu();
 	size_t ns = extent(s, 0), nd = extent(s, 1);
 	unsigned char *src = malloc(ns), *want = malloc(nd), *got = malloc(nd);
 
@@ -64,7 +79,7 @@ static void check_slice(const flx_slice *s)
 	memset(want, 0xEE, nd);
 	memset(got, 0xEE, nd);
 	oracle(want, src, s);
-	CHECK_EQ(sl->copy(sl, got, src, s), 0);
+	CHECK_EQ(flx_slice_copy(got, src, s), 0);
 	if (memcmp(got, want, nd) != 0) {
 		fprintf(stderr, "slice mismatch: ndim %d esz %zu shape",
 			s->ndim, s->elem_size);
@@ -96,6 +111,482 @@ static void check_transpose(int64_t rows, int64_t cols, size_t esz,
 	s.src_stride[1] = src_row * (int64_t)esz;
 	check_slice(&s);
 	tiled_cases++;
+}
+
+/* ---- batches ---- */
+
+#define NFILES 3
+#define TAIL   16 /* bytes a block holds past its home, as the read path */
+
+typedef struct bfile {
+	unsigned char *data;
+	size_t size;
+} bfile;
+
+/* A batch under test, its files and what its callbacks saw. */
+typedef struct tb {
+	flx_slice_batch b;
+	bfile f[NFILES];
+	flx_slice_run *runs;
+	flx_slice_block *blocks;
+	unsigned *fetched; /* per block */
+	long pinned;	   /* block pinned now, or -1 */
+	unsigned char *mem;
+	int bad;       /* protocol violations */
+	long fail_at;  /* get of this block fails (-EIO), or -1 */
+	size_t nbytes; /* bytes the runs want */
+} tb;
+
+static int tb_get(void *ctx, size_t k, const unsigned char **data)
+{
+	tb *t = ctx;
+	const flx_slice_block *b;
+
+	if (k >= t->b.nblocks || t->pinned >= 0) {
+		t->bad++;
+		return -EINVAL;
+	}
+	if ((long)k == t->fail_at)
+		return -EIO;
+	b = &t->blocks[k];
+	t->mem = malloc(b->len ? b->len : 1);
+	memcpy(t->mem, t->f[b->file].data + b->start, b->len);
+	t->fetched[k]++;
+	t->pinned = (long)k;
+	*data = t->mem;
+	return 0;
+}
+
+static void tb_put(void *ctx, size_t k)
+{
+	tb *t = ctx;
+
+	if ((long)k != t->pinned)
+		t->bad++;
+	free(t->mem);
+	t->mem = NULL;
+	t->pinned = -1;
+}
+
+static int cmp_run(const void *a, const void *b)
+{
+	const flx_slice_run *x = a, *y = b;
+
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	return x->dst < y->dst ? -1 : x->dst > y->dst;
+}
+
+static int cmp_block(const void *a, const void *b)
+{
+	const flx_slice_block *x = a, *y = b;
+
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* The blocks of t's runs, found independently of the read path: every
+ * element's block, sorted, each once. */
+static void tb_blocks(tb *t)
+{
+	size_t n = 0, cap = 16, esz = t->b.elem_size;
+	uint64_t B = t->b.block;
+
+	t->blocks = malloc(cap * sizeof(*t->blocks));
+	for (size_t i = 0; i < t->b.nruns; i++) {
+		const flx_slice_run *u = &t->runs[i];
+		uint64_t c = (u->skip + u->len + esz - 1) / esz;
+
+		for (uint64_t e = 0; e < c; e++) {
+			uint64_t start = (u->src + e * u->stride) / B * B;
+			size_t sz = t->f[u->file].size;
+
+			if (n == cap)
+				t->blocks = realloc(
+				    t->blocks, (cap *= 2) * sizeof(*t->blocks));
+			t->blocks[n++] = (flx_slice_block){
+			    start,
+			    sz - start < B + TAIL ? sz - start : B + TAIL,
+			    u->file};
+		}
+	}
+	qsort(t->blocks, n, sizeof(*t->blocks), cmp_block);
+	t->b.nblocks = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!t->b.nblocks ||
+		    cmp_block(&t->blocks[i], &t->blocks[t->b.nblocks - 1]))
+			t->blocks[t->b.nblocks++] = t->blocks[i];
+	t->b.blocks = t->blocks;
+	t->fetched = calloc(t->b.nblocks + 1, sizeof(unsigned));
+}
+
+/* Room for a run of len bytes at the end of dst, after a gap. */
+static size_t tb_place(tb *t, size_t len, unsigned *seed)
+{
+	size_t at =
+	    t->b.dst_len + (rand_r(seed) % 3 == 0 ? 0 : rand_r(seed) % 9);
+
+	t->b.dst_len = at + len;
+	t->nbytes += len;
+	return at;
+}
+
+static void tb_add(tb *t, flx_slice_run u)
+{
+	t->runs[t->b.nruns++] = u;
+}
+
+/* Random files; the runs are added by the callers, then tb_finish(). */
+static void tb_init(tb *t, size_t esz, uint64_t block, unsigned *seed,
+		    size_t maxruns)
+{
+	memset(t, 0, sizeof(*t));
+	t->b.elem_size = esz;
+	t->b.block = block;
+	t->b.get = tb_get;
+	t->b.put = tb_put;
+	t->b.ctx = t;
+	t->pinned = -1;
+	t->fail_at = -1;
+	for (int f = 0; f < NFILES; f++) {
+		t->f[f].size = 1 + (size_t)(rand_r(seed) % 20000);
+		if (f == 0)
+			t->f[f].size += 40000; /* room for transposes */
+		t->f[f].data = malloc(t->f[f].size);
+		for (size_t i = 0; i < t->f[f].size; i++)
+			t->f[f].data[i] = (unsigned char)rand_r(seed);
+	}
+	t->runs = calloc(maxruns, sizeof(*t->runs));
+	t->b.runs = t->runs;
+}
+
+static void tb_finish(tb *t)
+{
+	qsort(t->runs, t->b.nruns, sizeof(*t->runs), cmp_run);
+	t->b.dst = malloc(t->b.dst_len ? t->b.dst_len : 1);
+	memset(t->b.dst, 0xEE, t->b.dst_len);
+	tb_blocks(t);
+}
+
+static void tb_free(tb *t)
+{
+	for (int f = 0; f < NFILES; f++)
+		free(t->f[f].data);
+	free(t->runs);
+	free(t->blocks);
+	free(t->fetched);
+	free(t->b.dst);
+}
+
+/* A random run over a random file: any stride (0, under the element,
+ * dense, a few elements, past a block), cut at any byte. */
+static void add_random_run(tb *t, unsigned *seed)
+{
+	size_t esz = t->b.elem_size;
+	uint32_t file = (uint32_t)(rand_r(seed) % NFILES);
+	size_t size = t->f[file].size;
+	uint64_t stride, c, span, src, skip, len;
+
+	switch (rand_r(seed) % 6) {
+	case 0:
+		stride = 0;
+		break;
+	case 1:
+		stride = 1 + (uint64_t)(rand_r(seed) % esz);
+		break;
+	case 2:
+		stride = esz * (1 + (uint64_t)(rand_r(seed) % 5));
+		break;
+	case 3:
+		stride = t->b.block + (uint64_t)(rand_r(seed) % 300);
+		break;
+	default:
+		stride = 1 + (uint64_t)(rand_r(seed) % 700);
+	}
+	if (size < esz)
+		return;
+	c = 1 + (uint64_t)(rand_r(seed) % 60);
+	while (c > 1 && (c - 1) * stride + esz > size)
+		c--;
+	span = (c - 1) * stride + esz;
+	src = (uint64_t)(rand_r(seed) % (size - span + 1));
+	skip = (uint64_t)(rand_r(seed) % esz);
+	if (skip >= c * esz)
+		skip = 0;
+	len = 1 + (uint64_t)(rand_r(seed) % (c * esz - skip));
+	tb_add(t, (flx_slice_run){src, stride, skip, tb_place(t, len, seed),
+				  len, file});
+}
+
+/*
+ * The rows of a transpose: file 0 holds a rows_s x cols_s matrix at
+ * offset base (row-major, elements esz apart, rows pitch bytes apart); the
+ * target's row r is the source's column c0 + r, from row r0 on, as the
+ * read path sends them: element i of run r at base + (r0 + i) * pitch +
+ * (c0 + r) * esz.  The first run may start inside an element and the last
+ * end inside one (a request cut at any byte).  gaps: the rows' destinations
+ * step unevenly.
+ */
+static void add_transpose(tb *t, unsigned *seed)
+{
+	size_t esz = t->b.elem_size;
+	uint64_t rows_s = 1 + (uint64_t)(rand_r(seed) % 70),
+		 cols_s = 1 + (uint64_t)(rand_r(seed) % 70);
+	uint64_t pitch = cols_s * esz + (uint64_t)(rand_r(seed) % 2) * esz;
+	uint64_t base, r0, c0, nr, len_row;
+	int gaps = rand_r(seed) % 3 == 0;
+
+	if (rows_s * pitch > t->f[0].size)
+		return;
+	base = (uint64_t)(rand_r(seed) % (t->f[0].size - rows_s * pitch + 1));
+	r0 = (uint64_t)(rand_r(seed) % rows_s);
+	c0 = (uint64_t)(rand_r(seed) % cols_s);
+	nr = 1 + (uint64_t)(rand_r(seed) % (cols_s - c0));
+	len_row = (rows_s - r0) * esz;
+	for (uint64_t r = 0; r < nr; r++) {
+		uint64_t skip = 0, len = len_row;
+
+		if (r == 0 && rand_r(seed) % 2) {
+			skip = (uint64_t)(rand_r(seed) % len_row);
+			len -= skip;
+		}
+		if (r == nr - 1 && rand_r(seed) % 2)
+			len -= (uint64_t)(rand_r(seed) % len);
+		/* rows back to back in dst, as in a view, or (gaps) rows
+		 * whose destinations step unevenly: no 2-D slice then */
+		tb_add(
+		    t,
+		    (flx_slice_run){
+			base + r0 * pitch + (c0 + r) * esz + skip / esz * pitch,
+			pitch, skip % esz,
+			gaps ? tb_place(t, len, seed) : t->b.dst_len, len, 0});
+		if (!gaps) {
+			t->b.dst_len += len;
+			t->nbytes += len;
+		}
+	}
+}
+
+/* What the runs of t want, one byte at a time from the files. */
+static unsigned char *tb_oracle(const tb *t)
+{
+	unsigned char *want = malloc(t->b.dst_len ? t->b.dst_len : 1);
+	size_t esz = t->b.elem_size;
+
+	memset(want, 0xEE, t->b.dst_len);
+	for (size_t i = 0; i < t->b.nruns; i++) {
+		const flx_slice_run *u = &t->runs[i];
+
+		for (uint64_t p = u->skip; p < u->skip + u->len; p++)
+			want[u->dst + (p - u->skip)] =
+			    t->f[u->file]
+				.data[u->src + p / esz * u->stride + p % esz];
+	}
+	return want;
+}
+
+/* Test backends wrapping the CPU one. */
+static unsigned declined, taken;
+
+static bool big_only(const flx_slicer *self, const flx_slice_batch *b)
+{
+	size_t n = 0;
+
+	(void)self;
+	for (size_t i = 0; i < b->nruns; i++)
+		n += b->runs[i].len;
+	return n >= 2000;
+}
+
+static int counting_run(const flx_slicer *self, const flx_slice_batch *b)
+{
+	const flx_slicer *cpu = flx_slicer_cpu();
+
+	(void)self;
+	taken++;
+	return cpu->run(cpu, b);
+}
+
+static int busy_run(const flx_slicer *self, const flx_slice_batch *b)
+{
+	(void)self;
+	for (size_t i = 0; i < b->nruns; i++)
+		memset(b->dst + b->runs[i].dst, 0x5A, b->runs[i].len);
+	return -EAGAIN;
+}
+
+static int failing_run(const flx_slicer *self, const flx_slice_batch *b)
+{
+	(void)self;
+	(void)b;
+	return -EIO;
+}
+
+static const flx_slicer declining = {"declining", big_only, counting_run};
+static const flx_slicer busy = {"busy", NULL, busy_run};
+static const flx_slicer failing = {"failing", NULL, failing_run};
+
+static unsigned batches, batch_bytes, transposes;
+
+/* Run t with s (through flx_slicer_run()) and compare with the oracle. */
+static void check_batch(tb *t, const flx_slicer *s, const char *what)
+{
+	unsigned char *want = tb_oracle(t);
+	unsigned before = taken;
+	bool accept = !s->accepts || s->accepts(s, &t->b);
+	int rc;
+
+	memset(t->b.dst, 0xEE, t->b.dst_len);
+	memset(t->fetched, 0, (t->b.nblocks + 1) * sizeof(unsigned));
+	rc = flx_slicer_run(s, &t->b);
+	CHECK_EQ(rc, 0);
+	CHECK_EQ(t->bad, 0);
+	CHECK_EQ(t->pinned, -1);
+	if (s == &declining)
+		CHECK_EQ(taken - before, accept ? 1 : 0);
+	declined += !accept;
+	for (size_t k = 0; k < t->b.nblocks; k++)
+		CHECK_EQ(t->fetched[k], 1);
+	if (rc == 0 && memcmp(t->b.dst, want, t->b.dst_len) != 0) {
+		fprintf(stderr,
+			"%s: batch mismatch: esz %zu block %llu, %zu runs\n",
+			what, t->b.elem_size, (unsigned long long)t->b.block,
+			t->b.nruns);
+		check_failures++;
+	}
+	free(want);
+}
+
+static void test_batches(void)
+{
+	static const size_t esz[] = {1, 2, 3, 4, 8, 16};
+	static const uint64_t blocks[] = {64, 256, 1024, 4096};
+	const flx_slicer *backends[] = {flx_slicer_cpu(), flx_slicer_default(),
+					&declining, &busy};
+	unsigned seed = 777;
+
+	for (int i = 0; i < 600; i++) {
+		tb t;
+		int nr = rand_r(&seed) % 40;
+
+		tb_init(&t, esz[i % 6], blocks[rand_r(&seed) % 4], &seed, 4096);
+		for (int k = 0; k < nr; k++)
+			add_random_run(&t, &seed);
+		if (i % 2) {
+			add_transpose(&t, &seed);
+			transposes++;
+		}
+		tb_finish(&t);
+		for (size_t s = 0; s < sizeof(backends) / sizeof(backends[0]);
+		     s++)
+			check_batch(&t, backends[s], backends[s]->name);
+		CHECK_EQ(flx_slicer_run(&failing, &t.b), -EIO);
+		CHECK_EQ(t.pinned, -1);
+		batches++;
+		batch_bytes += (unsigned)t.nbytes;
+		tb_free(&t);
+	}
+	/* both sides of the declining backend's threshold were run */
+	CHECK(declined > 0 && taken > 0);
+}
+
+/* A batch of random runs for the error checks (one element size). */
+static void error_batch(tb *t, unsigned *seed)
+{
+	tb_init(t, 4, 256, seed, 64);
+	while (t->b.nruns < 8)
+		add_random_run(t, seed);
+	tb_finish(t);
+}
+
+static int run_cpu(tb *t)
+{
+	const flx_slicer *cpu = flx_slicer_cpu();
+	int rc = cpu->run(cpu, &t->b);
+
+	CHECK_EQ(t->pinned, -1);
+	CHECK_EQ(t->bad, 0);
+	return rc;
+}
+
+static void test_batch_errors(void)
+{
+	unsigned seed = 4242;
+	flx_slice_run keep;
+	tb t;
+
+	/* invalid batches */
+	error_batch(&t, &seed);
+	CHECK_EQ(flx_slice_batch_check(&t.b), 0);
+	keep = t.runs[0];
+	t.runs[0].skip = t.b.elem_size;
+	CHECK_EQ(run_cpu(&t), -EINVAL);
+	t.runs[0] = keep;
+	t.runs[0].len = t.b.dst_len - t.runs[0].dst + 1;
+	CHECK_EQ(run_cpu(&t), -EINVAL);
+	t.runs[0] = keep;
+	t.runs[0].dst = t.b.dst_len + 1;
+	t.runs[0].len = 0;
+	CHECK_EQ(run_cpu(&t), -EINVAL);
+	t.runs[0] = keep;
+	t.runs[0].file = NFILES; /* sorted after the others' */
+	CHECK_EQ(run_cpu(&t), -EINVAL);
+	t.runs[0] = keep;
+	t.b.elem_size = 0;
+	CHECK_EQ(run_cpu(&t), -EINVAL);
+	t.b.elem_size = 4;
+	t.b.block = 0;
+	CHECK_EQ(run_cpu(&t), -EINVAL);
+	t.b.block = 256;
+	if (t.b.nblocks > 1) {
+		flx_slice_block b0 = t.blocks[0];
+
+		t.blocks[0] = t.blocks[1];
+		t.blocks[1] = b0;
+		CHECK_EQ(run_cpu(&t), -EINVAL);
+		t.blocks[1] = t.blocks[0];
+		t.blocks[0] = b0;
+	}
+	CHECK_EQ(run_cpu(&t), 0);
+
+	/* a block missing from the list: its elements cannot be copied */
+	for (size_t k = 0; k < t.b.nblocks; k++) {
+		flx_slice_block b = t.blocks[k];
+
+		memmove(&t.blocks[k], &t.blocks[k + 1],
+			(t.b.nblocks - k - 1) * sizeof(b));
+		t.b.nblocks--;
+		CHECK_EQ(run_cpu(&t), -EIO);
+		t.b.nblocks++;
+		memmove(&t.blocks[k + 1], &t.blocks[k],
+			(t.b.nblocks - k - 1) * sizeof(b));
+		t.blocks[k] = b;
+	}
+	/* a get that fails at any block: its error, nothing left pinned */
+	for (size_t k = 0; k < t.b.nblocks; k++) {
+		t.fail_at = (long)k;
+		CHECK_EQ(run_cpu(&t), -EIO);
+	}
+	t.fail_at = -1;
+	CHECK_EQ(run_cpu(&t), 0);
+	tb_free(&t);
+
+	/* an element past the bytes its block holds (a file shorter than
+	 * the list says): 16-byte elements 60 bytes into their homes of 64,
+	 * so each ends 12 bytes into its block's tail */
+	tb_init(&t, 16, 64, &seed, 4);
+	tb_add(&t, (flx_slice_run){60, 64, 0, tb_place(&t, 64, &seed), 64, 0});
+	tb_finish(&t);
+	CHECK_EQ(t.b.nblocks, 4);
+	for (size_t k = 0; k < t.b.nblocks; k++) {
+		t.blocks[k].len = 76; /* the element's last byte: enough */
+		CHECK_EQ(run_cpu(&t), 0);
+		t.blocks[k].len = 75;
+		CHECK_EQ(run_cpu(&t), -EIO);
+		t.blocks[k].len = 80;
+	}
+	tb_free(&t);
 }
 
 int main(void)
@@ -135,5 +626,11 @@ int main(void)
 		check_slice(&s);
 	}
 	CHECK(cases > 3000 && tiled_cases == 36);
+	test_batches();
+	test_batch_errors();
+	CHECK(batches == 600 && transposes == 300 && batch_bytes > 100000);
+	fprintf(stderr,
+		"%u batches (%u bytes, %u declined by the test backend)\n",
+		batches, batch_bytes, declined);
 	return CHECK_RESULT();
 }

@@ -180,6 +180,26 @@ static unsigned char *expected(const flx_box *b, size_t *len)
 /* the block cache check_box() reads through (NULL: none) */
 static flx_bcache *cache_now;
 
+/* flx_view_read_io() through cache (NULL: none) and the mount's slicer */
+static ssize_t read_cached(const flx_view *v, flx_bcache *cache, void *buf,
+			   size_t n, uint64_t off, flx_read_stats *stats)
+{
+	flx_view_io io = {cache, flx_slicer_default()};
+
+	return flx_view_read_io(v, &io, buf, n, off, stats);
+}
+
+/* flx_view_ranges(), its count folded into the result for the checks:
+ * the number of ranges, 0 (none describe the bytes), or -errno */
+static int ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
+		  size_t max)
+{
+	size_t k;
+	int rc = flx_view_ranges(v, off, n, out, max, &k);
+
+	return rc ? rc : (int)k;
+}
+
 static size_t mapped;	    /* ranges flx_view_ranges described */
 static size_t mapped_multi; /* ... with more than one backing range */
 
@@ -202,7 +222,7 @@ static void check_box(const flx_ckpt *c, const flx_box *box)
 	got = malloc(len + 8);
 	/* whole view, then every (start, length) with a few lengths,
 	 * including starts and ends in the middle of elements */
-	CHECK_EQ(flx_view_read_cached(v, cache_now, got, len + 8, 0, NULL),
+	CHECK_EQ(read_cached(v, cache_now, got, len + 8, 0, NULL),
 		 (ssize_t)len);
 	CHECK(memcmp(got, want, len) == 0);
 	for (size_t s = 0; s < len; s += (len > 400 ? 37 : 1)) {
@@ -213,8 +233,7 @@ static void check_box(const flx_ckpt *c, const flx_box *box)
 			ssize_t r;
 
 			memset(got, 0xAB, want_n);
-			r = flx_view_read_cached(v, cache_now, got, lens[li], s,
-						 NULL);
+			r = read_cached(v, cache_now, got, lens[li], s, NULL);
 			CHECK_EQ(r, (ssize_t)want_n);
 			if (memcmp(got, want + s, want_n) != 0) {
 				fprintf(stderr,
@@ -230,13 +249,13 @@ static void check_box(const flx_ckpt *c, const flx_box *box)
 			}
 		}
 	}
-	CHECK_EQ(flx_view_read_cached(v, cache_now, got, 4, len, NULL), 0);
+	CHECK_EQ(read_cached(v, cache_now, got, 4, len, NULL), 0);
 	/* the backing ranges flx_view_ranges gives must hold exactly those
 	 * bytes, in order; with room for one range it answers 1 or 0 */
 	for (size_t s = 0; s < len; s += 3) {
 		for (size_t n = 1; s + n <= len; n = n * 2 + 1) {
 			flx_range r[4], one;
-			int mr = flx_view_ranges(v, s, n, r, 4);
+			int mr = ranges(v, s, n, r, 4);
 			size_t at = 0;
 
 			CHECK(mr >= 0 && mr <= 4);
@@ -244,8 +263,7 @@ static void check_box(const flx_ckpt *c, const flx_box *box)
 				continue;
 			mapped++;
 			mapped_multi += mr > 1;
-			CHECK_EQ(flx_view_ranges(v, s, n, &one, 1),
-				 mr == 1 ? 1 : 0);
+			CHECK_EQ(ranges(v, s, n, &one, 1), mr == 1 ? 1 : 0);
 			for (int i = 0; i < mr; i++) {
 				CHECK(r[i].len > 0 && at + r[i].len <= n);
 				if (i && r[i].file == r[i - 1].file)
@@ -680,7 +698,7 @@ static void *par_reader(void *p)
 
 		if (n > a->len - off)
 			n = a->len - off;
-		r = flx_view_read_cached(a->v, a->cache, got, n, off, NULL);
+		r = read_cached(a->v, a->cache, got, n, off, NULL);
 		if (r != (ssize_t)n || memcmp(got, a->want + off, n) != 0)
 			a->bad++;
 	}
@@ -721,9 +739,8 @@ static void test_gather_blocks(const char *dir)
 
 	for (size_t off = 0; off < len; off += req) {
 		memset(&st, 0, sizeof(st));
-		CHECK_EQ(
-		    flx_view_read_cached(v, none, got + off, req, off, &st),
-		    (ssize_t)req);
+		CHECK_EQ(read_cached(v, none, got + off, req, off, &st),
+			 (ssize_t)req);
 		CHECK(st.preads <= span_blocks);
 		CHECK(st.preads >= span_blocks - 2);
 	}
@@ -731,9 +748,8 @@ static void test_gather_blocks(const char *dir)
 
 	memset(got, 0, len);
 	for (size_t off = 0; off < len; off += req)
-		CHECK_EQ(
-		    flx_view_read_cached(v, big, got + off, req, off, &total),
-		    (ssize_t)req);
+		CHECK_EQ(read_cached(v, big, got + off, req, off, &total),
+			 (ssize_t)req);
 	CHECK(memcmp(got, want, len) == 0);
 	flx_bcache_stats_get(big, &bs);
 	CHECK(bs.misses <= span_blocks);
@@ -748,9 +764,8 @@ static void test_gather_blocks(const char *dir)
 	for (size_t off = 0; off < len;) {
 		size_t n = len - off < 9001 ? len - off : 9001;
 
-		CHECK_EQ(
-		    flx_view_read_cached(v, small, got + off, n, off, NULL),
-		    (ssize_t)n);
+		CHECK_EQ(read_cached(v, small, got + off, n, off, NULL),
+			 (ssize_t)n);
 		off += n;
 	}
 	CHECK(memcmp(got, want, len) == 0);
@@ -780,8 +795,8 @@ static void test_gather_blocks(const char *dir)
 
 	/* the file cut short after mount: EIO, from a cached block too */
 	CHECK_EQ(ftruncate(c->files[0].fd, 4096 * 10), 0);
-	CHECK_EQ(flx_view_read_cached(v, big, got, req, 0, NULL), -EIO);
-	CHECK_EQ(flx_view_read_cached(v, none, got, req, 0, NULL), -EIO);
+	CHECK_EQ(read_cached(v, big, got, req, 0, NULL), -EIO);
+	CHECK_EQ(read_cached(v, none, got, req, 0, NULL), -EIO);
 
 	flx_bcache_free(none);
 	flx_bcache_free(big);
@@ -886,9 +901,8 @@ static void test_random_layouts(const char *dir)
 			    flx_view_new(c, &c->tensors[0], &box, &v, NULL), 0);
 			want = expected(&box, &len);
 			got = malloc(len);
-			CHECK_EQ(
-			    flx_view_read_cached(v, cache, got, len, 0, NULL),
-			    (ssize_t)len);
+			CHECK_EQ(read_cached(v, cache, got, len, 0, NULL),
+				 (ssize_t)len);
 			CHECK(memcmp(got, want, len) == 0);
 			for (int q = 0; q < 8; q++) {
 				size_t off = (size_t)rand_r(&seed) % len;
@@ -896,9 +910,9 @@ static void test_random_layouts(const char *dir)
 				    1 + (size_t)rand_r(&seed) % (len - off);
 
 				memset(got, 0xAB, m);
-				CHECK_EQ(flx_view_read_cached(v, cache, got, m,
-							      off, NULL),
-					 (ssize_t)m);
+				CHECK_EQ(
+				    read_cached(v, cache, got, m, off, NULL),
+				    (ssize_t)m);
 				if (memcmp(got, want + off, m) != 0) {
 					fprintf(stderr,
 						"random layout %d box %d: "

@@ -7,8 +7,9 @@ Run with Debian's python, which has torch 1.13:
     /usr/bin/python3 tests/unit/data/gen_vectors.py
 
 It writes, next to itself:
-  pickle/*.pkl   pickles made by CPython's pickle at protocols 0-5 and real
-                 DCP .metadata files (torch 1.13 and 2.6)
+  pickle/*.pkl   pickles made by CPython's pickle at protocols 0-5, dicts
+                 of numpy arrays (as Paddle saves them) and real DCP
+                 .metadata files (torch 1.13 and 2.6)
   torch/*        torch.save archives and DCP data files (torch 1.13 and 2.6)
   torch/*.json   what each torch stage saw (kept so the header can be
                  rebuilt without the chroot: --header-only)
@@ -294,6 +295,56 @@ def pickle_stage(outdir):
     return names
 
 
+# ------------------------------------------------------------- numpy stage
+
+def numpy_values():
+    """A Paddle .distcp in small: a dict of numpy arrays (one over 64 KiB,
+    so written outside the protocol-4 frame) and the name table."""
+    import numpy as np
+    rng = np.random.default_rng(14)
+    return {
+        'w': rng.standard_normal((100, 200)).astype(np.float32),
+        'b': rng.standard_normal((3, 5)).astype(np.float32),
+        'h': rng.integers(0, 65536, size=(8, 8), dtype=np.uint16),
+        'StructuredToParameterName@@': {'w': 'linear_0.w_0',
+                                        'b': 'linear_0.b_0',
+                                        'h': 'embedding_0.w_0'},
+    }
+
+
+def numpy_stage(outdir):
+    """numpy_p{2,4,5}.pkl: protocol 2 writes the bytes as
+    _codecs.encode(str, 'latin1'), 4 as BINBYTES/SHORT_BINBYTES after
+    _reconstruct, 5 as BYTEARRAY8 under _frombuffer."""
+    value = numpy_values()
+    for proto in (2, 4, 5):
+        with open(os.path.join(outdir, 'numpy_p%d.pkl' % proto), 'wb') as f:
+            pickle.dump(value, f, protocol=proto)
+
+
+def numpy_payloads(pdir):
+    """Where each array's bytes lie in numpy_p*.pkl, found by searching the
+    file for the bytes of the array the real unpickler returns (protocol 2:
+    for their latin-1 text encoded as UTF-8, which is what the file holds)."""
+    import numpy as np
+    out = []
+    for fn in sorted(os.listdir(pdir)):
+        if not fn.startswith('numpy_p'):
+            continue
+        with open(os.path.join(pdir, fn), 'rb') as f:
+            data = f.read()
+        for key, arr in pickle.loads(data).items():
+            if not isinstance(arr, np.ndarray):
+                continue
+            raw = arr.tobytes()
+            if data[1] == 2:
+                raw = raw.decode('latin1').encode('utf-8')
+            off = data.find(raw)
+            assert off > 0 and data.find(raw, off + 1) < 0, (fn, key)
+            out.append((fn, key, off, len(raw)))
+    return out
+
+
 # ------------------------------------------------------------- torch stage
 
 def patch_dataclasses():
@@ -537,6 +588,15 @@ def write_header(pkl_names, zips):
             L.append('\t ' + c_str(exp[i:i + 64]))
         L[-1] += '},'
     L += ['};', '',
+          '/* numpy arrays of pickle/numpy_p*.pkl: where the bytes of each',
+          ' * lie in the file (protocol 2: their latin-1 text, as UTF-8) */',
+          'struct npy_vec {', '\tconst char *file;', '\tconst char *key;',
+          '\tuint64_t off, len;', '};', '',
+          'static const struct npy_vec npy_vecs[] = {']
+    for fn, key, off, n in numpy_payloads(os.path.join(HERE, 'pickle')):
+        L.append('\t{%s, %s, %d, %d},' % (c_str('pickle/' + fn), c_str(key),
+                                          off, n))
+    L += ['};', '',
           'struct zip_rec_vec {', '\tconst char *rel;',
           '\tuint64_t off, size, fnv;', '};', '',
           'struct zip_vec {',
@@ -582,6 +642,7 @@ def main():
         shutil.rmtree(tdir, ignore_errors=True)
         shutil.rmtree(pdir, ignore_errors=True)
         pickle_stage(pdir)
+        numpy_stage(pdir)
         torch_stage(tdir, 't113')
         if os.path.isdir(CHROOT):
             work = os.path.join(CHROOT, 'tmp', 'flx-gen')

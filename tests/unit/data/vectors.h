@@ -72,6 +72,12 @@ static const struct pkl_vec pkl_vecs[] = {
 	{"pickle/memo_p5.pkl",
 	 "[s\"shared string\",s\"shared string\",[i1,i2],[i1,i2],([i1,i2],s\"tu"
 	 "p\"),([i1,i2],s\"tup\"),<s\"k\":s\"shared string\">]"},
+	{"pickle/numpy_p2.pkl",
+	 "fnv:2da251b4a26e6576:390255"},
+	{"pickle/numpy_p4.pkl",
+	 "fnv:a5ae323649218799:228345"},
+	{"pickle/numpy_p5.pkl",
+	 "fnv:37b82a08b2fd2d10:228240"},
 	{"pickle/objects_p2.pkl",
 	 "[O(g(\"__main__\" \"Point\");();<s\"x\":i1,s\"y\":f4004000000000000,s\"ta"
 	 "gs\":[s\"a\"]>),O(g(\"__main__\" \"Tupled\");();(i1,s\"two\")),R(g(\"__mai"
@@ -345,6 +351,26 @@ static const struct pkl_vec pkl_vecs[] = {
 	 "eckpoint.metadata\" \"StorageMeta\");();<s\"checkpoint_id\":R(g(\"path"
 	 "lib._local\" \"PosixPath\");(s\"/tmp/flx-gen/out/ck_tmp\");-),s\"save_"
 	 "id\":s\"00000000-0000-0000-0123-456789abcdef\",s\"load_id\":N>)>)"},
+};
+
+/* numpy arrays of pickle/numpy_p*.pkl: where the bytes of each
+ * lie in the file (protocol 2: their latin-1 text, as UTF-8) */
+struct npy_vec {
+	const char *file;
+	const char *key;
+	uint64_t off, len;
+};
+
+static const struct npy_vec npy_vecs[] = {
+	{"pickle/numpy_p2.pkl", "w", 205, 120332},
+	{"pickle/numpy_p2.pkl", "b", 120596, 88},
+	{"pickle/numpy_p2.pkl", "h", 120784, 187},
+	{"pickle/numpy_p4.pkl", "w", 154, 80000},
+	{"pickle/numpy_p4.pkl", "b", 80199, 60},
+	{"pickle/numpy_p4.pkl", "h", 80329, 128},
+	{"pickle/numpy_p5.pkl", "w", 65, 80000},
+	{"pickle/numpy_p5.pkl", "b", 80159, 60},
+	{"pickle/numpy_p5.pkl", "h", 80250, 128},
 };
 
 struct zip_rec_vec {

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/* Choosing a backend, and the batch rules every backend shares (slice.h). */
+#include "slice.h"
+
+#include <errno.h>
+
+/* Device backends, best first, up to the NULL; each returns NULL without
+ * its device.  A CUDA backend adds its entry here (see slice.h). */
+static const flx_slicer *(*const backends[])(void) = {
+    NULL,
+};
+
+const flx_slicer *flx_slicer_default(void)
+{
+	for (size_t i = 0; backends[i]; i++) {
+		const flx_slicer *s = backends[i]();
+
+		if (s)
+			return s;
+	}
+	return flx_slicer_cpu();
+}
+
+int flx_slicer_run(const flx_slicer *s, const flx_slice_batch *b)
+{
+	const flx_slicer *cpu = flx_slicer_cpu();
+	int rc;
+
+	if (!s || s == cpu || (s->accepts && !s->accepts(s, b)))
+		return cpu->run(cpu, b);
+	rc = s->run(s, b);
+	return rc == -EAGAIN ? cpu->run(cpu, b) : rc;
+}
+
+int flx_slice_batch_check(const flx_slice_batch *b)
+{
+	if (!b->elem_size || !b->block || (b->nruns && !b->runs) ||
+	    (b->nblocks && !b->blocks) || !b->get || !b->put)
+		return -EINVAL;
+	for (size_t i = 0; i < b->nruns; i++) {
+		const flx_slice_run *u = &b->runs[i], *p = u - 1;
+
+		if (u->skip >= b->elem_size || u->dst > b->dst_len ||
+		    u->len > b->dst_len - u->dst)
+			return -EINVAL;
+		if (i && (p->file > u->file ||
+			  (p->file == u->file && p->dst > u->dst)))
+			return -EINVAL;
+	}
+	for (size_t k = 1; k < b->nblocks; k++) {
+		const flx_slice_block *c = &b->blocks[k], *p = c - 1;
+
+		if (p->file > c->file ||
+		    (p->file == c->file &&
+		     (p->start > c->start || c->start - p->start < b->block)))
+			return -EINVAL;
+	}
+	return 0;
+}

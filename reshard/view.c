@@ -1,0 +1,876 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Views: the bytes of one target box, served from the source chunks.
+ *
+ * Read plan format.  A view keeps the list of "pieces": the non-empty
+ * intersections of its box with the saved chunks, each remembering its
+ * chunk, which knows how far its storage is dense row-major
+ * (contig_from: dims contig_from..ndim-1 are contiguous in the file).  A read
+ * of bytes [off, off+n) walks the box in C order; at each position it finds
+ * the piece holding that element (box index below, with the previous piece
+ * tried first since reads are sequential) and computes the longest run that
+ * is contiguous in both the destination and the source file: the rest of
+ * the current row, extended over whole outer slabs while the piece spans
+ * the full box and the full chunk in every inner dimension.  Runs that
+ * continue each other in the same file are merged before pread(), so a
+ * target shard that is contiguous in one source file is one pread however
+ * many rows it has.  Chunks saved with a non-unit innermost stride (a
+ * transposed tensor saved as-is) are gathered element-wise through the
+ * slicer, the strided runs of a call as one batch (gather_flush(),
+ * gpu/slice.h) whose blocks come from the mount's cache (bcache.h).
+ *
+ * Storage.  A plan has a view per tensor per TP rank (80,000 for 10,000
+ * tensors at tp=8) and the mount walks them several times, so a view is
+ * kept small: one block (struct, then its pieces with only ndim
+ * coordinates each) cut from the plan's arena, its box shared with every
+ * other view of the same box (interned), and no piece index below
+ * SCAN_MAX pieces.
+ */
+#include "view_internal.h"
+
+#include "bcache.h"
+#include "grow.h"
+#include "reader.h"
+#include "slice.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#define CLUSTER_BYTES (4u << 20) /* largest clustered preadv */
+#define MAX_RUNS      65536	 /* runs queued before they are executed */
+
+/* ---- views ---- */
+
+/* A piece: the intersection of the view's box with one saved chunk.
+ * Stored back to back, each sizeof(piece) + 2 * ndim int64s. */
+typedef struct piece {
+	const flx_chunk *ch;
+	int64_t c[]; /* off[0..ndim) then size[0..ndim), global */
+} piece;
+
+static size_t piece_stride(int ndim)
+{
+	return sizeof(piece) + 2 * (size_t)ndim * sizeof(int64_t);
+}
+
+static const piece *piece_at(const flx_view *v, size_t i)
+{
+	return (const piece *)((const unsigned char *)(v + 1) +
+			       i * piece_stride(v->ndim));
+}
+
+static int collect_chunk(void *arg, uint32_t idx)
+{
+	scratch *s = arg;
+
+	if (flx_grow((void **)&s->idx, &s->cap, s->n + 1, sizeof(uint32_t)))
+		return -ENOMEM;
+	s->idx[s->n++] = idx;
+	return 0;
+}
+
+/* The chunk index of a tensor; order from small when it fits. */
+int chunk_index(const flx_tensor *t, box_index *ix, uint32_t *small,
+		size_t nsmall)
+{
+	return bix_build(ix, t->dims, 3 * (size_t)t->ndim * sizeof(int64_t), 0,
+			 t->ndim, t->nchunks, t->ndim,
+			 t->nchunks <= nsmall ? small : NULL);
+}
+
+/* Build the view of box over tensor t; from arena a, or malloc'd alone
+ * when a is NULL.  sc: scratch space (emptied here). */
+int view_build(const flx_ckpt *ckpt, const flx_tensor *t,
+	       const box_index *chunks, const flx_box *box, flx_plan_arena *a,
+	       scratch *sc, flx_view **out, flx_error *err)
+{
+	int D = t->ndim, rc;
+	size_t np, pstride = piece_stride(D), need, at;
+	uint64_t numel = 1, covered = 0;
+	unsigned char *mem;
+	flx_view *v;
+
+	for (int d = D - 1; d >= 0; d--) {
+		if (box->off[d] < 0 || box->size[d] < 0 ||
+		    box->off[d] + box->size[d] > t->shape[d])
+			return flx_error_set(err, -EINVAL, NULL, t->fqn,
+					     "view box outside the tensor");
+		numel *= (uint64_t)box->size[d];
+	}
+	sc->n = 0;
+	rc = bix_query(chunks, box->off, box->size, collect_chunk, sc);
+	if (rc)
+		return rc;
+	np = sc->n;
+	need = sizeof(*v) + np * pstride;
+	if (np > SCAN_MAX)
+		need += sizeof(box_index) + np * sizeof(uint32_t);
+	need = (need + 7) & ~(size_t)7;
+	if (!a)
+		need += sizeof(flx_box);
+	mem = a ? arena_alloc(a, need) : calloc(1, need);
+	if (!mem)
+		return -ENOMEM;
+	v = (flx_view *)mem;
+	if (a) {
+		v->box = box_intern(a, D, box);
+		if (!v->box)
+			return -ENOMEM;
+	} else {
+		flx_box *own = (flx_box *)(mem + need - sizeof(flx_box));
+
+		*own = *box;
+		v->box = own;
+	}
+	v->ckpt = ckpt;
+	v->t = t;
+	v->ndim = (uint8_t)D;
+	v->esz = (uint16_t)flx_dtype_size(t->dtype);
+	v->bytes = numel * v->esz;
+	v->npieces = (uint32_t)np;
+	v->standalone = !a;
+	at = sizeof(*v) + np * pstride;
+	for (size_t i = 0; i < np; i++) {
+		const flx_chunk *ch = &t->chunks[sc->idx[i]];
+		piece *p = (piece *)(mem + sizeof(*v) + i * pstride);
+
+		for (int d = 0; d < D; d++) {
+			int64_t lo =
+			    ch->off[d] > box->off[d] ? ch->off[d] : box->off[d];
+			int64_t e1 = ch->off[d] + ch->size[d];
+			int64_t e2 = box->off[d] + box->size[d];
+
+			p->c[d] = lo;
+			p->c[D + d] = (e1 < e2 ? e1 : e2) - lo;
+		}
+		p->ch = ch;
+		covered += flx_numel(D, p->c + D);
+	}
+	/* The chunks were validated to tile the tensor, so the pieces must
+	 * tile the box; anything else is a bug, and serving it would return
+	 * wrong bytes. */
+	if (covered != numel) {
+		rc = flx_error_set(err, -EIO, NULL, t->fqn,
+				   "internal: pieces cover %llu of %llu "
+				   "elements",
+				   (unsigned long long)covered,
+				   (unsigned long long)numel);
+		if (!a)
+			free(v);
+		return rc;
+	}
+	if (np > SCAN_MAX) { /* order lies in the same block: cannot fail */
+		v->pix = (box_index *)(mem + at);
+		bix_build(v->pix, mem + sizeof(*v), pstride, offsetof(piece, c),
+			  D, np, D, (uint32_t *)(mem + at + sizeof(box_index)));
+	}
+	*out = v;
+	return 0;
+}
+
+int flx_view_new(const flx_ckpt *ckpt, const flx_tensor *t, const flx_box *box,
+		 flx_view **out, flx_error *err)
+{
+	uint32_t small[64];
+	scratch sc = {0};
+	box_index ix;
+	int rc = chunk_index(t, &ix, small, 64);
+
+	if (rc)
+		return rc;
+	rc = view_build(ckpt, t, &ix, box, NULL, &sc, out, err);
+	bix_free(&ix);
+	free(sc.idx);
+	return rc;
+}
+
+void flx_view_free(flx_view *v)
+{
+	if (v && v->standalone)
+		free(v);
+}
+
+int flx_view_files(const flx_view *v, uint32_t **out, size_t *n)
+{
+	uint32_t *f = malloc((v->npieces ? v->npieces : 1) * sizeof(*f));
+
+	if (!f)
+		return -ENOMEM;
+	for (size_t i = 0; i < v->npieces; i++)
+		f[i] = piece_at(v, i)->ch->file;
+	*out = f;
+	*n = flx_u32_sort_unique(f, v->npieces);
+	return 0;
+}
+
+size_t flx_view_npieces(const flx_view *v)
+{
+	return v->npieces;
+}
+
+uint32_t flx_view_piece_file(const flx_view *v, size_t i)
+{
+	return piece_at(v, i)->ch->file;
+}
+
+const flx_box *flx_view_box(const flx_view *v)
+{
+	return v->box;
+}
+
+const flx_tensor *flx_view_tensor(const flx_view *v)
+{
+	return v->t;
+}
+
+uint64_t flx_view_bytes(const flx_view *v)
+{
+	return v->bytes;
+}
+
+/* ---- reading ---- */
+
+typedef struct pending {
+	uint32_t file;
+	uint64_t src; /* file offset */
+	size_t dst;   /* offset in the caller's buffer */
+	size_t len;
+} pending;
+
+/* Blocks [lo, hi] of a file that the elements of queued runs start in. */
+typedef struct span {
+	uint32_t file;
+	uint64_t lo, hi;
+} span;
+
+typedef struct rdctx {
+	const flx_view *v;
+	unsigned char *buf;
+	uint64_t off; /* view byte that buf[0] holds */
+	size_t len;   /* bytes of buf this call fills */
+	flx_read_stats *stats;
+	/* runs queued for this call, executed by flush() */
+	pending *runs;
+	size_t nruns, capruns;
+	struct iovec *iov; /* scatter list of a clustered run */
+	size_t capiov;
+	/* files already verified during this call (reads touch few) */
+	uint32_t checked[8];
+	unsigned nchecked; /* verifications so far; the last 8 are kept */
+	/* strided runs, executed as one batch by gather_flush() */
+	flx_slice_run *sruns;
+	size_t nsruns, capsruns;
+	size_t nspans; /* spans the queued runs add (see run_spans()) */
+	span *spans;
+	size_t capspans;
+	flx_slice_block *blocks;
+	size_t capblocks;
+	flx_bcache *cache;	  /* shared blocks, or NULL */
+	const flx_slicer *slicer; /* executes the batches */
+	size_t block;		  /* block size of the gathers */
+	flx_bref held;		  /* the block the slicer has pinned */
+	unsigned char *win;	  /* a block read for this call alone */
+	size_t win_cap;
+} rdctx;
+
+/* A backing file changed since mount would hand out wrong or mixed bytes:
+ * check size and mtime once per file per read. */
+static int check_file(rdctx *r, uint32_t file)
+{
+	const flx_file *f = &r->v->ckpt->files[file];
+	int rc;
+
+	for (unsigned i = 0; i < r->nchecked && i < 8; i++)
+		if (r->checked[i] == file)
+			return 0;
+	rc = flx_file_verify(r->v->ckpt, f, false);
+	if (rc)
+		return -EIO;
+	r->checked[r->nchecked++ % 8] = file;
+	return 0;
+}
+
+static int do_pread(rdctx *r, uint32_t file, void *dst, size_t len,
+		    uint64_t off)
+{
+	int rc = check_file(r, file);
+
+	if (rc)
+		return rc;
+	rc = flx_pread_full(r->v->ckpt->files[file].fd, dst, len, off);
+	if (r->stats) {
+		r->stats->preads++;
+		r->stats->bytes_read += len;
+	}
+	return rc;
+}
+
+static int cmp_run_src(const void *a, const void *b)
+{
+	const pending *x = a, *y = b;
+
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	return x->src < y->src ? -1 : x->src > y->src;
+}
+
+/*
+ * Execute the queued runs.  Sorted by source position, runs of one file
+ * that follow each other with gaps under a page form a cluster, read
+ * with one preadv() that scatters each run straight to its place in the
+ * caller's buffer and each gap into a scratch page.  The rows a request
+ * needs from one saved chunk are usually adjacent on disk even when their
+ * destinations interleave with another chunk's (a column-split source
+ * read row-wise): hundreds of small reads become one, copying each byte
+ * once.  A gap is what another rank's slice of the same rows leaves (TP4
+ * of a TP2 source keeps half of each saved row): reading it costs a copy
+ * of under a page per run, far less than a syscall per run, and no extra
+ * disk I/O, since a gap under a page lies in pages the runs around it
+ * need anyway.
+ */
+#define GAP_MAX 4095
+
+static int read_cluster(rdctx *r, size_t i, size_t j)
+{
+	/* gap bytes land here, unread; one per thread (no shared writes) */
+	static _Thread_local unsigned char gap_sink[GAP_MAX];
+	uint32_t file = r->runs[i].file;
+	int rc = check_file(r, file);
+
+	/* Each preadv starts at its first run and ends at its last: the
+	 * bytes it reads are at - src, gaps included. */
+	while (!rc && i < j) {
+		size_t k = 0;
+		uint64_t src = r->runs[i].src, at = src;
+
+		if (flx_grow((void **)&r->iov, &r->capiov, IOV_MAX,
+			     sizeof(struct iovec)))
+			return -ENOMEM;
+		/* A run and the gap before it take two entries. */
+		while (i < j && k + 2 <= IOV_MAX) {
+			const pending *p = &r->runs[i];
+
+			if (p->src > at) {
+				r->iov[k].iov_base = gap_sink;
+				r->iov[k++].iov_len = (size_t)(p->src - at);
+			}
+			r->iov[k].iov_base = r->buf + p->dst;
+			r->iov[k++].iov_len = p->len;
+			at = p->src + p->len;
+			i++;
+		}
+		rc = flx_preadv_full(r->v->ckpt->files[file].fd, r->iov, (int)k,
+				     src);
+		if (r->stats) {
+			r->stats->preads++;
+			r->stats->bytes_read += at - src;
+		}
+	}
+	return rc;
+}
+
+static int flush(rdctx *r)
+{
+	size_t i = 0;
+	int rc = 0;
+
+	if (r->nruns > 1)
+		qsort(r->runs, r->nruns, sizeof(pending), cmp_run_src);
+	while (i < r->nruns && !rc) {
+		size_t j = i + 1;
+		uint64_t end = r->runs[i].src + r->runs[i].len;
+
+		while (j < r->nruns && r->runs[j].file == r->runs[i].file &&
+		       r->runs[j].src >= end &&
+		       r->runs[j].src - end <= GAP_MAX &&
+		       r->runs[j].src + r->runs[j].len - r->runs[i].src <=
+			   CLUSTER_BYTES) {
+			end = r->runs[j].src + r->runs[j].len;
+			j++;
+		}
+		if (j == i + 1)
+			rc = do_pread(r, r->runs[i].file,
+				      r->buf + r->runs[i].dst, r->runs[i].len,
+				      r->runs[i].src);
+		else
+			rc = read_cluster(r, i, j);
+		i = j;
+	}
+	r->nruns = 0;
+	return rc;
+}
+
+/* Queue a contiguous run, merging it with the previous one when it
+ * continues it in both the file and the buffer. */
+static int emit(rdctx *r, uint32_t file, uint64_t src, size_t dst, size_t len)
+{
+	pending *last = r->nruns ? &r->runs[r->nruns - 1] : NULL;
+	int rc;
+
+	if (last && last->file == file && last->src + last->len == src &&
+	    last->dst + last->len == dst) {
+		last->len += len;
+		return 0;
+	}
+	if (r->nruns == MAX_RUNS && (rc = flush(r)))
+		return rc;
+	if (flx_grow((void **)&r->runs, &r->capruns, r->nruns + 1,
+		     sizeof(pending)))
+		return -ENOMEM;
+	r->runs[r->nruns++] = (pending){file, src, dst, len};
+	return 0;
+}
+
+static bool piece_holds(const flx_view *v, const piece *p, const int64_t *g)
+{
+	for (int d = 0; d < v->ndim; d++)
+		if (g[d] < p->c[d] || g[d] >= p->c[d] + p->c[v->ndim + d])
+			return false;
+	return true;
+}
+
+static const piece *find_piece(const flx_view *v, const piece *hint,
+			       const int64_t *g)
+{
+	int64_t ones[FLX_MAX_DIMS];
+	uint32_t idx;
+
+	if (hint && piece_holds(v, hint, g))
+		return hint;
+	if (!v->pix) {
+		for (size_t i = 0; i < v->npieces; i++)
+			if (piece_holds(v, piece_at(v, i), g))
+				return piece_at(v, i);
+		return NULL;
+	}
+	for (int d = 0; d < v->ndim; d++)
+		ones[d] = 1;
+	return bix_find(v->pix, g, ones, &idx) ? NULL : piece_at(v, idx);
+}
+
+/* Elements from g onwards (C order of the box) that stay inside piece p
+ * and contiguous in its chunk's storage; see the comment at the top. */
+static uint64_t run_elems(const flx_view *v, const piece *p, const int64_t *g)
+{
+	const flx_chunk *ch = p->ch;
+	const flx_box *bx = v->box;
+	int D = v->ndim;
+	const int64_t *boff = p->c, *bsize = p->c + D;
+	uint64_t n, inner;
+
+	if (D == 0)
+		return 1;
+	n = (uint64_t)(boff[D - 1] + bsize[D - 1] - g[D - 1]);
+	if (p->ch->contig_from >= D)
+		return n; /* strided innermost: the caller gathers */
+	inner = (uint64_t)bsize[D - 1];
+	for (int j = D - 1; j >= 1; j--) {
+		bool full = boff[j] == bx->off[j] && bsize[j] == bx->size[j] &&
+			    boff[j] == ch->off[j] && bsize[j] == ch->size[j];
+
+		if (!full || p->ch->contig_from > j - 1)
+			break;
+		n += (uint64_t)(boff[j - 1] + bsize[j - 1] - g[j - 1] - 1) *
+		     inner;
+		inner *= (uint64_t)bsize[j - 1];
+	}
+	return n;
+}
+
+/* File offset of global element g inside piece p's chunk. */
+static uint64_t src_offset(const flx_view *v, const piece *p, const int64_t *g)
+{
+	const flx_chunk *ch = p->ch;
+	int64_t e = ch->storage_offset;
+
+	for (int d = 0; d < v->ndim; d++)
+		e += (g[d] - ch->off[d]) * ch->stride[d];
+	return ch->data_off + (uint64_t)e * v->esz;
+}
+
+/*
+ * Strided gathers.  The strided runs of a call are queued, then handed to
+ * the mount's slicer as one batch (gpu/slice.h) with the blocks their
+ * elements start in, each listed once in file order: a block is fetched
+ * once per batch (from the shared cache, which also keeps it for the next
+ * requests, or read for this call alone) however many runs need it.
+ */
+#define MAX_SRUNS 4096	/* strided runs queued before they are executed */
+#define MAX_SPANS 65536 /* block spans a batch may list (memory bound) */
+
+static int block_get(rdctx *r, uint32_t file, uint64_t blk, flx_bref *b)
+{
+	const flx_file *f = &r->v->ckpt->files[file];
+	uint64_t start = blk * r->block;
+	size_t want;
+	int rc;
+
+	if (r->cache) {
+		rc = flx_bcache_get(r->cache, file, f->fd, f->size, blk, b);
+		if (rc == 0 && b->loaded && r->stats) {
+			r->stats->preads++;
+			r->stats->bytes_read += b->len;
+		}
+		if (rc != -EAGAIN)
+			return rc == -EINVAL ? -EIO : rc;
+	}
+	want = flx_bcache_block_len(r->block, f->size, blk);
+	if (!want)
+		return -EIO;
+	if (want > r->win_cap) {
+		void *nw = realloc(r->win, want);
+
+		if (!nw)
+			return -ENOMEM;
+		r->win = nw;
+		r->win_cap = want;
+	}
+	*b =
+	    (flx_bref){.data = r->win, .start = start, .len = want, .slot = -1};
+	return do_pread(r, file, r->win, want, start);
+}
+
+static void block_put(rdctx *r, flx_bref *b)
+{
+	if (b->slot >= 0)
+		flx_bcache_put(r->cache, b);
+}
+
+/* The batch's get(): block k of the batch being executed, after its file
+ * is checked unchanged. */
+static int batch_get(void *ctx, size_t k, const unsigned char **data)
+{
+	rdctx *r = ctx;
+	const flx_slice_block *b = &r->blocks[k];
+	int rc = check_file(r, b->file);
+
+	if (!rc)
+		rc = block_get(r, b->file, b->start / r->block, &r->held);
+	if (!rc && r->held.len != b->len) {
+		block_put(r, &r->held);
+		rc = -EIO;
+	}
+	if (!rc)
+		*data = r->held.data;
+	return rc;
+}
+
+static void batch_put(void *ctx, size_t k)
+{
+	rdctx *r = ctx;
+
+	(void)k;
+	block_put(r, &r->held);
+}
+
+/* Elements of run u (whole, partial ones included). */
+static uint64_t run_count(const flx_slice_run *u, unsigned esz)
+{
+	return (u->skip + u->len + esz - 1) / esz;
+}
+
+/* Spans of blocks run u adds to a batch's list: one when its elements lie
+ * less than a block apart (every block between its first and last element
+ * then holds one), else one per element. */
+static uint64_t run_spans(const rdctx *r, const flx_slice_run *u)
+{
+	return u->stride < r->block ? 1 : run_count(u, r->v->esz);
+}
+
+static int add_span(rdctx *r, uint32_t file, uint64_t lo, uint64_t hi,
+		    size_t *n)
+{
+	if (flx_grow((void **)&r->spans, &r->capspans, *n + 1, sizeof(span)))
+		return -ENOMEM;
+	r->spans[(*n)++] = (span){file, lo, hi};
+	return 0;
+}
+
+static int cmp_span(const void *a, const void *b)
+{
+	const span *x = a, *y = b;
+
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* The blocks the queued runs' elements start in, sorted and each once.
+ * @return 0 and *n, -EIO (a block past the end of its file), -ENOMEM. */
+static int list_blocks(rdctx *r, size_t *n)
+{
+	unsigned esz = r->v->esz;
+	size_t ns = 0, nb = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < r->nsruns && !rc; i++) {
+		const flx_slice_run *u = &r->sruns[i];
+		uint64_t c = run_count(u, esz);
+
+		if (u->stride < r->block)
+			rc = add_span(r, u->file, u->src / r->block,
+				      (u->src + (c - 1) * u->stride) / r->block,
+				      &ns);
+		for (uint64_t e = 0; u->stride >= r->block && e < c && !rc;
+		     e++) {
+			uint64_t blk = (u->src + e * u->stride) / r->block;
+
+			rc = add_span(r, u->file, blk, blk, &ns);
+		}
+	}
+	if (rc)
+		return rc;
+	qsort(r->spans, ns, sizeof(span), cmp_span);
+	for (size_t i = 0, j; i < ns; i = j) {
+		const flx_file *f = &r->v->ckpt->files[r->spans[i].file];
+		uint64_t hi = r->spans[i].hi;
+
+		for (j = i + 1;
+		     j < ns && r->spans[j].file == r->spans[i].file &&
+		     r->spans[j].lo <= hi + 1;
+		     j++)
+			if (r->spans[j].hi > hi)
+				hi = r->spans[j].hi;
+		for (uint64_t blk = r->spans[i].lo; blk <= hi; blk++) {
+			size_t len =
+			    flx_bcache_block_len(r->block, f->size, blk);
+
+			if (!len)
+				return -EIO;
+			if (flx_grow((void **)&r->blocks, &r->capblocks, nb + 1,
+				     sizeof(flx_slice_block)))
+				return -ENOMEM;
+			r->blocks[nb++] = (flx_slice_block){blk * r->block, len,
+							    r->spans[i].file};
+		}
+	}
+	*n = nb;
+	return 0;
+}
+
+/* By file, then by destination (the slicer finds rows among neighbours). */
+static int cmp_srun_file(const void *a, const void *b)
+{
+	const flx_slice_run *x = a, *y = b;
+
+	if (x->file != y->file)
+		return x->file < y->file ? -1 : 1;
+	return x->dst < y->dst ? -1 : x->dst > y->dst;
+}
+
+static int gather_flush(rdctx *r)
+{
+	flx_slice_batch b = {.elem_size = r->v->esz,
+			     .dst = r->buf,
+			     .dst_len = r->len,
+			     .runs = r->sruns,
+			     .nruns = r->nsruns,
+			     .block = r->block,
+			     .get = batch_get,
+			     .put = batch_put,
+			     .ctx = r};
+	int rc;
+
+	if (!r->nsruns)
+		return 0;
+	if (r->nsruns > 1)
+		qsort(r->sruns, r->nsruns, sizeof(flx_slice_run),
+		      cmp_srun_file);
+	rc = list_blocks(r, &b.nblocks);
+	b.blocks = r->blocks;
+	if (!rc)
+		rc = flx_slicer_run(r->slicer, &b);
+	r->nsruns = 0;
+	r->nspans = 0;
+	return rc;
+}
+
+/*
+ * Queue the strided run of view bytes [lo, hi): the element holding byte
+ * lo starts at view byte ebase and file offset src, the next ones sstride
+ * bytes further on.  A run of elements a block or more apart lists a block
+ * per element: it is queued in parts of at most MAX_SPANS elements, and a
+ * batch is executed before its list outgrows MAX_SPANS spans.
+ */
+static int gather(rdctx *r, uint32_t file, uint64_t src, uint64_t sstride,
+		  uint64_t ebase, uint64_t lo, uint64_t hi)
+{
+	unsigned esz = r->v->esz;
+
+	while (lo < hi) {
+		flx_slice_run u = {.src = src,
+				   .stride = sstride,
+				   .skip = lo - ebase,
+				   .dst = (size_t)(lo - r->off),
+				   .len = (size_t)(hi - lo),
+				   .file = file};
+		uint64_t cut = ebase + (uint64_t)MAX_SPANS * esz;
+		int rc;
+
+		if (sstride >= r->block && hi > cut)
+			u.len = (size_t)(cut - lo);
+		if ((r->nsruns == MAX_SRUNS ||
+		     r->nspans + run_spans(r, &u) > MAX_SPANS) &&
+		    (rc = gather_flush(r)))
+			return rc;
+		if (flx_grow((void **)&r->sruns, &r->capsruns, r->nsruns + 1,
+			     sizeof(flx_slice_run)))
+			return -ENOMEM;
+		r->sruns[r->nsruns++] = u;
+		r->nspans += run_spans(r, &u);
+		lo += u.len;
+		if (lo < hi) { /* the next part starts on an element */
+			src += (uint64_t)MAX_SPANS * sstride;
+			ebase = cut;
+		}
+	}
+	return 0;
+}
+
+static void unravel(const flx_view *v, uint64_t e, int64_t *g)
+{
+	for (int d = v->ndim - 1; d >= 0; d--) {
+		uint64_t sz = (uint64_t)v->box->size[d];
+
+		g[d] = v->box->off[d] + (int64_t)(e % sz);
+		e /= sz;
+	}
+}
+
+uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which)
+{
+	uint64_t best = 0;
+
+	if (which)
+		*which = NULL;
+	for (size_t i = 0; i < ckpt->ntensors; i++) {
+		const flx_tensor *t = &ckpt->tensors[i];
+
+		for (uint32_t c = 0; c < t->nchunks; c++) {
+			const flx_chunk *ch = &t->chunks[c];
+			uint64_t last; /* storage index of the last element */
+
+			if (t->ndim == 0 || ch->contig_from < t->ndim ||
+			    flx_strided_last(t->ndim, ch->size, ch->stride,
+					     &last) != 0)
+				continue;
+			if ((last + 1) * flx_dtype_size(t->dtype) > best) {
+				best = (last + 1) * flx_dtype_size(t->dtype);
+				if (which)
+					*which = t;
+			}
+		}
+	}
+	return best;
+}
+
+ssize_t flx_view_read_io(const flx_view *v, const flx_view_io *io, void *buf,
+			 size_t n, uint64_t off, flx_read_stats *stats)
+{
+	flx_bcache *cache = io ? io->cache : NULL;
+	rdctx r = {.v = v,
+		   .buf = buf,
+		   .off = off,
+		   .stats = stats,
+		   .cache = cache,
+		   .slicer = io ? io->slicer : NULL,
+		   .block = cache ? flx_bcache_block(cache) : FLX_BCACHE_BLOCK};
+	const piece *p = NULL;
+	uint64_t pos, end;
+	int64_t g[FLX_MAX_DIMS];
+	int rc = 0;
+
+	if (off >= v->bytes || n == 0)
+		return 0;
+	if (n > v->bytes - off)
+		n = (size_t)(v->bytes - off);
+	r.len = n;
+	end = off + n;
+	for (pos = off; pos < end && !rc;) {
+		uint64_t e = pos / v->esz, within = pos % v->esz;
+		uint64_t elems, stop;
+
+		unravel(v, e, g);
+		p = find_piece(v, p, g);
+		if (!p) {
+			rc = -EIO;
+			break;
+		}
+		elems = run_elems(v, p, g);
+		stop = (e + elems) * v->esz;
+		if (stop > end)
+			stop = end;
+		if (p->ch->contig_from < v->ndim || v->ndim == 0) {
+			rc = emit(&r, p->ch->file, src_offset(v, p, g) + within,
+				  (size_t)(pos - off), (size_t)(stop - pos));
+		} else {
+			rc = gather(&r, p->ch->file, src_offset(v, p, g),
+				    (uint64_t)p->ch->stride[v->ndim - 1] *
+					v->esz,
+				    e * v->esz, pos, stop);
+		}
+		pos = stop;
+	}
+	if (!rc)
+		rc = flush(&r);
+	if (!rc)
+		rc = gather_flush(&r);
+	free(r.sruns);
+	free(r.spans);
+	free(r.blocks);
+	free(r.win);
+	free(r.iov);
+	free(r.runs);
+	return rc ? rc : (ssize_t)n;
+}
+
+ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
+		      flx_read_stats *stats)
+{
+	return flx_view_read_io(v, NULL, buf, n, off, stats);
+}
+
+int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
+		    size_t max, size_t *nout)
+{
+	int64_t g[FLX_MAX_DIMS] = {0};
+	const piece *p = NULL;
+	uint64_t pos = off, end;
+	size_t k = 0;
+
+	*nout = 0;
+	if (n == 0 || off >= v->bytes || n > v->bytes - off || max == 0)
+		return 0;
+	end = off + n;
+	while (pos < end) {
+		uint64_t e = pos / v->esz, stop, src;
+
+		unravel(v, e, g);
+		p = find_piece(v, p, g);
+		if (!p || (v->ndim > 0 && p->ch->contig_from >= v->ndim))
+			return 0;
+		stop = (e + run_elems(v, p, g)) * v->esz;
+		if (stop > end)
+			stop = end;
+		src = src_offset(v, p, g) + pos % v->esz;
+		if (k && out[k - 1].file == p->ch->file &&
+		    out[k - 1].src + out[k - 1].len == src) {
+			out[k - 1].len += stop - pos;
+		} else {
+			if (k == max)
+				return 0;
+			out[k++] = (flx_range){p->ch->file, src, stop - pos};
+		}
+		pos = stop;
+	}
+	for (size_t i = 0; i < k; i++)
+		if (flx_file_verify(v->ckpt, &v->ckpt->files[out[i].file],
+				    false))
+			return -EIO;
+	*nout = k;
+	return 0;
+}

@@ -1,0 +1,109 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_RESHARD_VIEW_H
+#define FLX_RESHARD_VIEW_H
+
+/*
+ * A "view" is one (tensor, box) pair whose bytes are the box's elements in
+ * C order.  flx_view_read() serves any byte range of a view straight from
+ * the source files: the box is intersected with the saved chunks (found
+ * through an index sorted along one axis, never a scan of all pairs), and
+ * every requested byte is copied by coalesced pread()s of contiguous source
+ * runs; only chunks saved with a non-unit innermost stride are gathered
+ * through the mount's slicer (gpu/slice.h): the strided runs of a read as
+ * one batch, whose blocks come from the mount's cache (bcache.h).
+ *
+ * Thread-safety: a view is immutable once built; reads are reentrant.
+ */
+
+#include "bcache.h"
+#include "ckpt.h"
+#include "slice.h"
+
+#include <sys/types.h>
+
+typedef struct flx_view flx_view;
+
+/**
+ * The largest storage span, in bytes, of a chunk saved with a strided
+ * innermost axis (read by gathers, see bcache.h), and its tensor in *which
+ * (may be NULL); 0 when every chunk's innermost axis is contiguous.
+ */
+uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which);
+
+/** Box of a view, its tensor and its size in bytes. */
+const flx_box *flx_view_box(const flx_view *v);
+const flx_tensor *flx_view_tensor(const flx_view *v);
+uint64_t flx_view_bytes(const flx_view *v);
+
+/** Indices (into ckpt->files) of the backing files the view reads,
+ * sorted and unique.  @return 0 and *out (owned, free()) / *n, or -ENOMEM. */
+int flx_view_files(const flx_view *v, uint32_t **out, size_t *n);
+
+/** The same without allocating: the view reads from npieces saved chunks,
+ * piece i from file flx_view_piece_file(v, i) (files may repeat). */
+size_t flx_view_npieces(const flx_view *v);
+uint32_t flx_view_piece_file(const flx_view *v, size_t i);
+
+/** A view of any box of t, on its own (a plan's views belong to the plan).
+ * @return 0 and *out (owned; flx_view_free()), or -errno. */
+int flx_view_new(const flx_ckpt *ckpt, const flx_tensor *t, const flx_box *box,
+		 flx_view **out, flx_error *err);
+
+/** Free a view from flx_view_new(); NULL and a plan's views are ignored
+ * (those go with the plan). */
+void flx_view_free(flx_view *v);
+
+/** A contiguous byte range of one backing file. */
+typedef struct flx_range {
+	uint32_t file; /* index into ckpt->files */
+	uint64_t src;  /* offset in that file */
+	uint64_t len;
+} flx_range;
+
+/**
+ * Describe view bytes [off, off+n) as at most max contiguous ranges of
+ * backing files, in order, a range that continues the one before merged
+ * into it, after checking each file is unchanged: a reply can then be
+ * spliced from the files without a copy.
+ * @return 0 and *nout, the number of ranges written to out: >= 1, or 0
+ *         when some bytes need a gather (a chunk saved with a strided
+ *         innermost axis), take more than max ranges, or lie outside the
+ *         view; -EIO if a backing file changed since mount.
+ */
+int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
+		    size_t max, size_t *nout);
+
+/** Read statistics, for tests and benchmarks (per call, caller-owned). */
+typedef struct flx_read_stats {
+	uint64_t preads;     /* pread() calls issued */
+	uint64_t bytes_read; /* bytes read from backing files */
+} flx_read_stats;
+
+/**
+ * Copy bytes [off, off+n) of view v into buf (n is clipped at the end),
+ * gathering strided chunks on the CPU without a cache.  stats may be NULL.
+ * @return bytes copied (0 at/after the end), or -EIO (short read of a
+ *         backing file, which means it changed after mount) / -errno.
+ */
+ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
+		      flx_read_stats *stats);
+
+/**
+ * How the reads of one mount gather chunks saved with a strided innermost
+ * axis, chosen once at mount (flx_slicer_default()) and shared by every
+ * read, which only reads it.
+ */
+typedef struct flx_view_io {
+	flx_bcache *cache;	  /* their blocks, kept for later reads; NULL:
+				   * each read fetches the blocks it needs */
+	const flx_slicer *slicer; /* executes them; NULL: the CPU backend */
+} flx_view_io;
+
+/**
+ * flx_view_read() whose strided gathers go through io (borrowed; NULL:
+ * no cache, the CPU backend).  Reads through one io may run in parallel.
+ */
+ssize_t flx_view_read_io(const flx_view *v, const flx_view_io *io, void *buf,
+			 size_t n, uint64_t off, flx_read_stats *stats);
+
+#endif
