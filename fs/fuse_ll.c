@@ -475,13 +475,13 @@ static void flx_ll_opendir(fuse_req_t req, fuse_ino_t ino,
 /*
  * Directory position i: 0 is ".", 1 is "..", i >= 2 is the core's entry
  * i - 2.  Only st_ino and the type bits of *sb matter to readdir.
- * @return 1 with *name and *sb, 0 past the end, or -errno.
+ * @return 0 with *name (NULL past the end) and *sb, or -errno.
  */
 static int dirent_at(const flx_fs *fs, fuse_ino_t dir, uint64_t i,
 		     const char **name, struct stat *sb)
 {
 	flx_stat st = {.ino = dir, .dir = true};
-	int rc = 1;
+	int rc = 0;
 
 	if (i == 0) {
 		*name = ".";
@@ -515,14 +515,13 @@ static void flx_ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 		size_t len;
 
 		rc = dirent_at(fs_of(req), ino, i, &name, &sb);
-		if (rc <= 0)
+		if (rc || !name)
 			break;
 		len = fuse_add_direntry(req, buf + used, size - used, name, &sb,
 					(off_t)(i + 1));
 		if (len > size - used)
 			break; /* full: the kernel asks again from i */
 		used += len;
-		rc = 0;
 	}
 	if (rc < 0 && used == 0)
 		fuse_reply_err(req, -rc);
@@ -637,7 +636,7 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	flx_piece pc[FLX_LL_SPLICE_PIECES];
 	flx_stat st;
 	char *buf;
-	size_t len = 0;
+	size_t len = 0, np = 0;
 	ssize_t n;
 	int rc;
 
@@ -653,9 +652,9 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			  ? (size_t)(st.size - (uint64_t)off)
 			  : size;
 		rc = flx_fs_pieces(fs, ino, (uint64_t)off, len, buf, pc,
-				   FLX_LL_SPLICE_PIECES);
+				   FLX_LL_SPLICE_PIECES, &np);
 	}
-	if (rc > 0 && splice_fits(pc, (size_t)rc, len)) {
+	if (!rc && np > 0 && splice_fits(pc, np, len)) {
 		/* a fuse_bufvec ends in buf[1]: room for the others after it */
 		_Alignas(struct fuse_bufvec) unsigned char
 		    mem[sizeof(struct fuse_bufvec) +
@@ -663,8 +662,8 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		struct fuse_bufvec *bv = (struct fuse_bufvec *)mem;
 
 		*bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT(0);
-		bv->count = (size_t)rc;
-		for (int i = 0; i < rc; i++) {
+		bv->count = np;
+		for (size_t i = 0; i < np; i++) {
 			struct fuse_buf *b = &bv->buf[i];
 
 			*b = (struct fuse_buf){.size = pc[i].len};
@@ -681,7 +680,7 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_expect = 0;
 		return;
 	}
-	if (rc == 1 && pc[0].fd < 0) {
+	if (!rc && np == 1 && pc[0].fd < 0) {
 		fuse_reply_buf(req, pc[0].mem, len); /* literal bytes only */
 		return;
 	}

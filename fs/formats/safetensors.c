@@ -1,0 +1,289 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * safetensors files; see safetensors.h.  The header is cut into pieces
+ * that are generated alone: the head (length prefix, __metadata__, and
+ * in a rank's file the start of the "flexfs" metadata), the metadata's
+ * tensors by batches, the metadata's end, the tensor entries by batches,
+ * and the closing brace with its padding.
+ */
+#include "safetensors.h"
+
+#include "json_internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A safetensors file (owned by the fs). */
+typedef struct st_file {
+	const flx_gen_ctx *ctx;
+	int tp, pp; /* see flx_st_add_file() */
+	const flx_st_set *set;
+	uint64_t *boff; /* data offset of each FLX_GEN_BATCH-th entry in
+			 * data order (from the end of the header) */
+	uint64_t hlen;	/* the header's length prefix: JSON + padding */
+	uint64_t pad;	/* spaces after the closing brace */
+} st_file;
+
+bool flx_st_representable(flx_dtype dtype)
+{
+	return flx_dtype_get(dtype)->safetensors != NULL;
+}
+
+/* The view entry e stands for in file f. */
+static const flx_view *st_view(const st_file *f, const flx_st_entry *e)
+{
+	return f->pp < 0 ? e->pl->whole : e->pl->views[f->tp];
+}
+
+/* A writer of a header piece of f: compact and ASCII, as the
+ * safetensors writers dump it. */
+static flx_jw st_writer(const st_file *f, unsigned char *dst, uint64_t lo,
+			uint64_t hi)
+{
+	flx_jw w = flx_jw_window(dst, lo, hi);
+
+	w.ascii = true;
+	w.plain_names = f->ctx->plain_names;
+	return w;
+}
+
+/* The length prefix, __metadata__, and in a rank's file the "flexfs"
+ * metadata (a compact JSON text as a string value) up to its tensors. */
+static int st_head(const void *arg, uint32_t idx, unsigned char *dst,
+		   uint64_t lo, uint64_t hi, uint64_t *len)
+{
+	const st_file *f = arg;
+	const flx_spec *s = f->ctx->plan->spec;
+	flx_jw w = st_writer(f, dst, lo, hi);
+	unsigned char prefix[8];
+
+	(void)idx;
+	for (int i = 0; i < 8; i++)
+		prefix[i] = (unsigned char)(f->hlen >> (8 * i));
+	flx_jw_raw(&w, prefix, 8);
+	flx_jw_open(&w, '{');
+	flx_jw_key(&w, "__metadata__");
+	flx_jw_open(&w, '{');
+	flx_jw_key(&w, "format");
+	flx_jw_str(&w, "pt");
+	if (f->pp < 0) {
+		flx_jw_close(&w, '}');
+		return flx_jw_end(&w, len);
+	}
+	flx_jw_key(&w, "flexfs");
+	flx_jw_quote(&w);
+	w.quoted = true;
+	w.ascii = false;
+	flx_jw_open(&w, '{');
+	flx_jw_key(&w, "tp");
+	flx_jw_int(&w, s->tp);
+	flx_jw_key(&w, "pp");
+	flx_jw_int(&w, s->pp);
+	flx_jw_key(&w, "rank");
+	flx_jw_open(&w, '{');
+	flx_jw_key(&w, "tp");
+	flx_jw_int(&w, f->tp);
+	flx_jw_key(&w, "pp");
+	flx_jw_int(&w, f->pp);
+	flx_jw_close(&w, '}');
+	flx_jw_key(&w, "tensors");
+	flx_jw_open(&w, '{');
+	return flx_jw_end(&w, len);
+}
+
+/* The metadata's tensors idx.. (a batch, in set order), inside the quoted
+ * metadata, whose "tensors" object is at depth 4. */
+static int st_meta(const void *arg, uint32_t idx, unsigned char *dst,
+		   uint64_t lo, uint64_t hi, uint64_t *len)
+{
+	const st_file *f = arg;
+	flx_jw w = st_writer(f, dst, lo, hi);
+
+	w.quoted = true;
+	w.ascii = false;
+	flx_jw_resume(&w, 4, idx > 0);
+	for (size_t i = idx; i < f->set->n && i < idx + FLX_GEN_BATCH; i++) {
+		const flx_st_entry *e = &f->set->e[i];
+		const flx_tensor *t = e->pl->src;
+
+		flx_jw_key_name(&w, e->name);
+		flx_jw_open(&w, '{');
+		flx_jw_key(&w, "source");
+		flx_jw_name(&w, t->fqn);
+		flx_jw_key(&w, "global_shape");
+		flx_jw_ints(&w, t->ndim, t->shape);
+		flx_jw_key(&w, "global_offset");
+		flx_jw_ints(&w, t->ndim, flx_view_box(st_view(f, e))->off);
+		flx_jw_key(&w, "split_axis");
+		flx_jw_int_or_null(&w, e->pl->split);
+		flx_jw_close(&w, '}');
+	}
+	return flx_jw_end(&w, len);
+}
+
+static int st_meta_end(const void *arg, uint32_t idx, unsigned char *dst,
+		       uint64_t lo, uint64_t hi, uint64_t *len)
+{
+	const st_file *f = arg;
+	flx_jw w = st_writer(f, dst, lo, hi);
+
+	(void)idx;
+	w.quoted = true;
+	w.ascii = false;
+	flx_jw_resume(&w, 4, f->set->n > 0);
+	flx_jw_close(&w, '}');
+	flx_jw_close(&w, '}');
+	w.quoted = false;
+	w.ascii = true;
+	flx_jw_quote(&w);
+	flx_jw_close(&w, '}');
+	return flx_jw_end(&w, len);
+}
+
+/* Tensor entries idx.. in data order (a batch), at depth 1 after
+ * __metadata__. */
+static int st_entries(const void *arg, uint32_t idx, unsigned char *dst,
+		      uint64_t lo, uint64_t hi, uint64_t *len)
+{
+	const st_file *f = arg;
+	flx_jw w = st_writer(f, dst, lo, hi);
+	uint64_t off = f->boff[idx / FLX_GEN_BATCH];
+
+	flx_jw_resume(&w, 1, true);
+	for (size_t i = idx; i < f->set->n && i < idx + FLX_GEN_BATCH; i++) {
+		const flx_st_entry *e = &f->set->e[f->set->order[i]];
+		const flx_view *v = st_view(f, e);
+		const flx_tensor *t = e->pl->src;
+		int64_t offs[2] = {(int64_t)off,
+				   (int64_t)(off + flx_view_bytes(v))};
+
+		flx_jw_key_name(&w, e->name);
+		flx_jw_open(&w, '{');
+		flx_jw_key(&w, "dtype");
+		flx_jw_str(&w, flx_dtype_get(t->dtype)->safetensors);
+		flx_jw_key(&w, "shape");
+		flx_jw_ints(&w, t->ndim, flx_view_box(v)->size);
+		flx_jw_key(&w, "data_offsets");
+		flx_jw_ints(&w, 2, offs);
+		flx_jw_close(&w, '}');
+		off += flx_view_bytes(v);
+	}
+	return flx_jw_end(&w, len);
+}
+
+/* The closing brace and the spaces that align the data to 64 bytes. */
+static int st_end(const void *arg, uint32_t idx, unsigned char *dst,
+		  uint64_t lo, uint64_t hi, uint64_t *len)
+{
+	const st_file *f = arg;
+	flx_jw w = st_writer(f, dst, lo, hi);
+
+	(void)idx;
+	flx_jw_raw(&w, "}", 1);
+	flx_jw_spaces(&w, f->pad);
+	return flx_jw_end(&w, len);
+}
+
+static const flx_gen_ops st_head_ops = {"safetensors head", st_head};
+static const flx_gen_ops st_meta_ops = {"safetensors metadata", st_meta};
+static const flx_gen_ops st_meta_end_ops = {"safetensors metadata end",
+					    st_meta_end};
+static const flx_gen_ops st_entries_ops = {"safetensors entries", st_entries};
+static const flx_gen_ops st_end_ops = {"safetensors end", st_end};
+
+flx_st_entry flx_st_entry_of(const char *name, const flx_placement *pl)
+{
+	return (flx_st_entry){
+	    .name = name, .pl = pl, .esz = flx_dtype_size(pl->src->dtype)};
+}
+
+int flx_st_set_new(flx_fs *fs, size_t n, flx_st_set **out)
+{
+	flx_st_set *s = flx_fs_alloc(
+	    fs, sizeof(*s) + n * (sizeof(flx_st_entry) + sizeof(uint32_t)));
+
+	if (!s)
+		return -ENOMEM;
+	s->e = (flx_st_entry *)(s + 1);
+	s->order = (uint32_t *)(s->e + n);
+	*out = s;
+	return 0;
+}
+
+static int cmp_entry(const void *pa, const void *pb, void *arg)
+{
+	const flx_st_set *s = arg;
+	const flx_st_entry *a = &s->e[*(const uint32_t *)pa];
+	const flx_st_entry *b = &s->e[*(const uint32_t *)pb];
+
+	if (a->esz != b->esz)
+		return a->esz > b->esz ? -1 : 1;
+	return strcmp(a->name, b->name);
+}
+
+void flx_st_sort(flx_st_set *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		s->order[i] = (uint32_t)i;
+	if (s->n > 1)
+		qsort_r(s->order, s->n, sizeof(*s->order), cmp_entry, s);
+}
+
+/* Fill f->boff from its set's data order. */
+static void st_offsets(st_file *f)
+{
+	const flx_st_set *s = f->set;
+	uint64_t off = 0;
+
+	for (size_t i = 0; i < s->n; i++) {
+		if (i % FLX_GEN_BATCH == 0)
+			f->boff[i / FLX_GEN_BATCH] = off;
+		off += flx_view_bytes(st_view(f, &s->e[s->order[i]]));
+	}
+}
+
+/*
+ * The header's pieces, then the tensors in data order.  The length
+ * prefix counts the JSON and the spaces after it; the head is measured
+ * before the prefix is known, its 8 bytes being 8 whatever their value.
+ */
+int flx_st_add_file(flx_fs *fs, int dir, const char *name,
+		    const flx_gen_ctx *ctx, const flx_st_set *set, int tp,
+		    int pp)
+{
+	st_file *f = flx_fs_alloc(fs, sizeof(*f));
+	uint64_t text, total;
+	int file, rc = -ENOMEM;
+
+	if (!f)
+		goto out;
+	*f = (st_file){.ctx = ctx, .tp = tp, .pp = pp, .set = set};
+	f->boff =
+	    flx_fs_alloc(fs, (set->n / FLX_GEN_BATCH + 1) * sizeof(uint64_t));
+	if (!f->boff)
+		goto out;
+	st_offsets(f);
+	rc = flx_fs_mkfile(fs, dir, name, &file);
+	if (!rc)
+		rc = flx_fs_add_gen(fs, file, &st_head_ops, f, 0);
+	for (size_t k = 0; !rc && pp >= 0 && k < set->n; k += FLX_GEN_BATCH)
+		rc = flx_fs_add_gen(fs, file, &st_meta_ops, f, (uint32_t)k);
+	if (!rc && pp >= 0)
+		rc = flx_fs_add_gen(fs, file, &st_meta_end_ops, f, 0);
+	for (size_t k = 0; !rc && k < set->n; k += FLX_GEN_BATCH)
+		rc = flx_fs_add_gen(fs, file, &st_entries_ops, f, (uint32_t)k);
+	if (rc)
+		goto out;
+	/* the closing brace, then spaces to a multiple of 64 */
+	text = flx_fs_file_size(fs, file) - 8 + 1;
+	total = (8 + text + 63) & ~(uint64_t)63;
+	f->hlen = total - 8;
+	f->pad = total - 8 - text;
+	rc = flx_fs_add_gen(fs, file, &st_end_ops, f, 0);
+	for (size_t i = 0; !rc && i < set->n; i++)
+		rc = flx_fs_add_view(fs, file,
+				     st_view(f, &set->e[set->order[i]]), NULL);
+out:
+	return rc;
+}
