@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 # oracle checks (real loaders read the views back).
 PKGS=(build-essential cmake pkg-config libfuse3-dev fuse3 libjansson-dev
       libzstd-dev bats clang-format python3 python3-numpy python3-torch
-      python3-zstandard util-linux valgrind)
+      python3-zstandard python3-protobuf protobuf-compiler util-linux valgrind)
 
 missing=()
 for p in "${PKGS[@]}"; do
