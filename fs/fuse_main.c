@@ -17,6 +17,7 @@
 #include "ckpt.h"
 #include "error.h"
 #include "plan.h"
+#include "transform.h"
 #include "tree.h"
 
 #include <errno.h>
@@ -179,31 +180,37 @@ static int parse(const char *prog, struct cmdline *cl, struct fuse_args *args,
 
 /* Checkpoint -> plan -> tree, every check that needs the real metadata.
  * @return 0, or -errno after printing the one error line. */
-static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_plan **plan,
-		 flx_fs **fs)
+static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_xindex **xi,
+		 flx_plan **plan, flx_fs **fs)
 {
 	flx_error err;
 	int rc;
 
 	flx_error_init(&err);
-	/* The plan and the tree need nothing the items give: they are built
-	 * while the items are read. */
+	/* Source -> transform -> plan -> tree.  The transform, the plan and
+	 * the tree need nothing the items give: they are built while the
+	 * items are read. */
 	rc = flx_ckpt_open_start(cl->mo.source, ckpt, &err);
 	if (!rc)
-		rc = flx_plan_build(*ckpt, &cl->mo.spec, plan, &err);
+		rc = flx_xform_apply(cl->mo.spec.xform, *ckpt, xi, &err);
 	if (!rc)
-		rc = flx_fs_build(*ckpt, *plan, fs, &err);
+		rc = flx_plan_build(flx_xindex_ckpt(*xi), &cl->mo.spec, plan,
+				    &err);
+	if (!rc)
+		rc = flx_fs_build(flx_xindex_ckpt(*xi), *plan, fs, &err);
 	if (*ckpt) {
 		flx_error ierr;
 		int irc;
 
-		/* a bad item is reported before a plan or tree failure, as
-		 * when the items were read first */
+		/* a bad item is reported before a transform, plan or tree
+		 * failure, as when the items were read first */
 		flx_error_init(&ierr);
 		irc = flx_ckpt_finish(*ckpt, &ierr);
 		if (irc) {
 			err = ierr;
 			rc = irc;
+		} else if (*xi) {
+			flx_xindex_finish(*xi);
 		}
 	}
 	if (rc) {
@@ -411,6 +418,7 @@ int main(int argc, char **argv)
 	struct fuse_session *se;
 	struct cmdline cl;
 	flx_ckpt *ckpt = NULL;
+	flx_xindex *xi = NULL;
 	flx_plan *plan = NULL;
 	flx_fs *fs = NULL;
 	flx_bcache *cache = NULL;
@@ -431,9 +439,9 @@ int main(int argc, char **argv)
 		ret = rc == 2 ? 0 : 1;
 		goto err_out1;
 	}
-	if (build(&cl, &ckpt, &plan, &fs))
+	if (build(&cl, &ckpt, &xi, &plan, &fs))
 		goto err_out1;
-	if (make_cache(&cl.mo, ckpt, fs, &cache))
+	if (make_cache(&cl.mo, flx_xindex_ckpt(xi), fs, &cache))
 		goto err_out1;
 
 	ll = (flx_ll){.fs = fs,
@@ -469,6 +477,7 @@ err_out1:
 	flx_fs_free(fs);
 	flx_bcache_free(cache);
 	flx_plan_free(plan);
+	flx_xindex_free(xi);
 	flx_ckpt_close(ckpt);
 	free(fo.mountpoint);
 	fuse_opt_free_args(&args);

@@ -2,6 +2,7 @@
 #include "spec.h"
 
 #include "json_guard.h"
+#include "transform.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -47,6 +48,7 @@ void flx_spec_release(flx_spec *s)
 	free(s->layer_regex);
 	free(s->embed_regex);
 	free_rules(s->rules, s->nrules);
+	flx_xform_free(s->xform);
 	memset(s, 0, sizeof(*s));
 }
 

@@ -54,6 +54,9 @@ typedef struct flx_spec {
 	char *embed_regex; /* POSIX ERE for first-stage tensors */
 	bool pp_renumber;  /* stage-local layer indices */
 	uint64_t hf_shard_size; /* bytes per hf/ shard before splitting */
+	/* the transform stage's list (transform.h), owned; NULL: the
+	 * source's tensors are served as they are */
+	struct flx_xform *xform;
 } flx_spec;
 
 #define FLX_DEFAULT_LAYER_REGEX "(^|\\.)layers\\.([0-9]+)\\."
@@ -65,7 +68,8 @@ typedef struct flx_spec {
  * @return 0 or -ENOMEM. */
 int flx_spec_init(flx_spec *s);
 
-/** Free owned strings and rules; safe after a partial init. */
+/** Free owned strings, rules and the transform list; safe after a
+ * partial init. */
 void flx_spec_release(flx_spec *s);
 
 /**

@@ -13,6 +13,7 @@
 #include "error.h"
 #include "mountopts.h"
 #include "plan.h"
+#include "transform.h"
 #include "tree.h"
 
 #include <errno.h>
@@ -379,6 +380,7 @@ int main(int argc, char **argv)
 {
 	flx_mountopts mo;
 	flx_ckpt *ckpt = NULL;
+	flx_xindex *xi = NULL;
 	flx_plan *plan = NULL;
 	flx_error err;
 	int json = 0, rc;
@@ -393,12 +395,15 @@ int main(int argc, char **argv)
 		flx_mo_release(&mo);
 		return rc == 3 ? 0 : rc;
 	}
+	/* the mount's stages: source -> transform -> plan */
 	rc = flx_ckpt_open(argv[optind], &ckpt, &err);
 	if (!rc)
-		rc = flx_plan_build(ckpt, &mo.spec, &plan, &err);
+		rc = flx_xform_apply(mo.spec.xform, ckpt, &xi, &err);
 	if (!rc)
-		rc = json ? print_json(ckpt, plan, &err)
-			  : print_table(ckpt, plan);
+		rc = flx_plan_build(flx_xindex_ckpt(xi), &mo.spec, &plan, &err);
+	if (!rc)
+		rc = json ? print_json(flx_xindex_ckpt(xi), plan, &err)
+			  : print_table(flx_xindex_ckpt(xi), plan);
 	if (rc) {
 		if (!err.code)
 			flx_error_set(&err, rc, NULL, NULL, "%s",
@@ -406,6 +411,7 @@ int main(int argc, char **argv)
 		report(&err);
 	}
 	flx_plan_free(plan);
+	flx_xindex_free(xi);
 	flx_ckpt_close(ckpt);
 	flx_mo_release(&mo);
 	return rc ? 1 : 0;
