@@ -89,11 +89,10 @@ __attribute__((format(printf, 2, 3))) static void warn(const flx_ll *ll,
  * buffer.  For a view that is one copy per byte instead of two (a spliced
  * reply goes from the backing file's page cache straight to the reader,
  * not through a page cache of the view) and no page-cache pages to
- * allocate: first reads of 1 MiB ran 2-4x faster here, and the data is
- * not cached twice (backing file and view).  The price: re-reads are
- * served by the daemon again, and every small read() is a round trip
- * (4 KiB reads: 0.2 against 2.8 GB/s), so it is an option, not the
- * default (docs/performance.md).
+ * allocate, so large first reads are faster and the data is not cached
+ * twice (backing file and view).  The price: re-reads are served by the
+ * daemon again, and every small read() is a round trip, so it is an
+ * option, not the default (docs/performance.md has the figures).
  *
  * Loaders mmap() these files (numpy, safetensors).  A MAP_SHARED mapping
  * of a direct-io file fails with ENODEV unless the INIT reply carries
@@ -327,9 +326,9 @@ static void fill_attr(const flx_ll *ll, const flx_stat *st, struct stat *sb)
  * FLX_LL_SPLICE_PIECES pieces (a .npy header and its data, or the end of
  * one tensor and the start of the next) fits a pipe: the probe below
  * tries a pipe for the largest request; failing that, the request is
- * pipe-max-size less that estimate (996 KiB of a 1 MiB pipe).  Requests
- * of 256 KiB to 1008 KiB measured alike (docs/performance.md); unspliced
- * replies cost a second copy.  Replies that need a gather use the
+ * pipe-max-size less that estimate (996 KiB of a 1 MiB pipe).  The
+ * request size matters little within that range (docs/performance.md);
+ * unspliced replies cost a second copy.  Replies that need a gather use the
  * reusable per-thread buffer.
  */
 #define FLX_LL_REQ_MAX	      (1u << 20)
@@ -394,7 +393,8 @@ static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 		conn->max_write = (unsigned)splice_max;
 	splice_max = conn->max_write;
 	/* Readahead of several requests keeps the reader, the kernel and
-	 * the daemon's threads busy at once (4 measured best here). */
+	 * the daemon's threads busy at once (the count:
+	 * docs/performance.md). */
 	if (ll->read_ahead_kb == FLX_LL_RA_AUTO)
 		ll->read_ahead_kb = 4 * (conn->max_write / 1024);
 	/* The data never changes: no need to revalidate pages on getattr. */
@@ -408,10 +408,8 @@ static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_SPLICE_MOVE;
 	/* Readahead requests are background requests, and every reader
 	 * keeps a window of 4 in flight; the kernel's default of 12 lets
-	 * three readers do so.  8 concurrent readers measured 1.13x one
-	 * reader with 12 and 1.27-1.34x with 32 to 128 (docs/performance.md);
-	 * one reader is unaffected.  The congestion threshold is libfuse's
-	 * 3/4 of it. */
+	 * only three readers do so (figure 7 of docs/performance.md).  The
+	 * congestion threshold is libfuse's 3/4 of it. */
 	if (conn->max_background < FLX_LL_MAX_BACKGROUND)
 		conn->max_background = FLX_LL_MAX_BACKGROUND;
 	init_direct_io(ll, conn);
@@ -555,8 +553,8 @@ static void flx_ll_open(fuse_req_t req, fuse_ino_t ino,
 
 /*
  * Per worker thread, one reply buffer that only grows: a fresh allocation
- * per request of up to 1 MiB costs a page fault per page (measured: 238k
- * faults per GB), which dominates a read.  Freed when the thread exits.
+ * per request of up to 1 MiB costs a page fault per page, which
+ * dominates a read.  Freed when the thread exits.
  */
 static pthread_key_t buf_key;
 static pthread_once_t buf_once = PTHREAD_ONCE_INIT;

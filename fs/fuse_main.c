@@ -310,10 +310,9 @@ static bool loop_failed(int rc)
 /*
  * Huge pages for the heap.  Building a large namespace touches hundreds
  * of MiB of fresh heap, and where each 4 KiB page fault is expensive (a
- * VM that returns freed memory to its host: 11 us a fault measured here,
- * 47,000 faults for a 10,000-tensor checkpoint) faulting is most of the
- * mount time.  glibc's malloc asks for transparent huge pages when the
- * tunable glibc.malloc.hugetlb=1 is set, and tunables are read only at
+ * VM that returns freed memory to its host; docs/performance.md) faulting
+ * is most of the mount time.  glibc's malloc asks for transparent huge pages
+ * when the tunable glibc.malloc.hugetlb=1 is set, and tunables are read only at
  * startup, so when THP is in "madvise" mode and the tunable is not set,
  * the process re-executes itself once with it added.  FLX_THP_ENV marks
  * the second start and carries what to restore, so nothing leaks to

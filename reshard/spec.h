@@ -94,9 +94,9 @@ const flx_rule *flx_spec_match(const flx_spec *s, const char *fqn);
 /**
  * The default layer regex, FLX_DEFAULT_LAYER_REGEX, without regexec():
  * true when fqn matches it, with [*so, *eo) the layer digits (its last
- * group), exactly as regexec() reports them.  glibc's regexec() costs
- * about 1 us per name once capture groups are asked for, 10 ms of the
- * plan of a 10,000-tensor checkpoint.
+ * group), exactly as regexec() reports them.  glibc's regexec() with
+ * capture groups is slow enough to dominate the plan of a large
+ * checkpoint (docs/performance.md).
  */
 bool flx_default_layer_match(const char *fqn, size_t *so, size_t *eo);
 

@@ -338,10 +338,8 @@ static size_t round_up(size_t n)
  * opcodes, are most of the time a large load takes, so the block is offered
  * to transparent huge pages (one fault instead of 512) and prefaulted in one
  * call where THP is off: the arena fills it front to back, and memo slots
- * are numbered densely.  Measured
- * on a 8.9 MB .metadata in a VM: 184 ms with 4 KiB faults, 81 prefaulted,
- * 47 with THP.  Either advice is a hint; without it the block is ordinary
- * memory. */
+ * are numbered densely (docs/performance.md has the figures).  Either
+ * advice is a hint; without it the block is ordinary memory. */
 static void *huge_alloc(void)
 {
 	void *b = NULL;
