@@ -11,16 +11,19 @@
  */
 #include "ckpt.h"
 #include "grow.h"
+#include "reader.h"
 #include "source.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -271,6 +274,85 @@ bool flx_relpath_ok(const char *p)
 			s++;
 	}
 	return true;
+}
+
+/* A buffer of n bytes; a large one is offered to transparent huge pages:
+ * copying megabytes into fresh 4 KiB pages costs a fault per page, several
+ * times the copy itself.  free() releases it. */
+static void *whole_alloc(size_t n)
+{
+	const size_t huge = (size_t)2 << 20;
+	void *b = NULL;
+
+	if (n < huge)
+		return malloc(n ? n : 1);
+	if (posix_memalign(&b, huge, (n + huge - 1) / huge * huge))
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	(void)madvise(b, (n + huge - 1) / huge * huge, MADV_HUGEPAGE);
+#endif
+	return b;
+}
+
+/* "1 GiB", "64 MiB", ... for a power of two of at least 1 KiB. */
+static void fmt_pow2(char *out, size_t len, uint64_t v)
+{
+	static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB"};
+	int u = 0;
+
+	v >>= 10;
+	while (v >= 1024 && u < 3) {
+		v >>= 10;
+		u++;
+	}
+	snprintf(out, len, "%" PRIu64 " %s", v, unit[u]);
+}
+
+int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
+			 const char *missing, void **buf_out, size_t *len_out,
+			 int64_t *mtime_ns, flx_error *err)
+{
+	struct stat st;
+	unsigned char *buf = NULL;
+	char most[32];
+	int fd = -1, rc = flx_build_open(b, relpath, &fd);
+
+	if (rc == -EXDEV)
+		return flx_error_set(err, -EINVAL, relpath, NULL,
+				     "resolves outside the checkpoint "
+				     "directory (symlink)");
+	if (rc == -ENOENT && missing)
+		return flx_error_set(err, rc, relpath, NULL, "%s", missing);
+	if (rc)
+		return flx_error_set(err, rc, relpath, NULL, "cannot open: %s",
+				     strerror(-rc));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size > max) {
+		fmt_pow2(most, sizeof(most), max);
+		rc = flx_error_set(err, -EINVAL, relpath, NULL,
+				   "not a regular file of at most %s", most);
+		goto out;
+	}
+	buf = whole_alloc((size_t)st.st_size + 1);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = flx_pread_full(fd, buf, (size_t)st.st_size, 0);
+	if (rc) {
+		rc = flx_error_set(err, rc, relpath, NULL, "read failed: %s",
+				   strerror(-rc));
+		goto out;
+	}
+	buf[st.st_size] = '\0';
+	*buf_out = buf;
+	*len_out = (size_t)st.st_size;
+	*mtime_ns = flx_mtime_ns(&st);
+	buf = NULL;
+out:
+	free(buf);
+	close(fd);
+	return rc;
 }
 
 int flx_build_open(flx_build *b, const char *relpath, int *fd_out)

@@ -81,6 +81,22 @@ int flx_build_dirfd(const flx_build *b);
  */
 int flx_build_open(flx_build *b, const char *relpath, int *fd);
 
+/**
+ * Read a source's own metadata file whole: opened as flx_build_open()
+ * does, a regular file of at most max bytes (a power of two: messages
+ * name it in KiB/MiB/GiB), into a buffer with a NUL byte past its end
+ * (text parsers may rely on it); a large one is offered to transparent
+ * huge pages.  missing: what to say when relpath does not exist (NULL:
+ * the system's message).
+ * @return 0 and *buf (owned; free()), *len and *mtime_ns (the file's
+ *         mtime), or -errno with err naming relpath: -EINVAL (outside the
+ *         directory, not a regular file, too large), -ENOENT, -ENOMEM,
+ *         or the open's or read's error.
+ */
+int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
+			 const char *missing, void **buf, size_t *len,
+			 int64_t *mtime_ns, flx_error *err);
+
 /* Who names a data file, for its error messages. */
 typedef struct flx_file_ref {
 	const char *from;  /* the file that names it: ".metadata" */

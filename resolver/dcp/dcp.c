@@ -1012,68 +1012,6 @@ out:
 	return rc;
 }
 
-/* The buffer for .metadata's bytes.  A large one is offered to
- * transparent huge pages: copying 9 MB into fresh 4 KiB pages costs a
- * fault per page, several times the copy itself.  free() releases it. */
-static void *meta_alloc(size_t n)
-{
-	const size_t huge = (size_t)2 << 20;
-	void *b = NULL;
-
-	if (n < huge)
-		return malloc(n ? n : 1);
-	if (posix_memalign(&b, huge, (n + huge - 1) / huge * huge))
-		return NULL;
-#ifdef MADV_HUGEPAGE
-	(void)madvise(b, (n + huge - 1) / huge * huge, MADV_HUGEPAGE);
-#endif
-	return b;
-}
-
-static int read_metadata(loader *L, void **buf_out, size_t *len_out)
-{
-	struct stat st;
-	void *buf = NULL;
-	int fd = -1, rc = flx_build_open(L->b, META_NAME, &fd);
-
-	if (rc == -EXDEV)
-		return flx_error_set(L->err, -EINVAL, META_NAME, NULL,
-				     "resolves outside the checkpoint "
-				     "directory (symlink)");
-	if (rc == -ENOENT)
-		return flx_error_set(L->err, rc, META_NAME, NULL,
-				     "no such file (is this a PyTorch DCP "
-				     "checkpoint directory?)");
-	if (rc)
-		return flx_error_set(L->err, rc, META_NAME, NULL,
-				     "cannot open: %s", strerror(-rc));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-	    (uint64_t)st.st_size > MAX_METADATA_BYTES) {
-		rc = flx_error_set(L->err, -EINVAL, META_NAME, NULL,
-				   "not a regular file of at most 1 GiB");
-		goto out;
-	}
-	L->c->mtime_ns = flx_mtime_ns(&st);
-	buf = meta_alloc((size_t)st.st_size);
-	if (!buf) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	rc = flx_pread_full(fd, buf, (size_t)st.st_size, 0);
-	if (rc) {
-		rc = flx_error_set(L->err, rc, META_NAME, NULL,
-				   "read failed: %s", strerror(-rc));
-		goto out;
-	}
-	*buf_out = buf;
-	*len_out = (size_t)st.st_size;
-	buf = NULL;
-out:
-	free(buf);
-	close(fd);
-	return rc;
-}
-
 static int interpret(loader *L, const flx_pv *root)
 {
 	const flx_pv *cls = flx_pv_obj_class(root);
@@ -1159,7 +1097,10 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	L.threads = o->threads;
 	flx_build_prefetch(b, is_distcp);
 	flx_build_names_from(b, META_NAME, "state_dict_metadata");
-	rc = read_metadata(&L, &meta, &meta_len);
+	rc = flx_build_read_whole(b, META_NAME, MAX_METADATA_BYTES,
+				  "no such file (is this a PyTorch DCP "
+				  "checkpoint directory?)",
+				  &meta, &meta_len, &L.c->mtime_ns, err);
 	if (rc)
 		goto out;
 	rc = flx_pickle_load(meta, meta_len, META_NAME, &lim, &pk, err);

@@ -151,46 +151,6 @@ static bool get_uint(const json_t *v, uint64_t *out)
 
 /* ---- the index ---- */
 
-static int read_index(hf *h, char **buf_out, size_t *len_out)
-{
-	struct stat st;
-	char *buf = NULL;
-	int fd = -1, rc = flx_build_open(h->b, INDEX_NAME, &fd);
-
-	if (rc == -EXDEV)
-		return flx_error_set(h->err, -EINVAL, INDEX_NAME, NULL,
-				     "resolves outside the checkpoint "
-				     "directory (symlink)");
-	if (rc)
-		return flx_error_set(h->err, rc, INDEX_NAME, NULL,
-				     "cannot open: %s", strerror(-rc));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-	    (uint64_t)st.st_size > MAX_INDEX_BYTES) {
-		rc = flx_error_set(h->err, -EINVAL, INDEX_NAME, NULL,
-				   "not a regular file of at most 64 MiB");
-		goto out;
-	}
-	h->c->mtime_ns = flx_mtime_ns(&st);
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	rc = flx_pread_full(fd, buf, (size_t)st.st_size, 0);
-	if (rc) {
-		rc = flx_error_set(h->err, rc, INDEX_NAME, NULL,
-				   "read failed: %s", strerror(-rc));
-		goto out;
-	}
-	*buf_out = buf;
-	*len_out = (size_t)st.st_size;
-	buf = NULL;
-out:
-	free(buf);
-	close(fd);
-	return rc;
-}
-
 static int cmp_shard(const void *a, const void *b)
 {
 	return strcmp(((const shard *)a)->relpath, ((const shard *)b)->relpath);
@@ -202,9 +162,10 @@ static int load_index(hf *h)
 {
 	const char *name;
 	json_t *v;
-	char *buf = NULL;
+	void *buf = NULL;
 	size_t len = 0, n = 0;
-	int rc = read_index(h, &buf, &len);
+	int rc = flx_build_read_whole(h->b, INDEX_NAME, MAX_INDEX_BYTES, NULL,
+				      &buf, &len, &h->c->mtime_ns, h->err);
 
 	if (!rc)
 		rc = parse_json(h, buf, len, INDEX_NAME, NULL, &h->index);
