@@ -190,7 +190,10 @@ static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_xindex **xi,
 	/* Source -> transform -> plan -> tree.  The transform, the plan and
 	 * the tree need nothing the items give: they are built while the
 	 * items are read. */
-	rc = flx_ckpt_open_start(cl->mo.source, ckpt, &err);
+	rc = flx_ckpt_open_with(cl->mo.source,
+				&(flx_ckpt_opts){.format = cl->mo.source_format,
+						 .defer_items = true},
+				ckpt, &err);
 	if (!rc)
 		rc = flx_xform_apply(cl->mo.spec.xform, *ckpt, xi, &err);
 	if (!rc)

@@ -140,6 +140,10 @@ typedef struct flx_ckpt_opts {
 int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *o, flx_ckpt **out,
 		       flx_error *err);
 
+/** The name of source i, in probe order (the values flx_ckpt_opts.format
+ * accepts: "torch-dcp", ...), or NULL past the last.  Thread-safe. */
+const char *flx_ckpt_format_name(size_t i);
+
 /** flx_ckpt_open_with() with the default options. */
 int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err);
 

@@ -504,8 +504,9 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The other regular files of the directory (not through symlinks), in
- * name order: passed through unchanged (config.json, tokenizer files). */
+/* The other regular files of the directory (not through symlinks, not
+ * hidden), in name order: passed through unchanged (config.json, tokenizer
+ * files). */
 static int load_extras(flx_build *b)
 {
 	int fd = openat(b->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -523,7 +524,7 @@ static int load_extras(flx_build *b)
 	while ((de = readdir(d))) {
 		struct stat st;
 
-		if (b->src->owns(de->d_name))
+		if (de->d_name[0] == '.' || b->src->owns(de->d_name))
 			continue;
 		if (fstatat(b->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
 		    !S_ISREG(st.st_mode))

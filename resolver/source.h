@@ -50,8 +50,8 @@ typedef struct flx_source {
 	 * never reads a payload.  @return 0 and *yes, or -errno. */
 	int (*probe)(int dirfd, bool *yes);
 	/* Whether a directory entry is one of the source's own files (never
-	 * passed through as an extra).  Files load recorded are own files
-	 * whatever this says. */
+	 * passed through as an extra; hidden files never are).  Files load
+	 * recorded are own files whatever this says. */
 	bool (*owns)(const char *name);
 	/* Fill flx_build_ckpt(b): writer, mtime_ns, tensors (names and
 	 * chunks from its pool), objects, through the builder's functions

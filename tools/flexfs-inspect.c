@@ -396,7 +396,9 @@ int main(int argc, char **argv)
 		return rc == 3 ? 0 : rc;
 	}
 	/* the mount's stages: source -> transform -> plan */
-	rc = flx_ckpt_open(argv[optind], &ckpt, &err);
+	rc = flx_ckpt_open_with(argv[optind],
+				&(flx_ckpt_opts){.format = mo.source_format},
+				&ckpt, &err);
 	if (!rc)
 		rc = flx_xform_apply(mo.spec.xform, ckpt, &xi, &err);
 	if (!rc)

@@ -1045,13 +1045,13 @@ static bool is_distcp(const char *name)
 	return n > 7 && strcmp(name + n - 7, ".distcp") == 0;
 }
 
-/* DCP's own files, never passed through: .metadata, the .distcp data,
- * torch's __R_N.metadata leftovers, and hidden files. */
+/* DCP's own files, never passed through: the .distcp data and torch's
+ * __R_N.metadata leftovers (.metadata is hidden: hidden files never are). */
 static bool is_checkpoint_file(const char *name)
 {
 	size_t n = strlen(name);
 
-	if (name[0] == '.' || is_distcp(name))
+	if (is_distcp(name))
 		return true;
 	if (n > 9 && strncmp(name, "__", 2) == 0 &&
 	    strcmp(name + n - 9, ".metadata") == 0)
