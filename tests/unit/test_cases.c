@@ -40,7 +40,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define CASES_DIR "cases"
@@ -578,6 +580,25 @@ static void expand(char *out, size_t len, const char *t, const char *base,
 		fmt_path(out, len, "%s", t);
 }
 
+/* A bound unix socket at path (the descriptor closed, the node stays). */
+static int make_socket(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd, rc;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ? -1 : 0;
+	close(fd);
+	return rc;
+}
+
 static int apply_setup(const char *path, const char *dir, const char *base,
 		       char *why, size_t whylen)
 {
@@ -614,6 +635,10 @@ static int apply_setup(const char *path, const char *dir, const char *base,
 				rc = -1;
 		} else if (!strcmp(op, "mkdir") && n == 2) {
 			rc = mkdir(pa, 0755) ? -1 : 0;
+		} else if (!strcmp(op, "mkfifo") && n == 2) {
+			rc = mkfifo(pa, 0644) ? -1 : 0;
+		} else if (!strcmp(op, "socket") && n == 2) {
+			rc = make_socket(pa);
 		} else if (!strcmp(op, "rename") && n == 3 && plain_name(b)) {
 			fmt_path(pb, sizeof(pb), "%s/%s", dir, b);
 			rc = rename(pa, pb) ? -1 : 0;
