@@ -1352,6 +1352,19 @@ void flx_file_identity(flx_file *f, const struct stat *st)
 	f->dev = st->st_dev;
 	f->ino = st->st_ino;
 	f->mtime_ns = flx_mtime_ns(st);
+	f->ctime_ns =
+	    (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+}
+
+/* st (an fstat of f's descriptor) is still the identity of f at mount. */
+static bool same_identity(const flx_file *f, const struct stat *st)
+{
+	flx_file now;
+
+	flx_file_identity(&now, st);
+	return now.size == f->size && now.mtime_ns == f->mtime_ns &&
+	       now.ctime_ns == f->ctime_ns && now.dev == f->dev &&
+	       now.ino == f->ino;
 }
 
 int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
@@ -1365,7 +1378,7 @@ int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
 
 	if (fstat(f->fd, &st) < 0)
 		return -errno;
-	if ((uint64_t)st.st_size != f->size || flx_mtime_ns(&st) != f->mtime_ns)
+	if (!same_identity(f, &st))
 		return -ESTALE;
 	if (!by_path)
 		return 0;
