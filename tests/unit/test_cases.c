@@ -4,12 +4,11 @@
  *
  * Every directory under cases/invalid and cases/valid is one case: the base
  * fixture (fixtures/dcp-t113/ckpt, or the one its "base" file names) is
- * hard-linked (or copied) into a fresh temporary directory, the case's
- * files are overlaid (each as a new inode, so the base is never written
- * through a link), its "setup" is applied, and
- * the result is opened with flx_ckpt_open() (and planned with tp=2 and no
- * rules for "stage=plan").  The outcome must match "expected": "ok", or the
- * errno, and substrings of the error's key, text and file.  Every refusal
+ * copied (never hard-linked: a link moves the base files' ctime) into a
+ * fresh temporary directory, the case's files are overlaid, its "setup" is
+ * applied, and the result is opened with flx_ckpt_open() (and planned with tp=2
+ * and no rules for "stage=plan").  The outcome must match "expected": "ok", or
+ * the errno, and substrings of the error's key, text and file.  Every refusal
  * must in addition be one line that names a file and gives a reason.  Valid
  * cases must read back every tensor exactly as the truth beside the base
  * (its ../truth) has it.  Every base fixture used must be byte-for-byte
@@ -545,12 +544,11 @@ static bool plain_name(const char *n)
 	return n[0] && !strchr(n, '/') && strcmp(n, ".") && strcmp(n, "..");
 }
 
-static int link_or_copy(const char *src, const char *dst)
+/* A copy, never a hard link: a link moves the ctime of the base's file,
+ * which a mount of the base or another run of the corpus, at the same
+ * time, must take for a change (flx_file_verify()). */
+static int copy_in(const char *src, const char *dst)
 {
-	if (!link(src, dst))
-		return 0;
-	if (errno != EXDEV && errno != EPERM && errno != EMLINK)
-		return -errno;
 	return copy_file(src, dst);
 }
 
@@ -691,7 +689,7 @@ static int assemble(const char *casedir, const char *dir, const char *basedir,
 	for (size_t i = 0; i < l.n && !rc; i++) {
 		fmt_path(src, sizeof(src), "%s/%s", basedir, l.v[i]);
 		fmt_path(dst, sizeof(dst), "%s/%s", dir, l.v[i]);
-		if ((rc = link_or_copy(src, dst)))
+		if ((rc = copy_in(src, dst)))
 			say(why, whylen, "link %s: %s", src, strerror(-rc));
 	}
 	names_free(&l);
