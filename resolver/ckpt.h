@@ -161,6 +161,16 @@ int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err);
 int flx_ckpt_open_start(const char *dir, flx_ckpt **out, flx_error *err);
 int flx_ckpt_finish(flx_ckpt *c, flx_error *err);
 
+/**
+ * Raise this process's RLIMIT_NOFILE soft limit to its hard limit: an open
+ * checkpoint holds one descriptor per file it reads (torch 1.13 writes one
+ * file per item), so the usual soft limit of 1024 would refuse a checkpoint
+ * the hard limit allows.  For programs' start (the mount, flexfs-inspect),
+ * before threads; a library call never changes limits by itself.
+ * @return 0 (also when already at the hard limit), or -errno.
+ */
+int flx_nofile_raise(void);
+
 /** Release everything (closes fds); NULL is fine. */
 void flx_ckpt_close(flx_ckpt *c);
 
