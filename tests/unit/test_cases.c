@@ -4,15 +4,15 @@
  *
  * Every directory under cases/invalid and cases/valid is one case: the base
  * fixture (fixtures/dcp-t113/ckpt, or the one its "base" file names) is
- * copied (never hard-linked: a link moves the base files' ctime) into a
- * fresh temporary directory, the case's files are overlaid, its "setup" is
- * applied, and the result is opened with flx_ckpt_open() (and planned with tp=2
- * and no rules for "stage=plan").  The outcome must match "expected": "ok", or
- * the errno, and substrings of the error's key, text and file.  Every refusal
- * must in addition be one line that names a file and gives a reason.  Valid
- * cases must read back every tensor exactly as the truth beside the base
- * (its ../truth) has it.  Every base fixture used must be byte-for-byte
- * unchanged at the end.
+ * hard-linked from this run's own copy of it (never from the fixture: a
+ * link moves the linked file's ctime) into a fresh temporary directory, the
+ * case's files are overlaid, its "setup" is applied, and the result is opened
+ * with flx_ckpt_open() (and planned with tp=2 and no rules for "stage=plan").
+ * The outcome must match "expected": "ok", or the errno, and substrings of the
+ * error's key, text and file.  Every refusal must in addition be one line that
+ * names a file and gives a reason.  Valid cases must read back every tensor
+ * exactly as the truth beside the base (its ../truth) has it.  Every base
+ * fixture used must be byte-for-byte unchanged at the end.
  *
  * Runs from tests/ (ctest's working directory).  FLX_CASES_TMPDIR or TMPDIR
  * picks where the temporary directories go (default /tmp).
@@ -544,12 +544,32 @@ static bool plain_name(const char *n)
 	return n[0] && !strchr(n, '/') && strcmp(n, ".") && strcmp(n, "..");
 }
 
-/* A copy, never a hard link: a link moves the ctime of the base's file,
- * which a mount of the base or another run of the corpus, at the same
- * time, must take for a change (flx_file_verify()). */
+/* Where the base fixtures' files are copied once per run ("" before). */
+static char stage_root[PATH_MAX];
+
+/* dst := a hard link to this run's own copy of src, never to src itself:
+ * a link moves the ctime of the file linked, which a mount of the base
+ * fixture at the same time (another test) must take for a change
+ * (flx_file_verify()). */
 static int copy_in(const char *src, const char *dst)
 {
-	return copy_file(src, dst);
+	char staged[PATH_MAX], *p;
+	int rc;
+
+	fmt_path(staged, sizeof(staged), "%s/", stage_root);
+	p = staged + strlen(staged);
+	fmt_path(p, sizeof(staged) - (size_t)(p - staged), "%s", src);
+	for (; *p; p++)
+		if (*p == '/')
+			*p = '%';
+	rc = copy_file(src, staged);
+	if (rc && rc != -EEXIST)
+		return rc;
+	if (!link(staged, dst))
+		return 0;
+	if (errno != EXDEV && errno != EPERM && errno != EMLINK)
+		return -errno;
+	return copy_file(staged, dst);
 }
 
 /* Replace dir/name (possibly a hard link into the base) by its own copy. */
@@ -958,6 +978,11 @@ int main(int argc, char **argv)
 	fmt_path(tmproot, sizeof(tmproot), "%s/flx-cases.XXXXXX", tmp);
 	if (!mkdtemp(tmproot)) {
 		fprintf(stderr, "mkdtemp %s: %s\n", tmproot, strerror(errno));
+		return 1;
+	}
+	fmt_path(stage_root, sizeof(stage_root), "%s/base-copies", tmproot);
+	if (mkdir(stage_root, 0755)) {
+		fprintf(stderr, "mkdir %s: %s\n", stage_root, strerror(errno));
 		return 1;
 	}
 	for (size_t k = 0; k < 2; k++) {
