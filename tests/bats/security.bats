@@ -304,8 +304,10 @@ except OSError as e:
 			rm "$CK/$name"
 			if [[ $kind == fifo ]]; then
 				mkfifo "$CK/$name"
-			else
-				mknod "$CK/$name" c 1 3 # /dev/null's numbers
+			elif ! mknod "$CK/$name" c 1 3; then # /dev/null's numbers
+				echo "# no mknod here (not root): devices untested" >&3
+				rm -rf "$BATS_TEST_TMPDIR/dcp-t113"
+				continue
 			fi
 			run timeout 10 "$FLEXFS_INSPECT" "$CK"
 			echo "inspect $name $kind: $status: $output"
