@@ -514,15 +514,19 @@ out:
 	return rc;
 }
 
-/* Set (once, before any thread) by FLEXFS_NO_OPENAT2 in the environment:
- * the walk alone, as on a kernel without openat2(), so tests cover it. */
+/* FLEXFS_NO_OPENAT2 in the environment: the walk alone, as on a kernel
+ * without openat2(), so that tests cover it.  Read once; any thread may
+ * be first (each computes the same value). */
 static bool walk_only(void)
 {
 	static int v = -1;
+	int got = __atomic_load_n(&v, __ATOMIC_RELAXED);
 
-	if (v < 0)
-		v = getenv("FLEXFS_NO_OPENAT2") != NULL;
-	return v;
+	if (got < 0) {
+		got = getenv("FLEXFS_NO_OPENAT2") != NULL;
+		__atomic_store_n(&v, got, __ATOMIC_RELAXED);
+	}
+	return got;
 }
 
 int flx_build_open(flx_build *b, const char *relpath, int *fd_out,
@@ -534,8 +538,10 @@ int flx_build_open(flx_build *b, const char *relpath, int *fd_out,
 		rc = openat2_beneath(b->dirfd, relpath, O_PATH | O_CLOEXEC,
 				     &pfd);
 	/* EXDEV: maybe an absolute symlink to inside, which the walk
-	 * allows; EAGAIN: openat2() could not rule out a race on "..". */
-	if (rc == -ENOSYS || rc == -EXDEV || rc == -EAGAIN)
+	 * allows; EAGAIN: openat2() could not rule out a race on "..";
+	 * EPERM: a seccomp filter that refuses system calls it does not
+	 * know (an O_PATH lookup needs no permission on the file itself). */
+	if (rc == -ENOSYS || rc == -EXDEV || rc == -EAGAIN || rc == -EPERM)
 		return walk_beneath(b->dirfd, b->realdir, relpath, fd_out, st);
 	if (rc)
 		return rc;
