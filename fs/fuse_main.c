@@ -429,6 +429,9 @@ int main(int argc, char **argv)
 	flx_ll ll = {0};
 
 	malloc_thp(argv);
+	/* one descriptor per file of the checkpoint; failing to raise the
+	 * limit is not an error until a file cannot be opened */
+	(void)flx_nofile_raise();
 	memset(&fo, 0, sizeof(fo));
 	memset(&cl, 0, sizeof(cl));
 	if (flx_mo_init(&cl.mo) || flx_mo_argv(argc, argv, &ac, &av)) {

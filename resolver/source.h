@@ -73,13 +73,21 @@ flx_ckpt *flx_build_ckpt(flx_build *b);
 int flx_build_dirfd(const flx_build *b);
 
 /**
- * Open relpath (relative to the directory) read-only.  Symlinks, in any
- * component, are followed only while the resolved path stays inside the
- * directory.
- * @return 0 and *fd (owned by the caller), -EXDEV when it resolves
- *         outside, or -errno.  Nothing is recorded in err.
+ * Open relpath (relative to the directory) read-only, resolved below the
+ * directory's descriptor (openat2() RESOLVE_BENEATH, else a component walk
+ * with O_NOFOLLOW): no directory swapped during the lookup can lead
+ * outside.  Symlinks, in any component, are followed only while the
+ * resolved path stays inside the directory.  The type is looked at before
+ * anything is opened for reading: only a regular file is, with O_RDONLY |
+ * O_NONBLOCK | O_NOCTTY | O_CLOEXEC, so a FIFO or a device is never opened
+ * (a FIFO never blocks).  Thread-safe.
+ * @return 0 with *st (the object's fstat) and *fd: open for reading
+ *         (owned by the caller) when *st is a regular file, else -1; or
+ *         -EXDEV when it resolves outside, -ESTALE when the file changed
+ *         between the look and the open, or -errno.  Nothing is recorded
+ *         in err.
  */
-int flx_build_open(flx_build *b, const char *relpath, int *fd);
+int flx_build_open(flx_build *b, const char *relpath, int *fd, struct stat *st);
 
 /**
  * Read a source's own metadata file whole: opened as flx_build_open()

@@ -386,6 +386,9 @@ int main(int argc, char **argv)
 	int json = 0, rc;
 
 	flx_error_init(&err);
+	/* one descriptor per file of the checkpoint; failing to raise the
+	 * limit is not an error until a file cannot be opened */
+	(void)flx_nofile_raise();
 	if (flx_mo_init(&mo)) {
 		fprintf(stderr, "flexfs-inspect: out of memory\n");
 		return 1;
