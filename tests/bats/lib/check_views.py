@@ -39,13 +39,19 @@ mount (e.g. a split that cannot be inferred and no rule).
 
 import argparse
 import ast
+import collections
 import fnmatch
 import hashlib
+import io
 import json
 import os
+import pickle
+import pickletools
 import re
 import struct
 import sys
+import tempfile
+import zipfile
 
 import numpy as np
 
@@ -496,9 +502,6 @@ PT_OPCODES = {"PROTO", "GLOBAL", "MARK", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", 
 def _pt_unpickle(pkl):
     """data.pkl -> [(name, storage class, key, numel, offset, size, stride, v3 dtype)],
     unpickled with a restricted table: only what a state dict of tensors needs."""
-    import collections
-    import io
-    import pickle
 
     def rebuild(storage, offset, size, stride, requires_grad, hooks, dtype=None):
         if requires_grad is not False or hooks != collections.OrderedDict():
@@ -538,8 +541,6 @@ def _pt_unpickle(pkl):
 
 def _pt_ref_bytes(torch, recs, data_names):
     """The zip torch's own writer makes of recs [(name, bytes)], tensor CRCs zeroed."""
-    import tempfile
-    import zipfile
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "archive")
         w = torch._C.PyTorchFileWriter(path)
@@ -567,8 +568,6 @@ def _pt_ref_bytes(torch, recs, data_names):
 def check_model_pt(path, want, order, truth, rep):
     """want: name -> (fqn, off, ext); order: the names in flexfs's plan order as
     model.safetensors lists them (those it can hold)."""
-    import pickletools
-    import zipfile
     data = read_all(path, rep)
     if data is None:
         return
@@ -647,6 +646,15 @@ def check_model_pt(path, want, order, truth, rep):
                     truth.box_bytes(fqn, o, ext):
                 rep.bad("torch.load(%s): %s differs (%s %s)" % (kw, name, t.dtype,
                                                                list(t.shape)), fqn)
+        if kw.get("mmap"):
+            continue
+        # torch.save's own pickle of the same state dict says the same
+        buf = io.BytesIO()
+        torch.save(collections.OrderedDict((k, t.clone()) for k, t in sd.items()), buf)
+        zr = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+        theirs = _pt_unpickle(zr.read([n for n in zr.namelist() if n.endswith("/data.pkl")][0]))
+        if theirs != ents:
+            rep.bad("data.pkl says %s, torch.save's pickle %s" % (ents, theirs))
     if ver[0] == 1 and hasattr(torch._C, "PyTorchFileWriter"):
         recs = [("data.pkl", pkl), ("byteorder", b"little")] + \
             [("data/%d" % k, raw[keys[k]]) for k in range(len(ents))]
