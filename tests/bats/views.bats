@@ -115,3 +115,37 @@ teardown() {
 	[ "$status" -eq 0 ]
 	[[ $output == *" passed, 0 failed"* ]]
 }
+
+# ranks/*/model.pt with torch 2.6 (trixie chroot): torch.load with
+# weights_only=True, and mmap=True (the whole file mapped, records sliced at
+# their offsets), every tensor against the truth; float8/uint16 tensors
+# (_rebuild_tensor_v3) included.  torch 1.13 loads them in every test above.
+@test "torch 2.6 (trixie chroot) loads every model.pt, weights_only and mmap" {
+	[[ -x $CHROOT/usr/bin/python3 ]] ||
+		skip "no torch 2.6 chroot at $CHROOT (tools/fixtures/README.md)"
+	local inner=/tmp/flexfs-bats-pt-$$ fx tp pp
+	mkdir -p "$CHROOT$inner/mnt"
+	cp "$CHECK" "$RULES" "$CHROOT$inner/"
+	MNT=$CHROOT$inner/mnt
+	for fx in dcp-t113 dcp-t26; do
+		rm -rf "$CHROOT$inner/truth"
+		mkdir "$CHROOT$inner/truth"
+		cp "$FLEXFS_SRC/tests/fixtures/$fx/truth"/* "$CHROOT$inner/truth/"
+		for tp in 1 2 4; do
+			for pp in 1 2; do
+				mount_ff "$FLEXFS_SRC/tests/fixtures/$fx/ckpt" "$MNT" \
+					"tp=$tp,pp=$pp,rules=$RULES"
+				run chroot "$CHROOT" python3 "$inner/check_views.py" -q \
+					--mount "$inner/mnt" --truth "$inner/truth" \
+					--tp "$tp" --pp "$pp" --rules "$inner/rules.json"
+				echo "$fx tp=$tp pp=$pp: $output"
+				unmount_ff "$MNT"
+				[ "$status" -eq 0 ] || break 3
+				[[ $output == *" passed, 0 failed"* ]] || break 3
+			done
+		done
+	done
+	rm -rf "${CHROOT:?}$inner"
+	[ "$status" -eq 0 ]
+	[[ $output == *" passed, 0 failed"* ]]
+}

@@ -615,9 +615,9 @@ def check_model_pt(path, want, order, truth, rep):
         if (scls, key, off, list(size), list(stride), dt) != \
                 (cls, str(k), 0, list(ext), cont, None if dtype in PT_STORAGE else dtype) \
                 or nel != want_nel:
-            rep.bad("%s: pickled as %r" % (name, (scls, key, nel, off, size, stride, dt)), fqn)
+            rep.bad("pickled as %r" % ((scls, key, nel, off, size, stride, dt),), name)
         if raw[keys[k]] != truth.box_bytes(fqn, o, ext):
-            rep.bad("%s: data/%d differs from the truth" % (name, k), fqn)
+            rep.bad("data/%d differs from the truth (source %s)" % (k, fqn), name)
         rep.tensors_checked += 1
     torch = _torch()
     if torch is None:
@@ -644,8 +644,7 @@ def check_model_pt(path, want, order, truth, rep):
                     list(t.shape) != list(ext) or \
                     t.reshape(-1).contiguous().view(torch.uint8).numpy().tobytes() != \
                     truth.box_bytes(fqn, o, ext):
-                rep.bad("torch.load(%s): %s differs (%s %s)" % (kw, name, t.dtype,
-                                                               list(t.shape)), fqn)
+                rep.bad("torch.load(%s) differs (%s %s)" % (kw, t.dtype, list(t.shape)), name)
         if kw.get("mmap"):
             continue
         # torch.save's own pickle of the same state dict says the same
