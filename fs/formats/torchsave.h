@@ -55,7 +55,8 @@ int flx_pt_set_new(flx_fs *fs, size_t n, flx_pt_set **out);
  * tensors).  Builds and measures every piece now (the pickle once more,
  * for its CRC).
  * @return 0, or -ENOMEM, -ENOTDIR, -EINVAL (a name that is not UTF-8,
- *         which a pickle cannot carry).
+ *         which a pickle cannot carry), -EIO (the pieces do not add up to
+ *         the computed layout: a bug, never served).
  */
 int flx_pt_add_file(flx_fs *fs, int dir, const char *name,
 		    const flx_pt_set *set, int tp);

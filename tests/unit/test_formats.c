@@ -101,6 +101,8 @@ static const tdef odd_defs[] = {
      {5}},
     {"layers.1.ctrl\x01\x1f\x7f\t\n\b\f\r.weight", FLX_DT_BOOL, 1, {3}},
     {"layers.2.x/y", FLX_DT_F32, 2, {6, 4}},
+    /* 255 x 257 = 65535: the largest one- and two-byte pickle ints */
+    {"layers.1.wide.weight", FLX_DT_I8, 2, {255, 257}},
     {".", FLX_DT_I32, 1, {2}},
     {"..", FLX_DT_I32, 1, {2}},
     {"freqs_cis", FLX_DT_C128, 1, {2}},
