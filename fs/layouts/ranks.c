@@ -132,7 +132,6 @@ static int build_stage(flx_build *b, int ranks, int pp, int *npy_node)
 
 	if (!rc)
 		rc = stage_pt_set(b, pp, &pt_set);
-
 	if (!rc && s->pp == 1 && !s->pp_renumber)
 		b->st_by_fqn = set;
 	for (int tp = 0; tp < s->tp && !rc; tp++) {
