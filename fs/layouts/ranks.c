@@ -3,16 +3,20 @@
  * ranks/: one directory per target rank,
  *
  *   ranks/tpTT_ppPP/model.safetensors   that rank's shards
+ *   ranks/tpTT_ppPP/model.pt            the same as a torch.save state
+ *                                       dict (every dtype, plan order)
  *   ranks/tpTT_ppPP/tensors/<name>.npy  one file per shard
  *
  * built stage by stage, rank by rank.  The ranks of a stage hold the same
  * tensors under the same names, so a stage's names (shared between its
- * .npy files) and its safetensors data order are made once.
+ * .npy files), its safetensors data order and its torch.save entries are
+ * made once.
  */
 #include "layout.h"
 
 #include "formats/npy.h"
 #include "formats/safetensors.h"
+#include "formats/torchsave.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -66,6 +70,29 @@ static int stage_set(flx_build *b, int pp, flx_st_set **out)
 	return 0;
 }
 
+/* The torch.save entries of stage pp: all its tensors, in plan order,
+ * under their names on that stage. */
+static int stage_pt_set(flx_build *b, int pp, flx_pt_set **out)
+{
+	const flx_plan *p = b->plan;
+	flx_pt_set *set;
+	size_t n = 0;
+	int rc;
+
+	for (size_t i = 0; i < p->n; i++)
+		n += on_stage(&p->p[i], pp);
+	rc = flx_pt_set_new(b->fs, n, &set);
+	if (rc)
+		return flx_build_fail(b, rc, dir_name, "");
+	for (size_t i = 0; i < p->n; i++)
+		if (on_stage(&p->p[i], pp))
+			set->e[set->n++] = (flx_pt_entry){
+			    .name = flx_placement_name(&p->p[i], pp),
+			    .pl = &p->p[i]};
+	*out = set;
+	return 0;
+}
+
 /* The .npy files of rank (tp, pp) in directory tdir; npy_node[i]: the
  * node of placement i on the stage's first rank, whose name the others
  * share. */
@@ -100,8 +127,11 @@ static int build_stage(flx_build *b, int ranks, int pp, int *npy_node)
 {
 	const flx_spec *s = b->plan->spec;
 	flx_st_set *set = NULL;
+	flx_pt_set *pt_set = NULL;
 	int rc = stage_set(b, pp, &set);
 
+	if (!rc)
+		rc = stage_pt_set(b, pp, &pt_set);
 	if (!rc && s->pp == 1 && !s->pp_renumber)
 		b->st_by_fqn = set;
 	for (int tp = 0; tp < s->tp && !rc; tp++) {
@@ -121,6 +151,10 @@ static int build_stage(flx_build *b, int ranks, int pp, int *npy_node)
 					     b->gen, set, tp, pp);
 		if (rc) /* the first error recorded stays */
 			return flx_build_fail(b, rc, "model.safetensors",
+					      "building file");
+		rc = flx_pt_add_file(b->fs, dir, "model.pt", pt_set, tp);
+		if (rc)
+			return flx_build_fail(b, rc, "model.pt",
 					      "building file");
 	}
 	return rc;
@@ -142,10 +176,11 @@ static int ranks_size(flx_build *b, void **state, flx_fs_size *sz)
 	}
 	/* a .npy file per view (its one segment in its node); in the
 	 * safetensors files, a segment per view, two per batch of views and
-	 * three more per file */
-	sz->nodes += views + 1 + 3 * ranks;
-	sz->segs += views + views / 16 + 5 * ranks;
-	sz->names += 6 + 40 * ranks;
+	 * three more per file; in the torch.save files, two per view, two
+	 * per batch and six more per file */
+	sz->nodes += views + 1 + 4 * ranks;
+	sz->segs += 3 * views + views / 8 + 11 * ranks;
+	sz->names += 6 + 50 * ranks;
 	return 0;
 }
 

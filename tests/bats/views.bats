@@ -115,3 +115,68 @@ teardown() {
 	[ "$status" -eq 0 ]
 	[[ $output == *" passed, 0 failed"* ]]
 }
+
+# ranks/*/model.pt with torch 2.6 (trixie chroot): torch.load with
+# weights_only=True, and mmap=True (the whole file mapped, records sliced at
+# their offsets), every tensor against the truth; float8/uint16 tensors
+# (_rebuild_tensor_v3) included.  torch 1.13 loads them in every test above.
+@test "torch 2.6 (trixie chroot) loads every model.pt, weights_only and mmap" {
+	[[ -x $CHROOT/usr/bin/python3 ]] ||
+		skip "no torch 2.6 chroot at $CHROOT (tools/fixtures/README.md)"
+	local inner=/tmp/flexfs-bats-pt-$$ fx tp pp
+	mkdir -p "$CHROOT$inner/mnt"
+	cp "$CHECK" "$RULES" "$CHROOT$inner/"
+	MNT=$CHROOT$inner/mnt
+	for fx in dcp-t113 dcp-t26; do
+		rm -rf "$CHROOT$inner/truth"
+		mkdir "$CHROOT$inner/truth"
+		cp "$FLEXFS_SRC/tests/fixtures/$fx/truth"/* "$CHROOT$inner/truth/"
+		for tp in 1 2 4; do
+			for pp in 1 2; do
+				mount_ff "$FLEXFS_SRC/tests/fixtures/$fx/ckpt" "$MNT" \
+					"tp=$tp,pp=$pp,rules=$RULES"
+				run chroot "$CHROOT" python3 "$inner/check_views.py" -q \
+					--mount "$inner/mnt" --truth "$inner/truth" \
+					--tp "$tp" --pp "$pp" --rules "$inner/rules.json"
+				echo "$fx tp=$tp pp=$pp: $output"
+				unmount_ff "$MNT"
+				[ "$status" -eq 0 ] || break 3
+				[[ $output == *" passed, 0 failed"* ]] || break 3
+			done
+		done
+	done
+	rm -rf "${CHROOT:?}$inner"
+	[ "$status" -eq 0 ]
+	[[ $output == *" passed, 0 failed"* ]]
+}
+
+# A rank's model.pt past 4 GiB: ZIP64 sizes and offsets, from a sparse
+# 4 GiB safetensors source.  torch 1.13 loads it and it equals torch's own
+# zip writer's file for the same records (lib/check_pt_big.py); torch 2.6
+# loads it with mmap when the trixie chroot exists.
+@test "model.pt past 4 GiB (ZIP64) equals torch's writer and loads" {
+	local big=$BATS_TEST_TMPDIR/big
+	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/check_pt_big.py" make "$big"
+	mount_ff "$big" "$MNT" "tp=1"
+	[ "$(stat -c %s "$MNT/ranks/tp00_pp00/model.pt")" -gt 4294967296 ]
+	TMPDIR=$BATS_TEST_TMPDIR run /usr/bin/python3 \
+		"$FLEXFS_SRC/tests/bats/lib/check_pt_big.py" check \
+		"$MNT/ranks/tp00_pp00/model.pt" --ref
+	echo "$output"
+	unmount_ff "$MNT"
+	[ "$status" -eq 0 ]
+	[[ $output == ok ]]
+	[[ -x $CHROOT/usr/bin/python3 ]] || return 0
+	local inner=/tmp/flexfs-bats-big-$$
+	mkdir -p "$CHROOT$inner/mnt"
+	cp "$FLEXFS_SRC/tests/bats/lib/check_pt_big.py" "$CHROOT$inner/"
+	MNT=$CHROOT$inner/mnt
+	mount_ff "$big" "$MNT" "tp=1"
+	run chroot "$CHROOT" python3 "$inner/check_pt_big.py" check \
+		"$inner/mnt/ranks/tp00_pp00/model.pt"
+	echo "torch 2.6: $output"
+	unmount_ff "$MNT"
+	rm -rf "${CHROOT:?}$inner"
+	[ "$status" -eq 0 ]
+	[[ $output == ok ]]
+}

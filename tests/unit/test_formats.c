@@ -3,7 +3,9 @@
  * The generated files against jansson: index.json, every safetensors
  * header, the hf/ weight map and every .npy header of a tree are compared
  * byte for byte with what jansson's json_dumps() (and snprintf, for .npy)
- * writes for the same values, built here as the tree used to be built.
+ * writes for the same values, built here as the tree used to be built;
+ * every ranks/<rank>/model.pt, whole, with a torch.save zip written here
+ * from target-formats.md section 4 (a second writer, bitwise CRC-32).
  * Names exercise every escape (quotes, backslashes, controls, DEL, 2- to
  * 4-byte UTF-8, '/', '%', "." and ".."), dtypes safetensors cannot name,
  * 0-d tensors, empty shards, stages "all", renumbering and hf/ shards.
@@ -99,6 +101,8 @@ static const tdef odd_defs[] = {
      {5}},
     {"layers.1.ctrl\x01\x1f\x7f\t\n\b\f\r.weight", FLX_DT_BOOL, 1, {3}},
     {"layers.2.x/y", FLX_DT_F32, 2, {6, 4}},
+    /* 255 x 257 = 65535: the largest one- and two-byte pickle ints */
+    {"layers.1.wide.weight", FLX_DT_I8, 2, {255, 257}},
     {".", FLX_DT_I32, 1, {2}},
     {"..", FLX_DT_I32, 1, {2}},
     {"freqs_cis", FLX_DT_C128, 1, {2}},
@@ -481,6 +485,225 @@ static unsigned char *ref_npy(const flx_view *v, size_t *len)
 	return buf;
 }
 
+static void append_view(unsigned char *buf, size_t *at, const flx_ckpt *c,
+			const flx_view *v);
+
+/* ---- the reference torch.save zip (target-formats.md section 4) ---- */
+
+static uint32_t ref_crc32(const unsigned char *p, size_t n)
+{
+	uint32_t c = 0xFFFFFFFFu;
+
+	for (size_t i = 0; i < n; i++) {
+		c ^= p[i];
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+	}
+	return ~c;
+}
+
+static void le(unsigned char *b, size_t *at, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		b[(*at)++] = i < 8 ? (unsigned char)(v >> (8 * i)) : 0;
+}
+
+static void raw(unsigned char *b, size_t *at, const void *s, size_t n)
+{
+	memcpy(b + *at, s, n);
+	*at += n;
+}
+
+/* an int as Python's pickler writes a small non-negative one */
+static void pint(unsigned char *b, size_t *at, uint64_t v)
+{
+	CHECK(v < 0x80000000u);
+	if (v < 256) {
+		b[(*at)++] = 'K';
+		le(b, at, v, 1);
+	} else if (v < 65536) {
+		b[(*at)++] = 'M';
+		le(b, at, v, 2);
+	} else {
+		b[(*at)++] = 'J';
+		le(b, at, v, 4);
+	}
+}
+
+static void pstr(unsigned char *b, size_t *at, const char *s)
+{
+	b[(*at)++] = 'X';
+	le(b, at, strlen(s), 4);
+	raw(b, at, s, strlen(s));
+}
+
+static void ptuple(unsigned char *b, size_t *at, int n, const int64_t *v)
+{
+	if (n > 3)
+		b[(*at)++] = '(';
+	for (int i = 0; i < n; i++)
+		pint(b, at, (uint64_t)v[i]);
+	b[(*at)++] = n == 0 ? ')' : n > 3 ? 't' : (unsigned char)(0x84 + n);
+}
+
+/* One STORED record at *at: header with "FB" padding to 64, data, and a
+ * descriptor when not empty; its central directory entry to cd. */
+static size_t ref_doff; /* data offset of the last record */
+
+static void ref_record(unsigned char *b, size_t *at, unsigned char *cd,
+		       size_t *cdat, const char *name, const unsigned char *d,
+		       size_t n, uint32_t crc)
+{
+	char full[64];
+	size_t l = (size_t)snprintf(full, sizeof(full), "archive/%s", name);
+	size_t h = *at, pad = (64 - (h + 30 + l + 4) % 64) % 64;
+	unsigned flags = n ? 0x0808 : 0x0800;
+
+	le(b, at, 0x04034b50, 4);
+	le(b, at, 0, 2);
+	le(b, at, flags, 2);
+	le(b, at, 0, 2 + 4 + 4 + 8);
+	le(b, at, l, 2);
+	le(b, at, 4 + pad, 2);
+	raw(b, at, full, l);
+	raw(b, at, "FB", 2);
+	le(b, at, pad, 2);
+	memset(b + *at, 'Z', pad);
+	*at += pad;
+	CHECK(*at % 64 == 0);
+	ref_doff = *at;
+	raw(b, at, d, n);
+	if (n) {
+		le(b, at, 0x08074b50, 4);
+		le(b, at, crc, 4);
+		le(b, at, n, 4);
+		le(b, at, n, 4);
+	}
+	le(cd, cdat, 0x02014b50, 4);
+	le(cd, cdat, 0, 4);
+	le(cd, cdat, flags, 2);
+	le(cd, cdat, 0, 6);
+	le(cd, cdat, crc, 4);
+	le(cd, cdat, n, 4);
+	le(cd, cdat, n, 4);
+	le(cd, cdat, l, 2);
+	le(cd, cdat, 0, 2 + 2 + 2 + 2 + 4);
+	le(cd, cdat, h, 4);
+	raw(cd, cdat, full, l);
+}
+
+/* ranks/<rank>/model.pt: every tensor of stage pp in plan order. */
+static unsigned char *ref_rank_pt(const flx_ckpt *c, const flx_plan *p, int tp,
+				  int pp, size_t *len, size_t *head,
+				  size_t *tail)
+{
+	size_t cap = 4096, at = 0, pk = 0, cdat = 0, nrec = 3, k = 0;
+	unsigned char *b, *pkl, *cd;
+
+	for (size_t i = 0; i < p->n; i++)
+		cap += 2 * strlen(p->p[i].src->fqn) + 600 +
+		       flx_view_bytes(p->p[i].views[tp]);
+	b = calloc(1, cap);
+	pkl = calloc(1, cap);
+	cd = calloc(1, cap);
+	raw(pkl, &pk,
+	    "\x80\x02"
+	    "ccollections\nOrderedDict\n)R",
+	    29);
+	for (size_t i = 0; i < p->n; i++) {
+		const flx_placement *pl = &p->p[i];
+		const flx_view *v = pl->views[tp];
+		const flx_dtype_info *dt = flx_dtype_get(pl->src->dtype);
+		int nd = pl->src->ndim;
+		int64_t stride[FLX_MAX_DIMS], e = 1;
+		char key[24];
+
+		if (pp < pl->stage_lo || pp > pl->stage_hi)
+			continue;
+		if (!k)
+			pkl[pk++] = '(';
+		for (int d = nd - 1; d >= 0; d--) {
+			stride[d] = e;
+			e *= flx_view_box(v)->size[d] ? flx_view_box(v)->size[d]
+						      : 1;
+		}
+		snprintf(key, sizeof(key), "%zu", k++);
+		pstr(pkl, &pk, flx_placement_name(pl, pp));
+		CHECK(dt->storage != NULL); /* the defs use such dtypes */
+		raw(pkl, &pk, "ctorch._utils\n_rebuild_tensor_v2\n((", 35);
+		pstr(pkl, &pk, "storage");
+		pk += (size_t)sprintf((char *)pkl + pk, "ctorch\n%s\n",
+				      dt->storage);
+		pstr(pkl, &pk, key);
+		pstr(pkl, &pk, "cpu");
+		pint(pkl, &pk, flx_view_bytes(v) / dt->size);
+		raw(pkl, &pk, "tQ", 2);
+		pint(pkl, &pk, 0);
+		ptuple(pkl, &pk, nd, flx_view_box(v)->size);
+		ptuple(pkl, &pk, nd, stride);
+		raw(pkl, &pk,
+		    "\x89"
+		    "ccollections\nOrderedDict\n)RtR",
+		    30);
+	}
+	if (k)
+		pkl[pk++] = 'u';
+	pkl[pk++] = '.';
+	ref_record(b, &at, cd, &cdat, "data.pkl", pkl, pk, ref_crc32(pkl, pk));
+	ref_record(b, &at, cd, &cdat, "byteorder",
+		   (const unsigned char *)"little", 6,
+		   ref_crc32((const unsigned char *)"little", 6));
+	k = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		const flx_view *v = p->p[i].views[tp];
+		size_t n = 0;
+		char name[32];
+
+		if (pp < p->p[i].stage_lo || pp > p->p[i].stage_hi)
+			continue;
+		append_view(pkl, &n, c, v);
+		snprintf(name, sizeof(name), "data/%zu", k++);
+		ref_record(b, &at, cd, &cdat, name, pkl, n, 0);
+		if (nrec++ == 3)
+			*head = ref_doff;
+	}
+	ref_record(b, &at, cd, &cdat, "version", (const unsigned char *)"3\n",
+		   2, ref_crc32((const unsigned char *)"3\n", 2));
+	if (nrec == 3)
+		*head = at;
+	*tail = at;
+	{
+		size_t cdoff = at;
+
+		raw(b, &at, cd, cdat);
+		le(b, &at, 0x06064b50, 4);
+		le(b, &at, 44, 8);
+		le(b, &at, 0x031E, 2);
+		le(b, &at, 0x002D, 2);
+		le(b, &at, 0, 8);
+		le(b, &at, nrec, 8);
+		le(b, &at, nrec, 8);
+		le(b, &at, cdat, 8);
+		le(b, &at, cdoff, 8);
+		le(b, &at, 0x07064b50, 4);
+		le(b, &at, 0, 4);
+		le(b, &at, cdoff + cdat, 8);
+		le(b, &at, 1, 4);
+		le(b, &at, 0x06054b50, 4);
+		le(b, &at, 0, 4);
+		le(b, &at, nrec, 2);
+		le(b, &at, nrec, 2);
+		le(b, &at, cdat, 4);
+		le(b, &at, cdoff, 4);
+		le(b, &at, 0, 2);
+	}
+	CHECK(at <= cap);
+	free(pkl);
+	free(cd);
+	*len = at;
+	return b;
+}
+
 /* ---- comparing ---- */
 
 /*
@@ -541,11 +764,60 @@ static void check_file(const flx_fs *fs, const char *path,
 	free(got);
 }
 
+/*
+ * A file holding view bytes (model.pt): [0, head) and [tail, len), which
+ * are generated, as check_file() checks a header (reading them must not
+ * allocate); then the whole file, read whole and in steps.
+ */
+static void check_file_views(const flx_fs *fs, const char *path,
+			     const unsigned char *ref, size_t len, size_t head,
+			     size_t tail)
+{
+	static const size_t steps[] = {1, 7, 64, 4096};
+	unsigned char *got = malloc(len + 64);
+	flx_stat st;
+
+	check_file(fs, path, ref, head, false);
+	if (flx_fs_resolve(fs, path, &st)) {
+		free(got);
+		return;
+	}
+	CHECK_EQ(st.size, len);
+#ifndef FMT_ASAN
+	unsigned long before = nallocs;
+#endif
+	CHECK_EQ(flx_fs_read(fs, st.ino, got, len - tail, tail, NULL),
+		 (ssize_t)(len - tail));
+#ifndef FMT_ASAN
+	CHECK_EQ(nallocs, before);
+#endif
+	CHECK(!memcmp(got, ref + tail, len - tail));
+	for (size_t s = 0; s < sizeof(steps) / sizeof(steps[0]); s++) {
+		size_t off = 0;
+
+		memset(got, 0, len);
+		while (off < len) {
+			size_t n = steps[s] < len - off ? steps[s] : len - off;
+
+			if (flx_fs_read(fs, st.ino, got + off, n, off, NULL) !=
+			    (ssize_t)n)
+				break;
+			off += n;
+		}
+		if (off != len || memcmp(got, ref, len)) {
+			fprintf(stderr, "%s: differs when read by %zu\n", path,
+				steps[s]);
+			check_failures++;
+		}
+	}
+	free(got);
+}
+
 static void check_tree(const flx_ckpt *c, const flx_plan *p)
 {
 	const flx_spec *s = p->spec;
 	size_t *shard_of = calloc(p->n + 1, sizeof(size_t));
-	size_t ns = hf_shards(p, shard_of), len;
+	size_t ns = hf_shards(p, shard_of), len, head = 0, tail = 0;
 	unsigned char *ref;
 	flx_fs *fs = NULL;
 	flx_error err;
@@ -568,6 +840,11 @@ static void check_tree(const flx_ckpt *c, const flx_plan *p)
 				 dir_name(tp, pp));
 			ref = ref_rank_st(p, tp, pp, &len);
 			check_file(fs, path, ref, len, false);
+			free(ref);
+			snprintf(path, sizeof(path), "ranks/%s/model.pt",
+				 dir_name(tp, pp));
+			ref = ref_rank_pt(c, p, tp, pp, &len, &head, &tail);
+			check_file_views(fs, path, ref, len, head, tail);
 			free(ref);
 			for (size_t i = 0; i < p->n; i++) {
 				const flx_placement *pl = &p->p[i];

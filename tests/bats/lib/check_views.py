@@ -11,6 +11,7 @@ with the truth .bin files:
   MNT/index.json                                 placements, cross-checked
   MNT/ranks/tpTT_ppPP/model.safetensors          all shards of that rank
   MNT/ranks/tpTT_ppPP/tensors/<target>.npy       one per shard (mmap-able)
+  MNT/ranks/tpTT_ppPP/model.pt                   the same shards, torch.save zip
   MNT/hf/model.safetensors | model-*-of-*.safetensors + index
   MNT/hf/config.json, MNT/hf/tokenizer.json      byte-identical copies
   MNT/objects/<fqn>.pt                           BYTE_IO items verbatim
@@ -18,6 +19,16 @@ with the truth .bin files:
 --real-safetensors also loads every .safetensors with the real `safetensors`
 package (numpy framework, and framework="pt" when torch is importable).
 torch, when importable, is also used to torch.load the objects/*.pt files.
+
+model.pt is checked without torch first: Python's zipfile (names, order,
+STORED, CRCs of the literal records), 64-byte data alignment, the pickle's
+opcodes (protocol 2, what torch's weights-only unpickler accepts) and a
+restricted unpickling whose tensor records are compared with the truth.
+With torch it is also torch.load'ed (weights_only=True; and mmap=True from
+torch 2.1), and with torch 1.x the file must be byte-identical to what
+torch's own zip writer (torch._C.PyTorchFileWriter) writes for the same
+records, but for the CRC-32 of the tensor records, which flexfs leaves 0
+(torch.load does not check them; computing them would read every tensor).
 
 Output: one line per problem, then "N passed, M failed" (checked files).
 Exit status 0 only if nothing failed and at least one tensor was checked;
@@ -28,13 +39,19 @@ mount (e.g. a split that cannot be inferred and no rule).
 
 import argparse
 import ast
+import collections
 import fnmatch
 import hashlib
+import io
 import json
 import os
+import pickle
+import pickletools
 import re
 import struct
 import sys
+import tempfile
+import zipfile
 
 import numpy as np
 
@@ -470,6 +487,180 @@ def check_real_safetensors(path, ents, want, truth, rep):
 # npy
 
 
+PT_STORAGE = {
+    "float64": "DoubleStorage", "float32": "FloatStorage", "float16": "HalfStorage",
+    "bfloat16": "BFloat16Storage", "int64": "LongStorage", "int32": "IntStorage",
+    "int16": "ShortStorage", "int8": "CharStorage", "uint8": "ByteStorage",
+    "bool": "BoolStorage", "complex64": "ComplexFloatStorage",
+    "complex128": "ComplexDoubleStorage",
+}
+PT_OPCODES = {"PROTO", "GLOBAL", "MARK", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "EMPTY_TUPLE",
+              "REDUCE", "BINPERSID", "BINUNICODE", "BININT1", "BININT2", "BININT", "LONG1",
+              "NEWFALSE", "SETITEMS", "STOP"}
+
+
+def _pt_unpickle(pkl):
+    """data.pkl -> [(name, storage class, key, numel, offset, size, stride, v3 dtype)],
+    unpickled with a restricted table: only what a state dict of tensors needs."""
+
+    def rebuild(storage, offset, size, stride, requires_grad, hooks, dtype=None):
+        if requires_grad is not False or hooks != collections.OrderedDict():
+            raise ValueError("requires_grad/hooks not False/empty")
+        return ("T", storage, offset, tuple(size), tuple(stride), dtype)
+
+    allowed = {("collections", "OrderedDict"): collections.OrderedDict,
+               ("torch._utils", "_rebuild_tensor_v2"): rebuild,
+               ("torch._utils", "_rebuild_tensor_v3"): rebuild,
+               ("torch.storage", "UntypedStorage"): "UntypedStorage"}
+
+    class U(pickle.Unpickler):
+        def find_class(self, mod, name):
+            if (mod, name) in allowed:
+                return allowed[(mod, name)]
+            if mod == "torch":
+                return name  # a storage class or a dtype, checked below
+            raise ValueError("global %s.%s" % (mod, name))
+
+        def persistent_load(self, pid):
+            if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
+                    and pid[3] == "cpu"):
+                raise ValueError("persistent id %r" % (pid,))
+            return pid
+
+    sd = U(io.BytesIO(pkl)).load()
+    if type(sd) is not collections.OrderedDict:
+        raise ValueError("top level is %s, not an OrderedDict" % type(sd).__name__)
+    out = []
+    for name, v in sd.items():
+        if not (isinstance(v, tuple) and v[0] == "T"):
+            raise ValueError("%s: not a tensor" % name)
+        _, pid, off, size, stride, dtype = v
+        out.append((name, pid[1], pid[2], pid[4], off, size, stride, dtype))
+    return out
+
+
+def _pt_ref_bytes(torch, recs, data_names):
+    """The zip torch's own writer makes of recs [(name, bytes)], tensor CRCs zeroed."""
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "archive")
+        w = torch._C.PyTorchFileWriter(path)
+        for name, b in recs:
+            w.write_record(name, b, len(b))
+        w.write_end_of_file()
+        del w
+        ref = bytearray(open(path, "rb").read())
+        z = zipfile.ZipFile(path)
+        pos = z.start_dir
+        for _ in z.infolist():
+            n, m, k = struct.unpack_from("<HHH", ref, pos + 28)
+            name = ref[pos + 46:pos + 46 + n].decode()
+            if name in data_names:
+                lho, size = struct.unpack_from("<I", ref, pos + 42)[0], \
+                    struct.unpack_from("<I", ref, pos + 24)[0]
+                ref[pos + 16:pos + 20] = bytes(4)
+                ln, le = struct.unpack_from("<HH", ref, lho + 26)
+                if size:
+                    ref[lho + 30 + ln + le + size + 4:lho + 30 + ln + le + size + 8] = bytes(4)
+            pos += 46 + n + m + k
+    return bytes(ref)
+
+
+def check_model_pt(path, want, order, truth, rep):
+    """want: name -> (fqn, off, ext); order: the names in flexfs's plan order as
+    model.safetensors lists them (those it can hold)."""
+    data = read_all(path, rep)
+    if data is None:
+        return
+    try:
+        z = zipfile.ZipFile(path)
+        infos = z.infolist()
+        pkl = z.read("archive/data.pkl")  # CRCs of the literal records checked here
+        if z.read("archive/byteorder") != b"little" or z.read("archive/version") != b"3\n":
+            rep.bad("byteorder/version records wrong")
+        ents = _pt_unpickle(pkl)
+        bad_ops = {op.name for op, _, _ in pickletools.genops(pkl)} - PT_OPCODES
+        if bad_ops or pkl[:2] != b"\x80\x02":
+            rep.bad("pickle not protocol 2 or opcodes outside torch's set: %s" % sorted(bad_ops))
+    except Exception as err:
+        rep.bad("not a torch.save zip: %s: %s" % (type(err).__name__, err))
+        return
+    names = [e[0] for e in ents]
+    keys = ["archive/data/%d" % i for i in range(len(ents))]
+    if [i.filename for i in infos] != ["archive/data.pkl", "archive/byteorder"] + keys + \
+            ["archive/version"]:
+        rep.bad("records %s" % [i.filename for i in infos])
+        return
+    if sorted(names) != sorted(want):
+        rep.bad("keys %s, expected %s" % (sorted(names), sorted(want)))
+        return
+    if [n for n in names if n in order] != [n for n in order if n in names]:
+        rep.bad("keys not in plan order: %s vs %s" % (names, order))
+    raw = {}
+    for i in infos:
+        n, m = struct.unpack_from("<HH", data, i.header_offset + 26)
+        doff = i.header_offset + 30 + n + m
+        if i.compress_type != zipfile.ZIP_STORED or doff % 64:
+            rep.bad("%s: not STORED at a multiple of 64 (%d)" % (i.filename, doff))
+        raw[i.filename] = data[doff:doff + i.file_size]
+    for k, (name, scls, key, nel, off, size, stride, dt) in enumerate(ents):
+        fqn, o, ext = want[name]
+        dtype = truth.manifest["tensors"][fqn]["dtype"]
+        isz = truth.manifest["tensors"][fqn]["itemsize"]
+        cont, acc = [], 1
+        for s in reversed(ext):
+            cont.insert(0, acc)
+            acc *= max(s, 1)
+        cls = PT_STORAGE.get(dtype, "UntypedStorage")
+        want_nel = numel(ext) * (isz if cls == "UntypedStorage" else 1)
+        if (scls, key, off, list(size), list(stride), dt) != \
+                (cls, str(k), 0, list(ext), cont, None if dtype in PT_STORAGE else dtype) \
+                or nel != want_nel:
+            rep.bad("pickled as %r" % ((scls, key, nel, off, size, stride, dt),), name)
+        if raw[keys[k]] != truth.box_bytes(fqn, o, ext):
+            rep.bad("data/%d differs from the truth (source %s)" % (k, fqn), name)
+        rep.tensors_checked += 1
+    torch = _torch()
+    if torch is None:
+        return
+    ver = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2])
+    # the dtypes without a storage class exist from torch 2.1 (uint16/32/64: 2.3)
+    dts = {e[7] for e in ents}
+    need = (2, 3) if dts & {"uint16", "uint32", "uint64"} else (2, 1) if dts - {None} else (1, 6)
+    loads = [dict(weights_only=True)] if ver >= need else []
+    if ver >= (2, 1) and ver >= need:
+        loads.append(dict(weights_only=True, mmap=True))
+    for kw in loads:
+        try:
+            sd = torch.load(path, **kw)
+        except Exception as err:
+            rep.bad("torch.load(%s) failed: %s: %s" % (kw, type(err).__name__, err))
+            continue
+        if list(sd) != names:
+            rep.bad("torch.load(%s): keys %s" % (kw, list(sd)))
+            continue
+        for name, t in sd.items():
+            fqn, o, ext = want[name]
+            if str(t.dtype) != "torch." + truth.manifest["tensors"][fqn]["dtype"] or \
+                    list(t.shape) != list(ext) or \
+                    t.reshape(-1).contiguous().view(torch.uint8).numpy().tobytes() != \
+                    truth.box_bytes(fqn, o, ext):
+                rep.bad("torch.load(%s) differs (%s %s)" % (kw, t.dtype, list(t.shape)), name)
+        if kw.get("mmap"):
+            continue
+        # torch.save's own pickle of the same state dict says the same
+        buf = io.BytesIO()
+        torch.save(collections.OrderedDict((k, t.clone()) for k, t in sd.items()), buf)
+        zr = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+        theirs = _pt_unpickle(zr.read([n for n in zr.namelist() if n.endswith("/data.pkl")][0]))
+        if theirs != ents:
+            rep.bad("data.pkl says %s, torch.save's pickle %s" % (ents, theirs))
+    if ver[0] == 1 and hasattr(torch._C, "PyTorchFileWriter"):
+        recs = [("data.pkl", pkl), ("byteorder", b"little")] + \
+            [("data/%d" % k, raw[keys[k]]) for k in range(len(ents))]
+        if _pt_ref_bytes(torch, recs, set(keys)) != data:
+            rep.bad("not byte-identical to torch %s's zip writer" % torch.__version__)
+
+
 def check_npy(path, fqn, off, ext, truth, rep):
     e = truth.manifest["tensors"][fqn]
     descr = NPY_DESCR[e["dtype"]]
@@ -614,6 +805,10 @@ def check_ranks(mnt, plan, truth, T, P, rep, real):
                               {"tp": T, "pp": P, "rank": {"tp": t, "pp": p}, "tensors": fmeta},
                               real)
             rep.end()
+            rel = "ranks/%s/model.pt" % rd
+            rep.begin(rel)
+            check_model_pt(os.path.join(mnt, rel), want, _st_names(mnt, rd), truth, rep)
+            rep.end()
             tdir = os.path.join(mnt, "ranks", rd, "tensors")
             rep.begin("ranks/%s/tensors/" % rd)
             try:
@@ -633,6 +828,17 @@ def check_ranks(mnt, plan, truth, T, P, rep, real):
                 else:
                     check_npy(os.path.join(mnt, rel), fqn, off, ext, truth, rep)
                 rep.end()
+
+
+def _st_names(mnt, rd):
+    """The tensors of the rank's model.safetensors "flexfs" metadata, in its order."""
+    try:
+        with open(os.path.join(mnt, "ranks", rd, "model.safetensors"), "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            h = json.loads(f.read(n))
+        return list(json.loads(h["__metadata__"]["flexfs"])["tensors"])
+    except Exception:
+        return []
 
 
 _SHARD_RE = re.compile(r"^model-(\d{5})-of-(\d{5})\.safetensors$")

@@ -26,6 +26,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 import numpy as np
 
@@ -123,6 +124,75 @@ def write_safetensors(path, tensors, meta):
             f.write(t[3])
 
 
+PT_STORAGE = {"float64": "DoubleStorage", "float32": "FloatStorage", "float16": "HalfStorage",
+              "bfloat16": "BFloat16Storage", "int64": "LongStorage", "int32": "IntStorage",
+              "int8": "CharStorage", "bool": "BoolStorage"}
+
+
+def pk_int(v):
+    if v < 256:
+        return b"K" + bytes([v])
+    if v < 65536:
+        return b"M" + struct.pack("<H", v)
+    return b"J" + struct.pack("<i", v)
+
+
+def pk_tuple(vals):
+    body = b"".join(pk_int(v) for v in vals)
+    if not vals:
+        return b")"
+    return body + b"\x85\x86\x87"[len(vals) - 1:len(vals)] if len(vals) <= 3 else b"(" + body + b"t"
+
+
+def pk_str(s):
+    b = s.encode()
+    return b"X" + struct.pack("<I", len(b)) + b
+
+
+def write_model_pt(path, tensors):
+    """tensors: list of (name, dtype, shape, bytes); a torch.save zip of an
+    OrderedDict written from target-formats.md section 4 (no zip64: small)."""
+    odict = b"ccollections\nOrderedDict\n)R"
+    pk = b"\x80\x02" + odict + (b"(" if tensors else b"")
+    for k, (name, dt, shape, b) in enumerate(tensors):
+        stride, acc = [], 1
+        for n in reversed(shape):
+            stride.insert(0, acc)
+            acc *= max(n, 1)
+        cls = PT_STORAGE.get(dt)
+        pk += pk_str(name) + b"ctorch._utils\n_rebuild_tensor_v%d\n" % (2 if cls else 3)
+        pk += b"((" + pk_str("storage")
+        pk += (b"ctorch\n%s\n" % cls.encode()) if cls else b"ctorch.storage\nUntypedStorage\n"
+        pk += pk_str(str(k)) + pk_str("cpu")
+        pk += pk_int(len(b) // ST[dt][1] if cls else len(b)) + b"tQ" + pk_int(0)
+        pk += pk_tuple(list(shape)) + pk_tuple(stride) + b"\x89" + odict
+        pk += (b"" if cls else b"ctorch\n%s\n" % dt.encode()) + b"tR"
+    pk += (b"u" if tensors else b"") + b"."
+    recs = [("data.pkl", pk, True), ("byteorder", b"little", True)]
+    recs += [("data/%d" % k, t[3], False) for k, t in enumerate(tensors)]
+    recs += [("version", b"3\n", True)]
+    out, cd = bytearray(), bytearray()
+    for name, data, literal in recs:
+        full, h, n = ("archive/" + name).encode(), len(out), len(data)
+        pad = (-(h + 30 + len(full) + 4)) % 64
+        crc = zlib.crc32(data) if literal else 0  # torch.load checks no CRC
+        flags = 0x0808 if n else 0x0800
+        out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 0, flags, 0, 0, 0, 0, 0, 0,
+                           len(full), 4 + pad)
+        out += full + b"FB" + struct.pack("<H", pad) + b"Z" * pad + data
+        if n:
+            out += struct.pack("<IIII", 0x08074B50, crc, n, n)
+        cd += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 0, 0, flags, 0, 0, 0, crc, n, n,
+                          len(full), 0, 0, 0, 0, 0, h) + full
+    cdoff, n = len(out), len(recs)
+    out += cd
+    out += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 0x2D, 0, 0, n, n, len(cd), cdoff)
+    out += struct.pack("<IIQI", 0x07064B50, 0, cdoff + len(cd), 1)
+    out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, n, n, len(cd), cdoff, 0)
+    with open(path, "wb") as f:
+        f.write(out)
+
+
 def write_npy(path, dtype, shape, b):
     arr = np.frombuffer(b, dtype=np.dtype(DESCR[dtype])).reshape(shape)
     with open(path, "wb") as f:
@@ -184,6 +254,7 @@ def build_tree(root, fixture, T, P, rules, renumber=False, hf_shards=0):
             meta = {"format": "pt", "flexfs": json.dumps(
                 {"tp": T, "pp": P, "rank": {"tp": t, "pp": s}, "tensors": fm})}
             write_safetensors(os.path.join(d, "model.safetensors"), items, meta)
+            write_model_pt(os.path.join(d, "model.pt"), items)
     hf = os.path.join(root, "hf")
     os.makedirs(hf)
     full = [(f, e["dtype"], e["shape"], arrays[f].tobytes()) for f, e in man["tensors"].items()]
@@ -252,6 +323,13 @@ def st_edit_meta(path, fn):
     h += b" " * ((-(8 + len(h))) % 64)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(h)) + h + data[start:])
+
+
+def pt_data_pos(path, k):
+    b = open(path, "rb").read()
+    i = b.index(b"archive/data/%d" % k) - 30
+    n, m = struct.unpack_from("<HH", b, i + 26)
+    return i + 30 + n + m
 
 
 def tensor_data_pos(path, name):
@@ -328,6 +406,16 @@ def main():
         case("flipped data byte in a rank safetensors",
              lambda d: flip(os.path.join(d, st1), tensor_data_pos(os.path.join(d, st1), "output.weight")),
              ["FAIL " + st1 + ": output.weight: data differs"])
+        pt1 = "ranks/tp01_pp00/model.pt"
+        case("flipped data byte in a rank model.pt",
+             lambda d: flip(os.path.join(d, pt1), pt_data_pos(os.path.join(d, pt1), 0)),
+             ["FAIL " + pt1 + ": tok_embeddings.weight: data/0 differs from the truth"])
+        case("model.pt removed",
+             lambda d: os.remove(os.path.join(d, "ranks/tp00_pp00/model.pt")),
+             ["ranks/tp00_pp00/model.pt: cannot read"])
+        case("model.pt data.pkl byte changed (its CRC no longer matches)",
+             lambda d: flip(os.path.join(d, pt1), 64 + 3),
+             [pt1 + ": not a torch.save zip"])
         case("corrupt npy header (descr <u2 -> <f2)",
              lambda d: (lambda p: open(p, "r+b").write(open(p, "rb").read().replace(b"'<u2'", b"'<f2'", 1)))(
                  os.path.join(d, "ranks/tp00_pp00/tensors/tok_embeddings.weight.npy")),

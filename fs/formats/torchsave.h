@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_FS_FORMATS_TORCHSAVE_H
+#define FLX_FS_FORMATS_TORCHSAVE_H
+
+/*
+ * torch.save zip files of a state dict (torch.load gives an OrderedDict of
+ * name -> tensor, in set order), laid out as PyTorch's miniz writer lays
+ * them out (docs: target-formats.md section 4):
+ *
+ *   archive/data.pkl      pickle protocol 2 without memo opcodes
+ *   archive/byteorder     "little"
+ *   archive/data/<k>      the k-th tensor's bytes, k = 0.. in set order
+ *   archive/version       "3\n"
+ *
+ * every record STORED, its data 64-aligned (the "FB" padding field), data
+ * descriptors, ZIP64 extra fields past 4 GiB, the central directory, the
+ * ZIP64 end record and locator and the end record.  A tensor whose dtype
+ * has a storage class is rebuilt by torch._utils._rebuild_tensor_v2 (every
+ * torch from 1.6); the others (uint16/32/64, float8) by
+ * _rebuild_tensor_v3 on an UntypedStorage, as torch >= 2.1 saves them.
+ * Literal records carry their real CRC-32; tensor records CRC 0, which
+ * torch.load never checks (PyTorch builds miniz without reader CRC
+ * checks), so nothing is read from the tensors to build a file.
+ *
+ * Thread-safety: sets and files are built single-threaded with their
+ * tree; once built they are immutable and read by any number of threads.
+ */
+
+#include "formats/gen.h"
+#include "tree_internal.h"
+
+#include <stddef.h>
+
+/* One tensor of a torch.save file. */
+typedef struct flx_pt_entry {
+	const char *name; /* its key in the state dict (borrowed) */
+	const flx_placement *pl;
+} flx_pt_entry;
+
+/* The tensors of torch.save files, shared by the files that hold the same
+ * names in the same order (the TP ranks of one stage; each reads its own
+ * views), in state dict order. */
+typedef struct flx_pt_set {
+	size_t n;
+	flx_pt_entry *e;
+} flx_pt_set;
+
+/** A set with room for n entries, n set to 0 (the caller appends), owned
+ * by fs.  @return 0 and *out, or -ENOMEM. */
+int flx_pt_set_new(flx_fs *fs, size_t n, flx_pt_set **out);
+
+/**
+ * Add file name to directory dir: the torch.save file of set (borrowed,
+ * must outlive fs), holding the views of TP rank tp (tp < 0: the whole
+ * tensors).  Builds and measures every piece now (the pickle once more,
+ * for its CRC).
+ * @return 0, or -ENOMEM, -ENOTDIR, -EINVAL (a name that is not UTF-8,
+ *         which a pickle cannot carry), -EIO (the pieces do not add up to
+ *         the computed layout: a bug, never served).
+ */
+int flx_pt_add_file(flx_fs *fs, int dir, const char *name,
+		    const flx_pt_set *set, int tp);
+
+#endif
