@@ -78,6 +78,11 @@ typedef struct flx_tensor {
 	flx_dtype stored;
 	int ndim;
 	int64_t shape[FLX_MAX_DIMS];
+	/* leading axes that stack modules rather than hold a parameter's
+	 * elements: axis 0 indexes layers, the next (if any) experts.  Set by
+	 * a source whose key convention says so (Megatron's "decoder.layers."
+	 * keys); 0 for every other tensor.  TP never splits these axes. */
+	int stacked;
 	uint32_t nchunks;
 	/* chunks[0..nchunks), then dims: per chunk, in chunk order, its
 	 * ndim offsets, ndim sizes and ndim strides (one allocation, see

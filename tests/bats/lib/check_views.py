@@ -138,7 +138,11 @@ def expected_plan(manifest, T, P, rules, renumber=False,
                 continue
         else:
             offs = [c["offsets"] for c in e["chunks"]]
-            axes = [d for d in range(len(shape)) if len({o[d] for o in offs}) > 1]
+            # leading axes that stack layers/experts are never TP-split
+            axes = [d for d in range(e.get("stacked", 0), len(shape))
+                    if len({o[d] for o in offs}) > 1]
+            if len(axes) > 1 and T == 1:
+                axes = []  # nothing is split at tp=1: served whole
             if len(axes) > 1:
                 errors.append("%s: saved chunks differ along axes %s; the split cannot be "
                               "inferred and no rule gives it" % (fqn, axes))
