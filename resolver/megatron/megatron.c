@@ -517,6 +517,7 @@ const flx_source flx_source_megatron = {
     .name = "megatron-torch_dist",
     .kind = "Megatron-Core torch_dist",
     .marker = CONFIG_NAME,
+    .variant = true,
     .probe = probe,
     .owns = owns,
     .load = load,
