@@ -1,0 +1,215 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The Megatron-Core torch_dist source: every tests/fixtures/megatron-*
+ * fixture opens as "megatron-torch_dist", and its flx_megatron (from
+ * common.pt) says what the generator's configuration (truth/manifest.json
+ * "config", an independent record) says; the recorded data.pkl window is
+ * a whole pickle; stacked keys are marked per the spec's key convention;
+ * a metadata.json with only sharded_backend and unknown extra keys is
+ * accepted.  Runs with tests/ as the working directory.
+ */
+#include "check.h"
+#include "ckpt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ITER "ckpt/iter_0000100"
+
+static const char *const fixtures[] = {
+    "megatron-untied",
+    "megatron-tied",
+    "megatron-moe",
+    "megatron-optim-dp-reshardable",
+    "megatron-optim-fully-reshardable",
+    "megatron-optim-fully-sharded-model-space",
+};
+
+static int64_t cfg_int(const json_t *cfg, const char *key)
+{
+	const json_t *v = json_object_get(cfg, key);
+
+	return json_is_integer(v) && json_integer_value(v) > 0
+		   ? (int64_t)json_integer_value(v)
+		   : -1;
+}
+
+/* The spec's rule (megatron-format.md 3.2, 3.5), written apart from the
+ * source's. */
+static int want_stacked(const char *fqn)
+{
+	const char *p = strstr(fqn, "decoder.layers.");
+
+	if (!p || (p != fqn && p[-1] != '.'))
+		return 0;
+	p += 15;
+	if (*p >= '0' && *p <= '9')
+		return 0;
+	return strstr(p, "experts.experts.") ? 2 : 1;
+}
+
+static void test_fixture(const char *fx)
+{
+	char path[512];
+	json_error_t je;
+	json_t *man, *cfg;
+	flx_ckpt *c = NULL;
+	flx_error err = {0};
+	const flx_megatron *m;
+	char line[1024];
+
+	snprintf(path, sizeof(path), "fixtures/%s/truth/manifest.json", fx);
+	man = json_load_file(path, 0, &je);
+	CHECK(man != NULL);
+	if (!man)
+		return;
+	cfg = json_object_get(man, "config");
+	snprintf(path, sizeof(path), "fixtures/%s/" ITER, fx);
+	CHECK_EQ(flx_ckpt_open(path, &c, &err), 0);
+	if (!c) {
+		fprintf(stderr, "%s: %s\n", fx,
+			flx_error_line(&err, line, sizeof(line)));
+		json_decref(man);
+		return;
+	}
+	CHECK_STR(c->format, "megatron-torch_dist");
+	CHECK(strncmp(c->writer, "Megatron-Core torch_dist, ", 26) == 0);
+	m = c->megatron;
+	CHECK(m != NULL);
+	if (m) {
+		unsigned char head[2], tail;
+		const flx_file *f = &c->files[m->common_file];
+
+		CHECK_EQ(m->iteration,
+			 json_integer_value(json_object_get(man, "iteration")));
+		CHECK(m->checkpoint_version == 3.0);
+		CHECK_EQ(m->num_layers, cfg_int(cfg, "layers"));
+		CHECK_EQ(m->hidden_size, cfg_int(cfg, "hidden"));
+		CHECK_EQ(m->num_attention_heads, cfg_int(cfg, "heads"));
+		CHECK_EQ(m->num_query_groups, cfg_int(cfg, "groups"));
+		CHECK_EQ(m->kv_channels, cfg_int(cfg, "kv"));
+		CHECK_EQ(m->ffn_hidden_size, cfg_int(cfg, "ffn"));
+		CHECK_EQ(m->padded_vocab_size, cfg_int(cfg, "padded_vocab"));
+		CHECK_EQ(m->make_vocab_size_divisible_by,
+			 cfg_int(cfg, "divisible_by"));
+		CHECK_EQ(m->tensor_model_parallel_size, cfg_int(cfg, "tp"));
+		CHECK_EQ(m->pipeline_model_parallel_size, cfg_int(cfg, "pp"));
+		CHECK_EQ(m->num_experts, cfg_int(cfg, "experts"));
+		CHECK_EQ(m->moe_ffn_hidden_size, cfg_int(cfg, "moe_ffn"));
+		CHECK_EQ(m->untie_embeddings_and_output_weights,
+			 !json_is_true(json_object_get(cfg, "tied")));
+		CHECK_EQ(m->swiglu, 1);
+		CHECK_EQ(m->virtual_pipeline_model_parallel_size, -1);
+		CHECK_STR(m->transformer_impl, "local");
+		CHECK_STR(m->normalization, "RMSNorm");
+		if (json_is_string(json_object_get(cfg, "optim")))
+			CHECK_STR(
+			    m->optim_sharding,
+			    json_string_value(json_object_get(cfg, "optim")));
+		CHECK(!m->common_item);
+		CHECK_STR(f->relpath, "common.pt");
+		CHECK(m->pkl_len > 3 && m->pkl_off + m->pkl_len <= f->size);
+		CHECK(pread(f->fd, head, 2, (off_t)m->pkl_off) == 2 &&
+		      head[0] == 0x80 && head[1] == 2);
+		CHECK(pread(f->fd, &tail, 1,
+			    (off_t)(m->pkl_off + m->pkl_len - 1)) == 1 &&
+		      tail == '.');
+	}
+	for (size_t i = 0; i < c->ntensors; i++) {
+		const flx_tensor *t = &c->tensors[i];
+
+		if (t->stacked != want_stacked(t->fqn))
+			fprintf(stderr, "%s: %s stacked %d\n", fx, t->fqn,
+				t->stacked);
+		CHECK_EQ(t->stacked, want_stacked(t->fqn));
+	}
+	flx_ckpt_close(c);
+	json_decref(man);
+}
+
+/* cp SRC DST for a small file. */
+static int copy_file(const char *src, const char *dst)
+{
+	char buf[1 << 16];
+	FILE *in = fopen(src, "rb"), *out = in ? fopen(dst, "wb") : NULL;
+	size_t n;
+	int rc = in && out ? 0 : -1;
+
+	while (!rc && (n = fread(buf, 1, sizeof(buf), in)) > 0)
+		if (fwrite(buf, 1, n, out) != n)
+			rc = -1;
+	if (in)
+		fclose(in);
+	if (out && fclose(out))
+		rc = -1;
+	return rc;
+}
+
+/* metadata.json with only sharded_backend and keys of a later version
+ * opens; a "torch" backend is refused. */
+static void test_config_subset(void)
+{
+	static const char *const names[] = {
+	    ".metadata",    "__0_0.distcp", "__0_1.distcp", "__1_0.distcp",
+	    "__1_1.distcp", "__2_0.distcp", "__2_1.distcp", "__3_0.distcp",
+	    "__3_1.distcp", "common.pt"};
+	char dir[] = "/tmp/flx-megatron.XXXXXX", src[512], dst[512];
+	flx_ckpt *c = NULL;
+	flx_error err = {0};
+	char line[1024];
+	FILE *f;
+
+	CHECK(mkdtemp(dir) != NULL);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(src, sizeof(src),
+			 "fixtures/megatron-untied/" ITER "/%s", names[i]);
+		snprintf(dst, sizeof(dst), "%s/%s", dir, names[i]);
+		CHECK_EQ(copy_file(src, dst), 0);
+	}
+	snprintf(dst, sizeof(dst), "%s/metadata.json", dir);
+	f = fopen(dst, "w");
+	CHECK(f != NULL);
+	if (f) {
+		fputs("{\"sharded_backend\": \"torch_dist\", "
+		      "\"future\": {\"x\": [1, 2]}}",
+		      f);
+		fclose(f);
+	}
+	CHECK_EQ(flx_ckpt_open(dir, &c, &err), 0);
+	CHECK(c && c->megatron && c->megatron->iteration == 100);
+	flx_ckpt_close(c);
+	c = NULL;
+	err = (flx_error){0};
+	f = fopen(dst, "w");
+	if (f) {
+		fputs("{\"sharded_backend\": \"torch\"}", f);
+		fclose(f);
+	}
+	CHECK_EQ(flx_ckpt_open(dir, &c, &err), -ENOTSUP);
+	CHECK(strstr(flx_error_line(&err, line, sizeof(line)),
+		     "metadata.json: sharded_backend: "
+		     "'torch' is not supported") != NULL);
+	flx_ckpt_close(c);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(dst, sizeof(dst), "%s/%s", dir, names[i]);
+		unlink(dst);
+	}
+	snprintf(dst, sizeof(dst), "%s/metadata.json", dir);
+	unlink(dst);
+	rmdir(dir);
+}
+
+int main(void)
+{
+	for (size_t i = 0; i < sizeof(fixtures) / sizeof(fixtures[0]); i++)
+		test_fixture(fixtures[i]);
+	test_config_subset();
+	return CHECK_RESULT();
+}
