@@ -152,29 +152,62 @@ static int copy_file(const char *src, const char *dst)
 	return rc;
 }
 
+static const char *const iter_files[] = {
+    ".metadata",    "__0_0.distcp", "__0_1.distcp", "__1_0.distcp",
+    "__1_1.distcp", "__2_0.distcp", "__2_1.distcp", "__3_0.distcp",
+    "__3_1.distcp", "common.pt",    "metadata.json"};
+
+/* A copy of megatron-untied's iter_0000100 in a new temporary directory
+ * dir: without common.pt when overlay is given, and with overlay's
+ * .metadata and __0_2.distcp (tests/unit/data/<overlay>). */
+static void assemble(char *dir, const char *overlay)
+{
+	static const char *const over[] = {".metadata", "__0_2.distcp"};
+	char src[512], dst[512];
+
+	CHECK(mkdtemp(dir) != NULL);
+	for (size_t i = 0; i < sizeof(iter_files) / sizeof(iter_files[0]);
+	     i++) {
+		if (overlay && !strcmp(iter_files[i], "common.pt"))
+			continue;
+		snprintf(src, sizeof(src),
+			 "fixtures/megatron-untied/" ITER "/%s", iter_files[i]);
+		snprintf(dst, sizeof(dst), "%s/%s", dir, iter_files[i]);
+		CHECK_EQ(copy_file(src, dst), 0);
+	}
+	for (size_t i = 0; overlay && i < 2; i++) {
+		snprintf(src, sizeof(src), "unit/data/%s/%s", overlay, over[i]);
+		snprintf(dst, sizeof(dst), "%s/%s", dir, over[i]);
+		CHECK_EQ(copy_file(src, dst), 0);
+	}
+}
+
+static void discard(const char *dir)
+{
+	char path[512];
+
+	for (size_t i = 0; i < sizeof(iter_files) / sizeof(iter_files[0]);
+	     i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, iter_files[i]);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/__0_2.distcp", dir);
+	unlink(path);
+	rmdir(dir);
+}
+
 /* metadata.json with only sharded_backend and keys of a later version
  * opens; a "torch" backend is refused. */
 static void test_config_subset(void)
 {
-	static const char *const names[] = {
-	    ".metadata",    "__0_0.distcp", "__0_1.distcp", "__1_0.distcp",
-	    "__1_1.distcp", "__2_0.distcp", "__2_1.distcp", "__3_0.distcp",
-	    "__3_1.distcp", "common.pt"};
-	char dir[] = "/tmp/flx-megatron.XXXXXX", src[512], dst[512];
+	char dir[] = "/tmp/flx-megatron.XXXXXX", path[512], line[1024];
 	flx_ckpt *c = NULL;
 	flx_error err = {0};
-	char line[1024];
 	FILE *f;
 
-	CHECK(mkdtemp(dir) != NULL);
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		snprintf(src, sizeof(src),
-			 "fixtures/megatron-untied/" ITER "/%s", names[i]);
-		snprintf(dst, sizeof(dst), "%s/%s", dir, names[i]);
-		CHECK_EQ(copy_file(src, dst), 0);
-	}
-	snprintf(dst, sizeof(dst), "%s/metadata.json", dir);
-	f = fopen(dst, "w");
+	assemble(dir, NULL);
+	snprintf(path, sizeof(path), "%s/metadata.json", dir);
+	f = fopen(path, "w");
 	CHECK(f != NULL);
 	if (f) {
 		fputs("{\"sharded_backend\": \"torch_dist\", "
@@ -187,7 +220,7 @@ static void test_config_subset(void)
 	flx_ckpt_close(c);
 	c = NULL;
 	err = (flx_error){0};
-	f = fopen(dst, "w");
+	f = fopen(path, "w");
 	if (f) {
 		fputs("{\"sharded_backend\": \"torch\"}", f);
 		fclose(f);
@@ -197,13 +230,50 @@ static void test_config_subset(void)
 		     "metadata.json: sharded_backend: "
 		     "'torch' is not supported") != NULL);
 	flx_ckpt_close(c);
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		snprintf(dst, sizeof(dst), "%s/%s", dir, names[i]);
-		unlink(dst);
+	discard(dir);
+}
+
+/* 0.19: no common.pt, the common state is the bytes item
+ * common_state/shard_0_1 (tools/fixtures/gen_megatron_item.py made the
+ * overlays from this fixture's common.pt, with torch 2.6). */
+static void test_common_item(void)
+{
+	char dir[] = "/tmp/flx-megatron.XXXXXX", line[1024];
+	char bad[] = "/tmp/flx-megatron.XXXXXX";
+	flx_ckpt *c = NULL;
+	flx_error err = {0};
+	const flx_megatron *m;
+
+	assemble(dir, "megatron-common-item/good");
+	CHECK_EQ(flx_ckpt_open(dir, &c, &err), 0);
+	m = c ? c->megatron : NULL;
+	CHECK(m != NULL);
+	if (m) {
+		const flx_file *f = &c->files[m->common_file];
+		unsigned char head[2];
+
+		CHECK(m->common_item);
+		CHECK_EQ(m->iteration, 100);
+		CHECK_EQ(m->num_layers, 4);
+		CHECK_EQ(m->hidden_size, 16);
+		CHECK_EQ(m->padded_vocab_size, 256);
+		CHECK_EQ(m->swiglu, 1);
+		CHECK(m->checkpoint_version == 3.0);
+		CHECK_STR(f->relpath, "__0_2.distcp");
+		CHECK(pread(f->fd, head, 2, (off_t)m->pkl_off) == 2 &&
+		      head[0] == 0x80 && head[1] == 2);
 	}
-	snprintf(dst, sizeof(dst), "%s/metadata.json", dir);
-	unlink(dst);
-	rmdir(dir);
+	flx_ckpt_close(c);
+	c = NULL;
+	discard(dir);
+
+	assemble(bad, "megatron-common-item/bad");
+	CHECK_EQ(flx_ckpt_open(bad, &c, &err), -EINVAL);
+	CHECK(strstr(flx_error_line(&err, line, sizeof(line)),
+		     "__0_2.distcp@0: args.num_layers: not a non-negative "
+		     "integer") != NULL);
+	flx_ckpt_close(c);
+	discard(bad);
 }
 
 int main(void)
@@ -211,5 +281,6 @@ int main(void)
 	for (size_t i = 0; i < sizeof(fixtures) / sizeof(fixtures[0]); i++)
 		test_fixture(fixtures[i]);
 	test_config_subset();
+	test_common_item();
 	return CHECK_RESULT();
 }
