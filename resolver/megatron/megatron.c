@@ -206,14 +206,18 @@ static const struct arg_field {
 static int interpret_args(const common_src *cs, const flx_pv *args,
 			  flx_megatron *m, flx_error *err)
 {
-	const flx_pv *ns = args ? args->u.obj.state : NULL;
 	unsigned char *base = (unsigned char *)m;
+	const flx_pv *ns = NULL;
 	int rc = 0;
 
 	if (args && (args->kind != FLX_PV_OBJ ||
 		     !flx_pv_is_global(flx_pv_obj_class(args), "argparse",
-				       "Namespace") ||
-		     (ns && ns->kind != FLX_PV_DICT)))
+				       "Namespace")))
+		return flx_error_set(err, -EINVAL, cs->file, "args",
+				     "not an argparse.Namespace");
+	/* an empty Namespace has no BUILD: every field absent */
+	ns = args ? args->u.obj.state : NULL;
+	if (ns && ns->kind != FLX_PV_DICT)
 		return flx_error_set(err, -EINVAL, cs->file, "args",
 				     "not an argparse.Namespace");
 	for (size_t i = 0; i < sizeof(int_args) / sizeof(int_args[0]) && !rc;
