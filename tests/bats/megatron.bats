@@ -103,3 +103,11 @@ EOF
 	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
 	[[ $stderr == *"metadata.json: sharded_backend: 'zarr' is not supported"* ]]
 }
+
+@test "megatron: flexfs-inspect shows the common state and the stacked tensors" {
+	run --separate-stderr "$FLEXFS_INSPECT" "$FX/megatron-moe/$ITER" -o tp=2
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"Megatron-Core: iteration 100, checkpoint_version 3.0 (from common.pt); num_layers 2, hidden 16, heads 8, query groups 4, ffn 32 (SwiGLU), padded vocab 256, experts 4; saved at tp=2 pp=2"* ]]
+	[[ $output == *"7 stacked tensor(s): axis 0 indexes layers"* ]]
+}
