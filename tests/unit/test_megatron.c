@@ -10,6 +10,8 @@
  */
 #include "check.h"
 #include "ckpt.h"
+#include "plan.h"
+#include "spec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -276,11 +278,87 @@ static void test_common_item(void)
 	discard(bad);
 }
 
+/* Plan megatron-untied with options opts ("tp=2,pp=2") and, when rules is
+ * set, a rules file of that text.  @return flx_plan_build()'s value, the
+ * error line in line. */
+static int plan_with(const flx_ckpt *c, int tp, int pp, const char *rules,
+		     char *line, size_t len)
+{
+	char path[] = "/tmp/flx-megatron-rules.XXXXXX", v[16];
+	flx_error err = {0};
+	flx_plan *p = NULL;
+	flx_spec s;
+	int rc, fd = -1;
+
+	line[0] = '\0';
+	if (flx_spec_init(&s))
+		return -ENOMEM;
+	snprintf(v, sizeof(v), "%d", tp);
+	rc = flx_spec_set(&s, "tp", v, &err);
+	snprintf(v, sizeof(v), "%d", pp);
+	if (!rc)
+		rc = flx_spec_set(&s, "pp", v, &err);
+	if (!rc && rules) {
+		fd = mkstemp(path);
+		rc = fd >= 0 && write(fd, rules, strlen(rules)) ==
+				    (ssize_t)strlen(rules)
+			 ? flx_spec_set(&s, "rules", path, &err)
+			 : -EIO;
+	}
+	if (!rc)
+		rc = flx_plan_build(c, &s, &p, &err);
+	if (rc)
+		flx_error_line(&err, line, len);
+	flx_plan_free(p);
+	flx_spec_release(&s);
+	if (fd >= 0) {
+		close(fd);
+		unlink(path);
+	}
+	return rc;
+}
+
+/* Stacked tensors in the planner: TP takes their own axis, never a
+ * stacked one; pp>1 needs a stage rule. */
+static void test_plan_stacked(void)
+{
+	flx_ckpt *c = NULL;
+	flx_error err = {0};
+	char line[1024];
+
+	CHECK_EQ(flx_ckpt_open("fixtures/megatron-moe/" ITER, &c, &err), 0);
+	if (!c)
+		return;
+	CHECK_EQ(plan_with(c, 1, 1, NULL, line, sizeof(line)), 0);
+	CHECK_EQ(plan_with(c, 4, 1, NULL, line, sizeof(line)), 0);
+	CHECK_EQ(plan_with(c, 2, 2, NULL, line, sizeof(line)), -ENOTSUP);
+	CHECK(strstr(line, "stacks its layers along axis 0; pp>1") != NULL);
+	CHECK_EQ(plan_with(c, 2, 2,
+			   "[{\"match\": \"decoder.layers.*\", "
+			   "\"stage\": \"all\"}]",
+			   line, sizeof(line)),
+		 0);
+	CHECK_EQ(plan_with(c, 2, 1,
+			   "[{\"match\": \"decoder.layers.mlp.experts.*\", "
+			   "\"split\": 1}]",
+			   line, sizeof(line)),
+		 -EINVAL);
+	CHECK(strstr(line, "splits axis 1, which stacks layers or experts") !=
+	      NULL);
+	CHECK_EQ(plan_with(c, 2, 1,
+			   "[{\"match\": \"decoder.layers.mlp.experts.*\", "
+			   "\"split\": 3}]",
+			   line, sizeof(line)),
+		 0);
+	flx_ckpt_close(c);
+}
+
 int main(void)
 {
 	for (size_t i = 0; i < sizeof(fixtures) / sizeof(fixtures[0]); i++)
 		test_fixture(fixtures[i]);
 	test_config_subset();
 	test_common_item();
+	test_plan_stacked();
 	return CHECK_RESULT();
 }
