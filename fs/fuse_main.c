@@ -190,7 +190,10 @@ static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_xindex **xi,
 	/* Source -> transform -> plan -> tree.  The transform, the plan and
 	 * the tree need nothing the items give: they are built while the
 	 * items are read. */
-	rc = flx_ckpt_open_start(cl->mo.source, ckpt, &err);
+	rc = flx_ckpt_open_with(cl->mo.source,
+				&(flx_ckpt_opts){.format = cl->mo.source_format,
+						 .defer_items = true},
+				ckpt, &err);
 	if (!rc)
 		rc = flx_xform_apply(cl->mo.spec.xform, *ckpt, xi, &err);
 	if (!rc)
@@ -426,6 +429,9 @@ int main(int argc, char **argv)
 	flx_ll ll = {0};
 
 	malloc_thp(argv);
+	/* one descriptor per file of the checkpoint; failing to raise the
+	 * limit is not an error until a file cannot be opened */
+	(void)flx_nofile_raise();
 	memset(&fo, 0, sizeof(fo));
 	memset(&cl, 0, sizeof(cl));
 	if (flx_mo_init(&cl.mo) || flx_mo_argv(argc, argv, &ac, &av)) {

@@ -226,6 +226,11 @@ static int new_seg(flx_fs *fs, int file, unsigned kind, uint64_t len,
 		     sizeof(flx_seg)))
 		return -ENOMEM;
 	f = &fs->nodes[file];
+	/* every file's size and the tree's total stay off_t values: a sum
+	 * that does not fit is refused, never wrapped */
+	if (len > (uint64_t)INT64_MAX - f->u.file.size ||
+	    len > (uint64_t)INT64_MAX - fs->total)
+		return -EFBIG;
 	s = &fs->segs[fs->nsegs++];
 	memset(s, 0, sizeof(*s));
 	s->src.kind = (uint8_t)kind;
@@ -290,7 +295,8 @@ int flx_fs_add_view(flx_fs *fs, int file, const flx_view *v,
 	uint16_t gen = 0;
 	int rc = header ? header->gen(v, 0, NULL, 0, 0, &hlen) : 0;
 
-	if (!rc && hlen > UINT32_MAX)
+	if (!rc && (hlen > UINT32_MAX ||
+		    flx_view_bytes(v) > (uint64_t)INT64_MAX - hlen))
 		rc = -EFBIG;
 	if (!rc && hlen)
 		rc = gen_index(fs, header, &gen);

@@ -55,7 +55,8 @@ int flx_fs_mkfile_as(flx_fs *fs, int parent, int like, int *node);
  * Append a generated segment to file, the last node created: piece
  * (ops, arg, idx), measured now (ops and arg borrowed: static, owned by
  * the fs (flx_fs_alloc()) or by the plan).  An empty piece adds nothing.
- * @return 0, -EINVAL (file is not the last node), -ENOMEM, or the
+ * @return 0, -EINVAL (file is not the last node), -EFBIG (the file's size
+ *         or the tree's total would pass INT64_MAX), -ENOMEM, or the
  *         generator's error.
  */
 int flx_fs_add_gen(flx_fs *fs, int file, const flx_gen_ops *ops,
@@ -65,14 +66,15 @@ int flx_fs_add_gen(flx_fs *fs, int file, const flx_gen_ops *ops,
  * Append the bytes of view v (borrowed; must outlive the fs), preceded,
  * when header is not NULL, by piece (v, 0) of header, a header about the
  * view (the format's own, as .npy's); nothing when both are empty.
- * @return 0, -EINVAL, -EFBIG (a header of 4 GiB), -ENOMEM, or the
- *         generator's error.
+ * @return 0, -EINVAL, -EFBIG (a header of 4 GiB, or the file's size or
+ *         the tree's total past INT64_MAX), -ENOMEM, or the generator's
+ *         error.
  */
 int flx_fs_add_view(flx_fs *fs, int file, const flx_view *v,
 		    const flx_gen_ops *header);
 
 /** Append bytes [off, off+len) of source file f, verbatim.
- * @return 0, -EINVAL, -ENOMEM. */
+ * @return 0, -EINVAL, -EFBIG (as flx_fs_add_gen()), -ENOMEM. */
 int flx_fs_add_raw(flx_fs *fs, int file, const flx_file *f, uint64_t off,
 		   uint64_t len);
 

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "mountopts.h"
 
+#include "ckpt.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -21,6 +23,9 @@ const char flx_mo_help[] =
     "views\n"
     "    -o hf_shard_size=SIZE  bytes per hf/ shard, K/M/G/T suffixes "
     "(default 5G)\n"
+    "    -o source_format=NAME  read the checkpoint as torch-dcp or "
+    "hf-safetensors\n"
+    "                           (default: detected from the directory)\n"
     "    -o read_ahead_kb=N     readahead of the mount in KiB: the size of "
     "FUSE\n"
     "                           read requests in flight (default: 4 "
@@ -47,7 +52,7 @@ const char flx_mo_help[] =
 static const char *const ours[] = {
     "tp",	   "pp",	  "rules",	   "layer_regex",
     "embed_regex", "pp_renumber", "hf_shard_size", "read_ahead_kb",
-    "direct_io",   "cache_size",
+    "direct_io",   "cache_size",  "source_format",
 };
 
 static const char *const fstab_exact[] = {
@@ -74,6 +79,7 @@ void flx_mo_release(flx_mountopts *mo)
 	flx_spec_release(&mo->spec);
 	flx_mo_tokens_free(mo->fuse, mo->nfuse);
 	free(mo->source);
+	free(mo->source_format);
 	memset(mo, 0, sizeof(*mo));
 }
 
@@ -219,6 +225,33 @@ static int apply_read_ahead(flx_mountopts *mo, const char *value,
 	return 0;
 }
 
+static int apply_source_format(flx_mountopts *mo, const char *value,
+			       flx_error *err)
+{
+	char known[FLX_ERR_FIELD] = "";
+	const char *name;
+	size_t n = 0;
+	char *copy;
+
+	for (size_t i = 0; (name = flx_ckpt_format_name(i)); i++) {
+		if (value && strcmp(value, name) == 0)
+			goto found;
+		if (n < sizeof(known))
+			n += (size_t)snprintf(known + n, sizeof(known) - n,
+					      "%s%s", i ? ", " : "", name);
+	}
+	return flx_error_set(err, -EINVAL, NULL, "source_format",
+			     "'%s' is not a checkpoint format (%s)",
+			     value ? value : "", known);
+found:
+	copy = strdup(value);
+	if (!copy)
+		return -ENOMEM;
+	free(mo->source_format);
+	mo->source_format = copy;
+	return 0;
+}
+
 static int apply_cache_size(flx_mountopts *mo, const char *value,
 			    flx_error *err)
 {
@@ -308,6 +341,8 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 					      &mo->direct_io, err);
 		if (key_is(tok, "cache_size"))
 			return apply_cache_size(mo, option_value(tok), err);
+		if (key_is(tok, "source_format"))
+			return apply_source_format(mo, option_value(tok), err);
 		return apply_ours(&mo->spec, tok, err);
 	case FLX_MO_FSTAB:
 	case FLX_MO_RWRO:

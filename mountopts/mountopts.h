@@ -11,8 +11,9 @@
  * Every "-o" token falls in exactly one class:
  *   ours   tp, pp, rules, layer_regex, embed_regex, pp_renumber,
  *          hf_shard_size: applied to the spec with flx_spec_set();
- *          read_ahead_kb, direct_io, cache_size: kept in flx_mountopts
- *          for the FUSE adapter;
+ *          source_format: how the checkpoint is opened (ckpt.h's
+ *          flx_ckpt_opts); read_ahead_kb, direct_io, cache_size: kept in
+ *          flx_mountopts for the FUSE adapter;
  *   fstab  auto, noauto, user, nouser, users, _netdev, nofail, defaults,
  *          user=*, comment=*, x-*: bookkeeping of mount(8)/fstab/systemd
  *          that libfuse would reject ("unknown option"), dropped;
@@ -58,7 +59,10 @@ typedef enum flx_mo_class {
 typedef struct flx_mountopts {
 	flx_spec spec; /* what "ours" tokens set */
 	char *source;  /* checkpoint directory (owned), NULL until set */
-	char **fuse;   /* "fuse" tokens in order, unescaped (owned) */
+	/* source_format=: the source to read it as (a flx_ckpt_opts.format,
+	 * owned); NULL: detected from the directory */
+	char *source_format;
+	char **fuse; /* "fuse" tokens in order, unescaped (owned) */
 	size_t nfuse;
 	bool has_fsname;  /* the user gave fsname= */
 	bool has_subtype; /* the user gave subtype= */

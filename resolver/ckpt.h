@@ -35,8 +35,10 @@ typedef struct flx_file {
 	dev_t dev;     /* identity at mount, to detect replacement */
 	ino_t ino;
 	int64_t mtime_ns;
-	bool data; /* a file of the checkpoint itself (false: an extra,
-		    * passed through unchanged) */
+	int64_t ctime_ns; /* moves with any write, even one whose mtime is
+			   * put back (touch -d): what catches it */
+	bool data;	  /* a file of the checkpoint itself (false: an extra,
+			   * passed through unchanged) */
 	/* when the path was last found to still name this file (CLOCK_MONOTONIC
 	 * ns; 0 never); the one mutable field, updated atomically */
 	int64_t path_checked_ns;
@@ -195,6 +197,10 @@ typedef struct flx_ckpt_opts {
 int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *o, flx_ckpt **out,
 		       flx_error *err);
 
+/** The name of source i, in probe order (the values flx_ckpt_opts.format
+ * accepts: "torch-dcp", ...), or NULL past the last.  Thread-safe. */
+const char *flx_ckpt_format_name(size_t i);
+
 /** flx_ckpt_open_with() with the default options. */
 int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err);
 
@@ -214,6 +220,16 @@ int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err);
 int flx_ckpt_open_start(const char *dir, flx_ckpt **out, flx_error *err);
 int flx_ckpt_finish(flx_ckpt *c, flx_error *err);
 
+/**
+ * Raise this process's RLIMIT_NOFILE soft limit to its hard limit: an open
+ * checkpoint holds one descriptor per file it reads (torch 1.13 writes one
+ * file per item), so the usual soft limit of 1024 would refuse a checkpoint
+ * the hard limit allows.  For programs' start (the mount, flexfs-inspect),
+ * before threads; a library call never changes limits by itself.
+ * @return 0 (also when already at the hard limit), or -errno.
+ */
+int flx_nofile_raise(void);
+
 /** Release everything (closes fds); NULL is fine. */
 void flx_ckpt_close(flx_ckpt *c);
 
@@ -229,8 +245,10 @@ const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn);
 
 /**
  * Check that a backing file still is what was validated at mount.
- * Always: fstat() of the open descriptor shows the same size and mtime
- * (a file truncated or rewritten in place).  With by_path: the path also
+ * Always: fstat() of the open descriptor shows the same size, mtime,
+ * ctime, device and inode (a file truncated or rewritten in place, even
+ * with its mtime put back: the kernel moves ctime on every write and on
+ * every utimensat()).  With by_path: the path also
  * still names the same inode (a file replaced by rename); this check is
  * skipped if it passed less than a second ago.  Thread-safe.
  * @return 0, or -ESTALE when the file changed (-errno if stat fails).
@@ -238,7 +256,7 @@ const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn);
 int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path);
 
 /** Record st (an fstat of f's fd) as f's identity at mount: size, device,
- * inode, mtime; what flx_file_verify() compares against.  For those who
+ * inode, mtime, ctime; what flx_file_verify() compares against.  For those who
  * build an index by hand (tests). */
 struct stat;
 void flx_file_identity(flx_file *f, const struct stat *st);

@@ -24,7 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -308,6 +310,265 @@ static void fmt_pow2(char *out, size_t len, uint64_t v)
 	snprintf(out, len, "%" PRIu64 " %s", v, unit[u]);
 }
 
+/* ---- opening a source path below the directory ---- */
+
+#ifndef RESOLVE_BENEATH
+struct open_how {
+	uint64_t flags;
+	uint64_t mode;
+	uint64_t resolve;
+};
+#define RESOLVE_NO_MAGICLINKS 0x02
+#define RESOLVE_BENEATH	      0x08
+#endif
+
+/* Every descriptor that may read a source path: O_NONBLOCK so that a FIFO
+ * never blocks (a type is refused only after an O_PATH look, but a FIFO
+ * swapped in between must not hang us either), O_NOCTTY so that a
+ * terminal never becomes ours. */
+#define SOURCE_OPEN  (O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+#define MAX_SYMLINKS 40	 /* the kernel's limit, for the same ELOOP */
+#define MAX_DEPTH    256 /* directories entered by one path */
+
+/* openat2() below dirfd: an escape (by "..", an absolute or an outside
+ * symlink) fails with EXDEV by construction, symlinks inside are followed.
+ * -ENOSYS on kernels before 5.6 (or without the system call here). */
+static int openat2_beneath(int dirfd, const char *relpath, int flags, int *fd)
+{
+#ifdef SYS_openat2
+	struct open_how how = {.flags = (uint64_t)flags,
+			       .resolve =
+				   RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+	long r = syscall(SYS_openat2, dirfd, relpath, &how, sizeof(how));
+
+	if (r < 0)
+		return -errno;
+	*fd = (int)r;
+	return 0;
+#else
+	(void)dirfd, (void)relpath, (void)flags, (void)fd;
+	return -ENOSYS;
+#endif
+}
+
+/* Open name, in parent, that an O_PATH look found a regular file (st),
+ * for reading, and check that it still is that inode: a device or FIFO
+ * swapped in between is then refused, never read. */
+static int reopen_regular(int parent, const char *name, const struct stat *st,
+			  int *fd_out)
+{
+	struct stat now;
+	int fd = openat(parent, name, SOURCE_OPEN | O_NOFOLLOW);
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &now) < 0 || now.st_dev != st->st_dev ||
+	    now.st_ino != st->st_ino) {
+		close(fd);
+		return -ESTALE;
+	}
+	*fd_out = fd;
+	return 0;
+}
+
+/* The component walk's state: fds[0] is the checkpoint directory (not
+ * owned), fds[1..depth] O_PATH descriptors of the directories entered;
+ * path holds the components still to resolve. */
+struct walk {
+	int fds[MAX_DEPTH];
+	size_t depth;
+	char *path;
+};
+
+static void walk_pop_to(struct walk *w, size_t depth)
+{
+	while (w->depth > depth)
+		close(w->fds[w->depth--]);
+}
+
+/* Replace the walk's remaining path by target followed by after (the
+ * components after the symlink).  An absolute target must name a place
+ * inside realdir: the walk restarts from the directory. */
+static int walk_splice(struct walk *w, const char *realdir, const char *target,
+		       const char *after)
+{
+	size_t n = strlen(realdir);
+	char *next;
+
+	if (target[0] == '/') {
+		if (n == 1)
+			n = 0; /* realdir "/": every absolute path is inside */
+		if (strncmp(target, realdir, n) != 0 ||
+		    (target[n] != '/' && target[n] != '\0'))
+			return -EXDEV;
+		walk_pop_to(w, 0);
+		target += n;
+	}
+	if (asprintf(&next, "%s/%s", target, after) < 0)
+		return -ENOMEM;
+	free(w->path);
+	w->path = next;
+	return 0;
+}
+
+/*
+ * The component walk, where openat2() is missing or refused an absolute
+ * symlink: relpath resolved one component at a time with openat(O_PATH |
+ * O_NOFOLLOW) from the directory's descriptor, so that no intermediate
+ * directory can be swapped for a symlink under us; a symlink is read and
+ * its target walked in its place; ".." never above the directory.  The
+ * same rule as openat2()'s, plus absolute symlinks that point inside
+ * realdir (the realpath() of the directory), which it would refuse.
+ * @return 0 with *pfd (O_PATH) and *st its fstat, and, when the last
+ *         component is a regular file, *fd open for reading (else -1);
+ *         -EXDEV when the path leaves the directory, -ELOOP past
+ *         MAX_SYMLINKS, or -errno.
+ */
+static int walk_beneath(int dirfd, const char *realdir, const char *relpath,
+			int *fd, struct stat *st)
+{
+	struct walk w = {.depth = 0};
+	char target[PATH_MAX];
+	unsigned links = 0;
+	int rc = 0, cfd = -1;
+	char *p;
+
+	w.fds[0] = dirfd;
+	w.path = strdup(relpath);
+	if (!w.path)
+		return -ENOMEM;
+	for (p = w.path;;) {
+		char *name, *slash;
+		ssize_t len;
+
+		while (*p == '/')
+			p++;
+		if (!*p) {
+			rc = -EISDIR; /* the path names a directory */
+			goto out;
+		}
+		name = p;
+		slash = strchr(name, '/');
+		p = slash ? slash + 1 : name + strlen(name);
+		if (slash)
+			*slash = '\0';
+		while (*p == '/')
+			p++;
+		if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) {
+			if (name[1] && !w.depth) {
+				rc = -EXDEV;
+				goto out;
+			}
+			if (name[1])
+				walk_pop_to(&w, w.depth - 1);
+			continue;
+		}
+		cfd = openat(w.fds[w.depth], name,
+			     O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (cfd < 0 || fstat(cfd, st) < 0) {
+			rc = -errno;
+			goto out;
+		}
+		if (S_ISLNK(st->st_mode)) {
+			len = readlinkat(cfd, "", target, sizeof(target));
+			rc = len < 0 ? -errno : 0;
+			if (!rc && ++links > MAX_SYMLINKS)
+				rc = -ELOOP;
+			if (!rc && (size_t)len >= sizeof(target))
+				rc = -ENAMETOOLONG;
+			if (rc)
+				goto out;
+			target[len] = '\0';
+			close(cfd);
+			cfd = -1;
+			rc = walk_splice(&w, realdir, target, p);
+			if (rc)
+				goto out;
+			p = w.path;
+			continue;
+		}
+		if (!*p) {
+			/* the last component */
+			*fd = -1;
+			if (S_ISREG(st->st_mode))
+				rc = reopen_regular(w.fds[w.depth], name, st,
+						    fd);
+			goto out;
+		}
+		if (!S_ISDIR(st->st_mode)) {
+			rc = -ENOTDIR;
+			goto out;
+		}
+		if (w.depth + 1 >= MAX_DEPTH) {
+			rc = -ENAMETOOLONG;
+			goto out;
+		}
+		w.fds[++w.depth] = cfd;
+		cfd = -1;
+	}
+out:
+	if (cfd >= 0)
+		close(cfd);
+	walk_pop_to(&w, 0);
+	free(w.path);
+	return rc;
+}
+
+/* FLEXFS_NO_OPENAT2 in the environment: the walk alone, as on a kernel
+ * without openat2(), so that tests cover it.  Read once; any thread may
+ * be first (each computes the same value). */
+static bool walk_only(void)
+{
+	static int v = -1;
+	int got = __atomic_load_n(&v, __ATOMIC_RELAXED);
+
+	if (got < 0) {
+		got = getenv("FLEXFS_NO_OPENAT2") != NULL;
+		__atomic_store_n(&v, got, __ATOMIC_RELAXED);
+	}
+	return got;
+}
+
+int flx_build_open(flx_build *b, const char *relpath, int *fd_out,
+		   struct stat *st)
+{
+	int pfd = -1, fd = -1, rc = -ENOSYS;
+
+	if (!walk_only())
+		rc = openat2_beneath(b->dirfd, relpath, O_PATH | O_CLOEXEC,
+				     &pfd);
+	/* EXDEV: maybe an absolute symlink to inside, which the walk
+	 * allows; EAGAIN: openat2() could not rule out a race on "..";
+	 * EPERM: a seccomp filter that refuses system calls it does not
+	 * know (an O_PATH lookup needs no permission on the file itself). */
+	if (rc == -ENOSYS || rc == -EXDEV || rc == -EAGAIN || rc == -EPERM)
+		return walk_beneath(b->dirfd, b->realdir, relpath, fd_out, st);
+	if (rc)
+		return rc;
+	if (fstat(pfd, st) < 0) {
+		rc = -errno;
+		goto out;
+	}
+	if (S_ISREG(st->st_mode)) {
+		rc = openat2_beneath(b->dirfd, relpath, SOURCE_OPEN, &fd);
+		if (!rc) {
+			struct stat now;
+
+			if (fstat(fd, &now) < 0 || now.st_dev != st->st_dev ||
+			    now.st_ino != st->st_ino) {
+				close(fd);
+				fd = -1;
+				rc = -ESTALE;
+			}
+		}
+	}
+	if (!rc)
+		*fd_out = fd;
+out:
+	close(pfd);
+	return rc;
+}
+
 int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 			 const char *missing, void **buf_out, size_t *len_out,
 			 int64_t *mtime_ns, flx_error *err)
@@ -315,7 +576,7 @@ int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 	struct stat st;
 	unsigned char *buf = NULL;
 	char most[32];
-	int fd = -1, rc = flx_build_open(b, relpath, &fd);
+	int fd = -1, rc = flx_build_open(b, relpath, &fd, &st);
 
 	if (rc == -EXDEV)
 		return flx_error_set(err, -EINVAL, relpath, NULL,
@@ -326,8 +587,7 @@ int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 	if (rc)
 		return flx_error_set(err, rc, relpath, NULL, "cannot open: %s",
 				     strerror(-rc));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
-	    (uint64_t)st.st_size > max) {
+	if (fd < 0 || (uint64_t)st.st_size > max) {
 		fmt_pow2(most, sizeof(most), max);
 		rc = flx_error_set(err, -EINVAL, relpath, NULL,
 				   "not a regular file of at most %s", most);
@@ -351,38 +611,8 @@ int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 	buf = NULL;
 out:
 	free(buf);
-	close(fd);
-	return rc;
-}
-
-int flx_build_open(flx_build *b, const char *relpath, int *fd_out)
-{
-	size_t n = strlen(b->realdir);
-	char *abs = NULL, *real = NULL;
-	int fd, rc = 0;
-
-	if (asprintf(&abs, "%s/%s", b->realdir, relpath) < 0)
-		return -ENOMEM;
-	real = realpath(abs, NULL);
-	if (!real) {
-		rc = -errno;
-		goto out;
-	}
-	if (strncmp(real, b->realdir, n) != 0 ||
-	    (real[n] != '/' && !(n == 1 && real[0] == '/'))) {
-		rc = -EXDEV;
-		goto out;
-	}
-	/* real has no symlink left; O_NOFOLLOW keeps it that way */
-	fd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0) {
-		rc = -errno;
-		goto out;
-	}
-	*fd_out = fd;
-out:
-	free(abs);
-	free(real);
+	if (fd >= 0)
+		close(fd);
 	return rc;
 }
 
@@ -448,7 +678,7 @@ static int add_file(flx_build *b, const char *relpath, bool data,
 	if (flx_grow((void **)&c->files, &b->cap_files, c->nfiles + 1,
 		     sizeof(flx_file)))
 		return -ENOMEM;
-	rc = flx_build_open(b, relpath, &fd);
+	rc = flx_build_open(b, relpath, &fd, &st);
 	if (rc == -EXDEV)
 		return flx_error_set(b->err, -EINVAL, relpath, key,
 				     "resolves outside the checkpoint "
@@ -456,7 +686,7 @@ static int add_file(flx_build *b, const char *relpath, bool data,
 	if (rc)
 		return flx_error_set(b->err, rc, relpath, key,
 				     "cannot open: %s", strerror(-rc));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	if (fd < 0) {
 		rc = flx_error_set(b->err, -EINVAL, relpath, key,
 				   "not a regular file");
 		goto out;
@@ -504,8 +734,9 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The other regular files of the directory (not through symlinks), in
- * name order: passed through unchanged (config.json, tokenizer files). */
+/* The other regular files of the directory (not through symlinks, not
+ * hidden), in name order: passed through unchanged (config.json, tokenizer
+ * files). */
 static int load_extras(flx_build *b)
 {
 	int fd = openat(b->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -523,7 +754,7 @@ static int load_extras(flx_build *b)
 	while ((de = readdir(d))) {
 		struct stat st;
 
-		if (b->src->owns(de->d_name))
+		if (de->d_name[0] == '.' || b->src->owns(de->d_name))
 			continue;
 		if (fstatat(b->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
 		    !S_ISREG(st.st_mode))
@@ -1118,6 +1349,18 @@ int flx_ckpt_finish(flx_ckpt *c, flx_error *err)
 	return rc;
 }
 
+int flx_nofile_raise(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return -errno;
+	if (rl.rlim_cur == rl.rlim_max)
+		return 0;
+	rl.rlim_cur = rl.rlim_max;
+	return setrlimit(RLIMIT_NOFILE, &rl) < 0 ? -errno : 0;
+}
+
 /* ---- files at run time ---- */
 
 static int64_t now_ns(void)
@@ -1134,6 +1377,19 @@ void flx_file_identity(flx_file *f, const struct stat *st)
 	f->dev = st->st_dev;
 	f->ino = st->st_ino;
 	f->mtime_ns = flx_mtime_ns(st);
+	f->ctime_ns =
+	    (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
+}
+
+/* st (an fstat of f's descriptor) is still the identity of f at mount. */
+static bool same_identity(const flx_file *f, const struct stat *st)
+{
+	flx_file now;
+
+	flx_file_identity(&now, st);
+	return now.size == f->size && now.mtime_ns == f->mtime_ns &&
+	       now.ctime_ns == f->ctime_ns && now.dev == f->dev &&
+	       now.ino == f->ino;
 }
 
 int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
@@ -1147,7 +1403,7 @@ int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
 
 	if (fstat(f->fd, &st) < 0)
 		return -errno;
-	if ((uint64_t)st.st_size != f->size || flx_mtime_ns(&st) != f->mtime_ns)
+	if (!same_identity(f, &st))
 		return -ESTALE;
 	if (!by_path)
 		return 0;

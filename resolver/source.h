@@ -54,8 +54,8 @@ typedef struct flx_source {
 	 * never reads a payload.  @return 0 and *yes, or -errno. */
 	int (*probe)(int dirfd, bool *yes);
 	/* Whether a directory entry is one of the source's own files (never
-	 * passed through as an extra).  Files load recorded are own files
-	 * whatever this says. */
+	 * passed through as an extra; hidden files never are).  Files load
+	 * recorded are own files whatever this says. */
 	bool (*owns)(const char *name);
 	/* Fill flx_build_ckpt(b): writer, mtime_ns, tensors (names and
 	 * chunks from its pool), objects, through the builder's functions
@@ -77,13 +77,21 @@ flx_ckpt *flx_build_ckpt(flx_build *b);
 int flx_build_dirfd(const flx_build *b);
 
 /**
- * Open relpath (relative to the directory) read-only.  Symlinks, in any
- * component, are followed only while the resolved path stays inside the
- * directory.
- * @return 0 and *fd (owned by the caller), -EXDEV when it resolves
- *         outside, or -errno.  Nothing is recorded in err.
+ * Open relpath (relative to the directory) read-only, resolved below the
+ * directory's descriptor (openat2() RESOLVE_BENEATH, else a component walk
+ * with O_NOFOLLOW): no directory swapped during the lookup can lead
+ * outside.  Symlinks, in any component, are followed only while the
+ * resolved path stays inside the directory.  The type is looked at before
+ * anything is opened for reading: only a regular file is, with O_RDONLY |
+ * O_NONBLOCK | O_NOCTTY | O_CLOEXEC, so a FIFO or a device is never opened
+ * (a FIFO never blocks).  Thread-safe.
+ * @return 0 with *st (the object's fstat) and *fd: open for reading
+ *         (owned by the caller) when *st is a regular file, else -1; or
+ *         -EXDEV when it resolves outside, -ESTALE when the file changed
+ *         between the look and the open, or -errno.  Nothing is recorded
+ *         in err.
  */
-int flx_build_open(flx_build *b, const char *relpath, int *fd);
+int flx_build_open(flx_build *b, const char *relpath, int *fd, struct stat *st);
 
 /**
  * Read a source's own metadata file whole: opened as flx_build_open()

@@ -18,3 +18,11 @@ const flx_source *const flx_sources[] = {
     &flx_source_hf,
     NULL,
 };
+
+const char *flx_ckpt_format_name(size_t i)
+{
+	for (size_t k = 0; flx_sources[k]; k++)
+		if (k == i)
+			return flx_sources[k]->name;
+	return NULL;
+}

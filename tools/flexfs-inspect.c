@@ -416,6 +416,9 @@ int main(int argc, char **argv)
 	int json = 0, rc;
 
 	flx_error_init(&err);
+	/* one descriptor per file of the checkpoint; failing to raise the
+	 * limit is not an error until a file cannot be opened */
+	(void)flx_nofile_raise();
 	if (flx_mo_init(&mo)) {
 		fprintf(stderr, "flexfs-inspect: out of memory\n");
 		return 1;
@@ -426,7 +429,9 @@ int main(int argc, char **argv)
 		return rc == 3 ? 0 : rc;
 	}
 	/* the mount's stages: source -> transform -> plan */
-	rc = flx_ckpt_open(argv[optind], &ckpt, &err);
+	rc = flx_ckpt_open_with(argv[optind],
+				&(flx_ckpt_opts){.format = mo.source_format},
+				&ckpt, &err);
 	if (!rc)
 		rc = flx_xform_apply(mo.spec.xform, ckpt, &xi, &err);
 	if (!rc)

@@ -136,7 +136,8 @@ static int int_tuple(struct tctx *c, const flx_pv *v, const char *what,
 	return 0;
 }
 
-/* storage_offset + max index reached must lie inside the storage. */
+/* Distinct elements at distinct storage positions, and storage_offset +
+ * the last index reached inside the storage. */
 static int check_extent(struct tctx *c, const flx_tensor_pkl *t)
 {
 	uint64_t span, end, bytes;
@@ -145,6 +146,19 @@ static int check_extent(struct tctx *c, const flx_tensor_pkl *t)
 		return tfail(c, "size x stride overflows");
 	if (span == 0)
 		return 0; /* no elements: no storage needed */
+	/* an expand()ed view would let a few stored bytes stand for any
+	 * number of served ones: every size must stay what storage backs */
+	if (flx_strided_disjoint(t->ndim, t->size, t->stride)) {
+		char sz[96], st[96];
+
+		flx_fmt_dims(sz, sizeof(sz), t->ndim, t->size);
+		flx_fmt_dims(st, sizeof(st), t->ndim, t->stride);
+		return tfail(c,
+			     "size %s with stride %s puts several elements "
+			     "at one storage position (an expand()ed or "
+			     "overlapping view): not supported",
+			     sz, st);
+	}
 	if (__builtin_add_overflow(span, (uint64_t)t->storage_offset, &end) ||
 	    __builtin_mul_overflow(end, (uint64_t)flx_dtype_size(t->dtype),
 				   &bytes))

@@ -2,6 +2,7 @@
 #include "shape.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 uint64_t flx_numel(int ndim, const int64_t *shape)
@@ -54,6 +55,31 @@ int flx_strided_span(int ndim, const int64_t *size, const int64_t *stride,
 	if (__builtin_add_overflow(last, 1, span))
 		return -ERANGE;
 	return 0;
+}
+
+int flx_strided_disjoint(int ndim, const int64_t *size, const int64_t *stride)
+{
+	bool done[FLX_MAX_DIMS] = {false};
+	uint64_t reach = 1; /* the smaller axes span [0, reach) */
+
+	for (int d = 0; d < ndim; d++)
+		if (size[d] == 0)
+			return 0; /* no elements */
+	for (;;) {
+		int next = -1;
+
+		for (int d = 0; d < ndim; d++)
+			if (!done[d] && size[d] > 1 &&
+			    (next < 0 || stride[d] < stride[next]))
+				next = d;
+		if (next < 0)
+			return 0;
+		if ((uint64_t)stride[next] < reach)
+			return -EINVAL;
+		/* fits: no more than the span, which the caller checked */
+		reach += (uint64_t)(size[next] - 1) * (uint64_t)stride[next];
+		done[next] = true;
+	}
 }
 
 void flx_fmt_dims(char *buf, size_t len, int ndim, const int64_t *v)

@@ -37,6 +37,18 @@ int flx_shape_bytes(int ndim, const int64_t *shape, unsigned elem_size,
 int flx_strided_span(int ndim, const int64_t *size, const int64_t *stride,
 		     uint64_t *span);
 
+/**
+ * Whether distinct elements of a strided box (sizes and strides
+ * non-negative, the span known to fit 64 bits) always lie at distinct
+ * storage positions: the axes of more than one element, by increasing
+ * stride, each step past everything the smaller ones reach.  Dense,
+ * transposed and sliced views are disjoint; an expand()ed view (stride 0)
+ * or rows that overlap are not (nor the rare as_strided() interleaving,
+ * which this sufficient test also refuses).  Thread-safe.
+ * @return 0 when disjoint, -EINVAL when elements may share storage.
+ */
+int flx_strided_disjoint(int ndim, const int64_t *size, const int64_t *stride);
+
 /** Write "[a,b,c]" of ndim values into buf (len > 0), cut to fit; for
  * messages. */
 void flx_fmt_dims(char *buf, size_t len, int ndim, const int64_t *v);

@@ -1064,7 +1064,7 @@ bool flx_dcp_owns(const char *name)
 {
 	size_t n = strlen(name);
 
-	if (name[0] == '.' || is_distcp(name))
+	if (is_distcp(name))
 		return true;
 	if (n > 9 && strncmp(name, "__", 2) == 0 &&
 	    strcmp(name + n - 9, ".metadata") == 0)

@@ -33,8 +33,9 @@ typedef struct flx_dcp_opts {
 int flx_dcp_load(flx_build *b, const flx_ckpt_opts *o, const flx_dcp_opts *d,
 		 flx_error *err);
 
-/** Whether a directory entry is one of DCP's own files (.metadata, the
- * .distcp data, torch's __R_N.metadata leftovers, hidden files). */
+/** Whether a directory entry is one of DCP's own files: the .distcp data
+ * and torch's __R_N.metadata leftovers (.metadata is hidden, and the
+ * builder never passes hidden files through). */
 bool flx_dcp_owns(const char *name);
 
 #endif

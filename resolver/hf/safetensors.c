@@ -95,10 +95,10 @@ static bool is_shard_name(const char *name)
 	return d && strcmp(p + d, ".safetensors") == 0;
 }
 
-/* Never passed through: the checkpoint's own names, and hidden files. */
+/* Never passed through: the checkpoint's own names. */
 static bool owns(const char *name)
 {
-	return name[0] == '.' || strcmp(name, SINGLE_NAME) == 0 ||
+	return strcmp(name, SINGLE_NAME) == 0 ||
 	       strcmp(name, INDEX_NAME) == 0 || is_shard_name(name);
 }
 

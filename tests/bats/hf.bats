@@ -192,3 +192,37 @@ print("fixture ok")' "$inner"
 	[ "$status" -eq 0 ]
 	[[ $output == *" passed, 0 failed"* ]]
 }
+
+# A directory two sources could read (a DCP checkpoint beside an HF
+# model.safetensors): source_format= says which one; a source whose files
+# are missing is refused with one line.
+@test "source_format= picks the source of a directory both could read" {
+	local both=$BATS_TEST_TMPDIR/both
+	mkdir "$both"
+	cp -r "$FLEXFS_SRC/tests/fixtures/dcp-t26/ckpt/." "$both/"
+	cp "$HF/single/"* "$both/"
+	mount_ff "$both" "$MNT" "tp=2,pp=2,rules=$HF_RULES,source_format=hf-safetensors"
+	run /usr/bin/python3 "$CHECK" -q --mount "$MNT" --truth "$HF/truth" \
+		--tp 2 --pp 2 --rules "$HF_RULES"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *" passed, 0 failed"* ]]
+	grep -q '"format": "hf-safetensors"' "$MNT/index.json"
+	# the DCP data files are the HF source's extras, passed through
+	# verbatim (.metadata is hidden: never passed through)
+	cmp "$both/__0_0.distcp" "$MNT/hf/__0_0.distcp"
+	[ ! -e "$MNT/hf/.metadata" ]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+	run --separate-stderr "$FLEXFS_BIN" "$FLEXFS_SRC/tests/fixtures/dcp-t26/ckpt" \
+		"$MNT" -o source_format=hf-safetensors 3>&-
+	echo "status=$status stderr: $stderr" >&2
+	[[ $status -ne 0 ]]
+	[[ ${#stderr_lines[@]} -eq 1 ]]
+	[[ ${stderr_lines[0]} == "flexfs: "*"/dcp-t26/ckpt/model.safetensors: cannot open"* ]]
+	not_mounted "$MNT"
+	run --separate-stderr "$FLEXFS_BIN" "$both" "$MNT" -o source_format=zarr 3>&-
+	[[ $status -ne 0 ]]
+	[[ ${stderr_lines[0]} == *"source_format"*"'zarr' is not a checkpoint format (megatron-torch_dist, torch-dcp, hf-safetensors)"* ]]
+	not_mounted "$MNT"
+}

@@ -291,3 +291,34 @@ except OSError as e:
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
 }
+
+# A FIFO (or a device) where a data file or .metadata should be: refused by
+# its type in one line, without ever being opened for reading; it used to
+# block the mount and flexfs-inspect forever in open().
+@test "a FIFO or device named like a data file or .metadata: refused at once, no hang" {
+	local name kind
+
+	for name in __0_3.distcp .metadata; do
+		for kind in fifo device; do
+			private_copy dcp-t113
+			rm "$CK/$name"
+			if [[ $kind == fifo ]]; then
+				mkfifo "$CK/$name"
+			elif ! mknod "$CK/$name" c 1 3; then # /dev/null's numbers
+				echo "# no mknod here (not root): devices untested" >&3
+				rm -rf "$BATS_TEST_TMPDIR/dcp-t113"
+				continue
+			fi
+			run timeout 10 "$FLEXFS_INSPECT" "$CK"
+			echo "inspect $name $kind: $status: $output"
+			[ "$status" -eq 1 ]
+			[[ $output == *"$name"*"not a regular file"* ]]
+			run timeout 10 "$FLEXFS_BIN" "$CK" "$MNT" -f
+			echo "mount $name $kind: $status: $output"
+			[ "$status" -ne 124 ] && [ "$status" -ne 0 ]
+			[[ $output == *"$name"*"not a regular file"* ]]
+			not_mounted "$MNT"
+			rm -rf "$BATS_TEST_TMPDIR/dcp-t113"
+		done
+	done
+}

@@ -4,16 +4,16 @@
  *
  * Every directory under cases/invalid and cases/valid is one case: the base
  * fixture (fixtures/dcp-t113/ckpt, or the one its "base" file names) is
- * hard-linked (or copied) into a fresh temporary directory, the case's
- * files are overlaid (each as a new inode, so the base is never written
- * through a link), its "setup" is applied, and
- * the result is opened with flx_ckpt_open() (and planned with tp=2, or its
- * "tp=", and no rules for "stage=plan").  The outcome must match "expected":
- * "ok", or the errno, and substrings of the error's key, text and file.  Every
- * refusal must in addition be one line that names a file and gives a reason.
- * Valid cases must read back every tensor exactly as the truth beside the base
- * (its ../truth) has it.  Every base fixture used must be byte-for-byte
- * unchanged at the end.
+ * hard-linked from this run's own copy of it (never from the fixture: a
+ * link moves the linked file's ctime) into a fresh temporary directory, the
+ * case's files are overlaid, its "setup" is applied, and the result is opened
+ * with flx_ckpt_open() (and planned with tp=2, or its "tp=", and no rules for
+ * "stage=plan").
+ * The outcome must match "expected": "ok", or the errno, and substrings of the
+ * error's key, text and file.  Every refusal must in addition be one line that
+ * names a file and gives a reason.  Valid cases must read back every tensor
+ * exactly as the truth beside the base (its ../truth) has it.  Every base
+ * fixture used must be byte-for-byte unchanged at the end.
  *
  * Runs from tests/ (ctest's working directory).  FLX_CASES_TMPDIR or TMPDIR
  * picks where the temporary directories go (default /tmp).
@@ -40,7 +40,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #define CASES_DIR "cases"
@@ -551,13 +553,32 @@ static bool plain_name(const char *n)
 	return n[0] && !strchr(n, '/') && strcmp(n, ".") && strcmp(n, "..");
 }
 
-static int link_or_copy(const char *src, const char *dst)
+/* Where the base fixtures' files are copied once per run ("" before). */
+static char stage_root[PATH_MAX];
+
+/* dst := a hard link to this run's own copy of src, never to src itself:
+ * a link moves the ctime of the file linked, which a mount of the base
+ * fixture at the same time (another test) must take for a change
+ * (flx_file_verify()). */
+static int copy_in(const char *src, const char *dst)
 {
-	if (!link(src, dst))
+	char staged[PATH_MAX], *p;
+	int rc;
+
+	fmt_path(staged, sizeof(staged), "%s/", stage_root);
+	p = staged + strlen(staged);
+	fmt_path(p, sizeof(staged) - (size_t)(p - staged), "%s", src);
+	for (; *p; p++)
+		if (*p == '/')
+			*p = '%';
+	rc = copy_file(src, staged);
+	if (rc && rc != -EEXIST)
+		return rc;
+	if (!link(staged, dst))
 		return 0;
 	if (errno != EXDEV && errno != EPERM && errno != EMLINK)
 		return -errno;
-	return copy_file(src, dst);
+	return copy_file(staged, dst);
 }
 
 /* Replace dir/name (possibly a hard link into the base) by its own copy. */
@@ -584,6 +605,25 @@ static void expand(char *out, size_t len, const char *t, const char *base,
 		fmt_path(out, len, "%s%s", dir, t + 5);
 	else
 		fmt_path(out, len, "%s", t);
+}
+
+/* A bound unix socket at path (the descriptor closed, the node stays). */
+static int make_socket(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	int fd, rc;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ? -1 : 0;
+	close(fd);
+	return rc;
 }
 
 static int apply_setup(const char *path, const char *dir, const char *base,
@@ -622,6 +662,10 @@ static int apply_setup(const char *path, const char *dir, const char *base,
 				rc = -1;
 		} else if (!strcmp(op, "mkdir") && n == 2) {
 			rc = mkdir(pa, 0755) ? -1 : 0;
+		} else if (!strcmp(op, "mkfifo") && n == 2) {
+			rc = mkfifo(pa, 0644) ? -1 : 0;
+		} else if (!strcmp(op, "socket") && n == 2) {
+			rc = make_socket(pa);
 		} else if (!strcmp(op, "rename") && n == 3 && plain_name(b)) {
 			fmt_path(pb, sizeof(pb), "%s/%s", dir, b);
 			rc = rename(pa, pb) ? -1 : 0;
@@ -674,7 +718,7 @@ static int assemble(const char *casedir, const char *dir, const char *basedir,
 	for (size_t i = 0; i < l.n && !rc; i++) {
 		fmt_path(src, sizeof(src), "%s/%s", basedir, l.v[i]);
 		fmt_path(dst, sizeof(dst), "%s/%s", dir, l.v[i]);
-		if ((rc = link_or_copy(src, dst)))
+		if ((rc = copy_in(src, dst)))
 			say(why, whylen, "link %s: %s", src, strerror(-rc));
 	}
 	names_free(&l);
@@ -946,6 +990,11 @@ int main(int argc, char **argv)
 	fmt_path(tmproot, sizeof(tmproot), "%s/flx-cases.XXXXXX", tmp);
 	if (!mkdtemp(tmproot)) {
 		fprintf(stderr, "mkdtemp %s: %s\n", tmproot, strerror(errno));
+		return 1;
+	}
+	fmt_path(stage_root, sizeof(stage_root), "%s/base-copies", tmproot);
+	if (mkdir(stage_root, 0755)) {
+		fprintf(stderr, "mkdir %s: %s\n", stage_root, strerror(errno));
 		return 1;
 	}
 	for (size_t k = 0; k < 2; k++) {

@@ -765,6 +765,57 @@ static int failing_build(flx_build *b, void *state)
 static const flx_layout failing_layout = {.name = "failing",
 					  .build = failing_build};
 
+/* Pieces of 2^62 bytes, never read: sizes that do not fit once summed. */
+static int huge_gen(const void *arg, uint32_t idx, unsigned char *dst,
+		    uint64_t lo, uint64_t hi, uint64_t *len)
+{
+	(void)arg, (void)idx, (void)dst, (void)lo, (void)hi;
+	*len = (uint64_t)1 << 62;
+	return 0;
+}
+
+static const flx_gen_ops huge_ops = {"test huge", huge_gen};
+
+/* state "file": one file of two huge pieces (2^63: past INT64_MAX);
+ * "tree": three files of one each, every file fits, their total not. */
+static int huge_build(flx_build *b, void *state)
+{
+	bool one_file = !strcmp(state, "file");
+	int file = -1, rc = 0;
+
+	for (int i = 0; !rc && i < (one_file ? 2 : 3); i++) {
+		char name[8];
+
+		snprintf(name, sizeof(name), "huge%d", i);
+		if (i == 0 || !one_file)
+			rc = flx_fs_mkfile(b->fs, 0, name, &file);
+		if (!rc)
+			rc = flx_fs_add_gen(b->fs, file, &huge_ops, NULL, 0);
+	}
+	return rc ? flx_build_fail(b, rc, "huge", "building file") : 0;
+}
+
+static int huge_size_file(flx_build *b, void **state, flx_fs_size *sz)
+{
+	(void)b;
+	*state = (void *)"file";
+	sz->nodes += 3;
+	return 0;
+}
+
+static int huge_size_tree(flx_build *b, void **state, flx_fs_size *sz)
+{
+	(void)b;
+	*state = (void *)"tree";
+	sz->nodes += 3;
+	return 0;
+}
+
+static const flx_layout huge_file_layout = {
+    .name = "huge", .size = huge_size_file, .build = huge_build};
+static const flx_layout huge_tree_layout = {
+    .name = "huge", .size = huge_size_tree, .build = huge_build};
+
 /* Append n bytes of file f at off, read with pread(), to *buf. */
 static void append_file(unsigned char *buf, size_t *at, const flx_file *f,
 			uint64_t off, size_t n)
@@ -950,6 +1001,19 @@ static void check_test_layout(const flx_ckpt *c, const flx_plan *p)
 			 -EINVAL);
 		CHECK(bad == NULL);
 		CHECK_STR(err.key, "failing");
+	}
+	/* a file or a tree whose sizes do not fit 63 bits is refused, never
+	 * served with a wrapped size */
+	for (int k = 0; k < 2; k++) {
+		const flx_layout *huge[] = {k ? &huge_tree_layout
+					      : &huge_file_layout};
+		flx_fs *bad = NULL;
+
+		flx_error_init(&err);
+		CHECK_EQ(flx_fs_build_with(c, p, huge, 1, &bad, &err), -EFBIG);
+		CHECK(bad == NULL);
+		CHECK_STR(err.key, "huge");
+		CHECK(strstr(err.text, "building file") != NULL);
 	}
 out:
 	flx_fs_free(fs);

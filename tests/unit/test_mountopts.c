@@ -129,6 +129,10 @@ static void test_values(void)
 	check_bad("cache_size=4K", "cache_size"); /* under one block */
 	check_bad("cache_size=2T", "cache_size"); /* over 1 TiB */
 	check_bad("cache_size=64Q", "cache_size");
+	check_bad("source_format=", "source_format");
+	check_bad("source_format", "source_format");
+	check_bad("source_format=paddle", "source_format");
+	check_bad("source_format=TORCH-DCP", "source_format");
 
 	CHECK(mkdtemp(dir) != NULL);
 	snprintf(good, sizeof(good), "%s/good.json", dir);
@@ -206,6 +210,17 @@ static void test_values(void)
 	CHECK_EQ(flx_mo_option(&mo, "cache_size=1T", &err), 0);
 	CHECK_EQ(mo.cache_size, 1ull << 40);
 	CHECK_EQ(flx_mo_cache_bytes(&mo, 5u << 20, 1u << 30), 1ull << 40);
+	/* source_format: any source's name, the last one given wins */
+	CHECK(mo.source_format == NULL);
+	CHECK_EQ(flx_mo_option(&mo, "source_format=torch-dcp", &err), 0);
+	CHECK_STR(mo.source_format, "torch-dcp");
+	CHECK_EQ(flx_mo_option(&mo, "source_format=hf-safetensors", &err), 0);
+	CHECK_STR(mo.source_format, "hf-safetensors");
+	flx_error_init(&err);
+	CHECK_EQ(flx_mo_option(&mo, "source_format=zarr", &err), -EINVAL);
+	CHECK_STR(err.text, "'zarr' is not a checkpoint format "
+			    "(megatron-torch_dist, torch-dcp, hf-safetensors)");
+	CHECK_STR(mo.source_format, "hf-safetensors");
 	CHECK_EQ(mo.nfuse, 0); /* ours: libfuse never sees it */
 	flx_mo_release(&mo);
 	flx_mo_release(&mo); /* idempotent */

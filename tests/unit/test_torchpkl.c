@@ -351,10 +351,15 @@ static void test_handmade_ok(void)
 	s.offset = 1;
 	OK(&s, &t);
 	CHECK_EQ(t.storage_offset, 1);
-	/* zero stride (expanded view) */
+	/* a size-1 axis may have any stride: it never steps */
 	s = base();
-	s.numel = 4;
+	s.size[0] = 1;
 	s.stride[0] = 0;
+	OK(&s, &t);
+	/* a sliced view: rows 8 apart, 4 wide, gaps between */
+	s = base();
+	s.numel = 24;
+	s.stride[0] = 8;
 	OK(&s, &t);
 	/* a zero-size dimension needs no storage at all */
 	s = base();
@@ -437,6 +442,16 @@ static void test_handmade_bad(void)
 
 	s.numel = 11;
 	BAD(&s, "tensor needs 48 bytes of storage '0' but it has 44");
+	/* zero stride (an expand()ed view: 4 stored elements for 12) and
+	 * overlapping rows (4 wide, 2 apart) are refused */
+	s = base();
+	s.numel = 4;
+	s.stride[0] = 0;
+	BAD(&s, "size [3,4] with stride [0,1] puts several elements at one "
+		"storage position");
+	s = base();
+	s.stride[0] = 2;
+	BAD(&s, "with stride [2,1] puts several elements");
 	s = base();
 	s.offset = 1;
 	BAD(&s, "needs 52 bytes");
