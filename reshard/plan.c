@@ -80,35 +80,34 @@ typedef struct decision {
 	int layer; /* global layer index, -1 if none */
 } decision;
 
-/* The axis t was saved split along (the one axis whose chunk offsets
- * differ), -1 when saved whole or replicated.  @return 0 and *axis, or
- * -EINVAL when the chunks differ along two axes. */
-static int infer_split(const flx_tensor *t, int *axis, flx_error *err)
+/* The axis t was saved split along (the one axis past its stacked axes
+ * whose chunk offsets differ), -1 when saved whole, replicated or split
+ * only along stacked axes; *second: another such axis, -1 if none (the
+ * split is then undetermined). */
+static void infer_split(const flx_tensor *t, int *axis, int *second)
 {
-	*axis = -1;
-	for (int d = 0; d < t->ndim; d++) {
+	*axis = *second = -1;
+	for (int d = t->stacked; d < t->ndim && *second < 0; d++) {
 		for (uint32_t i = 1; i < t->nchunks; i++) {
 			if (t->chunks[i].off[d] == t->chunks[0].off[d])
 				continue;
-			if (*axis >= 0 && *axis != d)
-				return flx_error_set(
-				    err, -EINVAL, NULL, t->fqn,
-				    "saved split along axes %d and %d; "
-				    "add a rule giving its target split "
-				    "(rules=FILE)",
-				    *axis, d);
-			*axis = d;
+			if (*axis < 0)
+				*axis = d;
+			else
+				*second = d;
 			break;
 		}
 	}
-	return 0;
 }
 
-/* Split axis of t: the rule's, else the saved one.  @return 0 and *axis
- * (-1: replicated), or -EINVAL naming the tensor. */
+/* Split axis of t: the rule's, else the saved one.  At tp=1 nothing is
+ * split, so a tensor saved along several axes is served whole (-1).
+ * @return 0 and *axis (-1: replicated), or -EINVAL naming the tensor. */
 static int decide_split(const flx_spec *s, const flx_rule *rule,
 			const flx_tensor *t, int *axis, flx_error *err)
 {
+	int second;
+
 	if (rule && rule->split == FLX_SPLIT_NONE) {
 		*axis = -1;
 		return 0;
@@ -120,10 +119,27 @@ static int decide_split(const flx_spec *s, const flx_rule *rule,
 					     "rule '%s' splits axis %d but the "
 					     "tensor has %d dimension(s)",
 					     rule->match, rule->axis, t->ndim);
+		if (rule->axis < t->stacked)
+			return flx_error_set(err, -EINVAL, s->rules_path,
+					     t->fqn,
+					     "rule '%s' splits axis %d, which "
+					     "stacks layers or experts",
+					     rule->match, rule->axis);
 		*axis = rule->axis;
 		return 0;
 	}
-	return infer_split(t, axis, err);
+	infer_split(t, axis, &second);
+	if (second < 0)
+		return 0;
+	if (s->tp == 1) {
+		*axis = -1;
+		return 0;
+	}
+	return flx_error_set(err, -EINVAL, NULL, t->fqn,
+			     "saved split along axes %d and %d; "
+			     "add a rule giving its target split "
+			     "(rules=FILE)",
+			     *axis, second);
 }
 
 static int cmp_int(const void *a, const void *b)
@@ -231,6 +247,14 @@ static int decide(const flx_plan *p, const placer *pc, size_t i, decision *d,
 	rc = decide_split(p->spec, rule, t, &d->split, err);
 	if (rc)
 		return rc;
+	/* A stacked tensor spans every layer: its stages would follow the
+	 * index along axis 0, which needs a box per stage. */
+	if (t->stacked > 0 && p->spec->pp > 1 &&
+	    (!rule || rule->stage == FLX_STAGE_DEFAULT))
+		return flx_error_set(err, -ENOTSUP, NULL, t->fqn,
+				     "stacks its layers along axis 0; pp>1 "
+				     "cannot place them by layer yet (mount "
+				     "with pp=1, or give its stage in a rule)");
 	return decide_stages(p->spec, rule, pc, m, t->fqn, &d->stage_lo,
 			     &d->stage_hi, err);
 }

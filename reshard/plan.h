@@ -48,9 +48,12 @@ typedef struct flx_plan {
  * Place every tensor of ckpt under spec.  ckpt is the index to serve: a
  * source's, or the transformed index of one (transform.h); placement
  * reads only its tensors' names, shapes and chunk boxes.  Fails (one error
- * naming the tensor) when a tensor's split cannot be inferred and no rule gives
- * it, a rule names an axis the tensor lacks, a stage number is out of range, or
- * two tensors land on the same name in one stage.
+ * naming the tensor) when a tensor's split cannot be inferred at tp > 1 and
+ * no rule gives it (at tp=1 nothing is split: a tensor saved along several
+ * axes is served whole), a rule names an axis the tensor lacks or one of its
+ * stacked axes (flx_tensor.stacked, never a TP axis), a stage number is out
+ * of range, two tensors land on the same name in one stage, or (-ENOTSUP) a
+ * stacked tensor has pp > 1 and no rule giving its stage.
  * @return 0 and *out (owned; flx_plan_free()), or -errno with err.
  */
 int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,

@@ -80,6 +80,11 @@ typedef struct flx_tensor {
 	flx_dtype stored;
 	int ndim;
 	int64_t shape[FLX_MAX_DIMS];
+	/* leading axes that stack modules rather than hold a parameter's
+	 * elements: axis 0 indexes layers, the next (if any) experts.  Set by
+	 * a source whose key convention says so (Megatron's "decoder.layers."
+	 * keys); 0 for every other tensor.  TP never splits these axes. */
+	int stacked;
 	uint32_t nchunks;
 	/* chunks[0..nchunks), then dims: per chunk, in chunk order, its
 	 * ndim offsets, ndim sizes and ndim strides (one allocation, see
@@ -97,9 +102,56 @@ typedef struct flx_object {
 	uint64_t len;
 } flx_object;
 
+/*
+ * What a Megatron-Core checkpoint's common state says (common.pt, or from
+ * 0.19 the bytes item common_state/shard_0_1): the iteration and the
+ * arguments of the saving run that a legacy per-rank view needs.  Integer
+ * fields are -1, flags -1 and strings "" where the state lacks them.  The
+ * pickle itself stays where it is (common_file, pkl_off, pkl_len), to be
+ * re-read by whoever re-emits the arguments.
+ */
+typedef struct flx_megatron {
+	int64_t iteration;
+	double checkpoint_version;
+	/* args (an argparse.Namespace) */
+	int64_t num_layers;
+	int64_t hidden_size;
+	int64_t num_attention_heads;
+	int64_t num_query_groups;
+	int64_t kv_channels;
+	int64_t ffn_hidden_size;
+	int64_t padded_vocab_size;
+	int64_t make_vocab_size_divisible_by;
+	int64_t tensor_model_parallel_size;
+	int64_t pipeline_model_parallel_size;
+	int64_t virtual_pipeline_model_parallel_size;
+	int64_t num_experts;
+	int64_t moe_ffn_hidden_size;
+	int64_t expert_model_parallel_size;
+	int64_t expert_tensor_parallel_size;
+	int swiglu; /* flags: 0, 1, or -1 absent */
+	int group_query_attention;
+	int untie_embeddings_and_output_weights;
+	int add_bias_linear;
+	int add_qkv_bias;
+	char transformer_impl[32];	  /* "local", "transformer_engine" */
+	char normalization[32];		  /* "RMSNorm", "LayerNorm" */
+	char position_embedding_type[32]; /* "rope", "learned_absolute" */
+	/* content_metadata.distrib_optim_sharding_type, else
+	 * optimizer.param_state_sharding_type */
+	char optim_sharding[48];
+	/* where the common state's data.pkl lies: files[common_file],
+	 * bytes [pkl_off, pkl_off + pkl_len) */
+	uint32_t common_file;
+	uint64_t pkl_off;
+	uint64_t pkl_len;
+	bool common_item; /* from the common_state item, not common.pt */
+} flx_megatron;
+
 typedef struct flx_ckpt {
 	char *dir;	  /* as given */
-	char *format;	  /* the source: "torch-dcp", "hf-safetensors" */
+	char *format;	  /* the source: "torch-dcp", "hf-safetensors",
+			   * "megatron-torch_dist" */
 	char *writer;	  /* what wrote it: "torch >= 2.0 (...)" */
 	int64_t mtime_ns; /* of its metadata file (.metadata, ...) */
 	size_t nfiles;
@@ -108,6 +160,9 @@ typedef struct flx_ckpt {
 	flx_tensor *tensors; /* in the source's order (.metadata's) */
 	size_t nobjects;
 	flx_object *objects;
+	/* the source's common state when it is Megatron-Core's torch_dist
+	 * ("megatron-torch_dist"), in pool; NULL otherwise */
+	const flx_megatron *megatron;
 	flx_tensor **by_name; /* internal: tensors sorted by FQN */
 	/* internal: when pooled (a loaded checkpoint), the tensors' and
 	 * objects' names and the tensors' chunks live in pool, which

@@ -1176,10 +1176,14 @@ static void name_by_path(flx_error *err, const char *dir)
 static int pick_source(flx_build *b, const flx_ckpt_opts *o,
 		       const flx_source **out)
 {
-	const flx_source *first = flx_sources[0];
+	const flx_source *const *f = flx_sources;
+	const flx_source *first;
 	char others[FLX_ERR_FIELD] = "";
 	size_t n = 0;
 
+	while (f[0]->variant && f[1])
+		f++;
+	first = *f;
 	for (const flx_source *const *s = flx_sources; *s; s++) {
 		bool yes = false;
 		int rc;
@@ -1199,7 +1203,7 @@ static int pick_source(flx_build *b, const flx_ckpt_opts *o,
 			*out = *s;
 			return 0;
 		}
-		if (s != flx_sources && n < sizeof(others))
+		if (*s != first && !(*s)->variant && n < sizeof(others))
 			n += (size_t)snprintf(others + n, sizeof(others) - n,
 					      ", no %s (%s)", (*s)->marker,
 					      (*s)->kind);
@@ -1208,7 +1212,8 @@ static int pick_source(flx_build *b, const flx_ckpt_opts *o,
 		return flx_error_set(b->err, -EINVAL, b->c->dir, "format",
 				     "unknown checkpoint format '%s'",
 				     o->format);
-	/* named after the first source's marker: the usual checkpoint */
+	/* named after the first plain source's marker: the usual
+	 * checkpoint */
 	return flx_error_set(b->err, -ENOENT, first->marker, NULL,
 			     "no such file (is this a %s checkpoint "
 			     "directory?)%s",

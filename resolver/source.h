@@ -46,6 +46,10 @@ typedef struct flx_source {
 	const char *name;   /* flx_ckpt.format: "torch-dcp" */
 	const char *kind;   /* for messages: "PyTorch DCP" */
 	const char *marker; /* what probe looks for, for messages */
+	/* a variant of another source (a DCP directory with files of its
+	 * own): probed before it, and not named when no source recognises a
+	 * directory, whose message names the plain formats */
+	bool variant;
 	/* Whether the directory dirfd holds this source's checkpoint; looks,
 	 * never reads a payload.  @return 0 and *yes, or -errno. */
 	int (*probe)(int dirfd, bool *yes);

@@ -6,10 +6,14 @@
  */
 #include "source.h"
 
+extern const flx_source flx_source_megatron;
 extern const flx_source flx_source_dcp;
 extern const flx_source flx_source_hf;
 
+/* Megatron's torch_dist is a DCP directory with a metadata.json: asked
+ * first, so that DCP does not claim it. */
 const flx_source *const flx_sources[] = {
+    &flx_source_megatron,
     &flx_source_dcp,
     &flx_source_hf,
     NULL,

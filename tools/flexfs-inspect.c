@@ -246,6 +246,35 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 	return 0;
 }
 
+/* A Megatron-Core checkpoint's common state, and its stacked tensors. */
+static void print_megatron(const flx_ckpt *c)
+{
+	const flx_megatron *m = c->megatron;
+	size_t stacked = 0;
+
+	if (!m)
+		return;
+	for (size_t i = 0; i < c->ntensors; i++)
+		stacked += c->tensors[i].stacked > 0;
+	printf("Megatron-Core: iteration %lld, checkpoint_version %.1f "
+	       "(from %s); num_layers %lld, hidden %lld, heads %lld, "
+	       "query groups %lld, ffn %lld%s, padded vocab %lld, experts "
+	       "%lld; saved at tp=%lld pp=%lld; optimizer %s\n"
+	       "%zu stacked tensor(s): axis 0 indexes layers (and axis 1 "
+	       "experts under experts.experts.), never split by TP; pp>1 "
+	       "needs a stage rule for them\n",
+	       (long long)m->iteration, m->checkpoint_version,
+	       m->common_item ? "the common_state item" : "common.pt",
+	       (long long)m->num_layers, (long long)m->hidden_size,
+	       (long long)m->num_attention_heads,
+	       (long long)m->num_query_groups, (long long)m->ffn_hidden_size,
+	       m->swiglu == 1 ? " (SwiGLU)" : "",
+	       (long long)m->padded_vocab_size, (long long)m->num_experts,
+	       (long long)m->tensor_model_parallel_size,
+	       (long long)m->pipeline_model_parallel_size,
+	       m->optim_sharding[0] ? m->optim_sharding : "-", stacked);
+}
+
 static int print_table(const flx_ckpt *c, const flx_plan *p)
 {
 	char **cells = calloc(p->n ? p->n * NCOLS : 1, sizeof(*cells));
@@ -265,6 +294,7 @@ static int print_table(const flx_ckpt *c, const flx_plan *p)
 		for (size_t i = 0; i < p->n; i++)
 			print_row(cells + i * NCOLS, w);
 		rc = print_totals(c, p);
+		print_megatron(c);
 	}
 	for (size_t i = 0; cells && i < p->n * NCOLS; i++)
 		free(cells[i]);

@@ -7,6 +7,7 @@
  * a torch.save zip whose data/0 record holds the chunk's raw storage),
  * read by the builder's item workers.
  */
+#include "dcp_internal.h"
 #include "grow.h"
 #include "pickle.h"
 #include "reader.h"
@@ -54,6 +55,7 @@ typedef struct sentry_ref {
 
 typedef struct loader {
 	flx_build *b;
+	const flx_dcp_opts *dopts;
 	flx_ckpt *c;
 	flx_error *err;
 	unsigned threads; /* flx_ckpt_opts.threads */
@@ -1012,12 +1014,25 @@ out:
 	return rc;
 }
 
+/* root is torch's Metadata, or the subclass the caller accepts. */
+static bool is_metadata(const loader *L, const flx_pv *root)
+{
+	const flx_pv *cls = flx_pv_obj_class(root);
+	const flx_dcp_opts *d = L->dopts;
+
+	if (is_dcp_obj(root, "Metadata"))
+		return true;
+	return cls && d->sub_class && d->sub_module &&
+	       strcmp(cls->u.global.name, d->sub_class) == 0 &&
+	       strcmp(cls->u.global.module, d->sub_module) == 0;
+}
+
 static int interpret(loader *L, const flx_pv *root)
 {
 	const flx_pv *cls = flx_pv_obj_class(root);
 	int rc;
 
-	if (!is_dcp_obj(root, "Metadata") || !obj_state(root) ||
+	if (!is_metadata(L, root) || !obj_state(root) ||
 	    obj_state(root)->kind != FLX_PV_DICT)
 		return flx_error_set(L->err, -EINVAL, META_NAME, NULL,
 				     "not a DCP Metadata object");
@@ -1045,9 +1060,7 @@ static bool is_distcp(const char *name)
 	return n > 7 && strcmp(name + n - 7, ".distcp") == 0;
 }
 
-/* DCP's own files, never passed through: the .distcp data and torch's
- * __R_N.metadata leftovers (.metadata is hidden: hidden files never are). */
-static bool is_checkpoint_file(const char *name)
+bool flx_dcp_owns(const char *name)
 {
 	size_t n = strlen(name);
 
@@ -1085,10 +1098,15 @@ static void loader_release(loader *L)
 		free(L->offpool[k]);
 }
 
-static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
+int flx_dcp_load(flx_build *b, const flx_ckpt_opts *o, const flx_dcp_opts *d,
+		 flx_error *err)
 {
 	static const flx_pickle_limits lim = {0};
-	loader L = {.b = b, .c = flx_build_ckpt(b), .err = err};
+	static const flx_dcp_opts plain = {0};
+	loader L = {.b = b,
+		    .dopts = d ? d : &plain,
+		    .c = flx_build_ckpt(b),
+		    .err = err};
 	flx_pickle *pk = NULL;
 	void *meta = NULL;
 	size_t meta_len = 0;
@@ -1098,8 +1116,10 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	flx_build_prefetch(b, is_distcp);
 	flx_build_names_from(b, META_NAME, "state_dict_metadata");
 	rc = flx_build_read_whole(b, META_NAME, MAX_METADATA_BYTES,
-				  "no such file (is this a PyTorch DCP "
-				  "checkpoint directory?)",
+				  L.dopts->missing
+				      ? L.dopts->missing
+				      : "no such file (is this a PyTorch DCP "
+					"checkpoint directory?)",
 				  &meta, &meta_len, &L.c->mtime_ns, err);
 	if (rc)
 		goto out;
@@ -1121,11 +1141,16 @@ out:
 	return rc;
 }
 
+static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
+{
+	return flx_dcp_load(b, o, NULL, err);
+}
+
 const flx_source flx_source_dcp = {
     .name = "torch-dcp",
     .kind = "PyTorch DCP",
     .marker = META_NAME,
     .probe = probe,
-    .owns = is_checkpoint_file,
+    .owns = flx_dcp_owns,
     .load = load,
 };

@@ -9,3 +9,9 @@ set_tests_properties(test_chaos PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 add_test(NAME test_chaos_hf COMMAND test_chaos fixtures/hf-tiny/sharded
   fixtures/hf-tiny/rules.json WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(test_chaos_hf PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# The same over the Megatron-Core torch_dist source (MoE; its stacked
+# layers at pp=2 need the rule that gives their stage).
+add_test(NAME test_chaos_megatron COMMAND test_chaos
+  fixtures/megatron-moe/ckpt/iter_0000100 unit/data/megatron/chaos-rules.json
+  WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_chaos_megatron PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)

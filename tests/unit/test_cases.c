@@ -7,7 +7,8 @@
  * hard-linked from this run's own copy of it (never from the fixture: a
  * link moves the linked file's ctime) into a fresh temporary directory, the
  * case's files are overlaid, its "setup" is applied, and the result is opened
- * with flx_ckpt_open() (and planned with tp=2 and no rules for "stage=plan").
+ * with flx_ckpt_open() (and planned with tp=2, or its "tp=", and no rules for
+ * "stage=plan").
  * The outcome must match "expected": "ok", or the errno, and substrings of the
  * error's key, text and file.  Every refusal must in addition be one line that
  * names a file and gives a reason.  Valid cases must read back every tensor
@@ -361,6 +362,7 @@ static int case_base(const char *casedir, char *rel, size_t len, char *why,
 typedef struct expect {
 	bool ok;
 	bool plan;
+	int tp;	  /* the plan's tp: 2 unless "tp=" says */
 	int code; /* positive errno */
 	char key[FIELD];
 	char text[FIELD];
@@ -403,7 +405,7 @@ static const char *errno_name(int value)
 }
 
 static const char *const fields[] = {
-    "code=", "key=", "text=", "file=", "stage="};
+    "code=", "key=", "text=", "file=", "stage=", "tp="};
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
 /* Index of the field marker starting at line[p] (at the line start or after
@@ -450,6 +452,13 @@ static int set_field(expect *e, int f, const char *v, size_t n, char *why,
 	case 3:
 		e->have_file = true;
 		snprintf(e->file, sizeof(e->file), "%s", val);
+		break;
+	case 5:
+		e->tp = atoi(val);
+		if (e->tp < 1 || e->tp > 64) {
+			say(why, whylen, "bad tp '%s'", val);
+			return -1;
+		}
 		break;
 	default:
 		if (!strcmp(val, "plan"))
@@ -894,8 +903,11 @@ static int run_case(const char *kind, const char *name, const char *tmproot)
 	if (!rc && (e.plan || async)) {
 		flx_spec s;
 
-		/* tp=2, pp=1, no rules */
-		if (flx_spec_init(&s) || flx_spec_set(&s, "tp", "2", &err)) {
+		char tp[16];
+
+		/* tp=2 (or the case's), pp=1, no rules */
+		snprintf(tp, sizeof(tp), "%d", e.tp ? e.tp : 2);
+		if (flx_spec_init(&s) || flx_spec_set(&s, "tp", tp, &err)) {
 			printf("FAIL %s/%s: harness: spec setup\n", kind, name);
 			bad = 1;
 		} else {

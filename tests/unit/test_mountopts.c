@@ -218,8 +218,8 @@ static void test_values(void)
 	CHECK_STR(mo.source_format, "hf-safetensors");
 	flx_error_init(&err);
 	CHECK_EQ(flx_mo_option(&mo, "source_format=zarr", &err), -EINVAL);
-	CHECK_STR(err.text, "'zarr' is not a checkpoint format (torch-dcp, "
-			    "hf-safetensors)");
+	CHECK_STR(err.text, "'zarr' is not a checkpoint format "
+			    "(megatron-torch_dist, torch-dcp, hf-safetensors)");
 	CHECK_STR(mo.source_format, "hf-safetensors");
 	CHECK_EQ(mo.nfuse, 0); /* ours: libfuse never sees it */
 	flx_mo_release(&mo);

@@ -96,6 +96,15 @@ def load_rules(path):
     return rules
 
 
+def file_name(name):
+    """A tensor's or object's name as one file name (README: '/' and '%'
+    percent-encoded, a leading '.' of "." or ".." too)."""
+    lead = ""
+    if name in (".", ".."):
+        lead, name = "%2E", name[1:]
+    return lead + name.replace("%", "%25").replace("/", "%2F")
+
+
 def rank_dir(t, p):
     return "tp%02d_pp%02d" % (t, p)
 
@@ -155,7 +164,11 @@ def expected_plan(manifest, T, P, rules, renumber=False,
                 continue
         else:
             offs = [c["offsets"] for c in e["chunks"]]
-            axes = [d for d in range(len(shape)) if len({o[d] for o in offs}) > 1]
+            # leading axes that stack layers/experts are never TP-split
+            axes = [d for d in range(e.get("stacked", 0), len(shape))
+                    if len({o[d] for o in offs}) > 1]
+            if len(axes) > 1 and T == 1:
+                axes = []  # nothing is split at tp=1: served whole
             if len(axes) > 1:
                 errors.append("%s: saved chunks differ along axes %s; the split cannot be "
                               "inferred and no rule gives it" % (fqn, axes))
@@ -768,7 +781,7 @@ def check_index(mnt, plan, truth, T, P, rep):
         if g is None:
             rep.bad("object missing", k)
             continue
-        if g.get("path") != "objects/%s.pt" % k or g.get("bytes") != e["length"]:
+        if g.get("path") != "objects/%s.pt" % file_name(k) or g.get("bytes") != e["length"]:
             rep.bad("object entry %r, expected path objects/%s.pt, bytes %d"
                     % (g, k, e["length"]), k)
     rep.end()
@@ -821,7 +834,7 @@ def check_ranks(mnt, plan, truth, T, P, rep, real):
                 rep.bad("unexpected file %s" % n)
             rep.end()
             for name, (fqn, off, ext) in sorted(want.items()):
-                rel = "ranks/%s/tensors/%s.npy" % (rd, name)
+                rel = "ranks/%s/tensors/%s.npy" % (rd, file_name(name))
                 rep.begin(rel)
                 if name + ".npy" not in have:
                     rep.bad("missing (source %s)" % fqn)
@@ -906,7 +919,7 @@ def check_hf(mnt, truth, rep, real):
 def check_objects(mnt, truth, rep):
     torch = _torch()
     for fqn, e in truth.manifest.get("objects", {}).items():
-        rel = "objects/%s.pt" % fqn
+        rel = "objects/%s.pt" % file_name(fqn)
         rep.begin(rel)
         path = os.path.join(mnt, rel)
         data = read_all(path, rep)

@@ -1,0 +1,528 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The Megatron-Core torch_dist source (source.h): an iter_XXXXXXX/
+ * directory that is a PyTorch DCP checkpoint (read by the DCP loader,
+ * dcp_internal.h, which here also accepts Megatron-Core 0.15's
+ * MCoreMetadata subclass) plus files of its own: "metadata.json" (the
+ * sharded backend, which must be torch_dist) and "common.pt" (a torch.save
+ * of the non-sharded state: args, iteration, ...; from 0.19 the bytes item
+ * "common_state/shard_0_1" instead), read parse-only into flx_megatron.
+ * Keys "decoder.layers.<non-digit>..." stack every layer along axis 0 (and
+ * "...experts.experts..." the experts along axis 1): flx_tensor.stacked.
+ * Spec: megatron-format.md sections 1-3.
+ */
+#include "dcp_internal.h"
+#include "json_guard.h"
+#include "pickle.h"
+#include "reader.h"
+#include "source.h"
+#include "zipitem.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CONFIG_NAME	 "metadata.json"
+#define COMMON_NAME	 "common.pt"
+#define COMMON_ITEM	 "common_state/shard_0_1"
+#define MCORE_MODULE	 "megatron.core.dist_checkpointing.strategies.torch"
+#define MAX_CONFIG_BYTES (1u << 20)
+#define MAX_COMMON_BYTES (1u << 28)
+
+/* ---- metadata.json ---- */
+
+/* A documented key, when present, has this JSON type; others are
+ * ignored (0.19 dropped common_backend*, later versions may add keys). */
+static const struct {
+	const char *key;
+	json_type type;
+} config_keys[] = {
+    {"sharded_backend_version", JSON_INTEGER},
+    {"common_backend", JSON_STRING},
+    {"common_backend_version", JSON_INTEGER},
+};
+
+/* metadata.json parsed from buf[0..len): an object whose sharded_backend
+ * is "torch_dist".  @return 0, -ENOMEM, -ENOTSUP (another backend) or
+ * -EINVAL, with err naming the key. */
+static int check_config(const char *buf, size_t len, flx_error *err)
+{
+	json_error_t je;
+	const json_t *v;
+	json_t *root;
+	int rc = 0;
+
+	flx_json_guard_begin();
+	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+	if (flx_json_guard_failed()) {
+		json_decref(root);
+		return -ENOMEM;
+	}
+	if (!root)
+		return flx_error_set(err, -EINVAL, CONFIG_NAME, NULL,
+				     "not valid JSON: line %d column %d: %s",
+				     je.line, je.column, je.text);
+	if (!json_is_object(root)) {
+		rc = flx_error_set(err, -EINVAL, CONFIG_NAME, NULL,
+				   "not a JSON object");
+		goto out;
+	}
+	v = json_object_get(root, "sharded_backend");
+	if (!json_is_string(v)) {
+		rc = flx_error_set(err, -EINVAL, CONFIG_NAME, "sharded_backend",
+				   v ? "not a string" : "missing");
+		goto out;
+	}
+	if (strcmp(json_string_value(v), "torch_dist") != 0) {
+		rc =
+		    flx_error_set(err, -ENOTSUP, CONFIG_NAME, "sharded_backend",
+				  "'%.64s' is not supported (only torch_dist "
+				  "checkpoints mount)",
+				  json_string_value(v));
+		goto out;
+	}
+	for (size_t i = 0; i < sizeof(config_keys) / sizeof(config_keys[0]);
+	     i++) {
+		v = json_object_get(root, config_keys[i].key);
+		if (v && json_typeof(v) != config_keys[i].type) {
+			rc = flx_error_set(err, -EINVAL, CONFIG_NAME,
+					   config_keys[i].key, "not %s",
+					   config_keys[i].type == JSON_STRING
+					       ? "a string"
+					       : "an integer");
+			goto out;
+		}
+	}
+out:
+	json_decref(root);
+	return rc;
+}
+
+/* ---- the common state ---- */
+
+/* Where a common state pickle is, for messages: "common.pt" or the
+ * item's "<relpath>@<offset>". */
+typedef struct common_src {
+	char file[FLX_ERR_FIELD];
+	bool item; /* a one-element list around the dict */
+} common_src;
+
+/* An integer field of args (or of the state), -1 when absent or None. */
+static int get_int(const common_src *cs, const flx_pv *dict, const char *key,
+		   const char *what, int64_t *out, flx_error *err)
+{
+	const flx_pv *v = flx_pv_dict_get(dict, key);
+
+	*out = -1;
+	if (!v || v->kind == FLX_PV_NONE)
+		return 0;
+	if (v->kind != FLX_PV_INT || v->u.i < 0)
+		return flx_error_set(err, -EINVAL, cs->file, what,
+				     "not a non-negative integer (a %s)",
+				     flx_pv_kind_name(v));
+	*out = v->u.i;
+	return 0;
+}
+
+/* A flag of args: 0 or 1, -1 when absent or None. */
+static int get_flag(const common_src *cs, const flx_pv *dict, const char *key,
+		    const char *what, int *out, flx_error *err)
+{
+	const flx_pv *v = flx_pv_dict_get(dict, key);
+
+	*out = -1;
+	if (!v || v->kind == FLX_PV_NONE)
+		return 0;
+	if (v->kind != FLX_PV_BOOL)
+		return flx_error_set(err, -EINVAL, cs->file, what,
+				     "not a bool (a %s)", flx_pv_kind_name(v));
+	*out = v->u.b ? 1 : 0;
+	return 0;
+}
+
+/* A short string, "" when absent or None. */
+static int get_str(const common_src *cs, const flx_pv *dict, const char *key,
+		   const char *what, char *out, size_t size, flx_error *err)
+{
+	const flx_pv *v = flx_pv_dict_get(dict, key);
+	const char *s = flx_pv_str(v);
+
+	out[0] = '\0';
+	if (!v || v->kind == FLX_PV_NONE)
+		return 0;
+	if (!s || strlen(s) != v->u.str.len)
+		return flx_error_set(err, -EINVAL, cs->file, what,
+				     "not a string (a %s)",
+				     flx_pv_kind_name(v));
+	if (v->u.str.len >= size)
+		return flx_error_set(err, -EINVAL, cs->file, what,
+				     "longer than %zu bytes", size - 1);
+	memcpy(out, s, v->u.str.len + 1);
+	return 0;
+}
+
+/* The args fields flx_megatron keeps, by kind. */
+#define INT_ARG(f)                                                             \
+	{                                                                      \
+#f, "args." #f, offsetof(flx_megatron, f)                      \
+	}
+static const struct arg_field {
+	const char *key;
+	const char *what;
+	size_t off;
+} int_args[] =
+    {
+	INT_ARG(num_layers),
+	INT_ARG(hidden_size),
+	INT_ARG(num_attention_heads),
+	INT_ARG(num_query_groups),
+	INT_ARG(kv_channels),
+	INT_ARG(ffn_hidden_size),
+	INT_ARG(padded_vocab_size),
+	INT_ARG(make_vocab_size_divisible_by),
+	INT_ARG(tensor_model_parallel_size),
+	INT_ARG(pipeline_model_parallel_size),
+	INT_ARG(virtual_pipeline_model_parallel_size),
+	INT_ARG(num_experts),
+	INT_ARG(moe_ffn_hidden_size),
+	INT_ARG(expert_model_parallel_size),
+	INT_ARG(expert_tensor_parallel_size),
+},
+  flag_args[] = {
+      INT_ARG(swiglu),
+      INT_ARG(group_query_attention),
+      INT_ARG(untie_embeddings_and_output_weights),
+      INT_ARG(add_bias_linear),
+      INT_ARG(add_qkv_bias),
+};
+#undef INT_ARG
+
+/* args: an argparse.Namespace (NEWOBJ + BUILD of its __dict__). */
+static int interpret_args(const common_src *cs, const flx_pv *args,
+			  flx_megatron *m, flx_error *err)
+{
+	unsigned char *base = (unsigned char *)m;
+	const flx_pv *ns = NULL;
+	int rc = 0;
+
+	if (args && (args->kind != FLX_PV_OBJ ||
+		     !flx_pv_is_global(flx_pv_obj_class(args), "argparse",
+				       "Namespace")))
+		return flx_error_set(err, -EINVAL, cs->file, "args",
+				     "not an argparse.Namespace");
+	/* an empty Namespace has no BUILD: every field absent */
+	ns = args ? args->u.obj.state : NULL;
+	if (ns && ns->kind != FLX_PV_DICT)
+		return flx_error_set(err, -EINVAL, cs->file, "args",
+				     "not an argparse.Namespace");
+	for (size_t i = 0; i < sizeof(int_args) / sizeof(int_args[0]) && !rc;
+	     i++)
+		rc = get_int(cs, ns, int_args[i].key, int_args[i].what,
+			     (int64_t *)(base + int_args[i].off), err);
+	for (size_t i = 0; i < sizeof(flag_args) / sizeof(flag_args[0]) && !rc;
+	     i++)
+		rc = get_flag(cs, ns, flag_args[i].key, flag_args[i].what,
+			      (int *)(base + flag_args[i].off), err);
+	if (!rc)
+		rc = get_str(cs, ns, "transformer_impl",
+			     "args.transformer_impl", m->transformer_impl,
+			     sizeof(m->transformer_impl), err);
+	if (!rc)
+		rc = get_str(cs, ns, "normalization", "args.normalization",
+			     m->normalization, sizeof(m->normalization), err);
+	if (!rc)
+		rc = get_str(cs, ns, "position_embedding_type",
+			     "args.position_embedding_type",
+			     m->position_embedding_type,
+			     sizeof(m->position_embedding_type), err);
+	return rc;
+}
+
+/* The optimizer layout's name: content_metadata's (0.13+), else the
+ * optimizer leftovers'. */
+static int interpret_optim(const common_src *cs, const flx_pv *st,
+			   flx_megatron *m, flx_error *err)
+{
+	const flx_pv *cm = flx_pv_dict_get(st, "content_metadata");
+	const flx_pv *opt = flx_pv_dict_get(st, "optimizer");
+	int rc;
+
+	if (cm && cm->kind != FLX_PV_DICT && cm->kind != FLX_PV_NONE)
+		return flx_error_set(err, -EINVAL, cs->file, "content_metadata",
+				     "not a dict (a %s)", flx_pv_kind_name(cm));
+	rc = get_str(cs, cm, "distrib_optim_sharding_type",
+		     "content_metadata.distrib_optim_sharding_type",
+		     m->optim_sharding, sizeof(m->optim_sharding), err);
+	if (rc || m->optim_sharding[0] || !opt || opt->kind != FLX_PV_DICT)
+		return rc;
+	return get_str(cs, opt, "param_state_sharding_type",
+		       "optimizer.param_state_sharding_type", m->optim_sharding,
+		       sizeof(m->optim_sharding), err);
+}
+
+/* The common state's pickle root: the dict (inside its one-element list
+ * for the item). */
+static int interpret_common(const common_src *cs, const flx_pv *root,
+			    flx_megatron *m, flx_error *err)
+{
+	const flx_pv *st = root, *v;
+	int rc;
+
+	if (cs->item) {
+		if (!root || root->kind != FLX_PV_LIST || flx_pv_len(root) != 1)
+			return flx_error_set(err, -EINVAL, cs->file,
+					     COMMON_ITEM,
+					     "not a one-element list (a %s)",
+					     flx_pv_kind_name(root));
+		st = flx_pv_item(root, 0);
+	}
+	if (!st || st->kind != FLX_PV_DICT)
+		return flx_error_set(err, -EINVAL, cs->file, NULL,
+				     "the common state is a %s, not a dict",
+				     flx_pv_kind_name(st));
+	rc = get_int(cs, st, "iteration", "iteration", &m->iteration, err);
+	if (rc)
+		return rc;
+	v = flx_pv_dict_get(st, "checkpoint_version");
+	m->checkpoint_version = -1;
+	if (v && v->kind == FLX_PV_FLOAT)
+		m->checkpoint_version = v->u.f;
+	else if (v && v->kind == FLX_PV_INT)
+		m->checkpoint_version = (double)v->u.i;
+	else if (v && v->kind != FLX_PV_NONE)
+		return flx_error_set(
+		    err, -EINVAL, cs->file, "checkpoint_version",
+		    "not a number (a %s)", flx_pv_kind_name(v));
+	rc = interpret_args(cs, flx_pv_dict_get(st, "args"), m, err);
+	if (!rc)
+		rc = interpret_optim(cs, st, m, err);
+	return rc;
+}
+
+/* Decode the torch.save zip buf[0..len) (the file's bytes [base, base +
+ * len)) of the common state: locate data.pkl, decode it inertly,
+ * interpret it, and record where it lies. */
+static int decode_common(const common_src *cs, const unsigned char *buf,
+			 size_t len, uint64_t base, flx_megatron *m,
+			 flx_error *err)
+{
+	static const flx_pickle_limits lim = {0};
+	flx_mem_reader mr;
+	flx_reader r;
+	flx_zip *z = NULL;
+	flx_zip_rec rec;
+	flx_pickle *pk = NULL;
+	int rc;
+
+	flx_reader_mem(&r, &mr, buf, len);
+	rc = flx_zip_open(&r, cs->file, &z, err);
+	if (rc)
+		goto out;
+	if (flx_zip_find(z, "data.pkl", &rec)) {
+		rc = flx_error_set(err, -EINVAL, cs->file, NULL,
+				   "no data.pkl record in the archive");
+		goto out;
+	}
+	rc = flx_pickle_load(buf + rec.data_off, rec.size, cs->file, &lim, &pk,
+			     err);
+	if (rc)
+		goto out;
+	rc = interpret_common(cs, flx_pickle_root(pk), m, err);
+	m->pkl_off = base + rec.data_off;
+	m->pkl_len = rec.size;
+out:
+	flx_pickle_free(pk);
+	flx_zip_close(z);
+	return rc;
+}
+
+/* Read bytes [off, off + len) of file idx of the index, len bounded. */
+static int read_window(const flx_ckpt *c, uint32_t idx, uint64_t off,
+		       uint64_t len, const char *name, unsigned char **out,
+		       flx_error *err)
+{
+	unsigned char *buf;
+	int rc;
+
+	*out = NULL;
+	if (len > MAX_COMMON_BYTES)
+		return flx_error_set(err, -EINVAL, name, NULL,
+				     "larger than %u MiB",
+				     MAX_COMMON_BYTES >> 20);
+	buf = malloc(len ? len : 1);
+	if (!buf)
+		return -ENOMEM;
+	rc = flx_pread_full(c->files[idx].fd, buf, len, off);
+	if (rc) {
+		free(buf);
+		return flx_error_set(err, rc, name, NULL, "cannot read: %s",
+				     strerror(-rc));
+	}
+	*out = buf;
+	return 0;
+}
+
+static bool exists(int dirfd, const char *name)
+{
+	struct stat st;
+
+	return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+	       errno != ENOENT;
+}
+
+/* The common state: common.pt (recorded as a data file), else the
+ * common_state item of the DCP metadata. */
+static int load_common(flx_build *b, flx_megatron *m, flx_error *err)
+{
+	static const flx_file_ref ref = {
+	    .from = COMMON_NAME, .field = "file", .key = NULL};
+	flx_ckpt *c = flx_build_ckpt(b);
+	const flx_object *o = NULL;
+	common_src cs = {.item = false};
+	unsigned char *buf = NULL;
+	uint64_t off = 0, len;
+	uint32_t idx;
+	int rc;
+
+	if (exists(flx_build_dirfd(b), COMMON_NAME)) {
+		rc = flx_build_data_file(b, COMMON_NAME, &ref, &idx);
+		if (rc)
+			return rc;
+		snprintf(cs.file, sizeof(cs.file), "%s", COMMON_NAME);
+		len = c->files[idx].size;
+	} else {
+		for (size_t i = 0; i < c->nobjects && !o; i++)
+			if (strcmp(c->objects[i].fqn, COMMON_ITEM) == 0)
+				o = &c->objects[i];
+		if (!o)
+			return flx_error_set(
+			    err, -ENOENT, COMMON_NAME, NULL,
+			    "no such file, and no " COMMON_ITEM
+			    " item in .metadata (the common state)");
+		idx = o->file;
+		off = o->off;
+		len = o->len;
+		cs.item = true;
+		snprintf(cs.file, sizeof(cs.file), "%s@%llu",
+			 c->files[idx].relpath, (unsigned long long)off);
+	}
+	m->common_file = idx;
+	m->common_item = cs.item;
+	rc = read_window(c, idx, off, len, cs.file, &buf, err);
+	if (!rc)
+		rc = decode_common(&cs, buf, len, off, m, err);
+	free(buf);
+	return rc;
+}
+
+/* ---- stacked tensors ---- */
+
+/* Leading axes of a key that stack modules: "decoder.layers." (at the
+ * start or after a '.', as optimizer keys carry a prefix) directly
+ * followed by a non-digit stacks layers on axis 0; "experts.experts."
+ * after it stacks the experts on axis 1.  "decoder.layers.<N>." names one
+ * layer: nothing stacked. */
+static int stacked_axes(const char *fqn)
+{
+	static const char tag[] = "decoder.layers.";
+	const char *p = fqn;
+
+	while ((p = strstr(p, tag)) && p != fqn && p[-1] != '.')
+		p++;
+	if (!p)
+		return 0;
+	p += sizeof(tag) - 1;
+	if (*p >= '0' && *p <= '9')
+		return 0;
+	return strstr(p, "experts.experts.") ? 2 : 1;
+}
+
+static void mark_stacked(flx_ckpt *c)
+{
+	for (size_t i = 0; i < c->ntensors; i++) {
+		flx_tensor *t = &c->tensors[i];
+		int n = stacked_axes(t->fqn);
+
+		t->stacked = n < t->ndim ? n : 0;
+	}
+}
+
+/* ---- the source ---- */
+
+static bool owns(const char *name)
+{
+	return strcmp(name, CONFIG_NAME) == 0 ||
+	       strcmp(name, COMMON_NAME) == 0 || flx_dcp_owns(name);
+}
+
+/* metadata.json beside a .metadata or a common.pt: load says what is
+ * wrong with it (a zarr checkpoint, say). */
+static int probe(int dirfd, bool *yes)
+{
+	*yes = exists(dirfd, CONFIG_NAME) &&
+	       (exists(dirfd, ".metadata") || exists(dirfd, COMMON_NAME));
+	return 0;
+}
+
+static int set_writer(flx_ckpt *c)
+{
+	const char *dcp = c->writer ? c->writer : "";
+	size_t n = strlen(dcp) + 64;
+	char *w = malloc(n);
+
+	if (!w)
+		return -ENOMEM;
+	snprintf(w, n, "Megatron-Core torch_dist, %s", dcp);
+	free(c->writer);
+	c->writer = w;
+	return 0;
+}
+
+static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
+{
+	static const flx_dcp_opts dopts = {
+	    .sub_module = MCORE_MODULE,
+	    .sub_class = "MCoreMetadata",
+	    .missing = "no such file (a torch_dist checkpoint has one)",
+	};
+	flx_ckpt *c = flx_build_ckpt(b);
+	flx_megatron *m;
+	void *buf = NULL;
+	size_t len = 0;
+	int64_t mtime;
+	int rc;
+
+	rc = flx_build_read_whole(b, CONFIG_NAME, MAX_CONFIG_BYTES, NULL, &buf,
+				  &len, &mtime, err);
+	if (!rc)
+		rc = check_config(buf, len, err);
+	free(buf);
+	if (!rc)
+		rc = flx_dcp_load(b, o, &dopts, err);
+	if (rc)
+		return rc;
+	m = flx_pool_alloc(&c->pool, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	rc = load_common(b, m, err);
+	if (rc)
+		return rc;
+	c->megatron = m;
+	mark_stacked(c);
+	return set_writer(c);
+}
+
+const flx_source flx_source_megatron = {
+    .name = "megatron-torch_dist",
+    .kind = "Megatron-Core torch_dist",
+    .marker = CONFIG_NAME,
+    .variant = true,
+    .probe = probe,
+    .owns = owns,
+    .load = load,
+};

@@ -1,0 +1,113 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# The Megatron-Core torch_dist source: the tests/fixtures/megatron-*
+# fixtures (torch 2.6's DCP writer driven as Megatron-Core 0.15 drives it,
+# tools/fixtures/gen_megatron.py: MCoreMetadata, stacked layers, SwiGLU,
+# GQA, tied and untied, MoE experts, the three distributed-optimizer
+# layouts), each iter_0000100/ mounted at tp 1, 2 and 4 (pp 1) and every
+# byte of every view checked by lib/check_views.py against the truth that
+# lib/megatron_truth.py stacks from the fixture's per-layer truth.  Stacked
+# tensors at pp>1 and a bad metadata.json are refused at mount with one
+# line.
+
+load helpers
+
+FX=$FLEXFS_SRC/tests/fixtures
+CHECK=$FLEXFS_SRC/tests/bats/lib/check_views.py
+TRUTH=$FLEXFS_SRC/tests/bats/lib/megatron_truth.py
+ITER=ckpt/iter_0000100
+
+setup() {
+	setup_ff
+}
+
+teardown() {
+	teardown_ff
+}
+
+# check_megatron FIXTURE TP: mount FIXTURE's iter_0000100 at tp=TP, check
+# every view against the stacked truth, unmount cleanly; the daemon said
+# nothing.
+check_megatron() {
+	local fx=$1 tp=$2 truth=$BATS_TEST_TMPDIR/truth-$1
+
+	[ -d "$truth" ] || /usr/bin/python3 "$TRUTH" "$FX/$fx" "$truth"
+	mount_ff "$FX/$fx/$ITER" "$MNT" "tp=$tp"
+	run /usr/bin/python3 "$CHECK" -q --mount "$MNT" --truth "$truth" \
+		--tp "$tp" --pp 1
+	echo "$fx tp=$tp: $output"
+	[ "$status" -eq 0 ]
+	[[ $output == *" passed, 0 failed"* ]]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+	[ ! -s "$FF_ERR" ]
+}
+
+@test "megatron untied, tied, moe: every view at tp 1,2,4 equals the truth" {
+	for fx in megatron-untied megatron-tied megatron-moe; do
+		for tp in 1 2 4; do
+			check_megatron "$fx" "$tp"
+		done
+	done
+}
+
+@test "megatron optimizer layouts: every view at tp 1 (and 2 where the split is known) equals the truth" {
+	for fx in megatron-optim-dp-reshardable megatron-optim-fully-reshardable \
+		megatron-optim-fully-sharded-model-space; do
+		check_megatron "$fx" 1
+	done
+	check_megatron megatron-optim-dp-reshardable 2
+	check_megatron megatron-optim-fully-reshardable 2
+}
+
+@test "megatron: index.json names the source; stacked axes are never TP-split" {
+	mount_ff "$FX/megatron-moe/$ITER" "$MNT" "tp=2"
+	run /usr/bin/python3 - "$MNT/index.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["source"]["format"] == "megatron-torch_dist", d["source"]
+assert d["source"]["writer"].startswith("Megatron-Core torch_dist"), d["source"]
+t = d["tensors"]
+# saved split along layers (0), experts (1) and rows (2): TP takes rows
+assert t["decoder.layers.mlp.experts.experts.linear_fc1.weight"]["split_axis"] == 2
+# saved split along layers only: replicated
+assert t["decoder.layers.mlp.router.weight"]["split_axis"] is None
+assert t["decoder.layers.self_attention.linear_qkv.weight"]["split_axis"] == 1
+print("ok")
+EOF
+	echo "$output"
+	[ "$status" -eq 0 ]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+}
+
+@test "megatron: pp=2 refuses a stacked tensor with one line" {
+	run --separate-stderr "$FLEXFS_BIN" "$FX/megatron-untied/$ITER" "$MNT" \
+		-o "pp=2" 3>&-
+	echo "$stderr"
+	[ "$status" -ne 0 ]
+	not_mounted "$MNT"
+	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
+	[[ $stderr == *"decoder.layers."*"stacks its layers along axis 0; pp>1"* ]]
+}
+
+@test "megatron: a zarr metadata.json is refused at mount with one line" {
+	local d=$BATS_TEST_TMPDIR/zarr
+	cp -a "$FX/megatron-untied/$ITER" "$d"
+	printf '{"sharded_backend": "zarr", "sharded_backend_version": 1}' \
+		>"$d/metadata.json"
+	run --separate-stderr "$FLEXFS_BIN" "$d" "$MNT" 3>&-
+	echo "$stderr"
+	[ "$status" -ne 0 ]
+	not_mounted "$MNT"
+	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
+	[[ $stderr == *"metadata.json: sharded_backend: 'zarr' is not supported"* ]]
+}
+
+@test "megatron: flexfs-inspect shows the common state and the stacked tensors" {
+	run --separate-stderr "$FLEXFS_INSPECT" "$FX/megatron-moe/$ITER" -o tp=2
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"Megatron-Core: iteration 100, checkpoint_version 3.0 (from common.pt); num_layers 2, hidden 16, heads 8, query groups 4, ffn 32 (SwiGLU), padded vocab 256, experts 4; saved at tp=2 pp=2"* ]]
+	[[ $output == *"7 stacked tensor(s): axis 0 indexes layers"* ]]
+}
