@@ -6,9 +6,7 @@
  * parsers and the coverage checks; a successful open is then planned and
  * turned into a tree, as a mount would.
  */
-#include "ckpt.h"
-#include "plan.h"
-#include "tree.h"
+#include "fuzz_mount.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -62,37 +60,10 @@ static int setup(void)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	char path[128];
-	flx_ckpt *c = NULL;
-	flx_spec s;
-	flx_plan *p = NULL;
-	flx_fs *fs = NULL;
-	int fd;
+	static const char *const reads[] = {"hf/model.safetensors", NULL};
 
 	if (setup())
 		abort();
-	snprintf(path, sizeof(path), "%s/.metadata", scratch);
-	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-	if (fd < 0 || write(fd, data, size) != (ssize_t)size)
-		abort();
-	close(fd);
-	if (flx_ckpt_open(scratch, &c, NULL) == 0 && flx_spec_init(&s) == 0) {
-		s.tp = 3;
-		s.pp = 2;
-		if (flx_plan_build(c, &s, &p, NULL) == 0 &&
-		    flx_fs_build(c, p, &fs, NULL) == 0) {
-			flx_stat st;
-			char buf[4096];
-
-			if (flx_fs_resolve(fs, "hf/model.safetensors", &st) ==
-			    0)
-				(void)flx_fs_read(fs, st.ino, buf, sizeof(buf),
-						  0, NULL);
-		}
-		flx_fs_free(fs);
-		flx_plan_free(p);
-		flx_spec_release(&s);
-	}
-	flx_ckpt_close(c);
+	flx_fuzz_mount(scratch, ".metadata", data, size, 3, 2, reads, 4096);
 	return 0;
 }
