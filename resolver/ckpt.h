@@ -185,6 +185,9 @@ typedef struct flx_ckpt_opts {
 	unsigned threads;
 	/* return before the items are read: see flx_ckpt_open_start() */
 	bool defer_items;
+	/* resolve paths by the component walk alone, never openat2(), as
+	 * on a kernel without it (tests: the outcome must not depend on it) */
+	bool walk_only;
 } flx_ckpt_opts;
 
 /**

@@ -48,6 +48,7 @@ struct flx_build {
 		bool started;
 	} pf;
 	unsigned threads; /* flx_ckpt_opts.threads */
+	bool walk_only;	  /* flx_ckpt_opts.walk_only */
 };
 
 int64_t flx_mtime_ns(const struct stat *st)
@@ -514,29 +515,22 @@ out:
 	return rc;
 }
 
-/* FLEXFS_NO_OPENAT2 in the environment: the walk alone, as on a kernel
- * without openat2(), so that tests cover it.  Read once; any thread may
- * be first (each computes the same value). */
-static bool walk_only(void)
-{
-	static int v = -1;
-	int got = __atomic_load_n(&v, __ATOMIC_RELAXED);
-
-	if (got < 0) {
-		got = getenv("FLEXFS_NO_OPENAT2") != NULL;
-		__atomic_store_n(&v, got, __ATOMIC_RELAXED);
-	}
-	return got;
-}
+/* Whether openat2() is known to be missing (ENOSYS once): then every later
+ * open goes straight to the walk.  Any thread may set it. */
+static int openat2_missing;
 
 int flx_build_open(flx_build *b, const char *relpath, int *fd_out,
 		   struct stat *st)
 {
 	int pfd = -1, fd = -1, rc = -ENOSYS;
 
-	if (!walk_only())
+	if (!b->walk_only &&
+	    !__atomic_load_n(&openat2_missing, __ATOMIC_RELAXED)) {
 		rc = openat2_beneath(b->dirfd, relpath, O_PATH | O_CLOEXEC,
 				     &pfd);
+		if (rc == -ENOSYS)
+			__atomic_store_n(&openat2_missing, 1, __ATOMIC_RELAXED);
+	}
 	/* EXDEV: maybe an absolute symlink to inside, which the walk
 	 * allows; EAGAIN: openat2() could not rule out a race on "..";
 	 * EPERM: a seccomp filter that refuses system calls it does not
@@ -1277,6 +1271,7 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 	int rc;
 
 	b.threads = o->threads > FLX_MAX_THREADS ? FLX_MAX_THREADS : o->threads;
+	b.walk_only = o->walk_only;
 	b.names_where = "the checkpoint";
 	b.c = calloc(1, sizeof(flx_ckpt));
 	if (!b.c)

@@ -70,9 +70,38 @@ start=$SECONDS
 echo "== valgrind memcheck on the daemon ($normal, tests/bats/valgrind.bats)"
 cmake -S . -B "$normal" >/dev/null
 cmake --build "$normal" -j"$jobs"
-FLEXFS_SRC=$PWD \
+# valgrind's own messages go to one log per process, not to the daemon's
+# stderr, which the tests expect empty or exact: valgrind 3.19 does not know
+# openat2() (system call 437) and says so once per process, while flexfs
+# takes the component walk.  Any other message fails the run (memcheck
+# errors and definite leaks also make the process exit 99).
+vglog=$(mktemp -d)
+trap 'rm -rf "$vglog"' EXIT
+vg_check() {
+	local f bad=0
+
+	for f in "$vglog"/vg.*; do
+		[[ -e $f ]] || continue
+		if grep -v -e 'WARNING: unhandled amd64-linux syscall: 437$' \
+			-e 'You may be able to write your own handler\.$' \
+			-e 'Read the file README_MISSING_SYSCALL_OR_IOCTL\.$' \
+			-e 'Nevertheless we consider this a bug\.  Please report$' \
+			-e 'it at http://valgrind\.org/support/bug_reports\.html\.$' \
+			"$f" | grep -q .; then
+			echo "valgrind log $f:" >&2
+			cat "$f" >&2
+			bad=1
+		fi
+	done
+	return "$bad"
+}
+if ! FLEXFS_SRC=$PWD \
 	FLEXFS_BIN=$PWD/$normal/fs/flexfs \
 	FLEXFS_INSPECT=$PWD/$normal/tools/flexfs-inspect \
-	FLEXFS_EXEC_PREFIX="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite" \
-	bats --tap tests/bats/valgrind.bats
+	FLEXFS_EXEC_PREFIX="valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --log-file=$vglog/vg.%p" \
+	bats --tap tests/bats/valgrind.bats; then
+	vg_check || true
+	exit 1
+fi
+vg_check
 echo "== valgrind: passed in $((SECONDS - start)) s"

@@ -3,7 +3,8 @@
 # A focused end-to-end run meant for a memory checker: tools/test-sanitize.sh
 # runs this file with
 #   FLEXFS_EXEC_PREFIX="valgrind -q --error-exitcode=99 --leak-check=full
-#                       --errors-for-leak-kinds=definite"
+#                       --errors-for-leak-kinds=definite --log-file=DIR/vg.%p"
+# (valgrind's own messages in a log per process, which the script checks)
 # so that the daemon (and the startup error paths, and flexfs-inspect) run
 # under memcheck: every byte of two mounts is read and checked, readers run
 # concurrently, the daemon is stopped by unmount and by SIGTERM, and any

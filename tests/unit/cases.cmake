@@ -13,8 +13,7 @@ add_test(NAME test_cases_threads COMMAND test_cases --threads 3
 add_test(NAME test_cases_async COMMAND test_cases --async --threads 2
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 # Again with paths resolved by the component walk alone, as on a kernel
-# without openat2() (FLEXFS_NO_OPENAT2): the same outcome for every case.
-add_test(NAME test_cases_walk COMMAND test_cases
+# without openat2() (flx_ckpt_opts.walk_only): the same outcome for every
+# case.
+add_test(NAME test_cases_walk COMMAND test_cases --walk
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-set_tests_properties(test_cases_walk PROPERTIES
-  ENVIRONMENT FLEXFS_NO_OPENAT2=1)

@@ -18,9 +18,11 @@
  * Runs from tests/ (ctest's working directory).  FLX_CASES_TMPDIR or TMPDIR
  * picks where the temporary directories go (default /tmp).
  *
- * Usage: test_cases [--threads N] [--async]
+ * Usage: test_cases [--threads N] [--async] [--walk]
  *   --threads N  open with flx_ckpt_opts.threads = N (the metadata decoded
  *                and the items read by N threads: the same outcome)
+ *   --walk       resolve paths by the component walk alone
+ *                (flx_ckpt_opts.walk_only, as without openat2())
  *   --async      open as the daemon does: flx_ckpt_open_start(), the plan
  *                (tp=2) while the items are read, then flx_ckpt_finish(),
  *                whose item failure is reported before a plan failure
@@ -966,14 +968,16 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0); /* interleave with stderr */
 	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--async") == 0) {
+		if (strcmp(argv[i], "--walk") == 0) {
+			open_opts.walk_only = true;
+		} else if (strcmp(argv[i], "--async") == 0) {
 			open_opts.defer_items = true;
 		} else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc &&
 			   atoi(argv[i + 1]) > 0) {
 			open_opts.threads = (unsigned)atoi(argv[++i]);
 		} else {
-			fprintf(stderr,
-				"usage: test_cases [--threads N] [--async]\n");
+			fprintf(stderr, "usage: test_cases [--threads N] "
+					"[--async] [--walk]\n");
 			return 2;
 		}
 	}
