@@ -125,6 +125,24 @@ static int canonical_source(struct cmdline *cl)
 		  : 0;
 }
 
+/* Whether mnt is the checkpoint directory source (canonical) or lies inside
+ * it: the mount would hide the files it serves, and their path checks
+ * would go through the mount itself.  A mount point that cannot be
+ * resolved is left to fuse_session_mount(), which says why. */
+static bool inside_source(const char *source, const char *mnt)
+{
+	char *real = realpath(mnt, NULL);
+	size_t n = strlen(source);
+	bool in;
+
+	if (!real)
+		return false;
+	in = strncmp(real, source, n) == 0 &&
+	     (real[n] == '\0' || real[n] == '/' || source[n - 1] == '/');
+	free(real);
+	return in;
+}
+
 /* Options, source and libfuse's command line; prints what went wrong.
  * @return 0 to mount, 1 to exit with failure, 2 to exit with success. */
 static int parse(const char *prog, struct cmdline *cl, struct fuse_args *args,
@@ -173,6 +191,14 @@ static int parse(const char *prog, struct cmdline *cl, struct fuse_args *args,
 	if (!fo->mountpoint) {
 		fprintf(stderr, "flexfs: missing MOUNTPOINT (see %s --help)\n",
 			prog);
+		return 1;
+	}
+	if (inside_source(cl->mo.source, fo->mountpoint)) {
+		flx_error_set(&cl->err, -EINVAL, fo->mountpoint, NULL,
+			      "the mount point is inside the checkpoint "
+			      "directory %s (the mount would hide it)",
+			      cl->mo.source);
+		report(&cl->err);
 		return 1;
 	}
 	return 0;

@@ -269,7 +269,8 @@ PY
 	run "$FLEXFS_BIN" -h
 	[[ $status -eq 0 ]]
 	for opt in tp= pp= rules= layer_regex= embed_regex= pp_renumber \
-		hf_shard_size= read_ahead_kb= direct_io; do
+		hf_shard_size= read_ahead_kb= direct_io cache_size= \
+		source_format=; do
 		[[ $output == *"-o $opt"* ]]
 	done
 	[[ $output == *"-o allow_other"* ]] # libfuse's own help follows
@@ -380,6 +381,29 @@ PY
 	assert_one_line_error "fuse: " "no-mnt"
 	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" 3>&-
 	assert_one_line_error "flexfs: " MOUNTPOINT
+}
+
+# A mount onto the checkpoint directory, or inside it, would hide the files
+# it serves: refused before mounting, by both personalities.
+@test "a mount point inside the checkpoint directory is refused" {
+	local ck=$BATS_TEST_TMPDIR/ckpt
+	cp -a "$FIXTURE" "$ck"
+	mkdir "$ck/sub"
+	run --separate-stderr "$FLEXFS_BIN" "$ck" "$ck" -o "tp=2,rules=$RULES" 3>&-
+	assert_one_line_error "flexfs: " "$ck: the mount point is inside the checkpoint directory $ck"
+	not_mounted "$ck"
+	run --separate-stderr "$FLEXFS_BIN" "$ck/" "$ck/sub/../sub" \
+		-o "tp=2,rules=$RULES" 3>&-
+	assert_one_line_error "flexfs: " "$ck/sub: the mount point is inside"
+	not_mounted "$ck/sub"
+	run --separate-stderr "$FLEXFS_BUILD/mount.flexfs" "$ck" "$ck/sub" \
+		-o "tp=2,rules=$RULES" 3>&-
+	assert_one_line_error "flexfs: " "inside the checkpoint directory"
+	not_mounted "$ck/sub"
+	# beside it is fine
+	mount_ff "$ck" "$MNT" "tp=2,rules=$RULES"
+	[[ -f $MNT/index.json ]]
+	unmount_ff "$MNT"
 }
 
 @test "a bad rules file is an error naming the file and the problem" {
