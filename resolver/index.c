@@ -982,11 +982,10 @@ static int items_end(struct flx_item_load *ld, flx_error *err)
 	}
 	for (unsigned k = 0; k < ld->nt && !rc; k++) {
 		rc = ld->w[k].rc;
-		if (rc && ld->w[k].err.code)
+		if (rc && ld->w[k].err.code && err)
 			*err = ld->w[k].err;
 	}
-	if (rc && !err->code)
-		flx_error_set(err, rc, NULL, NULL, "%s", strerror(-rc));
+	flx_error_default(err, rc, NULL);
 	free(ld->jobs);
 	free(ld);
 	return rc;
@@ -1245,7 +1244,8 @@ static int finish_load(flx_build *b, bool wait)
 		}
 	}
 	if (!rc && rc2) {
-		*err = later;
+		if (err)
+			*err = later;
 		rc = rc2;
 	}
 	if (!rc)
