@@ -9,28 +9,17 @@
  */
 #include "fuzz_mount.h"
 
-#include <fcntl.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static char scratch[64];
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const char *const reads[] = {
 	    "hf/model.safetensors", "ranks/tp01_pp01/model.safetensors", NULL};
+	const char *dir = flx_fuzz_scratch(NULL, "");
 
-	if (!scratch[0]) {
-		snprintf(scratch, sizeof(scratch), "/tmp/flx-fuzz-st.XXXXXX");
-		if (!mkdtemp(scratch))
-			abort();
-	}
-	flx_fuzz_mount(scratch, "model.safetensors", data, size, 2, 2, reads,
+	if (!dir)
+		abort();
+	flx_fuzz_mount(dir, "model.safetensors", data, size, 2, 2, NULL, reads,
 		       UINT64_MAX);
 	return 0;
 }
