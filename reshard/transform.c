@@ -836,6 +836,8 @@ static void borrow(flx_ckpt *c, const flx_ckpt *src)
 	c->files = src->files;
 	c->nobjects = src->nobjects;
 	c->objects = src->objects;
+	c->megatron = src->megatron;
+	c->paddle = src->paddle;
 }
 
 int flx_xform_apply(const flx_xform *x, const flx_ckpt *src, flx_xindex **out,

@@ -148,6 +148,25 @@ typedef struct flx_megatron {
 	bool common_item; /* from the common_state item, not common.pt */
 } flx_megatron;
 
+/*
+ * What a Paddle Flex Checkpoint says beyond its tensors: the checkpoint id
+ * that was read and the static parameter name Paddle gave each key (the
+ * "StructuredToParameterName@@" tables of its .distcp files, merged:
+ * "llama.embed_tokens.weight" -> "embedding_0.w_0",
+ * "....q_proj.weight.moment1_0" -> "linear_0.w_0_fp32_master_0_moment1_0"),
+ * which per-rank .pdparams/.pdopt files carry again.  Strings in pool.
+ */
+typedef struct flx_name_pair {
+	const char *key;  /* a tensor FQN of the index */
+	const char *name; /* Paddle's static name for it */
+} flx_name_pair;
+
+typedef struct flx_paddle {
+	int64_t unique_id;
+	size_t nnames;
+	flx_name_pair *names; /* sorted by key, keys unique */
+} flx_paddle;
+
 typedef struct flx_ckpt {
 	char *dir;	  /* as given */
 	char *format;	  /* the source: "torch-dcp", "hf-safetensors",
@@ -163,6 +182,9 @@ typedef struct flx_ckpt {
 	/* the source's common state when it is Megatron-Core's torch_dist
 	 * ("megatron-torch_dist"), in pool; NULL otherwise */
 	const flx_megatron *megatron;
+	/* the same for a Paddle Flex Checkpoint ("paddle-dcp"); NULL
+	 * otherwise */
+	const flx_paddle *paddle;
 	flx_tensor **by_name; /* internal: tensors sorted by FQN */
 	/* internal: when pooled (a loaded checkpoint), the tensors' and
 	 * objects' names and the tensors' chunks live in pool, which
