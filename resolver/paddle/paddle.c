@@ -960,13 +960,15 @@ static const parr *find_arr(const pfile *pf, const char *key)
 	return bsearch(&k, pf->arr, pf->narr, sizeof(parr), cmp_parr);
 }
 
+/* By file, then storage_metadata order: a file is opened for its first
+ * entry, whose key names the file's own errors. */
 static int cmp_sent_file(const void *a, const void *b, void *arg)
 {
 	const loader *L = arg;
-	const sent *x = &L->se[*(const uint32_t *)a];
-	const sent *y = &L->se[*(const uint32_t *)b];
+	uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
+	int c = strcmp(L->se[i].file, L->se[j].file);
 
-	return strcmp(x->file, y->file);
+	return c ? c : (i > j) - (i < j);
 }
 
 /* Open and decode every file a primary storage entry names, in name
@@ -1006,8 +1008,10 @@ static int load_files(loader *L)
 			rc = flx_build_data_file(L->b, e->file, &ref, &pf->idx);
 			if (!rc)
 				rc = read_distcp(L, pf, want);
-			if (rc)
+			if (rc) {
+				flx_error_key(L->err, ref.key);
 				goto out;
+			}
 		}
 		pf = &L->files[L->nfiles - 1];
 		e->pf = (uint32_t)(pf - L->files);
