@@ -16,7 +16,7 @@
  * A flattened shard (sharding stage 1 v2: elements [start, stop) of the
  * row-major flattening of the block local_shape at global_offset) becomes
  * up to 2N-1 box chunks: a partial run along the innermost axis, then runs
- * of whole rows, whole planes, ..., then partial ones again (flat_boxes()).
+ * of whole rows, whole planes, ..., then partial ones again (flx_flat_boxes(), shape.h).
  * Each box's elements are consecutive in the 1-D payload with the block's
  * row-major strides, so the index, its coverage and overlap checks and the
  * read path see ordinary chunks.  The tensor's saved split axis is the one
@@ -48,7 +48,7 @@
 #define NAME_TABLE	   "StructuredToParameterName@@"
 #define MOD_FLEX	   "paddle.distributed.flex_checkpoint.dcp.metadata"
 #define MOD_OLD		   "paddle.distributed.checkpoint.metadata"
-#define MAX_BOXES	   (2 * FLX_MAX_DIMS)
+#define MAX_BOXES	   FLX_FLAT_BOXES_MAX
 
 /* One LocalTensorMetadata of state_dict_metadata. */
 typedef struct ltm {
@@ -1033,46 +1033,6 @@ out:
 
 /* ---- tensors ---- */
 
-/* The boxes of elements [s, e) of the row-major flattening of a block of
- * shape blk (n dims, s < e <= its element count): greedily the longest run
- * of whole sub-blocks that starts at s; at most 2n - 1 boxes.  box_off and
- * box_size are relative to the block; first[k]: box k's first element in
- * the flattening. */
-static unsigned flat_boxes(int n, const int64_t *blk, int64_t s, int64_t e,
-			   int64_t box_off[][FLX_MAX_DIMS],
-			   int64_t box_size[][FLX_MAX_DIMS], int64_t *first)
-{
-	unsigned k = 0;
-
-	if (n == 0) {
-		first[0] = 0;
-		return 1;
-	}
-	while (s < e) {
-		int64_t inner = 1, rest = s, c;
-		int j = n - 1;
-
-		while (j > 0 && s % (inner * blk[j]) == 0 &&
-		       e - s >= inner * blk[j]) {
-			inner *= blk[j];
-			j--;
-		}
-		for (int d = n - 1; d >= 0; d--) {
-			box_off[k][d] = rest % blk[d];
-			rest /= blk[d];
-			box_size[k][d] = d < j ? 1 : blk[d];
-		}
-		c = blk[j] - box_off[k][j];
-		if (c > (e - s) / inner)
-			c = (e - s) / inner;
-		box_size[k][j] = c;
-		first[k] = s;
-		s += c * inner;
-		k++;
-	}
-	return k;
-}
-
 static int cmp_flat(const void *a, const void *b, void *arg)
 {
 	const loader *L = arg;
@@ -1343,9 +1303,13 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es,
 
 		if (!m->flat)
 			nch++;
-		else if (m->stop > m->start)
-			nch += flat_boxes(m->ndim, L->dims + m->dims + m->ndim,
-					  m->start, m->stop, lo, sz, first);
+		else {
+			unsigned nb;
+
+			flx_flat_boxes(m->ndim, L->dims + m->dims + m->ndim,
+				       m->start, m->stop, lo, sz, first, &nb);
+			nch += nb;
+		}
 	}
 	if ((rc = flx_tensor_pool_chunks(&L->c->pool, t, nch)))
 		return rc;
@@ -1368,7 +1332,8 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es,
 		if (m->stop == m->start)
 			continue;
 		strides_of(t->ndim, blk, false, st);
-		nb = flat_boxes(m->ndim, blk, m->start, m->stop, lo, sz, first);
+		flx_flat_boxes(m->ndim, blk, m->start, m->stop, lo, sz, first,
+			       &nb);
 		for (unsigned b = 0; b < nb; b++) {
 			for (int d = 0; d < t->ndim; d++)
 				g[d] = off[d] + lo[b][d];
