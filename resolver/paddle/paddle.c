@@ -24,10 +24,11 @@
  * differ along more.
  *
  * Protocol 2 writes bytes as _codecs.encode(str, 'latin1'): the file holds
- * the UTF-8 text of the latin-1 string, which equals the raw bytes only
- * when every byte is below 0x80.  Such an array (the text is as long as
- * the array's bytes) is read in place; any other is refused at mount in one
- * line, since its bytes cannot be sliced in place.
+ * the UTF-8 text of the latin-1 string, equal to the raw bytes only when
+ * every byte is below 0x80.  Such an array is read in place; any other is
+ * decoded once at mount into a memory file that the index serves like a
+ * data file (decode_latin1(): bounded, refused in one line past
+ * MAX_DECODED).
  */
 #include "grow.h"
 #include "pickle.h"
@@ -41,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,6 +51,8 @@
 #define MOD_FLEX	   "paddle.distributed.flex_checkpoint.dcp.metadata"
 #define MOD_OLD		   "paddle.distributed.checkpoint.metadata"
 #define MAX_BOXES	   FLX_FLAT_BOXES_MAX
+#define MAX_DECODED	   (1ull << 30) /* protocol-2 arrays decoded at mount */
+#define DECODE_BLOCK	   (64u * 1024)
 
 /* One LocalTensorMetadata of state_dict_metadata. */
 typedef struct ltm {
@@ -75,6 +79,10 @@ typedef struct parr {
 	int ndim;
 	int64_t shape[FLX_MAX_DIMS];
 	bool fortran;
+	/* protocol 2's _codecs.encode(str, 'latin1') with bytes >= 0x80:
+	 * off, len first give the UTF-8 text in the file, then (decoded)
+	 * the bytes in the loader's memory file */
+	bool latin1;
 	uint64_t off, len;
 } parr;
 
@@ -114,6 +122,11 @@ typedef struct loader {
 	size_t nfiles;
 	flx_name_pair *names;
 	size_t nnames, capnames;
+	/* the decoded protocol-2 arrays: a memfd (-1 until needed) of
+	 * memlen bytes, then its file index */
+	int memfd;
+	uint64_t memlen;
+	uint32_t memfile;
 } loader;
 
 /* ---- file names ---- */
@@ -740,14 +753,17 @@ static int decode_raw(loader *L, const char *file, const char *key,
 			return flx_error_set(L->err, -EINVAL, file, key,
 					     "array bytes are not "
 					     "_codecs.encode(str, 'latin1')");
-		if (len != want)
-			return flx_error_set(
-			    L->err, -ENOTSUP, file, key,
-			    "protocol-2 array bytes are stored as UTF-8 text "
-			    "of latin-1 (%zu bytes for %" PRIu64
-			    "), which cannot be read in place; re-save with "
-			    "protocol 4 or 5",
-			    len, want);
+		/* each byte is one or two bytes of UTF-8 */
+		if (len < want || len / 2 > want)
+			return flx_error_set(L->err, -EINVAL, file, key,
+					     "protocol-2 array text of %zu "
+					     "bytes cannot hold %" PRIu64
+					     " bytes",
+					     len, want);
+		a->latin1 = len != want;
+		a->off = off;
+		a->len = len;
+		return 0;
 	} else if (!v || v->kind != FLX_PV_BYTES ||
 		   !flx_pv_payload(v, &off, &len)) {
 		return flx_error_set(L->err, -EINVAL, file, key,
@@ -962,6 +978,118 @@ static const parr *find_arr(const pfile *pf, const char *key)
 
 /* By file, then storage_metadata order: a file is opened for its first
  * entry, whose key names the file's own errors. */
+/*
+ * Protocol 2 writes an array's bytes as the UTF-8 text of a latin-1 str
+ * (_codecs.encode(str, 'latin1')): a byte b >= 0x80 is two bytes, 0xc2 or
+ * 0xc3 then 0x80 | (b & 0x3f), so no element can be sliced from the file
+ * in place.  Such arrays are decoded once, at mount, into one memory file
+ * (a memfd, at most MAX_DECODED bytes), which the index serves like any
+ * data file.  a->off, a->len then name the decoded bytes.
+ */
+static int decode_latin1(loader *L, const pfile *pf, parr *a)
+{
+	const flx_file *f = &L->c->files[pf->idx];
+	unsigned char in[DECODE_BLOCK], out[DECODE_BLOCK];
+	uint64_t want, pos = 0, at;
+	size_t nout = 0;
+	int hi = -1, rc;
+
+	if ((rc = array_bytes(L, pf->relpath, a->key, a, &want)))
+		return rc;
+	if (want > MAX_DECODED - L->memlen)
+		return flx_error_set(L->err, -EFBIG, pf->relpath, a->key,
+				     "protocol-2 arrays (UTF-8 text of "
+				     "latin-1) need more than %llu MiB "
+				     "decoded at mount; re-save with "
+				     "protocol 4 or 5",
+				     MAX_DECODED >> 20);
+	if (L->memfd < 0) {
+		L->memfd = memfd_create("flexfs-paddle-latin1", MFD_CLOEXEC);
+		if (L->memfd < 0)
+			return flx_error_set(L->err, -errno, pf->relpath,
+					     a->key,
+					     "cannot make a memory file for "
+					     "protocol-2 arrays: %s",
+					     strerror(errno));
+	}
+	at = L->memlen;
+	while (pos < a->len) {
+		size_t n = a->len - pos < sizeof(in) ? (size_t)(a->len - pos)
+						     : sizeof(in);
+
+		rc = flx_pread_full(f->fd, in, n, a->off + pos);
+		if (rc)
+			return flx_error_set(L->err, rc, pf->relpath, a->key,
+					     "cannot read the array text: %s",
+					     strerror(-rc));
+		for (size_t i = 0; i < n; i++) {
+			unsigned c = in[i];
+
+			if (hi >= 0 && (c & 0xc0) == 0x80) {
+				c = (unsigned)hi | (c & 0x3f);
+				hi = -1;
+			} else if (hi < 0 && (c == 0xc2 || c == 0xc3)) {
+				hi = c == 0xc2 ? 0x80 : 0xc0;
+				continue;
+			} else if (hi >= 0 || c >= 0x80) {
+				return flx_error_set(
+				    L->err, -EINVAL, pf->relpath, a->key,
+				    "protocol-2 array text is not latin-1 "
+				    "(byte 0x%02x at offset %" PRIu64 ")",
+				    c, a->off + pos + i);
+			}
+			if (L->memlen - at + nout == want)
+				goto long_text;
+			out[nout++] = (unsigned char)c;
+			if (nout == sizeof(out)) {
+				if (pwrite(L->memfd, out, nout,
+					   (off_t)(L->memlen)) != (ssize_t)nout)
+					goto write_fail;
+				L->memlen += nout;
+				nout = 0;
+			}
+		}
+		pos += n;
+	}
+	if (nout && pwrite(L->memfd, out, nout, (off_t)L->memlen) !=
+			(ssize_t)nout)
+		goto write_fail;
+	L->memlen += nout;
+	if (hi >= 0 || L->memlen - at != want)
+		goto long_text;
+	a->off = at;
+	a->len = want;
+	return 0;
+long_text:
+	return flx_error_set(L->err, -EINVAL, pf->relpath, a->key,
+			     "protocol-2 array text does not decode to the "
+			     "%" PRIu64 " bytes of its shape and dtype",
+			     want);
+write_fail:
+	return flx_error_set(L->err, -ENOMEM, pf->relpath, a->key,
+			     "cannot fill the memory file of protocol-2 "
+			     "arrays");
+}
+
+/* Decode every protocol-2 text array and record the memory file. */
+static int decode_texts(loader *L)
+{
+	int rc;
+
+	for (size_t i = 0; i < L->nfiles; i++)
+		for (size_t k = 0; k < L->files[i].narr; k++)
+			if (L->files[i].arr[k].latin1 &&
+			    (rc = decode_latin1(L, &L->files[i],
+						&L->files[i].arr[k])))
+				return rc;
+	if (L->memfd < 0)
+		return 0;
+	rc = flx_build_decoded_file(L->b, "(protocol-2 arrays, decoded)",
+				    L->memfd, &L->memfile);
+	L->memfd = -1; /* the index's now, also on failure */
+	return rc;
+}
+
 static int cmp_sent_file(const void *a, const void *b, void *arg)
 {
 	const loader *L = arg;
@@ -1025,6 +1153,7 @@ static int load_files(loader *L)
 			goto out;
 		}
 	}
+	rc = decode_texts(L);
 out:
 	free(order);
 	free(want);
@@ -1317,7 +1446,8 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es,
 		const sent *e = &L->se[es[i]];
 		const ltm *m = &L->ltms[e->ltm];
 		const int64_t *off = L->dims + m->dims, *blk = off + m->ndim;
-		uint32_t file = L->files[e->pf].idx;
+		uint32_t file = e->arr->latin1 ? L->memfile
+					       : L->files[e->pf].idx;
 		unsigned esz = flx_dtype_size(t->dtype);
 		int64_t st[FLX_MAX_DIMS], lo[MAX_BOXES][FLX_MAX_DIMS],
 		    sz[MAX_BOXES][FLX_MAX_DIMS], g[FLX_MAX_DIMS];
@@ -1469,6 +1599,8 @@ static void loader_release(loader *L)
 	free(L->by_name);
 	free(L->se);
 	free(L->names);
+	if (L->memfd >= 0)
+		close(L->memfd);
 }
 
 static bool want_distcp(const char *name)
@@ -1481,7 +1613,7 @@ static bool want_distcp(const char *name)
 static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 {
 	static const flx_pickle_limits lim = {0};
-	loader L = {.b = b, .c = flx_build_ckpt(b), .err = err};
+	loader L = {.b = b, .c = flx_build_ckpt(b), .err = err, .memfd = -1};
 	flx_pickle *pk = NULL;
 	void *meta = NULL;
 	size_t meta_len = 0;
