@@ -16,10 +16,10 @@
  * A flattened shard (sharding stage 1 v2: elements [start, stop) of the
  * row-major flattening of the block local_shape at global_offset) becomes
  * up to 2N-1 box chunks: a partial run along the innermost axis, then runs
- * of whole rows, whole planes, ..., then partial ones again (flx_flat_boxes(), shape.h).
- * Each box's elements are consecutive in the 1-D payload with the block's
- * row-major strides, so the index, its coverage and overlap checks and the
- * read path see ordinary chunks.  The tensor's saved split axis is the one
+ * of whole rows, whole planes, ..., then partial ones again (flx_flat_boxes(),
+ * shape.h). Each box's elements are consecutive in the 1-D payload with the
+ * block's row-major strides, so the index, its coverage and overlap checks and
+ * the read path see ordinary chunks.  The tensor's saved split axis is the one
  * its blocks differ along (flx_tensor.saved_split), since the boxes' offsets
  * differ along more.
  *
@@ -95,11 +95,11 @@ typedef struct pfile {
 
 /* One storage_metadata entry with replica_id 0 or None. */
 typedef struct sent {
-	uint32_t key;	   /* into L->keys */
-	size_t ltm;	   /* into L->ltms */
-	const char *file;  /* the value: a file name */
-	uint32_t pf;	   /* into L->files */
-	const parr *arr;   /* its array in that file */
+	uint32_t key;	  /* into L->keys */
+	size_t ltm;	  /* into L->ltms */
+	const char *file; /* the value: a file name */
+	uint32_t pf;	  /* into L->files */
+	const parr *arr;  /* its array in that file */
 } sent;
 
 typedef struct loader {
@@ -287,8 +287,8 @@ static bool is_paddle_obj(const flx_pv *v, const char *name)
  * slots dataclass (the slots part is used when the first is None). */
 static const flx_pv *fields(const flx_pv *obj)
 {
-	const flx_pv *st = obj && obj->kind == FLX_PV_OBJ ? obj->u.obj.state
-							  : NULL;
+	const flx_pv *st =
+	    obj && obj->kind == FLX_PV_OBJ ? obj->u.obj.state : NULL;
 
 	if (st && st->kind == FLX_PV_TUPLE && flx_pv_len(st) == 2) {
 		const flx_pv *a = flx_pv_item(st, 0);
@@ -322,8 +322,8 @@ static int dims_of(loader *L, const char *file, const char *key,
 	k = flx_pv_len(v);
 	if (k > FLX_MAX_DIMS)
 		return flx_error_set(L->err, -EINVAL, file, key,
-				     "%s: %zu dimensions (at most %d)", what,
-				     k, FLX_MAX_DIMS);
+				     "%s: %zu dimensions (at most %d)", what, k,
+				     FLX_MAX_DIMS);
 	for (size_t i = 0; i < k; i++)
 		if (!flx_pv_int(flx_pv_item(v, i), &out[i]) || out[i] < 0 ||
 		    out[i] > (INT64_C(1) << 62))
@@ -348,8 +348,8 @@ static int push_dims(loader *L, int n, const int64_t *v, size_t *at)
 }
 
 /* A flattened_range: a pair of ints (start, stop), 0 <= start <= stop. */
-static int range_of(loader *L, const char *key, const flx_pv *v,
-		    int64_t *start, int64_t *stop)
+static int range_of(loader *L, const char *key, const flx_pv *v, int64_t *start,
+		    int64_t *stop)
 {
 	int64_t r[FLX_MAX_DIMS];
 	int n = 0;
@@ -547,11 +547,10 @@ static long match_ltm(const loader *L, const pkey *k, int na,
 	return -1;
 }
 
-static int decode_entry(loader *L, size_t i, const flx_pv *k,
-			const flx_pv *v)
+static int decode_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v)
 {
 	int64_t off[FLX_MAX_DIMS], shape[FLX_MAX_DIMS], start = 0, stop = 0,
-								 rep = 0;
+							rep = 0;
 	const flx_pv *ls, *r;
 	const char *key, *file;
 	int na, ns = -1, rc;
@@ -571,13 +570,13 @@ static int decode_entry(loader *L, size_t i, const flx_pv *k,
 			  field(k, "global_offset"), &na, off)) ||
 	    (rc = flag_of(L, key, k, "is_flattened", &flat)))
 		return rc;
-	if (flat && (rc = range_of(L, key, field(k, "flattened_range"),
-				   &start, &stop)))
+	if (flat &&
+	    (rc = range_of(L, key, field(k, "flattened_range"), &start, &stop)))
 		return rc;
 	ls = field(k, "local_shape");
-	if (!is_none(ls) && (rc = dims_of(L, L->meta, key,
-					  "LocalTensorIndex.local_shape", ls,
-					  &ns, shape)))
+	if (!is_none(ls) &&
+	    (rc = dims_of(L, L->meta, key, "LocalTensorIndex.local_shape", ls,
+			  &ns, shape)))
 		return rc;
 	r = field(k, "replica_id");
 	if (!is_none(r) && (!flx_pv_int(r, &rep) || rep < 0))
@@ -670,11 +669,11 @@ static flx_dtype np_dtype(const char *s)
 		const char *np;
 		flx_dtype dt;
 	} map[] = {
-	    {"f2", FLX_DT_F16},	 {"f4", FLX_DT_F32},   {"f8", FLX_DT_F64},
-	    {"i1", FLX_DT_I8},	 {"i2", FLX_DT_I16},   {"i4", FLX_DT_I32},
-	    {"i8", FLX_DT_I64},	 {"u1", FLX_DT_U8},    {"u2", FLX_DT_U16},
-	    {"u4", FLX_DT_U32},	 {"u8", FLX_DT_U64},   {"b1", FLX_DT_BOOL},
-	    {"c8", FLX_DT_C64},	 {"c16", FLX_DT_C128},
+	    {"f2", FLX_DT_F16}, {"f4", FLX_DT_F32},   {"f8", FLX_DT_F64},
+	    {"i1", FLX_DT_I8},	{"i2", FLX_DT_I16},   {"i4", FLX_DT_I32},
+	    {"i8", FLX_DT_I64}, {"u1", FLX_DT_U8},    {"u2", FLX_DT_U16},
+	    {"u4", FLX_DT_U32}, {"u8", FLX_DT_U64},   {"b1", FLX_DT_BOOL},
+	    {"c8", FLX_DT_C64}, {"c16", FLX_DT_C128},
 	};
 
 	for (size_t i = 0; s && i < sizeof(map) / sizeof(map[0]); i++)
@@ -727,8 +726,8 @@ static int decode_np_dtype(loader *L, const char *file, const char *key,
 	st = v->u.obj.state;
 	bo = st && st->kind == FLX_PV_TUPLE ? flx_pv_item(st, 1) : NULL;
 	order = cstr(bo);
-	if (!order || (strcmp(order, "<") && strcmp(order, "|") &&
-		       strcmp(order, "=")))
+	if (!order ||
+	    (strcmp(order, "<") && strcmp(order, "|") && strcmp(order, "=")))
 		return flx_error_set(L->err, -ENOTSUP, file, key,
 				     "numpy dtype is not little-endian");
 	return 0;
@@ -748,8 +747,7 @@ static int decode_raw(loader *L, const char *file, const char *key,
 		const char *enc = cstr(flx_pv_item(v->u.obj.args, 1));
 
 		if (!s || s->kind != FLX_PV_STR || !enc ||
-		    strcmp(enc, "latin1") ||
-		    !flx_pv_payload(s, &off, &len))
+		    strcmp(enc, "latin1") || !flx_pv_payload(s, &off, &len))
 			return flx_error_set(L->err, -EINVAL, file, key,
 					     "array bytes are not "
 					     "_codecs.encode(str, 'latin1')");
@@ -779,11 +777,11 @@ static int decode_raw(loader *L, const char *file, const char *key,
 	return 0;
 }
 
-static int array_bytes(loader *L, const char *file, const char *key,
-		       parr *a, uint64_t *bytes)
+static int array_bytes(loader *L, const char *file, const char *key, parr *a,
+		       uint64_t *bytes)
 {
-	if (flx_shape_bytes(a->ndim, a->shape, flx_dtype_size(a->dtype),
-			    NULL, bytes))
+	if (flx_shape_bytes(a->ndim, a->shape, flx_dtype_size(a->dtype), NULL,
+			    bytes))
 		return flx_error_set(L->err, -EOVERFLOW, file, key,
 				     "array size overflows 64 bits");
 	return 0;
@@ -794,8 +792,8 @@ static int array_bytes(loader *L, const char *file, const char *key,
 static int decode_array(loader *L, const char *file, const char *key,
 			const flx_pv *v, parr *a)
 {
-	const flx_pv *cls = flx_pv_obj_class(v), *args, *st, *raw, *shape,
-		     *dt, *order;
+	const flx_pv *cls = flx_pv_obj_class(v), *args, *st, *raw, *shape, *dt,
+		     *order;
 	uint64_t want;
 	int rc;
 
@@ -1051,8 +1049,8 @@ static int decode_latin1(loader *L, const pfile *pf, parr *a)
 		}
 		pos += n;
 	}
-	if (nout && pwrite(L->memfd, out, nout, (off_t)L->memlen) !=
-			(ssize_t)nout)
+	if (nout &&
+	    pwrite(L->memfd, out, nout, (off_t)L->memlen) != (ssize_t)nout)
 		goto write_fail;
 	L->memlen += nout;
 	if (hi >= 0 || L->memlen - at != want)
@@ -1125,8 +1123,8 @@ static int load_files(loader *L)
 		sent *e = &L->se[order[i]];
 		pfile *pf;
 
-		if (!L->nfiles || strcmp(L->files[L->nfiles - 1].relpath,
-					 e->file)) {
+		if (!L->nfiles ||
+		    strcmp(L->files[L->nfiles - 1].relpath, e->file)) {
 			flx_file_ref ref = {.from = L->meta,
 					    .field = "storage_metadata",
 					    .key = L->keys[e->key].fqn};
@@ -1195,7 +1193,8 @@ static int check_flat(loader *L, const flx_tensor *t, const uint32_t *es,
 		const ltm *m = &L->ltms[e->ltm];
 		const int64_t *blk = L->dims + m->dims + m->ndim;
 		uint64_t numel = flx_numel(m->ndim, blk);
-		bool first = i == 0 || !same_block(L, m, &L->ltms[L->se[es[i - 1]].ltm]);
+		bool first =
+		    i == 0 || !same_block(L, m, &L->ltms[L->se[es[i - 1]].ltm]);
 		bool last = i + 1 == n ||
 			    !same_block(L, m, &L->ltms[L->se[es[i + 1]].ltm]);
 		int64_t prev = first ? 0 : L->ltms[L->se[es[i - 1]].ltm].stop;
@@ -1235,8 +1234,8 @@ static int check_flat(loader *L, const flx_tensor *t, const uint32_t *es,
 
 /* The element type and global shape of key k: the metadata's (every LTM
  * must agree), else the arrays' type and the shards' extent. */
-static int tensor_type(loader *L, const pkey *k, const uint32_t *es,
-		       size_t n, flx_tensor *t)
+static int tensor_type(loader *L, const pkey *k, const uint32_t *es, size_t n,
+		       flx_tensor *t)
 {
 	bool have_g = false;
 
@@ -1266,9 +1265,9 @@ static int tensor_type(loader *L, const pkey *k, const uint32_t *es,
 			const int64_t *g = L->dims + m->gdims;
 
 			if (m->gndim != t->ndim ||
-			    (have_g && memcmp(g, t->shape,
-					      sizeof(int64_t) *
-						  (size_t)t->ndim)))
+			    (have_g &&
+			     memcmp(g, t->shape,
+				    sizeof(int64_t) * (size_t)t->ndim)))
 				return flx_error_set(
 				    L->err, -EINVAL, L->meta, k->fqn,
 				    "shards disagree on the global_shape");
@@ -1355,8 +1354,7 @@ static void set_chunk(flx_chunk *ch, const flx_tensor *t, uint32_t file,
 }
 
 /* Row-major (or column-major) element strides of shape. */
-static void strides_of(int n, const int64_t *shape, bool fortran,
-		       int64_t *st)
+static void strides_of(int n, const int64_t *shape, bool fortran, int64_t *st)
 {
 	int64_t s = 1;
 
@@ -1376,8 +1374,10 @@ static int split_of(const loader *L, const flx_tensor *t, const uint32_t *es,
 
 	for (int d = 0; d < t->ndim; d++)
 		for (size_t i = 1; i < n; i++)
-			if (L->dims[L->ltms[L->se[es[i]].ltm].dims + (size_t)d] !=
-			    L->dims[L->ltms[L->se[es[0]].ltm].dims + (size_t)d]) {
+			if (L->dims[L->ltms[L->se[es[i]].ltm].dims +
+				    (size_t)d] !=
+			    L->dims[L->ltms[L->se[es[0]].ltm].dims +
+				    (size_t)d]) {
 				if (axis >= 0)
 					return 0; /* several: the plan says */
 				axis = d;
@@ -1386,8 +1386,8 @@ static int split_of(const loader *L, const flx_tensor *t, const uint32_t *es,
 	return axis < 0 ? -1 : axis + 1;
 }
 
-static int build_tensor(loader *L, const pkey *k, const uint32_t *es,
-			size_t n, flx_tensor *t)
+static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
+			flx_tensor *t)
 {
 	int64_t first[MAX_BOXES];
 	uint32_t nch = 0, at = 0;
@@ -1428,7 +1428,8 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es,
 	}
 	for (size_t i = 0; i < n; i++) {
 		const ltm *m = &L->ltms[L->se[es[i]].ltm];
-		int64_t lo[MAX_BOXES][FLX_MAX_DIMS], sz[MAX_BOXES][FLX_MAX_DIMS];
+		int64_t lo[MAX_BOXES][FLX_MAX_DIMS],
+		    sz[MAX_BOXES][FLX_MAX_DIMS];
 
 		if (!m->flat)
 			nch++;
@@ -1446,8 +1447,8 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es,
 		const sent *e = &L->se[es[i]];
 		const ltm *m = &L->ltms[e->ltm];
 		const int64_t *off = L->dims + m->dims, *blk = off + m->ndim;
-		uint32_t file = e->arr->latin1 ? L->memfile
-					       : L->files[e->pf].idx;
+		uint32_t file =
+		    e->arr->latin1 ? L->memfile : L->files[e->pf].idx;
 		unsigned esz = flx_dtype_size(t->dtype);
 		int64_t st[FLX_MAX_DIMS], lo[MAX_BOXES][FLX_MAX_DIMS],
 		    sz[MAX_BOXES][FLX_MAX_DIMS], g[FLX_MAX_DIMS];
@@ -1468,8 +1469,8 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es,
 			for (int d = 0; d < t->ndim; d++)
 				g[d] = off[d] + lo[b][d];
 			set_chunk(&t->chunks[at++], t, file, g, sz[b], st,
-				  e->arr->off + (uint64_t)(first[b] - m->start) *
-						    esz);
+				  e->arr->off +
+				      (uint64_t)(first[b] - m->start) * esz);
 		}
 	}
 	t->saved_split = split_of(L, t, es, n);
@@ -1505,8 +1506,8 @@ static int build_tensors(loader *L)
 			rc = -ENOMEM;
 			goto out;
 		}
-		rc = build_tensor(L, &L->keys[i], es + start[i],
-				  L->keys[i].nse, t);
+		rc = build_tensor(L, &L->keys[i], es + start[i], L->keys[i].nse,
+				  t);
 		if (rc)
 			goto out;
 	}

@@ -15,7 +15,8 @@
 static void check_range(int n, const int64_t *blk, int64_t s, int64_t e)
 {
 	int64_t off[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS];
-	int64_t size[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS], first[FLX_FLAT_BOXES_MAX];
+	int64_t size[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
+	    first[FLX_FLAT_BOXES_MAX];
 	int64_t st[FLX_MAX_DIMS], numel = 1;
 	unsigned char seen[256] = {0};
 	unsigned nb = 99;
@@ -61,9 +62,10 @@ int main(void)
 		int n;
 		int64_t blk[4];
 	} shapes[] = {
-	    {0, {0}},	      {1, {7}},		{2, {3, 4}},	 {2, {1, 5}},
-	    {2, {5, 1}},      {3, {2, 3, 4}},	{3, {3, 2, 2}},	 {3, {4, 1, 3}},
-	    {4, {2, 2, 2, 2}}, {4, {2, 3, 1, 4}}, {4, {3, 1, 2, 2}},
+	    {0, {0}},	       {1, {7}},	  {2, {3, 4}},
+	    {2, {1, 5}},       {2, {5, 1}},	  {3, {2, 3, 4}},
+	    {3, {3, 2, 2}},    {3, {4, 1, 3}},	  {4, {2, 2, 2, 2}},
+	    {4, {2, 3, 1, 4}}, {4, {3, 1, 2, 2}},
 	};
 
 	for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
