@@ -107,7 +107,8 @@ typedef struct loader {
 	flx_ckpt *c;
 	flx_error *err;
 	uint64_t id;
-	char meta[32]; /* "{id}.metadata" */
+	const char *prefix; /* "" or a PaddleFormers part: "model_state/" */
+	char meta[64];	    /* prefix + "{id}.metadata" */
 	const char *module;
 	int64_t *dims;
 	size_t ndims, capdims;
@@ -126,8 +127,16 @@ typedef struct loader {
 	 * memlen bytes, then its file index */
 	int memfd;
 	uint64_t memlen;
+	uint64_t memdone; /* bytes decoded into the memfds of earlier parts */
 	uint32_t memfile;
 } loader;
+
+/* The DCP directories of a PaddleFormers "flex_checkpoint" save
+ * (checkpoint-N/, spec 1), in the order their tensors are listed;
+ * ema_state/ has no metadata and is not one. */
+static const char *const formers_parts[] = {"model_state", "optimizer_state",
+					    "master_weight"};
+#define NPARTS (sizeof(formers_parts) / sizeof(formers_parts[0]))
 
 /* ---- file names ---- */
 
@@ -229,11 +238,28 @@ static int scan_ids(int dirfd, uint64_t want, ids *out)
 	return 0;
 }
 
+/* The subdirectory name of dirfd (no symlink), or -1 with errno. */
+static int open_part(int dirfd, const char *name)
+{
+	return openat(dirfd, name,
+		      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+/* A directory with a "{id}.metadata", or a PaddleFormers checkpoint-N/
+ * whose model_state/ has one. */
 static int probe(int dirfd, bool *yes)
 {
 	ids s;
-	int rc = scan_ids(dirfd, 0, &s);
+	int rc = scan_ids(dirfd, 0, &s), sub;
 
+	*yes = !rc && s.any_meta;
+	if (rc || *yes)
+		return rc;
+	sub = open_part(dirfd, formers_parts[0]);
+	if (sub < 0)
+		return 0;
+	rc = scan_ids(sub, 0, &s);
+	close(sub);
 	*yes = !rc && s.any_meta;
 	return rc;
 }
@@ -242,8 +268,22 @@ static int probe(int dirfd, bool *yes)
  * get_max_id), else the highest .metadata id. */
 static int pick_id(loader *L, const flx_ckpt_opts *o)
 {
+	int dirfd = flx_build_dirfd(L->b), rc;
+	char part[64];
 	ids s;
-	int rc = scan_ids(flx_build_dirfd(L->b), o->paddle_id, &s);
+
+	if (*L->prefix) {
+		snprintf(part, sizeof(part), "%.*s", (int)strlen(L->prefix) - 1,
+			 L->prefix);
+		dirfd = open_part(dirfd, part);
+		if (dirfd < 0)
+			return flx_error_set(L->err, -errno, part, NULL,
+					     "cannot open the directory: %s",
+					     strerror(errno));
+	}
+	rc = scan_ids(dirfd, o->paddle_id, &s);
+	if (*L->prefix)
+		close(dirfd);
 
 	if (rc)
 		return flx_error_set(L->err, rc, NULL, NULL,
@@ -253,7 +293,8 @@ static int pick_id(loader *L, const flx_ckpt_opts *o)
 		L->id = o->paddle_id;
 	else
 		L->id = s.any_data ? s.max_data : s.max_meta;
-	snprintf(L->meta, sizeof(L->meta), "%" PRIu64 ".metadata", L->id);
+	snprintf(L->meta, sizeof(L->meta), "%s%" PRIu64 ".metadata", L->prefix,
+		 L->id);
 	if (o->has_paddle_id && !s.has_want)
 		return flx_error_set(L->err, -ENOENT, L->meta, "paddle_id",
 				     "no such file (the highest id here is "
@@ -994,7 +1035,7 @@ static int decode_latin1(loader *L, const pfile *pf, parr *a)
 
 	if ((rc = array_bytes(L, pf->relpath, a->key, a, &want)))
 		return rc;
-	if (want > MAX_DECODED - L->memlen)
+	if (want > MAX_DECODED - L->memdone - L->memlen)
 		return flx_error_set(L->err, -EFBIG, pf->relpath, a->key,
 				     "protocol-2 arrays (UTF-8 text of "
 				     "latin-1) need more than %llu MiB "
@@ -1085,6 +1126,8 @@ static int decode_texts(loader *L)
 	rc = flx_build_decoded_file(L->b, "(protocol-2 arrays, decoded)",
 				    L->memfd, &L->memfile);
 	L->memfd = -1; /* the index's now, also on failure */
+	L->memdone += L->memlen;
+	L->memlen = 0;
 	return rc;
 }
 
@@ -1131,7 +1174,21 @@ static int load_files(loader *L)
 
 			pf = &L->files[L->nfiles++];
 			pf->relpath = e->file;
-			rc = flx_build_data_file(L->b, e->file, &ref, &pf->idx);
+			if (*L->prefix) {
+				size_t a = strlen(L->prefix),
+				       n = strlen(e->file) + 1;
+				char *rp = flx_pool_alloc(&L->c->pool, a + n);
+
+				if (!rp) {
+					rc = -ENOMEM;
+					goto out;
+				}
+				memcpy(rp, L->prefix, a);
+				memcpy(rp + a, e->file, n);
+				pf->relpath = rp;
+			}
+			rc = flx_build_data_file(L->b, pf->relpath, &ref,
+						 &pf->idx);
 			if (!rc)
 				rc = read_distcp(L, pf, want);
 			if (rc) {
@@ -1141,6 +1198,7 @@ static int load_files(loader *L)
 		}
 		pf = &L->files[L->nfiles - 1];
 		e->pf = (uint32_t)(pf - L->files);
+		e->file = pf->relpath;
 		e->arr = find_arr(pf, L->keys[e->key].fqn);
 		if (!e->arr) {
 			rc = flx_error_set(L->err, -EINVAL, e->file,
@@ -1484,11 +1542,17 @@ static int build_tensors(loader *L)
 	uint32_t *es = malloc((L->nse ? L->nse : 1) * sizeof(uint32_t));
 	int rc = 0;
 
-	c->tensors = calloc(L->nkeys ? L->nkeys : 1, sizeof(flx_tensor));
-	if (!start || !es || !c->tensors) {
-		rc = -ENOMEM;
-		goto out;
-	}
+	size_t t0 = c->ntensors;
+	flx_tensor *nt;
+
+	if (!start || !es)
+		goto nomem;
+	/* the parts' tensors one after another */
+	nt = realloc(c->tensors, (t0 + L->nkeys + 1) * sizeof(flx_tensor));
+	if (!nt)
+		goto nomem;
+	c->tensors = nt;
+	memset(nt + t0, 0, (L->nkeys + 1) * sizeof(flx_tensor));
 	/* entries grouped by key, in storage_metadata order within one */
 	for (size_t i = 0; i < L->nkeys; i++)
 		start[i + 1] = start[i] + L->keys[i].nse;
@@ -1498,10 +1562,10 @@ static int build_tensors(loader *L)
 		start[i] = start[i - 1];
 	start[0] = 0;
 	for (size_t i = 0; i < L->nkeys; i++) {
-		flx_tensor *t = &c->tensors[i];
+		flx_tensor *t = &c->tensors[t0 + i];
 
 		t->fqn = pool_str(&c->pool, L->keys[i].fqn);
-		c->ntensors = i + 1;
+		c->ntensors = t0 + i + 1;
 		if (!t->fqn) {
 			rc = -ENOMEM;
 			goto out;
@@ -1515,6 +1579,9 @@ out:
 	free(start);
 	free(es);
 	return rc;
+nomem:
+	rc = -ENOMEM;
+	goto out;
 }
 
 /* ---- the name table ---- */
@@ -1574,7 +1641,8 @@ static int interpret(loader *L, const flx_pv *root)
 		    cls ? cls->u.global.module : flx_pv_kind_name(root),
 		    cls ? "." : "", cls ? cls->u.global.name : "");
 	L->module = cls->u.global.module;
-	if (asprintf(&L->c->writer, "Paddle %s (%s, id %" PRIu64 ")",
+	if (!L->c->writer &&
+	    asprintf(&L->c->writer, "Paddle %s (%s, id %" PRIu64 ")",
 		     strcmp(L->module, MOD_FLEX) ? "checkpoint"
 						 : "Flex Checkpoint",
 		     L->module, L->id) < 0) {
@@ -1584,12 +1652,13 @@ static int interpret(loader *L, const flx_pv *root)
 	if ((rc = load_sdm(L, field(root, "state_dict_metadata"))) ||
 	    (rc = load_storage(L, field(root, "storage_metadata"))) ||
 	    (rc = check_flat_mapping(L, field(root, "flat_mapping"))) ||
-	    (rc = load_files(L)) || (rc = build_tensors(L)))
+	    (rc = load_files(L)))
 		return rc;
-	return set_paddle(L);
+	return build_tensors(L);
 }
 
-static void loader_release(loader *L)
+/* What one metadata's load holds; the loader is ready for the next. */
+static void part_release(loader *L)
 {
 	for (size_t i = 0; i < L->nfiles; i++)
 		free(L->files[i].arr);
@@ -1599,6 +1668,19 @@ static void loader_release(loader *L)
 	free(L->keys);
 	free(L->by_name);
 	free(L->se);
+	L->files = NULL;
+	L->dims = NULL;
+	L->ltms = NULL;
+	L->keys = NULL;
+	L->by_name = NULL;
+	L->se = NULL;
+	L->nfiles = L->ndims = L->capdims = L->nltms = L->capltms = 0;
+	L->nkeys = L->nse = L->capse = 0;
+}
+
+static void loader_release(loader *L)
+{
+	part_release(L);
 	free(L->names);
 	if (L->memfd >= 0)
 		close(L->memfd);
@@ -1611,31 +1693,76 @@ static bool want_distcp(const char *name)
 	return is_distcp_name(name, &id);
 }
 
-static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
+/* Load one DCP directory: prefix "" (the checkpoint directory) or a
+ * PaddleFormers part ("model_state/"). */
+static int load_part(loader *L, const flx_ckpt_opts *o, const char *prefix)
 {
 	static const flx_pickle_limits lim = {0};
-	loader L = {.b = b, .c = flx_build_ckpt(b), .err = err, .memfd = -1};
 	flx_pickle *pk = NULL;
 	void *meta = NULL;
 	size_t meta_len = 0;
+	int64_t mtime;
 	int rc;
 
-	rc = pick_id(&L, o);
+	L->prefix = prefix;
+	rc = pick_id(L, o);
 	if (rc)
-		goto out;
-	flx_build_prefetch(b, want_distcp);
-	flx_build_names_from(b, L.meta, "state_dict_metadata");
-	rc = flx_build_read_whole(b, L.meta, MAX_METADATA_BYTES,
+		return rc;
+	rc = flx_build_read_whole(L->b, L->meta, MAX_METADATA_BYTES,
 				  "no such file (is this a Paddle checkpoint "
 				  "directory?)",
-				  &meta, &meta_len, &L.c->mtime_ns, err);
+				  &meta, &meta_len, &mtime, L->err);
 	if (!rc)
-		rc = flx_pickle_load(meta, meta_len, L.meta, &lim, &pk, err);
+		rc =
+		    flx_pickle_load(meta, meta_len, L->meta, &lim, &pk, L->err);
 	free(meta);
+	if (!rc && !L->c->mtime_ns)
+		L->c->mtime_ns = mtime;
 	if (!rc)
-		rc = interpret(&L, flx_pickle_root(pk));
-out:
+		rc = interpret(L, flx_pickle_root(pk));
 	flx_pickle_free(pk);
+	part_release(L);
+	return rc;
+}
+
+/* The checkpoint directory itself when it has a metadata file, else the
+ * PaddleFormers parts it has. */
+static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
+{
+	loader L = {.b = b, .c = flx_build_ckpt(b), .err = err, .memfd = -1};
+	int dirfd = flx_build_dirfd(b), rc = 0;
+	ids s;
+
+	rc = scan_ids(dirfd, 0, &s);
+	if (rc)
+		return flx_error_set(err, rc, NULL, NULL,
+				     "cannot list the directory: %s",
+				     strerror(-rc));
+	flx_build_names_from(b, "<id>.metadata", "state_dict_metadata");
+	if (s.any_meta) {
+		const char *m;
+
+		flx_build_prefetch(b, want_distcp);
+		rc = load_part(&L, o, "");
+		/* repeated names are reported against the metadata read */
+		m = rc ? NULL : pool_str(&L.c->pool, L.meta);
+		if (m)
+			flx_build_names_from(b, m, "state_dict_metadata");
+	} else {
+		for (size_t i = 0; i < NPARTS && !rc; i++) {
+			char prefix[32];
+			int sub = open_part(dirfd, formers_parts[i]);
+
+			if (sub < 0)
+				continue;
+			close(sub);
+			snprintf(prefix, sizeof(prefix), "%s/",
+				 formers_parts[i]);
+			rc = load_part(&L, o, prefix);
+		}
+	}
+	if (!rc)
+		rc = set_paddle(&L);
 	loader_release(&L);
 	return rc;
 }

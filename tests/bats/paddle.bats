@@ -98,13 +98,15 @@ ALL="1x1 1x2 2x1 2x2 4x1 4x2"
 	pd_check
 }
 
-@test "paddle PaddleFormers parts, several ids (the highest by default, paddle_id=N): every view equals the truth" {
+@test "paddle PaddleFormers checkpoint-N and its parts, several ids (the highest by default, paddle_id=N): every view equals the truth" {
 	local d=$FX/paddle-formers-np2-p4/ckpt/checkpoint-5 m=$FX/paddle-multi-id/ckpt
 
 	pd_mount paddle-formers-np2-p4 "$d/model_state" "--part model_state" "" \
 		1x1 2x1 4x1
 	pd_mount paddle-formers-np2-p4 "$d/optimizer_state" \
 		"--part optimizer_state" "" 1x2 2x2 4x2
+	pd_mount paddle-formers-np2-p4 "$d" \
+		"--part model_state --part optimizer_state" "" 2x1 4x2
 	pd_mount paddle-multi-id "$m" "" "" 2x1
 	pd_mount paddle-multi-id "$m" "--id 0" paddle_id=0 1x1 2x2
 	pd_mount paddle-multi-id "$m" "--id 1" paddle_id=1 2x1
