@@ -1480,6 +1480,20 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 					     "shards have %d and %d "
 					     "dimensions",
 					     t->ndim, m->ndim);
+		/* inside the global shape (whose size fits 63 bits), so a
+		 * block's element count and flattened offsets fit too */
+		for (int d = 0; d < t->ndim; d++) {
+			const int64_t *o = L->dims + m->dims;
+			char x[96];
+
+			if (o[d] + o[t->ndim + d] <= t->shape[d])
+				continue;
+			flx_fmt_dims(x, sizeof(x), t->ndim, o);
+			return flx_error_set(L->err, -EINVAL, L->meta, k->fqn,
+					     "the shard at %s lies outside the "
+					     "global shape",
+					     x);
+		}
 		if ((rc = check_array(L, t, e)))
 			return rc;
 		nflat += m->flat;
