@@ -29,6 +29,11 @@
  * decoded once at mount into a memory file that the index serves like a
  * data file (decode_latin1(): bounded, refused in one line past
  * MAX_DECODED).
+ *
+ * Replicas (replica_id > 0) are skipped; only the files storage_metadata
+ * names for the primary copies are read.  A PaddleFormers checkpoint-N/
+ * (no metadata of its own) is read as its model_state/, optimizer_state/
+ * and master_weight/ directories, one after the other (load_part()).
  */
 #include "grow.h"
 #include "pickle.h"
