@@ -74,8 +74,9 @@ static int match_layer(const regex_t *rx, bool dflt, const char *fqn,
 
 /* What placement decides for one tensor before any view is built. */
 typedef struct decision {
-	int split;    /* axis, or -1: replicated on every TP rank */
-	int stage_lo; /* stages holding it: [stage_lo, stage_hi] */
+	int split;	/* axis, or -1: replicated on every TP rank */
+	bool undecided; /* no rule, no single saved axis (decide_split()) */
+	int stage_lo;	/* stages holding it: [stage_lo, stage_hi] */
 	int stage_hi;
 	int layer; /* global layer index, -1 if none */
 } decision;
@@ -101,13 +102,19 @@ static void infer_split(const flx_tensor *t, int *axis, int *second)
 }
 
 /* Split axis of t: the rule's, else the saved one.  At tp=1 nothing is
- * split, so a tensor saved along several axes is served whole (-1).
- * @return 0 and *axis (-1: replicated), or -EINVAL naming the tensor. */
+ * split, so a tensor saved along several axes is served whole (-1).  A
+ * tensor saved along several axes at tp > 1 without a rule is undecided:
+ * *axis = -1 and *undecided (flx_plan_build() refuses the plan, listing
+ * them; flx_plan_build_all() serves them replicated).
+ * @return 0 and *axis (-1: replicated), or -EINVAL naming the tensor (a
+ *         rule's axis it lacks). */
 static int decide_split(const flx_spec *s, const flx_rule *rule,
-			const flx_tensor *t, int *axis, flx_error *err)
+			const flx_tensor *t, int *axis, bool *undecided,
+			flx_error *err)
 {
 	int second;
 
+	*undecided = false;
 	if (rule && rule->split == FLX_SPLIT_NONE) {
 		*axis = -1;
 		return 0;
@@ -131,15 +138,9 @@ static int decide_split(const flx_spec *s, const flx_rule *rule,
 	infer_split(t, axis, &second);
 	if (second < 0)
 		return 0;
-	if (s->tp == 1) {
-		*axis = -1;
-		return 0;
-	}
-	return flx_error_set(err, -EINVAL, NULL, t->fqn,
-			     "saved split along axes %d and %d; "
-			     "add a rule giving its target split "
-			     "(rules=FILE)",
-			     *axis, second);
+	*axis = -1;
+	*undecided = s->tp > 1;
+	return 0;
 }
 
 static int cmp_int(const void *a, const void *b)
@@ -244,7 +245,7 @@ static int decide(const flx_plan *p, const placer *pc, size_t i, decision *d,
 	int rc;
 
 	*d = (decision){.split = -1, .layer = m->layer};
-	rc = decide_split(p->spec, rule, t, &d->split, err);
+	rc = decide_split(p->spec, rule, t, &d->split, &d->undecided, err);
 	if (rc)
 		return rc;
 	/* A stacked tensor spans every layer: its stages would follow the
@@ -441,6 +442,8 @@ static int place_one(flx_plan *p, size_t i, placer *pc, const box_index *chunks,
 	if (rc)
 		return rc;
 	pl->split = d.split;
+	pl->undecided = d.undecided;
+	p->nundecided += d.undecided;
 	pl->stage_lo = d.stage_lo;
 	pl->stage_hi = d.stage_hi;
 	pl->layer = d.layer;
@@ -501,8 +504,74 @@ static int compile_regexes(const flx_spec *spec, regex_t *layer_rx,
 				   "invalid regular expression");
 }
 
+/* A placement error without a file is about the checkpoint's metadata. */
+static void plan_error_file(const flx_ckpt *ckpt, flx_error *err)
+{
+	char meta[FLX_ERR_FIELD];
+
+	if (!err || err->file[0])
+		return;
+	snprintf(meta, sizeof(meta), "%s/.metadata", ckpt->dir);
+	flx_error_file(err, meta);
+}
+
+/* The undecided tensors named in the error, at most so many and within so
+ * many bytes of names: the count says the rest. */
+#define UNDECIDED_NAMED	    3
+#define UNDECIDED_NAMES_LEN 160
+
+/* The one error for every undecided tensor of p: the first few by name,
+ * how many in all, and where a rules file for them comes from. */
+static int undecided_error(const flx_plan *p, flx_error *err)
+{
+	char names[FLX_ERR_FIELD];
+	size_t len = 0, shown = 0;
+
+	names[0] = '\0';
+	for (size_t i = 0; i < p->n && shown < UNDECIDED_NAMED; i++) {
+		const char *fqn = p->p[i].src->fqn;
+
+		if (!p->p[i].undecided)
+			continue;
+		if (shown && len + strlen(fqn) + 2 > UNDECIDED_NAMES_LEN)
+			break;
+		len += (size_t)snprintf(names + len, sizeof(names) - len,
+					"%s%s", shown ? ", " : "", fqn);
+		if (len >= sizeof(names))
+			len = sizeof(names) - 1;
+		shown++;
+	}
+	if (p->nundecided > shown)
+		snprintf(names + len, sizeof(names) - len, " and %zu more",
+			 p->nundecided - shown);
+	return flx_error_set(err, -EINVAL, NULL, names,
+			     "%zu tensor(s) saved split along several axes; "
+			     "add a rule giving their target split "
+			     "(flexfs-inspect --rules-template=FILE writes "
+			     "one for all of them; mount with rules=FILE)",
+			     p->nundecided);
+}
+
 int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 		   flx_error *err)
+{
+	flx_plan *p = NULL;
+	int rc = flx_plan_build_all(ckpt, spec, &p, err);
+
+	if (rc)
+		return rc;
+	if (p->nundecided) {
+		rc = undecided_error(p, err);
+		plan_error_file(ckpt, err);
+		flx_plan_free(p);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
+		       flx_plan **out, flx_error *err)
 {
 	flx_plan *p = calloc(1, sizeof(*p));
 	regex_t layer_rx, embed_rx;
@@ -561,12 +630,7 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 out:
 	if (rc) {
 		flx_error_default(err, rc, NULL);
-		if (err && !err->file[0]) {
-			char meta[FLX_ERR_FIELD];
-
-			snprintf(meta, sizeof(meta), "%s/.metadata", ckpt->dir);
-			flx_error_file(err, meta);
-		}
+		plan_error_file(ckpt, err);
 		flx_plan_free(p);
 		p = NULL;
 	}

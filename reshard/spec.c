@@ -375,10 +375,16 @@ static int parse_rule(json_t *o, flx_rule *r, const char *name, size_t i,
 						  "\"last\", \"all\" or a "
 						  "stage number");
 			}
+		} else if (strcmp(k, "note") == 0) {
+			/* free text for the reader (flexfs-inspect's
+			 * templates record the saved axes in it) */
+			if (!json_is_string(v))
+				return rule_error(err, name, i, k,
+						  "expected a string");
 		} else {
 			return rule_error(err, name, i, k,
 					  "unknown key (expected match, "
-					  "split, stage)");
+					  "split, stage, note)");
 		}
 	}
 	if (!r->match)

@@ -9,7 +9,8 @@
  * Rules file: a JSON array of objects, tried in order, first match wins:
  *   { "match": "<fnmatch glob on the FQN>",
  *     "split": <axis> | null,          (absent: infer from the source)
- *     "stage": "first" | "last" | "all" | <n> }   (absent: default rule)
+ *     "stage": "first" | "last" | "all" | <n>,   (absent: default rule)
+ *     "note": "<free text, ignored>" }
  * Unknown keys are errors (a typo must not be silently ignored).
  */
 

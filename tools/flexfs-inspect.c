@@ -3,11 +3,17 @@
  * flexfs-inspect: show what a mount would present, without FUSE.
  *
  *   flexfs-inspect CHECKPOINT [-o tp=N,pp=M,rules=FILE,...] [--json]
+ *                  [--rules-template=FILE]
  *
  * Runs the same open -> plan (-> tree) sequence as flexfs, so any error a
  * mount would report is reported here, with the same wording.  The table
  * is read from the plan; --json prints the mounted tree's own index.json,
  * so the JSON has exactly one definition (fs/build.c).
+ *
+ * A tensor whose split the plan cannot decide (saved along several axes,
+ * tp > 1, no rule) does not hide the table: it is shown replicated and
+ * marked "?", every such tensor is listed on stderr and the exit status is
+ * 1, and --rules-template writes a rules file for them that mounts as is.
  */
 #include "ckpt.h"
 #include "error.h"
@@ -18,6 +24,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -159,7 +166,9 @@ static int fill_row(const flx_placement *pl, int tp, char **row)
 	sb_printf(&b[COL_DTYPE], "%s", flx_dtype_name(t->dtype));
 	sb_shape(&b[COL_SHAPE], t->ndim, t->shape);
 	sb_chunks(&b[COL_CHUNKS], t);
-	if (pl->split < 0)
+	if (pl->undecided)
+		sb_printf(&b[COL_SPLIT], "?");
+	else if (pl->split < 0)
 		sb_printf(&b[COL_SPLIT], "-");
 	else
 		sb_printf(&b[COL_SPLIT], "%d", pl->split);
@@ -302,6 +311,107 @@ static int print_table(const flx_ckpt *c, const flx_plan *p)
 	return rc;
 }
 
+/* The saved split axes of t, "0,1" (sb_chunks()'s list). */
+static char *saved_axes(const flx_tensor *t)
+{
+	sbuf b = {.ok = 1};
+	int n = 0;
+
+	for (int d = 0; d < t->ndim; d++)
+		for (uint32_t c = 0; c < t->nchunks; c++)
+			if (t->chunks[c].size[d] != t->shape[d]) {
+				sb_printf(&b, "%s%d", n++ ? "," : "", d);
+				break;
+			}
+	return sb_take(&b);
+}
+
+/* Every undecided tensor, one per line on stderr, and what to do. */
+static int list_undecided(const flx_plan *p)
+{
+	fprintf(stderr,
+		"flexfs-inspect: %zu tensor(s) saved split along several axes "
+		"need a rule giving their target split at tp=%d (SPLIT ?):\n",
+		p->nundecided, p->spec->tp);
+	for (size_t i = 0; i < p->n; i++) {
+		char *axes;
+
+		if (!p->p[i].undecided)
+			continue;
+		axes = saved_axes(p->p[i].src);
+		if (!axes)
+			return -ENOMEM;
+		fprintf(stderr, "  %s (saved along axes %s)\n",
+			p->p[i].src->fqn, axes);
+		free(axes);
+	}
+	fprintf(stderr, "flexfs-inspect: --rules-template=FILE writes a rules "
+			"file for them (mount with rules=FILE)\n");
+	return 0;
+}
+
+/* fqn as an fnmatch() pattern matching only itself. */
+static char *glob_literal(const char *fqn)
+{
+	sbuf b = {.ok = 1};
+
+	for (const char *c = fqn; *c; c++)
+		sb_printf(&b, "%s%c", strchr("*?[]\\", *c) ? "\\" : "", *c);
+	return sb_take(&b);
+}
+
+/* One rule: the tensor by name, replicated (the documented default, valid
+ * for every tensor), its saved axes in "note". */
+static json_t *template_rule(const flx_tensor *t)
+{
+	char *match = glob_literal(t->fqn), *axes = saved_axes(t);
+	char note[256];
+	json_t *r = NULL;
+
+	if (match && axes) {
+		snprintf(note, sizeof(note),
+			 "saved split along axes %s in %" PRIu32
+			 " chunks; split null replicates it on every TP rank, "
+			 "an axis splits it along that axis",
+			 axes, t->nchunks);
+		r = json_pack("{s:s, s:n, s:s}", "match", match, "split",
+			      "note", note);
+	}
+	free(match);
+	free(axes);
+	return r;
+}
+
+/* A rules file (JSON array, spec.h) for every undecided tensor of p, to
+ * path ("-": stdout).  @return 0, or -errno with err. */
+static int write_template(const flx_plan *p, const char *path, flx_error *err)
+{
+	json_t *rules = json_array();
+	FILE *f = NULL;
+	int rc = rules ? 0 : -ENOMEM;
+
+	for (size_t i = 0; i < p->n && !rc; i++)
+		if (p->p[i].undecided &&
+		    json_array_append_new(rules, template_rule(p->p[i].src)))
+			rc = -ENOMEM;
+	if (!rc && !(f = strcmp(path, "-") ? fopen(path, "w") : stdout))
+		rc = flx_error_set(err, -errno, path, "rules-template", "%s",
+				   strerror(errno));
+	if (!rc && (json_dumpf(rules, f, JSON_INDENT(1)) || fputc('\n', f) < 0))
+		rc = flx_error_set(err, -EIO, path, "rules-template",
+				   "write failed");
+	if (f && f != stdout && fclose(f) && !rc)
+		rc = flx_error_set(err, -errno, path, "rules-template", "%s",
+				   strerror(errno));
+	if (!rc && f != stdout)
+		fprintf(stderr,
+			"flexfs-inspect: wrote %zu rule(s) to %s (each "
+			"replicates its tensor; edit \"split\" to split it)\n",
+			p->nundecided, path);
+	json_decref(rules);
+	return rc;
+}
+
 /* index.json of the tree that flexfs would mount, verbatim. */
 static int print_json(const flx_ckpt *c, const flx_plan *p, flx_error *err)
 {
@@ -331,21 +441,28 @@ static int print_json(const flx_ckpt *c, const flx_plan *p, flx_error *err)
 
 static void usage(FILE *f, const char *prog)
 {
-	fprintf(f,
-		"usage: %s CHECKPOINT [-o OPTIONS] [--json]\n"
-		"\n"
-		"Show how flexfs would reshard the PyTorch DCP checkpoint "
-		"CHECKPOINT: every\n"
-		"tensor's dtype, global shape, saved chunks (and their split "
-		"axes), target\n"
-		"split axis, pipeline stage(s) and local shape per TP rank.\n"
-		"\n"
-		"    -o OPTIONS   mount options, as for flexfs (repeatable)\n"
-		"    -j, --json   print the mount's index.json instead\n"
-		"    -h, --help   print this help\n"
-		"    -V, --version\n"
-		"\n%s",
-		prog, flx_mo_help);
+	fprintf(
+	    f,
+	    "usage: %s CHECKPOINT [-o OPTIONS] [--json]\n"
+	    "\n"
+	    "Show how flexfs would reshard the PyTorch DCP checkpoint "
+	    "CHECKPOINT: every\n"
+	    "tensor's dtype, global shape, saved chunks (and their split "
+	    "axes), target\n"
+	    "split axis, pipeline stage(s) and local shape per TP rank.\n"
+	    "\n"
+	    "    -o OPTIONS   mount options, as for flexfs (repeatable)\n"
+	    "    -j, --json   print the mount's index.json instead\n"
+	    "    --rules-template=FILE\n"
+	    "                 write a rules file (FILE, or - for stdout) "
+	    "for the tensors\n"
+	    "                 whose split cannot be decided (SPLIT ?): each "
+	    "replicated,\n"
+	    "                 its saved axes in \"note\"; it mounts as is\n"
+	    "    -h, --help   print this help\n"
+	    "    -V, --version\n"
+	    "\n%s",
+	    prog, flx_mo_help);
 }
 
 static void report(const flx_error *e)
@@ -356,8 +473,11 @@ static void report(const flx_error *e)
 		flx_error_line(e, line, sizeof(line)));
 }
 
+enum { OPT_TEMPLATE = 256 };
+
 static const struct option long_opts[] = {
     {"json", no_argument, NULL, 'j'},
+    {"rules-template", required_argument, NULL, OPT_TEMPLATE},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -365,7 +485,7 @@ static const struct option long_opts[] = {
 
 /* @return 0 to go on, 1/2 to exit with that status, 3 to exit with 0. */
 static int parse(int argc, char **argv, flx_mountopts *mo, int *json,
-		 flx_error *err)
+		 const char **tmpl, flx_error *err)
 {
 	int ch;
 
@@ -379,6 +499,9 @@ static int parse(int argc, char **argv, flx_mountopts *mo, int *json,
 			break;
 		case 'j':
 			*json = 1;
+			break;
+		case OPT_TEMPLATE:
+			*tmpl = optarg;
 			break;
 		case 'h':
 			usage(stdout, argv[0]);
@@ -413,7 +536,8 @@ int main(int argc, char **argv)
 	flx_xindex *xi = NULL;
 	flx_plan *plan = NULL;
 	flx_error err;
-	int json = 0, rc;
+	const char *tmpl = NULL;
+	int json = 0, rc, undecided = 0;
 
 	flx_error_init(&err);
 	/* one descriptor per file of the checkpoint; failing to raise the
@@ -423,7 +547,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "flexfs-inspect: out of memory\n");
 		return 1;
 	}
-	rc = parse(argc, argv, &mo, &json, &err);
+	rc = parse(argc, argv, &mo, &json, &tmpl, &err);
 	if (rc) {
 		flx_mo_release(&mo);
 		return rc == 3 ? 0 : rc;
@@ -434,11 +558,23 @@ int main(int argc, char **argv)
 				&ckpt, &err);
 	if (!rc)
 		rc = flx_xform_apply(mo.spec.xform, ckpt, &xi, &err);
-	if (!rc)
+	/* the JSON is the mount's: it has no undecided tensors, the table
+	 * shows them */
+	if (!rc && json)
 		rc = flx_plan_build(flx_xindex_ckpt(xi), &mo.spec, &plan, &err);
-	if (!rc)
-		rc = json ? print_json(flx_xindex_ckpt(xi), plan, &err)
-			  : print_table(flx_xindex_ckpt(xi), plan);
+	else if (!rc)
+		rc = flx_plan_build_all(flx_xindex_ckpt(xi), &mo.spec, &plan,
+					&err);
+	if (!rc && json)
+		rc = print_json(flx_xindex_ckpt(xi), plan, &err);
+	else if (!rc && !(tmpl && !strcmp(tmpl, "-")))
+		rc = print_table(flx_xindex_ckpt(xi), plan);
+	if (!rc && tmpl) {
+		rc = write_template(plan, tmpl, &err);
+	} else if (!rc && !json && plan->nundecided) {
+		undecided = 1;
+		rc = list_undecided(plan);
+	}
 	if (rc) {
 		if (!err.code)
 			flx_error_set(&err, rc, NULL, NULL, "%s",
@@ -449,5 +585,5 @@ int main(int argc, char **argv)
 	flx_xindex_free(xi);
 	flx_ckpt_close(ckpt);
 	flx_mo_release(&mo);
-	return rc ? 1 : 0;
+	return rc || undecided ? 1 : 0;
 }

@@ -91,7 +91,7 @@ def load_rules(path):
     if not isinstance(rules, list):
         raise SystemExit("check_views: %s: rules must be a JSON array" % path)
     for i, r in enumerate(rules):
-        if not isinstance(r, dict) or "match" not in r or set(r) - {"match", "split", "stage"}:
+        if not isinstance(r, dict) or "match" not in r or set(r) - {"match", "split", "stage", "note"}:
             raise SystemExit("check_views: %s: rule %d: bad keys %r" % (path, i, r))
     return rules
 

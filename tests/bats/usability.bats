@@ -1,0 +1,72 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# Issue 18: placement problems never hide the table (flexfs-inspect shows
+# every tensor, marks and lists the undecided ones, writes a rules template
+# that mounts as is; the mount names them in one line); FSDP-aware split
+# inference and rules presets; filters; symlinked extras and warnings.
+# The oracle is lib/check_views.py (its own placement) and the fixtures'
+# truth files.
+
+load helpers
+
+CHECK=$FLEXFS_SRC/tests/bats/lib/check_views.py
+T113=$FLEXFS_SRC/tests/fixtures/dcp-t113
+
+setup() {
+	setup_ff
+}
+
+teardown() {
+	teardown_ff
+}
+
+@test "inspect: an undecided split shows the whole table, marks and lists it, exits 1" {
+	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" -o tp=2
+	echo "status=$status stderr=$stderr"
+	[[ $status -eq 1 ]]
+	[[ ${lines[0]} == TENSOR* ]]
+	# every tensor is in the table (27), the undecided one marked '?'
+	[[ $(sed -n '2,/^$/p' <<<"$output" | grep -c .) -eq 27 ]]
+	grep -Eq '^block\.weight +float32 +8x12 +4 \(axes 0,1\) +\? ' <<<"$output"
+	grep -Eq '^tok_embeddings\.weight .* 0 +0 +r0-1: 16x16$' <<<"$output"
+	[[ ${stderr_lines[0]} == *"1 tensor(s) saved split along several axes"* ]]
+	[[ ${stderr_lines[1]} == "  block.weight (saved along axes 0,1)" ]]
+	[[ ${stderr_lines[2]} == *"--rules-template=FILE"* ]]
+	# the same checkpoint with a rule: exit 0, nothing on stderr
+	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" -o "tp=2,rules=$RULES"
+	[[ $status -eq 0 && -z $stderr ]]
+}
+
+@test "mount: undecided splits are one line naming them, the count and --rules-template" {
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" -o tp=2 3>&-
+	echo "status=$status stderr=$stderr"
+	[[ $status -ne 0 && ${#stderr_lines[@]} -eq 1 ]]
+	[[ $stderr == "flexfs: "*"/.metadata: block.weight: 1 tensor(s) saved split along several axes; add a rule"*"flexfs-inspect --rules-template=FILE"* ]]
+	[[ -z $(mountinfo_of "$MNT") ]]
+}
+
+@test "inspect --rules-template writes a rules file that mounts as is (views checked)" {
+	require_fuse
+	local tmpl=$BATS_TEST_TMPDIR/tmpl.json
+	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" -o tp=2 \
+		--rules-template="$tmpl"
+	echo "status=$status stderr=$stderr"
+	[[ $status -eq 0 ]]
+	[[ $stderr == *"wrote 1 rule(s) to $tmpl"* ]]
+	run /usr/bin/python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r == [{"match": "block.weight", "split": None, "note": r[0]["note"]}], r
+assert "axes 0,1" in r[0]["note"], r' "$tmpl"
+	[[ $status -eq 0 ]]
+	# "-" writes it to stdout, alone
+	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" -o tp=2 \
+		--rules-template=-
+	[[ $status -eq 0 && $output == "$(cat "$tmpl")" ]]
+	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$tmpl"
+	run /usr/bin/python3 "$CHECK" -q --mount "$MNT" --truth "$T113/truth" \
+		--tp 2 --pp 1 --rules "$tmpl"
+	echo "$output"
+	[[ $status -eq 0 && $output == *" passed, 0 failed"* ]]
+	unmount_ff "$MNT"
+}
