@@ -225,8 +225,14 @@ static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_xindex **xi,
 	if (!rc)
 		rc = flx_plan_build(flx_xindex_ckpt(*xi), &cl->mo.spec, plan,
 				    &err);
-	if (!rc)
+	if (!rc) {
+		char note[FLX_ERR_FIELD];
+
+		if (flx_plan_dp_note(*plan, note, sizeof(note)))
+			fprintf(stderr, "flexfs: %s: %s\n", cl->mo.source,
+				note);
 		rc = flx_fs_build(flx_xindex_ckpt(*xi), *plan, fs, &err);
+	}
 	if (*ckpt) {
 		flx_error ierr;
 		int irc;

@@ -84,11 +84,12 @@ typedef struct decision {
 /* The axis t was saved split along (the one axis past its stacked axes
  * whose chunk offsets differ), -1 when saved whole, replicated or split
  * only along stacked axes; *second: another such axis, -1 if none (the
- * split is then undetermined). */
-static void infer_split(const flx_tensor *t, int *axis, int *second)
+ * split is then undetermined).  dp0: axis 0 is split only by the source's
+ * data-parallel sharding (dp_scan()), which is no TP split. */
+static void infer_split(const flx_tensor *t, bool dp0, int *axis, int *second)
 {
 	*axis = *second = -1;
-	for (int d = t->stacked; d < t->ndim && *second < 0; d++) {
+	for (int d = dp0 ? 1 : t->stacked; d < t->ndim && *second < 0; d++) {
 		for (uint32_t i = 1; i < t->nchunks; i++) {
 			if (t->chunks[i].off[d] == t->chunks[0].off[d])
 				continue;
@@ -101,6 +102,144 @@ static void infer_split(const flx_tensor *t, int *axis, int *second)
 	}
 }
 
+/*
+ * Data-parallel sharding along dim 0 (FSDP, FSDP2 x TP): torch.chunk(n, m)
+ * pieces of dim 0 (m = 1, or TP's pieces under torch's strided shards),
+ * each cut in torch.chunk(., D) pieces, empty pieces absent (never saved).
+ * offs: the k sorted distinct dim-0 chunk offsets of a tensor of n rows.
+ */
+static bool dim0_nested(const int64_t *offs, uint32_t k, int64_t n, int64_t m,
+			int64_t D)
+{
+	int64_t c = (n + m - 1) / m;
+	uint32_t i = 0;
+
+	for (int64_t j = 0; j < m; j++) {
+		int64_t lo = j * c < n ? j * c : n;
+		int64_t len = (lo + c < n ? lo + c : n) - lo;
+		int64_t c2 = (len + D - 1) / D;
+
+		for (int64_t q = 0; q < D && q * c2 < len; q++)
+			if (i >= k || offs[i++] != lo + q * c2)
+				return false;
+	}
+	return i == k;
+}
+
+/* The m that makes offs[0..k) FSDP's dim-0 pieces of degree D
+ * (dim0_nested()), 0 if none.  The pieces number m * D less the empty
+ * ones, so m is at least ceil(k / D) and, short pieces being rare, close
+ * to it. */
+static int64_t dim0_factor(const int64_t *offs, uint32_t k, int64_t n,
+			   int64_t D)
+{
+	int64_t lo = ((int64_t)k + D - 1) / D;
+
+	if (n == 0)
+		return 1;
+	for (int64_t m = lo; m <= lo + 3 && m <= (int64_t)k; m++)
+		if (dim0_nested(offs, k, n, m, D))
+			return m;
+	return 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The sorted distinct dim-0 offsets of t's chunks into buf, their number
+ * in *k. */
+static void dim0_offsets(const flx_tensor *t, int64_t *buf, uint32_t *k)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < t->nchunks; i++)
+		buf[i] = t->chunks[i].off[0];
+	qsort(buf, t->nchunks, sizeof(*buf), cmp_i64);
+	for (uint32_t i = 0; i < t->nchunks; i++)
+		if (i == 0 || buf[i] != buf[n - 1])
+			buf[n++] = buf[i];
+	*k = n;
+}
+
+/* Whether tensor t takes part in dp_scan(): one or more dimensions, none
+ * stacking modules. */
+static bool dp_tensor(const flx_tensor *t)
+{
+	return t->ndim > 0 && t->stacked == 0;
+}
+
+/* Candidate degrees tried, smallest piece counts first. */
+#define DP_CANDIDATES 8
+
+/*
+ * The source's data-parallel degree: D >= 2 when every tensor of one or
+ * more dimensions (none stacking modules) is saved in FSDP's dim-0 pieces
+ * of degree D (dim0_factor()), else 0.  dp0[i]: dim 0 of tensor i is split
+ * by that sharding alone (factor 1), so no TP split; a factor above 1 is
+ * TP's split along dim 0 under FSDP's (torch's strided shards).
+ * @return 0 and *D, dp0 filled (all false when *D is 0), or -ENOMEM.
+ */
+static int dp_scan(const flx_ckpt *c, int *D, bool *dp0)
+{
+	uint32_t maxc = 1, cand[DP_CANDIDATES], ncand = 0;
+	int64_t *buf;
+	bool fits = false;
+
+	*D = 0;
+	for (size_t i = 0; i < c->ntensors; i++) {
+		dp0[i] = false;
+		if (c->tensors[i].nchunks > maxc)
+			maxc = c->tensors[i].nchunks;
+	}
+	buf = malloc(maxc * sizeof(*buf));
+	if (!buf)
+		return -ENOMEM;
+	/* the smallest piece counts above 1: D is one of them */
+	for (size_t i = 0; i < c->ntensors; i++) {
+		uint32_t k, at = 0;
+
+		if (!dp_tensor(&c->tensors[i]))
+			continue;
+		dim0_offsets(&c->tensors[i], buf, &k);
+		while (at < ncand && cand[at] < k)
+			at++;
+		if (k < 2 || (at < ncand && cand[at] == k) ||
+		    at == DP_CANDIDATES)
+			continue;
+		memmove(cand + at + 1, cand + at,
+			(ncand - at - (ncand == DP_CANDIDATES)) *
+			    sizeof(*cand));
+		cand[at] = k;
+		ncand += ncand < DP_CANDIDATES;
+	}
+	for (uint32_t ci = 0; ci < ncand && !fits; ci++) {
+		fits = true;
+		for (size_t i = 0; i < c->ntensors && fits; i++) {
+			const flx_tensor *t = &c->tensors[i];
+			uint32_t k;
+			int64_t m;
+
+			if (!dp_tensor(t))
+				continue;
+			dim0_offsets(t, buf, &k);
+			m = dim0_factor(buf, k, t->shape[0], cand[ci]);
+			fits = m > 0;
+			dp0[i] = m == 1;
+		}
+		if (fits)
+			*D = (int)cand[ci];
+	}
+	if (!fits)
+		for (size_t i = 0; i < c->ntensors; i++)
+			dp0[i] = false;
+	free(buf);
+	return 0;
+}
+
 /* Split axis of t: the rule's, else the saved one.  At tp=1 nothing is
  * split, so a tensor saved along several axes is served whole (-1).  A
  * tensor saved along several axes at tp > 1 without a rule is undecided:
@@ -109,8 +248,8 @@ static void infer_split(const flx_tensor *t, int *axis, int *second)
  * @return 0 and *axis (-1: replicated), or -EINVAL naming the tensor (a
  *         rule's axis it lacks). */
 static int decide_split(const flx_spec *s, const flx_rule *rule,
-			const flx_tensor *t, int *axis, bool *undecided,
-			flx_error *err)
+			const flx_tensor *t, bool dp0, int *axis,
+			bool *undecided, flx_error *err)
 {
 	int second;
 
@@ -135,7 +274,7 @@ static int decide_split(const flx_spec *s, const flx_rule *rule,
 		*axis = rule->axis;
 		return 0;
 	}
-	infer_split(t, axis, &second);
+	infer_split(t, dp0, axis, &second);
 	if (second < 0)
 		return 0;
 	*axis = -1;
@@ -185,6 +324,7 @@ static int first_pos_of_stage(const layer_map *m, int s)
 
 /* What the decisions need besides the spec; shared by every tensor. */
 typedef struct placer {
+	const bool *dp0; /* per tensor, from dp_scan() */
 	const regex_t *embed_rx;
 	const layer_map *lm;
 	const layer_match *matches; /* per tensor, from build_layer_map() */
@@ -245,7 +385,8 @@ static int decide(const flx_plan *p, const placer *pc, size_t i, decision *d,
 	int rc;
 
 	*d = (decision){.split = -1, .layer = m->layer};
-	rc = decide_split(p->spec, rule, t, &d->split, &d->undecided, err);
+	rc = decide_split(p->spec, rule, t, pc->dp0[i], &d->split,
+			  &d->undecided, err);
 	if (rc)
 		return rc;
 	/* A stacked tensor spans every layer: its stages would follow the
@@ -578,6 +719,7 @@ int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
 	bool have_layer = false, have_embed = false;
 	layer_map lm = {0};
 	layer_match *matches = NULL;
+	bool *dp0 = NULL;
 	placer pc = {.embed_rx = &embed_rx, .lm = &lm};
 	int rc;
 
@@ -602,6 +744,11 @@ int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
 		goto out;
 	pc.matches = matches;
 	p->nlayers = lm.n;
+	dp0 = malloc(ckpt->ntensors ? ckpt->ntensors : 1);
+	rc = dp0 ? dp_scan(ckpt, &p->dp_degree, dp0) : -ENOMEM;
+	if (rc)
+		goto out;
+	pc.dp0 = dp0;
 	p->p = calloc(ckpt->ntensors ? ckpt->ntensors : 1, sizeof(*p->p));
 	if (!p->p) {
 		rc = -ENOMEM;
@@ -635,6 +782,7 @@ out:
 		p = NULL;
 	}
 	free(pc.sc.idx);
+	free(dp0);
 	free(matches);
 	free(lm.idx);
 	if (have_layer)
@@ -644,6 +792,18 @@ out:
 	if (p)
 		*out = p;
 	return rc;
+}
+
+const char *flx_plan_dp_note(const flx_plan *p, char *buf, size_t len)
+{
+	if (!p->dp_degree || p->spec->tp == 1)
+		return NULL;
+	snprintf(buf, len,
+		 "every tensor was saved in %d data-parallel shards along "
+		 "dim 0 (FSDP): that split is no TP split, so a tensor split "
+		 "only so is replicated unless a rule splits it",
+		 p->dp_degree);
+	return buf;
 }
 
 const char *flx_placement_name(const flx_placement *pl, int stage)

@@ -42,9 +42,16 @@ typedef struct flx_plan {
 	const flx_ckpt *ckpt; /* borrowed */
 	const flx_spec *spec; /* borrowed */
 	size_t n;
-	flx_placement *p;      /* one per source tensor, same order */
-	int nlayers;	       /* distinct layer indices matched */
-	size_t nundecided;     /* placements marked undecided */
+	flx_placement *p;  /* one per source tensor, same order */
+	int nlayers;	   /* distinct layer indices matched */
+	size_t nundecided; /* placements marked undecided */
+	/* the source's data-parallel degree D, 0 if none: every tensor of
+	 * one or more dimensions (none stacking modules) was saved in
+	 * FSDP's dim-0 shards of D (torch.chunk pieces, or pieces of TP's
+	 * pieces under torch's strided shards).  That split is no TP split:
+	 * a tensor split only so is replicated unless a rule splits it, and
+	 * one split along another axis too is split along that one. */
+	int dp_degree;
 	flx_plan_arena *arena; /* internal: views and names, in blocks */
 } flx_plan;
 
@@ -76,6 +83,13 @@ int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
 		       flx_plan **out, flx_error *err);
 
 void flx_plan_free(flx_plan *p);
+
+/**
+ * What the mount says once about the source's data-parallel sharding
+ * (dp_degree) at tp > 1: one line, no newline, in buf (len bytes).
+ * @return buf, or NULL when there is nothing to say.
+ */
+const char *flx_plan_dp_note(const flx_plan *p, char *buf, size_t len);
 
 /** Target name of placement pl on stage (must be in range). */
 const char *flx_placement_name(const flx_placement *pl, int stage);

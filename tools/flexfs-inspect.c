@@ -214,7 +214,7 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 	uint64_t *rank = calloc((size_t)tp * (size_t)pp, sizeof(*rank));
 	uint64_t total = 0, span;
 	const flx_tensor *st;
-	char h1[32], h2[32], h3[32];
+	char h1[32], h2[32], h3[32], note[256];
 
 	if (!rank)
 		return -ENOMEM;
@@ -241,6 +241,8 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 	       c->ntensors, h1, c->nobjects, p->nlayers, tp, pp, tp * pp,
 	       p->spec->rules_path ? p->spec->rules_path : "none", h2, lo % tp,
 	       lo / tp, h3, hi % tp, hi / tp);
+	if (flx_plan_dp_note(p, note, sizeof(note)))
+		printf("%s\n", note);
 	/* what the mount's cache_size= must hold for full speed */
 	span = flx_ckpt_gather_span(c, &st);
 	if (span) {

@@ -70,3 +70,49 @@ assert "axes 0,1" in r[0]["note"], r' "$tmpl"
 	[[ $status -eq 0 && $output == *" passed, 0 failed"* ]]
 	unmount_ff "$MNT"
 }
+
+# check_fsdp FIXTURE TP PP [OPTS]: mount, every view against the truth
+# (the oracle infers FSDP's shards itself), unmount.
+check_fsdp() {
+	local fx=$FLEXFS_SRC/tests/fixtures/$1 tp=$2 pp=$3 opts=${4:-}
+
+	mount_ff "$fx/ckpt" "$MNT" "tp=$tp,pp=$pp${opts:+,$opts}"
+	run /usr/bin/python3 "$CHECK" -q --mount "$MNT" --truth "$fx/truth" \
+		--tp "$tp" --pp "$pp" ${5:+--rules "$5"}
+	echo "$1 tp=$tp pp=$pp: $output"
+	[[ $status -eq 0 && $output == *" passed, 0 failed"* ]]
+	unmount_ff "$MNT"
+	[[ $FF_RC -eq 0 ]]
+}
+
+@test "FSDP2 x TP (torch 2.6, 4 gloo ranks): every target mounts without a rule, views exact" {
+	require_fuse
+	check_fsdp fsdp2-tp 1 1
+	[[ ! -s $FF_ERR ]]
+	check_fsdp fsdp2-tp 2 2
+	# said once, in one line
+	[[ $(wc -l <"$FF_ERR") -eq 1 ]]
+	grep -q "every tensor was saved in 2 data-parallel shards along dim 0 (FSDP)" "$FF_ERR"
+	check_fsdp fsdp2-tp 4 1
+}
+
+@test "FSDP2 x TP: the TP axis is inferred from the other axis, FSDP's alone replicates" {
+	run --separate-stderr "$FLEXFS_INSPECT" "$FLEXFS_SRC/tests/fixtures/fsdp2-tp/ckpt" -o tp=2
+	[[ $status -eq 0 && -z $stderr ]]
+	# rowwise (FSDP axis 0 + TP axis 1), strided colwise, norms
+	grep -Eq '^model\.layers\.0\.attention\.wo\.weight +float32 +12x12 +4 \(axes 0,1\) +1 ' <<<"$output"
+	grep -Eq '^model\.layers\.0\.feed_forward\.w1\.weight +float32 +24x12 +4 \(axis 0\) +0 ' <<<"$output"
+	grep -Eq '^model\.norm\.weight +float32 +12 +2 \(axis 0\) +- ' <<<"$output"
+	grep -Eq '^optim\.state\.layers\.1\.feed_forward\.w2\.weight\.exp_avg +float32 +12x24 +4 \(axes 0,1\) +1 ' <<<"$output"
+	[[ $output == *"every tensor was saved in 2 data-parallel shards"* ]]
+}
+
+@test "FSDP2 alone: its dim-0 split is not a TP split, everything replicated, views exact" {
+	require_fuse
+	check_fsdp fsdp2 2 1
+	grep -q "every tensor was saved in 4 data-parallel shards" "$FF_ERR"
+	run --separate-stderr "$FLEXFS_INSPECT" "$FLEXFS_SRC/tests/fixtures/fsdp2/ckpt" -o tp=2
+	[[ $status -eq 0 ]]
+	! grep -Eq '^model\..* [0-9]+ +0 +r0' <<<"$output"
+	grep -Eq '^model\.layers\.0\.feed_forward\.w2\.weight +float32 +10x22 +4 \(axis 0\) +- ' <<<"$output"
+}

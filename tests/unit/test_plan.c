@@ -155,8 +155,90 @@ static void test_undecided(void)
 	flx_ckpt_close(c);
 }
 
+/* FSDP2 alone over 4 ranks: every tensor in dim-0 shards, uneven ones
+ * and one shorter than the degree included (3 rows: 3 shards) */
+static const tdesc fsdp[] = {
+    {"emb", 2, {38, 10}, {4, 1}}, {"norm", 1, {10}, {4}},
+    {"short", 2, {3, 5}, {4, 1}}, {"step", 0, {0}, {0}},
+    {"w2", 2, {10, 22}, {4, 1}},
+};
+
+/* FSDP2 (dp 2) x TP (tp 2): norms in FSDP's shards only, rowwise weights
+ * also along axis 1, colwise ones in FSDP's shards of TP's along axis 0 */
+static const tdesc fsdp_tp[] = {
+    {"norm", 1, {12}, {2}},	 {"wo", 2, {12, 12}, {2, 2}},
+    {"wq", 2, {12, 12}, {4, 1}}, {"w1", 2, {24, 12}, {4, 1}},
+    {"w2", 2, {12, 24}, {2, 2}}, {"emb", 2, {40, 12}, {4, 1}},
+    {"step", 0, {0}, {0}},
+};
+
+static void check_splits(const tdesc *d, size_t n, int tp, int dp,
+			 const int *want)
+{
+	flx_ckpt *c = make_index(d, n);
+	flx_spec s;
+	flx_plan *p = NULL;
+	flx_error err;
+
+	flx_spec_init(&s);
+	s.tp = tp;
+	flx_error_init(&err);
+	CHECK_EQ(flx_plan_build(c, &s, &p, &err), 0);
+	if (p) {
+		CHECK_EQ(p->dp_degree, dp);
+		for (size_t i = 0; i < n; i++) {
+			if (p->p[i].split != want[i])
+				fprintf(stderr, "%s: split %d, want %d\n",
+					d[i].fqn, p->p[i].split, want[i]);
+			CHECK_EQ(p->p[i].split, want[i]);
+		}
+	}
+	flx_plan_free(p);
+	flx_spec_release(&s);
+	flx_ckpt_close(c);
+}
+
+static void test_fsdp(void)
+{
+	static const int none[7] = {-1, -1, -1, -1, -1, -1, -1};
+	static const int tp_axes[7] = {-1, 1, 0, 0, 1, 0, -1};
+
+	/* FSDP alone: its split is no TP split, everything replicated */
+	check_splits(fsdp, 5, 2, 4, none);
+	/* FSDP2 x TP: the TP axis from the other axis */
+	check_splits(fsdp_tp, 7, 4, 2, tp_axes);
+
+	/* one whole 1-D tensor of more than one element: no data-parallel
+	 * sharding, so wo and w2 are undecided at tp=2 and need nothing at
+	 * tp=1 */
+	tdesc mixed[8];
+	flx_ckpt *c;
+	flx_spec s;
+	flx_plan *p = NULL;
+
+	memcpy(mixed, fsdp_tp, sizeof(fsdp_tp));
+	mixed[7] = (tdesc){"whole", 1, {12}, {1}};
+	c = make_index(mixed, 8);
+	flx_spec_init(&s);
+	s.tp = 2;
+	CHECK_EQ(flx_plan_build_all(c, &s, &p, NULL), 0);
+	if (p) {
+		CHECK_EQ(p->dp_degree, 0);
+		CHECK_EQ(p->nundecided, 2);
+		CHECK(find(p, "wo")->undecided && find(p, "w2")->undecided);
+		CHECK_EQ(find(p, "norm")->split, 0);
+	}
+	flx_plan_free(p);
+	s.tp = 1;
+	CHECK_EQ(flx_plan_build(c, &s, &p, NULL), 0);
+	flx_plan_free(p);
+	flx_spec_release(&s);
+	flx_ckpt_close(c);
+}
+
 int main(void)
 {
 	test_undecided();
+	test_fsdp();
 	return CHECK_RESULT();
 }
