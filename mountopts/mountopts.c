@@ -16,6 +16,8 @@ const char flx_mo_help[] =
     "    -o pp=N                pipeline stages of the view (default 1)\n"
     "    -o rules=FILE          JSON placement rules (split axis, stage) "
     "per FQN glob\n"
+    "    -o rules=@NAME         a shipped preset (flexfs-inspect "
+    "--list-presets)\n"
     "    -o layer_regex=ERE     finds the layer index of an FQN (last "
     "group)\n"
     "    -o embed_regex=ERE     FQNs that belong to the first stage\n"

@@ -258,6 +258,75 @@ static int load_rules_file(flx_spec *s, const char *path, flx_error *err)
 	return rc;
 }
 
+int flx_spec_preset_dir(char *buf, size_t len)
+{
+	const char *env = getenv("FLEXFS_PRESET_DIR");
+	char exe[4096];
+	ssize_t n;
+	char *slash;
+
+	if (env && *env) {
+		if (strlen(env) >= len)
+			return -ENAMETOOLONG;
+		strcpy(buf, env);
+		return 0;
+	}
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n < 0)
+		return -errno;
+	exe[n] = '\0';
+	/* <prefix>/bin/flexfs -> <prefix>/share/flexfs/rules */
+	slash = strrchr(exe, '/');
+	if (slash)
+		*slash = '\0';
+	slash = strrchr(exe, '/');
+	if (slash)
+		*slash = '\0';
+	if ((size_t)snprintf(buf, len, "%s/share/flexfs/rules", exe) >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* A preset's name: letters, digits, '-', '_' and '.' (no '/', no leading
+ * '.'), so that it names a file of the preset directory and nothing else. */
+static bool preset_name_ok(const char *name)
+{
+	if (!*name || *name == '.' || strlen(name) > 64)
+		return false;
+	for (const char *c = name; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || strchr("-_.", *c)))
+			return false;
+	return true;
+}
+
+/* rules=@NAME: the preset's file.  @return 0 and path, or -errno with err. */
+static int preset_path(const char *name, char *path, size_t len, flx_error *err)
+{
+	char dir[4096];
+	int rc;
+
+	if (!preset_name_ok(name))
+		return flx_error_set(err, -EINVAL, NULL, "rules",
+				     "'@%s' is not a preset name (letters, "
+				     "digits, '-', '_', '.'; see "
+				     "flexfs-inspect --list-presets)",
+				     name);
+	rc = flx_spec_preset_dir(dir, sizeof(dir));
+	if (rc)
+		return flx_error_set(err, rc, NULL, "rules",
+				     "no preset directory: %s", strerror(-rc));
+	if ((size_t)snprintf(path, len, "%s/%s.json", dir, name) >= len)
+		return flx_error_set(err, -ENAMETOOLONG, dir, "rules",
+				     "preset path too long");
+	if (access(path, F_OK) != 0)
+		return flx_error_set(err, -ENOENT, path, "rules",
+				     "no preset '%s' (see flexfs-inspect "
+				     "--list-presets)",
+				     name);
+	return 0;
+}
+
 static int spec_set(flx_spec *s, const char *key, const char *value,
 		    flx_error *err)
 {
@@ -276,9 +345,18 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 		return 0;
 	}
 	if (strcmp(key, "rules") == 0) {
+		char preset[4096 + 80];
+
 		if (!value || !*value)
 			return flx_error_set(err, -EINVAL, NULL, key,
-					     "expected a file name");
+					     "expected a file name or @PRESET");
+		if (value[0] == '@') {
+			rc =
+			    preset_path(value + 1, preset, sizeof(preset), err);
+			if (rc)
+				return rc;
+			value = preset;
+		}
 		rc = load_rules_file(s, value, err);
 		return rc ? rc : set_string(&s->rules_path, value);
 	}

@@ -75,7 +75,8 @@ void flx_spec_release(flx_spec *s);
 
 /**
  * Set one option from its text form ("tp", "4").  Keys: tp, pp, rules
- * (loads and validates the file now), layer_regex, embed_regex,
+ * (loads and validates the file now; "@NAME" is the preset NAME.json of
+ * flx_spec_preset_dir()), layer_regex, embed_regex,
  * pp_renumber (value NULL, "1", "0", "true", "false"), hf_shard_size
  * (bytes with optional K/M/G/T suffix, binary).
  * @return 0, -EINVAL (bad value; err names the key) or -ENOENT (unknown key,
@@ -83,6 +84,15 @@ void flx_spec_release(flx_spec *s);
  */
 int flx_spec_set(flx_spec *s, const char *key, const char *value,
 		 flx_error *err);
+
+/**
+ * The directory of the shipped rules presets: $FLEXFS_PRESET_DIR when set,
+ * else share/flexfs/rules beside the running executable's bin/ directory
+ * (<prefix>/bin/flexfs -> <prefix>/share/flexfs/rules; the build tree has
+ * the same layout).  @return 0 and buf, or -errno (-ENAMETOOLONG: len too
+ * small).  Thread-safe.
+ */
+int flx_spec_preset_dir(char *buf, size_t len);
 
 /** Parse rules JSON text (name for messages).  Replaces s->rules.
  * @return 0 or -EINVAL with err naming the file, the rule index and key. */

@@ -22,6 +22,7 @@
 #include "transform.h"
 #include "tree.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -455,6 +456,9 @@ static void usage(FILE *f, const char *prog)
 	    "\n"
 	    "    -o OPTIONS   mount options, as for flexfs (repeatable)\n"
 	    "    -j, --json   print the mount's index.json instead\n"
+	    "    --list-presets\n"
+	    "                 list the shipped rules presets "
+	    "(-o rules=@NAME) and exit\n"
 	    "    --rules-template=FILE\n"
 	    "                 write a rules file (FILE, or - for stdout) "
 	    "for the tensors\n"
@@ -475,11 +479,91 @@ static void report(const flx_error *e)
 		flx_error_line(e, line, sizeof(line)));
 }
 
-enum { OPT_TEMPLATE = 256 };
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* One preset: its name and the "note" of its first rule (what it is for),
+ * after checking that it loads as a rules file. */
+static void print_preset(const char *dir, const char *file)
+{
+	char path[4096 + 256], name[256];
+	json_t *root;
+	flx_spec s;
+	flx_error err;
+	const char *note;
+
+	snprintf(name, sizeof(name), "%.*s", (int)(strlen(file) - 5), file);
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	flx_error_init(&err);
+	if (flx_spec_init(&s) || flx_spec_set(&s, "rules", path, &err)) {
+		report(&err);
+		flx_spec_release(&s);
+		return;
+	}
+	root = json_load_file(path, 0, NULL);
+	note =
+	    json_string_value(json_object_get(json_array_get(root, 0), "note"));
+	printf("@%-18s %s\n", name, note ? note : "");
+	json_decref(root);
+	flx_spec_release(&s);
+}
+
+/* The shipped presets (rules=@NAME), sorted by name.  @return 0 or 1. */
+static int list_presets(void)
+{
+	char dir[4096], **names = NULL;
+	size_t n = 0;
+	struct dirent *e;
+	DIR *d = NULL;
+	int rc = flx_spec_preset_dir(dir, sizeof(dir));
+
+	if (!rc && !(d = opendir(dir)))
+		rc = -errno;
+	if (rc) {
+		fprintf(stderr, "flexfs-inspect: no preset directory: %s\n",
+			strerror(-rc));
+		return 1;
+	}
+	while (!rc && (e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		char **nn;
+
+		if (len <= 5 || e->d_name[0] == '.' ||
+		    strcmp(e->d_name + len - 5, ".json"))
+			continue;
+		nn = realloc(names, (n + 1) * sizeof(*names));
+		if (nn)
+			names = nn;
+		if (!nn || !(names[n] = strdup(e->d_name)))
+			rc = -ENOMEM;
+		else
+			n++;
+	}
+	closedir(d);
+	if (names)
+		qsort(names, n, sizeof(*names), cmp_str);
+	if (!rc)
+		printf("rules presets in %s (mount with -o rules=@NAME):\n",
+		       dir);
+	for (size_t i = 0; i < n; i++) {
+		if (!rc)
+			print_preset(dir, names[i]);
+		free(names[i]);
+	}
+	free(names);
+	if (rc)
+		fprintf(stderr, "flexfs-inspect: %s\n", strerror(-rc));
+	return rc ? 1 : 0;
+}
+
+enum { OPT_TEMPLATE = 256, OPT_PRESETS };
 
 static const struct option long_opts[] = {
     {"json", no_argument, NULL, 'j'},
     {"rules-template", required_argument, NULL, OPT_TEMPLATE},
+    {"list-presets", no_argument, NULL, OPT_PRESETS},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -505,6 +589,8 @@ static int parse(int argc, char **argv, flx_mountopts *mo, int *json,
 		case OPT_TEMPLATE:
 			*tmpl = optarg;
 			break;
+		case OPT_PRESETS:
+			return list_presets() ? 1 : 3;
 		case 'h':
 			usage(stdout, argv[0]);
 			return 3;

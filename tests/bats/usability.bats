@@ -116,3 +116,76 @@ check_fsdp() {
 	! grep -Eq '^model\..* [0-9]+ +0 +r0' <<<"$output"
 	grep -Eq '^model\.layers\.0\.feed_forward\.w2\.weight +float32 +10x22 +4 \(axis 0\) +- ' <<<"$output"
 }
+
+PRESETS=$FLEXFS_SRC/reshard/presets
+
+# same_plan DIR OPTS_A OPTS_B: inspect's table (less the rules line) is the
+# same under both option strings.
+same_plan() {
+	diff <("$FLEXFS_INSPECT" "$1" -o "$2" | grep -v 'rules: ') \
+		<("$FLEXFS_INSPECT" "$1" -o "$3" | grep -v 'rules: ')
+}
+
+@test "presets: listed with what they are, each loads (found beside the binary, no env)" {
+	run --separate-stderr "$FLEXFS_INSPECT" --list-presets
+	echo "$output $stderr"
+	[[ $status -eq 0 && -z $stderr ]]
+	[[ ${lines[0]} == "rules presets in "*"/share/flexfs/rules (mount with -o rules=@NAME):" ]]
+	[[ ${#lines[@]} -eq 6 ]]
+	[[ ${lines[1]} == "@hf-llama "*"Hugging Face Llama, Qwen2, Mistral"* ]]
+	[[ ${lines[2]} == "@hf-mistral "* && ${lines[3]} == "@hf-qwen2 "* ]]
+	[[ ${lines[4]} == "@megatron-gpt "*"Megatron GPT"* ]]
+	[[ ${lines[5]} == "@torchtitan-llama "*"torchtitan Llama 3"* ]]
+	# FLEXFS_PRESET_DIR overrides; a bad or unknown name is one line
+	run --separate-stderr env FLEXFS_PRESET_DIR=$BATS_TEST_TMPDIR "$FLEXFS_INSPECT" --list-presets
+	[[ $status -eq 0 && ${#lines[@]} -eq 1 ]]
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" -o rules=@nope 3>&-
+	[[ $status -ne 0 && ${#stderr_lines[@]} -eq 1 ]]
+	[[ $stderr == *"no preset 'nope' (see flexfs-inspect --list-presets)"* ]]
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" -o rules=@../rules 3>&-
+	[[ $status -ne 0 && $stderr == *"'@../rules' is not a preset name"* ]]
+}
+
+@test "preset torchtitan-llama: the TP plan torch saved in the FSDP2 x TP fixture, views exact" {
+	require_fuse
+	local fx=$FLEXFS_SRC/tests/fixtures/fsdp2-tp/ckpt
+	same_plan "$fx" tp=2 tp=2,rules=@torchtitan-llama
+	same_plan "$fx" tp=4 tp=4,rules=@torchtitan-llama
+	check_fsdp fsdp2-tp 2 1 rules=@torchtitan-llama "$PRESETS/torchtitan-llama.json"
+	# on the FSDP-only checkpoint it gives the TP splits inference cannot
+	run "$FLEXFS_INSPECT" "$FLEXFS_SRC/tests/fixtures/fsdp2/ckpt" -o tp=2,rules=@torchtitan-llama
+	grep -Eq '^model\.layers\.0\.attention\.wo\.weight +float32 +10x10 +4 \(axis 0\) +1 ' <<<"$output"
+	check_fsdp fsdp2 2 1 rules=@torchtitan-llama "$PRESETS/torchtitan-llama.json"
+}
+
+@test "preset megatron-gpt: the TP plan Megatron saved, on every Megatron fixture" {
+	local f d
+	for f in megatron-untied megatron-tied megatron-moe megatron-optim-fully-reshardable; do
+		d=$(echo "$FLEXFS_SRC"/tests/fixtures/$f/ckpt/iter_*)
+		same_plan "$d" tp=2 tp=2,rules=@megatron-gpt
+		same_plan "$d" tp=4 tp=4,rules=@megatron-gpt
+	done
+	# and it decides what a checkpoint saved whole cannot: linear_proj on
+	# its input axis (2, past the stacked layers)
+	run "$FLEXFS_INSPECT" "$d" -o tp=2,rules=@megatron-gpt
+	grep -Eq '^decoder\.layers\.self_attention\.linear_proj\.weight .* +2 +0 +r0-1: ' <<<"$output"
+}
+
+@test "presets hf-llama, hf-qwen2, hf-mistral mount hf-tiny, views exact" {
+	require_fuse
+	local hf=$FLEXFS_SRC/tests/fixtures/hf-tiny p
+	mount_ff "$hf/single" "$MNT" "tp=2,rules=@hf-llama"
+	run /usr/bin/python3 "$CHECK" -q --mount "$MNT" --truth "$hf/truth" \
+		--tp 2 --pp 1 --rules "$PRESETS/hf-llama.json"
+	echo "$output"
+	[[ $status -eq 0 && $output == *" passed, 0 failed"* ]]
+	unmount_ff "$MNT"
+	for p in hf-qwen2 hf-mistral; do
+		same_plan "$hf/sharded" tp=2,rules=@hf-llama tp=2,rules=@$p
+	done
+	# transformers' plan: q_proj colwise, o_proj rowwise, embed_tokens whole
+	run "$FLEXFS_INSPECT" "$hf/single" -o tp=2,rules=@hf-qwen2
+	grep -Eq '^model\.layers\.0\.self_attn\.q_proj\.weight .* 0 +0 +r0' <<<"$output"
+	grep -Eq '^model\.layers\.0\.self_attn\.o_proj\.weight .* 1 +0 +r0' <<<"$output"
+	grep -Eq '^model\.embed_tokens\.weight .* - +0 +r0-1' <<<"$output"
+}
