@@ -16,6 +16,7 @@
 
 #include "ckpt.h"
 #include "error.h"
+#include "filter.h"
 #include "plan.h"
 #include "transform.h"
 #include "tree.h"
@@ -207,7 +208,7 @@ static int parse(const char *prog, struct cmdline *cl, struct fuse_args *args,
 /* Checkpoint -> plan -> tree, every check that needs the real metadata.
  * @return 0, or -errno after printing the one error line. */
 static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_xindex **xi,
-		 flx_plan **plan, flx_fs **fs)
+		 flx_findex **fi, flx_plan **plan, flx_fs **fs)
 {
 	flx_error err;
 	int rc;
@@ -223,7 +224,10 @@ static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_xindex **xi,
 	if (!rc)
 		rc = flx_xform_apply(cl->mo.spec.xform, *ckpt, xi, &err);
 	if (!rc)
-		rc = flx_plan_build(flx_xindex_ckpt(*xi), &cl->mo.spec, plan,
+		rc = flx_filter_apply(&cl->mo.spec, flx_xindex_ckpt(*xi), fi,
+				      &err);
+	if (!rc)
+		rc = flx_plan_build(flx_findex_ckpt(*fi), &cl->mo.spec, plan,
 				    &err);
 	if (!rc) {
 		char note[FLX_ERR_FIELD];
@@ -231,7 +235,7 @@ static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_xindex **xi,
 		if (flx_plan_dp_note(*plan, note, sizeof(note)))
 			fprintf(stderr, "flexfs: %s: %s\n", cl->mo.source,
 				note);
-		rc = flx_fs_build(flx_xindex_ckpt(*xi), *plan, fs, &err);
+		rc = flx_fs_build(flx_findex_ckpt(*fi), *plan, fs, &err);
 	}
 	if (*ckpt) {
 		flx_error ierr;
@@ -453,6 +457,7 @@ int main(int argc, char **argv)
 	struct cmdline cl;
 	flx_ckpt *ckpt = NULL;
 	flx_xindex *xi = NULL;
+	flx_findex *fi = NULL;
 	flx_plan *plan = NULL;
 	flx_fs *fs = NULL;
 	flx_bcache *cache = NULL;
@@ -476,7 +481,7 @@ int main(int argc, char **argv)
 		ret = rc == 2 ? 0 : 1;
 		goto err_out1;
 	}
-	if (build(&cl, &ckpt, &xi, &plan, &fs))
+	if (build(&cl, &ckpt, &xi, &fi, &plan, &fs))
 		goto err_out1;
 	if (make_cache(&cl.mo, flx_xindex_ckpt(xi), fs, &cache))
 		goto err_out1;
@@ -514,6 +519,7 @@ err_out1:
 	flx_fs_free(fs);
 	flx_bcache_free(cache);
 	flx_plan_free(plan);
+	flx_findex_free(fi);
 	flx_xindex_free(xi);
 	flx_ckpt_close(ckpt);
 	free(fo.mountpoint);

@@ -25,6 +25,12 @@ const char flx_mo_help[] =
     "views\n"
     "    -o hf_shard_size=SIZE  bytes per hf/ shard, K/M/G/T suffixes "
     "(default 5G)\n"
+    "    -o include=GLOB[:GLOB...]  serve only the tensors and objects "
+    "matching\n"
+    "                           one (fnmatch, names as saved; repeatable)\n"
+    "    -o exclude=GLOB[:GLOB...]  leave out those matching one\n"
+    "    -o strip_prefix=PREFIX cut PREFIX (e.g. model.) from the served "
+    "names\n"
     "    -o source_format=NAME  read the checkpoint as torch-dcp or "
     "hf-safetensors\n"
     "                           (default: detected from the directory)\n"
@@ -52,9 +58,10 @@ const char flx_mo_help[] =
     "    go to libfuse (listed below); use \\, for a comma in a value.\n";
 
 static const char *const ours[] = {
-    "tp",	   "pp",	  "rules",	   "layer_regex",
-    "embed_regex", "pp_renumber", "hf_shard_size", "read_ahead_kb",
-    "direct_io",   "cache_size",  "source_format",
+    "tp",	   "pp",	   "rules",	    "layer_regex",
+    "embed_regex", "pp_renumber",  "hf_shard_size", "read_ahead_kb",
+    "direct_io",   "cache_size",   "source_format", "include",
+    "exclude",	   "strip_prefix",
 };
 
 static const char *const fstab_exact[] = {

@@ -40,10 +40,20 @@ static void free_rules(flx_rule *r, size_t n)
 	free(r);
 }
 
+static void free_strings(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
 void flx_spec_release(flx_spec *s)
 {
 	if (!s)
 		return;
+	free_strings(s->include, s->ninclude);
+	free_strings(s->exclude, s->nexclude);
+	free(s->strip_prefix);
 	free(s->rules_path);
 	free(s->layer_regex);
 	free(s->embed_regex);
@@ -327,6 +337,36 @@ static int preset_path(const char *name, char *path, size_t len, flx_error *err)
 	return 0;
 }
 
+/* Append the ':'-separated globs of value to *v.  @return 0, -EINVAL
+ * (an empty glob) or -ENOMEM. */
+static int add_globs(char ***v, size_t *n, const char *key, const char *value,
+		     flx_error *err)
+{
+	const char *p = value;
+
+	if (!value || !*value)
+		return flx_error_set(err, -EINVAL, NULL, key,
+				     "expected globs separated by ':'");
+	for (;;) {
+		size_t len = strcspn(p, ":");
+		char **nv;
+
+		if (len == 0)
+			return flx_error_set(err, -EINVAL, NULL, key,
+					     "an empty glob in '%s'", value);
+		nv = realloc(*v, (*n + 1) * sizeof(**v));
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+		if (!(nv[*n] = strndup(p, len)))
+			return -ENOMEM;
+		++*n;
+		if (!p[len])
+			return 0;
+		p += len + 1;
+	}
+}
+
 static int spec_set(flx_spec *s, const char *key, const char *value,
 		    flx_error *err)
 {
@@ -372,6 +412,17 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 			return rc;
 		return set_string(layer ? &s->layer_regex : &s->embed_regex,
 				  value);
+	}
+	if (strcmp(key, "include") == 0)
+		return add_globs(&s->include, &s->ninclude, key, value, err);
+	if (strcmp(key, "exclude") == 0)
+		return add_globs(&s->exclude, &s->nexclude, key, value, err);
+	if (strcmp(key, "strip_prefix") == 0) {
+		if (!value || !*value)
+			return flx_error_set(
+			    err, -EINVAL, NULL, key,
+			    "expected a prefix such as model.");
+		return set_string(&s->strip_prefix, value);
 	}
 	if (strcmp(key, "pp_renumber") == 0)
 		return flx_parse_flag(key, value, &s->pp_renumber, err);

@@ -58,6 +58,15 @@ typedef struct flx_spec {
 	/* the transform stage's list (transform.h), owned; NULL: the
 	 * source's tensors are served as they are */
 	struct flx_xform *xform;
+	/* include=, exclude= (fnmatch globs on the names as saved, owned):
+	 * a tensor or object is served when it matches an include glob (or
+	 * there is none) and no exclude glob; strip_prefix= (owned, NULL:
+	 * none) is then cut from the names that start with it (filter.h) */
+	char **include;
+	size_t ninclude;
+	char **exclude;
+	size_t nexclude;
+	char *strip_prefix;
 } flx_spec;
 
 #define FLX_DEFAULT_LAYER_REGEX "(^|\\.)layers\\.([0-9]+)\\."
@@ -78,7 +87,8 @@ void flx_spec_release(flx_spec *s);
  * (loads and validates the file now; "@NAME" is the preset NAME.json of
  * flx_spec_preset_dir()), layer_regex, embed_regex,
  * pp_renumber (value NULL, "1", "0", "true", "false"), hf_shard_size
- * (bytes with optional K/M/G/T suffix, binary).
+ * (bytes with optional K/M/G/T suffix, binary), include and exclude
+ * (globs separated by ':'; each option adds to the list), strip_prefix.
  * @return 0, -EINVAL (bad value; err names the key) or -ENOENT (unknown key,
  *         err untouched so callers can pass it on).
  */

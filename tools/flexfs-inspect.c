@@ -17,6 +17,7 @@
  */
 #include "ckpt.h"
 #include "error.h"
+#include "filter.h"
 #include "mountopts.h"
 #include "plan.h"
 #include "transform.h"
@@ -622,6 +623,8 @@ int main(int argc, char **argv)
 	flx_mountopts mo;
 	flx_ckpt *ckpt = NULL;
 	flx_xindex *xi = NULL;
+	flx_findex *fi = NULL;
+	const flx_ckpt *served = NULL;
 	flx_plan *plan = NULL;
 	flx_error err;
 	const char *tmpl = NULL;
@@ -646,17 +649,20 @@ int main(int argc, char **argv)
 				&ckpt, &err);
 	if (!rc)
 		rc = flx_xform_apply(mo.spec.xform, ckpt, &xi, &err);
+	if (!rc)
+		rc = flx_filter_apply(&mo.spec, flx_xindex_ckpt(xi), &fi, &err);
+	if (!rc)
+		served = flx_findex_ckpt(fi);
 	/* the JSON is the mount's: it has no undecided tensors, the table
 	 * shows them */
 	if (!rc && json)
-		rc = flx_plan_build(flx_xindex_ckpt(xi), &mo.spec, &plan, &err);
+		rc = flx_plan_build(served, &mo.spec, &plan, &err);
 	else if (!rc)
-		rc = flx_plan_build_all(flx_xindex_ckpt(xi), &mo.spec, &plan,
-					&err);
+		rc = flx_plan_build_all(served, &mo.spec, &plan, &err);
 	if (!rc && json)
-		rc = print_json(flx_xindex_ckpt(xi), plan, &err);
+		rc = print_json(served, plan, &err);
 	else if (!rc && !(tmpl && !strcmp(tmpl, "-")))
-		rc = print_table(flx_xindex_ckpt(xi), plan);
+		rc = print_table(served, plan);
 	if (!rc && tmpl) {
 		rc = write_template(plan, tmpl, &err);
 	} else if (!rc && !json && plan->nundecided) {
@@ -670,6 +676,7 @@ int main(int argc, char **argv)
 		report(&err);
 	}
 	flx_plan_free(plan);
+	flx_findex_free(fi);
 	flx_xindex_free(xi);
 	flx_ckpt_close(ckpt);
 	flx_mo_release(&mo);

@@ -189,3 +189,54 @@ same_plan() {
 	grep -Eq '^model\.layers\.0\.self_attn\.o_proj\.weight .* 1 +0 +r0' <<<"$output"
 	grep -Eq '^model\.embed_tokens\.weight .* - +0 +r0-1' <<<"$output"
 }
+
+# filtered_truth TRUTH PREFIX OUT: TRUTH's manifest with only the tensors
+# named PREFIX*, PREFIX cut, no objects (the oracle of include= +
+# strip_prefix=, written independently of flexfs).
+filtered_truth() {
+	mkdir -p "$3"
+	/usr/bin/python3 - "$@" <<'PY'
+import json, os, sys
+src, pre, out = sys.argv[1:4]
+m = json.load(open(os.path.join(src, "manifest.json")))
+t = {k[len(pre):]: dict(v, file=os.path.join(src, v["file"]))
+     for k, v in m["tensors"].items() if k.startswith(pre)}
+m.update(tensors=t, objects={})
+json.dump(m, open(os.path.join(out, "manifest.json"), "w"))
+PY
+}
+
+@test "include= + strip_prefix=: an HF directory of the weights only, names without model., views exact" {
+	require_fuse
+	local fx=$FLEXFS_SRC/tests/fixtures/fsdp2-tp truth=$BATS_TEST_TMPDIR/truth
+	filtered_truth "$fx/truth" model. "$truth"
+	mount_ff "$fx/ckpt" "$MNT" "tp=2,include=model.*,strip_prefix=model."
+	run /usr/bin/python3 "$CHECK" -q --mount "$MNT" --truth "$truth" --tp 2 --pp 1
+	echo "$output"
+	[[ $status -eq 0 && $output == *" passed, 0 failed"* ]]
+	[[ ! -e $MNT/objects ]] || [[ -z $(ls -A "$MNT/objects") ]]
+	/usr/bin/python3 - "$MNT/hf/model.safetensors" <<'PY'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+names = sorted(k for k in h if k != "__metadata__")
+assert len(names) == 21 and "tok_embeddings.weight" in names, names
+assert not any(n.startswith(("model.", "optim.")) for n in names), names
+PY
+	unmount_ff "$MNT"
+}
+
+@test "exclude= (':' and repeated), include= matching nothing, bad globs: inspect and mount" {
+	local fx=$FLEXFS_SRC/tests/fixtures/fsdp2-tp/ckpt
+	run "$FLEXFS_INSPECT" "$fx" -o "exclude=optim.*"
+	[[ $status -eq 0 && $output == *"21 tensors"*", 0 objects"* ]]
+	run "$FLEXFS_INSPECT" "$fx" -o "exclude=optim.*.exp_avg:optim.*.exp_avg_sq,exclude=optim.*.step"
+	[[ $status -eq 0 && $output == *"21 tensors"*", 11 objects"* ]]
+	run "$FLEXFS_INSPECT" "$fx" -o "include=model.norm.*,include=*.step,strip_prefix=optim.state."
+	[[ $status -eq 0 && $output == *$'\nmodel.norm.weight '* && $output == *$'\nnorm.weight.step '* ]]
+	run --separate-stderr "$FLEXFS_BIN" "$fx" "$MNT" -o "include=nothing.*" 3>&-
+	[[ $status -ne 0 && ${#stderr_lines[@]} -eq 1 ]]
+	[[ $stderr == "flexfs: include: no tensor passes include= and exclude= (of 84)" ]]
+	run --separate-stderr "$FLEXFS_BIN" "$fx" "$MNT" -o "exclude=a::b" 3>&-
+	[[ $status -ne 0 && $stderr == *"exclude: an empty glob in 'a::b'"* ]]
+}

@@ -8,6 +8,7 @@
 #include "check.h"
 
 #include "ckpt.h"
+#include "filter.h"
 #include "plan.h"
 #include "spec.h"
 
@@ -236,8 +237,42 @@ static void test_fsdp(void)
 	flx_ckpt_close(c);
 }
 
+/* strip_prefix= that gives two tensors one name is refused, by name */
+static void test_filter_collision(void)
+{
+	static const tdesc two[] = {{"model.a", 1, {4}, {1}},
+				    {"a", 1, {4}, {1}},
+				    {"model.b", 1, {4}, {1}}};
+	flx_ckpt *c = make_index(two, 3);
+	flx_spec s;
+	flx_findex *fi = NULL;
+	flx_error err;
+
+	flx_spec_init(&s);
+	flx_error_init(&err);
+	CHECK_EQ(flx_spec_set(&s, "strip_prefix", "model.", NULL), 0);
+	CHECK_EQ(flx_filter_apply(&s, c, &fi, &err), -EINVAL);
+	CHECK_STR(err.key, "strip_prefix");
+	CHECK(strstr(err.text, "'a' names two") != NULL);
+	/* without the unprefixed one: renamed, the source untouched */
+	CHECK_EQ(flx_spec_set(&s, "exclude", "a", NULL), 0);
+	CHECK_EQ(flx_filter_apply(&s, c, &fi, NULL), 0);
+	if (fi) {
+		const flx_ckpt *f = flx_findex_ckpt(fi);
+
+		CHECK_EQ(f->ntensors, 2);
+		CHECK_STR(f->tensors[0].fqn, "a");
+		CHECK_STR(f->by_name[1]->fqn, "b");
+		CHECK_STR(c->tensors[0].fqn, "model.a");
+	}
+	flx_findex_free(fi);
+	flx_spec_release(&s);
+	flx_ckpt_close(c);
+}
+
 int main(void)
 {
+	test_filter_collision();
 	test_undecided();
 	test_fsdp();
 	return CHECK_RESULT();
