@@ -76,7 +76,8 @@ static int match_layer(const regex_t *rx, bool dflt, const char *fqn,
 typedef struct decision {
 	int split;	/* axis, or -1: replicated on every TP rank */
 	bool undecided; /* no rule, no single saved axis (decide_split()) */
-	int stage_lo;	/* stages holding it: [stage_lo, stage_hi] */
+	const flx_rule *rule; /* the rule that matched, NULL if none */
+	int stage_lo;	      /* stages holding it: [stage_lo, stage_hi] */
 	int stage_hi;
 	int layer; /* global layer index, -1 if none */
 } decision;
@@ -384,7 +385,7 @@ static int decide(const flx_plan *p, const placer *pc, size_t i, decision *d,
 	const layer_match *m = &pc->matches[i];
 	int rc;
 
-	*d = (decision){.split = -1, .layer = m->layer};
+	*d = (decision){.split = -1, .layer = m->layer, .rule = rule};
 	rc = decide_split(p->spec, rule, t, pc->dp0[i], &d->split,
 			  &d->undecided, err);
 	if (rc)
@@ -584,6 +585,8 @@ static int place_one(flx_plan *p, size_t i, placer *pc, const box_index *chunks,
 		return rc;
 	pl->split = d.split;
 	pl->undecided = d.undecided;
+	if (d.rule)
+		p->rule_used[d.rule - p->spec->rules] = true;
 	p->nundecided += d.undecided;
 	pl->stage_lo = d.stage_lo;
 	pl->stage_hi = d.stage_hi;
@@ -749,6 +752,11 @@ int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
 	if (rc)
 		goto out;
 	pc.dp0 = dp0;
+	p->rule_used = calloc(spec->nrules ? spec->nrules : 1, 1);
+	if (!p->rule_used) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	p->p = calloc(ckpt->ntensors ? ckpt->ntensors : 1, sizeof(*p->p));
 	if (!p->p) {
 		rc = -ENOMEM;
@@ -794,16 +802,77 @@ out:
 	return rc;
 }
 
-const char *flx_plan_dp_note(const flx_plan *p, char *buf, size_t len)
+/* The mount's notes, in flx_plan_note()'s order. */
+enum { NOTE_DP, NOTE_EMPTY_STAGES, NOTE_UNUSED_RULES, NNOTES };
+
+/* Whether note k has something to say; stages: the empty ones listed. */
+static bool note_due(const flx_plan *p, int k, char *list, size_t len)
 {
-	if (!p->dp_degree || p->spec->tp == 1)
-		return NULL;
-	snprintf(buf, len,
-		 "every tensor was saved in %d data-parallel shards along "
-		 "dim 0 (FSDP): that split is no TP split, so a tensor split "
-		 "only so is replicated unless a rule splits it",
-		 p->dp_degree);
-	return buf;
+	size_t n = 0;
+	bool any = false;
+
+	list[0] = '\0';
+	if (k == NOTE_DP)
+		return p->dp_degree && p->spec->tp > 1;
+	if (k == NOTE_UNUSED_RULES) {
+		/* a preset covers many models: some rules always idle */
+		for (size_t r = 0;
+		     r < p->spec->nrules && !p->spec->rules_preset; r++) {
+			if (p->rule_used[r])
+				continue;
+			if (n < len)
+				n += (size_t)snprintf(list + n, len - n,
+						      "%s%zu ('%s')",
+						      any ? ", " : "", r,
+						      p->spec->rules[r].match);
+			any = true;
+		}
+		return any;
+	}
+	for (int st = 0; st < p->spec->pp; st++) {
+		bool held = false;
+
+		for (size_t i = 0; i < p->n && !held; i++)
+			held = p->p[i].stage_lo <= st && st <= p->p[i].stage_hi;
+		if (held)
+			continue;
+		if (n < len)
+			n += (size_t)snprintf(list + n, len - n, "%s%d",
+					      any ? ", " : "", st);
+		any = true;
+	}
+	return any;
+}
+
+int flx_plan_note(const flx_plan *p, size_t i, char *buf, size_t len)
+{
+	char list[160];
+
+	for (int k = 0; k < NNOTES; k++) {
+		if (!note_due(p, k, list, sizeof(list)) || i--)
+			continue;
+		if (strlen(list) == sizeof(list) - 1)
+			strcpy(list + sizeof(list) - 4, "...");
+		if (k == NOTE_DP)
+			snprintf(buf, len,
+				 "every tensor was saved in %d data-parallel "
+				 "shards along dim 0 (FSDP): that split is no "
+				 "TP split, so a tensor split only so is "
+				 "replicated unless a rule splits it",
+				 p->dp_degree);
+		else if (k == NOTE_EMPTY_STAGES)
+			snprintf(buf, len,
+				 "pp=%d over %d layer(s) leaves stage(s) %s "
+				 "without any tensor",
+				 p->spec->pp, p->nlayers, list);
+		else
+			snprintf(buf, len,
+				 "%s: rule(s) %s match no tensor (each tensor "
+				 "takes the first rule matching it)",
+				 p->spec->rules_path, list);
+		return 0;
+	}
+	return -ENOENT;
 }
 
 const char *flx_placement_name(const flx_placement *pl, int stage)
@@ -817,6 +886,7 @@ void flx_plan_free(flx_plan *p)
 		return;
 	arena_free(p->arena);
 	free(p->arena);
+	free(p->rule_used);
 	free(p->p);
 	free(p);
 }

@@ -52,6 +52,7 @@ typedef struct flx_plan {
 	 * a tensor split only so is replicated unless a rule splits it, and
 	 * one split along another axis too is split along that one. */
 	int dp_degree;
+	bool *rule_used;       /* per spec rule: a tensor took it */
 	flx_plan_arena *arena; /* internal: views and names, in blocks */
 } flx_plan;
 
@@ -85,11 +86,14 @@ int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
 void flx_plan_free(flx_plan *p);
 
 /**
- * What the mount says once about the source's data-parallel sharding
- * (dp_degree) at tp > 1: one line, no newline, in buf (len bytes).
- * @return buf, or NULL when there is nothing to say.
+ * Note i (0, 1, ... in turn) of what a mount of plan p says once, one line
+ * without a newline, in buf (len bytes): the source's data-parallel
+ * sharding (dp_degree) at tp > 1, stages that hold no tensor (pp above the
+ * layers), rules that no tensor takes (an unknown name, or one shadowed by
+ * an earlier rule).
+ * @return 0 and buf, or -ENOENT past the last note.
  */
-const char *flx_plan_dp_note(const flx_plan *p, char *buf, size_t len);
+int flx_plan_note(const flx_plan *p, size_t i, char *buf, size_t len);
 
 /** Target name of placement pl on stage (must be in range). */
 const char *flx_placement_name(const flx_placement *pl, int stage);

@@ -398,6 +398,7 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 			value = preset;
 		}
 		rc = load_rules_file(s, value, err);
+		s->rules_preset = value == preset;
 		return rc ? rc : set_string(&s->rules_path, value);
 	}
 	if (strcmp(key, "layer_regex") == 0 ||

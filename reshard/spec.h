@@ -46,9 +46,10 @@ typedef struct flx_rule {
 } flx_rule;
 
 typedef struct flx_spec {
-	int tp;		  /* >= 1 */
-	int pp;		  /* >= 1 */
-	char *rules_path; /* NULL: no rules */
+	int tp;		   /* >= 1 */
+	int pp;		   /* >= 1 */
+	char *rules_path;  /* NULL: no rules */
+	bool rules_preset; /* rules=@NAME: a shipped preset */
 	flx_rule *rules;
 	size_t nrules;
 	char *layer_regex; /* POSIX ERE; the last group is the layer index */

@@ -216,7 +216,7 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 	uint64_t *rank = calloc((size_t)tp * (size_t)pp, sizeof(*rank));
 	uint64_t total = 0, span;
 	const flx_tensor *st;
-	char h1[32], h2[32], h3[32], note[256];
+	char h1[32], h2[32], h3[32], note[512];
 
 	if (!rank)
 		return -ENOMEM;
@@ -243,7 +243,7 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 	       c->ntensors, h1, c->nobjects, p->nlayers, tp, pp, tp * pp,
 	       p->spec->rules_path ? p->spec->rules_path : "none", h2, lo % tp,
 	       lo / tp, h3, hi % tp, hi / tp);
-	if (flx_plan_dp_note(p, note, sizeof(note)))
+	for (size_t i = 0; !flx_plan_note(p, i, note, sizeof(note)); i++)
 		printf("%s\n", note);
 	/* what the mount's cache_size= must hold for full speed */
 	span = flx_ckpt_gather_span(c, &st);
@@ -644,9 +644,17 @@ int main(int argc, char **argv)
 		return rc == 3 ? 0 : rc;
 	}
 	/* the mount's stages: source -> transform -> plan */
-	rc = flx_ckpt_open_with(argv[optind],
-				&(flx_ckpt_opts){.format = mo.source_format},
-				&ckpt, &err);
+	rc = flx_ckpt_open_with(
+	    argv[optind],
+	    &(flx_ckpt_opts){.format = mo.source_format,
+			     .follow_symlinks = mo.follow_symlinks},
+	    &ckpt, &err);
+	if (!rc && ckpt->skipped_links)
+		fprintf(stderr,
+			"flexfs-inspect: %zu symlinked file(s) not served "
+			"(leading outside the directory, dangling or not to a "
+			"file; -o follow_symlinks follows them outside): %s\n",
+			ckpt->nskipped_links, ckpt->skipped_links);
 	if (!rc)
 		rc = flx_xform_apply(mo.spec.xform, ckpt, &xi, &err);
 	if (!rc)

@@ -240,3 +240,79 @@ PY
 	run --separate-stderr "$FLEXFS_BIN" "$fx" "$MNT" -o "exclude=a::b" 3>&-
 	[[ $status -ne 0 && $stderr == *"exclude: an empty glob in 'a::b'"* ]]
 }
+
+@test "symlinked extras: inside followed, outside skipped and named in one line, follow_symlinks serves them" {
+	require_fuse
+	local hf=$FLEXFS_SRC/tests/fixtures/hf-tiny ck=$BATS_TEST_TMPDIR/ck out=$BATS_TEST_TMPDIR/outside
+	mkdir -p "$ck/sub" "$out"
+	cp "$hf/single/model.safetensors" "$ck/"
+	cp "$hf/single/config.json" "$ck/sub/"
+	cp "$hf/single/tokenizer.json" "$out/"
+	ln -s sub/config.json "$ck/config.json"
+	ln -s "$out/tokenizer.json" "$ck/tokenizer.json"
+	ln -s nowhere "$ck/dangling.txt"
+	mount_ff "$ck" "$MNT" ""
+	cmp "$MNT/hf/config.json" "$hf/single/config.json"
+	[[ ! -e $MNT/hf/tokenizer.json && ! -e $MNT/hf/dangling.txt ]]
+	unmount_ff "$MNT"
+	cat "$FF_ERR"
+	[[ $(wc -l <"$FF_ERR") -eq 1 ]]
+	grep -q "flexfs: $ck: 2 symlinked file(s) not served (leading outside the directory, dangling or not to a file; -o follow_symlinks follows them outside): dangling.txt, tokenizer.json" "$FF_ERR"
+	mount_ff "$ck" "$MNT" "follow_symlinks"
+	cmp "$MNT/hf/tokenizer.json" "$hf/single/tokenizer.json"
+	unmount_ff "$MNT"
+	grep -q "1 symlinked file(s) not served.*: dangling.txt$" "$FF_ERR"
+}
+
+@test "a Hugging Face cache snapshot (every file a link into ../../blobs) mounts with follow_symlinks, views exact" {
+	require_fuse
+	local hf=$FLEXFS_SRC/tests/fixtures/hf-tiny cache=$BATS_TEST_TMPDIR/hub/models--t--tiny f
+	mkdir -p "$cache/blobs" "$cache/snapshots/abc"
+	for f in model.safetensors config.json tokenizer.json; do
+		cp "$hf/single/$f" "$cache/blobs/$f.blob"
+		ln -s "../../blobs/$f.blob" "$cache/snapshots/abc/$f"
+	done
+	run --separate-stderr "$FLEXFS_BIN" "$cache/snapshots/abc" "$MNT" 3>&-
+	[[ $status -ne 0 && $stderr == *"model.safetensors"*"outside the checkpoint directory"* ]]
+	mount_ff "$cache/snapshots/abc" "$MNT" "follow_symlinks"
+	run /usr/bin/python3 "$CHECK" -q --mount "$MNT" --truth "$hf/truth" --tp 1 --pp 1
+	echo "$output"
+	[[ $status -eq 0 && $output == *" passed, 0 failed"* ]]
+	unmount_ff "$MNT"
+	[[ ! -s $FF_ERR ]]
+}
+
+@test "warnings at mount: empty PP stages, rules that match no tensor (a preset says nothing)" {
+	require_fuse
+	local r=$BATS_TEST_TMPDIR/r.json
+	echo '[{"match": "nothing*", "split": null}, {"match": "block.weight", "split": 1}, {"match": "block.*", "split": 0}]' >"$r"
+	mount_ff "$FIXTURE" "$MNT" "tp=2,pp=6,rules=$r"
+	[[ -d $MNT/ranks/tp00_pp04 ]]
+	unmount_ff "$MNT"
+	cat "$FF_ERR"
+	[[ $(wc -l <"$FF_ERR") -eq 2 ]]
+	grep -qx "flexfs: $FIXTURE: pp=6 over 4 layer(s) leaves stage(s) 4 without any tensor" "$FF_ERR"
+	grep -qx "flexfs: $FIXTURE: $r: rule(s) 0 ('nothing\*'), 2 ('block\.\*') match no tensor (each tensor takes the first rule matching it)" "$FF_ERR"
+	mount_ff "$FLEXFS_SRC/tests/fixtures/hf-tiny/single" "$MNT" "tp=2,rules=@hf-llama"
+	unmount_ff "$MNT"
+	[[ ! -s $FF_ERR ]]
+}
+
+@test "mount points: a non-empty one is refused unless nonempty, a flexfs mount is refused" {
+	require_fuse
+	touch "$MNT/file"
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" -o "tp=2,rules=$RULES" 3>&-
+	echo "$stderr"
+	[[ $status -ne 0 && ${#stderr_lines[@]} -eq 1 ]]
+	[[ $stderr == "flexfs: $MNT: is not empty: the mount would hide its files (mount with -o nonempty to mount over them)" ]]
+	[[ -z $(mountinfo_of "$MNT") ]]
+	mount_ff "$FIXTURE" "$MNT" "tp=2,rules=$RULES,nonempty"
+	[[ -f $MNT/index.json ]]
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" -o "tp=2,rules=$RULES,nonempty" 3>&-
+	echo "$stderr"
+	[[ $status -ne 0 && ${#stderr_lines[@]} -eq 1 ]]
+	[[ $stderr == "flexfs: $MNT: is already a flexfs mount (unmount it first: fusermount3 -u)" ]]
+	[[ $(mountinfo_of "$MNT" | wc -l) -eq 1 ]]
+	unmount_ff "$MNT"
+	[[ -f $MNT/file ]]
+}
