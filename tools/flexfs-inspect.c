@@ -20,6 +20,7 @@
 #include "filter.h"
 #include "mountopts.h"
 #include "plan.h"
+#include "sha256.h"
 #include "transform.h"
 #include "tree.h"
 
@@ -32,6 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #ifndef FLEXFS_VERSION
 #define FLEXFS_VERSION "unknown"
@@ -288,16 +291,69 @@ static void print_megatron(const flx_ckpt *c)
 	       m->optim_sharding[0] ? m->optim_sharding : "-", stacked);
 }
 
+/* Natural order: runs of digits compare as numbers ("layers.2." before
+ * "layers.10."), everything else byte by byte. */
+static int natural_cmp(const char *a, const char *b)
+{
+	while (*a && *b) {
+		if (*a >= '0' && *a <= '9' && *b >= '0' && *b <= '9') {
+			const char *ea = a, *eb = b;
+			size_t la, lb;
+			int c;
+
+			while (*a == '0' && a[1] >= '0' && a[1] <= '9')
+				a++;
+			while (*b == '0' && b[1] >= '0' && b[1] <= '9')
+				b++;
+			for (ea = a; *ea >= '0' && *ea <= '9'; ea++)
+				;
+			for (eb = b; *eb >= '0' && *eb <= '9'; eb++)
+				;
+			la = (size_t)(ea - a);
+			lb = (size_t)(eb - b);
+			if (la != lb)
+				return la < lb ? -1 : 1;
+			c = strncmp(a, b, la);
+			if (c)
+				return c;
+			a = ea;
+			b = eb;
+			continue;
+		}
+		if (*a != *b)
+			return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+		a++;
+		b++;
+	}
+	return *a ? 1 : *b ? -1 : 0;
+}
+
+static int cmp_placement(const void *x, const void *y)
+{
+	const flx_placement *a = *(const flx_placement *const *)x;
+	const flx_placement *b = *(const flx_placement *const *)y;
+	int c = natural_cmp(a->src->fqn, b->src->fqn);
+
+	/* equal numbers spelled differently (01, 1): bytes decide */
+	return c ? c : strcmp(a->src->fqn, b->src->fqn);
+}
+
+/* The table, rows in natural name order. */
 static int print_table(const flx_ckpt *c, const flx_plan *p)
 {
 	char **cells = calloc(p->n ? p->n * NCOLS : 1, sizeof(*cells));
+	const flx_placement **rows = malloc((p->n ? p->n : 1) * sizeof(*rows));
 	size_t w[NCOLS];
-	int rc = cells ? 0 : -ENOMEM;
+	int rc = cells && rows ? 0 : -ENOMEM;
 
+	for (size_t i = 0; i < p->n && rows; i++)
+		rows[i] = &p->p[i];
+	if (rows)
+		qsort(rows, p->n, sizeof(*rows), cmp_placement);
 	for (int k = 0; k < NCOLS; k++)
 		w[k] = strlen(col_names[k]);
 	for (size_t i = 0; i < p->n && !rc; i++) {
-		rc = fill_row(&p->p[i], p->spec->tp, cells + i * NCOLS);
+		rc = fill_row(rows[i], p->spec->tp, cells + i * NCOLS);
 		for (int k = 0; k < NCOLS && !rc; k++)
 			if (strlen(cells[i * NCOLS + k]) > w[k])
 				w[k] = strlen(cells[i * NCOLS + k]);
@@ -312,6 +368,7 @@ static int print_table(const flx_ckpt *c, const flx_plan *p)
 	for (size_t i = 0; cells && i < p->n * NCOLS; i++)
 		free(cells[i]);
 	free(cells);
+	free(rows);
 	return rc;
 }
 
@@ -457,6 +514,16 @@ static void usage(FILE *f, const char *prog)
 	    "\n"
 	    "    -o OPTIONS   mount options, as for flexfs (repeatable)\n"
 	    "    -j, --json   print the mount's index.json instead\n"
+	    "    --digest     print, per tensor, the sha256 of its canonical "
+	    "bytes (the\n"
+	    "                 global tensor, C order, little-endian, its "
+	    "dtype): the\n"
+	    "                 same whatever layout it was saved in\n"
+	    "    --compare OTHER\n"
+	    "                 compare with the checkpoint OTHER (any format) "
+	    "tensor by\n"
+	    "                 tensor: names, dtypes, shapes, digests; exit 1 "
+	    "on a difference\n"
 	    "    --list-presets\n"
 	    "                 list the shipped rules presets "
 	    "(-o rules=@NAME) and exit\n"
@@ -478,6 +545,211 @@ static void report(const flx_error *e)
 
 	fprintf(stderr, "flexfs-inspect: %s\n",
 		flx_error_line(e, line, sizeof(line)));
+}
+
+/* ---- --digest, --compare ---- */
+
+/* Bytes read per step of a digest: the tensor never whole in memory. */
+#define DIGEST_BLOCK (4u << 20)
+
+/* One tensor's identity: name, dtype, shape and the sha256 of its
+ * canonical bytes. */
+typedef struct digest {
+	const char *name;
+	const flx_tensor *t;
+	char hex[65];
+} digest;
+
+/* A progress line on stderr, only on a terminal and past the first
+ * second; done: erase it. */
+static void progress(const char *what, size_t i, size_t n, time_t t0, bool done)
+{
+	if (!isatty(STDERR_FILENO) || time(NULL) - t0 < 1)
+		return;
+	if (done)
+		fprintf(stderr, "\r\033[K");
+	else
+		fprintf(stderr, "\r%s: %zu/%zu tensors", what, i, n);
+}
+
+/* sha256 of pl's whole tensor, C order, little-endian, in its dtype: read
+ * through its whole view, so the same whatever layout it was saved in.
+ * @return 0 and hex, or -errno. */
+static int tensor_digest(const flx_placement *pl, unsigned char *buf,
+			 char hex[65])
+{
+	uint64_t total = flx_view_bytes(pl->whole), off = 0;
+	flx_sha256 s;
+
+	flx_sha256_init(&s);
+	while (off < total) {
+		size_t want =
+		    total - off < DIGEST_BLOCK ? total - off : DIGEST_BLOCK;
+		ssize_t got = flx_view_read(pl->whole, buf, want, off, NULL);
+
+		if (got <= 0)
+			return got < 0 ? (int)got : -EIO;
+		flx_sha256_update(&s, buf, (size_t)got);
+		off += (uint64_t)got;
+	}
+	flx_sha256_hex(&s, hex);
+	return 0;
+}
+
+static int cmp_digest(const void *a, const void *b)
+{
+	return strcmp(((const digest *)a)->name, ((const digest *)b)->name);
+}
+
+/* Every tensor of plan p, digested, sorted by name.
+ * @return 0 and *out (owned: free()), or -errno with err. */
+static int digest_all(const flx_plan *p, const char *what, digest **out,
+		      flx_error *err)
+{
+	digest *d = calloc(p->n ? p->n : 1, sizeof(*d));
+	unsigned char *buf = malloc(DIGEST_BLOCK);
+	time_t t0 = time(NULL);
+	int rc = d && buf ? 0 : -ENOMEM;
+
+	for (size_t i = 0; i < p->n && !rc; i++) {
+		progress(what, i, p->n, t0, false);
+		d[i].name = p->p[i].src->fqn;
+		d[i].t = p->p[i].src;
+		rc = tensor_digest(&p->p[i], buf, d[i].hex);
+		if (rc)
+			flx_error_set(err, rc, p->ckpt->dir, d[i].name,
+				      "cannot read: %s", strerror(-rc));
+	}
+	progress(what, p->n, p->n, t0, true);
+	free(buf);
+	if (rc) {
+		free(d);
+		return rc;
+	}
+	qsort(d, p->n, sizeof(*d), cmp_digest);
+	*out = d;
+	return 0;
+}
+
+/* --digest: one line per tensor, natural name order. */
+static int print_digests(const flx_plan *p, flx_error *err)
+{
+	digest *d = NULL;
+	const flx_placement **rows = NULL;
+	int rc = digest_all(p, "digest", &d, err);
+
+	if (!rc && !(rows = malloc((p->n ? p->n : 1) * sizeof(*rows))))
+		rc = -ENOMEM;
+	for (size_t i = 0; !rc && i < p->n; i++)
+		rows[i] = &p->p[i];
+	if (!rc)
+		qsort(rows, p->n, sizeof(*rows), cmp_placement);
+	for (size_t i = 0; !rc && i < p->n; i++) {
+		digest key = {.name = rows[i]->src->fqn};
+		const digest *hit =
+		    bsearch(&key, d, p->n, sizeof(*d), cmp_digest);
+		sbuf shape = {.ok = 1};
+
+		sb_shape(&shape, rows[i]->src->ndim, rows[i]->src->shape);
+		if (!shape.ok) {
+			rc = -ENOMEM;
+			break;
+		}
+		printf("%s  %-9s %-12s %s\n", hit->hex,
+		       flx_dtype_name(rows[i]->src->dtype),
+		       shape.s ? shape.s : "", rows[i]->src->fqn);
+		free(shape.s);
+	}
+	free(rows);
+	free(d);
+	return rc;
+}
+
+/* Whether a and b differ in dtype, shape or bytes; one line saying how. */
+static bool differ(const digest *a, const digest *b)
+{
+	const flx_tensor *x = a->t, *y = b->t;
+	sbuf sx = {.ok = 1}, sy = {.ok = 1};
+	bool shape = x->ndim != y->ndim;
+
+	for (int d = 0; d < x->ndim && !shape; d++)
+		shape = x->shape[d] != y->shape[d];
+	if (x->dtype != y->dtype) {
+		printf("dtype differs: %s: %s vs %s\n", a->name,
+		       flx_dtype_name(x->dtype), flx_dtype_name(y->dtype));
+		return true;
+	}
+	if (shape) {
+		sb_shape(&sx, x->ndim, x->shape);
+		sb_shape(&sy, y->ndim, y->shape);
+		printf("shape differs: %s: %s vs %s\n", a->name,
+		       sx.s ? sx.s : "?", sy.s ? sy.s : "?");
+		free(sx.s);
+		free(sy.s);
+		return true;
+	}
+	if (strcmp(a->hex, b->hex)) {
+		printf("bytes differ: %s: sha256 %s vs %s\n", a->name, a->hex,
+		       b->hex);
+		return true;
+	}
+	return false;
+}
+
+/* --compare: the tensors of plan a and of the checkpoint at other (opened
+ * with the same source options and filters, planned at tp=1), name by
+ * name.  @return 0 and *ndiff (differences found), or -errno with err. */
+static int compare(const flx_plan *a, const flx_mountopts *mo,
+		   const char *other, size_t *ndiff, flx_error *err)
+{
+	flx_ckpt *c = NULL;
+	flx_findex *fi = NULL;
+	flx_plan *b = NULL;
+	flx_spec plain;
+	digest *da = NULL, *db = NULL;
+	size_t i = 0, j = 0, same = 0;
+	int rc = flx_spec_init(&plain);
+
+	*ndiff = 0;
+	if (!rc)
+		rc = flx_ckpt_open_with(
+		    other,
+		    &(flx_ckpt_opts){.follow_symlinks = mo->follow_symlinks},
+		    &c, err);
+	if (!rc)
+		rc = flx_filter_apply(&mo->spec, c, &fi, err);
+	if (!rc)
+		rc = flx_plan_build_all(flx_findex_ckpt(fi), &plain, &b, err);
+	if (!rc)
+		rc = digest_all(a, "compare", &da, err);
+	if (!rc)
+		rc = digest_all(b, "compare", &db, err);
+	while (!rc && (i < a->n || j < b->n)) {
+		int k = i == a->n   ? 1
+			: j == b->n ? -1
+				    : strcmp(da[i].name, db[j].name);
+
+		if (k < 0)
+			printf("only in %s: %s\n", a->ckpt->dir, da[i++].name);
+		else if (k > 0)
+			printf("only in %s: %s\n", other, db[j++].name);
+		if (k)
+			++*ndiff;
+		else if (differ(&da[i++], &db[j++]))
+			++*ndiff;
+		else
+			same++;
+	}
+	if (!rc)
+		printf("%zu tensor(s) identical, %zu difference(s)\n", same,
+		       *ndiff);
+	free(da);
+	free(db);
+	flx_plan_free(b);
+	flx_findex_free(fi);
+	flx_ckpt_close(c);
+	flx_spec_release(&plain);
+	return rc;
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -559,20 +831,30 @@ static int list_presets(void)
 	return rc ? 1 : 0;
 }
 
-enum { OPT_TEMPLATE = 256, OPT_PRESETS };
+enum { OPT_TEMPLATE = 256, OPT_PRESETS, OPT_DIGEST, OPT_COMPARE };
 
 static const struct option long_opts[] = {
     {"json", no_argument, NULL, 'j'},
     {"rules-template", required_argument, NULL, OPT_TEMPLATE},
     {"list-presets", no_argument, NULL, OPT_PRESETS},
+    {"digest", no_argument, NULL, OPT_DIGEST},
+    {"compare", required_argument, NULL, OPT_COMPARE},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
 };
 
 /* @return 0 to go on, 1/2 to exit with that status, 3 to exit with 0. */
-static int parse(int argc, char **argv, flx_mountopts *mo, int *json,
-		 const char **tmpl, flx_error *err)
+/* What the command line asks for besides the table. */
+typedef struct request {
+	int json;
+	const char *tmpl;    /* --rules-template */
+	int digest;	     /* --digest */
+	const char *compare; /* --compare */
+} request;
+
+static int parse(int argc, char **argv, flx_mountopts *mo, request *rq,
+		 flx_error *err)
 {
 	int ch;
 
@@ -585,10 +867,16 @@ static int parse(int argc, char **argv, flx_mountopts *mo, int *json,
 			}
 			break;
 		case 'j':
-			*json = 1;
+			rq->json = 1;
 			break;
 		case OPT_TEMPLATE:
-			*tmpl = optarg;
+			rq->tmpl = optarg;
+			break;
+		case OPT_DIGEST:
+			rq->digest = 1;
+			break;
+		case OPT_COMPARE:
+			rq->compare = optarg;
 			break;
 		case OPT_PRESETS:
 			return list_presets() ? 1 : 3;
@@ -627,8 +915,9 @@ int main(int argc, char **argv)
 	const flx_ckpt *served = NULL;
 	flx_plan *plan = NULL;
 	flx_error err;
-	const char *tmpl = NULL;
-	int json = 0, rc, undecided = 0;
+	request rq = {0};
+	size_t ndiff = 0;
+	int rc, undecided = 0;
 
 	flx_error_init(&err);
 	/* one descriptor per file of the checkpoint; failing to raise the
@@ -638,7 +927,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "flexfs-inspect: out of memory\n");
 		return 1;
 	}
-	rc = parse(argc, argv, &mo, &json, &tmpl, &err);
+	rc = parse(argc, argv, &mo, &rq, &err);
 	if (rc) {
 		flx_mo_release(&mo);
 		return rc == 3 ? 0 : rc;
@@ -663,17 +952,22 @@ int main(int argc, char **argv)
 		served = flx_findex_ckpt(fi);
 	/* the JSON is the mount's: it has no undecided tensors, the table
 	 * shows them */
-	if (!rc && json)
+	if (!rc && rq.json)
 		rc = flx_plan_build(served, &mo.spec, &plan, &err);
 	else if (!rc)
 		rc = flx_plan_build_all(served, &mo.spec, &plan, &err);
-	if (!rc && json)
+	if (!rc && rq.digest)
+		rc = print_digests(plan, &err);
+	else if (!rc && rq.compare)
+		rc = compare(plan, &mo, rq.compare, &ndiff, &err);
+	else if (!rc && rq.json)
 		rc = print_json(served, plan, &err);
-	else if (!rc && !(tmpl && !strcmp(tmpl, "-")))
+	else if (!rc && !(rq.tmpl && !strcmp(rq.tmpl, "-")))
 		rc = print_table(served, plan);
-	if (!rc && tmpl) {
-		rc = write_template(plan, tmpl, &err);
-	} else if (!rc && !json && plan->nundecided) {
+	if (!rc && rq.tmpl) {
+		rc = write_template(plan, rq.tmpl, &err);
+	} else if (!rc && !rq.json && !rq.digest && !rq.compare &&
+		   plan->nundecided) {
 		undecided = 1;
 		rc = list_undecided(plan);
 	}
@@ -688,5 +982,5 @@ int main(int argc, char **argv)
 	flx_xindex_free(xi);
 	flx_ckpt_close(ckpt);
 	flx_mo_release(&mo);
-	return rc || undecided ? 1 : 0;
+	return rc || undecided || ndiff ? 1 : 0;
 }

@@ -316,3 +316,98 @@ PY
 	unmount_ff "$MNT"
 	[[ -f $MNT/file ]]
 }
+
+@test "inspect: the table is in natural name order (layers.2 before layers.10)" {
+	local ck=$BATS_TEST_TMPDIR/nat
+	mkdir -p "$ck"
+	/usr/bin/python3 - "$ck/model.safetensors" <<'PY'
+import json, struct, sys
+names = ["layers.10.w", "layers.2.w", "layers.1.w", "b", "a10", "a9", "layers.02x"]
+h, off = {}, 0
+for n in names:
+    h[n] = {"dtype": "F32", "shape": [1], "data_offsets": [off, off + 4]}
+    off += 4
+j = json.dumps(h).encode()
+j += b" " * (-len(j) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(j)) + j + bytes(off))
+PY
+	run --separate-stderr "$FLEXFS_INSPECT" "$ck"
+	[[ $status -eq 0 ]]
+	local got
+	got=$(sed -n '2,/^$/p' <<<"$output" | awk 'NF {print $1}' | paste -sd' ')
+	[[ $got == "a9 a10 b layers.1.w layers.2.w layers.02x layers.10.w" ]]
+}
+
+@test "cmake --install puts flexfs, flexfs-inspect and the presets in place; installed, they find the presets" {
+	local dest=$BATS_TEST_TMPDIR/dest build
+	build=$(dirname "$FLEXFS_BUILD")
+	[[ -f $build/CMakeCache.txt ]] || skip "no CMake build tree at $build"
+	run env DESTDIR="$dest" cmake --install "$build"
+	[[ $status -eq 0 ]]
+	local prefix
+	prefix=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$build/CMakeCache.txt")
+	[[ -x $dest$prefix/bin/flexfs && -x $dest$prefix/bin/flexfs-inspect ]]
+	run --separate-stderr "$dest$prefix/bin/flexfs-inspect" --list-presets
+	echo "$output $stderr"
+	[[ $status -eq 0 && ${lines[0]} == "rules presets in $dest$prefix/share/flexfs/rules "* ]]
+	[[ ${#lines[@]} -eq 6 && -z $stderr ]]
+	run "$dest$prefix/bin/flexfs-inspect" "$FLEXFS_SRC/tests/fixtures/fsdp2/ckpt" -o tp=2,rules=@torchtitan-llama
+	[[ $status -eq 0 && $output == *"rules: $dest$prefix/share/flexfs/rules/torchtitan-llama.json"* ]]
+}
+
+# digest_check CKPT TRUTH [OPTS]: every line of --digest is the truth's
+# sha256 of the full tensor (written by the fixture's generator from the
+# tensors torch held), and every truth tensor has one.
+digest_check() {
+	run --separate-stderr "$FLEXFS_INSPECT" "$1" --digest ${3:+-o "$3"}
+	[[ $status -eq 0 ]]
+	printf '%s\n' "$output" >"$BATS_TEST_TMPDIR/digests"
+	/usr/bin/python3 - "$2/manifest.json" "$BATS_TEST_TMPDIR/digests" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))["tensors"]
+got = {}
+for line in open(sys.argv[2]).read().splitlines():
+    h, dtype, shape, name = line.split()
+    got[name] = h
+    assert t[name]["sha256"] == h, (name, h)
+    assert dtype == t[name]["dtype"], (name, dtype)
+assert set(got) == set(t), set(got) ^ set(t)
+print(len(got), "digests match")
+PY
+}
+
+@test "--digest: the sha256 of each whole tensor, whatever the layout it was saved in" {
+	digest_check "$FLEXFS_SRC/tests/fixtures/fsdp2-tp/ckpt" "$FLEXFS_SRC/tests/fixtures/fsdp2-tp/truth" tp=2
+	digest_check "$FLEXFS_SRC/tests/fixtures/fsdp2/ckpt" "$FLEXFS_SRC/tests/fixtures/fsdp2/truth"
+	digest_check "$FIXTURE" "$T113/truth"
+	digest_check "$FLEXFS_SRC/tests/fixtures/hf-tiny/sharded" "$FLEXFS_SRC/tests/fixtures/hf-tiny/truth"
+	# natural name order
+	run "$FLEXFS_INSPECT" "$FLEXFS_SRC/tests/fixtures/fsdp2/ckpt" --digest
+	[[ $(awk '{print $4}' <<<"$output" | head -3 | paste -sd' ') == "model.layers.0.attention.wk.weight model.layers.0.attention.wo.weight model.layers.0.attention.wq.weight" ]]
+}
+
+@test "--compare: two layouts of one model are identical; differences are named, exit 1" {
+	local hf=$FLEXFS_SRC/tests/fixtures/hf-tiny
+	run --separate-stderr "$FLEXFS_INSPECT" "$hf/single" --compare "$hf/sharded"
+	[[ $status -eq 0 && ${lines[-1]} == "44 tensor(s) identical, 0 difference(s)" ]]
+	# the same tensors in a DCP checkpoint written by torch 1.13 and 2.6
+	local a=$FLEXFS_SRC/tests/fixtures/dcp-t113 b=$FLEXFS_SRC/tests/fixtures/dcp-t26
+	run --separate-stderr "$FLEXFS_INSPECT" "$a/ckpt" --compare "$b/ckpt"
+	echo "$output"
+	local want
+	want=$(/usr/bin/python3 - "$a/truth/manifest.json" "$b/truth/manifest.json" <<'PY'
+import json, sys
+x, y = (json.load(open(p))["tensors"] for p in sys.argv[1:3])
+same = sum(1 for k in x if k in y and all(x[k][f] == y[k][f] for f in ("dtype", "shape", "sha256")))
+print("%d tensor(s) identical, %d difference(s)" % (same, len(set(x) | set(y)) - same))
+PY
+)
+	[[ ${lines[-1]} == "$want" ]]
+	[[ $want == *", 0 difference(s)" ]] && [[ $status -eq 0 ]] || [[ $status -eq 1 ]]
+	# a different checkpoint: named differences, exit 1
+	run --separate-stderr "$FLEXFS_INSPECT" "$FLEXFS_SRC/tests/fixtures/fsdp2/ckpt" \
+		--compare "$FLEXFS_SRC/tests/fixtures/fsdp2-tp/ckpt" -o "include=model.*"
+	[[ $status -eq 1 ]]
+	[[ $output == *"shape differs: model.norm.weight: 10 vs 12"* ]]
+	[[ ${lines[-1]} == "0 tensor(s) identical, 21 difference(s)" ]]
+}
