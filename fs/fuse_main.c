@@ -192,6 +192,7 @@ static const char *mountpoint_refused(const flx_mountopts *mo, const char *mnt)
 
 	if (!real)
 		return NULL;
+	type[0] = '\0';
 	if (read_mountinfo(&info) == 0 &&
 	    flx_mo_mountinfo_type(info, real, type, sizeof(type)) == 0 &&
 	    strcmp(type, "fuse." FLX_MO_SUBTYPE) == 0)
@@ -199,7 +200,10 @@ static const char *mountpoint_refused(const flx_mountopts *mo, const char *mnt)
 		      "fusermount3 -u)";
 	free(info);
 	free(real);
-	if (why || mo->nonempty || !(d = opendir(mnt)))
+	/* an automount point (fstab x-systemd.automount) is an autofs mount
+	 * whose listing would wait for this very mount */
+	if (why || mo->nonempty || !strcmp(type, "autofs") ||
+	    !(d = opendir(mnt)))
 		return why;
 	while ((e = readdir(d)) && !why)
 		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
