@@ -16,10 +16,12 @@
 
 #include "ckpt.h"
 #include "error.h"
+#include "filter.h"
 #include "plan.h"
 #include "transform.h"
 #include "tree.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -143,12 +145,81 @@ static bool inside_source(const char *source, const char *mnt)
 	return in;
 }
 
+/* The text of /proc/self/mountinfo (bounded: a pathological mount table is
+ * not worth more than 64 MiB).  @return 0 and *out (owned: free()), or
+ * -errno. */
+static int read_mountinfo(char **out)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	char *text = NULL;
+	size_t len = 0, cap = 0, n;
+	int rc = -ENOMEM;
+
+	if (!f)
+		return -errno;
+	while (cap < (64u << 20)) {
+		char *nt = realloc(text, cap = cap ? 2 * cap : 65536);
+
+		if (!nt)
+			break;
+		text = nt;
+		n = fread(text + len, 1, cap - 1 - len, f);
+		len += n;
+		if (len < cap - 1) {
+			text[len] = '\0';
+			rc = ferror(f) ? -EIO : 0;
+			break;
+		}
+	}
+	fclose(f);
+	if (rc)
+		free(text);
+	else
+		*out = text;
+	return rc;
+}
+
+/* A mount point that already is a flexfs mount (mounting again would stack
+ * a second one over it), or that has entries the mount would hide unless
+ * -o nonempty: the reason, or NULL when mnt is fine (or cannot be looked
+ * at: fuse_session_mount() then says why). */
+static const char *mountpoint_refused(const flx_mountopts *mo, const char *mnt)
+{
+	char *real = realpath(mnt, NULL), *info = NULL, type[64];
+	const char *why = NULL;
+	struct dirent *e;
+	DIR *d;
+
+	if (!real)
+		return NULL;
+	type[0] = '\0';
+	if (read_mountinfo(&info) == 0 &&
+	    flx_mo_mountinfo_type(info, real, type, sizeof(type)) == 0 &&
+	    strcmp(type, "fuse." FLX_MO_SUBTYPE) == 0)
+		why = "is already a flexfs mount (unmount it first: "
+		      "fusermount3 -u)";
+	free(info);
+	free(real);
+	/* an automount point (fstab x-systemd.automount) is an autofs mount
+	 * whose listing would wait for this very mount */
+	if (why || mo->nonempty || !strcmp(type, "autofs") ||
+	    !(d = opendir(mnt)))
+		return why;
+	while ((e = readdir(d)) && !why)
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			why = "is not empty: the mount would hide its files "
+			      "(mount with -o nonempty to mount over them)";
+	closedir(d);
+	return why;
+}
+
 /* Options, source and libfuse's command line; prints what went wrong.
  * @return 0 to mount, 1 to exit with failure, 2 to exit with success. */
 static int parse(const char *prog, struct cmdline *cl, struct fuse_args *args,
 		 struct fuse_cmdline_opts *fo)
 {
 	char *optstr = NULL;
+	const char *why;
 	int rc;
 
 	if (fuse_opt_parse(args, cl, flx_opt_table, opt_proc) == -1) {
@@ -201,13 +272,20 @@ static int parse(const char *prog, struct cmdline *cl, struct fuse_args *args,
 		report(&cl->err);
 		return 1;
 	}
+	why = mountpoint_refused(&cl->mo, fo->mountpoint);
+	if (why) {
+		flx_error_set(&cl->err, -EINVAL, fo->mountpoint, NULL, "%s",
+			      why);
+		report(&cl->err);
+		return 1;
+	}
 	return 0;
 }
 
 /* Checkpoint -> plan -> tree, every check that needs the real metadata.
  * @return 0, or -errno after printing the one error line. */
 static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_xindex **xi,
-		 flx_plan **plan, flx_fs **fs)
+		 flx_findex **fi, flx_plan **plan, flx_fs **fs)
 {
 	flx_error err;
 	int rc;
@@ -221,15 +299,33 @@ static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_xindex **xi,
 	    &(flx_ckpt_opts){.format = cl->mo.source_format,
 			     .defer_items = true,
 			     .has_paddle_id = cl->mo.has_paddle_id,
-			     .paddle_id = cl->mo.paddle_id},
+			     .paddle_id = cl->mo.paddle_id,
+			     .follow_symlinks = cl->mo.follow_symlinks},
 	    ckpt, &err);
+	if (!rc && (*ckpt)->skipped_links)
+		fprintf(stderr,
+			"flexfs: %s: %zu symlinked file(s) not served (leading "
+			"outside the directory, dangling or not to a file; "
+			"-o follow_symlinks follows them outside): %s\n",
+			cl->mo.source, (*ckpt)->nskipped_links,
+			(*ckpt)->skipped_links);
 	if (!rc)
 		rc = flx_xform_apply(cl->mo.spec.xform, *ckpt, xi, &err);
 	if (!rc)
-		rc = flx_plan_build(flx_xindex_ckpt(*xi), &cl->mo.spec, plan,
-				    &err);
+		rc = flx_filter_apply(&cl->mo.spec, flx_xindex_ckpt(*xi), fi,
+				      &err);
 	if (!rc)
-		rc = flx_fs_build(flx_xindex_ckpt(*xi), *plan, fs, &err);
+		rc = flx_plan_build(flx_findex_ckpt(*fi), &cl->mo.spec, plan,
+				    &err);
+	if (!rc) {
+		char note[2 * FLX_ERR_FIELD];
+
+		for (size_t i = 0; !flx_plan_note(*plan, i, note, sizeof(note));
+		     i++)
+			fprintf(stderr, "flexfs: %s: %s\n", cl->mo.source,
+				note);
+		rc = flx_fs_build(flx_findex_ckpt(*fi), *plan, fs, &err);
+	}
 	if (*ckpt) {
 		flx_error ierr;
 		int irc;
@@ -259,10 +355,8 @@ static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_xindex **xi,
  * INIT that only the loop, not yet running, can answer. */
 static void find_bdi(const flx_mountopts *mo, const char *mnt, flx_ll *ll)
 {
-	FILE *f;
 	char *text = NULL;
-	size_t len = 0, cap = 0, n;
-	int rc = -ENOMEM;
+	int rc;
 
 	/* Same "auto" sentinel on both sides of the option layer. */
 	ll->read_ahead_kb = mo->read_ahead_kb == FLX_MO_READ_AHEAD_AUTO
@@ -271,31 +365,9 @@ static void find_bdi(const flx_mountopts *mo, const char *mnt, flx_ll *ll)
 	ll->ra_verbose = mo->ra_given;
 	if (!mo->read_ahead_kb)
 		return;
-	f = fopen("/proc/self/mountinfo", "r");
-	if (!f) {
-		rc = -errno;
-		goto out;
-	}
-	/* Bounded: a pathological mount table is not worth more. */
-	while (cap < (64u << 20)) {
-		char *nt = realloc(text, cap = cap ? 2 * cap : 65536);
-
-		if (!nt)
-			break;
-		text = nt;
-		n = fread(text + len, 1, cap - 1 - len, f);
-		len += n;
-		if (len < cap - 1) {
-			text[len] = '\0';
-			rc = ferror(f)
-				 ? -EIO
-				 : flx_mo_mountinfo_dev(text, mnt, ll->bdi,
-							sizeof(ll->bdi));
-			break;
-		}
-	}
-	fclose(f);
-out:
+	rc = read_mountinfo(&text);
+	if (!rc)
+		rc = flx_mo_mountinfo_dev(text, mnt, ll->bdi, sizeof(ll->bdi));
 	free(text);
 	if (rc && ll->ra_verbose)
 		fprintf(stderr,
@@ -450,6 +522,7 @@ int main(int argc, char **argv)
 	struct cmdline cl;
 	flx_ckpt *ckpt = NULL;
 	flx_xindex *xi = NULL;
+	flx_findex *fi = NULL;
 	flx_plan *plan = NULL;
 	flx_fs *fs = NULL;
 	flx_bcache *cache = NULL;
@@ -473,7 +546,7 @@ int main(int argc, char **argv)
 		ret = rc == 2 ? 0 : 1;
 		goto err_out1;
 	}
-	if (build(&cl, &ckpt, &xi, &plan, &fs))
+	if (build(&cl, &ckpt, &xi, &fi, &plan, &fs))
 		goto err_out1;
 	if (make_cache(&cl.mo, flx_xindex_ckpt(xi), fs, &cache))
 		goto err_out1;
@@ -511,6 +584,7 @@ err_out1:
 	flx_fs_free(fs);
 	flx_bcache_free(cache);
 	flx_plan_free(plan);
+	flx_findex_free(fi);
 	flx_xindex_free(xi);
 	flx_ckpt_close(ckpt);
 	free(fo.mountpoint);

@@ -16,6 +16,8 @@ const char flx_mo_help[] =
     "    -o pp=N                pipeline stages of the view (default 1)\n"
     "    -o rules=FILE          JSON placement rules (split axis, stage) "
     "per FQN glob\n"
+    "    -o rules=@NAME         a shipped preset (flexfs-inspect "
+    "--list-presets)\n"
     "    -o layer_regex=ERE     finds the layer index of an FQN (last "
     "group)\n"
     "    -o embed_regex=ERE     FQNs that belong to the first stage\n"
@@ -23,12 +25,23 @@ const char flx_mo_help[] =
     "views\n"
     "    -o hf_shard_size=SIZE  bytes per hf/ shard, K/M/G/T suffixes "
     "(default 5G)\n"
+    "    -o include=GLOB[:GLOB...]  serve only the tensors and objects "
+    "matching\n"
+    "                           one (fnmatch, names as saved; repeatable)\n"
+    "    -o exclude=GLOB[:GLOB...]  leave out those matching one\n"
+    "    -o strip_prefix=PREFIX cut PREFIX (e.g. model.) from the served "
+    "names\n"
     "    -o source_format=NAME  read the checkpoint as torch-dcp or "
     "hf-safetensors\n"
     "                           (default: detected from the directory)\n"
     "    -o paddle_id=N         the unique id of a Paddle checkpoint to "
     "read\n"
     "                           (default: the highest in the directory)\n"
+    "    -o follow_symlinks[=0|1]  serve files that are symlinks "
+    "leading outside\n"
+    "                           CHECKPOINT (a Hugging Face cache "
+    "snapshot)\n"
+    "    -o nonempty[=0|1]      mount over a non-empty MOUNTPOINT\n"
     "    -o read_ahead_kb=N     readahead of the mount in KiB: the size of "
     "FUSE\n"
     "                           read requests in flight (default: 4 "
@@ -53,9 +66,11 @@ const char flx_mo_help[] =
     "    go to libfuse (listed below); use \\, for a comma in a value.\n";
 
 static const char *const ours[] = {
-    "tp",	   "pp",	  "rules",	   "layer_regex",
-    "embed_regex", "pp_renumber", "hf_shard_size", "read_ahead_kb",
-    "direct_io",   "cache_size",  "source_format", "paddle_id",
+    "tp",	    "pp",	   "rules",	      "layer_regex",
+    "embed_regex",  "pp_renumber",  "hf_shard_size",   "read_ahead_kb",
+    "direct_io",    "cache_size",   "source_format",   "paddle_id",
+    "include",	    "exclude",	   "strip_prefix",    "follow_symlinks",
+    "nonempty",
 };
 
 static const char *const fstab_exact[] = {
@@ -365,6 +380,13 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 		if (key_is(tok, "direct_io"))
 			return flx_parse_flag("direct_io", option_value(tok),
 					      &mo->direct_io, err);
+		if (key_is(tok, "follow_symlinks"))
+			return flx_parse_flag("follow_symlinks",
+					      option_value(tok),
+					      &mo->follow_symlinks, err);
+		if (key_is(tok, "nonempty"))
+			return flx_parse_flag("nonempty", option_value(tok),
+					      &mo->nonempty, err);
 		if (key_is(tok, "cache_size"))
 			return apply_cache_size(mo, option_value(tok), err);
 		if (key_is(tok, "source_format"))
@@ -545,16 +567,19 @@ static size_t mountinfo_field(const char *s, char *out, size_t cap)
 	return n;
 }
 
-int flx_mo_mountinfo_dev(const char *mountinfo, const char *mnt, char *dev,
-			 size_t len)
+/* The topmost entry of mountinfo at mnt, of a "fuse*" type when fuse_only:
+ * its MAJ:MIN in dev[64] and its type in type[64].  @return 0, or -ENOENT
+ * when none matches. */
+static int mountinfo_find(const char *mountinfo, const char *mnt,
+			  bool fuse_only, char *dev, char *type)
 {
-	char path[4096], found[64] = "";
+	char path[4096], mm[64], ty[64];
 	const char *line = mountinfo;
+	bool found = false;
 
 	/* id parent MAJ:MIN root mountpoint options [optional...] - fstype */
 	while (line && *line) {
 		const char *nl = strchr(line, '\n'), *f = line, *sep;
-		char mm[64];
 		int i;
 
 		for (i = 0; i < 2 && f; i++) {
@@ -563,22 +588,48 @@ int flx_mo_mountinfo_dev(const char *mountinfo, const char *mnt, char *dev,
 		}
 		sep = strstr(line, " - ");
 		if (f && sep && (!nl || sep < nl) &&
-		    mountinfo_field(f, mm, sizeof(mm)) < sizeof(mm)) {
+		    mountinfo_field(f, mm, sizeof(mm)) < sizeof(mm) &&
+		    mountinfo_field(sep + 3, ty, sizeof(ty)) < sizeof(ty)) {
 			const char *mp = strchr(f, ' ');
 
 			mp = mp ? strchr(mp + 1, ' ') : NULL;
 			if (mp &&
 			    mountinfo_field(mp + 1, path, sizeof(path)) <
 				sizeof(path) &&
-			    !strcmp(path, mnt) && !strncmp(sep + 3, "fuse", 4))
-				memcpy(found, mm, sizeof(found));
+			    !strcmp(path, mnt) &&
+			    (!fuse_only || !strncmp(ty, "fuse", 4))) {
+				memcpy(dev, mm, sizeof(mm));
+				memcpy(type, ty, sizeof(ty));
+				found = true;
+			}
 		}
 		line = nl ? nl + 1 : NULL;
 	}
-	if (!found[0])
+	return found ? 0 : -ENOENT;
+}
+
+int flx_mo_mountinfo_dev(const char *mountinfo, const char *mnt, char *dev,
+			 size_t len)
+{
+	char found[64], type[64];
+
+	if (mountinfo_find(mountinfo, mnt, true, found, type))
 		return -ENOENT;
 	if (strlen(found) >= len)
 		return -ENAMETOOLONG;
 	strcpy(dev, found);
+	return 0;
+}
+
+int flx_mo_mountinfo_type(const char *mountinfo, const char *mnt, char *type,
+			  size_t len)
+{
+	char dev[64], found[64];
+
+	if (mountinfo_find(mountinfo, mnt, false, dev, found))
+		return -ENOENT;
+	if (strlen(found) >= len)
+		return -ENAMETOOLONG;
+	strcpy(type, found);
 	return 0;
 }

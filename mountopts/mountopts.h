@@ -81,6 +81,11 @@ typedef struct flx_mountopts {
 	 * (reshard/bcache.h); 0 disables, FLX_MO_CACHE_AUTO (unset): see
 	 * flx_mo_cache_bytes(). */
 	uint64_t cache_size;
+	/* follow_symlinks[=0|1]: flx_ckpt_opts.follow_symlinks */
+	bool follow_symlinks;
+	/* nonempty[=0|1]: a MOUNTPOINT with entries is mounted over (it is
+	 * refused otherwise; libfuse 3 no longer checks) */
+	bool nonempty;
 } flx_mountopts;
 
 /** Defaults (see flx_spec_init), no source, no libfuse tokens.
@@ -176,6 +181,16 @@ int flx_mo_argv(int argc, char **argv, int *out_argc, char ***out_argv);
  */
 int flx_mo_mountinfo_dev(const char *mountinfo, const char *mnt, char *dev,
 			 size_t len);
+
+/**
+ * The file-system type ("fuse.flexfs", "ext4") of the topmost mount at mnt
+ * (an absolute, canonical path) in the text of /proc/self/mountinfo,
+ * escapes undone as for flx_mo_mountinfo_dev().
+ * @return 0 and type (NUL-terminated), -ENOENT if nothing is mounted there,
+ *         or -ENAMETOOLONG if type is too small.
+ */
+int flx_mo_mountinfo_type(const char *mountinfo, const char *mnt, char *type,
+			  size_t len);
 
 /** One line per option we own, for --help (static text). */
 extern const char flx_mo_help[];

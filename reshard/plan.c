@@ -74,8 +74,10 @@ static int match_layer(const regex_t *rx, bool dflt, const char *fqn,
 
 /* What placement decides for one tensor before any view is built. */
 typedef struct decision {
-	int split;    /* axis, or -1: replicated on every TP rank */
-	int stage_lo; /* stages holding it: [stage_lo, stage_hi] */
+	int split;	/* axis, or -1: replicated on every TP rank */
+	bool undecided; /* no rule, no single saved axis (decide_split()) */
+	const flx_rule *rule; /* the rule that matched, NULL if none */
+	int stage_lo;	      /* stages holding it: [stage_lo, stage_hi] */
 	int stage_hi;
 	int layer; /* global layer index, -1 if none */
 } decision;
@@ -84,15 +86,16 @@ typedef struct decision {
  * else the one axis past its stacked axes
  * whose chunk offsets differ), -1 when saved whole, replicated or split
  * only along stacked axes; *second: another such axis, -1 if none (the
- * split is then undetermined). */
-static void infer_split(const flx_tensor *t, int *axis, int *second)
+ * split is then undetermined).  dp0: axis 0 is split only by the source's
+ * data-parallel sharding (dp_scan()), which is no TP split. */
+static void infer_split(const flx_tensor *t, bool dp0, int *axis, int *second)
 {
 	*axis = *second = -1;
 	if (t->saved_split) {
 		*axis = t->saved_split > 0 ? t->saved_split - 1 : -1;
 		return;
 	}
-	for (int d = t->stacked; d < t->ndim && *second < 0; d++) {
+	for (int d = dp0 ? 1 : t->stacked; d < t->ndim && *second < 0; d++) {
 		for (uint32_t i = 1; i < t->nchunks; i++) {
 			if (t->chunks[i].off[d] == t->chunks[0].off[d])
 				continue;
@@ -105,14 +108,159 @@ static void infer_split(const flx_tensor *t, int *axis, int *second)
 	}
 }
 
+/*
+ * Data-parallel sharding along dim 0 (FSDP, FSDP2 x TP): torch.chunk(n, m)
+ * pieces of dim 0 (m = 1, or TP's pieces under torch's strided shards),
+ * each cut in torch.chunk(., D) pieces, empty pieces absent (never saved).
+ * offs: the k sorted distinct dim-0 chunk offsets of a tensor of n rows.
+ */
+static bool dim0_nested(const int64_t *offs, uint32_t k, int64_t n, int64_t m,
+			int64_t D)
+{
+	int64_t c = (n + m - 1) / m;
+	uint32_t i = 0;
+
+	for (int64_t j = 0; j < m; j++) {
+		int64_t lo = j * c < n ? j * c : n;
+		int64_t len = (lo + c < n ? lo + c : n) - lo;
+		int64_t c2 = (len + D - 1) / D;
+
+		for (int64_t q = 0; q < D && q * c2 < len; q++)
+			if (i >= k || offs[i++] != lo + q * c2)
+				return false;
+	}
+	return i == k;
+}
+
+/* The m that makes offs[0..k) FSDP's dim-0 pieces of degree D
+ * (dim0_nested()), 0 if none.  The pieces number m * D less the empty
+ * ones, so m is at least ceil(k / D) and, short pieces being rare, close
+ * to it. */
+static int64_t dim0_factor(const int64_t *offs, uint32_t k, int64_t n,
+			   int64_t D)
+{
+	int64_t lo = ((int64_t)k + D - 1) / D;
+
+	if (n == 0)
+		return 1;
+	for (int64_t m = lo; m <= lo + 3 && m <= (int64_t)k; m++)
+		if (dim0_nested(offs, k, n, m, D))
+			return m;
+	return 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The sorted distinct dim-0 offsets of t's chunks into buf, their number
+ * in *k. */
+static void dim0_offsets(const flx_tensor *t, int64_t *buf, uint32_t *k)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < t->nchunks; i++)
+		buf[i] = t->chunks[i].off[0];
+	qsort(buf, t->nchunks, sizeof(*buf), cmp_i64);
+	for (uint32_t i = 0; i < t->nchunks; i++)
+		if (i == 0 || buf[i] != buf[n - 1])
+			buf[n++] = buf[i];
+	*k = n;
+}
+
+/* Whether tensor t takes part in dp_scan(): one or more dimensions, none
+ * stacking modules, and a split the source did not state itself (its
+ * word is final: infer_split()). */
+static bool dp_tensor(const flx_tensor *t)
+{
+	return t->ndim > 0 && t->stacked == 0 && t->saved_split == 0;
+}
+
+/* Candidate degrees tried, smallest piece counts first. */
+#define DP_CANDIDATES 8
+
+/*
+ * The source's data-parallel degree: D >= 2 when every tensor of one or
+ * more dimensions (none stacking modules) is saved in FSDP's dim-0 pieces
+ * of degree D (dim0_factor()), else 0.  dp0[i]: dim 0 of tensor i is split
+ * by that sharding alone (factor 1), so no TP split; a factor above 1 is
+ * TP's split along dim 0 under FSDP's (torch's strided shards).
+ * @return 0 and *D, dp0 filled (all false when *D is 0), or -ENOMEM.
+ */
+static int dp_scan(const flx_ckpt *c, int *D, bool *dp0)
+{
+	uint32_t maxc = 1, cand[DP_CANDIDATES], ncand = 0;
+	int64_t *buf;
+	bool fits = false;
+
+	*D = 0;
+	for (size_t i = 0; i < c->ntensors; i++) {
+		dp0[i] = false;
+		if (c->tensors[i].nchunks > maxc)
+			maxc = c->tensors[i].nchunks;
+	}
+	buf = malloc(maxc * sizeof(*buf));
+	if (!buf)
+		return -ENOMEM;
+	/* the smallest piece counts above 1: D is one of them */
+	for (size_t i = 0; i < c->ntensors; i++) {
+		uint32_t k, at = 0;
+
+		if (!dp_tensor(&c->tensors[i]))
+			continue;
+		dim0_offsets(&c->tensors[i], buf, &k);
+		while (at < ncand && cand[at] < k)
+			at++;
+		if (k < 2 || (at < ncand && cand[at] == k) ||
+		    at == DP_CANDIDATES)
+			continue;
+		memmove(cand + at + 1, cand + at,
+			(ncand - at - (ncand == DP_CANDIDATES)) *
+			    sizeof(*cand));
+		cand[at] = k;
+		ncand += ncand < DP_CANDIDATES;
+	}
+	for (uint32_t ci = 0; ci < ncand && !fits; ci++) {
+		fits = true;
+		for (size_t i = 0; i < c->ntensors && fits; i++) {
+			const flx_tensor *t = &c->tensors[i];
+			uint32_t k;
+			int64_t m;
+
+			if (!dp_tensor(t))
+				continue;
+			dim0_offsets(t, buf, &k);
+			m = dim0_factor(buf, k, t->shape[0], cand[ci]);
+			fits = m > 0;
+			dp0[i] = m == 1;
+		}
+		if (fits)
+			*D = (int)cand[ci];
+	}
+	if (!fits)
+		for (size_t i = 0; i < c->ntensors; i++)
+			dp0[i] = false;
+	free(buf);
+	return 0;
+}
+
 /* Split axis of t: the rule's, else the saved one.  At tp=1 nothing is
- * split, so a tensor saved along several axes is served whole (-1).
- * @return 0 and *axis (-1: replicated), or -EINVAL naming the tensor. */
+ * split, so a tensor saved along several axes is served whole (-1).  A
+ * tensor saved along several axes at tp > 1 without a rule is undecided:
+ * *axis = -1 and *undecided (flx_plan_build() refuses the plan, listing
+ * them; flx_plan_build_all() serves them replicated).
+ * @return 0 and *axis (-1: replicated), or -EINVAL naming the tensor (a
+ *         rule's axis it lacks). */
 static int decide_split(const flx_spec *s, const flx_rule *rule,
-			const flx_tensor *t, int *axis, flx_error *err)
+			const flx_tensor *t, bool dp0, int *axis,
+			bool *undecided, flx_error *err)
 {
 	int second;
 
+	*undecided = false;
 	if (rule && rule->split == FLX_SPLIT_NONE) {
 		*axis = -1;
 		return 0;
@@ -133,18 +281,12 @@ static int decide_split(const flx_spec *s, const flx_rule *rule,
 		*axis = rule->axis;
 		return 0;
 	}
-	infer_split(t, axis, &second);
+	infer_split(t, dp0, axis, &second);
 	if (second < 0)
 		return 0;
-	if (s->tp == 1) {
-		*axis = -1;
-		return 0;
-	}
-	return flx_error_set(err, -EINVAL, NULL, t->fqn,
-			     "saved split along axes %d and %d; "
-			     "add a rule giving its target split "
-			     "(rules=FILE)",
-			     *axis, second);
+	*axis = -1;
+	*undecided = s->tp > 1;
+	return 0;
 }
 
 static int cmp_int(const void *a, const void *b)
@@ -189,6 +331,7 @@ static int first_pos_of_stage(const layer_map *m, int s)
 
 /* What the decisions need besides the spec; shared by every tensor. */
 typedef struct placer {
+	const bool *dp0; /* per tensor, from dp_scan() */
 	const regex_t *embed_rx;
 	const layer_map *lm;
 	const layer_match *matches; /* per tensor, from build_layer_map() */
@@ -248,8 +391,9 @@ static int decide(const flx_plan *p, const placer *pc, size_t i, decision *d,
 	const layer_match *m = &pc->matches[i];
 	int rc;
 
-	*d = (decision){.split = -1, .layer = m->layer};
-	rc = decide_split(p->spec, rule, t, &d->split, err);
+	*d = (decision){.split = -1, .layer = m->layer, .rule = rule};
+	rc = decide_split(p->spec, rule, t, pc->dp0[i], &d->split,
+			  &d->undecided, err);
 	if (rc)
 		return rc;
 	/* A stacked tensor spans every layer: its stages would follow the
@@ -446,6 +590,10 @@ static int place_one(flx_plan *p, size_t i, placer *pc, const box_index *chunks,
 	if (rc)
 		return rc;
 	pl->split = d.split;
+	pl->undecided = d.undecided;
+	if (d.rule)
+		p->rule_used[d.rule - p->spec->rules] = true;
+	p->nundecided += d.undecided;
 	pl->stage_lo = d.stage_lo;
 	pl->stage_hi = d.stage_hi;
 	pl->layer = d.layer;
@@ -506,14 +654,81 @@ static int compile_regexes(const flx_spec *spec, regex_t *layer_rx,
 				   "invalid regular expression");
 }
 
+/* A placement error without a file is about the checkpoint's metadata. */
+static void plan_error_file(const flx_ckpt *ckpt, flx_error *err)
+{
+	char meta[FLX_ERR_FIELD];
+
+	if (!err || err->file[0])
+		return;
+	snprintf(meta, sizeof(meta), "%s/.metadata", ckpt->dir);
+	flx_error_file(err, meta);
+}
+
+/* The undecided tensors named in the error, at most so many and within so
+ * many bytes of names: the count says the rest. */
+#define UNDECIDED_NAMED	    3
+#define UNDECIDED_NAMES_LEN 160
+
+/* The one error for every undecided tensor of p: the first few by name,
+ * how many in all, and where a rules file for them comes from. */
+static int undecided_error(const flx_plan *p, flx_error *err)
+{
+	char names[FLX_ERR_FIELD];
+	size_t len = 0, shown = 0;
+
+	names[0] = '\0';
+	for (size_t i = 0; i < p->n && shown < UNDECIDED_NAMED; i++) {
+		const char *fqn = p->p[i].src->fqn;
+
+		if (!p->p[i].undecided)
+			continue;
+		if (shown && len + strlen(fqn) + 2 > UNDECIDED_NAMES_LEN)
+			break;
+		len += (size_t)snprintf(names + len, sizeof(names) - len,
+					"%s%s", shown ? ", " : "", fqn);
+		if (len >= sizeof(names))
+			len = sizeof(names) - 1;
+		shown++;
+	}
+	if (p->nundecided > shown)
+		snprintf(names + len, sizeof(names) - len, " and %zu more",
+			 p->nundecided - shown);
+	return flx_error_set(err, -EINVAL, NULL, names,
+			     "%zu tensor(s) saved split along several axes; "
+			     "add a rule giving their target split "
+			     "(flexfs-inspect --rules-template=FILE writes "
+			     "one for all of them; mount with rules=FILE)",
+			     p->nundecided);
+}
+
 int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 		   flx_error *err)
+{
+	flx_plan *p = NULL;
+	int rc = flx_plan_build_all(ckpt, spec, &p, err);
+
+	if (rc)
+		return rc;
+	if (p->nundecided) {
+		rc = undecided_error(p, err);
+		plan_error_file(ckpt, err);
+		flx_plan_free(p);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
+		       flx_plan **out, flx_error *err)
 {
 	flx_plan *p = calloc(1, sizeof(*p));
 	regex_t layer_rx, embed_rx;
 	bool have_layer = false, have_embed = false;
 	layer_map lm = {0};
 	layer_match *matches = NULL;
+	bool *dp0 = NULL;
 	placer pc = {.embed_rx = &embed_rx, .lm = &lm};
 	int rc;
 
@@ -538,6 +753,16 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 		goto out;
 	pc.matches = matches;
 	p->nlayers = lm.n;
+	dp0 = malloc(ckpt->ntensors ? ckpt->ntensors : 1);
+	rc = dp0 ? dp_scan(ckpt, &p->dp_degree, dp0) : -ENOMEM;
+	if (rc)
+		goto out;
+	pc.dp0 = dp0;
+	p->rule_used = calloc(spec->nrules ? spec->nrules : 1, 1);
+	if (!p->rule_used) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	p->p = calloc(ckpt->ntensors ? ckpt->ntensors : 1, sizeof(*p->p));
 	if (!p->p) {
 		rc = -ENOMEM;
@@ -566,16 +791,12 @@ int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 out:
 	if (rc) {
 		flx_error_default(err, rc, NULL);
-		if (err && !err->file[0]) {
-			char meta[FLX_ERR_FIELD];
-
-			snprintf(meta, sizeof(meta), "%s/.metadata", ckpt->dir);
-			flx_error_file(err, meta);
-		}
+		plan_error_file(ckpt, err);
 		flx_plan_free(p);
 		p = NULL;
 	}
 	free(pc.sc.idx);
+	free(dp0);
 	free(matches);
 	free(lm.idx);
 	if (have_layer)
@@ -585,6 +806,79 @@ out:
 	if (p)
 		*out = p;
 	return rc;
+}
+
+/* The mount's notes, in flx_plan_note()'s order. */
+enum { NOTE_DP, NOTE_EMPTY_STAGES, NOTE_UNUSED_RULES, NNOTES };
+
+/* Whether note k has something to say; stages: the empty ones listed. */
+static bool note_due(const flx_plan *p, int k, char *list, size_t len)
+{
+	size_t n = 0;
+	bool any = false;
+
+	list[0] = '\0';
+	if (k == NOTE_DP)
+		return p->dp_degree && p->spec->tp > 1;
+	if (k == NOTE_UNUSED_RULES) {
+		/* a preset covers many models: some rules always idle */
+		for (size_t r = 0;
+		     r < p->spec->nrules && !p->spec->rules_preset; r++) {
+			if (p->rule_used[r])
+				continue;
+			if (n < len)
+				n += (size_t)snprintf(list + n, len - n,
+						      "%s%zu ('%s')",
+						      any ? ", " : "", r,
+						      p->spec->rules[r].match);
+			any = true;
+		}
+		return any;
+	}
+	for (int st = 0; st < p->spec->pp; st++) {
+		bool held = false;
+
+		for (size_t i = 0; i < p->n && !held; i++)
+			held = p->p[i].stage_lo <= st && st <= p->p[i].stage_hi;
+		if (held)
+			continue;
+		if (n < len)
+			n += (size_t)snprintf(list + n, len - n, "%s%d",
+					      any ? ", " : "", st);
+		any = true;
+	}
+	return any;
+}
+
+int flx_plan_note(const flx_plan *p, size_t i, char *buf, size_t len)
+{
+	char list[160];
+
+	for (int k = 0; k < NNOTES; k++) {
+		if (!note_due(p, k, list, sizeof(list)) || i--)
+			continue;
+		if (strlen(list) == sizeof(list) - 1)
+			strcpy(list + sizeof(list) - 4, "...");
+		if (k == NOTE_DP)
+			snprintf(buf, len,
+				 "every tensor was saved in %d data-parallel "
+				 "shards along dim 0 (FSDP): that split is no "
+				 "TP split, so a tensor split only so is "
+				 "replicated unless a rule splits it",
+				 p->dp_degree);
+		else if (k == NOTE_EMPTY_STAGES)
+			snprintf(buf, len,
+				 "pp=%d over %d layer(s) leaves stage(s) %s "
+				 "without any tensor",
+				 p->spec->pp, p->nlayers, list);
+		else
+			snprintf(buf, len,
+				 "%s: rule(s) %s match no tensor (each tensor "
+				 "takes the first rule matching it)",
+				 p->spec->rules_path, list);
+		return 0;
+	}
+	return -ENOENT;
 }
 
 const char *flx_placement_name(const flx_placement *pl, int stage)
@@ -598,6 +892,7 @@ void flx_plan_free(flx_plan *p)
 		return;
 	arena_free(p->arena);
 	free(p->arena);
+	free(p->rule_used);
 	free(p->p);
 	free(p);
 }

@@ -24,7 +24,10 @@ typedef struct flx_plan_arena flx_plan_arena;
  * source FQN itself unless renumbered) and lives until flx_plan_free(). */
 typedef struct flx_placement {
 	const flx_tensor *src;
-	int split;    /* axis, or -1: replicated on every TP rank */
+	int split; /* axis, or -1: replicated on every TP rank */
+	/* flx_plan_build_all() only: saved split along several axes, tp > 1
+	 * and no rule gives its split; placed replicated (split -1) */
+	bool undecided;
 	int stage_lo; /* stages holding it: [stage_lo, stage_hi] */
 	int stage_hi;
 	int layer;	       /* global layer index, -1 if none */
@@ -39,18 +42,28 @@ typedef struct flx_plan {
 	const flx_ckpt *ckpt; /* borrowed */
 	const flx_spec *spec; /* borrowed */
 	size_t n;
-	flx_placement *p;      /* one per source tensor, same order */
-	int nlayers;	       /* distinct layer indices matched */
+	flx_placement *p;  /* one per source tensor, same order */
+	int nlayers;	   /* distinct layer indices matched */
+	size_t nundecided; /* placements marked undecided */
+	/* the source's data-parallel degree D, 0 if none: every tensor of
+	 * one or more dimensions (none stacking modules) was saved in
+	 * FSDP's dim-0 shards of D (torch.chunk pieces, or pieces of TP's
+	 * pieces under torch's strided shards).  That split is no TP split:
+	 * a tensor split only so is replicated unless a rule splits it, and
+	 * one split along another axis too is split along that one. */
+	int dp_degree;
+	bool *rule_used;       /* per spec rule: a tensor took it */
 	flx_plan_arena *arena; /* internal: views and names, in blocks */
 } flx_plan;
 
 /**
  * Place every tensor of ckpt under spec.  ckpt is the index to serve: a
  * source's, or the transformed index of one (transform.h); placement
- * reads only its tensors' names, shapes and chunk boxes.  Fails (one error
- * naming the tensor) when a tensor's split cannot be inferred at tp > 1 and
- * no rule gives it (at tp=1 nothing is split: a tensor saved along several
- * axes is served whole), a rule names an axis the tensor lacks or one of its
+ * reads only its tensors' names, shapes and chunk boxes.  Fails with one
+ * error when tensors' splits cannot be inferred at tp > 1 and no rule gives
+ * them (the error names the first few and counts them all; at tp=1 nothing
+ * is split: a tensor saved along several axes is served whole), or (one
+ * error naming the tensor) a rule names an axis the tensor lacks or one of its
  * stacked axes (flx_tensor.stacked, never a TP axis), a stage number is out
  * of range, two tensors land on the same name in one stage, or (-ENOTSUP) a
  * stacked tensor has pp > 1 and no rule giving its stage.
@@ -59,7 +72,28 @@ typedef struct flx_plan {
 int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
 		   flx_error *err);
 
+/**
+ * flx_plan_build(), except that a tensor whose split cannot be decided is
+ * not an error: it is placed replicated and marked (flx_placement.undecided,
+ * counted in nundecided), so that every tensor can be shown and a rule
+ * written for the undecided ones (flexfs-inspect).  Every other failure is
+ * flx_plan_build()'s.  @return 0 and *out (owned; flx_plan_free()), or
+ * -errno with err.
+ */
+int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
+		       flx_plan **out, flx_error *err);
+
 void flx_plan_free(flx_plan *p);
+
+/**
+ * Note i (0, 1, ... in turn) of what a mount of plan p says once, one line
+ * without a newline, in buf (len bytes): the source's data-parallel
+ * sharding (dp_degree) at tp > 1, stages that hold no tensor (pp above the
+ * layers), rules that no tensor takes (an unknown name, or one shadowed by
+ * an earlier rule).
+ * @return 0 and buf, or -ENOENT past the last note.
+ */
+int flx_plan_note(const flx_plan *p, size_t i, char *buf, size_t len);
 
 /** Target name of placement pl on stage (must be in range). */
 const char *flx_placement_name(const flx_placement *pl, int stage);

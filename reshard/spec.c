@@ -40,10 +40,20 @@ static void free_rules(flx_rule *r, size_t n)
 	free(r);
 }
 
+static void free_strings(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
 void flx_spec_release(flx_spec *s)
 {
 	if (!s)
 		return;
+	free_strings(s->include, s->ninclude);
+	free_strings(s->exclude, s->nexclude);
+	free(s->strip_prefix);
 	free(s->rules_path);
 	free(s->layer_regex);
 	free(s->embed_regex);
@@ -258,6 +268,105 @@ static int load_rules_file(flx_spec *s, const char *path, flx_error *err)
 	return rc;
 }
 
+int flx_spec_preset_dir(char *buf, size_t len)
+{
+	const char *env = getenv("FLEXFS_PRESET_DIR");
+	char exe[4096];
+	ssize_t n;
+	char *slash;
+
+	if (env && *env) {
+		if (strlen(env) >= len)
+			return -ENAMETOOLONG;
+		strcpy(buf, env);
+		return 0;
+	}
+	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n < 0)
+		return -errno;
+	exe[n] = '\0';
+	/* <prefix>/bin/flexfs -> <prefix>/share/flexfs/rules */
+	slash = strrchr(exe, '/');
+	if (slash)
+		*slash = '\0';
+	slash = strrchr(exe, '/');
+	if (slash)
+		*slash = '\0';
+	if ((size_t)snprintf(buf, len, "%s/share/flexfs/rules", exe) >= len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* A preset's name: letters, digits, '-', '_' and '.' (no '/', no leading
+ * '.'), so that it names a file of the preset directory and nothing else. */
+static bool preset_name_ok(const char *name)
+{
+	if (!*name || *name == '.' || strlen(name) > 64)
+		return false;
+	for (const char *c = name; *c; c++)
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || strchr("-_.", *c)))
+			return false;
+	return true;
+}
+
+/* rules=@NAME: the preset's file.  @return 0 and path, or -errno with err. */
+static int preset_path(const char *name, char *path, size_t len, flx_error *err)
+{
+	char dir[4096];
+	int rc;
+
+	if (!preset_name_ok(name))
+		return flx_error_set(err, -EINVAL, NULL, "rules",
+				     "'@%s' is not a preset name (letters, "
+				     "digits, '-', '_', '.'; see "
+				     "flexfs-inspect --list-presets)",
+				     name);
+	rc = flx_spec_preset_dir(dir, sizeof(dir));
+	if (rc)
+		return flx_error_set(err, rc, NULL, "rules",
+				     "no preset directory: %s", strerror(-rc));
+	if ((size_t)snprintf(path, len, "%s/%s.json", dir, name) >= len)
+		return flx_error_set(err, -ENAMETOOLONG, dir, "rules",
+				     "preset path too long");
+	if (access(path, F_OK) != 0)
+		return flx_error_set(err, -ENOENT, path, "rules",
+				     "no preset '%s' (see flexfs-inspect "
+				     "--list-presets)",
+				     name);
+	return 0;
+}
+
+/* Append the ':'-separated globs of value to *v.  @return 0, -EINVAL
+ * (an empty glob) or -ENOMEM. */
+static int add_globs(char ***v, size_t *n, const char *key, const char *value,
+		     flx_error *err)
+{
+	const char *p = value;
+
+	if (!value || !*value)
+		return flx_error_set(err, -EINVAL, NULL, key,
+				     "expected globs separated by ':'");
+	for (;;) {
+		size_t len = strcspn(p, ":");
+		char **nv;
+
+		if (len == 0)
+			return flx_error_set(err, -EINVAL, NULL, key,
+					     "an empty glob in '%s'", value);
+		nv = realloc(*v, (*n + 1) * sizeof(**v));
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+		if (!(nv[*n] = strndup(p, len)))
+			return -ENOMEM;
+		++*n;
+		if (!p[len])
+			return 0;
+		p += len + 1;
+	}
+}
+
 static int spec_set(flx_spec *s, const char *key, const char *value,
 		    flx_error *err)
 {
@@ -276,10 +385,20 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 		return 0;
 	}
 	if (strcmp(key, "rules") == 0) {
+		char preset[4096 + 80];
+
 		if (!value || !*value)
 			return flx_error_set(err, -EINVAL, NULL, key,
-					     "expected a file name");
+					     "expected a file name or @PRESET");
+		if (value[0] == '@') {
+			rc =
+			    preset_path(value + 1, preset, sizeof(preset), err);
+			if (rc)
+				return rc;
+			value = preset;
+		}
 		rc = load_rules_file(s, value, err);
+		s->rules_preset = value == preset;
 		return rc ? rc : set_string(&s->rules_path, value);
 	}
 	if (strcmp(key, "layer_regex") == 0 ||
@@ -294,6 +413,17 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 			return rc;
 		return set_string(layer ? &s->layer_regex : &s->embed_regex,
 				  value);
+	}
+	if (strcmp(key, "include") == 0)
+		return add_globs(&s->include, &s->ninclude, key, value, err);
+	if (strcmp(key, "exclude") == 0)
+		return add_globs(&s->exclude, &s->nexclude, key, value, err);
+	if (strcmp(key, "strip_prefix") == 0) {
+		if (!value || !*value)
+			return flx_error_set(
+			    err, -EINVAL, NULL, key,
+			    "expected a prefix such as model.");
+		return set_string(&s->strip_prefix, value);
 	}
 	if (strcmp(key, "pp_renumber") == 0)
 		return flx_parse_flag(key, value, &s->pp_renumber, err);
@@ -375,10 +505,16 @@ static int parse_rule(json_t *o, flx_rule *r, const char *name, size_t i,
 						  "\"last\", \"all\" or a "
 						  "stage number");
 			}
+		} else if (strcmp(k, "note") == 0) {
+			/* free text for the reader (flexfs-inspect's
+			 * templates record the saved axes in it) */
+			if (!json_is_string(v))
+				return rule_error(err, name, i, k,
+						  "expected a string");
 		} else {
 			return rule_error(err, name, i, k,
 					  "unknown key (expected match, "
-					  "split, stage)");
+					  "split, stage, note)");
 		}
 	}
 	if (!r->match)

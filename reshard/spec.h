@@ -9,7 +9,8 @@
  * Rules file: a JSON array of objects, tried in order, first match wins:
  *   { "match": "<fnmatch glob on the FQN>",
  *     "split": <axis> | null,          (absent: infer from the source)
- *     "stage": "first" | "last" | "all" | <n> }   (absent: default rule)
+ *     "stage": "first" | "last" | "all" | <n>,   (absent: default rule)
+ *     "note": "<free text, ignored>" }
  * Unknown keys are errors (a typo must not be silently ignored).
  */
 
@@ -45,9 +46,10 @@ typedef struct flx_rule {
 } flx_rule;
 
 typedef struct flx_spec {
-	int tp;		  /* >= 1 */
-	int pp;		  /* >= 1 */
-	char *rules_path; /* NULL: no rules */
+	int tp;		   /* >= 1 */
+	int pp;		   /* >= 1 */
+	char *rules_path;  /* NULL: no rules */
+	bool rules_preset; /* rules=@NAME: a shipped preset */
 	flx_rule *rules;
 	size_t nrules;
 	char *layer_regex; /* POSIX ERE; the last group is the layer index */
@@ -57,6 +59,15 @@ typedef struct flx_spec {
 	/* the transform stage's list (transform.h), owned; NULL: the
 	 * source's tensors are served as they are */
 	struct flx_xform *xform;
+	/* include=, exclude= (fnmatch globs on the names as saved, owned):
+	 * a tensor or object is served when it matches an include glob (or
+	 * there is none) and no exclude glob; strip_prefix= (owned, NULL:
+	 * none) is then cut from the names that start with it (filter.h) */
+	char **include;
+	size_t ninclude;
+	char **exclude;
+	size_t nexclude;
+	char *strip_prefix;
 } flx_spec;
 
 #define FLX_DEFAULT_LAYER_REGEX "(^|\\.)layers\\.([0-9]+)\\."
@@ -74,14 +85,25 @@ void flx_spec_release(flx_spec *s);
 
 /**
  * Set one option from its text form ("tp", "4").  Keys: tp, pp, rules
- * (loads and validates the file now), layer_regex, embed_regex,
+ * (loads and validates the file now; "@NAME" is the preset NAME.json of
+ * flx_spec_preset_dir()), layer_regex, embed_regex,
  * pp_renumber (value NULL, "1", "0", "true", "false"), hf_shard_size
- * (bytes with optional K/M/G/T suffix, binary).
+ * (bytes with optional K/M/G/T suffix, binary), include and exclude
+ * (globs separated by ':'; each option adds to the list), strip_prefix.
  * @return 0, -EINVAL (bad value; err names the key) or -ENOENT (unknown key,
  *         err untouched so callers can pass it on).
  */
 int flx_spec_set(flx_spec *s, const char *key, const char *value,
 		 flx_error *err);
+
+/**
+ * The directory of the shipped rules presets: $FLEXFS_PRESET_DIR when set,
+ * else share/flexfs/rules beside the running executable's bin/ directory
+ * (<prefix>/bin/flexfs -> <prefix>/share/flexfs/rules; the build tree has
+ * the same layout).  @return 0 and buf, or -errno (-ENAMETOOLONG: len too
+ * small).  Thread-safe.
+ */
+int flx_spec_preset_dir(char *buf, size_t len);
 
 /** Parse rules JSON text (name for messages).  Replaces s->rules.
  * @return 0 or -EINVAL with err naming the file, the rule index and key. */

@@ -196,6 +196,11 @@ typedef struct flx_ckpt {
 	 * otherwise */
 	const flx_paddle *paddle;
 	flx_tensor **by_name; /* internal: tensors sorted by FQN */
+	/* extras that are symlinks and are not served (leading outside the
+	 * directory without follow_symlinks, dangling, not to a regular
+	 * file): their names, ", "-separated, and how many; NULL, 0: none */
+	char *skipped_links;
+	size_t nskipped_links;
 	/* internal: when pooled (a loaded checkpoint), the tensors' and
 	 * objects' names and the tensors' chunks live in pool, which
 	 * flx_ckpt_close() frees whole; otherwise each is its own
@@ -224,6 +229,11 @@ typedef struct flx_ckpt_opts {
 	 * when has_paddle_id; otherwise the highest in the directory */
 	bool has_paddle_id;
 	uint64_t paddle_id;
+	/* symlinks that lead outside the directory (a Hugging Face cache
+	 * snapshot's links into ../../blobs/) are followed too; without
+	 * it such a data file is an error and such an extra is skipped
+	 * (flx_ckpt.skipped_links) */
+	bool follow_symlinks;
 } flx_ckpt_opts;
 
 /**

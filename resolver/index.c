@@ -49,6 +49,7 @@ struct flx_build {
 	} pf;
 	unsigned threads; /* flx_ckpt_opts.threads */
 	bool walk_only;	  /* flx_ckpt_opts.walk_only */
+	bool follow;	  /* flx_ckpt_opts.follow_symlinks */
 };
 
 int64_t flx_mtime_ns(const struct stat *st)
@@ -659,6 +660,21 @@ static int file_index_add(flx_build *b, int idx)
 		}
 }
 
+/* follow_symlinks: relpath opened through its symlinks wherever they
+ * lead; fd -1 when it is no regular file.  @return 0 or -errno. */
+static int open_followed(flx_build *b, const char *relpath, int *fd,
+			 struct stat *st)
+{
+	*fd = openat(b->dirfd, relpath, SOURCE_OPEN);
+	if (*fd < 0)
+		return -errno;
+	if (fstat(*fd, st) == 0 && S_ISREG(st->st_mode))
+		return 0;
+	close(*fd);
+	*fd = -1;
+	return 0;
+}
+
 /* Open and record a file of the directory; key names the tensor or value
  * that needs it (NULL for extras), for messages. */
 static int add_file(flx_build *b, const char *relpath, bool data,
@@ -673,6 +689,8 @@ static int add_file(flx_build *b, const char *relpath, bool data,
 		     sizeof(flx_file)))
 		return -ENOMEM;
 	rc = flx_build_open(b, relpath, &fd, &st);
+	if (rc == -EXDEV && b->follow)
+		rc = open_followed(b, relpath, &fd, &st);
 	if (rc == -EXDEV)
 		return flx_error_set(b->err, -EINVAL, relpath, key,
 				     "resolves outside the checkpoint "
@@ -761,9 +779,36 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The other regular files of the directory (not through symlinks, not
- * hidden), in name order: passed through unchanged (config.json, tokenizer
- * files). */
+/* Whether the extra name, a symlink, is served: it leads to a regular file
+ * inside the directory, or anywhere with follow_symlinks; otherwise it is
+ * added to the ckpt's skipped_links.  @return 0 and *serve, or -ENOMEM. */
+static int symlinked_extra(flx_build *b, const char *name, bool *serve)
+{
+	flx_ckpt *c = b->c;
+	struct stat st;
+	size_t len = c->skipped_links ? strlen(c->skipped_links) : 0;
+	char *grown;
+	int fd = -1, rc = flx_build_open(b, name, &fd, &st);
+
+	if (rc == -EXDEV && b->follow)
+		rc = open_followed(b, name, &fd, &st);
+	*serve = rc == 0 && fd >= 0;
+	if (fd >= 0)
+		close(fd);
+	if (*serve)
+		return 0;
+	grown = realloc(c->skipped_links, len + strlen(name) + 3);
+	if (!grown)
+		return -ENOMEM;
+	sprintf(grown + len, "%s%s", len ? ", " : "", name);
+	c->skipped_links = grown;
+	c->nskipped_links++;
+	return 0;
+}
+
+/* The other regular files of the directory (not hidden; a symlink as
+ * symlinked_extra() says), in name order: passed through unchanged
+ * (config.json, tokenizer files). */
 static int load_extras(flx_build *b)
 {
 	int fd = openat(b->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -784,7 +829,7 @@ static int load_extras(flx_build *b)
 		if (de->d_name[0] == '.' || b->src->owns(de->d_name))
 			continue;
 		if (fstatat(b->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
-		    !S_ISREG(st.st_mode))
+		    !(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)))
 			continue;
 		if (flx_grow((void **)&names, &cap, n + 1, sizeof(*names))) {
 			rc = -ENOMEM;
@@ -799,9 +844,17 @@ static int load_extras(flx_build *b)
 	if (n)
 		qsort(names, n, sizeof(*names), cmp_str);
 	for (size_t i = 0; i < n && !rc; i++) {
+		struct stat st;
+		bool serve = true;
 		uint32_t idx;
 
-		if (file_index_lookup(b, names[i]) < 0)
+		if (file_index_lookup(b, names[i]) >= 0)
+			continue;
+		if (fstatat(b->dirfd, names[i], &st, AT_SYMLINK_NOFOLLOW) ==
+			0 &&
+		    S_ISLNK(st.st_mode))
+			rc = symlinked_extra(b, names[i], &serve);
+		if (!rc && serve)
 			rc = add_file(b, names[i], false, NULL, &idx);
 	}
 out:
@@ -1305,6 +1358,7 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 
 	b.threads = o->threads > FLX_MAX_THREADS ? FLX_MAX_THREADS : o->threads;
 	b.walk_only = o->walk_only;
+	b.follow = o->follow_symlinks;
 	b.names_where = "the checkpoint";
 	b.c = calloc(1, sizeof(flx_ckpt));
 	if (!b.c)
@@ -1478,6 +1532,7 @@ void flx_ckpt_close(flx_ckpt *c)
 	free(c->tensors);
 	free(c->objects);
 	free(c->by_name);
+	free(c->skipped_links);
 	free(c->dir);
 	free(c->format);
 	free(c->writer);

@@ -3,26 +3,38 @@
  * flexfs-inspect: show what a mount would present, without FUSE.
  *
  *   flexfs-inspect CHECKPOINT [-o tp=N,pp=M,rules=FILE,...] [--json]
+ *                  [--rules-template=FILE]
  *
  * Runs the same open -> plan (-> tree) sequence as flexfs, so any error a
  * mount would report is reported here, with the same wording.  The table
  * is read from the plan; --json prints the mounted tree's own index.json,
  * so the JSON has exactly one definition (fs/build.c).
+ *
+ * A tensor whose split the plan cannot decide (saved along several axes,
+ * tp > 1, no rule) does not hide the table: it is shown replicated and
+ * marked "?", every such tensor is listed on stderr and the exit status is
+ * 1, and --rules-template writes a rules file for them that mounts as is.
  */
 #include "ckpt.h"
 #include "error.h"
+#include "filter.h"
 #include "mountopts.h"
 #include "plan.h"
+#include "sha256.h"
 #include "transform.h"
 #include "tree.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #ifndef FLEXFS_VERSION
 #define FLEXFS_VERSION "unknown"
@@ -159,7 +171,9 @@ static int fill_row(const flx_placement *pl, int tp, char **row)
 	sb_printf(&b[COL_DTYPE], "%s", flx_dtype_name(t->dtype));
 	sb_shape(&b[COL_SHAPE], t->ndim, t->shape);
 	sb_chunks(&b[COL_CHUNKS], t);
-	if (pl->split < 0)
+	if (pl->undecided)
+		sb_printf(&b[COL_SPLIT], "?");
+	else if (pl->split < 0)
 		sb_printf(&b[COL_SPLIT], "-");
 	else
 		sb_printf(&b[COL_SPLIT], "%d", pl->split);
@@ -205,7 +219,7 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 	uint64_t *rank = calloc((size_t)tp * (size_t)pp, sizeof(*rank));
 	uint64_t total = 0, span;
 	const flx_tensor *st;
-	char h1[32], h2[32], h3[32];
+	char h1[32], h2[32], h3[32], note[512];
 
 	if (!rank)
 		return -ENOMEM;
@@ -232,6 +246,8 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 	       c->ntensors, h1, c->nobjects, p->nlayers, tp, pp, tp * pp,
 	       p->spec->rules_path ? p->spec->rules_path : "none", h2, lo % tp,
 	       lo / tp, h3, hi % tp, hi / tp);
+	for (size_t i = 0; !flx_plan_note(p, i, note, sizeof(note)); i++)
+		printf("%s\n", note);
 	/* what the mount's cache_size= must hold for full speed */
 	span = flx_ckpt_gather_span(c, &st);
 	if (span) {
@@ -275,16 +291,69 @@ static void print_megatron(const flx_ckpt *c)
 	       m->optim_sharding[0] ? m->optim_sharding : "-", stacked);
 }
 
+/* Natural order: runs of digits compare as numbers ("layers.2." before
+ * "layers.10."), everything else byte by byte. */
+static int natural_cmp(const char *a, const char *b)
+{
+	while (*a && *b) {
+		if (*a >= '0' && *a <= '9' && *b >= '0' && *b <= '9') {
+			const char *ea = a, *eb = b;
+			size_t la, lb;
+			int c;
+
+			while (*a == '0' && a[1] >= '0' && a[1] <= '9')
+				a++;
+			while (*b == '0' && b[1] >= '0' && b[1] <= '9')
+				b++;
+			for (ea = a; *ea >= '0' && *ea <= '9'; ea++)
+				;
+			for (eb = b; *eb >= '0' && *eb <= '9'; eb++)
+				;
+			la = (size_t)(ea - a);
+			lb = (size_t)(eb - b);
+			if (la != lb)
+				return la < lb ? -1 : 1;
+			c = strncmp(a, b, la);
+			if (c)
+				return c;
+			a = ea;
+			b = eb;
+			continue;
+		}
+		if (*a != *b)
+			return (unsigned char)*a < (unsigned char)*b ? -1 : 1;
+		a++;
+		b++;
+	}
+	return *a ? 1 : *b ? -1 : 0;
+}
+
+static int cmp_placement(const void *x, const void *y)
+{
+	const flx_placement *a = *(const flx_placement *const *)x;
+	const flx_placement *b = *(const flx_placement *const *)y;
+	int c = natural_cmp(a->src->fqn, b->src->fqn);
+
+	/* equal numbers spelled differently (01, 1): bytes decide */
+	return c ? c : strcmp(a->src->fqn, b->src->fqn);
+}
+
+/* The table, rows in natural name order. */
 static int print_table(const flx_ckpt *c, const flx_plan *p)
 {
 	char **cells = calloc(p->n ? p->n * NCOLS : 1, sizeof(*cells));
+	const flx_placement **rows = malloc((p->n ? p->n : 1) * sizeof(*rows));
 	size_t w[NCOLS];
-	int rc = cells ? 0 : -ENOMEM;
+	int rc = cells && rows ? 0 : -ENOMEM;
 
+	for (size_t i = 0; i < p->n && rows; i++)
+		rows[i] = &p->p[i];
+	if (rows)
+		qsort(rows, p->n, sizeof(*rows), cmp_placement);
 	for (int k = 0; k < NCOLS; k++)
 		w[k] = strlen(col_names[k]);
 	for (size_t i = 0; i < p->n && !rc; i++) {
-		rc = fill_row(&p->p[i], p->spec->tp, cells + i * NCOLS);
+		rc = fill_row(rows[i], p->spec->tp, cells + i * NCOLS);
 		for (int k = 0; k < NCOLS && !rc; k++)
 			if (strlen(cells[i * NCOLS + k]) > w[k])
 				w[k] = strlen(cells[i * NCOLS + k]);
@@ -299,6 +368,108 @@ static int print_table(const flx_ckpt *c, const flx_plan *p)
 	for (size_t i = 0; cells && i < p->n * NCOLS; i++)
 		free(cells[i]);
 	free(cells);
+	free(rows);
+	return rc;
+}
+
+/* The saved split axes of t, "0,1" (sb_chunks()'s list). */
+static char *saved_axes(const flx_tensor *t)
+{
+	sbuf b = {.ok = 1};
+	int n = 0;
+
+	for (int d = 0; d < t->ndim; d++)
+		for (uint32_t c = 0; c < t->nchunks; c++)
+			if (t->chunks[c].size[d] != t->shape[d]) {
+				sb_printf(&b, "%s%d", n++ ? "," : "", d);
+				break;
+			}
+	return sb_take(&b);
+}
+
+/* Every undecided tensor, one per line on stderr, and what to do. */
+static int list_undecided(const flx_plan *p)
+{
+	fprintf(stderr,
+		"flexfs-inspect: %zu tensor(s) saved split along several axes "
+		"need a rule giving their target split at tp=%d (SPLIT ?):\n",
+		p->nundecided, p->spec->tp);
+	for (size_t i = 0; i < p->n; i++) {
+		char *axes;
+
+		if (!p->p[i].undecided)
+			continue;
+		axes = saved_axes(p->p[i].src);
+		if (!axes)
+			return -ENOMEM;
+		fprintf(stderr, "  %s (saved along axes %s)\n",
+			p->p[i].src->fqn, axes);
+		free(axes);
+	}
+	fprintf(stderr, "flexfs-inspect: --rules-template=FILE writes a rules "
+			"file for them (mount with rules=FILE)\n");
+	return 0;
+}
+
+/* fqn as an fnmatch() pattern matching only itself. */
+static char *glob_literal(const char *fqn)
+{
+	sbuf b = {.ok = 1};
+
+	for (const char *c = fqn; *c; c++)
+		sb_printf(&b, "%s%c", strchr("*?[]\\", *c) ? "\\" : "", *c);
+	return sb_take(&b);
+}
+
+/* One rule: the tensor by name, replicated (the documented default, valid
+ * for every tensor), its saved axes in "note". */
+static json_t *template_rule(const flx_tensor *t)
+{
+	char *match = glob_literal(t->fqn), *axes = saved_axes(t);
+	char note[256];
+	json_t *r = NULL;
+
+	if (match && axes) {
+		snprintf(note, sizeof(note),
+			 "saved split along axes %s in %" PRIu32
+			 " chunks; split null replicates it on every TP rank, "
+			 "an axis splits it along that axis",
+			 axes, t->nchunks);
+		r = json_pack("{s:s, s:n, s:s}", "match", match, "split",
+			      "note", note);
+	}
+	free(match);
+	free(axes);
+	return r;
+}
+
+/* A rules file (JSON array, spec.h) for every undecided tensor of p, to
+ * path ("-": stdout).  @return 0, or -errno with err. */
+static int write_template(const flx_plan *p, const char *path, flx_error *err)
+{
+	json_t *rules = json_array();
+	FILE *f = NULL;
+	int rc = rules ? 0 : -ENOMEM;
+
+	for (size_t i = 0; i < p->n && !rc; i++)
+		if (p->p[i].undecided &&
+		    json_array_append_new(rules, template_rule(p->p[i].src)))
+			rc = -ENOMEM;
+	if (!rc && !(f = strcmp(path, "-") ? fopen(path, "w") : stdout))
+		rc = flx_error_set(err, -errno, path, "rules-template", "%s",
+				   strerror(errno));
+	if (!rc && (json_dumpf(rules, f, JSON_INDENT(1)) || fputc('\n', f) < 0))
+		rc = flx_error_set(err, -EIO, path, "rules-template",
+				   "write failed");
+	if (f && f != stdout && fclose(f) && !rc)
+		rc = flx_error_set(err, -errno, path, "rules-template", "%s",
+				   strerror(errno));
+	if (!rc && f != stdout)
+		fprintf(stderr,
+			"flexfs-inspect: wrote %zu rule(s) to %s (each "
+			"replicates its tensor; edit \"split\" to split it)\n",
+			p->nundecided, path);
+	json_decref(rules);
 	return rc;
 }
 
@@ -331,21 +502,41 @@ static int print_json(const flx_ckpt *c, const flx_plan *p, flx_error *err)
 
 static void usage(FILE *f, const char *prog)
 {
-	fprintf(f,
-		"usage: %s CHECKPOINT [-o OPTIONS] [--json]\n"
-		"\n"
-		"Show how flexfs would reshard the PyTorch DCP checkpoint "
-		"CHECKPOINT: every\n"
-		"tensor's dtype, global shape, saved chunks (and their split "
-		"axes), target\n"
-		"split axis, pipeline stage(s) and local shape per TP rank.\n"
-		"\n"
-		"    -o OPTIONS   mount options, as for flexfs (repeatable)\n"
-		"    -j, --json   print the mount's index.json instead\n"
-		"    -h, --help   print this help\n"
-		"    -V, --version\n"
-		"\n%s",
-		prog, flx_mo_help);
+	fprintf(
+	    f,
+	    "usage: %s CHECKPOINT [-o OPTIONS] [--json]\n"
+	    "\n"
+	    "Show how flexfs would reshard the PyTorch DCP checkpoint "
+	    "CHECKPOINT: every\n"
+	    "tensor's dtype, global shape, saved chunks (and their split "
+	    "axes), target\n"
+	    "split axis, pipeline stage(s) and local shape per TP rank.\n"
+	    "\n"
+	    "    -o OPTIONS   mount options, as for flexfs (repeatable)\n"
+	    "    -j, --json   print the mount's index.json instead\n"
+	    "    --digest     print, per tensor, the sha256 of its canonical "
+	    "bytes (the\n"
+	    "                 global tensor, C order, little-endian, its "
+	    "dtype): the\n"
+	    "                 same whatever layout it was saved in\n"
+	    "    --compare OTHER\n"
+	    "                 compare with the checkpoint OTHER (any format) "
+	    "tensor by\n"
+	    "                 tensor: names, dtypes, shapes, digests; exit 1 "
+	    "on a difference\n"
+	    "    --list-presets\n"
+	    "                 list the shipped rules presets "
+	    "(-o rules=@NAME) and exit\n"
+	    "    --rules-template=FILE\n"
+	    "                 write a rules file (FILE, or - for stdout) "
+	    "for the tensors\n"
+	    "                 whose split cannot be decided (SPLIT ?): each "
+	    "replicated,\n"
+	    "                 its saved axes in \"note\"; it mounts as is\n"
+	    "    -h, --help   print this help\n"
+	    "    -V, --version\n"
+	    "\n%s",
+	    prog, flx_mo_help);
 }
 
 static void report(const flx_error *e)
@@ -356,15 +547,313 @@ static void report(const flx_error *e)
 		flx_error_line(e, line, sizeof(line)));
 }
 
+/* ---- --digest, --compare ---- */
+
+/* Bytes read per step of a digest: the tensor never whole in memory. */
+#define DIGEST_BLOCK (4u << 20)
+
+/* One tensor's identity: name, dtype, shape and the sha256 of its
+ * canonical bytes. */
+typedef struct digest {
+	const char *name;
+	const flx_tensor *t;
+	char hex[65];
+} digest;
+
+/* A progress line on stderr, only on a terminal and past the first
+ * second; done: erase it. */
+static void progress(const char *what, size_t i, size_t n, time_t t0, bool done)
+{
+	if (!isatty(STDERR_FILENO) || time(NULL) - t0 < 1)
+		return;
+	if (done)
+		fprintf(stderr, "\r\033[K");
+	else
+		fprintf(stderr, "\r%s: %zu/%zu tensors", what, i, n);
+}
+
+/* sha256 of pl's whole tensor, C order, little-endian, in its dtype: read
+ * through its whole view, so the same whatever layout it was saved in.
+ * @return 0 and hex, or -errno. */
+static int tensor_digest(const flx_placement *pl, unsigned char *buf,
+			 char hex[65])
+{
+	uint64_t total = flx_view_bytes(pl->whole), off = 0;
+	flx_sha256 s;
+
+	flx_sha256_init(&s);
+	while (off < total) {
+		size_t want =
+		    total - off < DIGEST_BLOCK ? total - off : DIGEST_BLOCK;
+		ssize_t got = flx_view_read(pl->whole, buf, want, off, NULL);
+
+		if (got <= 0)
+			return got < 0 ? (int)got : -EIO;
+		flx_sha256_update(&s, buf, (size_t)got);
+		off += (uint64_t)got;
+	}
+	flx_sha256_hex(&s, hex);
+	return 0;
+}
+
+static int cmp_digest(const void *a, const void *b)
+{
+	return strcmp(((const digest *)a)->name, ((const digest *)b)->name);
+}
+
+/* Every tensor of plan p, digested, sorted by name.
+ * @return 0 and *out (owned: free()), or -errno with err. */
+static int digest_all(const flx_plan *p, const char *what, digest **out,
+		      flx_error *err)
+{
+	digest *d = calloc(p->n ? p->n : 1, sizeof(*d));
+	unsigned char *buf = malloc(DIGEST_BLOCK);
+	time_t t0 = time(NULL);
+	int rc = d && buf ? 0 : -ENOMEM;
+
+	for (size_t i = 0; i < p->n && !rc; i++) {
+		progress(what, i, p->n, t0, false);
+		d[i].name = p->p[i].src->fqn;
+		d[i].t = p->p[i].src;
+		rc = tensor_digest(&p->p[i], buf, d[i].hex);
+		if (rc)
+			flx_error_set(err, rc, p->ckpt->dir, d[i].name,
+				      "cannot read: %s", strerror(-rc));
+	}
+	progress(what, p->n, p->n, t0, true);
+	free(buf);
+	if (rc) {
+		free(d);
+		return rc;
+	}
+	qsort(d, p->n, sizeof(*d), cmp_digest);
+	*out = d;
+	return 0;
+}
+
+/* --digest: one line per tensor, natural name order. */
+static int print_digests(const flx_plan *p, flx_error *err)
+{
+	digest *d = NULL;
+	const flx_placement **rows = NULL;
+	int rc = digest_all(p, "digest", &d, err);
+
+	if (!rc && !(rows = malloc((p->n ? p->n : 1) * sizeof(*rows))))
+		rc = -ENOMEM;
+	for (size_t i = 0; !rc && i < p->n; i++)
+		rows[i] = &p->p[i];
+	if (!rc)
+		qsort(rows, p->n, sizeof(*rows), cmp_placement);
+	for (size_t i = 0; !rc && i < p->n; i++) {
+		digest key = {.name = rows[i]->src->fqn};
+		const digest *hit =
+		    bsearch(&key, d, p->n, sizeof(*d), cmp_digest);
+		sbuf shape = {.ok = 1};
+
+		sb_shape(&shape, rows[i]->src->ndim, rows[i]->src->shape);
+		if (!shape.ok) {
+			rc = -ENOMEM;
+			break;
+		}
+		printf("%s  %-9s %-12s %s\n", hit->hex,
+		       flx_dtype_name(rows[i]->src->dtype),
+		       shape.s ? shape.s : "", rows[i]->src->fqn);
+		free(shape.s);
+	}
+	free(rows);
+	free(d);
+	return rc;
+}
+
+/* Whether a and b differ in dtype, shape or bytes; one line saying how. */
+static bool differ(const digest *a, const digest *b)
+{
+	const flx_tensor *x = a->t, *y = b->t;
+	sbuf sx = {.ok = 1}, sy = {.ok = 1};
+	bool shape = x->ndim != y->ndim;
+
+	for (int d = 0; d < x->ndim && !shape; d++)
+		shape = x->shape[d] != y->shape[d];
+	if (x->dtype != y->dtype) {
+		printf("dtype differs: %s: %s vs %s\n", a->name,
+		       flx_dtype_name(x->dtype), flx_dtype_name(y->dtype));
+		return true;
+	}
+	if (shape) {
+		sb_shape(&sx, x->ndim, x->shape);
+		sb_shape(&sy, y->ndim, y->shape);
+		printf("shape differs: %s: %s vs %s\n", a->name,
+		       sx.s ? sx.s : "?", sy.s ? sy.s : "?");
+		free(sx.s);
+		free(sy.s);
+		return true;
+	}
+	if (strcmp(a->hex, b->hex)) {
+		printf("bytes differ: %s: sha256 %s vs %s\n", a->name, a->hex,
+		       b->hex);
+		return true;
+	}
+	return false;
+}
+
+/* --compare: the tensors of plan a and of the checkpoint at other (opened
+ * with the same source options and filters, planned at tp=1), name by
+ * name.  @return 0 and *ndiff (differences found), or -errno with err. */
+static int compare(const flx_plan *a, const flx_mountopts *mo,
+		   const char *other, size_t *ndiff, flx_error *err)
+{
+	flx_ckpt *c = NULL;
+	flx_findex *fi = NULL;
+	flx_plan *b = NULL;
+	flx_spec plain;
+	digest *da = NULL, *db = NULL;
+	size_t i = 0, j = 0, same = 0;
+	int rc = flx_spec_init(&plain);
+
+	*ndiff = 0;
+	if (!rc)
+		rc = flx_ckpt_open_with(
+		    other,
+		    &(flx_ckpt_opts){.follow_symlinks = mo->follow_symlinks},
+		    &c, err);
+	if (!rc)
+		rc = flx_filter_apply(&mo->spec, c, &fi, err);
+	if (!rc)
+		rc = flx_plan_build_all(flx_findex_ckpt(fi), &plain, &b, err);
+	if (!rc)
+		rc = digest_all(a, "compare", &da, err);
+	if (!rc)
+		rc = digest_all(b, "compare", &db, err);
+	while (!rc && (i < a->n || j < b->n)) {
+		int k = i == a->n   ? 1
+			: j == b->n ? -1
+				    : strcmp(da[i].name, db[j].name);
+
+		if (k < 0)
+			printf("only in %s: %s\n", a->ckpt->dir, da[i++].name);
+		else if (k > 0)
+			printf("only in %s: %s\n", other, db[j++].name);
+		if (k)
+			++*ndiff;
+		else if (differ(&da[i++], &db[j++]))
+			++*ndiff;
+		else
+			same++;
+	}
+	if (!rc)
+		printf("%zu tensor(s) identical, %zu difference(s)\n", same,
+		       *ndiff);
+	free(da);
+	free(db);
+	flx_plan_free(b);
+	flx_findex_free(fi);
+	flx_ckpt_close(c);
+	flx_spec_release(&plain);
+	return rc;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* One preset: its name and the "note" of its first rule (what it is for),
+ * after checking that it loads as a rules file. */
+static void print_preset(const char *dir, const char *file)
+{
+	char path[4096 + 256], name[256];
+	json_t *root;
+	flx_spec s;
+	flx_error err;
+	const char *note;
+
+	snprintf(name, sizeof(name), "%.*s", (int)(strlen(file) - 5), file);
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	flx_error_init(&err);
+	if (flx_spec_init(&s) || flx_spec_set(&s, "rules", path, &err)) {
+		report(&err);
+		flx_spec_release(&s);
+		return;
+	}
+	root = json_load_file(path, 0, NULL);
+	note =
+	    json_string_value(json_object_get(json_array_get(root, 0), "note"));
+	printf("@%-18s %s\n", name, note ? note : "");
+	json_decref(root);
+	flx_spec_release(&s);
+}
+
+/* The shipped presets (rules=@NAME), sorted by name.  @return 0 or 1. */
+static int list_presets(void)
+{
+	char dir[4096], **names = NULL;
+	size_t n = 0;
+	struct dirent *e;
+	DIR *d = NULL;
+	int rc = flx_spec_preset_dir(dir, sizeof(dir));
+
+	if (!rc && !(d = opendir(dir)))
+		rc = -errno;
+	if (rc) {
+		fprintf(stderr, "flexfs-inspect: no preset directory: %s\n",
+			strerror(-rc));
+		return 1;
+	}
+	while (!rc && (e = readdir(d))) {
+		size_t len = strlen(e->d_name);
+		char **nn;
+
+		if (len <= 5 || e->d_name[0] == '.' ||
+		    strcmp(e->d_name + len - 5, ".json"))
+			continue;
+		nn = realloc(names, (n + 1) * sizeof(*names));
+		if (nn)
+			names = nn;
+		if (!nn || !(names[n] = strdup(e->d_name)))
+			rc = -ENOMEM;
+		else
+			n++;
+	}
+	closedir(d);
+	if (names)
+		qsort(names, n, sizeof(*names), cmp_str);
+	if (!rc)
+		printf("rules presets in %s (mount with -o rules=@NAME):\n",
+		       dir);
+	for (size_t i = 0; i < n; i++) {
+		if (!rc)
+			print_preset(dir, names[i]);
+		free(names[i]);
+	}
+	free(names);
+	if (rc)
+		fprintf(stderr, "flexfs-inspect: %s\n", strerror(-rc));
+	return rc ? 1 : 0;
+}
+
+enum { OPT_TEMPLATE = 256, OPT_PRESETS, OPT_DIGEST, OPT_COMPARE };
+
 static const struct option long_opts[] = {
     {"json", no_argument, NULL, 'j'},
+    {"rules-template", required_argument, NULL, OPT_TEMPLATE},
+    {"list-presets", no_argument, NULL, OPT_PRESETS},
+    {"digest", no_argument, NULL, OPT_DIGEST},
+    {"compare", required_argument, NULL, OPT_COMPARE},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
 };
 
 /* @return 0 to go on, 1/2 to exit with that status, 3 to exit with 0. */
-static int parse(int argc, char **argv, flx_mountopts *mo, int *json,
+/* What the command line asks for besides the table. */
+typedef struct request {
+	int json;
+	const char *tmpl;    /* --rules-template */
+	int digest;	     /* --digest */
+	const char *compare; /* --compare */
+} request;
+
+static int parse(int argc, char **argv, flx_mountopts *mo, request *rq,
 		 flx_error *err)
 {
 	int ch;
@@ -378,8 +867,19 @@ static int parse(int argc, char **argv, flx_mountopts *mo, int *json,
 			}
 			break;
 		case 'j':
-			*json = 1;
+			rq->json = 1;
 			break;
+		case OPT_TEMPLATE:
+			rq->tmpl = optarg;
+			break;
+		case OPT_DIGEST:
+			rq->digest = 1;
+			break;
+		case OPT_COMPARE:
+			rq->compare = optarg;
+			break;
+		case OPT_PRESETS:
+			return list_presets() ? 1 : 3;
 		case 'h':
 			usage(stdout, argv[0]);
 			return 3;
@@ -411,9 +911,13 @@ int main(int argc, char **argv)
 	flx_mountopts mo;
 	flx_ckpt *ckpt = NULL;
 	flx_xindex *xi = NULL;
+	flx_findex *fi = NULL;
+	const flx_ckpt *served = NULL;
 	flx_plan *plan = NULL;
 	flx_error err;
-	int json = 0, rc;
+	request rq = {0};
+	size_t ndiff = 0;
+	int rc, undecided = 0;
 
 	flx_error_init(&err);
 	/* one descriptor per file of the checkpoint; failing to raise the
@@ -423,7 +927,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "flexfs-inspect: out of memory\n");
 		return 1;
 	}
-	rc = parse(argc, argv, &mo, &json, &err);
+	rc = parse(argc, argv, &mo, &rq, &err);
 	if (rc) {
 		flx_mo_release(&mo);
 		return rc == 3 ? 0 : rc;
@@ -433,15 +937,42 @@ int main(int argc, char **argv)
 	    argv[optind],
 	    &(flx_ckpt_opts){.format = mo.source_format,
 			     .has_paddle_id = mo.has_paddle_id,
-			     .paddle_id = mo.paddle_id},
+			     .paddle_id = mo.paddle_id,
+			     .follow_symlinks = mo.follow_symlinks},
 	    &ckpt, &err);
+	if (!rc && ckpt->skipped_links)
+		fprintf(stderr,
+			"flexfs-inspect: %zu symlinked file(s) not served "
+			"(leading outside the directory, dangling or not to a "
+			"file; -o follow_symlinks follows them outside): %s\n",
+			ckpt->nskipped_links, ckpt->skipped_links);
 	if (!rc)
 		rc = flx_xform_apply(mo.spec.xform, ckpt, &xi, &err);
 	if (!rc)
-		rc = flx_plan_build(flx_xindex_ckpt(xi), &mo.spec, &plan, &err);
+		rc = flx_filter_apply(&mo.spec, flx_xindex_ckpt(xi), &fi, &err);
 	if (!rc)
-		rc = json ? print_json(flx_xindex_ckpt(xi), plan, &err)
-			  : print_table(flx_xindex_ckpt(xi), plan);
+		served = flx_findex_ckpt(fi);
+	/* the JSON is the mount's: it has no undecided tensors, the table
+	 * shows them */
+	if (!rc && rq.json)
+		rc = flx_plan_build(served, &mo.spec, &plan, &err);
+	else if (!rc)
+		rc = flx_plan_build_all(served, &mo.spec, &plan, &err);
+	if (!rc && rq.digest)
+		rc = print_digests(plan, &err);
+	else if (!rc && rq.compare)
+		rc = compare(plan, &mo, rq.compare, &ndiff, &err);
+	else if (!rc && rq.json)
+		rc = print_json(served, plan, &err);
+	else if (!rc && !(rq.tmpl && !strcmp(rq.tmpl, "-")))
+		rc = print_table(served, plan);
+	if (!rc && rq.tmpl) {
+		rc = write_template(plan, rq.tmpl, &err);
+	} else if (!rc && !rq.json && !rq.digest && !rq.compare &&
+		   plan->nundecided) {
+		undecided = 1;
+		rc = list_undecided(plan);
+	}
 	if (rc) {
 		if (!err.code)
 			flx_error_set(&err, rc, NULL, NULL, "%s",
@@ -449,8 +980,9 @@ int main(int argc, char **argv)
 		report(&err);
 	}
 	flx_plan_free(plan);
+	flx_findex_free(fi);
 	flx_xindex_free(xi);
 	flx_ckpt_close(ckpt);
 	flx_mo_release(&mo);
-	return rc ? 1 : 0;
+	return rc || undecided || ndiff ? 1 : 0;
 }

@@ -10,3 +10,5 @@ flx_unit(test_bcache flx_reshard)
 flx_unit(test_slice flx_gpu)
 # The transform stage and its casts against formula and vector oracles.
 flx_unit(test_transform flx_fs)
+# Placement decisions: undecided tensors, FSDP-aware split inference.
+flx_unit(test_plan flx_reshard)

@@ -91,7 +91,7 @@ def load_rules(path):
     if not isinstance(rules, list):
         raise SystemExit("check_views: %s: rules must be a JSON array" % path)
     for i, r in enumerate(rules):
-        if not isinstance(r, dict) or "match" not in r or set(r) - {"match", "split", "stage"}:
+        if not isinstance(r, dict) or "match" not in r or set(r) - {"match", "split", "stage", "note"}:
             raise SystemExit("check_views: %s: rule %d: bad keys %r" % (path, i, r))
     return rules
 
@@ -120,6 +120,39 @@ def tp_box(shape, axis, t, T):
         off[axis] = o
         ext[axis] = max(0, min((t + 1) * c, n) - o)
     return off, ext
+
+
+def torch_chunks(n, parts):
+    """[lo, hi) of torch.chunk(range(n), parts) pieces, empty ones included."""
+    c = -(-n // parts)
+    return [(min(k * c, n), min(k * c + c, n)) for k in range(parts)]
+
+
+def fsdp_factor(offs, n, D):
+    """m when the sorted distinct dim-0 offsets offs are FSDP's shards of
+    degree D: torch.chunk(n, m) pieces (m > 1: TP's, under torch's strided
+    shards) each cut in D torch.chunk pieces, empty ones never saved."""
+    if n == 0:
+        return 1
+    for m in range(1, len(offs) + 1):
+        want = [lo + a for lo, hi in torch_chunks(n, m)
+                for a, b in torch_chunks(hi - lo, D) if b > a]
+        if want == offs:
+            return m
+    return None
+
+
+def fsdp_sharding(tensors):
+    """-> (D, names): D >= 2 when every tensor of one or more dimensions
+    (none stacked) was saved in FSDP's dim-0 shards of degree D; names:
+    those whose dim 0 is split by that sharding alone (no TP split)."""
+    offs = {f: sorted({c["offsets"][0] for c in e["chunks"]})
+            for f, e in tensors.items() if e["shape"] and not e.get("stacked", 0)}
+    for D in sorted({len(o) for o in offs.values() if len(o) > 1}):
+        ms = {f: fsdp_factor(o, tensors[f]["shape"][0], D) for f, o in offs.items()}
+        if all(m is not None for m in ms.values()):
+            return D, {f for f, m in ms.items() if m == 1}
+    return 0, set()
 
 
 def expected_plan(manifest, T, P, rules, renumber=False,
@@ -151,6 +184,7 @@ def expected_plan(manifest, T, P, rules, renumber=False,
             stage_of_layer[lay] = s
 
     plan = {}
+    _, dp_only = fsdp_sharding(tensors)
     for fqn, e in tensors.items():
         shape = list(e["shape"])
         rule = next((r for r in rules if fnmatch.fnmatchcase(fqn, r["match"])), None)
@@ -165,7 +199,9 @@ def expected_plan(manifest, T, P, rules, renumber=False,
         else:
             offs = [c["offsets"] for c in e["chunks"]]
             # leading axes that stack layers/experts are never TP-split
-            axes = [d for d in range(e.get("stacked", 0), len(shape))
+            # and FSDP's dim-0 shards are no TP split
+            first = 1 if fqn in dp_only else e.get("stacked", 0)
+            axes = [d for d in range(first, len(shape))
                     if len({o[d] for o in offs}) > 1]
             if len(axes) > 1 and T == 1:
                 axes = []  # nothing is split at tp=1: served whole
