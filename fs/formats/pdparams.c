@@ -22,7 +22,7 @@
 #include <string.h>
 
 /* the keys paddle.save adds */
-#define PD_TABLE "StructuredToParameterName@@"
+#define PD_TABLE  "StructuredToParameterName@@"
 #define PD_MASTER "master_weights"
 
 /* A literal with NULs in it: its bytes but the terminating one. */
@@ -176,8 +176,7 @@ static int pd_end(const void *arg, uint32_t idx, unsigned char *dst,
 static const flx_gen_ops pd_head_ops = {"paddle pickle head", pd_head};
 static const flx_gen_ops pd_before_ops = {"paddle pickle tensor", pd_before};
 static const flx_gen_ops pd_close_ops = {"paddle pickle close", pd_close};
-static const flx_gen_ops pd_table_ops = {"paddle pickle name table",
-					 pd_table};
+static const flx_gen_ops pd_table_ops = {"paddle pickle name table", pd_table};
 static const flx_gen_ops pd_end_ops = {"paddle pickle end", pd_end};
 
 int flx_pd_set_new(flx_fs *fs, size_t n, flx_pd_set **out)

@@ -276,8 +276,8 @@ static int pk_items(const void *arg, uint32_t idx, unsigned char *dst,
 		key[flx_fmt_int(key, (int64_t)k, 1)] = '\0';
 		flx_pk_str(&w, f->set->e[k].name);
 		flx_pk_global(&w, "torch._utils",
-			  dt->storage ? "_rebuild_tensor_v2"
-				      : "_rebuild_tensor_v3");
+			      dt->storage ? "_rebuild_tensor_v2"
+					  : "_rebuild_tensor_v3");
 		flx_jw_raw(&w, "((", 2);
 		flx_pk_str(&w, "storage");
 		if (dt->storage)
@@ -287,7 +287,7 @@ static int pk_items(const void *arg, uint32_t idx, unsigned char *dst,
 		flx_pk_str(&w, key);
 		flx_pk_str(&w, "cpu");
 		flx_pk_int(&w, dt->storage ? flx_view_bytes(v) / dt->size
-				       : flx_view_bytes(v));
+					   : flx_view_bytes(v));
 		flx_jw_raw(&w, "tQ", 2);
 		flx_pk_int(&w, 0);
 		flx_pk_ints(&w, nd, size);

@@ -41,8 +41,8 @@ static const char dir_name[] = "paddle";
 static const char *const opt_states[] = {
     "moment1_0", "moment2_0", "beta1_pow_acc_0", "beta2_pow_acc_0", "w_0",
 };
-#define N_ACC 4 /* opt_states[0, N_ACC): accumulators */
-#define N_STATES (sizeof(opt_states) / sizeof(opt_states[0]))
+#define N_ACC	      4 /* opt_states[0, N_ACC): accumulators */
+#define N_STATES      (sizeof(opt_states) / sizeof(opt_states[0]))
 #define MASTER_SUFFIX "_fp32_master_0"
 
 /* Which optimizer state key is (N_STATES: a weight). */
@@ -207,12 +207,13 @@ static int add_files(flx_build *b, int dir, const char *base, const char *ext,
 
 	paddle_file(base, ext, s->tp, s->pp, 0, pp, fname);
 	rc = flx_pd_check(set, &bad);
-	if (rc == -EEXIST)
-		return flx_error_set(b->err, rc, fname, bad,
-				     "two tensors under this key in one dict");
-	if (rc == -EINVAL)
-		return flx_error_set(b->err, rc, fname, bad,
-				     "not valid UTF-8: cannot be pickled");
+	if (rc == -EEXIST || rc == -EINVAL)
+		return flx_error_set(
+		    b->err, rc, NULL, bad, "%s/%s: %s", dir_name, fname,
+		    rc == -EEXIST ? "two tensors under this key in "
+				    "one dict"
+				  : "not valid UTF-8: cannot be "
+				    "pickled");
 	for (int tp = 0; !rc && tp < s->tp; tp++) {
 		paddle_file(base, ext, s->tp, s->pp, tp, pp, fname);
 		rc = flx_pd_add_file(b->fs, dir, fname, set, tp);

@@ -10,3 +10,5 @@ flx_unit(test_bcache flx_reshard)
 flx_unit(test_slice flx_gpu)
 # The transform stage and its casts against formula and vector oracles.
 flx_unit(test_transform flx_fs)
+# The paddle/ tree (.pdparams, .pdopt) loaded by pickle.load.
+flx_unit(test_pdparams flx_fs)
