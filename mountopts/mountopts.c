@@ -26,6 +26,9 @@ const char flx_mo_help[] =
     "    -o source_format=NAME  read the checkpoint as torch-dcp or "
     "hf-safetensors\n"
     "                           (default: detected from the directory)\n"
+    "    -o paddle_id=N         the unique id of a Paddle checkpoint to "
+    "read\n"
+    "                           (default: the highest in the directory)\n"
     "    -o read_ahead_kb=N     readahead of the mount in KiB: the size of "
     "FUSE\n"
     "                           read requests in flight (default: 4 "
@@ -53,6 +56,7 @@ static const char *const ours[] = {
     "tp",	   "pp",	  "rules",	   "layer_regex",
     "embed_regex", "pp_renumber", "hf_shard_size", "read_ahead_kb",
     "direct_io",   "cache_size",  "source_format",
+    "paddle_id",
 };
 
 static const char *const fstab_exact[] = {
@@ -252,6 +256,30 @@ found:
 	return 0;
 }
 
+/* A decimal id as Paddle names its files ("{id}.metadata"): digits
+ * only, no sign, no leading zero but in "0". */
+static int apply_paddle_id(flx_mountopts *mo, const char *value,
+			   flx_error *err)
+{
+	uint64_t v = 0;
+	const char *p = value ? value : "";
+
+	if (!*p || (p[0] == '0' && p[1]) || strlen(p) > 19)
+		goto bad;
+	for (; *p; p++) {
+		if (*p < '0' || *p > '9')
+			goto bad;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	mo->paddle_id = v;
+	mo->has_paddle_id = true;
+	return 0;
+bad:
+	return flx_error_set(err, -EINVAL, NULL, "paddle_id",
+			     "'%s' is not a checkpoint id (a decimal number)",
+			     value ? value : "");
+}
+
 static int apply_cache_size(flx_mountopts *mo, const char *value,
 			    flx_error *err)
 {
@@ -343,6 +371,8 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 			return apply_cache_size(mo, option_value(tok), err);
 		if (key_is(tok, "source_format"))
 			return apply_source_format(mo, option_value(tok), err);
+		if (key_is(tok, "paddle_id"))
+			return apply_paddle_id(mo, option_value(tok), err);
 		return apply_ours(&mo->spec, tok, err);
 	case FLX_MO_FSTAB:
 	case FLX_MO_RWRO:

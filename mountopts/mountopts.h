@@ -11,8 +11,8 @@
  * Every "-o" token falls in exactly one class:
  *   ours   tp, pp, rules, layer_regex, embed_regex, pp_renumber,
  *          hf_shard_size: applied to the spec with flx_spec_set();
- *          source_format: how the checkpoint is opened (ckpt.h's
- *          flx_ckpt_opts); read_ahead_kb, direct_io, cache_size: kept in
+ *          source_format, paddle_id: how the checkpoint is opened
+ *          (ckpt.h's flx_ckpt_opts); read_ahead_kb, direct_io, cache_size: kept in
  *          flx_mountopts for the FUSE adapter;
  *   fstab  auto, noauto, user, nouser, users, _netdev, nofail, defaults,
  *          user=*, comment=*, x-*: bookkeeping of mount(8)/fstab/systemd
@@ -62,6 +62,10 @@ typedef struct flx_mountopts {
 	/* source_format=: the source to read it as (a flx_ckpt_opts.format,
 	 * owned); NULL: detected from the directory */
 	char *source_format;
+	/* paddle_id=: the unique id of a Paddle Flex Checkpoint to read
+	 * (flx_ckpt_opts.paddle_id) when has_paddle_id */
+	bool has_paddle_id;
+	uint64_t paddle_id;
 	char **fuse; /* "fuse" tokens in order, unescaped (owned) */
 	size_t nfuse;
 	bool has_fsname;  /* the user gave fsname= */

@@ -80,13 +80,18 @@ typedef struct decision {
 	int layer; /* global layer index, -1 if none */
 } decision;
 
-/* The axis t was saved split along (the one axis past its stacked axes
+/* The axis t was saved split along (the source's word when it gave one,
+ * else the one axis past its stacked axes
  * whose chunk offsets differ), -1 when saved whole, replicated or split
  * only along stacked axes; *second: another such axis, -1 if none (the
  * split is then undetermined). */
 static void infer_split(const flx_tensor *t, int *axis, int *second)
 {
 	*axis = *second = -1;
+	if (t->saved_split) {
+		*axis = t->saved_split > 0 ? t->saved_split - 1 : -1;
+		return;
+	}
 	for (int d = t->stacked; d < t->ndim && *second < 0; d++) {
 		for (uint32_t i = 1; i < t->nchunks; i++) {
 			if (t->chunks[i].off[d] == t->chunks[0].off[d])

@@ -85,6 +85,12 @@ typedef struct flx_tensor {
 	 * a source whose key convention says so (Megatron's "decoder.layers."
 	 * keys); 0 for every other tensor.  TP never splits these axes. */
 	int stacked;
+	/* the axis the source says the tensor was saved split along, plus
+	 * one; -1: saved whole or replicated; 0: unknown, inferred from the
+	 * chunks' offsets (reshard/plan.c).  Set where the chunks do not
+	 * show the split: a Paddle flattened shard is several box chunks
+	 * whose offsets differ along more than the split axis. */
+	int saved_split;
 	uint32_t nchunks;
 	/* chunks[0..nchunks), then dims: per chunk, in chunk order, its
 	 * ndim offsets, ndim sizes and ndim strides (one allocation, see
@@ -210,6 +216,10 @@ typedef struct flx_ckpt_opts {
 	/* resolve paths by the component walk alone, never openat2(), as
 	 * on a kernel without it (tests: the outcome must not depend on it) */
 	bool walk_only;
+	/* a Paddle Flex Checkpoint's unique id to read (-o paddle_id=N)
+	 * when has_paddle_id; otherwise the highest in the directory */
+	bool has_paddle_id;
+	uint64_t paddle_id;
 } flx_ckpt_opts;
 
 /**

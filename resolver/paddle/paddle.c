@@ -1,0 +1,1548 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The Paddle Flex Checkpoint source (source.h, shared/specs/paddle-format.md
+ * sections 1-4): "{id}.metadata" (a pickle of Paddle's Metadata dataclass,
+ * from paddle.distributed.flex_checkpoint.dcp.metadata or the older
+ * paddle.distributed.checkpoint.metadata, interpreted by class name and
+ * field name) and the "{rank}_{id}.distcp" files, each a pickled dict of
+ * numpy arrays plus a "StructuredToParameterName@@" table.
+ *
+ * Each .distcp is decoded once at mount by the inert pickle VM through a
+ * bounded window: an array's bytes (BINBYTES/SHORT_BINBYTES/BINBYTES8 under
+ * _reconstruct + BUILD, BYTEARRAY8 under protocol 5's _frombuffer) are
+ * recorded as offset + length, never copied, and become ordinary chunks
+ * (file, data_off, strides) that the views read in place.
+ *
+ * A flattened shard (sharding stage 1 v2: elements [start, stop) of the
+ * row-major flattening of the block local_shape at global_offset) becomes
+ * up to 2N-1 box chunks: a partial run along the innermost axis, then runs
+ * of whole rows, whole planes, ..., then partial ones again (flat_boxes()).
+ * Each box's elements are consecutive in the 1-D payload with the block's
+ * row-major strides, so the index, its coverage and overlap checks and the
+ * read path see ordinary chunks.  The tensor's saved split axis is the one
+ * its blocks differ along (flx_tensor.saved_split), since the boxes' offsets
+ * differ along more.
+ *
+ * Protocol 2 writes bytes as _codecs.encode(str, 'latin1'): the file holds
+ * the UTF-8 text of the latin-1 string, which equals the raw bytes only
+ * when every byte is below 0x80.  Such an array (the text is as long as
+ * the array's bytes) is read in place; any other is refused at mount in one
+ * line, since its bytes cannot be sliced in place.
+ */
+#include "grow.h"
+#include "pickle.h"
+#include "reader.h"
+#include "source.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_METADATA_BYTES (1ull << 30)
+#define NAME_TABLE	   "StructuredToParameterName@@"
+#define MOD_FLEX	   "paddle.distributed.flex_checkpoint.dcp.metadata"
+#define MOD_OLD		   "paddle.distributed.checkpoint.metadata"
+#define MAX_BOXES	   (2 * FLX_MAX_DIMS)
+
+/* One LocalTensorMetadata of state_dict_metadata. */
+typedef struct ltm {
+	int ndim;
+	size_t dims;	 /* off at L->dims[dims], shape at [dims + ndim] */
+	flx_dtype dtype; /* FLX_DT_INVALID: the metadata has none */
+	int gndim;	 /* -1: no global_shape */
+	size_t gdims;	 /* global_shape at L->dims[gdims] */
+	bool flat;
+	int64_t start, stop; /* flattened_range when flat */
+} ltm;
+
+/* One key of state_dict_metadata: its LTMs [lo, lo + n) of L->ltms. */
+typedef struct pkey {
+	const char *fqn;
+	size_t lo, n;
+	size_t nse; /* storage entries (primary copies) naming it */
+} pkey;
+
+/* One array of a .distcp file. */
+typedef struct parr {
+	const char *key; /* in the tree while the file is read, then pool */
+	flx_dtype dtype; /* the numpy dtype's (bf16 shows as U16) */
+	int ndim;
+	int64_t shape[FLX_MAX_DIMS];
+	bool fortran;
+	uint64_t off, len;
+} parr;
+
+typedef struct pfile {
+	const char *relpath;
+	uint32_t idx; /* into c->files */
+	parr *arr;    /* sorted by key */
+	size_t narr;
+} pfile;
+
+/* One storage_metadata entry with replica_id 0 or None. */
+typedef struct sent {
+	uint32_t key;	   /* into L->keys */
+	size_t ltm;	   /* into L->ltms */
+	const char *file;  /* the value: a file name */
+	uint32_t pf;	   /* into L->files */
+	const parr *arr;   /* its array in that file */
+} sent;
+
+typedef struct loader {
+	flx_build *b;
+	flx_ckpt *c;
+	flx_error *err;
+	uint64_t id;
+	char meta[32]; /* "{id}.metadata" */
+	const char *module;
+	int64_t *dims;
+	size_t ndims, capdims;
+	ltm *ltms;
+	size_t nltms, capltms;
+	pkey *keys;
+	size_t nkeys;
+	uint32_t *by_name; /* key indices sorted by fqn */
+	sent *se;
+	size_t nse, capse;
+	pfile *files;
+	size_t nfiles;
+	flx_name_pair *names;
+	size_t nnames, capnames;
+} loader;
+
+/* ---- file names ---- */
+
+/* A decimal number without sign or leading zero (but "0") at s[0..n):
+ * true and *v. */
+static bool parse_id(const char *s, size_t n, uint64_t *v)
+{
+	uint64_t x = 0;
+
+	if (n == 0 || n > 19 || (s[0] == '0' && n > 1))
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		x = x * 10 + (uint64_t)(s[i] - '0');
+	}
+	*v = x;
+	return true;
+}
+
+/* "{id}.metadata": true and *id. */
+static bool is_metadata_name(const char *name, uint64_t *id)
+{
+	size_t n = strlen(name);
+
+	return n > 9 && strcmp(name + n - 9, ".metadata") == 0 &&
+	       parse_id(name, n - 9, id);
+}
+
+/* "{rank}_{id}.distcp": true and *id. */
+static bool is_distcp_name(const char *name, uint64_t *id)
+{
+	size_t n = strlen(name);
+	const char *us = strchr(name, '_');
+	uint64_t rank;
+
+	return n > 7 && strcmp(name + n - 7, ".distcp") == 0 && us &&
+	       parse_id(name, (size_t)(us - name), &rank) &&
+	       parse_id(us + 1, (size_t)(name + n - 7 - (us + 1)), id);
+}
+
+static bool owns(const char *name)
+{
+	size_t n = strlen(name);
+	uint64_t id;
+
+	if (n > 14 && strcmp(name + n - 5, ".lock") == 0) {
+		char base[256];
+
+		if (n - 5 >= sizeof(base))
+			return false;
+		memcpy(base, name, n - 5);
+		base[n - 5] = '\0';
+		return is_metadata_name(base, &id);
+	}
+	return is_metadata_name(name, &id) || is_distcp_name(name, &id);
+}
+
+/* Walk the directory's entries: the highest id of the .distcp files
+ * (Paddle's get_max_id) and of the .metadata files, and whether id want
+ * has a .metadata. */
+typedef struct ids {
+	bool any_meta, any_data, has_want;
+	uint64_t max_meta, max_data;
+} ids;
+
+static int scan_ids(int dirfd, uint64_t want, ids *out)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d;
+	struct dirent *e;
+
+	memset(out, 0, sizeof(*out));
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	while ((e = readdir(d))) {
+		uint64_t id;
+
+		if (is_metadata_name(e->d_name, &id)) {
+			if (!out->any_meta || id > out->max_meta)
+				out->max_meta = id;
+			out->any_meta = true;
+			if (id == want)
+				out->has_want = true;
+		} else if (is_distcp_name(e->d_name, &id)) {
+			if (!out->any_data || id > out->max_data)
+				out->max_data = id;
+			out->any_data = true;
+		}
+	}
+	closedir(d);
+	return 0;
+}
+
+static int probe(int dirfd, bool *yes)
+{
+	ids s;
+	int rc = scan_ids(dirfd, 0, &s);
+
+	*yes = !rc && s.any_meta;
+	return rc;
+}
+
+/* The id to read: the user's, else the highest .distcp id (Paddle's
+ * get_max_id), else the highest .metadata id. */
+static int pick_id(loader *L, const flx_ckpt_opts *o)
+{
+	ids s;
+	int rc = scan_ids(flx_build_dirfd(L->b), o->paddle_id, &s);
+
+	if (rc)
+		return flx_error_set(L->err, rc, NULL, NULL,
+				     "cannot list the directory: %s",
+				     strerror(-rc));
+	if (o->has_paddle_id)
+		L->id = o->paddle_id;
+	else
+		L->id = s.any_data ? s.max_data : s.max_meta;
+	snprintf(L->meta, sizeof(L->meta), "%" PRIu64 ".metadata", L->id);
+	if (o->has_paddle_id && !s.has_want)
+		return flx_error_set(L->err, -ENOENT, L->meta, "paddle_id",
+				     "no such file (the highest id here is "
+				     "%" PRIu64 ")",
+				     s.any_data ? s.max_data : s.max_meta);
+	return 0;
+}
+
+/* ---- interpretation helpers ---- */
+
+/* A string without NUL bytes, or NULL. */
+static const char *cstr(const flx_pv *v)
+{
+	const char *s = flx_pv_str(v);
+
+	return s && strlen(s) == v->u.str.len ? s : NULL;
+}
+
+/* Whether v is an instance of Paddle's metadata class name, from either
+ * module. */
+static bool is_paddle_obj(const flx_pv *v, const char *name)
+{
+	const flx_pv *cls = flx_pv_obj_class(v);
+
+	return cls && strcmp(cls->u.global.name, name) == 0 &&
+	       (strcmp(cls->u.global.module, MOD_FLEX) == 0 ||
+		strcmp(cls->u.global.module, MOD_OLD) == 0);
+}
+
+/* A dataclass's fields: the BUILD state dict, or (dict, slots dict) of a
+ * slots dataclass (the slots part is used when the first is None). */
+static const flx_pv *fields(const flx_pv *obj)
+{
+	const flx_pv *st = obj && obj->kind == FLX_PV_OBJ ? obj->u.obj.state
+							  : NULL;
+
+	if (st && st->kind == FLX_PV_TUPLE && flx_pv_len(st) == 2) {
+		const flx_pv *a = flx_pv_item(st, 0);
+
+		st = a && a->kind == FLX_PV_DICT ? a : flx_pv_item(st, 1);
+	}
+	return st && st->kind == FLX_PV_DICT ? st : NULL;
+}
+
+static const flx_pv *field(const flx_pv *obj, const char *name)
+{
+	return flx_pv_dict_get(fields(obj), name);
+}
+
+static bool is_none(const flx_pv *v)
+{
+	return !v || v->kind == FLX_PV_NONE;
+}
+
+/* A tuple or list of n <= FLX_MAX_DIMS non-negative ints. */
+static int dims_of(loader *L, const char *file, const char *key,
+		   const char *what, const flx_pv *v, int *n, int64_t *out)
+{
+	size_t k;
+
+	if (!v || (v->kind != FLX_PV_TUPLE && v->kind != FLX_PV_LIST))
+		return flx_error_set(L->err, -EINVAL, file, key,
+				     "%s: expected a tuple of integers, found "
+				     "%s",
+				     what, v ? flx_pv_kind_name(v) : "nothing");
+	k = flx_pv_len(v);
+	if (k > FLX_MAX_DIMS)
+		return flx_error_set(L->err, -EINVAL, file, key,
+				     "%s: %zu dimensions (at most %d)", what,
+				     k, FLX_MAX_DIMS);
+	for (size_t i = 0; i < k; i++)
+		if (!flx_pv_int(flx_pv_item(v, i), &out[i]) || out[i] < 0 ||
+		    out[i] > (INT64_C(1) << 62))
+			return flx_error_set(L->err, -EINVAL, file, key,
+					     "%s: item %zu is not a "
+					     "non-negative integer",
+					     what, i);
+	*n = (int)k;
+	return 0;
+}
+
+static int push_dims(loader *L, int n, const int64_t *v, size_t *at)
+{
+	if (flx_grow((void **)&L->dims, &L->capdims, L->ndims + (size_t)n + 1,
+		     sizeof(int64_t)))
+		return -ENOMEM;
+	*at = L->ndims;
+	if (n)
+		memcpy(L->dims + L->ndims, v, sizeof(int64_t) * (size_t)n);
+	L->ndims += (size_t)n;
+	return 0;
+}
+
+/* A flattened_range: a pair of ints (start, stop), 0 <= start <= stop. */
+static int range_of(loader *L, const char *key, const flx_pv *v,
+		    int64_t *start, int64_t *stop)
+{
+	int64_t r[FLX_MAX_DIMS];
+	int n = 0;
+
+	if (dims_of(L, L->meta, key, "flattened_range", v, &n, r))
+		return -EINVAL;
+	if (n != 2 || r[0] > r[1])
+		return flx_error_set(L->err, -EINVAL, L->meta, key,
+				     "flattened_range is not a pair "
+				     "(start, stop) with start <= stop");
+	*start = r[0];
+	*stop = r[1];
+	return 0;
+}
+
+/* A bool field that may be absent (default false). */
+static int flag_of(loader *L, const char *key, const flx_pv *obj,
+		   const char *name, bool *out)
+{
+	const flx_pv *v = field(obj, name);
+
+	*out = false;
+	if (is_none(v))
+		return 0;
+	if (v->kind != FLX_PV_BOOL && v->kind != FLX_PV_INT)
+		return flx_error_set(L->err, -EINVAL, L->meta, key,
+				     "%s is not a bool", name);
+	*out = v->kind == FLX_PV_BOOL ? v->u.b : v->u.i != 0;
+	return 0;
+}
+
+/* ---- state_dict_metadata ---- */
+
+static int decode_ltm(loader *L, const char *key, const flx_pv *v, ltm *m)
+{
+	int64_t a[FLX_MAX_DIMS], s[FLX_MAX_DIMS];
+	const flx_pv *dt, *gs;
+	int na, ns, rc;
+
+	if (!is_paddle_obj(v, "LocalTensorMetadata") || !fields(v))
+		return flx_error_set(L->err, -EINVAL, L->meta, key,
+				     "state_dict_metadata entry is not a "
+				     "Paddle LocalTensorMetadata");
+	rc = dims_of(L, L->meta, key, "global_offset",
+		     field(v, "global_offset"), &na, a);
+	if (!rc)
+		rc = dims_of(L, L->meta, key, "local_shape",
+			     field(v, "local_shape"), &ns, s);
+	if (rc)
+		return rc;
+	if (na != ns)
+		return flx_error_set(L->err, -EINVAL, L->meta, key,
+				     "global_offset has %d dimensions, "
+				     "local_shape %d",
+				     na, ns);
+	m->ndim = na;
+	if ((rc = push_dims(L, na, a, &m->dims)) ||
+	    (rc = push_dims(L, ns, s, &(size_t){0})))
+		return rc;
+	dt = field(v, "dtype");
+	m->dtype = FLX_DT_INVALID;
+	if (!is_none(dt)) {
+		m->dtype = flx_dtype_from_torch(cstr(dt));
+		if (m->dtype == FLX_DT_INVALID)
+			return flx_error_set(L->err, -EINVAL, L->meta, key,
+					     "unsupported dtype '%s'",
+					     cstr(dt) ? cstr(dt) : "?");
+	}
+	gs = field(v, "global_shape");
+	m->gndim = -1;
+	if (!is_none(gs)) {
+		if ((rc = dims_of(L, L->meta, key, "global_shape", gs,
+				  &m->gndim, a)) ||
+		    (rc = push_dims(L, m->gndim, a, &m->gdims)))
+			return rc;
+	}
+	if ((rc = flag_of(L, key, v, "is_flattened", &m->flat)))
+		return rc;
+	if (m->flat)
+		return range_of(L, key, field(v, "flattened_range"), &m->start,
+				&m->stop);
+	return 0;
+}
+
+static int cmp_key(const void *a, const void *b, void *arg)
+{
+	const loader *L = arg;
+
+	return strcmp(L->keys[*(const uint32_t *)a].fqn,
+		      L->keys[*(const uint32_t *)b].fqn);
+}
+
+static int load_sdm(loader *L, const flx_pv *sdm)
+{
+	size_t n;
+
+	if (!sdm || sdm->kind != FLX_PV_DICT)
+		return flx_error_set(L->err, -EINVAL, L->meta,
+				     "state_dict_metadata",
+				     "missing or not a dict");
+	n = sdm->u.dict.n;
+	if (n > UINT32_MAX / 2)
+		return flx_error_set(L->err, -EOVERFLOW, L->meta,
+				     "state_dict_metadata", "%zu keys", n);
+	L->keys = calloc(n ? n : 1, sizeof(*L->keys));
+	L->by_name = malloc((n ? n : 1) * sizeof(*L->by_name));
+	if (!L->keys || !L->by_name)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		const char *key = cstr(sdm->u.dict.kv[2 * i]);
+		const flx_pv *list = sdm->u.dict.kv[2 * i + 1];
+		pkey *k = &L->keys[i];
+
+		if (!key)
+			return flx_error_set(L->err, -EINVAL, L->meta,
+					     "state_dict_metadata",
+					     "key %zu is not a string without "
+					     "NUL bytes",
+					     i);
+		if (!list ||
+		    (list->kind != FLX_PV_LIST && list->kind != FLX_PV_TUPLE))
+			return flx_error_set(L->err, -EINVAL, L->meta, key,
+					     "state_dict_metadata value is not "
+					     "a list");
+		k->fqn = key;
+		k->lo = L->nltms;
+		k->n = flx_pv_len(list);
+		if (flx_grow((void **)&L->ltms, &L->capltms, L->nltms + k->n,
+			     sizeof(ltm)))
+			return -ENOMEM;
+		for (size_t j = 0; j < k->n; j++) {
+			int rc = decode_ltm(L, key, flx_pv_item(list, j),
+					    &L->ltms[L->nltms + j]);
+
+			if (rc)
+				return rc;
+		}
+		L->nltms += k->n;
+		L->by_name[i] = (uint32_t)i;
+	}
+	L->nkeys = n;
+	qsort_r(L->by_name, n, sizeof(*L->by_name), cmp_key, L);
+	for (size_t i = 1; i < n; i++)
+		if (!strcmp(L->keys[L->by_name[i]].fqn,
+			    L->keys[L->by_name[i - 1]].fqn))
+			return flx_error_set(
+			    L->err, -EINVAL, L->meta,
+			    L->keys[L->by_name[i]].fqn,
+			    "listed twice in state_dict_metadata");
+	return 0;
+}
+
+/* The index of key fqn in L->keys, or -1. */
+static long find_key(const loader *L, const char *fqn)
+{
+	size_t lo = 0, hi = L->nkeys;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int c = strcmp(L->keys[L->by_name[mid]].fqn, fqn);
+
+		if (!c)
+			return L->by_name[mid];
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
+
+/* ---- storage_metadata ---- */
+
+/* The LTM of key k that a LocalTensorIndex names: the same global_offset,
+ * flattened range and, when the index has one, local_shape (spec 2.2). */
+static long match_ltm(const loader *L, const pkey *k, int na,
+		      const int64_t *off, bool flat, int64_t start,
+		      int64_t stop, int ns, const int64_t *shape)
+{
+	for (size_t j = k->lo; j < k->lo + k->n; j++) {
+		const ltm *m = &L->ltms[j];
+		const int64_t *mo = L->dims + m->dims;
+
+		if (m->ndim != na ||
+		    (na && memcmp(mo, off, sizeof(int64_t) * (size_t)na)) ||
+		    m->flat != flat ||
+		    (flat && (m->start != start || m->stop != stop)))
+			continue;
+		if (ns >= 0 && (ns != m->ndim ||
+				(ns && memcmp(mo + na, shape,
+					      sizeof(int64_t) * (size_t)ns))))
+			continue;
+		return (long)j;
+	}
+	return -1;
+}
+
+static int decode_entry(loader *L, size_t i, const flx_pv *k,
+			const flx_pv *v)
+{
+	int64_t off[FLX_MAX_DIMS], shape[FLX_MAX_DIMS], start = 0, stop = 0,
+								 rep = 0;
+	const flx_pv *ls, *r;
+	const char *key, *file;
+	int na, ns = -1, rc;
+	bool flat;
+	long ki, m;
+	sent *e;
+
+	if (!is_paddle_obj(k, "LocalTensorIndex") || !fields(k) ||
+	    !(key = cstr(field(k, "tensor_key"))))
+		return flx_error_set(L->err, -EINVAL, L->meta,
+				     "storage_metadata",
+				     "entry %zu: key is not a Paddle "
+				     "LocalTensorIndex with a string "
+				     "tensor_key",
+				     i);
+	if ((rc = dims_of(L, L->meta, key, "LocalTensorIndex.global_offset",
+			  field(k, "global_offset"), &na, off)) ||
+	    (rc = flag_of(L, key, k, "is_flattened", &flat)))
+		return rc;
+	if (flat && (rc = range_of(L, key, field(k, "flattened_range"),
+				   &start, &stop)))
+		return rc;
+	ls = field(k, "local_shape");
+	if (!is_none(ls) && (rc = dims_of(L, L->meta, key,
+					  "LocalTensorIndex.local_shape", ls,
+					  &ns, shape)))
+		return rc;
+	r = field(k, "replica_id");
+	if (!is_none(r) && (!flx_pv_int(r, &rep) || rep < 0))
+		return flx_error_set(L->err, -EINVAL, L->meta, key,
+				     "replica_id is not a non-negative "
+				     "integer");
+	if (!(file = cstr(v)))
+		return flx_error_set(L->err, -EINVAL, L->meta, key,
+				     "storage_metadata value is not a file "
+				     "name");
+	/* replica_id > 0: a copy a loader ignores (save_replicas=True) */
+	if (rep > 0)
+		return 0;
+	ki = find_key(L, key);
+	if (ki < 0)
+		return flx_error_set(L->err, -EINVAL, L->meta, key,
+				     "storage_metadata names a key that "
+				     "state_dict_metadata lacks");
+	m = match_ltm(L, &L->keys[ki], na, off, flat, start, stop, ns, shape);
+	if (m < 0) {
+		char o[96];
+
+		flx_fmt_dims(o, sizeof(o), na, off);
+		return flx_error_set(L->err, -EINVAL, L->meta, key,
+				     "no LocalTensorMetadata for the shard at "
+				     "%s%s in %s",
+				     o, flat ? " (flattened)" : "", file);
+	}
+	if (flx_grow((void **)&L->se, &L->capse, L->nse + 1, sizeof(sent)))
+		return -ENOMEM;
+	e = &L->se[L->nse++];
+	memset(e, 0, sizeof(*e));
+	e->key = (uint32_t)ki;
+	e->ltm = (size_t)m;
+	e->file = file;
+	L->keys[ki].nse++;
+	return 0;
+}
+
+static int load_storage(loader *L, const flx_pv *sm)
+{
+	if (!sm || sm->kind != FLX_PV_DICT)
+		return flx_error_set(L->err, -EINVAL, L->meta,
+				     "storage_metadata",
+				     "missing or not a dict");
+	for (size_t i = 0; i < sm->u.dict.n; i++) {
+		int rc = decode_entry(L, i, sm->u.dict.kv[2 * i],
+				      sm->u.dict.kv[2 * i + 1]);
+
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* flat_mapping: None, or a dict of str -> tuple of str (not used by the
+ * index, whose keys are the flat ones; checked so that a damaged one is
+ * not taken for Paddle's). */
+static int check_flat_mapping(loader *L, const flx_pv *fm)
+{
+	if (is_none(fm))
+		return 0;
+	if (fm->kind != FLX_PV_DICT)
+		return flx_error_set(L->err, -EINVAL, L->meta, "flat_mapping",
+				     "not a dict");
+	for (size_t i = 0; i < fm->u.dict.n; i++) {
+		const flx_pv *v = fm->u.dict.kv[2 * i + 1];
+		bool ok = cstr(fm->u.dict.kv[2 * i]) && v &&
+			  (v->kind == FLX_PV_TUPLE || v->kind == FLX_PV_LIST);
+
+		for (size_t j = 0; ok && j < flx_pv_len(v); j++)
+			ok = flx_pv_str(flx_pv_item(v, j)) != NULL;
+		if (!ok)
+			return flx_error_set(L->err, -EINVAL, L->meta,
+					     "flat_mapping",
+					     "entry %zu is not a string "
+					     "mapped to a tuple of strings",
+					     i);
+	}
+	return 0;
+}
+
+/* ---- .distcp files ---- */
+
+/* numpy's dtype string ('f4', 'u2', ...) -> the element type as numpy
+ * stores it (bfloat16 and float8 arrive as their unsigned bit patterns). */
+static flx_dtype np_dtype(const char *s)
+{
+	static const struct {
+		const char *np;
+		flx_dtype dt;
+	} map[] = {
+	    {"f2", FLX_DT_F16},	 {"f4", FLX_DT_F32},   {"f8", FLX_DT_F64},
+	    {"i1", FLX_DT_I8},	 {"i2", FLX_DT_I16},   {"i4", FLX_DT_I32},
+	    {"i8", FLX_DT_I64},	 {"u1", FLX_DT_U8},    {"u2", FLX_DT_U16},
+	    {"u4", FLX_DT_U32},	 {"u8", FLX_DT_U64},   {"b1", FLX_DT_BOOL},
+	    {"c8", FLX_DT_C64},	 {"c16", FLX_DT_C128},
+	};
+
+	for (size_t i = 0; s && i < sizeof(map) / sizeof(map[0]); i++)
+		if (!strcmp(map[i].np, s))
+			return map[i].dt;
+	return FLX_DT_INVALID;
+}
+
+/* Whether a numpy array of type np holds elements of the metadata's type
+ * md (spec 3.3: bf16 as uint16 bits, float8 as uint8 bits). */
+static bool dtype_fits(flx_dtype md, flx_dtype np)
+{
+	if (md == np)
+		return true;
+	if (md == FLX_DT_BF16)
+		return np == FLX_DT_U16;
+	if (md == FLX_DT_F8_E4M3FN || md == FLX_DT_F8_E5M2 ||
+	    md == FLX_DT_F8_E4M3FNUZ || md == FLX_DT_F8_E5M2FNUZ)
+		return np == FLX_DT_U8;
+	return false;
+}
+
+static bool np_global(const flx_pv *cls, const char *sub, const char *name)
+{
+	char a[48], b[48];
+
+	snprintf(a, sizeof(a), "numpy.core.%s", sub);
+	snprintf(b, sizeof(b), "numpy._core.%s", sub);
+	return flx_pv_is_global(cls, a, name) || flx_pv_is_global(cls, b, name);
+}
+
+/* numpy.dtype(str, ...) with BUILD state (3, byteorder, ...). */
+static int decode_np_dtype(loader *L, const char *file, const char *key,
+			   const flx_pv *v, flx_dtype *out)
+{
+	const flx_pv *st, *bo;
+	const char *order;
+
+	if (!v || v->kind != FLX_PV_OBJ ||
+	    !flx_pv_is_global(v->u.obj.cls, "numpy", "dtype"))
+		return flx_error_set(L->err, -EINVAL, file, key,
+				     "array dtype is not a numpy.dtype");
+	*out = np_dtype(cstr(flx_pv_item(v->u.obj.args, 0)));
+	if (*out == FLX_DT_INVALID)
+		return flx_error_set(L->err, -EINVAL, file, key,
+				     "unsupported numpy dtype '%s'",
+				     cstr(flx_pv_item(v->u.obj.args, 0))
+					 ? cstr(flx_pv_item(v->u.obj.args, 0))
+					 : "?");
+	st = v->u.obj.state;
+	bo = st && st->kind == FLX_PV_TUPLE ? flx_pv_item(st, 1) : NULL;
+	order = cstr(bo);
+	if (!order || (strcmp(order, "<") && strcmp(order, "|") &&
+		       strcmp(order, "=")))
+		return flx_error_set(L->err, -ENOTSUP, file, key,
+				     "numpy dtype is not little-endian");
+	return 0;
+}
+
+/* The bytes of an array: BYTES, or protocol 2's _codecs.encode(str,
+ * 'latin1') when its text is the bytes themselves (all below 0x80). */
+static int decode_raw(loader *L, const char *file, const char *key,
+		      const flx_pv *v, uint64_t want, parr *a)
+{
+	uint64_t off;
+	size_t len;
+
+	if (v && v->kind == FLX_PV_OBJ &&
+	    flx_pv_is_global(v->u.obj.cls, "_codecs", "encode")) {
+		const flx_pv *s = flx_pv_item(v->u.obj.args, 0);
+		const char *enc = cstr(flx_pv_item(v->u.obj.args, 1));
+
+		if (!s || s->kind != FLX_PV_STR || !enc ||
+		    strcmp(enc, "latin1") ||
+		    !flx_pv_payload(s, &off, &len))
+			return flx_error_set(L->err, -EINVAL, file, key,
+					     "array bytes are not "
+					     "_codecs.encode(str, 'latin1')");
+		if (len != want)
+			return flx_error_set(
+			    L->err, -ENOTSUP, file, key,
+			    "protocol-2 array bytes are stored as UTF-8 text "
+			    "of latin-1 (%zu bytes for %" PRIu64
+			    "), which cannot be read in place; re-save with "
+			    "protocol 4 or 5",
+			    len, want);
+	} else if (!v || v->kind != FLX_PV_BYTES ||
+		   !flx_pv_payload(v, &off, &len)) {
+		return flx_error_set(L->err, -EINVAL, file, key,
+				     "array data is not a bytes payload");
+	}
+	if (len != want)
+		return flx_error_set(L->err, -EINVAL, file, key,
+				     "array holds %zu bytes, its shape and "
+				     "dtype need %" PRIu64,
+				     len, want);
+	a->off = off;
+	a->len = len;
+	return 0;
+}
+
+static int array_bytes(loader *L, const char *file, const char *key,
+		       parr *a, uint64_t *bytes)
+{
+	if (flx_shape_bytes(a->ndim, a->shape, flx_dtype_size(a->dtype),
+			    NULL, bytes))
+		return flx_error_set(L->err, -EOVERFLOW, file, key,
+				     "array size overflows 64 bits");
+	return 0;
+}
+
+/* One value of a .distcp dict: a numpy array, as protocol <= 4
+ * (_reconstruct + BUILD) or protocol 5 (_frombuffer) pickles it. */
+static int decode_array(loader *L, const char *file, const char *key,
+			const flx_pv *v, parr *a)
+{
+	const flx_pv *cls = flx_pv_obj_class(v), *args, *st, *raw, *shape,
+		     *dt, *order;
+	uint64_t want;
+	int rc;
+
+	memset(a, 0, sizeof(*a));
+	a->key = key;
+	if (np_global(cls, "multiarray", "_reconstruct")) {
+		const flx_pv *fo;
+
+		st = v->u.obj.state;
+		if (!st || st->kind != FLX_PV_TUPLE || flx_pv_len(st) != 5)
+			return flx_error_set(L->err, -EINVAL, file, key,
+					     "ndarray state is not (version, "
+					     "shape, dtype, is_fortran, data)");
+		shape = flx_pv_item(st, 1);
+		dt = flx_pv_item(st, 2);
+		fo = flx_pv_item(st, 3);
+		raw = flx_pv_item(st, 4);
+		a->fortran = fo && ((fo->kind == FLX_PV_BOOL && fo->u.b) ||
+				    (fo->kind == FLX_PV_INT && fo->u.i));
+	} else if (np_global(cls, "numeric", "_frombuffer")) {
+		args = v->u.obj.args;
+		if (flx_pv_len(args) != 4)
+			return flx_error_set(L->err, -EINVAL, file, key,
+					     "_frombuffer arguments are not "
+					     "(buffer, dtype, shape, order)");
+		raw = flx_pv_item(args, 0);
+		dt = flx_pv_item(args, 1);
+		shape = flx_pv_item(args, 2);
+		order = flx_pv_item(args, 3);
+		if (!cstr(order) ||
+		    (strcmp(cstr(order), "C") && strcmp(cstr(order), "F")))
+			return flx_error_set(L->err, -EINVAL, file, key,
+					     "_frombuffer order is not 'C' or "
+					     "'F'");
+		a->fortran = !strcmp(cstr(order), "F");
+	} else {
+		return flx_error_set(L->err, -EINVAL, file, key,
+				     "value is not a numpy array "
+				     "(_reconstruct or _frombuffer)");
+	}
+	if ((rc = dims_of(L, file, key, "array shape", shape, &a->ndim,
+			  a->shape)) ||
+	    (rc = decode_np_dtype(L, file, key, dt, &a->dtype)) ||
+	    (rc = array_bytes(L, file, key, a, &want)))
+		return rc;
+	return decode_raw(L, file, key, raw, want, a);
+}
+
+static int cmp_parr(const void *a, const void *b)
+{
+	return strcmp(((const parr *)a)->key, ((const parr *)b)->key);
+}
+
+static char *pool_str(flx_pool *p, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *d = flx_pool_alloc(p, n);
+
+	if (d)
+		memcpy(d, s, n);
+	return d;
+}
+
+/* Collect a file's "StructuredToParameterName@@" entries, for the keys
+ * of the metadata only. */
+static int add_names(loader *L, const char *file, const flx_pv *tab)
+{
+	if (!tab || tab->kind != FLX_PV_DICT)
+		return flx_error_set(L->err, -EINVAL, file, NAME_TABLE,
+				     "not a dict");
+	for (size_t i = 0; i < tab->u.dict.n; i++) {
+		const char *k = cstr(tab->u.dict.kv[2 * i]);
+		const char *n = cstr(tab->u.dict.kv[2 * i + 1]);
+		flx_name_pair *p;
+
+		if (!k || !n)
+			return flx_error_set(L->err, -EINVAL, file, NAME_TABLE,
+					     "entry %zu is not a string mapped "
+					     "to a string",
+					     i);
+		if (find_key(L, k) < 0)
+			continue;
+		if (flx_grow((void **)&L->names, &L->capnames, L->nnames + 1,
+			     sizeof(*p)))
+			return -ENOMEM;
+		p = &L->names[L->nnames];
+		p->key = pool_str(&L->c->pool, k);
+		p->name = pool_str(&L->c->pool, n);
+		if (!p->key || !p->name)
+			return -ENOMEM;
+		L->nnames++;
+	}
+	return 0;
+}
+
+/* Decode file pf: its name table, and the arrays of the keys want marks
+ * (those a primary storage entry names; other values are passed over
+ * undecoded), sorted by key into pf->arr. */
+static int read_distcp(loader *L, pfile *pf, const bool *want)
+{
+	static const flx_pickle_limits lim = {0};
+	const flx_file *f = &L->c->files[pf->idx];
+	flx_fd_reader ctx;
+	flx_reader r;
+	flx_pickle *pk = NULL;
+	const flx_pv *root;
+	unsigned char magic = 0;
+	size_t n = 0;
+	int rc;
+
+	flx_reader_fd(&r, &ctx, f->fd, 0, f->size);
+	if (f->size < 2 || flx_read_at(&r, &magic, 1, 0) || magic != 0x80)
+		return flx_error_set(L->err, -EINVAL, pf->relpath, NULL,
+				     "not a pickle (PROTO opcode expected; "
+				     "safetensors .distcp files are not "
+				     "supported)");
+	rc = flx_pickle_load_reader(&r, pf->relpath, &lim, &pk, L->err);
+	if (rc)
+		goto out;
+	root = flx_pickle_root(pk);
+	if (!root || root->kind != FLX_PV_DICT) {
+		rc = flx_error_set(L->err, -EINVAL, pf->relpath, NULL,
+				   "not a pickled dict of arrays");
+		goto out;
+	}
+	pf->arr = calloc(root->u.dict.n ? root->u.dict.n : 1, sizeof(parr));
+	if (!pf->arr) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < root->u.dict.n; i++) {
+		const char *k = cstr(root->u.dict.kv[2 * i]);
+		const flx_pv *v = root->u.dict.kv[2 * i + 1];
+		long ki;
+
+		if (!k) {
+			rc = flx_error_set(L->err, -EINVAL, pf->relpath, NULL,
+					   "key %zu is not a string without "
+					   "NUL bytes",
+					   i);
+			goto out;
+		}
+		if (!strcmp(k, NAME_TABLE)) {
+			if ((rc = add_names(L, pf->relpath, v)))
+				goto out;
+			continue;
+		}
+		ki = find_key(L, k);
+		if (ki < 0 || !want[ki])
+			continue;
+		if ((rc = decode_array(L, pf->relpath, k, v, &pf->arr[n])))
+			goto out;
+		pf->arr[n].key = pool_str(&L->c->pool, k);
+		if (!pf->arr[n].key) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		n++;
+	}
+	pf->narr = n;
+	qsort(pf->arr, n, sizeof(parr), cmp_parr);
+	for (size_t i = 1; i < n; i++)
+		if (!strcmp(pf->arr[i].key, pf->arr[i - 1].key)) {
+			rc = flx_error_set(L->err, -EINVAL, pf->relpath,
+					   pf->arr[i].key,
+					   "key appears twice in the file");
+			goto out;
+		}
+out:
+	flx_pickle_free(pk);
+	return rc;
+}
+
+static const parr *find_arr(const pfile *pf, const char *key)
+{
+	parr k = {.key = key};
+
+	return bsearch(&k, pf->arr, pf->narr, sizeof(parr), cmp_parr);
+}
+
+static int cmp_sent_file(const void *a, const void *b, void *arg)
+{
+	const loader *L = arg;
+	const sent *x = &L->se[*(const uint32_t *)a];
+	const sent *y = &L->se[*(const uint32_t *)b];
+
+	return strcmp(x->file, y->file);
+}
+
+/* Open and decode every file a primary storage entry names, in name
+ * order, and point each entry at its array. */
+static int load_files(loader *L)
+{
+	uint32_t *order = malloc((L->nse ? L->nse : 1) * sizeof(*order));
+	bool *want = calloc(L->nkeys ? L->nkeys : 1, sizeof(bool));
+	int rc = 0;
+
+	if (!order || !want) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < L->nse; i++) {
+		order[i] = (uint32_t)i;
+		want[L->se[i].key] = true;
+	}
+	qsort_r(order, L->nse, sizeof(*order), cmp_sent_file, L);
+	L->files = calloc(L->nse ? L->nse : 1, sizeof(pfile));
+	if (!L->files) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < L->nse; i++) {
+		sent *e = &L->se[order[i]];
+		pfile *pf;
+
+		if (!L->nfiles || strcmp(L->files[L->nfiles - 1].relpath,
+					 e->file)) {
+			flx_file_ref ref = {.from = L->meta,
+					    .field = "storage_metadata",
+					    .key = L->keys[e->key].fqn};
+
+			pf = &L->files[L->nfiles++];
+			pf->relpath = e->file;
+			rc = flx_build_data_file(L->b, e->file, &ref, &pf->idx);
+			if (!rc)
+				rc = read_distcp(L, pf, want);
+			if (rc)
+				goto out;
+		}
+		pf = &L->files[L->nfiles - 1];
+		e->pf = (uint32_t)(pf - L->files);
+		e->arr = find_arr(pf, L->keys[e->key].fqn);
+		if (!e->arr) {
+			rc = flx_error_set(L->err, -EINVAL, e->file,
+					   L->keys[e->key].fqn,
+					   "%s names this file for the key, "
+					   "which the file lacks",
+					   L->meta);
+			goto out;
+		}
+	}
+out:
+	free(order);
+	free(want);
+	return rc;
+}
+
+/* ---- tensors ---- */
+
+/* The boxes of elements [s, e) of the row-major flattening of a block of
+ * shape blk (n dims, s < e <= its element count): greedily the longest run
+ * of whole sub-blocks that starts at s; at most 2n - 1 boxes.  box_off and
+ * box_size are relative to the block; first[k]: box k's first element in
+ * the flattening. */
+static unsigned flat_boxes(int n, const int64_t *blk, int64_t s, int64_t e,
+			   int64_t box_off[][FLX_MAX_DIMS],
+			   int64_t box_size[][FLX_MAX_DIMS], int64_t *first)
+{
+	unsigned k = 0;
+
+	if (n == 0) {
+		first[0] = 0;
+		return 1;
+	}
+	while (s < e) {
+		int64_t inner = 1, rest = s, c;
+		int j = n - 1;
+
+		while (j > 0 && s % (inner * blk[j]) == 0 &&
+		       e - s >= inner * blk[j]) {
+			inner *= blk[j];
+			j--;
+		}
+		for (int d = n - 1; d >= 0; d--) {
+			box_off[k][d] = rest % blk[d];
+			rest /= blk[d];
+			box_size[k][d] = d < j ? 1 : blk[d];
+		}
+		c = blk[j] - box_off[k][j];
+		if (c > (e - s) / inner)
+			c = (e - s) / inner;
+		box_size[k][j] = c;
+		first[k] = s;
+		s += c * inner;
+		k++;
+	}
+	return k;
+}
+
+static int cmp_flat(const void *a, const void *b, void *arg)
+{
+	const loader *L = arg;
+	const sent *x = &L->se[*(const uint32_t *)a];
+	const sent *y = &L->se[*(const uint32_t *)b];
+	const ltm *p = &L->ltms[x->ltm], *q = &L->ltms[y->ltm];
+	int c = memcmp(L->dims + p->dims, L->dims + q->dims,
+		       sizeof(int64_t) * 2 * (size_t)p->ndim);
+
+	if (c)
+		return c;
+	return p->start < q->start ? -1 : p->start > q->start;
+}
+
+static bool same_block(const loader *L, const ltm *p, const ltm *q)
+{
+	return p->ndim == q->ndim &&
+	       !memcmp(L->dims + p->dims, L->dims + q->dims,
+		       sizeof(int64_t) * 2 * (size_t)p->ndim);
+}
+
+/* The flattened shards of a tensor (es[0..n), sorted by block and start)
+ * must cover each block [0, numel) exactly once. */
+static int check_flat(loader *L, const flx_tensor *t, const uint32_t *es,
+		      size_t n)
+{
+	char o[96];
+
+	for (size_t i = 0; i < n; i++) {
+		const sent *e = &L->se[es[i]];
+		const ltm *m = &L->ltms[e->ltm];
+		const int64_t *blk = L->dims + m->dims + m->ndim;
+		uint64_t numel = flx_numel(m->ndim, blk);
+		bool first = i == 0 || !same_block(L, m, &L->ltms[L->se[es[i - 1]].ltm]);
+		bool last = i + 1 == n ||
+			    !same_block(L, m, &L->ltms[L->se[es[i + 1]].ltm]);
+		int64_t prev = first ? 0 : L->ltms[L->se[es[i - 1]].ltm].stop;
+
+		flx_fmt_dims(o, sizeof(o), m->ndim, L->dims + m->dims);
+		if ((uint64_t)m->stop > numel)
+			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
+					     "flattened range [%" PRId64
+					     ", %" PRId64
+					     ") runs past the %" PRIu64
+					     " elements of the block at %s",
+					     m->start, m->stop, numel, o);
+		if (m->start < prev)
+			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
+					     "flattened range [%" PRId64
+					     ", %" PRId64
+					     ") of the block at %s overlaps "
+					     "another ending at %" PRId64,
+					     m->start, m->stop, o, prev);
+		if (m->start > prev)
+			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
+					     "flattened ranges of the block at "
+					     "%s leave a hole: elements "
+					     "[%" PRId64 ", %" PRId64
+					     ") are in no file",
+					     o, prev, m->start);
+		if (last && (uint64_t)m->stop != numel)
+			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
+					     "flattened ranges of the block at "
+					     "%s leave a hole: elements "
+					     "[%" PRId64 ", %" PRIu64
+					     ") are in no file",
+					     o, m->stop, numel);
+	}
+	return 0;
+}
+
+/* The element type and global shape of key k: the metadata's (every LTM
+ * must agree), else the arrays' type and the shards' extent. */
+static int tensor_type(loader *L, const pkey *k, const uint32_t *es,
+		       size_t n, flx_tensor *t)
+{
+	bool have_g = false;
+
+	t->dtype = FLX_DT_INVALID;
+	t->ndim = -1;
+	for (size_t j = k->lo; j < k->lo + k->n; j++) {
+		const ltm *m = &L->ltms[j];
+
+		if (t->dtype && m->dtype && m->dtype != t->dtype)
+			return flx_error_set(L->err, -EINVAL, L->meta, k->fqn,
+					     "shards disagree on the dtype "
+					     "(%s, %s)",
+					     flx_dtype_name(t->dtype),
+					     flx_dtype_name(m->dtype));
+		if (m->dtype)
+			t->dtype = m->dtype;
+		if (t->ndim >= 0 && m->ndim != t->ndim)
+			return flx_error_set(L->err, -EINVAL, L->meta, k->fqn,
+					     "shards have %d and %d "
+					     "dimensions",
+					     t->ndim, m->ndim);
+		if (t->ndim < 0) {
+			t->ndim = m->ndim;
+			memset(t->shape, 0, sizeof(t->shape));
+		}
+		if (m->gndim >= 0) {
+			const int64_t *g = L->dims + m->gdims;
+
+			if (m->gndim != t->ndim ||
+			    (have_g && memcmp(g, t->shape,
+					      sizeof(int64_t) *
+						  (size_t)t->ndim)))
+				return flx_error_set(
+				    L->err, -EINVAL, L->meta, k->fqn,
+				    "shards disagree on the global_shape");
+			memcpy(t->shape, g, sizeof(int64_t) * (size_t)t->ndim);
+			have_g = true;
+		}
+	}
+	if (t->ndim < 0)
+		return flx_error_set(L->err, -EINVAL, L->meta, k->fqn,
+				     "no LocalTensorMetadata for the key");
+	if (!have_g) /* spec 2.2: max(global_offset + local_shape) */
+		for (size_t j = k->lo; j < k->lo + k->n; j++) {
+			const ltm *m = &L->ltms[j];
+			const int64_t *d = L->dims + m->dims;
+
+			for (int a = 0; a < t->ndim; a++)
+				if (d[a] + d[t->ndim + a] > t->shape[a])
+					t->shape[a] = d[a] + d[t->ndim + a];
+		}
+	for (size_t i = 0; i < n; i++) {
+		const sent *e = &L->se[es[i]];
+
+		if (!t->dtype)
+			t->dtype = e->arr->dtype;
+		if (!dtype_fits(t->dtype, e->arr->dtype))
+			return flx_error_set(L->err, -EINVAL, e->file, k->fqn,
+					     "array dtype %s does not hold "
+					     "the metadata's %s",
+					     flx_dtype_name(e->arr->dtype),
+					     flx_dtype_name(t->dtype));
+	}
+	if (flx_shape_bytes(t->ndim, t->shape, flx_dtype_size(t->dtype), NULL,
+			    NULL))
+		return flx_error_set(L->err, -EOVERFLOW, L->meta, k->fqn,
+				     "tensor size overflows 64 bits");
+	return 0;
+}
+
+/* The array of entry e holds its shard: the block's shape, or the
+ * flattened range's length. */
+static int check_array(loader *L, const flx_tensor *t, const sent *e)
+{
+	const ltm *m = &L->ltms[e->ltm];
+	const parr *a = e->arr;
+	const int64_t *blk = L->dims + m->dims + m->ndim;
+	char x[96], y[96];
+
+	if (m->flat) {
+		if (a->ndim == 1 && a->shape[0] == m->stop - m->start)
+			return 0;
+		flx_fmt_dims(x, sizeof(x), a->ndim, a->shape);
+		return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
+				     "array shape %s is not that of the "
+				     "flattened range [%" PRId64 ", %" PRId64
+				     ")",
+				     x, m->start, m->stop);
+	}
+	if (a->ndim == m->ndim &&
+	    !memcmp(a->shape, blk, sizeof(int64_t) * (size_t)m->ndim))
+		return 0;
+	flx_fmt_dims(x, sizeof(x), a->ndim, a->shape);
+	flx_fmt_dims(y, sizeof(y), m->ndim, blk);
+	return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
+			     "array shape %s differs from local_shape %s", x,
+			     y);
+}
+
+/* Fill chunk ch: box (off, size) of t at block offset boff, whose
+ * element 0 is byte at of file. */
+static void set_chunk(flx_chunk *ch, const flx_tensor *t, uint32_t file,
+		      const int64_t *off, const int64_t *size,
+		      const int64_t *stride, uint64_t at)
+{
+	unsigned es = flx_dtype_size(t->dtype);
+
+	memcpy(ch->off, off, sizeof(int64_t) * (size_t)t->ndim);
+	memcpy(ch->size, size, sizeof(int64_t) * (size_t)t->ndim);
+	memcpy(ch->stride, stride, sizeof(int64_t) * (size_t)t->ndim);
+	ch->file = file;
+	ch->data_off = ch->item_off = at;
+	ch->item_len = flx_numel(t->ndim, size) * es;
+	ch->storage_offset = 0;
+	ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
+}
+
+/* Row-major (or column-major) element strides of shape. */
+static void strides_of(int n, const int64_t *shape, bool fortran,
+		       int64_t *st)
+{
+	int64_t s = 1;
+
+	for (int i = 0; i < n; i++) {
+		int d = fortran ? i : n - 1 - i;
+
+		st[d] = s;
+		s *= shape[d] ? shape[d] : 1;
+	}
+}
+
+/* The axis the blocks of t's shards differ along (saved_split). */
+static int split_of(const loader *L, const flx_tensor *t, const uint32_t *es,
+		    size_t n)
+{
+	int axis = -1;
+
+	for (int d = 0; d < t->ndim; d++)
+		for (size_t i = 1; i < n; i++)
+			if (L->dims[L->ltms[L->se[es[i]].ltm].dims + (size_t)d] !=
+			    L->dims[L->ltms[L->se[es[0]].ltm].dims + (size_t)d]) {
+				if (axis >= 0)
+					return 0; /* several: the plan says */
+				axis = d;
+				break;
+			}
+	return axis < 0 ? -1 : axis + 1;
+}
+
+static int build_tensor(loader *L, const pkey *k, const uint32_t *es,
+			size_t n, flx_tensor *t)
+{
+	int64_t first[MAX_BOXES];
+	uint32_t nch = 0, at = 0;
+	size_t nflat = 0;
+	int rc;
+
+	if ((rc = tensor_type(L, k, es, n, t)))
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		const sent *e = &L->se[es[i]];
+		const ltm *m = &L->ltms[e->ltm];
+
+		if (m->ndim != t->ndim)
+			return flx_error_set(L->err, -EINVAL, L->meta, k->fqn,
+					     "shards have %d and %d "
+					     "dimensions",
+					     t->ndim, m->ndim);
+		if ((rc = check_array(L, t, e)))
+			return rc;
+		nflat += m->flat;
+	}
+	/* flattened shards first, sorted by block and start: checked, and
+	 * their boxes counted */
+	{
+		uint32_t *fl = malloc((nflat ? nflat : 1) * sizeof(uint32_t));
+		size_t j = 0;
+
+		if (!fl)
+			return -ENOMEM;
+		for (size_t i = 0; i < n; i++)
+			if (L->ltms[L->se[es[i]].ltm].flat)
+				fl[j++] = es[i];
+		qsort_r(fl, nflat, sizeof(*fl), cmp_flat, L);
+		rc = check_flat(L, t, fl, nflat);
+		free(fl);
+		if (rc)
+			return rc;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const ltm *m = &L->ltms[L->se[es[i]].ltm];
+		int64_t lo[MAX_BOXES][FLX_MAX_DIMS], sz[MAX_BOXES][FLX_MAX_DIMS];
+
+		if (!m->flat)
+			nch++;
+		else if (m->stop > m->start)
+			nch += flat_boxes(m->ndim, L->dims + m->dims + m->ndim,
+					  m->start, m->stop, lo, sz, first);
+	}
+	if ((rc = flx_tensor_pool_chunks(&L->c->pool, t, nch)))
+		return rc;
+	for (size_t i = 0; i < n; i++) {
+		const sent *e = &L->se[es[i]];
+		const ltm *m = &L->ltms[e->ltm];
+		const int64_t *off = L->dims + m->dims, *blk = off + m->ndim;
+		uint32_t file = L->files[e->pf].idx;
+		unsigned esz = flx_dtype_size(t->dtype);
+		int64_t st[FLX_MAX_DIMS], lo[MAX_BOXES][FLX_MAX_DIMS],
+		    sz[MAX_BOXES][FLX_MAX_DIMS], g[FLX_MAX_DIMS];
+		unsigned nb;
+
+		if (!m->flat) {
+			strides_of(t->ndim, blk, e->arr->fortran, st);
+			set_chunk(&t->chunks[at++], t, file, off, blk, st,
+				  e->arr->off);
+			continue;
+		}
+		if (m->stop == m->start)
+			continue;
+		strides_of(t->ndim, blk, false, st);
+		nb = flat_boxes(m->ndim, blk, m->start, m->stop, lo, sz, first);
+		for (unsigned b = 0; b < nb; b++) {
+			for (int d = 0; d < t->ndim; d++)
+				g[d] = off[d] + lo[b][d];
+			set_chunk(&t->chunks[at++], t, file, g, sz[b], st,
+				  e->arr->off + (uint64_t)(first[b] - m->start) *
+						    esz);
+		}
+	}
+	t->saved_split = split_of(L, t, es, n);
+	return flx_tensor_check_chunks(t, L->meta, L->err);
+}
+
+static int build_tensors(loader *L)
+{
+	flx_ckpt *c = L->c;
+	size_t *start = calloc(L->nkeys + 1, sizeof(size_t));
+	uint32_t *es = malloc((L->nse ? L->nse : 1) * sizeof(uint32_t));
+	int rc = 0;
+
+	c->tensors = calloc(L->nkeys ? L->nkeys : 1, sizeof(flx_tensor));
+	if (!start || !es || !c->tensors) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	/* entries grouped by key, in storage_metadata order within one */
+	for (size_t i = 0; i < L->nkeys; i++)
+		start[i + 1] = start[i] + L->keys[i].nse;
+	for (size_t i = 0; i < L->nse; i++)
+		es[start[L->se[i].key]++] = (uint32_t)i;
+	for (size_t i = L->nkeys; i > 0; i--)
+		start[i] = start[i - 1];
+	start[0] = 0;
+	for (size_t i = 0; i < L->nkeys; i++) {
+		flx_tensor *t = &c->tensors[i];
+
+		t->fqn = pool_str(&c->pool, L->keys[i].fqn);
+		c->ntensors = i + 1;
+		if (!t->fqn) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		rc = build_tensor(L, &L->keys[i], es + start[i],
+				  L->keys[i].nse, t);
+		if (rc)
+			goto out;
+	}
+out:
+	free(start);
+	free(es);
+	return rc;
+}
+
+/* ---- the name table ---- */
+
+static int cmp_pair(const void *a, const void *b)
+{
+	return strcmp(((const flx_name_pair *)a)->key,
+		      ((const flx_name_pair *)b)->key);
+}
+
+/* flx_ckpt.paddle: the id and the merged name tables, sorted by key, one
+ * name per key (the files must agree). */
+static int set_paddle(loader *L)
+{
+	flx_paddle *p = flx_pool_alloc(&L->c->pool, sizeof(*p));
+	size_t n = 0;
+
+	if (!p)
+		return -ENOMEM;
+	if (L->nnames)
+		qsort(L->names, L->nnames, sizeof(*L->names), cmp_pair);
+	for (size_t i = 0; i < L->nnames; i++) {
+		if (n && !strcmp(L->names[n - 1].key, L->names[i].key)) {
+			if (strcmp(L->names[n - 1].name, L->names[i].name))
+				return flx_error_set(
+				    L->err, -EINVAL, NAME_TABLE,
+				    L->names[i].key,
+				    "the .distcp files name it both '%s' "
+				    "and '%s'",
+				    L->names[n - 1].name, L->names[i].name);
+			continue;
+		}
+		L->names[n++] = L->names[i];
+	}
+	p->unique_id = (int64_t)L->id;
+	p->nnames = n;
+	p->names = flx_pool_alloc(&L->c->pool, (n ? n : 1) * sizeof(*p->names));
+	if (!p->names)
+		return -ENOMEM;
+	if (n)
+		memcpy(p->names, L->names, n * sizeof(*p->names));
+	L->c->paddle = p;
+	return 0;
+}
+
+/* ---- the source ---- */
+
+static int interpret(loader *L, const flx_pv *root)
+{
+	const flx_pv *cls = flx_pv_obj_class(root);
+	int rc;
+
+	if (!is_paddle_obj(root, "Metadata") || !fields(root))
+		return flx_error_set(
+		    L->err, -EINVAL, L->meta, NULL,
+		    "not a Paddle Metadata object (class %s%s%s)",
+		    cls ? cls->u.global.module : flx_pv_kind_name(root),
+		    cls ? "." : "", cls ? cls->u.global.name : "");
+	L->module = cls->u.global.module;
+	if (asprintf(&L->c->writer, "Paddle %s (%s, id %" PRIu64 ")",
+		     strcmp(L->module, MOD_FLEX) ? "checkpoint"
+						 : "Flex Checkpoint",
+		     L->module, L->id) < 0) {
+		L->c->writer = NULL;
+		return -ENOMEM;
+	}
+	if ((rc = load_sdm(L, field(root, "state_dict_metadata"))) ||
+	    (rc = load_storage(L, field(root, "storage_metadata"))) ||
+	    (rc = check_flat_mapping(L, field(root, "flat_mapping"))) ||
+	    (rc = load_files(L)) || (rc = build_tensors(L)))
+		return rc;
+	return set_paddle(L);
+}
+
+static void loader_release(loader *L)
+{
+	for (size_t i = 0; i < L->nfiles; i++)
+		free(L->files[i].arr);
+	free(L->files);
+	free(L->dims);
+	free(L->ltms);
+	free(L->keys);
+	free(L->by_name);
+	free(L->se);
+	free(L->names);
+}
+
+static bool want_distcp(const char *name)
+{
+	uint64_t id;
+
+	return is_distcp_name(name, &id);
+}
+
+static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
+{
+	static const flx_pickle_limits lim = {0};
+	loader L = {.b = b, .c = flx_build_ckpt(b), .err = err};
+	flx_pickle *pk = NULL;
+	void *meta = NULL;
+	size_t meta_len = 0;
+	int rc;
+
+	rc = pick_id(&L, o);
+	if (rc)
+		goto out;
+	flx_build_prefetch(b, want_distcp);
+	flx_build_names_from(b, L.meta, "state_dict_metadata");
+	rc = flx_build_read_whole(b, L.meta, MAX_METADATA_BYTES,
+				  "no such file (is this a Paddle checkpoint "
+				  "directory?)",
+				  &meta, &meta_len, &L.c->mtime_ns, err);
+	if (!rc)
+		rc = flx_pickle_load(meta, meta_len, L.meta, &lim, &pk, err);
+	free(meta);
+	if (!rc)
+		rc = interpret(&L, flx_pickle_root(pk));
+out:
+	flx_pickle_free(pk);
+	loader_release(&L);
+	return rc;
+}
+
+const flx_source flx_source_paddle = {
+    .name = "paddle-dcp",
+    .kind = "Paddle Flex Checkpoint",
+    .marker = "<id>.metadata",
+    .probe = probe,
+    .owns = owns,
+    .load = load,
+};
