@@ -147,7 +147,9 @@ static int model_set(flx_build *b, int pp, flx_pd_set **out)
 		n += on_stage(&p->p[i], pp) &&
 		     opt_state(p->p[i].src->fqn) == N_STATES;
 	rc = flx_pd_set_new(b->fs, n, out);
-	for (size_t i = 0; !rc && i < p->n; i++) {
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < p->n; i++) {
 		const flx_placement *pl = &p->p[i];
 
 		if (on_stage(pl, pp) && opt_state(pl->src->fqn) == N_STATES)
@@ -156,8 +158,8 @@ static int model_set(flx_build *b, int pp, flx_pd_set **out)
 			    .name = static_name(b->ckpt->paddle, pl->src->fqn),
 			    .pl = pl};
 	}
-	(*out)->ntop = rc ? 0 : (*out)->n;
-	return rc;
+	(*out)->ntop = (*out)->n;
+	return 0;
 }
 
 /* The optimizer states of stage pp: accumulators by state, then (master)
@@ -172,28 +174,27 @@ static int opt_set(flx_build *b, int pp, bool master, flx_pd_set **out)
 		n += on_stage(&p->p[i], pp) &&
 		     opt_state(p->p[i].src->fqn) < N_STATES;
 	rc = flx_pd_set_new(b->fs, n, out);
-	for (size_t s = 0; !rc && s < N_STATES; s++) {
+	if (rc)
+		return rc;
+	for (size_t s = 0; s < N_STATES; s++) {
 		if (s == N_ACC)
 			(*out)->ntop = (*out)->n;
-		for (size_t i = 0; !rc && i < p->n; i++) {
+		for (size_t i = 0; i < p->n; i++) {
 			const flx_placement *pl = &p->p[i];
-			const char *name =
-			    static_name(b->ckpt->paddle, pl->src->fqn);
-			const char *key = name;
+			const char *name, *key;
 
 			if (!on_stage(pl, pp) || opt_state(pl->src->fqn) != s)
 				continue;
-			if (s == N_ACC) {
-				key = master_key(b, name);
-				rc = key ? 0 : -ENOMEM;
-			}
+			name = static_name(b->ckpt->paddle, pl->src->fqn);
+			key = s == N_ACC ? master_key(b, name) : name;
+			if (!key)
+				return -ENOMEM;
 			(*out)->e[(*out)->n++] =
 			    (flx_pd_entry){.key = key, .name = name, .pl = pl};
 		}
 	}
-	if (!rc)
-		(*out)->master = master;
-	return rc;
+	(*out)->master = master;
+	return 0;
 }
 
 /* The files of set for every TP rank of stage pp. */
