@@ -216,13 +216,13 @@ static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_xindex **xi,
 	/* Source -> transform -> plan -> tree.  The transform, the plan and
 	 * the tree need nothing the items give: they are built while the
 	 * items are read. */
-	rc = flx_ckpt_open_with(cl->mo.source,
-				&(flx_ckpt_opts){.format = cl->mo.source_format,
-						 .defer_items = true,
-						 .has_paddle_id =
-						     cl->mo.has_paddle_id,
-						 .paddle_id = cl->mo.paddle_id},
-				ckpt, &err);
+	rc = flx_ckpt_open_with(
+	    cl->mo.source,
+	    &(flx_ckpt_opts){.format = cl->mo.source_format,
+			     .defer_items = true,
+			     .has_paddle_id = cl->mo.has_paddle_id,
+			     .paddle_id = cl->mo.paddle_id},
+	    ckpt, &err);
 	if (!rc)
 		rc = flx_xform_apply(cl->mo.spec.xform, *ckpt, xi, &err);
 	if (!rc)

@@ -55,8 +55,7 @@ const char flx_mo_help[] =
 static const char *const ours[] = {
     "tp",	   "pp",	  "rules",	   "layer_regex",
     "embed_regex", "pp_renumber", "hf_shard_size", "read_ahead_kb",
-    "direct_io",   "cache_size",  "source_format",
-    "paddle_id",
+    "direct_io",   "cache_size",  "source_format", "paddle_id",
 };
 
 static const char *const fstab_exact[] = {
@@ -258,8 +257,7 @@ found:
 
 /* A decimal id as Paddle names its files ("{id}.metadata"): digits
  * only, no sign, no leading zero but in "0". */
-static int apply_paddle_id(flx_mountopts *mo, const char *value,
-			   flx_error *err)
+static int apply_paddle_id(flx_mountopts *mo, const char *value, flx_error *err)
 {
 	uint64_t v = 0;
 	const char *p = value ? value : "";

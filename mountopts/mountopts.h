@@ -12,11 +12,10 @@
  *   ours   tp, pp, rules, layer_regex, embed_regex, pp_renumber,
  *          hf_shard_size: applied to the spec with flx_spec_set();
  *          source_format, paddle_id: how the checkpoint is opened
- *          (ckpt.h's flx_ckpt_opts); read_ahead_kb, direct_io, cache_size: kept in
- *          flx_mountopts for the FUSE adapter;
- *   fstab  auto, noauto, user, nouser, users, _netdev, nofail, defaults,
- *          user=*, comment=*, x-*: bookkeeping of mount(8)/fstab/systemd
- *          that libfuse would reject ("unknown option"), dropped;
+ *          (ckpt.h's flx_ckpt_opts); read_ahead_kb, direct_io, cache_size: kept
+ * in flx_mountopts for the FUSE adapter; fstab  auto, noauto, user, nouser,
+ * users, _netdev, nofail, defaults, user=*, comment=*, x-*: bookkeeping of
+ * mount(8)/fstab/systemd that libfuse would reject ("unknown option"), dropped;
  *   rw/ro  accepted (fstab "defaults" reaches helpers as "rw") and dropped:
  *          the mount is always read-only;
  *   fuse   everything else, handed to libfuse, which owns the error for

@@ -39,6 +39,10 @@ typedef struct flx_file {
 			   * put back (touch -d): what catches it */
 	bool data;	  /* a file of the checkpoint itself (false: an extra,
 			   * passed through unchanged) */
+	/* a memory file of bytes the source decoded at mount (relpath
+	 * names it, for messages: no path leads to it), verified by its
+	 * descriptor only */
+	bool decoded;
 	/* when the path was last found to still name this file (CLOCK_MONOTONIC
 	 * ns; 0 never); the one mutable field, updated atomically */
 	int64_t path_checked_ns;

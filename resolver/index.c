@@ -723,6 +723,39 @@ int flx_build_data_file(flx_build *b, const char *relpath,
 	return add_file(b, relpath, true, ref->key, idx);
 }
 
+int flx_build_decoded_file(flx_build *b, const char *name, int fd,
+			   uint32_t *idx)
+{
+	flx_ckpt *c = b->c;
+	struct stat st;
+	flx_file *f;
+
+	if (fstat(fd, &st) < 0) {
+		int rc = -errno;
+
+		close(fd);
+		return rc;
+	}
+	if (flx_grow((void **)&c->files, &b->cap_files, c->nfiles + 1,
+		     sizeof(flx_file))) {
+		close(fd);
+		return -ENOMEM;
+	}
+	f = &c->files[c->nfiles];
+	memset(f, 0, sizeof(*f));
+	f->relpath = strdup(name);
+	if (!f->relpath) {
+		close(fd);
+		return -ENOMEM;
+	}
+	f->fd = fd;
+	flx_file_identity(f, &st);
+	f->data = true;
+	f->decoded = true;
+	*idx = (uint32_t)c->nfiles++;
+	return 0;
+}
+
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -1400,7 +1433,7 @@ int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
 		return -errno;
 	if (!same_identity(f, &st))
 		return -ESTALE;
-	if (!by_path)
+	if (!by_path || f->decoded)
 		return 0;
 	now = now_ns();
 	last = __atomic_load_n(checked, __ATOMIC_RELAXED);

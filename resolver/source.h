@@ -128,6 +128,16 @@ typedef struct flx_file_ref {
 int flx_build_data_file(flx_build *b, const char *relpath,
 			const flx_file_ref *ref, uint32_t *idx);
 
+/**
+ * Record fd, a memory file (memfd) the source filled with bytes it decoded
+ * at mount, as a data file named name (for messages; never looked up or
+ * verified by path, only by its descriptor).  The index owns fd from the
+ * call on, also on failure.
+ * @return 0 and *idx, or -ENOMEM / the fstat's -errno (fd closed).
+ */
+int flx_build_decoded_file(flx_build *b, const char *name, int fd,
+			   uint32_t *idx);
+
 /** Plain relative path: not empty, not absolute, no empty, "." or ".."
  * component.  Thread-safe. */
 bool flx_relpath_ok(const char *relpath);

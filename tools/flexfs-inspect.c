@@ -429,12 +429,12 @@ int main(int argc, char **argv)
 		return rc == 3 ? 0 : rc;
 	}
 	/* the mount's stages: source -> transform -> plan */
-	rc = flx_ckpt_open_with(argv[optind],
-				&(flx_ckpt_opts){.format = mo.source_format,
-						 .has_paddle_id =
-						     mo.has_paddle_id,
-						 .paddle_id = mo.paddle_id},
-				&ckpt, &err);
+	rc = flx_ckpt_open_with(
+	    argv[optind],
+	    &(flx_ckpt_opts){.format = mo.source_format,
+			     .has_paddle_id = mo.has_paddle_id,
+			     .paddle_id = mo.paddle_id},
+	    &ckpt, &err);
 	if (!rc)
 		rc = flx_xform_apply(mo.spec.xform, ckpt, &xi, &err);
 	if (!rc)

@@ -92,3 +92,39 @@ void flx_fmt_dims(char *buf, size_t len, int ndim, const int64_t *v)
 	if (n < len)
 		snprintf(buf + n, len - n, "]");
 }
+
+void flx_flat_boxes(int ndim, const int64_t *blk, int64_t start, int64_t stop,
+		    int64_t off[][FLX_MAX_DIMS], int64_t size[][FLX_MAX_DIMS],
+		    int64_t *first, unsigned *n)
+{
+	unsigned k = 0;
+
+	if (ndim == 0 && start < stop) {
+		first[k++] = start;
+		start = stop;
+	}
+	while (start < stop) {
+		int64_t inner = 1, rest = start, c;
+		int j = ndim - 1;
+
+		/* the sub-block unit: grows while start sits on its boundary
+		 * and a whole one fits */
+		while (j > 0 && start % (inner * blk[j]) == 0 &&
+		       stop - start >= inner * blk[j]) {
+			inner *= blk[j];
+			j--;
+		}
+		for (int d = ndim - 1; d >= 0; d--) {
+			off[k][d] = rest % blk[d];
+			rest /= blk[d];
+			size[k][d] = d < j ? 1 : blk[d];
+		}
+		c = blk[j] - off[k][j];
+		if (c > (stop - start) / inner)
+			c = (stop - start) / inner;
+		size[k][j] = c;
+		first[k++] = start;
+		start += c * inner;
+	}
+	*n = k;
+}

@@ -49,6 +49,26 @@ int flx_strided_span(int ndim, const int64_t *size, const int64_t *stride,
  */
 int flx_strided_disjoint(int ndim, const int64_t *size, const int64_t *stride);
 
+/* At most this many boxes make a flattened range (flx_flat_boxes()). */
+#define FLX_FLAT_BOXES_MAX (2 * FLX_MAX_DIMS - 1)
+
+/**
+ * Elements [start, stop) of the row-major flattening of a block of shape
+ * blk (ndim axes, all > 0 when start < stop; stop <= its element count) as
+ * boxes: from start, greedily the longest run of whole sub-blocks (single
+ * elements, then rows, planes, ...) that fits, so a partial run along the
+ * innermost axis, runs of ever larger sub-blocks, then ever smaller ones:
+ * *n <= 2 ndim - 1 boxes (1 for ndim 0 with a non-empty range; 0 when
+ * start == stop).  off[k] and size[k] are box k relative to the block;
+ * first[k] is the flat index of its first element, and its elements in
+ * row-major order have consecutive flat indices (so the range's 1-D
+ * storage holds box k at first[k] - start with the block's row-major
+ * strides).  Thread-safe.
+ */
+void flx_flat_boxes(int ndim, const int64_t *blk, int64_t start, int64_t stop,
+		    int64_t off[][FLX_MAX_DIMS], int64_t size[][FLX_MAX_DIMS],
+		    int64_t *first, unsigned *n);
+
 /** Write "[a,b,c]" of ndim values into buf (len > 0), cut to fit; for
  * messages. */
 void flx_fmt_dims(char *buf, size_t len, int ndim, const int64_t *v);

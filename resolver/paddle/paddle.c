@@ -16,18 +16,19 @@
  * A flattened shard (sharding stage 1 v2: elements [start, stop) of the
  * row-major flattening of the block local_shape at global_offset) becomes
  * up to 2N-1 box chunks: a partial run along the innermost axis, then runs
- * of whole rows, whole planes, ..., then partial ones again (flat_boxes()).
- * Each box's elements are consecutive in the 1-D payload with the block's
- * row-major strides, so the index, its coverage and overlap checks and the
- * read path see ordinary chunks.  The tensor's saved split axis is the one
+ * of whole rows, whole planes, ..., then partial ones again (flx_flat_boxes(),
+ * shape.h). Each box's elements are consecutive in the 1-D payload with the
+ * block's row-major strides, so the index, its coverage and overlap checks and
+ * the read path see ordinary chunks.  The tensor's saved split axis is the one
  * its blocks differ along (flx_tensor.saved_split), since the boxes' offsets
  * differ along more.
  *
  * Protocol 2 writes bytes as _codecs.encode(str, 'latin1'): the file holds
- * the UTF-8 text of the latin-1 string, which equals the raw bytes only
- * when every byte is below 0x80.  Such an array (the text is as long as
- * the array's bytes) is read in place; any other is refused at mount in one
- * line, since its bytes cannot be sliced in place.
+ * the UTF-8 text of the latin-1 string, equal to the raw bytes only when
+ * every byte is below 0x80.  Such an array is read in place; any other is
+ * decoded once at mount into a memory file that the index serves like a
+ * data file (decode_latin1(): bounded, refused in one line past
+ * MAX_DECODED).
  */
 #include "grow.h"
 #include "pickle.h"
@@ -41,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,7 +50,9 @@
 #define NAME_TABLE	   "StructuredToParameterName@@"
 #define MOD_FLEX	   "paddle.distributed.flex_checkpoint.dcp.metadata"
 #define MOD_OLD		   "paddle.distributed.checkpoint.metadata"
-#define MAX_BOXES	   (2 * FLX_MAX_DIMS)
+#define MAX_BOXES	   FLX_FLAT_BOXES_MAX
+#define MAX_DECODED	   (1ull << 30) /* protocol-2 arrays decoded at mount */
+#define DECODE_BLOCK	   (64u * 1024)
 
 /* One LocalTensorMetadata of state_dict_metadata. */
 typedef struct ltm {
@@ -75,6 +79,10 @@ typedef struct parr {
 	int ndim;
 	int64_t shape[FLX_MAX_DIMS];
 	bool fortran;
+	/* protocol 2's _codecs.encode(str, 'latin1') with bytes >= 0x80:
+	 * off, len first give the UTF-8 text in the file, then (decoded)
+	 * the bytes in the loader's memory file */
+	bool latin1;
 	uint64_t off, len;
 } parr;
 
@@ -87,11 +95,11 @@ typedef struct pfile {
 
 /* One storage_metadata entry with replica_id 0 or None. */
 typedef struct sent {
-	uint32_t key;	   /* into L->keys */
-	size_t ltm;	   /* into L->ltms */
-	const char *file;  /* the value: a file name */
-	uint32_t pf;	   /* into L->files */
-	const parr *arr;   /* its array in that file */
+	uint32_t key;	  /* into L->keys */
+	size_t ltm;	  /* into L->ltms */
+	const char *file; /* the value: a file name */
+	uint32_t pf;	  /* into L->files */
+	const parr *arr;  /* its array in that file */
 } sent;
 
 typedef struct loader {
@@ -99,7 +107,8 @@ typedef struct loader {
 	flx_ckpt *c;
 	flx_error *err;
 	uint64_t id;
-	char meta[32]; /* "{id}.metadata" */
+	const char *prefix; /* "" or a PaddleFormers part: "model_state/" */
+	char meta[64];	    /* prefix + "{id}.metadata" */
 	const char *module;
 	int64_t *dims;
 	size_t ndims, capdims;
@@ -114,7 +123,20 @@ typedef struct loader {
 	size_t nfiles;
 	flx_name_pair *names;
 	size_t nnames, capnames;
+	/* the decoded protocol-2 arrays: a memfd (-1 until needed) of
+	 * memlen bytes, then its file index */
+	int memfd;
+	uint64_t memlen;
+	uint64_t memdone; /* bytes decoded into the memfds of earlier parts */
+	uint32_t memfile;
 } loader;
+
+/* The DCP directories of a PaddleFormers "flex_checkpoint" save
+ * (checkpoint-N/, spec 1), in the order their tensors are listed;
+ * ema_state/ has no metadata and is not one. */
+static const char *const formers_parts[] = {"model_state", "optimizer_state",
+					    "master_weight"};
+#define NPARTS (sizeof(formers_parts) / sizeof(formers_parts[0]))
 
 /* ---- file names ---- */
 
@@ -216,11 +238,28 @@ static int scan_ids(int dirfd, uint64_t want, ids *out)
 	return 0;
 }
 
+/* The subdirectory name of dirfd (no symlink), or -1 with errno. */
+static int open_part(int dirfd, const char *name)
+{
+	return openat(dirfd, name,
+		      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+/* A directory with a "{id}.metadata", or a PaddleFormers checkpoint-N/
+ * whose model_state/ has one. */
 static int probe(int dirfd, bool *yes)
 {
 	ids s;
-	int rc = scan_ids(dirfd, 0, &s);
+	int rc = scan_ids(dirfd, 0, &s), sub;
 
+	*yes = !rc && s.any_meta;
+	if (rc || *yes)
+		return rc;
+	sub = open_part(dirfd, formers_parts[0]);
+	if (sub < 0)
+		return 0;
+	rc = scan_ids(sub, 0, &s);
+	close(sub);
 	*yes = !rc && s.any_meta;
 	return rc;
 }
@@ -229,8 +268,22 @@ static int probe(int dirfd, bool *yes)
  * get_max_id), else the highest .metadata id. */
 static int pick_id(loader *L, const flx_ckpt_opts *o)
 {
+	int dirfd = flx_build_dirfd(L->b), rc;
+	char part[64];
 	ids s;
-	int rc = scan_ids(flx_build_dirfd(L->b), o->paddle_id, &s);
+
+	if (*L->prefix) {
+		snprintf(part, sizeof(part), "%.*s", (int)strlen(L->prefix) - 1,
+			 L->prefix);
+		dirfd = open_part(dirfd, part);
+		if (dirfd < 0)
+			return flx_error_set(L->err, -errno, part, NULL,
+					     "cannot open the directory: %s",
+					     strerror(errno));
+	}
+	rc = scan_ids(dirfd, o->paddle_id, &s);
+	if (*L->prefix)
+		close(dirfd);
 
 	if (rc)
 		return flx_error_set(L->err, rc, NULL, NULL,
@@ -240,7 +293,8 @@ static int pick_id(loader *L, const flx_ckpt_opts *o)
 		L->id = o->paddle_id;
 	else
 		L->id = s.any_data ? s.max_data : s.max_meta;
-	snprintf(L->meta, sizeof(L->meta), "%" PRIu64 ".metadata", L->id);
+	snprintf(L->meta, sizeof(L->meta), "%s%" PRIu64 ".metadata", L->prefix,
+		 L->id);
 	if (o->has_paddle_id && !s.has_want)
 		return flx_error_set(L->err, -ENOENT, L->meta, "paddle_id",
 				     "no such file (the highest id here is "
@@ -274,8 +328,8 @@ static bool is_paddle_obj(const flx_pv *v, const char *name)
  * slots dataclass (the slots part is used when the first is None). */
 static const flx_pv *fields(const flx_pv *obj)
 {
-	const flx_pv *st = obj && obj->kind == FLX_PV_OBJ ? obj->u.obj.state
-							  : NULL;
+	const flx_pv *st =
+	    obj && obj->kind == FLX_PV_OBJ ? obj->u.obj.state : NULL;
 
 	if (st && st->kind == FLX_PV_TUPLE && flx_pv_len(st) == 2) {
 		const flx_pv *a = flx_pv_item(st, 0);
@@ -309,8 +363,8 @@ static int dims_of(loader *L, const char *file, const char *key,
 	k = flx_pv_len(v);
 	if (k > FLX_MAX_DIMS)
 		return flx_error_set(L->err, -EINVAL, file, key,
-				     "%s: %zu dimensions (at most %d)", what,
-				     k, FLX_MAX_DIMS);
+				     "%s: %zu dimensions (at most %d)", what, k,
+				     FLX_MAX_DIMS);
 	for (size_t i = 0; i < k; i++)
 		if (!flx_pv_int(flx_pv_item(v, i), &out[i]) || out[i] < 0 ||
 		    out[i] > (INT64_C(1) << 62))
@@ -335,8 +389,8 @@ static int push_dims(loader *L, int n, const int64_t *v, size_t *at)
 }
 
 /* A flattened_range: a pair of ints (start, stop), 0 <= start <= stop. */
-static int range_of(loader *L, const char *key, const flx_pv *v,
-		    int64_t *start, int64_t *stop)
+static int range_of(loader *L, const char *key, const flx_pv *v, int64_t *start,
+		    int64_t *stop)
 {
 	int64_t r[FLX_MAX_DIMS];
 	int n = 0;
@@ -534,11 +588,10 @@ static long match_ltm(const loader *L, const pkey *k, int na,
 	return -1;
 }
 
-static int decode_entry(loader *L, size_t i, const flx_pv *k,
-			const flx_pv *v)
+static int decode_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v)
 {
 	int64_t off[FLX_MAX_DIMS], shape[FLX_MAX_DIMS], start = 0, stop = 0,
-								 rep = 0;
+							rep = 0;
 	const flx_pv *ls, *r;
 	const char *key, *file;
 	int na, ns = -1, rc;
@@ -558,13 +611,13 @@ static int decode_entry(loader *L, size_t i, const flx_pv *k,
 			  field(k, "global_offset"), &na, off)) ||
 	    (rc = flag_of(L, key, k, "is_flattened", &flat)))
 		return rc;
-	if (flat && (rc = range_of(L, key, field(k, "flattened_range"),
-				   &start, &stop)))
+	if (flat &&
+	    (rc = range_of(L, key, field(k, "flattened_range"), &start, &stop)))
 		return rc;
 	ls = field(k, "local_shape");
-	if (!is_none(ls) && (rc = dims_of(L, L->meta, key,
-					  "LocalTensorIndex.local_shape", ls,
-					  &ns, shape)))
+	if (!is_none(ls) &&
+	    (rc = dims_of(L, L->meta, key, "LocalTensorIndex.local_shape", ls,
+			  &ns, shape)))
 		return rc;
 	r = field(k, "replica_id");
 	if (!is_none(r) && (!flx_pv_int(r, &rep) || rep < 0))
@@ -657,11 +710,11 @@ static flx_dtype np_dtype(const char *s)
 		const char *np;
 		flx_dtype dt;
 	} map[] = {
-	    {"f2", FLX_DT_F16},	 {"f4", FLX_DT_F32},   {"f8", FLX_DT_F64},
-	    {"i1", FLX_DT_I8},	 {"i2", FLX_DT_I16},   {"i4", FLX_DT_I32},
-	    {"i8", FLX_DT_I64},	 {"u1", FLX_DT_U8},    {"u2", FLX_DT_U16},
-	    {"u4", FLX_DT_U32},	 {"u8", FLX_DT_U64},   {"b1", FLX_DT_BOOL},
-	    {"c8", FLX_DT_C64},	 {"c16", FLX_DT_C128},
+	    {"f2", FLX_DT_F16}, {"f4", FLX_DT_F32},   {"f8", FLX_DT_F64},
+	    {"i1", FLX_DT_I8},	{"i2", FLX_DT_I16},   {"i4", FLX_DT_I32},
+	    {"i8", FLX_DT_I64}, {"u1", FLX_DT_U8},    {"u2", FLX_DT_U16},
+	    {"u4", FLX_DT_U32}, {"u8", FLX_DT_U64},   {"b1", FLX_DT_BOOL},
+	    {"c8", FLX_DT_C64}, {"c16", FLX_DT_C128},
 	};
 
 	for (size_t i = 0; s && i < sizeof(map) / sizeof(map[0]); i++)
@@ -714,8 +767,8 @@ static int decode_np_dtype(loader *L, const char *file, const char *key,
 	st = v->u.obj.state;
 	bo = st && st->kind == FLX_PV_TUPLE ? flx_pv_item(st, 1) : NULL;
 	order = cstr(bo);
-	if (!order || (strcmp(order, "<") && strcmp(order, "|") &&
-		       strcmp(order, "=")))
+	if (!order ||
+	    (strcmp(order, "<") && strcmp(order, "|") && strcmp(order, "=")))
 		return flx_error_set(L->err, -ENOTSUP, file, key,
 				     "numpy dtype is not little-endian");
 	return 0;
@@ -735,19 +788,21 @@ static int decode_raw(loader *L, const char *file, const char *key,
 		const char *enc = cstr(flx_pv_item(v->u.obj.args, 1));
 
 		if (!s || s->kind != FLX_PV_STR || !enc ||
-		    strcmp(enc, "latin1") ||
-		    !flx_pv_payload(s, &off, &len))
+		    strcmp(enc, "latin1") || !flx_pv_payload(s, &off, &len))
 			return flx_error_set(L->err, -EINVAL, file, key,
 					     "array bytes are not "
 					     "_codecs.encode(str, 'latin1')");
-		if (len != want)
-			return flx_error_set(
-			    L->err, -ENOTSUP, file, key,
-			    "protocol-2 array bytes are stored as UTF-8 text "
-			    "of latin-1 (%zu bytes for %" PRIu64
-			    "), which cannot be read in place; re-save with "
-			    "protocol 4 or 5",
-			    len, want);
+		/* each byte is one or two bytes of UTF-8 */
+		if (len < want || len / 2 > want)
+			return flx_error_set(L->err, -EINVAL, file, key,
+					     "protocol-2 array text of %zu "
+					     "bytes cannot hold %" PRIu64
+					     " bytes",
+					     len, want);
+		a->latin1 = len != want;
+		a->off = off;
+		a->len = len;
+		return 0;
 	} else if (!v || v->kind != FLX_PV_BYTES ||
 		   !flx_pv_payload(v, &off, &len)) {
 		return flx_error_set(L->err, -EINVAL, file, key,
@@ -763,11 +818,11 @@ static int decode_raw(loader *L, const char *file, const char *key,
 	return 0;
 }
 
-static int array_bytes(loader *L, const char *file, const char *key,
-		       parr *a, uint64_t *bytes)
+static int array_bytes(loader *L, const char *file, const char *key, parr *a,
+		       uint64_t *bytes)
 {
-	if (flx_shape_bytes(a->ndim, a->shape, flx_dtype_size(a->dtype),
-			    NULL, bytes))
+	if (flx_shape_bytes(a->ndim, a->shape, flx_dtype_size(a->dtype), NULL,
+			    bytes))
 		return flx_error_set(L->err, -EOVERFLOW, file, key,
 				     "array size overflows 64 bits");
 	return 0;
@@ -778,8 +833,8 @@ static int array_bytes(loader *L, const char *file, const char *key,
 static int decode_array(loader *L, const char *file, const char *key,
 			const flx_pv *v, parr *a)
 {
-	const flx_pv *cls = flx_pv_obj_class(v), *args, *st, *raw, *shape,
-		     *dt, *order;
+	const flx_pv *cls = flx_pv_obj_class(v), *args, *st, *raw, *shape, *dt,
+		     *order;
 	uint64_t want;
 	int rc;
 
@@ -960,13 +1015,129 @@ static const parr *find_arr(const pfile *pf, const char *key)
 	return bsearch(&k, pf->arr, pf->narr, sizeof(parr), cmp_parr);
 }
 
+/* By file, then storage_metadata order: a file is opened for its first
+ * entry, whose key names the file's own errors. */
+/*
+ * Protocol 2 writes an array's bytes as the UTF-8 text of a latin-1 str
+ * (_codecs.encode(str, 'latin1')): a byte b >= 0x80 is two bytes, 0xc2 or
+ * 0xc3 then 0x80 | (b & 0x3f), so no element can be sliced from the file
+ * in place.  Such arrays are decoded once, at mount, into one memory file
+ * (a memfd, at most MAX_DECODED bytes), which the index serves like any
+ * data file.  a->off, a->len then name the decoded bytes.
+ */
+static int decode_latin1(loader *L, const pfile *pf, parr *a)
+{
+	const flx_file *f = &L->c->files[pf->idx];
+	unsigned char in[DECODE_BLOCK], out[DECODE_BLOCK];
+	uint64_t want, pos = 0, at;
+	size_t nout = 0;
+	int hi = -1, rc;
+
+	if ((rc = array_bytes(L, pf->relpath, a->key, a, &want)))
+		return rc;
+	if (want > MAX_DECODED - L->memdone - L->memlen)
+		return flx_error_set(L->err, -EFBIG, pf->relpath, a->key,
+				     "protocol-2 arrays (UTF-8 text of "
+				     "latin-1) need more than %llu MiB "
+				     "decoded at mount; re-save with "
+				     "protocol 4 or 5",
+				     MAX_DECODED >> 20);
+	if (L->memfd < 0) {
+		L->memfd = memfd_create("flexfs-paddle-latin1", MFD_CLOEXEC);
+		if (L->memfd < 0)
+			return flx_error_set(L->err, -errno, pf->relpath,
+					     a->key,
+					     "cannot make a memory file for "
+					     "protocol-2 arrays: %s",
+					     strerror(errno));
+	}
+	at = L->memlen;
+	while (pos < a->len) {
+		size_t n = a->len - pos < sizeof(in) ? (size_t)(a->len - pos)
+						     : sizeof(in);
+
+		rc = flx_pread_full(f->fd, in, n, a->off + pos);
+		if (rc)
+			return flx_error_set(L->err, rc, pf->relpath, a->key,
+					     "cannot read the array text: %s",
+					     strerror(-rc));
+		for (size_t i = 0; i < n; i++) {
+			unsigned c = in[i];
+
+			if (hi >= 0 && (c & 0xc0) == 0x80) {
+				c = (unsigned)hi | (c & 0x3f);
+				hi = -1;
+			} else if (hi < 0 && (c == 0xc2 || c == 0xc3)) {
+				hi = c == 0xc2 ? 0x80 : 0xc0;
+				continue;
+			} else if (hi >= 0 || c >= 0x80) {
+				return flx_error_set(
+				    L->err, -EINVAL, pf->relpath, a->key,
+				    "protocol-2 array text is not latin-1 "
+				    "(byte 0x%02x at offset %" PRIu64 ")",
+				    c, a->off + pos + i);
+			}
+			if (L->memlen - at + nout == want)
+				goto long_text;
+			out[nout++] = (unsigned char)c;
+			if (nout == sizeof(out)) {
+				if (pwrite(L->memfd, out, nout,
+					   (off_t)(L->memlen)) != (ssize_t)nout)
+					goto write_fail;
+				L->memlen += nout;
+				nout = 0;
+			}
+		}
+		pos += n;
+	}
+	if (nout &&
+	    pwrite(L->memfd, out, nout, (off_t)L->memlen) != (ssize_t)nout)
+		goto write_fail;
+	L->memlen += nout;
+	if (hi >= 0 || L->memlen - at != want)
+		goto long_text;
+	a->off = at;
+	a->len = want;
+	return 0;
+long_text:
+	return flx_error_set(L->err, -EINVAL, pf->relpath, a->key,
+			     "protocol-2 array text does not decode to the "
+			     "%" PRIu64 " bytes of its shape and dtype",
+			     want);
+write_fail:
+	return flx_error_set(L->err, -ENOMEM, pf->relpath, a->key,
+			     "cannot fill the memory file of protocol-2 "
+			     "arrays");
+}
+
+/* Decode every protocol-2 text array and record the memory file. */
+static int decode_texts(loader *L)
+{
+	int rc;
+
+	for (size_t i = 0; i < L->nfiles; i++)
+		for (size_t k = 0; k < L->files[i].narr; k++)
+			if (L->files[i].arr[k].latin1 &&
+			    (rc = decode_latin1(L, &L->files[i],
+						&L->files[i].arr[k])))
+				return rc;
+	if (L->memfd < 0)
+		return 0;
+	rc = flx_build_decoded_file(L->b, "(protocol-2 arrays, decoded)",
+				    L->memfd, &L->memfile);
+	L->memfd = -1; /* the index's now, also on failure */
+	L->memdone += L->memlen;
+	L->memlen = 0;
+	return rc;
+}
+
 static int cmp_sent_file(const void *a, const void *b, void *arg)
 {
 	const loader *L = arg;
-	const sent *x = &L->se[*(const uint32_t *)a];
-	const sent *y = &L->se[*(const uint32_t *)b];
+	uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
+	int c = strcmp(L->se[i].file, L->se[j].file);
 
-	return strcmp(x->file, y->file);
+	return c ? c : (i > j) - (i < j);
 }
 
 /* Open and decode every file a primary storage entry names, in name
@@ -995,22 +1166,39 @@ static int load_files(loader *L)
 		sent *e = &L->se[order[i]];
 		pfile *pf;
 
-		if (!L->nfiles || strcmp(L->files[L->nfiles - 1].relpath,
-					 e->file)) {
+		if (!L->nfiles ||
+		    strcmp(L->files[L->nfiles - 1].relpath, e->file)) {
 			flx_file_ref ref = {.from = L->meta,
 					    .field = "storage_metadata",
 					    .key = L->keys[e->key].fqn};
 
 			pf = &L->files[L->nfiles++];
 			pf->relpath = e->file;
-			rc = flx_build_data_file(L->b, e->file, &ref, &pf->idx);
+			if (*L->prefix) {
+				size_t a = strlen(L->prefix),
+				       n = strlen(e->file) + 1;
+				char *rp = flx_pool_alloc(&L->c->pool, a + n);
+
+				if (!rp) {
+					rc = -ENOMEM;
+					goto out;
+				}
+				memcpy(rp, L->prefix, a);
+				memcpy(rp + a, e->file, n);
+				pf->relpath = rp;
+			}
+			rc = flx_build_data_file(L->b, pf->relpath, &ref,
+						 &pf->idx);
 			if (!rc)
 				rc = read_distcp(L, pf, want);
-			if (rc)
+			if (rc) {
+				flx_error_key(L->err, ref.key);
 				goto out;
+			}
 		}
 		pf = &L->files[L->nfiles - 1];
 		e->pf = (uint32_t)(pf - L->files);
+		e->file = pf->relpath;
 		e->arr = find_arr(pf, L->keys[e->key].fqn);
 		if (!e->arr) {
 			rc = flx_error_set(L->err, -EINVAL, e->file,
@@ -1021,6 +1209,7 @@ static int load_files(loader *L)
 			goto out;
 		}
 	}
+	rc = decode_texts(L);
 out:
 	free(order);
 	free(want);
@@ -1028,46 +1217,6 @@ out:
 }
 
 /* ---- tensors ---- */
-
-/* The boxes of elements [s, e) of the row-major flattening of a block of
- * shape blk (n dims, s < e <= its element count): greedily the longest run
- * of whole sub-blocks that starts at s; at most 2n - 1 boxes.  box_off and
- * box_size are relative to the block; first[k]: box k's first element in
- * the flattening. */
-static unsigned flat_boxes(int n, const int64_t *blk, int64_t s, int64_t e,
-			   int64_t box_off[][FLX_MAX_DIMS],
-			   int64_t box_size[][FLX_MAX_DIMS], int64_t *first)
-{
-	unsigned k = 0;
-
-	if (n == 0) {
-		first[0] = 0;
-		return 1;
-	}
-	while (s < e) {
-		int64_t inner = 1, rest = s, c;
-		int j = n - 1;
-
-		while (j > 0 && s % (inner * blk[j]) == 0 &&
-		       e - s >= inner * blk[j]) {
-			inner *= blk[j];
-			j--;
-		}
-		for (int d = n - 1; d >= 0; d--) {
-			box_off[k][d] = rest % blk[d];
-			rest /= blk[d];
-			box_size[k][d] = d < j ? 1 : blk[d];
-		}
-		c = blk[j] - box_off[k][j];
-		if (c > (e - s) / inner)
-			c = (e - s) / inner;
-		box_size[k][j] = c;
-		first[k] = s;
-		s += c * inner;
-		k++;
-	}
-	return k;
-}
 
 static int cmp_flat(const void *a, const void *b, void *arg)
 {
@@ -1102,7 +1251,8 @@ static int check_flat(loader *L, const flx_tensor *t, const uint32_t *es,
 		const ltm *m = &L->ltms[e->ltm];
 		const int64_t *blk = L->dims + m->dims + m->ndim;
 		uint64_t numel = flx_numel(m->ndim, blk);
-		bool first = i == 0 || !same_block(L, m, &L->ltms[L->se[es[i - 1]].ltm]);
+		bool first =
+		    i == 0 || !same_block(L, m, &L->ltms[L->se[es[i - 1]].ltm]);
 		bool last = i + 1 == n ||
 			    !same_block(L, m, &L->ltms[L->se[es[i + 1]].ltm]);
 		int64_t prev = first ? 0 : L->ltms[L->se[es[i - 1]].ltm].stop;
@@ -1142,8 +1292,8 @@ static int check_flat(loader *L, const flx_tensor *t, const uint32_t *es,
 
 /* The element type and global shape of key k: the metadata's (every LTM
  * must agree), else the arrays' type and the shards' extent. */
-static int tensor_type(loader *L, const pkey *k, const uint32_t *es,
-		       size_t n, flx_tensor *t)
+static int tensor_type(loader *L, const pkey *k, const uint32_t *es, size_t n,
+		       flx_tensor *t)
 {
 	bool have_g = false;
 
@@ -1173,9 +1323,9 @@ static int tensor_type(loader *L, const pkey *k, const uint32_t *es,
 			const int64_t *g = L->dims + m->gdims;
 
 			if (m->gndim != t->ndim ||
-			    (have_g && memcmp(g, t->shape,
-					      sizeof(int64_t) *
-						  (size_t)t->ndim)))
+			    (have_g &&
+			     memcmp(g, t->shape,
+				    sizeof(int64_t) * (size_t)t->ndim)))
 				return flx_error_set(
 				    L->err, -EINVAL, L->meta, k->fqn,
 				    "shards disagree on the global_shape");
@@ -1262,8 +1412,7 @@ static void set_chunk(flx_chunk *ch, const flx_tensor *t, uint32_t file,
 }
 
 /* Row-major (or column-major) element strides of shape. */
-static void strides_of(int n, const int64_t *shape, bool fortran,
-		       int64_t *st)
+static void strides_of(int n, const int64_t *shape, bool fortran, int64_t *st)
 {
 	int64_t s = 1;
 
@@ -1283,8 +1432,10 @@ static int split_of(const loader *L, const flx_tensor *t, const uint32_t *es,
 
 	for (int d = 0; d < t->ndim; d++)
 		for (size_t i = 1; i < n; i++)
-			if (L->dims[L->ltms[L->se[es[i]].ltm].dims + (size_t)d] !=
-			    L->dims[L->ltms[L->se[es[0]].ltm].dims + (size_t)d]) {
+			if (L->dims[L->ltms[L->se[es[i]].ltm].dims +
+				    (size_t)d] !=
+			    L->dims[L->ltms[L->se[es[0]].ltm].dims +
+				    (size_t)d]) {
 				if (axis >= 0)
 					return 0; /* several: the plan says */
 				axis = d;
@@ -1293,8 +1444,8 @@ static int split_of(const loader *L, const flx_tensor *t, const uint32_t *es,
 	return axis < 0 ? -1 : axis + 1;
 }
 
-static int build_tensor(loader *L, const pkey *k, const uint32_t *es,
-			size_t n, flx_tensor *t)
+static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
+			flx_tensor *t)
 {
 	int64_t first[MAX_BOXES];
 	uint32_t nch = 0, at = 0;
@@ -1335,13 +1486,18 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es,
 	}
 	for (size_t i = 0; i < n; i++) {
 		const ltm *m = &L->ltms[L->se[es[i]].ltm];
-		int64_t lo[MAX_BOXES][FLX_MAX_DIMS], sz[MAX_BOXES][FLX_MAX_DIMS];
+		int64_t lo[MAX_BOXES][FLX_MAX_DIMS],
+		    sz[MAX_BOXES][FLX_MAX_DIMS];
 
 		if (!m->flat)
 			nch++;
-		else if (m->stop > m->start)
-			nch += flat_boxes(m->ndim, L->dims + m->dims + m->ndim,
-					  m->start, m->stop, lo, sz, first);
+		else {
+			unsigned nb;
+
+			flx_flat_boxes(m->ndim, L->dims + m->dims + m->ndim,
+				       m->start, m->stop, lo, sz, first, &nb);
+			nch += nb;
+		}
 	}
 	if ((rc = flx_tensor_pool_chunks(&L->c->pool, t, nch)))
 		return rc;
@@ -1349,7 +1505,8 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es,
 		const sent *e = &L->se[es[i]];
 		const ltm *m = &L->ltms[e->ltm];
 		const int64_t *off = L->dims + m->dims, *blk = off + m->ndim;
-		uint32_t file = L->files[e->pf].idx;
+		uint32_t file =
+		    e->arr->latin1 ? L->memfile : L->files[e->pf].idx;
 		unsigned esz = flx_dtype_size(t->dtype);
 		int64_t st[FLX_MAX_DIMS], lo[MAX_BOXES][FLX_MAX_DIMS],
 		    sz[MAX_BOXES][FLX_MAX_DIMS], g[FLX_MAX_DIMS];
@@ -1364,13 +1521,14 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es,
 		if (m->stop == m->start)
 			continue;
 		strides_of(t->ndim, blk, false, st);
-		nb = flat_boxes(m->ndim, blk, m->start, m->stop, lo, sz, first);
+		flx_flat_boxes(m->ndim, blk, m->start, m->stop, lo, sz, first,
+			       &nb);
 		for (unsigned b = 0; b < nb; b++) {
 			for (int d = 0; d < t->ndim; d++)
 				g[d] = off[d] + lo[b][d];
 			set_chunk(&t->chunks[at++], t, file, g, sz[b], st,
-				  e->arr->off + (uint64_t)(first[b] - m->start) *
-						    esz);
+				  e->arr->off +
+				      (uint64_t)(first[b] - m->start) * esz);
 		}
 	}
 	t->saved_split = split_of(L, t, es, n);
@@ -1384,11 +1542,17 @@ static int build_tensors(loader *L)
 	uint32_t *es = malloc((L->nse ? L->nse : 1) * sizeof(uint32_t));
 	int rc = 0;
 
-	c->tensors = calloc(L->nkeys ? L->nkeys : 1, sizeof(flx_tensor));
-	if (!start || !es || !c->tensors) {
-		rc = -ENOMEM;
-		goto out;
-	}
+	size_t t0 = c->ntensors;
+	flx_tensor *nt;
+
+	if (!start || !es)
+		goto nomem;
+	/* the parts' tensors one after another */
+	nt = realloc(c->tensors, (t0 + L->nkeys + 1) * sizeof(flx_tensor));
+	if (!nt)
+		goto nomem;
+	c->tensors = nt;
+	memset(nt + t0, 0, (L->nkeys + 1) * sizeof(flx_tensor));
 	/* entries grouped by key, in storage_metadata order within one */
 	for (size_t i = 0; i < L->nkeys; i++)
 		start[i + 1] = start[i] + L->keys[i].nse;
@@ -1398,16 +1562,16 @@ static int build_tensors(loader *L)
 		start[i] = start[i - 1];
 	start[0] = 0;
 	for (size_t i = 0; i < L->nkeys; i++) {
-		flx_tensor *t = &c->tensors[i];
+		flx_tensor *t = &c->tensors[t0 + i];
 
 		t->fqn = pool_str(&c->pool, L->keys[i].fqn);
-		c->ntensors = i + 1;
+		c->ntensors = t0 + i + 1;
 		if (!t->fqn) {
 			rc = -ENOMEM;
 			goto out;
 		}
-		rc = build_tensor(L, &L->keys[i], es + start[i],
-				  L->keys[i].nse, t);
+		rc = build_tensor(L, &L->keys[i], es + start[i], L->keys[i].nse,
+				  t);
 		if (rc)
 			goto out;
 	}
@@ -1415,6 +1579,9 @@ out:
 	free(start);
 	free(es);
 	return rc;
+nomem:
+	rc = -ENOMEM;
+	goto out;
 }
 
 /* ---- the name table ---- */
@@ -1474,7 +1641,8 @@ static int interpret(loader *L, const flx_pv *root)
 		    cls ? cls->u.global.module : flx_pv_kind_name(root),
 		    cls ? "." : "", cls ? cls->u.global.name : "");
 	L->module = cls->u.global.module;
-	if (asprintf(&L->c->writer, "Paddle %s (%s, id %" PRIu64 ")",
+	if (!L->c->writer &&
+	    asprintf(&L->c->writer, "Paddle %s (%s, id %" PRIu64 ")",
 		     strcmp(L->module, MOD_FLEX) ? "checkpoint"
 						 : "Flex Checkpoint",
 		     L->module, L->id) < 0) {
@@ -1484,12 +1652,13 @@ static int interpret(loader *L, const flx_pv *root)
 	if ((rc = load_sdm(L, field(root, "state_dict_metadata"))) ||
 	    (rc = load_storage(L, field(root, "storage_metadata"))) ||
 	    (rc = check_flat_mapping(L, field(root, "flat_mapping"))) ||
-	    (rc = load_files(L)) || (rc = build_tensors(L)))
+	    (rc = load_files(L)))
 		return rc;
-	return set_paddle(L);
+	return build_tensors(L);
 }
 
-static void loader_release(loader *L)
+/* What one metadata's load holds; the loader is ready for the next. */
+static void part_release(loader *L)
 {
 	for (size_t i = 0; i < L->nfiles; i++)
 		free(L->files[i].arr);
@@ -1499,7 +1668,22 @@ static void loader_release(loader *L)
 	free(L->keys);
 	free(L->by_name);
 	free(L->se);
+	L->files = NULL;
+	L->dims = NULL;
+	L->ltms = NULL;
+	L->keys = NULL;
+	L->by_name = NULL;
+	L->se = NULL;
+	L->nfiles = L->ndims = L->capdims = L->nltms = L->capltms = 0;
+	L->nkeys = L->nse = L->capse = 0;
+}
+
+static void loader_release(loader *L)
+{
+	part_release(L);
 	free(L->names);
+	if (L->memfd >= 0)
+		close(L->memfd);
 }
 
 static bool want_distcp(const char *name)
@@ -1509,31 +1693,76 @@ static bool want_distcp(const char *name)
 	return is_distcp_name(name, &id);
 }
 
-static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
+/* Load one DCP directory: prefix "" (the checkpoint directory) or a
+ * PaddleFormers part ("model_state/"). */
+static int load_part(loader *L, const flx_ckpt_opts *o, const char *prefix)
 {
 	static const flx_pickle_limits lim = {0};
-	loader L = {.b = b, .c = flx_build_ckpt(b), .err = err};
 	flx_pickle *pk = NULL;
 	void *meta = NULL;
 	size_t meta_len = 0;
+	int64_t mtime;
 	int rc;
 
-	rc = pick_id(&L, o);
+	L->prefix = prefix;
+	rc = pick_id(L, o);
 	if (rc)
-		goto out;
-	flx_build_prefetch(b, want_distcp);
-	flx_build_names_from(b, L.meta, "state_dict_metadata");
-	rc = flx_build_read_whole(b, L.meta, MAX_METADATA_BYTES,
+		return rc;
+	rc = flx_build_read_whole(L->b, L->meta, MAX_METADATA_BYTES,
 				  "no such file (is this a Paddle checkpoint "
 				  "directory?)",
-				  &meta, &meta_len, &L.c->mtime_ns, err);
+				  &meta, &meta_len, &mtime, L->err);
 	if (!rc)
-		rc = flx_pickle_load(meta, meta_len, L.meta, &lim, &pk, err);
+		rc =
+		    flx_pickle_load(meta, meta_len, L->meta, &lim, &pk, L->err);
 	free(meta);
+	if (!rc && !L->c->mtime_ns)
+		L->c->mtime_ns = mtime;
 	if (!rc)
-		rc = interpret(&L, flx_pickle_root(pk));
-out:
+		rc = interpret(L, flx_pickle_root(pk));
 	flx_pickle_free(pk);
+	part_release(L);
+	return rc;
+}
+
+/* The checkpoint directory itself when it has a metadata file, else the
+ * PaddleFormers parts it has. */
+static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
+{
+	loader L = {.b = b, .c = flx_build_ckpt(b), .err = err, .memfd = -1};
+	int dirfd = flx_build_dirfd(b), rc = 0;
+	ids s;
+
+	rc = scan_ids(dirfd, 0, &s);
+	if (rc)
+		return flx_error_set(err, rc, NULL, NULL,
+				     "cannot list the directory: %s",
+				     strerror(-rc));
+	flx_build_names_from(b, "<id>.metadata", "state_dict_metadata");
+	if (s.any_meta) {
+		const char *m;
+
+		flx_build_prefetch(b, want_distcp);
+		rc = load_part(&L, o, "");
+		/* repeated names are reported against the metadata read */
+		m = rc ? NULL : pool_str(&L.c->pool, L.meta);
+		if (m)
+			flx_build_names_from(b, m, "state_dict_metadata");
+	} else {
+		for (size_t i = 0; i < NPARTS && !rc; i++) {
+			char prefix[32];
+			int sub = open_part(dirfd, formers_parts[i]);
+
+			if (sub < 0)
+				continue;
+			close(sub);
+			snprintf(prefix, sizeof(prefix), "%s/",
+				 formers_parts[i]);
+			rc = load_part(&L, o, prefix);
+		}
+	}
+	if (!rc)
+		rc = set_paddle(&L);
 	loader_release(&L);
 	return rc;
 }

@@ -15,3 +15,9 @@ add_test(NAME test_chaos_megatron COMMAND test_chaos
   fixtures/megatron-moe/ckpt/iter_0000100 unit/data/megatron/chaos-rules.json
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(test_chaos_megatron PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# The same over the Paddle Flex Checkpoint source (sharding stage 1 v2:
+# flattened shards, replicas; every .distcp decoded at open).
+add_test(NAME test_chaos_paddle COMMAND test_chaos
+  fixtures/paddle-flex-np2-sharding/ckpt unit/data/paddle/chaos-rules.json
+  WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_chaos_paddle PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)

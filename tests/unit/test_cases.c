@@ -51,7 +51,7 @@
 #define FIXTURES  "fixtures"
 #define BASE_DIR  "dcp-t113/ckpt" /* the default base, under FIXTURES */
 #define FIELD	  256
-#define MAX_BASES 8
+#define MAX_BASES 16
 
 /* ---- small file helpers ---- */
 

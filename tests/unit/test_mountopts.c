@@ -219,8 +219,27 @@ static void test_values(void)
 	flx_error_init(&err);
 	CHECK_EQ(flx_mo_option(&mo, "source_format=zarr", &err), -EINVAL);
 	CHECK_STR(err.text, "'zarr' is not a checkpoint format "
-			    "(megatron-torch_dist, torch-dcp, hf-safetensors)");
+			    "(megatron-torch_dist, torch-dcp, paddle-dcp, "
+			    "hf-safetensors)");
 	CHECK_STR(mo.source_format, "hf-safetensors");
+	/* paddle_id: a decimal id as Paddle names its files */
+	CHECK(!mo.has_paddle_id);
+	CHECK_EQ(flx_mo_option(&mo, "paddle_id=0", &err), 0);
+	CHECK(mo.has_paddle_id);
+	CHECK_EQ(mo.paddle_id, 0);
+	CHECK_EQ(flx_mo_option(&mo, "paddle_id=10", &err), 0);
+	CHECK_EQ(mo.paddle_id, 10);
+	for (const char *const *v =
+		 (const char *const[]){"paddle_id=", "paddle_id=-1",
+				       "paddle_id=010", "paddle_id=1x",
+				       "paddle_id=99999999999999999999",
+				       "paddle_id", NULL};
+	     *v; v++) {
+		flx_error_init(&err);
+		CHECK_EQ(flx_mo_option(&mo, *v, &err), -EINVAL);
+		CHECK_STR(err.key, "paddle_id");
+	}
+	CHECK_EQ(mo.paddle_id, 10);
 	CHECK_EQ(mo.nfuse, 0); /* ours: libfuse never sees it */
 	flx_mo_release(&mo);
 	flx_mo_release(&mo); /* idempotent */

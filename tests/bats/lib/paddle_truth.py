@@ -14,9 +14,10 @@ loader reshards from.  Nothing of flexfs is used.
                        nbytes, sha256, chunks, stacked: 0}}, "objects": {}}
   OUT/<n>.bin         raw little-endian bytes, C order
 
-Usage: paddle_truth.py FIXTURE_DIR OUT_DIR [--id N] [--part NAME]
+Usage: paddle_truth.py FIXTURE_DIR OUT_DIR [--id N] [--part NAME]...
 (default: the fixture's default id; --part: a PaddleFormers sub-directory,
-model_state or optimizer_state).  /usr/bin/python3 (numpy).
+model_state or optimizer_state; several: the tensors of all, as a mount of
+checkpoint-N/ serves them).  /usr/bin/python3 (numpy).
 """
 
 import argparse
@@ -32,18 +33,21 @@ def main():
     ap.add_argument("fixture")
     ap.add_argument("out")
     ap.add_argument("--id", type=int)
-    ap.add_argument("--part")
+    ap.add_argument("--part", action="append",
+                    help="a PaddleFormers part; several: their tensors together")
     a = ap.parse_args()
     with open(os.path.join(a.fixture, "truth", "manifest.json")) as f:
         man = json.load(f)
     uid = man["default_id"] if a.id is None else a.id
-    cks = [c for c in man["checkpoints"]
-           if c["unique_id"] == uid and c.get("part") == a.part]
-    assert len(cks) == 1, (uid, a.part, [(c["unique_id"], c.get("part")) for c in man["checkpoints"]])
-    ck = cks[0]
+    parts = a.part or [None]
+    cks = [c for p in parts for c in man["checkpoints"]
+           if c["unique_id"] == uid and c.get("part") == p]
+    assert len(cks) == len(parts), (uid, parts)
     os.makedirs(a.out, exist_ok=True)
     tensors = {}
-    for i, (key, e) in enumerate(ck["tensors"].items()):
+    items = [(ck, key, e) for ck in cks for key, e in ck["tensors"].items()]
+    for i, (ck, key, e) in enumerate(items):
+        assert key not in tensors, key
         arr = np.load(os.path.join(a.fixture, ck["truth"], e["npy"]))
         assert list(arr.shape) == list(e["shape"]), key
         b = np.ascontiguousarray(arr).tobytes()
