@@ -64,23 +64,25 @@ check_files() {
 	done
 }
 
-@test "paddle/ of PaddleFormers model_state and optimizer_state (pure fp32: state dict form) at tp 1,2,4 x pp 1,2" {
+@test "paddle/ of PaddleFormers checkpoint-5 (pure fp32: state dict form) at tp 1,2,4 x pp 1,2, and of one part" {
 	local d=$FX/paddle-formers-np2-p4/ckpt/checkpoint-5
 
 	for tp in 1 2 4; do
 		for pp in 1 2; do
-			check_files paddle-formers-np2-p4 "$d/optimizer_state" \
-				"$tp" "$pp" "" --part optimizer_state
+			check_files paddle-formers-np2-p4 "$d" "$tp" "$pp"
 		done
 	done
-	check_files paddle-formers-np2-p4 "$d/model_state" 2 2 "" \
-		--part model_state
+	check_files paddle-formers-np2-p4 "$d/optimizer_state" 2 2 "" \
+		--part optimizer_state
 }
 
-@test "paddle/ of several ids: the one mounted" {
-	check_files paddle-multi-id "$FX/paddle-multi-id/ckpt" 2 2
-	check_files paddle-multi-id "$FX/paddle-multi-id/ckpt" 1 1 \
-		paddle_id=3 --id 3
+@test "paddle/ of several ids: the one mounted (protocol 2 and 4, fp32 and bf16)" {
+	local d=$FX/paddle-multi-id/ckpt
+
+	check_files paddle-multi-id "$d" 2 2
+	check_files paddle-multi-id "$d" 2 2 paddle_id=0 --id 0
+	check_files paddle-multi-id "$d" 4 1 paddle_id=1 --id 1
+	check_files paddle-multi-id "$d" 1 1 paddle_id=3 --id 3
 }
 
 @test "paddle/ only for a Paddle checkpoint" {
