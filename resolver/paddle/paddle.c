@@ -48,6 +48,7 @@
 
 #define MAX_METADATA_BYTES (1ull << 30)
 #define NAME_TABLE	   "StructuredToParameterName@@"
+#define UNPACK_INFO	   "UnpackBigParamInfor@@"
 #define MOD_FLEX	   "paddle.distributed.flex_checkpoint.dcp.metadata"
 #define MOD_OLD		   "paddle.distributed.checkpoint.metadata"
 #define MAX_BOXES	   FLX_FLAT_BOXES_MAX
@@ -91,6 +92,7 @@ typedef struct pfile {
 	uint32_t idx; /* into c->files */
 	parr *arr;    /* sorted by key */
 	size_t narr;
+	bool unpacked; /* has protocol 2's "UnpackBigParamInfor@@" */
 } pfile;
 
 /* One storage_metadata entry with replica_id 0 or None. */
@@ -935,7 +937,9 @@ static int add_names(loader *L, const char *file, const flx_pv *tab)
  * undecoded), sorted by key into pf->arr. */
 static int read_distcp(loader *L, pfile *pf, const bool *want)
 {
-	static const flx_pickle_limits lim = {0};
+	/* strings longer than a name stay in the file: a protocol-2 file's
+	 * array texts would otherwise all be copied into the tree */
+	static const flx_pickle_limits lim = {.max_str = 64 * 1024};
 	const flx_file *f = &L->c->files[pf->idx];
 	flx_fd_reader ctx;
 	flx_reader r;
@@ -980,6 +984,10 @@ static int read_distcp(loader *L, pfile *pf, const bool *want)
 		if (!strcmp(k, NAME_TABLE)) {
 			if ((rc = add_names(L, pf->relpath, v)))
 				goto out;
+			continue;
+		}
+		if (!strcmp(k, UNPACK_INFO)) {
+			pf->unpacked = true;
 			continue;
 		}
 		ki = find_key(L, k);
@@ -1200,6 +1208,15 @@ static int load_files(loader *L)
 		e->pf = (uint32_t)(pf - L->files);
 		e->file = pf->relpath;
 		e->arr = find_arr(pf, L->keys[e->key].fqn);
+		if (!e->arr && pf->unpacked) {
+			rc = flx_error_set(L->err, -ENOTSUP, e->file,
+					   L->keys[e->key].fqn,
+					   "the array is saved in pieces "
+					   "(protocol 2's " UNPACK_INFO
+					   "), which is not supported; re-save "
+					   "with protocol 4 or 5");
+			goto out;
+		}
 		if (!e->arr) {
 			rc = flx_error_set(L->err, -EINVAL, e->file,
 					   L->keys[e->key].fqn,
@@ -1463,6 +1480,20 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 					     "shards have %d and %d "
 					     "dimensions",
 					     t->ndim, m->ndim);
+		/* inside the global shape (whose size fits 63 bits), so a
+		 * block's element count and flattened offsets fit too */
+		for (int d = 0; d < t->ndim; d++) {
+			const int64_t *o = L->dims + m->dims;
+			char x[96];
+
+			if (o[d] + o[t->ndim + d] <= t->shape[d])
+				continue;
+			flx_fmt_dims(x, sizeof(x), t->ndim, o);
+			return flx_error_set(L->err, -EINVAL, L->meta, k->fqn,
+					     "the shard at %s lies outside the "
+					     "global shape",
+					     x);
+		}
 		if ((rc = check_array(L, t, e)))
 			return rc;
 		nflat += m->flat;
