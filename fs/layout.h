@@ -88,7 +88,8 @@ int flx_build_fail(flx_build *b, int rc, const char *key, const char *what);
 /** The layout of this build named name, or NULL. */
 const flx_layout *flx_build_layout(const flx_build *b, const char *name);
 
-/* The default table: ranks/, hf/, objects/, index.json, in this order. */
+/* The default table: ranks/, hf/, objects/, index.json, paddle/, in this
+ * order. */
 extern const flx_layout *const flx_layouts[];
 extern const size_t flx_nlayouts;
 

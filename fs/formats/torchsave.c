@@ -15,6 +15,7 @@
 
 #include "json_internal.h"
 #include "names.h"
+#include "pickle_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -222,72 +223,10 @@ static void put_open(flx_jw *w, const pt_file *f, size_t r)
 	put_desc(w, f, r);
 }
 
-/* A pickle int, as pickle's protocol 2 writes a non-negative one. */
-static void pk_int(flx_jw *w, uint64_t v)
-{
-	int n = 1;
-
-	if (v <= 0xff) {
-		flx_jw_raw(w, "K", 1);
-		put(w, v, 1);
-		return;
-	}
-	if (v <= 0xffff) {
-		flx_jw_raw(w, "M", 1);
-		put(w, v, 2);
-		return;
-	}
-	if (v <= 0x7fffffff) {
-		flx_jw_raw(w, "J", 1);
-		put(w, v, 4);
-		return;
-	}
-	/* LONG1: two's complement, a sign bit to spare */
-	while (n < 8 && v >> (8 * n - 1))
-		n++;
-	flx_jw_raw(w, "\x8a", 1);
-	put(w, (uint64_t)n + (v >> 63), 1);
-	put(w, v, n);
-	if (v >> 63)
-		put(w, 0, 1);
-}
-
-static void pk_str(flx_jw *w, const char *s)
-{
-	size_t n = strlen(s);
-
-	flx_jw_raw(w, "X", 1);
-	put(w, n, 4);
-	flx_jw_raw(w, s, n);
-}
-
-static void pk_global(flx_jw *w, const char *mod, const char *name)
-{
-	flx_jw_raw(w, "c", 1);
-	flx_jw_lit(w, mod);
-	flx_jw_raw(w, "\n", 1);
-	flx_jw_lit(w, name);
-	flx_jw_raw(w, "\n", 1);
-}
-
-/* A tuple of ints, as the pickler writes one of that length. */
-static void pk_ints(flx_jw *w, int n, const uint64_t *v)
-{
-	if (n == 0) {
-		flx_jw_raw(w, ")", 1);
-		return;
-	}
-	if (n > 3)
-		flx_jw_raw(w, "(", 1);
-	for (int i = 0; i < n; i++)
-		pk_int(w, v[i]);
-	flx_jw_raw(w, n > 3 ? "t" : &"\x85\x86\x87"[n - 1], 1);
-}
-
 /* OrderedDict() */
 static void pk_odict(flx_jw *w)
 {
-	pk_global(w, "collections", "OrderedDict");
+	flx_pk_global(w, "collections", "OrderedDict");
 	flx_jw_raw(w, ")R", 2);
 }
 
@@ -335,28 +274,28 @@ static int pk_items(const void *arg, uint32_t idx, unsigned char *dst,
 			numel *= size[d] ? size[d] : 1;
 		}
 		key[flx_fmt_int(key, (int64_t)k, 1)] = '\0';
-		pk_str(&w, f->set->e[k].name);
-		pk_global(&w, "torch._utils",
-			  dt->storage ? "_rebuild_tensor_v2"
-				      : "_rebuild_tensor_v3");
+		flx_pk_str(&w, f->set->e[k].name);
+		flx_pk_global(&w, "torch._utils",
+			      dt->storage ? "_rebuild_tensor_v2"
+					  : "_rebuild_tensor_v3");
 		flx_jw_raw(&w, "((", 2);
-		pk_str(&w, "storage");
+		flx_pk_str(&w, "storage");
 		if (dt->storage)
-			pk_global(&w, "torch", dt->storage);
+			flx_pk_global(&w, "torch", dt->storage);
 		else
-			pk_global(&w, "torch.storage", "UntypedStorage");
-		pk_str(&w, key);
-		pk_str(&w, "cpu");
-		pk_int(&w, dt->storage ? flx_view_bytes(v) / dt->size
-				       : flx_view_bytes(v));
+			flx_pk_global(&w, "torch.storage", "UntypedStorage");
+		flx_pk_str(&w, key);
+		flx_pk_str(&w, "cpu");
+		flx_pk_int(&w, dt->storage ? flx_view_bytes(v) / dt->size
+					   : flx_view_bytes(v));
 		flx_jw_raw(&w, "tQ", 2);
-		pk_int(&w, 0);
-		pk_ints(&w, nd, size);
-		pk_ints(&w, nd, stride);
+		flx_pk_int(&w, 0);
+		flx_pk_ints(&w, nd, size);
+		flx_pk_ints(&w, nd, stride);
 		flx_jw_raw(&w, "\x89", 1);
 		pk_odict(&w);
 		if (!dt->storage)
-			pk_global(&w, "torch", dt->torch);
+			flx_pk_global(&w, "torch", dt->torch);
 		flx_jw_raw(&w, "tR", 2);
 	}
 	return flx_jw_end(&w, len);
@@ -511,35 +450,6 @@ int flx_pt_set_new(flx_fs *fs, size_t n, flx_pt_set **out)
 	return 0;
 }
 
-/* Whether s is UTF-8 (what a pickle's BINUNICODE must carry). */
-static bool utf8_ok(const char *s)
-{
-	const unsigned char *p = (const unsigned char *)s;
-
-	while (*p) {
-		uint32_t c = *p;
-		int n = c < 0x80		? 0
-			: c >= 0xC2 && c < 0xE0 ? 1
-			: c >= 0xE0 && c < 0xF0 ? 2
-			: c >= 0xF0 && c < 0xF5 ? 3
-						: -1;
-
-		if (n < 0)
-			return false;
-		c &= n ? 0x3Fu >> n : 0x7Fu;
-		p++;
-		for (int i = 0; i < n; i++, p++) {
-			if ((*p & 0xC0) != 0x80)
-				return false;
-			c = c << 6 | (*p & 0x3F);
-		}
-		if ((n == 2 && c < 0x800) || (n == 3 && c < 0x10000) ||
-		    c > 0x10FFFF)
-			return false;
-	}
-	return true;
-}
-
 /* Piece (ops, f, idx): its length, and crc continued over its bytes. */
 static int piece_crc(const flx_gen_ops *ops, const pt_file *f, uint32_t idx,
 		     uint64_t *len, uint32_t *crc)
@@ -607,7 +517,7 @@ int flx_pt_add_file(flx_fs *fs, int dir, const char *name,
 		goto out;
 	rc = -EINVAL;
 	for (size_t k = 0; k < set->n; k++)
-		if (!utf8_ok(set->e[k].name))
+		if (!flx_pk_utf8_ok(set->e[k].name))
 			goto out;
 	rc = pt_layout(f);
 	if (!rc)

@@ -12,3 +12,5 @@ flx_unit(test_slice flx_gpu)
 flx_unit(test_transform flx_fs)
 # Placement decisions: undecided tensors, FSDP-aware split inference.
 flx_unit(test_plan flx_reshard)
+# The paddle/ tree (.pdparams, .pdopt) loaded by pickle.load.
+flx_unit(test_pdparams flx_fs)
