@@ -19,6 +19,7 @@
 #include "plan.h"
 #include "transform.h"
 #include "tree.h"
+#include "zcache.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -412,8 +413,10 @@ static void malloc_thp(char **argv)
  * outgrows it is re-read for every request, so say so while the user can
  * still see stderr.  @return 0 or -ENOMEM. */
 static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
-		      flx_bcache **out)
+		      flx_bcache **out, flx_zcache **zout)
 {
+	uint64_t zbytes = 0;
+
 	const flx_tensor *t;
 	uint64_t span = flx_ckpt_gather_span(ckpt, &t), bytes;
 	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
@@ -431,11 +434,18 @@ static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
 			(unsigned long long)((span + (1u << 20) - 1) >> 20),
 			(unsigned long long)(bytes >> 20),
 			(unsigned long long)(flx_mo_cache_fit(span) >> 20));
-	if (flx_bcache_new(bytes, FLX_BCACHE_BLOCK, out)) {
+	/* one budget: zstd items' decompressed windows take it all, or half
+	 * when transposed chunks need blocks too */
+	if (flx_ckpt_has_zstd(ckpt)) {
+		zbytes = span ? bytes / 2 : bytes;
+		bytes -= zbytes;
+	}
+	if (flx_bcache_new(bytes, FLX_BCACHE_BLOCK, out) ||
+	    (zbytes && flx_zcache_new(zbytes, zout))) {
 		fprintf(stderr, "flexfs: out of memory\n");
 		return -ENOMEM;
 	}
-	flx_fs_set_io(fs, &(flx_view_io){*out, flx_slicer_default()});
+	flx_fs_set_io(fs, &(flx_view_io){*out, flx_slicer_default(), *zout});
 	return 0;
 }
 
@@ -450,6 +460,7 @@ int main(int argc, char **argv)
 	flx_plan *plan = NULL;
 	flx_fs *fs = NULL;
 	flx_bcache *cache = NULL;
+	flx_zcache *zcache = NULL;
 	char **av = NULL;
 	int ac, ret = 1, rc;
 	flx_ll ll = {0};
@@ -472,7 +483,7 @@ int main(int argc, char **argv)
 	}
 	if (build(&cl, &ckpt, &xi, &plan, &fs))
 		goto err_out1;
-	if (make_cache(&cl.mo, flx_xindex_ckpt(xi), fs, &cache))
+	if (make_cache(&cl.mo, flx_xindex_ckpt(xi), fs, &cache, &zcache))
 		goto err_out1;
 
 	ll = (flx_ll){.fs = fs,
@@ -507,6 +518,7 @@ err_out1:
 	free(ll.logged);
 	flx_fs_free(fs);
 	flx_bcache_free(cache);
+	flx_zcache_free(zcache);
 	flx_plan_free(plan);
 	flx_xindex_free(xi);
 	flx_ckpt_close(ckpt);
