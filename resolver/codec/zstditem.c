@@ -7,6 +7,8 @@
  */
 #include "zstditem.h"
 
+#include "crc32.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,9 +154,40 @@ static int alloc_scratch(flx_zstd_item *z)
 	return 0;
 }
 
+/* Before p[0..n) (the bytes at z->size) enter the ring: the bytes they
+ * push out of it, past the head, continue z->crc_mid, which then covers
+ * [FLX_ZSTD_HEAD, max(FLX_ZSTD_HEAD, new size - FLX_ZSTD_TAIL)). */
+static void evict(flx_zstd_item *z, const unsigned char *p, size_t n)
+{
+	uint64_t a = z->size > FLX_ZSTD_TAIL ? z->size - FLX_ZSTD_TAIL : 0;
+	uint64_t b =
+	    z->size + n > FLX_ZSTD_TAIL ? z->size + n - FLX_ZSTD_TAIL : 0;
+
+	for (a = a < FLX_ZSTD_HEAD ? FLX_ZSTD_HEAD : a; a < b;) {
+		size_t k;
+
+		if (a < z->size) { /* still in the ring */
+			size_t at = (size_t)(a % FLX_ZSTD_TAIL);
+
+			k = FLX_ZSTD_TAIL - at;
+			if (k > z->size - a)
+				k = (size_t)(z->size - a);
+			if (k > b - a)
+				k = (size_t)(b - a);
+			z->crc_mid = flx_crc32(z->crc_mid, z->ring + at, k);
+		} else { /* new bytes that never stay */
+			k = (size_t)(b - a);
+			z->crc_mid =
+			    flx_crc32(z->crc_mid, p + (a - z->size), k);
+		}
+		a += k;
+	}
+}
+
 /* Keep out[0..n), the bytes at z->size, in the head and the ring. */
 static void keep(flx_zstd_item *z, const unsigned char *p, size_t n)
 {
+	evict(z, p, n);
 	if (z->size < FLX_ZSTD_HEAD) {
 		size_t k = FLX_ZSTD_HEAD - z->size < n
 			       ? (size_t)(FLX_ZSTD_HEAD - z->size)
@@ -191,6 +224,7 @@ int flx_zstd_item_load(flx_zstd_item *z, const flx_reader *src,
 		return rc;
 	z->size = 0;
 	z->hlen = z->tlen = 0;
+	z->crc_mid = 0;
 	{
 		size_t n = src->size < FLX_ZSTD_HEADER_MAX
 			       ? (size_t)src->size
@@ -264,5 +298,27 @@ int flx_zstd_item_load(flx_zstd_item *z, const flx_reader *src,
 	r->pread = zr_pread;
 	r->ctx = rctx;
 	r->size = z->size;
+	return 0;
+}
+
+int flx_zstd_item_crc(const flx_zstd_item *z, uint64_t off, uint64_t len,
+		      uint32_t *crc)
+{
+	uint64_t end = off + len, t0 = z->size - z->tlen, mid_end;
+
+	if (off > z->size || len > z->size - off)
+		return -EINVAL;
+	if (end <= z->hlen) { /* all in the head */
+		*crc = flx_crc32(0, z->head + off, (size_t)len);
+		return 0;
+	}
+	/* head [off, HEAD), then the evicted middle, then the tail */
+	mid_end = t0 > FLX_ZSTD_HEAD ? t0 : FLX_ZSTD_HEAD;
+	if (off >= z->hlen || end < mid_end || z->hlen != FLX_ZSTD_HEAD)
+		return -EIO;
+	*crc = flx_crc32(0, z->head + off, (size_t)(FLX_ZSTD_HEAD - off));
+	*crc = flx_crc32_combine(*crc, z->crc_mid, mid_end - FLX_ZSTD_HEAD);
+	*crc =
+	    flx_crc32(*crc, z->tail + (mid_end - t0), (size_t)(end - mid_end));
 	return 0;
 }

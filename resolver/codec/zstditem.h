@@ -74,6 +74,7 @@ typedef struct flx_zstd_item {
 	/* of the last item loaded */
 	uint64_t size; /* decompressed bytes */
 	size_t hlen, tlen;
+	uint32_t crc_mid; /* CRC-32 of what lies between head and tail */
 	uint64_t decoded; /* statistics: every byte decompressed so far */
 } flx_zstd_item;
 
@@ -100,5 +101,17 @@ typedef struct flx_zstd_reader {
 int flx_zstd_item_load(flx_zstd_item *z, const flx_reader *src,
 		       uint64_t max_out, const char *name, const char *key,
 		       flx_reader *r, flx_zstd_reader *rctx, flx_error *err);
+
+/**
+ * The CRC-32 (zip's, crc32.h) of content bytes [off, off+len) of the last
+ * item loaded, which must start in its head and end in the head or its
+ * tail (a torch.save zip's storage record does: data.pkl before it, small
+ * records after it).  The bytes between were never kept: their CRC was
+ * taken as they went by.
+ * @return 0 and *crc; -EIO when the range does not lie so; -EINVAL when it
+ *         leaves the content.
+ */
+int flx_zstd_item_crc(const flx_zstd_item *z, uint64_t off, uint64_t len,
+		      uint32_t *crc);
 
 #endif

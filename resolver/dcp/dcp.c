@@ -823,6 +823,19 @@ static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
 				     "tensor needs %llu",
 				     (unsigned long long)data.size,
 				     (unsigned long long)tp.storage_bytes);
+	if (ch->zstd) {
+		/* A frame without a checksum (torch's) decodes a flipped
+		 * literal byte silently; the record's CRC-32, taken as the
+		 * frame went by, does not (plain items are read in place,
+		 * their bytes never pass through here). */
+		uint32_t crc;
+
+		rc = flx_zstd_item_crc(&s->zi, data.data_off, data.size, &crc);
+		if (rc || crc != data.crc)
+			return flx_error_set(err, -EINVAL, name, t->fqn,
+					     "storage record's CRC-32 does not "
+					     "match its bytes");
+	}
 	/* zstd: an offset into the decompressed item (ckpt.h) */
 	ch->data_off = ch->zstd ? data.data_off : ch->item_off + data.data_off;
 	ch->storage_offset = tp.storage_offset;
