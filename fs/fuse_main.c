@@ -449,6 +449,25 @@ static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
 	return 0;
 }
 
+/* FLEXFS_ZSTD_STATS=1 (benchmarks): the zstd window cache's counters on
+ * stderr when the daemon exits, one line. */
+static void zstd_stats(flx_zcache *z)
+{
+	flx_zcache_stats st;
+	const char *on = getenv("FLEXFS_ZSTD_STATS");
+
+	if (!z || !on || strcmp(on, "1") != 0)
+		return;
+	flx_zcache_stats_get(z, &st);
+	fprintf(stderr,
+		"flexfs: zstd stats: decoded %llu served %llu hits %llu "
+		"misses %llu restarts %llu windows %llu\n",
+		(unsigned long long)st.decoded, (unsigned long long)st.served,
+		(unsigned long long)st.hits, (unsigned long long)st.misses,
+		(unsigned long long)st.restarts,
+		(unsigned long long)st.windows);
+}
+
 int main(int argc, char **argv)
 {
 	struct fuse_cmdline_opts fo;
@@ -507,6 +526,7 @@ int main(int argc, char **argv)
 	if (fuse_daemonize(fo.foreground) == 0) {
 		rc = loop(se, &fo);
 		ret = loop_failed(rc) ? 1 : 0;
+		zstd_stats(zcache);
 	}
 err_out4:
 	fuse_session_unmount(se);
