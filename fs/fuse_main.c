@@ -409,16 +409,16 @@ static void malloc_thp(char **argv)
 
 /* The block cache of strided gathers (cache_size=, or sized to the
  * largest chunk they read), and the slicer executing them, chosen here
- * once for the mount.  A tensor saved transposed whose chunk
- * outgrows it is re-read for every request, so say so while the user can
- * still see stderr.  @return 0 or -ENOMEM. */
+ * once for the mount; the window cache of zstd items (zcache.h) when the
+ * checkpoint has any, from the same budget.  A tensor saved transposed
+ * whose chunk outgrows it is re-read for every request, so say so while
+ * the user can still see stderr.  @return 0 or -ENOMEM. */
 static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
 		      flx_bcache **out, flx_zcache **zout)
 {
-	uint64_t zbytes = 0;
-
 	const flx_tensor *t;
-	uint64_t span = flx_ckpt_gather_span(ckpt, &t), bytes;
+	uint64_t span = flx_ckpt_gather_span(ckpt, &t), bytes, zbytes = 0;
+	bool zstd = flx_ckpt_has_zstd(ckpt);
 	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
 
 	bytes = flx_mo_cache_bytes(
@@ -436,12 +436,12 @@ static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
 			(unsigned long long)(flx_mo_cache_fit(span) >> 20));
 	/* one budget: zstd items' decompressed windows take it all, or half
 	 * when transposed chunks need blocks too */
-	if (flx_ckpt_has_zstd(ckpt)) {
+	if (zstd) {
 		zbytes = span ? bytes / 2 : bytes;
 		bytes -= zbytes;
 	}
 	if (flx_bcache_new(bytes, FLX_BCACHE_BLOCK, out) ||
-	    (zbytes && flx_zcache_new(zbytes, zout))) {
+	    (zstd && flx_zcache_new(zbytes, zout))) {
 		fprintf(stderr, "flexfs: out of memory\n");
 		return -ENOMEM;
 	}

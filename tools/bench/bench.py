@@ -31,6 +31,10 @@ against a baseline taken in the same run (median of --runs, min and max):
   mount    exec of flexfs to the first byte of MNT/index.json
   memory   peak RSS (VmHWM) of the daemon over a full read of every view
   parallel 8 concurrent readers (TP8 view) vs 1 reader
+  zstd     the checkpoint re-written as torch 2.7's ZStandard extension
+           would (zstd_ckpt.py): first read of hf/ (TP1) and ranks/* (TP2,
+           1 and 2 readers) vs zstd -d of the same frames to /dev/null;
+           bytes decompressed per byte served; daemon peak RSS
 
 --quick: a tiny checkpoint, one run of everything, and every byte read
 through flexfs is compared with the ground truth (numpy slices of the
@@ -1106,6 +1110,119 @@ def fig_parallel(ctx, info):
     return [row, raw]
 
 
+def ensure_zstd(ctx, info):
+    """info's checkpoint re-written as torch 2.7's ZStandard extension
+    would (zstd_ckpt.py), cached beside it; the same truth."""
+    d = info["dir"].rstrip("/") + "-zstd"
+    stamp = os.path.join(d, "bench-ckpt.json")
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            z = json.load(f)
+        if z.get("config") == info["config"] and z.get("seed") == info.get("seed") \
+                and "zstd" in z:
+            log("reusing %s" % d)
+            return dict(info, dir=d, zstd=z["zstd"])
+    r = subprocess.run([PY, os.path.join(HERE, "zstd_ckpt.py"), info["dir"], d],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError("zstd_ckpt.py failed:\n%s%s" % (r.stdout, r.stderr))
+    log(r.stdout.strip())
+    with open(stamp) as f:
+        return dict(info, dir=d, zstd=json.load(f)["zstd"])
+
+
+ZSTATS = re.compile(r"flexfs: zstd stats: (.*)")
+
+
+def zstd_stats(m):
+    """The daemon's zstd counters, printed at exit (FLEXFS_ZSTD_STATS=1)."""
+    for w in m.warnings:
+        g = ZSTATS.search(w)
+        if g:
+            v = g.group(1).split()
+            return {v[i]: int(v[i + 1]) for i in range(0, len(v) - 1, 2)}
+    return {}
+
+
+def zstd_d(files):
+    """zstd -d of every frame of files (items back to back) to /dev/null,
+    single-threaded.  -> seconds."""
+    t0 = time.monotonic()
+    subprocess.run(["zstd", "-d", "-q", "-c", "-T1"] + files, check=True,
+                   stdout=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
+def fig_zstd(ctx, info):
+    """First read of hf/ and ranks/* of a zstd checkpoint vs zstd -d of
+    the same frames to /dev/null (issue #21)."""
+    z = ensure_zstd(ctx, info)
+    ck = z["dir"]
+    content = z["zstd"]["content_bytes"]
+    note = "items compress %.2fx" % (content / z["zstd"]["frame_bytes"])
+    hf = Row("zstd", "zstd hf/ (TP1), first read, vs zstd -d", "GB/s", "zstd -d", 0.8,
+             note="ratio = flexfs served / zstd -d content rate; " + note)
+    r1 = Row("zstd", "zstd ranks/* (TP2), 1 reader, vs zstd -d", "GB/s", "zstd -d", 0.8,
+             note=note)
+    r2 = Row("zstd", "zstd ranks/* (TP2), 2 readers (aggregate), vs zstd -d", "GB/s",
+             "zstd -d", None, note="one reader per rank, started together")
+    amp = Row("zstd", "zstd bytes decompressed per byte served (hf/ + ranks/ TP2)", "x", "",
+              1.1, better="lower", ratio_unit="x", note="daemon counters")
+    rss = Row("zstd", "zstd daemon peak RSS over the reads (cache_size 64M)", "MiB", "",
+              128 * MiB, better="lower", ratio_unit="MiB",
+              note="VmHWM; goal cache_size + 64 MiB")
+    ok = re.compile(r"flexfs: zstd stats")
+    saved = ctx.daemon_env
+    ctx.daemon_env = dict(saved or {}, FLEXFS_ZSTD_STATS="1")
+    diag = []
+    files = distcp_files(ck)
+    try:
+        for i in range(ctx.runs):
+            warm(backing_files(ck))
+            tz = zstd_d(files)
+            base = tput(content, tz)
+            m = Mount(ctx, ck, "tp=1" + (",hf_shard_size=%s" % ctx.hf_shard
+                                         if ctx.hf_shard else ""), name="zs", stderr_ok=ok)
+            with m:
+                n, t = readers.seq_read(hf_files(m))
+                if i == 0 and ctx.check != "none":
+                    record_check(ctx, "zstd hf/ (tp=1)", check_hf(ctx, info, m))
+                hwm = m.stats().get("VmHWM", 0)
+            st_hf = zstd_stats(m)
+            hf.add(base, tput(n, t), tput(n, t) / base)
+            m = Mount(ctx, ck, "tp=2", name="zs", stderr_ok=ok)
+            with m:
+                vf = view_files(m, 2)
+                n1, t1 = readers.seq_read(vf)
+                if i == 0 and ctx.check != "none":
+                    record_check(ctx, "zstd ranks/* tp=2", check_views(ctx, info, vf, 2))
+                hwm = max(hwm, m.stats().get("VmHWM", 0))
+            st_r = zstd_stats(m)
+            r1.add(base, tput(n1, t1), tput(n1, t1) / base)
+            m = Mount(ctx, ck, "tp=2", name="zs", stderr_ok=ok)
+            with m:
+                n2, t2 = parallel_read([(p, 0, None) for p in view_files(m, 2)])
+                hwm = max(hwm, m.stats().get("VmHWM", 0))
+            st_p = zstd_stats(m)
+            r2.add(base, tput(n2, t2), tput(n2, t2) / base)
+            dec = sum(s.get("decoded", 0) for s in (st_hf, st_r, st_p))
+            srv = sum(s.get("served", 0) for s in (st_hf, st_r, st_p))
+            if srv:
+                amp.add(None, dec / srv, dec / srv)
+            rss.add(None, hwm, hwm)
+            diag.append(dict(zstd_d_seconds=tz, content=content, hf=dict(bytes=n, seconds=t,
+                             stats=st_hf), ranks1=dict(bytes=n1, seconds=t1, stats=st_r),
+                             ranks2=dict(bytes=n2, seconds=t2, stats=st_p), VmHWM=hwm))
+            log("zstd run %d: zstd -d %.2f GB/s; flexfs hf/ %.2f, ranks 1 reader %.2f, "
+                "2 readers %.2f GB/s; decoded/served %.3f; VmHWM %.1f MiB"
+                % (i, base / GB, n / t / GB, n1 / t1 / GB, n2 / t2 / GB,
+                   dec / srv if srv else float("nan"), hwm / MiB))
+    finally:
+        ctx.daemon_env = saved
+    ctx.diag["zstd"] = diag
+    return [hf, r1, r2, amp, rss]
+
+
 def check_many(ctx, info):
     """Quick mode: the 64-rank checkpoint viewed as TP1 is right."""
     with Mount(ctx, info["dir"], "tp=1", name="many") as m:
@@ -1171,7 +1288,7 @@ def main(argv=None):
     ap.add_argument("--flexfs", help="the flexfs binary (default $FLEXFS_BIN, build-bench/, build/)")
     ap.add_argument("--only",
                     default="contig,contig_dio,strided,strided_dio,transposed,e2e,mount,memory,"
-                          "parallel",
+                          "parallel,zstd",
                     help="comma-separated figures to run")
     ap.add_argument("--no-torch26", action="store_true", help="skip the torch 2.6 chroot")
     ap.add_argument("--check", choices=("none", "sample", "all"),
@@ -1281,6 +1398,8 @@ def main(argv=None):
             rows += fig_memory(ctx, big)
         if "parallel" in only:
             rows += fig_parallel(ctx, big)
+        if "zstd" in only:
+            rows += fig_zstd(ctx, big)
     finally:
         cleanup_mounts()
         if ctx.chroot:
