@@ -9,7 +9,14 @@ frame and transform_descriptors = ['stream.zstd/1'] (the attribute torch
 2.7 pickles; tools/fixtures/gen_zstd.py re-enacts the same write path
 byte-exactly for the committed fixtures).
 
-    zstd_ckpt.py SRC DST      (Debian's /usr/bin/python3: torch 1.13, zstandard)
+    zstd_ckpt.py SRC DST [--weights]   (Debian's /usr/bin/python3: torch 1.13, zstandard)
+
+--weights: every tensor item's values replaced, before compression, by
+N(0, 0.02) draws in the tensor's dtype (seeded by the item's key), saved
+again by torch.save: the bench's data (uniform random bits) does not
+compress at all, and zstd then stores raw blocks, decoded as fast as
+memcpy; weights-like values compress about as real weights do and make
+the decoder do entropy decoding.  The truth is then not the bench's.
 
 Writes DST/.metadata, DST/*.distcp, DST/config.json, and last
 DST/bench-ckpt.json (SRC's stamp plus "zstd": {...}: content and frame
@@ -41,7 +48,21 @@ def frame(data):
     return buf.getvalue()
 
 
-def main(src, dst):
+def weights_like(item, key):
+    import hashlib
+    import torch
+    t = torch.load(io.BytesIO(item))
+    if not isinstance(t, torch.Tensor):
+        return item
+    g = torch.Generator().manual_seed(
+        int.from_bytes(hashlib.sha256(repr(key).encode()).digest()[:7], "little"))
+    v = (torch.randn(t.shape, generator=g) * 0.02).to(t.dtype)
+    buf = io.BytesIO()
+    torch.save(v, buf)
+    return buf.getvalue()
+
+
+def main(src, dst, weights=False):
     t0 = time.monotonic()
     gen_dcp._install_dataclass_shim()
     with open(os.path.join(src, ".metadata"), "rb") as f:
@@ -58,8 +79,11 @@ def main(src, dst):
             for _off, k in items:
                 si = md.storage_data[k]
                 fi.seek(si.offset)
-                z = frame(fi.read(si.length))
-                content += si.length
+                item = fi.read(si.length)
+                if weights and k.offset is not None:
+                    item = weights_like(item, k)
+                z = frame(item)
+                content += len(item)
                 si.offset = fo.tell()
                 si.length = len(z)
                 si.transform_descriptors = ["stream.zstd/1"]
@@ -73,7 +97,7 @@ def main(src, dst):
                 fo.write(fi.read())
     with open(os.path.join(src, "bench-ckpt.json")) as f:
         stamp = json.load(f)
-    stamp["zstd"] = dict(content_bytes=content, frame_bytes=frames, level=3,
+    stamp["zstd"] = dict(content_bytes=content, frame_bytes=frames, level=3, weights=weights,
                          zstandard=zstandard.__version__,
                          seconds=time.monotonic() - t0)
     with open(os.path.join(dst, "bench-ckpt.json"), "w") as f:
@@ -84,4 +108,4 @@ def main(src, dst):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], "--weights" in sys.argv[3:])
