@@ -28,6 +28,7 @@ typedef struct zslot {
 	uint32_t pins;
 	bool valid;
 	uint64_t used; /* LRU tick */
+	int32_t hnext; /* next valid slot of its hash chain, -1: none */
 } zslot;
 
 typedef struct zstream {
@@ -36,6 +37,10 @@ typedef struct zstream {
 	bool keyed;	/* key names an item */
 	uint32_t users; /* readers that claimed it (under the cache lock) */
 	uint64_t used;
+	/* next and fresh as the holder last published them, for claim()
+	 * (under the cache lock; the fields below are the holder's) */
+	uint64_t pnext;
+	bool pfresh;
 	/* under mu */
 	ZSTD_DCtx *dctx;
 	unsigned char *in, *out;
@@ -52,6 +57,8 @@ struct flx_zcache {
 	pthread_cond_t cv; /* a stream became unclaimed */
 	zslot *slots;
 	size_t nslots;
+	int32_t *chain; /* hash chains of valid slots: nchains heads, -1 */
+	size_t nchains; /* a power of two */
 	zstream streams[FLX_ZCACHE_STREAMS];
 	uint64_t tick;
 	flx_zcache_stats st;
@@ -72,10 +79,19 @@ int flx_zcache_new(uint64_t cap, flx_zcache **out)
 	if (!z)
 		return -ENOMEM;
 	z->nslots = (size_t)(cap / FLX_ZCACHE_WINDOW);
-	if (z->nslots && !(z->slots = calloc(z->nslots, sizeof(zslot)))) {
+	if (z->nslots > INT32_MAX / 2)
+		z->nslots = INT32_MAX / 2;
+	for (z->nchains = 1; z->nchains < 2 * z->nslots;)
+		z->nchains *= 2;
+	z->slots = calloc(z->nslots ? z->nslots : 1, sizeof(zslot));
+	z->chain = malloc(z->nchains * sizeof(int32_t));
+	if (!z->slots || !z->chain) {
+		free(z->slots);
+		free(z->chain);
 		free(z);
 		return -ENOMEM;
 	}
+	memset(z->chain, 0xff, z->nchains * sizeof(int32_t)); /* -1 */
 	pthread_mutex_init(&z->mu, NULL);
 	pthread_cond_init(&z->cv, NULL);
 	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++)
@@ -101,6 +117,7 @@ void flx_zcache_free(flx_zcache *z)
 	pthread_cond_destroy(&z->cv);
 	pthread_mutex_destroy(&z->mu);
 	free(z->slots);
+	free(z->chain);
 	free(z);
 }
 
@@ -116,16 +133,36 @@ static bool same(const flx_zitem *a, const flx_zitem *b)
 	return a->file == b->file && a->off == b->off && a->len == b->len;
 }
 
+/* The chain of window w of it. */
+static int32_t *chain_of(flx_zcache *z, const flx_zitem *it, uint64_t w)
+{
+	uint64_t h = (it->file * 0x9e3779b97f4a7c15ull) ^ it->off;
+
+	h = (h ^ (h >> 29) ^ w) * 0xbf58476d1ce4e5b9ull;
+	return &z->chain[(h ^ (h >> 32)) & (z->nchains - 1)];
+}
+
 /* Under z->mu.  The valid slot of window w of it, or NULL. */
 static zslot *find(flx_zcache *z, const flx_zitem *it, uint64_t w)
 {
-	for (size_t i = 0; i < z->nslots; i++) {
+	for (int32_t i = *chain_of(z, it, w); i >= 0; i = z->slots[i].hnext) {
 		zslot *sl = &z->slots[i];
 
-		if (sl->valid && sl->win == w && same(&sl->key, it))
+		if (sl->win == w && same(&sl->key, it))
 			return sl;
 	}
 	return NULL;
+}
+
+/* Under z->mu: take valid slot sl out of its chain. */
+static void unlink_slot(flx_zcache *z, zslot *sl)
+{
+	int32_t *at = chain_of(z, &sl->key, sl->win);
+
+	while (*at != (int32_t)(sl - z->slots))
+		at = &z->slots[*at].hnext;
+	*at = sl->hnext;
+	sl->valid = false;
 }
 
 /* Under z->mu: pin sl into *ref. */
@@ -164,13 +201,17 @@ static void insert(flx_zcache *z, const flx_zitem *it, uint64_t w,
 			return; /* not kept; the read goes on */
 		z->st.windows++;
 	}
+	if (best->valid)
+		unlink_slot(z, best);
 	memcpy(best->data, data, n);
 	*best = (zslot){.key = *it,
 			.win = w,
 			.data = best->data,
 			.n = n,
 			.valid = true,
-			.used = ++z->tick};
+			.used = ++z->tick,
+			.hnext = *chain_of(z, it, w)};
+	*chain_of(z, it, w) = (int32_t)(best - z->slots);
 }
 
 /*
@@ -186,8 +227,8 @@ static zstream *claim(flx_zcache *z, const flx_zitem *it, uint64_t w)
 		zstream *s = &z->streams[i];
 
 		if (s->keyed && same(&s->key, it)) {
-			if (!s->fresh && s->next <= w &&
-			    (!ahead || s->next > ahead->next))
+			if (!s->pfresh && s->pnext <= w &&
+			    (!ahead || s->pnext > ahead->pnext))
 				ahead = s;
 			own = s;
 		} else if (!s->users && (!idle || s->used < idle->used)) {
@@ -197,7 +238,8 @@ static zstream *claim(flx_zcache *z, const flx_zitem *it, uint64_t w)
 	if (!ahead && idle) {
 		idle->key = *it;
 		idle->keyed = true;
-		idle->fresh = true;
+		/* unclaimed, so no holder: its own fields are free too */
+		idle->fresh = idle->pfresh = true;
 		ahead = idle;
 	}
 	if (!ahead)
@@ -324,6 +366,8 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		rc = restart(s);
 		pthread_mutex_lock(&z->mu);
 		z->st.restarts++;
+		s->pnext = s->next;
+		s->pfresh = s->fresh;
 		pthread_mutex_unlock(&z->mu);
 	}
 	while (!rc && s->next <= w) {
@@ -338,6 +382,8 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		z->st.decoded += n;
 		if (!rc && n)
 			insert(z, it, s->next - 1, s->out, s->out_n);
+		s->pnext = s->next;
+		s->pfresh = s->fresh;
 		pthread_mutex_unlock(&z->mu);
 	}
 	if (!rc) { /* lend the stream's window, its mutex held */
