@@ -458,6 +458,10 @@ int flx_zcache_read(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 	unsigned char *d = dst;
 	int rc = 0;
 
+	/* cached windows too: a file changed since mount is EIO, as for
+	 * plain chunks, even where the bytes are at hand */
+	if (flx_file_verify(c, &c->files[it->file], false))
+		return -EIO;
 	if (!z && (rc = flx_zcache_new(0, &own)))
 		return rc;
 	k.z = z ? z : own;

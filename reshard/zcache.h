@@ -71,8 +71,9 @@ void flx_zcache_free(flx_zcache *z);
  * Copy bytes [skip, skip + len) of a run of elements of esz bytes of item
  * it's content, element i starting at content offset src + i * stride
  * (stride == esz: a contiguous run) into dst.  z NULL: through a private
- * stream for this call alone (decoding the item up to the run).  Each
- * backing file read is checked unchanged since mount (flx_file_verify()).
+ * stream for this call alone (decoding the item up to the run).  The
+ * item's file is checked unchanged since mount (flx_file_verify()) once
+ * per call and before every read of it, cached windows or not.
  * @return 0; -EIO when the file changed, the frame no longer decodes or
  *         ends before the run; -ENOMEM.
  */

@@ -116,3 +116,34 @@ zstd_matrix() {
 		! mountpoint -q "$MNT"
 	done
 }
+
+# A backing file changed after mount, under files already open: reads are
+# EIO, also of the windows the cache already holds (direct_io, so that
+# every read reaches the daemon); opening again is ESTALE as for any view.
+@test "zstd: a .distcp changed after mount is EIO, cached windows included" {
+	local ck=$BATS_TEST_TMPDIR/ck
+	cp -a "$ZFX/dcp-zstd-mini/ckpt" "$ck"
+	mount_ff "$ck" "$MNT" "tp=1,direct_io"
+	run /usr/bin/python3 - "$MNT" "$ck" <<'PY'
+import errno, os, sys
+mnt, ck = sys.argv[1:]
+fds = [os.open(os.path.join(mnt, p), os.O_RDONLY)
+       for p in ("hf/model.safetensors", "objects/extra.step.pt")]
+before = [os.pread(fd, 1 << 20, 0) for fd in fds]
+assert all(before)
+for n in ("__0_0.distcp", "__1_0.distcp", "__2_0.distcp", "__3_0.distcp"):
+    with open(os.path.join(ck, n), "ab") as f:
+        f.write(b"x")
+for fd in fds:
+    try:
+        os.pread(fd, 1 << 20, 0)
+        print("read after the change succeeded")
+        sys.exit(1)
+    except OSError as e:
+        assert e.errno == errno.EIO, e
+print("ok")
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	unmount_ff "$MNT"
+}

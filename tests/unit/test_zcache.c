@@ -270,8 +270,15 @@ static void test_failures(const char *path)
 	{
 		int fd = open(path, O_WRONLY | O_APPEND);
 
+		/* item 1's window is cached now */
+		CHECK_EQ(
+		    flx_zcache_read(z, &ck, &items[1], 0, 1, 1, 0, buf, 10), 0);
 		CHECK(fd >= 0 && write(fd, "x", 1) == 1);
 		close(fd);
+		/* EIO from the cache too, never the bytes of before */
+		CHECK_EQ(
+		    flx_zcache_read(z, &ck, &items[1], 0, 1, 1, 0, buf, 10),
+		    -EIO);
 		flx_zcache_free(z);
 		CHECK_EQ(flx_zcache_new(4u << 20, &z), 0);
 		CHECK_EQ(
