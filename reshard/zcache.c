@@ -173,14 +173,13 @@ static void pin(flx_zcache *z, zslot *sl, zref *ref)
 	*ref = (zref){sl->data, sl->n, sl, NULL};
 }
 
-/* Under z->mu: keep a copy of window w of it (no slot free: not kept). */
-static void insert(flx_zcache *z, const flx_zitem *it, uint64_t w,
-		   const unsigned char *data, size_t n)
+/* Under z->mu: a slot to decode a window into, pinned and out of the
+ * cache (least recently used among the unpinned; its memory allocated on
+ * first use), or NULL when every slot is pinned or memory is short. */
+static zslot *take_slot(flx_zcache *z)
 {
 	zslot *best = NULL;
 
-	if (find(z, it, w))
-		return;
 	for (size_t i = 0; i < z->nslots; i++) {
 		zslot *sl = &z->slots[i];
 
@@ -194,24 +193,34 @@ static void insert(flx_zcache *z, const flx_zitem *it, uint64_t w,
 			best = sl;
 	}
 	if (!best)
-		return;
+		return NULL;
 	if (!best->data) {
 		best->data = malloc(FLX_ZCACHE_WINDOW);
 		if (!best->data)
-			return; /* not kept; the read goes on */
+			return NULL; /* decoded into the stream's own buffer */
 		z->st.windows++;
 	}
 	if (best->valid)
 		unlink_slot(z, best);
-	memcpy(best->data, data, n);
-	*best = (zslot){.key = *it,
-			.win = w,
-			.data = best->data,
-			.n = n,
-			.valid = true,
-			.used = ++z->tick,
-			.hnext = *chain_of(z, it, w)};
-	*chain_of(z, it, w) = (int32_t)(best - z->slots);
+	best->pins = 1;
+	return best;
+}
+
+/* Under z->mu: slot sl (from take_slot()) now holds window w of it, n
+ * bytes: into the cache, unless another stream of the item put it there
+ * first. */
+static void publish(flx_zcache *z, zslot *sl, const flx_zitem *it, uint64_t w,
+		    size_t n)
+{
+	sl->key = *it;
+	sl->win = w;
+	sl->n = n;
+	sl->used = ++z->tick;
+	if (find(z, it, w))
+		return;
+	sl->valid = true;
+	sl->hnext = *chain_of(z, it, w);
+	*chain_of(z, it, w) = (int32_t)(sl - z->slots);
 }
 
 /*
@@ -282,13 +291,14 @@ static int restart(zstream *s)
 	return 0;
 }
 
-/* Under s->mu: decode window s->next into s->out.  A frame that fails or
- * ends without its end (the file changed since mount) is -EIO and leaves
- * the stream to restart. */
-static int produce(const flx_ckpt *c, zstream *s, uint64_t *decoded)
+/* Under s->mu: decode window s->next into dst (FLX_ZCACHE_WINDOW bytes).
+ * A frame that fails or ends without its end (the file changed since
+ * mount) is -EIO and leaves the stream to restart. */
+static int produce(const flx_ckpt *c, zstream *s, unsigned char *dst,
+		   size_t *decoded)
 {
 	const flx_file *f = &c->files[s->key.file];
-	ZSTD_outBuffer o = {s->out, FLX_ZCACHE_WINDOW, 0};
+	ZSTD_outBuffer o = {dst, FLX_ZCACHE_WINDOW, 0};
 	int rc = 0;
 
 	while (o.pos < o.size && !s->ended && !rc) {
@@ -320,7 +330,6 @@ static int produce(const flx_ckpt *c, zstream *s, uint64_t *decoded)
 			s->ended = true;
 	}
 	*decoded = o.pos;
-	s->out_n = o.pos;
 	s->next++;
 	if (rc)
 		s->fresh = true;
@@ -370,23 +379,38 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		s->pfresh = s->fresh;
 		pthread_mutex_unlock(&z->mu);
 	}
+	/* Each window is decoded straight into a cache slot (or, none free,
+	 * into the stream's buffer); the one asked for stays pinned for the
+	 * caller, or the stream is lent with its buffer. */
 	while (!rc && s->next <= w) {
-		uint64_t n = 0;
+		size_t n = 0;
+		zslot *dst;
 
 		if (s->ended) {
 			rc = -EIO; /* the content ends before w */
 			break;
 		}
-		rc = produce(c, s, &n);
+		pthread_mutex_lock(&z->mu);
+		dst = take_slot(z);
+		pthread_mutex_unlock(&z->mu);
+		rc = produce(c, s, dst ? dst->data : s->out, &n);
 		pthread_mutex_lock(&z->mu);
 		z->st.decoded += n;
-		if (!rc && n)
-			insert(z, it, s->next - 1, s->out, s->out_n);
 		s->pnext = s->next;
 		s->pfresh = s->fresh;
+		if (dst && !rc && n)
+			publish(z, dst, it, s->next - 1, n);
+		if (dst && !rc && s->next > w) {
+			*ref = (zref){dst->data, n, dst, NULL};
+			sl = dst; /* pinned by take_slot() */
+		} else if (dst) {
+			dst->pins--;
+		} else {
+			s->out_n = n;
+		}
 		pthread_mutex_unlock(&z->mu);
 	}
-	if (!rc) { /* lend the stream's window, its mutex held */
+	if (!rc && !sl) { /* lend the stream's window, its mutex held */
 		*ref = (zref){s->out, s->out_n, NULL, s};
 		return 0;
 	}
