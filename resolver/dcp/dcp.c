@@ -1177,6 +1177,7 @@ static const flx_item_ops item_ops = {
 
 static void loader_release(loader *L)
 {
+	flx_zstd_item_release(&L->zobj);
 	free(L->se);
 	free(L->smap);
 	for (unsigned k = 0; k < MAX_PARTS; k++)
