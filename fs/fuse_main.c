@@ -20,6 +20,7 @@
 #include "plan.h"
 #include "transform.h"
 #include "tree.h"
+#include "zcache.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -483,14 +484,16 @@ static void malloc_thp(char **argv)
 
 /* The block cache of strided gathers (cache_size=, or sized to the
  * largest chunk they read), and the slicer executing them, chosen here
- * once for the mount.  A tensor saved transposed whose chunk
- * outgrows it is re-read for every request, so say so while the user can
- * still see stderr.  @return 0 or -ENOMEM. */
+ * once for the mount; the window cache of zstd items (zcache.h) when the
+ * checkpoint has any, from the same budget.  A tensor saved transposed
+ * whose chunk outgrows it is re-read for every request, so say so while
+ * the user can still see stderr.  @return 0 or -ENOMEM. */
 static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
-		      flx_bcache **out)
+		      flx_bcache **out, flx_zcache **zout)
 {
 	const flx_tensor *t;
-	uint64_t span = flx_ckpt_gather_span(ckpt, &t), bytes;
+	uint64_t span = flx_ckpt_gather_span(ckpt, &t), bytes, zbytes = 0;
+	bool zstd = flx_ckpt_has_zstd(ckpt);
 	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
 
 	bytes = flx_mo_cache_bytes(
@@ -506,12 +509,38 @@ static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
 			(unsigned long long)((span + (1u << 20) - 1) >> 20),
 			(unsigned long long)(bytes >> 20),
 			(unsigned long long)(flx_mo_cache_fit(span) >> 20));
-	if (flx_bcache_new(bytes, FLX_BCACHE_BLOCK, out)) {
+	/* one budget: zstd items' decompressed windows take it all, or half
+	 * when transposed chunks need blocks too */
+	if (zstd) {
+		zbytes = span ? bytes / 2 : bytes;
+		bytes -= zbytes;
+	}
+	if (flx_bcache_new(bytes, FLX_BCACHE_BLOCK, out) ||
+	    (zstd && flx_zcache_new(zbytes, zout))) {
 		fprintf(stderr, "flexfs: out of memory\n");
 		return -ENOMEM;
 	}
-	flx_fs_set_io(fs, &(flx_view_io){*out, flx_slicer_default()});
+	flx_fs_set_io(fs, &(flx_view_io){*out, flx_slicer_default(), *zout});
 	return 0;
+}
+
+/* FLEXFS_ZSTD_STATS=1 (benchmarks): the zstd window cache's counters on
+ * stderr when the daemon exits, one line. */
+static void zstd_stats(flx_zcache *z)
+{
+	flx_zcache_stats st;
+	const char *on = getenv("FLEXFS_ZSTD_STATS");
+
+	if (!z || !on || strcmp(on, "1") != 0)
+		return;
+	flx_zcache_stats_get(z, &st);
+	fprintf(stderr,
+		"flexfs: zstd stats: decoded %llu served %llu hits %llu "
+		"misses %llu restarts %llu windows %llu\n",
+		(unsigned long long)st.decoded, (unsigned long long)st.served,
+		(unsigned long long)st.hits, (unsigned long long)st.misses,
+		(unsigned long long)st.restarts,
+		(unsigned long long)st.windows);
 }
 
 int main(int argc, char **argv)
@@ -526,6 +555,7 @@ int main(int argc, char **argv)
 	flx_plan *plan = NULL;
 	flx_fs *fs = NULL;
 	flx_bcache *cache = NULL;
+	flx_zcache *zcache = NULL;
 	char **av = NULL;
 	int ac, ret = 1, rc;
 	flx_ll ll = {0};
@@ -548,7 +578,7 @@ int main(int argc, char **argv)
 	}
 	if (build(&cl, &ckpt, &xi, &fi, &plan, &fs))
 		goto err_out1;
-	if (make_cache(&cl.mo, flx_xindex_ckpt(xi), fs, &cache))
+	if (make_cache(&cl.mo, flx_xindex_ckpt(xi), fs, &cache, &zcache))
 		goto err_out1;
 
 	ll = (flx_ll){.fs = fs,
@@ -572,6 +602,7 @@ int main(int argc, char **argv)
 	if (fuse_daemonize(fo.foreground) == 0) {
 		rc = loop(se, &fo);
 		ret = loop_failed(rc) ? 1 : 0;
+		zstd_stats(zcache);
 	}
 err_out4:
 	fuse_session_unmount(se);
@@ -583,6 +614,7 @@ err_out1:
 	free(ll.logged);
 	flx_fs_free(fs);
 	flx_bcache_free(cache);
+	flx_zcache_free(zcache);
 	flx_plan_free(plan);
 	flx_findex_free(fi);
 	flx_xindex_free(xi);

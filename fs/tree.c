@@ -22,21 +22,23 @@
 #include "grow.h"
 #include "names.h"
 #include "reader.h"
+#include "zcache.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { SEG_GEN, SEG_VIEW, SEG_RAW };
+enum { SEG_GEN, SEG_VIEW, SEG_RAW, SEG_ZOBJ };
 
 /* Where a segment's bytes come from.  A view segment may start with a
  * header about its view (idx bytes: piece (view, 0) of its generator), so
  * that a file of one tensor is one segment. */
 typedef struct seg_src {
 	union {
-		const void *arg;      /* GEN: the piece's context */
-		const flx_view *view; /* VIEW */
-		uint64_t off;	      /* RAW: offset in the source file */
+		const void *arg;       /* GEN: the piece's context */
+		const flx_view *view;  /* VIEW */
+		uint64_t off;	       /* RAW: offset in the source file */
+		const flx_object *obj; /* ZOBJ: a zstd object's content */
 	} u;
 	uint32_t idx; /* GEN: the piece's index; VIEW: its header's length;
 		       * RAW: the source file */
@@ -324,6 +326,21 @@ int flx_fs_add_raw(flx_fs *fs, int file, const flx_file *f, uint64_t off,
 		return rc;
 	s->idx = (uint32_t)(f - fs->ckpt->files);
 	s->u.off = off;
+	return 0;
+}
+
+int flx_fs_add_zobj(flx_fs *fs, int file, const flx_object *o)
+{
+	seg_src *s;
+	int rc;
+
+	if (o->zsize == 0)
+		return 0;
+	rc = new_seg(fs, file, SEG_ZOBJ, o->zsize, &s);
+	if (rc)
+		return rc;
+	s->idx = o->file;
+	s->u.obj = o;
 	return 0;
 }
 
@@ -627,10 +644,33 @@ static uint32_t raw_file(const seg_src *s, size_t i)
 	return s->idx;
 }
 
+/* A zstd object: its content, decompressed through the mount's cache. */
+static int zobj_read(const flx_fs *fs, const seg_src *s, uint64_t len,
+		     unsigned char *buf, size_t n, uint64_t at,
+		     flx_read_stats *stats)
+{
+	const flx_object *o = s->u.obj;
+	const flx_zitem it = {o->file, o->off, o->len};
+
+	(void)len;
+	(void)stats;
+	return flx_zcache_read(fs->io.zcache, fs->ckpt, &it, at, 1, 1, 0, buf,
+			       n);
+}
+
+static int zobj_pieces(const flx_fs *fs, const seg_src *s, uint64_t len,
+		       unsigned char *buf, size_t n, uint64_t at,
+		       piece_list *pl)
+{
+	(void)fs, (void)s, (void)len, (void)buf, (void)n, (void)at, (void)pl;
+	return NO_PIECES; /* decompressed: never spliced */
+}
+
 static const seg_kind seg_kinds[] = {
     [SEG_GEN] = {gen_read, gen_pieces, no_files, NULL},
     [SEG_VIEW] = {view_read, view_pieces, view_nfiles, view_file},
     [SEG_RAW] = {raw_read, raw_pieces, raw_nfiles, raw_file},
+    [SEG_ZOBJ] = {zobj_read, zobj_pieces, raw_nfiles, raw_file},
 };
 
 /*

@@ -78,6 +78,10 @@ int flx_fs_add_view(flx_fs *fs, int file, const flx_view *v,
 int flx_fs_add_raw(flx_fs *fs, int file, const flx_file *f, uint64_t off,
 		   uint64_t len);
 
+/** Append the content of zstd object o (o->zsize bytes, decompressed on
+ * read through the fs's io, zcache.h).  @return as flx_fs_add_raw(). */
+int flx_fs_add_zobj(flx_fs *fs, int file, const flx_object *o);
+
 /** Size of a file so far. */
 uint64_t flx_fs_file_size(const flx_fs *fs, int file);
 

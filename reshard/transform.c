@@ -627,6 +627,7 @@ static void storage_of(const recipe *r)
 	ch->data_off = r->src->data_off;
 	ch->item_off = r->src->item_off;
 	ch->item_len = r->src->item_len;
+	ch->zstd = r->src->zstd;
 	ch->contig_from = flx_chunk_contig_from(r->ndim, ch);
 }
 
@@ -673,6 +674,7 @@ static int make_tensor(flx_xindex *xi, const char *name, const vtensor *v,
 		ch[i].size = ch[i].off + v->ndim;
 		ch[i].stride = ch[i].size + v->ndim;
 		ch[i].file = c->src->file;
+		ch[i].zstd = c->src->zstd;
 		memcpy(ch[i].off, c->off, (size_t)v->ndim * sizeof(int64_t));
 		memcpy(ch[i].size, c->size, (size_t)v->ndim * sizeof(int64_t));
 		*r = (recipe){.ch = &ch[i],

@@ -33,6 +33,7 @@
 #include "grow.h"
 #include "reader.h"
 #include "slice.h"
+#include "zcache.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -280,6 +281,7 @@ typedef struct rdctx {
 	flx_bref held;		  /* the block the slicer has pinned */
 	unsigned char *win;	  /* a block read for this call alone */
 	size_t win_cap;
+	flx_zcache *zcache; /* zstd chunks' content, or NULL */
 } rdctx;
 
 /* A backing file changed since mount would hand out wrong or mixed bytes:
@@ -736,6 +738,24 @@ static int gather(rdctx *r, uint32_t file, uint64_t src, uint64_t sstride,
 	return 0;
 }
 
+/* View bytes [pos, stop) from piece p of a zstd chunk (element e holds
+ * pos, at global coordinates g): the chunk's content through the mount's
+ * window cache (zcache.h), strided or not. */
+static int zstd_run(rdctx *r, const piece *p, const int64_t *g, uint64_t e,
+		    uint64_t pos, uint64_t stop)
+{
+	const flx_view *v = r->v;
+	const flx_chunk *ch = p->ch;
+	const flx_zitem it = {ch->file, ch->item_off, ch->item_len};
+	uint64_t stride = v->ndim > 0 && ch->contig_from >= v->ndim
+			      ? (uint64_t)ch->stride[v->ndim - 1] * v->esz
+			      : v->esz;
+
+	return flx_zcache_read(r->zcache, v->ckpt, &it, src_offset(v, p, g),
+			       stride, v->esz, pos - e * v->esz,
+			       r->buf + (pos - r->off), (size_t)(stop - pos));
+}
+
 static void unravel(const flx_view *v, uint64_t e, int64_t *g)
 {
 	for (int d = v->ndim - 1; d >= 0; d--) {
@@ -761,6 +781,7 @@ uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which)
 			uint64_t esz = flx_dtype_size(flx_tensor_stored(t));
 
 			if (t->ndim == 0 || ch->contig_from < t->ndim ||
+			    ch->zstd || /* gathered from its content */
 			    flx_strided_span(t->ndim, ch->size, ch->stride,
 					     &reach) != 0 ||
 			    reach == 0)
@@ -786,6 +807,7 @@ static ssize_t read_stored(const flx_view *v, const flx_view_io *io, void *buf,
 		   .stats = stats,
 		   .cache = cache,
 		   .slicer = io ? io->slicer : NULL,
+		   .zcache = io ? io->zcache : NULL,
 		   .block = cache ? flx_bcache_block(cache) : FLX_BCACHE_BLOCK};
 	const piece *p = NULL;
 	uint64_t pos, end;
@@ -812,7 +834,9 @@ static ssize_t read_stored(const flx_view *v, const flx_view_io *io, void *buf,
 		stop = (e + elems) * v->esz;
 		if (stop > end)
 			stop = end;
-		if (p->ch->contig_from < v->ndim || v->ndim == 0) {
+		if (p->ch->zstd) {
+			rc = zstd_run(&r, p, g, e, pos, stop);
+		} else if (p->ch->contig_from < v->ndim || v->ndim == 0) {
 			rc = emit(&r, p->ch->file, src_offset(v, p, g) + within,
 				  (size_t)(pos - off), (size_t)(stop - pos));
 		} else {
@@ -894,7 +918,8 @@ int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
 
 		unravel(v, e, g);
 		p = find_piece(v, p, g);
-		if (!p || (v->ndim > 0 && p->ch->contig_from >= v->ndim))
+		if (!p || (v->ndim > 0 && p->ch->contig_from >= v->ndim) ||
+		    p->ch->zstd) /* its content is not the file's bytes */
 			return 0;
 		stop = (e + run_elems(v, p, g)) * v->esz;
 		if (stop > end)

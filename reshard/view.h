@@ -70,7 +70,8 @@ typedef struct flx_range {
  * @return 0 and *nout, the number of ranges written to out: >= 1, or 0
  *         when some bytes need a gather (a chunk saved with a strided
  *         innermost axis) or a conversion (a cast tensor), take more
- *         than max ranges, or lie outside the view; -EIO if a backing
+ *         than max ranges, or lie outside the view, or come from a
+ *         zstd chunk (decompressed, never spliced); -EIO if a backing
  *         file changed since mount.
  */
 int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
@@ -100,6 +101,9 @@ typedef struct flx_view_io {
 	flx_bcache *cache;	  /* their blocks, kept for later reads; NULL:
 				   * each read fetches the blocks it needs */
 	const flx_slicer *slicer; /* executes them; NULL: the CPU backend */
+	/* zstd chunks' decompressed windows (zcache.h); NULL: each read
+	 * decodes its item up to the bytes it needs */
+	struct flx_zcache *zcache;
 } flx_view_io;
 
 /**

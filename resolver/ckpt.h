@@ -73,6 +73,11 @@ typedef struct flx_chunk {
 	uint64_t item_len;
 	uint64_t data_off;	/* absolute file offset of storage element 0 */
 	int64_t storage_offset; /* elements, from data.pkl (0: none) */
+	/* the item is one zstd frame (DCP's "stream.zstd/1" transform):
+	 * item_off/item_len are the frame's window in the file, and data_off
+	 * is an offset into the frame's decompressed content, not the file.
+	 * Such a chunk is read through reshard/zcache.h, never spliced. */
+	bool zstd;
 } flx_chunk;
 
 typedef struct flx_tensor {
@@ -110,6 +115,11 @@ typedef struct flx_object {
 	uint32_t file;
 	uint64_t off;
 	uint64_t len;
+	/* the item is one zstd frame (as flx_chunk.zstd): [off, off + len)
+	 * is the frame, and its decompressed content, zsize bytes, is the
+	 * value */
+	bool zstd;
+	uint64_t zsize;
 } flx_object;
 
 /*

@@ -183,7 +183,7 @@ static int index_object(const void *arg, uint32_t idx, unsigned char *dst,
 	flx_jw_key(&w, "path");
 	flx_jw_str(&w, path);
 	flx_jw_key(&w, "bytes");
-	flx_jw_int(&w, (int64_t)o->len);
+	flx_jw_int(&w, (int64_t)(o->zstd ? o->zsize : o->len));
 	flx_jw_key(&w, "file");
 	flx_jw_str(&w, c->files[o->file].relpath);
 	flx_jw_close(&w, '}');

@@ -44,7 +44,9 @@ static int objects_build(flx_build *b, void *state)
 			return flx_error_set(b->err, rc, NULL, o->fqn,
 					     "name too long for a file name");
 		rc = flx_fs_mkfile(b->fs, dir, fname, &file);
-		if (!rc)
+		if (!rc && o->zstd)
+			rc = flx_fs_add_zobj(b->fs, file, o);
+		else if (!rc)
 			rc = flx_fs_add_raw(b->fs, file,
 					    &b->ckpt->files[o->file], o->off,
 					    o->len);

@@ -433,6 +433,7 @@ static int read_cd_entry(struct zctx *c, const struct cdinfo *ci,
 			     e->name);
 	e->rec.data_off = lho + LFH_LEN + nlen + U16(lfh + 28);
 	e->rec.size = usize;
+	e->rec.crc = (uint32_t)U32(h + 16);
 	if (e->rec.data_off > ci->cd_off ||
 	    usize > ci->cd_off - e->rec.data_off)
 		return zfail(c, -EINVAL,

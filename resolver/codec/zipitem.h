@@ -22,6 +22,7 @@
 typedef struct flx_zip_rec {
 	uint64_t data_off; /* payload offset relative to the archive start */
 	uint64_t size;	   /* payload bytes */
+	uint32_t crc;	   /* CRC-32 the central directory records */
 } flx_zip_rec;
 
 typedef struct flx_zip flx_zip;

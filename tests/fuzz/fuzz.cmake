@@ -9,11 +9,13 @@ set(flx_fuzz_dir ${CMAKE_CURRENT_SOURCE_DIR}/fuzz)
 set(flx_fuzz_targets pickle pickle_window zipitem metadata safetensors options
   megatron)
 list(APPEND flx_fuzz_targets paddle_meta paddle_distcp)
+list(APPEND flx_fuzz_targets zstditem)
 set(flx_fuzz_libs_pickle flx_resolver)
 set(flx_fuzz_libs_pickle_window flx_resolver)
 # any pickle is a seed of pickle_window: it replays pickle's corpus too
 set(flx_fuzz_more_pickle_window ${flx_fuzz_dir}/corpus/pickle)
 set(flx_fuzz_libs_zipitem flx_resolver)
+set(flx_fuzz_libs_zstditem flx_resolver)
 set(flx_fuzz_libs_metadata flx_fs)
 set(flx_fuzz_libs_safetensors flx_fs)
 set(flx_fuzz_libs_megatron flx_fs)

@@ -184,7 +184,7 @@ static flx_bcache *cache_now;
 static ssize_t read_cached(const flx_view *v, flx_bcache *cache, void *buf,
 			   size_t n, uint64_t off, flx_read_stats *stats)
 {
-	flx_view_io io = {cache, flx_slicer_default()};
+	flx_view_io io = {cache, flx_slicer_default(), NULL};
 
 	return flx_view_read_io(v, &io, buf, n, off, stats);
 }

@@ -31,6 +31,10 @@ against a baseline taken in the same run (median of --runs, min and max):
   mount    exec of flexfs to the first byte of MNT/index.json
   memory   peak RSS (VmHWM) of the daemon over a full read of every view
   parallel 8 concurrent readers (TP8 view) vs 1 reader
+  zstd     the checkpoint re-written as torch 2.7's ZStandard extension
+           would (zstd_ckpt.py): first read of hf/ (TP1) and ranks/* (TP2,
+           1 and 2 readers) vs zstd -d of the same frames to /dev/null;
+           bytes decompressed per byte served; daemon peak RSS
 
 --quick: a tiny checkpoint, one run of everything, and every byte read
 through flexfs is compared with the ground truth (numpy slices of the
@@ -1106,6 +1110,137 @@ def fig_parallel(ctx, info):
     return [row, raw]
 
 
+def ensure_zstd(ctx, info, weights=False):
+    """info's checkpoint re-written as torch 2.7's ZStandard extension
+    would (zstd_ckpt.py), cached beside it; with weights, its values
+    replaced by weights-like ones first (not info's truth then)."""
+    d = info["dir"].rstrip("/") + ("-zstdw" if weights else "-zstd")
+    stamp = os.path.join(d, "bench-ckpt.json")
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            z = json.load(f)
+        if z.get("config") == info["config"] and z.get("seed") == info.get("seed") \
+                and z.get("zstd", {}).get("weights", False) == weights:
+            log("reusing %s" % d)
+            return dict(info, dir=d, zstd=z["zstd"])
+    r = subprocess.run([PY, os.path.join(HERE, "zstd_ckpt.py"), info["dir"], d] +
+                       (["--weights"] if weights else []), capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError("zstd_ckpt.py failed:\n%s%s" % (r.stdout, r.stderr))
+    log(r.stdout.strip())
+    with open(stamp) as f:
+        return dict(info, dir=d, zstd=json.load(f)["zstd"])
+
+
+ZSTATS = re.compile(r"flexfs: zstd stats: (.*)")
+
+
+def zstd_stats(m):
+    """The daemon's zstd counters, printed at exit (FLEXFS_ZSTD_STATS=1)."""
+    for w in m.warnings:
+        g = ZSTATS.search(w)
+        if g:
+            v = g.group(1).split()
+            return {v[i]: int(v[i + 1]) for i in range(0, len(v) - 1, 2)}
+    return {}
+
+
+def zstd_d(files):
+    """zstd -d of every frame of files (items back to back) to /dev/null,
+    single-threaded.  -> seconds."""
+    t0 = time.monotonic()
+    subprocess.run(["zstd", "-d", "-q", "-c", "-T1"] + files, check=True,
+                   stdout=subprocess.DEVNULL)
+    return time.monotonic() - t0
+
+
+def fig_zstd(ctx, info):
+    """First read of hf/ and ranks/* of a zstd checkpoint vs zstd -d of
+    the same frames to /dev/null (issue #21), for the bench's data (byte
+    checked) and for weights-like values (zstd_ckpt.py --weights)."""
+    rows = []
+    ok = re.compile(r"flexfs: zstd stats")
+    hfopt = ",hf_shard_size=%s" % ctx.hf_shard if ctx.hf_shard else ""
+    saved = ctx.daemon_env
+    ctx.daemon_env = dict(saved or {}, FLEXFS_ZSTD_STATS="1")
+    diag = {}
+    try:
+        for weights in (False, True):
+            z = ensure_zstd(ctx, info, weights)
+            ck, content = z["dir"], z["zstd"]["content_bytes"]
+            what = "weights-like" if weights else "bench data"
+            note = "%s, items compress %.2fx" % (what, content / z["zstd"]["frame_bytes"])
+            tag = "zstd %s: " % what
+            hf = Row("zstd", tag + "hf/ (TP1) first read vs zstd -d", "GB/s", "zstd -d", 0.8,
+                     note="ratio = flexfs served / zstd -d content rate; " + note)
+            plain = Row("zstd", tag + "hf/ (TP1) vs the plain checkpoint's hf/", "GB/s",
+                        "plain", None, note="the same view of the uncompressed "
+                        "checkpoint through flexfs (bench data)")
+            r1 = Row("zstd", tag + "ranks/* (TP2), 1 reader vs zstd -d", "GB/s", "zstd -d",
+                     0.8, note=note)
+            r2 = Row("zstd", tag + "ranks/* (TP2), 2 readers vs 1", "GB/s", "1 reader", None,
+                     note="aggregate of one reader per rank, started together")
+            amp = Row("zstd", tag + "bytes decompressed per byte served", "x", "", 1.1,
+                      better="lower", ratio_unit="x", note="daemon counters, all reads")
+            rss = Row("zstd", tag + "daemon peak RSS (cache_size 64M)", "MiB", "", 128 * MiB,
+                      better="lower", ratio_unit="MiB", note="VmHWM; goal cache_size + 64 MiB")
+            files = distcp_files(ck)
+            runs = []
+            for i in range(ctx.runs):
+                warm(backing_files(ck) + backing_files(info["dir"]))
+                tz = zstd_d(files)
+                base = tput(content, tz)
+                with Mount(ctx, info["dir"], "tp=1" + hfopt, name="zp") as m:
+                    np_, tp_ = readers.seq_read(hf_files(m))
+                m = Mount(ctx, ck, "tp=1" + hfopt, name="zs", stderr_ok=ok)
+                with m:
+                    n, t = readers.seq_read(hf_files(m))
+                    if i == 0 and ctx.check != "none" and not weights:
+                        record_check(ctx, "zstd hf/ (tp=1)", check_hf(ctx, info, m))
+                    hwm = m.stats().get("VmHWM", 0)
+                    lat = m.latency
+                st_hf = zstd_stats(m)
+                m = Mount(ctx, ck, "tp=2", name="zs", stderr_ok=ok)
+                with m:
+                    vf = view_files(m, 2)
+                    n1, t1 = readers.seq_read(vf)
+                    if i == 0 and ctx.check != "none" and not weights:
+                        record_check(ctx, "zstd ranks/* tp=2", check_views(ctx, info, vf, 2))
+                    hwm = max(hwm, m.stats().get("VmHWM", 0))
+                st_r = zstd_stats(m)
+                m = Mount(ctx, ck, "tp=2", name="zs", stderr_ok=ok)
+                with m:
+                    n2, t2 = parallel_read([(p, 0, None) for p in view_files(m, 2)])
+                    hwm = max(hwm, m.stats().get("VmHWM", 0))
+                st_p = zstd_stats(m)
+                dec = sum(x.get("decoded", 0) for x in (st_hf, st_r, st_p))
+                srv = sum(x.get("served", 0) for x in (st_hf, st_r, st_p))
+                hf.add(base, tput(n, t), tput(n, t) / base)
+                plain.add(tput(np_, tp_), tput(n, t), tput(n, t) / tput(np_, tp_))
+                r1.add(base, tput(n1, t1), tput(n1, t1) / base)
+                r2.add(tput(n1, t1), tput(n2, t2), tput(n2, t2) / tput(n1, t1))
+                if srv:
+                    amp.add(None, dec / srv, dec / srv)
+                rss.add(None, hwm, hwm)
+                runs.append(dict(zstd_d_seconds=tz, content=content, mount_latency=lat,
+                                 plain_hf=dict(bytes=np_, seconds=tp_),
+                                 hf=dict(bytes=n, seconds=t, stats=st_hf),
+                                 ranks1=dict(bytes=n1, seconds=t1, stats=st_r),
+                                 ranks2=dict(bytes=n2, seconds=t2, stats=st_p), VmHWM=hwm))
+                log("zstd %s run %d: zstd -d %.2f GB/s; flexfs hf/ %.2f (plain %.2f), ranks "
+                    "1 reader %.2f, 2 readers %.2f GB/s; decoded/served %.3f; VmHWM %.1f "
+                    "MiB; mount %.0f ms" % (what, i, base / GB, n / t / GB, np_ / tp_ / GB,
+                                            n1 / t1 / GB, n2 / t2 / GB,
+                                            dec / srv if srv else float("nan"), hwm / MiB,
+                                            lat * 1e3))
+            diag[what] = runs
+            rows += [hf, plain, r1, r2, amp, rss]
+    finally:
+        ctx.daemon_env = saved
+    ctx.diag["zstd"] = diag
+    return rows
+
+
 def check_many(ctx, info):
     """Quick mode: the 64-rank checkpoint viewed as TP1 is right."""
     with Mount(ctx, info["dir"], "tp=1", name="many") as m:
@@ -1171,7 +1306,7 @@ def main(argv=None):
     ap.add_argument("--flexfs", help="the flexfs binary (default $FLEXFS_BIN, build-bench/, build/)")
     ap.add_argument("--only",
                     default="contig,contig_dio,strided,strided_dio,transposed,e2e,mount,memory,"
-                          "parallel",
+                          "parallel,zstd",
                     help="comma-separated figures to run")
     ap.add_argument("--no-torch26", action="store_true", help="skip the torch 2.6 chroot")
     ap.add_argument("--check", choices=("none", "sample", "all"),
@@ -1281,6 +1416,8 @@ def main(argv=None):
             rows += fig_memory(ctx, big)
         if "parallel" in only:
             rows += fig_parallel(ctx, big)
+        if "zstd" in only:
+            rows += fig_zstd(ctx, big)
     finally:
         cleanup_mounts()
         if ctx.chroot:

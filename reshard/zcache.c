@@ -1,0 +1,527 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The decompressed-window cache of zstd items (zcache.h).  One mutex
+ * guards the slots and the streams' bookkeeping; each stream has its own
+ * mutex, held while it decodes, so that decoding runs outside the cache
+ * lock and readers of other items are not held up.  A stream's item never
+ * changes while a reader has claimed it (users > 0).
+ */
+#include "zcache.h"
+
+#include "reader.h"
+#include "zstditem.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#define IN_CAP (128u << 10)
+
+typedef struct zslot {
+	flx_zitem key;
+	uint64_t win; /* window index in the item's content */
+	unsigned char *data;
+	size_t n; /* valid bytes (the last window may be short) */
+	uint32_t pins;
+	bool valid;
+	uint64_t used; /* LRU tick */
+	int32_t hnext; /* next valid slot of its hash chain, -1: none */
+} zslot;
+
+typedef struct zstream {
+	pthread_mutex_t mu; /* held while decoding or lending out */
+	flx_zitem key;
+	bool keyed;	/* key names an item */
+	uint32_t users; /* readers that claimed it (under the cache lock) */
+	uint64_t used;
+	/* next and fresh as the holder last published them, for claim()
+	 * (under the cache lock; the fields below are the holder's) */
+	uint64_t pnext;
+	bool pfresh;
+	/* under mu */
+	ZSTD_DCtx *dctx;
+	unsigned char *in, *out;
+	size_t in_pos, in_len;
+	uint64_t in_off; /* frame bytes read so far */
+	uint64_t next;	 /* the window it produces next */
+	bool ended;	 /* the frame ended */
+	bool fresh;	 /* must restart before use */
+	size_t out_n;	 /* bytes of window next - 1 in out */
+} zstream;
+
+struct flx_zcache {
+	pthread_mutex_t mu;
+	pthread_cond_t cv; /* a stream became unclaimed */
+	zslot *slots;
+	size_t nslots;
+	int32_t *chain; /* hash chains of valid slots: nchains heads, -1 */
+	size_t nchains; /* a power of two */
+	zstream streams[FLX_ZCACHE_STREAMS];
+	uint64_t tick;
+	flx_zcache_stats st;
+};
+
+/* A pinned window: a slot, or a stream's output (its mutex held). */
+typedef struct zref {
+	const unsigned char *data;
+	size_t n;
+	zslot *slot;
+	zstream *s;
+} zref;
+
+int flx_zcache_new(uint64_t cap, flx_zcache **out)
+{
+	flx_zcache *z = calloc(1, sizeof(*z));
+
+	if (!z)
+		return -ENOMEM;
+	z->nslots = (size_t)(cap / FLX_ZCACHE_WINDOW);
+	if (z->nslots > INT32_MAX / 2)
+		z->nslots = INT32_MAX / 2;
+	for (z->nchains = 1; z->nchains < 2 * z->nslots;)
+		z->nchains *= 2;
+	z->slots = calloc(z->nslots ? z->nslots : 1, sizeof(zslot));
+	z->chain = malloc(z->nchains * sizeof(int32_t));
+	if (!z->slots || !z->chain) {
+		free(z->slots);
+		free(z->chain);
+		free(z);
+		return -ENOMEM;
+	}
+	memset(z->chain, 0xff, z->nchains * sizeof(int32_t)); /* -1 */
+	pthread_mutex_init(&z->mu, NULL);
+	pthread_cond_init(&z->cv, NULL);
+	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++)
+		pthread_mutex_init(&z->streams[i].mu, NULL);
+	*out = z;
+	return 0;
+}
+
+void flx_zcache_free(flx_zcache *z)
+{
+	if (!z)
+		return;
+	for (size_t i = 0; i < z->nslots; i++)
+		free(z->slots[i].data);
+	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
+		zstream *s = &z->streams[i];
+
+		ZSTD_freeDCtx(s->dctx);
+		free(s->in);
+		free(s->out);
+		pthread_mutex_destroy(&s->mu);
+	}
+	pthread_cond_destroy(&z->cv);
+	pthread_mutex_destroy(&z->mu);
+	free(z->slots);
+	free(z->chain);
+	free(z);
+}
+
+void flx_zcache_stats_get(flx_zcache *z, flx_zcache_stats *out)
+{
+	pthread_mutex_lock(&z->mu);
+	*out = z->st;
+	pthread_mutex_unlock(&z->mu);
+}
+
+static bool same(const flx_zitem *a, const flx_zitem *b)
+{
+	return a->file == b->file && a->off == b->off && a->len == b->len;
+}
+
+/* The chain of window w of it. */
+static int32_t *chain_of(flx_zcache *z, const flx_zitem *it, uint64_t w)
+{
+	uint64_t h = (it->file * 0x9e3779b97f4a7c15ull) ^ it->off;
+
+	h = (h ^ (h >> 29) ^ w) * 0xbf58476d1ce4e5b9ull;
+	return &z->chain[(h ^ (h >> 32)) & (z->nchains - 1)];
+}
+
+/* Under z->mu.  The valid slot of window w of it, or NULL. */
+static zslot *find(flx_zcache *z, const flx_zitem *it, uint64_t w)
+{
+	for (int32_t i = *chain_of(z, it, w); i >= 0; i = z->slots[i].hnext) {
+		zslot *sl = &z->slots[i];
+
+		if (sl->win == w && same(&sl->key, it))
+			return sl;
+	}
+	return NULL;
+}
+
+/* Under z->mu: take valid slot sl out of its chain. */
+static void unlink_slot(flx_zcache *z, zslot *sl)
+{
+	int32_t *at = chain_of(z, &sl->key, sl->win);
+
+	while (*at != (int32_t)(sl - z->slots))
+		at = &z->slots[*at].hnext;
+	*at = sl->hnext;
+	sl->valid = false;
+}
+
+/* Under z->mu: pin sl into *ref. */
+static void pin(flx_zcache *z, zslot *sl, zref *ref)
+{
+	sl->pins++;
+	sl->used = ++z->tick;
+	*ref = (zref){sl->data, sl->n, sl, NULL};
+}
+
+/* Under z->mu: a slot to decode a window into, pinned and out of the
+ * cache (least recently used among the unpinned; its memory allocated on
+ * first use), or NULL when every slot is pinned or memory is short. */
+static zslot *take_slot(flx_zcache *z)
+{
+	zslot *best = NULL;
+
+	for (size_t i = 0; i < z->nslots; i++) {
+		zslot *sl = &z->slots[i];
+
+		if (sl->pins)
+			continue;
+		if (!sl->valid) {
+			best = sl;
+			break;
+		}
+		if (!best || sl->used < best->used)
+			best = sl;
+	}
+	if (!best)
+		return NULL;
+	if (!best->data) {
+		best->data = malloc(FLX_ZCACHE_WINDOW);
+		if (!best->data)
+			return NULL; /* decoded into the stream's own buffer */
+		z->st.windows++;
+	}
+	if (best->valid)
+		unlink_slot(z, best);
+	best->pins = 1;
+	return best;
+}
+
+/* Under z->mu: slot sl (from take_slot()) now holds window w of it, n
+ * bytes: into the cache, unless another stream of the item put it there
+ * first. */
+static void publish(flx_zcache *z, zslot *sl, const flx_zitem *it, uint64_t w,
+		    size_t n)
+{
+	sl->key = *it;
+	sl->win = w;
+	sl->n = n;
+	sl->used = ++z->tick;
+	if (find(z, it, w))
+		return;
+	sl->valid = true;
+	sl->hnext = *chain_of(z, it, w);
+	*chain_of(z, it, w) = (int32_t)(sl - z->slots);
+}
+
+/*
+ * Under z->mu: claim a stream for window w of it: one of its streams not
+ * past w (the furthest), else an unclaimed stream (least recently used,
+ * re-keyed), else one of its streams (to restart), else NULL (wait).
+ */
+static zstream *claim(flx_zcache *z, const flx_zitem *it, uint64_t w)
+{
+	zstream *ahead = NULL, *own = NULL, *idle = NULL;
+
+	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
+		zstream *s = &z->streams[i];
+
+		if (s->keyed && same(&s->key, it)) {
+			if (!s->pfresh && s->pnext <= w &&
+			    (!ahead || s->pnext > ahead->pnext))
+				ahead = s;
+			own = s;
+		} else if (!s->users && (!idle || s->used < idle->used)) {
+			idle = s;
+		}
+	}
+	if (!ahead && idle) {
+		idle->key = *it;
+		idle->keyed = true;
+		/* unclaimed, so no holder: its own fields are free too */
+		idle->fresh = idle->pfresh = true;
+		ahead = idle;
+	}
+	if (!ahead)
+		ahead = own;
+	if (ahead) {
+		ahead->users++;
+		ahead->used = ++z->tick;
+	}
+	return ahead;
+}
+
+static void unclaim(flx_zcache *z, zstream *s)
+{
+	pthread_mutex_lock(&z->mu);
+	s->users--;
+	pthread_cond_broadcast(&z->cv);
+	pthread_mutex_unlock(&z->mu);
+}
+
+/* Under s->mu: back to the frame's first byte. */
+static int restart(zstream *s)
+{
+	if (!s->dctx) {
+		s->dctx = ZSTD_createDCtx();
+		s->in = malloc(IN_CAP);
+		s->out = malloc(FLX_ZCACHE_WINDOW);
+		if (!s->dctx || !s->in || !s->out)
+			return -ENOMEM;
+	}
+	ZSTD_DCtx_reset(s->dctx, ZSTD_reset_session_only);
+	if (ZSTD_isError(ZSTD_DCtx_setParameter(s->dctx, ZSTD_d_windowLogMax,
+						FLX_ZSTD_WINDOW_LOG_MAX)))
+		return -ENOMEM;
+	s->in_pos = s->in_len = 0;
+	s->in_off = 0;
+	s->next = 0;
+	s->ended = false;
+	s->fresh = false;
+	s->out_n = 0;
+	return 0;
+}
+
+/* Under s->mu: decode window s->next into dst (FLX_ZCACHE_WINDOW bytes).
+ * A frame that fails or ends without its end (the file changed since
+ * mount) is -EIO and leaves the stream to restart. */
+static int produce(const flx_ckpt *c, zstream *s, unsigned char *dst,
+		   size_t *decoded)
+{
+	const flx_file *f = &c->files[s->key.file];
+	ZSTD_outBuffer o = {dst, FLX_ZCACHE_WINDOW, 0};
+	int rc = 0;
+
+	while (o.pos < o.size && !s->ended && !rc) {
+		ZSTD_inBuffer in;
+		size_t ret;
+
+		if (s->in_pos == s->in_len) {
+			size_t n = s->key.len - s->in_off < IN_CAP
+				       ? (size_t)(s->key.len - s->in_off)
+				       : IN_CAP;
+
+			if (n == 0 || flx_file_verify(c, f, false)) {
+				rc = -EIO;
+				break;
+			}
+			rc = flx_pread_full(f->fd, s->in, n,
+					    s->key.off + s->in_off);
+			s->in_off += n;
+			s->in_pos = 0;
+			s->in_len = rc ? 0 : n;
+			continue;
+		}
+		in = (ZSTD_inBuffer){s->in, s->in_len, s->in_pos};
+		ret = ZSTD_decompressStream(s->dctx, &o, &in);
+		s->in_pos = in.pos;
+		if (ZSTD_isError(ret))
+			rc = -EIO;
+		else if (ret == 0)
+			s->ended = true;
+	}
+	*decoded = o.pos;
+	s->next++;
+	if (rc)
+		s->fresh = true;
+	return rc;
+}
+
+/*
+ * Pin window w of it: from the cache, or decoded by a claimed stream (its
+ * windows up to w entering the cache).  @return 0 and *ref (release with
+ * put()), -EIO, -ENOMEM.
+ */
+static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
+	       uint64_t w, zref *ref)
+{
+	zslot *sl;
+	zstream *s;
+	int rc = 0;
+
+	pthread_mutex_lock(&z->mu);
+	if ((sl = find(z, it, w))) {
+		z->st.hits++;
+		pin(z, sl, ref);
+		pthread_mutex_unlock(&z->mu);
+		return 0;
+	}
+	while (!(s = claim(z, it, w)))
+		pthread_cond_wait(&z->cv, &z->mu);
+	pthread_mutex_unlock(&z->mu);
+
+	pthread_mutex_lock(&s->mu);
+	/* whoever held the stream may have decoded w meanwhile */
+	pthread_mutex_lock(&z->mu);
+	if ((sl = find(z, it, w))) {
+		z->st.hits++;
+		pin(z, sl, ref);
+	} else {
+		z->st.misses++;
+	}
+	pthread_mutex_unlock(&z->mu);
+	if (sl)
+		goto out;
+	if (s->fresh || s->next > w) {
+		rc = restart(s);
+		pthread_mutex_lock(&z->mu);
+		z->st.restarts++;
+		s->pnext = s->next;
+		s->pfresh = s->fresh;
+		pthread_mutex_unlock(&z->mu);
+	}
+	/* Each window is decoded straight into a cache slot (or, none free,
+	 * into the stream's buffer); the one asked for stays pinned for the
+	 * caller, or the stream is lent with its buffer. */
+	while (!rc && s->next <= w) {
+		size_t n = 0;
+		zslot *dst;
+
+		if (s->ended) {
+			rc = -EIO; /* the content ends before w */
+			break;
+		}
+		pthread_mutex_lock(&z->mu);
+		dst = take_slot(z);
+		pthread_mutex_unlock(&z->mu);
+		rc = produce(c, s, dst ? dst->data : s->out, &n);
+		pthread_mutex_lock(&z->mu);
+		z->st.decoded += n;
+		s->pnext = s->next;
+		s->pfresh = s->fresh;
+		if (dst && !rc && n)
+			publish(z, dst, it, s->next - 1, n);
+		if (dst && !rc && s->next > w) {
+			*ref = (zref){dst->data, n, dst, NULL};
+			sl = dst; /* pinned by take_slot() */
+		} else if (dst) {
+			dst->pins--;
+		} else {
+			s->out_n = n;
+		}
+		pthread_mutex_unlock(&z->mu);
+	}
+	if (!rc && !sl) { /* lend the stream's window, its mutex held */
+		*ref = (zref){s->out, s->out_n, NULL, s};
+		return 0;
+	}
+out:
+	pthread_mutex_unlock(&s->mu);
+	unclaim(z, s);
+	return rc;
+}
+
+static void put(flx_zcache *z, zref *ref)
+{
+	if (ref->slot) {
+		pthread_mutex_lock(&z->mu);
+		ref->slot->pins--;
+		pthread_mutex_unlock(&z->mu);
+	} else if (ref->s) {
+		pthread_mutex_unlock(&ref->s->mu);
+		unclaim(z, ref->s);
+	}
+	*ref = (zref){0};
+}
+
+/* A reader's position: the window it has pinned (held: ref valid). */
+typedef struct zcur {
+	flx_zcache *z;
+	const flx_ckpt *c;
+	const flx_zitem *it;
+	zref ref;
+	uint64_t w;
+	bool held;
+} zcur;
+
+/* Copy content bytes [a, a+n) of the item into dst. */
+static int copy(zcur *k, uint64_t a, unsigned char *dst, size_t n)
+{
+	while (n) {
+		uint64_t w = a / FLX_ZCACHE_WINDOW;
+		size_t at = (size_t)(a % FLX_ZCACHE_WINDOW), m;
+		int rc;
+
+		if (k->held && k->w != w) {
+			put(k->z, &k->ref);
+			k->held = false;
+		}
+		if (!k->held) {
+			rc = get(k->z, k->c, k->it, w, &k->ref);
+			if (rc)
+				return rc;
+			k->held = true;
+			k->w = w;
+		}
+		if (k->ref.n <= at)
+			return -EIO; /* the content ends before a */
+		m = k->ref.n - at < n ? k->ref.n - at : n;
+		memcpy(dst, k->ref.data + at, m);
+		dst += m;
+		a += m;
+		n -= m;
+	}
+	return 0;
+}
+
+int flx_zcache_read(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
+		    uint64_t src, uint64_t stride, unsigned esz, uint64_t skip,
+		    void *dst, size_t len)
+{
+	flx_zcache *own = NULL;
+	zcur k = {.c = c, .it = it};
+	unsigned char *d = dst;
+	int rc = 0;
+
+	/* cached windows too: a file changed since mount is EIO, as for
+	 * plain chunks, even where the bytes are at hand */
+	if (flx_file_verify(c, &c->files[it->file], false))
+		return -EIO;
+	if (!z && (rc = flx_zcache_new(0, &own)))
+		return rc;
+	k.z = z ? z : own;
+	if (stride == esz) {
+		rc = copy(&k, src + skip, d, len);
+	} else {
+		uint64_t e = skip / esz;
+		size_t in = (size_t)(skip % esz);
+
+		for (size_t done = 0; done < len && !rc; e++, in = 0) {
+			size_t m =
+			    esz - in < len - done ? esz - in : len - done;
+
+			rc = copy(&k, src + e * stride + in, d + done, m);
+			done += m;
+		}
+	}
+	if (k.held)
+		put(k.z, &k.ref);
+	if (!rc) {
+		pthread_mutex_lock(&k.z->mu);
+		k.z->st.served += len;
+		pthread_mutex_unlock(&k.z->mu);
+	}
+	flx_zcache_free(own);
+	return rc;
+}
+
+bool flx_ckpt_has_zstd(const flx_ckpt *c)
+{
+	for (size_t i = 0; i < c->nobjects; i++)
+		if (c->objects[i].zstd)
+			return true;
+	for (size_t i = 0; i < c->ntensors; i++)
+		for (uint32_t k = 0; k < c->tensors[i].nchunks; k++)
+			if (c->tensors[i].chunks[k].zstd)
+				return true;
+	return false;
+}

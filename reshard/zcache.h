@@ -1,0 +1,90 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_RESHARD_ZCACHE_H
+#define FLX_RESHARD_ZCACHE_H
+
+/*
+ * The read path of zstd-transformed items (flx_chunk.zstd,
+ * flx_object.zstd): a bounded cache of decompressed windows shared by every
+ * reader of a mount, fed by a few live decompression streams.
+ *
+ * A zstd frame written by a stream writer has no seek points: byte x of
+ * the content is reached only by decoding every byte before it.  So each
+ * item being read keeps a live stream (libzstd's ZSTD_DCtx and its input
+ * position) that produces the item's content window after window
+ * (FLX_ZCACHE_WINDOW bytes each), every window entering the cache as it is
+ * produced.  A sequential reader finds the next window in the cache or has
+ * the stream decode it: each byte is decompressed once.  A reader behind
+ * the stream finds its window in the cache, or (evicted) restarts a stream
+ * from the start of the frame.  Readers of one item share its stream: the
+ * one that takes it decodes, the others wait for it and then find their
+ * windows cached.
+ *
+ * Memory: at most cap / FLX_ZCACHE_WINDOW windows (allocated when first
+ * filled), plus FLX_ZCACHE_STREAMS streams of at most a window, 128 KiB of
+ * input and the frame's own window (at most 8 MiB, zstditem.h) each,
+ * allocated when first used.  Replacement is least recently used among
+ * unpinned windows; a window no slot can take is served from its stream.
+ *
+ * Thread-safety: every function but new/free may be called from any
+ * number of threads.
+ */
+
+#include "ckpt.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FLX_ZCACHE_WINDOW  (1u << 20)
+#define FLX_ZCACHE_STREAMS 8
+
+typedef struct flx_zcache flx_zcache;
+
+/** One zstd item: the frame's window in a backing file. */
+typedef struct flx_zitem {
+	uint32_t file; /* index into ckpt->files */
+	uint64_t off;  /* frame start in that file */
+	uint64_t len;  /* frame bytes */
+} flx_zitem;
+
+typedef struct flx_zcache_stats {
+	uint64_t hits;	   /* windows found in the cache */
+	uint64_t misses;   /* windows a reader had a stream decode */
+	uint64_t restarts; /* streams started from a frame's first byte */
+	uint64_t decoded;  /* content bytes decompressed */
+	uint64_t served;   /* content bytes copied out to readers */
+	uint64_t windows;  /* windows allocated so far (memory in use) */
+} flx_zcache_stats;
+
+/**
+ * A cache of cap bytes of decompressed windows (below one window: none
+ * cached, every read decodes through a stream).
+ * @return 0 and *out (owned; flx_zcache_free()), or -ENOMEM.
+ */
+int flx_zcache_new(uint64_t cap, flx_zcache **out);
+
+/** Free the cache, its windows and streams; NULL is ignored.  No read may
+ * be running. */
+void flx_zcache_free(flx_zcache *z);
+
+/**
+ * Copy bytes [skip, skip + len) of a run of elements of esz bytes of item
+ * it's content, element i starting at content offset src + i * stride
+ * (stride == esz: a contiguous run) into dst.  z NULL: through a private
+ * stream for this call alone (decoding the item up to the run).  The
+ * item's file is checked unchanged since mount (flx_file_verify()) once
+ * per call and before every read of it, cached windows or not.
+ * @return 0; -EIO when the file changed, the frame no longer decodes or
+ *         ends before the run; -ENOMEM.
+ */
+int flx_zcache_read(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
+		    uint64_t src, uint64_t stride, unsigned esz, uint64_t skip,
+		    void *dst, size_t len);
+
+/** Whether any chunk or object of c is a zstd item.  Thread-safe. */
+bool flx_ckpt_has_zstd(const flx_ckpt *c);
+
+/** Counters since flx_zcache_new() (a consistent snapshot). */
+void flx_zcache_stats_get(flx_zcache *z, flx_zcache_stats *out);
+
+#endif
