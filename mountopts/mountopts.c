@@ -26,6 +26,9 @@ const char flx_mo_help[] =
     "    -o source_format=NAME  read the checkpoint as torch-dcp or "
     "hf-safetensors\n"
     "                           (default: detected from the directory)\n"
+    "    -o megatron_spec=SPEC  names in megatron/ legacy files: local "
+    "or te\n"
+    "                           (Transformer Engine; default local)\n"
     "    -o read_ahead_kb=N     readahead of the mount in KiB: the size of "
     "FUSE\n"
     "                           read requests in flight (default: 4 "
@@ -53,6 +56,7 @@ static const char *const ours[] = {
     "tp",	   "pp",	  "rules",	   "layer_regex",
     "embed_regex", "pp_renumber", "hf_shard_size", "read_ahead_kb",
     "direct_io",   "cache_size",  "source_format",
+    "megatron_spec",
 };
 
 static const char *const fstab_exact[] = {

@@ -54,6 +54,9 @@ typedef struct flx_spec {
 	char *embed_regex; /* POSIX ERE for first-stage tensors */
 	bool pp_renumber;  /* stage-local layer indices */
 	uint64_t hf_shard_size; /* bytes per hf/ shard before splitting */
+	/* megatron/ legacy files with Transformer Engine names
+	 * (megatron_spec=te); false: the local spec's */
+	bool megatron_te;
 	/* the transform stage's list (transform.h), owned; NULL: the
 	 * source's tensors are served as they are */
 	struct flx_xform *xform;
@@ -76,7 +79,7 @@ void flx_spec_release(flx_spec *s);
  * Set one option from its text form ("tp", "4").  Keys: tp, pp, rules
  * (loads and validates the file now), layer_regex, embed_regex,
  * pp_renumber (value NULL, "1", "0", "true", "false"), hf_shard_size
- * (bytes with optional K/M/G/T suffix, binary).
+ * (bytes with optional K/M/G/T suffix, binary), megatron_spec (local, te).
  * @return 0, -EINVAL (bad value; err names the key) or -ENOENT (unknown key,
  *         err untouched so callers can pass it on).
  */

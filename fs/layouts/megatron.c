@@ -1,0 +1,300 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * megatron/: the legacy per-rank files Megatron's --ckpt-format torch
+ * loader reads (megatron-format.md 6), present when the source is
+ * Megatron-Core torch_dist, for the mount's tp x pp:
+ *
+ *   megatron/latest_checkpointed_iteration.txt   "100" (no newline)
+ *   megatron/iter_0000100/mp_rank_TT/model_optim_rng.pt        (pp 1)
+ *   megatron/iter_0000100/mp_rank_TT_PPP/model_optim_rng.pt    (pp > 1)
+ *
+ * (release/ and "release" when the common state has no iteration).  Each
+ * file is torch.save({'args': Namespace, 'checkpoint_version': 3.0,
+ * 'iteration': N, 'model': OrderedDict}); the keys of 'model' and where
+ * their bytes lie are reshard/megatron_legacy.h's decision, 'args' is the
+ * source's Namespace written again with the target's parallel sizes
+ * (spec 6.2).  No optimizer or rng state, as Megatron's own converter.
+ */
+#include "layout.h"
+
+#include "formats/pickle_emit.h"
+#include "formats/torchsave.h"
+#include "megatron_legacy.h"
+#include "pickle.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char dir_name[] = "megatron";
+static const char file_name[] = "model_optim_rng.pt";
+static const char latest_name[] = "latest_checkpointed_iteration.txt";
+/* the longest common-state pickle read to write its args again */
+#define COMMON_MAX (64u << 20)
+
+/* The path scheme (spec 6.1): iter_<7 digits> or release, then
+ * mp_rank_TT (pp 1) or mp_rank_TT_PPP. */
+static void iter_name(int64_t iteration, char *out, size_t cap)
+{
+	if (iteration < 0)
+		snprintf(out, cap, "release");
+	else
+		snprintf(out, cap, "iter_%07lld", (long long)iteration);
+}
+
+static void rank_name(int tp, int pp, int npp, char *out, size_t cap)
+{
+	if (npp == 1)
+		snprintf(out, cap, "mp_rank_%02d", tp);
+	else
+		snprintf(out, cap, "mp_rank_%02d_%03d", tp, pp);
+}
+
+/* Literal bytes, generated from the fs's copy. */
+typedef struct lit {
+	size_t n;
+	char s[];
+} lit;
+
+static int gen_lit(const void *arg, uint32_t idx, unsigned char *dst,
+		   uint64_t lo, uint64_t hi, uint64_t *len)
+{
+	const lit *l = arg;
+
+	(void)idx;
+	if (lo < l->n)
+		memcpy(dst, l->s + lo, (hi < l->n ? hi : l->n) - lo);
+	*len = l->n;
+	return 0;
+}
+
+static const flx_gen_ops lit_ops = {"megatron latest iteration", gen_lit};
+
+/* The common state's pickle, decoded. */
+static int load_common(flx_build *b, flx_pickle **pk)
+{
+	const flx_megatron *m = b->ckpt->megatron;
+	const flx_file *f = &b->ckpt->files[m->common_file];
+	unsigned char *buf;
+	ssize_t got;
+	int rc;
+
+	if (m->pkl_len > COMMON_MAX)
+		return flx_error_set(b->err, -EFBIG, NULL, f->relpath,
+				     "common state pickle over %u bytes",
+				     COMMON_MAX);
+	buf = malloc(m->pkl_len ? m->pkl_len : 1);
+	if (!buf)
+		return flx_build_fail(b, -ENOMEM, f->relpath, "");
+	got = pread(f->fd, buf, m->pkl_len, (off_t)m->pkl_off);
+	if (got != (ssize_t)m->pkl_len)
+		rc = flx_error_set(b->err, -EIO, NULL, f->relpath,
+				   "common state: short read");
+	else
+		rc = flx_pickle_load(buf, m->pkl_len, f->relpath, NULL, pk,
+				     b->err);
+	free(buf);
+	return rc;
+}
+
+/*
+ * The pickle opcodes around every file's state dict: "}(" "args" the
+ * source's args with the target's sizes, "checkpoint_version" 3.0,
+ * "iteration" N, "model"; then the dict's SETITEMS.
+ */
+static int wrapper(flx_build *b, const flx_mlg_target *tgt, flx_pk_buf *pre)
+{
+	const flx_megatron *m = b->ckpt->megatron;
+	const flx_pv *root, *args;
+	flx_pickle *pk = NULL;
+	int64_t vocab;
+	int rc = flx_mlg_padded_vocab(b->ckpt, tgt, &vocab, b->err);
+
+	if (!rc)
+		rc = load_common(b, &pk);
+	if (rc)
+		return rc;
+	root = flx_pickle_root(pk);
+	if (m->common_item && root && root->kind == FLX_PV_LIST)
+		root = flx_pv_item(root, 0);
+	args = flx_pv_dict_get(root, "args");
+	flx_pk_raw(pre, "}(", 2);
+	if (args) {
+		const flx_pk_patch patch[] = {
+		    {"tensor_model_parallel_size", FLX_PK_INT, tgt->tp, NULL},
+		    {"pipeline_model_parallel_size", FLX_PK_INT, tgt->pp, NULL},
+		    {"padded_vocab_size", FLX_PK_INT, vocab, NULL},
+		    {"virtual_pipeline_model_parallel_size", FLX_PK_NONE, 0,
+		     NULL},
+		    {"num_layers_per_virtual_pipeline_stage", FLX_PK_NONE, 0,
+		     NULL},
+		    {"expert_model_parallel_size", FLX_PK_INT, 1, NULL},
+		    {"ckpt_format", FLX_PK_STR, 0, "torch"},
+		    {"world_size", FLX_PK_INT, (int64_t)tgt->tp * tgt->pp,
+		     NULL},
+		    {"data_parallel_size", FLX_PK_INT, 1, NULL},
+		    {"transformer_pipeline_model_parallel_size", FLX_PK_INT,
+		     tgt->pp, NULL},
+		    {"expert_tensor_parallel_size", FLX_PK_INT, tgt->tp, NULL},
+		};
+
+		flx_pk_str(pre, "args", 4);
+		rc = flx_pk_emit(pre, args, patch,
+				 sizeof(patch) / sizeof(patch[0]),
+				 "common state args", b->err);
+	}
+	flx_pk_str(pre, "checkpoint_version", 18);
+	flx_pk_float(pre, 3.0);
+	flx_pk_str(pre, "iteration", 9);
+	flx_pk_int(pre, m->iteration < 0 ? 0 : m->iteration);
+	flx_pk_str(pre, "model", 5);
+	if (!rc && pre->err)
+		rc = flx_build_fail(b, pre->err, dir_name, "");
+	flx_pickle_free(pk);
+	return rc;
+}
+
+/* Entry e as a torch.save value, its views owned by the fs. */
+static int pt_value(flx_build *b, const flx_mlg_entry *e, flx_pt_entry *out)
+{
+	flx_pt_tensor *t;
+	flx_pt_part *parts;
+	char *name = flx_fs_alloc(b->fs, strlen(e->name) + 1);
+	int rc = 0;
+
+	if (!name)
+		return -ENOMEM;
+	strcpy(name, e->name);
+	*out = (flx_pt_entry){.name = name};
+	if (e->kind == FLX_MLG_NONE)
+		return 0;
+	t = flx_fs_alloc(b->fs, sizeof(*t));
+	parts = flx_fs_alloc(b->fs, 2 * sizeof(*parts));
+	if (!t || !parts)
+		return -ENOMEM;
+	out->t = t;
+	t->parts = parts;
+	if (e->kind == FLX_MLG_EMPTY_U8) {
+		t->dtype = FLX_DT_U8;
+		t->ndim = 1;
+		return 0;
+	}
+	t->dtype = e->dtype;
+	t->ndim = e->ndim;
+	memcpy(t->shape, e->shape, sizeof(t->shape));
+	for (int k = 0; !rc && k < e->nparts; k++) {
+		flx_view *v;
+
+		parts[k].zeros = e->part[k].zeros;
+		if (!e->part[k].src)
+			continue;
+		rc = flx_view_new(b->ckpt, e->part[k].src, &e->part[k].box,
+				  &v, b->err);
+		if (!rc)
+			rc = flx_fs_own_view(b->fs, v);
+		if (!rc)
+			parts[k].view = v;
+	}
+	t->nparts = (size_t)e->nparts;
+	return rc;
+}
+
+/* The file of rank (tp, pp) in directory dir. */
+static int rank_file(flx_build *b, const flx_mlg_target *tgt, int dir,
+		     const flx_pk_buf *pre, int tp, int pp)
+{
+	flx_mlg_entry *e = NULL;
+	flx_pt_set *set;
+	size_t n = 0;
+	int rc = flx_mlg_rank(b->ckpt, tgt, tp, pp, &e, &n, b->err);
+
+	if (rc)
+		return rc;
+	rc = flx_pt_set_new(b->fs, n, &set);
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = pt_value(b, &e[i], &set->e[set->n++]);
+	if (!rc) {
+		set->pre = pre->p;
+		set->npre = pre->n;
+		set->post = (const unsigned char *)"u";
+		set->npost = 1;
+		rc = flx_pt_add_file(b->fs, dir, file_name, set, -1);
+	}
+	if (rc && !b->err->code)
+		flx_build_fail(b, rc, file_name, "legacy file");
+	flx_mlg_free(e, n);
+	return rc;
+}
+
+static int megatron_build(flx_build *b, void *state)
+{
+	const flx_spec *s = b->plan->spec;
+	flx_mlg_target tgt = {.tp = s->tp, .pp = s->pp, .te = s->megatron_te};
+	flx_pk_buf pre = {0};
+	char name[64];
+	lit *l;
+	int top, iter, file, rc;
+
+	(void)state;
+	if (!b->ckpt->megatron)
+		return 0;
+	rc = wrapper(b, &tgt, &pre);
+	if (rc)
+		goto out;
+	rc = flx_fs_mkdir(b->fs, 0, dir_name, &top);
+	l = rc ? NULL : flx_fs_alloc(b->fs, sizeof(*l) + 24);
+	if (!rc && !l)
+		rc = -ENOMEM;
+	if (!rc) {
+		int64_t it = b->ckpt->megatron->iteration;
+
+		l->n = it < 0 ? (size_t)snprintf(l->s, 24, "release")
+			      : (size_t)snprintf(l->s, 24, "%lld",
+						 (long long)it);
+		rc = flx_fs_mkfile(b->fs, top, latest_name, &file);
+	}
+	if (!rc)
+		rc = flx_fs_add_gen(b->fs, file, &lit_ops, l, 0);
+	iter_name(b->ckpt->megatron->iteration, name, sizeof(name));
+	if (!rc)
+		rc = flx_fs_mkdir(b->fs, top, name, &iter);
+	if (rc) {
+		flx_build_fail(b, rc, dir_name, "creating the tree");
+		goto out;
+	}
+	/* the pre bytes are shared by every file: kept by the fs */
+	{
+		unsigned char *keep = flx_fs_alloc(b->fs, pre.n);
+
+		if (!keep) {
+			rc = flx_build_fail(b, -ENOMEM, dir_name, "");
+			goto out;
+		}
+		memcpy(keep, pre.p, pre.n);
+		free(pre.p);
+		pre.p = keep;
+		pre.cap = 0;
+	}
+	for (int pp = 0; !rc && pp < tgt.pp; pp++)
+		for (int tp = 0; !rc && tp < tgt.tp; tp++) {
+			int dir;
+
+			rank_name(tp, pp, tgt.pp, name, sizeof(name));
+			rc = flx_fs_mkdir(b->fs, iter, name, &dir);
+			if (rc)
+				flx_build_fail(b, rc, name, "creating directory");
+			else
+				rc = rank_file(b, &tgt, dir, &pre, tp, pp);
+		}
+out:
+	if (pre.cap)
+		free(pre.p);
+	return rc;
+}
+
+const flx_layout flx_layout_megatron = {
+    .name = dir_name,
+    .build = megatron_build,
+};
