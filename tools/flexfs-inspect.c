@@ -216,8 +216,8 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 			 flx_dtype_size(pl->src->dtype);
 		for (int s = pl->stage_lo; s <= pl->stage_hi; s++)
 			for (int r = 0; r < tp; r++)
-				rank[s * tp + r] +=
-				    flx_view_bytes(pl->views[r]);
+				rank[s * tp + r] += flx_view_bytes(
+				    flx_placement_view(pl, s, r, tp));
 	}
 	for (int i = 1; i < tp * pp; i++) {
 		lo = rank[i] < rank[lo] ? i : lo;

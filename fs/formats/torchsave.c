@@ -75,7 +75,9 @@ static const flx_view *pt_view(const pt_file *f, size_t i)
 
 	if (!pl)
 		return NULL;
-	return f->tp < 0 ? pl->whole : pl->views[f->tp];
+	return f->tp < 0 ? pl->whole
+			 : flx_placement_view(pl, f->set->stage, f->tp,
+					      f->set->ntp ? f->set->ntp : 1);
 }
 
 static bool has_tensor(const flx_pt_entry *e)

@@ -70,6 +70,8 @@ typedef struct flx_pt_set {
 	flx_pt_entry *e;
 	const unsigned char *pre, *post; /* borrowed, must outlive the fs */
 	size_t npre, npost;
+	int stage, ntp; /* the stage and tp whose views the placements give
+			 * (flx_placement_view()); 0, 1 by default */
 } flx_pt_set;
 
 /** A set with room for n entries, n set to 0 (the caller appends), no
