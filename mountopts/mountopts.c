@@ -55,8 +55,7 @@ const char flx_mo_help[] =
 static const char *const ours[] = {
     "tp",	   "pp",	  "rules",	   "layer_regex",
     "embed_regex", "pp_renumber", "hf_shard_size", "read_ahead_kb",
-    "direct_io",   "cache_size",  "source_format",
-    "megatron_spec",
+    "direct_io",   "cache_size",  "source_format", "megatron_spec",
 };
 
 static const char *const fstab_exact[] = {

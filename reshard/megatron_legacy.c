@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LAYERS "decoder.layers."
-#define EXPERTS "mlp.experts.experts."
-#define WORD_EMB "embedding.word_embeddings.weight"
+#define LAYERS		     "decoder.layers."
+#define EXPERTS		     "mlp.experts.experts."
+#define WORD_EMB	     "embedding.word_embeddings.weight"
 #define DEFAULT_DIVISIBLE_BY 128
 
 /* How TP splits a parameter (spec 5, 7). */
@@ -46,7 +46,7 @@ static const char *const layer_mods[] = {
     "mlp.linear_fc1",
     "mlp.linear_fc2",
 };
-#define NMODS (int)(sizeof(layer_mods) / sizeof(layer_mods[0]))
+#define NMODS	  (int)(sizeof(layer_mods) / sizeof(layer_mods[0]))
 #define PRM_EXTRA 15
 
 typedef struct item {
@@ -263,15 +263,17 @@ static int tp_slice(ctx *x, flx_mlg_entry *e, const flx_tensor *t,
 		e->shape[0] = R;
 		e->part[0].box.off[lead] = a < n ? a : 0;
 		e->part[0].box.size[lead] = have;
-		e->part[1] = (flx_mlg_part){.zeros = (uint64_t)(R - have) * row};
+		e->part[1] =
+		    (flx_mlg_part){.zeros = (uint64_t)(R - have) * row};
 		if (!have)
 			e->part[0] = e->part[1];
 		e->nparts = have && have < R ? 2 : 1;
 		return 0;
 	}
 	if (n % T)
-		return fail(x, t->fqn, "axis %d (%lld) does not split into tp=%d",
-			    ax, (long long)n, T);
+		return fail(x, t->fqn,
+			    "axis %d (%lld) does not split into tp=%d", ax,
+			    (long long)n, T);
 	e->part[0].box.off[lead + ax] = x->tp * (n / T);
 	e->part[0].box.size[lead + ax] = n / T;
 	e->shape[ax] = n / T;
@@ -292,8 +294,8 @@ static int mod_rank(const char *mod)
 
 static int prm_rank(const char *prm)
 {
-	static const char *const order[] = {"layer_norm_weight",
-					    "layer_norm_bias", "weight", "bias"};
+	static const char *const order[] = {
+	    "layer_norm_weight", "layer_norm_bias", "weight", "bias"};
 
 	for (int i = 0; i < 4; i++)
 		if (!strcmp(prm, order[i]))
@@ -324,8 +326,8 @@ static int add_extra(ctx *x, const item *like, const char *prefix,
  * The legacy name of a layer key's rest (torch_dist names, spec 3.3):
  * module path into mod, parameter into prm.
  */
-static int layer_name(ctx *x, const flx_tensor *t, const char *rest,
-		      char *mod, size_t cap, const char **prm)
+static int layer_name(ctx *x, const flx_tensor *t, const char *rest, char *mod,
+		      size_t cap, const char **prm)
 {
 	const char *dot = strrchr(rest, '.');
 	size_t n = dot ? (size_t)(dot - rest) : 0;
@@ -342,7 +344,8 @@ static int layer_name(ctx *x, const flx_tensor *t, const char *rest,
 		/* local spec: the norms are modules of their own; TE: a MoE
 		 * layer has no fc1 to fuse its norm into */
 		if ((qkv && !x->tgt->te) || (fc1 && (!x->tgt->te || x->moe))) {
-			strcpy(mod, qkv ? "input_layernorm" : "pre_mlp_layernorm");
+			strcpy(mod,
+			       qkv ? "input_layernorm" : "pre_mlp_layernorm");
 			*prm += 11;
 		}
 	}
@@ -358,7 +361,8 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 	const char *prm = NULL;
 	bool expert = !strncmp(rest, EXPERTS, sizeof(EXPERTS) - 1);
 	int lead = (stacked ? 1 : 0) + (expert ? 1 : 0), rc;
-	int64_t E = 1, g0 = stacked ? 0 : g1, gn = stacked ? x->nlayers : g1 + 1;
+	int64_t E = 1, g0 = stacked ? 0 : g1,
+		gn = stacked ? x->nlayers : g1 + 1;
 	split_rule r;
 
 	if (t->ndim <= lead)
@@ -393,8 +397,9 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 			it->layer = g - x->lo;
 			it->expert = e;
 			it->mod = mr;
-			it->prm = (expert && !strcmp(mod, "linear_fc2") ? 16 : 0) +
-				  prm_rank(prm);
+			it->prm =
+			    (expert && !strcmp(mod, "linear_fc2") ? 16 : 0) +
+			    prm_rank(prm);
 			for (int d = 0; d < t->ndim; d++) {
 				box.off[d] = 0;
 				box.size[d] = t->shape[d];
@@ -421,12 +426,14 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 				if (has_extra(emod))
 					rc = add_extra(x, &like, prefix, emod,
 						       !x->tgt->te);
-				like.mod = mod_rank("self_attention.core_attention");
+				like.mod =
+				    mod_rank("self_attention.core_attention");
 				if (!rc && x->tgt->te &&
 				    !strcmp(emod, "self_attention.linear_proj"))
 					rc = add_extra(
 					    x, &like, prefix,
-					    "self_attention.core_attention", false);
+					    "self_attention.core_attention",
+					    false);
 			}
 			if (rc)
 				return rc;
@@ -481,10 +488,10 @@ static int global_items(ctx *x, const flx_tensor *t, const char *as)
 static int cmp_item(const void *a, const void *b)
 {
 	const item *x = a, *y = b;
-	int64_t k1[] = {x->group, x->layer, x->mod, x->expert, x->prm,
-			(int64_t)x->seq};
-	int64_t k2[] = {y->group, y->layer, y->mod, y->expert, y->prm,
-			(int64_t)y->seq};
+	int64_t k1[] = {x->group,  x->layer, x->mod,
+			x->expert, x->prm,   (int64_t)x->seq};
+	int64_t k2[] = {y->group,  y->layer, y->mod,
+			y->expert, y->prm,   (int64_t)y->seq};
 
 	for (int i = 0; i < 6; i++)
 		if (k1[i] != k2[i])
@@ -498,7 +505,8 @@ static int64_t layer_count(const flx_ckpt *c)
 	if (c->megatron->num_layers > 0)
 		return c->megatron->num_layers;
 	for (size_t i = 0; i < c->ntensors; i++)
-		if (c->tensors[i].stacked && flx_mlg_is_model_key(c->tensors[i].fqn))
+		if (c->tensors[i].stacked &&
+		    flx_mlg_is_model_key(c->tensors[i].fqn))
 			return c->tensors[i].shape[0];
 	return 0;
 }
@@ -549,7 +557,8 @@ static int collect(ctx *x)
 		/* tied: the last stage's own copy of its slice (PP > 1) */
 		if (emb && x->tgt->pp > 1)
 			rc = global_items(x, emb, "output_layer.weight");
-		else if (!(rc = add_item(x, &it, "output_layer._extra_state"))) {
+		else if (!(rc =
+			       add_item(x, &it, "output_layer._extra_state"))) {
 			it->group = 3;
 			it->prm = PRM_EXTRA;
 			it->e.kind = FLX_MLG_NONE;

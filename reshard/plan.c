@@ -77,7 +77,7 @@ typedef struct decision {
 	int split;    /* axis, or -1: replicated on every TP rank */
 	int stage_lo; /* stages holding it: [stage_lo, stage_hi] */
 	int stage_hi;
-	int layer; /* global layer index, -1 if none */
+	int layer;     /* global layer index, -1 if none */
 	bool by_stage; /* stacked: each stage its range of axis 0 */
 } decision;
 

@@ -54,7 +54,8 @@ void flx_pk_int(flx_pk_buf *b, int64_t v)
 		put_le(b, (uint64_t)v, 4);
 	} else {
 		/* LONG1: the fewest two's complement bytes */
-		while (n < 8 && (v >> (8 * n - 1) != 0 && v >> (8 * n - 1) != -1))
+		while (n < 8 &&
+		       (v >> (8 * n - 1) != 0 && v >> (8 * n - 1) != -1))
 			n++;
 		flx_pk_raw(b, "\x8a", 1);
 		put_le(b, (uint64_t)n, 1);
@@ -236,9 +237,9 @@ static int value(emit *e, const flx_pv *v, int depth, const flx_pk_patch *pt,
 		if (!v->u.seq.n)
 			return 0;
 		rc = items(e, v->u.seq.v, v->u.seq.n, depth);
-		flx_pk_raw(e->b,
-			   v->u.seq.n > 3 ? "t" : &"\x85\x86\x87"[v->u.seq.n - 1],
-			   1);
+		flx_pk_raw(
+		    e->b,
+		    v->u.seq.n > 3 ? "t" : &"\x85\x86\x87"[v->u.seq.n - 1], 1);
 		return rc;
 	case FLX_PV_LIST:
 	case FLX_PV_SET:

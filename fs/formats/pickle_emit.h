@@ -26,9 +26,9 @@ typedef struct flx_pk_buf {
 } flx_pk_buf;
 
 void flx_pk_raw(flx_pk_buf *b, const void *s, size_t n);
-void flx_pk_int(flx_pk_buf *b, int64_t v);	 /* K, M, J or LONG1 */
+void flx_pk_int(flx_pk_buf *b, int64_t v);		 /* K, M, J or LONG1 */
 void flx_pk_str(flx_pk_buf *b, const char *s, size_t n); /* BINUNICODE */
-void flx_pk_float(flx_pk_buf *b, double v);	 /* BINFLOAT */
+void flx_pk_float(flx_pk_buf *b, double v);		 /* BINFLOAT */
 
 /* A value to put under a key of an object's state dict. */
 typedef struct flx_pk_patch {

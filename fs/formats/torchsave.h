@@ -81,8 +81,8 @@ int flx_pt_set_new(flx_fs *fs, size_t n, flx_pt_set **out);
 /**
  * Add file name to directory dir: the torch.save file of set (borrowed,
  * must outlive fs, with the tensors and views of its entries), holding
- * the views of TP rank tp (tp < 0: the whole tensors) of its placements.  Builds and measures every piece now (the pickle once more,
- * for its CRC).
+ * the views of TP rank tp (tp < 0: the whole tensors) of its placements. Builds
+ * and measures every piece now (the pickle once more, for its CRC).
  * @return 0, or -ENOMEM, -ENOTDIR, -EINVAL (a name that is not UTF-8,
  *         which a pickle cannot carry), -EIO (the pieces do not add up to
  *         the computed layout: a bug, never served).

@@ -8,7 +8,9 @@
  *   megatron/iter_0000100/mp_rank_TT/model_optim_rng.pt        (pp 1)
  *   megatron/iter_0000100/mp_rank_TT_PPP/model_optim_rng.pt    (pp > 1)
  *
- * (release/ and "release" when the common state has no iteration).  Each
+ * (release/ and "release" when the common state has no iteration), or,
+ * for a target the legacy format cannot express, megatron/unavailable.txt
+ * saying why.  Each
  * file is torch.save({'args': Namespace, 'checkpoint_version': 3.0,
  * 'iteration': N, 'model': OrderedDict}); the keys of 'model' and where
  * their bytes lie are reshard/megatron_legacy.h's decision, 'args' is the
@@ -190,8 +192,8 @@ static int pt_value(flx_build *b, const flx_mlg_entry *e, flx_pt_entry *out)
 		parts[k].zeros = e->part[k].zeros;
 		if (!e->part[k].src)
 			continue;
-		rc = flx_view_new(b->ckpt, e->part[k].src, &e->part[k].box,
-				  &v, b->err);
+		rc = flx_view_new(b->ckpt, e->part[k].src, &e->part[k].box, &v,
+				  b->err);
 		if (!rc)
 			rc = flx_fs_own_view(b->fs, v);
 		if (!rc)
@@ -228,35 +230,87 @@ static int rank_file(flx_build *b, const flx_mlg_target *tgt, int dir,
 	return rc;
 }
 
+/* A file of the fs's copy of text in dir. */
+static int text_file(flx_build *b, int dir, const char *name, const char *text)
+{
+	size_t n = strlen(text);
+	lit *l = flx_fs_alloc(b->fs, sizeof(*l) + n + 1);
+	int file, rc = l ? flx_fs_mkfile(b->fs, dir, name, &file) : -ENOMEM;
+
+	if (rc)
+		return rc;
+	l->n = n;
+	memcpy(l->s, text, n);
+	return flx_fs_add_gen(b->fs, file, &lit_ops, l, 0);
+}
+
+/*
+ * Whether the legacy format can express the target: every rank's keys
+ * decided.  When it cannot (a split TP does not divide, layers PP does not
+ * divide: Megatron itself refuses these), megatron/ holds only
+ * unavailable.txt, the reason in one line, and the rest of the mount
+ * stands; *ok false.
+ */
+static int check_target(flx_build *b, const flx_mlg_target *tgt, int *top,
+			bool *ok)
+{
+	flx_error why;
+	char line[3 * FLX_ERR_FIELD + 8];
+	int rc = 0;
+	int64_t vocab;
+
+	flx_error_init(&why);
+	rc = flx_mlg_padded_vocab(b->ckpt, tgt, &vocab, &why);
+	for (int pp = 0; !rc && pp < tgt->pp; pp++)
+		for (int tp = 0; !rc && tp < tgt->tp; tp++) {
+			flx_mlg_entry *e = NULL;
+			size_t n = 0;
+
+			rc = flx_mlg_rank(b->ckpt, tgt, tp, pp, &e, &n, &why);
+			flx_mlg_free(e, n);
+		}
+	*ok = !rc;
+	if (rc && rc != -EINVAL)
+		return flx_build_fail(b, rc, dir_name, "");
+	rc = flx_fs_mkdir(b->fs, 0, dir_name, top);
+	if (!rc && !*ok) {
+		size_t k;
+
+		flx_error_line(&why, line, sizeof(line) - 1);
+		k = strlen(line);
+		line[k] = '\n';
+		line[k + 1] = '\0';
+		rc = text_file(b, *top, "unavailable.txt", line);
+	}
+	return rc ? flx_build_fail(b, rc, dir_name, "creating the tree") : 0;
+}
+
 static int megatron_build(flx_build *b, void *state)
 {
 	const flx_spec *s = b->plan->spec;
 	flx_mlg_target tgt = {.tp = s->tp, .pp = s->pp, .te = s->megatron_te};
 	flx_pk_buf pre = {0};
 	char name[64];
-	lit *l;
-	int top, iter, file, rc;
+	int top, iter, rc;
+
+	bool ok;
+	int64_t it;
 
 	(void)state;
 	if (!b->ckpt->megatron)
 		return 0;
+	rc = check_target(b, &tgt, &top, &ok);
+	if (rc || !ok)
+		return rc;
 	rc = wrapper(b, &tgt, &pre);
 	if (rc)
 		goto out;
-	rc = flx_fs_mkdir(b->fs, 0, dir_name, &top);
-	l = rc ? NULL : flx_fs_alloc(b->fs, sizeof(*l) + 24);
-	if (!rc && !l)
-		rc = -ENOMEM;
-	if (!rc) {
-		int64_t it = b->ckpt->megatron->iteration;
-
-		l->n = it < 0 ? (size_t)snprintf(l->s, 24, "release")
-			      : (size_t)snprintf(l->s, 24, "%lld",
-						 (long long)it);
-		rc = flx_fs_mkfile(b->fs, top, latest_name, &file);
-	}
-	if (!rc)
-		rc = flx_fs_add_gen(b->fs, file, &lit_ops, l, 0);
+	it = b->ckpt->megatron->iteration;
+	if (it < 0)
+		snprintf(name, sizeof(name), "release");
+	else
+		snprintf(name, sizeof(name), "%lld", (long long)it);
+	rc = text_file(b, top, latest_name, name);
 	iter_name(b->ckpt->megatron->iteration, name, sizeof(name));
 	if (!rc)
 		rc = flx_fs_mkdir(b->fs, top, name, &iter);
@@ -284,7 +338,8 @@ static int megatron_build(flx_build *b, void *state)
 			rank_name(tp, pp, tgt.pp, name, sizeof(name));
 			rc = flx_fs_mkdir(b->fs, iter, name, &dir);
 			if (rc)
-				flx_build_fail(b, rc, name, "creating directory");
+				flx_build_fail(b, rc, name,
+					       "creating directory");
 			else
 				rc = rank_file(b, &tgt, dir, &pre, tp, pp);
 		}

@@ -114,10 +114,9 @@ static int rank_npy(flx_build *b, int tdir, int tp, int pp, int *npy_node)
 			return flx_error_set(b->err, -ENAMETOOLONG, NULL, tname,
 					     "tensor name too long for a file "
 					     "name");
-		rc = flx_npy_add_file(b->fs, tdir, tp ? NULL : fname,
-				      tp ? npy_node[i] : -1,
-				      flx_placement_view(pl, pp, tp, b->plan->spec->tp),
-				      &node);
+		rc = flx_npy_add_file(
+		    b->fs, tdir, tp ? NULL : fname, tp ? npy_node[i] : -1,
+		    flx_placement_view(pl, pp, tp, b->plan->spec->tp), &node);
 		if (rc)
 			return flx_build_fail(b, rc, tname, "creating .npy");
 		if (!tp)

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 """Compare a mount's megatron/ legacy tree with the files gen_megatron.py legacy wrote.
 
-usage: check_megatron_legacy.py --mount MNT/megatron --expected DIR --stub STUBDIR
-                                [--weights-only] [--mmap]
+usage: check_megatron_legacy.py --mount MNT/megatron --expected DIR [--mount .. --expected ..]
+                                --stub STUBDIR [--weights-only] [--mmap]
 
 DIR is `gen_megatron.py legacy --out DIR` (the oracle: numpy slices of the truth, saved by
 torch.save).  Every file of DIR's expected.json is torch.load-ed from both trees and compared:
@@ -30,8 +30,8 @@ def bits(torch, t):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mount", required=True)
-    ap.add_argument("--expected", required=True)
+    ap.add_argument("--mount", required=True, action="append")
+    ap.add_argument("--expected", required=True, action="append")
     ap.add_argument("--stub", required=True)
     ap.add_argument("--weights-only", action="store_true")
     ap.add_argument("--mmap", action="store_true")
@@ -40,34 +40,47 @@ def main():
     import torch
     from megatron.core.transformer.enums import AttnBackend
 
-    kw = {}
+    kw = {"weights_only": False}
     if a.weights_only:
         torch.serialization.add_safe_globals([argparse.Namespace, AttnBackend])
         kw["weights_only"] = True
     if a.mmap:
         kw["mmap"] = True
-    exp = json.load(open(os.path.join(a.expected, "expected.json")))
-    fails, keys = [], 0
+    fails, keys, nfiles = [], 0, 0
+    for mount, expected in zip(a.mount, a.expected):
+        k, n = check_tree(torch, mount, expected, kw, fails)
+        keys += k
+        nfiles += n
+    for f in fails[:20]:
+        print("FAIL", f)
+    print("%d files, %d model keys: %d passed, %d failed" % (
+        nfiles, keys, 0 if fails else nfiles, len(fails)))
+    return 1 if fails else 0
+
+
+def check_tree(torch, mount, expected, kw, fails):
+    exp = json.load(open(os.path.join(expected, "expected.json")))
+    keys = 0
 
     def bad(msg):
-        fails.append(msg)
+        fails.append("%s: %s" % (mount, msg))
 
-    want = open(os.path.join(a.expected, "latest_checkpointed_iteration.txt")).read()
-    got = open(os.path.join(a.mount, "latest_checkpointed_iteration.txt")).read()
+    want = open(os.path.join(expected, "latest_checkpointed_iteration.txt")).read()
+    got = open(os.path.join(mount, "latest_checkpointed_iteration.txt")).read()
     if got != want:
         bad("latest_checkpointed_iteration.txt %r != %r" % (got, want))
     rels = sorted(exp["files"])
-    iters = sorted(os.listdir(a.mount))
+    iters = sorted(os.listdir(mount))
     for it in {r.split("/")[0] for r in rels}:
-        have = sorted(os.listdir(os.path.join(a.mount, it)))
+        have = sorted(os.listdir(os.path.join(mount, it)))
         wanted = sorted({r.split("/")[1] for r in rels if r.startswith(it + "/")})
         if have != wanted:
             bad("%s holds %s, expected %s" % (it, have, wanted))
     if iters != sorted({"latest_checkpointed_iteration.txt"} | {r.split("/")[0] for r in rels}):
         bad("megatron/ holds %s" % iters)
     for rel in rels:
-        e = torch.load(os.path.join(a.expected, rel), map_location="cpu")
-        g = torch.load(os.path.join(a.mount, rel), map_location="cpu", **kw)
+        e = torch.load(os.path.join(expected, rel), map_location="cpu", weights_only=False)
+        g = torch.load(os.path.join(mount, rel), map_location="cpu", **kw)
         if list(g) != list(e):
             bad("%s: top-level keys %s != %s" % (rel, list(g), list(e)))
             continue
@@ -97,11 +110,7 @@ def main():
                                                tuple(y.shape)))
             elif bits(torch, x) != bits(torch, y):
                 bad("%s: %s values differ" % (rel, k))
-    for f in fails[:20]:
-        print("FAIL", f)
-    print("%d files, %d model keys: %d passed, %d failed" % (
-        len(rels), keys, 0 if fails else len(rels), len(fails)))
-    return 1 if fails else 0
+    return keys, len(rels)
 
 
 if __name__ == "__main__":

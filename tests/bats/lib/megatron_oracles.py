@@ -1,0 +1,26 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Write several gen_megatron.py legacy oracles in one process (torch imported once).
+
+usage: megatron_oracles.py GEN_MEGATRON_PY FIXTURES OUT FIXTURE:TP:PP:SPEC...
+each into OUT/exp-FIXTURE-TP-PP-SPEC (what `gen_megatron.py legacy` writes).
+"""
+import importlib.util
+import os
+import sys
+
+
+def main():
+    gen, fixtures, out = sys.argv[1:4]
+    spec = importlib.util.spec_from_file_location("gen_megatron", gen)
+    g = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(g)
+    for t in sys.argv[4:]:
+        fx, tp, pp, sp = t.split(":")
+        g.write_legacy(os.path.join(fixtures, fx), int(tp), int(pp),
+                       os.path.join(out, "exp-%s-%s-%s-%s" % (fx, tp, pp, sp)), sp)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
