@@ -68,6 +68,19 @@ typedef struct ctx {
 	flx_error *err;
 } ctx;
 
+void flx_mlg_dir_name(int64_t iteration, int tp, int pp, int npp, char *out,
+		      size_t cap)
+{
+	if (tp < 0 && iteration < 0)
+		snprintf(out, cap, "release");
+	else if (tp < 0)
+		snprintf(out, cap, "iter_%07lld", (long long)iteration);
+	else if (npp == 1)
+		snprintf(out, cap, "mp_rank_%02d", tp);
+	else
+		snprintf(out, cap, "mp_rank_%02d_%03d", tp, pp);
+}
+
 bool flx_mlg_is_model_key(const char *fqn)
 {
 	return strncmp(fqn, "optimizer.", 10) && strncmp(fqn, "chained_", 8);

@@ -45,6 +45,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* the file in each rank directory */
+#define FLX_MLG_FILE "model_optim_rng.pt"
+
 typedef enum flx_mlg_kind {
 	FLX_MLG_TENSOR,
 	FLX_MLG_NONE,	  /* the value None */
@@ -94,6 +97,15 @@ int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 		 flx_mlg_entry **out, size_t *n, flx_error *err);
 
 void flx_mlg_free(flx_mlg_entry *e, size_t n);
+
+/**
+ * The path scheme (spec 6.1): into out (cap bytes) the iteration's
+ * directory, "iter_%07d" or "release" (iteration < 0), when tp < 0; else
+ * rank (tp, pp)'s directory of npp stages, "mp_rank_%02d" (npp 1) or
+ * "mp_rank_%02d_%03d".  Truncated to cap.
+ */
+void flx_mlg_dir_name(int64_t iteration, int tp, int pp, int npp, char *out,
+		      size_t cap);
 
 /** Whether fqn is a model key (not optimizer state). */
 bool flx_mlg_is_model_key(const char *fqn);

@@ -31,28 +31,10 @@
 #include <unistd.h>
 
 static const char dir_name[] = "megatron";
-static const char file_name[] = "model_optim_rng.pt";
+static const char file_name[] = FLX_MLG_FILE;
 static const char latest_name[] = "latest_checkpointed_iteration.txt";
 /* the longest common-state pickle read to write its args again */
 #define COMMON_MAX (64u << 20)
-
-/* The path scheme (spec 6.1): iter_<7 digits> or release, then
- * mp_rank_TT (pp 1) or mp_rank_TT_PPP. */
-static void iter_name(int64_t iteration, char *out, size_t cap)
-{
-	if (iteration < 0)
-		snprintf(out, cap, "release");
-	else
-		snprintf(out, cap, "iter_%07lld", (long long)iteration);
-}
-
-static void rank_name(int tp, int pp, int npp, char *out, size_t cap)
-{
-	if (npp == 1)
-		snprintf(out, cap, "mp_rank_%02d", tp);
-	else
-		snprintf(out, cap, "mp_rank_%02d_%03d", tp, pp);
-}
 
 /* Literal bytes, generated from the fs's copy. */
 typedef struct lit {
@@ -75,7 +57,7 @@ static int gen_lit(const void *arg, uint32_t idx, unsigned char *dst,
 static const flx_gen_ops lit_ops = {"megatron latest iteration", gen_lit};
 
 /* The common state's pickle, decoded. */
-static int load_common(flx_build *b, flx_pickle **pk)
+static int load_common(flx_build *b, flx_pickle **pk, flx_error *err)
 {
 	const flx_megatron *m = b->ckpt->megatron;
 	const flx_file *f = &b->ckpt->files[m->common_file];
@@ -84,7 +66,7 @@ static int load_common(flx_build *b, flx_pickle **pk)
 	int rc;
 
 	if (m->pkl_len > COMMON_MAX)
-		return flx_error_set(b->err, -EFBIG, NULL, f->relpath,
+		return flx_error_set(err, -EFBIG, NULL, f->relpath,
 				     "common state pickle over %u bytes",
 				     COMMON_MAX);
 	buf = malloc(m->pkl_len ? m->pkl_len : 1);
@@ -92,11 +74,11 @@ static int load_common(flx_build *b, flx_pickle **pk)
 		return flx_build_fail(b, -ENOMEM, f->relpath, "");
 	got = pread(f->fd, buf, m->pkl_len, (off_t)m->pkl_off);
 	if (got != (ssize_t)m->pkl_len)
-		rc = flx_error_set(b->err, -EIO, NULL, f->relpath,
+		rc = flx_error_set(err, -EIO, NULL, f->relpath,
 				   "common state: short read");
 	else
-		rc = flx_pickle_load(buf, m->pkl_len, f->relpath, NULL, pk,
-				     b->err);
+		rc =
+		    flx_pickle_load(buf, m->pkl_len, f->relpath, NULL, pk, err);
 	free(buf);
 	return rc;
 }
@@ -106,16 +88,17 @@ static int load_common(flx_build *b, flx_pickle **pk)
  * source's args with the target's sizes, "checkpoint_version" 3.0,
  * "iteration" N, "model"; then the dict's SETITEMS.
  */
-static int wrapper(flx_build *b, const flx_mlg_target *tgt, flx_pk_buf *pre)
+static int wrapper(flx_build *b, const flx_mlg_target *tgt, flx_pk_buf *pre,
+		   flx_error *err)
 {
 	const flx_megatron *m = b->ckpt->megatron;
 	const flx_pv *root, *args;
 	flx_pickle *pk = NULL;
 	int64_t vocab;
-	int rc = flx_mlg_padded_vocab(b->ckpt, tgt, &vocab, b->err);
+	int rc = flx_mlg_padded_vocab(b->ckpt, tgt, &vocab, err);
 
 	if (!rc)
-		rc = load_common(b, &pk);
+		rc = load_common(b, &pk, err);
 	if (rc)
 		return rc;
 	root = flx_pickle_root(pk);
@@ -145,7 +128,7 @@ static int wrapper(flx_build *b, const flx_mlg_target *tgt, flx_pk_buf *pre)
 		flx_pk_str(pre, "args", 4);
 		rc = flx_pk_emit(pre, args, patch,
 				 sizeof(patch) / sizeof(patch[0]),
-				 "common state args", b->err);
+				 "common state args", err);
 	}
 	flx_pk_str(pre, "checkpoint_version", 18);
 	flx_pk_float(pre, 3.0);
@@ -153,7 +136,8 @@ static int wrapper(flx_build *b, const flx_mlg_target *tgt, flx_pk_buf *pre)
 	flx_pk_int(pre, m->iteration < 0 ? 0 : m->iteration);
 	flx_pk_str(pre, "model", 5);
 	if (!rc && pre->err)
-		rc = flx_build_fail(b, pre->err, dir_name, "");
+		rc = flx_error_set(err, pre->err, NULL, dir_name,
+				   "out of memory");
 	flx_pickle_free(pk);
 	return rc;
 }
@@ -224,7 +208,7 @@ static int rank_file(flx_build *b, const flx_mlg_target *tgt, int dir,
 		set->npost = 1;
 		rc = flx_pt_add_file(b->fs, dir, file_name, set, -1);
 	}
-	if (rc && !b->err->code)
+	if (rc && b->err && !b->err->code)
 		flx_build_fail(b, rc, file_name, "legacy file");
 	flx_mlg_free(e, n);
 	return rc;
@@ -246,13 +230,14 @@ static int text_file(flx_build *b, int dir, const char *name, const char *text)
 
 /*
  * Whether the legacy format can express the target: every rank's keys
- * decided.  When it cannot (a split TP does not divide, layers PP does not
- * divide: Megatron itself refuses these), megatron/ holds only
+ * decided, the args written again (into pre).  When it cannot (a split TP
+ * does not divide, layers PP does not divide: Megatron itself refuses
+ * these; args holding a value the writer cannot write), megatron/ holds only
  * unavailable.txt, the reason in one line, and the rest of the mount
  * stands; *ok false.
  */
-static int check_target(flx_build *b, const flx_mlg_target *tgt, int *top,
-			bool *ok)
+static int check_target(flx_build *b, const flx_mlg_target *tgt,
+			flx_pk_buf *pre, int *top, bool *ok)
 {
 	flx_error why;
 	char line[3 * FLX_ERR_FIELD + 8];
@@ -269,9 +254,14 @@ static int check_target(flx_build *b, const flx_mlg_target *tgt, int *top,
 			rc = flx_mlg_rank(b->ckpt, tgt, tp, pp, &e, &n, &why);
 			flx_mlg_free(e, n);
 		}
+	if (!rc)
+		rc = wrapper(b, tgt, pre, &why);
 	*ok = !rc;
-	if (rc && rc != -EINVAL)
-		return flx_build_fail(b, rc, dir_name, "");
+	if (rc == -ENOMEM || rc == -EIO) {
+		if (b->err)
+			*b->err = why;
+		return rc;
+	}
 	rc = flx_fs_mkdir(b->fs, 0, dir_name, top);
 	if (!rc && !*ok) {
 		size_t k;
@@ -292,18 +282,14 @@ static int megatron_build(flx_build *b, void *state)
 	flx_pk_buf pre = {0};
 	char name[64];
 	int top, iter, rc;
-
 	bool ok;
 	int64_t it;
 
 	(void)state;
 	if (!b->ckpt->megatron)
 		return 0;
-	rc = check_target(b, &tgt, &top, &ok);
+	rc = check_target(b, &tgt, &pre, &top, &ok);
 	if (rc || !ok)
-		return rc;
-	rc = wrapper(b, &tgt, &pre);
-	if (rc)
 		goto out;
 	it = b->ckpt->megatron->iteration;
 	if (it < 0)
@@ -311,7 +297,8 @@ static int megatron_build(flx_build *b, void *state)
 	else
 		snprintf(name, sizeof(name), "%lld", (long long)it);
 	rc = text_file(b, top, latest_name, name);
-	iter_name(b->ckpt->megatron->iteration, name, sizeof(name));
+	flx_mlg_dir_name(b->ckpt->megatron->iteration, -1, 0, 1, name,
+			 sizeof(name));
 	if (!rc)
 		rc = flx_fs_mkdir(b->fs, top, name, &iter);
 	if (rc) {
@@ -335,7 +322,7 @@ static int megatron_build(flx_build *b, void *state)
 		for (int tp = 0; !rc && tp < tgt.tp; tp++) {
 			int dir;
 
-			rank_name(tp, pp, tgt.pp, name, sizeof(name));
+			flx_mlg_dir_name(0, tp, pp, tgt.pp, name, sizeof(name));
 			rc = flx_fs_mkdir(b->fs, iter, name, &dir);
 			if (rc)
 				flx_build_fail(b, rc, name,

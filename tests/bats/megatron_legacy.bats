@@ -27,7 +27,9 @@ setup_file() {
 		done
 		t+=("$fx:2:2:te")
 	done
-	t+=("megatron-untied:4:1:te")
+	t+=("megatron-untied:4:1:te" "megatron-optim-fully-reshardable:2:2:local"
+		"megatron-optim-dp-reshardable:2:2:local"
+		"megatron-optim-fully-sharded-model-space:1:1:local")
 	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
 		"$GEN" "$FX" "$BATS_FILE_TMPDIR" "${t[@]}"
 }
@@ -45,14 +47,14 @@ teardown() {
 	teardown_ff
 }
 
-# check_legacy FIXTURE SPEC TPxPP...: mount the fixture at every target at
-# once, compare each megatron/ with its oracle in one checker run, unmount
-# cleanly; no daemon said anything.
+# check_legacy SPEC FIXTURE:TP:PP...: mount every target at once, compare
+# each megatron/ with its oracle in one checker run, unmount cleanly; no
+# daemon said anything.
 check_legacy() {
-	local fx=$1 spec=$2 tgt tp pp d i args=() pids=() errs=()
-	shift 2
-	for tgt in "$@"; do
-		tp=${tgt%x*} pp=${tgt#*x}
+	local spec=$1 t fx tp pp d i args=() pids=() errs=()
+	shift
+	for t in "$@"; do
+		IFS=: read -r fx tp pp <<<"$t"
 		d=$BATS_TEST_TMPDIR/m-$fx-$tp-$pp-$spec
 		mkdir -p "$d"
 		mount_ff "$FX/$fx/$ITER" "$d" "tp=$tp,pp=$pp,megatron_spec=$spec"
@@ -63,7 +65,7 @@ check_legacy() {
 			"$BATS_FILE_TMPDIR/exp-$fx-$tp-$pp-$spec")
 	done
 	run /usr/bin/python3 "$CHECK" "${args[@]}" --stub "$STUB"
-	echo "$fx $spec $*: $output"
+	echo "$spec $*: $output"
 	for i in "${!pids[@]}"; do
 		FF_PID=${pids[$i]}
 		unmount_ff "${MDIRS[$i]}"
@@ -77,42 +79,54 @@ check_legacy() {
 }
 
 @test "megatron/ legacy files equal Megatron's at tp 1,2,4 x pp 1,2 (untied, tied, moe; local spec)" {
+	local t=() fx tp pp
 	for fx in megatron-untied megatron-tied megatron-moe; do
-		check_legacy "$fx" local 1x1 1x2 2x1 2x2 4x1 4x2
+		for tp in 1 2 4; do
+			for pp in 1 2; do
+				t+=("$fx:$tp:$pp")
+			done
+		done
 	done
+	check_legacy local "${t[@]}"
 }
 
 @test "megatron/ legacy files with megatron_spec=te (fused norms, TE extra states)" {
-	for fx in megatron-untied megatron-tied megatron-moe; do
-		check_legacy "$fx" te 2x2
-	done
-	check_legacy megatron-untied te 4x1
+	check_legacy te megatron-untied:2:2 megatron-tied:2:2 megatron-moe:2:2 \
+		megatron-untied:4:1
+}
+
+@test "megatron/ legacy files of the three optimizer layouts: the model only" {
+	check_legacy local megatron-optim-fully-reshardable:2:2 \
+		megatron-optim-dp-reshardable:2:2 \
+		megatron-optim-fully-sharded-model-space:1:1
 }
 
 @test "megatron/ legacy files load in torch 2.6 (trixie chroot), weights_only and mmap" {
 	[[ -x $CHROOT/usr/bin/python3 ]] ||
 		skip "no torch 2.6 chroot at $CHROOT (tools/fixtures/README.md)"
-	local inner=/tmp/flexfs-bats-mlg-$$ fx tp pp exp
-	mkdir -p "$CHROOT$inner/mnt"
+	local inner=/tmp/flexfs-bats-mlg-$$ t fx tp pp d i args=() pids=()
+	mkdir -p "$CHROOT$inner"
 	cp "$CHECK" "$CHROOT$inner/"
 	cp -r "$STUB" "$CHROOT$inner/stub"
-	MNT=$CHROOT$inner/mnt
-	for fx in megatron-untied megatron-tied megatron-moe; do
-		for tp in 1 4; do
-			pp=$((tp == 1 ? 2 : 1))
-			exp=$BATS_FILE_TMPDIR/exp-$fx-$tp-$pp-local
-			rm -rf "$CHROOT$inner/exp"
-			cp -r "$exp" "$CHROOT$inner/exp"
-			mount_ff "$FX/$fx/$ITER" "$MNT" "tp=$tp,pp=$pp"
-			run chroot "$CHROOT" python3 "$inner/check_megatron_legacy.py" \
-				--mount "$inner/mnt/megatron" --expected "$inner/exp" \
-				--stub "$inner/stub" --weights-only --mmap
-			echo "$fx tp=$tp pp=$pp: $output"
-			unmount_ff "$MNT"
-			[ "$status" -eq 0 ] || break 2
-			[[ $output == *" passed, 0 failed"* ]] || break 2
-		done
+	for t in megatron-untied:1:2 megatron-tied:4:1 megatron-moe:2:2; do
+		IFS=: read -r fx tp pp <<<"$t"
+		d=$inner/m-$fx
+		mkdir -p "$CHROOT$d"
+		cp -r "$BATS_FILE_TMPDIR/exp-$fx-$tp-$pp-local" "$CHROOT$d-exp"
+		mount_ff "$FX/$fx/$ITER" "$CHROOT$d" "tp=$tp,pp=$pp"
+		MDIRS+=("$CHROOT$d")
+		pids+=("$FF_PID")
+		args+=(--mount "$d/megatron" --expected "$d-exp")
 	done
+	run chroot "$CHROOT" python3 "$inner/check_megatron_legacy.py" \
+		"${args[@]}" --stub "$inner/stub" --weights-only --mmap
+	echo "$output"
+	for i in "${!pids[@]}"; do
+		FF_PID=${pids[$i]}
+		unmount_ff "${MDIRS[$i]}"
+	done
+	FF_PID=
+	MDIRS=()
 	rm -rf "${CHROOT:?}$inner"
 	[ "$status" -eq 0 ]
 	[[ $output == *" passed, 0 failed"* ]]
@@ -142,4 +156,19 @@ check_legacy() {
 	not_mounted "$MNT"
 	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
 	[[ $stderr == *"megatron_spec"*"expected local or te, got 'bad'"* ]]
+}
+
+@test "flexfs-inspect shows the megatron/ view: stage-local layers, the layer axis, fc1's two row ranges" {
+	run --separate-stderr "$FLEXFS_INSPECT" "$FX/megatron-untied/$ITER" \
+		-o tp=2,pp=2
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"megatron/iter_0000100/mp_rank_00_001/model_optim_rng.pt (local spec; tp rank 0 of 2"* ]]
+	# stage 1's layer 0 is global layer 2: gate rows 0:16 and up rows 32:48
+	[[ $output == *"  decoder.layers.0.mlp.linear_fc1.weight  bfloat16 32x16 = decoder.layers.mlp.linear_fc1.weight[2, 0:16, :] ++ [2, 32:48, :]"* ]]
+	[[ $output == *"  decoder.layers.1.input_layernorm.weight  bfloat16 16 = decoder.layers.self_attention.linear_qkv.layer_norm_weight[3, :]"* ]]
+	run --separate-stderr "$FLEXFS_INSPECT" "$FX/megatron-untied/$ITER" \
+		-o tp=2,pp=3
+	[ "$status" -eq 0 ]
+	[[ $output == *"megatron/: unavailable at this target: num_layers: megatron/: 4 layers do not divide into pp=3 stages"* ]]
 }
