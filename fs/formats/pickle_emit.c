@@ -7,6 +7,8 @@
 #include <string.h>
 
 #define EMIT_MAX_NODES (1u << 20)
+/* items per MARK ... SETITEMS / APPENDS group, as Python's pickler */
+#define EMIT_BATCH 1000
 
 void flx_pk_raw(flx_pk_buf *b, const void *s, size_t n)
 {
@@ -118,6 +120,23 @@ static int items(emit *e, flx_pv *const *v, size_t n, int depth)
 	return rc;
 }
 
+/* A list's items after EMPTY_LIST, as Python's pickler batches them:
+ * MARK ... APPENDS per batch of several, APPEND after a single one. */
+static int appends(emit *e, flx_pv *const *v, size_t n, int depth)
+{
+	int rc = 0;
+
+	for (size_t i = 0; !rc && i < n; i += EMIT_BATCH) {
+		size_t k = n - i < EMIT_BATCH ? n - i : EMIT_BATCH;
+
+		if (k > 1)
+			flx_pk_raw(e->b, "(", 1);
+		rc = items(e, v + i, k, depth);
+		flx_pk_raw(e->b, k > 1 ? "e" : "a", 1);
+	}
+	return rc;
+}
+
 static void patch_value(emit *e, const flx_pk_patch *p)
 {
 	if (p->kind == FLX_PK_INT)
@@ -128,25 +147,49 @@ static void patch_value(emit *e, const flx_pk_patch *p)
 		flx_pk_raw(e->b, "N", 1);
 }
 
+/* The number of pairs dict v has with the patch's keys added. */
+static size_t dict_len(const flx_pv *v, const flx_pk_patch *pt, size_t np)
+{
+	size_t n = v->u.dict.n;
+
+	for (size_t j = 0; j < np; j++)
+		n += !flx_pv_dict_get(v, pt[j].key);
+	return n;
+}
+
+/* After pair i of m: MARK before each batch of several, SETITEMS after
+ * it, SETITEM after a single pair (Python's pickler). */
+static void batch_open(emit *e, size_t i, size_t m)
+{
+	if (i % EMIT_BATCH == 0 && m - i > 1)
+		flx_pk_raw(e->b, "(", 1);
+}
+
+static void batch_close(emit *e, size_t i, size_t m)
+{
+	size_t start = i - i % EMIT_BATCH;
+
+	if (i + 1 == m || (i + 1) % EMIT_BATCH == 0)
+		flx_pk_raw(e->b, m - start > 1 ? "u" : "s", 1);
+}
+
 /* A dict, its values under the patch's keys replaced, missing ones
  * appended. */
 static int dict(emit *e, const flx_pv *v, int depth, const flx_pk_patch *pt,
 		size_t np)
 {
 	int rc = 0;
-	size_t n = v->u.dict.n;
+	size_t n = v->u.dict.n, m = dict_len(v, pt, np), at = 0;
 
 	flx_pk_raw(e->b, "}", 1);
-	if (!n && !np)
-		return 0;
-	flx_pk_raw(e->b, "(", 1);
-	for (size_t i = 0; !rc && i < n; i++) {
+	for (size_t i = 0; !rc && i < n; i++, at++) {
 		const flx_pv *k = v->u.dict.kv[2 * i];
 		const char *ks = flx_pv_str(k);
 		size_t j = np;
 
 		for (j = 0; ks && j < np && strcmp(ks, pt[j].key); j++)
 			;
+		batch_open(e, at, m);
 		rc = value(e, k, depth + 1, NULL, 0);
 		if (rc)
 			break;
@@ -155,14 +198,16 @@ static int dict(emit *e, const flx_pv *v, int depth, const flx_pk_patch *pt,
 		else
 			rc = value(e, v->u.dict.kv[2 * i + 1], depth + 1, NULL,
 				   0);
+		batch_close(e, at, m);
 	}
 	for (size_t j = 0; !rc && j < np; j++) {
 		if (flx_pv_dict_get(v, pt[j].key))
 			continue;
+		batch_open(e, at, m);
 		flx_pk_str(e->b, pt[j].key, strlen(pt[j].key));
 		patch_value(e, &pt[j]);
+		batch_close(e, at++, m);
 	}
-	flx_pk_raw(e->b, "u", 1);
 	return rc;
 }
 
@@ -246,11 +291,8 @@ static int value(emit *e, const flx_pv *v, int depth, const flx_pk_patch *pt,
 		if (v->kind == FLX_PV_SET)
 			rc = global(e, "__builtin__", "set");
 		flx_pk_raw(e->b, "]", 1);
-		if (!rc && v->u.seq.n) {
-			flx_pk_raw(e->b, "(", 1);
-			rc = items(e, v->u.seq.v, v->u.seq.n, depth);
-			flx_pk_raw(e->b, "e", 1);
-		}
+		if (!rc)
+			rc = appends(e, v->u.seq.v, v->u.seq.n, depth);
 		if (v->kind == FLX_PV_SET)
 			flx_pk_raw(e->b, "\x85R", 2);
 		return rc;
