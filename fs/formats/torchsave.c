@@ -548,7 +548,7 @@ static int pt_zeros(const void *arg, uint32_t idx, unsigned char *dst,
 	uint64_t n = p->zeros;
 
 	(void)idx;
-	if (lo < n)
+	if (lo < hi && lo < n)
 		memset(dst, 0, (hi < n ? hi : n) - lo);
 	*len = n;
 	return 0;

@@ -48,7 +48,7 @@ static int gen_lit(const void *arg, uint32_t idx, unsigned char *dst,
 	const lit *l = arg;
 
 	(void)idx;
-	if (lo < l->n)
+	if (lo < hi && lo < l->n)
 		memcpy(dst, l->s + lo, (hi < l->n ? hi : l->n) - lo);
 	*len = l->n;
 	return 0;
