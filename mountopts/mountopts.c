@@ -29,6 +29,10 @@ const char flx_mo_help[] =
     "    -o megatron_spec=SPEC  names in megatron/ legacy files: local "
     "or te\n"
     "                           (Transformer Engine; default local)\n"
+    "    -o megatron_true_vocab=V  the tokenizer's vocab size: megatron/ "
+    "pads\n"
+    "                           the vocab to a multiple of it (default: the "
+    "saved rows)\n"
     "    -o read_ahead_kb=N     readahead of the mount in KiB: the size of "
     "FUSE\n"
     "                           read requests in flight (default: 4 "
@@ -53,9 +57,19 @@ const char flx_mo_help[] =
     "    go to libfuse (listed below); use \\, for a comma in a value.\n";
 
 static const char *const ours[] = {
-    "tp",	   "pp",	  "rules",	   "layer_regex",
-    "embed_regex", "pp_renumber", "hf_shard_size", "read_ahead_kb",
-    "direct_io",   "cache_size",  "source_format", "megatron_spec",
+    "tp",
+    "pp",
+    "rules",
+    "layer_regex",
+    "embed_regex",
+    "pp_renumber",
+    "hf_shard_size",
+    "read_ahead_kb",
+    "direct_io",
+    "cache_size",
+    "source_format",
+    "megatron_spec",
+    "megatron_true_vocab",
 };
 
 static const char *const fstab_exact[] = {

@@ -267,10 +267,16 @@ static int tp_slice(ctx *x, flx_mlg_entry *e, const flx_tensor *t,
 		return 0;
 	}
 	if (r == R_VOCAB) {
-		int64_t P = repad(n, div_by(x), T), R = P / T, a = x->tp * R;
+		int64_t V = x->tgt->true_vocab > 0 ? x->tgt->true_vocab : n;
+		int64_t P = repad(V, div_by(x), T), R = P / T, a = x->tp * R;
 		int64_t have = a < n ? (a + R < n ? R : n - a) : 0;
 		uint64_t row = flx_dtype_size(t->dtype);
 
+		if (V > n)
+			return fail(x, t->fqn,
+				    "true vocab %lld is larger than the saved "
+				    "%lld rows",
+				    (long long)V, (long long)n);
 		for (int d = 1; d < nd; d++)
 			row *= (uint64_t)e->shape[d];
 		e->shape[0] = R;
@@ -533,7 +539,8 @@ int flx_mlg_padded_vocab(const flx_ckpt *c, const flx_mlg_target *tgt,
 	if (!t || t->ndim < 1)
 		return flx_error_set(err, -EINVAL, NULL, WORD_EMB,
 				     "megatron/: no word embedding");
-	*out = repad(t->shape[0], m > 0 ? m : DEFAULT_DIVISIBLE_BY, tgt->tp);
+	*out = repad(tgt->true_vocab > 0 ? tgt->true_vocab : t->shape[0],
+		     m > 0 ? m : DEFAULT_DIVISIBLE_BY, tgt->tp);
 	return 0;
 }
 

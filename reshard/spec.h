@@ -57,6 +57,9 @@ typedef struct flx_spec {
 	/* megatron/ legacy files with Transformer Engine names
 	 * (megatron_spec=te); false: the local spec's */
 	bool megatron_te;
+	/* the tokenizer's vocab size for megatron/'s re-padded tables
+	 * (megatron_true_vocab=V); 0: unknown, the saved table's rows */
+	int64_t megatron_true_vocab;
 	/* the transform stage's list (transform.h), owned; NULL: the
 	 * source's tensors are served as they are */
 	struct flx_xform *xform;
@@ -79,7 +82,8 @@ void flx_spec_release(flx_spec *s);
  * Set one option from its text form ("tp", "4").  Keys: tp, pp, rules
  * (loads and validates the file now), layer_regex, embed_regex,
  * pp_renumber (value NULL, "1", "0", "true", "false"), hf_shard_size
- * (bytes with optional K/M/G/T suffix, binary), megatron_spec (local, te).
+ * (bytes with optional K/M/G/T suffix, binary), megatron_spec (local, te),
+ * megatron_true_vocab (a positive integer).
  * @return 0, -EINVAL (bad value; err names the key) or -ENOENT (unknown key,
  *         err untouched so callers can pass it on).
  */

@@ -308,7 +308,10 @@ static void print_part(const flx_mlg_part *pt, bool named)
  */
 static int print_megatron_legacy(const flx_ckpt *c, const flx_spec *s)
 {
-	flx_mlg_target tgt = {.tp = s->tp, .pp = s->pp, .te = s->megatron_te};
+	flx_mlg_target tgt = {.tp = s->tp,
+			      .pp = s->pp,
+			      .te = s->megatron_te,
+			      .true_vocab = s->megatron_true_vocab};
 	flx_error err;
 
 	flx_error_init(&err);

@@ -278,7 +278,10 @@ static int check_target(flx_build *b, const flx_mlg_target *tgt,
 static int megatron_build(flx_build *b, void *state)
 {
 	const flx_spec *s = b->plan->spec;
-	flx_mlg_target tgt = {.tp = s->tp, .pp = s->pp, .te = s->megatron_te};
+	flx_mlg_target tgt = {.tp = s->tp,
+			      .pp = s->pp,
+			      .te = s->megatron_te,
+			      .true_vocab = s->megatron_true_vocab};
 	flx_pk_buf pre = {0};
 	char name[64];
 	int top, iter, rc;

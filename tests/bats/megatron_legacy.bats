@@ -29,7 +29,8 @@ setup_file() {
 	done
 	t+=("megatron-untied:4:1:te" "megatron-optim-fully-reshardable:2:2:local"
 		"megatron-optim-dp-reshardable:2:2:local"
-		"megatron-optim-fully-sharded-model-space:1:1:local")
+		"megatron-optim-fully-sharded-model-space:1:1:local"
+		"megatron-untied:1:2:local:100" "megatron-tied:1:2:local:100")
 	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
 		"$GEN" "$FX" "$BATS_FILE_TMPDIR" "${t[@]}"
 }
@@ -99,6 +100,34 @@ check_legacy() {
 	check_legacy local megatron-optim-fully-reshardable:2:2 \
 		megatron-optim-dp-reshardable:2:2 \
 		megatron-optim-fully-sharded-model-space:1:1
+}
+
+@test "megatron/ with megatron_true_vocab: the tables re-padded from the true vocab (surplus rows dropped)" {
+	local fx d args=() pids=() i
+	for fx in megatron-untied megatron-tied; do
+		d=$BATS_TEST_TMPDIR/m-$fx-tv
+		mkdir -p "$d"
+		mount_ff "$FX/$fx/$ITER" "$d" "tp=1,pp=2,megatron_true_vocab=100"
+		MDIRS+=("$d")
+		pids+=("$FF_PID")
+		args+=(--mount "$d/megatron" --expected
+			"$BATS_FILE_TMPDIR/exp-$fx-1-2-local-100")
+	done
+	run /usr/bin/python3 "$CHECK" "${args[@]}" --stub "$STUB"
+	echo "$output"
+	for i in "${!pids[@]}"; do
+		FF_PID=${pids[$i]}
+		unmount_ff "${MDIRS[$i]}"
+	done
+	FF_PID=
+	MDIRS=()
+	[ "$status" -eq 0 ]
+	[[ $output == *" passed, 0 failed"* ]]
+	# a true vocab past the saved rows: nothing to take them from
+	mount_ff "$FX/megatron-untied/$ITER" "$MNT" "megatron_true_vocab=300"
+	run cat "$MNT/megatron/unavailable.txt"
+	unmount_ff "$MNT"
+	[[ $output == *"true vocab 300 is larger than the saved 256 rows"* ]]
 }
 
 @test "megatron/ legacy files load in torch 2.6 (trixie chroot), weights_only and mmap" {
