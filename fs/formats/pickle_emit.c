@@ -143,6 +143,8 @@ static void patch_value(emit *e, const flx_pk_patch *p)
 		flx_pk_int(e->b, p->i);
 	else if (p->kind == FLX_PK_STR)
 		flx_pk_str(e->b, p->s, strlen(p->s));
+	else if (p->kind == FLX_PK_FALSE)
+		flx_pk_raw(e->b, "\x89", 1);
 	else
 		flx_pk_raw(e->b, "N", 1);
 }
@@ -153,7 +155,7 @@ static size_t dict_len(const flx_pv *v, const flx_pk_patch *pt, size_t np)
 	size_t n = v->u.dict.n;
 
 	for (size_t j = 0; j < np; j++)
-		n += !flx_pv_dict_get(v, pt[j].key);
+		n += !pt[j].if_present && !flx_pv_dict_get(v, pt[j].key);
 	return n;
 }
 
@@ -201,7 +203,7 @@ static int dict(emit *e, const flx_pv *v, int depth, const flx_pk_patch *pt,
 		batch_close(e, at, m);
 	}
 	for (size_t j = 0; !rc && j < np; j++) {
-		if (flx_pv_dict_get(v, pt[j].key))
+		if (pt[j].if_present || flx_pv_dict_get(v, pt[j].key))
 			continue;
 		batch_open(e, at, m);
 		flx_pk_str(e->b, pt[j].key, strlen(pt[j].key));

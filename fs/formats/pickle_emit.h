@@ -16,6 +16,7 @@
 #include "error.h"
 #include "pickle.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,17 +34,18 @@ void flx_pk_float(flx_pk_buf *b, double v);		 /* BINFLOAT */
 /* A value to put under a key of an object's state dict. */
 typedef struct flx_pk_patch {
 	const char *key;
-	enum { FLX_PK_INT, FLX_PK_NONE, FLX_PK_STR } kind;
+	enum { FLX_PK_INT, FLX_PK_NONE, FLX_PK_STR, FLX_PK_FALSE } kind;
 	int64_t i;
 	const char *s;
+	bool if_present; /* only replace: never appended */
 } flx_pk_patch;
 
 /**
  * Append the opcodes that rebuild v.  When v is an object (REDUCE or
  * NEWOBJ) whose state is a dict, each key of patch takes the patch's value
- * (in its place; a key the state lacks is appended, in patch order), as
- * setattr() on it would.  Shared nodes are written again where they recur;
- * depth and the nodes visited are bounded.
+ * (in its place; a key the state lacks is appended, in patch order, unless
+ * the patch is if_present), as setattr() on it would.  Shared nodes are written
+ * again where they recur; depth and the nodes visited are bounded.
  * @return 0, or -EINVAL with err naming what cannot be written (an int
  *         wider than 64 bits, a persistent id, a name with a newline, a
  *         tree too deep or too large), or -ENOMEM.

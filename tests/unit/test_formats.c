@@ -1378,9 +1378,9 @@ static void make_many(void)
 static void test_pickle_emit(void)
 {
 	const flx_pk_patch patch[] = {
-	    {"b", FLX_PK_INT, 7, NULL},
-	    {"newkey", FLX_PK_STR, 0, "torch"},
-	    {"e", FLX_PK_NONE, 0, NULL},
+	    {"b", FLX_PK_INT, 7, NULL, false},
+	    {"newkey", FLX_PK_STR, 0, "torch", false},
+	    {"e", FLX_PK_NONE, 0, NULL, false},
 	};
 	flx_pickle *pk = NULL;
 	flx_pk_buf b = {0};
