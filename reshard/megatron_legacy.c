@@ -371,6 +371,25 @@ static int layer_name(ctx *x, const flx_tensor *t, const char *rest, char *mod,
 	return 0;
 }
 
+/* The _extra_state items that follow the weight w of layer module mod:
+ * the module's own (a linear), and for TE the core attention's before
+ * linear_proj. */
+static int layer_extras(ctx *x, const item *w, const char *mod)
+{
+	char prefix[64];
+	item like = *w; /* w moves when items grow */
+	int rc = 0;
+
+	snprintf(prefix, sizeof(prefix), LAYERS "%lld.", (long long)like.layer);
+	if (has_extra(mod))
+		rc = add_extra(x, &like, prefix, mod, !x->tgt->te);
+	like.mod = mod_rank("self_attention.core_attention");
+	if (!rc && x->tgt->te && !strcmp(mod, "self_attention.linear_proj"))
+		rc = add_extra(x, &like, prefix,
+			       "self_attention.core_attention", false);
+	return rc;
+}
+
 /* Items of layer key t: its layers on this stage, its experts, the TP
  * slice, and the _extra_state of its module. */
 static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
@@ -432,28 +451,8 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 				box.size[lead - 1] = 1;
 			}
 			rc = tp_slice(x, &it->e, t, &box, lead, r);
-			if (rc)
-				return rc;
-			if (strcmp(prm, "weight"))
-				continue;
-			{
-				char prefix[64];
-				item like = *it;
-
-				snprintf(prefix, sizeof(prefix), LAYERS "%lld.",
-					 (long long)(g - x->lo));
-				if (has_extra(emod))
-					rc = add_extra(x, &like, prefix, emod,
-						       !x->tgt->te);
-				like.mod =
-				    mod_rank("self_attention.core_attention");
-				if (!rc && x->tgt->te &&
-				    !strcmp(emod, "self_attention.linear_proj"))
-					rc = add_extra(
-					    x, &like, prefix,
-					    "self_attention.core_attention",
-					    false);
-			}
+			if (!rc && !strcmp(prm, "weight"))
+				rc = layer_extras(x, it, emod);
 			if (rc)
 				return rc;
 		}
@@ -606,25 +605,23 @@ int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 		(c->megatron->num_experts > 0 ||
 		 flx_ckpt_find(c, LAYERS "mlp.router.weight"));
 	rc = collect(&x);
-	if (rc) {
-		for (size_t i = 0; i < x.n; i++)
-			free(x.it[i].e.name);
-		free(x.it);
-		return rc;
-	}
+	if (rc)
+		goto out;
 	qsort(x.it, x.n, sizeof(*x.it), cmp_item);
 	*out = malloc((x.n ? x.n : 1) * sizeof(**out));
 	if (!*out) {
-		for (size_t i = 0; i < x.n; i++)
-			free(x.it[i].e.name);
-		free(x.it);
-		return -ENOMEM;
+		rc = -ENOMEM;
+		goto out;
 	}
 	for (size_t i = 0; i < x.n; i++)
 		(*out)[i] = x.it[i].e;
 	*n = x.n;
+	x.n = 0; /* the names went to *out */
+out:
+	for (size_t i = 0; i < x.n; i++)
+		free(x.it[i].e.name);
 	free(x.it);
-	return 0;
+	return rc;
 }
 
 void flx_mlg_free(flx_mlg_entry *e, size_t n)
