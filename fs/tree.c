@@ -93,6 +93,8 @@ struct flx_fs {
 	size_t ndeps, capdeps;
 	void **blobs; /* flx_fs_alloc()'s */
 	size_t nblobs, capblobs;
+	flx_view **views; /* flx_fs_own_view()'s */
+	size_t nviews, capviews;
 	int64_t mtime_ns;
 	uint64_t total;
 	flx_view_io io; /* how strided chunks are gathered (cache borrowed) */
@@ -386,6 +388,17 @@ void *flx_fs_alloc(flx_fs *fs, size_t n)
 	if (p)
 		fs->blobs[fs->nblobs++] = p;
 	return p;
+}
+
+int flx_fs_own_view(flx_fs *fs, flx_view *v)
+{
+	if (flx_grow((void **)&fs->views, &fs->capviews, fs->nviews + 1,
+		     sizeof(flx_view *))) {
+		flx_view_free(v);
+		return -ENOMEM;
+	}
+	fs->views[fs->nviews++] = v;
+	return 0;
 }
 
 /* Entries of one directory in creation order, sorted through perm. */
@@ -771,6 +784,9 @@ void flx_fs_free(flx_fs *fs)
 	for (size_t i = 0; i < fs->nblobs; i++)
 		free(fs->blobs[i]);
 	free(fs->blobs);
+	for (size_t i = 0; i < fs->nviews; i++)
+		flx_view_free(fs->views[i]);
+	free(fs->views);
 	free(fs->gens);
 	free(fs->deps);
 	free(fs->kids);

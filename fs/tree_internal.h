@@ -89,6 +89,10 @@ uint64_t flx_fs_file_size(const flx_fs *fs, int file);
  * generated segments.  @return NULL when out of memory. */
 void *flx_fs_alloc(flx_fs *fs, size_t n);
 
+/** Hand view v (from flx_view_new()) to the fs, which frees it with
+ * itself; on failure v is freed at once.  @return 0 or -ENOMEM. */
+int flx_fs_own_view(flx_fs *fs, flx_view *v);
+
 /** Sort directory entries and record which backing files each file
  * reads; call once after the last node.
  * @return 0, -EEXIST with *dup naming a name that occurs twice, or

@@ -42,6 +42,13 @@ const char flx_mo_help[] =
     "                           CHECKPOINT (a Hugging Face cache "
     "snapshot)\n"
     "    -o nonempty[=0|1]      mount over a non-empty MOUNTPOINT\n"
+    "    -o megatron_spec=SPEC  names in megatron/ legacy files: local "
+    "or te\n"
+    "                           (Transformer Engine; default local)\n"
+    "    -o megatron_true_vocab=V  the tokenizer's vocab size: megatron/ "
+    "pads\n"
+    "                           the vocab to a multiple of it (default: the "
+    "saved rows)\n"
     "    -o read_ahead_kb=N     readahead of the mount in KiB: the size of "
     "FUSE\n"
     "                           read requests in flight (default: 4 "
@@ -66,11 +73,25 @@ const char flx_mo_help[] =
     "    go to libfuse (listed below); use \\, for a comma in a value.\n";
 
 static const char *const ours[] = {
-    "tp",	    "pp",	   "rules",	      "layer_regex",
-    "embed_regex",  "pp_renumber",  "hf_shard_size",   "read_ahead_kb",
-    "direct_io",    "cache_size",   "source_format",   "paddle_id",
-    "include",	    "exclude",	   "strip_prefix",    "follow_symlinks",
+    "tp",
+    "pp",
+    "rules",
+    "layer_regex",
+    "embed_regex",
+    "pp_renumber",
+    "hf_shard_size",
+    "read_ahead_kb",
+    "direct_io",
+    "cache_size",
+    "source_format",
+    "paddle_id",
+    "include",
+    "exclude",
+    "strip_prefix",
+    "follow_symlinks",
     "nonempty",
+    "megatron_spec",
+    "megatron_true_vocab",
 };
 
 static const char *const fstab_exact[] = {

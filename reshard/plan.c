@@ -79,7 +79,8 @@ typedef struct decision {
 	const flx_rule *rule; /* the rule that matched, NULL if none */
 	int stage_lo;	      /* stages holding it: [stage_lo, stage_hi] */
 	int stage_hi;
-	int layer; /* global layer index, -1 if none */
+	int layer;     /* global layer index, -1 if none */
+	bool by_stage; /* stacked: each stage its range of axis 0 */
 } decision;
 
 /* The axis t was saved split along (the source's word when it gave one,
@@ -396,14 +397,19 @@ static int decide(const flx_plan *p, const placer *pc, size_t i, decision *d,
 			  &d->undecided, err);
 	if (rc)
 		return rc;
-	/* A stacked tensor spans every layer: its stages would follow the
-	 * index along axis 0, which needs a box per stage. */
+	/* A stacked tensor spans every layer: each stage holds its range
+	 * of axis 0 (stacked_range()). */
 	if (t->stacked > 0 && p->spec->pp > 1 &&
-	    (!rule || rule->stage == FLX_STAGE_DEFAULT))
-		return flx_error_set(err, -ENOTSUP, NULL, t->fqn,
-				     "stacks its layers along axis 0; pp>1 "
-				     "cannot place them by layer yet (mount "
-				     "with pp=1, or give its stage in a rule)");
+	    (!rule || rule->stage == FLX_STAGE_DEFAULT)) {
+		int64_t n = t->shape[0];
+
+		d->by_stage = true;
+		d->stage_lo = 0;
+		d->stage_hi = (int)(n < p->spec->pp ? n : p->spec->pp) - 1;
+		if (d->stage_hi < 0)
+			d->stage_hi = 0;
+		return 0;
+	}
 	return decide_stages(p->spec, rule, pc, m, t->fqn, &d->stage_lo,
 			     &d->stage_hi, err);
 }
@@ -440,6 +446,16 @@ static void rank_box(const flx_tensor *t, int split, int tp, int r,
 		box->off[split] = lo;
 		box->size[split] = hi - lo;
 	}
+}
+
+/* The range [*off, *off + *n) of axis 0 (n entries, layers) that stage s
+ * of pp holds: contiguous, the first n mod pp stages one longer. */
+static void stacked_range(int64_t n, int pp, int s, int64_t *off, int64_t *len)
+{
+	int64_t base = n / pp, rem = n % pp;
+
+	*off = s < rem ? s * (base + 1) : rem * (base + 1) + (s - rem) * base;
+	*len = base + (s < rem);
 }
 
 /* ---- placement machinery: names and views of a decision ---- */
@@ -550,25 +566,34 @@ static int place_views(flx_plan *p, flx_placement *pl, placer *pc,
 	int tp = p->spec->tp, rc;
 	flx_view *whole = NULL;
 	flx_box box;
+	int nst = pl->by_stage ? pl->stage_hi - pl->stage_lo + 1 : 1;
 
-	pl->views = arena_alloc(p->arena, (size_t)tp * sizeof(flx_view *));
+	pl->views = arena_alloc(p->arena,
+				(size_t)nst * (size_t)tp * sizeof(flx_view *));
 	if (!pl->views)
 		return -ENOMEM;
-	for (int r = 0; r < tp; r++) {
+	for (int k = 0; k < nst * tp; k++) {
+		int r = k % tp;
+
 		if (pl->split < 0 && r > 0) {
-			pl->views[r] = pl->views[0];
+			pl->views[k] = pl->views[k - r];
 			continue;
 		}
 		rank_box(t, pl->split, tp, r, &box);
+		if (pl->by_stage)
+			stacked_range(t->shape[0], p->spec->pp,
+				      pl->stage_lo + k / tp, &box.off[0],
+				      &box.size[0]);
 		rc = view_build(p->ckpt, t, chunks, &box, p->arena, &pc->sc,
-				&pl->views[r], err);
+				&pl->views[k], err);
 		if (rc)
 			return rc;
 	}
 	/* the whole tensor, for hf/: rank 0's view when its box is whole
 	 * (replicated, or tp=1) */
-	if (pl->split < 0 ||
-	    pl->views[0]->box->size[pl->split] == t->shape[pl->split]) {
+	if (!pl->by_stage &&
+	    (pl->split < 0 ||
+	     pl->views[0]->box->size[pl->split] == t->shape[pl->split])) {
 		pl->whole = pl->views[0];
 		return 0;
 	}
@@ -597,6 +622,7 @@ static int place_one(flx_plan *p, size_t i, placer *pc, const box_index *chunks,
 	pl->stage_lo = d.stage_lo;
 	pl->stage_hi = d.stage_hi;
 	pl->layer = d.layer;
+	pl->by_stage = d.by_stage;
 	rc = place_names(p, pl, pc, &pc->matches[i]);
 	if (rc)
 		return rc;

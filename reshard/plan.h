@@ -33,7 +33,10 @@ typedef struct flx_placement {
 	int layer;	       /* global layer index, -1 if none */
 	const char **names;    /* per stage in [lo, hi]: target FQN */
 	flx_view **views;      /* per TP rank: the view of its box (replicated:
-				* all the same view) */
+				* all the same view); per stage and TP rank
+				* when by_stage (flx_placement_view()) */
+	bool by_stage;	       /* a stacked tensor at pp > 1: each stage
+				* holds its layers' range of axis 0 */
 	const flx_view *whole; /* the whole tensor (hf/); views[0] when
 				* that box is already whole */
 } flx_placement;
@@ -65,8 +68,11 @@ typedef struct flx_plan {
  * is split: a tensor saved along several axes is served whole), or (one
  * error naming the tensor) a rule names an axis the tensor lacks or one of its
  * stacked axes (flx_tensor.stacked, never a TP axis), a stage number is out
- * of range, two tensors land on the same name in one stage, or (-ENOTSUP) a
- * stacked tensor has pp > 1 and no rule giving its stage.
+ * of range, or two tensors land on the same name in one stage.  A stacked
+ * tensor without a rule giving its stage is on every stage at pp > 1 (on
+ * the first min(layers, pp)), under its name, each stage holding its
+ * layers' range of axis 0 (contiguous, the first layers mod pp stages one
+ * layer longer, as layer-numbered tensors).
  * @return 0 and *out (owned; flx_plan_free()), or -errno with err.
  */
 int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
@@ -94,6 +100,14 @@ void flx_plan_free(flx_plan *p);
  * @return 0 and buf, or -ENOENT past the last note.
  */
 int flx_plan_note(const flx_plan *p, size_t i, char *buf, size_t len);
+
+/** The view rank tp of stage holds of placement pl (stage in range). */
+static inline const flx_view *flx_placement_view(const flx_placement *pl,
+						 int stage, int tp, int ntp)
+{
+	return pl->by_stage ? pl->views[(stage - pl->stage_lo) * ntp + tp]
+			    : pl->views[tp];
+}
 
 /** Target name of placement pl on stage (must be in range). */
 const char *flx_placement_name(const flx_placement *pl, int stage);

@@ -427,6 +427,26 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 	}
 	if (strcmp(key, "pp_renumber") == 0)
 		return flx_parse_flag(key, value, &s->pp_renumber, err);
+	if (strcmp(key, "megatron_spec") == 0) {
+		if (!value || (strcmp(value, "local") && strcmp(value, "te")))
+			return flx_error_set(err, -EINVAL, NULL, key,
+					     "expected local or te, got '%s'",
+					     value ? value : "");
+		s->megatron_te = value[0] == 't';
+		return 0;
+	}
+	if (strcmp(key, "megatron_true_vocab") == 0) {
+		char *end = NULL;
+		long long v = value ? strtoll(value, &end, 10) : 0;
+
+		if (!value || !*value || *end || v <= 0 || v > (1ll << 40))
+			return flx_error_set(err, -EINVAL, NULL, key,
+					     "expected a positive vocab size, "
+					     "got '%s'",
+					     value ? value : "");
+		s->megatron_true_vocab = v;
+		return 0;
+	}
 	if (strcmp(key, "hf_shard_size") == 0) {
 		if (flx_parse_size(value, &s->hf_shard_size))
 			return flx_error_set(err, -EINVAL, NULL, key,

@@ -56,6 +56,12 @@ typedef struct flx_spec {
 	char *embed_regex; /* POSIX ERE for first-stage tensors */
 	bool pp_renumber;  /* stage-local layer indices */
 	uint64_t hf_shard_size; /* bytes per hf/ shard before splitting */
+	/* megatron/ legacy files with Transformer Engine names
+	 * (megatron_spec=te); false: the local spec's */
+	bool megatron_te;
+	/* the tokenizer's vocab size for megatron/'s re-padded tables
+	 * (megatron_true_vocab=V); 0: unknown, the saved table's rows */
+	int64_t megatron_true_vocab;
 	/* the transform stage's list (transform.h), owned; NULL: the
 	 * source's tensors are served as they are */
 	struct flx_xform *xform;
@@ -88,7 +94,8 @@ void flx_spec_release(flx_spec *s);
  * (loads and validates the file now; "@NAME" is the preset NAME.json of
  * flx_spec_preset_dir()), layer_regex, embed_regex,
  * pp_renumber (value NULL, "1", "0", "true", "false"), hf_shard_size
- * (bytes with optional K/M/G/T suffix, binary), include and exclude
+ * (bytes with optional K/M/G/T suffix, binary), megatron_spec (local, te),
+ * megatron_true_vocab (a positive integer), include and exclude
  * (globs separated by ':'; each option adds to the list), strip_prefix.
  * @return 0, -EINVAL (bad value; err names the key) or -ENOENT (unknown key,
  *         err untouched so callers can pass it on).

@@ -18,6 +18,7 @@
 #include "ckpt.h"
 #include "error.h"
 #include "filter.h"
+#include "megatron_legacy.h"
 #include "mountopts.h"
 #include "plan.h"
 #include "sha256.h"
@@ -230,8 +231,8 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 			 flx_dtype_size(pl->src->dtype);
 		for (int s = pl->stage_lo; s <= pl->stage_hi; s++)
 			for (int r = 0; r < tp; r++)
-				rank[s * tp + r] +=
-				    flx_view_bytes(pl->views[r]);
+				rank[s * tp + r] += flx_view_bytes(
+				    flx_placement_view(pl, s, r, tp));
 	}
 	for (int i = 1; i < tp * pp; i++) {
 		lo = rank[i] < rank[lo] ? i : lo;
@@ -277,8 +278,8 @@ static void print_megatron(const flx_ckpt *c)
 	       "query groups %lld, ffn %lld%s, padded vocab %lld, experts "
 	       "%lld; saved at tp=%lld pp=%lld; optimizer %s\n"
 	       "%zu stacked tensor(s): axis 0 indexes layers (and axis 1 "
-	       "experts under experts.experts.), never split by TP; pp>1 "
-	       "needs a stage rule for them\n",
+	       "experts under experts.experts.), never split by TP; each pp "
+	       "stage holds its layers' range\n",
 	       (long long)m->iteration, m->checkpoint_version,
 	       m->common_item ? "the common_state item" : "common.pt",
 	       (long long)m->num_layers, (long long)m->hidden_size,
@@ -339,6 +340,89 @@ static int cmp_placement(const void *x, const void *y)
 }
 
 /* The table, rows in natural name order. */
+/* A part of a legacy tensor: the source box, an axis as an index (extent
+ * 1), ':' (whole) or lo:hi; or a zero run. */
+static void print_part(const flx_mlg_part *pt, bool named)
+{
+	const flx_tensor *t = pt->src;
+
+	if (!t) {
+		printf("zeros(%llu bytes)", (unsigned long long)pt->zeros);
+		return;
+	}
+	printf("%s[", named ? t->fqn : "");
+	for (int d = 0; d < t->ndim; d++) {
+		int64_t lo = pt->box.off[d], n = pt->box.size[d];
+
+		printf("%s", d ? ", " : "");
+		if (n == t->shape[d])
+			printf(":");
+		else if (n == 1 && d < t->stacked)
+			printf("%lld", (long long)lo);
+		else
+			printf("%lld:%lld", (long long)lo, (long long)(lo + n));
+	}
+	printf("]");
+}
+
+/*
+ * The megatron/ view: for TP rank 0 of every stage, each legacy key and
+ * where its bytes come from (the layer and expert picked on the stacked
+ * axes, the TP slice; SwiGLU fc1 as two row ranges).
+ */
+static int print_megatron_legacy(const flx_ckpt *c, const flx_spec *s)
+{
+	flx_mlg_target tgt = {.tp = s->tp,
+			      .pp = s->pp,
+			      .te = s->megatron_te,
+			      .true_vocab = s->megatron_true_vocab};
+	flx_error err;
+
+	flx_error_init(&err);
+	for (int pp = 0; pp < s->pp; pp++) {
+		flx_mlg_entry *e = NULL;
+		size_t n = 0;
+		char line[3 * FLX_ERR_FIELD + 8], it[32], rank[32];
+		int rc = flx_mlg_rank(c, &tgt, 0, pp, &e, &n, &err);
+
+		if (rc == -EINVAL) {
+			flx_error_line(&err, line, sizeof(line));
+			printf("megatron/: unavailable at this target: %s\n",
+			       line);
+			return 0;
+		}
+		if (rc)
+			return rc;
+		flx_mlg_dir_name(c->megatron->iteration, -1, 0, 1, it,
+				 sizeof(it));
+		flx_mlg_dir_name(0, 0, pp, s->pp, rank, sizeof(rank));
+		printf("megatron/%s/%s/" FLX_MLG_FILE " (%s spec; tp rank 0 "
+		       "of %d, the others hold the same keys, their slices):\n",
+		       it, rank, s->megatron_te ? "te" : "local", s->tp);
+		for (size_t i = 0; i < n; i++) {
+			printf("  %s  ", e[i].name);
+			if (e[i].kind == FLX_MLG_NONE)
+				printf("None\n");
+			if (e[i].kind == FLX_MLG_EMPTY_U8)
+				printf("empty uint8 tensor\n");
+			if (e[i].kind != FLX_MLG_TENSOR)
+				continue;
+			printf("%s ", flx_dtype_name(e[i].dtype));
+			for (int d = 0; d < e[i].ndim; d++)
+				printf("%s%lld", d ? "x" : "",
+				       (long long)e[i].shape[d]);
+			printf(" = ");
+			for (int k = 0; k < e[i].nparts; k++) {
+				printf("%s", k ? " ++ " : "");
+				print_part(&e[i].part[k], k == 0);
+			}
+			printf("\n");
+		}
+		flx_mlg_free(e, n);
+	}
+	return 0;
+}
+
 static int print_table(const flx_ckpt *c, const flx_plan *p)
 {
 	char **cells = calloc(p->n ? p->n * NCOLS : 1, sizeof(*cells));
@@ -364,6 +448,8 @@ static int print_table(const flx_ckpt *c, const flx_plan *p)
 			print_row(cells + i * NCOLS, w);
 		rc = print_totals(c, p);
 		print_megatron(c);
+		if (!rc && c->megatron)
+			rc = print_megatron_legacy(c, p->spec);
 	}
 	for (size_t i = 0; cells && i < p->n * NCOLS; i++)
 		free(cells[i]);

@@ -120,7 +120,8 @@ static int index_tensor(const void *arg, uint32_t idx, unsigned char *dst,
 	/* ranks in the order their directories are built: stage, then rank */
 	for (int pp = pl->stage_lo; pp <= pl->stage_hi; pp++) {
 		for (int tp = 0; tp < p->spec->tp; tp++) {
-			const flx_box *b = flx_view_box(pl->views[tp]);
+			const flx_box *b = flx_view_box(
+			    flx_placement_view(pl, pp, tp, p->spec->tp));
 			char dname[FLX_NAME_MAX + 1];
 			int rc = x->ranks->rank_dir(tp, pp, dname);
 

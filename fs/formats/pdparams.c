@@ -43,7 +43,8 @@ static bool tuples(const flx_pd_set *s)
 
 static const flx_view *pd_view(const pd_file *f, size_t k)
 {
-	return f->set->e[k].pl->views[f->tp];
+	return flx_placement_view(f->set->e[k].pl, f->set->stage, f->tp,
+				  f->set->ntp);
 }
 
 /*
@@ -185,7 +186,7 @@ int flx_pd_set_new(flx_fs *fs, size_t n, flx_pd_set **out)
 
 	if (!s)
 		return -ENOMEM;
-	*s = (flx_pd_set){.e = (flx_pd_entry *)(s + 1)};
+	*s = (flx_pd_set){.e = (flx_pd_entry *)(s + 1), .ntp = 1};
 	*out = s;
 	return 0;
 }

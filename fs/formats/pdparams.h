@@ -49,9 +49,12 @@ typedef struct flx_pd_set {
 	size_t ntop;
 	bool master;
 	flx_pd_entry *e;
+	int stage, ntp; /* the stage and tp whose views the placements give
+			 * (flx_placement_view()); 0, 1 by default */
 } flx_pd_set;
 
-/** A set with room for n entries, n and ntop 0, master false (the caller
+/** A set with room for n entries, n and ntop 0, master false, stage 0,
+ * ntp 1 (the caller
  * appends), owned by fs.  @return 0 and *out, or -ENOMEM. */
 int flx_pd_set_new(flx_fs *fs, size_t n, flx_pd_set **out);
 

@@ -13,33 +13,40 @@ void flx_pk_le(flx_jw *w, uint64_t v, int n)
 	flx_jw_raw(w, b, (size_t)n);
 }
 
+size_t flx_pk_int_enc(int64_t v, unsigned char out[FLX_PK_INT_MAX])
+{
+	uint64_t u = (uint64_t)v;
+	size_t n = 1, len;
+
+	if (v >= 0 && v <= 0xff) {
+		out[0] = 'K';
+		len = 1;
+	} else if (v >= 0 && v <= 0xffff) {
+		out[0] = 'M';
+		len = 2;
+	} else if (v >= INT32_MIN && v <= INT32_MAX) {
+		out[0] = 'J';
+		len = 4;
+	} else {
+		/* LONG1: the fewest two's complement bytes */
+		while (n < 8 && v >> (8 * n - 1) != 0 && v >> (8 * n - 1) != -1)
+			n++;
+		out[0] = 0x8a;
+		out[1] = (unsigned char)n;
+		for (size_t i = 0; i < n; i++)
+			out[2 + i] = (unsigned char)(u >> (8 * i));
+		return 2 + n;
+	}
+	for (size_t i = 0; i < len; i++)
+		out[1 + i] = (unsigned char)(u >> (8 * i));
+	return 1 + len;
+}
+
 void flx_pk_int(flx_jw *w, uint64_t v)
 {
-	int n = 1;
+	unsigned char b[FLX_PK_INT_MAX];
 
-	if (v <= 0xff) {
-		flx_jw_raw(w, "K", 1);
-		flx_pk_le(w, v, 1);
-		return;
-	}
-	if (v <= 0xffff) {
-		flx_jw_raw(w, "M", 1);
-		flx_pk_le(w, v, 2);
-		return;
-	}
-	if (v <= 0x7fffffff) {
-		flx_jw_raw(w, "J", 1);
-		flx_pk_le(w, v, 4);
-		return;
-	}
-	/* LONG1: two's complement, a sign bit to spare */
-	while (n < 8 && v >> (8 * n - 1))
-		n++;
-	flx_jw_raw(w, "\x8a", 1);
-	flx_pk_le(w, (uint64_t)n + (v >> 63), 1);
-	flx_pk_le(w, v, n);
-	if (v >> 63)
-		flx_pk_le(w, 0, 1);
+	flx_jw_raw(w, b, flx_pk_int_enc((int64_t)v, b));
 }
 
 void flx_pk_str(flx_jw *w, const char *s)

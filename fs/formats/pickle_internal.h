@@ -13,12 +13,22 @@
 #include "json_internal.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /** v as n little-endian bytes (n <= 8). */
 void flx_pk_le(flx_jw *w, uint64_t v, int n);
 
-/** A non-negative int: BININT1, BININT2, BININT or LONG1. */
+/* The longest int flx_pk_int_enc() writes: LONG1, its length, 8 bytes. */
+#define FLX_PK_INT_MAX 10
+
+/** v as CPython's pickler writes an int: BININT1, BININT2, BININT or
+ * LONG1 (the fewest two's complement bytes), into out.  @return the
+ * bytes written.  Pure. */
+size_t flx_pk_int_enc(int64_t v, unsigned char out[FLX_PK_INT_MAX]);
+
+/** A non-negative int below 2^63 (sizes, offsets, strides: all checked
+ * to fit at mount), as flx_pk_int_enc(). */
 void flx_pk_int(flx_jw *w, uint64_t v);
 
 /** A str as BINUNICODE (s must be UTF-8: flx_pk_utf8_ok()). */

@@ -33,7 +33,9 @@ bool flx_st_representable(flx_dtype dtype)
 /* The view entry e stands for in file f. */
 static const flx_view *st_view(const st_file *f, const flx_st_entry *e)
 {
-	return f->pp < 0 ? e->pl->whole : e->pl->views[f->tp];
+	return f->pp < 0 ? e->pl->whole
+			 : flx_placement_view(e->pl, f->pp, f->tp,
+					      f->ctx->plan->spec->tp);
 }
 
 /* A writer of a header piece of f: compact and ASCII, as the

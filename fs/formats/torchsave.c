@@ -2,8 +2,10 @@
 /*
  * torch.save zip files; see torchsave.h.  Records are numbered
  *
- *   0 data.pkl, 1 byteorder, 2 + k data/<k> (k < n), n + 2 version
+ *   0 data.pkl, 1 byteorder, 2 + k data/<k> (k < ns), ns + 2 version
  *
+ * where storage k is the k-th entry holding a tensor (ns of them; a None
+ * has none) *
  * and every offset follows from the record sizes (target-formats.md 4.3),
  * computed once at build.  Pieces: the header of data.pkl, the pickle (its
  * head, its entries by batches, its tail), what lies between data.pkl and
@@ -31,6 +33,9 @@
 typedef struct pt_file {
 	const flx_pt_set *set;
 	int tp;		/* see flx_pt_add_file() */
+	size_t ns;	/* storages */
+	uint32_t *ent;	/* storage k -> its entry */
+	uint32_t *key;	/* entry -> its storage (entries with a tensor) */
 	uint64_t *h;	/* local header offset of each record; h[nrec]: the
 			 * central directory's */
 	uint64_t pkl;	/* data.pkl's length */
@@ -61,14 +66,38 @@ static uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t n)
 
 static size_t nrec(const pt_file *f)
 {
-	return f->set->n + 3;
+	return f->ns + 3;
 }
 
-static const flx_view *pt_view(const pt_file *f, size_t k)
+/* Entry i's view, NULL for a tensor of parts or None. */
+static const flx_view *pt_view(const pt_file *f, size_t i)
 {
-	const flx_placement *pl = f->set->e[k].pl;
+	const flx_placement *pl = f->set->e[i].pl;
 
-	return f->tp < 0 ? pl->whole : pl->views[f->tp];
+	if (!pl)
+		return NULL;
+	return f->tp < 0 ? pl->whole
+			 : flx_placement_view(pl, f->set->stage, f->tp,
+					      f->set->ntp ? f->set->ntp : 1);
+}
+
+static bool has_tensor(const flx_pt_entry *e)
+{
+	return e->pl || e->t;
+}
+
+/* Bytes of entry i's tensor. */
+static uint64_t ent_bytes(const pt_file *f, size_t i)
+{
+	const flx_pt_tensor *t = f->set->e[i].t;
+	uint64_t n = 0;
+
+	if (pt_view(f, i))
+		return flx_view_bytes(pt_view(f, i));
+	for (size_t k = 0; t && k < t->nparts; k++)
+		n += t->parts[k].view ? flx_view_bytes(t->parts[k].view)
+				      : t->parts[k].zeros;
+	return n;
 }
 
 static uint64_t rec_size(const pt_file *f, size_t r)
@@ -79,7 +108,7 @@ static uint64_t rec_size(const pt_file *f, size_t r)
 		return sizeof(byteorder) - 1;
 	if (r == nrec(f) - 1)
 		return sizeof(version) - 1;
-	return flx_view_bytes(pt_view(f, r - 2));
+	return ent_bytes(f, f->ent[r - 2]);
 }
 
 static uint32_t rec_crc(const pt_file *f, size_t r)
@@ -141,15 +170,6 @@ static uint64_t desc_len(uint64_t s, uint64_t h)
 	return zip64_len(s, h) ? 24 : 16;
 }
 
-static void put(flx_jw *w, uint64_t v, int n)
-{
-	unsigned char b[8];
-
-	for (int i = 0; i < n; i++)
-		b[i] = (unsigned char)(v >> (8 * i));
-	flx_jw_raw(w, b, (size_t)n);
-}
-
 static void put_zeros(flx_jw *w, uint64_t n, unsigned char c)
 {
 	unsigned char b[64];
@@ -171,28 +191,28 @@ static void put_lfh(flx_jw *w, const pt_file *f, size_t r)
 	uint64_t h = f->h[r], s = rec_size(f, r), z = zip64_len(s, h);
 	uint64_t pad = fb_pad(h, l, z);
 
-	put(w, 0x04034b50, 4);
-	put(w, 0, 2);			/* version needed */
-	put(w, s ? 0x0808 : 0x0800, 2); /* descriptor, UTF-8 */
-	put(w, 0, 2);			/* stored */
-	put(w, 0, 4);			/* time, date */
-	put(w, 0, 4);			/* CRC: in the descriptor */
-	put(w, 0, 8);			/* sizes: in the descriptor */
-	put(w, l, 2);
-	put(w, z + 4 + pad, 2);
+	flx_pk_le(w, 0x04034b50, 4);
+	flx_pk_le(w, 0, 2);		      /* version needed */
+	flx_pk_le(w, s ? 0x0808 : 0x0800, 2); /* descriptor, UTF-8 */
+	flx_pk_le(w, 0, 2);		      /* stored */
+	flx_pk_le(w, 0, 4);		      /* time, date */
+	flx_pk_le(w, 0, 4);		      /* CRC: in the descriptor */
+	flx_pk_le(w, 0, 8);		      /* sizes: in the descriptor */
+	flx_pk_le(w, l, 2);
+	flx_pk_le(w, z + 4 + pad, 2);
 	flx_jw_raw(w, name, l);
 	if (z) {
-		put(w, 1, 2);
-		put(w, z - 4, 2);
+		flx_pk_le(w, 1, 2);
+		flx_pk_le(w, z - 4, 2);
 		if (s >= ZIP_MAX32) {
-			put(w, s, 8);
-			put(w, 0, 8);
+			flx_pk_le(w, s, 8);
+			flx_pk_le(w, 0, 8);
 		}
 		if (h >= ZIP_MAX32)
-			put(w, h, 8);
+			flx_pk_le(w, h, 8);
 	}
-	put(w, 0x4246, 2); /* "FB" */
-	put(w, pad, 2);
+	flx_pk_le(w, 0x4246, 2); /* "FB" */
+	flx_pk_le(w, pad, 2);
 	put_zeros(w, pad, 'Z');
 }
 
@@ -203,10 +223,10 @@ static void put_desc(flx_jw *w, const pt_file *f, size_t r)
 
 	if (!s)
 		return;
-	put(w, 0x08074b50, 4);
-	put(w, rec_crc(f, r), 4);
-	put(w, s, n);
-	put(w, s, n);
+	flx_pk_le(w, 0x08074b50, 4);
+	flx_pk_le(w, rec_crc(f, r), 4);
+	flx_pk_le(w, s, n);
+	flx_pk_le(w, s, n);
 }
 
 /* Record r's local header; for the small records their data and
@@ -239,6 +259,8 @@ static int pk_head(const void *arg, uint32_t idx, unsigned char *dst,
 
 	(void)idx;
 	flx_jw_raw(&w, "\x80\x02", 2);
+	if (f->set->npre)
+		flx_jw_raw(&w, f->set->pre, f->set->npre);
 	pk_odict(&w);
 	if (f->set->n)
 		flx_jw_raw(&w, "(", 1);
@@ -260,21 +282,28 @@ static int pk_items(const void *arg, uint32_t idx, unsigned char *dst,
 
 	for (size_t k = idx; k < f->set->n && k < idx + FLX_GEN_BATCH; k++) {
 		const flx_view *v = pt_view(f, k);
-		const flx_box *b = flx_view_box(v);
-		const flx_dtype_info *dt =
-		    flx_dtype_get(flx_view_tensor(v)->dtype);
-		int nd = flx_view_tensor(v)->ndim;
+		const flx_pt_tensor *t = f->set->e[k].t;
+		const flx_dtype_info *dt;
+		const int64_t *shape;
+		int nd;
 		uint64_t size[FLX_MAX_DIMS], stride[FLX_MAX_DIMS], numel = 1;
 		char key[24];
 
+		flx_pk_str(&w, f->set->e[k].name);
+		if (!has_tensor(&f->set->e[k])) {
+			flx_jw_raw(&w, "N", 1);
+			continue;
+		}
+		dt = flx_dtype_get(v ? flx_view_tensor(v)->dtype : t->dtype);
+		nd = v ? flx_view_tensor(v)->ndim : t->ndim;
+		shape = v ? flx_view_box(v)->size : t->shape;
 		for (int d = nd - 1; d >= 0; d--) {
 			/* contiguous strides, as torch computes them */
 			stride[d] = numel;
-			size[d] = (uint64_t)b->size[d];
+			size[d] = (uint64_t)shape[d];
 			numel *= size[d] ? size[d] : 1;
 		}
-		key[flx_fmt_int(key, (int64_t)k, 1)] = '\0';
-		flx_pk_str(&w, f->set->e[k].name);
+		key[flx_fmt_int(key, (int64_t)f->key[k], 1)] = '\0';
 		flx_pk_global(&w, "torch._utils",
 			      dt->storage ? "_rebuild_tensor_v2"
 					  : "_rebuild_tensor_v3");
@@ -286,8 +315,8 @@ static int pk_items(const void *arg, uint32_t idx, unsigned char *dst,
 			flx_pk_global(&w, "torch.storage", "UntypedStorage");
 		flx_pk_str(&w, key);
 		flx_pk_str(&w, "cpu");
-		flx_pk_int(&w, dt->storage ? flx_view_bytes(v) / dt->size
-					   : flx_view_bytes(v));
+		flx_pk_int(&w, dt->storage ? ent_bytes(f, k) / dt->size
+					   : ent_bytes(f, k));
 		flx_jw_raw(&w, "tQ", 2);
 		flx_pk_int(&w, 0);
 		flx_pk_ints(&w, nd, size);
@@ -311,6 +340,8 @@ static int pk_tail(const void *arg, uint32_t idx, unsigned char *dst,
 	(void)idx;
 	if (f->set->n)
 		flx_jw_raw(&w, "u", 1);
+	if (f->set->npost)
+		flx_jw_raw(&w, f->set->post, f->set->npost);
 	flx_jw_raw(&w, ".", 1);
 	return flx_jw_end(&w, len);
 }
@@ -339,7 +370,7 @@ static int pt_after_pkl(const void *arg, uint32_t idx, unsigned char *dst,
 	return flx_jw_end(&w, len);
 }
 
-/* After tensor idx: its descriptor, the next record's header (and when
+/* After storage idx: its descriptor, the next record's header (and when
  * that is version, the record whole). */
 static int pt_between(const void *arg, uint32_t idx, unsigned char *dst,
 		      uint64_t lo, uint64_t hi, uint64_t *len)
@@ -363,33 +394,33 @@ static int pt_cd(const void *arg, uint32_t idx, unsigned char *dst, uint64_t lo,
 		size_t l = rec_name(f, r, name);
 		uint64_t h = f->h[r], s = rec_size(f, r), z = zip64_len(s, h);
 
-		put(&w, 0x02014b50, 4);
-		put(&w, 0, 2); /* made by */
-		put(&w, 0, 2); /* needed */
-		put(&w, s ? 0x0808 : 0x0800, 2);
-		put(&w, 0, 2);
-		put(&w, 0, 4);
-		put(&w, rec_crc(f, r), 4);
-		put(&w, s < ZIP_MAX32 ? s : ZIP_MAX32, 4);
-		put(&w, s < ZIP_MAX32 ? s : ZIP_MAX32, 4);
-		put(&w, l, 2);
-		put(&w, z, 2);
-		put(&w, 0, 2); /* comment */
-		put(&w, 0, 2); /* disk */
-		put(&w, 0, 2); /* internal attributes */
-		put(&w, 0, 4); /* external attributes */
-		put(&w, h < ZIP_MAX32 ? h : ZIP_MAX32, 4);
+		flx_pk_le(&w, 0x02014b50, 4);
+		flx_pk_le(&w, 0, 2); /* made by */
+		flx_pk_le(&w, 0, 2); /* needed */
+		flx_pk_le(&w, s ? 0x0808 : 0x0800, 2);
+		flx_pk_le(&w, 0, 2);
+		flx_pk_le(&w, 0, 4);
+		flx_pk_le(&w, rec_crc(f, r), 4);
+		flx_pk_le(&w, s < ZIP_MAX32 ? s : ZIP_MAX32, 4);
+		flx_pk_le(&w, s < ZIP_MAX32 ? s : ZIP_MAX32, 4);
+		flx_pk_le(&w, l, 2);
+		flx_pk_le(&w, z, 2);
+		flx_pk_le(&w, 0, 2); /* comment */
+		flx_pk_le(&w, 0, 2); /* disk */
+		flx_pk_le(&w, 0, 2); /* internal attributes */
+		flx_pk_le(&w, 0, 4); /* external attributes */
+		flx_pk_le(&w, h < ZIP_MAX32 ? h : ZIP_MAX32, 4);
 		flx_jw_raw(&w, name, l);
 		if (!z)
 			continue;
-		put(&w, 1, 2);
-		put(&w, z - 4, 2);
+		flx_pk_le(&w, 1, 2);
+		flx_pk_le(&w, z - 4, 2);
 		if (s >= ZIP_MAX32) {
-			put(&w, s, 8);
-			put(&w, s, 8);
+			flx_pk_le(&w, s, 8);
+			flx_pk_le(&w, s, 8);
 		}
 		if (h >= ZIP_MAX32)
-			put(&w, h, 8);
+			flx_pk_le(&w, h, 8);
 	}
 	return flx_jw_end(&w, len);
 }
@@ -403,28 +434,28 @@ static int pt_end(const void *arg, uint32_t idx, unsigned char *dst,
 	uint64_t n = nrec(f), cd = f->h[n], e64 = cd + f->cdlen;
 
 	(void)idx;
-	put(&w, 0x06064b50, 4);
-	put(&w, 44, 8);
-	put(&w, 0x031E, 2);
-	put(&w, 0x002D, 2);
-	put(&w, 0, 4);
-	put(&w, 0, 4);
-	put(&w, n, 8);
-	put(&w, n, 8);
-	put(&w, f->cdlen, 8);
-	put(&w, cd, 8);
-	put(&w, 0x07064b50, 4);
-	put(&w, 0, 4);
-	put(&w, e64, 8);
-	put(&w, 1, 4);
-	put(&w, 0x06054b50, 4);
-	put(&w, 0, 2);
-	put(&w, 0, 2);
-	put(&w, n < 0xFFFF ? n : 0xFFFF, 2);
-	put(&w, n < 0xFFFF ? n : 0xFFFF, 2);
-	put(&w, f->cdlen < ZIP_MAX32 ? f->cdlen : ZIP_MAX32, 4);
-	put(&w, cd < ZIP_MAX32 ? cd : ZIP_MAX32, 4);
-	put(&w, 0, 2);
+	flx_pk_le(&w, 0x06064b50, 4);
+	flx_pk_le(&w, 44, 8);
+	flx_pk_le(&w, 0x031E, 2);
+	flx_pk_le(&w, 0x002D, 2);
+	flx_pk_le(&w, 0, 4);
+	flx_pk_le(&w, 0, 4);
+	flx_pk_le(&w, n, 8);
+	flx_pk_le(&w, n, 8);
+	flx_pk_le(&w, f->cdlen, 8);
+	flx_pk_le(&w, cd, 8);
+	flx_pk_le(&w, 0x07064b50, 4);
+	flx_pk_le(&w, 0, 4);
+	flx_pk_le(&w, e64, 8);
+	flx_pk_le(&w, 1, 4);
+	flx_pk_le(&w, 0x06054b50, 4);
+	flx_pk_le(&w, 0, 2);
+	flx_pk_le(&w, 0, 2);
+	flx_pk_le(&w, n < 0xFFFF ? n : 0xFFFF, 2);
+	flx_pk_le(&w, n < 0xFFFF ? n : 0xFFFF, 2);
+	flx_pk_le(&w, f->cdlen < ZIP_MAX32 ? f->cdlen : ZIP_MAX32, 4);
+	flx_pk_le(&w, cd < ZIP_MAX32 ? cd : ZIP_MAX32, 4);
+	flx_pk_le(&w, 0, 2);
 	return flx_jw_end(&w, len);
 }
 
@@ -438,6 +469,22 @@ static const flx_gen_ops pt_between_ops = {"torch.save between tensors",
 					   pt_between};
 static const flx_gen_ops pt_cd_ops = {"torch.save central directory", pt_cd};
 static const flx_gen_ops pt_end_ops = {"torch.save end", pt_end};
+
+/* A zero run of a tensor of parts (arg: the flx_pt_part). */
+static int pt_zeros(const void *arg, uint32_t idx, unsigned char *dst,
+		    uint64_t lo, uint64_t hi, uint64_t *len)
+{
+	const flx_pt_part *p = arg;
+	uint64_t n = p->zeros;
+
+	(void)idx;
+	if (lo < hi && lo < n)
+		memset(dst, 0, (hi < n ? hi : n) - lo);
+	*len = n;
+	return 0;
+}
+
+static const flx_gen_ops pt_zeros_ops = {"torch.save zero run", pt_zeros};
 
 int flx_pt_set_new(flx_fs *fs, size_t n, flx_pt_set **out)
 {
@@ -501,6 +548,22 @@ static int pt_layout(pt_file *f)
 	return 0;
 }
 
+/* The bytes of entry i's tensor: its view, or its parts. */
+static int add_tensor(flx_fs *fs, int file, const pt_file *f, size_t i)
+{
+	const flx_pt_tensor *t = f->set->e[i].t;
+	int rc = 0;
+
+	if (pt_view(f, i))
+		return flx_fs_add_view(fs, file, pt_view(f, i), NULL);
+	for (size_t k = 0; !rc && k < t->nparts; k++)
+		rc = t->parts[k].view
+			 ? flx_fs_add_view(fs, file, t->parts[k].view, NULL)
+			 : flx_fs_add_gen(fs, file, &pt_zeros_ops, &t->parts[k],
+					  0);
+	return rc;
+}
+
 /* The pieces in file order, then a check that they add up to the
  * layout (-EIO: they do not, a bug). */
 int flx_pt_add_file(flx_fs *fs, int dir, const char *name,
@@ -519,6 +582,16 @@ int flx_pt_add_file(flx_fs *fs, int dir, const char *name,
 	for (size_t k = 0; k < set->n; k++)
 		if (!flx_pk_utf8_ok(set->e[k].name))
 			goto out;
+	rc = -ENOMEM;
+	f->key = flx_fs_alloc(fs, (set->n + 1) * sizeof(uint32_t));
+	f->ent = flx_fs_alloc(fs, (set->n + 1) * sizeof(uint32_t));
+	if (!f->key || !f->ent)
+		goto out;
+	for (size_t k = 0; k < set->n; k++)
+		if (has_tensor(&set->e[k])) {
+			f->key[k] = (uint32_t)f->ns;
+			f->ent[f->ns++] = (uint32_t)k;
+		}
 	rc = pt_layout(f);
 	if (!rc)
 		rc = flx_fs_mkfile(fs, dir, name, &file);
@@ -532,8 +605,8 @@ int flx_pt_add_file(flx_fs *fs, int dir, const char *name,
 		rc = flx_fs_add_gen(fs, file, &pk_tail_ops, f, 0);
 	if (!rc)
 		rc = flx_fs_add_gen(fs, file, &pt_after_pkl_ops, f, 0);
-	for (size_t k = 0; !rc && k < set->n; k++) {
-		rc = flx_fs_add_view(fs, file, pt_view(f, k), NULL);
+	for (size_t k = 0; !rc && k < f->ns; k++) {
+		rc = add_tensor(fs, file, f, f->ent[k]);
 		if (!rc)
 			rc = flx_fs_add_gen(fs, file, &pt_between_ops, f,
 					    (uint32_t)k);

@@ -18,6 +18,7 @@
  * has a storage class is rebuilt by torch._utils._rebuild_tensor_v2 (every
  * torch from 1.6); the others (uint16/32/64, float8) by
  * _rebuild_tensor_v3 on an UntypedStorage, as torch >= 2.1 saves them.
+ * A tensor of parts is stored as its parts' bytes, zero runs generated.
  * Literal records carry their real CRC-32; tensor records CRC 0, which
  * torch.load never checks (PyTorch builds miniz without reader CRC
  * checks), so nothing is read from the tensors to build a file.
@@ -31,29 +32,57 @@
 
 #include <stddef.h>
 
-/* One tensor of a torch.save file. */
+/* Bytes of a tensor built of parts: a view's bytes, or (view NULL)
+ * zeros zero bytes. */
+typedef struct flx_pt_part {
+	const flx_view *view;
+	uint64_t zeros;
+} flx_pt_part;
+
+/* A tensor of its own shape whose bytes are its parts' in order (their
+ * sum must be the shape's). */
+typedef struct flx_pt_tensor {
+	flx_dtype dtype;
+	int ndim;
+	int64_t shape[FLX_MAX_DIMS];
+	size_t nparts;
+	const flx_pt_part *parts;
+} flx_pt_tensor;
+
+/* One value of a torch.save file: a placement's view for the file's TP
+ * rank, else a tensor of parts, else (both NULL) None. */
 typedef struct flx_pt_entry {
 	const char *name; /* its key in the state dict (borrowed) */
 	const flx_placement *pl;
+	const flx_pt_tensor *t;
 } flx_pt_entry;
 
-/* The tensors of torch.save files, shared by the files that hold the same
+/*
+ * The values of torch.save files, shared by the files that hold the same
  * names in the same order (the TP ranks of one stage; each reads its own
- * views), in state dict order. */
+ * views), in state dict order.  The state dict is the file's object, or
+ * lies inside one: pre holds the pickle opcodes that come between PROTO
+ * and it, post those between it and STOP (a dict of which it is the last
+ * value: pre "}(" ... "X\x05model", post "u"); both empty by default.
+ */
 typedef struct flx_pt_set {
 	size_t n;
 	flx_pt_entry *e;
+	const unsigned char *pre, *post; /* borrowed, must outlive the fs */
+	size_t npre, npost;
+	int stage, ntp; /* the stage and tp whose views the placements give
+			 * (flx_placement_view()); 0, 1 by default */
 } flx_pt_set;
 
-/** A set with room for n entries, n set to 0 (the caller appends), owned
- * by fs.  @return 0 and *out, or -ENOMEM. */
+/** A set with room for n entries, n set to 0 (the caller appends), no
+ * pre or post, owned by fs.  @return 0 and *out, or -ENOMEM. */
 int flx_pt_set_new(flx_fs *fs, size_t n, flx_pt_set **out);
 
 /**
  * Add file name to directory dir: the torch.save file of set (borrowed,
- * must outlive fs), holding the views of TP rank tp (tp < 0: the whole
- * tensors).  Builds and measures every piece now (the pickle once more,
- * for its CRC).
+ * must outlive fs, with the tensors and views of its entries), holding
+ * the views of TP rank tp (tp < 0: the whole tensors) of its placements. Builds
+ * and measures every piece now (the pickle once more, for its CRC).
  * @return 0, or -ENOMEM, -ENOTDIR, -EINVAL (a name that is not UTF-8,
  *         which a pickle cannot carry), -EIO (the pieces do not add up to
  *         the computed layout: a bug, never served).

@@ -149,6 +149,8 @@ static int model_set(flx_build *b, int pp, flx_pd_set **out)
 	rc = flx_pd_set_new(b->fs, n, out);
 	if (rc)
 		return rc;
+	(*out)->stage = pp;
+	(*out)->ntp = p->spec->tp;
 	for (size_t i = 0; i < p->n; i++) {
 		const flx_placement *pl = &p->p[i];
 
@@ -176,6 +178,8 @@ static int opt_set(flx_build *b, int pp, bool master, flx_pd_set **out)
 	rc = flx_pd_set_new(b->fs, n, out);
 	if (rc)
 		return rc;
+	(*out)->stage = pp;
+	(*out)->ntp = p->spec->tp;
 	for (size_t s = 0; s < N_STATES; s++) {
 		if (s == N_ACC)
 			(*out)->ntop = (*out)->n;

@@ -84,6 +84,8 @@ static int stage_pt_set(flx_build *b, int pp, flx_pt_set **out)
 	rc = flx_pt_set_new(b->fs, n, &set);
 	if (rc)
 		return flx_build_fail(b, rc, dir_name, "");
+	set->stage = pp;
+	set->ntp = p->spec->tp;
 	for (size_t i = 0; i < p->n; i++)
 		if (on_stage(&p->p[i], pp))
 			set->e[set->n++] = (flx_pt_entry){
@@ -112,9 +114,9 @@ static int rank_npy(flx_build *b, int tdir, int tp, int pp, int *npy_node)
 			return flx_error_set(b->err, -ENAMETOOLONG, NULL, tname,
 					     "tensor name too long for a file "
 					     "name");
-		rc = flx_npy_add_file(b->fs, tdir, tp ? NULL : fname,
-				      tp ? npy_node[i] : -1, pl->views[tp],
-				      &node);
+		rc = flx_npy_add_file(
+		    b->fs, tdir, tp ? NULL : fname, tp ? npy_node[i] : -1,
+		    flx_placement_view(pl, pp, tp, b->plan->spec->tp), &node);
 		if (rc)
 			return flx_build_fail(b, rc, tname, "creating .npy");
 		if (!tp)

@@ -6,9 +6,9 @@
 # GQA, tied and untied, MoE experts, the three distributed-optimizer
 # layouts), each iter_0000100/ mounted at tp 1, 2 and 4 (pp 1) and every
 # byte of every view checked by lib/check_views.py against the truth that
-# lib/megatron_truth.py stacks from the fixture's per-layer truth.  Stacked
-# tensors at pp>1 and a bad metadata.json are refused at mount with one
-# line.
+# lib/megatron_truth.py stacks from the fixture's per-layer truth (also at
+# pp=2, each stage holding its layers of the stacked tensors).  A bad
+# metadata.json is refused at mount with one line.
 
 load helpers
 
@@ -81,14 +81,20 @@ EOF
 	[ "$FF_RC" -eq 0 ]
 }
 
-@test "megatron: pp=2 refuses a stacked tensor with one line" {
-	run --separate-stderr "$FLEXFS_BIN" "$FX/megatron-untied/$ITER" "$MNT" \
-		-o "pp=2" 3>&-
-	echo "$stderr"
-	[ "$status" -ne 0 ]
-	not_mounted "$MNT"
-	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
-	[[ $stderr == *"decoder.layers."*"stacks its layers along axis 0; pp>1"* ]]
+@test "megatron: pp=2 places each stage's layers of the stacked tensors (ranks/, every view)" {
+	local t fx tp truth
+	for t in megatron-moe:2 megatron-optim-fully-reshardable:1; do
+		fx=${t%:*} tp=${t#*:}
+		truth=$BATS_TEST_TMPDIR/truth-$fx
+		/usr/bin/python3 "$TRUTH" "$FX/$fx" "$truth"
+		mount_ff "$FX/$fx/$ITER" "$MNT" "tp=$tp,pp=2"
+		run /usr/bin/python3 "$CHECK" -q --mount "$MNT" --truth "$truth" \
+			--tp "$tp" --pp 2
+		echo "$fx tp=$tp pp=2: $output"
+		unmount_ff "$MNT"
+		[ "$status" -eq 0 ]
+		[[ $output == *" passed, 0 failed"* ]]
+	done
 }
 
 @test "megatron: a zarr metadata.json is refused at mount with one line" {

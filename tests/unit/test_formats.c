@@ -21,6 +21,8 @@
  */
 #include "check.h"
 #include "ckpt.h"
+#include "data/pickle_emit_vec.h"
+#include "formats/pickle_emit.h"
 #include "layout.h"
 #include "plan.h"
 #include "spec.h"
@@ -1366,6 +1368,53 @@ static void make_many(void)
 	}
 }
 
+/*
+ * The pickle writer re-emits a decoded argparse.Namespace byte for byte
+ * as Python's pickler writes it (every value kind: ints of each width,
+ * floats, str, bytes, tuples, lists, dicts, sets, None, bools, globals),
+ * patched keys in place and a new one appended; a value it cannot write
+ * fails with one error.
+ */
+static void test_pickle_emit(void)
+{
+	const flx_pk_patch patch[] = {
+	    {"b", FLX_PK_INT, 7, NULL, false},
+	    {"newkey", FLX_PK_STR, 0, "torch", false},
+	    {"e", FLX_PK_NONE, 0, NULL, false},
+	};
+	flx_pickle *pk = NULL;
+	flx_pk_buf b = {0};
+	flx_error err;
+
+	flx_error_init(&err);
+	CHECK_EQ(
+	    flx_pickle_load(emit_in, sizeof(emit_in), "vec", NULL, &pk, &err),
+	    0);
+	CHECK_EQ(flx_pk_emit(&b, flx_pickle_root(pk), patch, 3, "args", &err),
+		 0);
+	CHECK_EQ(b.n, sizeof(emit_want));
+	CHECK(b.n == sizeof(emit_want) && !memcmp(b.p, emit_want, b.n));
+	free(b.p);
+	flx_pickle_free(pk);
+	/* an int past 64 bits (LONG1 of 9 bytes) is refused */
+	{
+		static const unsigned char big[] = {
+		    0x80, 0x02, 0x8a, 0x09, 1, 2, 3, 4, 5, 6, 7, 8, 9, '.'};
+
+		pk = NULL;
+		b = (flx_pk_buf){0};
+		CHECK_EQ(
+		    flx_pickle_load(big, sizeof(big), "big", NULL, &pk, &err),
+		    0);
+		CHECK_EQ(
+		    flx_pk_emit(&b, flx_pickle_root(pk), NULL, 0, "args", &err),
+		    -EINVAL);
+		CHECK(strstr(err.text, "wider than 64 bits") != NULL);
+		free(b.p);
+		flx_pickle_free(pk);
+	}
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/flx_test_formats_\xc3\xa4\"_XXXXXX";
@@ -1420,6 +1469,7 @@ int main(void)
 		flx_spec_release(&s);
 		flx_ckpt_close(c);
 	}
+	test_pickle_emit();
 	remove_files(dir);
 	rmdir(dir);
 	return CHECK_RESULT();

@@ -318,8 +318,48 @@ static int plan_with(const flx_ckpt *c, int tp, int pp, const char *rules,
 	return rc;
 }
 
+/* At pp>1 a stacked tensor is on every stage, each holding its layers'
+ * range of axis 0 (3 layers over 2 stages would be 2 + 1; the fixture has
+ * 2: one each), TP still splitting its own axis. */
+static void test_plan_stacked_stages(const flx_ckpt *c)
+{
+	flx_error err = {0};
+	flx_plan *p = NULL;
+	flx_spec s;
+
+	CHECK_EQ(flx_spec_init(&s), 0);
+	CHECK_EQ(flx_spec_set(&s, "tp", "2", &err), 0);
+	CHECK_EQ(flx_spec_set(&s, "pp", "2", &err), 0);
+	CHECK_EQ(flx_plan_build(c, &s, &p, &err), 0);
+	for (size_t i = 0; p && i < p->n; i++) {
+		const flx_placement *pl = &p->p[i];
+		const flx_tensor *t = pl->src;
+
+		if (strcmp(t->fqn, "decoder.layers.mlp.experts.experts."
+				   "linear_fc1.weight"))
+			continue;
+		CHECK(pl->by_stage);
+		CHECK_EQ(pl->stage_lo, 0);
+		CHECK_EQ(pl->stage_hi, 1);
+		for (int st = 0; st < 2; st++)
+			for (int r = 0; r < 2; r++) {
+				const flx_box *b = flx_view_box(
+				    flx_placement_view(pl, st, r, 2));
+
+				CHECK_EQ(b->off[0], st);
+				CHECK_EQ(b->size[0], 1);
+				CHECK_EQ(b->size[1], t->shape[1]);
+				CHECK_EQ(b->off[2], r * t->shape[2] / 2);
+				CHECK_EQ(b->size[2], t->shape[2] / 2);
+			}
+		CHECK_EQ(flx_view_box(pl->whole)->size[0], t->shape[0]);
+	}
+	flx_plan_free(p);
+	flx_spec_release(&s);
+}
+
 /* Stacked tensors in the planner: TP takes their own axis, never a
- * stacked one; pp>1 needs a stage rule. */
+ * stacked one; pp>1 places them by stage. */
 static void test_plan_stacked(void)
 {
 	flx_ckpt *c = NULL;
@@ -331,8 +371,8 @@ static void test_plan_stacked(void)
 		return;
 	CHECK_EQ(plan_with(c, 1, 1, NULL, line, sizeof(line)), 0);
 	CHECK_EQ(plan_with(c, 4, 1, NULL, line, sizeof(line)), 0);
-	CHECK_EQ(plan_with(c, 2, 2, NULL, line, sizeof(line)), -ENOTSUP);
-	CHECK(strstr(line, "stacks its layers along axis 0; pp>1") != NULL);
+	CHECK_EQ(plan_with(c, 2, 2, NULL, line, sizeof(line)), 0);
+	test_plan_stacked_stages(c);
 	CHECK_EQ(plan_with(c, 2, 2,
 			   "[{\"match\": \"decoder.layers.*\", "
 			   "\"stage\": \"all\"}]",

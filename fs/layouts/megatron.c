@@ -1,0 +1,362 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * megatron/: the legacy per-rank files Megatron's --ckpt-format torch
+ * loader reads (megatron-format.md 6), present when the source is
+ * Megatron-Core torch_dist, for the mount's tp x pp:
+ *
+ *   megatron/latest_checkpointed_iteration.txt   "100" (no newline)
+ *   megatron/iter_0000100/mp_rank_TT/model_optim_rng.pt        (pp 1)
+ *   megatron/iter_0000100/mp_rank_TT_PPP/model_optim_rng.pt    (pp > 1)
+ *
+ * (release/ and "release" when the common state has no iteration), or,
+ * for a target the legacy format cannot express, megatron/unavailable.txt
+ * saying why.  Each
+ * file is torch.save({'args': Namespace, 'checkpoint_version': 3.0,
+ * 'iteration': N, 'model': OrderedDict}); the keys of 'model' and where
+ * their bytes lie are reshard/megatron_legacy.h's decision, 'args' is the
+ * source's Namespace written again with the target's parallel sizes
+ * (spec 6.2).  No optimizer or rng state, as Megatron's own converter.
+ */
+#include "layout.h"
+
+#include "formats/pickle_emit.h"
+#include "formats/torchsave.h"
+#include "megatron_legacy.h"
+#include "pickle.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char dir_name[] = "megatron";
+static const char file_name[] = FLX_MLG_FILE;
+static const char latest_name[] = "latest_checkpointed_iteration.txt";
+/* the longest common-state pickle read to write its args again */
+#define COMMON_MAX (64u << 20)
+
+/* Literal bytes, generated from the fs's copy. */
+typedef struct lit {
+	size_t n;
+	char s[];
+} lit;
+
+static int gen_lit(const void *arg, uint32_t idx, unsigned char *dst,
+		   uint64_t lo, uint64_t hi, uint64_t *len)
+{
+	const lit *l = arg;
+
+	(void)idx;
+	if (lo < hi && lo < l->n)
+		memcpy(dst, l->s + lo, (hi < l->n ? hi : l->n) - lo);
+	*len = l->n;
+	return 0;
+}
+
+static const flx_gen_ops lit_ops = {"megatron latest iteration", gen_lit};
+
+/* The common state's pickle, decoded. */
+static int load_common(flx_build *b, flx_pickle **pk, flx_error *err)
+{
+	const flx_megatron *m = b->ckpt->megatron;
+	const flx_file *f = &b->ckpt->files[m->common_file];
+	unsigned char *buf;
+	ssize_t got;
+	int rc;
+
+	if (m->pkl_len > COMMON_MAX)
+		return flx_error_set(err, -EFBIG, NULL, f->relpath,
+				     "common state pickle over %u bytes",
+				     COMMON_MAX);
+	buf = malloc(m->pkl_len ? m->pkl_len : 1);
+	if (!buf)
+		return flx_build_fail(b, -ENOMEM, f->relpath, "");
+	got = pread(f->fd, buf, m->pkl_len, (off_t)m->pkl_off);
+	if (got != (ssize_t)m->pkl_len)
+		rc = flx_error_set(err, -EIO, NULL, f->relpath,
+				   "common state: short read");
+	else
+		rc =
+		    flx_pickle_load(buf, m->pkl_len, f->relpath, NULL, pk, err);
+	free(buf);
+	return rc;
+}
+
+/*
+ * The pickle opcodes around every file's state dict: "}(" "args" the
+ * source's args with the target's sizes, "checkpoint_version" 3.0,
+ * "iteration" N, "model"; then the dict's SETITEMS.
+ */
+static int wrapper(flx_build *b, const flx_mlg_target *tgt, flx_pk_buf *pre,
+		   flx_error *err)
+{
+	const flx_megatron *m = b->ckpt->megatron;
+	const flx_pv *root, *args;
+	flx_pickle *pk = NULL;
+	int64_t vocab;
+	int rc = flx_mlg_padded_vocab(b->ckpt, tgt, &vocab, err);
+
+	if (!rc)
+		rc = load_common(b, &pk, err);
+	if (rc)
+		return rc;
+	root = flx_pickle_root(pk);
+	if (m->common_item && root && root->kind == FLX_PV_LIST)
+		root = flx_pv_item(root, 0);
+	args = flx_pv_dict_get(root, "args");
+	flx_pkb_raw(pre, "}(", 2);
+	if (args) {
+		const flx_pk_patch patch[] = {
+		    {"tensor_model_parallel_size", FLX_PK_INT, tgt->tp, NULL,
+		     false},
+		    {"pipeline_model_parallel_size", FLX_PK_INT, tgt->pp, NULL,
+		     false},
+		    {"padded_vocab_size", FLX_PK_INT, vocab, NULL, false},
+		    {"virtual_pipeline_model_parallel_size", FLX_PK_NONE, 0,
+		     NULL, false},
+		    {"num_layers_per_virtual_pipeline_stage", FLX_PK_NONE, 0,
+		     NULL, false},
+		    {"expert_model_parallel_size", FLX_PK_INT, 1, NULL, false},
+		    {"ckpt_format", FLX_PK_STR, 0, "torch", false},
+		    {"world_size", FLX_PK_INT, (int64_t)tgt->tp * tgt->pp, NULL,
+		     false},
+		    {"data_parallel_size", FLX_PK_INT, 1, NULL, false},
+		    {"transformer_pipeline_model_parallel_size", FLX_PK_INT,
+		     tgt->pp, NULL, false},
+		    {"expert_tensor_parallel_size", FLX_PK_INT, tgt->tp, NULL,
+		     false},
+		    /* the files split the layers evenly: a source's uneven
+		     * split must not be claimed for them */
+		    {"decoder_first_pipeline_num_layers", FLX_PK_NONE, 0, NULL,
+		     true},
+		    {"decoder_last_pipeline_num_layers", FLX_PK_NONE, 0, NULL,
+		     true},
+		    {"pipeline_model_parallel_layout", FLX_PK_NONE, 0, NULL,
+		     true},
+		    {"account_for_embedding_in_pipeline_split", FLX_PK_FALSE, 0,
+		     NULL, true},
+		    {"account_for_loss_in_pipeline_split", FLX_PK_FALSE, 0,
+		     NULL, true},
+		    {"num_virtual_stages_per_pipeline_rank", FLX_PK_NONE, 0,
+		     NULL, true},
+		};
+
+		flx_pkb_str(pre, "args", 4);
+		rc = flx_pk_emit(pre, args, patch,
+				 sizeof(patch) / sizeof(patch[0]),
+				 "common state args", err);
+	}
+	flx_pkb_str(pre, "checkpoint_version", 18);
+	flx_pkb_float(pre, 3.0);
+	flx_pkb_str(pre, "iteration", 9);
+	flx_pkb_int(pre, m->iteration < 0 ? 0 : m->iteration);
+	flx_pkb_str(pre, "model", 5);
+	if (!rc && pre->err)
+		rc = flx_error_set(err, pre->err, NULL, dir_name,
+				   "out of memory");
+	flx_pickle_free(pk);
+	return rc;
+}
+
+/* Entry e as a torch.save value, its views owned by the fs. */
+static int pt_value(flx_build *b, const flx_mlg_entry *e, flx_pt_entry *out)
+{
+	flx_pt_tensor *t;
+	flx_pt_part *parts;
+	char *name = flx_fs_alloc(b->fs, strlen(e->name) + 1);
+	int rc = 0;
+
+	if (!name)
+		return -ENOMEM;
+	strcpy(name, e->name);
+	*out = (flx_pt_entry){.name = name};
+	if (e->kind == FLX_MLG_NONE)
+		return 0;
+	t = flx_fs_alloc(b->fs, sizeof(*t));
+	parts = flx_fs_alloc(b->fs, 2 * sizeof(*parts));
+	if (!t || !parts)
+		return -ENOMEM;
+	out->t = t;
+	t->parts = parts;
+	if (e->kind == FLX_MLG_EMPTY_U8) {
+		t->dtype = FLX_DT_U8;
+		t->ndim = 1;
+		return 0;
+	}
+	t->dtype = e->dtype;
+	t->ndim = e->ndim;
+	memcpy(t->shape, e->shape, sizeof(t->shape));
+	for (int k = 0; !rc && k < e->nparts; k++) {
+		flx_view *v;
+
+		parts[k].zeros = e->part[k].zeros;
+		if (!e->part[k].src)
+			continue;
+		rc = flx_view_new(b->ckpt, e->part[k].src, &e->part[k].box, &v,
+				  b->err);
+		if (!rc)
+			rc = flx_fs_own_view(b->fs, v);
+		if (!rc)
+			parts[k].view = v;
+	}
+	t->nparts = (size_t)e->nparts;
+	return rc;
+}
+
+/* The file of rank (tp, pp) in directory dir. */
+static int rank_file(flx_build *b, const flx_mlg_target *tgt, int dir,
+		     const flx_pk_buf *pre, int tp, int pp)
+{
+	flx_mlg_entry *e = NULL;
+	flx_pt_set *set;
+	size_t n = 0;
+	int rc = flx_mlg_rank(b->ckpt, tgt, tp, pp, &e, &n, b->err);
+
+	if (rc)
+		return rc;
+	rc = flx_pt_set_new(b->fs, n, &set);
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = pt_value(b, &e[i], &set->e[set->n++]);
+	if (!rc) {
+		set->pre = pre->p;
+		set->npre = pre->n;
+		set->post = (const unsigned char *)"u";
+		set->npost = 1;
+		rc = flx_pt_add_file(b->fs, dir, file_name, set, -1);
+	}
+	if (rc && b->err && !b->err->code)
+		flx_build_fail(b, rc, file_name, "legacy file");
+	flx_mlg_free(e, n);
+	return rc;
+}
+
+/* A file of the fs's copy of text in dir. */
+static int text_file(flx_build *b, int dir, const char *name, const char *text)
+{
+	size_t n = strlen(text);
+	lit *l = flx_fs_alloc(b->fs, sizeof(*l) + n + 1);
+	int file, rc = l ? flx_fs_mkfile(b->fs, dir, name, &file) : -ENOMEM;
+
+	if (rc)
+		return rc;
+	l->n = n;
+	memcpy(l->s, text, n);
+	return flx_fs_add_gen(b->fs, file, &lit_ops, l, 0);
+}
+
+/*
+ * Whether the legacy format can express the target: every rank's keys
+ * decided, the args written again (into pre).  When it cannot (a split TP
+ * does not divide, layers PP does not divide: Megatron itself refuses
+ * these; args holding a value the writer cannot write), megatron/ holds only
+ * unavailable.txt, the reason in one line, and the rest of the mount
+ * stands; *ok false.
+ */
+static int check_target(flx_build *b, const flx_mlg_target *tgt,
+			flx_pk_buf *pre, int *top, bool *ok)
+{
+	flx_error why;
+	char line[3 * FLX_ERR_FIELD + 8];
+	int rc = 0;
+	int64_t vocab;
+
+	flx_error_init(&why);
+	rc = flx_mlg_padded_vocab(b->ckpt, tgt, &vocab, &why);
+	for (int pp = 0; !rc && pp < tgt->pp; pp++)
+		for (int tp = 0; !rc && tp < tgt->tp; tp++) {
+			flx_mlg_entry *e = NULL;
+			size_t n = 0;
+
+			rc = flx_mlg_rank(b->ckpt, tgt, tp, pp, &e, &n, &why);
+			flx_mlg_free(e, n);
+		}
+	if (!rc)
+		rc = wrapper(b, tgt, pre, &why);
+	*ok = !rc;
+	if (rc == -ENOMEM || rc == -EIO) {
+		if (b->err)
+			*b->err = why;
+		return rc;
+	}
+	rc = flx_fs_mkdir(b->fs, 0, dir_name, top);
+	if (!rc && !*ok) {
+		size_t k;
+
+		flx_error_line(&why, line, sizeof(line) - 1);
+		k = strlen(line);
+		line[k] = '\n';
+		line[k + 1] = '\0';
+		rc = text_file(b, *top, "unavailable.txt", line);
+	}
+	return rc ? flx_build_fail(b, rc, dir_name, "creating the tree") : 0;
+}
+
+static int megatron_build(flx_build *b, void *state)
+{
+	const flx_spec *s = b->plan->spec;
+	flx_mlg_target tgt = {.tp = s->tp,
+			      .pp = s->pp,
+			      .te = s->megatron_te,
+			      .true_vocab = s->megatron_true_vocab};
+	flx_pk_buf pre = {0};
+	char name[64];
+	int top, iter, rc;
+	bool ok;
+	int64_t it;
+
+	(void)state;
+	if (!b->ckpt->megatron)
+		return 0;
+	rc = check_target(b, &tgt, &pre, &top, &ok);
+	if (rc || !ok)
+		goto out;
+	it = b->ckpt->megatron->iteration;
+	if (it < 0)
+		snprintf(name, sizeof(name), "release");
+	else
+		snprintf(name, sizeof(name), "%lld", (long long)it);
+	rc = text_file(b, top, latest_name, name);
+	flx_mlg_dir_name(b->ckpt->megatron->iteration, -1, 0, 1, name,
+			 sizeof(name));
+	if (!rc)
+		rc = flx_fs_mkdir(b->fs, top, name, &iter);
+	if (rc) {
+		flx_build_fail(b, rc, dir_name, "creating the tree");
+		goto out;
+	}
+	/* the pre bytes are shared by every file: kept by the fs */
+	{
+		unsigned char *keep = flx_fs_alloc(b->fs, pre.n);
+
+		if (!keep) {
+			rc = flx_build_fail(b, -ENOMEM, dir_name, "");
+			goto out;
+		}
+		memcpy(keep, pre.p, pre.n);
+		free(pre.p);
+		pre.p = keep;
+		pre.cap = 0;
+	}
+	for (int pp = 0; !rc && pp < tgt.pp; pp++)
+		for (int tp = 0; !rc && tp < tgt.tp; tp++) {
+			int dir;
+
+			flx_mlg_dir_name(0, tp, pp, tgt.pp, name, sizeof(name));
+			rc = flx_fs_mkdir(b->fs, iter, name, &dir);
+			if (rc)
+				flx_build_fail(b, rc, name,
+					       "creating directory");
+			else
+				rc = rank_file(b, &tgt, dir, &pre, tp, pp);
+		}
+out:
+	if (pre.cap)
+		free(pre.p);
+	return rc;
+}
+
+const flx_layout flx_layout_megatron = {
+    .name = dir_name,
+    .build = megatron_build,
+};

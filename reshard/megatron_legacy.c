@@ -1,0 +1,632 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Megatron's legacy per-rank state dicts from a torch_dist index; see
+ * megatron_legacy.h for the rules.  Each source key becomes items (a
+ * legacy key with its parts and its sort key), sorted into registration
+ * order at the end.
+ */
+#include "megatron_legacy.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LAYERS		     "decoder.layers."
+#define EXPERTS		     "mlp.experts.experts."
+#define WORD_EMB	     "embedding.word_embeddings.weight"
+#define DEFAULT_DIVISIBLE_BY 128
+
+/* How TP splits a parameter (spec 5, 7). */
+typedef enum split_rule {
+	R_REPL,	 /* replicated */
+	R_COL,	 /* axis 0 */
+	R_ROW,	 /* axis 1 */
+	R_GLU,	 /* [gate_r; up_r] of [gate; up] */
+	R_VOCAB, /* re-padded rows */
+	R_CHUNKS /* the one axis the saved chunks split */
+} split_rule;
+
+/* Modules of a transformer layer in registration order (TransformerLayer,
+ * SelfAttention: core_attention, linear_proj, then linear_qkv; MoELayer:
+ * router, experts, shared experts). */
+static const char *const layer_mods[] = {
+    "input_layernorm",
+    "self_attention.core_attention",
+    "self_attention.linear_proj",
+    "self_attention.linear_qkv",
+    "self_attention.q_layernorm",
+    "self_attention.k_layernorm",
+    "pre_mlp_layernorm",
+    "mlp.router",
+    "mlp.experts",
+    "mlp.shared_experts.linear_fc1",
+    "mlp.shared_experts.linear_fc2",
+    "mlp.linear_fc1",
+    "mlp.linear_fc2",
+};
+#define NMODS	  (int)(sizeof(layer_mods) / sizeof(layer_mods[0]))
+#define PRM_EXTRA 15
+
+typedef struct item {
+	int group; /* 0 embedding, 1 layers, 2 final norm, 3 output layer */
+	int64_t layer, expert;
+	int mod, prm;
+	size_t seq;
+	flx_mlg_entry e;
+} item;
+
+typedef struct ctx {
+	const flx_ckpt *c;
+	const flx_mlg_target *tgt;
+	int tp, pp;
+	int64_t nlayers, lo, hi; /* the stage's global layers [lo, hi) */
+	bool swiglu, moe;
+	item *it;
+	size_t n, cap;
+	flx_error *err;
+} ctx;
+
+void flx_mlg_dir_name(int64_t iteration, int tp, int pp, int npp, char *out,
+		      size_t cap)
+{
+	if (tp < 0 && iteration < 0)
+		snprintf(out, cap, "release");
+	else if (tp < 0)
+		snprintf(out, cap, "iter_%07lld", (long long)iteration);
+	else if (npp == 1)
+		snprintf(out, cap, "mp_rank_%02d", tp);
+	else
+		snprintf(out, cap, "mp_rank_%02d_%03d", tp, pp);
+}
+
+bool flx_mlg_is_model_key(const char *fqn)
+{
+	return strncmp(fqn, "optimizer.", 10) && strncmp(fqn, "chained_", 8);
+}
+
+static bool ends_with(const char *s, const char *suf)
+{
+	size_t n = strlen(s), k = strlen(suf);
+
+	return n >= k && !strcmp(s + n - k, suf);
+}
+
+/* The last component of module path mod ("self_attention.linear_qkv" ->
+ * "linear_qkv"). */
+static const char *last_comp(const char *mod)
+{
+	const char *d = strrchr(mod, '.');
+
+	return d ? d + 1 : mod;
+}
+
+/* The decision: how TP splits parameter prm of module mod (legacy names,
+ * without the layer prefix; a global key's module is its path). */
+static split_rule decide_split(const char *mod, const char *prm, bool swiglu)
+{
+	const char *m = last_comp(mod);
+	bool w = !strcmp(prm, "weight"), b = !strcmp(prm, "bias");
+
+	if ((!strcmp(mod, "embedding.word_embeddings") && w) ||
+	    (!strcmp(mod, "output_layer") && (w || b)))
+		return R_VOCAB;
+	if (!strncmp(prm, "layer_norm_", 11) || ends_with(m, "layernorm") ||
+	    !strcmp(m, "router") ||
+	    !strcmp(mod, "embedding.position_embeddings"))
+		return R_REPL;
+	if (!strcmp(m, "linear_qkv") && (w || b))
+		return R_COL;
+	if (!strcmp(m, "linear_fc1") && (w || b))
+		return swiglu ? R_GLU : R_COL;
+	if ((!strcmp(m, "linear_proj") || !strcmp(m, "linear_fc2")) && w)
+		return R_ROW;
+	if ((!strcmp(m, "linear_proj") || !strcmp(m, "linear_fc2")) && b)
+		return R_REPL;
+	if (!strcmp(m, "core_attention") && !strcmp(prm, "softmax_offset"))
+		return R_COL;
+	return R_CHUNKS;
+}
+
+/* Whether module mod (legacy path without the layer prefix) is a linear
+ * with an _extra_state. */
+static bool has_extra(const char *mod)
+{
+	const char *m = last_comp(mod);
+
+	return !strcmp(m, "linear_qkv") || !strcmp(m, "linear_proj") ||
+	       !strcmp(m, "linear_fc1") || !strcmp(m, "linear_fc2") ||
+	       !strcmp(mod, "output_layer");
+}
+
+static int fail(ctx *x, const char *key, const char *fmt, ...)
+{
+	char msg[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return flx_error_set(x->err, -EINVAL, NULL, key, "megatron/: %s", msg);
+}
+
+/* A new item named by printf; *out points to it (valid until the next). */
+static int add_item(ctx *x, item **out, const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	int n;
+	item *it;
+
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof(buf))
+		return fail(x, buf, "legacy key too long");
+	if (x->n == x->cap) {
+		size_t cap = x->cap ? 2 * x->cap : 64;
+		item *p = realloc(x->it, cap * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		x->it = p;
+		x->cap = cap;
+	}
+	it = &x->it[x->n];
+	memset(it, 0, sizeof(*it));
+	it->e.name = strdup(buf);
+	if (!it->e.name)
+		return -ENOMEM;
+	it->seq = x->n++;
+	*out = it;
+	return 0;
+}
+
+static int64_t div_by(const ctx *x)
+{
+	int64_t m = x->c->megatron->make_vocab_size_divisible_by;
+
+	return m > 0 ? m : DEFAULT_DIVISIBLE_BY;
+}
+
+static int64_t repad(int64_t rows, int64_t m, int tp)
+{
+	int64_t q = m * tp;
+
+	return (rows + q - 1) / q * q;
+}
+
+/* The one parameter axis (from lead) along which t's chunks are split,
+ * -1 for none; -2 for several. */
+static int chunk_axis(const flx_tensor *t, int lead)
+{
+	int found = -1;
+
+	for (int d = lead; d < t->ndim; d++)
+		for (uint32_t k = 0; k < t->nchunks; k++)
+			if (t->chunks[k].size[d] < t->shape[d]) {
+				if (found >= 0 && found != d - lead)
+					return -2;
+				found = d - lead;
+				break;
+			}
+	return found;
+}
+
+/*
+ * Fill e with the TP slice of rank x->tp under rule r: box (the layer's
+ * and expert's box of t, lead axes of extent 1 not in the legacy tensor)
+ * cut on the split axis.
+ */
+static int tp_slice(ctx *x, flx_mlg_entry *e, const flx_tensor *t,
+		    const flx_box *box, int lead, split_rule r)
+{
+	int T = x->tgt->tp, ax = 0, nd = t->ndim - lead;
+	int64_t n;
+
+	e->kind = FLX_MLG_TENSOR;
+	e->dtype = t->dtype;
+	e->ndim = nd;
+	for (int d = 0; d < nd; d++)
+		e->shape[d] = t->shape[lead + d];
+	e->nparts = 1;
+	e->part[0] = (flx_mlg_part){.src = t, .box = *box};
+	if (r == R_CHUNKS) {
+		ax = chunk_axis(t, lead);
+		if (ax == -2)
+			return fail(x, t->fqn,
+				    "saved split along several axes, no "
+				    "legacy rule for it");
+		if (ax < 0)
+			return 0;
+	}
+	if (r == R_REPL)
+		return 0;
+	if (r == R_ROW)
+		ax = 1;
+	if (ax >= nd)
+		return fail(x, t->fqn, "no axis %d to split", ax);
+	n = e->shape[ax];
+	if (r == R_GLU) {
+		int64_t f;
+
+		if (n % (2 * T))
+			return fail(x, t->fqn,
+				    "SwiGLU rows %lld do not split into "
+				    "2 x tp=%d",
+				    (long long)n, T);
+		f = n / (2 * T);
+		e->nparts = 2;
+		e->part[1] = e->part[0];
+		e->part[0].box.off[lead] = x->tp * f;
+		e->part[0].box.size[lead] = f;
+		e->part[1].box.off[lead] = n / 2 + x->tp * f;
+		e->part[1].box.size[lead] = f;
+		e->shape[0] = 2 * f;
+		return 0;
+	}
+	if (r == R_VOCAB) {
+		int64_t V = x->tgt->true_vocab > 0 ? x->tgt->true_vocab : n;
+		int64_t P = repad(V, div_by(x), T), R = P / T, a = x->tp * R;
+		int64_t have = a < n ? (a + R < n ? R : n - a) : 0;
+		uint64_t row = flx_dtype_size(t->dtype);
+
+		if (V > n)
+			return fail(x, t->fqn,
+				    "true vocab %lld is larger than the saved "
+				    "%lld rows",
+				    (long long)V, (long long)n);
+		for (int d = 1; d < nd; d++)
+			row *= (uint64_t)e->shape[d];
+		e->shape[0] = R;
+		e->part[0].box.off[lead] = a < n ? a : 0;
+		e->part[0].box.size[lead] = have;
+		e->part[1] =
+		    (flx_mlg_part){.zeros = (uint64_t)(R - have) * row};
+		if (!have)
+			e->part[0] = e->part[1];
+		e->nparts = have && have < R ? 2 : 1;
+		return 0;
+	}
+	if (n % T)
+		return fail(x, t->fqn,
+			    "axis %d (%lld) does not split into tp=%d", ax,
+			    (long long)n, T);
+	e->part[0].box.off[lead + ax] = x->tp * (n / T);
+	e->part[0].box.size[lead + ax] = n / T;
+	e->shape[ax] = n / T;
+	return 0;
+}
+
+/* Index of module mod in layer_mods ("mlp.experts.local_experts.<e>.*"
+ * is "mlp.experts"); NMODS when unknown. */
+static int mod_rank(const char *mod)
+{
+	if (!strncmp(mod, "mlp.experts.", 12))
+		return 8;
+	for (int i = 0; i < NMODS; i++)
+		if (!strcmp(mod, layer_mods[i]))
+			return i;
+	return NMODS;
+}
+
+static int prm_rank(const char *prm)
+{
+	static const char *const order[] = {
+	    "layer_norm_weight", "layer_norm_bias", "weight", "bias"};
+
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(prm, order[i]))
+			return i;
+	return 4;
+}
+
+/* An _extra_state item after module mod's parameters. */
+static int add_extra(ctx *x, const item *like, const char *prefix,
+		     const char *mod, bool none)
+{
+	item *it;
+	item copy = *like;
+	int rc = add_item(x, &it, "%s%s._extra_state", prefix, mod);
+
+	if (rc)
+		return rc;
+	it->group = copy.group;
+	it->layer = copy.layer;
+	it->expert = copy.expert;
+	it->mod = copy.mod;
+	it->prm = copy.prm - copy.prm % 16 + PRM_EXTRA;
+	it->e.kind = none ? FLX_MLG_NONE : FLX_MLG_EMPTY_U8;
+	return 0;
+}
+
+/*
+ * The legacy name of a layer key's rest (torch_dist names, spec 3.3):
+ * module path into mod, parameter into prm.
+ */
+static int layer_name(ctx *x, const flx_tensor *t, const char *rest, char *mod,
+		      size_t cap, const char **prm)
+{
+	const char *dot = strrchr(rest, '.');
+	size_t n = dot ? (size_t)(dot - rest) : 0;
+
+	if (!dot || n >= cap)
+		return fail(x, t->fqn, "no module in the key");
+	memcpy(mod, rest, n);
+	mod[n] = '\0';
+	*prm = dot + 1;
+	if (!strncmp(*prm, "layer_norm_", 11)) {
+		bool qkv = !strcmp(mod, "self_attention.linear_qkv");
+		bool fc1 = !strcmp(mod, "mlp.linear_fc1");
+
+		/* local spec: the norms are modules of their own; TE: a MoE
+		 * layer has no fc1 to fuse its norm into */
+		if ((qkv && !x->tgt->te) || (fc1 && (!x->tgt->te || x->moe))) {
+			strcpy(mod,
+			       qkv ? "input_layernorm" : "pre_mlp_layernorm");
+			*prm += 11;
+		}
+	}
+	return 0;
+}
+
+/* The _extra_state items that follow the weight w of layer module mod:
+ * the module's own (a linear), and for TE the core attention's before
+ * linear_proj. */
+static int layer_extras(ctx *x, const item *w, const char *mod)
+{
+	char prefix[64];
+	item like = *w; /* w moves when items grow */
+	int rc = 0;
+
+	snprintf(prefix, sizeof(prefix), LAYERS "%lld.", (long long)like.layer);
+	if (has_extra(mod))
+		rc = add_extra(x, &like, prefix, mod, !x->tgt->te);
+	like.mod = mod_rank("self_attention.core_attention");
+	if (!rc && x->tgt->te && !strcmp(mod, "self_attention.linear_proj"))
+		rc = add_extra(x, &like, prefix,
+			       "self_attention.core_attention", false);
+	return rc;
+}
+
+/* Items of layer key t: its layers on this stage, its experts, the TP
+ * slice, and the _extra_state of its module. */
+static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
+		       int64_t g1, bool stacked)
+{
+	char mod[512], emod[600];
+	const char *prm = NULL;
+	bool expert = !strncmp(rest, EXPERTS, sizeof(EXPERTS) - 1);
+	int lead = (stacked ? 1 : 0) + (expert ? 1 : 0), rc;
+	int64_t E = 1, g0 = stacked ? 0 : g1,
+		gn = stacked ? x->nlayers : g1 + 1;
+	split_rule r;
+
+	if (t->ndim <= lead)
+		return fail(x, t->fqn, "too few axes for its stacking");
+	if (stacked && t->shape[0] != x->nlayers)
+		return fail(x, t->fqn, "%lld layers stacked, num_layers %lld",
+			    (long long)t->shape[0], (long long)x->nlayers);
+	if (expert)
+		E = t->shape[lead - 1];
+	rc = layer_name(x, t, expert ? rest + sizeof(EXPERTS) - 1 : rest, mod,
+			sizeof(mod), &prm);
+	if (rc)
+		return rc;
+	r = decide_split(mod, prm, x->swiglu);
+	for (int64_t g = g0 > x->lo ? g0 : x->lo; g < gn && g < x->hi; g++) {
+		for (int64_t e = 0; e < E; e++) {
+			flx_box box;
+			item *it;
+			int mr = mod_rank(expert ? "mlp.experts" : mod);
+
+			if (expert)
+				snprintf(emod, sizeof(emod),
+					 "mlp.experts.local_experts.%lld.%s",
+					 (long long)e, mod);
+			else
+				snprintf(emod, sizeof(emod), "%s", mod);
+			rc = add_item(x, &it, LAYERS "%lld.%s.%s",
+				      (long long)(g - x->lo), emod, prm);
+			if (rc)
+				return rc;
+			it->group = 1;
+			it->layer = g - x->lo;
+			it->expert = e;
+			it->mod = mr;
+			it->prm =
+			    (expert && !strcmp(mod, "linear_fc2") ? 16 : 0) +
+			    prm_rank(prm);
+			for (int d = 0; d < t->ndim; d++) {
+				box.off[d] = 0;
+				box.size[d] = t->shape[d];
+			}
+			if (stacked) {
+				box.off[0] = g;
+				box.size[0] = 1;
+			}
+			if (expert) {
+				box.off[lead - 1] = e;
+				box.size[lead - 1] = 1;
+			}
+			rc = tp_slice(x, &it->e, t, &box, lead, r);
+			if (!rc && !strcmp(prm, "weight"))
+				rc = layer_extras(x, it, emod);
+			if (rc)
+				return rc;
+		}
+	}
+	return rc;
+}
+
+/* Items of a key outside the layers: stage 0 or the last stage. */
+static int global_items(ctx *x, const flx_tensor *t, const char *as)
+{
+	char mod[512];
+	const char *dot = strrchr(as, '.');
+	int group, rc;
+	flx_box box;
+	item *it;
+
+	if (!strncmp(as, "embedding.", 10))
+		group = 0;
+	else if (!strncmp(as, "decoder.final_layernorm.", 24))
+		group = 2;
+	else if (!strncmp(as, "output_layer.", 13))
+		group = 3;
+	else
+		return fail(x, t->fqn, "no legacy place for this key");
+	if (group == 0 ? x->pp != 0 : x->pp != x->tgt->pp - 1)
+		return 0;
+	if (!dot || (size_t)(dot - as) >= sizeof(mod))
+		return fail(x, t->fqn, "no module in the key");
+	memcpy(mod, as, (size_t)(dot - as));
+	mod[dot - as] = '\0';
+	rc = add_item(x, &it, "%s", as);
+	if (rc)
+		return rc;
+	it->group = group;
+	it->mod = !strcmp(mod, "embedding.position_embeddings");
+	it->prm = prm_rank(dot + 1);
+	for (int d = 0; d < t->ndim; d++) {
+		box.off[d] = 0;
+		box.size[d] = t->shape[d];
+	}
+	rc = tp_slice(x, &it->e, t, &box, 0,
+		      decide_split(mod, dot + 1, x->swiglu));
+	if (!rc && !strcmp(dot + 1, "weight") && has_extra(mod)) {
+		item like = *it;
+
+		rc = add_extra(x, &like, "", mod, true);
+	}
+	return rc;
+}
+
+static int cmp_item(const void *a, const void *b)
+{
+	const item *x = a, *y = b;
+	int64_t k1[] = {x->group,  x->layer, x->mod,
+			x->expert, x->prm,   (int64_t)x->seq};
+	int64_t k2[] = {y->group,  y->layer, y->mod,
+			y->expert, y->prm,   (int64_t)y->seq};
+
+	for (int i = 0; i < 6; i++)
+		if (k1[i] != k2[i])
+			return k1[i] < k2[i] ? -1 : 1;
+	return 0;
+}
+
+/* The layer count: args.num_layers, else the stacked axis. */
+static int64_t layer_count(const flx_ckpt *c)
+{
+	if (c->megatron->num_layers > 0)
+		return c->megatron->num_layers;
+	for (size_t i = 0; i < c->ntensors; i++)
+		if (c->tensors[i].stacked &&
+		    flx_mlg_is_model_key(c->tensors[i].fqn))
+			return c->tensors[i].shape[0];
+	return 0;
+}
+
+int flx_mlg_padded_vocab(const flx_ckpt *c, const flx_mlg_target *tgt,
+			 int64_t *out, flx_error *err)
+{
+	const flx_tensor *t = flx_ckpt_find(c, WORD_EMB);
+	int64_t m = c->megatron->make_vocab_size_divisible_by;
+
+	if (!t || t->ndim < 1)
+		return flx_error_set(err, -EINVAL, NULL, WORD_EMB,
+				     "megatron/: no word embedding");
+	*out = repad(tgt->true_vocab > 0 ? tgt->true_vocab : t->shape[0],
+		     m > 0 ? m : DEFAULT_DIVISIBLE_BY, tgt->tp);
+	return 0;
+}
+
+/* Items of every model key, then the tied output layer. */
+static int collect(ctx *x)
+{
+	const flx_ckpt *c = x->c;
+	int rc = 0;
+
+	for (size_t i = 0; !rc && i < c->ntensors; i++) {
+		const flx_tensor *t = &c->tensors[i];
+		const char *rest = t->fqn + sizeof(LAYERS) - 1;
+
+		if (!flx_mlg_is_model_key(t->fqn))
+			continue;
+		if (strncmp(t->fqn, LAYERS, sizeof(LAYERS) - 1)) {
+			rc = global_items(x, t, t->fqn);
+		} else if (*rest >= '0' && *rest <= '9') {
+			char *end;
+			long long g = strtoll(rest, &end, 10);
+
+			if (*end != '.' || g >= x->nlayers)
+				return fail(x, t->fqn, "layer out of range");
+			rc = layer_items(x, t, end + 1, g, false);
+		} else {
+			rc = layer_items(x, t, rest, 0, true);
+		}
+	}
+	if (!rc && !flx_ckpt_find(c, "output_layer.weight") &&
+	    x->pp == x->tgt->pp - 1) {
+		const flx_tensor *emb = flx_ckpt_find(c, WORD_EMB);
+		item *it;
+
+		/* tied: the last stage's own copy of its slice (PP > 1) */
+		if (emb && x->tgt->pp > 1)
+			rc = global_items(x, emb, "output_layer.weight");
+		else if (!(rc =
+			       add_item(x, &it, "output_layer._extra_state"))) {
+			it->group = 3;
+			it->prm = PRM_EXTRA;
+			it->e.kind = FLX_MLG_NONE;
+		}
+	}
+	return rc;
+}
+
+int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
+		 flx_mlg_entry **out, size_t *n, flx_error *err)
+{
+	ctx x = {.c = c, .tgt = tgt, .tp = tp, .pp = pp, .err = err};
+	int rc;
+
+	x.nlayers = layer_count(c);
+	if (x.nlayers <= 0 || x.nlayers % tgt->pp)
+		return flx_error_set(err, -EINVAL, NULL, "num_layers",
+				     "megatron/: %lld layers do not divide "
+				     "into pp=%d stages",
+				     (long long)x.nlayers, tgt->pp);
+	x.lo = pp * (x.nlayers / tgt->pp);
+	x.hi = x.lo + x.nlayers / tgt->pp;
+	x.swiglu = c->megatron->swiglu == 1;
+	x.moe = !flx_ckpt_find(c, LAYERS "mlp.linear_fc1.weight") &&
+		(c->megatron->num_experts > 0 ||
+		 flx_ckpt_find(c, LAYERS "mlp.router.weight"));
+	rc = collect(&x);
+	if (rc)
+		goto out;
+	qsort(x.it, x.n, sizeof(*x.it), cmp_item);
+	*out = malloc((x.n ? x.n : 1) * sizeof(**out));
+	if (!*out) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < x.n; i++)
+		(*out)[i] = x.it[i].e;
+	*n = x.n;
+	x.n = 0; /* the names went to *out */
+out:
+	for (size_t i = 0; i < x.n; i++)
+		free(x.it[i].e.name);
+	free(x.it);
+	return rc;
+}
+
+void flx_mlg_free(flx_mlg_entry *e, size_t n)
+{
+	for (size_t i = 0; e && i < n; i++)
+		free(e[i].name);
+	free(e);
+}

@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_RESHARD_MEGATRON_LEGACY_H
+#define FLX_RESHARD_MEGATRON_LEGACY_H
+
+/*
+ * Megatron's legacy per-rank state dicts (megatron-format.md 6-8) from a
+ * torch_dist index: which keys rank (tp, pp) of a target TP x PP holds, in
+ * module registration order, and where each one's bytes lie in the source
+ * tensors.  The decision only; fs/layouts/megatron.c turns it into files.
+ *
+ * The rules, written here once:
+ *  - stage p holds global layers [p L/PP, (p+1) L/PP), numbered from 0
+ *    (L must divide by PP); embedding.* on stage 0, decoder.final_layernorm
+ *    and output_layer on the last;
+ *  - stacked "decoder.layers.<rest>" and per-layer "decoder.layers.<g>."
+ *    keys become "decoder.layers.<l>.<rest>"; experts stacked under
+ *    "mlp.experts.experts." become "mlp.experts.local_experts.<e>." (EP 1);
+ *  - local spec: "self_attention.linear_qkv.layer_norm_*" is
+ *    "input_layernorm.*", "mlp.linear_fc1.layer_norm_*" is
+ *    "pre_mlp_layernorm.*"; TE spec: names unchanged, but a MoE layer's
+ *    "mlp.linear_fc1.layer_norm_*" (no fc1 to fuse into) is
+ *    "pre_mlp_layernorm.*";
+ *  - TP: linear_qkv, core_attention.softmax_offset column-parallel (axis 0);
+ *    linear_proj.weight and linear_fc2.weight row-parallel (axis 1); with
+ *    SwiGLU linear_fc1 (weight, bias) as [gate_r; up_r], two row ranges of
+ *    the [gate; up] global form, else column-parallel; the vocab tables
+ *    (word and output embeddings, output bias) re-padded to
+ *    ceil(V / (m TP)) (m TP) rows (V the true vocab when given, else the
+ *    saved rows P; m = make_vocab_size_divisible_by, default 128): rows
+ *    past P zero, rows past the new size dropped, split on rows; norms, router,
+ *    biases of row-parallel linears, position embeddings replicated;
+ *    another key split along the one parameter axis its chunks split;
+ *  - tied embeddings (no output_layer.weight key): the last stage of
+ *    PP > 1 holds output_layer.weight, its slice of the word embedding,
+ *    and every last stage output_layer._extra_state = None;
+ *  - _extra_state after each linear's parameters: None (local spec;
+ *    output_layer in both), an empty uint8 tensor (TE spec), and for TE
+ *    one of self_attention.core_attention before linear_proj.
+ *
+ * Thread-safety: pure; any number of threads.
+ */
+
+#include "ckpt.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* the file in each rank directory */
+#define FLX_MLG_FILE "model_optim_rng.pt"
+
+typedef enum flx_mlg_kind {
+	FLX_MLG_TENSOR,
+	FLX_MLG_NONE,	  /* the value None */
+	FLX_MLG_EMPTY_U8, /* torch.empty(0, dtype=torch.uint8) */
+} flx_mlg_kind;
+
+/* Bytes of a legacy tensor, in order: a box of a source tensor (its C-order
+ * bytes), or (src NULL) zero bytes. */
+typedef struct flx_mlg_part {
+	const flx_tensor *src;
+	flx_box box;
+	uint64_t zeros;
+} flx_mlg_part;
+
+typedef struct flx_mlg_entry {
+	char *name; /* the state dict key; owned by the list */
+	flx_mlg_kind kind;
+	flx_dtype dtype;
+	int ndim;
+	int64_t shape[FLX_MAX_DIMS];
+	int nparts;
+	flx_mlg_part part[2];
+} flx_mlg_entry;
+
+typedef struct flx_mlg_target {
+	int tp, pp;
+	bool te; /* Transformer Engine names (megatron_spec=te) */
+	/* the tokenizer's vocab V (megatron_true_vocab); 0: unknown, the
+	 * saved table's rows stand for it */
+	int64_t true_vocab;
+} flx_mlg_target;
+
+/**
+ * The padded vocab size of the target (what args.padded_vocab_size says):
+ * the source's word embedding rows re-padded for tgt->tp.
+ * @return 0 and *out, or -EINVAL with err (no word embedding).
+ */
+int flx_mlg_padded_vocab(const flx_ckpt *c, const flx_mlg_target *tgt,
+			 int64_t *out, flx_error *err);
+
+/**
+ * The state dict of target rank (tp, pp): *n entries in *out (owned;
+ * flx_mlg_free()), in module registration order.  c must be a Megatron
+ * index (c->megatron set).
+ * @return 0, or -EINVAL with err naming the key that has no legacy place
+ *         or split (a layer count PP does not divide, a split axis TP does
+ *         not divide, a key outside the catalogue), -ENOMEM.
+ */
+int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
+		 flx_mlg_entry **out, size_t *n, flx_error *err);
+
+void flx_mlg_free(flx_mlg_entry *e, size_t n);
+
+/**
+ * The path scheme (spec 6.1): into out (cap bytes) the iteration's
+ * directory, "iter_%07d" or "release" (iteration < 0), when tp < 0; else
+ * rank (tp, pp)'s directory of npp stages, "mp_rank_%02d" (npp 1) or
+ * "mp_rank_%02d_%03d".  Truncated to cap.
+ */
+void flx_mlg_dir_name(int64_t iteration, int tp, int pp, int npp, char *out,
+		      size_t cap);
+
+/** Whether fqn is a model key (not optimizer state). */
+bool flx_mlg_is_model_key(const char *fqn);
+
+#endif

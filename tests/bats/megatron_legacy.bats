@@ -1,0 +1,203 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# megatron/: the legacy per-rank files (megatron-format.md 6-8) served from
+# the tests/fixtures/megatron-* torch_dist fixtures, torch.load-ed and
+# compared key by key (tensors bitwise, args, iteration, version) with the
+# files tools/fixtures/gen_megatron.py legacy writes for the same target
+# (numpy slices of the truth, saved by torch.save): lib/check_megatron_legacy.py.
+# torch 1.13 for tp 1/2/4 x pp 1/2 and both specs; torch 2.6 (trixie chroot,
+# when present) with weights_only=True and mmap=True.
+
+load helpers
+
+FX=$FLEXFS_SRC/tests/fixtures
+GEN=$FLEXFS_SRC/tools/fixtures/gen_megatron.py
+CHECK=$FLEXFS_SRC/tests/bats/lib/check_megatron_legacy.py
+STUB=$FLEXFS_SRC/tools/fixtures/megatron_stub
+CHROOT=${FLEXFS_TORCH2_CHROOT:-/opt/trixie}
+ITER=ckpt/iter_0000100
+
+setup_file() {
+	local t=() fx tp pp
+	for fx in megatron-untied megatron-tied megatron-moe; do
+		for tp in 1 2 4; do
+			for pp in 1 2; do
+				t+=("$fx:$tp:$pp:local")
+			done
+		done
+		t+=("$fx:2:2:te")
+	done
+	t+=("megatron-untied:4:1:te" "megatron-optim-fully-reshardable:2:2:local"
+		"megatron-optim-dp-reshardable:2:2:local"
+		"megatron-optim-fully-sharded-model-space:1:1:local"
+		"megatron-untied:1:2:local:100" "megatron-tied:1:2:local:100")
+	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
+		"$GEN" "$FX" "$BATS_FILE_TMPDIR" "${t[@]}"
+}
+
+setup() {
+	setup_ff
+	MDIRS=()
+}
+
+teardown() {
+	local d
+	for d in "${MDIRS[@]}"; do
+		mountpoint -q "$d" && fusermount3 -u -z "$d"
+	done
+	teardown_ff
+}
+
+# check_legacy SPEC FIXTURE:TP:PP...: mount every target at once, compare
+# each megatron/ with its oracle in one checker run, unmount cleanly; no
+# daemon said anything.
+check_legacy() {
+	local spec=$1 t fx tp pp d i args=() pids=() errs=()
+	shift
+	for t in "$@"; do
+		IFS=: read -r fx tp pp <<<"$t"
+		d=$BATS_TEST_TMPDIR/m-$fx-$tp-$pp-$spec
+		mkdir -p "$d"
+		mount_ff "$FX/$fx/$ITER" "$d" "tp=$tp,pp=$pp,megatron_spec=$spec"
+		MDIRS+=("$d")
+		pids+=("$FF_PID")
+		errs+=("$FF_ERR")
+		args+=(--mount "$d/megatron" --expected
+			"$BATS_FILE_TMPDIR/exp-$fx-$tp-$pp-$spec")
+	done
+	run /usr/bin/python3 "$CHECK" "${args[@]}" --stub "$STUB"
+	echo "$spec $*: $output"
+	for i in "${!pids[@]}"; do
+		FF_PID=${pids[$i]}
+		unmount_ff "${MDIRS[$i]}"
+		[ "$FF_RC" -eq 0 ]
+		[ ! -s "${errs[$i]}" ]
+	done
+	FF_PID=
+	MDIRS=()
+	[ "$status" -eq 0 ]
+	[[ $output == *" passed, 0 failed"* ]]
+}
+
+@test "megatron/ legacy files equal Megatron's at tp 1,2,4 x pp 1,2 (untied, tied, moe; local spec)" {
+	local t=() fx tp pp
+	for fx in megatron-untied megatron-tied megatron-moe; do
+		for tp in 1 2 4; do
+			for pp in 1 2; do
+				t+=("$fx:$tp:$pp")
+			done
+		done
+	done
+	check_legacy local "${t[@]}"
+}
+
+@test "megatron/ legacy files with megatron_spec=te (fused norms, TE extra states)" {
+	check_legacy te megatron-untied:2:2 megatron-tied:2:2 megatron-moe:2:2 \
+		megatron-untied:4:1
+}
+
+@test "megatron/ legacy files of the three optimizer layouts: the model only" {
+	check_legacy local megatron-optim-fully-reshardable:2:2 \
+		megatron-optim-dp-reshardable:2:2 \
+		megatron-optim-fully-sharded-model-space:1:1
+}
+
+@test "megatron/ with megatron_true_vocab: the tables re-padded from the true vocab (surplus rows dropped)" {
+	local fx d args=() pids=() i
+	for fx in megatron-untied megatron-tied; do
+		d=$BATS_TEST_TMPDIR/m-$fx-tv
+		mkdir -p "$d"
+		mount_ff "$FX/$fx/$ITER" "$d" "tp=1,pp=2,megatron_true_vocab=100"
+		MDIRS+=("$d")
+		pids+=("$FF_PID")
+		args+=(--mount "$d/megatron" --expected
+			"$BATS_FILE_TMPDIR/exp-$fx-1-2-local-100")
+	done
+	run /usr/bin/python3 "$CHECK" "${args[@]}" --stub "$STUB"
+	echo "$output"
+	for i in "${!pids[@]}"; do
+		FF_PID=${pids[$i]}
+		unmount_ff "${MDIRS[$i]}"
+	done
+	FF_PID=
+	MDIRS=()
+	[ "$status" -eq 0 ]
+	[[ $output == *" passed, 0 failed"* ]]
+	# a true vocab past the saved rows: nothing to take them from
+	mount_ff "$FX/megatron-untied/$ITER" "$MNT" "megatron_true_vocab=300"
+	run cat "$MNT/megatron/unavailable.txt"
+	unmount_ff "$MNT"
+	[[ $output == *"true vocab 300 is larger than the saved 256 rows"* ]]
+}
+
+@test "megatron/ legacy files load in torch 2.6 (trixie chroot), weights_only and mmap" {
+	[[ -x $CHROOT/usr/bin/python3 ]] ||
+		skip "no torch 2.6 chroot at $CHROOT (tools/fixtures/README.md)"
+	local inner=/tmp/flexfs-bats-mlg-$$ t fx tp pp d i args=() pids=()
+	mkdir -p "$CHROOT$inner"
+	cp "$CHECK" "$CHROOT$inner/"
+	cp -r "$STUB" "$CHROOT$inner/stub"
+	for t in megatron-untied:1:2 megatron-tied:4:1 megatron-moe:2:2; do
+		IFS=: read -r fx tp pp <<<"$t"
+		d=$inner/m-$fx
+		mkdir -p "$CHROOT$d"
+		cp -r "$BATS_FILE_TMPDIR/exp-$fx-$tp-$pp-local" "$CHROOT$d-exp"
+		mount_ff "$FX/$fx/$ITER" "$CHROOT$d" "tp=$tp,pp=$pp"
+		MDIRS+=("$CHROOT$d")
+		pids+=("$FF_PID")
+		args+=(--mount "$d/megatron" --expected "$d-exp")
+	done
+	run chroot "$CHROOT" python3 "$inner/check_megatron_legacy.py" \
+		"${args[@]}" --stub "$inner/stub" --weights-only --mmap
+	echo "$output"
+	for i in "${!pids[@]}"; do
+		FF_PID=${pids[$i]}
+		unmount_ff "${MDIRS[$i]}"
+	done
+	FF_PID=
+	MDIRS=()
+	rm -rf "${CHROOT:?}$inner"
+	[ "$status" -eq 0 ]
+	[[ $output == *" passed, 0 failed"* ]]
+}
+
+@test "megatron/: a target the legacy format cannot express says why in unavailable.txt" {
+	mount_ff "$FX/megatron-untied/$ITER" "$MNT" "tp=2,pp=3"
+	run ls "$MNT/megatron"
+	echo "$output"
+	[ "$output" = "unavailable.txt" ]
+	run cat "$MNT/megatron/unavailable.txt"
+	echo "$output"
+	[[ $output == *"num_layers: megatron/: 4 layers do not divide into pp=3 stages"* ]]
+	[ -d "$MNT/ranks/tp01_pp02" ]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+}
+
+@test "megatron/ is absent for a source that is not Megatron; megatron_spec=bad is refused" {
+	mount_ff "$FX/dcp-t113/ckpt" "$MNT" "tp=1"
+	[ ! -e "$MNT/megatron" ]
+	unmount_ff "$MNT"
+	run --separate-stderr "$FLEXFS_BIN" "$FX/megatron-untied/$ITER" "$MNT" \
+		-o megatron_spec=bad 3>&-
+	echo "$stderr"
+	[ "$status" -ne 0 ]
+	not_mounted "$MNT"
+	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
+	[[ $stderr == *"megatron_spec"*"expected local or te, got 'bad'"* ]]
+}
+
+@test "flexfs-inspect shows the megatron/ view: stage-local layers, the layer axis, fc1's two row ranges" {
+	run --separate-stderr "$FLEXFS_INSPECT" "$FX/megatron-untied/$ITER" \
+		-o tp=2,pp=2
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"megatron/iter_0000100/mp_rank_00_001/model_optim_rng.pt (local spec; tp rank 0 of 2"* ]]
+	# stage 1's layer 0 is global layer 2: gate rows 0:16 and up rows 32:48
+	[[ $output == *"  decoder.layers.0.mlp.linear_fc1.weight  bfloat16 32x16 = decoder.layers.mlp.linear_fc1.weight[2, 0:16, :] ++ [2, 32:48, :]"* ]]
+	[[ $output == *"  decoder.layers.1.input_layernorm.weight  bfloat16 16 = decoder.layers.self_attention.linear_qkv.layer_norm_weight[3, :]"* ]]
+	run --separate-stderr "$FLEXFS_INSPECT" "$FX/megatron-untied/$ITER" \
+		-o tp=2,pp=3
+	[ "$status" -eq 0 ]
+	[[ $output == *"megatron/: unavailable at this target: num_layers: megatron/: 4 layers do not divide into pp=3 stages"* ]]
+}
