@@ -476,8 +476,6 @@ int main(int argc, char **argv)
 		goto err_out1;
 
 	ll = (flx_ll){.fs = fs,
-		      .uid = getuid(),
-		      .gid = getgid(),
 		      .foreground = fo.foreground,
 		      .direct_io = cl.mo.direct_io,
 		      .logged = calloc(flx_fs_inode_count(fs) + 1, 1)};

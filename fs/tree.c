@@ -89,6 +89,7 @@ struct flx_fs {
 	uint32_t *kids; /* node indices; filled by flx_fs_finish() */
 	uint32_t *deps; /* indices into ckpt->files */
 	size_t ndeps, capdeps;
+	flx_access *access; /* per node; filled by flx_fs_finish() */
 	void **blobs; /* flx_fs_alloc()'s */
 	size_t nblobs, capblobs;
 	int64_t mtime_ns;
@@ -666,6 +667,46 @@ static int collect_deps(flx_fs *fs, node *nd, uint32_t *seen, uint32_t stamp)
 	return 0;
 }
 
+/* Narrow *a by every backing file of file node nd. */
+static void file_access(const flx_fs *fs, const node *nd, flx_access *a)
+{
+	const flx_file *files = fs->ckpt->files;
+
+	if (nd->type == N_FILE) {
+		for (uint32_t i = 0; i < nd->u.file.ndeps; i++)
+			flx_access_meet(a,
+					&files[fs->deps[nd->u.file.deps + i]].access);
+	} else {
+		const seg_kind *sk = &seg_kinds[nd->u.one.seg.kind];
+		size_t nf = sk->nfiles(&nd->u.one.seg);
+
+		for (size_t k = 0; k < nf; k++)
+			flx_access_meet(a, &files[sk->file(&nd->u.one.seg, k)].access);
+	}
+}
+
+/*
+ * Each node's access: a file's is what the checkpoint needs (its directory
+ * and metadata) narrowed by each of its backing files; a directory's is
+ * narrowed by each of its entries (a child's index is above its parent's),
+ * so that listing it shows nothing its reader could not read.
+ */
+static int fill_access(flx_fs *fs)
+{
+	fs->access = malloc(fs->n * sizeof(flx_access));
+	if (!fs->access)
+		return -ENOMEM;
+	for (size_t i = 0; i < fs->n; i++) {
+		fs->access[i] = fs->ckpt->access;
+		if (fs->nodes[i].type != N_DIR)
+			file_access(fs, &fs->nodes[i], &fs->access[i]);
+	}
+	for (size_t i = fs->n; i-- > 1;)
+		flx_access_meet(&fs->access[fs->nodes[i].parent],
+				&fs->access[i]);
+	return 0;
+}
+
 int flx_fs_finish(flx_fs *fs, const char **dup)
 {
 	uint32_t *seen =
@@ -713,6 +754,8 @@ int flx_fs_finish(flx_fs *fs, const char **dup)
 		else if (d->type == N_DIR)
 			rc = sort_dir(fs, d, &ds, dup);
 	}
+	if (!rc)
+		rc = fill_access(fs);
 out:
 	free(ds.kid);
 	free(seen);
@@ -732,6 +775,7 @@ void flx_fs_free(flx_fs *fs)
 		free(fs->blobs[i]);
 	free(fs->blobs);
 	free(fs->gens);
+	free(fs->access);
 	free(fs->deps);
 	free(fs->kids);
 	free(fs->segs);
@@ -756,6 +800,11 @@ static void fill_stat(const flx_fs *fs, const node *nd, flx_stat *st)
 	st->size = st->dir ? nd->u.dir.count : file_size(nd);
 	st->nlink = st->dir ? 2 + nd->u.dir.subdirs : 1;
 	st->mtime_ns = fs->mtime_ns;
+	st->uid = fs->access[st->ino - 1].uid;
+	st->gid = fs->access[st->ino - 1].gid;
+	st->mode = fs->access[st->ino - 1].read;
+	if (st->dir) /* search wherever read */
+		st->mode |= st->mode >> 2;
 }
 
 int flx_fs_stat(const flx_fs *fs, flx_ino ino, flx_stat *st)

@@ -43,6 +43,12 @@ typedef struct flx_stat {
 	uint64_t size; /* bytes for files, entries for directories */
 	uint32_t nlink;
 	int64_t mtime_ns; /* the checkpoint's .metadata mtime */
+	/* owner, group and permission bits (read, and search for
+	 * directories): those of what the node's bytes come from, see
+	 * flx_access_meet() (a directory: the meet of its entries') */
+	uid_t uid;
+	gid_t gid;
+	uint16_t mode;
 } flx_stat;
 
 /**

@@ -832,6 +832,7 @@ static void borrow(flx_ckpt *c, const flx_ckpt *src)
 	c->format = src->format;
 	c->writer = src->writer;
 	c->mtime_ns = src->mtime_ns;
+	c->access = src->access;
 	c->nfiles = src->nfiles;
 	c->files = src->files;
 	c->nobjects = src->nobjects;

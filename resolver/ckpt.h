@@ -28,6 +28,19 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/*
+ * Who may read something: an owner, a group and read bits (a subset of
+ * 0444, one per class as in st_mode).  The mount serves every node with the
+ * access of what its bytes come from (default_permissions makes the kernel
+ * enforce it), so that a view is never readable by someone who could not
+ * read its source files.
+ */
+typedef struct flx_access {
+	uid_t uid;
+	gid_t gid;
+	uint16_t read; /* S_IRUSR | S_IRGRP | S_IROTH, or fewer */
+} flx_access;
+
 typedef struct flx_file {
 	char *relpath; /* relative to the checkpoint directory */
 	int fd;	       /* O_RDONLY, opened at mount */
@@ -37,6 +50,7 @@ typedef struct flx_file {
 	int64_t mtime_ns;
 	int64_t ctime_ns; /* moves with any write, even one whose mtime is
 			   * put back (touch -d): what catches it */
+	flx_access access; /* owner, group and read bits at mount */
 	bool data;	  /* a file of the checkpoint itself (false: an extra,
 			   * passed through unchanged) */
 	/* when the path was last found to still name this file (CLOCK_MONOTONIC
@@ -173,6 +187,10 @@ typedef struct flx_ckpt {
 			   * "megatron-torch_dist" */
 	char *writer;	  /* what wrote it: "torch >= 2.0 (...)" */
 	int64_t mtime_ns; /* of its metadata file (.metadata, ...) */
+	/* what everything served needs besides its own files: search on the
+	 * checkpoint directory (its x bits, as read bits) and read of the
+	 * metadata files the source read whole (flx_access_meet()) */
+	flx_access access;
 	size_t nfiles;
 	flx_file *files; /* data files first, then extras */
 	size_t ntensors;
@@ -280,10 +298,28 @@ const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn);
  */
 int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path);
 
-/** Record st (an fstat of f's fd) as f's identity at mount: size, device,
- * inode, mtime, ctime; what flx_file_verify() compares against.  For those who
- * build an index by hand (tests). */
 struct stat;
+
+/**
+ * The access st gives: its owner, group and read bits; for a directory its
+ * search (x) bits, moved to the read bits' places (what reading a file in it
+ * by name needs).  Thread-safe.
+ */
+flx_access flx_access_of(const struct stat *st);
+
+/**
+ * Narrow *a to what b allows too, so that whoever *a then lets read could
+ * read both.  Same owner and group: the read bits of both, class by class.
+ * Otherwise a user is of a different class for each, so each class keeps a
+ * read bit only where every class of both has it (a's owner and group
+ * stay).  Thread-safe (on distinct *a).
+ */
+void flx_access_meet(flx_access *a, const flx_access *b);
+
+/** Record st (an fstat of f's fd) as f's identity at mount: size, device,
+ * inode, mtime, ctime (and its access); what flx_file_verify() compares
+ * against.  For those who
+ * build an index by hand (tests). */
 void flx_file_identity(flx_file *f, const struct stat *st);
 
 /**

@@ -568,6 +568,7 @@ int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 			 int64_t *mtime_ns, flx_error *err)
 {
 	struct stat st;
+	flx_access access;
 	unsigned char *buf = NULL;
 	char most[32];
 	int fd = -1, rc = flx_build_open(b, relpath, &fd, &st);
@@ -602,6 +603,8 @@ int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 	*buf_out = buf;
 	*len_out = (size_t)st.st_size;
 	*mtime_ns = flx_mtime_ns(&st);
+	access = flx_access_of(&st);
+	flx_access_meet(&b->c->access, &access);
 	buf = NULL;
 out:
 	free(buf);
@@ -1268,6 +1271,7 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 	static const flx_ckpt_opts none = {0};
 	const flx_ckpt_opts *o = opts ? opts : &none;
 	flx_build b = {.err = err, .dirfd = -1};
+	struct stat st;
 	int rc;
 
 	b.threads = o->threads > FLX_MAX_THREADS ? FLX_MAX_THREADS : o->threads;
@@ -1289,6 +1293,10 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 				   strerror(errno));
 		goto out;
 	}
+	rc = fstat(b.dirfd, &st) < 0 ? -errno : 0;
+	if (rc)
+		goto out;
+	b.c->access = flx_access_of(&st);
 	b.realdir = realpath(dir, NULL);
 	if (!b.realdir) {
 		rc = -errno;
@@ -1366,8 +1374,29 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+flx_access flx_access_of(const struct stat *st)
+{
+	mode_t m = st->st_mode;
+
+	if (S_ISDIR(m))
+		m = (m & (S_IXUSR | S_IXGRP | S_IXOTH)) << 2;
+	return (flx_access){st->st_uid, st->st_gid,
+			    (uint16_t)(m & (S_IRUSR | S_IRGRP | S_IROTH))};
+}
+
+void flx_access_meet(flx_access *a, const flx_access *b)
+{
+	const uint16_t all = S_IRUSR | S_IRGRP | S_IROTH;
+	uint16_t r = a->read & b->read;
+
+	if (a->uid != b->uid || a->gid != b->gid)
+		r = r == all ? all : 0;
+	a->read = r;
+}
+
 void flx_file_identity(flx_file *f, const struct stat *st)
 {
+	f->access = flx_access_of(st);
 	f->size = (uint64_t)st->st_size;
 	f->dev = st->st_dev;
 	f->ino = st->st_ino;
