@@ -674,8 +674,10 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_expect = sizeof(struct fuse_out_header) + len;
 		fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
 		reply_expect = 0;
+		flx_fs_pieces_release(fs, pc, np);
 		return;
 	}
+	flx_fs_pieces_release(fs, pc, np);
 	if (!rc && np == 1 && pc[0].fd < 0) {
 		fuse_reply_buf(req, pc[0].mem, len); /* literal bytes only */
 		return;

@@ -835,6 +835,7 @@ static void borrow(flx_ckpt *c, const flx_ckpt *src)
 	c->access = src->access;
 	c->nfiles = src->nfiles;
 	c->files = src->files;
+	c->fdt = src->fdt;
 	c->nobjects = src->nobjects;
 	c->objects = src->objects;
 	c->megatron = src->megatron;

@@ -43,16 +43,19 @@ typedef struct flx_access {
 
 typedef struct flx_file {
 	char *relpath; /* relative to the checkpoint directory */
-	int fd;	       /* O_RDONLY, opened at mount */
+	/* O_RDONLY, opened at mount; -1 for a file past the descriptor
+	 * budget, opened on use by the fd table: read through
+	 * flx_file_acquire() */
+	int fd;
 	uint64_t size; /* st_size at mount */
 	dev_t dev;     /* identity at mount, to detect replacement */
 	ino_t ino;
 	int64_t mtime_ns;
-	int64_t ctime_ns; /* moves with any write, even one whose mtime is
-			   * put back (touch -d): what catches it */
+	int64_t ctime_ns;  /* moves with any write, even one whose mtime is
+			    * put back (touch -d): what catches it */
 	flx_access access; /* owner, group and read bits at mount */
-	bool data;	  /* a file of the checkpoint itself (false: an extra,
-			   * passed through unchanged) */
+	bool data;	   /* a file of the checkpoint itself (false: an extra,
+			    * passed through unchanged) */
 	/* when the path was last found to still name this file (CLOCK_MONOTONIC
 	 * ns; 0 never); the one mutable field, updated atomically */
 	int64_t path_checked_ns;
@@ -203,6 +206,9 @@ typedef struct flx_ckpt {
 	/* the same for a Paddle Flex Checkpoint ("paddle-dcp"); NULL
 	 * otherwise */
 	const flx_paddle *paddle;
+	/* internal: the files past the descriptor budget (fd -1), opened on
+	 * use; NULL when every file keeps its descriptor from the open */
+	struct flx_fdtable *fdt;
 	flx_tensor **by_name; /* internal: tensors sorted by FQN */
 	/* internal: when pooled (a loaded checkpoint), the tensors' and
 	 * objects' names and the tensors' chunks live in pool, which
@@ -228,6 +234,10 @@ typedef struct flx_ckpt_opts {
 	/* resolve paths by the component walk alone, never openat2(), as
 	 * on a kernel without it (tests: the outcome must not depend on it) */
 	bool walk_only;
+	/* keep at most this many files' descriptors from the open, and give
+	 * the fd table 4 slots (tests: the outcome must not depend on it);
+	 * 0: by RLIMIT_NOFILE, see flx_file_acquire() */
+	unsigned keep_fds;
 } flx_ckpt_opts;
 
 /**
@@ -272,6 +282,44 @@ int flx_ckpt_finish(flx_ckpt *c, flx_error *err);
  * @return 0 (also when already at the hard limit), or -errno.
  */
 int flx_nofile_raise(void);
+
+/* The fd table's side of flx_file_acquire()/flx_file_release(). */
+int flx_fdtable_acquire(const flx_ckpt *c, uint32_t i, int *fd);
+void flx_fdtable_release(const flx_ckpt *c, uint32_t i);
+
+/**
+ * A descriptor of file i to read from, valid until flx_file_release(c, i).
+ * Files keep the descriptor they were opened with at mount while the
+ * process's RLIMIT_NOFILE allows (all but a reserve for FUSE and threads);
+ * that path is a load and nothing to release.  The files past that are
+ * opened on use, below the checkpoint directory as at mount, and their
+ * identity (size, mtime, ctime, device, inode) compared with the one
+ * recorded at mount; a bounded number stays open, the least recently used
+ * of those no caller holds closed first.  Thread-safe.
+ * @return 0 and *fd; -ESTALE (the file changed), or -errno (cannot open:
+ *         -EMFILE past the limit even so).
+ */
+static inline int flx_file_acquire(const flx_ckpt *c, uint32_t i, int *fd)
+{
+	if (c->files[i].fd >= 0) {
+		*fd = c->files[i].fd;
+		return 0;
+	}
+	return flx_fdtable_acquire(c, i, fd);
+}
+
+/** Give back what flx_file_acquire(c, i) returned 0 for.  Thread-safe. */
+static inline void flx_file_release(const flx_ckpt *c, uint32_t i)
+{
+	if (c->files[i].fd < 0)
+		flx_fdtable_release(c, i);
+}
+
+/** n bytes at off of file i, whole (flx_file_acquire(), pread, release).
+ * @return 0, -EIO at end of file, or the error of the acquire or the
+ *         read.  Thread-safe. */
+int flx_file_pread(const flx_ckpt *c, uint32_t i, void *buf, size_t n,
+		   uint64_t off);
 
 /** Release everything (closes fds); NULL is fine. */
 void flx_ckpt_close(flx_ckpt *c);

@@ -671,10 +671,9 @@ static void item_name(char *buf, size_t size, const char *relpath, uint64_t off)
  * against the metadata.  Reads go through s's cache, bound here to the
  * item's file; errors go to err.  Touches nothing shared but *ch, so items
  * may be loaded on several threads at once (flx_item_ops). */
-static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
-		     flx_chunk *ch, flx_error *err)
+static int load_item_fd(const flx_ckpt *c, item_scratch *s, const flx_tensor *t,
+			flx_chunk *ch, int fd, flx_error *err)
 {
-	item_scratch *s = arg;
 	const flx_file *f = &c->files[ch->file];
 	char name[FLX_ERR_FIELD];
 	flx_reader r;
@@ -685,7 +684,7 @@ static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
 	int rc;
 
 	item_name(name, sizeof(name), f->relpath, ch->item_off);
-	flx_small_read_cache_bind(&s->bc, f->fd, f->size);
+	flx_small_read_cache_bind(&s->bc, fd, f->size);
 	flx_reader_cached(&r, &cr, &s->bc, ch->item_off, ch->item_len);
 	rc = flx_zip_parse(z, &r, name, err);
 	if (rc) {
@@ -760,6 +759,25 @@ static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
 	memcpy(ch->stride, tp.stride, sizeof(int64_t) * (size_t)t->ndim);
 	ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
 	return 0;
+}
+
+/* load_item_fd() with the descriptor of the item's file.  The read cache
+ * knows a file by its descriptor, which the fd table may give another file
+ * once this one is closed: for such files it starts empty. */
+static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
+		     flx_chunk *ch, flx_error *err)
+{
+	item_scratch *s = arg;
+	int fd, rc = flx_file_acquire(c, ch->file, &fd);
+
+	if (rc)
+		return flx_error_set(err, rc, c->files[ch->file].relpath,
+				     t->fqn, "cannot open: %s", strerror(-rc));
+	if (c->files[ch->file].fd < 0)
+		flx_small_read_cache_bind(&s->bc, -1, 0);
+	rc = load_item_fd(c, s, t, ch, fd, err);
+	flx_file_release(c, ch->file);
+	return rc;
 }
 
 /*

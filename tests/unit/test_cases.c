@@ -18,11 +18,14 @@
  * Runs from tests/ (ctest's working directory).  FLX_CASES_TMPDIR or TMPDIR
  * picks where the temporary directories go (default /tmp).
  *
- * Usage: test_cases [--threads N] [--async] [--walk]
+ * Usage: test_cases [--threads N] [--async] [--walk] [--keep-fds N]
  *   --threads N  open with flx_ckpt_opts.threads = N (the metadata decoded
  *                and the items read by N threads: the same outcome)
  *   --walk       resolve paths by the component walk alone
  *                (flx_ckpt_opts.walk_only, as without openat2())
+ *   --keep-fds N only N files keep their descriptor from the open, the
+ *                others are opened on use through the fd table of 4 slots
+ *                (flx_ckpt_opts.keep_fds, as past RLIMIT_NOFILE)
  *   --async      open as the daemon does: flx_ckpt_open_start(), the plan
  *                (tp=2) while the items are read, then flx_ckpt_finish(),
  *                whose item failure is reported before a plan failure
@@ -970,6 +973,9 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--walk") == 0) {
 			open_opts.walk_only = true;
+		} else if (strcmp(argv[i], "--keep-fds") == 0 && i + 1 < argc &&
+			   atoi(argv[i + 1]) > 0) {
+			open_opts.keep_fds = (unsigned)atoi(argv[++i]);
 		} else if (strcmp(argv[i], "--async") == 0) {
 			open_opts.defer_items = true;
 		} else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc &&
@@ -977,7 +983,7 @@ int main(int argc, char **argv)
 			open_opts.threads = (unsigned)atoi(argv[++i]);
 		} else {
 			fprintf(stderr, "usage: test_cases [--threads N] "
-					"[--async] [--walk]\n");
+					"[--async] [--walk] [--keep-fds N]\n");
 			return 2;
 		}
 	}
