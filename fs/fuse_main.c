@@ -17,6 +17,7 @@
 #include "ckpt.h"
 #include "error.h"
 #include "plan.h"
+#include "stack.h"
 #include "transform.h"
 #include "tree.h"
 
@@ -204,50 +205,19 @@ static int parse(const char *prog, struct cmdline *cl, struct fuse_args *args,
 	return 0;
 }
 
-/* Checkpoint -> plan -> tree, every check that needs the real metadata.
+/* Checkpoint -> plan -> tree, every check that needs the real metadata,
+ * by the path flexfs-inspect takes too (stack.h).
  * @return 0, or -errno after printing the one error line. */
-static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_xindex **xi,
-		 flx_plan **plan, flx_fs **fs)
+static int build(const struct cmdline *cl, flx_stack *st)
 {
 	flx_error err;
 	int rc;
 
 	flx_error_init(&err);
-	/* Source -> transform -> plan -> tree.  The transform, the plan and
-	 * the tree need nothing the items give: they are built while the
-	 * items are read. */
-	rc = flx_ckpt_open_with(cl->mo.source,
-				&(flx_ckpt_opts){.format = cl->mo.source_format,
-						 .defer_items = true},
-				ckpt, &err);
-	if (!rc)
-		rc = flx_xform_apply(cl->mo.spec.xform, *ckpt, xi, &err);
-	if (!rc)
-		rc = flx_plan_build(flx_xindex_ckpt(*xi), &cl->mo.spec, plan,
-				    &err);
-	if (!rc)
-		rc = flx_fs_build(flx_xindex_ckpt(*xi), *plan, fs, &err);
-	if (*ckpt) {
-		flx_error ierr;
-		int irc;
-
-		/* a bad item is reported before a transform, plan or tree
-		 * failure, as when the items were read first */
-		flx_error_init(&ierr);
-		irc = flx_ckpt_finish(*ckpt, &ierr);
-		if (irc) {
-			err = ierr;
-			rc = irc;
-		} else if (*xi) {
-			flx_xindex_finish(*xi);
-		}
-	}
-	if (rc) {
-		if (!err.code)
-			flx_error_set(&err, rc, cl->mo.source, NULL, "%s",
-				      strerror(-rc));
+	rc = flx_stack_build(cl->mo.source, cl->mo.source_format, &cl->mo.spec,
+			     st, &err);
+	if (rc)
 		report(&err);
-	}
 	return rc;
 }
 
@@ -445,10 +415,7 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_session *se;
 	struct cmdline cl;
-	flx_ckpt *ckpt = NULL;
-	flx_xindex *xi = NULL;
-	flx_plan *plan = NULL;
-	flx_fs *fs = NULL;
+	flx_stack st = {0};
 	flx_bcache *cache = NULL;
 	char **av = NULL;
 	int ac, ret = 1, rc;
@@ -470,15 +437,15 @@ int main(int argc, char **argv)
 		ret = rc == 2 ? 0 : 1;
 		goto err_out1;
 	}
-	if (build(&cl, &ckpt, &xi, &plan, &fs))
+	if (build(&cl, &st))
 		goto err_out1;
-	if (make_cache(&cl.mo, flx_xindex_ckpt(xi), fs, &cache))
+	if (make_cache(&cl.mo, flx_xindex_ckpt(st.xi), st.fs, &cache))
 		goto err_out1;
 
-	ll = (flx_ll){.fs = fs,
+	ll = (flx_ll){.fs = st.fs,
 		      .foreground = fo.foreground,
 		      .direct_io = cl.mo.direct_io,
-		      .logged = calloc(flx_fs_inode_count(fs) + 1, 1)};
+		      .logged = calloc(flx_fs_inode_count(st.fs) + 1, 1)};
 	se = flx_ll_session_new(&args, &ll);
 	if (se == NULL)
 		goto err_out1;
@@ -503,11 +470,8 @@ err_out2:
 	fuse_session_destroy(se);
 err_out1:
 	free(ll.logged);
-	flx_fs_free(fs);
 	flx_bcache_free(cache);
-	flx_plan_free(plan);
-	flx_xindex_free(xi);
-	flx_ckpt_close(ckpt);
+	flx_stack_free(&st);
 	free(fo.mountpoint);
 	fuse_opt_free_args(&args);
 	free(av);

@@ -13,6 +13,7 @@
 #include "error.h"
 #include "mountopts.h"
 #include "plan.h"
+#include "stack.h"
 #include "transform.h"
 #include "tree.h"
 
@@ -303,16 +304,13 @@ static int print_table(const flx_ckpt *c, const flx_plan *p)
 }
 
 /* index.json of the tree that flexfs would mount, verbatim. */
-static int print_json(const flx_ckpt *c, const flx_plan *p, flx_error *err)
+static int print_json(const flx_fs *fs, flx_error *err)
 {
-	flx_fs *fs = NULL;
 	flx_stat st;
 	char *buf = NULL;
 	ssize_t n = 0;
-	int rc = flx_fs_build(c, p, &fs, err);
+	int rc = flx_fs_resolve(fs, "index.json", &st);
 
-	if (!rc)
-		rc = flx_fs_resolve(fs, "index.json", &st);
 	if (!rc && !(buf = malloc(st.size + 1)))
 		rc = -ENOMEM;
 	if (!rc && (n = flx_fs_read(fs, st.ino, buf, st.size, 0, NULL)) < 0)
@@ -325,7 +323,6 @@ static int print_json(const flx_ckpt *c, const flx_plan *p, flx_error *err)
 	if (rc)
 		flx_error_set(err, rc, NULL, "index.json", "%s", strerror(-rc));
 	free(buf);
-	flx_fs_free(fs);
 	return rc;
 }
 
@@ -409,9 +406,7 @@ static int parse(int argc, char **argv, flx_mountopts *mo, int *json,
 int main(int argc, char **argv)
 {
 	flx_mountopts mo;
-	flx_ckpt *ckpt = NULL;
-	flx_xindex *xi = NULL;
-	flx_plan *plan = NULL;
+	flx_stack st = {0};
 	flx_error err;
 	int json = 0, rc;
 
@@ -428,26 +423,20 @@ int main(int argc, char **argv)
 		flx_mo_release(&mo);
 		return rc == 3 ? 0 : rc;
 	}
-	/* the mount's stages: source -> transform -> plan */
-	rc = flx_ckpt_open_with(argv[optind],
-				&(flx_ckpt_opts){.format = mo.source_format},
-				&ckpt, &err);
+	/* the mount's stages, by the mount's own path: what it refuses is
+	 * refused here with the same line */
+	rc = flx_stack_build(argv[optind], mo.source_format, &mo.spec, &st,
+			     &err);
 	if (!rc)
-		rc = flx_xform_apply(mo.spec.xform, ckpt, &xi, &err);
-	if (!rc)
-		rc = flx_plan_build(flx_xindex_ckpt(xi), &mo.spec, &plan, &err);
-	if (!rc)
-		rc = json ? print_json(flx_xindex_ckpt(xi), plan, &err)
-			  : print_table(flx_xindex_ckpt(xi), plan);
+		rc = json ? print_json(st.fs, &err)
+			  : print_table(flx_xindex_ckpt(st.xi), st.plan);
 	if (rc) {
 		if (!err.code)
 			flx_error_set(&err, rc, NULL, NULL, "%s",
 				      strerror(-rc));
 		report(&err);
 	}
-	flx_plan_free(plan);
-	flx_xindex_free(xi);
-	flx_ckpt_close(ckpt);
+	flx_stack_free(&st);
 	flx_mo_release(&mo);
 	return rc ? 1 : 0;
 }

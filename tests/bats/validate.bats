@@ -1,0 +1,78 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# One validation path (#17 item 6): the mount and flexfs-inspect build the
+# same stack (fs/stack.h: source, transform, plan, tree), so they accept
+# and refuse exactly the same inputs with the same line.  The whole case
+# corpus (tests/cases, assembled by test_cases --keep) and inputs refused
+# only by the tree go through both.
+
+load helpers
+
+setup() {
+	setup_ff
+	require_fuse
+	TEST_CASES=$(dirname "$FLEXFS_BIN")/../tests/test_cases
+	[[ -x $TEST_CASES ]] || {
+		echo "missing $TEST_CASES" >&2
+		return 1
+	}
+}
+
+teardown() {
+	mountpoint -q "$MNT" && fusermount3 -u -z "$MNT"
+	teardown_ff
+}
+
+# both DIR OPTS: run flexfs-inspect and the mount (foreground; unmounted
+# again once up) on DIR; prints "rc message" for each, prefixes dropped,
+# on two lines.
+both() {
+	local dir=$1 opts=$2 irc=0 mrc i pid
+	local ierr=$BATS_TEST_TMPDIR/inspect.err merr=$BATS_TEST_TMPDIR/mount.err
+
+	"$FLEXFS_INSPECT" "$dir" -o "$opts" >/dev/null 2>"$ierr" || irc=$?
+	"$FLEXFS_BIN" "$dir" "$MNT" -f -o "$opts" >/dev/null 2>"$merr" 3>&- &
+	pid=$!
+	for ((i = 0; i < 200; i++)); do
+		mountpoint -q "$MNT" && break
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.05
+	done
+	mountpoint -q "$MNT" && fusermount3 -u "$MNT"
+	mrc=0
+	wait "$pid" || mrc=$?
+	echo "$irc $(sed 's/^flexfs-inspect: //' "$ierr")"
+	echo "$mrc $(sed 's/^flexfs: //' "$merr")"
+}
+
+@test "the whole case corpus: the mount and flexfs-inspect accept and refuse the same inputs, with the same line" {
+	local keep=$BATS_TEST_TMPDIR/cases d n=0 refused=0 out
+	mkdir "$keep"
+	(cd "$FLEXFS_SRC/tests" && "$TEST_CASES" --keep "$keep" >/dev/null)
+	for d in "$keep"/flx-cases.*/{invalid,valid}.*; do
+		[[ -d $d ]] || continue
+		out=$(both "$d" "tp=$(cat "$d.tp"),rules=$RULES")
+		if [[ $(sed -n 1p <<<"$out") != "$(sed -n 2p <<<"$out")" ]]; then
+			echo "differ on ${d##*/}:"
+			echo "$out"
+			return 1
+		fi
+		[[ $out == 0* ]] || refused=$((refused + 1))
+		n=$((n + 1))
+	done
+	echo "$n cases, $refused refused by both"
+	[ "$n" -ge 140 ] && [ "$refused" -ge 130 ] && [ "$refused" -lt "$n" ]
+}
+
+@test "what only the tree refuses (an extra named like a generated file) is refused by flexfs-inspect too, table and --json" {
+	local ck=$BATS_TEST_TMPDIR/ckpt out
+	cp -a "$FIXTURE" "$ck"
+	echo x >"$ck/model.safetensors" # hf/model.safetensors is generated
+	run both "$ck" "tp=2,rules=$RULES"
+	echo "$output"
+	[ "${lines[0]}" = "${lines[1]}" ]
+	[[ ${lines[0]} == "1 model.safetensors: two entries of one directory share this name" ]]
+	run "$FLEXFS_INSPECT" "$ck" --json -o "tp=2,rules=$RULES"
+	[ "$status" -eq 1 ]
+	[[ $output == *"model.safetensors: two entries of one directory share this name"* ]]
+}
