@@ -8,6 +8,8 @@
 
 load helpers
 
+PY3=/usr/bin/python3
+
 setup() {
 	setup_ff
 	require_fuse
@@ -75,4 +77,29 @@ both() {
 	run "$FLEXFS_INSPECT" "$ck" --json -o "tp=2,rules=$RULES"
 	[ "$status" -eq 1 ]
 	[[ $output == *"model.safetensors: two entries of one directory share this name"* ]]
+}
+
+@test "control and bidi characters are escaped (%XX) in served names (test_formats: in error lines); a safe extra name is kept" {
+	local ck=$BATS_TEST_TMPDIR/ckpt
+	cp -a "$FIXTURE" "$ck"
+	# U+202E RIGHT-TO-LEFT OVERRIDE, U+009B CSI, ESC; and a plain one
+	printf 'x' >"$ck/$(printf 'evil\xe2\x80\xaenosj.json')"
+	printf 'y' >"$ck/$(printf 'csi\xc2\x9b\x1b[2J%%.txt')"
+	printf 'z' >"$ck/notes-ü.txt"
+	mount_ff "$ck" "$MNT" "tp=2,rules=$RULES"
+	[ "$(cat "$MNT/hf/evil%E2%80%AEnosj.json")" = x ]
+	[ "$(cat "$MNT/hf/csi%C2%9B%1B[2J%25.txt")" = y ]
+	[ "$(cat "$MNT/hf/notes-ü.txt")" = z ]
+	# no served name holds a raw control or bidi character
+	run env LC_ALL=C.UTF-8 "$PY3" -c '
+import os, sys, unicodedata
+bad = [n for d, ds, fs in os.walk(sys.argv[1]) for n in ds + fs
+       if any(unicodedata.category(c) == "Cc" or
+              c in "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+              for c in n)]
+print(bad)
+sys.exit(1 if bad else 0)' "$MNT"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	unmount_ff "$MNT"
 }
