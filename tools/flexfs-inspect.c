@@ -21,6 +21,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,7 +200,9 @@ static void human(char *buf, size_t len, uint64_t n)
 		snprintf(buf, len, "%" PRIu64 " B", n);
 }
 
-/* Totals: tensor and object counts, bytes, and the rank byte spread. */
+/* Totals: tensor and object counts, bytes, and the rank byte spread.
+ * Sums checked (the tree built before bounds them: a guard, not a
+ * message users should see). */
 static int print_totals(const flx_ckpt *c, const flx_plan *p)
 {
 	int tp = p->spec->tp, pp = p->spec->pp, lo = 0, hi = 0;
@@ -212,13 +215,22 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 		return -ENOMEM;
 	for (size_t i = 0; i < p->n; i++) {
 		const flx_placement *pl = &p->p[i];
+		uint64_t b;
+		bool over = __builtin_mul_overflow(
+				flx_numel(pl->src->ndim, pl->src->shape),
+				(uint64_t)flx_dtype_size(pl->src->dtype), &b) ||
+			    __builtin_add_overflow(total, b, &total);
 
-		total += flx_numel(pl->src->ndim, pl->src->shape) *
-			 flx_dtype_size(pl->src->dtype);
 		for (int s = pl->stage_lo; s <= pl->stage_hi; s++)
 			for (int r = 0; r < tp; r++)
-				rank[s * tp + r] +=
-				    flx_view_bytes(pl->views[r]);
+				over |= __builtin_add_overflow(
+				    rank[s * tp + r],
+				    flx_view_bytes(pl->views[r]),
+				    &rank[s * tp + r]);
+		if (over) {
+			free(rank);
+			return -EFBIG;
+		}
 	}
 	for (int i = 1; i < tp * pp; i++) {
 		lo = rank[i] < rank[lo] ? i : lo;

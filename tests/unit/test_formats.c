@@ -1477,6 +1477,45 @@ int main(void)
 		flx_spec_release(&s);
 		flx_ckpt_close(c);
 	}
+	/* index.json's source bytes: the data files' sizes, a checked sum
+	 * (sparse files can be huge): INT64_MAX exactly is served, one more
+	 * refused at build */
+	for (int over = 0; over < 2; over++) {
+		tdef one[] = {{"output.weight", FLX_DT_F32, 1, {4}}};
+		flx_ckpt *c = make_ckpt(dir, one, 1);
+		flx_spec s;
+		flx_plan *p = NULL;
+		flx_fs *fs = NULL;
+		flx_error err;
+		flx_stat st;
+		char buf[4096];
+		ssize_t n;
+
+		c->files[1].data = true;
+		c->files[1].size = 3;
+		c->files[0].size = (uint64_t)INT64_MAX - 3 + (uint64_t)over;
+		flx_spec_init(&s);
+		flx_error_init(&err);
+		CHECK_EQ(flx_plan_build(c, &s, &p, &err), 0);
+		if (over) {
+			CHECK_EQ(flx_fs_build(c, p, &fs, &err), -EFBIG);
+			CHECK_STR(err.key, "index.json");
+			CHECK(strstr(err.text, "2^63-1") != NULL);
+		} else {
+			CHECK_EQ(flx_fs_build(c, p, &fs, &err), 0);
+			CHECK_EQ(flx_fs_resolve(fs, "index.json", &st), 0);
+			n = flx_fs_read(fs, st.ino, buf, sizeof(buf) - 1, 0,
+					NULL);
+			CHECK(n > 0);
+			buf[n > 0 ? n : 0] = '\0';
+			CHECK(strstr(buf, "\"bytes\": 9223372036854775807") !=
+			      NULL);
+		}
+		flx_fs_free(fs);
+		flx_plan_free(p);
+		flx_spec_release(&s);
+		flx_ckpt_close(c);
+	}
 	remove_files(dir);
 	rmdir(dir);
 	return CHECK_RESULT();
