@@ -847,7 +847,9 @@ static int fdt_cover(flx_fdtable *t, size_t n)
 	return 0;
 }
 
-int flx_fdtable_acquire(const flx_ckpt *c, uint32_t i, int *fd)
+/* flx_fdtable_acquire(), or, when !may_open, -ENOENT for a file not open
+ * now (nothing to check that a later open would not). */
+static int fdt_acquire(const flx_ckpt *c, uint32_t i, bool may_open, int *fd)
 {
 	flx_fdtable *t = c->fdt;
 	int rc;
@@ -857,7 +859,7 @@ int flx_fdtable_acquire(const flx_ckpt *c, uint32_t i, int *fd)
 	pthread_mutex_lock(&t->mu);
 	rc = fdt_cover(t, c->nfiles);
 	if (!rc && t->e[i].fd < 0)
-		rc = fdt_open(t, c, i);
+		rc = may_open ? fdt_open(t, c, i) : -ENOENT;
 	if (!rc) {
 		t->e[i].pins++;
 		t->e[i].ref = true;
@@ -865,6 +867,11 @@ int flx_fdtable_acquire(const flx_ckpt *c, uint32_t i, int *fd)
 	}
 	pthread_mutex_unlock(&t->mu);
 	return rc;
+}
+
+int flx_fdtable_acquire(const flx_ckpt *c, uint32_t i, int *fd)
+{
+	return fdt_acquire(c, i, true, fd);
 }
 
 void flx_fdtable_release(const flx_ckpt *c, uint32_t i)
@@ -1666,17 +1673,23 @@ int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
 	char *path = NULL;
 	int64_t now, last;
 	uint32_t i = (uint32_t)(f - c->files);
-	int fd, rc;
+	bool opened;
+	int fd = -1, rc;
 
-	rc = flx_file_acquire(c, i, &fd);
-	if (rc)
+	/* a file past the budget that is not open now is checked when it is
+	 * opened again; opening it here would only churn the fd table */
+	rc = f->fd >= 0 ? 0 : fdt_acquire(c, i, false, &fd);
+	opened = !rc;
+	if (rc && rc != -ENOENT)
 		return rc;
-	rc = fstat(fd, &st) < 0 ? -errno : 0;
-	flx_file_release(c, i);
-	if (rc)
-		return rc;
-	if (!same_identity(f, &st))
-		return -ESTALE;
+	if (opened) {
+		rc = fstat(f->fd >= 0 ? f->fd : fd, &st) < 0 ? -errno : 0;
+		flx_file_release(c, i);
+		if (rc)
+			return rc;
+		if (!same_identity(f, &st))
+			return -ESTALE;
+	}
 	if (!by_path)
 		return 0;
 	now = now_ns();
@@ -1688,7 +1701,8 @@ int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
 	rc = stat(path, &st) < 0 ? -errno : 0;
 	free(path);
 	if (rc == -ENOENT ||
-	    (!rc && (st.st_dev != f->dev || st.st_ino != f->ino)))
+	    (!rc && (st.st_dev != f->dev || st.st_ino != f->ino)) ||
+	    (!rc && !opened && !same_identity(f, &st)))
 		return -ESTALE;
 	if (!rc)
 		__atomic_store_n(checked, now, __ATOMIC_RELAXED);
