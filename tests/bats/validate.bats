@@ -103,3 +103,21 @@ sys.exit(1 if bad else 0)' "$MNT"
 	[ "$status" -eq 0 ]
 	unmount_ff "$MNT"
 }
+
+@test "a tensor whose file name would pass 255 bytes is refused by both, with the same line" {
+	local ck=$BATS_TEST_TMPDIR/long
+	/usr/bin/python3 -c 'import torch' 2>/dev/null || skip "torch 1.13 under /usr/bin/python3 writes this checkpoint"
+	/usr/bin/python3 - "$ck" "$FLEXFS_SRC/tools/fixtures" <<-'EOF2'
+		import sys
+		sys.path.insert(0, sys.argv[2])
+		from gen_dcp import TorchAPI
+		api = TorchAPI()
+		torch = api.torch
+		sd = {"w" * 252: torch.zeros(4), "short.weight": torch.ones(4)}
+		api.dcp.save_state_dict(sd, api.dcp.FileSystemWriter(sys.argv[1]), no_dist=True)
+	EOF2
+	run both "$ck" "tp=1"
+	echo "$output"
+	[ "${lines[0]}" = "${lines[1]}" ]
+	[[ ${lines[0]} == "1 "*"www: tensor name too long for a file name" ]]
+}
