@@ -929,6 +929,10 @@ static int add_file(flx_build *b, const char *relpath, bool data,
 				   "not a regular file");
 		goto out;
 	}
+	/* past the budget: closed at out, opened on use */
+	rc = c->nfiles < b->fd_keep ? 0 : fdtable_new(b);
+	if (rc)
+		goto out;
 	f = &c->files[c->nfiles];
 	memset(f, 0, sizeof(*f));
 	f->relpath = strdup(relpath);
@@ -936,14 +940,10 @@ static int add_file(flx_build *b, const char *relpath, bool data,
 		rc = -ENOMEM;
 		goto out;
 	}
+	f->fd = -1;
 	if (c->nfiles < b->fd_keep) {
 		f->fd = fd;
 		fd = -1;
-	} else {
-		f->fd = -1; /* closed at out: opened on use */
-		rc = fdtable_new(b);
-		if (rc)
-			goto out;
 	}
 	flx_file_identity(f, &st);
 	f->data = data;
