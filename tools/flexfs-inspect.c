@@ -152,12 +152,20 @@ static void sb_local(sbuf *b, const flx_placement *pl, int tp)
 static int fill_row(const flx_placement *pl, int tp, char **row)
 {
 	const flx_tensor *t = pl->src;
+	size_t cap = 3 * strlen(t->fqn) + 1;
+	char *name = malloc(cap);
 	sbuf b[NCOLS];
 	int ok = 1;
 
+	if (!name)
+		return -ENOMEM;
 	for (int c = 0; c < NCOLS; c++)
 		b[c] = (sbuf){.ok = 1};
-	sb_printf(&b[COL_FQN], "%s", t->fqn);
+	/* as the error lines have it: no control or bidi character reaches
+	 * the terminal raw */
+	(void)flx_escape(t->fqn, false, name, cap);
+	sb_printf(&b[COL_FQN], "%s", name);
+	free(name);
 	sb_printf(&b[COL_DTYPE], "%s", flx_dtype_name(t->dtype));
 	sb_shape(&b[COL_SHAPE], t->ndim, t->shape);
 	sb_chunks(&b[COL_CHUNKS], t);

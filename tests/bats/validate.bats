@@ -121,3 +121,28 @@ sys.exit(1 if bad else 0)' "$MNT"
 	[ "${lines[0]}" = "${lines[1]}" ]
 	[[ ${lines[0]} == "1 "*"www: tensor name too long for a file name" ]]
 }
+
+@test "tensor names with bidi and C1 characters: escaped in the served file names and in flexfs-inspect's table" {
+	local ck=$BATS_TEST_TMPDIR/bidi
+	/usr/bin/python3 -c 'import torch' 2>/dev/null || skip "torch 1.13 under /usr/bin/python3 writes this checkpoint"
+	/usr/bin/python3 - "$ck" "$FLEXFS_SRC/tools/fixtures" <<-'EOF2'
+		import sys
+		sys.path.insert(0, sys.argv[2])
+		from gen_dcp import TorchAPI
+		api = TorchAPI()
+		torch = api.torch
+		sd = {"evil\u202eweight": torch.zeros(4), "csi\u009b.x": torch.ones(2)}
+		api.dcp.save_state_dict(sd, api.dcp.FileSystemWriter(sys.argv[1]), no_dist=True)
+	EOF2
+	run "$FLEXFS_INSPECT" "$ck" -o tp=1
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"evil%E2%80%AEweight"* && $output == *"csi%C2%9B.x"* ]]
+	[[ $output != *$'\xe2\x80\xae'* && $output != *$'\xc2\x9b'* ]]
+	mount_ff "$ck" "$MNT" "tp=1"
+	local d=$MNT/ranks/tp00_pp00/tensors
+	[ "$(/usr/bin/python3 -c 'import numpy, sys; print(numpy.load(sys.argv[1]).tolist())' "$d/evil%E2%80%AEweight.npy")" = "[0.0, 0.0, 0.0, 0.0]" ]
+	[ "$(/usr/bin/python3 -c 'import numpy, sys; print(numpy.load(sys.argv[1]).tolist())' "$d/csi%C2%9B.x.npy")" = "[1.0, 1.0]" ]
+	# index.json keeps the true names (JSON carries them)
+	grep -q 'evil\\u202eweight\|evil'$'\xe2\x80\xae''weight' "$MNT/index.json"
+}
