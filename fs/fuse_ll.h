@@ -22,7 +22,7 @@
 /* Per-mount context, the session's userdata.  Read-only while mounted,
  * except ra_done. */
 typedef struct flx_ll {
-	const flx_fs *fs; /* borrowed; outlives the session */
+	const flx_fs *fs;      /* borrowed; outlives the session */
 	bool foreground;       /* log to stderr (else syslog) */
 	unsigned char *logged; /* per inode: a failure was logged (owned by
 				* the caller; NULL disables logging) */
