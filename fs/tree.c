@@ -689,44 +689,67 @@ static int collect_deps(flx_fs *fs, node *nd, uint32_t *seen, uint32_t stamp)
 	return 0;
 }
 
+/* *a = b for the first (*set false), then narrowed by each next one: the
+ * result keeps the first one's owner and group (a file's rather than the
+ * directory's, whose owner is usually another). */
+static void meet_into(flx_access *a, bool *set, const flx_access *b)
+{
+	if (!*set)
+		*a = *b;
+	else
+		flx_access_meet(a, b);
+	*set = true;
+}
+
 /* Narrow *a by every backing file of file node nd. */
-static void file_access(const flx_fs *fs, const node *nd, flx_access *a)
+static void file_access(const flx_fs *fs, const node *nd, flx_access *a,
+			bool *set)
 {
 	const flx_file *files = fs->ckpt->files;
 
 	if (nd->type == N_FILE) {
 		for (uint32_t i = 0; i < nd->u.file.ndeps; i++)
-			flx_access_meet(
-			    a, &files[fs->deps[nd->u.file.deps + i]].access);
+			meet_into(a, set,
+				  &files[fs->deps[nd->u.file.deps + i]].access);
 	} else {
 		const seg_kind *sk = &seg_kinds[nd->u.one.seg.kind];
 		size_t nf = sk->nfiles(&nd->u.one.seg);
 
 		for (size_t k = 0; k < nf; k++)
-			flx_access_meet(
-			    a, &files[sk->file(&nd->u.one.seg, k)].access);
+			meet_into(a, set,
+				  &files[sk->file(&nd->u.one.seg, k)].access);
 	}
 }
 
 /*
- * Each node's access: a file's is what the checkpoint needs (its directory
- * and metadata) narrowed by each of its backing files; a directory's is
- * narrowed by each of its entries (a child's index is above its parent's),
- * so that listing it shows nothing its reader could not read.
+ * Each node's access: a file's is its backing files' and what the
+ * checkpoint needs (its directory and metadata), met; a directory's is
+ * its entries' met (a child's index is above its parent's; an empty one:
+ * the checkpoint's), so that listing it shows nothing its reader could
+ * not read.
  */
 static int fill_access(flx_fs *fs)
 {
+	bool *set = calloc(fs->n, sizeof(bool));
+
 	fs->access = malloc(fs->n * sizeof(flx_access));
-	if (!fs->access)
+	if (!fs->access || !set) {
+		free(set);
 		return -ENOMEM;
-	for (size_t i = 0; i < fs->n; i++) {
-		fs->access[i] = fs->ckpt->access;
-		if (fs->nodes[i].type != N_DIR)
-			file_access(fs, &fs->nodes[i], &fs->access[i]);
 	}
-	for (size_t i = fs->n; i-- > 1;)
-		flx_access_meet(&fs->access[fs->nodes[i].parent],
-				&fs->access[i]);
+	for (size_t i = 0; i < fs->n; i++)
+		if (fs->nodes[i].type != N_DIR) {
+			file_access(fs, &fs->nodes[i], &fs->access[i], &set[i]);
+			meet_into(&fs->access[i], &set[i], &fs->ckpt->access);
+		}
+	for (size_t i = fs->n; i-- > 0;) {
+		if (!set[i])
+			meet_into(&fs->access[i], &set[i], &fs->ckpt->access);
+		if (i)
+			meet_into(&fs->access[fs->nodes[i].parent],
+				  &set[fs->nodes[i].parent], &fs->access[i]);
+	}
+	free(set);
 	return 0;
 }
 

@@ -357,10 +357,12 @@ flx_access flx_access_of(const struct stat *st);
 
 /**
  * Narrow *a to what b allows too, so that whoever *a then lets read could
- * read both.  Same owner and group: the read bits of both, class by class.
- * Otherwise a user is of a different class for each, so each class keeps a
- * read bit only where every class of both has it (a's owner and group
- * stay).  Thread-safe (on distinct *a).
+ * read both; a's owner and group stay.  A class of a keeps its read bit
+ * when b gives it to every user that class can be to b: with the same
+ * owner and group that is b's bit of the same class (read bits met class
+ * by class); where they differ, a user may be b's owner, in b's group or
+ * neither, and must be able to read b as each.  Thread-safe (on distinct
+ * *a).
  */
 void flx_access_meet(flx_access *a, const flx_access *b);
 

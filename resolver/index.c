@@ -614,8 +614,10 @@ int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 	*buf_out = buf;
 	*len_out = (size_t)st.st_size;
 	*mtime_ns = flx_mtime_ns(&st);
+	/* the metadata file's owner and group rather than the directory's */
 	access = flx_access_of(&st);
-	flx_access_meet(&b->c->access, &access);
+	flx_access_meet(&access, &b->c->access);
+	b->c->access = access;
 	buf = NULL;
 out:
 	free(buf);
@@ -1635,12 +1637,19 @@ flx_access flx_access_of(const struct stat *st)
 
 void flx_access_meet(flx_access *a, const flx_access *b)
 {
-	const uint16_t all = S_IRUSR | S_IRGRP | S_IROTH;
-	uint16_t r = a->read & b->read;
+	const bool su = a->uid == b->uid, sg = a->gid == b->gid;
+	const bool bu = b->read & S_IRUSR, bg = b->read & S_IRGRP,
+		   bo = b->read & S_IROTH;
+	/* who each class of a can be to b: a's owner is b's owner, or not
+	 * (then in b's group or not); a member of a's group may be b's owner,
+	 * and is in b's group when the groups are one; anyone else may be
+	 * b's owner or in its group unless those are a's */
+	const bool ku = su ? bu : bg && bo;
+	const bool kg = (su || bu) && bg && (sg || bo);
+	const bool ko = (su || bu) && (sg || bg) && bo;
 
-	if (a->uid != b->uid || a->gid != b->gid)
-		r = r == all ? all : 0;
-	a->read = r;
+	a->read &= (uint16_t)((ku ? S_IRUSR : 0) | (kg ? S_IRGRP : 0) |
+			      (ko ? S_IROTH : 0));
 }
 
 void flx_file_identity(flx_file *f, const struct stat *st)

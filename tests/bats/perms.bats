@@ -146,3 +146,17 @@ tree_modes() {
 	[ "$(stat -c %a "$MNT/ranks/tp00_pp00/model.safetensors")" = 400 ]
 	[ "$(stat -c %a "$MNT")" = 500 ]
 }
+
+@test "files of another user (0600) in a root directory (0755) are served as that user's, 0400: they read them, nobody does not" {
+	find "$CK" -type f -exec chown "$OUID:$OGID" {} + -exec chmod 600 {} +
+	chmod 755 "$CK"
+	mount_ff "$CK" "$MNT" "tp=2,rules=$RULES,allow_other"
+	[ -z "$(find "$MNT" \( -type f ! -perm 0400 \) -o \
+		\( -type d ! -perm 0500 \) -o ! -user "$OUID" -o ! -group "$OGID")" ]
+	run as "$OUID" "$OGID" "$MNT/index.json" "$MNT/ranks/tp00_pp00/model.safetensors"
+	echo "$output"
+	[ "${lines[0]}" = "read $(stat -c %s "$MNT/index.json")" ]
+	[ "${lines[1]}" = "read $(stat -c %s "$MNT/ranks/tp00_pp00/model.safetensors")" ]
+	run as 65534 "$OGID" "$MNT/index.json"
+	[ "$output" = EACCES ]
+}
