@@ -296,14 +296,14 @@ static const flx_fs *fs_of(fuse_req_t req)
 	return ll->fs;
 }
 
-static void fill_attr(const flx_ll *ll, const flx_stat *st, struct stat *sb)
+static void fill_attr(const flx_stat *st, struct stat *sb)
 {
 	memset(sb, 0, sizeof(*sb));
 	sb->st_ino = st->ino;
-	sb->st_mode = st->dir ? S_IFDIR | 0555 : S_IFREG | 0444;
+	sb->st_mode = (st->dir ? S_IFDIR : S_IFREG) | st->mode;
 	sb->st_nlink = st->nlink ? st->nlink : 1;
-	sb->st_uid = ll->uid;
-	sb->st_gid = ll->gid;
+	sb->st_uid = st->uid;
+	sb->st_gid = st->gid;
 	sb->st_size = st->dir ? 0 : (off_t)st->size;
 	sb->st_blksize = FLX_LL_BSIZE;
 	sb->st_blocks = st->dir ? 0 : (blkcnt_t)((st->size + 511) / 512);
@@ -417,7 +417,6 @@ static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 
 static void flx_ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	const flx_ll *ll = fuse_req_userdata(req);
 	struct fuse_entry_param e;
 	flx_stat st;
 	int rc = flx_fs_lookup(fs_of(req), parent, name, &st);
@@ -431,7 +430,7 @@ static void flx_ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	e.attr_timeout = FLX_LL_TIMEOUT;
 	if (rc == 0) { /* else ino 0: a cached negative entry */
 		e.ino = st.ino;
-		fill_attr(ll, &st, &e.attr);
+		fill_attr(&st, &e.attr);
 	}
 	fuse_reply_entry(req, &e);
 }
@@ -439,7 +438,6 @@ static void flx_ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 static void flx_ll_getattr(fuse_req_t req, fuse_ino_t ino,
 			   struct fuse_file_info *fi)
 {
-	const flx_ll *ll = fuse_req_userdata(req);
 	struct stat sb;
 	flx_stat st;
 	int rc = flx_fs_stat(fs_of(req), ino, &st);
@@ -449,7 +447,7 @@ static void flx_ll_getattr(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	fill_attr(ll, &st, &sb);
+	fill_attr(&st, &sb);
 	fuse_reply_attr(req, &sb, FLX_LL_TIMEOUT);
 }
 
@@ -676,8 +674,10 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_expect = sizeof(struct fuse_out_header) + len;
 		fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
 		reply_expect = 0;
+		flx_fs_pieces_release(fs, pc, np);
 		return;
 	}
+	flx_fs_pieces_release(fs, pc, np);
 	if (!rc && np == 1 && pc[0].fd < 0) {
 		fuse_reply_buf(req, pc[0].mem, len); /* literal bytes only */
 		return;

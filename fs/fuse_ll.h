@@ -22,9 +22,7 @@
 /* Per-mount context, the session's userdata.  Read-only while mounted,
  * except ra_done. */
 typedef struct flx_ll {
-	const flx_fs *fs; /* borrowed; outlives the session */
-	uid_t uid;	  /* owner shown for every inode: the mounting user */
-	gid_t gid;
+	const flx_fs *fs;      /* borrowed; outlives the session */
 	bool foreground;       /* log to stderr (else syslog) */
 	unsigned char *logged; /* per inode: a failure was logged (owned by
 				* the caller; NULL disables logging) */

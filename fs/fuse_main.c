@@ -16,8 +16,8 @@
 
 #include "ckpt.h"
 #include "error.h"
-#include "filter.h"
 #include "plan.h"
+#include "stack.h"
 #include "transform.h"
 #include "tree.h"
 #include "zcache.h"
@@ -283,71 +283,23 @@ static int parse(const char *prog, struct cmdline *cl, struct fuse_args *args,
 	return 0;
 }
 
-/* Checkpoint -> plan -> tree, every check that needs the real metadata.
+/* Checkpoint -> plan -> tree, every check that needs the real metadata,
+ * by the path flexfs-inspect takes too (stack.h).
  * @return 0, or -errno after printing the one error line. */
-static int build(const struct cmdline *cl, flx_ckpt **ckpt, flx_xindex **xi,
-		 flx_findex **fi, flx_plan **plan, flx_fs **fs)
+static int build(const struct cmdline *cl, flx_stack *st)
 {
+	flx_ckpt_opts o = flx_mo_ckpt_opts(&cl->mo);
+	char note[2 * FLX_ERR_FIELD];
 	flx_error err;
 	int rc;
 
 	flx_error_init(&err);
-	/* Source -> transform -> plan -> tree.  The transform, the plan and
-	 * the tree need nothing the items give: they are built while the
-	 * items are read. */
-	rc = flx_ckpt_open_with(
-	    cl->mo.source,
-	    &(flx_ckpt_opts){.format = cl->mo.source_format,
-			     .defer_items = true,
-			     .has_paddle_id = cl->mo.has_paddle_id,
-			     .paddle_id = cl->mo.paddle_id,
-			     .follow_symlinks = cl->mo.follow_symlinks},
-	    ckpt, &err);
-	if (!rc && (*ckpt)->skipped_links)
-		fprintf(stderr,
-			"flexfs: %s: %zu symlinked file(s) not served (leading "
-			"outside the directory, dangling or not to a file; "
-			"-o follow_symlinks follows them outside): %s\n",
-			cl->mo.source, (*ckpt)->nskipped_links,
-			(*ckpt)->skipped_links);
-	if (!rc)
-		rc = flx_xform_apply(cl->mo.spec.xform, *ckpt, xi, &err);
-	if (!rc)
-		rc = flx_filter_apply(&cl->mo.spec, flx_xindex_ckpt(*xi), fi,
-				      &err);
-	if (!rc)
-		rc = flx_plan_build(flx_findex_ckpt(*fi), &cl->mo.spec, plan,
-				    &err);
-	if (!rc) {
-		char note[2 * FLX_ERR_FIELD];
-
-		for (size_t i = 0; !flx_plan_note(*plan, i, note, sizeof(note));
-		     i++)
-			fprintf(stderr, "flexfs: %s: %s\n", cl->mo.source,
-				note);
-		rc = flx_fs_build(flx_findex_ckpt(*fi), *plan, fs, &err);
-	}
-	if (*ckpt) {
-		flx_error ierr;
-		int irc;
-
-		/* a bad item is reported before a transform, plan or tree
-		 * failure, as when the items were read first */
-		flx_error_init(&ierr);
-		irc = flx_ckpt_finish(*ckpt, &ierr);
-		if (irc) {
-			err = ierr;
-			rc = irc;
-		} else if (*xi) {
-			flx_xindex_finish(*xi);
-		}
-	}
-	if (rc) {
-		if (!err.code)
-			flx_error_set(&err, rc, cl->mo.source, NULL, "%s",
-				      strerror(-rc));
+	rc = flx_stack_build(cl->mo.source, &o, &cl->mo.spec, false, st, &err);
+	for (size_t i = 0; !rc && !flx_stack_note(st, i, note, sizeof(note));
+	     i++)
+		fprintf(stderr, "flexfs: %s: %s\n", cl->mo.source, note);
+	if (rc)
 		report(&err);
-	}
 	return rc;
 }
 
@@ -549,11 +501,7 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_session *se;
 	struct cmdline cl;
-	flx_ckpt *ckpt = NULL;
-	flx_xindex *xi = NULL;
-	flx_findex *fi = NULL;
-	flx_plan *plan = NULL;
-	flx_fs *fs = NULL;
+	flx_stack st = {0};
 	flx_bcache *cache = NULL;
 	flx_zcache *zcache = NULL;
 	char **av = NULL;
@@ -576,17 +524,15 @@ int main(int argc, char **argv)
 		ret = rc == 2 ? 0 : 1;
 		goto err_out1;
 	}
-	if (build(&cl, &ckpt, &xi, &fi, &plan, &fs))
+	if (build(&cl, &st))
 		goto err_out1;
-	if (make_cache(&cl.mo, flx_xindex_ckpt(xi), fs, &cache, &zcache))
+	if (make_cache(&cl.mo, flx_stack_ckpt(&st), st.fs, &cache, &zcache))
 		goto err_out1;
 
-	ll = (flx_ll){.fs = fs,
-		      .uid = getuid(),
-		      .gid = getgid(),
+	ll = (flx_ll){.fs = st.fs,
 		      .foreground = fo.foreground,
 		      .direct_io = cl.mo.direct_io,
-		      .logged = calloc(flx_fs_inode_count(fs) + 1, 1)};
+		      .logged = calloc(flx_fs_inode_count(st.fs) + 1, 1)};
 	se = flx_ll_session_new(&args, &ll);
 	if (se == NULL)
 		goto err_out1;
@@ -612,13 +558,9 @@ err_out2:
 	fuse_session_destroy(se);
 err_out1:
 	free(ll.logged);
-	flx_fs_free(fs);
 	flx_bcache_free(cache);
 	flx_zcache_free(zcache);
-	flx_plan_free(plan);
-	flx_findex_free(fi);
-	flx_xindex_free(xi);
-	flx_ckpt_close(ckpt);
+	flx_stack_free(&st);
 	free(fo.mountpoint);
 	fuse_opt_free_args(&args);
 	free(av);

@@ -16,12 +16,22 @@
 #define FLX_NAME_MAX 255
 
 /**
- * File name for a tensor or object name: '/' and '%' percent-escaped,
+ * File name for a tensor or object name: '/', '%', control and bidi
+ * characters and bytes that are not UTF-8 percent-escaped (flx_escape()),
  * "." and ".." escaped (a name must not be a directory link), suffix
  * appended, into out (FLX_NAME_MAX + 1 bytes, NUL-terminated).
  * @return 0, or -ENAMETOOLONG (out then undefined).
  */
 int flx_file_name(const char *name, const char *suffix, char *out);
+
+/**
+ * File name for a file of the checkpoint directory passed through (an
+ * extra): its own name when no code point of it needs escaping, else
+ * flx_file_name(name, "") (then '%' too, so that it stays decodable), into
+ * out (FLX_NAME_MAX + 1 bytes).
+ * @return 0, or -ENAMETOOLONG.
+ */
+int flx_extra_name(const char *name, char *out);
 
 /**
  * v in decimal at o, at least width digits (zero-padded), as printf's

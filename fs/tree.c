@@ -91,7 +91,8 @@ struct flx_fs {
 	uint32_t *kids; /* node indices; filled by flx_fs_finish() */
 	uint32_t *deps; /* indices into ckpt->files */
 	size_t ndeps, capdeps;
-	void **blobs; /* flx_fs_alloc()'s */
+	flx_access *access; /* per node; filled by flx_fs_finish() */
+	void **blobs;	    /* flx_fs_alloc()'s */
 	size_t nblobs, capblobs;
 	flx_view **views; /* flx_fs_own_view()'s */
 	size_t nviews, capviews;
@@ -469,6 +470,7 @@ static int sort_dir(flx_fs *fs, node *d, dir_sort *ds, const char **dup)
 
 /* Pieces of a reply being described (flx_fs_pieces()). */
 typedef struct piece_list {
+	const flx_ckpt *ckpt;
 	flx_piece *out;
 	size_t k, max;
 } piece_list;
@@ -477,22 +479,41 @@ typedef struct piece_list {
  * pieces than allowed); flx_fs_pieces() then reports no pieces. */
 #define NO_PIECES (-ENOBUFS)
 
-/* Append a piece, merged into the last one when it continues it.
+/* Append literal bytes, merged into the last piece when it continues it.
  * @return 0 or NO_PIECES (the list is full). */
-static int add_piece(piece_list *pl, int fd, uint64_t src, size_t len,
-		     const void *mem)
+static int add_literal(piece_list *pl, const void *mem, size_t len)
 {
 	flx_piece *last = pl->k ? &pl->out[pl->k - 1] : NULL;
 
-	if (last && last->fd == fd &&
-	    (fd < 0 ? (const char *)last->mem + last->len == mem
-		    : last->src + last->len == src)) {
+	if (last && last->fd < 0 &&
+	    (const char *)last->mem + last->len == mem) {
 		last->len += len;
 		return 0;
 	}
 	if (pl->k == pl->max)
 		return NO_PIECES;
-	pl->out[pl->k++] = (flx_piece){fd, src, len, mem};
+	pl->out[pl->k++] = (flx_piece){-1, 0, 0, len, mem};
+	return 0;
+}
+
+/* Append a range of backing file `file`, merged likewise; each piece of
+ * a file holds one pin of its descriptor (flx_file_acquire()).
+ * @return 0, NO_PIECES, or -EIO (the file cannot be opened as it was). */
+static int add_range(piece_list *pl, uint32_t file, uint64_t src, size_t len)
+{
+	flx_piece *last = pl->k ? &pl->out[pl->k - 1] : NULL;
+	int fd;
+
+	if (last && last->fd >= 0 && last->file == file &&
+	    last->src + last->len == src) {
+		last->len += len;
+		return 0;
+	}
+	if (pl->k == pl->max)
+		return NO_PIECES;
+	if (flx_file_acquire(pl->ckpt, file, &fd))
+		return -EIO;
+	pl->out[pl->k++] = (flx_piece){fd, file, src, len, NULL};
 	return 0;
 }
 
@@ -542,7 +563,7 @@ static int gen_pieces(const flx_fs *fs, const seg_src *s, uint64_t len,
 {
 	int rc = gen_read(fs, s, len, buf, n, at, NULL);
 
-	return rc ? rc : add_piece(pl, -1, 0, n, buf);
+	return rc ? rc : add_literal(pl, buf, n);
 }
 
 static size_t no_files(const seg_src *s)
@@ -589,7 +610,7 @@ static int view_pieces(const flx_fs *fs, const seg_src *s, uint64_t len,
 
 	(void)len;
 	if (!rc && h)
-		rc = add_piece(pl, -1, 0, h, buf);
+		rc = add_literal(pl, buf, h);
 	if (rc || h == n)
 		return rc;
 	room = pl->max - pl->k + (pl->k > 0); /* the first may merge */
@@ -599,8 +620,7 @@ static int view_pieces(const flx_fs *fs, const seg_src *s, uint64_t len,
 	if (!rc && !nr)
 		rc = NO_PIECES;
 	for (size_t i = 0; i < nr && !rc; i++)
-		rc = add_piece(pl, fs->ckpt->files[r[i].file].fd, r[i].src,
-			       (size_t)r[i].len, NULL);
+		rc = add_range(pl, r[i].file, r[i].src, (size_t)r[i].len);
 	return rc;
 }
 
@@ -620,12 +640,15 @@ static int raw_read(const flx_fs *fs, const seg_src *s, uint64_t len,
 		    flx_read_stats *stats)
 {
 	const flx_file *file = &fs->ckpt->files[s->idx];
-	int rc;
+	int fd, rc;
 
 	(void)len;
 	if (flx_file_verify(fs->ckpt, file, false))
 		return -EIO;
-	rc = flx_pread_full(file->fd, buf, n, s->u.off + at);
+	if (flx_file_acquire(fs->ckpt, s->idx, &fd))
+		return -EIO;
+	rc = flx_pread_full(fd, buf, n, s->u.off + at);
+	flx_file_release(fs->ckpt, s->idx);
 	if (stats) {
 		stats->preads++;
 		stats->bytes_read += n;
@@ -642,7 +665,7 @@ static int raw_pieces(const flx_fs *fs, const seg_src *s, uint64_t len,
 	(void)buf;
 	if (flx_file_verify(fs->ckpt, file, false))
 		return -EIO;
-	return add_piece(pl, file->fd, s->u.off + at, n, NULL);
+	return add_range(pl, s->idx, s->u.off + at, n);
 }
 
 static size_t raw_nfiles(const seg_src *s)
@@ -719,6 +742,70 @@ static int collect_deps(flx_fs *fs, node *nd, uint32_t *seen, uint32_t stamp)
 	return 0;
 }
 
+/* *a = b for the first (*set false), then narrowed by each next one: the
+ * result keeps the first one's owner and group (a file's rather than the
+ * directory's, whose owner is usually another). */
+static void meet_into(flx_access *a, bool *set, const flx_access *b)
+{
+	if (!*set)
+		*a = *b;
+	else
+		flx_access_meet(a, b);
+	*set = true;
+}
+
+/* Narrow *a by every backing file of file node nd. */
+static void file_access(const flx_fs *fs, const node *nd, flx_access *a,
+			bool *set)
+{
+	const flx_file *files = fs->ckpt->files;
+
+	if (nd->type == N_FILE) {
+		for (uint32_t i = 0; i < nd->u.file.ndeps; i++)
+			meet_into(a, set,
+				  &files[fs->deps[nd->u.file.deps + i]].access);
+	} else {
+		const seg_kind *sk = &seg_kinds[nd->u.one.seg.kind];
+		size_t nf = sk->nfiles(&nd->u.one.seg);
+
+		for (size_t k = 0; k < nf; k++)
+			meet_into(a, set,
+				  &files[sk->file(&nd->u.one.seg, k)].access);
+	}
+}
+
+/*
+ * Each node's access: a file's is its backing files' and what the
+ * checkpoint needs (its directory and metadata), met; a directory's is
+ * its entries' met (a child's index is above its parent's; an empty one:
+ * the checkpoint's), so that listing it shows nothing its reader could
+ * not read.
+ */
+static int fill_access(flx_fs *fs)
+{
+	bool *set = calloc(fs->n, sizeof(bool));
+
+	fs->access = malloc(fs->n * sizeof(flx_access));
+	if (!fs->access || !set) {
+		free(set);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < fs->n; i++)
+		if (fs->nodes[i].type != N_DIR) {
+			file_access(fs, &fs->nodes[i], &fs->access[i], &set[i]);
+			meet_into(&fs->access[i], &set[i], &fs->ckpt->access);
+		}
+	for (size_t i = fs->n; i-- > 0;) {
+		if (!set[i])
+			meet_into(&fs->access[i], &set[i], &fs->ckpt->access);
+		if (i)
+			meet_into(&fs->access[fs->nodes[i].parent],
+				  &set[fs->nodes[i].parent], &fs->access[i]);
+	}
+	free(set);
+	return 0;
+}
+
 int flx_fs_finish(flx_fs *fs, const char **dup)
 {
 	uint32_t *seen =
@@ -766,6 +853,8 @@ int flx_fs_finish(flx_fs *fs, const char **dup)
 		else if (d->type == N_DIR)
 			rc = sort_dir(fs, d, &ds, dup);
 	}
+	if (!rc)
+		rc = fill_access(fs);
 out:
 	free(ds.kid);
 	free(seen);
@@ -788,6 +877,7 @@ void flx_fs_free(flx_fs *fs)
 		flx_view_free(fs->views[i]);
 	free(fs->views);
 	free(fs->gens);
+	free(fs->access);
 	free(fs->deps);
 	free(fs->kids);
 	free(fs->segs);
@@ -812,6 +902,11 @@ static void fill_stat(const flx_fs *fs, const node *nd, flx_stat *st)
 	st->size = st->dir ? nd->u.dir.count : file_size(nd);
 	st->nlink = st->dir ? 2 + nd->u.dir.subdirs : 1;
 	st->mtime_ns = fs->mtime_ns;
+	st->uid = fs->access[st->ino - 1].uid;
+	st->gid = fs->access[st->ino - 1].gid;
+	st->mode = fs->access[st->ino - 1].read;
+	if (st->dir) /* search wherever read */
+		st->mode |= st->mode >> 2;
 }
 
 int flx_fs_stat(const flx_fs *fs, flx_ino ino, flx_stat *st)
@@ -960,7 +1055,7 @@ int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
 		  void *lit, flx_piece *out, size_t max, size_t *count)
 {
 	const node *f = get(fs, ino);
-	piece_list pl = {out, 0, max};
+	piece_list pl = {fs->ckpt, out, 0, max};
 	int rc;
 
 	*count = 0;
@@ -970,11 +1065,19 @@ int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
 	    n > file_size(f) - off)
 		return 0;
 	rc = walk(fs, f, lit, n, off, NULL, &pl);
-	if (rc == NO_PIECES)
-		return 0;
-	if (!rc)
+	if (!rc) {
 		*count = pl.k;
-	return rc;
+		return 0;
+	}
+	flx_fs_pieces_release(fs, out, pl.k);
+	return rc == NO_PIECES ? 0 : rc;
+}
+
+void flx_fs_pieces_release(const flx_fs *fs, const flx_piece *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i].fd >= 0)
+			flx_file_release(fs->ckpt, p[i].file);
 }
 
 ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,

@@ -43,6 +43,12 @@ typedef struct flx_stat {
 	uint64_t size; /* bytes for files, entries for directories */
 	uint32_t nlink;
 	int64_t mtime_ns; /* the checkpoint's .metadata mtime */
+	/* owner, group and permission bits (read, and search for
+	 * directories): those of what the node's bytes come from, see
+	 * flx_access_meet() (a directory: the meet of its entries') */
+	uid_t uid;
+	gid_t gid;
+	uint16_t mode;
 } flx_stat;
 
 /**
@@ -99,8 +105,9 @@ ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 /** A piece of a file's bytes: a range of a backing file, or literal bytes
  * (generated headers) the caller can send from memory. */
 typedef struct flx_piece {
-	int fd;	      /* the backing file, or -1: literal bytes at mem */
-	uint64_t src; /* fd: offset in the file */
+	int fd;	       /* the backing file, or -1: literal bytes at mem */
+	uint32_t file; /* fd: the file's index in the checkpoint */
+	uint64_t src;  /* fd: offset in the file */
 	size_t len;
 	const void *mem; /* literal: the bytes, inside the caller's lit */
 } flx_piece;
@@ -114,13 +121,22 @@ typedef struct flx_piece {
  * continues the one before merged into it: ranges of backing files, just
  * checked unchanged, and literal bytes, which are generated into lit + (their
  * offset - off) (lit holds n bytes; other bytes of it are left as they were).
- * A reply made of these pieces needs no copy in user space (spliced ranges).
+ * A reply made of these pieces needs no copy in user space (spliced ranges);
+ * their descriptors stay valid until flx_fs_pieces_release(fs, out, *count).
  * @return 0 and *count, the number of pieces in out: 0 when n is 0, past
  *         the file, or some bytes need a gather (a strided view) or take
  *         more than max pieces; -EIO (a backing file changed), -ENOENT.
  */
 int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
 		  void *lit, flx_piece *out, size_t max, size_t *count);
+
+/**
+ * Give back the descriptors of pieces p[0..n) from flx_fs_pieces() (they
+ * stay valid until then: a file past the descriptor budget is pinned in
+ * the fd table, see flx_file_acquire()).  Call once, after the reply is
+ * sent.  Thread-safe.
+ */
+void flx_fs_pieces_release(const flx_fs *fs, const flx_piece *p, size_t n);
 
 /**
  * Check, when a file is opened, that every backing file it reads is still

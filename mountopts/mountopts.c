@@ -103,6 +103,14 @@ static const char *const fstab_exact[] = {
  * (user=NAME shows up for "user" fstab entries). */
 static const char *const fstab_keyed[] = {"comment", "user"};
 
+flx_ckpt_opts flx_mo_ckpt_opts(const flx_mountopts *mo)
+{
+	return (flx_ckpt_opts){.format = mo->source_format,
+			       .has_paddle_id = mo->has_paddle_id,
+			       .paddle_id = mo->paddle_id,
+			       .follow_symlinks = mo->follow_symlinks};
+}
+
 int flx_mo_init(flx_mountopts *mo)
 {
 	memset(mo, 0, sizeof(*mo));

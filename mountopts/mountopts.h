@@ -22,6 +22,7 @@
  *          names it does not know.
  */
 
+#include "ckpt.h"
 #include "spec.h"
 
 #include <limits.h>
@@ -94,6 +95,10 @@ int flx_mo_init(flx_mountopts *mo);
 
 /** Free everything; safe after a failed or partial init. */
 void flx_mo_release(flx_mountopts *mo);
+
+/** The open options mo gives (source_format, paddle_id,
+ * follow_symlinks; borrowed from mo), the rest zero.  Pure. */
+flx_ckpt_opts flx_mo_ckpt_opts(const flx_mountopts *mo);
 
 /**
  * Split an option string at commas the way libfuse's fuse_opt does:

@@ -834,8 +834,10 @@ static void borrow(flx_ckpt *c, const flx_ckpt *src)
 	c->format = src->format;
 	c->writer = src->writer;
 	c->mtime_ns = src->mtime_ns;
+	c->access = src->access;
 	c->nfiles = src->nfiles;
 	c->files = src->files;
+	c->fdt = src->fdt;
 	c->nobjects = src->nobjects;
 	c->objects = src->objects;
 	c->megatron = src->megatron;

@@ -304,11 +304,15 @@ static int check_file(rdctx *r, uint32_t file)
 static int do_pread(rdctx *r, uint32_t file, void *dst, size_t len,
 		    uint64_t off)
 {
-	int rc = check_file(r, file);
+	int fd, rc = check_file(r, file);
 
 	if (rc)
 		return rc;
-	rc = flx_pread_full(r->v->ckpt->files[file].fd, dst, len, off);
+	rc = flx_file_acquire(r->v->ckpt, file, &fd);
+	if (rc)
+		return -EIO;
+	rc = flx_pread_full(fd, dst, len, off);
+	flx_file_release(r->v->ckpt, file);
 	if (r->stats) {
 		r->stats->preads++;
 		r->stats->bytes_read += len;
@@ -346,8 +350,12 @@ static int read_cluster(rdctx *r, size_t i, size_t j)
 	/* gap bytes land here, unread; one per thread (no shared writes) */
 	static _Thread_local unsigned char gap_sink[GAP_MAX];
 	uint32_t file = r->runs[i].file;
-	int rc = check_file(r, file);
+	int fd = -1, rc = check_file(r, file);
 
+	if (!rc && flx_file_acquire(r->v->ckpt, file, &fd))
+		rc = -EIO;
+	if (rc)
+		return rc;
 	/* Each preadv starts at its first run and ends at its last: the
 	 * bytes it reads are at - src, gaps included. */
 	while (!rc && i < j) {
@@ -355,8 +363,10 @@ static int read_cluster(rdctx *r, size_t i, size_t j)
 		uint64_t src = r->runs[i].src, at = src;
 
 		if (flx_grow((void **)&r->iov, &r->capiov, IOV_MAX,
-			     sizeof(struct iovec)))
-			return -ENOMEM;
+			     sizeof(struct iovec))) {
+			rc = -ENOMEM;
+			break;
+		}
 		/* A run and the gap before it take two entries. */
 		while (i < j && k + 2 <= IOV_MAX) {
 			const pending *p = &r->runs[i];
@@ -370,13 +380,13 @@ static int read_cluster(rdctx *r, size_t i, size_t j)
 			at = p->src + p->len;
 			i++;
 		}
-		rc = flx_preadv_full(r->v->ckpt->files[file].fd, r->iov, (int)k,
-				     src);
+		rc = flx_preadv_full(fd, r->iov, (int)k, src);
 		if (r->stats) {
 			r->stats->preads++;
 			r->stats->bytes_read += at - src;
 		}
 	}
+	flx_file_release(r->v->ckpt, file);
 	return rc;
 }
 
@@ -517,7 +527,12 @@ static int block_get(rdctx *r, uint32_t file, uint64_t blk, flx_bref *b)
 	int rc;
 
 	if (r->cache) {
-		rc = flx_bcache_get(r->cache, file, f->fd, f->size, blk, b);
+		int fd;
+
+		if (flx_file_acquire(r->v->ckpt, file, &fd))
+			return -EIO;
+		rc = flx_bcache_get(r->cache, file, fd, f->size, blk, b);
+		flx_file_release(r->v->ckpt, file);
 		if (rc == 0 && b->loaded && r->stats) {
 			r->stats->preads++;
 			r->stats->bytes_read += b->len;

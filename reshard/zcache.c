@@ -314,7 +314,7 @@ static int produce(const flx_ckpt *c, zstream *s, unsigned char *dst,
 				rc = -EIO;
 				break;
 			}
-			rc = flx_pread_full(f->fd, s->in, n,
+			rc = flx_file_pread(c, s->key.file, s->in, n,
 					    s->key.off + s->in_off);
 			s->in_off += n;
 			s->in_pos = 0;

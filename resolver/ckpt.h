@@ -28,20 +28,37 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/*
+ * Who may read something: an owner, a group and read bits (a subset of
+ * 0444, one per class as in st_mode).  The mount serves every node with the
+ * access of what its bytes come from (default_permissions makes the kernel
+ * enforce it), so that a view is never readable by someone who could not
+ * read its source files.
+ */
+typedef struct flx_access {
+	uid_t uid;
+	gid_t gid;
+	uint16_t read; /* S_IRUSR | S_IRGRP | S_IROTH, or fewer */
+} flx_access;
+
 typedef struct flx_file {
 	char *relpath; /* relative to the checkpoint directory */
-	int fd;	       /* O_RDONLY, opened at mount */
+	/* O_RDONLY, opened at mount; -1 for a file past the descriptor
+	 * budget, opened on use by the fd table: read through
+	 * flx_file_acquire() */
+	int fd;
 	uint64_t size; /* st_size at mount */
 	dev_t dev;     /* identity at mount, to detect replacement */
 	ino_t ino;
 	int64_t mtime_ns;
-	int64_t ctime_ns; /* moves with any write, even one whose mtime is
-			   * put back (touch -d): what catches it */
-	bool data;	  /* a file of the checkpoint itself (false: an extra,
-			   * passed through unchanged) */
+	int64_t ctime_ns;  /* moves with any write, even one whose mtime is
+			    * put back (touch -d): what catches it */
+	flx_access access; /* owner, group and read bits at mount */
+	bool data;	   /* a file of the checkpoint itself (false: an extra,
+			    * passed through unchanged) */
 	/* a memory file of bytes the source decoded at mount (relpath
 	 * names it, for messages: no path leads to it), verified by its
-	 * descriptor only */
+	 * descriptor only; it keeps its descriptor (no path reopens it) */
 	bool decoded;
 	/* when the path was last found to still name this file (CLOCK_MONOTONIC
 	 * ns; 0 never); the one mutable field, updated atomically */
@@ -193,6 +210,10 @@ typedef struct flx_ckpt {
 			   * "megatron-torch_dist" */
 	char *writer;	  /* what wrote it: "torch >= 2.0 (...)" */
 	int64_t mtime_ns; /* of its metadata file (.metadata, ...) */
+	/* what everything served needs besides its own files: search on the
+	 * checkpoint directory (its x bits, as read bits) and read of the
+	 * metadata files the source read whole (flx_access_meet()) */
+	flx_access access;
 	size_t nfiles;
 	flx_file *files; /* data files first, then extras */
 	size_t ntensors;
@@ -205,6 +226,9 @@ typedef struct flx_ckpt {
 	/* the same for a Paddle Flex Checkpoint ("paddle-dcp"); NULL
 	 * otherwise */
 	const flx_paddle *paddle;
+	/* internal: the files past the descriptor budget (fd -1), opened on
+	 * use; NULL when every file keeps its descriptor from the open */
+	struct flx_fdtable *fdt;
 	flx_tensor **by_name; /* internal: tensors sorted by FQN */
 	/* extras that are symlinks and are not served (leading outside the
 	 * directory without follow_symlinks, dangling, not to a regular
@@ -244,6 +268,10 @@ typedef struct flx_ckpt_opts {
 	 * it such a data file is an error and such an extra is skipped
 	 * (flx_ckpt.skipped_links) */
 	bool follow_symlinks;
+	/* keep at most this many files' descriptors from the open, and give
+	 * the fd table 4 slots (tests: the outcome must not depend on it);
+	 * 0: by RLIMIT_NOFILE, see flx_file_acquire() */
+	unsigned keep_fds;
 } flx_ckpt_opts;
 
 /**
@@ -289,6 +317,44 @@ int flx_ckpt_finish(flx_ckpt *c, flx_error *err);
  */
 int flx_nofile_raise(void);
 
+/* The fd table's side of flx_file_acquire()/flx_file_release(). */
+int flx_fdtable_acquire(const flx_ckpt *c, uint32_t i, int *fd);
+void flx_fdtable_release(const flx_ckpt *c, uint32_t i);
+
+/**
+ * A descriptor of file i to read from, valid until flx_file_release(c, i).
+ * Files keep the descriptor they were opened with at mount while the
+ * process's RLIMIT_NOFILE allows (all but a reserve for FUSE and threads);
+ * that path is a load and nothing to release.  The files past that are
+ * opened on use, below the checkpoint directory as at mount, and their
+ * identity (size, mtime, ctime, device, inode) compared with the one
+ * recorded at mount; a bounded number stays open, the least recently used
+ * of those no caller holds closed first.  Thread-safe.
+ * @return 0 and *fd; -ESTALE (the file changed), or -errno (cannot open:
+ *         -EMFILE past the limit even so).
+ */
+static inline int flx_file_acquire(const flx_ckpt *c, uint32_t i, int *fd)
+{
+	if (c->files[i].fd >= 0) {
+		*fd = c->files[i].fd;
+		return 0;
+	}
+	return flx_fdtable_acquire(c, i, fd);
+}
+
+/** Give back what flx_file_acquire(c, i) returned 0 for.  Thread-safe. */
+static inline void flx_file_release(const flx_ckpt *c, uint32_t i)
+{
+	if (c->files[i].fd < 0)
+		flx_fdtable_release(c, i);
+}
+
+/** n bytes at off of file i, whole (flx_file_acquire(), pread, release).
+ * @return 0, -EIO at end of file, or the error of the acquire or the
+ *         read.  Thread-safe. */
+int flx_file_pread(const flx_ckpt *c, uint32_t i, void *buf, size_t n,
+		   uint64_t off);
+
 /** Release everything (closes fds); NULL is fine. */
 void flx_ckpt_close(flx_ckpt *c);
 
@@ -314,10 +380,30 @@ const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn);
  */
 int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path);
 
-/** Record st (an fstat of f's fd) as f's identity at mount: size, device,
- * inode, mtime, ctime; what flx_file_verify() compares against.  For those who
- * build an index by hand (tests). */
 struct stat;
+
+/**
+ * The access st gives: its owner, group and read bits; for a directory its
+ * search (x) bits, moved to the read bits' places (what reading a file in it
+ * by name needs).  Thread-safe.
+ */
+flx_access flx_access_of(const struct stat *st);
+
+/**
+ * Narrow *a to what b allows too, so that whoever *a then lets read could
+ * read both; a's owner and group stay.  A class of a keeps its read bit
+ * when b gives it to every user that class can be to b: with the same
+ * owner and group that is b's bit of the same class (read bits met class
+ * by class); where they differ, a user may be b's owner, in b's group or
+ * neither, and must be able to read b as each.  Thread-safe (on distinct
+ * *a).
+ */
+void flx_access_meet(flx_access *a, const flx_access *b);
+
+/** Record st (an fstat of f's fd) as f's identity at mount: size, device,
+ * inode, mtime, ctime (and its access); what flx_file_verify() compares
+ * against.  For those who
+ * build an index by hand (tests). */
 void flx_file_identity(flx_file *f, const struct stat *st);
 
 /**

@@ -50,6 +50,9 @@ struct flx_build {
 	unsigned threads; /* flx_ckpt_opts.threads */
 	bool walk_only;	  /* flx_ckpt_opts.walk_only */
 	bool follow;	  /* flx_ckpt_opts.follow_symlinks */
+	/* files that keep their descriptor from the open; the others go to
+	 * the fd table of fd_slots slots (fd_budget()) */
+	size_t fd_keep, fd_slots, nkept;
 };
 
 int64_t flx_mtime_ns(const struct stat *st)
@@ -520,15 +523,16 @@ out:
  * open goes straight to the walk.  Any thread may set it. */
 static int openat2_missing;
 
-int flx_build_open(flx_build *b, const char *relpath, int *fd_out,
-		   struct stat *st)
+/* flx_build_open() below dirfd (realdir its realpath), by the walk alone
+ * when walk_only; also what reopens a file of the fd table. */
+static int open_beneath(int dirfd, const char *realdir, bool walk_only,
+			const char *relpath, int *fd_out, struct stat *st)
 {
 	int pfd = -1, fd = -1, rc = -ENOSYS;
 
-	if (!b->walk_only &&
+	if (!walk_only &&
 	    !__atomic_load_n(&openat2_missing, __ATOMIC_RELAXED)) {
-		rc = openat2_beneath(b->dirfd, relpath, O_PATH | O_CLOEXEC,
-				     &pfd);
+		rc = openat2_beneath(dirfd, relpath, O_PATH | O_CLOEXEC, &pfd);
 		if (rc == -ENOSYS)
 			__atomic_store_n(&openat2_missing, 1, __ATOMIC_RELAXED);
 	}
@@ -537,7 +541,7 @@ int flx_build_open(flx_build *b, const char *relpath, int *fd_out,
 	 * EPERM: a seccomp filter that refuses system calls it does not
 	 * know (an O_PATH lookup needs no permission on the file itself). */
 	if (rc == -ENOSYS || rc == -EXDEV || rc == -EAGAIN || rc == -EPERM)
-		return walk_beneath(b->dirfd, b->realdir, relpath, fd_out, st);
+		return walk_beneath(dirfd, realdir, relpath, fd_out, st);
 	if (rc)
 		return rc;
 	if (fstat(pfd, st) < 0) {
@@ -545,7 +549,7 @@ int flx_build_open(flx_build *b, const char *relpath, int *fd_out,
 		goto out;
 	}
 	if (S_ISREG(st->st_mode)) {
-		rc = openat2_beneath(b->dirfd, relpath, SOURCE_OPEN, &fd);
+		rc = openat2_beneath(dirfd, relpath, SOURCE_OPEN, &fd);
 		if (!rc) {
 			struct stat now;
 
@@ -564,11 +568,19 @@ out:
 	return rc;
 }
 
+int flx_build_open(flx_build *b, const char *relpath, int *fd_out,
+		   struct stat *st)
+{
+	return open_beneath(b->dirfd, b->realdir, b->walk_only, relpath, fd_out,
+			    st);
+}
+
 int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 			 const char *missing, void **buf_out, size_t *len_out,
 			 int64_t *mtime_ns, flx_error *err)
 {
 	struct stat st;
+	flx_access access;
 	unsigned char *buf = NULL;
 	char most[32];
 	int fd = -1, rc = flx_build_open(b, relpath, &fd, &st);
@@ -603,6 +615,10 @@ int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 	*buf_out = buf;
 	*len_out = (size_t)st.st_size;
 	*mtime_ns = flx_mtime_ns(&st);
+	/* the metadata file's owner and group rather than the directory's */
+	access = flx_access_of(&st);
+	flx_access_meet(&access, &b->c->access);
+	b->c->access = access;
 	buf = NULL;
 out:
 	free(buf);
@@ -675,6 +691,236 @@ static int open_followed(flx_build *b, const char *relpath, int *fd,
 	return 0;
 }
 
+/* ---- the fd table ---- */
+
+/*
+ * The files past the descriptor budget (flx_file.fd -1) are opened on use
+ * and their descriptors kept in a bounded number of slots; a clock hand
+ * over the slots closes the least recently used one no caller holds
+ * (pinned: acquired, not yet released) when a slot is needed.  When every
+ * slot is pinned, a file is opened outside them and closed at its last
+ * release: no caller ever waits for another, at the cost of descriptors
+ * past the budget (the reserve).  Every open checks the file against the
+ * identity recorded at mount.  One mutex; opens happen under it (only
+ * files past the budget pay for it).
+ */
+#define NO_SLOT	   UINT32_MAX
+#define FD_RESERVE 64 /* /dev/fuse, splice pipes, threads, stdio */
+#define TEST_SLOTS 4  /* flx_ckpt_opts.keep_fds */
+
+typedef struct fdt_entry {
+	int fd;	       /* -1: closed */
+	uint32_t pins; /* acquired, not yet released */
+	uint32_t slot; /* its slot, or NO_SLOT: opened outside them */
+	bool ref;      /* used since the hand last passed it */
+} fdt_entry;
+
+typedef struct flx_fdtable flx_fdtable;
+
+struct flx_fdtable {
+	pthread_mutex_t mu;
+	int dirfd; /* the checkpoint directory (owned), as at mount */
+	char *realdir;
+	bool walk_only;
+	uint32_t *slots; /* the file in each slot, or NO_SLOT */
+	size_t nslots, used, hand;
+	fdt_entry *e; /* per file of the checkpoint (ne of them so far) */
+	size_t ne;
+};
+
+/* How many files keep their descriptor from the open (*keep) and how many
+ * slots the table gets, from RLIMIT_NOFILE's soft limit less a reserve
+ * (or the test's keep_fds). */
+static void fd_budget(unsigned keep_fds, size_t *keep, size_t *slots)
+{
+	struct rlimit rl;
+	uint64_t lim = (uint64_t)1 << 20, avail;
+
+	if (keep_fds) {
+		*keep = keep_fds;
+		*slots = TEST_SLOTS;
+		return;
+	}
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < lim)
+		lim = rl.rlim_cur;
+	avail = lim > FD_RESERVE + 32 ? lim - FD_RESERVE : 32;
+	*slots = avail / 8 > 16 ? (size_t)(avail / 8) : 16;
+	*keep = (size_t)(avail - *slots);
+}
+
+/* The table of b's checkpoint, made at the first file past the budget. */
+static int fdtable_new(flx_build *b)
+{
+	flx_fdtable *t;
+
+	if (b->c->fdt)
+		return 0;
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	t->dirfd = fcntl(b->dirfd, F_DUPFD_CLOEXEC, 0);
+	t->realdir = strdup(b->realdir);
+	t->slots = malloc(b->fd_slots * sizeof(uint32_t));
+	if (t->dirfd < 0 || !t->realdir || !t->slots ||
+	    pthread_mutex_init(&t->mu, NULL)) {
+		if (t->dirfd >= 0)
+			close(t->dirfd);
+		free(t->realdir);
+		free(t->slots);
+		free(t);
+		return -ENOMEM;
+	}
+	t->nslots = b->fd_slots;
+	t->walk_only = b->walk_only;
+	b->c->fdt = t;
+	return 0;
+}
+
+static void fdtable_free(flx_fdtable *t)
+{
+	if (!t)
+		return;
+	for (size_t i = 0; i < t->ne; i++)
+		if (t->e[i].fd >= 0)
+			close(t->e[i].fd);
+	pthread_mutex_destroy(&t->mu);
+	close(t->dirfd);
+	free(t->realdir);
+	free(t->slots);
+	free(t->e);
+	free(t);
+}
+
+/* A slot for a file about to be opened: a free one, else the first
+ * unpinned one the hand finds unused since it last passed (its file
+ * closed), else NO_SLOT. */
+static uint32_t fdt_slot(flx_fdtable *t)
+{
+	if (t->used < t->nslots)
+		return (uint32_t)t->used++;
+	for (size_t step = 0; step < 2 * t->nslots; step++) {
+		size_t s = t->hand;
+		uint32_t j = t->slots[s];
+
+		t->hand = (t->hand + 1) % t->nslots;
+		if (j == NO_SLOT)
+			return (uint32_t)s;
+		if (t->e[j].pins)
+			continue;
+		if (t->e[j].ref) {
+			t->e[j].ref = false;
+			continue;
+		}
+		close(t->e[j].fd);
+		t->e[j].fd = -1;
+		t->e[j].slot = NO_SLOT;
+		t->slots[s] = NO_SLOT;
+		return (uint32_t)s;
+	}
+	return NO_SLOT;
+}
+
+static bool same_identity(const flx_file *f, const struct stat *st);
+
+/* Open file i of c into its entry (closed), in a slot if one is free. */
+static int fdt_open(flx_fdtable *t, const flx_ckpt *c, uint32_t i)
+{
+	const flx_file *f = &c->files[i];
+	uint32_t slot = fdt_slot(t);
+	struct stat st;
+	int fd = -1, rc = open_beneath(t->dirfd, t->realdir, t->walk_only,
+				       f->relpath, &fd, &st);
+
+	if (!rc && (fd < 0 || !same_identity(f, &st)))
+		rc = -ESTALE;
+	if (rc) {
+		if (fd >= 0)
+			close(fd);
+		if (slot != NO_SLOT)
+			t->slots[slot] = NO_SLOT;
+		return rc;
+	}
+	t->e[i].fd = fd;
+	t->e[i].slot = slot;
+	if (slot != NO_SLOT)
+		t->slots[slot] = i;
+	return 0;
+}
+
+/* Entries for every file of c (their number is final once the items are
+ * read, before any read needs them). */
+static int fdt_cover(flx_fdtable *t, size_t n)
+{
+	fdt_entry *e;
+
+	if (n <= t->ne)
+		return 0;
+	e = realloc(t->e, n * sizeof(*e));
+	if (!e)
+		return -ENOMEM;
+	for (size_t k = t->ne; k < n; k++)
+		e[k] = (fdt_entry){-1, 0, NO_SLOT, false};
+	t->e = e;
+	t->ne = n;
+	return 0;
+}
+
+/* flx_fdtable_acquire(), or, when !may_open, -ENOENT for a file not open
+ * now (nothing to check that a later open would not). */
+static int fdt_acquire(const flx_ckpt *c, uint32_t i, bool may_open, int *fd)
+{
+	flx_fdtable *t = c->fdt;
+	int rc;
+
+	if (!t || i >= c->nfiles)
+		return -EBADF;
+	pthread_mutex_lock(&t->mu);
+	rc = fdt_cover(t, c->nfiles);
+	if (!rc && t->e[i].fd < 0)
+		rc = may_open ? fdt_open(t, c, i) : -ENOENT;
+	if (!rc) {
+		t->e[i].pins++;
+		t->e[i].ref = true;
+		*fd = t->e[i].fd;
+	}
+	pthread_mutex_unlock(&t->mu);
+	return rc;
+}
+
+int flx_fdtable_acquire(const flx_ckpt *c, uint32_t i, int *fd)
+{
+	return fdt_acquire(c, i, true, fd);
+}
+
+void flx_fdtable_release(const flx_ckpt *c, uint32_t i)
+{
+	flx_fdtable *t = c->fdt;
+	fdt_entry *e;
+
+	if (!t)
+		return;
+	pthread_mutex_lock(&t->mu);
+	e = i < t->ne ? &t->e[i] : NULL;
+	if (e && e->pins && --e->pins == 0 && e->slot == NO_SLOT &&
+	    e->fd >= 0) {
+		close(e->fd);
+		e->fd = -1;
+	}
+	pthread_mutex_unlock(&t->mu);
+}
+
+int flx_file_pread(const flx_ckpt *c, uint32_t i, void *buf, size_t n,
+		   uint64_t off)
+{
+	int fd, rc = flx_file_acquire(c, i, &fd);
+
+	if (rc)
+		return rc;
+	rc = flx_pread_full(fd, buf, n, off);
+	flx_file_release(c, i);
+	return rc;
+}
+
 /* Open and record a file of the directory; key names the tensor or value
  * that needs it (NULL for extras), for messages. */
 static int add_file(flx_build *b, const char *relpath, bool data,
@@ -683,13 +929,15 @@ static int add_file(flx_build *b, const char *relpath, bool data,
 	flx_ckpt *c = b->c;
 	struct stat st;
 	flx_file *f;
+	bool followed, keep;
 	int fd = -1, rc;
 
 	if (flx_grow((void **)&c->files, &b->cap_files, c->nfiles + 1,
 		     sizeof(flx_file)))
 		return -ENOMEM;
 	rc = flx_build_open(b, relpath, &fd, &st);
-	if (rc == -EXDEV && b->follow)
+	followed = rc == -EXDEV && b->follow;
+	if (followed)
 		rc = open_followed(b, relpath, &fd, &st);
 	if (rc == -EXDEV)
 		return flx_error_set(b->err, -EINVAL, relpath, key,
@@ -703,6 +951,13 @@ static int add_file(flx_build *b, const char *relpath, bool data,
 				   "not a regular file");
 		goto out;
 	}
+	/* past the budget: closed at out, opened on use; a file reached
+	 * through symlinks outside the directory keeps its descriptor (the
+	 * reopen resolves beneath the directory only) */
+	keep = b->nkept < b->fd_keep || followed;
+	rc = keep ? 0 : fdtable_new(b);
+	if (rc)
+		goto out;
 	f = &c->files[c->nfiles];
 	memset(f, 0, sizeof(*f));
 	f->relpath = strdup(relpath);
@@ -710,8 +965,12 @@ static int add_file(flx_build *b, const char *relpath, bool data,
 		rc = -ENOMEM;
 		goto out;
 	}
-	f->fd = fd;
-	fd = -1;
+	f->fd = -1;
+	if (keep) {
+		f->fd = fd;
+		fd = -1;
+		b->nkept++;
+	}
 	flx_file_identity(f, &st);
 	f->data = data;
 	*idx = (uint32_t)c->nfiles++;
@@ -1354,11 +1613,13 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 	static const flx_ckpt_opts none = {0};
 	const flx_ckpt_opts *o = opts ? opts : &none;
 	flx_build b = {.err = err, .dirfd = -1};
+	struct stat st;
 	int rc;
 
 	b.threads = o->threads > FLX_MAX_THREADS ? FLX_MAX_THREADS : o->threads;
 	b.walk_only = o->walk_only;
 	b.follow = o->follow_symlinks;
+	fd_budget(o->keep_fds, &b.fd_keep, &b.fd_slots);
 	b.names_where = "the checkpoint";
 	b.c = calloc(1, sizeof(flx_ckpt));
 	if (!b.c)
@@ -1376,6 +1637,10 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 				   strerror(errno));
 		goto out;
 	}
+	rc = fstat(b.dirfd, &st) < 0 ? -errno : 0;
+	if (rc)
+		goto out;
+	b.c->access = flx_access_of(&st);
 	b.realdir = realpath(dir, NULL);
 	if (!b.realdir) {
 		rc = -errno;
@@ -1453,8 +1718,36 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+flx_access flx_access_of(const struct stat *st)
+{
+	mode_t m = st->st_mode;
+
+	if (S_ISDIR(m))
+		m = (m & (S_IXUSR | S_IXGRP | S_IXOTH)) << 2;
+	return (flx_access){st->st_uid, st->st_gid,
+			    (uint16_t)(m & (S_IRUSR | S_IRGRP | S_IROTH))};
+}
+
+void flx_access_meet(flx_access *a, const flx_access *b)
+{
+	const bool su = a->uid == b->uid, sg = a->gid == b->gid;
+	const bool bu = b->read & S_IRUSR, bg = b->read & S_IRGRP,
+		   bo = b->read & S_IROTH;
+	/* who each class of a can be to b: a's owner is b's owner, or not
+	 * (then in b's group or not); a member of a's group may be b's owner,
+	 * and is in b's group when the groups are one; anyone else may be
+	 * b's owner or in its group unless those are a's */
+	const bool ku = su ? bu : bg && bo;
+	const bool kg = (su || bu) && bg && (sg || bo);
+	const bool ko = (su || bu) && (sg || bg) && bo;
+
+	a->read &= (uint16_t)((ku ? S_IRUSR : 0) | (kg ? S_IRGRP : 0) |
+			      (ko ? S_IROTH : 0));
+}
+
 void flx_file_identity(flx_file *f, const struct stat *st)
 {
+	f->access = flx_access_of(st);
 	f->size = (uint64_t)st->st_size;
 	f->dev = st->st_dev;
 	f->ino = st->st_ino;
@@ -1481,12 +1774,24 @@ int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
 	struct stat st;
 	char *path = NULL;
 	int64_t now, last;
-	int rc;
+	uint32_t i = (uint32_t)(f - c->files);
+	bool opened;
+	int fd = -1, rc;
 
-	if (fstat(f->fd, &st) < 0)
-		return -errno;
-	if (!same_identity(f, &st))
-		return -ESTALE;
+	/* a file past the budget that is not open now is checked when it is
+	 * opened again; opening it here would only churn the fd table */
+	rc = f->fd >= 0 ? 0 : fdt_acquire(c, i, false, &fd);
+	opened = !rc;
+	if (rc && rc != -ENOENT)
+		return rc;
+	if (opened) {
+		rc = fstat(f->fd >= 0 ? f->fd : fd, &st) < 0 ? -errno : 0;
+		flx_file_release(c, i);
+		if (rc)
+			return rc;
+		if (!same_identity(f, &st))
+			return -ESTALE;
+	}
 	if (!by_path || f->decoded)
 		return 0;
 	now = now_ns();
@@ -1498,7 +1803,8 @@ int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
 	rc = stat(path, &st) < 0 ? -errno : 0;
 	free(path);
 	if (rc == -ENOENT ||
-	    (!rc && (st.st_dev != f->dev || st.st_ino != f->ino)))
+	    (!rc && (st.st_dev != f->dev || st.st_ino != f->ino)) ||
+	    (!rc && !opened && !same_identity(f, &st)))
 		return -ESTALE;
 	if (!rc)
 		__atomic_store_n(checked, now, __ATOMIC_RELAXED);
@@ -1517,8 +1823,10 @@ void flx_ckpt_close(flx_ckpt *c)
 	}
 	for (size_t i = 0; i < c->nfiles; i++) {
 		free(c->files[i].relpath);
-		close(c->files[i].fd);
+		if (c->files[i].fd >= 0)
+			close(c->files[i].fd);
 	}
+	fdtable_free(c->fdt);
 	if (!c->pooled) {
 		for (size_t i = 0; i < c->ntensors; i++) {
 			free(c->tensors[i].fqn);

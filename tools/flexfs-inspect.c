@@ -22,6 +22,7 @@
 #include "mountopts.h"
 #include "plan.h"
 #include "sha256.h"
+#include "stack.h"
 #include "transform.h"
 #include "tree.h"
 
@@ -31,6 +32,7 @@
 #include <jansson.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,12 +165,20 @@ static void sb_local(sbuf *b, const flx_placement *pl, int tp)
 static int fill_row(const flx_placement *pl, int tp, char **row)
 {
 	const flx_tensor *t = pl->src;
+	size_t cap = 3 * strlen(t->fqn) + 1;
+	char *name = malloc(cap);
 	sbuf b[NCOLS];
 	int ok = 1;
 
+	if (!name)
+		return -ENOMEM;
 	for (int c = 0; c < NCOLS; c++)
 		b[c] = (sbuf){.ok = 1};
-	sb_printf(&b[COL_FQN], "%s", t->fqn);
+	/* as the error lines have it: no control or bidi character reaches
+	 * the terminal raw */
+	(void)flx_escape(t->fqn, false, name, cap);
+	sb_printf(&b[COL_FQN], "%s", name);
+	free(name);
 	sb_printf(&b[COL_DTYPE], "%s", flx_dtype_name(t->dtype));
 	sb_shape(&b[COL_SHAPE], t->ndim, t->shape);
 	sb_chunks(&b[COL_CHUNKS], t);
@@ -213,7 +223,9 @@ static void human(char *buf, size_t len, uint64_t n)
 		snprintf(buf, len, "%" PRIu64 " B", n);
 }
 
-/* Totals: tensor and object counts, bytes, and the rank byte spread. */
+/* Totals: tensor and object counts, bytes, and the rank byte spread.
+ * Sums checked (the tree built before bounds them: a guard, not a
+ * message users should see). */
 static int print_totals(const flx_ckpt *c, const flx_plan *p)
 {
 	int tp = p->spec->tp, pp = p->spec->pp, lo = 0, hi = 0;
@@ -226,13 +238,23 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 		return -ENOMEM;
 	for (size_t i = 0; i < p->n; i++) {
 		const flx_placement *pl = &p->p[i];
+		uint64_t b;
+		bool over = __builtin_mul_overflow(
+				flx_numel(pl->src->ndim, pl->src->shape),
+				(uint64_t)flx_dtype_size(pl->src->dtype), &b) ||
+			    __builtin_add_overflow(total, b, &total);
 
-		total += flx_numel(pl->src->ndim, pl->src->shape) *
-			 flx_dtype_size(pl->src->dtype);
 		for (int s = pl->stage_lo; s <= pl->stage_hi; s++)
 			for (int r = 0; r < tp; r++)
-				rank[s * tp + r] += flx_view_bytes(
-				    flx_placement_view(pl, s, r, tp));
+				over |= __builtin_add_overflow(
+				    rank[s * tp + r],
+				    flx_view_bytes(
+					flx_placement_view(pl, s, r, tp)),
+				    &rank[s * tp + r]);
+		if (over) {
+			free(rank);
+			return -EFBIG;
+		}
 	}
 	for (int i = 1; i < tp * pp; i++) {
 		lo = rank[i] < rank[lo] ? i : lo;
@@ -560,16 +582,13 @@ static int write_template(const flx_plan *p, const char *path, flx_error *err)
 }
 
 /* index.json of the tree that flexfs would mount, verbatim. */
-static int print_json(const flx_ckpt *c, const flx_plan *p, flx_error *err)
+static int print_json(const flx_fs *fs, flx_error *err)
 {
-	flx_fs *fs = NULL;
 	flx_stat st;
 	char *buf = NULL;
 	ssize_t n = 0;
-	int rc = flx_fs_build(c, p, &fs, err);
+	int rc = flx_fs_resolve(fs, "index.json", &st);
 
-	if (!rc)
-		rc = flx_fs_resolve(fs, "index.json", &st);
 	if (!rc && !(buf = malloc(st.size + 1)))
 		rc = -ENOMEM;
 	if (!rc && (n = flx_fs_read(fs, st.ino, buf, st.size, 0, NULL)) < 0)
@@ -582,7 +601,6 @@ static int print_json(const flx_ckpt *c, const flx_plan *p, flx_error *err)
 	if (rc)
 		flx_error_set(err, rc, NULL, "index.json", "%s", strerror(-rc));
 	free(buf);
-	flx_fs_free(fs);
 	return rc;
 }
 
@@ -995,11 +1013,11 @@ static int parse(int argc, char **argv, flx_mountopts *mo, request *rq,
 int main(int argc, char **argv)
 {
 	flx_mountopts mo;
-	flx_ckpt *ckpt = NULL;
-	flx_xindex *xi = NULL;
-	flx_findex *fi = NULL;
+	flx_stack st = {0};
+	flx_ckpt_opts o;
 	const flx_ckpt *served = NULL;
-	flx_plan *plan = NULL;
+	const flx_plan *plan = NULL;
+	char note[2 * FLX_ERR_FIELD];
 	flx_error err;
 	request rq = {0};
 	size_t ndiff = 0;
@@ -1018,38 +1036,24 @@ int main(int argc, char **argv)
 		flx_mo_release(&mo);
 		return rc == 3 ? 0 : rc;
 	}
-	/* the mount's stages: source -> transform -> plan */
-	rc = flx_ckpt_open_with(
-	    argv[optind],
-	    &(flx_ckpt_opts){.format = mo.source_format,
-			     .has_paddle_id = mo.has_paddle_id,
-			     .paddle_id = mo.paddle_id,
-			     .follow_symlinks = mo.follow_symlinks},
-	    &ckpt, &err);
-	if (!rc && ckpt->skipped_links)
-		fprintf(stderr,
-			"flexfs-inspect: %zu symlinked file(s) not served "
-			"(leading outside the directory, dangling or not to a "
-			"file; -o follow_symlinks follows them outside): %s\n",
-			ckpt->nskipped_links, ckpt->skipped_links);
-	if (!rc)
-		rc = flx_xform_apply(mo.spec.xform, ckpt, &xi, &err);
-	if (!rc)
-		rc = flx_filter_apply(&mo.spec, flx_xindex_ckpt(xi), &fi, &err);
-	if (!rc)
-		served = flx_findex_ckpt(fi);
-	/* the JSON is the mount's: it has no undecided tensors, the table
-	 * shows them */
-	if (!rc && rq.json)
-		rc = flx_plan_build(served, &mo.spec, &plan, &err);
-	else if (!rc)
-		rc = flx_plan_build_all(served, &mo.spec, &plan, &err);
+	/* the mount's stages, by the mount's own path: what it refuses is
+	 * refused here with the same line, but for undecided splits, which
+	 * the table shows (the JSON is the mount's: it has none) */
+	o = flx_mo_ckpt_opts(&mo);
+	rc = flx_stack_build(argv[optind], &o, &mo.spec, !rq.json, &st, &err);
+	for (size_t i = 0; !rc && !flx_stack_note(&st, i, note, sizeof(note));
+	     i++)
+		fprintf(stderr, "flexfs-inspect: %s: %s\n", argv[optind], note);
+	if (!rc) {
+		served = flx_stack_ckpt(&st);
+		plan = st.plan;
+	}
 	if (!rc && rq.digest)
 		rc = print_digests(plan, &err);
 	else if (!rc && rq.compare)
 		rc = compare(plan, &mo, rq.compare, &ndiff, &err);
 	else if (!rc && rq.json)
-		rc = print_json(served, plan, &err);
+		rc = print_json(st.fs, &err);
 	else if (!rc && !(rq.tmpl && !strcmp(rq.tmpl, "-")))
 		rc = print_table(served, plan);
 	if (!rc && rq.tmpl) {
@@ -1065,10 +1069,7 @@ int main(int argc, char **argv)
 				      strerror(-rc));
 		report(&err);
 	}
-	flx_plan_free(plan);
-	flx_findex_free(fi);
-	flx_xindex_free(xi);
-	flx_ckpt_close(ckpt);
+	flx_stack_free(&st);
 	flx_mo_release(&mo);
 	return rc || undecided || ndiff ? 1 : 0;
 }

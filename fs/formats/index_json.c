@@ -32,11 +32,8 @@ static int index_head(const void *arg, uint32_t idx, unsigned char *dst,
 	const flx_ckpt *c = p->ckpt;
 	const flx_spec *s = p->spec;
 	flx_jw w = index_writer(x, dst, lo, hi);
-	uint64_t bytes = 0;
 
 	(void)idx;
-	for (size_t i = 0; i < c->nfiles; i++)
-		bytes += c->files[i].data ? c->files[i].size : 0;
 	flx_jw_open(&w, '{');
 	flx_jw_key(&w, "flexfs_version");
 	flx_jw_str(&w, "0.1.0");
@@ -55,7 +52,7 @@ static int index_head(const void *arg, uint32_t idx, unsigned char *dst,
 	flx_jw_key(&w, "files");
 	flx_jw_int(&w, (int64_t)c->nfiles);
 	flx_jw_key(&w, "bytes");
-	flx_jw_int(&w, (int64_t)bytes);
+	flx_jw_int(&w, (int64_t)x->bytes);
 	flx_jw_key(&w, "layers");
 	flx_jw_int(&w, p->nlayers);
 	flx_jw_close(&w, '}');

@@ -19,6 +19,8 @@ typedef struct flx_index_json {
 	const flx_gen_ctx *ctx;
 	const struct flx_layout *ranks;	  /* names rank directories */
 	const struct flx_layout *objects; /* names the objects' files */
+	/* the data files' sizes, summed (checked: at most INT64_MAX) */
+	uint64_t bytes;
 } flx_index_json;
 
 /**

@@ -127,11 +127,14 @@ static int hf_passthrough(flx_build *b, int dir)
 {
 	for (size_t i = 0; i < b->ckpt->nfiles; i++) {
 		const flx_file *f = &b->ckpt->files[i];
+		char name[FLX_NAME_MAX + 1];
 		int file, rc;
 
 		if (f->data)
 			continue;
-		rc = flx_fs_mkfile(b->fs, dir, f->relpath, &file);
+		rc = flx_extra_name(f->relpath, name);
+		if (!rc)
+			rc = flx_fs_mkfile(b->fs, dir, name, &file);
 		if (!rc)
 			rc = flx_fs_add_raw(b->fs, file, f, 0, f->size);
 		if (rc)

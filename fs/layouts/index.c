@@ -9,6 +9,7 @@
 #include "formats/index_json.h"
 
 #include <errno.h>
+#include <stdint.h>
 
 static const char name[] = "index.json";
 
@@ -25,6 +26,16 @@ static int index_size(flx_build *b, void **state, flx_fs_size *sz)
 	    !x->objects->object_file)
 		return flx_error_set(b->err, -EINVAL, NULL, name,
 				     "needs the ranks and objects layouts");
+	for (size_t i = 0; i < b->ckpt->nfiles; i++) {
+		const flx_file *f = &b->ckpt->files[i];
+
+		if (f->data &&
+		    (__builtin_add_overflow(x->bytes, f->size, &x->bytes) ||
+		     x->bytes > INT64_MAX))
+			return flx_error_set(b->err, -EFBIG, f->relpath, name,
+					     "the data files' sizes total more "
+					     "than 2^63-1 bytes");
+	}
 	*state = x;
 	sz->nodes += 1;
 	sz->segs += 3 + b->plan->n + b->ckpt->nobjects;

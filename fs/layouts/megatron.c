@@ -62,7 +62,6 @@ static int load_common(flx_build *b, flx_pickle **pk, flx_error *err)
 	const flx_megatron *m = b->ckpt->megatron;
 	const flx_file *f = &b->ckpt->files[m->common_file];
 	unsigned char *buf;
-	ssize_t got;
 	int rc;
 
 	if (m->pkl_len > COMMON_MAX)
@@ -72,10 +71,12 @@ static int load_common(flx_build *b, flx_pickle **pk, flx_error *err)
 	buf = malloc(m->pkl_len ? m->pkl_len : 1);
 	if (!buf)
 		return flx_build_fail(b, -ENOMEM, f->relpath, "");
-	got = pread(f->fd, buf, m->pkl_len, (off_t)m->pkl_off);
-	if (got != (ssize_t)m->pkl_len)
-		rc = flx_error_set(err, -EIO, NULL, f->relpath,
-				   "common state: short read");
+	rc = flx_file_pread(b->ckpt, m->common_file, buf, m->pkl_len,
+			    m->pkl_off);
+	if (rc)
+		rc = flx_error_set(err, rc, NULL, f->relpath,
+				   "common state: cannot read: %s",
+				   strerror(-rc));
 	else
 		rc =
 		    flx_pickle_load(buf, m->pkl_len, f->relpath, NULL, pk, err);

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include "error.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -11,24 +13,99 @@ void flx_error_init(flx_error *e)
 		memset(e, 0, sizeof(*e));
 }
 
-/* Names and reasons can carry bytes from a hostile file: keep the error
- * one printable line whatever they contain. */
-static void sanitize(char *s)
+/* The length of the valid UTF-8 sequence at s, 0 if it is not one
+ * (overlong forms and surrogates are not). */
+static size_t utf8_len(const unsigned char *s)
 {
-	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f)
-			*s = '?';
+	size_t n;
+	uint32_t cp;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xC2 && s[0] <= 0xDF)
+		n = 2, cp = s[0] & 0x1F;
+	else if (s[0] >= 0xE0 && s[0] <= 0xEF)
+		n = 3, cp = s[0] & 0x0F;
+	else if (s[0] >= 0xF0 && s[0] <= 0xF4)
+		n = 4, cp = s[0] & 0x07;
+	else
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xC0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3F);
+	}
+	if ((n == 3 && cp < 0x800) ||
+	    (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+	    (cp >= 0xD800 && cp <= 0xDFFF))
+		return 0;
+	return n;
 }
 
+bool flx_escape_at(const char *s, size_t *len)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t n = utf8_len(u);
+
+	*len = n ? n : 1;
+	if (!n)
+		return true;
+	if (n == 1)
+		return u[0] < 0x20 || u[0] == 0x7F;
+	if (n == 2) /* C1 controls; U+061C ARABIC LETTER MARK */
+		return (u[0] == 0xC2 && u[1] <= 0x9F) ||
+		       (u[0] == 0xD8 && u[1] == 0x9C);
+	if (n == 3 && u[0] == 0xE2 && u[1] == 0x80) /* U+2000..U+203F */
+		return u[2] == 0x8E || u[2] == 0x8F ||
+		       (u[2] >= 0xAA && u[2] <= 0xAE);
+	if (n == 3 && u[0] == 0xE2 && u[1] == 0x81) /* U+2040..U+207F */
+		return u[2] >= 0xA6 && u[2] <= 0xA9;
+	return false;
+}
+
+int flx_escape(const char *s, bool more, char *out, size_t cap)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t o = 0, n;
+
+	if (!cap)
+		return -ENAMETOOLONG;
+	for (; *s; s += n) {
+		bool esc = flx_escape_at(s, &n);
+
+		if (more && (*s == '/' || *s == '%'))
+			esc = true;
+		if (o + (esc ? 3 * n : n) >= cap) {
+			out[o] = '\0';
+			return -ENAMETOOLONG;
+		}
+		for (size_t i = 0; i < n; i++) {
+			unsigned char c = (unsigned char)s[i];
+
+			if (esc) {
+				out[o++] = '%';
+				out[o++] = hex[c >> 4];
+				out[o++] = hex[c & 15];
+			} else {
+				out[o++] = (char)c;
+			}
+		}
+	}
+	out[o] = '\0';
+	return 0;
+}
+
+/* Names and reasons can carry bytes from a hostile file: keep the error
+ * one printable line whatever they contain. */
 static void copy_field(char *dst, const char *src)
 {
-	snprintf(dst, FLX_ERR_FIELD, "%s", src ? src : "");
-	sanitize(dst);
+	(void)flx_escape(src ? src : "", false, dst, FLX_ERR_FIELD);
 }
 
 int flx_error_set(flx_error *e, int code, const char *file, const char *key,
 		  const char *fmt, ...)
 {
+	char text[FLX_ERR_FIELD];
 	va_list ap;
 
 	if (!e || e->code)
@@ -37,9 +114,9 @@ int flx_error_set(flx_error *e, int code, const char *file, const char *key,
 	copy_field(e->file, file);
 	copy_field(e->key, key);
 	va_start(ap, fmt);
-	vsnprintf(e->text, sizeof(e->text), fmt, ap);
+	vsnprintf(text, sizeof(text), fmt, ap);
 	va_end(ap);
-	sanitize(e->text);
+	copy_field(e->text, text);
 	return code;
 }
 

@@ -540,13 +540,18 @@ static int object_size(loader *L, flx_object *o)
 	flx_reader src, r;
 	flx_fd_reader fr;
 	flx_zstd_reader zr;
-	int rc;
+	int fd, rc;
 
 	snprintf(name, sizeof(name), "%s@%llu", f->relpath,
 		 (unsigned long long)o->off);
-	flx_reader_fd(&src, &fr, f->fd, o->off, o->len);
+	rc = flx_file_acquire(L->c, o->file, &fd);
+	if (rc)
+		return flx_error_set(L->err, rc, f->relpath, o->fqn,
+				     "cannot open: %s", strerror(-rc));
+	flx_reader_fd(&src, &fr, fd, o->off, o->len);
 	rc = flx_zstd_item_load(&L->zobj, &src, MAX_ZSTD_OBJECT, name, o->fqn,
 				&r, &zr, L->err);
+	flx_file_release(L->c, o->file);
 	if (rc)
 		return flx_error_set(L->err, rc, name, o->fqn, "%s",
 				     rc == -ENOMEM ? "out of memory"
@@ -722,10 +727,9 @@ static void item_name(char *buf, size_t size, const char *relpath, uint64_t off)
  * against the metadata.  Reads go through s's cache, bound here to the
  * item's file; errors go to err.  Touches nothing shared but *ch, so items
  * may be loaded on several threads at once (flx_item_ops). */
-static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
-		     flx_chunk *ch, flx_error *err)
+static int load_item_fd(const flx_ckpt *c, item_scratch *s, const flx_tensor *t,
+			flx_chunk *ch, int fd, flx_error *err)
 {
-	item_scratch *s = arg;
 	const flx_file *f = &c->files[ch->file];
 	char name[FLX_ERR_FIELD];
 	flx_reader r;
@@ -737,7 +741,7 @@ static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
 	int rc;
 
 	item_name(name, sizeof(name), f->relpath, ch->item_off);
-	flx_small_read_cache_bind(&s->bc, f->fd, f->size);
+	flx_small_read_cache_bind(&s->bc, fd, f->size);
 	flx_reader_cached(&r, &cr, &s->bc, ch->item_off, ch->item_len);
 	if (ch->zstd) {
 		/* the zip is then the frame's content, of which the head and
@@ -842,6 +846,25 @@ static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
 	memcpy(ch->stride, tp.stride, sizeof(int64_t) * (size_t)t->ndim);
 	ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
 	return 0;
+}
+
+/* load_item_fd() with the descriptor of the item's file.  The read cache
+ * knows a file by its descriptor, which the fd table may give another file
+ * once this one is closed: for such files it starts empty. */
+static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
+		     flx_chunk *ch, flx_error *err)
+{
+	item_scratch *s = arg;
+	int fd, rc = flx_file_acquire(c, ch->file, &fd);
+
+	if (rc)
+		return flx_error_set(err, rc, c->files[ch->file].relpath,
+				     t->fqn, "cannot open: %s", strerror(-rc));
+	if (c->files[ch->file].fd < 0)
+		flx_small_read_cache_bind(&s->bc, -1, 0);
+	rc = load_item_fd(c, s, t, ch, fd, err);
+	flx_file_release(c, ch->file);
+	return rc;
 }
 
 /*

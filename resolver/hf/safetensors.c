@@ -387,7 +387,7 @@ static int load_header(hf *h, shard *s)
 				     "file of %llu bytes has no 8-byte header "
 				     "length",
 				     (unsigned long long)f->size);
-	rc = flx_pread_full(f->fd, len8, 8, 0);
+	rc = flx_file_pread(h->c, s->file, len8, 8, 0);
 	if (rc)
 		return flx_error_set(h->err, rc, s->relpath, NULL,
 				     "read failed: %s", strerror(-rc));
@@ -409,7 +409,7 @@ static int load_header(hf *h, shard *s)
 	buf = malloc(n ? n : 1);
 	if (!buf)
 		return -ENOMEM;
-	rc = flx_pread_full(f->fd, buf, n, 8);
+	rc = flx_file_pread(h->c, s->file, buf, n, 8);
 	if (rc)
 		rc = flx_error_set(h->err, rc, s->relpath, NULL,
 				   "read failed: %s", strerror(-rc));

@@ -357,7 +357,7 @@ static int read_window(const flx_ckpt *c, uint32_t idx, uint64_t off,
 	buf = malloc(len ? len : 1);
 	if (!buf)
 		return -ENOMEM;
-	rc = flx_pread_full(c->files[idx].fd, buf, len, off);
+	rc = flx_file_pread(c, idx, buf, len, off);
 	if (rc) {
 		free(buf);
 		return flx_error_set(err, rc, name, NULL, "cannot read: %s",

@@ -952,14 +952,20 @@ static int read_distcp(loader *L, pfile *pf, const bool *want)
 	const flx_pv *root;
 	unsigned char magic = 0;
 	size_t n = 0;
-	int rc;
+	int fd, rc;
 
-	flx_reader_fd(&r, &ctx, f->fd, 0, f->size);
-	if (f->size < 2 || flx_read_at(&r, &magic, 1, 0) || magic != 0x80)
-		return flx_error_set(L->err, -EINVAL, pf->relpath, NULL,
-				     "not a pickle (PROTO opcode expected; "
-				     "safetensors .distcp files are not "
-				     "supported)");
+	rc = flx_file_acquire(L->c, pf->idx, &fd);
+	if (rc)
+		return flx_error_set(L->err, rc, pf->relpath, NULL,
+				     "cannot open: %s", strerror(-rc));
+	flx_reader_fd(&r, &ctx, fd, 0, f->size);
+	if (f->size < 2 || flx_read_at(&r, &magic, 1, 0) || magic != 0x80) {
+		rc = flx_error_set(L->err, -EINVAL, pf->relpath, NULL,
+				   "not a pickle (PROTO opcode expected; "
+				   "safetensors .distcp files are not "
+				   "supported)");
+		goto out;
+	}
 	rc = flx_pickle_load_reader(&r, pf->relpath, &lim, &pk, L->err);
 	if (rc)
 		goto out;
@@ -1018,6 +1024,7 @@ static int read_distcp(loader *L, pfile *pf, const bool *want)
 		}
 out:
 	flx_pickle_free(pk);
+	flx_file_release(L->c, pf->idx);
 	return rc;
 }
 
@@ -1040,7 +1047,6 @@ static const parr *find_arr(const pfile *pf, const char *key)
  */
 static int decode_latin1(loader *L, const pfile *pf, parr *a)
 {
-	const flx_file *f = &L->c->files[pf->idx];
 	unsigned char in[DECODE_BLOCK], out[DECODE_BLOCK];
 	uint64_t want, pos = 0, at;
 	size_t nout = 0;
@@ -1069,7 +1075,7 @@ static int decode_latin1(loader *L, const pfile *pf, parr *a)
 		size_t n = a->len - pos < sizeof(in) ? (size_t)(a->len - pos)
 						     : sizeof(in);
 
-		rc = flx_pread_full(f->fd, in, n, a->off + pos);
+		rc = flx_file_pread(L->c, pf->idx, in, n, a->off + pos);
 		if (rc)
 			return flx_error_set(L->err, rc, pf->relpath, a->key,
 					     "cannot read the array text: %s",

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # Read-only, for real: the checkpoint directory is byte-for-byte and
 # metadata-for-metadata unchanged by mounting and reading every view; the
-# whole tree is 0444/0555; the mount is ro,nosuid,nodev and only
+# whole tree of a 0644/0755 checkpoint is 0444/0555 (perms.bats: other
+# modes); the mount is ro,nosuid,nodev and only
 # allow_other when asked; every modifying system call fails with the exact
 # errno (EROFS; EXDEV where the VFS refuses a cross-mount rename first).
 # (mount.bats checks the shell-level messages and a few modes; this file

@@ -17,3 +17,9 @@ add_test(NAME test_cases_async COMMAND test_cases --async --threads 2
 # case.
 add_test(NAME test_cases_walk COMMAND test_cases --walk
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+# Again with 2 files keeping their descriptor from the open and the others
+# opened on use through the fd table of 4 slots (flx_ckpt_opts.keep_fds, as
+# a checkpoint of more files than RLIMIT_NOFILE allows), items read by 3
+# threads: the same outcome, every valid case's tensors read back exactly.
+add_test(NAME test_cases_fds COMMAND test_cases --keep-fds 2 --threads 3
+  WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})

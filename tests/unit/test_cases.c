@@ -18,11 +18,18 @@
  * Runs from tests/ (ctest's working directory).  FLX_CASES_TMPDIR or TMPDIR
  * picks where the temporary directories go (default /tmp).
  *
- * Usage: test_cases [--threads N] [--async] [--walk]
+ * Usage: test_cases [--threads N] [--async] [--walk] [--keep-fds N]
+ *                   [--keep DIR]
  *   --threads N  open with flx_ckpt_opts.threads = N (the metadata decoded
  *                and the items read by N threads: the same outcome)
  *   --walk       resolve paths by the component walk alone
  *                (flx_ckpt_opts.walk_only, as without openat2())
+ *   --keep-fds N only N files keep their descriptor from the open, the
+ *                others are opened on use through the fd table of 4 slots
+ *                (flx_ckpt_opts.keep_fds, as past RLIMIT_NOFILE)
+ *   --keep DIR   also leave every assembled case in DIR/flx-cases.XXXXXX/
+ *                <kind>.<case>/ with its tp in <kind>.<case>.tp (for
+ *                the mount and flexfs-inspect to be run over the corpus)
  *   --async      open as the daemon does: flx_ckpt_open_start(), the plan
  *                (tp=2) while the items are read, then flx_ckpt_finish(),
  *                whose item failure is reported before a plan failure
@@ -857,6 +864,21 @@ static int compare(const expect *e, const flx_error *err, int rc, char *why,
 
 /* How every case is opened (the command line). */
 static flx_ckpt_opts open_opts;
+static const char *keep_dir; /* --keep */
+
+/* Leave the assembled case dir with its tp beside it (--keep). */
+static int keep_case(const char *dir, int tp)
+{
+	char path[PATH_MAX];
+	FILE *f;
+
+	fmt_path(path, sizeof(path), "%s.tp", dir);
+	f = fopen(path, "w");
+	if (!f)
+		return -1;
+	fprintf(f, "%d\n", tp ? tp : 2);
+	return fclose(f);
+}
 
 /* Run one case; 0 when it passes.  Prints its line. */
 static int run_case(const char *kind, const char *name, const char *tmproot)
@@ -893,6 +915,11 @@ static int run_case(const char *kind, const char *name, const char *tmproot)
 		printf("FAIL %s/%s: harness: %s\n", kind, name, why);
 		bad = 1;
 		goto out;
+	}
+	if (keep_dir && keep_case(dir, e.tp)) {
+		printf("FAIL %s/%s: harness: cannot keep %s\n", kind, name,
+		       dir);
+		bad = 1;
 	}
 	if (e.ok != !strcmp(kind, "valid")) {
 		printf("FAIL %s/%s: harness: %s case expects %s\n", kind, name,
@@ -951,7 +978,7 @@ static int run_case(const char *kind, const char *name, const char *tmproot)
 		printf("ok %s/%s%s%s\n", kind, name, rc ? ": " : "", line);
 out:
 	flx_ckpt_close(c);
-	if (rm_tree(dir) && errno != ENOENT) {
+	if (!keep_dir && rm_tree(dir) && errno != ENOENT) {
 		printf("FAIL %s/%s: harness: cannot remove %s\n", kind, name,
 		       dir);
 		bad = 1;
@@ -970,6 +997,11 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--walk") == 0) {
 			open_opts.walk_only = true;
+		} else if (strcmp(argv[i], "--keep-fds") == 0 && i + 1 < argc &&
+			   atoi(argv[i + 1]) > 0) {
+			open_opts.keep_fds = (unsigned)atoi(argv[++i]);
+		} else if (strcmp(argv[i], "--keep") == 0 && i + 1 < argc) {
+			keep_dir = argv[++i];
 		} else if (strcmp(argv[i], "--async") == 0) {
 			open_opts.defer_items = true;
 		} else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc &&
@@ -977,10 +1009,13 @@ int main(int argc, char **argv)
 			open_opts.threads = (unsigned)atoi(argv[++i]);
 		} else {
 			fprintf(stderr, "usage: test_cases [--threads N] "
-					"[--async] [--walk]\n");
+					"[--async] [--walk] [--keep-fds N] "
+					"[--keep DIR]\n");
 			return 2;
 		}
 	}
+	if (keep_dir)
+		tmp = keep_dir;
 	if (!tmp || !*tmp)
 		tmp = getenv("TMPDIR");
 	if (!tmp || !*tmp)
@@ -1017,7 +1052,8 @@ int main(int argc, char **argv)
 	printf("%zu invalid and %zu valid cases\n", ncases[0], ncases[1]);
 	CHECK(ncases[0] > 0);
 	CHECK(ncases[1] > 0);
-	CHECK_EQ(rm_tree(tmproot), 0);
+	if (!keep_dir)
+		CHECK_EQ(rm_tree(tmproot), 0);
 	for (size_t k = 0; k < nbases; k++) {
 		snapshot after;
 

@@ -94,6 +94,39 @@ static const tdef plain_defs[] = {
     {"output.weight", FLX_DT_BF16, 2, {10, 4}},
 };
 
+/* The file name the tree must give a tensor name, by the rule README.md
+ * states (percent-escaped bytes: '/', '%', C0 controls, DEL, and the UTF-8
+ * of the C1 and bidi controls, listed here one by one); returns the end. */
+static char *oracle_escape(const char *f, char *q)
+{
+	static const char *const seq[] = {
+	    "\xd8\x9c",	    "\xe2\x80\x8e", "\xe2\x80\x8f", "\xe2\x80\xaa",
+	    "\xe2\x80\xab", "\xe2\x80\xac", "\xe2\x80\xad", "\xe2\x80\xae",
+	    "\xe2\x81\xa6", "\xe2\x81\xa7", "\xe2\x81\xa8", "\xe2\x81\xa9"};
+
+	while (*f) {
+		unsigned char c = (unsigned char)*f;
+		size_t n = 0;
+
+		if (c < 0x20 || c == 0x7f || c == '/' || c == '%')
+			n = 1;
+		else if (c == 0xc2 && (unsigned char)f[1] >= 0x80 &&
+			 (unsigned char)f[1] <= 0x9f)
+			n = 2;
+		for (size_t k = 0; !n && k < sizeof(seq) / sizeof(seq[0]); k++)
+			if (!strncmp(f, seq[k], strlen(seq[k])))
+				n = strlen(seq[k]);
+		if (!n) {
+			*q++ = *f++;
+			continue;
+		}
+		while (n--)
+			q += sprintf(q, "%%%02X", (unsigned char)*f++);
+	}
+	*q = '\0';
+	return q;
+}
+
 static const tdef odd_defs[] = {
     {"tok_embeddings.weight", FLX_DT_BF16, 2, {10, 4}},
     {"layers.0.a\"b\\c/d%e.weight", FLX_DT_I64, 2, {3, 2}},
@@ -102,6 +135,11 @@ static const tdef odd_defs[] = {
      1,
      {5}},
     {"layers.1.ctrl\x01\x1f\x7f\t\n\b\f\r.weight", FLX_DT_BOOL, 1, {3}},
+    /* C1 CSI, RLO, LRI, ALM: escaped in file names */
+    {"layers.1.bidi\xc2\x9b\xe2\x80\xae\xe2\x81\xa6\xd8\x9c.w",
+     FLX_DT_U8,
+     1,
+     {2}},
     {"layers.2.x/y", FLX_DT_F32, 2, {6, 4}},
     /* 255 x 257 = 65535: the largest one- and two-byte pickle ints */
     {"layers.1.wide.weight", FLX_DT_I8, 2, {255, 257}},
@@ -856,11 +894,8 @@ static void check_tree(const flx_ckpt *c, const flx_plan *p)
 					continue;
 				q = path + sprintf(path, "ranks/%s/tensors/",
 						   dir_name(tp, pp));
-				for (const char *f = flx_placement_name(pl, pp);
-				     *f; f++)
-					q += *f == '/' || *f == '%'
-						 ? sprintf(q, "%%%02X", *f)
-						 : sprintf(q, "%c", *f);
+				q = oracle_escape(flx_placement_name(pl, pp),
+						  q);
 				strcpy(q, ".npy");
 				if (!strcmp(pl->src->fqn, "."))
 					strcpy(q - 1, "%2E.npy");
@@ -1448,6 +1483,27 @@ int main(void)
 		run(c, rules, 5, 1, false, "1K");
 		flx_ckpt_close(c);
 	}
+	/* error lines: controls, C1 (CSI), bidi overrides and isolates and
+	 * bytes that are not UTF-8 escaped, other UTF-8 kept; an escape is
+	 * never cut */
+	{
+		flx_error err;
+		char many[400];
+
+		flx_error_init(&err);
+		flx_error_set(&err, -EINVAL, "a\xc2\x9b.distcp",
+			      "k\xe2\x80\xaey\xe2\x81\xa9\xd8\x9c\xe2\x80\x8f",
+			      "t\x1b[31m \xc3\xbc\xe2\x82\xac \x7f\xc0\xaf");
+		CHECK_STR(err.file, "a%C2%9B.distcp");
+		CHECK_STR(err.key, "k%E2%80%AEy%E2%81%A9%D8%9C%E2%80%8F");
+		CHECK_STR(err.text, "t%1B[31m \xc3\xbc\xe2\x82\xac %7F%C0%AF");
+		memset(many, 0x01, sizeof(many) - 1);
+		many[sizeof(many) - 1] = '\0';
+		flx_error_init(&err);
+		flx_error_set(&err, -EINVAL, NULL, many, "x");
+		CHECK(strlen(err.key) % 3 == 0 && strlen(err.key) > 200);
+		CHECK(strncmp(err.key, "%01%01", 6) == 0);
+	}
 	/* a name JSON cannot carry fails the build, naming it */
 	{
 		tdef bad[] = {{"layers.0.\xff\xfe.weight", FLX_DT_F32, 1, {4}},
@@ -1463,13 +1519,53 @@ int main(void)
 		CHECK_EQ(flx_plan_build(c, &s, &p, &err), 0);
 		CHECK_EQ(flx_fs_build(c, p, &fs, &err), -EINVAL);
 		CHECK(fs == NULL);
-		CHECK_STR(err.key, "layers.0.\xff\xfe.weight");
+		/* bytes that are not UTF-8 escaped in the line (error.h) */
+		CHECK_STR(err.key, "layers.0.%FF%FE.weight");
 		CHECK(strstr(err.text, "UTF-8") != NULL);
 		flx_plan_free(p);
 		flx_spec_release(&s);
 		flx_ckpt_close(c);
 	}
 	test_pickle_emit();
+	/* index.json's source bytes: the data files' sizes, a checked sum
+	 * (sparse files can be huge): INT64_MAX exactly is served, one more
+	 * refused at build */
+	for (int over = 0; over < 2; over++) {
+		tdef one[] = {{"output.weight", FLX_DT_F32, 1, {4}}};
+		flx_ckpt *c = make_ckpt(dir, one, 1);
+		flx_spec s;
+		flx_plan *p = NULL;
+		flx_fs *fs = NULL;
+		flx_error err;
+		flx_stat st;
+		char buf[4096];
+		ssize_t n;
+
+		c->files[1].data = true;
+		c->files[1].size = 3;
+		c->files[0].size = (uint64_t)INT64_MAX - 3 + (uint64_t)over;
+		flx_spec_init(&s);
+		flx_error_init(&err);
+		CHECK_EQ(flx_plan_build(c, &s, &p, &err), 0);
+		if (over) {
+			CHECK_EQ(flx_fs_build(c, p, &fs, &err), -EFBIG);
+			CHECK_STR(err.key, "index.json");
+			CHECK(strstr(err.text, "2^63-1") != NULL);
+		} else {
+			CHECK_EQ(flx_fs_build(c, p, &fs, &err), 0);
+			CHECK_EQ(flx_fs_resolve(fs, "index.json", &st), 0);
+			n = flx_fs_read(fs, st.ino, buf, sizeof(buf) - 1, 0,
+					NULL);
+			CHECK(n > 0);
+			buf[n > 0 ? n : 0] = '\0';
+			CHECK(strstr(buf, "\"bytes\": 9223372036854775807") !=
+			      NULL);
+		}
+		flx_fs_free(fs);
+		flx_plan_free(p);
+		flx_spec_release(&s);
+		flx_ckpt_close(c);
+	}
 	remove_files(dir);
 	rmdir(dir);
 	return CHECK_RESULT();

@@ -10,7 +10,10 @@
  *  - the Hugging Face source: every tensor one dense chunk whose data lies
  *    where the header says (parsed here independently with jansson), and
  *    whose bytes equal the truth; the same tensors from one file and from
- *    three shards; extras recorded as such; no items to wait for.
+ *    three shards; extras recorded as such; no items to wait for;
+ *  - flx_access_meet() against the kernel's rule applied to every user of
+ *    a small world: whoever the result lets read could read both, and
+ *    with one owner and group exactly those who could.
  * Runs from tests/ (ctest's working directory).
  */
 #include "check.h"
@@ -18,6 +21,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <jansson.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -245,8 +249,59 @@ static void test_hf(void)
 	flx_ckpt_close(sh);
 }
 
+/* The kernel's read check: owner bit, else group bit, else other bit. */
+static bool may_read(const flx_access *a, uid_t uid, unsigned groups)
+{
+	if (uid == a->uid)
+		return a->read & 0400;
+	if (groups >> a->gid & 1)
+		return a->read & 0040;
+	return a->read & 0004;
+}
+
+/* Owners 0..2, groups 0..1, every read-bit set; users 0..3 in every set
+ * of the two groups. */
+static void test_access_meet(void)
+{
+	size_t checked = 0, exact = 0;
+
+	for (unsigned k = 0; k < 3 * 2 * 8 * 3 * 2 * 8; k++) {
+		unsigned x = k;
+		flx_access a, b, m;
+
+		a.uid = x % 3, x /= 3;
+		a.gid = x % 2, x /= 2;
+		a.read = (uint16_t)((x & 4 ? 0400 : 0) | (x & 2 ? 0040 : 0) |
+				    (x & 1 ? 0004 : 0)),
+		x /= 8;
+		b.uid = x % 3, x /= 3;
+		b.gid = x % 2, x /= 2;
+		b.read = (uint16_t)((x & 4 ? 0400 : 0) | (x & 2 ? 0040 : 0) |
+				    (x & 1 ? 0004 : 0));
+		m = a;
+		flx_access_meet(&m, &b);
+		CHECK(m.uid == a.uid && m.gid == a.gid);
+		for (uid_t u = 0; u < 4; u++)
+			for (unsigned g = 0; g < 4; g++) {
+				bool both =
+				    may_read(&a, u, g) && may_read(&b, u, g);
+
+				if (may_read(&m, u, g) && !both)
+					CHECK(!"meet lets read what a source "
+					       "refuses");
+				if (a.uid == b.uid && a.gid == b.gid) {
+					CHECK(may_read(&m, u, g) == both);
+					exact++;
+				}
+				checked++;
+			}
+	}
+	CHECK(checked == 2304 * 16 && exact > 0);
+}
+
 int main(void)
 {
+	test_access_meet();
 	test_dcp_threads();
 	test_detection();
 	test_hf();

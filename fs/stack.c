@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+#include "stack.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+int flx_stack_build(const char *source, const flx_ckpt_opts *o,
+		    const flx_spec *spec, bool all, flx_stack *s,
+		    flx_error *err)
+{
+	flx_ckpt_opts oo = o ? *o : (flx_ckpt_opts){0};
+	flx_error ierr;
+	int rc, irc;
+
+	memset(s, 0, sizeof(*s));
+	oo.defer_items = true;
+	rc = flx_ckpt_open_with(source, &oo, &s->ckpt, err);
+	if (!rc)
+		rc = flx_xform_apply(spec->xform, s->ckpt, &s->xi, err);
+	if (!rc)
+		rc =
+		    flx_filter_apply(spec, flx_xindex_ckpt(s->xi), &s->fi, err);
+	if (!rc)
+		rc = (all ? flx_plan_build_all : flx_plan_build)(
+		    flx_stack_ckpt(s), spec, &s->plan, err);
+	if (!rc)
+		rc = flx_fs_build(flx_stack_ckpt(s), s->plan, &s->fs, err);
+	if (s->ckpt) {
+		/* a bad item first, as when the items were read first */
+		flx_error_init(&ierr);
+		irc = flx_ckpt_finish(s->ckpt, &ierr);
+		if (irc) {
+			if (err)
+				*err = ierr;
+			rc = irc;
+		} else if (s->xi) {
+			flx_xindex_finish(s->xi);
+		}
+	}
+	if (rc) {
+		if (err && !err->code)
+			flx_error_set(err, rc, source, NULL, "%s",
+				      strerror(-rc));
+		flx_stack_free(s);
+	}
+	return rc;
+}
+
+int flx_stack_note(const flx_stack *s, size_t i, char *buf, size_t len)
+{
+	if (s->ckpt->skipped_links) {
+		if (i == 0) {
+			snprintf(buf, len,
+				 "%zu symlinked file(s) not served (leading "
+				 "outside the directory, dangling or not to a "
+				 "file; -o follow_symlinks follows them "
+				 "outside): %s",
+				 s->ckpt->nskipped_links,
+				 s->ckpt->skipped_links);
+			return 0;
+		}
+		i--;
+	}
+	return flx_plan_note(s->plan, i, buf, len);
+}
+
+void flx_stack_free(flx_stack *s)
+{
+	flx_fs_free(s->fs);
+	flx_plan_free(s->plan);
+	flx_findex_free(s->fi);
+	flx_xindex_free(s->xi);
+	flx_ckpt_close(s->ckpt);
+	memset(s, 0, sizeof(*s));
+}
