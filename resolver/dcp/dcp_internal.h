@@ -42,7 +42,6 @@ typedef struct flx_dcp_opts {
  */
 void flx_dcp_flat_box(flx_chunk *ch, int64_t len, int64_t shift);
 
-
 /**
  * Fill b from the directory's .metadata and the items of its .distcp
  * files, as the DCP source does, with the differences d gives (NULL: none).

@@ -483,23 +483,24 @@ static int check_reformulated(const flx_tensor *t, int n, const int64_t *orig,
 	if (t->ndim != n + 1)
 		return flx_error_set(err, -EINVAL, ".metadata", t->fqn,
 				     ORIG_SHAPE " %s does not fit the saved "
-				     "shape %s (%d axes, not %d)",
+						"shape %s (%d axes, not %d)",
 				     a, b, n, t->ndim - 1);
 	for (int d = 0; d < n; d++) {
 		if (t->shape[d] == 0 || orig[d] % t->shape[d] != 0)
 			return flx_error_set(err, -EINVAL, ".metadata", t->fqn,
-					     ORIG_SHAPE " %s is not a grid of "
+					     ORIG_SHAPE
+					     " %s is not a grid of "
 					     "the saved shape %s (axis %d)",
 					     a, b, d);
 		s[d] = orig[d] / t->shape[d];
 		numel *= s[d]; /* <= the numel of orig, which fits */
 	}
 	if (numel != t->shape[n])
-		return flx_error_set(err, -EINVAL, ".metadata", t->fqn,
-				     ORIG_SHAPE " %s: a shard of %lld elements, "
-				     "the saved shape %s holds %lld",
-				     a, (long long)numel, b,
-				     (long long)t->shape[n]);
+		return flx_error_set(
+		    err, -EINVAL, ".metadata", t->fqn,
+		    ORIG_SHAPE " %s: a shard of %lld elements, "
+			       "the saved shape %s holds %lld",
+		    a, (long long)numel, b, (long long)t->shape[n]);
 	return 0;
 }
 
@@ -601,7 +602,8 @@ static int orig_shape(const char *key, const flx_pv *v, int *n, int64_t *orig,
 		if (!flx_pv_int(flx_pv_item(tp, (size_t)d), &orig[d]) ||
 		    orig[d] < 0)
 			return flx_error_set(err, -EINVAL, ".metadata", key,
-					     "mcore_data " ORIG_SHAPE " axis %d "
+					     "mcore_data " ORIG_SHAPE
+					     " axis %d "
 					     "is not a non-negative integer",
 					     d);
 	return 0;
