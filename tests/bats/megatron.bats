@@ -57,6 +57,8 @@ check_megatron() {
 		check_megatron "$fx" 1
 		check_megatron "$fx" 2
 	done
+	# fully_sharded_model_space's DP ranges cut rows: several boxes each
+	check_megatron megatron-optim-fsms-unaligned 2
 }
 
 @test "megatron: index.json names the source; stacked axes are never TP-split" {
@@ -84,7 +86,8 @@ EOF
 	local t fx tp truth
 	for t in megatron-moe:2 megatron-optim-fully-reshardable:1 \
 		megatron-optim-fully-sharded-model-space:1 \
-		megatron-optim-fully-sharded-model-space:2; do
+		megatron-optim-fully-sharded-model-space:2 \
+		megatron-optim-fsms-unaligned:2; do
 		fx=${t%:*} tp=${t#*:}
 		truth=$BATS_TEST_TMPDIR/truth-$fx
 		/usr/bin/python3 "$TRUTH" "$FX/$fx" "$truth"
