@@ -476,7 +476,7 @@ static int check_reformulated(const flx_tensor *t, int n, const int64_t *orig,
 			      int64_t *s, flx_error *err)
 {
 	char a[96], b[96];
-	int64_t numel = 1;
+	uint64_t numel;
 
 	flx_fmt_dims(a, sizeof(a), n, orig);
 	flx_fmt_dims(b, sizeof(b), t->ndim, t->shape);
@@ -493,14 +493,19 @@ static int check_reformulated(const flx_tensor *t, int n, const int64_t *orig,
 					     "the saved shape %s (axis %d)",
 					     a, b, d);
 		s[d] = orig[d] / t->shape[d];
-		numel *= s[d]; /* <= the numel of orig, which fits */
 	}
-	if (numel != t->shape[n])
+	/* orig is untrusted: its size, and the shard's, must fit */
+	if (flx_shape_bytes(n, orig, flx_dtype_size(t->dtype), NULL, NULL) ||
+	    flx_shape_bytes(n, s, 1, &numel, NULL))
+		return flx_error_set(err, -EOVERFLOW, ".metadata", t->fqn,
+				     ORIG_SHAPE " %s: size overflows 64 bits",
+				     a);
+	if (numel != (uint64_t)t->shape[n])
 		return flx_error_set(
 		    err, -EINVAL, ".metadata", t->fqn,
-		    ORIG_SHAPE " %s: a shard of %lld elements, "
+		    ORIG_SHAPE " %s: a shard of %llu elements, "
 			       "the saved shape %s holds %lld",
-		    a, (long long)numel, b, (long long)t->shape[n]);
+		    a, (unsigned long long)numel, b, (long long)t->shape[n]);
 	return 0;
 }
 
@@ -537,6 +542,18 @@ static int unflatten(flx_pool *pool, flx_tensor *t, int n, const int64_t *orig,
 	for (uint32_t i = 0; i < old.nchunks; i++) {
 		const flx_chunk *ch = &old.chunks[i];
 
+		for (int d = 0; d < n; d++)
+			if (ch->size[d] != 1) {
+				char o[96];
+
+				flx_fmt_dims(o, sizeof(o), t->ndim, ch->off);
+				return flx_error_set(
+				    err, -EINVAL, ".metadata", t->fqn,
+				    "the reformulated chunk at "
+				    "%s spans %lld grid blocks "
+				    "along axis %d",
+				    o, (long long)ch->size[d], d);
+			}
 		flx_flat_boxes(n, s, ch->off[n], ch->off[n] + ch->size[n], lo,
 			       sz, first, &nb);
 		if (nch > UINT32_MAX - nb)
