@@ -9,7 +9,9 @@
  * "common_state/shard_0_1" instead), read parse-only into flx_megatron.
  * Keys "decoder.layers.<non-digit>..." stack every layer along axis 0 (and
  * "...experts.experts..." the experts along axis 1): flx_tensor.stacked.
- * Spec: megatron-format.md sections 1-3.
+ * The fully_sharded_model_space optimizer tensors are presented under
+ * their original shapes (section 4.4; see unflatten()).
+ * Spec: megatron-format.md sections 1-4.
  */
 #include "dcp_internal.h"
 #include "json_guard.h"
