@@ -867,6 +867,67 @@ static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
 	return rc;
 }
 
+/* flx_dcp_flat_box(): until its item is read, a box of a flattened item
+ * holds contig_from FLAT_BOX (load_item() sets 0..ndim), the piece's
+ * length in data_off and the box's first element in the piece in
+ * storage_offset. */
+#define FLAT_BOX (-1)
+
+void flx_dcp_flat_box(flx_chunk *ch, int64_t len, int64_t shift)
+{
+	ch->contig_from = FLAT_BOX;
+	ch->data_off = (uint64_t)len;
+	ch->storage_offset = shift;
+}
+
+/* The item of a box of a flattened item, read as the (1, ..., 1, len)
+ * chunk it was saved as; then the box's strides and first element are
+ * placed in the piece's storage (inside it: the item's storage record was
+ * checked to hold the whole piece). */
+static int load_flat_box(const flx_ckpt *c, void *arg, const flx_tensor *t,
+			 flx_chunk *ch, flx_error *err)
+{
+	int64_t dims[3 * FLX_MAX_DIMS];
+	flx_tensor pt = {.fqn = t->fqn, .dtype = t->dtype, .ndim = t->ndim + 1};
+	flx_chunk pc = {.off = dims,
+			.size = dims + FLX_MAX_DIMS,
+			.stride = dims + 2 * FLX_MAX_DIMS,
+			.file = ch->file,
+			.item_off = ch->item_off,
+			.item_len = ch->item_len,
+			.zstd = ch->zstd};
+	int64_t ls;
+	int rc;
+
+	if (pt.ndim > FLX_MAX_DIMS)
+		return flx_error_set(err, -EINVAL, c->files[ch->file].relpath,
+				     t->fqn, "too many dimensions");
+	for (int d = 0; d < pt.ndim; d++) {
+		pc.off[d] = 0;
+		pc.size[d] = 1;
+	}
+	pc.size[t->ndim] = (int64_t)ch->data_off;
+	rc = load_item(c, arg, &pt, &pc, err);
+	if (rc)
+		return rc;
+	ls = pc.stride[t->ndim];
+	ch->data_off = pc.data_off;
+	ch->storage_offset = pc.storage_offset + ch->storage_offset * ls;
+	for (int d = 0; d < t->ndim; d++)
+		ch->stride[d] *= ls;
+	ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
+	return 0;
+}
+
+/* An item: a chunk's own, or the one a box of a flattened item is in. */
+static int load_any_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
+			 flx_chunk *ch, flx_error *err)
+{
+	if (ch->contig_from == FLAT_BOX)
+		return load_flat_box(c, arg, t, ch, err);
+	return load_item(c, arg, t, ch, err);
+}
+
 /*
  * Decode one tensor's metadata and find its chunks' storage_data entries.
  * name: the key's string in the tree (t->fqn is a copy), for
@@ -1156,6 +1217,8 @@ static int interpret(loader *L, const flx_pv *root)
 	if (!rc)
 		rc = load_state_dict_metadata(
 		    L, attr(root, "state_dict_metadata"));
+	if (!rc && L->dopts->attrs)
+		rc = L->dopts->attrs(L->b, obj_state(root), L->err);
 	return rc;
 }
 
@@ -1195,7 +1258,7 @@ static const flx_item_ops item_ops = {
     .scratch_size = sizeof(item_scratch),
     .scratch_init = scratch_init,
     .scratch_release = scratch_release,
-    .load = load_item,
+    .load = load_any_item,
 };
 
 static void loader_release(loader *L)

@@ -9,6 +9,7 @@
  * Thread-safety: as a source's load (one builder, one thread).
  */
 
+#include "pickle.h"
 #include "source.h"
 
 #include <stdbool.h>
@@ -22,7 +23,24 @@ typedef struct flx_dcp_opts {
 	const char *sub_class;
 	/* what to say when .metadata does not exist (NULL: DCP's own) */
 	const char *missing;
+	/* called with the Metadata's attribute dict (its BUILD state) once
+	 * the tensors are decoded and before their items are read, to adjust
+	 * them (Megatron's flattened optimizer tensors); NULL: none.
+	 * @return 0, or -errno with err set */
+	int (*attrs)(flx_build *b, const flx_pv *attrs, flx_error *err);
 } flx_dcp_opts;
+
+/**
+ * Make ch (file, item_off, item_len and zstd kept, off and size its box)
+ * a box of a flattened item: the item holds a piece of len elements saved
+ * with shape (1, ..., 1, len) (ndim + 1 axes, ndim the tensor's), and
+ * element (j_0, ..., j_{ndim-1}) of the box is the piece's element
+ * shift + sum j_d x ch->stride[d] (ch->stride set by the caller: the
+ * strides of the row-major block the piece flattens).  When the item is
+ * read, stride and storage_offset are scaled to the saved one-axis stride
+ * and point into the item's storage.  Thread-safe (touches only *ch).
+ */
+void flx_dcp_flat_box(flx_chunk *ch, int64_t len, int64_t shift);
 
 /**
  * Fill b from the directory's .metadata and the items of its .distcp

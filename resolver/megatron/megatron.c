@@ -9,7 +9,9 @@
  * "common_state/shard_0_1" instead), read parse-only into flx_megatron.
  * Keys "decoder.layers.<non-digit>..." stack every layer along axis 0 (and
  * "...experts.experts..." the experts along axis 1): flx_tensor.stacked.
- * Spec: megatron-format.md sections 1-3.
+ * The fully_sharded_model_space optimizer tensors are presented under
+ * their original shapes (section 4.4; see unflatten()).
+ * Spec: megatron-format.md sections 1-4.
  */
 #include "dcp_internal.h"
 #include "json_guard.h"
@@ -452,6 +454,211 @@ static void mark_stacked(flx_ckpt *c)
 	}
 }
 
+/* ---- fully_sharded_model_space: the N-D flattened reformulation ---- */
+
+/*
+ * A tensor of the distributed optimizer's fully_sharded_model_space layout
+ * is saved reformulated (megatron-format.md 4.4): its DCP shape is the
+ * grid counts f of the original tensor's chunk grid plus one axis of
+ * prod(s) elements, s = orig / f the TP-local shard shape, and each chunk
+ * (g, a) -> (1, ..., 1, len) is elements [a, a + len) of the flattened
+ * shard at grid index g.  mcore_data[key]['nd_reformulated_orig_global_
+ * shape'] gives orig.  The tensor is presented under orig: each chunk
+ * becomes the boxes of its range inside the block at g * s
+ * (flx_flat_boxes()), reading the saved item in place
+ * (flx_dcp_flat_box()).  The reformulated chunks were checked disjoint and
+ * covering, and the map from (g, flat index) to orig is a bijection, so
+ * the boxes are too.
+ */
+#define ORIG_SHAPE "nd_reformulated_orig_global_shape"
+
+/* orig (n axes) against t's reformulated shape: f = orig / s exactly on
+ * every axis, and the last axis of t holds prod(s).  Fills s. */
+static int check_reformulated(const flx_tensor *t, int n, const int64_t *orig,
+			      int64_t *s, flx_error *err)
+{
+	char a[96], b[96];
+	uint64_t numel;
+
+	flx_fmt_dims(a, sizeof(a), n, orig);
+	flx_fmt_dims(b, sizeof(b), t->ndim, t->shape);
+	if (t->ndim != n + 1)
+		return flx_error_set(err, -EINVAL, ".metadata", t->fqn,
+				     ORIG_SHAPE " %s does not fit the saved "
+						"shape %s (%d axes, not %d)",
+				     a, b, n, t->ndim - 1);
+	for (int d = 0; d < n; d++) {
+		if (t->shape[d] == 0 || orig[d] % t->shape[d] != 0)
+			return flx_error_set(err, -EINVAL, ".metadata", t->fqn,
+					     ORIG_SHAPE
+					     " %s is not a grid of "
+					     "the saved shape %s (axis %d)",
+					     a, b, d);
+		s[d] = orig[d] / t->shape[d];
+	}
+	/* orig is untrusted: its size, and the shard's, must fit */
+	if (flx_shape_bytes(n, orig, flx_dtype_size(t->dtype), NULL, NULL) ||
+	    flx_shape_bytes(n, s, 1, &numel, NULL))
+		return flx_error_set(err, -EOVERFLOW, ".metadata", t->fqn,
+				     ORIG_SHAPE " %s: size overflows 64 bits",
+				     a);
+	if (numel != (uint64_t)t->shape[n])
+		return flx_error_set(
+		    err, -EINVAL, ".metadata", t->fqn,
+		    ORIG_SHAPE " %s: a shard of %llu elements, "
+			       "the saved shape %s holds %lld",
+		    a, (unsigned long long)numel, b, (long long)t->shape[n]);
+	return 0;
+}
+
+/* The axis the model tensor is TP-split along, plus one: the one axis
+ * past the stacked ones with more than one grid index; -1: none; 0:
+ * several (the plan refuses). */
+static int reformulated_split(const flx_tensor *t, int n)
+{
+	int axis = -1;
+
+	for (int d = stacked_axes(t->fqn); d < n; d++) {
+		if (t->shape[d] <= 1)
+			continue;
+		if (axis >= 0)
+			return 0;
+		axis = d;
+	}
+	return axis < 0 ? -1 : axis + 1;
+}
+
+/* Present t (reformulated) under orig (n axes, checked). */
+static int unflatten(flx_pool *pool, flx_tensor *t, int n, const int64_t *orig,
+		     const int64_t *s, flx_error *err)
+{
+	int64_t lo[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
+	    sz[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS], first[FLX_FLAT_BOXES_MAX],
+	    st[FLX_MAX_DIMS];
+	flx_tensor old = *t;
+	uint32_t nch = 0, at = 0;
+	unsigned nb;
+	int64_t k = 1;
+	int rc;
+
+	for (uint32_t i = 0; i < old.nchunks; i++) {
+		const flx_chunk *ch = &old.chunks[i];
+
+		for (int d = 0; d < n; d++)
+			if (ch->size[d] != 1) {
+				char o[96];
+
+				flx_fmt_dims(o, sizeof(o), t->ndim, ch->off);
+				return flx_error_set(
+				    err, -EINVAL, ".metadata", t->fqn,
+				    "the reformulated chunk at "
+				    "%s spans %lld grid blocks "
+				    "along axis %d",
+				    o, (long long)ch->size[d], d);
+			}
+		flx_flat_boxes(n, s, ch->off[n], ch->off[n] + ch->size[n], lo,
+			       sz, first, &nb);
+		if (nch > UINT32_MAX - nb)
+			return flx_error_set(err, -EINVAL, ".metadata", t->fqn,
+					     "too many chunks");
+		nch += nb;
+	}
+	for (int d = n - 1; d >= 0; d--) {
+		st[d] = k;
+		k *= s[d];
+	}
+	t->saved_split = reformulated_split(t, n);
+	t->ndim = n;
+	memcpy(t->shape, orig, sizeof(int64_t) * (size_t)n);
+	rc = flx_tensor_pool_chunks(pool, t, nch);
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < old.nchunks; i++) {
+		const flx_chunk *ch = &old.chunks[i];
+		int64_t a = ch->off[n];
+
+		flx_flat_boxes(n, s, a, a + ch->size[n], lo, sz, first, &nb);
+		for (unsigned j = 0; j < nb; j++) {
+			flx_chunk *nc = &t->chunks[at++];
+
+			for (int d = 0; d < n; d++) {
+				nc->off[d] = ch->off[d] * s[d] + lo[j][d];
+				nc->size[d] = sz[j][d];
+				nc->stride[d] = st[d];
+			}
+			nc->file = ch->file;
+			nc->item_off = ch->item_off;
+			nc->item_len = ch->item_len;
+			nc->zstd = ch->zstd;
+			flx_dcp_flat_box(nc, ch->size[n], first[j] - a);
+		}
+	}
+	return flx_tensor_check_chunks(t, ".metadata", err);
+}
+
+/* orig from an mcore_data entry's ORIG_SHAPE: a tuple (or torch.Size) of
+ * non-negative integers, at most FLX_MAX_DIMS - 1. */
+static int orig_shape(const char *key, const flx_pv *v, int *n, int64_t *orig,
+		      flx_error *err)
+{
+	const flx_pv *tp = v;
+
+	if (v && v->kind == FLX_PV_OBJ &&
+	    flx_pv_is_global(flx_pv_obj_class(v), "torch", "Size"))
+		tp = flx_pv_item(v->u.obj.args, 0);
+	if (!tp || (tp->kind != FLX_PV_TUPLE && tp->kind != FLX_PV_LIST))
+		return flx_error_set(err, -EINVAL, ".metadata", key,
+				     "mcore_data " ORIG_SHAPE " is not a tuple "
+				     "(a %s)",
+				     flx_pv_kind_name(v));
+	if (flx_pv_len(tp) >= FLX_MAX_DIMS)
+		return flx_error_set(err, -EINVAL, ".metadata", key,
+				     "mcore_data " ORIG_SHAPE " has %zu axes "
+				     "(at most %d)",
+				     flx_pv_len(tp), FLX_MAX_DIMS - 1);
+	*n = (int)flx_pv_len(tp);
+	for (int d = 0; d < *n; d++)
+		if (!flx_pv_int(flx_pv_item(tp, (size_t)d), &orig[d]) ||
+		    orig[d] < 0)
+			return flx_error_set(err, -EINVAL, ".metadata", key,
+					     "mcore_data " ORIG_SHAPE
+					     " axis %d "
+					     "is not a non-negative integer",
+					     d);
+	return 0;
+}
+
+/* The DCP loader's attrs hook: every tensor mcore_data says is
+ * reformulated, presented under its original shape. */
+static int reformulated(flx_build *b, const flx_pv *attrs, flx_error *err)
+{
+	const flx_pv *md = flx_pv_dict_get(attrs, "mcore_data");
+	flx_ckpt *c = flx_build_ckpt(b);
+	int rc = 0;
+
+	if (!md || md->kind == FLX_PV_NONE)
+		return 0;
+	if (md->kind != FLX_PV_DICT)
+		return flx_error_set(err, -EINVAL, ".metadata", "mcore_data",
+				     "not a dict (a %s)", flx_pv_kind_name(md));
+	for (size_t i = 0; i < c->ntensors && !rc; i++) {
+		flx_tensor *t = &c->tensors[i];
+		const flx_pv *e = flx_pv_dict_get(md, t->fqn), *v;
+		int64_t orig[FLX_MAX_DIMS], s[FLX_MAX_DIMS];
+		int n = 0;
+
+		if (!e || e->kind != FLX_PV_DICT ||
+		    !(v = flx_pv_dict_get(e, ORIG_SHAPE)))
+			continue;
+		rc = orig_shape(t->fqn, v, &n, orig, err);
+		if (!rc)
+			rc = check_reformulated(t, n, orig, s, err);
+		if (!rc)
+			rc = unflatten(&c->pool, t, n, orig, s, err);
+	}
+	return rc;
+}
+
 /* ---- the source ---- */
 
 static bool owns(const char *name)
@@ -489,6 +696,7 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	    .sub_module = MCORE_MODULE,
 	    .sub_class = "MCoreMetadata",
 	    .missing = "no such file (a torch_dist checkpoint has one)",
+	    .attrs = reformulated,
 	};
 	flx_ckpt *c = flx_build_ckpt(b);
 	flx_megatron *m;

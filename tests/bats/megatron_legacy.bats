@@ -30,6 +30,9 @@ setup_file() {
 	t+=("megatron-untied:4:1:te" "megatron-optim-fully-reshardable:2:2:local"
 		"megatron-optim-dp-reshardable:2:2:local"
 		"megatron-optim-fully-sharded-model-space:1:1:local"
+		"megatron-optim-fully-sharded-model-space:2:1:local"
+		"megatron-optim-fully-sharded-model-space:2:2:local"
+		"megatron-optim-fsms-unaligned:2:2:local"
 		"megatron-untied:1:2:local:100" "megatron-tied:1:2:local:100")
 	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
 		"$GEN" "$FX" "$BATS_FILE_TMPDIR" "${t[@]}"
@@ -99,7 +102,10 @@ check_legacy() {
 @test "megatron/ legacy files of the three optimizer layouts: the model only" {
 	check_legacy local megatron-optim-fully-reshardable:2:2 \
 		megatron-optim-dp-reshardable:2:2 \
-		megatron-optim-fully-sharded-model-space:1:1
+		megatron-optim-fully-sharded-model-space:1:1 \
+		megatron-optim-fully-sharded-model-space:2:1 \
+		megatron-optim-fully-sharded-model-space:2:2 \
+		megatron-optim-fsms-unaligned:2:2
 }
 
 @test "megatron/ with megatron_true_vocab: the tables re-padded from the true vocab (surplus rows dropped)" {

@@ -32,6 +32,7 @@ static const char *const fixtures[] = {
     "megatron-optim-dp-reshardable",
     "megatron-optim-fully-reshardable",
     "megatron-optim-fully-sharded-model-space",
+    "megatron-optim-fsms-unaligned",
 };
 
 static int64_t cfg_int(const json_t *cfg, const char *key)

@@ -120,13 +120,27 @@ def main():
             a[idx] = v
         assert len(ps) == int(np.prod(size[:n])), key
         arrays[key] = a
+    # fully_sharded_model_space (megatron-format.md 4.4): a reformulated
+    # optimizer tensor is expected under its original shape, saved split
+    # as its model tensor (whose chunks stand for it here)
+    mcore = getattr(md, "mcore_data", None) or {}
+    orig = {k: tuple(v["nd_reformulated_orig_global_shape"]) for k, v in mcore.items()
+            if isinstance(v, dict) and "nd_reformulated_orig_global_shape" in v}
+    size_of = {k: tuple(v.size) for k, v in sdm.items() if hasattr(v, "chunks")}
+    chunks_of = {k: v.chunks for k, v in sdm.items() if hasattr(v, "chunks")}
+    for key, shape in orig.items():
+        model = re.sub(r"^optimizer\.state\.[a-z0-9_]+\.", "", key)
+        assert tuple(sdm[model].size) == shape, (key, shape)
+        size_of[key] = shape
+        chunks_of[key] = sdm[model].chunks
     if man.get("optim"):
         with tempfile.TemporaryDirectory() as td:
-            subprocess.run([sys.executable, GEN, "truth", "--src", fix, "--out", td],
+            subprocess.run([sys.executable, GEN, "truth", "--src", fix, "--out", td]
+                           + (["--model-space"] if orig else []),
                            check=True, stdout=subprocess.DEVNULL)
             for key, e in man["optim"].items():
                 a = load_npy(os.path.join(td, e["file"]), e["dtype"])
-                assert list(a.shape) == list(sdm[key].size), key
+                assert list(a.shape) == list(size_of[key]), key
                 arrays[key] = a
 
     os.makedirs(out, exist_ok=True)
@@ -137,7 +151,7 @@ def main():
         assert key in arrays, "no truth for %s" % key
         a = np.ascontiguousarray(arrays[key])
         dt = dtype_name(tsm.properties)
-        assert list(a.shape) == list(tsm.size), key
+        assert list(a.shape) == list(size_of[key]), key
         b = a.astype(a.dtype.newbyteorder("<")).tobytes()
         fn = "%04d.bin" % i
         with open(os.path.join(out, fn), "wb") as f:
@@ -145,7 +159,8 @@ def main():
         tensors[key] = {
             "dtype": dt, "shape": list(a.shape), "file": fn, "itemsize": a.dtype.itemsize,
             "nbytes": len(b), "sha256": hashlib.sha256(b).hexdigest(),
-            "chunks": [{"offsets": list(c.offsets), "sizes": list(c.sizes)} for c in tsm.chunks],
+            "chunks": [{"offsets": list(c.offsets), "sizes": list(c.sizes)}
+                       for c in chunks_of[key]],
             "stacked": stacked_axes(key),
         }
     assert set(arrays) == set(tensors), set(arrays) ^ set(tensors)
