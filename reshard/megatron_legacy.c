@@ -322,9 +322,29 @@ static int prm_rank(const char *prm)
 	return 4;
 }
 
-/* An _extra_state item after module mod's parameters. */
+/* The source's bytes item "decoder.layers.<mod>._extra_state/shard_<g>_<L>"
+ * of layer module mod (not an expert's) at global layer g; NULL: none. */
+static const flx_object *extra_object(const ctx *x, const char *mod, int64_t g)
+{
+	char key[1024];
+	int n;
+
+	if (!strncmp(mod, "mlp.experts.", 12))
+		return NULL;
+	n = snprintf(key, sizeof(key), LAYERS "%s._extra_state/shard_%lld_%lld",
+		     mod, (long long)g, (long long)x->nlayers);
+	if (n < 0 || (size_t)n >= sizeof(key))
+		return NULL;
+	for (size_t i = 0; i < x->c->nobjects; i++)
+		if (!strcmp(x->c->objects[i].fqn, key))
+			return &x->c->objects[i];
+	return NULL;
+}
+
+/* An _extra_state item after module mod's parameters: None, or an empty
+ * uint8 tensor, or (obj not NULL) obj's value. */
 static int add_extra(ctx *x, const item *like, const char *prefix,
-		     const char *mod, bool none)
+		     const char *mod, bool none, const flx_object *obj)
 {
 	item *it;
 	item copy = *like;
@@ -338,6 +358,10 @@ static int add_extra(ctx *x, const item *like, const char *prefix,
 	it->mod = copy.mod;
 	it->prm = copy.prm - copy.prm % 16 + PRM_EXTRA;
 	it->e.kind = none ? FLX_MLG_NONE : FLX_MLG_EMPTY_U8;
+	if (!none && obj) {
+		it->e.kind = FLX_MLG_OBJECT;
+		it->e.obj = obj;
+	}
 	return 0;
 }
 
@@ -382,11 +406,14 @@ static int layer_extras(ctx *x, const item *w, const char *mod)
 
 	snprintf(prefix, sizeof(prefix), LAYERS "%lld.", (long long)like.layer);
 	if (has_extra(mod))
-		rc = add_extra(x, &like, prefix, mod, !x->tgt->te);
+		rc = add_extra(x, &like, prefix, mod, !x->tgt->te,
+			       x->tgt->te
+				   ? extra_object(x, mod, like.layer + x->lo)
+				   : NULL);
 	like.mod = mod_rank("self_attention.core_attention");
 	if (!rc && x->tgt->te && !strcmp(mod, "self_attention.linear_proj"))
 		rc = add_extra(x, &like, prefix,
-			       "self_attention.core_attention", false);
+			       "self_attention.core_attention", false, NULL);
 	return rc;
 }
 
@@ -498,7 +525,7 @@ static int global_items(ctx *x, const flx_tensor *t, const char *as)
 	if (!rc && !strcmp(dot + 1, "weight") && has_extra(mod)) {
 		item like = *it;
 
-		rc = add_extra(x, &like, "", mod, true);
+		rc = add_extra(x, &like, "", mod, true, NULL);
 	}
 	return rc;
 }

@@ -35,7 +35,11 @@
  *    and every last stage output_layer._extra_state = None;
  *  - _extra_state after each linear's parameters: None (local spec;
  *    output_layer in both), an empty uint8 tensor (TE spec), and for TE
- *    one of self_attention.core_attention before linear_proj.
+ *    one of self_attention.core_attention before linear_proj; with TE a
+ *    layer linear (not an expert's) whose source has the bytes item
+ *    "decoder.layers.<mod>._extra_state/shard_<g>_<L>" (g global, L the
+ *    layer count) takes that item's first list element (FLX_MLG_OBJECT),
+ *    the same on every TP rank (spec 6.3).
  *
  * Thread-safety: pure; any number of threads.
  */
@@ -53,6 +57,7 @@ typedef enum flx_mlg_kind {
 	FLX_MLG_TENSOR,
 	FLX_MLG_NONE,	  /* the value None */
 	FLX_MLG_EMPTY_U8, /* torch.empty(0, dtype=torch.uint8) */
+	FLX_MLG_OBJECT,	  /* the first list element of a bytes item (obj) */
 } flx_mlg_kind;
 
 /* Bytes of a legacy tensor, in order: a box of a source tensor (its C-order
@@ -71,6 +76,7 @@ typedef struct flx_mlg_entry {
 	int64_t shape[FLX_MAX_DIMS];
 	int nparts;
 	flx_mlg_part part[2];
+	const flx_object *obj; /* FLX_MLG_OBJECT: the source's item */
 } flx_mlg_entry;
 
 typedef struct flx_mlg_target {

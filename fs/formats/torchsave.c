@@ -86,6 +86,14 @@ static bool has_tensor(const flx_pt_entry *e)
 	return e->pl || e->t;
 }
 
+/* Bytes of part p. */
+static uint64_t part_bytes(const flx_pt_part *p)
+{
+	if (p->view)
+		return flx_view_bytes(p->view);
+	return p->file ? p->len : p->zeros;
+}
+
 /* Bytes of entry i's tensor. */
 static uint64_t ent_bytes(const pt_file *f, size_t i)
 {
@@ -95,8 +103,7 @@ static uint64_t ent_bytes(const pt_file *f, size_t i)
 	if (pt_view(f, i))
 		return flx_view_bytes(pt_view(f, i));
 	for (size_t k = 0; t && k < t->nparts; k++)
-		n += t->parts[k].view ? flx_view_bytes(t->parts[k].view)
-				      : t->parts[k].zeros;
+		n += part_bytes(&t->parts[k]);
 	return n;
 }
 
@@ -556,11 +563,16 @@ static int add_tensor(flx_fs *fs, int file, const pt_file *f, size_t i)
 
 	if (pt_view(f, i))
 		return flx_fs_add_view(fs, file, pt_view(f, i), NULL);
-	for (size_t k = 0; !rc && k < t->nparts; k++)
-		rc = t->parts[k].view
-			 ? flx_fs_add_view(fs, file, t->parts[k].view, NULL)
-			 : flx_fs_add_gen(fs, file, &pt_zeros_ops, &t->parts[k],
-					  0);
+	for (size_t k = 0; !rc && k < t->nparts; k++) {
+		const flx_pt_part *p = &t->parts[k];
+
+		if (p->view)
+			rc = flx_fs_add_view(fs, file, p->view, NULL);
+		else if (p->file)
+			rc = flx_fs_add_raw(fs, file, p->file, p->off, p->len);
+		else
+			rc = flx_fs_add_gen(fs, file, &pt_zeros_ops, p, 0);
+	}
 	return rc;
 }
 

@@ -18,7 +18,8 @@
  * has a storage class is rebuilt by torch._utils._rebuild_tensor_v2 (every
  * torch from 1.6); the others (uint16/32/64, float8) by
  * _rebuild_tensor_v3 on an UntypedStorage, as torch >= 2.1 saves them.
- * A tensor of parts is stored as its parts' bytes, zero runs generated.
+ * A tensor of parts is stored as its parts' bytes (views, raw file ranges),
+ * zero runs generated.
  * Literal records carry their real CRC-32; tensor records CRC 0, which
  * torch.load never checks (PyTorch builds miniz without reader CRC
  * checks), so nothing is read from the tensors to build a file.
@@ -32,11 +33,14 @@
 
 #include <stddef.h>
 
-/* Bytes of a tensor built of parts: a view's bytes, or (view NULL)
- * zeros zero bytes. */
+/* Bytes of a tensor built of parts: a view's bytes, else (file not NULL)
+ * bytes [off, off + len) of a source file verbatim, else zeros zero
+ * bytes. */
 typedef struct flx_pt_part {
 	const flx_view *view;
 	uint64_t zeros;
+	const flx_file *file;
+	uint64_t off, len;
 } flx_pt_part;
 
 /* A tensor of its own shape whose bytes are its parts' in order (their

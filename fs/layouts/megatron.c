@@ -16,6 +16,13 @@
  * their bytes lie are reshard/megatron_legacy.h's decision, 'args' is the
  * source's Namespace written again with the target's parallel sizes
  * (spec 6.2).  No optimizer or rng state, as Megatron's own converter.
+ * A TE FP8 _extra_state (spec 3.7) is the uint8 tensor that is the first
+ * element of the source's bytes item, a torch.save of a list: checked at
+ * mount (a 1-D contiguous uint8 tensor inside its storage record), its
+ * bytes served from the item's storage record; None or an empty tensor
+ * there gives the empty tensor.  Anything else (an io.BytesIO of older
+ * TE, a zstd item, a malformed archive) refuses the mount, naming the
+ * item: a blob is never guessed at.
  */
 #include "layout.h"
 
@@ -23,6 +30,9 @@
 #include "formats/torchsave.h"
 #include "megatron_legacy.h"
 #include "pickle.h"
+#include "reader.h"
+#include "torchpkl.h"
+#include "zipitem.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -160,6 +170,123 @@ static int wrapper(flx_build *b, const flx_mlg_target *tgt, flx_pk_buf *pre,
 	return rc;
 }
 
+/* the largest bytes item read whole to find its tensor */
+#define MAX_EXTRA_ITEM (16u << 20)
+
+/* Refuse item o: why, or (why NULL) the codec's reason in e. */
+static int extra_fail(flx_build *b, const flx_object *o, const char *why,
+		      const flx_error *e)
+{
+	char where[FLX_ERR_FIELD];
+
+	snprintf(where, sizeof(where), "%s@%llu",
+		 b->ckpt->files[o->file].relpath, (unsigned long long)o->off);
+	return flx_error_set(b->err, -EINVAL, where, o->fqn,
+			     "megatron/: TE _extra_state: %s",
+			     why ? why : e->text);
+}
+
+/*
+ * The uint8 tensor of bytes item o (a torch.save of [tensor]) as part p of
+ * t: the range of its storage record in o's file; t left empty when the
+ * element is None or the tensor is.
+ */
+static int extra_blob(flx_build *b, const flx_object *o, flx_pt_tensor *t,
+		      flx_pt_part *p)
+{
+	static const flx_pickle_limits lim = {0};
+	const flx_file *f = &b->ckpt->files[o->file];
+	unsigned char *buf = NULL;
+	flx_mem_reader mr;
+	flx_reader r;
+	flx_zip *z = NULL;
+	flx_zip_rec rec, srec;
+	flx_pickle *pk = NULL;
+	const flx_pv *root, *v;
+	flx_tensor_pkl tp;
+	flx_error e;
+	char rel[80];
+	int rc;
+
+	flx_error_init(&e);
+	if (o->zstd)
+		return extra_fail(b, o, "a zstd item is not supported", NULL);
+	if (o->len > MAX_EXTRA_ITEM || o->off > f->size ||
+	    o->len > f->size - o->off)
+		return extra_fail(b, o,
+				  "item larger than 16 MiB or past its "
+				  "file",
+				  NULL);
+	buf = malloc(o->len ? o->len : 1);
+	if (!buf)
+		return -ENOMEM;
+	rc = flx_file_pread(b->ckpt, o->file, buf, o->len, o->off);
+	if (rc) {
+		rc = extra_fail(b, o, "cannot read the item", NULL);
+		goto out;
+	}
+	flx_reader_mem(&r, &mr, buf, o->len);
+	rc = flx_zip_open(&r, o->fqn, &z, &e);
+	if (rc)
+		goto out;
+	if (flx_zip_find(z, "data.pkl", &rec)) {
+		rc = extra_fail(b, o, "no data.pkl record", NULL);
+		goto out;
+	}
+	rc = flx_pickle_load(buf + rec.data_off, rec.size, o->fqn, &lim, &pk,
+			     &e);
+	if (rc)
+		goto out;
+	root = flx_pickle_root(pk);
+	if (root->kind != FLX_PV_LIST || root->u.seq.n < 1) {
+		rc = extra_fail(b, o, "not a non-empty list", NULL);
+		goto out;
+	}
+	v = root->u.seq.v[0];
+	if (v->kind == FLX_PV_NONE)
+		goto out;
+	if (flx_pv_obj_class(v) &&
+	    flx_pv_is_global(flx_pv_obj_class(v), "_io", "BytesIO")) {
+		rc = extra_fail(b, o,
+				"an io.BytesIO (older TE) is not "
+				"supported",
+				NULL);
+		goto out;
+	}
+	rc = flx_tensor_pkl_from_pv(v, o->fqn, &tp, &e);
+	if (rc)
+		goto out;
+	if (tp.dtype != FLX_DT_U8 || tp.ndim != 1 ||
+	    (tp.size[0] > 1 && tp.stride[0] != 1)) {
+		rc =
+		    extra_fail(b, o, "not a 1-D contiguous uint8 tensor", NULL);
+		goto out;
+	}
+	snprintf(rel, sizeof(rel), "data/%s", tp.key);
+	if (flx_zip_find(z, rel, &srec) ||
+	    (uint64_t)tp.storage_offset > srec.size ||
+	    (uint64_t)tp.size[0] > srec.size - (uint64_t)tp.storage_offset) {
+		rc = extra_fail(b, o, "its storage record is missing or short",
+				NULL);
+		goto out;
+	}
+	t->shape[0] = tp.size[0];
+	if (tp.size[0] > 0) {
+		*p = (flx_pt_part){.file = f,
+				   .off = o->off + srec.data_off +
+					  (uint64_t)tp.storage_offset,
+				   .len = (uint64_t)tp.size[0]};
+		t->nparts = 1;
+	}
+out:
+	if (rc && e.code)
+		rc = rc == -ENOMEM ? rc : extra_fail(b, o, NULL, &e);
+	flx_pickle_free(pk);
+	flx_zip_close(z);
+	free(buf);
+	return rc;
+}
+
 /* Entry e as a torch.save value, its views owned by the fs. */
 static int pt_value(flx_build *b, const flx_mlg_entry *e, flx_pt_entry *out)
 {
@@ -180,10 +307,12 @@ static int pt_value(flx_build *b, const flx_mlg_entry *e, flx_pt_entry *out)
 		return -ENOMEM;
 	out->t = t;
 	t->parts = parts;
-	if (e->kind == FLX_MLG_EMPTY_U8) {
+	if (e->kind == FLX_MLG_EMPTY_U8 || e->kind == FLX_MLG_OBJECT) {
 		t->dtype = FLX_DT_U8;
 		t->ndim = 1;
-		return 0;
+		return e->kind == FLX_MLG_OBJECT
+			   ? extra_blob(b, e->obj, t, &parts[0])
+			   : 0;
 	}
 	t->dtype = e->dtype;
 	t->ndim = e->ndim;

@@ -257,3 +257,18 @@ int flx_tensor_pkl_parse(const void *buf, size_t len, const char *name,
 	*out = t;
 	return 0;
 }
+
+int flx_tensor_pkl_from_pv(const flx_pv *v, const char *name,
+			   flx_tensor_pkl *out, flx_error *err)
+{
+	struct tctx c = {.name = name, .err = err};
+	flx_tensor_pkl t;
+	int rc;
+
+	memset(&t, 0, sizeof(t));
+	rc = interpret(&c, v, &t);
+	if (rc)
+		return rc;
+	*out = t;
+	return 0;
+}

@@ -14,6 +14,7 @@
 
 #include "dtype.h"
 #include "error.h"
+#include "pickle.h"
 #include "shape.h"
 
 #include <stdint.h>
@@ -38,5 +39,13 @@ typedef struct flx_tensor_pkl {
  */
 int flx_tensor_pkl_parse(const void *buf, size_t len, const char *name,
 			 flx_tensor_pkl *out, flx_error *err);
+
+/**
+ * The same checks on v, a node of a tree already decoded (a tensor inside
+ * a container).  v and its tree are borrowed, only read.
+ * @return 0 and *out, -EINVAL with err.  Reentrant.
+ */
+int flx_tensor_pkl_from_pv(const flx_pv *v, const char *name,
+			   flx_tensor_pkl *out, flx_error *err);
 
 #endif

@@ -33,7 +33,9 @@ setup_file() {
 		"megatron-optim-fully-sharded-model-space:2:1:local"
 		"megatron-optim-fully-sharded-model-space:2:2:local"
 		"megatron-optim-fsms-unaligned:2:2:local"
-		"megatron-untied:1:2:local:100" "megatron-tied:1:2:local:100")
+		"megatron-untied:1:2:local:100" "megatron-tied:1:2:local:100"
+		"megatron-te-fp8:1:1:te" "megatron-te-fp8:2:2:te"
+		"megatron-te-fp8:1:2:te" "megatron-te-fp8:2:2:local")
 	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
 		"$GEN" "$FX" "$BATS_FILE_TMPDIR" "${t[@]}"
 }
@@ -97,6 +99,46 @@ check_legacy() {
 @test "megatron/ legacy files with megatron_spec=te (fused norms, TE extra states)" {
 	check_legacy te megatron-untied:2:2 megatron-tied:2:2 megatron-moe:2:2 \
 		megatron-untied:4:1
+}
+
+@test "megatron/ with FP8 TE extra states: each layer's blob on every TP rank, stage-local layers" {
+	check_legacy te megatron-te-fp8:1:1 megatron-te-fp8:2:2 megatron-te-fp8:1:2
+	# the local spec has no TE blobs: None everywhere
+	check_legacy local megatron-te-fp8:2:2
+}
+
+@test "megatron/ refuses a malformed TE _extra_state item, naming it" {
+	local d=$BATS_TEST_TMPDIR/src m=$BATS_TEST_TMPDIR/m f name off
+	cp -r "$FX/megatron-te-fp8/$ITER" "$d"
+	# in the item of layer 1's linear_fc2, the generator's blob follows its
+	# data.pkl: make that pickle's rebuild function one no torch has
+	f=$(/usr/bin/python3 - "$d" "$GEN" "$FX/megatron-te-fp8/truth" <<'PY'
+import glob, importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("g", sys.argv[2])
+g = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(g)
+man = json.load(open(sys.argv[3] + "/manifest.json"))
+blob = g.fp8_blob(g.Cfg.from_json("te-fp8", man["config"]),
+                  "decoder.layers.mlp.linear_fc2", 1)
+for f in sorted(glob.glob(sys.argv[1] + "/*.distcp")):
+    data = open(f, "rb").read()
+    at = data.find(blob)
+    if at >= 0:
+        print(os.path.basename(f), data.rfind(b"_rebuild_tensor_v2", 0, at) + 17)
+        break
+PY
+)
+	read -r name off <<<"$f"
+	[ -n "$off" ]
+	printf '9' | dd of="$d/$name" bs=1 seek="$off" conv=notrunc status=none
+	mkdir -p "$m"
+	run --separate-stderr "$FLEXFS_BIN" "$d" "$m" \
+		-o tp=2,pp=2,megatron_spec=te 3>&-
+	echo "$stderr"
+	[ "$status" -ne 0 ]
+	not_mounted "$m"
+	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
+	[[ $stderr == *"$name@"*"linear_fc2._extra_state/shard_1_2"*"_rebuild_tensor_v9"* ]]
 }
 
 @test "megatron/ legacy files of the three optimizer layouts: the model only" {
