@@ -615,7 +615,7 @@ static int write_svg(const flx_plan *p, const char *path, flx_error *err)
 	if (!f)
 		return flx_error_set(err, -errno, path, NULL, "%s",
 				     strerror(errno));
-	rc = flx_inspect_svg(p, f, err);
+	rc = flx_inspect_svg(p, f, out ? "stdout" : path, err);
 	if (!out && fclose(f) && !rc)
 		rc = flx_error_set(err, -EIO, path, NULL, "%s", strerror(EIO));
 	return rc;

@@ -440,7 +440,8 @@ out:
 	return rc;
 }
 
-int flx_inspect_svg(const flx_plan *p, FILE *f, flx_error *err)
+int flx_inspect_svg(const flx_plan *p, FILE *f, const char *name,
+		    flx_error *err)
 {
 	size_t nranks = (size_t)p->spec->tp * (size_t)p->spec->pp;
 	svg v = {.p = p};
@@ -461,10 +462,10 @@ int flx_inspect_svg(const flx_plan *p, FILE *f, flx_error *err)
 	if (!rc && (fflush(f) || ferror(f)))
 		rc = -EIO;
 	if (rc == -EFBIG)
-		flx_error_set(err, rc, NULL, NULL,
+		flx_error_set(err, rc, name, NULL,
 			      "--svg: byte sums overflow 64 bits");
 	else if (rc)
-		flx_error_set(err, rc, NULL, NULL, "--svg: %s", strerror(-rc));
+		flx_error_set(err, rc, name, NULL, "--svg: %s", strerror(-rc));
 	for (size_t i = 0; i < v.ngroups; i++)
 		free(v.group[i]);
 	free(v.group);

@@ -23,10 +23,12 @@
 #include <stdio.h>
 
 /**
- * Write the picture of plan p to f.
+ * Write the picture of plan p to f (borrowed, left open; name names it in
+ * messages).
  * @return 0, or -errno with err (-EFBIG: byte sums overflow; -ENOMEM;
  *         -EIO: a write to f failed).
  */
-int flx_inspect_svg(const flx_plan *p, FILE *f, flx_error *err);
+int flx_inspect_svg(const flx_plan *p, FILE *f, const char *name,
+		    flx_error *err);
 
 #endif

@@ -33,7 +33,7 @@ svg_ok() {
 	svg_ok "$FLEXFS_SRC/tests/fixtures/megatron-tied/ckpt/iter_0000100" tp=2,pp=2
 }
 
-@test "svg: - writes to stdout, the same picture; an unwritable FILE fails with its name" {
+@test "svg: - writes to stdout, the same picture; an unwritable FILE fails with its name; undecided splits exit 1" {
 	local ck=$FLEXFS_SRC/tests/fixtures/fsdp2-tp/ckpt
 	"$FLEXFS_INSPECT" "$ck" -o tp=2 --svg "$BATS_TEST_TMPDIR/a.svg" 2>/dev/null
 	"$FLEXFS_INSPECT" "$ck" -o tp=2 --svg - 2>/dev/null >"$BATS_TEST_TMPDIR/b.svg"
@@ -41,6 +41,9 @@ svg_ok() {
 	run --separate-stderr "$FLEXFS_INSPECT" "$ck" -o tp=2 --svg /nonexistent/x.svg
 	[ "$status" -eq 1 ]
 	[[ $stderr == *"/nonexistent/x.svg: No such file or directory"* ]]
+	run --separate-stderr "$FLEXFS_INSPECT" "$ck" -o tp=2 --svg /dev/full
+	[ "$status" -eq 1 ]
+	[[ $stderr == *"/dev/full: --svg: Input/output error"* ]]
 	# undecided splits: drawn replicated, listed, exit 1 (as the table)
 	run --separate-stderr "$FLEXFS_INSPECT" "$FLEXFS_SRC/tests/fixtures/dcp-t26/ckpt" -o tp=2 --svg "$BATS_TEST_TMPDIR/u.svg"
 	[ "$status" -eq 1 ]
