@@ -219,6 +219,13 @@ uint32_t flx_view_piece_file(const flx_view *v, size_t i)
 	return piece_at(v, i)->ch->file;
 }
 
+uint64_t flx_view_piece_bytes(const flx_view *v, size_t i)
+{
+	/* a piece's elements fit the view's, whose bytes were checked */
+	return flx_numel(v->ndim, piece_at(v, i)->c + v->ndim) *
+	       flx_dtype_size(v->t->dtype);
+}
+
 const flx_box *flx_view_box(const flx_view *v)
 {
 	return v->box;

@@ -45,6 +45,9 @@ int flx_view_files(const flx_view *v, uint32_t **out, size_t *n);
  * piece i from file flx_view_piece_file(v, i) (files may repeat). */
 size_t flx_view_npieces(const flx_view *v);
 uint32_t flx_view_piece_file(const flx_view *v, size_t i);
+/** The bytes piece i gives the view, in the view's dtype (as
+ * flx_view_bytes(): the pieces' sum is the view's). */
+uint64_t flx_view_piece_bytes(const flx_view *v, size_t i);
 
 /** A view of any box of t, on its own (a plan's views belong to the plan).
  * @return 0 and *out (owned; flx_view_free()), or -errno. */

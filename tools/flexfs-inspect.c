@@ -18,6 +18,7 @@
 #include "ckpt.h"
 #include "error.h"
 #include "filter.h"
+#include "inspect_svg.h"
 #include "megatron_legacy.h"
 #include "mountopts.h"
 #include "plan.h"
@@ -604,6 +605,22 @@ static int print_json(const flx_fs *fs, flx_error *err)
 	return rc;
 }
 
+/* --svg FILE: the picture (inspect_svg.h) in FILE, or on stdout for -. */
+static int write_svg(const flx_plan *p, const char *path, flx_error *err)
+{
+	bool out = !strcmp(path, "-");
+	FILE *f = out ? stdout : fopen(path, "w");
+	int rc;
+
+	if (!f)
+		return flx_error_set(err, -errno, path, NULL, "%s",
+				     strerror(errno));
+	rc = flx_inspect_svg(p, f, out ? "stdout" : path, err);
+	if (!out && fclose(f) && !rc)
+		rc = flx_error_set(err, -EIO, path, NULL, "%s", strerror(EIO));
+	return rc;
+}
+
 static void usage(FILE *f, const char *prog)
 {
 	fprintf(
@@ -628,6 +645,10 @@ static void usage(FILE *f, const char *prog)
 	    "tensor by\n"
 	    "                 tensor: names, dtypes, shapes, digests; exit 1 "
 	    "on a difference\n"
+	    "    --svg FILE   draw which source files feed which target rank, "
+	    "per tensor\n"
+	    "                 group, scaled by bytes, as SVG (FILE, or - for "
+	    "stdout)\n"
 	    "    --list-presets\n"
 	    "                 list the shipped rules presets "
 	    "(-o rules=@NAME) and exit\n"
@@ -935,7 +956,7 @@ static int list_presets(void)
 	return rc ? 1 : 0;
 }
 
-enum { OPT_TEMPLATE = 256, OPT_PRESETS, OPT_DIGEST, OPT_COMPARE };
+enum { OPT_TEMPLATE = 256, OPT_PRESETS, OPT_DIGEST, OPT_COMPARE, OPT_SVG };
 
 static const struct option long_opts[] = {
     {"json", no_argument, NULL, 'j'},
@@ -943,6 +964,7 @@ static const struct option long_opts[] = {
     {"list-presets", no_argument, NULL, OPT_PRESETS},
     {"digest", no_argument, NULL, OPT_DIGEST},
     {"compare", required_argument, NULL, OPT_COMPARE},
+    {"svg", required_argument, NULL, OPT_SVG},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -955,6 +977,7 @@ typedef struct request {
 	const char *tmpl;    /* --rules-template */
 	int digest;	     /* --digest */
 	const char *compare; /* --compare */
+	const char *svg;     /* --svg */
 } request;
 
 static int parse(int argc, char **argv, flx_mountopts *mo, request *rq,
@@ -981,6 +1004,9 @@ static int parse(int argc, char **argv, flx_mountopts *mo, request *rq,
 			break;
 		case OPT_COMPARE:
 			rq->compare = optarg;
+			break;
+		case OPT_SVG:
+			rq->svg = optarg;
 			break;
 		case OPT_PRESETS:
 			return list_presets() ? 1 : 3;
@@ -1048,7 +1074,9 @@ int main(int argc, char **argv)
 		served = flx_stack_ckpt(&st);
 		plan = st.plan;
 	}
-	if (!rc && rq.digest)
+	if (!rc && rq.svg)
+		rc = write_svg(plan, rq.svg, &err);
+	else if (!rc && rq.digest)
 		rc = print_digests(plan, &err);
 	else if (!rc && rq.compare)
 		rc = compare(plan, &mo, rq.compare, &ndiff, &err);

@@ -1,0 +1,77 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# Issue 18 item 6: flexfs-inspect --svg FILE draws which source files feed
+# which target rank, per tensor group, scaled by bytes.  Checked against
+# the plan's index.json (flexfs-inspect --json) and the checkpoint's files
+# by tests/bats/lib/check_svg.py.
+
+load helpers
+
+setup() {
+	setup_ff
+	CHECK=$FLEXFS_SRC/tests/bats/lib/check_svg.py
+}
+
+teardown() {
+	teardown_ff
+}
+
+# svg_ok DIR OPTS: the picture of DIR under OPTS, checked.
+svg_ok() {
+	local out=$BATS_TEST_TMPDIR/p.svg idx=$BATS_TEST_TMPDIR/index.json
+	"$FLEXFS_INSPECT" "$1" -o "$2" --json >"$idx" 2>/dev/null
+	run "$FLEXFS_INSPECT" "$1" -o "$2" --svg "$out"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	python3 "$CHECK" "$out" "$idx" "$1"
+}
+
+@test "svg: rank and file boxes, band bytes per rank equal index.json's (FSDP2 x TP, dcp-t26, Megatron stacked)" {
+	svg_ok "$FLEXFS_SRC/tests/fixtures/fsdp2-tp/ckpt" tp=2,pp=2
+	svg_ok "$FLEXFS_SRC/tests/fixtures/fsdp2-tp/ckpt" tp=1
+	svg_ok "$FLEXFS_SRC/tests/fixtures/dcp-t26/ckpt" tp=1,pp=2
+	svg_ok "$FLEXFS_SRC/tests/fixtures/megatron-tied/ckpt/iter_0000100" tp=2,pp=2
+}
+
+@test "svg: - writes to stdout, the same picture; an unwritable FILE fails with its name; undecided splits exit 1" {
+	local ck=$FLEXFS_SRC/tests/fixtures/fsdp2-tp/ckpt
+	"$FLEXFS_INSPECT" "$ck" -o tp=2 --svg "$BATS_TEST_TMPDIR/a.svg" 2>/dev/null
+	"$FLEXFS_INSPECT" "$ck" -o tp=2 --svg - 2>/dev/null >"$BATS_TEST_TMPDIR/b.svg"
+	cmp "$BATS_TEST_TMPDIR/a.svg" "$BATS_TEST_TMPDIR/b.svg"
+	run --separate-stderr "$FLEXFS_INSPECT" "$ck" -o tp=2 --svg /nonexistent/x.svg
+	[ "$status" -eq 1 ]
+	[[ $stderr == *"/nonexistent/x.svg: No such file or directory"* ]]
+	run --separate-stderr "$FLEXFS_INSPECT" "$ck" -o tp=2 --svg /dev/full
+	[ "$status" -eq 1 ]
+	[[ $stderr == *"/dev/full: --svg: Input/output error"* ]]
+	# undecided splits: drawn replicated, listed, exit 1 (as the table)
+	run --separate-stderr "$FLEXFS_INSPECT" "$FLEXFS_SRC/tests/fixtures/dcp-t26/ckpt" -o tp=2 --svg "$BATS_TEST_TMPDIR/u.svg"
+	[ "$status" -eq 1 ]
+	[[ $stderr == *"block.weight (saved along axes 0,1)"* ]]
+	python3 -c 'import sys, xml.etree.ElementTree as E; E.parse(sys.argv[1])' "$BATS_TEST_TMPDIR/u.svg"
+}
+
+@test "svg: names with XML specials and bidi characters are escaped" {
+	local ck=$BATS_TEST_TMPDIR/evil out=$BATS_TEST_TMPDIR/e.svg
+	/usr/bin/python3 -c 'import torch' 2>/dev/null || skip "torch 1.13 under /usr/bin/python3 writes this checkpoint"
+	/usr/bin/python3 - "$ck" "$FLEXFS_SRC/tools/fixtures" <<-'EOF2'
+		import sys
+		sys.path.insert(0, sys.argv[2])
+		from gen_dcp import TorchAPI
+		api = TorchAPI()
+		torch = api.torch
+		sd = {"a<&\"'b\u202ec.weight": torch.zeros(4), "plain": torch.ones(2)}
+		api.dcp.save_state_dict(sd, api.dcp.FileSystemWriter(sys.argv[1]), no_dist=True)
+	EOF2
+	"$FLEXFS_INSPECT" "$ck" -o tp=1 --json >"$BATS_TEST_TMPDIR/index.json"
+	run "$FLEXFS_INSPECT" "$ck" -o tp=1 --svg "$out"
+	[ "$status" -eq 0 ]
+	python3 "$FLEXFS_SRC/tests/bats/lib/check_svg.py" "$out" "$BATS_TEST_TMPDIR/index.json" "$ck"
+	! grep -q $'\xe2\x80\xae' "$out"
+	# the parsed text is the name, U+202E as flx_escape() writes it
+	python3 - "$out" <<-'EOF2'
+		import sys, xml.etree.ElementTree as ET
+		texts = [t.text for t in ET.parse(sys.argv[1]).getroot().iter("{http://www.w3.org/2000/svg}text")]
+		assert any(t.startswith("a<&\"'b%E2%80%AEc.weight: ") for t in texts), texts
+	EOF2
+}
