@@ -37,41 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define FMT_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define FMT_ASAN 1
-#endif
-#endif
-
-/* ---- counting allocations (not under ASan, which owns malloc) ---- */
-
-#ifndef FMT_ASAN
-extern void *__libc_malloc(size_t n);
-extern void *__libc_calloc(size_t n, size_t size);
-extern void *__libc_realloc(void *p, size_t n);
-
-static unsigned long nallocs;
-
-void *malloc(size_t n)
-{
-	nallocs++;
-	return __libc_malloc(n);
-}
-
-void *calloc(size_t n, size_t size)
-{
-	nallocs++;
-	return __libc_calloc(n, size);
-}
-
-void *realloc(void *p, size_t n)
-{
-	nallocs++;
-	return __libc_realloc(p, n);
-}
-#endif
+#include "count_alloc.h"
 
 /* ---- a synthetic checkpoint: every tensor saved whole, zeros ---- */
 
@@ -766,11 +732,11 @@ static void check_file(const flx_fs *fs, const char *path,
 	}
 	if (whole_file)
 		CHECK_EQ(st.size, len);
-#ifndef FMT_ASAN
+#ifndef COUNT_ALLOC_OFF
 	unsigned long before = nallocs;
 #endif
 	r = flx_fs_read(fs, st.ino, got, len, 0, NULL);
-#ifndef FMT_ASAN
+#ifndef COUNT_ALLOC_OFF
 	CHECK_EQ(nallocs, before);
 #endif
 	if (r != (ssize_t)len || memcmp(got, ref, len)) {
@@ -823,12 +789,12 @@ static void check_file_views(const flx_fs *fs, const char *path,
 		return;
 	}
 	CHECK_EQ(st.size, len);
-#ifndef FMT_ASAN
+#ifndef COUNT_ALLOC_OFF
 	unsigned long before = nallocs;
 #endif
 	CHECK_EQ(flx_fs_read(fs, st.ino, got, len - tail, tail, NULL),
 		 (ssize_t)(len - tail));
-#ifndef FMT_ASAN
+#ifndef COUNT_ALLOC_OFF
 	CHECK_EQ(nallocs, before);
 #endif
 	CHECK(!memcmp(got, ref + tail, len - tail));
