@@ -37,6 +37,10 @@ const char flx_mo_help[] =
     "    -o paddle_id=N         the unique id of a Paddle checkpoint to "
     "read\n"
     "                           (default: the highest in the directory)\n"
+    "    -o megatron_iter=N     the iteration of a Megatron save "
+    "directory to read\n"
+    "                           (default: the one "
+    "latest_checkpointed_iteration.txt names)\n"
     "    -o follow_symlinks[=0|1]  serve files that are symlinks "
     "leading outside\n"
     "                           CHECKPOINT (a Hugging Face cache "
@@ -92,6 +96,7 @@ static const char *const ours[] = {
     "nonempty",
     "megatron_spec",
     "megatron_true_vocab",
+    "megatron_iter",
 };
 
 static const char *const fstab_exact[] = {
@@ -108,6 +113,8 @@ flx_ckpt_opts flx_mo_ckpt_opts(const flx_mountopts *mo)
 	return (flx_ckpt_opts){.format = mo->source_format,
 			       .has_paddle_id = mo->has_paddle_id,
 			       .paddle_id = mo->paddle_id,
+			       .has_megatron_iter = mo->has_megatron_iter,
+			       .megatron_iter = mo->megatron_iter,
 			       .follow_symlinks = mo->follow_symlinks};
 }
 
@@ -322,6 +329,30 @@ bad:
 			     value ? value : "");
 }
 
+/* An iteration number as Megatron writes it in its tracker file: digits
+ * only, no sign, at most 18. */
+static int apply_megatron_iter(flx_mountopts *mo, const char *value,
+			       flx_error *err)
+{
+	uint64_t v = 0;
+	const char *p = value ? value : "";
+
+	if (!*p || strlen(p) > 18)
+		goto bad;
+	for (; *p; p++) {
+		if (*p < '0' || *p > '9')
+			goto bad;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	mo->megatron_iter = v;
+	mo->has_megatron_iter = true;
+	return 0;
+bad:
+	return flx_error_set(err, -EINVAL, NULL, "megatron_iter",
+			     "'%s' is not an iteration (a decimal number)",
+			     value ? value : "");
+}
+
 static int apply_cache_size(flx_mountopts *mo, const char *value,
 			    flx_error *err)
 {
@@ -422,6 +453,8 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 			return apply_source_format(mo, option_value(tok), err);
 		if (key_is(tok, "paddle_id"))
 			return apply_paddle_id(mo, option_value(tok), err);
+		if (key_is(tok, "megatron_iter"))
+			return apply_megatron_iter(mo, option_value(tok), err);
 		return apply_ours(&mo->spec, tok, err);
 	case FLX_MO_FSTAB:
 	case FLX_MO_RWRO:

@@ -66,6 +66,10 @@ typedef struct flx_mountopts {
 	 * (flx_ckpt_opts.paddle_id) when has_paddle_id */
 	bool has_paddle_id;
 	uint64_t paddle_id;
+	/* megatron_iter=: the iteration of a Megatron save directory to read
+	 * (flx_ckpt_opts.megatron_iter) when has_megatron_iter */
+	bool has_megatron_iter;
+	uint64_t megatron_iter;
 	char **fuse; /* "fuse" tokens in order, unescaped (owned) */
 	size_t nfuse;
 	bool has_fsname;  /* the user gave fsname= */

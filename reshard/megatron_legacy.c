@@ -190,6 +190,15 @@ static int64_t div_by(const ctx *x)
 	return m > 0 ? m : DEFAULT_DIVISIBLE_BY;
 }
 
+/* The vocab the tables are padded from (spec 7): megatron_true_vocab, else
+ * the source's args.vocab_size, else 0 (unknown: the saved rows). */
+static int64_t true_vocab(const flx_ckpt *c, const flx_mlg_target *tgt)
+{
+	if (tgt->true_vocab > 0)
+		return tgt->true_vocab;
+	return c->megatron->vocab_size > 0 ? c->megatron->vocab_size : 0;
+}
+
 static int64_t repad(int64_t rows, int64_t m, int tp)
 {
 	int64_t q = m * tp;
@@ -267,7 +276,8 @@ static int tp_slice(ctx *x, flx_mlg_entry *e, const flx_tensor *t,
 		return 0;
 	}
 	if (r == R_VOCAB) {
-		int64_t V = x->tgt->true_vocab > 0 ? x->tgt->true_vocab : n;
+		int64_t V =
+		    true_vocab(x->c, x->tgt) ? true_vocab(x->c, x->tgt) : n;
 		int64_t P = repad(V, div_by(x), T), R = P / T, a = x->tp * R;
 		int64_t have = a < n ? (a + R < n ? R : n - a) : 0;
 		uint64_t row = flx_dtype_size(t->dtype);
@@ -565,7 +575,7 @@ int flx_mlg_padded_vocab(const flx_ckpt *c, const flx_mlg_target *tgt,
 	if (!t || t->ndim < 1)
 		return flx_error_set(err, -EINVAL, NULL, WORD_EMB,
 				     "megatron/: no word embedding");
-	*out = repad(tgt->true_vocab > 0 ? tgt->true_vocab : t->shape[0],
+	*out = repad(true_vocab(c, tgt) ? true_vocab(c, tgt) : t->shape[0],
 		     m > 0 ? m : DEFAULT_DIVISIBLE_BY, tgt->tp);
 	return 0;
 }

@@ -25,11 +25,12 @@
  *    SwiGLU linear_fc1 (weight, bias) as [gate_r; up_r], two row ranges of
  *    the [gate; up] global form, else column-parallel; the vocab tables
  *    (word and output embeddings, output bias) re-padded to
- *    ceil(V / (m TP)) (m TP) rows (V the true vocab when given, else the
- *    saved rows P; m = make_vocab_size_divisible_by, default 128): rows
- *    past P zero, rows past the new size dropped, split on rows; norms, router,
- *    biases of row-parallel linears, position embeddings replicated;
- *    another key split along the one parameter axis its chunks split;
+ *    ceil(V / (m TP)) (m TP) rows (V the true vocab when given, else
+ *    the source's args.vocab_size, else the saved rows P; m =
+ * make_vocab_size_divisible_by, default 128): rows past P zero, rows past the
+ * new size dropped, split on rows; norms, router, biases of row-parallel
+ * linears, position embeddings replicated; another key split along the one
+ * parameter axis its chunks split;
  *  - tied embeddings (no output_layer.weight key): the last stage of
  *    PP > 1 holds output_layer.weight, its slice of the word embedding,
  *    and every last stage output_layer._extra_state = None;
@@ -82,8 +83,9 @@ typedef struct flx_mlg_entry {
 typedef struct flx_mlg_target {
 	int tp, pp;
 	bool te; /* Transformer Engine names (megatron_spec=te) */
-	/* the tokenizer's vocab V (megatron_true_vocab); 0: unknown, the
-	 * saved table's rows stand for it */
+	/* the tokenizer's vocab V (megatron_true_vocab); 0: the source's
+	 * args.vocab_size, or when that is unknown too the saved table's
+	 * rows stand for it */
 	int64_t true_vocab;
 } flx_mlg_target;
 

@@ -171,6 +171,7 @@ typedef struct flx_megatron {
 	int untie_embeddings_and_output_weights;
 	int add_bias_linear;
 	int add_qkv_bias;
+	int64_t vocab_size; /* args.vocab_size (the tokenizer's); -1: unknown */
 	char transformer_impl[32];	  /* "local", "transformer_engine" */
 	char normalization[32];		  /* "RMSNorm", "LayerNorm" */
 	char position_embedding_type[32]; /* "rope", "learned_absolute" */
@@ -183,6 +184,9 @@ typedef struct flx_megatron {
 	uint64_t pkl_off;
 	uint64_t pkl_len;
 	bool common_item; /* from the common_state item, not common.pt */
+	/* mounted through a save directory whose
+	 * latest_checkpointed_iteration.txt says "release" (its release/) */
+	bool release;
 } flx_megatron;
 
 /*
@@ -263,6 +267,11 @@ typedef struct flx_ckpt_opts {
 	 * when has_paddle_id; otherwise the highest in the directory */
 	bool has_paddle_id;
 	uint64_t paddle_id;
+	/* a Megatron save directory's iteration to read (-o megatron_iter=N:
+	 * its iter_NNNNNNN/) when has_megatron_iter; otherwise the one its
+	 * latest_checkpointed_iteration.txt names */
+	bool has_megatron_iter;
+	uint64_t megatron_iter;
 	/* symlinks that lead outside the directory (a Hugging Face cache
 	 * snapshot's links into ../../blobs/) are followed too; without
 	 * it such a data file is an error and such an extra is skipped

@@ -50,6 +50,7 @@ struct flx_build {
 	unsigned threads; /* flx_ckpt_opts.threads */
 	bool walk_only;	  /* flx_ckpt_opts.walk_only */
 	bool follow;	  /* flx_ckpt_opts.follow_symlinks */
+	char *entered;	  /* flx_build_entered() */
 	/* files that keep their descriptor from the open; the others go to
 	 * the fd table of fd_slots slots (fd_budget()) */
 	size_t fd_keep, fd_slots, nkept;
@@ -63,6 +64,11 @@ int64_t flx_mtime_ns(const struct stat *st)
 flx_ckpt *flx_build_ckpt(flx_build *b)
 {
 	return b->c;
+}
+
+const char *flx_build_entered(const flx_build *b)
+{
+	return b->entered;
 }
 
 int flx_build_dirfd(const flx_build *b)
@@ -1558,6 +1564,80 @@ static int pick_source(flx_build *b, const flx_ckpt_opts *o,
 			     first->kind, others);
 }
 
+/* Read subdirectory sub of the directory as the checkpoint directory:
+ * its descriptor, path and realpath replace the directory's, its access
+ * meets what the open needed so far. */
+static int descend(flx_build *b, const char *sub)
+{
+	flx_access access;
+	struct stat st;
+	char *dir = NULL, *real = NULL, *name = strdup(sub);
+	int fd = -1, rc = 0;
+
+	if (asprintf(&dir, "%s/%s", b->c->dir, sub) < 0)
+		dir = NULL;
+	if (asprintf(&real, "%s/%s", b->realdir, sub) < 0)
+		real = NULL;
+	if (!name || !dir || !real) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (!flx_relpath_ok(sub) || strchr(sub, '/')) {
+		rc = flx_error_set(b->err, -EINVAL, sub, NULL,
+				   "not a plain subdirectory name");
+		goto out;
+	}
+	fd = openat(b->dirfd, sub,
+		    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		rc = flx_error_set(b->err, -errno, sub, NULL,
+				   "cannot open checkpoint directory: %s",
+				   strerror(errno));
+		goto out;
+	}
+	access = flx_access_of(&st);
+	flx_access_meet(&access, &b->c->access);
+	b->c->access = access;
+	close(b->dirfd);
+	b->dirfd = fd;
+	fd = -1;
+	free(b->c->dir);
+	b->c->dir = dir;
+	free(b->realdir);
+	b->realdir = real;
+	b->entered = name;
+	dir = real = name = NULL;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(dir);
+	free(real);
+	free(name);
+	return rc;
+}
+
+/* The sources' enter hooks: the subdirectory that holds the checkpoint,
+ * when the directory is a save directory of several. */
+static int enter_sub(flx_build *b, const flx_ckpt_opts *o)
+{
+	char sub[256];
+
+	for (const flx_source *const *s = flx_sources; *s; s++) {
+		int rc;
+
+		if (!(*s)->enter ||
+		    (o->format && strcmp((*s)->name, o->format)))
+			continue;
+		sub[0] = '\0';
+		rc = (*s)->enter(b, o, sub, sizeof(sub), b->err);
+		if (rc)
+			return rc;
+		if (sub[0])
+			return descend(b, sub);
+	}
+	return 0;
+}
+
 /*
  * Everything is checked in this order, and the first failure is the one
  * reported: what the source loads, the items, then the other files and
@@ -1603,6 +1683,7 @@ static void build_release(flx_build *b)
 	prefetch_end(&b->pf);
 	free(b->fmap);
 	free(b->realdir);
+	free(b->entered);
 	if (b->dirfd >= 0)
 		close(b->dirfd);
 }
@@ -1646,7 +1727,9 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 		rc = -errno;
 		goto out;
 	}
-	rc = pick_source(&b, o, &b.src);
+	rc = enter_sub(&b, o);
+	if (!rc)
+		rc = pick_source(&b, o, &b.src);
 	if (rc)
 		goto out;
 	b.c->format = strdup(b.src->name);
@@ -1660,6 +1743,9 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 out:
 	build_release(&b);
 	if (rc) {
+		/* named under the directory read: a subdirectory entered */
+		if (b.c && b.c->dir)
+			dir = b.c->dir;
 		flx_error_default(err, rc, dir);
 		name_by_path(err, dir);
 		flx_ckpt_close(b.c);

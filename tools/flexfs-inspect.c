@@ -416,8 +416,9 @@ static int print_megatron_legacy(const flx_ckpt *c, const flx_spec *s)
 		}
 		if (rc)
 			return rc;
-		flx_mlg_dir_name(c->megatron->iteration, -1, 0, 1, it,
-				 sizeof(it));
+		flx_mlg_dir_name(c->megatron->release ? -1
+						      : c->megatron->iteration,
+				 -1, 0, 1, it, sizeof(it));
 		flx_mlg_dir_name(0, 0, pp, s->pp, rank, sizeof(rank));
 		printf("megatron/%s/%s/" FLX_MLG_FILE " (%s spec; tp rank 0 "
 		       "of %d, the others hold the same keys, their slices):\n",

@@ -441,14 +441,14 @@ static int megatron_build(flx_build *b, void *state)
 	rc = check_target(b, &tgt, &pre, &top, &ok);
 	if (rc || !ok)
 		goto out;
-	it = b->ckpt->megatron->iteration;
+	/* a save directory's release/ is served as release/ again */
+	it = b->ckpt->megatron->release ? -1 : b->ckpt->megatron->iteration;
 	if (it < 0)
 		snprintf(name, sizeof(name), "release");
 	else
 		snprintf(name, sizeof(name), "%lld", (long long)it);
 	rc = text_file(b, top, latest_name, name);
-	flx_mlg_dir_name(b->ckpt->megatron->iteration, -1, 0, 1, name,
-			 sizeof(name));
+	flx_mlg_dir_name(it, -1, 0, 1, name, sizeof(name));
 	if (!rc)
 		rc = flx_fs_mkdir(b->fs, top, name, &iter);
 	if (rc) {
