@@ -48,6 +48,9 @@ static const char *const layer_mods[] = {
 };
 #define NMODS	  (int)(sizeof(layer_mods) / sizeof(layer_mods[0]))
 #define PRM_EXTRA 15
+/* TEGroupedMLP: weight<e> sorts as PRM_GROUPED + e, _extra_state<e> as
+ * 2 PRM_GROUPED + e */
+#define PRM_GROUPED (1 << 24)
 
 typedef struct item {
 	int group; /* 0 embedding, 1 layers, 2 final norm, 3 output layer */
@@ -63,6 +66,7 @@ typedef struct ctx {
 	int tp, pp;
 	int64_t nlayers, lo, hi; /* the stage's global layers [lo, hi) */
 	bool swiglu, moe;
+	bool grouped; /* TE spec experts as TEGroupedMLP */
 	item *it;
 	size_t n, cap;
 	flx_error *err;
@@ -332,17 +336,27 @@ static int prm_rank(const char *prm)
 	return 4;
 }
 
-/* The source's bytes item "decoder.layers.<mod>._extra_state/shard_<g>_<L>"
- * of layer module mod (not an expert's) at global layer g; NULL: none. */
-static const flx_object *extra_object(const ctx *x, const char *mod, int64_t g)
+/* The source's bytes item of layer module mod's _extra_state at global
+ * layer g: "decoder.layers.<mod>._extra_state/shard_<g>_<L>", or for
+ * expert e (of E; mod the expert's module, "linear_fc1")
+ * "decoder.layers.mlp.experts.experts.<mod>._extra_state/
+ * shard_<g>.<e>_<L>.<E>"; NULL: none. */
+static const flx_object *extra_object(const ctx *x, const char *mod, int64_t g,
+				      int64_t e, int64_t E)
 {
 	char key[1024];
 	int n;
 
-	if (!strncmp(mod, "mlp.experts.", 12))
-		return NULL;
-	n = snprintf(key, sizeof(key), LAYERS "%s._extra_state/shard_%lld_%lld",
-		     mod, (long long)g, (long long)x->nlayers);
+	if (e < 0)
+		n = snprintf(key, sizeof(key),
+			     LAYERS "%s._extra_state/shard_%lld_%lld", mod,
+			     (long long)g, (long long)x->nlayers);
+	else
+		n = snprintf(key, sizeof(key),
+			     LAYERS EXPERTS "%s._extra_state/shard_%lld.%lld_"
+					    "%lld.%lld",
+			     mod, (long long)g, (long long)e,
+			     (long long)x->nlayers, (long long)E);
 	if (n < 0 || (size_t)n >= sizeof(key))
 		return NULL;
 	for (size_t i = 0; i < x->c->nobjects; i++)
@@ -354,11 +368,13 @@ static const flx_object *extra_object(const ctx *x, const char *mod, int64_t g)
 /* An _extra_state item after module mod's parameters: None, or an empty
  * uint8 tensor, or (obj not NULL) obj's value. */
 static int add_extra(ctx *x, const item *like, const char *prefix,
-		     const char *mod, bool none, const flx_object *obj)
+		     const char *mod, const char *suffix, bool none,
+		     const flx_object *obj)
 {
 	item *it;
 	item copy = *like;
-	int rc = add_item(x, &it, "%s%s._extra_state", prefix, mod);
+	int rc =
+	    add_item(x, &it, "%s%s._extra_state%s", prefix, mod, suffix);
 
 	if (rc)
 		return rc;
@@ -367,6 +383,8 @@ static int add_extra(ctx *x, const item *like, const char *prefix,
 	it->expert = copy.expert;
 	it->mod = copy.mod;
 	it->prm = copy.prm - copy.prm % 16 + PRM_EXTRA;
+	if (x->grouped && copy.prm >= PRM_GROUPED)
+		it->prm = copy.prm + PRM_GROUPED;
 	it->e.kind = none ? FLX_MLG_NONE : FLX_MLG_EMPTY_U8;
 	if (!none && obj) {
 		it->e.kind = FLX_MLG_OBJECT;
@@ -405,25 +423,35 @@ static int layer_name(ctx *x, const flx_tensor *t, const char *rest, char *mod,
 	return 0;
 }
 
-/* The _extra_state items that follow the weight w of layer module mod:
- * the module's own (a linear), and for TE the core attention's before
- * linear_proj. */
-static int layer_extras(ctx *x, const item *w, const char *mod)
+/* The _extra_state items that follow the weight w of layer module mod
+ * (expert ge of E, or ge -1; tgt: the legacy module path): the module's own
+ * (a linear), and for TE the core attention's before linear_proj.  A
+ * TEGroupedMLP's linear (mod "linear_fc1", tgt "mlp.experts.linear_fc1")
+ * has one per expert e: "_extra_state" for e 0, "_extra_state<e>" for the
+ * others (spec 3.5), which Megatron's load hook merges. */
+static int layer_extras(ctx *x, const item *w, const char *mod,
+			const char *tgt, int64_t ge, int64_t E)
 {
-	char prefix[64];
+	char prefix[64], suffix[24] = "";
 	item like = *w; /* w moves when items grow */
 	int rc = 0;
 
 	snprintf(prefix, sizeof(prefix), LAYERS "%lld.", (long long)like.layer);
-	if (has_extra(mod))
-		rc = add_extra(x, &like, prefix, mod, !x->tgt->te,
-			       x->tgt->te
-				   ? extra_object(x, mod, like.layer + x->lo)
-				   : NULL);
+	if (x->grouped && ge >= 0 && like.prm >= PRM_GROUPED &&
+	    like.prm - PRM_GROUPED > 0)
+		snprintf(suffix, sizeof(suffix), "%lld",
+			 (long long)(like.prm - PRM_GROUPED));
+	if (has_extra(tgt))
+		rc = add_extra(x, &like, prefix, tgt, suffix, !x->tgt->te,
+			       x->tgt->te ? extra_object(x, mod,
+							 like.layer + x->lo, ge,
+							 E)
+					  : NULL);
 	like.mod = mod_rank("self_attention.core_attention");
-	if (!rc && x->tgt->te && !strcmp(mod, "self_attention.linear_proj"))
+	if (!rc && x->tgt->te && !strcmp(tgt, "self_attention.linear_proj"))
 		rc = add_extra(x, &like, prefix,
-			       "self_attention.core_attention", false, NULL);
+			       "self_attention.core_attention", "", false,
+			       NULL);
 	return rc;
 }
 
@@ -458,14 +486,23 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 			item *it;
 			int mr = mod_rank(expert ? "mlp.experts" : mod);
 
-			if (expert)
+			if (expert && x->grouped)
+				snprintf(emod, sizeof(emod), "mlp.experts.%s",
+					 mod);
+			else if (expert)
 				snprintf(emod, sizeof(emod),
 					 "mlp.experts.local_experts.%lld.%s",
 					 (long long)e, mod);
 			else
 				snprintf(emod, sizeof(emod), "%s", mod);
-			rc = add_item(x, &it, LAYERS "%lld.%s.%s",
-				      (long long)(g - x->lo), emod, prm);
+			if (expert && x->grouped)
+				rc = add_item(x, &it, LAYERS "%lld.%s.%s%lld",
+					      (long long)(g - x->lo), emod,
+					      prm, (long long)e);
+			else
+				rc = add_item(x, &it, LAYERS "%lld.%s.%s",
+					      (long long)(g - x->lo), emod,
+					      prm);
 			if (rc)
 				return rc;
 			it->group = 1;
@@ -475,6 +512,12 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 			it->prm =
 			    (expert && !strcmp(mod, "linear_fc2") ? 16 : 0) +
 			    prm_rank(prm);
+			if (expert && x->grouped) {
+				/* one GroupedLinear per linear: its
+				 * weight<e> in expert order */
+				it->expert = !strcmp(mod, "linear_fc2");
+				it->prm = PRM_GROUPED + e;
+			}
 			for (int d = 0; d < t->ndim; d++) {
 				box.off[d] = 0;
 				box.size[d] = t->shape[d];
@@ -489,7 +532,8 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 			}
 			rc = tp_slice(x, &it->e, t, &box, lead, r);
 			if (!rc && !strcmp(prm, "weight"))
-				rc = layer_extras(x, it, emod);
+				rc = layer_extras(x, it, mod, emod,
+						  expert ? e : -1, E);
 			if (rc)
 				return rc;
 		}
@@ -535,7 +579,7 @@ static int global_items(ctx *x, const flx_tensor *t, const char *as)
 	if (!rc && !strcmp(dot + 1, "weight") && has_extra(mod)) {
 		item like = *it;
 
-		rc = add_extra(x, &like, "", mod, true, NULL);
+		rc = add_extra(x, &like, "", mod, "", true, NULL);
 	}
 	return rc;
 }
@@ -641,6 +685,7 @@ int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 	x.moe = !flx_ckpt_find(c, LAYERS "mlp.linear_fc1.weight") &&
 		(c->megatron->num_experts > 0 ||
 		 flx_ckpt_find(c, LAYERS "mlp.router.weight"));
+	x.grouped = tgt->te && c->megatron->moe_grouped_gemm == 1;
 	rc = collect(&x);
 	if (rc)
 		goto out;

@@ -171,6 +171,7 @@ typedef struct flx_megatron {
 	int untie_embeddings_and_output_weights;
 	int add_bias_linear;
 	int add_qkv_bias;
+	int moe_grouped_gemm; /* TE spec experts: TEGroupedMLP */
 	int64_t vocab_size; /* args.vocab_size (the tokenizer's); -1: unknown */
 	char transformer_impl[32];	  /* "local", "transformer_engine" */
 	char normalization[32];		  /* "RMSNorm", "LayerNorm" */

@@ -429,6 +429,9 @@ static int print_megatron_legacy(const flx_ckpt *c, const flx_spec *s)
 				printf("None\n");
 			if (e[i].kind == FLX_MLG_EMPTY_U8)
 				printf("empty uint8 tensor\n");
+			if (e[i].kind == FLX_MLG_OBJECT)
+				printf("the uint8 tensor of %s\n",
+				       e[i].obj->fqn);
 			if (e[i].kind != FLX_MLG_TENSOR)
 				continue;
 			printf("%s ", flx_dtype_name(e[i].dtype));

@@ -204,6 +204,7 @@ static const struct arg_field {
       INT_ARG(untie_embeddings_and_output_weights),
       INT_ARG(add_bias_linear),
       INT_ARG(add_qkv_bias),
+      INT_ARG(moe_grouped_gemm),
 };
 #undef INT_ARG
 
