@@ -373,8 +373,7 @@ static int add_extra(ctx *x, const item *like, const char *prefix,
 {
 	item *it;
 	item copy = *like;
-	int rc =
-	    add_item(x, &it, "%s%s._extra_state%s", prefix, mod, suffix);
+	int rc = add_item(x, &it, "%s%s._extra_state%s", prefix, mod, suffix);
 
 	if (rc)
 		return rc;
@@ -429,8 +428,8 @@ static int layer_name(ctx *x, const flx_tensor *t, const char *rest, char *mod,
  * TEGroupedMLP's linear (mod "linear_fc1", tgt "mlp.experts.linear_fc1")
  * has one per expert e: "_extra_state" for e 0, "_extra_state<e>" for the
  * others (spec 3.5), which Megatron's load hook merges. */
-static int layer_extras(ctx *x, const item *w, const char *mod,
-			const char *tgt, int64_t ge, int64_t E)
+static int layer_extras(ctx *x, const item *w, const char *mod, const char *tgt,
+			int64_t ge, int64_t E)
 {
 	char prefix[64], suffix[24] = "";
 	item like = *w; /* w moves when items grow */
@@ -442,16 +441,15 @@ static int layer_extras(ctx *x, const item *w, const char *mod,
 		snprintf(suffix, sizeof(suffix), "%lld",
 			 (long long)(like.prm - PRM_GROUPED));
 	if (has_extra(tgt))
-		rc = add_extra(x, &like, prefix, tgt, suffix, !x->tgt->te,
-			       x->tgt->te ? extra_object(x, mod,
-							 like.layer + x->lo, ge,
-							 E)
-					  : NULL);
+		rc = add_extra(
+		    x, &like, prefix, tgt, suffix, !x->tgt->te,
+		    x->tgt->te ? extra_object(x, mod, like.layer + x->lo, ge, E)
+			       : NULL);
 	like.mod = mod_rank("self_attention.core_attention");
 	if (!rc && x->tgt->te && !strcmp(tgt, "self_attention.linear_proj"))
-		rc = add_extra(x, &like, prefix,
-			       "self_attention.core_attention", "", false,
-			       NULL);
+		rc =
+		    add_extra(x, &like, prefix, "self_attention.core_attention",
+			      "", false, NULL);
 	return rc;
 }
 
@@ -497,12 +495,12 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 				snprintf(emod, sizeof(emod), "%s", mod);
 			if (expert && x->grouped)
 				rc = add_item(x, &it, LAYERS "%lld.%s.%s%lld",
-					      (long long)(g - x->lo), emod,
-					      prm, (long long)e);
+					      (long long)(g - x->lo), emod, prm,
+					      (long long)e);
 			else
-				rc = add_item(x, &it, LAYERS "%lld.%s.%s",
-					      (long long)(g - x->lo), emod,
-					      prm);
+				rc =
+				    add_item(x, &it, LAYERS "%lld.%s.%s",
+					     (long long)(g - x->lo), emod, prm);
 			if (rc)
 				return rc;
 			it->group = 1;
