@@ -37,6 +37,10 @@ const char flx_mo_help[] =
     "    -o paddle_id=N         the unique id of a Paddle checkpoint to "
     "read\n"
     "                           (default: the highest in the directory)\n"
+    "    -o megatron_ep=N       megatron/ legacy files for expert "
+    "parallel size N\n"
+    "    -o megatron_vp=N       megatron/ legacy files with N virtual "
+    "pipeline chunks\n"
     "    -o megatron_iter=N     the iteration of a Megatron save "
     "directory to read\n"
     "                           (default: the one "
@@ -97,6 +101,8 @@ static const char *const ours[] = {
     "megatron_spec",
     "megatron_true_vocab",
     "megatron_iter",
+    "megatron_ep",
+    "megatron_vp",
 };
 
 static const char *const fstab_exact[] = {

@@ -63,26 +63,33 @@ typedef struct item {
 typedef struct ctx {
 	const flx_ckpt *c;
 	const flx_mlg_target *tgt;
-	int tp, pp;
-	int64_t nlayers, lo, hi; /* the stage's global layers [lo, hi) */
+	int tp, pp, ep;
+	bool first, last; /* the chunk with the embedding, the output layer */
+	int64_t nlayers, lo, hi; /* the chunk's global layers [lo, hi) */
 	bool swiglu, moe;
 	bool grouped; /* TE spec experts as TEGroupedMLP */
+	int nep;      /* expert ranks */
 	item *it;
 	size_t n, cap;
 	flx_error *err;
 } ctx;
 
-void flx_mlg_dir_name(int64_t iteration, int tp, int pp, int npp, char *out,
-		      size_t cap)
+void flx_mlg_dir_name(int64_t iteration, int tp, int pp, int npp, int ep,
+		      int nep, char *out, size_t cap)
 {
+	int n;
+
 	if (tp < 0 && iteration < 0)
 		snprintf(out, cap, "release");
 	else if (tp < 0)
 		snprintf(out, cap, "iter_%07lld", (long long)iteration);
-	else if (npp == 1)
-		snprintf(out, cap, "mp_rank_%02d", tp);
-	else
-		snprintf(out, cap, "mp_rank_%02d_%03d", tp, pp);
+	else {
+		n = snprintf(out, cap, "mp_rank_%02d", tp);
+		if (npp > 1 && n >= 0 && (size_t)n < cap)
+			n += snprintf(out + n, cap - (size_t)n, "_%03d", pp);
+		if (nep > 1 && n >= 0 && (size_t)n < cap)
+			snprintf(out + n, cap - (size_t)n, "_%03d", ep);
+	}
 }
 
 bool flx_mlg_is_model_key(const char *fqn)
@@ -471,15 +478,24 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 	if (stacked && t->shape[0] != x->nlayers)
 		return fail(x, t->fqn, "%lld layers stacked, num_layers %lld",
 			    (long long)t->shape[0], (long long)x->nlayers);
-	if (expert)
+	if (expert) {
 		E = t->shape[lead - 1];
+		if (E % x->nep)
+			return fail(x, t->fqn,
+				    "%lld experts do not divide into "
+				    "megatron_ep=%d ranks",
+				    (long long)E, x->nep);
+	}
 	rc = layer_name(x, t, expert ? rest + sizeof(EXPERTS) - 1 : rest, mod,
 			sizeof(mod), &prm);
 	if (rc)
 		return rc;
 	r = decide_split(mod, prm, x->swiglu);
 	for (int64_t g = g0 > x->lo ? g0 : x->lo; g < gn && g < x->hi; g++) {
-		for (int64_t e = 0; e < E; e++) {
+		for (int64_t e = 0; e < (expert ? E / x->nep : 1); e++) {
+			/* local expert e is global expert ge */
+			int64_t ge =
+			    expert ? (int64_t)x->ep * (E / x->nep) + e : 0;
 			flx_box box;
 			item *it;
 			int mr = mod_rank(expert ? "mlp.experts" : mod);
@@ -525,13 +541,13 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 				box.size[0] = 1;
 			}
 			if (expert) {
-				box.off[lead - 1] = e;
+				box.off[lead - 1] = ge;
 				box.size[lead - 1] = 1;
 			}
 			rc = tp_slice(x, &it->e, t, &box, lead, r);
 			if (!rc && !strcmp(prm, "weight"))
 				rc = layer_extras(x, it, mod, emod,
-						  expert ? e : -1, E);
+						  expert ? ge : -1, E);
 			if (rc)
 				return rc;
 		}
@@ -556,7 +572,7 @@ static int global_items(ctx *x, const flx_tensor *t, const char *as)
 		group = 3;
 	else
 		return fail(x, t->fqn, "no legacy place for this key");
-	if (group == 0 ? x->pp != 0 : x->pp != x->tgt->pp - 1)
+	if (group == 0 ? !x->first : !x->last)
 		return 0;
 	if (!dot || (size_t)(dot - as) >= sizeof(mod))
 		return fail(x, t->fqn, "no module in the key");
@@ -596,8 +612,7 @@ static int cmp_item(const void *a, const void *b)
 	return 0;
 }
 
-/* The layer count: args.num_layers, else the stacked axis. */
-static int64_t layer_count(const flx_ckpt *c)
+int64_t flx_mlg_layer_count(const flx_ckpt *c)
 {
 	if (c->megatron->num_layers > 0)
 		return c->megatron->num_layers;
@@ -647,8 +662,7 @@ static int collect(ctx *x)
 			rc = layer_items(x, t, rest, 0, true);
 		}
 	}
-	if (!rc && !flx_ckpt_find(c, "output_layer.weight") &&
-	    x->pp == x->tgt->pp - 1) {
+	if (!rc && !flx_ckpt_find(c, "output_layer.weight") && x->last) {
 		const flx_tensor *emb = flx_ckpt_find(c, WORD_EMB);
 		item *it;
 
@@ -666,24 +680,36 @@ static int collect(ctx *x)
 }
 
 int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
-		 flx_mlg_entry **out, size_t *n, flx_error *err)
+		 int ep, int vc, flx_mlg_entry **out, size_t *n, flx_error *err)
 {
-	ctx x = {.c = c, .tgt = tgt, .tp = tp, .pp = pp, .err = err};
-	int rc;
+	ctx x = {.c = c, .tgt = tgt, .tp = tp, .pp = pp, .ep = ep, .err = err};
+	int vp = tgt->vp > 1 ? tgt->vp : 1, rc;
+	int64_t per;
 
-	x.nlayers = layer_count(c);
-	if (x.nlayers <= 0 || x.nlayers % tgt->pp)
+	x.nep = tgt->ep > 1 ? tgt->ep : 1;
+	x.nlayers = flx_mlg_layer_count(c);
+	if (x.nlayers <= 0 || x.nlayers % ((int64_t)tgt->pp * vp))
 		return flx_error_set(err, -EINVAL, NULL, "num_layers",
-				     "megatron/: %lld layers do not divide "
-				     "into pp=%d stages",
-				     (long long)x.nlayers, tgt->pp);
-	x.lo = pp * (x.nlayers / tgt->pp);
-	x.hi = x.lo + x.nlayers / tgt->pp;
+				     vp > 1 ? "megatron/: %lld layers do not "
+					      "divide into pp=%d x vp=%d chunks"
+					    : "megatron/: %lld layers do not "
+					      "divide into pp=%d stages",
+				     (long long)x.nlayers, tgt->pp, vp);
+	per = x.nlayers / ((int64_t)tgt->pp * vp);
+	x.lo = vc * (x.nlayers / vp) + pp * per;
+	x.hi = x.lo + per;
+	x.first = pp == 0 && vc == 0;
+	x.last = pp == tgt->pp - 1 && vc == vp - 1;
 	x.swiglu = c->megatron->swiglu == 1;
 	x.moe = !flx_ckpt_find(c, LAYERS "mlp.linear_fc1.weight") &&
 		(c->megatron->num_experts > 0 ||
 		 flx_ckpt_find(c, LAYERS "mlp.router.weight"));
 	x.grouped = tgt->te && c->megatron->moe_grouped_gemm == 1;
+	if (x.nep > 1 && !x.moe)
+		return flx_error_set(err, -EINVAL, NULL, "megatron_ep",
+				     "megatron/: expert parallel size %d, but "
+				     "the model has no experts",
+				     x.nep);
 	rc = collect(&x);
 	if (rc)
 		goto out;

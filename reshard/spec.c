@@ -447,6 +447,19 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 		s->megatron_true_vocab = v;
 		return 0;
 	}
+	if (strcmp(key, "megatron_ep") == 0 ||
+	    strcmp(key, "megatron_vp") == 0) {
+		char *end = NULL;
+		long v = value ? strtol(value, &end, 10) : 0;
+
+		if (!value || !*value || *end || v <= 0 || v > 1024)
+			return flx_error_set(err, -EINVAL, NULL, key,
+					     "expected a size from 1 to 1024, "
+					     "got '%s'",
+					     value ? value : "");
+		*(key[9] == 'e' ? &s->megatron_ep : &s->megatron_vp) = (int)v;
+		return 0;
+	}
 	if (strcmp(key, "hf_shard_size") == 0) {
 		if (flx_parse_size(value, &s->hf_shard_size))
 			return flx_error_set(err, -EINVAL, NULL, key,

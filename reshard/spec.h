@@ -62,6 +62,9 @@ typedef struct flx_spec {
 	/* the tokenizer's vocab size for megatron/'s re-padded tables
 	 * (megatron_true_vocab=V); 0: unknown, the saved table's rows */
 	int64_t megatron_true_vocab;
+	/* megatron/'s expert parallel size (megatron_ep=N) and virtual
+	 * pipeline size (megatron_vp=N); 0: none */
+	int megatron_ep, megatron_vp;
 	/* the transform stage's list (transform.h), owned; NULL: the
 	 * source's tensors are served as they are */
 	struct flx_xform *xform;

@@ -397,16 +397,20 @@ static int print_megatron_legacy(const flx_ckpt *c, const flx_spec *s)
 {
 	flx_mlg_target tgt = {.tp = s->tp,
 			      .pp = s->pp,
+			      .ep = s->megatron_ep,
+			      .vp = s->megatron_vp,
 			      .te = s->megatron_te,
 			      .true_vocab = s->megatron_true_vocab};
+	int nvc = s->megatron_vp > 1 ? s->megatron_vp : 1;
 	flx_error err;
 
 	flx_error_init(&err);
-	for (int pp = 0; pp < s->pp; pp++) {
+	for (int st = 0; st < s->pp * nvc; st++) {
+		int pp = st / nvc, vc = st % nvc;
 		flx_mlg_entry *e = NULL;
 		size_t n = 0;
-		char line[3 * FLX_ERR_FIELD + 8], it[32], rank[32];
-		int rc = flx_mlg_rank(c, &tgt, 0, pp, &e, &n, &err);
+		char line[3 * FLX_ERR_FIELD + 8], it[32], rank[32], chunk[24];
+		int rc = flx_mlg_rank(c, &tgt, 0, pp, 0, vc, &e, &n, &err);
 
 		if (rc == -EINVAL) {
 			flx_error_line(&err, line, sizeof(line));
@@ -418,11 +422,16 @@ static int print_megatron_legacy(const flx_ckpt *c, const flx_spec *s)
 			return rc;
 		flx_mlg_dir_name(c->megatron->release ? -1
 						      : c->megatron->iteration,
-				 -1, 0, 1, it, sizeof(it));
-		flx_mlg_dir_name(0, 0, pp, s->pp, rank, sizeof(rank));
-		printf("megatron/%s/%s/" FLX_MLG_FILE " (%s spec; tp rank 0 "
+				 -1, 0, 1, 0, 1, it, sizeof(it));
+		flx_mlg_dir_name(0, 0, pp, s->pp, 0,
+				 s->megatron_ep > 1 ? s->megatron_ep : 1, rank,
+				 sizeof(rank));
+		chunk[0] = '\0';
+		if (nvc > 1)
+			snprintf(chunk, sizeof(chunk), " model%d", vc);
+		printf("megatron/%s/%s/" FLX_MLG_FILE "%s (%s spec; tp rank 0 "
 		       "of %d, the others hold the same keys, their slices):\n",
-		       it, rank, s->megatron_te ? "te" : "local", s->tp);
+		       it, rank, chunk, s->megatron_te ? "te" : "local", s->tp);
 		for (size_t i = 0; i < n; i++) {
 			printf("  %s  ", e[i].name);
 			if (e[i].kind == FLX_MLG_NONE)

@@ -21,25 +21,34 @@ setup_file() {
 	# the same checkpoints saved by a run with --moe-grouped-gemm
 	for fx in megatron-moe megatron-moe-fp8; do
 		cp -r "$FX/$fx" "$d/$fx-grouped"
-		/usr/bin/python3 - "$GEN" "$STUB" "$d/$fx-grouped" <<'PY'
+	done
+	/usr/bin/python3 - "$GEN" "$STUB" "$d/megatron-moe-grouped" \
+		"$d/megatron-moe-fp8-grouped" <<'PY'
 import importlib.util, os, sys
 sys.path.insert(0, sys.argv[2])
 spec = importlib.util.spec_from_file_location("g", sys.argv[1])
 g = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(g)
 import torch
-c = g.load_common(sys.argv[3])
-c["args"].moe_grouped_gemm = True
-torch.save(c, os.path.join(sys.argv[3], "ckpt", g.ITER_DIR, "common.pt"))
+for src in sys.argv[3:]:
+    c = g.load_common(src)
+    c["args"].moe_grouped_gemm = True
+    torch.save(c, os.path.join(src, "ckpt", g.ITER_DIR, "common.pt"))
 PY
+	# fixtures of the tree and the grouped copies side by side
+	for fx in megatron-moe megatron-moe-fp8 megatron-untied megatron-tied; do
+		ln -s "$FX/$fx" "$d/$fx"
 	done
 	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
-		"$GEN" "$FX" "$d" megatron-moe-fp8:2:2:te megatron-moe-fp8:1:2:te \
-		megatron-moe-fp8:4:1:te megatron-moe-fp8:2:2:local
-	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
-		"$GEN" "$d" "$d" megatron-moe-grouped:2:2:te \
-		megatron-moe-fp8-grouped:2:2:te megatron-moe-fp8-grouped:1:1:te \
-		megatron-moe-fp8-grouped:2:2:local
+		"$GEN" "$d" "$d" megatron-moe-fp8:2:2:te megatron-moe-fp8:1:2:te \
+		megatron-moe-fp8:4:1:te megatron-moe-fp8:2:2:local \
+		megatron-moe-grouped:2:2:te megatron-moe-fp8-grouped:2:2:te \
+		megatron-moe-fp8-grouped:1:1:te megatron-moe-fp8-grouped:2:2:local \
+		megatron-moe-fp8-grouped:2:1:te:ep2 \
+		megatron-moe:1:1:local:ep2 megatron-moe:2:2:local:ep4 \
+		megatron-moe:2:1:te:ep2:vp2 megatron-moe-fp8:2:1:te:ep2 \
+		megatron-untied:2:2:local:vp2 megatron-untied:1:2:te:vp2 \
+		megatron-tied:1:1:local:vp2 megatron-tied:2:1:local:vp2
 }
 
 setup() {
@@ -51,39 +60,83 @@ teardown() {
 	teardown_ff
 }
 
-# check SRC OPTS EXPECTED: SRC mounted with OPTS; its megatron/ passes the
-# checker against EXPECTED.
-check() {
+# unavailable SRC OPTS WANT: megatron/ holds only unavailable.txt saying WANT.
+unavailable() {
 	mount_ff "$1" "$MNT" "$2"
-	run /usr/bin/python3 "$CHECK" --mount "$MNT/megatron" --expected "$3" \
-		--stub "$STUB"
-	echo "$2: $output"
+	run ls "$MNT/megatron"
+	[ "$output" = unavailable.txt ]
+	run cat "$MNT/megatron/unavailable.txt"
+	echo "$output"
 	unmount_ff "$MNT"
-	[ "$FF_RC" -eq 0 ]
+	[[ $output == *"$3"* ]]
+}
+
+# check SRC|OPTS|EXPECTED...: every SRC mounted with its OPTS at once, each
+# megatron/ compared with its EXPECTED in one checker run, unmounted cleanly.
+check() {
+	local t src opts exp d i=0 args=() pids=() dirs=()
+	for t in "$@"; do
+		IFS='|' read -r src opts exp <<<"$t"
+		d=$BATS_TEST_TMPDIR/m$((i++))
+		mkdir -p "$d"
+		mount_ff "$src" "$d" "$opts"
+		dirs+=("$d")
+		pids+=("$FF_PID")
+		args+=(--mount "$d/megatron" --expected "$exp")
+	done
+	run /usr/bin/python3 "$CHECK" "${args[@]}" --stub "$STUB"
+	echo "$output"
+	for i in "${!pids[@]}"; do
+		FF_PID=${pids[$i]}
+		unmount_ff "${dirs[$i]}"
+		[ "$FF_RC" -eq 0 ]
+	done
 	[ "$status" -eq 0 ]
 	[[ $output == *" passed, 0 failed"* ]]
 }
 
 @test "megatron/ te spec, MoE with FP8: each expert linear's blob, the same on every TP rank" {
-	local t
-	for t in 2:2 1:2 4:1; do
-		check "$FX/megatron-moe-fp8/$ITER" "tp=${t%:*},pp=${t#*:},megatron_spec=te" \
-			"$BATS_FILE_TMPDIR/exp-megatron-moe-fp8-${t%:*}-${t#*:}-te"
-	done
+	local e=$BATS_FILE_TMPDIR/exp-megatron-moe-fp8 src=$FX/megatron-moe-fp8/$ITER
 	# the local spec has no TE blobs: None everywhere
-	check "$FX/megatron-moe-fp8/$ITER" "tp=2,pp=2" \
-		"$BATS_FILE_TMPDIR/exp-megatron-moe-fp8-2-2-local"
+	check "$src|tp=2,pp=2,megatron_spec=te|$e-2-2-te" \
+		"$src|tp=1,pp=2,megatron_spec=te|$e-1-2-te" \
+		"$src|tp=4,pp=1,megatron_spec=te|$e-4-1-te" \
+		"$src|tp=2,pp=2|$e-2-2-local"
 }
 
 @test "megatron/ te spec with args.moe_grouped_gemm: TEGroupedMLP names, one extra state per expert" {
 	local d=$BATS_FILE_TMPDIR
-	check "$d/megatron-moe-grouped/$ITER" "tp=2,pp=2,megatron_spec=te" \
-		"$d/exp-megatron-moe-grouped-2-2-te"
-	check "$d/megatron-moe-fp8-grouped/$ITER" "tp=2,pp=2,megatron_spec=te" \
-		"$d/exp-megatron-moe-fp8-grouped-2-2-te"
-	check "$d/megatron-moe-fp8-grouped/$ITER" "tp=1,pp=1,megatron_spec=te" \
-		"$d/exp-megatron-moe-fp8-grouped-1-1-te"
 	# the local spec keeps SequentialMLP's names
-	check "$d/megatron-moe-fp8-grouped/$ITER" "tp=2,pp=2" \
-		"$d/exp-megatron-moe-fp8-grouped-2-2-local"
+	check "$d/megatron-moe-grouped/$ITER|tp=2,pp=2,megatron_spec=te|$d/exp-megatron-moe-grouped-2-2-te" \
+		"$d/megatron-moe-fp8-grouped/$ITER|tp=2,pp=2,megatron_spec=te|$d/exp-megatron-moe-fp8-grouped-2-2-te" \
+		"$d/megatron-moe-fp8-grouped/$ITER|tp=1,pp=1,megatron_spec=te|$d/exp-megatron-moe-fp8-grouped-1-1-te" \
+		"$d/megatron-moe-fp8-grouped/$ITER|tp=2,pp=2|$d/exp-megatron-moe-fp8-grouped-2-2-local"
+}
+
+@test "megatron/ with megatron_ep: mp_rank_TT[_PPP]_EEE files of the rank's local experts" {
+	local d=$BATS_FILE_TMPDIR
+	check "$FX/megatron-moe/$ITER|tp=1,pp=1,megatron_ep=2|$d/exp-megatron-moe-1-1-local-ep2" \
+		"$FX/megatron-moe/$ITER|tp=2,pp=2,megatron_ep=4|$d/exp-megatron-moe-2-2-local-ep4" \
+		"$FX/megatron-moe-fp8/$ITER|tp=2,pp=1,megatron_spec=te,megatron_ep=2|$d/exp-megatron-moe-fp8-2-1-te-ep2" \
+		"$d/megatron-moe-fp8-grouped/$ITER|tp=2,pp=1,megatron_spec=te,megatron_ep=2|$d/exp-megatron-moe-fp8-grouped-2-1-te-ep2"
+	unavailable "$FX/megatron-moe/$ITER" "megatron_ep=3" \
+		"4 experts do not divide into megatron_ep=3 ranks"
+	unavailable "$FX/megatron-untied/$ITER" "megatron_ep=2" \
+		"megatron_ep: megatron/: expert parallel size 2, but the model has no experts"
+}
+
+@test "megatron/ with megatron_vp: model0, model1, ... chunks of Megatron's interleaved layers" {
+	local d=$BATS_FILE_TMPDIR
+	check "$FX/megatron-untied/$ITER|tp=2,pp=2,megatron_vp=2|$d/exp-megatron-untied-2-2-local-vp2" \
+		"$FX/megatron-untied/$ITER|tp=1,pp=2,megatron_spec=te,megatron_vp=2|$d/exp-megatron-untied-1-2-te-vp2" \
+		"$FX/megatron-tied/$ITER|tp=1,pp=1,megatron_vp=2|$d/exp-megatron-tied-1-1-local-vp2" \
+		"$FX/megatron-tied/$ITER|tp=2,pp=1,megatron_vp=2|$d/exp-megatron-tied-2-1-local-vp2" \
+		"$FX/megatron-moe/$ITER|tp=2,pp=1,megatron_spec=te,megatron_vp=2,megatron_ep=2|$d/exp-megatron-moe-2-1-te-ep2-vp2"
+	unavailable "$FX/megatron-untied/$ITER" "tp=1,pp=2,megatron_vp=4" \
+		"4 layers do not divide into pp=2 x vp=4 chunks"
+	run --separate-stderr "$FLEXFS_BIN" "$FX/megatron-untied/$ITER" "$MNT" \
+		-o megatron_vp=0 3>&-
+	echo "$stderr"
+	[ "$status" -ne 0 ]
+	[[ $stderr == *"megatron_vp"*"expected a size from 1 to 1024, got '0'"* ]]
 }
