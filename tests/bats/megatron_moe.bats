@@ -36,7 +36,8 @@ for src in sys.argv[3:]:
     torch.save(c, os.path.join(src, "ckpt", g.ITER_DIR, "common.pt"))
 PY
 	# fixtures of the tree and the grouped copies side by side
-	for fx in megatron-moe megatron-moe-fp8 megatron-untied megatron-tied; do
+	for fx in megatron-moe megatron-moe-fp8 megatron-untied megatron-tied \
+		megatron-moe-ep-vp; do
 		ln -s "$FX/$fx" "$d/$fx"
 	done
 	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
@@ -48,7 +49,8 @@ PY
 		megatron-moe:1:1:local:ep2 megatron-moe:2:2:local:ep4 \
 		megatron-moe:2:1:te:ep2:vp2 megatron-moe-fp8:2:1:te:ep2 \
 		megatron-untied:2:2:local:vp2 megatron-untied:1:2:te:vp2 \
-		megatron-tied:1:1:local:vp2 megatron-tied:2:1:local:vp2
+		megatron-tied:1:1:local:vp2 megatron-tied:2:1:local:vp2 \
+		megatron-moe-ep-vp:2:2:local megatron-moe-ep-vp:1:1:te:ep2:vp2
 }
 
 setup() {
@@ -139,4 +141,20 @@ check() {
 	echo "$stderr"
 	[ "$status" -ne 0 ]
 	[[ $stderr == *"megatron_vp"*"expected a size from 1 to 1024, got '0'"* ]]
+}
+
+@test "megatron source saved with EP 2 and a virtual pipeline: every view and megatron/ equal the truth" {
+	local d=$BATS_FILE_TMPDIR fx=megatron-moe-ep-vp tp
+	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_truth.py" "$FX/$fx" "$d/truth-$fx"
+	for tp in 1 2; do
+		mount_ff "$FX/$fx/$ITER" "$MNT" "tp=$tp"
+		run /usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/check_views.py" -q \
+			--mount "$MNT" --truth "$d/truth-$fx" --tp "$tp" --pp 1
+		echo "tp=$tp: $output"
+		unmount_ff "$MNT"
+		[ "$status" -eq 0 ]
+		[[ $output == *" passed, 0 failed"* ]]
+	done
+	check "$FX/$fx/$ITER|tp=2,pp=2|$d/exp-$fx-2-2-local" \
+		"$FX/$fx/$ITER|tp=1,pp=1,megatron_spec=te,megatron_ep=2,megatron_vp=2|$d/exp-$fx-1-1-te-ep2-vp2"
 }
