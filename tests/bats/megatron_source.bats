@@ -138,3 +138,25 @@ refused() {
 	check "$MNT" "$BATS_FILE_TMPDIR/exp-megatron-vocab-1-2-local-150"
 	unmount_ff "$MNT"
 }
+
+@test "megatron <= 0.7: plain Metadata, no content_metadata, fully_sharded_bucket_space 1-D buckets served as saved" {
+	# tests/unit/data/megatron-v07: tools/fixtures/gen_megatron_v07.py's
+	# overlay on megatron-optim-dp-reshardable (the same tensors and bytes)
+	local d=$BATS_TEST_TMPDIR/v07 fx=megatron-optim-dp-reshardable tp
+	cp -r "$FX/$fx/ckpt/$ITER" "$d"
+	cp -a "$FLEXFS_SRC/tests/unit/data/megatron-v07/." "$d/"
+	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_truth.py" "$FX/$fx" \
+		"$BATS_TEST_TMPDIR/truth"
+	for tp in 1 2; do
+		mount_ff "$d" "$MNT" "tp=$tp"
+		run /usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/check_views.py" -q \
+			--mount "$MNT" --truth "$BATS_TEST_TMPDIR/truth" --tp "$tp" --pp 1
+		echo "tp=$tp: $output"
+		unmount_ff "$MNT"
+		[ "$status" -eq 0 ]
+		[[ $output == *" passed, 0 failed"* ]]
+	done
+	run "$FLEXFS_INSPECT" "$d"
+	echo "$output"
+	[[ $output == *"fully_sharded_bucket_space"* ]]
+}
