@@ -269,7 +269,9 @@ static int extra_blob(flx_build *b, const flx_object *o, flx_pt_tensor *t,
 	    flx_pv_is_global(flx_pv_obj_class(v), "_io", "BytesIO")) {
 		rc = extra_fail(b, o,
 				"an io.BytesIO (older TE) is not "
-				"supported",
+				"supported: its bytes in a legacy file are "
+				"not specified (megatron_spec=local has no TE "
+				"blobs)",
 				NULL);
 		goto out;
 	}

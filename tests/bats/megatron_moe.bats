@@ -37,7 +37,7 @@ for src in sys.argv[3:]:
 PY
 	# fixtures of the tree and the grouped copies side by side
 	for fx in megatron-moe megatron-moe-fp8 megatron-untied megatron-tied \
-		megatron-moe-ep-vp; do
+		megatron-moe-ep-vp megatron-te-fp8; do
 		ln -s "$FX/$fx" "$d/$fx"
 	done
 	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
@@ -50,7 +50,8 @@ PY
 		megatron-moe:2:1:te:ep2:vp2 megatron-moe-fp8:2:1:te:ep2 \
 		megatron-untied:2:2:local:vp2 megatron-untied:1:2:te:vp2 \
 		megatron-tied:1:1:local:vp2 megatron-tied:2:1:local:vp2 \
-		megatron-moe-ep-vp:2:2:local megatron-moe-ep-vp:1:1:te:ep2:vp2
+		megatron-moe-ep-vp:2:2:local megatron-moe-ep-vp:1:1:te:ep2:vp2 \
+		megatron-te-fp8:2:2:local
 }
 
 setup() {
@@ -157,4 +158,19 @@ check() {
 	done
 	check "$FX/$fx/$ITER|tp=2,pp=2|$d/exp-$fx-2-2-local" \
 		"$FX/$fx/$ITER|tp=1,pp=1,megatron_spec=te,megatron_ep=2,megatron_vp=2|$d/exp-$fx-1-1-te-ep2-vp2"
+}
+
+@test "megatron/ te spec refuses an older TE's io.BytesIO _extra_state with one line; the local spec serves" {
+	# tests/unit/data/megatron-te-bytesio: tools/fixtures/gen_megatron_bytesio.py's
+	# overlay on megatron-te-fp8 (layer 1's linear_qkv blob an io.BytesIO)
+	local d=$BATS_TEST_TMPDIR/src
+	cp -r "$FX/megatron-te-fp8/$ITER" "$d"
+	cp -a "$FLEXFS_SRC/tests/unit/data/megatron-te-bytesio/." "$d/"
+	run --separate-stderr "$FLEXFS_BIN" "$d" "$MNT" -o tp=2,pp=2,megatron_spec=te 3>&-
+	echo "$stderr"
+	[ "$status" -ne 0 ]
+	not_mounted "$MNT"
+	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
+	[[ $stderr == *"__0_2.distcp@0: decoder.layers.self_attention.linear_qkv._extra_state/shard_1_2: megatron/: TE _extra_state: an io.BytesIO (older TE) is not supported"* ]]
+	check "$d|tp=2,pp=2|$BATS_FILE_TMPDIR/exp-megatron-te-fp8-2-2-local"
 }
