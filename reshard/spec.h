@@ -12,6 +12,11 @@
  *     "stage": "first" | "last" | "all" | <n>,   (absent: default rule)
  *     "note": "<free text, ignored>" }
  * Unknown keys are errors (a typo must not be silently ignored).
+ *
+ * Rules file v2: an object {"aoa_statements": [ "<statement>", ... ],
+ * "rules": [ v1 rule objects ], "note": "<ignored>"}, each key optional:
+ * Paddle's AOA statements (aoa.h) transform the tensors first, then the
+ * rules place the result.
  */
 
 #include "error.h"
@@ -65,6 +70,10 @@ typedef struct flx_spec {
 	/* the transform stage's list (transform.h), owned; NULL: the
 	 * source's tensors are served as they are */
 	struct flx_xform *xform;
+	/* the rules file's AOA statements (aoa.h), owned; NULL: none.  At
+	 * mount they are compiled against the source into the transform
+	 * list that replaces xform */
+	struct flx_aoa *aoa;
 	/* include=, exclude= (fnmatch globs on the names as saved, owned):
 	 * a tensor or object is served when it matches an include glob (or
 	 * there is none) and no exclude glob; strip_prefix= (owned, NULL:

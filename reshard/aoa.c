@@ -1,0 +1,1873 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * AOA statements (aoa.h): a lexer and a recursive-descent parser, then a
+ * compiler that executes the statements on symbolic variables.
+ *
+ * A variable is a tensor made of boxes ("pieces"): each a source tensor
+ * taken through a chain of steps (slice, transpose, cast) and placed at an
+ * offset of the variable.  Every operation of the language is arithmetic
+ * on those boxes: a slice keeps the pieces it meets, clipped; a transpose
+ * or a cast is appended to every piece's chain and permutes the offsets; a
+ * concatenation shifts the pieces of its inputs.  A variable that no later
+ * statement consumes becomes a placed target of the transform list, whose
+ * apply step turns it into chunks pointing into the source's files: no
+ * byte is read before a reader asks for it.
+ */
+#include "aoa.h"
+
+#include "grow.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the parsed form ---- */
+
+enum { M_NONE, M_FUSED_QKV, M_FUSED_QKV_OLD, M_FUSED_FFN };
+static const char *const macro_names[] = {[M_NONE] = "",
+					  [M_FUSED_QKV] = "fused_qkv",
+					  [M_FUSED_QKV_OLD] = "fused_qkv_old",
+					  [M_FUSED_FFN] = "fused_ffn"};
+
+typedef struct avar {
+	char *name;
+	bool t; /* ^T */
+} avar;
+
+typedef struct astmt {
+	size_t no; /* statement number, from 1 */
+	char *text;
+	avar *in, *out;
+	size_t nin, nout;
+	bool has_axis, has_dtype, has_permute, has_reshape;
+	int axis;
+	flx_dtype dtype;
+	int nperm; /* 0 with has_permute: reverse the axes */
+	int perm[FLX_MAX_DIMS];
+	int macro;
+	int64_t num_heads, num_kv, src_tp, dst_tp; /* 0: absent */
+} astmt;
+
+struct flx_aoa {
+	char *origin;
+	astmt *st;
+	size_t n, cap;
+};
+
+/* ---- lexer ---- */
+
+typedef enum tok_kind {
+	T_END,
+	T_IDENT,
+	T_NUMBER,
+	T_STRING,
+	T_ARROW,
+	T_LARROW,
+	T_COMMA,
+	T_EQ,
+	T_LBRACK,
+	T_RBRACK,
+	T_COLON,
+	T_BAD,
+} tok_kind;
+
+typedef struct token {
+	tok_kind kind;
+	size_t pos, len; /* in the line */
+	int64_t num;
+} token;
+
+typedef struct lexer {
+	const char *s;
+	size_t len, pos;
+	token tok; /* the current token */
+	const flx_aoa *a;
+	size_t no;
+	flx_error *err;
+} lexer;
+
+static bool ident_first(int c)
+{
+	return isalpha(c) || c == '_' || c == '$';
+}
+
+static bool ident_rest(int c)
+{
+	return isalnum(c) || c == '_' || c == '$' || c == '.' || c == '*' ||
+	       c == '^';
+}
+
+static void lex_next(lexer *l)
+{
+	const char *s = l->s;
+	size_t p = l->pos;
+	token *t = &l->tok;
+
+	while (p < l->len && (s[p] == ' ' || s[p] == '\t' || s[p] == '\r'))
+		p++;
+	t->pos = p;
+	t->len = 1;
+	if (p >= l->len) {
+		t->kind = T_END;
+		t->len = 0;
+	} else if (s[p] == '-' && p + 1 < l->len && s[p + 1] == '>') {
+		t->kind = T_ARROW;
+		t->len = 2;
+	} else if (s[p] == '<' && p + 1 < l->len && s[p + 1] == '-') {
+		t->kind = T_LARROW;
+		t->len = 2;
+	} else if (ident_first((unsigned char)s[p])) {
+		t->kind = T_IDENT;
+		while (p + t->len < l->len &&
+		       ident_rest((unsigned char)s[p + t->len]))
+			t->len++;
+	} else if (isdigit((unsigned char)s[p]) ||
+		   (s[p] == '-' && p + 1 < l->len &&
+		    isdigit((unsigned char)s[p + 1]))) {
+		bool neg = s[p] == '-';
+		uint64_t v = 0;
+
+		t->kind = T_NUMBER;
+		t->len = neg;
+		while (p + t->len < l->len &&
+		       isdigit((unsigned char)s[p + t->len])) {
+			if (v > (uint64_t)INT64_MAX / 10)
+				t->kind = T_BAD;
+			v = v * 10 + (uint64_t)(s[p + t->len] - '0');
+			t->len++;
+		}
+		if (v > (uint64_t)INT64_MAX)
+			t->kind = T_BAD;
+		t->num = neg ? -(int64_t)v : (int64_t)v;
+	} else if (s[p] == '\'' || s[p] == '"') {
+		t->kind = T_BAD;
+		while (p + t->len < l->len && s[p + t->len] != s[p])
+			t->len++;
+		if (p + t->len < l->len) {
+			t->kind = T_STRING;
+			t->len++;
+		}
+	} else {
+		switch (s[p]) {
+		case ',':
+			t->kind = T_COMMA;
+			break;
+		case '=':
+			t->kind = T_EQ;
+			break;
+		case '[':
+			t->kind = T_LBRACK;
+			break;
+		case ']':
+			t->kind = T_RBRACK;
+			break;
+		case ':':
+			t->kind = T_COLON;
+			break;
+		default:
+			t->kind = T_BAD;
+			break;
+		}
+	}
+	l->pos = p + t->len;
+}
+
+static int lex_fail(lexer *l, size_t pos, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int lex_fail(lexer *l, size_t pos, const char *fmt, ...)
+{
+	char why[FLX_ERR_FIELD];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	return flx_error_set(l->err, -EINVAL, l->a->origin, "aoa_statements",
+			     "statement %zu column %zu: %s", l->no, pos + 1,
+			     why);
+}
+
+static const char *tok_desc(tok_kind k)
+{
+	static const char *const d[] = {
+	    [T_END] = "end of statement",
+	    [T_IDENT] = "a name",
+	    [T_NUMBER] = "a number",
+	    [T_STRING] = "a string",
+	    [T_ARROW] = "'->'",
+	    [T_LARROW] = "'<-'",
+	    [T_COMMA] = "','",
+	    [T_EQ] = "'='",
+	    [T_LBRACK] = "'['",
+	    [T_RBRACK] = "']'",
+	    [T_COLON] = "':'",
+	    [T_BAD] = "an invalid character",
+	};
+	return d[k];
+}
+
+static int expect(lexer *l, tok_kind k)
+{
+	if (l->tok.kind != k)
+		return lex_fail(l, l->tok.pos, "expected %s, found %s",
+				tok_desc(k), tok_desc(l->tok.kind));
+	lex_next(l);
+	return 0;
+}
+
+/* ---- parser ---- */
+
+static int add_var(lexer *l, avar **v, size_t *n, const char *name, size_t nlen,
+		   bool t, size_t pos)
+{
+	size_t cap = *n;
+
+	if (*n >= FLX_AOA_MAX_VARS)
+		return lex_fail(l, pos, "more than %d names on one side",
+				FLX_AOA_MAX_VARS);
+	if (nlen >= FLX_AOA_MAX_NAME)
+		return lex_fail(l, pos, "name longer than %d bytes",
+				FLX_AOA_MAX_NAME - 1);
+	/* *n grows by one at a time: a power-of-two capacity */
+	if ((cap & (cap - 1)) == 0) {
+		avar *nv = realloc(*v, (cap ? 2 * cap : 1) * sizeof(**v));
+
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+	}
+	(*v)[*n].t = t;
+	if (!((*v)[*n].name = strndup(name, nlen)))
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+/* VAR := IDENT ['[' NUMBER ':' NUMBER ']']; name[a:b] is name_a, ...,
+ * name_{b-1}. */
+static int parse_var(lexer *l, avar **v, size_t *n, bool rhs)
+{
+	token id = l->tok;
+	const char *name = l->s + id.pos, *caret;
+	size_t nlen = id.len;
+	bool t = false;
+	int64_t a, b;
+	int rc;
+
+	if (id.kind != T_IDENT)
+		return lex_fail(l, id.pos, "expected a name, found %s",
+				tok_desc(id.kind));
+	caret = memchr(name, '^', nlen);
+	if (caret) {
+		if (caret != name + nlen - 2 || caret[1] != 'T' || nlen < 3)
+			return lex_fail(l, id.pos + (size_t)(caret - name),
+					"'^' only as a trailing ^T");
+		if (rhs)
+			return lex_fail(l, id.pos + (size_t)(caret - name),
+					"^T on the destination side");
+		t = true;
+		nlen -= 2;
+	}
+	lex_next(l);
+	if (l->tok.kind != T_LBRACK || l->tok.pos != id.pos + id.len)
+		return add_var(l, v, n, name, nlen, t, id.pos);
+	lex_next(l);
+	a = l->tok.num;
+	if ((rc = expect(l, T_NUMBER)) || (rc = expect(l, T_COLON)))
+		return rc;
+	b = l->tok.num;
+	if ((rc = expect(l, T_NUMBER)) || (rc = expect(l, T_RBRACK)))
+		return rc;
+	if (a < 0 || b <= a || b - a > FLX_AOA_MAX_VARS)
+		return lex_fail(l, id.pos + id.len,
+				"range [%lld:%lld] is empty or too long",
+				(long long)a, (long long)b);
+	for (int64_t i = a; i < b; i++) {
+		char buf[FLX_AOA_MAX_NAME + 24];
+		int k = snprintf(buf, sizeof(buf), "%.*s_%lld", (int)nlen, name,
+				 (long long)i);
+
+		if ((rc = add_var(l, v, n, buf, (size_t)k, t, id.pos)))
+			return rc;
+	}
+	return 0;
+}
+
+static int parse_list(lexer *l, avar **v, size_t *n, bool rhs)
+{
+	int rc = parse_var(l, v, n, rhs);
+
+	while (!rc && l->tok.kind == T_COMMA) {
+		lexer save = *l;
+
+		lex_next(l);
+		/* after the arrow, ", IDENT =" starts the attributes */
+		if (rhs && l->tok.kind == T_IDENT) {
+			lexer peek = *l;
+
+			lex_next(&peek);
+			if (peek.tok.kind == T_EQ) {
+				*l = save;
+				return 0;
+			}
+		}
+		rc = parse_var(l, v, n, rhs);
+	}
+	return rc;
+}
+
+static flx_dtype dtype_named(const char *s, size_t n)
+{
+	static const struct {
+		const char *name;
+		flx_dtype dt;
+	} names[] = {
+	    {"float32", FLX_DT_F32},   {"fp32", FLX_DT_F32},
+	    {"float", FLX_DT_F32},     {"float16", FLX_DT_F16},
+	    {"fp16", FLX_DT_F16},      {"half", FLX_DT_F16},
+	    {"bfloat16", FLX_DT_BF16}, {"bf16", FLX_DT_BF16},
+	    {"float64", FLX_DT_F64},   {"fp64", FLX_DT_F64},
+	    {"double", FLX_DT_F64},
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strlen(names[i].name) == n &&
+		    memcmp(names[i].name, s, n) == 0)
+			return names[i].dt;
+	return FLX_DT_INVALID;
+}
+
+/* permute='[p0, p1, ...]' ("[]": reverse the axes). */
+static int parse_perm(lexer *l, astmt *st, const token *v)
+{
+	const char *s = l->s + v->pos + 1, *e = l->s + v->pos + v->len - 1;
+	bool seen[FLX_MAX_DIMS] = {false};
+
+	while (s < e && isspace((unsigned char)*s))
+		s++;
+	if (s == e || *s != '[')
+		goto bad;
+	s++;
+	st->nperm = 0;
+	for (;;) {
+		long p = 0;
+		bool any = false;
+
+		while (s < e && isspace((unsigned char)*s))
+			s++;
+		if (s < e && *s == ']' && st->nperm == 0)
+			break;
+		while (s < e && isdigit((unsigned char)*s) && p < 100) {
+			p = p * 10 + (*s++ - '0');
+			any = true;
+		}
+		if (!any || p >= FLX_MAX_DIMS || st->nperm == FLX_MAX_DIMS ||
+		    seen[p])
+			goto bad;
+		seen[p] = true;
+		st->perm[st->nperm++] = (int)p;
+		while (s < e && isspace((unsigned char)*s))
+			s++;
+		if (s < e && *s == ',') {
+			s++;
+			continue;
+		}
+		if (s < e && *s == ']')
+			break;
+		goto bad;
+	}
+	s++;
+	while (s < e && isspace((unsigned char)*s))
+		s++;
+	if (s != e)
+		goto bad;
+	for (int d = 0; d < st->nperm; d++)
+		if (st->perm[d] >= st->nperm)
+			goto bad;
+	st->has_permute = true;
+	return 0;
+bad:
+	return lex_fail(l, v->pos,
+			"permute must be a list of distinct axes, "
+			"'[1,0]' or '[]'");
+}
+
+/* ATTR := IDENT '=' (NUMBER | STRING) */
+static int parse_attr(lexer *l, astmt *st)
+{
+	token k = l->tok, v;
+	const char *key = l->s + k.pos;
+	int rc;
+
+#define KEY_IS(s) (k.len == strlen(s) && memcmp(key, s, k.len) == 0)
+	if ((rc = expect(l, T_IDENT)) || (rc = expect(l, T_EQ)))
+		return rc;
+	v = l->tok;
+	if (v.kind != T_NUMBER && v.kind != T_STRING)
+		return lex_fail(l, v.pos, "expected a number or a string");
+	lex_next(l);
+	if (KEY_IS("axis") || KEY_IS("num_heads") ||
+	    KEY_IS("num_key_value_groups") || KEY_IS("src_tp") ||
+	    KEY_IS("dst_tp")) {
+		int64_t *slot = KEY_IS("num_heads") ? &st->num_heads
+				: KEY_IS("num_key_value_groups") ? &st->num_kv
+				: KEY_IS("src_tp")		 ? &st->src_tp
+				: KEY_IS("dst_tp")		 ? &st->dst_tp
+								 : NULL;
+
+		if (v.kind != T_NUMBER)
+			return lex_fail(l, v.pos, "%.*s must be a number",
+					(int)k.len, key);
+		if (!slot) {
+			if (st->has_axis)
+				return lex_fail(l, k.pos, "axis given twice");
+			if (v.num < 0 || v.num >= FLX_MAX_DIMS)
+				return lex_fail(l, v.pos, "axis %lld",
+						(long long)v.num);
+			st->has_axis = true;
+			st->axis = (int)v.num;
+			return 0;
+		}
+		if (*slot)
+			return lex_fail(l, k.pos, "%.*s given twice",
+					(int)k.len, key);
+		if (v.num < 1 || v.num > 1 << 20)
+			return lex_fail(l, v.pos, "%.*s must be in [1, 2^20]",
+					(int)k.len, key);
+		*slot = v.num;
+		return 0;
+	}
+	if (KEY_IS("dtype")) {
+		if (st->has_dtype)
+			return lex_fail(l, k.pos, "dtype given twice");
+		st->dtype = v.kind == T_STRING
+				? dtype_named(l->s + v.pos + 1, v.len - 2)
+				: FLX_DT_INVALID;
+		if (st->dtype == FLX_DT_INVALID)
+			return lex_fail(l, v.pos,
+					"dtype must be 'float32', 'float16', "
+					"'bfloat16' or 'float64'");
+		st->has_dtype = true;
+		return 0;
+	}
+	if (KEY_IS("permute")) {
+		if (st->has_permute)
+			return lex_fail(l, k.pos, "permute given twice");
+		if (v.kind != T_STRING)
+			return lex_fail(l, v.pos, "permute must be a string");
+		return parse_perm(l, st, &v);
+	}
+	if (KEY_IS("reshape")) {
+		st->has_reshape = true;
+		return 0;
+	}
+#undef KEY_IS
+	return lex_fail(l, k.pos, "unknown attribute '%.*s'", (int)k.len, key);
+}
+
+/* Macro keywords listed among the destinations become the statement's
+ * macro. */
+static int take_macros(lexer *l, astmt *st, size_t pos)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < st->nout; i++) {
+		int m = M_NONE;
+
+		for (int j = M_FUSED_QKV; j <= M_FUSED_FFN; j++)
+			if (strcmp(st->out[i].name, macro_names[j]) == 0)
+				m = j;
+		if (m == M_NONE) {
+			st->out[k++] = st->out[i];
+			continue;
+		}
+		free(st->out[i].name);
+		if (st->macro)
+			return lex_fail(l, pos, "two fused macros");
+		st->macro = m;
+	}
+	st->nout = k;
+	if (!k)
+		return lex_fail(l, pos, "no destination");
+	if ((st->num_heads || st->num_kv) && st->macro != M_FUSED_QKV &&
+	    st->macro != M_FUSED_QKV_OLD)
+		return lex_fail(l, pos,
+				"num_heads or num_key_value_groups without "
+				"fused_qkv or fused_qkv_old");
+	if ((st->macro == M_FUSED_QKV || st->macro == M_FUSED_QKV_OLD) &&
+	    (!st->num_heads || !st->num_kv))
+		return lex_fail(l, pos,
+				"%s needs num_heads and num_key_value_groups",
+				macro_names[st->macro]);
+	return 0;
+}
+
+/* STATEMENT := VAR_LIST '->' VAR_LIST {',' ATTR}  |  VAR_LIST '<-' VAR_LIST */
+static int parse_statement(lexer *l, astmt *st)
+{
+	avar *left = NULL, *right = NULL;
+	size_t nleft = 0, nright = 0, arrow;
+	bool old;
+	int rc;
+
+	lex_next(l);
+	rc = parse_list(l, &left, &nleft, false);
+	arrow = l->tok.pos;
+	old = l->tok.kind == T_LARROW;
+	if (!rc && l->tok.kind != T_ARROW && !old)
+		rc = lex_fail(l, l->tok.pos, "expected '->' or ',', found %s",
+			      tok_desc(l->tok.kind));
+	if (!rc) {
+		lex_next(l);
+		rc = parse_list(l, &right, &nright, !old);
+	}
+	while (!rc && !old && l->tok.kind == T_COMMA) {
+		lex_next(l);
+		rc = parse_attr(l, st);
+	}
+	if (!rc && l->tok.kind != T_END)
+		rc =
+		    lex_fail(l, l->tok.pos, "expected ',' or the end, found %s",
+			     tok_desc(l->tok.kind));
+	/* old syntax: destination on the left */
+	st->in = old ? right : left;
+	st->nin = old ? nright : nleft;
+	st->out = old ? left : right;
+	st->nout = old ? nleft : nright;
+	for (size_t i = 0; !rc && old && i < st->nout; i++)
+		if (st->out[i].t)
+			rc = lex_fail(l, arrow, "^T on the destination side");
+	if (!rc)
+		rc = take_macros(l, st, arrow);
+	return rc;
+}
+
+static void free_stmt(astmt *st)
+{
+	for (size_t i = 0; i < st->nin; i++)
+		free(st->in[i].name);
+	for (size_t i = 0; i < st->nout; i++)
+		free(st->out[i].name);
+	free(st->in);
+	free(st->out);
+	free(st->text);
+}
+
+void flx_aoa_free(flx_aoa *a)
+{
+	if (!a)
+		return;
+	for (size_t i = 0; i < a->n; i++)
+		free_stmt(&a->st[i]);
+	free(a->st);
+	free(a->origin);
+	free(a);
+}
+
+size_t flx_aoa_count(const flx_aoa *a)
+{
+	return a ? a->n : 0;
+}
+
+int flx_aoa_parse(const char *const *stmts, size_t n, const char *origin,
+		  flx_aoa **out, flx_error *err)
+{
+	flx_aoa *a = calloc(1, sizeof(*a));
+	int rc = 0;
+
+	if (!a || (origin && !(a->origin = strdup(origin)))) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < n && !rc; i++) {
+		const char *s = stmts[i];
+
+		while (*s && !rc) {
+			const char *nl = strchr(s, '\n');
+			size_t len = nl ? (size_t)(nl - s) : strlen(s), k = 0;
+			lexer l = {.s = s, .len = len, .a = a, .err = err};
+			astmt *st;
+
+			while (k < len && isspace((unsigned char)s[k]))
+				k++;
+			s += len + (nl != NULL);
+			if (k == len)
+				continue; /* a blank line */
+			if (a->n >= FLX_AOA_MAX_STATEMENTS) {
+				rc = flx_error_set(err, -EINVAL, a->origin,
+						   "aoa_statements",
+						   "more than %d statements",
+						   FLX_AOA_MAX_STATEMENTS);
+				break;
+			}
+			if (flx_grow((void **)&a->st, &a->cap, a->n + 1,
+				     sizeof(*a->st))) {
+				rc = -ENOMEM;
+				break;
+			}
+			st = &a->st[a->n++];
+			memset(st, 0, sizeof(*st));
+			st->no = l.no = a->n;
+			st->text = strndup(l.s, len);
+			if (!st->text) {
+				rc = -ENOMEM;
+				break;
+			}
+			rc = parse_statement(&l, st);
+		}
+	}
+out:
+	if (rc) {
+		flx_error_default(err, rc, origin);
+		flx_aoa_free(a);
+		return rc;
+	}
+	*out = a;
+	return 0;
+}
+
+/* ---- the compiler: symbolic variables ---- */
+
+typedef enum { CS_SLICE, CS_TRANSPOSE, CS_CAST } cstep_kind;
+
+typedef struct cstep {
+	cstep_kind kind;
+	int axis;
+	int64_t start, len;
+	int ndim;
+	int perm[FLX_MAX_DIMS];
+	flx_dtype to;
+} cstep;
+
+typedef struct cpiece {
+	const char *src; /* the source tensor's name (borrowed) */
+	int64_t at[FLX_MAX_DIMS], shape[FLX_MAX_DIMS];
+	cstep *st;
+	size_t nst;
+} cpiece;
+
+typedef struct var {
+	char *name;
+	flx_dtype dtype;
+	int ndim;
+	int64_t shape[FLX_MAX_DIMS];
+	cpiece *p;
+	size_t np;
+	bool live;   /* an output unless a later statement consumes it */
+	bool keep;   /* its name is a source key's: never a temporary */
+	size_t stmt; /* the statement that wrote it */
+	char *chain; /* the statements that made it, "3 <- 1, 2" */
+} var;
+
+struct flx_aoa_prog {
+	flx_xform *x;
+	char **notes;
+	size_t nnotes, capnotes;
+	char **tname, **thow;
+	size_t ntargets;
+};
+
+typedef struct cc {
+	const flx_aoa *a;
+	const flx_ckpt *src;
+	int tp;
+	flx_aoa_prog *p;
+	var *v; /* every variable written, in order */
+	size_t nv, capv;
+	const astmt *st; /* the statement being compiled */
+	flx_error *err;
+	size_t instances;
+} cc;
+
+static int cfail(cc *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int cfail(cc *c, const char *fmt, ...)
+{
+	char why[FLX_ERR_FIELD];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	return flx_error_set(c->err, -EINVAL, c->a->origin, "aoa_statements",
+			     "statement %zu: %s", c->st->no, why);
+}
+
+static void var_release(var *v)
+{
+	for (size_t i = 0; i < v->np; i++)
+		free(v->p[i].st);
+	free(v->p);
+	free(v->name);
+	free(v->chain);
+	memset(v, 0, sizeof(*v));
+}
+
+static int piece_step(cpiece *p, const cstep *s)
+{
+	cstep *n = realloc(p->st, (p->nst + 1) * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	p->st = n;
+	p->st[p->nst++] = *s;
+	return 0;
+}
+
+static int piece_copy(cpiece *to, const cpiece *from)
+{
+	*to = *from;
+	to->st = NULL;
+	if (from->nst) {
+		to->st = malloc(from->nst * sizeof(*to->st));
+		if (!to->st)
+			return -ENOMEM;
+		memcpy(to->st, from->st, from->nst * sizeof(*to->st));
+	}
+	return 0;
+}
+
+static int add_piece(var *v, const cpiece *p)
+{
+	cpiece *n = realloc(v->p, (v->np + 1) * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	v->p = n;
+	if (piece_copy(&v->p[v->np], p))
+		return -ENOMEM;
+	v->np++;
+	return 0;
+}
+
+static int var_from_source(const flx_tensor *t, var *v)
+{
+	cpiece p = {.src = t->fqn};
+
+	memset(v, 0, sizeof(*v));
+	v->dtype = t->dtype;
+	v->ndim = t->ndim;
+	memcpy(v->shape, t->shape, sizeof(v->shape));
+	memcpy(p.shape, t->shape, sizeof(p.shape));
+	return add_piece(v, &p);
+}
+
+static int var_copy(const var *from, var *to)
+{
+	memset(to, 0, sizeof(*to));
+	to->dtype = from->dtype;
+	to->ndim = from->ndim;
+	memcpy(to->shape, from->shape, sizeof(to->shape));
+	for (size_t i = 0; i < from->np; i++)
+		if (add_piece(to, &from->p[i]))
+			return -ENOMEM;
+	if (from->chain && !(to->chain = strdup(from->chain)))
+		return -ENOMEM;
+	return 0;
+}
+
+/* v transposed in place: new axis d is old axis perm[d]. */
+static int var_transpose(var *v, const int *perm)
+{
+	cstep s = {.kind = CS_TRANSPOSE, .ndim = v->ndim};
+	int64_t sh[FLX_MAX_DIMS];
+
+	memcpy(s.perm, perm, sizeof(s.perm));
+	for (size_t i = 0; i < v->np; i++) {
+		cpiece *p = &v->p[i], o = *p;
+
+		for (int d = 0; d < v->ndim; d++) {
+			p->at[d] = o.at[perm[d]];
+			p->shape[d] = o.shape[perm[d]];
+		}
+		if (piece_step(p, &s))
+			return -ENOMEM;
+	}
+	for (int d = 0; d < v->ndim; d++)
+		sh[d] = v->shape[perm[d]];
+	memcpy(v->shape, sh, sizeof(sh));
+	return 0;
+}
+
+static int var_reverse(var *v)
+{
+	int perm[FLX_MAX_DIMS];
+
+	for (int d = 0; d < v->ndim; d++)
+		perm[d] = v->ndim - 1 - d;
+	return var_transpose(v, perm);
+}
+
+static int var_cast(var *v, flx_dtype to)
+{
+	cstep s = {.kind = CS_CAST, .to = to};
+
+	if (v->dtype == to)
+		return 0;
+	for (size_t i = 0; i < v->np; i++)
+		if (piece_step(&v->p[i], &s))
+			return -ENOMEM;
+	v->dtype = to;
+	return 0;
+}
+
+/* out = [start, start + len) of axis a of v (checked by the caller). */
+static int var_slice(const var *v, int a, int64_t start, int64_t len, var *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->dtype = v->dtype;
+	out->ndim = v->ndim;
+	memcpy(out->shape, v->shape, sizeof(out->shape));
+	out->shape[a] = len;
+	for (size_t i = 0; i < v->np; i++) {
+		const cpiece *p = &v->p[i];
+		int64_t lo = p->at[a] > start ? p->at[a] : start;
+		int64_t e1 = p->at[a] + p->shape[a], e2 = start + len;
+		int64_t hi = e1 < e2 ? e1 : e2;
+		cpiece q;
+		cstep s = {.kind = CS_SLICE,
+			   .axis = a,
+			   .start = lo - p->at[a],
+			   .len = hi - lo};
+
+		if (hi <= lo)
+			continue;
+		if (piece_copy(&q, p))
+			return -ENOMEM;
+		q.at[a] = lo - start;
+		q.shape[a] = s.len;
+		if ((s.start || s.len != p->shape[a]) && piece_step(&q, &s)) {
+			free(q.st);
+			return -ENOMEM;
+		}
+		if (add_piece(out, &q)) {
+			free(q.st);
+			return -ENOMEM;
+		}
+		free(q.st);
+	}
+	return 0;
+}
+
+/* out = the n variables concatenated along axis a. */
+static int var_concat(cc *c, var *const *in, size_t n, int a, var *out)
+{
+	int64_t shift = 0;
+
+	memset(out, 0, sizeof(*out));
+	for (size_t k = 0; k < n; k++) {
+		const var *v = in[k];
+
+		if (a >= v->ndim)
+			return cfail(c, "axis %d but input %zu has %d axes", a,
+				     k + 1, v->ndim);
+		if (k && (v->ndim != out->ndim || v->dtype != out->dtype))
+			return cfail(c,
+				     "input %zu is %s with %d axes, input 1 "
+				     "%s with %d",
+				     k + 1, flx_dtype_name(v->dtype), v->ndim,
+				     flx_dtype_name(out->dtype), out->ndim);
+		for (int d = 0; k && d < v->ndim; d++)
+			if (d != a && v->shape[d] != out->shape[d])
+				return cfail(c,
+					     "input %zu has extent %lld on "
+					     "axis %d, input 1 %lld",
+					     k + 1, (long long)v->shape[d], d,
+					     (long long)out->shape[d]);
+		if (!k) {
+			out->dtype = v->dtype;
+			out->ndim = v->ndim;
+			memcpy(out->shape, v->shape, sizeof(out->shape));
+		}
+		for (size_t i = 0; i < v->np; i++) {
+			cpiece q;
+
+			if (piece_copy(&q, &v->p[i]))
+				return -ENOMEM;
+			q.at[a] += shift;
+			if (add_piece(out, &q)) {
+				free(q.st);
+				return -ENOMEM;
+			}
+			free(q.st);
+		}
+		if (__builtin_add_overflow(shift, v->shape[a], &shift))
+			return cfail(c, "concatenated extent overflows");
+	}
+	out->shape[a] = shift;
+	return 0;
+}
+
+/* ---- the compiler: names ---- */
+
+static var *find_var(cc *c, const char *name)
+{
+	for (size_t i = c->nv; i-- > 0;)
+		if (strcmp(c->v[i].name, name) == 0)
+			return &c->v[i];
+	return NULL;
+}
+
+static bool name_exists(cc *c, const char *name)
+{
+	return find_var(c, name) || flx_ckpt_find(c->src, name);
+}
+
+/* Match key against template t, where $LAYER_ID / $LAYER_ID_OFFSET and
+ * $EXPERT_ID match digits (ids[0], ids[1]; -1 while unset) and '*' a
+ * non-empty run without '.' (its first match in *star, *starlen). */
+static bool tmatch(const char *t, const char *k, int64_t *ids,
+		   const char **star, size_t *starlen)
+{
+	static const struct {
+		const char *m;
+		int slot;
+	} macros[] = {
+	    {"$LAYER_ID_OFFSET", 0}, {"$LAYER_ID", 0}, {"$EXPERT_ID", 1}};
+
+	for (;;) {
+		if (!*t)
+			return !*k;
+		for (size_t i = 0; i < 3; i++) {
+			size_t ml = strlen(macros[i].m);
+			int s = macros[i].slot;
+			int64_t save = ids[s], v = 0;
+
+			if (strncmp(t, macros[i].m, ml) != 0)
+				continue;
+			for (size_t n = 1; isdigit((unsigned char)k[n - 1]);
+			     n++) {
+				if (v > INT64_MAX / 100)
+					return false;
+				v = v * 10 + (k[n - 1] - '0');
+				if (save >= 0 && save != v)
+					continue;
+				ids[s] = v;
+				if (tmatch(t + ml, k + n, ids, star, starlen))
+					return true;
+				ids[s] = save;
+			}
+			return false;
+		}
+		if (*t == '*') {
+			for (size_t n = 1; k[n - 1] && k[n - 1] != '.'; n++) {
+				const char *ss = *star;
+				size_t sl = *starlen;
+
+				if (!ss) {
+					*star = k;
+					*starlen = n;
+				}
+				if (tmatch(t + 1, k + n, ids, star, starlen))
+					return true;
+				*star = ss;
+				*starlen = sl;
+			}
+			return false;
+		}
+		if (*t != *k)
+			return false;
+		t++;
+		k++;
+	}
+}
+
+static bool has_id_macro(const char *s)
+{
+	return strstr(s, "$LAYER_ID") || strstr(s, "$EXPERT_ID");
+}
+
+/* name with its macros replaced: layer ids[0] (minus shift for
+ * $LAYER_ID_OFFSET), expert ids[1]. */
+static int substitute(cc *c, const char *name, const int64_t *ids,
+		      int64_t shift, char **out)
+{
+	char buf[FLX_AOA_MAX_NAME + 64];
+	size_t n = 0;
+
+	for (const char *s = name; *s;) {
+		int64_t v = -1;
+		size_t ml = 0;
+
+		if (strncmp(s, "$LAYER_ID_OFFSET", 16) == 0) {
+			v = ids[0] - shift;
+			ml = 16;
+		} else if (strncmp(s, "$LAYER_ID", 9) == 0) {
+			v = ids[0];
+			ml = 9;
+		} else if (strncmp(s, "$EXPERT_ID", 10) == 0) {
+			v = ids[1];
+			ml = 10;
+		}
+		if (ml) {
+			if (v < 0)
+				return cfail(c,
+					     "%s has no value here (layer %lld "
+					     "maps to %lld)",
+					     ml == 10 ? "$EXPERT_ID"
+						      : "$LAYER_ID",
+					     (long long)ids[0], (long long)v);
+			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%lld",
+					      (long long)v);
+			s += ml;
+		} else {
+			buf[n++] = *s++;
+		}
+		if (n >= FLX_AOA_MAX_NAME)
+			return cfail(c, "expanded name too long");
+	}
+	buf[n] = 0;
+	*out = strdup(buf);
+	return *out ? 0 : -ENOMEM;
+}
+
+/* The keys a template may match: source tensors, then variables. */
+static size_t nkeys(const cc *c)
+{
+	return c->src->ntensors + c->nv;
+}
+
+static const char *key_at(const cc *c, size_t i)
+{
+	return i < c->src->ntensors ? c->src->tensors[i].fqn
+				    : c->v[i - c->src->ntensors].name;
+}
+
+typedef struct combo {
+	int64_t ids[2];
+	char *star; /* the '*' match (owned), NULL: none */
+} combo;
+
+static int cmp_num(const char *a, const char *b)
+{
+	size_t la = strspn(a, "0123456789"), lb = strspn(b, "0123456789");
+
+	if (la && lb && !a[la] && !b[lb]) {
+		while (*a == '0' && la > 1)
+			a++, la--;
+		while (*b == '0' && lb > 1)
+			b++, lb--;
+		if (la != lb)
+			return la < lb ? -1 : 1;
+	}
+	return strcmp(a, b);
+}
+
+static int cmp_combo(const void *pa, const void *pb)
+{
+	const combo *a = pa, *b = pb;
+
+	for (int i = 0; i < 2; i++)
+		if (a->ids[i] != b->ids[i])
+			return a->ids[i] < b->ids[i] ? -1 : 1;
+	if (!a->star || !b->star)
+		return !!a->star - !!b->star;
+	return cmp_num(a->star, b->star);
+}
+
+/* The id combinations of a statement: every distinct ($LAYER_ID,
+ * $EXPERT_ID) of the keys its first macro name on the left matches. */
+static int find_combos(cc *c, const char *tmpl, combo **out, size_t *nout)
+{
+	combo *v = NULL;
+	size_t n = 0, cap = 0;
+
+	for (size_t i = 0; i < nkeys(c); i++) {
+		int64_t ids[2] = {-1, -1};
+		const char *star = NULL;
+		size_t sl = 0;
+
+		if (!tmatch(tmpl, key_at(c, i), ids, &star, &sl))
+			continue;
+		if (flx_grow((void **)&v, &cap, n + 1, sizeof(*v))) {
+			free(v);
+			return -ENOMEM;
+		}
+		v[n++] = (combo){.ids = {ids[0], ids[1]}};
+	}
+	if (n)
+		qsort(v, n, sizeof(*v), cmp_combo);
+	*nout = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!*nout || cmp_combo(&v[*nout - 1], &v[i]))
+			v[(*nout)++] = v[i];
+	*out = v;
+	return 0;
+}
+
+typedef struct names {
+	char **s;
+	bool *t;
+	char **star; /* per name: the '*' match it came from, or NULL */
+	size_t n, cap;
+} names;
+
+static void names_free(names *ns)
+{
+	for (size_t i = 0; i < ns->n; i++) {
+		free(ns->s[i]);
+		free(ns->star[i]);
+	}
+	free(ns->s);
+	free(ns->t);
+	free(ns->star);
+	memset(ns, 0, sizeof(*ns));
+}
+
+static int names_add(names *ns, char *s, bool t, char *star)
+{
+	if (ns->n == ns->cap) {
+		size_t cap = ns->cap ? 2 * ns->cap : 8;
+		char **a = realloc(ns->s, cap * sizeof(char *));
+		char **b = a ? realloc(ns->star, cap * sizeof(char *)) : NULL;
+		bool *tt = b ? realloc(ns->t, cap * sizeof(bool)) : NULL;
+
+		if (a)
+			ns->s = a;
+		if (b)
+			ns->star = b;
+		if (tt)
+			ns->t = tt;
+		if (!a || !b || !tt) {
+			free(s);
+			free(star);
+			return -ENOMEM;
+		}
+		ns->cap = cap;
+	}
+	ns->s[ns->n] = s;
+	ns->t[ns->n] = t;
+	ns->star[ns->n++] = star;
+	return 0;
+}
+
+static int cmp_star(const void *pa, const void *pb)
+{
+	const combo *a = pa, *b = pb;
+
+	return cmp_num(a->star, b->star);
+}
+
+/* name, with a '*', as the sorted keys it matches (appended to ns); the
+ * matches go to stars when that is not NULL. */
+static int expand_star(cc *c, const char *name, bool t, names *ns)
+{
+	combo *m = NULL;
+	size_t n = 0, cap = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < nkeys(c) && !rc; i++) {
+		int64_t ids[2] = {-1, -1};
+		const char *star = NULL, *k = key_at(c, i);
+		size_t sl = 0;
+
+		if (i >= c->src->ntensors && flx_ckpt_find(c->src, k))
+			continue; /* listed as a source already */
+		if (!tmatch(name, k, ids, &star, &sl))
+			continue;
+		if (flx_grow((void **)&m, &cap, n + 1, sizeof(*m))) {
+			rc = -ENOMEM;
+			break;
+		}
+		m[n].star = strndup(star, sl);
+		m[n].ids[0] = (int64_t)i;
+		if (!m[n++].star)
+			rc = -ENOMEM;
+	}
+	if (!rc && n)
+		qsort(m, n, sizeof(*m), cmp_star);
+	for (size_t i = 0; i < n; i++) {
+		if (!rc) {
+			char *s = strdup(key_at(c, (size_t)m[i].ids[0]));
+
+			rc = s ? names_add(ns, s, t, m[i].star) : -ENOMEM;
+			if (s)
+				continue;
+		}
+		free(m[i].star);
+	}
+	free(m);
+	return rc;
+}
+
+/* RHS name with a '*', replaced by each match of the left's one starred
+ * name. */
+static int expand_rhs_star(cc *c, const char *name, const names *in, names *ns)
+{
+	const char *st = strchr(name, '*');
+	size_t nstar = 0;
+
+	if (strchr(st + 1, '*'))
+		return cfail(c, "'%s': one '*' at most on the right", name);
+	for (size_t i = 0; i < in->n; i++) {
+		char *s;
+		size_t pl = (size_t)(st - name), sl;
+
+		if (!in->star[i])
+			continue;
+		nstar++;
+		sl = strlen(in->star[i]);
+		s = malloc(strlen(name) + sl);
+		if (!s)
+			return -ENOMEM;
+		memcpy(s, name, pl);
+		memcpy(s + pl, in->star[i], sl);
+		strcpy(s + pl + sl, st + 1);
+		if (names_add(ns, s, false, NULL))
+			return -ENOMEM;
+	}
+	if (!nstar)
+		return cfail(c,
+			     "'%s': a '*' on the right needs a '*' name on "
+			     "the left",
+			     name);
+	return 0;
+}
+
+/* The names of one side of an instance: macros substituted, '*'
+ * expanded. */
+static int instance_names(cc *c, const avar *v, size_t n, const int64_t *ids,
+			  int64_t shift, const names *left, names *ns)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < n && !rc; i++) {
+		char *s;
+
+		rc = substitute(c, v[i].name, ids, shift, &s);
+		if (rc)
+			break;
+		if (!strchr(s, '*')) {
+			rc = names_add(ns, s, v[i].t, NULL);
+			continue;
+		}
+		rc = left ? expand_rhs_star(c, s, left, ns)
+			  : expand_star(c, s, v[i].t, ns);
+		free(s);
+	}
+	return rc;
+}
+
+/* ---- the compiler: statements ---- */
+
+static int append_chain(char **chain, const char *more)
+{
+	size_t a = *chain ? strlen(*chain) : 0, b = strlen(more);
+	char *n;
+
+	if (a > 200)
+		return 0; /* long enough to tell where it comes from */
+	n = realloc(*chain, a + b + 3);
+	if (!n)
+		return -ENOMEM;
+	if (a)
+		memcpy(n + a, ", ", 2), a += 2;
+	memcpy(n + a, more, b + 1);
+	*chain = n;
+	return 0;
+}
+
+/* Write variable name = *v (taken over). */
+static int define(cc *c, const char *name, var *v, const char *inchain)
+{
+	var *old = find_var(c, name);
+	char buf[64];
+	var *nv;
+	int rc;
+
+	if (old && old->live)
+		return cfail(c,
+			     "'%s' is written again (first by statement %zu)",
+			     name, old->stmt);
+	if (flx_grow((void **)&c->v, &c->capv, c->nv + 1, sizeof(*c->v)))
+		return -ENOMEM;
+	nv = &c->v[c->nv];
+	*nv = *v;
+	memset(v, 0, sizeof(*v));
+	free(nv->chain);
+	nv->chain = NULL;
+	nv->stmt = c->st->no;
+	nv->live = true;
+	nv->keep = flx_ckpt_find(c->src, name) != NULL;
+	snprintf(buf, sizeof(buf), "stmt %zu%s", c->st->no,
+		 inchain && *inchain ? " <- " : "");
+	rc = append_chain(&nv->chain, buf);
+	if (!rc && inchain && *inchain) {
+		size_t l = strlen(nv->chain);
+		char *n = realloc(nv->chain, l + strlen(inchain) + 1);
+
+		if (!n)
+			rc = -ENOMEM;
+		else
+			strcpy((nv->chain = n) + l, inchain);
+	}
+	if (!rc && !(nv->name = strdup(name)))
+		rc = -ENOMEM;
+	c->nv++;
+	if (rc)
+		return rc;
+	return 0;
+}
+
+/* Input name of the current instance, as a new variable; a source read
+ * is not served under its own name any more. */
+static int resolve(cc *c, const char *name, bool t, var *out, char **chain)
+{
+	var *v = find_var(c, name);
+	const flx_tensor *s;
+	int rc;
+
+	if (v) {
+		rc = var_copy(v, out);
+		if (!rc && !v->keep)
+			v->live = false; /* a temporary, consumed */
+		if (!rc && v->chain)
+			rc = append_chain(chain, v->chain);
+	} else if ((s = flx_ckpt_find(c->src, name))) {
+		rc = var_from_source(s, out);
+		if (!rc)
+			rc = flx_xform_drop(c->p->x, name, c->err);
+	} else {
+		return cfail(c, "no tensor '%s'", name);
+	}
+	if (!rc && t)
+		rc = var_reverse(out);
+	return rc;
+}
+
+static int split_equal(cc *c, const var *in, int a, size_t n, var *out)
+{
+	int64_t part;
+	int rc = 0;
+
+	if (a >= in->ndim)
+		return cfail(c, "axis %d but the tensor has %d axes", a,
+			     in->ndim);
+	if (in->shape[a] % (int64_t)n)
+		return cfail(c,
+			     "axis %d of extent %lld does not split into %zu "
+			     "equal parts",
+			     a, (long long)in->shape[a], n);
+	part = in->shape[a] / (int64_t)n;
+	for (size_t k = 0; k < n && !rc; k++)
+		rc = var_slice(in, a, (int64_t)k * part, part, &out[k]);
+	return rc;
+}
+
+/* The fused layout: n shards, each [comp 0 part r | comp 1 part r | ...]
+ * along axis a, comp k taking units[k] of every shard's U units.
+ * fuse: comps -> fused. */
+static int fuse(cc *c, var *const *comps, size_t k, size_t n, int a, var *fused)
+{
+	var *parts = calloc(k * n, sizeof(var));
+	var **order = calloc(k * n, sizeof(var *));
+	int rc = parts && order ? 0 : -ENOMEM;
+
+	for (size_t j = 0; j < k && !rc; j++) {
+		var *pj = calloc(n, sizeof(var));
+
+		rc = pj ? split_equal(c, comps[j], a, n, pj) : -ENOMEM;
+		for (size_t r = 0; r < n && pj; r++) {
+			parts[r * k + j] = pj[r];
+			order[r * k + j] = &parts[r * k + j];
+		}
+		free(pj);
+	}
+	if (!rc)
+		rc = var_concat(c, order, k * n, a, fused);
+	for (size_t i = 0; parts && i < k * n; i++)
+		var_release(&parts[i]);
+	free(parts);
+	free(order);
+	return rc;
+}
+
+/* unfuse: fused -> comps (units[k] of U per shard). */
+static int unfuse(cc *c, const var *fused, const int64_t *units, size_t k,
+		  size_t n, int a, var *comps)
+{
+	int64_t u = 0, e, unit;
+	var *slices = calloc(k * n, sizeof(var));
+	var **order = calloc(n, sizeof(var *));
+	int rc = slices && order ? 0 : -ENOMEM;
+
+	for (size_t j = 0; j < k; j++)
+		u += units[j];
+	if (!rc && a >= fused->ndim)
+		rc = cfail(c, "axis %d but the tensor has %d axes", a,
+			   fused->ndim);
+	e = rc ? 0 : fused->shape[a];
+	if (!rc && (u <= 0 || e % ((int64_t)n * u)))
+		rc = cfail(c,
+			   "axis %d of extent %lld is not %zu shard(s) of "
+			   "%lld equal unit(s)",
+			   a, (long long)e, n, (long long)u);
+	unit = rc ? 0 : e / ((int64_t)n * u);
+	for (size_t r = 0; r < n && !rc; r++) {
+		int64_t pos = (int64_t)r * u * unit;
+
+		for (size_t j = 0; j < k && !rc; j++) {
+			rc = var_slice(fused, a, pos, units[j] * unit,
+				       &slices[j * n + r]);
+			pos += units[j] * unit;
+		}
+	}
+	for (size_t j = 0; j < k && !rc; j++) {
+		for (size_t r = 0; r < n; r++)
+			order[r] = &slices[j * n + r];
+		rc = var_concat(c, order, n, a, &comps[j]);
+	}
+	for (size_t i = 0; slices && i < k * n; i++)
+		var_release(&slices[i]);
+	free(slices);
+	free(order);
+	return rc;
+}
+
+/* The fused macros: the components' units per shard and the shards. */
+static int fused_units(cc *c, int64_t shards, int64_t *units, size_t *k,
+		       size_t *n)
+{
+	const astmt *st = c->st;
+	int64_t h = st->num_heads, g = st->num_kv;
+
+	if (st->macro == M_FUSED_FFN) {
+		units[0] = units[1] = 1;
+		*k = 2;
+		*n = (size_t)shards;
+		return 0;
+	}
+	*k = 3;
+	if (st->macro == M_FUSED_QKV) {
+		/* interleaved GQA: one shard per KV group */
+		if (h % g)
+			return cfail(c,
+				     "num_heads %lld is not a multiple of "
+				     "num_key_value_groups %lld",
+				     (long long)h, (long long)g);
+		units[0] = h / g;
+		units[1] = units[2] = 1;
+		*n = (size_t)g;
+		return 0;
+	}
+	if (h % shards || g % shards)
+		return cfail(c,
+			     "%lld heads and %lld KV heads do not split over "
+			     "%lld shards",
+			     (long long)h, (long long)g, (long long)shards);
+	units[0] = h / shards;
+	units[1] = units[2] = g / shards;
+	*n = (size_t)shards;
+	return 0;
+}
+
+static int default_axis(const astmt *st, const var *v)
+{
+	if (st->has_axis)
+		return st->axis;
+	return v->ndim > 1 ? 1 : 0;
+}
+
+static int run_fused(cc *c, var *in, size_t nin, var *out, size_t nout)
+{
+	const astmt *st = c->st;
+	int64_t units[3], src = st->src_tp ? st->src_tp : 1;
+	int64_t dst = st->dst_tp ? st->dst_tp : c->tp;
+	size_t k = 0, n;
+	int a = default_axis(st, &in[0]), rc;
+	var *pin[3], comps[3] = {0};
+
+	if (nin == 1 && nout == 1) {
+		/* a relayout between shard counts */
+		if (st->macro == M_FUSED_QKV)
+			return var_copy(&in[0], &out[0]);
+		rc = fused_units(c, src, units, &k, &n);
+		if (!rc)
+			rc = unfuse(c, &in[0], units, k, n, a, comps);
+		if (!rc)
+			rc = fused_units(c, dst, units, &k, &n);
+		for (size_t j = 0; j < k; j++)
+			pin[j] = &comps[j];
+		if (!rc)
+			rc = fuse(c, pin, k, n, a, &out[0]);
+		for (size_t j = 0; j < 3; j++)
+			var_release(&comps[j]);
+		return rc;
+	}
+	if (nin == 1) {
+		rc = fused_units(c, src, units, &k, &n);
+		if (!rc && nout != k)
+			return cfail(c, "%s splits into %zu tensors, not %zu",
+				     macro_names[st->macro], k, nout);
+		return rc ? rc : unfuse(c, &in[0], units, k, n, a, out);
+	}
+	rc = fused_units(c, dst, units, &k, &n);
+	if (!rc && (nin != k || nout != 1))
+		return cfail(c,
+			     "%s fuses %zu tensors into one, not %zu into %zu",
+			     macro_names[st->macro], k, nin, nout);
+	for (size_t j = 0; j < k && !rc; j++)
+		pin[j] = &in[j];
+	return rc ? rc : fuse(c, pin, k, n, a, &out[0]);
+}
+
+/* One instance: names resolved, the operation run, outputs written. */
+static int run_instance(cc *c, const names *in, const names *out)
+{
+	const astmt *st = c->st;
+	var *iv = calloc(in->n, sizeof(var)), *ov = NULL;
+	var **pin = calloc(in->n, sizeof(var *));
+	char *chain = NULL;
+	int rc = iv && pin ? 0 : -ENOMEM;
+
+	if (!rc && out->n == 1 && strcmp(out->s[0], "_") == 0) {
+		/* A -> _: drop */
+		for (size_t i = 0; i < in->n && !rc; i++) {
+			var *v = find_var(c, in->s[i]);
+
+			if (v)
+				v->live = false;
+			else if (flx_ckpt_find(c->src, in->s[i]))
+				rc = flx_xform_drop(c->p->x, in->s[i], c->err);
+			else
+				rc = cfail(c, "no tensor '%s'", in->s[i]);
+		}
+		goto out;
+	}
+	for (size_t i = 0; i < in->n && !rc; i++)
+		if (strcmp(in->s[i], "_") == 0)
+			rc = cfail(c,
+				   "'_ -> %s': a view cannot invent data "
+				   "(a destination needs a source)",
+				   out->s[0]);
+	for (size_t i = 0; i < out->n && !rc; i++)
+		if (strcmp(out->s[i], "_") == 0)
+			rc = cfail(c, "'_' among several destinations");
+	for (size_t i = 0; i < in->n && !rc; i++) {
+		rc = resolve(c, in->s[i], in->t[i], &iv[i], &chain);
+		pin[i] = &iv[i];
+	}
+	if (!rc && !(ov = calloc(out->n, sizeof(var))))
+		rc = -ENOMEM;
+	if (rc)
+		goto out;
+	if (st->has_reshape) {
+		rc = cfail(c, "reshape= is not supported");
+	} else if (st->macro) {
+		rc = run_fused(c, iv, in->n, ov, out->n);
+	} else if (in->n == 1 && out->n == 1) {
+		if (st->has_permute + st->has_dtype > 1)
+			rc = cfail(c, "one operation per statement (permute "
+				      "and dtype given)");
+		rc = rc ? rc : var_copy(&iv[0], &ov[0]);
+		if (!rc && st->has_permute) {
+			int perm[FLX_MAX_DIMS];
+
+			if (st->nperm && st->nperm != ov->ndim)
+				rc = cfail(c,
+					   "permute of %d axes for a tensor "
+					   "of %d",
+					   st->nperm, ov->ndim);
+			else if (!st->nperm)
+				rc = var_reverse(ov);
+			else
+				rc = var_transpose(
+				    ov, memcpy(perm, st->perm, sizeof(perm)));
+		}
+		if (!rc && st->has_dtype)
+			rc = var_cast(ov, st->dtype);
+	} else if (in->n > 1 && out->n == 1) {
+		if (!st->has_axis || st->has_dtype || st->has_permute)
+			rc = cfail(c, "a concatenation takes one attribute, "
+				      "axis");
+		else
+			rc = var_concat(c, pin, in->n, st->axis, &ov[0]);
+	} else if (in->n == 1 && out->n > 1) {
+		if (!st->has_axis || st->has_dtype || st->has_permute)
+			rc = cfail(c, "a split takes one attribute, axis");
+		else
+			rc = split_equal(c, &iv[0], st->axis, out->n, ov);
+	} else {
+		rc = cfail(c,
+			   "%zu sources to %zu destinations without a "
+			   "fused macro",
+			   in->n, out->n);
+	}
+	for (size_t i = 0; i < out->n && !rc; i++)
+		rc = define(c, out->s[i], &ov[i], chain);
+out:
+	for (size_t i = 0; iv && i < in->n; i++)
+		var_release(&iv[i]);
+	for (size_t i = 0; ov && i < out->n; i++)
+		var_release(&ov[i]);
+	free(iv);
+	free(ov);
+	free(pin);
+	free(chain);
+	return rc;
+}
+
+static int note(cc *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static int note(cc *c, const char *fmt, ...)
+{
+	flx_aoa_prog *p = c->p;
+	char buf[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (flx_grow((void **)&p->notes, &p->capnotes, p->nnotes + 1,
+		     sizeof(*p->notes)))
+		return -ENOMEM;
+	if (!(p->notes[p->nnotes] = strdup(buf)))
+		return -ENOMEM;
+	p->nnotes++;
+	return 0;
+}
+
+/* Whether an instance reads anything: a name that exists on the left. */
+static bool instance_matches(cc *c, const names *in)
+{
+	for (size_t i = 0; i < in->n; i++)
+		if (strcmp(in->s[i], "_") == 0 || name_exists(c, in->s[i]))
+			return true;
+	return false;
+}
+
+static int compile_statement(cc *c)
+{
+	const astmt *st = c->st;
+	const char *driver = NULL;
+	combo *combos = NULL, one = {.ids = {-1, -1}};
+	size_t ncombo = 1, matched = 0;
+	int rc = 0;
+
+	for (size_t i = 0; i < st->nin && !driver; i++)
+		if (has_id_macro(st->in[i].name))
+			driver = st->in[i].name;
+	for (size_t i = 0; i < st->nout && !driver; i++)
+		if (has_id_macro(st->out[i].name))
+			return cfail(c, "a $ macro on the right only");
+	if (driver)
+		rc = find_combos(c, driver, &combos, &ncombo);
+	for (size_t k = 0; k < ncombo && !rc; k++) {
+		names in = {0}, out = {0};
+		const int64_t *ids = combos ? combos[k].ids : one.ids;
+
+		if (++c->instances > FLX_AOA_MAX_EXPANSION)
+			rc = cfail(c, "more than %d statement instances",
+				   FLX_AOA_MAX_EXPANSION);
+		if (!rc)
+			rc = instance_names(c, st->in, st->nin, ids, 0, NULL,
+					    &in);
+		if (!rc)
+			rc = instance_names(c, st->out, st->nout, ids, 1, &in,
+					    &out);
+		if (!rc && in.n && instance_matches(c, &in)) {
+			matched++;
+			rc = run_instance(c, &in, &out);
+		}
+		names_free(&in);
+		names_free(&out);
+	}
+	free(combos);
+	if (!rc && !matched)
+		rc = note(c, "AOA statement %zu matches no tensor: %s", st->no,
+			  st->text);
+	return rc;
+}
+
+/* ---- the compiled program ---- */
+
+static int describe(const var *v, char **out)
+{
+	size_t cap = 256, n = 0;
+	char *s = malloc(cap);
+
+	if (!s)
+		return -ENOMEM;
+	n += (size_t)snprintf(s, cap, "%s:", v->chain ? v->chain : "");
+	for (size_t i = 0; i < v->np; i++) {
+		const cpiece *p = &v->p[i];
+		char buf[1024];
+		size_t k = 0;
+
+		k += (size_t)snprintf(buf + k, sizeof(buf) - k, " %s%s",
+				      i ? "; " : "", p->src);
+		for (size_t j = 0; j < p->nst && k < sizeof(buf) - 64; j++) {
+			const cstep *t = &p->st[j];
+
+			if (t->kind == CS_SLICE)
+				k += (size_t)snprintf(
+				    buf + k, sizeof(buf) - k,
+				    " slice(axis %d, %lld:%lld)", t->axis,
+				    (long long)t->start,
+				    (long long)(t->start + t->len));
+			else if (t->kind == CS_CAST)
+				k += (size_t)snprintf(buf + k, sizeof(buf) - k,
+						      " cast(%s)",
+						      flx_dtype_name(t->to));
+			else {
+				k += (size_t)snprintf(buf + k, sizeof(buf) - k,
+						      " transpose(");
+				for (int d = 0; d < t->ndim; d++)
+					k += (size_t)snprintf(
+					    buf + k, sizeof(buf) - k, "%s%d",
+					    d ? "," : "", t->perm[d]);
+				k += (size_t)snprintf(buf + k, sizeof(buf) - k,
+						      ")");
+			}
+		}
+		if (k < sizeof(buf) - 32) {
+			k += (size_t)snprintf(buf + k, sizeof(buf) - k, " @[");
+			for (int d = 0; d < v->ndim && k < sizeof(buf) - 24;
+			     d++)
+				k += (size_t)snprintf(buf + k, sizeof(buf) - k,
+						      "%s%lld", d ? "," : "",
+						      (long long)p->at[d]);
+			k += (size_t)snprintf(buf + k, sizeof(buf) - k, "]");
+		}
+		if (k >= sizeof(buf))
+			k = sizeof(buf) - 1;
+		if (n + k + 1 > cap) {
+			char *ns;
+
+			cap = 2 * (n + k + 1);
+			ns = realloc(s, cap);
+			if (!ns) {
+				free(s);
+				return -ENOMEM;
+			}
+			s = ns;
+		}
+		memcpy(s + n, buf, k + 1);
+		n += k;
+	}
+	*out = s;
+	return 0;
+}
+
+/* Variable v as a placed target of the list. */
+static int emit(cc *c, const var *v)
+{
+	flx_xform *x = c->p->x;
+	int rc = flx_xform_target(x, v->name, FLX_XFORM_PLACED, c->err);
+
+	for (size_t i = 0; i < v->np && !rc; i++) {
+		const cpiece *p = &v->p[i];
+
+		rc = flx_xform_piece_at(x, p->src, v->ndim, p->at, c->err);
+		for (size_t j = 0; j < p->nst && !rc; j++) {
+			const cstep *s = &p->st[j];
+
+			if (s->kind == CS_SLICE)
+				rc = flx_xform_slice(x, s->axis, s->start,
+						     s->len, c->err);
+			else if (s->kind == CS_CAST)
+				rc = flx_xform_cast(x, s->to, c->err);
+			else
+				rc = flx_xform_transpose(x, s->ndim, s->perm,
+							 c->err);
+		}
+	}
+	return rc;
+}
+
+int flx_aoa_compile(const flx_aoa *a, const flx_ckpt *src, int tp,
+		    flx_aoa_prog **out, flx_error *err)
+{
+	cc c = {.a = a, .src = src, .tp = tp > 0 ? tp : 1, .err = err};
+	size_t nout = 0;
+	int rc;
+
+	c.p = calloc(1, sizeof(*c.p));
+	if (!c.p)
+		return flx_error_default(err, -ENOMEM, a->origin);
+	rc = flx_xform_new(a->origin, &c.p->x);
+	for (size_t i = 0; i < a->n && !rc; i++) {
+		c.st = &a->st[i];
+		rc = compile_statement(&c);
+	}
+	for (size_t i = 0; i < c.nv; i++)
+		nout += c.v[i].live;
+	if (!rc && nout) {
+		c.p->tname = calloc(nout, sizeof(char *));
+		c.p->thow = calloc(nout, sizeof(char *));
+		if (!c.p->tname || !c.p->thow)
+			rc = -ENOMEM;
+	}
+	for (size_t i = 0; i < c.nv && !rc; i++) {
+		if (!c.v[i].live)
+			continue;
+		rc = emit(&c, &c.v[i]);
+		if (!rc && !(c.p->tname[c.p->ntargets] = strdup(c.v[i].name)))
+			rc = -ENOMEM;
+		if (!rc)
+			rc = describe(&c.v[i], &c.p->thow[c.p->ntargets]);
+		c.p->ntargets += !rc;
+	}
+	for (size_t i = 0; i < c.nv; i++)
+		var_release(&c.v[i]);
+	free(c.v);
+	if (rc) {
+		flx_error_default(err, rc, a->origin);
+		flx_aoa_prog_free(c.p);
+		return rc;
+	}
+	*out = c.p;
+	return 0;
+}
+
+const flx_xform *flx_aoa_prog_xform(const flx_aoa_prog *p)
+{
+	return p->x;
+}
+
+int flx_aoa_prog_note(const flx_aoa_prog *p, size_t i, char *buf, size_t len)
+{
+	if (!p || i >= p->nnotes)
+		return -ENOENT;
+	snprintf(buf, len, "%s", p->notes[i]);
+	return 0;
+}
+
+size_t flx_aoa_prog_nnotes(const flx_aoa_prog *p)
+{
+	return p ? p->nnotes : 0;
+}
+
+int flx_aoa_prog_target(const flx_aoa_prog *p, size_t i, const char **name,
+			const char **how)
+{
+	if (!p || i >= p->ntargets)
+		return -ENOENT;
+	*name = p->tname[i];
+	*how = p->thow[i];
+	return 0;
+}
+
+void flx_aoa_prog_free(flx_aoa_prog *p)
+{
+	if (!p)
+		return;
+	flx_xform_free(p->x);
+	for (size_t i = 0; i < p->nnotes; i++)
+		free(p->notes[i]);
+	for (size_t i = 0; i < p->ntargets; i++) {
+		free(p->tname[i]);
+		free(p->thow[i]);
+	}
+	free(p->notes);
+	free(p->tname);
+	free(p->thow);
+	free(p);
+}

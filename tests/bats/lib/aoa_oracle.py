@@ -1,0 +1,193 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Oracle for aoa.bats: writes HF-named checkpoints (safetensors) and checks
+what a mount with AOA statements serves against numpy/torch computing each
+operation independently (paddle-format.md section 5).
+
+  aoa_oracle.py gen DIR SEED         an HF Llama-like checkpoint + truth.npz
+  aoa_oracle.py check MNT DIR CASE TP  the mount's ranks/ against CASE's truth
+"""
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+H, G, HD, HID, FF, L, V = 8, 2, 4, 32, 48, 3, 64
+DT = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
+      torch.float64: "F64"}
+ST = {v: k for k, v in DT.items()}
+
+
+def to_np(t):
+    """A tensor's exact bits (bf16 as uint16)."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+def write_st(path, tensors):
+    hdr, off, blobs = {}, 0, []
+    for k, t in tensors.items():
+        b = to_np(t.contiguous()).tobytes()
+        hdr[k] = {"dtype": DT[t.dtype], "shape": list(t.shape),
+                  "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        blobs.append(b)
+    h = json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def read_st(path):
+    out = {}
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        data = f.read()
+    for k, m in hdr.items():
+        if k == "__metadata__":
+            continue
+        a, b = m["data_offsets"]
+        buf = bytearray(data[a:b])
+        t = torch.frombuffer(buf, dtype=ST[m["dtype"]]) if b > a else \
+            torch.zeros(0, dtype=ST[m["dtype"]])
+        out[k] = t.reshape(m["shape"])
+    return out
+
+
+def hf_model(seed):
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s, dt=torch.bfloat16: torch.randn(*s, generator=g).to(dt)
+    m = {"model.embed_tokens.weight": r(V, HID),
+         "model.norm.weight": r(HID, dt=torch.float32),
+         "lm_head.weight": r(V, HID)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        m[p + "self_attn.q_proj.weight"] = r(H * HD, HID)
+        m[p + "self_attn.k_proj.weight"] = r(G * HD, HID)
+        m[p + "self_attn.v_proj.weight"] = r(G * HD, HID)
+        m[p + "self_attn.o_proj.weight"] = r(HID, H * HD)
+        m[p + "mlp.gate_proj.weight"] = r(FF, HID)
+        m[p + "mlp.up_proj.weight"] = r(FF, HID)
+        m[p + "mlp.down_proj.weight"] = r(HID, FF)
+        m[p + "mlp.gate.weight"] = r(4, HID, dt=torch.float64)
+        m[p + "input_layernorm.weight"] = r(HID, dt=torch.float32)
+    return m
+
+
+def fuse_qkv(q, k, v, axis):
+    """PaddleNLP fuse_param_func(is_qkv=True): per KV group g,
+    [Q heads of g, K_g, V_g] along axis."""
+    qs, ks, vs = (torch.chunk(t, n, dim=axis) for t, n in
+                  ((q, G), (k, G), (v, G)))
+    return torch.cat([x for i in range(G) for x in (qs[i], ks[i], vs[i])],
+                     dim=axis)
+
+
+def fuse_ffn(gate, up, tp, axis):
+    gs, us = torch.chunk(gate, tp, dim=axis), torch.chunk(up, tp, dim=axis)
+    return torch.cat([x for r in range(tp) for x in (gs[r], us[r])],
+                     dim=axis)
+
+
+def expected(m, case, tp):
+    """The tensors CASE's statements (aoa.bats) must give from m."""
+    out = {}
+    if case == "paddle":
+        # HF -> PaddleNLP: transposed linears, fused qkv (axis 1) and
+        # gate_up per TP rank, router kept fp32, tied head fanned out
+        for k, t in m.items():
+            if ".layers." not in k:
+                continue
+        for i in range(L):
+            p = f"model.layers.{i}."
+            w = lambda n: m[p + n].T
+            out[p + "self_attn.qkv_proj.weight"] = fuse_qkv(
+                w("self_attn.q_proj.weight"), w("self_attn.k_proj.weight"),
+                w("self_attn.v_proj.weight"), 1)
+            out[p + "self_attn.o_proj.weight"] = w("self_attn.o_proj.weight")
+            out[p + "mlp.up_gate_proj.weight"] = fuse_ffn(
+                w("mlp.gate_proj.weight"), w("mlp.up_proj.weight"), tp, 1)
+            out[p + "mlp.down_proj.weight"] = w("mlp.down_proj.weight")
+            out[p + "mlp.gate.weight"] = m[p + "mlp.gate.weight"].to(
+                torch.float32)
+            out[p + "input_layernorm.weight"] = m[p + "input_layernorm.weight"]
+        out["model.embed_tokens.weight"] = m["model.embed_tokens.weight"]
+        out["lm_head.weight"] = m["model.embed_tokens.weight"]
+        out["model.norm.weight"] = m["model.norm.weight"].to(torch.bfloat16)
+    elif case == "concat":
+        # concatenate then re-split along the other axis (boxes straddle
+        # the boundary), name[a:b], prefix*suffix, $LAYER_ID_OFFSET
+        s = torch.cat([m[f"model.layers.{i}.mlp.gate_proj.weight"]
+                       for i in range(L)], dim=1)
+        for j, d in enumerate(torch.chunk(s, 4, dim=0)):
+            out[f"cut_{j}"] = d
+        for i in range(1, L):
+            out[f"shifted.{i - 1}.down"] = m[
+                f"model.layers.{i}.mlp.down_proj.weight"]
+        out["model.layers.0.mlp.down_proj.weight"] = m[
+            "model.layers.0.mlp.down_proj.weight"]
+        out["norms"] = torch.cat([m[f"model.layers.{i}.input_layernorm.weight"]
+                                  for i in range(L)], dim=0)
+    return out
+
+
+def served(mnt, tp):
+    """The global tensors the mount's ranks/ serve, TP shards joined along
+    the axis where they differ (the rank boxes come from index.json)."""
+    idx = json.load(open(os.path.join(mnt, "index.json")))
+    parts = {}
+    for r in range(tp):
+        d = os.path.join(mnt, "ranks", f"tp{r:02d}_pp00")
+        for f in os.listdir(d):
+            if f.endswith(".safetensors"):
+                for k, t in read_st(os.path.join(d, f)).items():
+                    parts.setdefault(k, []).append(t)
+    out = {}
+    for k, ts in parts.items():
+        info = idx["tensors"].get(k, {}) if isinstance(idx.get("tensors"), dict) else {}
+        ax = info.get("split_axis", info.get("tp_axis"))
+        if ax is None and len(ts) > 1:
+            same = all(torch.equal(to_t(ts[0]), to_t(x)) and
+                       ts[0].shape == x.shape for x in ts[1:])
+            ax = None if same else next(
+                (d for d in range(ts[0].dim())
+                 if any(x.shape[d] != ts[0].shape[d] for x in ts[1:])), 0)
+        out[k] = ts[0] if ax is None or len(ts) == 1 else torch.cat(ts, ax)
+    return out
+
+
+def to_t(t):
+    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+
+
+def main():
+    if sys.argv[1] == "gen":
+        d, seed = sys.argv[2], int(sys.argv[3])
+        os.makedirs(d, exist_ok=True)
+        write_st(os.path.join(d, "model.safetensors"), hf_model(seed))
+        return 0
+    mnt, d, case, tp = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+    m = read_st(os.path.join(d, "model.safetensors"))
+    want = expected(m, case, tp)
+    got = served(mnt, tp)
+    bad = 0
+    for k, t in want.items():
+        if k not in got:
+            print(f"missing {k}")
+            bad += 1
+        elif got[k].dtype != t.dtype or got[k].shape != t.shape or \
+                not torch.equal(to_t(got[k]), to_t(t.contiguous())):
+            print(f"differs {k}: {got[k].dtype} {tuple(got[k].shape)} vs "
+                  f"{t.dtype} {tuple(t.shape)}")
+            bad += 1
+    print(f"checked {len(want)} tensors, {bad} wrong")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
