@@ -1006,13 +1006,10 @@ static int substitute(cc *c, const char *name, const int64_t *ids,
 			ml = 10;
 		}
 		if (ml) {
+			if (v < 0 && ml == 16)
+				return -ERANGE; /* layer 0 has no layer -1 */
 			if (v < 0)
-				return cfail(c,
-					     "%s has no value here (layer %lld "
-					     "maps to %lld)",
-					     ml == 10 ? "$EXPERT_ID"
-						      : "$LAYER_ID",
-					     (long long)ids[0], (long long)v);
+				return cfail(c, "$EXPERT_ID has no value here");
 			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%lld",
 					      (long long)v);
 			s += ml;
@@ -1672,6 +1669,16 @@ static int compile_statement(cc *c)
 		if (!rc)
 			rc = instance_names(c, st->out, st->nout, ids, 1, &in,
 					    &out);
+		if (rc == -ERANGE) {
+			rc = note(c,
+				  "AOA statement %zu: layer %lld has no "
+				  "layer before it ($LAYER_ID_OFFSET); its "
+				  "tensors are left as they are",
+				  st->no, (long long)ids[0]);
+			names_free(&in);
+			names_free(&out);
+			continue;
+		}
 		if (!rc && in.n && instance_matches(c, &in)) {
 			matched++;
 			rc = run_instance(c, &in, &out);

@@ -6,6 +6,8 @@ operation independently (paddle-format.md section 5).
 
   aoa_oracle.py gen DIR SEED         an HF Llama-like checkpoint + truth.npz
   aoa_oracle.py check MNT DIR CASE TP  the mount's ranks/ against CASE's truth
+  aoa_oracle.py same MNT DIR         the mount (tp 1) serves exactly DIR's
+                                     tensors, bit for bit (a round trip)
 """
 import json
 import os
@@ -171,10 +173,19 @@ def main():
         os.makedirs(d, exist_ok=True)
         write_st(os.path.join(d, "model.safetensors"), hf_model(seed))
         return 0
-    mnt, d, case, tp = sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
-    m = read_st(os.path.join(d, "model.safetensors"))
-    want = expected(m, case, tp)
+    if sys.argv[1] == "same":
+        mnt, d, case, tp = sys.argv[2], sys.argv[3], None, 1
+        want = read_st(os.path.join(d, "model.safetensors"))
+    else:
+        mnt, d, case, tp = sys.argv[2], sys.argv[3], sys.argv[4], \
+            int(sys.argv[5])
+        want = expected(read_st(os.path.join(d, "model.safetensors")), case,
+                        tp)
     got = served(mnt, tp)
+    if case is None and set(got) != set(want):
+        print("names differ: extra %s, missing %s" % (
+            sorted(set(got) - set(want)), sorted(set(want) - set(got))))
+        return 1
     bad = 0
     for k, t in want.items():
         if k not in got:
