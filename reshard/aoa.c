@@ -487,11 +487,11 @@ static int take_macros(lexer *l, astmt *st, size_t pos)
 			continue;
 		}
 		free(st->out[i].name);
-		if (st->macro)
-			return lex_fail(l, pos, "two fused macros");
-		st->macro = m;
+		st->macro = st->macro ? -1 : m;
 	}
 	st->nout = k;
+	if (st->macro < 0)
+		return lex_fail(l, pos, "two fused macros");
 	if (!k)
 		return lex_fail(l, pos, "no destination");
 	if ((st->num_heads || st->num_kv) && st->macro != M_FUSED_QKV &&
@@ -1708,8 +1708,8 @@ static int describe(const var *v, char **out)
 		char buf[1024];
 		size_t k = 0;
 
-		k += (size_t)snprintf(buf + k, sizeof(buf) - k, " %s%s",
-				      i ? "; " : "", p->src);
+		k += (size_t)snprintf(buf + k, sizeof(buf) - k, "%s%s",
+				      i ? "; " : " ", p->src);
 		for (size_t j = 0; j < p->nst && k < sizeof(buf) - 64; j++) {
 			const cstep *t = &p->st[j];
 
