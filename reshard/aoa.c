@@ -668,7 +668,9 @@ struct flx_aoa_prog {
 	flx_xform *x;
 	char **notes;
 	size_t nnotes, capnotes;
-	char **tname, **thow;
+	char **tname, **tchain;
+	char ***tsrc; /* per target, its pieces' descriptions */
+	size_t *tnsrc;
 	size_t ntargets;
 };
 
@@ -1695,72 +1697,78 @@ static int compile_statement(cc *c)
 
 /* ---- the compiled program ---- */
 
-static int describe(const var *v, char **out)
+/* A box "[lo:hi, ...]" appended to buf. */
+static size_t put_box(char *buf, size_t len, size_t k, int ndim,
+		      const int64_t *lo, const int64_t *ext)
 {
-	size_t cap = 256, n = 0;
-	char *s = malloc(cap);
+	k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "[");
+	for (int d = 0; d < ndim; d++)
+		k += (size_t)snprintf(buf + k, k < len ? len - k : 0,
+				      "%s%lld:%lld", d ? ", " : "",
+				      (long long)lo[d],
+				      (long long)(lo[d] + ext[d]));
+	k += (size_t)snprintf(buf + k, k < len ? len - k : 0, "]");
+	return k;
+}
 
-	if (!s)
-		return -ENOMEM;
-	n += (size_t)snprintf(s, cap, "%s:", v->chain ? v->chain : "");
-	for (size_t i = 0; i < v->np; i++) {
-		const cpiece *p = &v->p[i];
-		char buf[1024];
-		size_t k = 0;
+/* Piece p of v as "source[box] transpose(...) cast(...) -> [box]": the
+ * box of the source tensor it reads, the chain applied to it, and the box
+ * of the target it fills. */
+static int describe_piece(const cc *c, const var *v, const cpiece *p,
+			  char **out)
+{
+	const flx_tensor *t = flx_ckpt_find(c->src, p->src);
+	int64_t lo[FLX_MAX_DIMS] = {0}, ext[FLX_MAX_DIMS];
+	int map[FLX_MAX_DIMS], perm[FLX_MAX_DIMS], nd = t->ndim;
+	flx_dtype to = FLX_DT_INVALID;
+	bool moved = false;
+	char buf[2048];
+	size_t k;
 
-		k += (size_t)snprintf(buf + k, sizeof(buf) - k, "%s%s",
-				      i ? "; " : " ", p->src);
-		for (size_t j = 0; j < p->nst && k < sizeof(buf) - 64; j++) {
-			const cstep *t = &p->st[j];
+	memcpy(ext, t->shape, sizeof(ext));
+	for (int d = 0; d < nd; d++)
+		map[d] = d; /* current axis d is source axis map[d] */
+	for (size_t j = 0; j < p->nst; j++) {
+		const cstep *s = &p->st[j];
+		int m[FLX_MAX_DIMS];
 
-			if (t->kind == CS_SLICE)
-				k += (size_t)snprintf(
-				    buf + k, sizeof(buf) - k,
-				    " slice(axis %d, %lld:%lld)", t->axis,
-				    (long long)t->start,
-				    (long long)(t->start + t->len));
-			else if (t->kind == CS_CAST)
-				k += (size_t)snprintf(buf + k, sizeof(buf) - k,
-						      " cast(%s)",
-						      flx_dtype_name(t->to));
-			else {
-				k += (size_t)snprintf(buf + k, sizeof(buf) - k,
-						      " transpose(");
-				for (int d = 0; d < t->ndim; d++)
-					k += (size_t)snprintf(
-					    buf + k, sizeof(buf) - k, "%s%d",
-					    d ? "," : "", t->perm[d]);
-				k += (size_t)snprintf(buf + k, sizeof(buf) - k,
-						      ")");
-			}
+		if (s->kind == CS_SLICE) {
+			lo[map[s->axis]] += s->start;
+			ext[map[s->axis]] = s->len;
+		} else if (s->kind == CS_CAST) {
+			to = s->to;
+		} else {
+			for (int d = 0; d < nd; d++)
+				m[d] = map[s->perm[d]];
+			memcpy(map, m, sizeof(m));
 		}
-		if (k < sizeof(buf) - 32) {
-			k += (size_t)snprintf(buf + k, sizeof(buf) - k, " @[");
-			for (int d = 0; d < v->ndim && k < sizeof(buf) - 24;
-			     d++)
-				k += (size_t)snprintf(buf + k, sizeof(buf) - k,
-						      "%s%lld", d ? "," : "",
-						      (long long)p->at[d]);
-			k += (size_t)snprintf(buf + k, sizeof(buf) - k, "]");
-		}
-		if (k >= sizeof(buf))
-			k = sizeof(buf) - 1;
-		if (n + k + 1 > cap) {
-			char *ns;
-
-			cap = 2 * (n + k + 1);
-			ns = realloc(s, cap);
-			if (!ns) {
-				free(s);
-				return -ENOMEM;
-			}
-			s = ns;
-		}
-		memcpy(s + n, buf, k + 1);
-		n += k;
 	}
-	*out = s;
-	return 0;
+	for (int d = 0; d < nd; d++)
+		moved |= map[d] != d;
+	k = (size_t)snprintf(buf, sizeof(buf), "%s", p->src);
+	k = put_box(buf, sizeof(buf), k, nd, lo, ext);
+	if (moved) {
+		for (int d = 0; d < nd; d++)
+			perm[d] = map[d];
+		k += (size_t)snprintf(buf + k,
+				      k < sizeof(buf) ? sizeof(buf) - k : 0,
+				      " permute(");
+		for (int d = 0; d < nd; d++)
+			k += (size_t)snprintf(
+			    buf + k, k < sizeof(buf) ? sizeof(buf) - k : 0,
+			    "%s%d", d ? "," : "", perm[d]);
+		k += (size_t)snprintf(
+		    buf + k, k < sizeof(buf) ? sizeof(buf) - k : 0, ")");
+	}
+	if (to != FLX_DT_INVALID)
+		k += (size_t)snprintf(buf + k,
+				      k < sizeof(buf) ? sizeof(buf) - k : 0,
+				      " cast(%s)", flx_dtype_name(to));
+	k += (size_t)snprintf(buf + k, k < sizeof(buf) ? sizeof(buf) - k : 0,
+			      " -> ");
+	put_box(buf, sizeof(buf), k, v->ndim, p->at, p->shape);
+	*out = strdup(buf);
+	return *out ? 0 : -ENOMEM;
 }
 
 /* Variable v as a placed target of the list. */
@@ -1808,19 +1816,28 @@ int flx_aoa_compile(const flx_aoa *a, const flx_ckpt *src, int tp,
 		nout += c.v[i].live;
 	if (!rc && nout) {
 		c.p->tname = calloc(nout, sizeof(char *));
-		c.p->thow = calloc(nout, sizeof(char *));
-		if (!c.p->tname || !c.p->thow)
+		c.p->tchain = calloc(nout, sizeof(char *));
+		c.p->tsrc = calloc(nout, sizeof(char **));
+		c.p->tnsrc = calloc(nout, sizeof(size_t));
+		if (!c.p->tname || !c.p->tchain || !c.p->tsrc || !c.p->tnsrc)
 			rc = -ENOMEM;
 	}
 	for (size_t i = 0; i < c.nv && !rc; i++) {
-		if (!c.v[i].live)
+		const var *v = &c.v[i];
+		size_t t = c.p->ntargets;
+
+		if (!v->live)
 			continue;
-		rc = emit(&c, &c.v[i]);
-		if (!rc && !(c.p->tname[c.p->ntargets] = strdup(c.v[i].name)))
+		c.p->ntargets++;
+		rc = emit(&c, v);
+		if (!rc && (!(c.p->tname[t] = strdup(v->name)) ||
+			    !(c.p->tchain[t] = strdup(v->chain)) ||
+			    !(c.p->tsrc[t] = calloc(v->np, sizeof(char *)))))
 			rc = -ENOMEM;
-		if (!rc)
-			rc = describe(&c.v[i], &c.p->thow[c.p->ntargets]);
-		c.p->ntargets += !rc;
+		for (size_t k = 0; k < v->np && !rc; k++) {
+			rc = describe_piece(&c, v, &v->p[k], &c.p->tsrc[t][k]);
+			c.p->tnsrc[t] += !rc;
+		}
 	}
 	for (size_t i = 0; i < c.nv; i++)
 		var_release(&c.v[i]);
@@ -1853,13 +1870,19 @@ size_t flx_aoa_prog_nnotes(const flx_aoa_prog *p)
 }
 
 int flx_aoa_prog_target(const flx_aoa_prog *p, size_t i, const char **name,
-			const char **how)
+			const char **chain, size_t *nsources)
 {
 	if (!p || i >= p->ntargets)
 		return -ENOENT;
 	*name = p->tname[i];
-	*how = p->thow[i];
+	*chain = p->tchain[i];
+	*nsources = p->tnsrc[i];
 	return 0;
+}
+
+const char *flx_aoa_prog_source(const flx_aoa_prog *p, size_t i, size_t k)
+{
+	return p && i < p->ntargets && k < p->tnsrc[i] ? p->tsrc[i][k] : NULL;
 }
 
 void flx_aoa_prog_free(flx_aoa_prog *p)
@@ -1871,10 +1894,15 @@ void flx_aoa_prog_free(flx_aoa_prog *p)
 		free(p->notes[i]);
 	for (size_t i = 0; i < p->ntargets; i++) {
 		free(p->tname[i]);
-		free(p->thow[i]);
+		free(p->tchain[i]);
+		for (size_t k = 0; k < p->tnsrc[i]; k++)
+			free(p->tsrc[i][k]);
+		free(p->tsrc[i]);
 	}
 	free(p->notes);
 	free(p->tname);
-	free(p->thow);
+	free(p->tchain);
+	free(p->tsrc);
+	free(p->tnsrc);
 	free(p);
 }

@@ -78,11 +78,18 @@ int flx_aoa_prog_note(const flx_aoa_prog *p, size_t i, char *buf, size_t len);
 /** Number of warnings (0 for NULL). */
 size_t flx_aoa_prog_nnotes(const flx_aoa_prog *p);
 
-/** Target i (0, 1, ...): its name and how it is made, one line ("stmt 3
- * <- stmt 1: src[box] transpose(1,0) @[0,0]; ..."), both valid until
- * flx_aoa_prog_free().  @return 0, or -ENOENT past the last. */
+/** Target i (0, 1, ...), in the order of the statements that wrote them:
+ * its name, the statements that made it ("stmt 3 <- stmt 1, stmt 2") and
+ * the number of its source boxes, all valid until flx_aoa_prog_free().
+ * @return 0, or -ENOENT past the last. */
 int flx_aoa_prog_target(const flx_aoa_prog *p, size_t i, const char **name,
-			const char **how);
+			const char **chain, size_t *nsources);
+
+/** Source box k of target i, one line: "SOURCE[lo:hi, ...] permute(...)
+ * cast(DTYPE) -> [lo:hi, ...]" (the box of the source tensor read, the
+ * chain applied to it, the box of the target it fills); NULL past the
+ * last.  Valid until flx_aoa_prog_free(). */
+const char *flx_aoa_prog_source(const flx_aoa_prog *p, size_t i, size_t k);
 
 /** Free a program; NULL is fine. */
 void flx_aoa_prog_free(flx_aoa_prog *p);

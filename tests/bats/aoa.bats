@@ -97,3 +97,28 @@ teardown() {
 	run "$FLEXFS_INSPECT" "$SRC" -o "rules=$r"
 	[[ $output == *"rule: unknown key of the rules object"* ]]
 }
+
+@test "aoa: flexfs-inspect prints each target's statements and source boxes, --json too" {
+	run "$FLEXFS_INSPECT" "$SRC" -o "tp=2,rules=$RULES_DIR/concat.json"
+	[ "$status" -eq 0 ]
+	[[ $output == *"cut_1  (stmt 2 <- stmt 1)"* ]]
+	[[ $output == *"    model.layers.1.mlp.gate_proj.weight[12:24, 0:32] -> [0:12, 32:64]"* ]]
+	[[ $output == *"AOA statement 5 matches no tensor"* ]]
+	run "$FLEXFS_INSPECT" "$SRC" -o "rules=$RULES_DIR/hf_to_paddle_cast.json" --json
+	[ "$status" -eq 0 ]
+	run /usr/bin/python3 -c '
+import json, sys
+a = json.loads(sys.argv[1])["aoa"]
+t = a["model.layers.2.mlp.up_gate_proj.weight"]
+assert t["statements"] == "stmt 3", t
+assert t["sources"] == [
+    "model.layers.2.mlp.gate_proj.weight[0:48, 0:32] permute(1,0) -> [0:32, 0:48]",
+    "model.layers.2.mlp.up_proj.weight[0:48, 0:32] permute(1,0) -> [0:32, 48:96]"], t
+assert a["model.layers.0.mlp.gate.weight"]["sources"] == [
+    "model.layers.0.mlp.gate.weight[0:4, 0:32] cast(float32) -> [0:4, 0:32]"]
+assert a["lm_head.weight"]["sources"] == [
+    "model.embed_tokens.weight[0:64, 0:32] -> [0:64, 0:32]"]
+print("ok")' "$output"
+	echo "$output"
+	[ "$status" -eq 0 ]
+}

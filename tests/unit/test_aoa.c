@@ -151,7 +151,7 @@ static int compile(const char *const *stmts, size_t n, int tp, char *buf,
 	flx_xindex *xi = NULL;
 	flx_error err;
 	const char *name, *how;
-	size_t k = 0;
+	size_t k = 0, ns;
 	int rc;
 
 	flx_error_init(&err);
@@ -163,8 +163,15 @@ static int compile(const char *const *stmts, size_t n, int tp, char *buf,
 		rc = flx_aoa_compile(a, c, tp, &p, &err);
 	if (!rc)
 		rc = flx_xform_apply(flx_aoa_prog_xform(p), c, &xi, &err);
-	for (size_t i = 0; !rc && !flx_aoa_prog_target(p, i, &name, &how); i++)
-		k += (size_t)snprintf(buf + k, len - k, "%s = %s\n", name, how);
+	for (size_t i = 0; !rc && !flx_aoa_prog_target(p, i, &name, &how, &ns);
+	     i++) {
+		k += (size_t)snprintf(buf + k, len - k, "%s = %s:", name, how);
+		for (size_t j = 0; j < ns; j++)
+			k += (size_t)snprintf(buf + k, len - k, "%s %s",
+					      j ? ";" : "",
+					      flx_aoa_prog_source(p, i, j));
+		k += (size_t)snprintf(buf + k, len - k, "\n");
+	}
 	if (rc)
 		snprintf(buf, len, "%s", err.text);
 	flx_xindex_free(xi);
@@ -193,26 +200,32 @@ static void test_compile(void)
 
 	/* group g: [q heads 2g, 2g+1 | k head g | v head g], head dim 6 */
 	CHECK_EQ(compile(qkv, 1, 1, buf, sizeof(buf)), 0);
-	CHECK(strstr(buf,
-		     "qkv = stmt 1: " L0
-		     "self_attn.q_proj.weight slice(axis 0, 0:12) @[0,0]; " L0
-		     "self_attn.k_proj.weight slice(axis 0, 0:6) @[12,0]; " L0
-		     "self_attn.v_proj.weight slice(axis 0, 0:6) @[18,0]; " L0
-		     "self_attn.q_proj.weight slice(axis 0, 12:24) @[24,0]"));
+	CHECK(strstr(buf, "qkv = stmt 1: " L0 "self_attn.q_proj.weight[0:12, "
+			  "0:24] -> [0:12, 0:24]; " L0 "self_attn.k_proj."
+			  "weight[0:6, 0:24] -> [12:18, 0:24]; " L0
+			  "self_attn.v_proj.weight[0:6, 0:24] -> [18:24, "
+			  "0:24]; " L0 "self_attn.q_proj.weight[12:24, 0:24] "
+			  "-> [24:36, 0:24]; " L0 "self_attn.k_proj.weight[6:"
+			  "12, 0:24] -> [36:42, 0:24]; " L0 "self_attn.v_proj."
+			  "weight[6:12, 0:24] -> [42:48, 0:24]\n"));
 	/* and back: q is whole again, from the sources themselves */
 	CHECK_EQ(compile(qkv, 2, 1, buf, sizeof(buf)), 0);
-	CHECK(strstr(buf,
-		     "q = stmt 2 <- stmt 1: " L0
-		     "self_attn.q_proj.weight slice(axis 0, 0:12) @[0,0]; " L0
-		     "self_attn.q_proj.weight slice(axis 0, 12:24) @[12,0]\n"));
+	CHECK(strstr(buf, "q = stmt 2 <- stmt 1: " L0 "self_attn.q_proj."
+			  "weight[0:12, 0:24] -> [0:12, 0:24]; " L0
+			  "self_attn.q_proj.weight[12:24, 0:24] -> [12:24, "
+			  "0:24]\n"));
 	CHECK(!strstr(buf, "qkv ="));
 	/* per-rank [gate_r | up_r] along axis 1 of the transposed weights */
 	CHECK_EQ(compile(ffn, 1, 1, buf, sizeof(buf)), 0);
-	CHECK(strstr(
-	    buf, "gu = stmt 1: " L0 "mlp.gate_proj.weight transpose(1,0) "
-		 "@[0,0]; " L0 "mlp.up_proj.weight transpose(1,0) @[0,35]\n"));
+	CHECK(strstr(buf,
+		     "gu = stmt 1: " L0 "mlp.gate_proj.weight[0:35, 0:24] "
+		     "permute(1,0) -> [0:24, 0:35]; " L0 "mlp.up_proj."
+		     "weight[0:35, 0:24] permute(1,0) -> [0:24, 35:70]\n"));
 	CHECK_EQ(compile(ffn, 1, 5, buf, sizeof(buf)), 0);
-	CHECK(strstr(buf, "transpose(1,0) slice(axis 1, 7:14) @[0,14]; "));
+	CHECK(strstr(buf,
+		     "; " L0 "mlp.gate_proj.weight[7:14, 0:24] permute(1,0) "
+		     "-> [0:24, 14:21]; " L0 "mlp.up_proj.weight[7:14, "
+		     "0:24] permute(1,0) -> [0:24, 21:28]; "));
 	CHECK_EQ(compile(ffn, 1, 2, buf, sizeof(buf)), -EINVAL);
 	CHECK(strstr(buf,
 		     "statement 1: axis 1 of extent 35 does not split into "
@@ -221,9 +234,8 @@ static void test_compile(void)
 	CHECK_EQ(compile(cut, 3, 1, buf, sizeof(buf)), 0);
 	CHECK(strstr(buf,
 		     "e_2 = stmt 3 <- stmt 2 <- stmt 1: " L0
-		     "mlp.gate_proj.weight slice(axis 1, 12:24) slice(axis "
-		     "0, 28:35) @[0,0]; " L0 "mlp.up_proj.weight slice(axis "
-		     "1, 12:24) slice(axis 0, 0:7) @[7,0]\n"));
+		     "mlp.gate_proj.weight[28:35, 12:24] -> [0:7, 0:12]; " L0
+		     "mlp.up_proj.weight[0:7, 12:24] -> [7:14, 0:12]\n"));
 }
 
 static void test_refused(void)
