@@ -46,7 +46,9 @@ typedef struct astmt {
 	bool has_axis, has_dtype, has_permute, has_reshape;
 	int axis;
 	flx_dtype dtype;
-	int nperm; /* 0 with has_permute: reverse the axes */
+	int nperm;  /* 0 with has_permute: reverse the axes */
+	int nshape; /* reshape='[...]': the new shape (-1: inferred) */
+	int64_t shape[FLX_MAX_DIMS];
 	int perm[FLX_MAX_DIMS];
 	int macro;
 	int64_t num_heads, num_kv, src_tp, dst_tp; /* 0: absent */
@@ -397,6 +399,55 @@ bad:
 			"'[1,0]' or '[]'");
 }
 
+/* reshape='[d0, d1, ...]': extents, one of them -1 at most. */
+static int parse_shape(lexer *l, astmt *st, const token *v)
+{
+	const char *s = l->s + v->pos + 1, *e = l->s + v->pos + v->len - 1;
+	int infer = 0;
+
+	while (s < e && isspace((unsigned char)*s))
+		s++;
+	if (s == e || *s++ != '[')
+		goto bad;
+	for (st->nshape = 0;;) {
+		int64_t d = 0;
+		bool neg = false, any = false;
+
+		while (s < e && isspace((unsigned char)*s))
+			s++;
+		if (s < e && *s == '-')
+			neg = true, s++;
+		while (s < e && isdigit((unsigned char)*s) && d < (1ll << 48)) {
+			d = d * 10 + (*s++ - '0');
+			any = true;
+		}
+		if (!any || st->nshape == FLX_MAX_DIMS || (neg && d != 1) ||
+		    (!neg && d < 1) || (neg && infer++))
+			goto bad;
+		st->shape[st->nshape++] = neg ? -1 : d;
+		while (s < e && isspace((unsigned char)*s))
+			s++;
+		if (s < e && *s == ',') {
+			s++;
+			continue;
+		}
+		if (s < e && *s == ']')
+			break;
+		goto bad;
+	}
+	s++;
+	while (s < e && isspace((unsigned char)*s))
+		s++;
+	if (s != e)
+		goto bad;
+	st->has_reshape = true;
+	return 0;
+bad:
+	return lex_fail(l, v->pos,
+			"reshape must be a list of positive extents, one "
+			"of them -1 at most: '[4,2,8]'");
+}
+
 /* ATTR := IDENT '=' (NUMBER | STRING) */
 static int parse_attr(lexer *l, astmt *st)
 {
@@ -463,8 +514,11 @@ static int parse_attr(lexer *l, astmt *st)
 		return parse_perm(l, st, &v);
 	}
 	if (KEY_IS("reshape")) {
-		st->has_reshape = true;
-		return 0;
+		if (st->has_reshape)
+			return lex_fail(l, k.pos, "reshape given twice");
+		if (v.kind != T_STRING)
+			return lex_fail(l, v.pos, "reshape must be a string");
+		return parse_shape(l, st, &v);
 	}
 #undef KEY_IS
 	return lex_fail(l, k.pos, "unknown attribute '%.*s'", (int)k.len, key);
@@ -633,7 +687,13 @@ out:
 
 /* ---- the compiler: symbolic variables ---- */
 
-typedef enum { CS_SLICE, CS_TRANSPOSE, CS_CAST } cstep_kind;
+typedef enum {
+	CS_SLICE,
+	CS_TRANSPOSE,
+	CS_CAST,
+	CS_UNSTACK,
+	CS_UNSQUEEZE
+} cstep_kind;
 
 typedef struct cstep {
 	cstep_kind kind;
@@ -904,6 +964,200 @@ static int var_concat(cc *c, var *const *in, size_t n, int a, var *out)
 	}
 	out->shape[a] = shift;
 	return 0;
+}
+
+/* A reshape multiplies pieces: a bound on one variable's. */
+#define MAX_PIECES 65536
+
+/* out = v with axes d and d + 1 merged (row-major): every piece is cut
+ * into its rows along d, each placed at row * extent(d + 1). */
+static int var_merge(cc *c, const var *v, int d, var *out)
+{
+	int64_t b = v->shape[d + 1];
+
+	memset(out, 0, sizeof(*out));
+	out->dtype = v->dtype;
+	out->ndim = v->ndim - 1;
+	for (int k = 0, j = 0; k < v->ndim; k++)
+		if (k != d + 1)
+			out->shape[j++] =
+			    k == d ? v->shape[d] * b : v->shape[k];
+	for (size_t i = 0; i < v->np; i++) {
+		const cpiece *p = &v->p[i];
+
+		for (int64_t r = 0; r < p->shape[d]; r++) {
+			cstep s = {.kind = CS_UNSTACK, .axis = d, .start = r};
+			cpiece q;
+			int rc;
+
+			if (out->np >= MAX_PIECES)
+				return cfail(c,
+					     "reshape into more than %d "
+					     "boxes",
+					     MAX_PIECES);
+			if (piece_copy(&q, p))
+				return -ENOMEM;
+			for (int k = d; k + 1 < v->ndim; k++) {
+				q.at[k] = p->at[k + 1];
+				q.shape[k] = p->shape[k + 1];
+			}
+			q.at[d] = (p->at[d] + r) * b + p->at[d + 1];
+			rc = piece_step(&q, &s);
+			if (!rc)
+				rc = add_piece(out, &q);
+			free(q.st);
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
+
+/* out = v with axis d (extent a * b) split into axes d (a) and d + 1
+ * (b), row-major: slices of b rows, each given a new axis d. */
+static int var_split_axis(cc *c, const var *v, int d, int64_t a, var *out)
+{
+	int64_t b = v->shape[d] / a;
+	int rc = 0;
+
+	memset(out, 0, sizeof(*out));
+	out->dtype = v->dtype;
+	out->ndim = v->ndim + 1;
+	for (int k = 0; k < out->ndim; k++)
+		out->shape[k] = k < d	     ? v->shape[k]
+				: k == d     ? a
+				: k == d + 1 ? b
+					     : v->shape[k - 1];
+	for (int64_t i = 0; i < a && !rc; i++) {
+		var sl;
+
+		rc = var_slice(v, d, i * b, b, &sl);
+		for (size_t j = 0; j < sl.np && !rc; j++) {
+			cstep s = {.kind = CS_UNSQUEEZE, .axis = d};
+			cpiece *q = &sl.p[j];
+
+			if (out->np >= MAX_PIECES) {
+				rc = cfail(c, "reshape into more than %d boxes",
+					   MAX_PIECES);
+				break;
+			}
+			for (int k = v->ndim; k > d; k--) {
+				q->at[k] = q->at[k - 1];
+				q->shape[k] = q->shape[k - 1];
+			}
+			q->at[d] = i;
+			q->shape[d] = 1;
+			rc = piece_step(q, &s);
+			if (!rc)
+				rc = add_piece(out, q);
+		}
+		var_release(&sl);
+	}
+	return rc;
+}
+
+/* v (taken over) replaced by *with. */
+static void var_replace(var *v, var *with)
+{
+	var_release(v);
+	*v = *with;
+	memset(with, 0, sizeof(*with));
+}
+
+/* v reshaped in place to the statement's shape, row-major as numpy: the
+ * extent-1 axes are dropped, each group of axes whose product matches a
+ * group of new axes is merged into one and split again, then the new
+ * extent-1 axes are added. */
+static int var_reshape(cc *c, var *v)
+{
+	const astmt *st = c->st;
+	int64_t want[FLX_MAX_DIMS], known = 1;
+	uint64_t numel = flx_numel(v->ndim, v->shape);
+	int infer = -1, pos = 0, nn = 0, rc = 0;
+	int64_t nz[FLX_MAX_DIMS];
+	var t;
+
+	for (int k = 0; k < st->nshape; k++) {
+		want[k] = st->shape[k];
+		if (want[k] < 0)
+			infer = k;
+		else if (__builtin_mul_overflow(known, want[k], &known))
+			return cfail(c, "reshape extents overflow");
+	}
+	if (infer >= 0 && known && numel % (uint64_t)known == 0)
+		want[infer] = (int64_t)(numel / (uint64_t)known), known = 0;
+	if ((infer >= 0 && known) || flx_numel(st->nshape, want) != numel)
+		return cfail(c,
+			     "reshape to %d axes of another element count "
+			     "than the tensor's %llu",
+			     st->nshape, (unsigned long long)numel);
+	/* drop the extent-1 axes */
+	for (int k = v->ndim - 1; k >= 0 && !rc; k--) {
+		if (v->shape[k] != 1)
+			continue;
+		for (size_t i = 0; i < v->np && !rc; i++) {
+			cstep s = {.kind = CS_UNSTACK, .axis = k};
+			cpiece *p = &v->p[i];
+
+			for (int j = k; j + 1 < v->ndim; j++) {
+				p->at[j] = p->at[j + 1];
+				p->shape[j] = p->shape[j + 1];
+			}
+			rc = piece_step(p, &s);
+		}
+		for (int j = k; j + 1 < v->ndim; j++)
+			v->shape[j] = v->shape[j + 1];
+		v->ndim--;
+	}
+	for (int k = 0; k < st->nshape; k++)
+		if (want[k] != 1)
+			nz[nn++] = want[k];
+	/* groups of equal products */
+	for (int j = 0; j < nn && !rc;) {
+		int64_t po = v->shape[pos], pn = nz[j];
+		int ko = 1, kn = 1;
+
+		while (po != pn) {
+			if (po < pn)
+				po *= v->shape[pos + ko++];
+			else
+				pn *= nz[j + kn++];
+		}
+		for (int m = 1; m < ko && !rc; m++) {
+			rc = var_merge(c, v, pos, &t);
+			if (!rc)
+				var_replace(v, &t);
+		}
+		for (int m = 0; m + 1 < kn && !rc; m++) {
+			rc = var_split_axis(c, v, pos + m, nz[j + m], &t);
+			if (!rc)
+				var_replace(v, &t);
+		}
+		pos += kn;
+		j += kn;
+	}
+	/* add the new extent-1 axes */
+	for (int k = 0; k < st->nshape && !rc; k++) {
+		if (want[k] != 1)
+			continue;
+		for (size_t i = 0; i < v->np && !rc; i++) {
+			cstep s = {.kind = CS_UNSQUEEZE, .axis = k};
+			cpiece *p = &v->p[i];
+
+			for (int j = v->ndim; j > k; j--) {
+				p->at[j] = p->at[j - 1];
+				p->shape[j] = p->shape[j - 1];
+			}
+			p->at[k] = 0;
+			p->shape[k] = 1;
+			rc = piece_step(p, &s);
+		}
+		for (int j = v->ndim; j > k; j--)
+			v->shape[j] = v->shape[j - 1];
+		v->shape[k] = 1;
+		v->ndim++;
+	}
+	return rc;
 }
 
 /* ---- the compiler: names ---- */
@@ -1556,8 +1810,14 @@ static int run_instance(cc *c, const names *in, const names *out)
 		rc = -ENOMEM;
 	if (rc)
 		goto out;
-	if (st->has_reshape) {
-		rc = cfail(c, "reshape= is not supported");
+	if (st->has_reshape && (in->n != 1 || out->n != 1 || st->macro ||
+				st->has_dtype || st->has_permute)) {
+		rc = cfail(c, "reshape is a statement of one source, one "
+			      "destination and no other operation");
+	} else if (st->has_reshape) {
+		rc = var_copy(&iv[0], &ov[0]);
+		if (!rc)
+			rc = var_reshape(c, &ov[0]);
 	} else if (st->macro) {
 		rc = run_fused(c, iv, in->n, ov, out->n);
 	} else if (in->n == 1 && out->n == 1) {
@@ -1719,7 +1979,7 @@ static int describe_piece(const cc *c, const var *v, const cpiece *p,
 {
 	const flx_tensor *t = flx_ckpt_find(c->src, p->src);
 	int64_t lo[FLX_MAX_DIMS] = {0}, ext[FLX_MAX_DIMS];
-	int map[FLX_MAX_DIMS], perm[FLX_MAX_DIMS], nd = t->ndim;
+	int map[FLX_MAX_DIMS + 1], nd = t->ndim, cn = nd;
 	flx_dtype to = FLX_DT_INVALID;
 	bool moved = false;
 	char buf[2048];
@@ -1727,36 +1987,49 @@ static int describe_piece(const cc *c, const var *v, const cpiece *p,
 
 	memcpy(ext, t->shape, sizeof(ext));
 	for (int d = 0; d < nd; d++)
-		map[d] = d; /* current axis d is source axis map[d] */
+		map[d] = d; /* current axis d is source axis map[d], -1: new */
 	for (size_t j = 0; j < p->nst; j++) {
 		const cstep *s = &p->st[j];
-		int m[FLX_MAX_DIMS];
+		int m[FLX_MAX_DIMS], a = s->axis;
 
-		if (s->kind == CS_SLICE) {
-			lo[map[s->axis]] += s->start;
-			ext[map[s->axis]] = s->len;
-		} else if (s->kind == CS_CAST) {
+		if ((s->kind == CS_SLICE || s->kind == CS_UNSTACK) &&
+		    map[a] >= 0) {
+			lo[map[a]] += s->start;
+			ext[map[a]] = s->kind == CS_SLICE ? s->len : 1;
+		}
+		if (s->kind == CS_CAST) {
 			to = s->to;
-		} else {
-			for (int d = 0; d < nd; d++)
+		} else if (s->kind == CS_UNSTACK) {
+			memmove(map + a, map + a + 1,
+				(size_t)(cn - a - 1) * sizeof(int));
+			cn--;
+		} else if (s->kind == CS_UNSQUEEZE) {
+			memmove(map + a + 1, map + a,
+				(size_t)(cn - a) * sizeof(int));
+			map[a] = -1;
+			cn++;
+		} else if (s->kind == CS_TRANSPOSE) {
+			for (int d = 0; d < cn; d++)
 				m[d] = map[s->perm[d]];
 			memcpy(map, m, sizeof(m));
 		}
 	}
-	for (int d = 0; d < nd; d++)
+	moved = cn != nd;
+	for (int d = 0; d < cn; d++)
 		moved |= map[d] != d;
 	k = (size_t)snprintf(buf, sizeof(buf), "%s", p->src);
 	k = put_box(buf, sizeof(buf), k, nd, lo, ext);
 	if (moved) {
-		for (int d = 0; d < nd; d++)
-			perm[d] = map[d];
+		/* permute(...) when the axes are only reordered; axes(...)
+		 * with "new" for added ones when some were added or dropped */
 		k += (size_t)snprintf(buf + k,
 				      k < sizeof(buf) ? sizeof(buf) - k : 0,
-				      " permute(");
-		for (int d = 0; d < nd; d++)
+				      cn == nd ? " permute(" : " axes(");
+		for (int d = 0; d < cn; d++)
 			k += (size_t)snprintf(
 			    buf + k, k < sizeof(buf) ? sizeof(buf) - k : 0,
-			    "%s%d", d ? "," : "", perm[d]);
+			    map[d] < 0 ? "%snew" : "%s%d", d ? "," : "",
+			    map[d]);
 		k += (size_t)snprintf(
 		    buf + k, k < sizeof(buf) ? sizeof(buf) - k : 0, ")");
 	}
@@ -1789,6 +2062,11 @@ static int emit(cc *c, const var *v)
 						     s->len, c->err);
 			else if (s->kind == CS_CAST)
 				rc = flx_xform_cast(x, s->to, c->err);
+			else if (s->kind == CS_UNSTACK)
+				rc = flx_xform_unstack(x, s->axis, s->start,
+						       c->err);
+			else if (s->kind == CS_UNSQUEEZE)
+				rc = flx_xform_unsqueeze(x, s->axis, c->err);
 			else
 				rc = flx_xform_transpose(x, s->ndim, s->perm,
 							 c->err);

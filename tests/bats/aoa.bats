@@ -65,12 +65,12 @@ teardown() {
 	unmount_ff "$MNT"
 }
 
-@test "aoa: concat then split across the boundary, name[a:b], prefix*suffix, \$LAYER_ID_OFFSET; unmatched statements warn" {
+@test "aoa: concat then split across the boundary, reshape (stacked layers unstacked), name[a:b], prefix*suffix, \$LAYER_ID_OFFSET; unmatched statements warn" {
 	mount_ff "$SRC" "$MNT" "tp=2,rules=$RULES_DIR/concat.json"
 	run /usr/bin/python3 "$ORACLE" check "$MNT" "$SRC" concat 2
 	echo "$output"
 	[ "$status" -eq 0 ]
-	[[ $output == *"checked 8 tensors, 0 wrong"* ]]
+	[[ $output == *"checked 11 tensors, 0 wrong"* ]]
 	unmount_ff "$MNT"
 	grep -q "AOA statement 5 matches no tensor: model.layers.99.nothing -> x" "$FF_ERR"
 	grep -q "AOA statement 3: layer 0 has no layer before it" "$FF_ERR"

@@ -118,6 +118,9 @@ static const struct {
     {"w[3:3] -> b", "statement 2 column 2: range [3:3] is empty"},
     {"w[1:x] -> b", "statement 2 column 5: expected a number"},
     {"a -> b, num_heads=0, fused_qkv", "num_heads must be in [1, 2^20]"},
+    {"a -> b, reshape='[2,-1,-1]'", "column 17: reshape must be a list"},
+    {"a -> b, reshape='[2,0]'", "column 17: reshape must be a list"},
+    {"a -> b, reshape=3", "column 17: reshape must be a string"},
 };
 
 static void test_malformed(void)
@@ -230,6 +233,23 @@ static void test_compile(void)
 	CHECK(strstr(buf,
 		     "statement 1: axis 1 of extent 35 does not split into "
 		     "2 equal parts"));
+	/* reshape: split an axis (a piece per row of the outer one), merge
+	 * axes (a piece per row of the first), drop and add extent-1 axes */
+	{
+		const char *rs[] = {"lm_head.weight -> r, reshape='[37,2,12]'",
+				    "r -> m, reshape='[1,74,12]'"};
+
+		CHECK_EQ(compile(rs, 1, 1, buf, sizeof(buf)), 0);
+		CHECK(strstr(buf,
+			     "r = stmt 1: lm_head.weight[0:37, 0:12] "
+			     "axes(0,new,1) -> [0:37, 0:1, 0:12]; "
+			     "lm_head.weight[0:37, 12:24] axes(0,new,1) -> "
+			     "[0:37, 1:2, 0:12]\n"));
+		CHECK_EQ(compile(rs, 2, 1, buf, sizeof(buf)), 0);
+		CHECK(strstr(buf,
+			     "; lm_head.weight[36:37, 12:24] axes(new,1) -> "
+			     "[0:1, 73:74, 0:12]\n"));
+	}
 	/* a box straddling the concatenation boundary (rows 35..69 of 70) */
 	CHECK_EQ(compile(cut, 3, 1, buf, sizeof(buf)), 0);
 	CHECK(strstr(buf,
@@ -252,7 +272,12 @@ static void test_refused(void)
 	    {"lm_head.weight -> a, permute='[1,0]', dtype='float32'",
 	     "one operation per statement"},
 	    {"lm_head.weight -> a, permute='[1,0,2]'", "permute of 3 axes"},
-	    {"lm_head.weight -> a, reshape='[1]'", "reshape= is not supported"},
+	    {"lm_head.weight -> a, reshape='[1]'",
+	     "statement 1: reshape to 1 axes of another element count than "
+	     "the tensor's 888"},
+	    {"lm_head.weight -> a, reshape='[-1,5]'", "another element count"},
+	    {"lm_head.weight, lm_head.weight -> a, axis=0, reshape='[2]'",
+	     "reshape is a statement of one source, one destination"},
 	    {"lm_head.weight -> a, dtype='float16'\na -> b, dtype='float32'",
 	     "float16 to float32 after bfloat16 to float16 would round twice"},
 	    {"lm_head.weight -> x.$LAYER_ID", "a $ macro on the right only"},

@@ -133,6 +133,11 @@ def expected(m, case, tp):
                 f"model.layers.{i}.mlp.down_proj.weight"]
         out["model.layers.0.mlp.down_proj.weight"] = m[
             "model.layers.0.mlp.down_proj.weight"]
+        out["rq"] = m["model.layers.0.self_attn.q_proj.weight"].reshape(
+            4, 8, 2, 16)
+        out["lay.0.q"] = m["model.layers.1.self_attn.q_proj.weight"]
+        out["lay.1.q"] = m["model.layers.2.self_attn.q_proj.weight"].reshape(
+            1, 32, 1, 32, 1)
         out["norms"] = torch.cat([m[f"model.layers.{i}.input_layernorm.weight"]
                                   for i in range(L)], dim=0)
     return out
