@@ -246,9 +246,9 @@ static void test_compile(void)
 			     "lm_head.weight[0:37, 12:24] axes(0,new,1) -> "
 			     "[0:37, 1:2, 0:12]\n"));
 		CHECK_EQ(compile(rs, 2, 1, buf, sizeof(buf)), 0);
-		CHECK(strstr(buf,
-			     "; lm_head.weight[36:37, 12:24] axes(new,1) -> "
-			     "[0:1, 73:74, 0:12]\n"));
+		CHECK(strstr(
+		    buf, "; lm_head.weight[36:37, 12:24] axes(new,new,1) -> "
+			 "[0:1, 73:74, 0:12]\n"));
 	}
 	/* a box straddling the concatenation boundary (rows 35..69 of 70) */
 	CHECK_EQ(compile(cut, 3, 1, buf, sizeof(buf)), 0);
