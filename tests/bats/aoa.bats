@@ -122,3 +122,21 @@ print("ok")' "$output"
 	echo "$output"
 	[ "$status" -eq 0 ]
 }
+
+@test "aoa: every operation on random shapes and dtypes against torch, targets split over tp 1, 2, 3" {
+	local seed tp d
+
+	for seed in 11 12 13; do
+		tp=$((seed % 3 + 1))
+		d=$BATS_TEST_TMPDIR/r$seed
+		mkdir -p "$d"
+		/usr/bin/python3 "$ORACLE" random "$d/ck" "$seed" "$tp"
+		mount_ff "$d/ck" "$MNT" "tp=$tp,rules=$d/rules$seed.json"
+		run /usr/bin/python3 "$ORACLE" check-random "$MNT" "$d/ck" "$seed" "$tp"
+		echo "seed $seed tp $tp: $output"
+		[ "$status" -eq 0 ]
+		[[ $output == *" tensors, 0 wrong"* ]]
+		unmount_ff "$MNT"
+		[ ! -s "$FF_ERR" ]
+	done
+}

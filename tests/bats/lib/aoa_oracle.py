@@ -8,6 +8,11 @@ operation independently (paddle-format.md section 5).
   aoa_oracle.py check MNT DIR CASE TP  the mount's ranks/ against CASE's truth
   aoa_oracle.py same MNT DIR         the mount (tp 1) serves exactly DIR's
                                      tensors, bit for bit (a round trip)
+  aoa_oracle.py random DIR SEED TP   random tensors (shapes, dtypes) and
+                                     statements, one per operation, with a
+                                     rules file splitting the targets over
+                                     TP ranks where they divide; truth.pt
+  aoa_oracle.py check-random MNT DIR TP
 """
 import json
 import os
@@ -143,6 +148,133 @@ def expected(m, case, tp):
     return out
 
 
+FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
+
+
+def rand_case(seed, tp):
+    """(source tensors, statements, expected targets): every operation on
+    random shapes and dtypes, the expected result computed by torch."""
+    rng = np.random.default_rng(seed)
+    g = torch.Generator().manual_seed(seed)
+    src, st, exp = {}, [], {}
+
+    def t(shape, dt=None):
+        dt = dt or FLOATS[rng.integers(len(FLOATS))]
+        x = (torch.randn(*shape, generator=g) * 100).to(dt)
+        name = f"src.{len(src)}.w"
+        src[name] = x
+        return name, x
+
+    def ext(k=1):
+        return int(rng.integers(1, 5)) * k
+
+    # rename, transpose by ^T and permute, cast (every float pair)
+    n, x = t((ext(), ext()))
+    st.append(f"{n} -> ren"); exp["ren"] = x
+    n, x = t((ext(), ext(tp)))
+    st.append(f"{n}^T -> tt"); exp["tt"] = x.T
+    n, x = t((ext(), ext(), ext(tp)))
+    p = [int(v) for v in rng.permutation(3)]
+    st.append(f"{n} -> perm, permute='[{','.join(map(str, p))}]'")
+    exp["perm"] = x.permute(*p)
+    for i, a in enumerate(FLOATS):
+        for j, b in enumerate(FLOATS):
+            if a != b:
+                n, x = t((ext(), 3 * tp), a)
+                st.append(f"{n} -> cast_{i}{j}, dtype='{str(b)[6:]}'")
+                exp[f"cast_{i}{j}"] = x.to(b)
+    # concat of 2..4 inputs along a random axis, then re-split along
+    # another axis and along the same one (boxes straddle the seams)
+    dt = FLOATS[rng.integers(4)]
+    nd = int(rng.integers(2, 4))
+    ax = int(rng.integers(nd))
+    base = [ext(tp) for _ in range(nd)]
+    k = int(rng.integers(2, 5))
+    ins = []
+    for _ in range(k):
+        sh = list(base)
+        sh[ax] = ext()
+        ins.append(t(tuple(sh), dt))
+    st.append(f"{', '.join(n for n, _ in ins)} -> cat, axis={ax}")
+    cat = torch.cat([x for _, x in ins], ax)
+    parts = [d for d in range(1, 7) if cat.shape[ax] % d == 0 and d > 1]
+    m = parts[int(rng.integers(len(parts)))] if parts else 1
+    st.append(f"cat -> piece[0:{m}], axis={ax}")
+    for i, y in enumerate(torch.chunk(cat, m, ax)):
+        exp[f"piece_{i}"] = y
+    # equal split
+    n, x = t((ext(3), ext(tp)))
+    st.append(f"{n} -> sp_a, sp_b, sp_c, axis=0")
+    for nm, y in zip(("sp_a", "sp_b", "sp_c"), torch.chunk(x, 3, 0)):
+        exp[nm] = y
+    # reshape (row-major), both ways
+    a_, b_, c_ = ext(), ext(), ext(tp)
+    n, x = t((a_ * b_, c_))
+    st.append(f"{n} -> rs, reshape='[{a_},{b_},{c_}]'")
+    exp["rs"] = x.reshape(a_, b_, c_)
+    n, x = t((a_, b_, c_))
+    st.append(f"{n} -> rm, reshape='[-1,{c_}]'")
+    exp["rm"] = x.reshape(-1, c_)
+    # fused_qkv both ways (random H, G, head dim; axis 0 or 1)
+    G = int(rng.integers(1, 4))
+    H = G * int(rng.integers(1, 4))
+    hd, hid = ext(), ext(tp)
+    q, xq = t((H * hd, hid), dt)
+    kk, xk = t((G * hd, hid), dt)
+    v, xv = t((G * hd, hid), dt)
+    st.append(f"{q}^T, {kk}^T, {v}^T -> qkv, fused_qkv, num_heads={H}, "
+              f"num_key_value_groups={G}")
+    qs, ks, vs = (torch.chunk(y.T, G, 1) for y in (xq, xk, xv))
+    exp["qkv"] = torch.cat([z for i in range(G)
+                            for z in (qs[i], ks[i], vs[i])], 1)
+    n, x = t(((H + 2 * G) * hd, hid), dt)
+    st.append(f"{n} -> q2, k2, v2, fused_qkv, num_heads={H}, "
+              f"num_key_value_groups={G}, axis=0")
+    grp = torch.chunk(x, G, 0)
+    exp["q2"] = torch.cat([y[:H // G * hd] for y in grp], 0)
+    exp["k2"] = torch.cat([y[H // G * hd:(H // G + 1) * hd] for y in grp], 0)
+    exp["v2"] = torch.cat([y[(H // G + 1) * hd:] for y in grp], 0)
+    # fused_qkv_old: per TP rank [Q_r | K_r | V_r]
+    src_tp = int(rng.integers(1, 3))
+    Ho, Go = src_tp * int(rng.integers(1, 3)), src_tp
+    n, x = t(((Ho + 2 * Go) * hd, hid), dt)
+    st.append(f"{n} -> q3, k3, v3, fused_qkv_old, num_heads={Ho}, "
+              f"num_key_value_groups={Go}, axis=0, src_tp={src_tp}")
+    rk = torch.chunk(x, src_tp, 0)
+    hq, hk = Ho // src_tp * hd, Go // src_tp * hd
+    exp["q3"] = torch.cat([y[:hq] for y in rk], 0)
+    exp["k3"] = torch.cat([y[hq:hq + hk] for y in rk], 0)
+    exp["v3"] = torch.cat([y[hq + hk:] for y in rk], 0)
+    # fused_ffn: per TP rank [gate_r | up_r], relaid out from src_tp to tp
+    f = tp * src_tp * ext()
+    gt, xg = t((hid, f), dt)
+    up, xu = t((hid, f), dt)
+    st.append(f"{gt}, {up} -> gu, fused_ffn")
+    exp["gu"] = fuse_ffn(xg, xu, tp, 1)
+    st.append(f"{gt}, {up} -> t1, fused_ffn")
+    st.append(f"t1 -> gu_src, fused_ffn, src_tp={tp}, dst_tp={src_tp}")
+    exp["gu_src"] = fuse_ffn(xg, xu, src_tp, 1)
+    st.append(f"{gt}, {up} -> t2, fused_ffn, dst_tp={src_tp}")
+    st.append(f"t2 -> g4, u4, fused_ffn, src_tp={src_tp}")
+    exp["g4"], exp["u4"] = xg, xu
+    # tied fan-out and drop
+    n, x = t((ext(), ext()))
+    st.append(f"{n} -> tied_a")
+    st.append(f"{n} -> tied_b")
+    exp["tied_a"] = exp["tied_b"] = x
+    n, x = t((2, 2))
+    st.append(f"{n} -> _")
+    return src, st, exp
+
+
+def rand_rules(exp, tp):
+    rules = []
+    for k, x in exp.items():
+        axes = [d for d in range(x.dim()) if x.shape[d] % tp == 0]
+        rules.append({"match": k, "split": axes[-1] if axes else None})
+    return rules
+
+
 def served(mnt, tp):
     """The global tensors the mount's ranks/ serve, TP shards joined along
     the axis where they differ (the rank boxes come from index.json)."""
@@ -178,10 +310,33 @@ def main():
         os.makedirs(d, exist_ok=True)
         write_st(os.path.join(d, "model.safetensors"), hf_model(seed))
         return 0
-    if sys.argv[1] == "same":
+    if sys.argv[1] == "random":
+        d, seed, tp = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+        os.makedirs(d, exist_ok=True)
+        src, st, exp = rand_case(seed, tp)
+        write_st(os.path.join(d, "model.safetensors"), src)
+        with open(os.path.join(d, "..", f"rules{seed}.json"), "w") as f:
+            json.dump({"aoa_statements": st,
+                       "rules": rand_rules(exp, tp)}, f, indent=1)
+        torch.save(exp, os.path.join(d, "..", f"truth{seed}.pt"))
+        return 0
+    if sys.argv[1] == "check-random":
+        mnt, d, seed, tp = sys.argv[2], sys.argv[3], int(sys.argv[4]), \
+            int(sys.argv[5])
+        want = torch.load(os.path.join(d, "..", f"truth{seed}.pt"))
+        src = read_st(os.path.join(d, "model.safetensors"))
+        got = served(mnt, tp)
+        extra = set(got) - set(want)
+        if extra:
+            print(f"served but not expected: {sorted(extra)}")
+            return 1
+        case = None
+    elif sys.argv[1] == "same":
         mnt, d, case, tp = sys.argv[2], sys.argv[3], None, 1
         want = read_st(os.path.join(d, "model.safetensors"))
-    else:
+    if sys.argv[1] == "check-random":
+        pass
+    elif sys.argv[1] != "same":
         mnt, d, case, tp = sys.argv[2], sys.argv[3], sys.argv[4], \
             int(sys.argv[5])
         want = expected(read_st(os.path.join(d, "model.safetensors")), case,
