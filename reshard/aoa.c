@@ -553,11 +553,6 @@ static int take_macros(lexer *l, astmt *st, size_t pos)
 		return lex_fail(l, pos,
 				"num_heads or num_key_value_groups without "
 				"fused_qkv or fused_qkv_old");
-	if ((st->macro == M_FUSED_QKV || st->macro == M_FUSED_QKV_OLD) &&
-	    (!st->num_heads || !st->num_kv))
-		return lex_fail(l, pos,
-				"%s needs num_heads and num_key_value_groups",
-				macro_names[st->macro]);
 	return 0;
 }
 
@@ -738,6 +733,7 @@ typedef struct cc {
 	const flx_aoa *a;
 	const flx_ckpt *src;
 	int tp;
+	int64_t heads, groups; /* fused_qkv defaults, 0: none */
 	flx_aoa_prog *p;
 	var *v; /* every variable written, in order */
 	size_t nv, capv;
@@ -1688,7 +1684,8 @@ static int fused_units(cc *c, int64_t shards, int64_t *units, size_t *k,
 		       size_t *n)
 {
 	const astmt *st = c->st;
-	int64_t h = st->num_heads, g = st->num_kv;
+	int64_t h = st->num_heads ? st->num_heads : c->heads;
+	int64_t g = st->num_kv ? st->num_kv : c->groups;
 
 	if (st->macro == M_FUSED_FFN) {
 		units[0] = units[1] = 1;
@@ -1696,6 +1693,14 @@ static int fused_units(cc *c, int64_t shards, int64_t *units, size_t *k,
 		*n = (size_t)shards;
 		return 0;
 	}
+	*k = 3;
+	if (h < 1 || g < 1)
+		return cfail(c,
+			     "%s needs num_heads and num_key_value_groups "
+			     "(in the statement, -o aoa_num_heads= and "
+			     "aoa_num_key_value_groups=, or the "
+			     "checkpoint's Megatron arguments)",
+			     macro_names[st->macro]);
 	*k = 3;
 	if (st->macro == M_FUSED_QKV) {
 		/* interleaved GQA: one shard per KV group */
@@ -2075,13 +2080,26 @@ static int emit(cc *c, const var *v)
 	return rc;
 }
 
-int flx_aoa_compile(const flx_aoa *a, const flx_ckpt *src, int tp,
-		    flx_aoa_prog **out, flx_error *err)
+int flx_aoa_compile(const flx_aoa *a, const flx_ckpt *src,
+		    const flx_aoa_opts *o, flx_aoa_prog **out, flx_error *err)
 {
-	cc c = {.a = a, .src = src, .tp = tp > 0 ? tp : 1, .err = err};
+	cc c = {.a = a, .src = src, .err = err};
 	size_t nout = 0;
 	int rc;
 
+	c.tp = o && o->tp > 0 ? o->tp : 1;
+	c.heads = o ? o->num_heads : 0;
+	c.groups = o ? o->num_kv_groups : 0;
+	if (src->megatron && !c.heads && src->megatron->num_attention_heads > 0)
+		c.heads = src->megatron->num_attention_heads;
+	if (src->megatron && !c.groups) {
+		const flx_megatron *m = src->megatron;
+
+		c.groups =
+		    m->group_query_attention == 1 && m->num_query_groups > 0
+			? m->num_query_groups
+			: c.heads;
+	}
 	c.p = calloc(1, sizeof(*c.p));
 	if (!c.p)
 		return flx_error_default(err, -ENOMEM, a->origin);

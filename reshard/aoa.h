@@ -58,15 +58,23 @@ void flx_aoa_free(flx_aoa *a);
 /** Number of statements parsed. */
 size_t flx_aoa_count(const flx_aoa *a);
 
+/* What the statements cannot say themselves. */
+typedef struct flx_aoa_opts {
+	int tp; /* the mount's TP degree: the default destination shard
+		 * count of fused_ffn / fused_qkv_old (< 1: 1) */
+	/* defaults of fused_qkv's num_heads and num_key_value_groups (0:
+	 * the source's Megatron arguments, if any) */
+	int64_t num_heads, num_kv_groups;
+} flx_aoa_opts;
+
 /**
  * Compile a against src (its names, dtypes and shapes: what
- * flx_ckpt_open_start() gives).  tp is the mount's TP degree, the default
- * destination shard count of fused_ffn / fused_qkv_old.
+ * flx_ckpt_open_start() gives) with o (NULL: defaults).
  * @return 0 and *out (owned, flx_aoa_prog_free()), or -errno with err
  *         naming the statement and the reason.
  */
-int flx_aoa_compile(const flx_aoa *a, const flx_ckpt *src, int tp,
-		    flx_aoa_prog **out, flx_error *err);
+int flx_aoa_compile(const flx_aoa *a, const flx_ckpt *src,
+		    const flx_aoa_opts *o, flx_aoa_prog **out, flx_error *err);
 
 /** The compiled transform list, valid until flx_aoa_prog_free(). */
 const flx_xform *flx_aoa_prog_xform(const flx_aoa_prog *p);

@@ -437,6 +437,20 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 		s->megatron_te = value[0] == 't';
 		return 0;
 	}
+	if (strcmp(key, "aoa_num_heads") == 0 ||
+	    strcmp(key, "aoa_num_key_value_groups") == 0) {
+		long v;
+
+		if (!value || parse_int(value, 1, 1 << 20, &v))
+			return flx_error_set(
+			    err, -EINVAL, NULL, key,
+			    "expected an integer in [1, 2^20], "
+			    "got '%s'",
+			    value ? value : "");
+		*(key[8] == 'h' ? &s->aoa_num_heads : &s->aoa_num_kv_groups) =
+		    v;
+		return 0;
+	}
 	if (strcmp(key, "megatron_true_vocab") == 0) {
 		char *end = NULL;
 		long long v = value ? strtoll(value, &end, 10) : 0;

@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!text)
 		return 0;
 	if (flx_aoa_parse(v, 1, "fuzz", &a, NULL) == 0 && c &&
-	    flx_aoa_compile(a, c, tp, &p, NULL) == 0 &&
+	    flx_aoa_compile(a, c, &(flx_aoa_opts){.tp = tp}, &p, NULL) == 0 &&
 	    flx_xform_apply(flx_aoa_prog_xform(p), c, &xi, NULL) == 0)
 		(void)flx_ckpt_find(flx_xindex_ckpt(xi), "lm_head.weight");
 	flx_xindex_free(xi);

@@ -112,7 +112,6 @@ static const struct {
 		       "found an invalid character"},
     {"a -> b/c", "statement 2 column 7: expected ',' or the end"},
     {"a -> fused_qkv", "statement 2 column 3: no destination"},
-    {"a -> b, fused_qkv", "needs num_heads and num_key_value_groups"},
     {"a -> b, num_heads=2", "without fused_qkv or fused_qkv_old"},
     {"a -> b, fused_ffn, fused_qkv", "two fused macros"},
     {"w[3:3] -> b", "statement 2 column 2: range [3:3] is empty"},
@@ -163,7 +162,7 @@ static int compile(const char *const *stmts, size_t n, int tp, char *buf,
 	if (!rc)
 		rc = flx_aoa_parse(stmts, n, "t", &a, &err);
 	if (!rc)
-		rc = flx_aoa_compile(a, c, tp, &p, &err);
+		rc = flx_aoa_compile(a, c, &(flx_aoa_opts){.tp = tp}, &p, &err);
 	if (!rc)
 		rc = flx_xform_apply(flx_aoa_prog_xform(p), c, &xi, &err);
 	for (size_t i = 0; !rc && !flx_aoa_prog_target(p, i, &name, &how, &ns);
@@ -282,6 +281,8 @@ static void test_refused(void)
 	     "float16 to float32 after bfloat16 to float16 would round twice"},
 	    {"lm_head.weight -> x.$LAYER_ID", "a $ macro on the right only"},
 	    {"lm_head.weight, model.norm.weight -> a, b", "without a fused"},
+	    {"lm_head.weight -> a, b, c, fused_qkv",
+	     "fused_qkv needs num_heads and num_key_value_groups"},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
