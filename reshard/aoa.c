@@ -1907,6 +1907,146 @@ static bool instance_matches(cc *c, const names *in)
 	return false;
 }
 
+/* Index i of axis a of v, the axis removed (a stacked layer). */
+static int var_unstack(const var *v, int a, int64_t i, var *out)
+{
+	int rc = var_slice(v, a, i, 1, out);
+
+	for (size_t k = 0; k < out->np && !rc; k++) {
+		cstep s = {.kind = CS_UNSTACK, .axis = a};
+		cpiece *p = &out->p[k];
+
+		for (int d = a; d + 1 < v->ndim; d++) {
+			p->at[d] = p->at[d + 1];
+			p->shape[d] = p->shape[d + 1];
+		}
+		rc = piece_step(p, &s);
+	}
+	for (int d = a; d + 1 < v->ndim; d++)
+		out->shape[d] = out->shape[d + 1];
+	out->ndim--;
+	return rc;
+}
+
+/* v with a new axis a of extent 1, in place. */
+static int var_unsqueeze(var *v, int a)
+{
+	for (size_t k = 0; k < v->np; k++) {
+		cstep s = {.kind = CS_UNSQUEEZE, .axis = a};
+		cpiece *p = &v->p[k];
+
+		for (int d = v->ndim; d > a; d--) {
+			p->at[d] = p->at[d - 1];
+			p->shape[d] = p->shape[d - 1];
+		}
+		p->at[a] = 0;
+		p->shape[a] = 1;
+		if (piece_step(p, &s))
+			return -ENOMEM;
+	}
+	for (int d = v->ndim; d > a; d--)
+		v->shape[d] = v->shape[d - 1];
+	v->shape[a] = 1;
+	v->ndim++;
+	return 0;
+}
+
+/* "A -> B.$LAYER_ID, axis=k": one destination per index of axis k of A
+ * (default 0), the axis removed: a stacked tensor unstacked. */
+static int run_unstack(cc *c)
+{
+	const astmt *st = c->st;
+	int a = st->has_axis ? st->axis : 0, rc;
+	var in = {0};
+	char *chain = NULL;
+
+	if (st->nin != 1 || st->nout != 1 || st->macro || st->has_dtype ||
+	    st->has_permute || st->has_reshape ||
+	    strstr(st->out[0].name, "$LAYER_ID_OFFSET") ||
+	    strchr(st->in[0].name, '*') || strchr(st->out[0].name, '*'))
+		return cfail(c, "a $ macro on the right only unstacks one "
+				"source into one name, with axis= at most");
+	if (!name_exists(c, st->in[0].name))
+		return note(c, "AOA statement %zu matches no tensor: %s",
+			    st->no, st->text);
+	rc = resolve(c, st->in[0].name, st->in[0].t, &in, &chain);
+	if (!rc && a >= in.ndim)
+		rc = cfail(c, "axis %d but the tensor has %d axes", a, in.ndim);
+	for (int64_t i = 0; !rc && i < in.shape[a]; i++) {
+		int64_t ids[2] = {i, i};
+		var o;
+		char *name;
+
+		rc = substitute(c, st->out[0].name, ids, 0, &name);
+		if (rc)
+			break;
+		rc = var_unstack(&in, a, i, &o);
+		if (!rc)
+			rc = define(c, name, &o, chain);
+		var_release(&o);
+		free(name);
+	}
+	var_release(&in);
+	free(chain);
+	return rc;
+}
+
+/* "A.$LAYER_ID -> B, axis=k": the instances' sources, ids 0..n-1 in
+ * order, stacked along a new axis k (default 0). */
+static int run_stack(cc *c, const combo *combos, size_t n)
+{
+	const astmt *st = c->st;
+	int a = st->has_axis ? st->axis : 0, rc = 0;
+	var *v = calloc(n ? n : 1, sizeof(var)), out = {0};
+	var **pv = calloc(n ? n : 1, sizeof(var *));
+	char *chain = NULL;
+
+	if (!v || !pv)
+		rc = -ENOMEM;
+	else if (st->nin != 1 || st->nout != 1 || st->macro || st->has_dtype ||
+		 st->has_permute || st->has_reshape ||
+		 strchr(st->in[0].name, '*'))
+		rc = cfail(c, "a $ macro on the left only stacks one name "
+			      "into one destination, with axis= at most");
+	for (size_t k = 0; k < n && !rc; k++) {
+		char *name;
+
+		if (combos[k].ids[0] != (int64_t)k &&
+		    combos[k].ids[1] != (int64_t)k)
+			rc = cfail(c,
+				   "stacking needs the ids 0 to %zu, %zu is "
+				   "missing",
+				   n - 1, k);
+		if (!rc)
+			rc = substitute(c, st->in[0].name, combos[k].ids, 0,
+					&name);
+		if (rc)
+			break;
+		rc = resolve(c, name, st->in[0].t, &v[k], &chain);
+		free(name);
+		if (!rc && a > v[k].ndim)
+			rc = cfail(c, "axis %d but the tensor has %d axes", a,
+				   v[k].ndim);
+		if (!rc)
+			rc = var_unsqueeze(&v[k], a);
+		pv[k] = &v[k];
+	}
+	if (!rc && n)
+		rc = var_concat(c, pv, n, a, &out);
+	if (!rc && n)
+		rc = define(c, st->out[0].name, &out, chain);
+	if (!rc && !n)
+		rc = note(c, "AOA statement %zu matches no tensor: %s", st->no,
+			  st->text);
+	for (size_t k = 0; v && k < n; k++)
+		var_release(&v[k]);
+	var_release(&out);
+	free(v);
+	free(pv);
+	free(chain);
+	return rc;
+}
+
 static int compile_statement(cc *c)
 {
 	const astmt *st = c->st;
@@ -1918,11 +2058,19 @@ static int compile_statement(cc *c)
 	for (size_t i = 0; i < st->nin && !driver; i++)
 		if (has_id_macro(st->in[i].name))
 			driver = st->in[i].name;
-	for (size_t i = 0; i < st->nout && !driver; i++)
-		if (has_id_macro(st->out[i].name))
-			return cfail(c, "a $ macro on the right only");
+	bool rmacro = false;
+
+	for (size_t i = 0; i < st->nout; i++)
+		rmacro |= has_id_macro(st->out[i].name);
+	if (!driver && rmacro)
+		return run_unstack(c);
 	if (driver)
 		rc = find_combos(c, driver, &combos, &ncombo);
+	if (!rc && driver && !rmacro && strcmp(st->out[0].name, "_")) {
+		rc = run_stack(c, combos, ncombo);
+		free(combos);
+		return rc;
+	}
 	for (size_t k = 0; k < ncombo && !rc; k++) {
 		names in = {0}, out = {0};
 		const int64_t *ids = combos ? combos[k].ids : one.ids;

@@ -249,6 +249,24 @@ static void test_compile(void)
 		    buf, "; lm_head.weight[36:37, 12:24] axes(new,new,1) -> "
 			 "[0:1, 73:74, 0:12]\n"));
 	}
+	/* stacked layers: stacked along a new axis, unstacked by index */
+	{
+		const char *sk[] = {
+		    "model.layers.$LAYER_ID.mlp.up_proj.weight -> stk, axis=1",
+		    "stk -> l.$LAYER_ID.up, axis=1"};
+
+		CHECK_EQ(compile(sk, 1, 1, buf, sizeof(buf)), 0);
+		CHECK(strstr(buf, "stk = stmt 1: model.layers.0.mlp.up_proj."
+				  "weight[0:35, 0:24] axes(0,new,1) -> [0:35, "
+				  "0:1, 0:24]; model.layers.1.mlp.up_proj."
+				  "weight[0:35, 0:24] axes(0,new,1) -> [0:35, "
+				  "1:2, 0:24]; "));
+		CHECK_EQ(compile(sk, 2, 1, buf, sizeof(buf)), 0);
+		CHECK(strstr(buf,
+			     "l.1.up = stmt 2 <- stmt 1: model.layers.1.mlp."
+			     "up_proj.weight[0:35, 0:24] -> [0:35, 0:24]\n"));
+		CHECK(!strstr(buf, "stk ="));
+	}
 	/* a box straddling the concatenation boundary (rows 35..69 of 70) */
 	CHECK_EQ(compile(cut, 3, 1, buf, sizeof(buf)), 0);
 	CHECK(strstr(buf,
@@ -279,7 +297,12 @@ static void test_refused(void)
 	     "reshape is a statement of one source, one destination"},
 	    {"lm_head.weight -> a, dtype='float16'\na -> b, dtype='float32'",
 	     "float16 to float32 after bfloat16 to float16 would round twice"},
-	    {"lm_head.weight -> x.$LAYER_ID", "a $ macro on the right only"},
+	    {"lm_head.weight -> x.$LAYER_ID, y.$LAYER_ID",
+	     "a $ macro on the right only unstacks one source into one name"},
+	    {"model.layers.$LAYER_ID.mlp.up_proj.weight -> a, b, axis=0",
+	     "a $ macro on the left only stacks one name into one destination"},
+	    {"model.layers.$LAYER_ID.mlp.up_proj.weight -> s, axis=3",
+	     "axis 3 but the tensor has 2 axes"},
 	    {"lm_head.weight, model.norm.weight -> a, b", "without a fused"},
 	    {"lm_head.weight -> a, b, c, fused_qkv",
 	     "fused_qkv needs num_heads and num_key_value_groups"},
