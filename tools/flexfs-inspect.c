@@ -955,8 +955,9 @@ static void print_preset(const char *dir, const char *file)
 		return;
 	}
 	root = json_load_file(path, 0, NULL);
-	note =
-	    json_string_value(json_object_get(json_array_get(root, 0), "note"));
+	/* v1: the first rule's note; v2: the object's */
+	note = json_string_value(json_object_get(
+	    json_is_object(root) ? root : json_array_get(root, 0), "note"));
 	printf("@%-18s %s\n", name, note ? note : "");
 	json_decref(root);
 	flx_spec_release(&s);

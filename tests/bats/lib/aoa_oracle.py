@@ -8,6 +8,7 @@ operation independently (paddle-format.md section 5).
   aoa_oracle.py check MNT DIR CASE TP  the mount's ranks/ against CASE's truth
   aoa_oracle.py same MNT DIR         the mount (tp 1) serves exactly DIR's
                                      tensors, bit for bit (a round trip)
+  aoa_oracle.py llama DIR SEED        a plain HF Llama checkpoint
   aoa_oracle.py random DIR SEED TP   random tensors (shapes, dtypes) and
                                      statements, one per operation, with a
                                      rules file splitting the targets over
@@ -309,6 +310,17 @@ def main():
         d, seed = sys.argv[2], int(sys.argv[3])
         os.makedirs(d, exist_ok=True)
         write_st(os.path.join(d, "model.safetensors"), hf_model(seed))
+        return 0
+    if sys.argv[1] == "llama":
+        # a plain HF Llama (no router, gate or cast): the presets' domain
+        d, seed = sys.argv[2], int(sys.argv[3])
+        os.makedirs(d, exist_ok=True)
+        m = {k: v for k, v in hf_model(seed).items()
+             if not k.endswith("mlp.gate.weight")}
+        for i in range(L):
+            m[f"model.layers.{i}.post_attention_layernorm.weight"] = \
+                m[f"model.layers.{i}.input_layernorm.weight"] * 2
+        write_st(os.path.join(d, "model.safetensors"), m)
         return 0
     if sys.argv[1] == "random":
         d, seed, tp = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
