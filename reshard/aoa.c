@@ -734,6 +734,7 @@ typedef struct cc {
 	const flx_ckpt *src;
 	int tp;
 	int64_t heads, groups; /* fused_qkv defaults, 0: none */
+	bool follower;	       /* compiling an optimizer state's instance */
 	flx_aoa_prog *p;
 	var *v; /* every variable written, in order */
 	size_t nv, capv;
@@ -1844,7 +1845,8 @@ static int run_instance(cc *c, const names *in, const names *out)
 				rc = var_transpose(
 				    ov, memcpy(perm, st->perm, sizeof(perm)));
 		}
-		if (!rc && st->has_dtype)
+		/* an optimizer state keeps its own dtype */
+		if (!rc && st->has_dtype && !c->follower)
 			rc = var_cast(ov, st->dtype);
 	} else if (in->n > 1 && out->n == 1) {
 		if (!st->has_axis || st->has_dtype || st->has_permute)
@@ -1874,6 +1876,173 @@ out:
 	free(ov);
 	free(pin);
 	free(chain);
+	return rc;
+}
+
+/*
+ * Optimizer states follow their parameter (paddle-format.md section 5):
+ * the state of parameter X is saved under prefix + X + suffix, by torch
+ * DCP (optim.state.X.exp_avg), Megatron-Core (optimizer.state.exp_avg.X)
+ * and Paddle (X.moment1_0, X.w_0 the master weight, X.beta1_pow_acc_0).
+ */
+static const struct {
+	const char *prefix, *suffix;
+} state_names[] = {
+    {"optim.state.", ".exp_avg"},
+    {"optim.state.", ".exp_avg_sq"},
+    {"optim.state.", ".max_exp_avg_sq"},
+    {"optim.state.", ".momentum_buffer"},
+    {"optim.state.", ".step"},
+    {"optimizer.state.exp_avg.", ""},
+    {"optimizer.state.exp_avg_sq.", ""},
+    {"optimizer.state.fp32_param.", ""},
+    {"", ".moment1_0"},
+    {"", ".moment2_0"},
+    {"", ".w_0"},
+    {"", ".beta1_pow_acc_0"},
+    {"", ".beta2_pow_acc_0"},
+    {"", "/moment1_0"},
+    {"", "/moment2_0"},
+    {"", "/beta1_pow_acc_0"},
+    {"", "/beta2_pow_acc_0"},
+    {"", "_fp32_master_0"},
+    {"", "_fp32_master_0_moment1_0"},
+    {"", "_fp32_master_0_moment2_0"},
+};
+
+static char *state_name(size_t f, const char *s)
+{
+	size_t n = strlen(state_names[f].prefix) + strlen(s) +
+		   strlen(state_names[f].suffix) + 1;
+	char *m = malloc(n);
+
+	if (m)
+		snprintf(m, n, "%s%s%s", state_names[f].prefix, s,
+			 state_names[f].suffix);
+	return m;
+}
+
+static size_t nstates(void)
+{
+	return sizeof(state_names) / sizeof(state_names[0]);
+}
+
+/* The dims of name (a variable or a source tensor); false: none. */
+static bool name_shape(cc *c, const char *name, int *ndim, int64_t *shape)
+{
+	const var *v = find_var(c, name);
+	const flx_tensor *t = v ? NULL : flx_ckpt_find(c->src, name);
+
+	if (!v && !t)
+		return false;
+	*ndim = v ? v->ndim : t->ndim;
+	memcpy(shape, v ? v->shape : t->shape, sizeof(int64_t) * FLX_MAX_DIMS);
+	return true;
+}
+
+/* ns mapped through state f ("_" stays). */
+static int state_names_of(size_t f, const names *ns, names *out)
+{
+	for (size_t i = 0; i < ns->n; i++) {
+		const char *s = ns->s[i];
+		size_t n = strlen(state_names[f].prefix) + strlen(s) +
+			   strlen(state_names[f].suffix) + 1;
+		char *m = malloc(n);
+
+		if (!m)
+			return -ENOMEM;
+		if (strcmp(s, "_") == 0)
+			strcpy(m, "_");
+		else
+			snprintf(m, n, "%s%s%s", state_names[f].prefix, s,
+				 state_names[f].suffix);
+		if (names_add(out, m, ns->t[i], NULL))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* A state not shaped as its parameter (a step, a beta power): each
+ * destination takes it from the first source; the others are dropped. */
+static int follow_scalar(cc *c, const names *in, const names *out)
+{
+	char *chain = NULL;
+	int rc = 0;
+
+	for (size_t i = 1; i < in->n && !rc; i++) {
+		var *v = find_var(c, in->s[i]);
+
+		if (v)
+			v->live = false;
+		else
+			rc = flx_xform_drop(c->p->x, in->s[i], c->err);
+	}
+	for (size_t j = 0; j < out->n && !rc; j++) {
+		var v = {0};
+
+		if (strcmp(out->s[j], "_") == 0) {
+			names one = {.s = in->s, .t = in->t, .n = 1};
+			names drop = {.s = out->s + j, .t = out->t, .n = 1};
+
+			rc = run_instance(c, &one, &drop);
+			continue;
+		}
+		rc = resolve(c, in->s[0], false, &v, &chain);
+		if (!rc)
+			rc = define(c, out->s[j], &v, chain);
+		var_release(&v);
+	}
+	free(chain);
+	return rc;
+}
+
+/* Which optimizer states follow an instance, decided before it runs (it
+ * may write a parameter's name again): kind[f] 0 none, 1 shaped as the
+ * parameters, 2 another shape (taken from one source). */
+static void plan_followers(cc *c, const names *in, unsigned char *kind)
+{
+	for (size_t f = 0; f < nstates(); f++) {
+		bool all = in->n > 0, same = true;
+
+		for (size_t i = 0; i < in->n && all; i++) {
+			char *sf = state_name(f, in->s[i]);
+			int pn, sn;
+			int64_t ps[FLX_MAX_DIMS], ss[FLX_MAX_DIMS];
+
+			all = sf && strcmp(in->s[i], "_") &&
+			      name_shape(c, sf, &sn, ss) &&
+			      name_shape(c, in->s[i], &pn, ps);
+			same &= all && pn == sn &&
+				!memcmp(ps, ss, sizeof(int64_t) * (size_t)pn);
+			free(sf);
+		}
+		kind[f] = !all ? 0 : same ? 1 : 2;
+	}
+}
+
+/* The optimizer states of an instance's sources, through the instance. */
+static int run_followers(cc *c, const names *in, const names *out,
+			 const unsigned char *kind)
+{
+	int rc = 0;
+
+	for (size_t f = 0; f < nstates() && !rc; f++) {
+		names si = {0}, so = {0};
+
+		if (!kind[f])
+			continue;
+		rc = state_names_of(f, in, &si);
+		if (!rc)
+			rc = state_names_of(f, out, &so);
+		if (!rc) {
+			c->follower = true;
+			rc = kind[f] == 1 ? run_instance(c, &si, &so)
+					  : follow_scalar(c, &si, &so);
+			c->follower = false;
+		}
+		names_free(&si);
+		names_free(&so);
+	}
 	return rc;
 }
 
@@ -1953,23 +2122,14 @@ static int var_unsqueeze(var *v, int a)
 
 /* "A -> B.$LAYER_ID, axis=k": one destination per index of axis k of A
  * (default 0), the axis removed: a stacked tensor unstacked. */
-static int run_unstack(cc *c)
+static int unstack_one(cc *c, const char *from, bool t, const char *tmpl)
 {
 	const astmt *st = c->st;
 	int a = st->has_axis ? st->axis : 0, rc;
 	var in = {0};
 	char *chain = NULL;
 
-	if (st->nin != 1 || st->nout != 1 || st->macro || st->has_dtype ||
-	    st->has_permute || st->has_reshape ||
-	    strstr(st->out[0].name, "$LAYER_ID_OFFSET") ||
-	    strchr(st->in[0].name, '*') || strchr(st->out[0].name, '*'))
-		return cfail(c, "a $ macro on the right only unstacks one "
-				"source into one name, with axis= at most");
-	if (!name_exists(c, st->in[0].name))
-		return note(c, "AOA statement %zu matches no tensor: %s",
-			    st->no, st->text);
-	rc = resolve(c, st->in[0].name, st->in[0].t, &in, &chain);
+	rc = resolve(c, from, t, &in, &chain);
 	if (!rc && a >= in.ndim)
 		rc = cfail(c, "axis %d but the tensor has %d axes", a, in.ndim);
 	for (int64_t i = 0; !rc && i < in.shape[a]; i++) {
@@ -1977,7 +2137,7 @@ static int run_unstack(cc *c)
 		var o;
 		char *name;
 
-		rc = substitute(c, st->out[0].name, ids, 0, &name);
+		rc = substitute(c, tmpl, ids, 0, &name);
 		if (rc)
 			break;
 		rc = var_unstack(&in, a, i, &o);
@@ -1991,9 +2151,47 @@ static int run_unstack(cc *c)
 	return rc;
 }
 
+/* prefix + s + suffix of optimizer state f (state_names[]). */
+static char *state_name(size_t f, const char *s);
+static size_t nstates(void);
+static bool name_shape(cc *c, const char *name, int *ndim, int64_t *shape);
+
+static int run_unstack(cc *c)
+{
+	const astmt *st = c->st;
+	const char *from = st->in[0].name, *to = st->out[0].name;
+	int pn, sn, rc;
+	int64_t ps[FLX_MAX_DIMS], ss[FLX_MAX_DIMS];
+
+	if (st->nin != 1 || st->nout != 1 || st->macro || st->has_dtype ||
+	    st->has_permute || st->has_reshape ||
+	    strstr(to, "$LAYER_ID_OFFSET") || strchr(from, '*') ||
+	    strchr(to, '*'))
+		return cfail(c, "a $ macro on the right only unstacks one "
+				"source into one name, with axis= at most");
+	if (!name_shape(c, from, &pn, ps))
+		return note(c, "AOA statement %zu matches no tensor: %s",
+			    st->no, st->text);
+	rc = unstack_one(c, from, st->in[0].t, to);
+	/* the optimizer states shaped as the parameter follow it */
+	for (size_t f = 0; f < nstates() && !rc; f++) {
+		char *sf = state_name(f, from), *stt = state_name(f, to);
+
+		if (!sf || !stt)
+			rc = -ENOMEM;
+		else if (name_shape(c, sf, &sn, ss) && sn == pn &&
+			 !memcmp(ps, ss, sizeof(int64_t) * (size_t)pn))
+			rc = unstack_one(c, sf, st->in[0].t, stt);
+		free(sf);
+		free(stt);
+	}
+	return rc;
+}
+
 /* "A.$LAYER_ID -> B, axis=k": the instances' sources, ids 0..n-1 in
  * order, stacked along a new axis k (default 0). */
-static int run_stack(cc *c, const combo *combos, size_t n)
+static int stack_one(cc *c, const combo *combos, size_t n, const char *tmpl,
+		     bool t, const char *to)
 {
 	const astmt *st = c->st;
 	int a = st->has_axis ? st->axis : 0, rc = 0;
@@ -2003,11 +2201,6 @@ static int run_stack(cc *c, const combo *combos, size_t n)
 
 	if (!v || !pv)
 		rc = -ENOMEM;
-	else if (st->nin != 1 || st->nout != 1 || st->macro || st->has_dtype ||
-		 st->has_permute || st->has_reshape ||
-		 strchr(st->in[0].name, '*'))
-		rc = cfail(c, "a $ macro on the left only stacks one name "
-			      "into one destination, with axis= at most");
 	for (size_t k = 0; k < n && !rc; k++) {
 		char *name;
 
@@ -2018,11 +2211,10 @@ static int run_stack(cc *c, const combo *combos, size_t n)
 				   "missing",
 				   n - 1, k);
 		if (!rc)
-			rc = substitute(c, st->in[0].name, combos[k].ids, 0,
-					&name);
+			rc = substitute(c, tmpl, combos[k].ids, 0, &name);
 		if (rc)
 			break;
-		rc = resolve(c, name, st->in[0].t, &v[k], &chain);
+		rc = resolve(c, name, t, &v[k], &chain);
 		free(name);
 		if (!rc && a > v[k].ndim)
 			rc = cfail(c, "axis %d but the tensor has %d axes", a,
@@ -2031,19 +2223,65 @@ static int run_stack(cc *c, const combo *combos, size_t n)
 			rc = var_unsqueeze(&v[k], a);
 		pv[k] = &v[k];
 	}
-	if (!rc && n)
+	if (!rc)
 		rc = var_concat(c, pv, n, a, &out);
-	if (!rc && n)
-		rc = define(c, st->out[0].name, &out, chain);
-	if (!rc && !n)
-		rc = note(c, "AOA statement %zu matches no tensor: %s", st->no,
-			  st->text);
+	if (!rc)
+		rc = define(c, to, &out, chain);
 	for (size_t k = 0; v && k < n; k++)
 		var_release(&v[k]);
 	var_release(&out);
 	free(v);
 	free(pv);
 	free(chain);
+	return rc;
+}
+
+/* Whether a state of dims ss (sn axes) is a row of the stacked result
+ * of dims ps (pn axes) along axis a. */
+static bool same_rows(const int64_t *ps, int pn, const int64_t *ss, int sn,
+		      int a)
+{
+	if (pn != sn + 1)
+		return false;
+	for (int d = 0; d < sn; d++)
+		if (ss[d] != ps[d < a ? d : d + 1])
+			return false;
+	return true;
+}
+
+static int run_stack(cc *c, const combo *combos, size_t n)
+{
+	const astmt *st = c->st;
+	const char *tmpl = st->in[0].name;
+	int rc;
+
+	if (st->nin != 1 || st->nout != 1 || st->macro || st->has_dtype ||
+	    st->has_permute || st->has_reshape || strchr(tmpl, '*'))
+		return cfail(c, "a $ macro on the left only stacks one name "
+				"into one destination, with axis= at most");
+	if (!n)
+		return note(c, "AOA statement %zu matches no tensor: %s",
+			    st->no, st->text);
+	rc = stack_one(c, combos, n, tmpl, st->in[0].t, st->out[0].name);
+	/* the optimizer states shaped as the parameter follow it */
+	for (size_t f = 0; f < nstates() && !rc; f++) {
+		char *sf = state_name(f, tmpl), *first = NULL;
+		char *sto = state_name(f, st->out[0].name);
+		int pn, sn;
+		int64_t ps[FLX_MAX_DIMS], ss[FLX_MAX_DIMS];
+
+		rc = sf && sto ? substitute(c, sf, combos[0].ids, 0, &first)
+			       : -ENOMEM;
+		/* the parameter itself is consumed: its state is compared
+		 * with the stacked result's rows */
+		if (!rc && name_shape(c, first, &sn, ss) &&
+		    name_shape(c, st->out[0].name, &pn, ps) &&
+		    same_rows(ps, pn, ss, sn, st->has_axis ? st->axis : 0))
+			rc = stack_one(c, combos, n, sf, st->in[0].t, sto);
+		free(first);
+		free(sf);
+		free(sto);
+	}
 	return rc;
 }
 
@@ -2096,7 +2334,13 @@ static int compile_statement(cc *c)
 		}
 		if (!rc && in.n && instance_matches(c, &in)) {
 			matched++;
+			unsigned char
+			    kind[sizeof(state_names) / sizeof(state_names[0])];
+
+			plan_followers(c, &in, kind);
 			rc = run_instance(c, &in, &out);
+			if (!rc)
+				rc = run_followers(c, &in, &out, kind);
 		}
 		names_free(&in);
 		names_free(&out);

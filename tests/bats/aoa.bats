@@ -123,10 +123,10 @@ print("ok")' "$output"
 	[ "$status" -eq 0 ]
 }
 
-@test "aoa: every operation on random shapes and dtypes against torch, targets split over tp 1, 2, 3" {
+@test "aoa: every operation on random shapes and dtypes against torch, targets split over tp 3 and 2; optimizer states follow" {
 	local seed tp d
 
-	for seed in 11 12 13; do
+	for seed in 11 13; do
 		tp=$((seed % 3 + 1))
 		d=$BATS_TEST_TMPDIR/r$seed
 		mkdir -p "$d"

@@ -95,3 +95,40 @@ round_trip() {
 		[[ $output == *"@$p "*"to "*"names and layouts"* ]]
 	done
 }
+
+@test "presets: Paddle optimizer states follow their parameter (moments and master weights transposed, beta powers renamed) and round-trip" {
+	local np2=$FLEXFS_SRC/tests/fixtures/paddle-flex-np2-sharding/ckpt
+
+	round_trip "$np2" "tp=2,rules=@paddlenlp-llama-to-hf-llama" \
+		"rules=@hf-llama-to-paddlenlp-llama"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"126 tensor(s) identical, 0 difference(s)"* ]]
+	mount_ff "$np2" "$MNT" "rules=@paddlenlp-llama-to-hf-llama"
+	p1=$FF_PID
+	mount_ff "$np2" "$M2"
+	run /usr/bin/python3 -c '
+import sys
+sys.path.insert(0, sys.argv[3])
+from aoa_oracle import read_st
+a = read_st(sys.argv[1] + "/ranks/tp00_pp00/model.safetensors")
+b = read_st(sys.argv[2] + "/ranks/tp00_pp00/model.safetensors")
+n = 0
+for s in ("moment1_0", "moment2_0", "w_0"):
+    for i in range(2):
+        h = "model.layers.%d.mlp.up_proj.weight.%s" % (i, s)
+        p = "llama.layers.%d.mlp.up_proj.weight.%s" % (i, s)
+        assert a[h].dtype == b[p].dtype and a[h].equal(b[p].T), h
+        n += 1
+for s in ("beta1_pow_acc_0", "beta2_pow_acc_0"):
+    assert a["lm_head.weight." + s].equal(b["lm_head.weight." + s])
+    n += 1
+assert not any(k.startswith("llama.") for k in a), "a source name left"
+print("ok", n)' "$MNT" "$M2" "$FLEXFS_SRC/tests/bats/lib"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == "ok 8" ]]
+	unmount_ff "$M2"
+	FF_PID=$p1
+	unmount_ff "$MNT"
+}

@@ -228,6 +228,16 @@ def rand_case(seed, tp):
     qs, ks, vs = (torch.chunk(y.T, G, 1) for y in (xq, xk, xv))
     exp["qkv"] = torch.cat([z for i in range(G)
                             for z in (qs[i], ks[i], vs[i])], 1)
+    # optimizer states follow: moments through the same statement (their
+    # dtype kept), the beta powers from the first source
+    mom = [torch.randn(*y.shape, generator=g) for y in (xq, xk, xv)]
+    for nm, y in zip((q, kk, v), mom):
+        src[nm + ".moment1_0"] = y
+        src[nm + ".beta1_pow_acc_0"] = torch.randn(1, generator=g)
+    qs, ks, vs = (torch.chunk(y.T, G, 1) for y in mom)
+    exp["qkv.moment1_0"] = torch.cat([z for i in range(G)
+                                      for z in (qs[i], ks[i], vs[i])], 1)
+    exp["qkv.beta1_pow_acc_0"] = src[q + ".beta1_pow_acc_0"]
     n, x = t(((H + 2 * G) * hd, hid), dt)
     st.append(f"{n} -> q2, k2, v2, fused_qkv, num_heads={H}, "
               f"num_key_value_groups={G}, axis=0")
