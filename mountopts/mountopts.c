@@ -57,6 +57,9 @@ const char flx_mo_help[] =
     "pads\n"
     "                           the vocab to a multiple of it (default: the "
     "saved rows)\n"
+    "    -o aoa_num_heads=H,aoa_num_key_value_groups=G  fused_qkv's heads "
+    "where\n"
+    "                           an AOA statement omits them\n"
     "    -o read_ahead_kb=N     readahead of the mount in KiB: the size of "
     "FUSE\n"
     "                           read requests in flight (default: 4 "
@@ -103,6 +106,8 @@ static const char *const ours[] = {
     "megatron_iter",
     "megatron_ep",
     "megatron_vp",
+    "aoa_num_heads",
+    "aoa_num_key_value_groups",
 };
 
 static const char *const fstab_exact[] = {

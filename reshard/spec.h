@@ -12,6 +12,11 @@
  *     "stage": "first" | "last" | "all" | <n>,   (absent: default rule)
  *     "note": "<free text, ignored>" }
  * Unknown keys are errors (a typo must not be silently ignored).
+ *
+ * Rules file v2: an object {"aoa_statements": [ "<statement>", ... ],
+ * "rules": [ v1 rule objects ], "note": "<ignored>"}, each key optional:
+ * Paddle's AOA statements (aoa.h) transform the tensors first, then the
+ * rules place the result.
  */
 
 #include "error.h"
@@ -68,6 +73,13 @@ typedef struct flx_spec {
 	/* the transform stage's list (transform.h), owned; NULL: the
 	 * source's tensors are served as they are */
 	struct flx_xform *xform;
+	/* the rules file's AOA statements (aoa.h), owned; NULL: none.  At
+	 * mount they are compiled against the source into the transform
+	 * list that replaces xform */
+	struct flx_aoa *aoa;
+	/* fused_qkv's num_heads and num_key_value_groups where a statement
+	 * omits them (aoa_num_heads=, aoa_num_key_value_groups=; 0: unset) */
+	int64_t aoa_num_heads, aoa_num_kv_groups;
 	/* include=, exclude= (fnmatch globs on the names as saved, owned):
 	 * a tensor or object is served when it matches an include glob (or
 	 * there is none) and no exclude glob; strip_prefix= (owned, NULL:
@@ -98,7 +110,8 @@ void flx_spec_release(flx_spec *s);
  * flx_spec_preset_dir()), layer_regex, embed_regex,
  * pp_renumber (value NULL, "1", "0", "true", "false"), hf_shard_size
  * (bytes with optional K/M/G/T suffix, binary), megatron_spec (local, te),
- * megatron_true_vocab (a positive integer), include and exclude
+ * megatron_true_vocab (a positive integer), aoa_num_heads and
+ * aoa_num_key_value_groups (positive integers), include and exclude
  * (globs separated by ':'; each option adds to the list), strip_prefix.
  * @return 0, -EINVAL (bad value; err names the key) or -ENOENT (unknown key,
  *         err untouched so callers can pass it on).

@@ -596,7 +596,59 @@ static int write_template(const flx_plan *p, const char *path, flx_error *err)
 }
 
 /* index.json of the tree that flexfs would mount, verbatim. */
-static int print_json(const flx_fs *fs, flx_error *err)
+/* The AOA statements' targets (aoa.h): per target, the statements that
+ * made it and its source boxes. */
+static void print_aoa(const flx_aoa_prog *p)
+{
+	const char *name, *chain;
+	size_t n;
+
+	if (!flx_aoa_prog_target(p, 0, &name, &chain, &n))
+		printf("\nAOA targets (statements; source[box] chain -> "
+		       "target box):\n");
+	for (size_t i = 0; !flx_aoa_prog_target(p, i, &name, &chain, &n); i++) {
+		printf("%s  (%s)\n", name, chain);
+		for (size_t k = 0; k < n; k++)
+			printf("    %s\n", flx_aoa_prog_source(p, i, k));
+	}
+}
+
+/* index.json (buf, n bytes) with "aoa": {target: {"statements": chain,
+ * "sources": [box lines]}} added, on stdout. */
+static int print_json_aoa(const char *buf, size_t n, const flx_aoa_prog *p)
+{
+	json_t *root = json_loadb(buf, n, 0, NULL), *aoa = json_object();
+	const char *name, *chain;
+	size_t ns;
+	int rc = root && aoa ? 0 : -ENOMEM;
+
+	for (size_t i = 0;
+	     !rc && !flx_aoa_prog_target(p, i, &name, &chain, &ns); i++) {
+		json_t *t = json_object(), *src = json_array();
+
+		if (!t || !src || json_object_set_new(aoa, name, t) ||
+		    json_object_set_new(t, "statements", json_string(chain)) ||
+		    json_object_set_new(t, "sources", src)) {
+			json_decref(src);
+			rc = -ENOMEM;
+			break;
+		}
+		for (size_t k = 0; k < ns && !rc; k++)
+			if (json_array_append_new(
+				src, json_string(flx_aoa_prog_source(p, i, k))))
+				rc = -ENOMEM;
+	}
+	if (!rc && json_object_set(root, "aoa", aoa))
+		rc = -ENOMEM;
+	if (!rc &&
+	    (json_dumpf(root, stdout, JSON_INDENT(1)) || putchar('\n') == EOF))
+		rc = -EIO;
+	json_decref(aoa);
+	json_decref(root);
+	return rc;
+}
+
+static int print_json(const flx_fs *fs, const flx_aoa_prog *aoa, flx_error *err)
 {
 	flx_stat st;
 	char *buf = NULL;
@@ -607,7 +659,9 @@ static int print_json(const flx_fs *fs, flx_error *err)
 		rc = -ENOMEM;
 	if (!rc && (n = flx_fs_read(fs, st.ino, buf, st.size, 0, NULL)) < 0)
 		rc = (int)n;
-	if (!rc) {
+	if (!rc && aoa) {
+		rc = print_json_aoa(buf, (size_t)n, aoa);
+	} else if (!rc) {
 		fwrite(buf, 1, (size_t)n, stdout);
 		if (n == 0 || buf[n - 1] != '\n')
 			putchar('\n');
@@ -914,8 +968,9 @@ static void print_preset(const char *dir, const char *file)
 		return;
 	}
 	root = json_load_file(path, 0, NULL);
-	note =
-	    json_string_value(json_object_get(json_array_get(root, 0), "note"));
+	/* v1: the first rule's note; v2: the object's */
+	note = json_string_value(json_object_get(
+	    json_is_object(root) ? root : json_array_get(root, 0), "note"));
 	printf("@%-18s %s\n", name, note ? note : "");
 	json_decref(root);
 	flx_spec_release(&s);
@@ -1094,9 +1149,12 @@ int main(int argc, char **argv)
 	else if (!rc && rq.compare)
 		rc = compare(plan, &mo, rq.compare, &ndiff, &err);
 	else if (!rc && rq.json)
-		rc = print_json(st.fs, &err);
+		rc = print_json(st.fs, st.aoa, &err);
 	else if (!rc && !(rq.tmpl && !strcmp(rq.tmpl, "-")))
 		rc = print_table(served, plan);
+	if (!rc && st.aoa && !rq.json && !rq.svg && !rq.digest && !rq.compare &&
+	    !(rq.tmpl && !strcmp(rq.tmpl, "-")))
+		print_aoa(st.aoa);
 	if (!rc && rq.tmpl) {
 		rc = write_template(plan, rq.tmpl, &err);
 	} else if (!rc && !rq.json && !rq.digest && !rq.compare &&
