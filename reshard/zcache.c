@@ -4,7 +4,18 @@
  * guards the slots and the streams' bookkeeping; each stream has its own
  * mutex, held while it decodes, so that decoding runs outside the cache
  * lock and readers of other items are not held up.  A stream's item never
- * changes while a reader has claimed it (users > 0).
+ * changes while a reader or the decode-ahead worker has claimed it
+ * (users > 0).
+ *
+ * Decode-ahead: a reader that follows a stream (the stream is at most
+ * FLX_ZCACHE_AHEAD windows past the window it just got) raises the
+ * stream's want to that many windows past its own; one worker thread,
+ * started with the first such wish, decodes wanted windows into cache
+ * slots, one window per turn, as a reader would.  So the next window is
+ * decoded while the FUSE thread copies the current one out.  The worker
+ * never restarts a stream and never goes past want: a stream restarted
+ * (a seek back) or re-keyed forgets its want, and a reader that stops
+ * leaves at most FLX_ZCACHE_AHEAD windows decoded for nothing.
  */
 #include "zcache.h"
 
@@ -41,6 +52,10 @@ typedef struct zstream {
 	 * (under the cache lock; the fields below are the holder's) */
 	uint64_t pnext;
 	bool pfresh;
+	bool pended;
+	/* decode ahead until pnext reaches it (under the cache lock) */
+	uint64_t want;
+	const flx_ckpt *c; /* the checkpoint of the last claim */
 	/* under mu */
 	ZSTD_DCtx *dctx;
 	unsigned char *in, *out;
@@ -62,6 +77,11 @@ struct flx_zcache {
 	zstream streams[FLX_ZCACHE_STREAMS];
 	uint64_t tick;
 	flx_zcache_stats st;
+	/* the decode-ahead worker */
+	pthread_cond_t acv; /* a stream wants windows, or stop */
+	pthread_t athr;
+	bool astarted, afailed, astop;
+	uint32_t abusy; /* windows the worker is decoding (0 or 1) */
 };
 
 /* A pinned window: a slot, or a stream's output (its mutex held). */
@@ -94,6 +114,7 @@ int flx_zcache_new(uint64_t cap, flx_zcache **out)
 	memset(z->chain, 0xff, z->nchains * sizeof(int32_t)); /* -1 */
 	pthread_mutex_init(&z->mu, NULL);
 	pthread_cond_init(&z->cv, NULL);
+	pthread_cond_init(&z->acv, NULL);
 	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++)
 		pthread_mutex_init(&z->streams[i].mu, NULL);
 	*out = z;
@@ -104,6 +125,12 @@ void flx_zcache_free(flx_zcache *z)
 {
 	if (!z)
 		return;
+	pthread_mutex_lock(&z->mu);
+	z->astop = true;
+	pthread_cond_broadcast(&z->acv);
+	pthread_mutex_unlock(&z->mu);
+	if (z->astarted)
+		pthread_join(z->athr, NULL);
 	for (size_t i = 0; i < z->nslots; i++)
 		free(z->slots[i].data);
 	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
@@ -115,6 +142,7 @@ void flx_zcache_free(flx_zcache *z)
 		pthread_mutex_destroy(&s->mu);
 	}
 	pthread_cond_destroy(&z->cv);
+	pthread_cond_destroy(&z->acv);
 	pthread_mutex_destroy(&z->mu);
 	free(z->slots);
 	free(z->chain);
@@ -249,6 +277,7 @@ static zstream *claim(flx_zcache *z, const flx_zitem *it, uint64_t w)
 		idle->keyed = true;
 		/* unclaimed, so no holder: its own fields are free too */
 		idle->fresh = idle->pfresh = true;
+		idle->want = 0;
 		ahead = idle;
 	}
 	if (!ahead)
@@ -336,6 +365,134 @@ static int produce(const flx_ckpt *c, zstream *s, unsigned char *dst,
 	return rc;
 }
 
+/* The decision: how many windows past a sequential reader's window its
+ * stream decodes ahead.  None in a cache of fewer than 4 * FLX_ZCACHE_AHEAD
+ * windows (the private one of a call included): the windows decoded ahead
+ * for one reader stay within a quarter of the cache, so they do not
+ * evict what other readers still use. */
+static uint64_t ahead_depth(const flx_zcache *z)
+{
+	return z->nslots >= 4 * FLX_ZCACHE_AHEAD ? FLX_ZCACHE_AHEAD : 0;
+}
+
+static void *ahead_main(void *arg);
+
+/* Under z->mu: a reader got window w of it.  The stream of it furthest
+ * past w but at most the decode-ahead depth past it is the one the reader
+ * follows (the one claim() gives it next): it is to be decoded that far
+ * past w (the worker started on first use).  One stream only: two streams
+ * of an item that meet would otherwise decode the same windows twice. */
+static void ahead_note(flx_zcache *z, const flx_zitem *it, uint64_t w)
+{
+	uint64_t d = ahead_depth(z);
+	zstream *f = NULL;
+
+	if (!d || z->afailed || z->astop)
+		return;
+	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
+		zstream *s = &z->streams[i];
+
+		if (s->keyed && same(&s->key, it) && !s->pfresh &&
+		    !s->pended && s->pnext > w && s->pnext <= w + 1 + d &&
+		    (!f || s->pnext > f->pnext))
+			f = s;
+	}
+	if (!f || f->want >= w + 1 + d)
+		return;
+	f->want = w + 1 + d;
+	if (!z->astarted) {
+		/* no worker: readers decode their windows themselves */
+		if (pthread_create(&z->athr, NULL, ahead_main, z)) {
+			z->afailed = true;
+			return;
+		}
+		z->astarted = true;
+	}
+	pthread_cond_signal(&z->acv);
+}
+
+/* Under z->mu: the stream furthest behind its want, or NULL. */
+static zstream *ahead_pick(flx_zcache *z)
+{
+	zstream *best = NULL;
+
+	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
+		zstream *s = &z->streams[i];
+
+		if (!s->keyed || s->pfresh || s->pended || s->pnext >= s->want)
+			continue;
+		if (!best || s->want - s->pnext > best->want - best->pnext)
+			best = s;
+	}
+	return best;
+}
+
+/* Under s->mu, claimed by the worker: decode one wanted window of s into
+ * a cache slot.  No slot to take: s is wanted no further.  A failure
+ * leaves s to restart (fresh) for the reader that comes to it, which
+ * then gets the error itself. */
+static void ahead_one(flx_zcache *z, zstream *s)
+{
+	zslot *dst = NULL;
+	size_t n = 0;
+	int rc;
+
+	pthread_mutex_lock(&z->mu);
+	if (!s->fresh && !s->ended && s->next < s->want &&
+	    !(dst = take_slot(z)))
+		s->want = 0;
+	if (dst)
+		z->abusy++;
+	pthread_mutex_unlock(&z->mu);
+	if (!dst)
+		return;
+	rc = produce(s->c, s, dst->data, &n);
+	pthread_mutex_lock(&z->mu);
+	z->abusy--;
+	z->st.decoded += n;
+	z->st.ahead += n;
+	s->pnext = s->next;
+	s->pfresh = s->fresh;
+	s->pended = s->ended;
+	if (!rc && n)
+		publish(z, dst, &s->key, s->next - 1, n);
+	dst->pins--;
+	pthread_mutex_unlock(&z->mu);
+}
+
+static void *ahead_main(void *arg)
+{
+	flx_zcache *z = arg;
+
+	pthread_mutex_lock(&z->mu);
+	while (!z->astop) {
+		zstream *s = ahead_pick(z);
+
+		if (!s) {
+			pthread_cond_wait(&z->acv, &z->mu);
+			continue;
+		}
+		s->users++; /* its item stays while the worker decodes */
+		pthread_mutex_unlock(&z->mu);
+		pthread_mutex_lock(&s->mu);
+		ahead_one(z, s);
+		pthread_mutex_unlock(&s->mu);
+		pthread_mutex_lock(&z->mu);
+		s->users--;
+		pthread_cond_broadcast(&z->cv);
+	}
+	pthread_mutex_unlock(&z->mu);
+	return NULL;
+}
+
+void flx_zcache_settle(flx_zcache *z)
+{
+	pthread_mutex_lock(&z->mu);
+	while (z->astarted && !z->astop && (ahead_pick(z) || z->abusy))
+		pthread_cond_wait(&z->cv, &z->mu);
+	pthread_mutex_unlock(&z->mu);
+}
+
 /*
  * Pin window w of it: from the cache, or decoded by a claimed stream (its
  * windows up to w entering the cache).  @return 0 and *ref (release with
@@ -352,11 +509,13 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 	if ((sl = find(z, it, w))) {
 		z->st.hits++;
 		pin(z, sl, ref);
+		ahead_note(z, it, w);
 		pthread_mutex_unlock(&z->mu);
 		return 0;
 	}
 	while (!(s = claim(z, it, w)))
 		pthread_cond_wait(&z->cv, &z->mu);
+	s->c = c;
 	pthread_mutex_unlock(&z->mu);
 
 	pthread_mutex_lock(&s->mu);
@@ -377,6 +536,8 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		z->st.restarts++;
 		s->pnext = s->next;
 		s->pfresh = s->fresh;
+		s->pended = s->ended;
+		s->want = 0; /* a reader behind it: wishes of before are void */
 		pthread_mutex_unlock(&z->mu);
 	}
 	/* Each window is decoded straight into a cache slot (or, none free,
@@ -398,6 +559,7 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		z->st.decoded += n;
 		s->pnext = s->next;
 		s->pfresh = s->fresh;
+		s->pended = s->ended;
 		if (dst && !rc && n)
 			publish(z, dst, it, s->next - 1, n);
 		if (dst && !rc && s->next > w) {
@@ -416,7 +578,12 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 	}
 out:
 	pthread_mutex_unlock(&s->mu);
-	unclaim(z, s);
+	pthread_mutex_lock(&z->mu);
+	if (!rc)
+		ahead_note(z, it, w);
+	s->users--;
+	pthread_cond_broadcast(&z->cv);
+	pthread_mutex_unlock(&z->mu);
 	return rc;
 }
 
