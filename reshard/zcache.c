@@ -55,7 +55,7 @@ typedef struct zstream {
 	bool pended;
 	/* decode ahead until pnext reaches it (under the cache lock) */
 	uint64_t want;
-	const flx_ckpt *c; /* the checkpoint of the last claim */
+	const flx_ckpt *c; /* its item's checkpoint (set with the key) */
 	/* under mu */
 	ZSTD_DCtx *dctx;
 	unsigned char *in, *out;
@@ -256,7 +256,8 @@ static void publish(flx_zcache *z, zslot *sl, const flx_zitem *it, uint64_t w,
  * past w (the furthest), else an unclaimed stream (least recently used,
  * re-keyed), else one of its streams (to restart), else NULL (wait).
  */
-static zstream *claim(flx_zcache *z, const flx_zitem *it, uint64_t w)
+static zstream *claim(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
+			uint64_t w)
 {
 	zstream *ahead = NULL, *own = NULL, *idle = NULL;
 
@@ -278,6 +279,7 @@ static zstream *claim(flx_zcache *z, const flx_zitem *it, uint64_t w)
 		/* unclaimed, so no holder: its own fields are free too */
 		idle->fresh = idle->pfresh = true;
 		idle->want = 0;
+		idle->c = c;
 		ahead = idle;
 	}
 	if (!ahead)
@@ -433,11 +435,13 @@ static zstream *ahead_pick(flx_zcache *z)
  * then gets the error itself. */
 static void ahead_one(flx_zcache *z, zstream *s)
 {
+	const flx_ckpt *c;
 	zslot *dst = NULL;
 	size_t n = 0;
 	int rc;
 
 	pthread_mutex_lock(&z->mu);
+	c = s->c;
 	if (!s->fresh && !s->ended && s->next < s->want &&
 	    !(dst = take_slot(z)))
 		s->want = 0;
@@ -446,7 +450,7 @@ static void ahead_one(flx_zcache *z, zstream *s)
 	pthread_mutex_unlock(&z->mu);
 	if (!dst)
 		return;
-	rc = produce(s->c, s, dst->data, &n);
+	rc = produce(c, s, dst->data, &n);
 	pthread_mutex_lock(&z->mu);
 	z->abusy--;
 	z->st.decoded += n;
@@ -513,9 +517,8 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		pthread_mutex_unlock(&z->mu);
 		return 0;
 	}
-	while (!(s = claim(z, it, w)))
+	while (!(s = claim(z, c, it, w)))
 		pthread_cond_wait(&z->cv, &z->mu);
-	s->c = c;
 	pthread_mutex_unlock(&z->mu);
 
 	pthread_mutex_lock(&s->mu);
