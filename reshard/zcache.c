@@ -47,6 +47,7 @@ typedef struct zstream {
 	flx_zitem key;
 	bool keyed;	/* key names an item */
 	uint32_t users; /* readers that claimed it (under the cache lock) */
+	bool busy;	/* one of them holds or is taking mu (cache lock) */
 	uint64_t used;
 	/* next and fresh as the holder last published them, for claim()
 	 * (under the cache lock; the fields below are the holder's) */
@@ -69,7 +70,7 @@ typedef struct zstream {
 
 struct flx_zcache {
 	pthread_mutex_t mu;
-	pthread_cond_t cv; /* a stream became unclaimed */
+	pthread_cond_t cv; /* a stream let go, or a window published */
 	zslot *slots;
 	size_t nslots;
 	int32_t *chain; /* hash chains of valid slots: nchains heads, -1 */
@@ -81,7 +82,7 @@ struct flx_zcache {
 	pthread_cond_t acv; /* a stream wants windows, or stop */
 	pthread_t athr;
 	bool astarted, afailed, astop;
-	uint32_t abusy; /* windows the worker is decoding (0 or 1) */
+	uint32_t abusy; /* streams the worker holds (0 or 1) */
 };
 
 /* A pinned window: a slot, or a stream's output (its mutex held). */
@@ -291,12 +292,15 @@ static zstream *claim(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 	return ahead;
 }
 
-static void unclaim(flx_zcache *z, zstream *s)
+/* Under z->mu: the holder of busy stream s (its mutex released) lets it
+ * go and unclaims it; the worker is told if s is wanted further. */
+static void let_go(flx_zcache *z, zstream *s)
 {
-	pthread_mutex_lock(&z->mu);
+	s->busy = false;
 	s->users--;
 	pthread_cond_broadcast(&z->cv);
-	pthread_mutex_unlock(&z->mu);
+	if (z->astarted && s->pnext < s->want)
+		pthread_cond_signal(&z->acv);
 }
 
 /* Under s->mu: back to the frame's first byte. */
@@ -421,7 +425,8 @@ static zstream *ahead_pick(flx_zcache *z)
 	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
 		zstream *s = &z->streams[i];
 
-		if (!s->keyed || s->pfresh || s->pended || s->pnext >= s->want)
+		if (!s->keyed || s->busy || s->pfresh || s->pended ||
+		    s->pnext >= s->want)
 			continue;
 		if (!best || s->want - s->pnext > best->want - best->pnext)
 			best = s;
@@ -445,14 +450,11 @@ static void ahead_one(flx_zcache *z, zstream *s)
 	if (!s->fresh && !s->ended && s->next < s->want &&
 	    !(dst = take_slot(z)))
 		s->want = 0;
-	if (dst)
-		z->abusy++;
 	pthread_mutex_unlock(&z->mu);
 	if (!dst)
 		return;
 	rc = produce(c, s, dst->data, &n);
 	pthread_mutex_lock(&z->mu);
-	z->abusy--;
 	z->st.decoded += n;
 	z->st.ahead += n;
 	s->pnext = s->next;
@@ -477,12 +479,16 @@ static void *ahead_main(void *arg)
 			continue;
 		}
 		s->users++; /* its item stays while the worker decodes */
+		s->busy = true;
+		z->abusy++;
 		pthread_mutex_unlock(&z->mu);
 		pthread_mutex_lock(&s->mu);
 		ahead_one(z, s);
 		pthread_mutex_unlock(&s->mu);
 		pthread_mutex_lock(&z->mu);
+		s->busy = false;
 		s->users--;
+		z->abusy--;
 		pthread_cond_broadcast(&z->cv);
 	}
 	pthread_mutex_unlock(&z->mu);
@@ -519,20 +525,25 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 	}
 	while (!(s = claim(z, c, it, w)))
 		pthread_cond_wait(&z->cv, &z->mu);
+	/* Whoever holds the stream may be decoding w: wait for w to be
+	 * published or the stream let go, not for the holder's whole run
+	 * (a reader further on decodes up to its own window). */
+	while (!(sl = find(z, it, w)) && s->busy)
+		pthread_cond_wait(&z->cv, &z->mu);
+	if (sl) {
+		z->st.hits++;
+		pin(z, sl, ref);
+		ahead_note(z, it, w);
+		s->users--;
+		pthread_cond_broadcast(&z->cv);
+		pthread_mutex_unlock(&z->mu);
+		return 0;
+	}
+	z->st.misses++;
+	s->busy = true;
 	pthread_mutex_unlock(&z->mu);
 
 	pthread_mutex_lock(&s->mu);
-	/* whoever held the stream may have decoded w meanwhile */
-	pthread_mutex_lock(&z->mu);
-	if ((sl = find(z, it, w))) {
-		z->st.hits++;
-		pin(z, sl, ref);
-	} else {
-		z->st.misses++;
-	}
-	pthread_mutex_unlock(&z->mu);
-	if (sl)
-		goto out;
 	if (s->fresh || s->next > w) {
 		rc = restart(s);
 		pthread_mutex_lock(&z->mu);
@@ -563,8 +574,10 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		s->pnext = s->next;
 		s->pfresh = s->fresh;
 		s->pended = s->ended;
-		if (dst && !rc && n)
+		if (dst && !rc && n) {
 			publish(z, dst, it, s->next - 1, n);
+			pthread_cond_broadcast(&z->cv);
+		}
 		if (dst && !rc && s->next > w) {
 			*ref = (zref){dst->data, n, dst, NULL};
 			sl = dst; /* pinned by take_slot() */
@@ -579,13 +592,11 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		*ref = (zref){s->out, s->out_n, NULL, s};
 		return 0;
 	}
-out:
 	pthread_mutex_unlock(&s->mu);
 	pthread_mutex_lock(&z->mu);
 	if (!rc)
 		ahead_note(z, it, w);
-	s->users--;
-	pthread_cond_broadcast(&z->cv);
+	let_go(z, s);
 	pthread_mutex_unlock(&z->mu);
 	return rc;
 }
@@ -598,7 +609,9 @@ static void put(flx_zcache *z, zref *ref)
 		pthread_mutex_unlock(&z->mu);
 	} else if (ref->s) {
 		pthread_mutex_unlock(&ref->s->mu);
-		unclaim(z, ref->s);
+		pthread_mutex_lock(&z->mu);
+		let_go(z, ref->s);
+		pthread_mutex_unlock(&z->mu);
 	}
 	*ref = (zref){0};
 }
