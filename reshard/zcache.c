@@ -258,7 +258,7 @@ static void publish(flx_zcache *z, zslot *sl, const flx_zitem *it, uint64_t w,
  * re-keyed), else one of its streams (to restart), else NULL (wait).
  */
 static zstream *claim(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
-			uint64_t w)
+		      uint64_t w)
 {
 	zstream *ahead = NULL, *own = NULL, *idle = NULL;
 
@@ -398,8 +398,8 @@ static void ahead_note(flx_zcache *z, const flx_zitem *it, uint64_t w)
 	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
 		zstream *s = &z->streams[i];
 
-		if (s->keyed && same(&s->key, it) && !s->pfresh &&
-		    !s->pended && s->pnext > w && s->pnext <= w + 1 + d &&
+		if (s->keyed && same(&s->key, it) && !s->pfresh && !s->pended &&
+		    s->pnext > w && s->pnext <= w + 1 + d &&
 		    (!f || s->pnext > f->pnext))
 			f = s;
 	}

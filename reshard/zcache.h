@@ -63,7 +63,7 @@ typedef struct flx_zcache_stats {
 	uint64_t decoded;  /* content bytes decompressed */
 	uint64_t served;   /* content bytes copied out to readers */
 	uint64_t windows;  /* windows allocated so far (memory in use) */
-	uint64_t ahead;	   /* of decoded: bytes the decode-ahead worker decoded */
+	uint64_t ahead; /* of decoded: bytes the decode-ahead worker decoded */
 } flx_zcache_stats;
 
 /**
