@@ -27,7 +27,7 @@ static unsigned char *content[NITEMS];
 static size_t csize[NITEMS];
 static flx_zitem items[NITEMS];
 /* an item of BIGW windows for the decode-ahead tests */
-#define BIGW 24
+#define BIGW 72
 static unsigned char *bigc;
 static flx_zitem bigit;
 static flx_ckpt ck;
@@ -315,6 +315,38 @@ static void test_ahead(void)
 	flx_zcache_free(z);
 }
 
+/*
+ * A restarted stream forgets what it was wanted for.  Each round reads
+ * window 0 (evicted: a new stream takes it, while there is one) and then
+ * a window below every older stream, 8 below the last (so neither it nor
+ * what the new stream decodes on the way is cached), which that new
+ * stream decodes to.  With every stream keyed to the big item, the next
+ * read of window 0 restarts the last one, which was wanted up to
+ * 10 + 1 + FLX_ZCACHE_AHEAD: it decodes window 0 and FLX_ZCACHE_AHEAD
+ * more, not the 13 windows of before.
+ */
+static void test_ahead_restart(void)
+{
+	const uint64_t d = FLX_ZCACHE_AHEAD;
+	flx_zcache *z;
+	flx_zcache_stats st;
+	uint64_t before;
+
+	CHECK_EQ(flx_zcache_new(4 * d * FLX_ZCACHE_WINDOW, &z), 0);
+	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
+		read_big(z, 0);
+		read_big(z, 10 + 8 * (uint64_t)(FLX_ZCACHE_STREAMS - 1 - i));
+	}
+	before = decoded_windows(z);
+	flx_zcache_stats_get(z, &st);
+	CHECK_EQ(st.restarts, FLX_ZCACHE_STREAMS);
+	read_big(z, 0);
+	CHECK_EQ(decoded_windows(z), before + 1 + d);
+	flx_zcache_stats_get(z, &st);
+	CHECK_EQ(st.restarts, FLX_ZCACHE_STREAMS + 1);
+	flx_zcache_free(z);
+}
+
 static void test_failures(const char *path)
 {
 	flx_zcache *z;
@@ -396,6 +428,7 @@ int main(void)
 	}
 	test_sequential();
 	test_ahead();
+	test_ahead_restart();
 	/* a cache of 2 windows: random reads restart streams */
 	CHECK_EQ(flx_zcache_new(2u << 20, &z), 0);
 	test_random(z, 12345, 150);
