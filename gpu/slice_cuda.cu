@@ -1,0 +1,688 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CUDA backend of the slicer (slice.h), built as libflexfs-cuda.so
+ * (slice_cuda.h says why a shared object of its own).
+ *
+ * A batch is made one submission.  The host first cuts every run into
+ * pieces, one per block its elements start in (the same rule as the CPU
+ * backend: an element is taken from the listed block whose home holds its
+ * first byte, and must end inside the bytes the block holds, else -EIO),
+ * and finds among each block's pieces the rows of a transpose (pieces
+ * stepping through the block together, as slice_cpu.c's gather_rows()).
+ * Then block after block: the block is pinned (get), copied into a pinned
+ * staging buffer and released (put), and its copy to the device, its
+ * pieces' kernels and nothing else are queued on one of two streams, so
+ * the next block is fetched and copied while this one's kernels run.
+ * The request's bytes are assembled in device memory, copied back once
+ * into pinned memory at the end, and from there only the runs' bytes go to
+ * the caller's buffer (no byte outside the runs is written).
+ *
+ * Rows of a transpose go through tiles in shared memory: a tile of
+ * TILE x TILE elements is read along the source's dense axis and written
+ * along the destination's, both coalesced.  Other pieces take one thread
+ * per element.  Every copy is a copy of bytes: the result is bit-identical
+ * to the CPU backend's.
+ *
+ * Device state: NLANES lanes, each two streams, their events and buffers,
+ * taken by one batch at a time under a mutex; a batch finding every lane
+ * taken returns -EAGAIN (the CPU runs it).  Every CUDA error becomes -EIO
+ * here, in fail(), which prints the first one.
+ */
+#include "slice_cuda.h"
+
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NLANES	 4
+#define NSTREAMS 2
+#define TILE	 32
+#define ROWS	 8 /* threads per tile column: TILE / ROWS rows each */
+
+/* Elements of a run that start in one block (see the top). */
+typedef struct piece {
+	uint64_t soff;	 /* element e0's offset in the block */
+	uint64_t stride; /* bytes between elements in the block */
+	int64_t dbase;	 /* dst offset of element e0's first stream byte */
+	uint64_t n;	 /* elements */
+	uint64_t lo, hi; /* stream bytes wanted, from e0's first: [lo, hi) */
+} piece;
+
+/* Rows of a transpose in one block: row r, element i comes from
+ * soff + r * a + i * stride and goes to dbase + r * d + i * esz. */
+typedef struct rows {
+	uint64_t soff, a, stride;
+	uint64_t dbase, d;
+	uint64_t nrows, n;
+} rows;
+
+typedef struct lane {
+	bool busy, ready, broken;
+	cudaStream_t s[NSTREAMS];
+	cudaEvent_t done[NSTREAMS]; /* the slot's buffers are free again */
+	unsigned char *h_blk[NSTREAMS], *d_blk[NSTREAMS];
+	size_t cap_blk;
+	piece *h_pc[NSTREAMS], *d_pc[NSTREAMS];
+	rows *h_rw[NSTREAMS], *d_rw[NSTREAMS];
+	size_t cap_pc, cap_rw;
+	unsigned char *h_dst, *d_dst;
+	size_t cap_dst;
+} lane;
+
+typedef struct device {
+	int id;
+	pthread_mutex_t mu;
+	lane lanes[NLANES];
+} device;
+
+static int reported;
+
+/* A CUDA error as -EIO, the first one printed on stderr. */
+static int fail(const char *what, cudaError_t e)
+{
+	if (!__atomic_exchange_n(&reported, 1, __ATOMIC_RELAXED))
+		fprintf(stderr, "flexfs: cuda: %s: %s\n", what,
+			cudaGetErrorString(e));
+	return -EIO;
+}
+
+#define CU(call)                                                               \
+	do {                                                                   \
+		cudaError_t e_ = (call);                                       \
+		if (e_ != cudaSuccess) {                                       \
+			rc = fail(#call, e_);                                  \
+			l->broken = true;                                      \
+			goto out;                                              \
+		}                                                              \
+	} while (0)
+
+/* ---- kernels ---- */
+
+/* One element of esz bytes (a compile-time size: one load, one store). */
+template <size_t E> struct elem {
+	unsigned char b[E];
+};
+
+/* Pieces: CUDA block p copies piece p, a thread per element; partial
+ * elements at a run's ends byte by byte. */
+template <size_t E>
+__global__ void pieces_kernel(const unsigned char *blk, const piece *pc,
+			      unsigned char *dst, size_t esz_rt)
+{
+	const piece p = pc[blockIdx.x];
+	const size_t esz = E ? E : esz_rt;
+
+	for (uint64_t i = threadIdx.x; i < p.n; i += blockDim.x) {
+		const unsigned char *s = blk + p.soff + i * p.stride;
+		uint64_t q = i * esz;
+
+		if constexpr (E != 0) {
+			if (q >= p.lo && q + E <= p.hi) {
+				memcpy(dst + p.dbase + q, s, E);
+				continue;
+			}
+		}
+		for (size_t b = 0; b < esz; b++)
+			if (q + b >= p.lo && q + b < p.hi)
+				dst[p.dbase + (int64_t)(q + b)] = s[b];
+	}
+}
+
+/* Rows of a transpose through a shared-memory tile.  blockIdx.y: the
+ * rows set, blockIdx.x: its tile (row-tile major); threads TILE x ROWS. */
+template <size_t E>
+__global__ void rows_kernel(const unsigned char *blk, const rows *rw,
+			    unsigned char *dst)
+{
+	__shared__ elem<E> tile[TILE][TILE + 1];
+	const rows g = rw[blockIdx.y];
+	uint64_t tn = (g.n + TILE - 1) / TILE;
+	uint64_t r0 = blockIdx.x / tn * TILE, i0 = blockIdx.x % tn * TILE;
+
+	if (r0 >= g.nrows)
+		return;
+	/* read: consecutive threads take consecutive rows (the source's
+	 * dense axis: rows are a bytes apart) */
+	for (unsigned k = threadIdx.y; k < TILE; k += ROWS) {
+		uint64_t r = r0 + threadIdx.x, i = i0 + k;
+
+		if (r < g.nrows && i < g.n)
+			memcpy(&tile[k][threadIdx.x],
+			       blk + g.soff + r * g.a + i * g.stride, E);
+	}
+	__syncthreads();
+	/* write: consecutive threads take consecutive elements of a row */
+	for (unsigned k = threadIdx.y; k < TILE; k += ROWS) {
+		uint64_t r = r0 + k, i = i0 + threadIdx.x;
+
+		if (r < g.nrows && i < g.n)
+			memcpy(dst + g.dbase + r * g.d + i * E,
+			       &tile[threadIdx.x][k], E);
+	}
+}
+
+/* ---- pieces, on the host ---- */
+
+typedef struct plan {
+	piece *pc; /* sorted by block */
+	size_t *blk_of;
+	size_t npc, cap;
+	size_t *first; /* pieces of block k: [first[k], first[k + 1]) */
+} plan;
+
+static int add_piece(plan *p, size_t k, piece pc)
+{
+	if (p->npc == p->cap) {
+		size_t cap = p->cap ? 2 * p->cap : 64;
+		piece *np = (piece *)realloc(p->pc, cap * sizeof(*np));
+		size_t *nb;
+
+		if (!np)
+			return -ENOMEM;
+		p->pc = np;
+		nb = (size_t *)realloc(p->blk_of, cap * sizeof(*nb));
+		if (!nb)
+			return -ENOMEM;
+		p->blk_of = nb;
+		p->cap = cap;
+	}
+	p->pc[p->npc] = pc;
+	p->blk_of[p->npc++] = k;
+	return 0;
+}
+
+/* The listed block of file f whose home holds offset s, in
+ * blocks[lo, hi) (those of file f), or hi. */
+static size_t find_block(const flx_slice_batch *b, size_t lo, size_t hi,
+			 uint64_t s)
+{
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		const flx_slice_block *k = &b->blocks[mid];
+
+		if (s < k->start)
+			hi = mid;
+		else if (s - k->start >= b->block)
+			lo = mid + 1;
+		else
+			return mid;
+	}
+	return SIZE_MAX;
+}
+
+/* Run u's pieces, its file's blocks being blocks[lo, hi).
+ * @return 0, -EIO (an element in no listed block, or past its bytes),
+ *         -ENOMEM. */
+static int cut_run(const flx_slice_batch *b, const flx_slice_run *u, size_t lo,
+		   size_t hi, plan *p)
+{
+	uint64_t esz = b->elem_size;
+	uint64_t e = u->skip / esz, end;
+
+	if (!u->len)
+		return 0;
+	end = (u->skip + u->len - 1) / esz + 1;
+	while (e < end) {
+		uint64_t s = u->src + e * u->stride, n = end - e, last;
+		size_t k = find_block(b, lo, hi, s);
+		const flx_slice_block *blk;
+		uint64_t home, q0 = e * esz;
+		int rc;
+
+		if (k == SIZE_MAX)
+			return -EIO;
+		blk = &b->blocks[k];
+		home = blk->start + b->block;
+		if (u->stride && (home - 1 - s) / u->stride + 1 < n)
+			n = (home - 1 - s) / u->stride + 1;
+		last = s + (n - 1) * u->stride;
+		if (last + esz > blk->start + blk->len)
+			return -EIO;
+		rc = add_piece(
+		    p, k,
+		    piece{s - blk->start, u->stride,
+			  (int64_t)u->dst - (int64_t)u->skip + (int64_t)q0, n,
+			  u->skip > q0 ? u->skip - q0 : 0,
+			  u->skip + u->len - q0 < n * esz
+			      ? u->skip + u->len - q0
+			      : n * esz});
+		if (rc)
+			return rc;
+		e += n;
+	}
+	return 0;
+}
+
+/* Every run cut, the pieces sorted by block (counting sort: runs are
+ * walked in order, so a block's pieces keep the runs' order). */
+static int cut_all(const flx_slice_batch *b, plan *p)
+{
+	size_t lo = 0, hi = 0, *cnt;
+	piece *sorted;
+	int rc = 0;
+
+	for (size_t i = 0; i < b->nruns && !rc; i++) {
+		uint32_t f = b->runs[i].file;
+
+		while (lo < b->nblocks && b->blocks[lo].file < f)
+			lo++;
+		if (hi < lo)
+			hi = lo;
+		while (hi < b->nblocks && b->blocks[hi].file == f)
+			hi++;
+		rc = cut_run(b, &b->runs[i], lo, hi, p);
+	}
+	if (rc)
+		return rc;
+	cnt = (size_t *)calloc(b->nblocks + 1, sizeof(*cnt));
+	sorted = (piece *)malloc((p->npc ? p->npc : 1) * sizeof(*sorted));
+	if (!cnt || !sorted) {
+		free(cnt);
+		free(sorted);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < p->npc; i++)
+		cnt[p->blk_of[i] + 1]++;
+	for (size_t k = 0; k < b->nblocks; k++)
+		cnt[k + 1] += cnt[k];
+	p->first = cnt;
+	{
+		size_t *at = (size_t *)malloc((b->nblocks + 1) * sizeof(*at));
+
+		if (!at) {
+			free(sorted);
+			return -ENOMEM;
+		}
+		memcpy(at, cnt, (b->nblocks + 1) * sizeof(*at));
+		for (size_t i = 0; i < p->npc; i++)
+			sorted[at[p->blk_of[i]]++] = p->pc[i];
+		free(at);
+	}
+	free(p->pc);
+	p->pc = sorted;
+	return 0;
+}
+
+/* Split pieces pc[0..n) of one block into rows of transposes (into rw)
+ * and the rest (moved to the front of pc); *npc, *nrw: their counts. */
+static void find_rows(const piece *in, size_t n, uint64_t esz, piece *pc,
+		      size_t *npc, rows *rw, size_t *nrw)
+{
+	size_t np = 0, nr = 0;
+
+	for (size_t i = 0, j; i < n; i = j) {
+		const piece *a = &in[i];
+		bool whole = a->lo == 0 && a->hi == a->n * esz;
+
+		for (j = i + 1; whole && j < n; j++) {
+			const piece *x = &in[j - 1], *y = &in[j];
+
+			if (y->lo || y->hi != y->n * esz || y->n != a->n ||
+			    y->stride != a->stride || y->soff <= x->soff ||
+			    y->dbase <= x->dbase ||
+			    y->soff - x->soff != in[i + 1].soff - a->soff ||
+			    y->dbase - x->dbase != in[i + 1].dbase - a->dbase)
+				break;
+		}
+		if (!whole || j - i < 2) {
+			pc[np++] = *a;
+			j = i + 1;
+			continue;
+		}
+		rw[nr++] = rows{a->soff,
+				in[i + 1].soff - a->soff,
+				a->stride,
+				(uint64_t)a->dbase,
+				(uint64_t)(in[i + 1].dbase - a->dbase),
+				j - i,
+				a->n};
+	}
+	*npc = np;
+	*nrw = nr;
+}
+
+/* ---- lanes ---- */
+
+static void lane_free_bufs(lane *l)
+{
+	for (int s = 0; s < NSTREAMS; s++) {
+		cudaFreeHost(l->h_blk[s]);
+		cudaFree(l->d_blk[s]);
+		cudaFreeHost(l->h_pc[s]);
+		cudaFree(l->d_pc[s]);
+		cudaFreeHost(l->h_rw[s]);
+		cudaFree(l->d_rw[s]);
+		l->h_blk[s] = l->d_blk[s] = NULL;
+		l->h_pc[s] = l->d_pc[s] = NULL;
+		l->h_rw[s] = l->d_rw[s] = NULL;
+	}
+	cudaFreeHost(l->h_dst);
+	cudaFree(l->d_dst);
+	l->h_dst = l->d_dst = NULL;
+	l->cap_blk = l->cap_pc = l->cap_rw = l->cap_dst = 0;
+}
+
+/* The lane's buffers at least this large (the lane is idle). */
+static int lane_fit(lane *l, size_t blk, size_t npc, size_t dst)
+{
+	int rc = 0;
+
+	if (!l->ready) {
+		for (int s = 0; s < NSTREAMS; s++) {
+			CU(cudaStreamCreateWithFlags(&l->s[s],
+						     cudaStreamNonBlocking));
+			CU(cudaEventCreateWithFlags(&l->done[s],
+						    cudaEventDisableTiming));
+		}
+		l->ready = true;
+	}
+	if (blk > l->cap_blk)
+		for (int s = 0; s < NSTREAMS; s++) {
+			cudaFreeHost(l->h_blk[s]);
+			cudaFree(l->d_blk[s]);
+			l->h_blk[s] = l->d_blk[s] = NULL;
+			l->cap_blk = 0;
+			CU(cudaHostAlloc((void **)&l->h_blk[s], blk,
+					 cudaHostAllocDefault));
+			CU(cudaMalloc((void **)&l->d_blk[s], blk));
+		}
+	l->cap_blk = blk > l->cap_blk ? blk : l->cap_blk;
+	if (npc > l->cap_pc)
+		for (int s = 0; s < NSTREAMS; s++) {
+			cudaFreeHost(l->h_pc[s]);
+			cudaFree(l->d_pc[s]);
+			cudaFreeHost(l->h_rw[s]);
+			cudaFree(l->d_rw[s]);
+			l->h_pc[s] = l->d_pc[s] = NULL;
+			l->h_rw[s] = l->d_rw[s] = NULL;
+			l->cap_pc = 0;
+			CU(cudaHostAlloc((void **)&l->h_pc[s],
+					 npc * sizeof(piece),
+					 cudaHostAllocDefault));
+			CU(cudaMalloc((void **)&l->d_pc[s],
+				      npc * sizeof(piece)));
+			CU(cudaHostAlloc((void **)&l->h_rw[s],
+					 npc * sizeof(rows),
+					 cudaHostAllocDefault));
+			CU(cudaMalloc((void **)&l->d_rw[s],
+				      npc * sizeof(rows)));
+		}
+	l->cap_pc = npc > l->cap_pc ? npc : l->cap_pc;
+	if (dst > l->cap_dst) {
+		cudaFreeHost(l->h_dst);
+		cudaFree(l->d_dst);
+		l->h_dst = l->d_dst = NULL;
+		l->cap_dst = 0;
+		CU(cudaHostAlloc((void **)&l->h_dst, dst,
+				 cudaHostAllocDefault));
+		CU(cudaMalloc((void **)&l->d_dst, dst));
+		l->cap_dst = dst;
+	}
+out:
+	if (rc)
+		lane_free_bufs(l);
+	return rc;
+}
+
+static lane *lane_take(device *d)
+{
+	lane *l = NULL;
+
+	pthread_mutex_lock(&d->mu);
+	for (int i = 0; i < NLANES && !l; i++)
+		if (!d->lanes[i].busy && !d->lanes[i].broken) {
+			l = &d->lanes[i];
+			l->busy = true;
+		}
+	pthread_mutex_unlock(&d->mu);
+	return l;
+}
+
+/* l->broken was set by its batch (CU) after a device error: the lane is
+ * not taken again, and once all are broken every batch goes to the CPU */
+static void lane_give(device *d, lane *l)
+{
+	pthread_mutex_lock(&d->mu);
+	l->busy = false;
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* ---- a batch ---- */
+
+/* Rows sets in grids of at most 65535 (gridDim.y) */
+template <size_t E> static void launch_rows(lane *l, int s, size_t nrw)
+{
+	for (size_t g = 0; g < nrw;) {
+		size_t m = nrw - g < 65535 ? nrw - g : 65535;
+		uint64_t tiles = 0;
+
+		/* one grid over the largest rows set of these m */
+		for (size_t k = g; k < g + m; k++) {
+			const rows *r = &l->h_rw[s][k];
+			uint64_t t = ((r->nrows + TILE - 1) / TILE) *
+				     ((r->n + TILE - 1) / TILE);
+
+			tiles = t > tiles ? t : tiles;
+		}
+		rows_kernel<E>
+		    <<<dim3((unsigned)tiles, (unsigned)m), dim3(TILE, ROWS), 0,
+		       l->s[s]>>>(l->d_blk[s], l->d_rw[s] + g, l->d_dst);
+		g += m;
+	}
+}
+
+template <size_t E>
+static void launch(lane *l, int s, size_t npc, size_t nrw, size_t esz)
+{
+	if (npc)
+		pieces_kernel<E><<<(unsigned)npc, 128, 0, l->s[s]>>>(
+		    l->d_blk[s], l->d_pc[s], l->d_dst, esz);
+	if constexpr (E != 0)
+		launch_rows<E>(l, s, nrw);
+}
+
+static void launch_any(lane *l, int s, size_t npc, size_t nrw, size_t esz)
+{
+	switch (esz) {
+	case 1:
+		launch<1>(l, s, npc, nrw, esz);
+		break;
+	case 2:
+		launch<2>(l, s, npc, nrw, esz);
+		break;
+	case 4:
+		launch<4>(l, s, npc, nrw, esz);
+		break;
+	case 8:
+		launch<8>(l, s, npc, nrw, esz);
+		break;
+	case 16:
+		launch<16>(l, s, npc, nrw, esz);
+		break;
+	default:
+		launch<0>(l, s, npc, nrw, esz);
+	}
+}
+
+/* The batch's pieces executed on lane l (see the top of this file). */
+static int run_lane(device *d, lane *l, const flx_slice_batch *b, const plan *p)
+{
+	size_t maxblk = 1, maxpc = 1, j = 0;
+	bool pinned = false;
+	size_t pinned_k = 0;
+	int rc = 0;
+
+	for (size_t k = 0; k < b->nblocks; k++) {
+		size_t n = p->first[k + 1] - p->first[k];
+
+		if (n && b->blocks[k].len > maxblk)
+			maxblk = b->blocks[k].len;
+		maxpc = n > maxpc ? n : maxpc;
+	}
+	CU(cudaSetDevice(d->id));
+	rc = lane_fit(l, maxblk, maxpc, b->dst_len ? b->dst_len : 1);
+	if (rc)
+		goto out;
+	for (size_t k = 0; k < b->nblocks; k++) {
+		size_t first = p->first[k], n = p->first[k + 1] - first;
+		const unsigned char *data;
+		size_t npc, nrw, len = b->blocks[k].len;
+		int s = (int)(j++ % NSTREAMS);
+
+		if (!n)
+			continue;
+		/* the slot's last block copied and executed */
+		CU(cudaEventSynchronize(l->done[s]));
+		rc = b->get(b->ctx, k, &data);
+		if (rc)
+			goto out;
+		pinned = true;
+		pinned_k = k;
+		memcpy(l->h_blk[s], data, len);
+		b->put(b->ctx, k);
+		pinned = false;
+		find_rows(p->pc + first, n, b->elem_size, l->h_pc[s], &npc,
+			  l->h_rw[s], &nrw);
+		CU(cudaMemcpyAsync(l->d_blk[s], l->h_blk[s], len,
+				   cudaMemcpyHostToDevice, l->s[s]));
+		if (npc)
+			CU(cudaMemcpyAsync(l->d_pc[s], l->h_pc[s],
+					   npc * sizeof(piece),
+					   cudaMemcpyHostToDevice, l->s[s]));
+		if (nrw)
+			CU(cudaMemcpyAsync(l->d_rw[s], l->h_rw[s],
+					   nrw * sizeof(rows),
+					   cudaMemcpyHostToDevice, l->s[s]));
+		/* the generic kernel serves rows too when E is not a
+		 * compile-time size */
+		if (nrw && !(b->elem_size == 1 || b->elem_size == 2 ||
+			     b->elem_size == 4 || b->elem_size == 8 ||
+			     b->elem_size == 16)) {
+			memcpy(l->h_pc[s], p->pc + first, n * sizeof(piece));
+			npc = n;
+			nrw = 0;
+			CU(cudaMemcpyAsync(l->d_pc[s], l->h_pc[s],
+					   npc * sizeof(piece),
+					   cudaMemcpyHostToDevice, l->s[s]));
+		}
+		launch_any(l, s, npc, nrw, b->elem_size);
+		CU(cudaGetLastError());
+		CU(cudaEventRecord(l->done[s], l->s[s]));
+	}
+	for (int s = 0; s < NSTREAMS; s++)
+		CU(cudaStreamSynchronize(l->s[s]));
+	if (b->dst_len)
+		CU(cudaMemcpy(l->h_dst, l->d_dst, b->dst_len,
+			      cudaMemcpyDeviceToHost));
+	/* only the runs' bytes: runs back to back in one copy */
+	for (size_t i = 0, j; i < b->nruns; i = j) {
+		size_t lo = b->runs[i].dst, hi = lo + b->runs[i].len;
+
+		for (j = i + 1; j < b->nruns && b->runs[j].dst == hi; j++)
+			hi += b->runs[j].len;
+		memcpy(b->dst + lo, l->h_dst + lo, hi - lo);
+	}
+out:
+	if (pinned)
+		b->put(b->ctx, pinned_k);
+	if (l->broken && l->ready)
+		for (int s = 0; s < NSTREAMS; s++)
+			cudaStreamSynchronize(l->s[s]);
+	return rc;
+}
+
+static int cuda_run(void *dv, const flx_slice_batch *b)
+{
+	device *d = (device *)dv;
+	plan p;
+	lane *l;
+	int rc;
+
+	memset(&p, 0, sizeof(p));
+	rc = cut_all(b, &p);
+	if (rc)
+		goto out;
+	l = lane_take(d);
+	if (!l) {
+		rc = -EAGAIN;
+		goto out;
+	}
+	rc = run_lane(d, l, b, &p);
+	lane_give(d, l);
+out:
+	free(p.pc);
+	free(p.blk_of);
+	free(p.first);
+	return rc;
+}
+
+static int cuda_open(int id, char *what, size_t what_len, void **out)
+{
+	cudaDeviceProp prop;
+	int n = 0, rc = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	device *d;
+
+	*out = NULL;
+	if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
+	    (e == cudaSuccess && id >= n) || id < 0) {
+		if (e == cudaSuccess)
+			snprintf(what, what_len,
+				 "no CUDA device %d (%d present)", id, n);
+		else
+			snprintf(what, what_len, "no CUDA driver or device: %s",
+				 cudaGetErrorString(e));
+		return -ENODEV;
+	}
+	if (e != cudaSuccess) {
+		snprintf(what, what_len, "cudaGetDeviceCount: %s",
+			 cudaGetErrorString(e));
+		return -EIO;
+	}
+	e = cudaGetDeviceProperties(&prop, id);
+	if (e != cudaSuccess) {
+		snprintf(what, what_len, "cudaGetDeviceProperties: %s",
+			 cudaGetErrorString(e));
+		return -EIO;
+	}
+	d = (device *)calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	d->id = id;
+	pthread_mutex_init(&d->mu, NULL);
+	snprintf(what, what_len, "%s", prop.name);
+	*out = d;
+	return rc;
+}
+
+static void cuda_close(void *dv)
+{
+	device *d = (device *)dv;
+
+	if (!d)
+		return;
+	if (cudaSetDevice(d->id) == cudaSuccess)
+		for (int i = 0; i < NLANES; i++) {
+			lane *l = &d->lanes[i];
+
+			lane_free_bufs(l);
+			for (int s = 0; l->ready && s < NSTREAMS; s++) {
+				cudaEventDestroy(l->done[s]);
+				cudaStreamDestroy(l->s[s]);
+			}
+		}
+	pthread_mutex_destroy(&d->mu);
+	free(d);
+}
+
+static const flx_cuda_api api = {FLX_CUDA_ABI, cuda_open, cuda_run, cuda_close};
+
+extern "C" __attribute__((visibility("default"))) const flx_cuda_api *
+flx_cuda_entry(void)
+{
+	return &api;
+}
