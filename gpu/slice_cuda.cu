@@ -37,6 +37,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define NLANES	 4
 #define NSTREAMS 2
@@ -620,16 +622,15 @@ out:
 	return rc;
 }
 
-static int cuda_open(int id, char *what, size_t what_len, void **out)
+/* What the probe finds, in the child that ran it. */
+static int probe_here(int id, char *what, size_t what_len)
 {
 	cudaDeviceProp prop;
-	int n = 0, rc = 0;
+	int n = 0;
 	cudaError_t e = cudaGetDeviceCount(&n);
-	device *d;
 
-	*out = NULL;
 	if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver ||
-	    (e == cudaSuccess && id >= n) || id < 0) {
+	    (e == cudaSuccess && id >= n)) {
 		if (e == cudaSuccess)
 			snprintf(what, what_len,
 				 "no CUDA device %d (%d present)", id, n);
@@ -649,24 +650,95 @@ static int cuda_open(int id, char *what, size_t what_len, void **out)
 			 cudaGetErrorString(e));
 		return -EIO;
 	}
+	snprintf(what, what_len, "%s", prop.name);
+	return 0;
+}
+
+/*
+ * The device probed in a child process: a process that used CUDA cannot
+ * use it in the children it forks, and the daemon forks (daemonizes)
+ * after the mount chose its slicer, so this process must not touch CUDA
+ * before its first batch.
+ */
+static int probe(int id, char *what, size_t what_len)
+{
+	struct {
+		int rc;
+		char what[256];
+	} m;
+	size_t got = 0;
+	int fd[2], status;
+	pid_t pid;
+
+	memset(&m, 0, sizeof(m));
+	if (pipe(fd))
+		return -errno;
+	pid = fork();
+	if (pid < 0) {
+		close(fd[0]);
+		close(fd[1]);
+		return -errno;
+	}
+	if (pid == 0) {
+		close(fd[0]);
+		m.rc = probe_here(id, m.what, sizeof(m.what));
+		if (write(fd[1], &m, sizeof(m)) != (ssize_t)sizeof(m))
+			_exit(1);
+		_exit(0);
+	}
+	close(fd[1]);
+	while (got < sizeof(m)) {
+		ssize_t r = read(fd[0], (char *)&m + got, sizeof(m) - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	close(fd[0]);
+	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+		;
+	if (got < sizeof(m)) {
+		snprintf(what, what_len, "the CUDA device probe died");
+		return -EIO;
+	}
+	m.what[sizeof(m.what) - 1] = '\0';
+	snprintf(what, what_len, "%s", m.what);
+	return m.rc;
+}
+
+static int cuda_open(int id, char *what, size_t what_len, void **out)
+{
+	device *d;
+	int rc;
+
+	*out = NULL;
+	if (id < 0) {
+		snprintf(what, what_len, "no CUDA device %d", id);
+		return -ENODEV;
+	}
+	rc = probe(id, what, what_len);
+	if (rc)
+		return rc;
 	d = (device *)calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
 	d->id = id;
 	pthread_mutex_init(&d->mu, NULL);
-	snprintf(what, what_len, "%s", prop.name);
 	*out = d;
-	return rc;
+	return 0;
 }
 
+/* Close: CUDA is touched only when a batch ran (lanes ready). */
 static void cuda_close(void *dv)
 {
 	device *d = (device *)dv;
 
 	if (!d)
 		return;
-	if (cudaSetDevice(d->id) == cudaSuccess)
-		for (int i = 0; i < NLANES; i++) {
+	for (int i = 0; i < NLANES; i++)
+		if (d->lanes[i].ready && cudaSetDevice(d->id) == cudaSuccess) {
 			lane *l = &d->lanes[i];
 
 			lane_free_bufs(l);

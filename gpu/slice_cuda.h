@@ -31,7 +31,9 @@ typedef struct flx_cuda_api {
 	/**
 	 * Open device number device.  *dev (owned: close()) is the object's
 	 * state; what[0..what_len) gets one line: the device's name on
-	 * success ("NVIDIA H100 80GB HBM3"), else the reason.
+	 * success ("NVIDIA H100 80GB HBM3"), else the reason.  The device
+	 * is probed in a child process: this process first uses CUDA in its
+	 * first run(), so it may fork (daemonize) in between.
 	 * @return 0, -ENODEV (no such device, no driver), -EIO (the driver
 	 *         failed), -ENOMEM.
 	 */

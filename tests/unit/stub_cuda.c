@@ -5,8 +5,10 @@
  * does: "nodev" (open: -ENODEV, no device), "driver" (open: -EIO, a
  * driver error), "abi" (a wrong ABI number), "noentry" (the entry point
  * returns NULL), "runerr" (run: -EIO), "busy" (run: -EAGAIN after
- * scribbling on the runs), anything else a working fake device that
- * executes batches one byte at a time, fetching each block once.  The
+ * scribbling on the runs), "corrupt" (a device that gets the last byte
+ * of every run wrong: the end-to-end test shows the bytes it serves come
+ * from here), anything else a working fake device that executes batches
+ * one byte at a time, fetching each block once.  The
  * counters below are read by the test through dlsym().
  */
 #include "slice_cuda.h"
@@ -78,6 +80,9 @@ static int stub_run(void *dev, const flx_slice_batch *b)
 		}
 		b->put(b->ctx, k);
 	}
+	for (size_t i = 0; !strcmp(mode(), "corrupt") && i < b->nruns; i++)
+		if (b->runs[i].len)
+			b->dst[b->runs[i].dst + b->runs[i].len - 1] ^= 0xFF;
 	return 0;
 }
 
