@@ -3,14 +3,10 @@
  * The CUDA backend of the slicer (slice.h), built as libflexfs-cuda.so
  * (slice_cuda.h says why a shared object of its own).
  *
- * A batch is made one submission.  The host first cuts every run into
- * pieces, one per block its elements start in (the same rule as the CPU
- * backend: an element is taken from the listed block whose home holds its
- * first byte, and must end inside the bytes the block holds, else -EIO),
- * and finds among each block's pieces the rows of a transpose (pieces
- * stepping through the block together, as slice_cpu.c's gather_rows()).
- * Then block after block: the block is pinned (get), copied into a pinned
- * staging buffer and released (put), and its copy to the device, its
+ * A batch is made one submission.  The host first cuts it into pieces
+ * and rows of transposes (slice_plan.h: the same rule as the CPU
+ * backend).  Then block after block: the block is pinned (get), copied into a
+ * pinned staging buffer and released (put), and its copy to the device, its
  * pieces' kernels and nothing else are queued on one of two streams, so
  * the next block is fetched and copied while this one's kernels run.
  * The request's bytes are assembled in device memory, copied back once
@@ -29,6 +25,7 @@
  * here, in fail(), which prints the first one.
  */
 #include "slice_cuda.h"
+#include "slice_plan.h"
 
 #include <cuda_runtime.h>
 #include <errno.h>
@@ -45,22 +42,9 @@
 #define TILE	 32
 #define ROWS	 8 /* threads per tile column: TILE / ROWS rows each */
 
-/* Elements of a run that start in one block (see the top). */
-typedef struct piece {
-	uint64_t soff;	 /* element e0's offset in the block */
-	uint64_t stride; /* bytes between elements in the block */
-	int64_t dbase;	 /* dst offset of element e0's first stream byte */
-	uint64_t n;	 /* elements */
-	uint64_t lo, hi; /* stream bytes wanted, from e0's first: [lo, hi) */
-} piece;
-
-/* Rows of a transpose in one block: row r, element i comes from
- * soff + r * a + i * stride and goes to dbase + r * d + i * esz. */
-typedef struct rows {
-	uint64_t soff, a, stride;
-	uint64_t dbase, d;
-	uint64_t nrows, n;
-} rows;
+typedef flx_piece piece;
+typedef flx_rows rows;
+typedef flx_plan plan;
 
 typedef struct lane {
 	bool busy, ready, broken;
@@ -165,186 +149,6 @@ __global__ void rows_kernel(const unsigned char *blk, const rows *rw,
 			memcpy(dst + g.dbase + r * g.d + i * E,
 			       &tile[threadIdx.x][k], E);
 	}
-}
-
-/* ---- pieces, on the host ---- */
-
-typedef struct plan {
-	piece *pc; /* sorted by block */
-	size_t *blk_of;
-	size_t npc, cap;
-	size_t *first; /* pieces of block k: [first[k], first[k + 1]) */
-} plan;
-
-static int add_piece(plan *p, size_t k, piece pc)
-{
-	if (p->npc == p->cap) {
-		size_t cap = p->cap ? 2 * p->cap : 64;
-		piece *np = (piece *)realloc(p->pc, cap * sizeof(*np));
-		size_t *nb;
-
-		if (!np)
-			return -ENOMEM;
-		p->pc = np;
-		nb = (size_t *)realloc(p->blk_of, cap * sizeof(*nb));
-		if (!nb)
-			return -ENOMEM;
-		p->blk_of = nb;
-		p->cap = cap;
-	}
-	p->pc[p->npc] = pc;
-	p->blk_of[p->npc++] = k;
-	return 0;
-}
-
-/* The listed block of file f whose home holds offset s, in
- * blocks[lo, hi) (those of file f), or hi. */
-static size_t find_block(const flx_slice_batch *b, size_t lo, size_t hi,
-			 uint64_t s)
-{
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-		const flx_slice_block *k = &b->blocks[mid];
-
-		if (s < k->start)
-			hi = mid;
-		else if (s - k->start >= b->block)
-			lo = mid + 1;
-		else
-			return mid;
-	}
-	return SIZE_MAX;
-}
-
-/* Run u's pieces, its file's blocks being blocks[lo, hi).
- * @return 0, -EIO (an element in no listed block, or past its bytes),
- *         -ENOMEM. */
-static int cut_run(const flx_slice_batch *b, const flx_slice_run *u, size_t lo,
-		   size_t hi, plan *p)
-{
-	uint64_t esz = b->elem_size;
-	uint64_t e = u->skip / esz, end;
-
-	if (!u->len)
-		return 0;
-	end = (u->skip + u->len - 1) / esz + 1;
-	while (e < end) {
-		uint64_t s = u->src + e * u->stride, n = end - e, last;
-		size_t k = find_block(b, lo, hi, s);
-		const flx_slice_block *blk;
-		uint64_t home, q0 = e * esz;
-		int rc;
-
-		if (k == SIZE_MAX)
-			return -EIO;
-		blk = &b->blocks[k];
-		home = blk->start + b->block;
-		if (u->stride && (home - 1 - s) / u->stride + 1 < n)
-			n = (home - 1 - s) / u->stride + 1;
-		last = s + (n - 1) * u->stride;
-		if (last + esz > blk->start + blk->len)
-			return -EIO;
-		rc = add_piece(
-		    p, k,
-		    piece{s - blk->start, u->stride,
-			  (int64_t)u->dst - (int64_t)u->skip + (int64_t)q0, n,
-			  u->skip > q0 ? u->skip - q0 : 0,
-			  u->skip + u->len - q0 < n * esz
-			      ? u->skip + u->len - q0
-			      : n * esz});
-		if (rc)
-			return rc;
-		e += n;
-	}
-	return 0;
-}
-
-/* Every run cut, the pieces sorted by block (counting sort: runs are
- * walked in order, so a block's pieces keep the runs' order). */
-static int cut_all(const flx_slice_batch *b, plan *p)
-{
-	size_t lo = 0, hi = 0, *cnt;
-	piece *sorted;
-	int rc = 0;
-
-	for (size_t i = 0; i < b->nruns && !rc; i++) {
-		uint32_t f = b->runs[i].file;
-
-		while (lo < b->nblocks && b->blocks[lo].file < f)
-			lo++;
-		if (hi < lo)
-			hi = lo;
-		while (hi < b->nblocks && b->blocks[hi].file == f)
-			hi++;
-		rc = cut_run(b, &b->runs[i], lo, hi, p);
-	}
-	if (rc)
-		return rc;
-	cnt = (size_t *)calloc(b->nblocks + 1, sizeof(*cnt));
-	sorted = (piece *)malloc((p->npc ? p->npc : 1) * sizeof(*sorted));
-	if (!cnt || !sorted) {
-		free(cnt);
-		free(sorted);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < p->npc; i++)
-		cnt[p->blk_of[i] + 1]++;
-	for (size_t k = 0; k < b->nblocks; k++)
-		cnt[k + 1] += cnt[k];
-	p->first = cnt;
-	{
-		size_t *at = (size_t *)malloc((b->nblocks + 1) * sizeof(*at));
-
-		if (!at) {
-			free(sorted);
-			return -ENOMEM;
-		}
-		memcpy(at, cnt, (b->nblocks + 1) * sizeof(*at));
-		for (size_t i = 0; i < p->npc; i++)
-			sorted[at[p->blk_of[i]]++] = p->pc[i];
-		free(at);
-	}
-	free(p->pc);
-	p->pc = sorted;
-	return 0;
-}
-
-/* Split pieces pc[0..n) of one block into rows of transposes (into rw)
- * and the rest (moved to the front of pc); *npc, *nrw: their counts. */
-static void find_rows(const piece *in, size_t n, uint64_t esz, piece *pc,
-		      size_t *npc, rows *rw, size_t *nrw)
-{
-	size_t np = 0, nr = 0;
-
-	for (size_t i = 0, j; i < n; i = j) {
-		const piece *a = &in[i];
-		bool whole = a->lo == 0 && a->hi == a->n * esz;
-
-		for (j = i + 1; whole && j < n; j++) {
-			const piece *x = &in[j - 1], *y = &in[j];
-
-			if (y->lo || y->hi != y->n * esz || y->n != a->n ||
-			    y->stride != a->stride || y->soff <= x->soff ||
-			    y->dbase <= x->dbase ||
-			    y->soff - x->soff != in[i + 1].soff - a->soff ||
-			    y->dbase - x->dbase != in[i + 1].dbase - a->dbase)
-				break;
-		}
-		if (!whole || j - i < 2) {
-			pc[np++] = *a;
-			j = i + 1;
-			continue;
-		}
-		rw[nr++] = rows{a->soff,
-				in[i + 1].soff - a->soff,
-				a->stride,
-				(uint64_t)a->dbase,
-				(uint64_t)(in[i + 1].dbase - a->dbase),
-				j - i,
-				a->n};
-	}
-	*npc = np;
-	*nrw = nr;
 }
 
 /* ---- lanes ---- */
@@ -547,8 +351,8 @@ static int run_lane(device *d, lane *l, const flx_slice_batch *b, const plan *p)
 		memcpy(l->h_blk[s], data, len);
 		b->put(b->ctx, k);
 		pinned = false;
-		find_rows(p->pc + first, n, b->elem_size, l->h_pc[s], &npc,
-			  l->h_rw[s], &nrw);
+		flx_plan_rows(p->pc + first, n, b->elem_size, l->h_pc[s], &npc,
+			      l->h_rw[s], &nrw);
 		CU(cudaMemcpyAsync(l->d_blk[s], l->h_blk[s], len,
 				   cudaMemcpyHostToDevice, l->s[s]));
 		if (npc)
@@ -580,14 +384,7 @@ static int run_lane(device *d, lane *l, const flx_slice_batch *b, const plan *p)
 	if (b->dst_len)
 		CU(cudaMemcpy(l->h_dst, l->d_dst, b->dst_len,
 			      cudaMemcpyDeviceToHost));
-	/* only the runs' bytes: runs back to back in one copy */
-	for (size_t i = 0, j; i < b->nruns; i = j) {
-		size_t lo = b->runs[i].dst, hi = lo + b->runs[i].len;
-
-		for (j = i + 1; j < b->nruns && b->runs[j].dst == hi; j++)
-			hi += b->runs[j].len;
-		memcpy(b->dst + lo, l->h_dst + lo, hi - lo);
-	}
+	flx_plan_copy_runs(b, l->h_dst);
 out:
 	if (pinned)
 		b->put(b->ctx, pinned_k);
@@ -605,7 +402,7 @@ static int cuda_run(void *dv, const flx_slice_batch *b)
 	int rc;
 
 	memset(&p, 0, sizeof(p));
-	rc = cut_all(b, &p);
+	rc = flx_plan_cut(b, &p);
 	if (rc)
 		goto out;
 	l = lane_take(d);
@@ -616,9 +413,7 @@ static int cuda_run(void *dv, const flx_slice_batch *b)
 	rc = run_lane(d, l, b, &p);
 	lane_give(d, l);
 out:
-	free(p.pc);
-	free(p.blk_of);
-	free(p.first);
+	flx_plan_free(&p);
 	return rc;
 }
 
