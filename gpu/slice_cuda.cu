@@ -291,6 +291,11 @@ static void launch(lane *l, int s, size_t npc, size_t nrw, size_t esz)
 		launch_rows<E>(l, s, nrw);
 }
 
+static bool fixed_size(size_t esz)
+{
+	return esz == 1 || esz == 2 || esz == 4 || esz == 8 || esz == 16;
+}
+
 static void launch_any(lane *l, int s, size_t npc, size_t nrw, size_t esz)
 {
 	switch (esz) {
@@ -336,11 +341,12 @@ static int run_lane(device *d, lane *l, const flx_slice_batch *b, const plan *p)
 	for (size_t k = 0; k < b->nblocks; k++) {
 		size_t first = p->first[k], n = p->first[k + 1] - first;
 		const unsigned char *data;
-		size_t npc, nrw, len = b->blocks[k].len;
-		int s = (int)(j++ % NSTREAMS);
+		size_t npc = n, nrw = 0, len = b->blocks[k].len;
+		int s;
 
 		if (!n)
 			continue;
+		s = (int)(j++ % NSTREAMS);
 		/* the slot's last block copied and executed */
 		CU(cudaEventSynchronize(l->done[s]));
 		rc = b->get(b->ctx, k, &data);
@@ -351,8 +357,13 @@ static int run_lane(device *d, lane *l, const flx_slice_batch *b, const plan *p)
 		memcpy(l->h_blk[s], data, len);
 		b->put(b->ctx, k);
 		pinned = false;
-		flx_plan_rows(p->pc + first, n, b->elem_size, l->h_pc[s], &npc,
-			      l->h_rw[s], &nrw);
+		/* rows of transposes go to the tiled kernel, which has
+		 * compile-time element sizes only */
+		if (fixed_size(b->elem_size))
+			flx_plan_rows(p->pc + first, n, b->elem_size,
+				      l->h_pc[s], &npc, l->h_rw[s], &nrw);
+		else
+			memcpy(l->h_pc[s], p->pc + first, n * sizeof(piece));
 		CU(cudaMemcpyAsync(l->d_blk[s], l->h_blk[s], len,
 				   cudaMemcpyHostToDevice, l->s[s]));
 		if (npc)
@@ -363,18 +374,6 @@ static int run_lane(device *d, lane *l, const flx_slice_batch *b, const plan *p)
 			CU(cudaMemcpyAsync(l->d_rw[s], l->h_rw[s],
 					   nrw * sizeof(rows),
 					   cudaMemcpyHostToDevice, l->s[s]));
-		/* the generic kernel serves rows too when E is not a
-		 * compile-time size */
-		if (nrw && !(b->elem_size == 1 || b->elem_size == 2 ||
-			     b->elem_size == 4 || b->elem_size == 8 ||
-			     b->elem_size == 16)) {
-			memcpy(l->h_pc[s], p->pc + first, n * sizeof(piece));
-			npc = n;
-			nrw = 0;
-			CU(cudaMemcpyAsync(l->d_pc[s], l->h_pc[s],
-					   npc * sizeof(piece),
-					   cudaMemcpyHostToDevice, l->s[s]));
-		}
 		launch_any(l, s, npc, nrw, b->elem_size);
 		CU(cudaGetLastError());
 		CU(cudaEventRecord(l->done[s], l->s[s]));
@@ -388,7 +387,8 @@ static int run_lane(device *d, lane *l, const flx_slice_batch *b, const plan *p)
 out:
 	if (pinned)
 		b->put(b->ctx, pinned_k);
-	if (l->broken && l->ready)
+	/* nothing of a failed batch left in flight on the lane */
+	if (rc && l->ready)
 		for (int s = 0; s < NSTREAMS; s++)
 			cudaStreamSynchronize(l->s[s]);
 	return rc;
