@@ -541,10 +541,13 @@ int main(int argc, char **argv)
 		ret = rc == 2 ? 0 : 1;
 		goto err_out1;
 	}
+	/* the slicer first: index.json records it */
+	if (open_slicer(&cl.mo, &slicer))
+		goto err_out1;
+	cl.mo.spec.slicer = slicer->name;
 	if (build(&cl, &st))
 		goto err_out1;
-	if (open_slicer(&cl.mo, &slicer) ||
-	    make_cache(&cl.mo, flx_stack_ckpt(&st), st.fs, slicer, &cache,
+	if (make_cache(&cl.mo, flx_stack_ckpt(&st), st.fs, slicer, &cache,
 		       &zcache))
 		goto err_out1;
 
@@ -579,11 +582,11 @@ err_out1:
 	free(ll.logged);
 	flx_bcache_free(cache);
 	flx_zcache_free(zcache);
-	flx_slicer_close(slicer);
 	flx_stack_free(&st);
 	free(fo.mountpoint);
 	fuse_opt_free_args(&args);
 	free(av);
 	flx_mo_release(&cl.mo);
+	flx_slicer_close(slicer);
 	return ret;
 }

@@ -5,9 +5,9 @@
 # told what to do by $FLEXFS_CUDA_STUB) stands for the CUDA backend.
 # gpu=on without a device fails the mount with one line; gpu=auto mounts
 # on the CPU and says nothing; a backend that loads serves the strided
-# gathers (dcp-t113's transposed tensor), is named in the mount log, and
-# every view equals the truth -- unless the stub corrupts its bytes, which
-# the oracle must then see.
+# gathers (dcp-t113's transposed tensor), is named in the mount log, in
+# index.json and by flexfs-inspect, and every view equals the truth --
+# unless the stub corrupts its bytes, which the oracle must then see.
 
 load helpers
 
@@ -35,10 +35,11 @@ start_fails() {
 	! mountpoint -q "$MNT"
 }
 
-# quiet OPTS: mounts, reads a view and says nothing
+# quiet OPTS: mounts on the CPU, reads a view and says nothing
 quiet() {
 	mount_ff "$FIXTURE" "$MNT" "tp=3,pp=2,rules=$RULES,$1"
 	cat "$MNT"/ranks/*/model.safetensors >/dev/null
+	grep -qx ' "slicer": "cpu",' "$MNT/index.json"
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
 	[ ! -s "$FF_ERR" ]
@@ -47,6 +48,7 @@ quiet() {
 # views OPTS: mount, check every view of tp 3 x pp 2; $output: the report
 views() {
 	mount_ff "$FIXTURE" "$MNT" "tp=3,pp=2,rules=$RULES,$1"
+	grep -qx ' "slicer": "cuda",' "$MNT/index.json"
 	run "$PY" "$CHECK" -q --mount "$MNT" --truth "$TRUTH" --tp 3 --pp 2 \
 		--rules "$RULES"
 	echo "$output"
@@ -67,6 +69,22 @@ views() {
 		"flexfs: gpu=on: no usable CUDA device: libflexfs-cuda.so not loaded (/nonexistent/libflexfs-cuda.so: cannot open shared object file: No such file or directory)"
 	start_fails "gpu=maybe" \
 		"flexfs: gpu: 'maybe' is not auto, on or off"
+	# flexfs-inspect refuses it alike
+	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" -o "gpu=on,rules=$RULES"
+	[ "$status" -eq 1 ]
+	[ "$stderr" = "flexfs-inspect: gpu=on: no usable CUDA device: libflexfs-cuda.so not loaded (/nonexistent/libflexfs-cuda.so: cannot open shared object file: No such file or directory)" ]
+}
+
+@test "flexfs-inspect names the backend of the strided gathers, and its index.json records it" {
+	require_bins
+	export FLEXFS_CUDA_STUB=ok
+	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" -o "rules=$RULES,gpu_device=1"
+	[ "$status" -eq 0 ]
+	[[ $output == *$'\nstrided gathers: slicer: cuda on device 1 (Stub GPU) for strided gathers of 1048576 bytes or more, cpu below'* ]]
+	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" --json -o "rules=$RULES"
+	[[ $output == *$'\n "slicer": "cuda",\n'* ]]
+	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" --json -o "rules=$RULES,gpu=off"
+	[[ $output == *$'\n "slicer": "cpu",\n'* ]]
 }
 
 @test "gpu=auto without a device: the CPU serves, nothing said" {
