@@ -477,9 +477,11 @@ static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
 	return 0;
 }
 
-/* The slicer of -o gpu=, gpu_min=, gpu_device= (gpu/slice.h): the mount
- * log names the CUDA backend when it serves; gpu=on without a device
- * fails the mount with the reason.  @return 0 or -errno. */
+/* The slicer of -o gpu=, gpu_min=, gpu_device= (gpu/slice.h): with gpu=on
+ * the mount log names the device, or the mount fails with the reason why
+ * there is none; gpu=auto says nothing, as a mount that has nothing to
+ * report (index.json and flexfs-inspect name the backend).
+ * @return 0 or -errno. */
 static int open_slicer(const flx_mountopts *mo, const flx_slicer **out)
 {
 	char line[1024];
@@ -487,7 +489,7 @@ static int open_slicer(const flx_mountopts *mo, const flx_slicer **out)
 
 	if (rc == -ENOMEM)
 		fprintf(stderr, "flexfs: out of memory\n");
-	else if (rc || *out != flx_slicer_cpu())
+	else if (rc || mo->gpu.mode == FLX_GPU_ON)
 		fprintf(stderr, "flexfs: %s\n", line);
 	return rc;
 }

@@ -5,8 +5,8 @@
 # told what to do by $FLEXFS_CUDA_STUB) stands for the CUDA backend.
 # gpu=on without a device fails the mount with one line; gpu=auto mounts
 # on the CPU and says nothing; a backend that loads serves the strided
-# gathers (dcp-t113's transposed tensor), is named in the mount log, in
-# index.json and by flexfs-inspect, and every view equals the truth --
+# gathers (dcp-t113's transposed tensor), is named in index.json, by
+# flexfs-inspect and (gpu=on) in the mount log, and every view equals the truth --
 # unless the stub corrupts its bytes, which the oracle must then see.
 
 load helpers
@@ -100,9 +100,13 @@ views() {
 	require_fuse
 	require_bins
 	export FLEXFS_CUDA_STUB=ok
-	views "gpu_min=0,gpu_device=2"
+	views "gpu=on,gpu_min=0,gpu_device=2"
 	[[ $output == *" passed, 0 failed"* ]]
 	[ "$(cat "$FF_ERR")" = "flexfs: slicer: cuda on device 2 (Stub GPU) for strided gathers of 0 bytes or more, cpu below" ]
+	# gpu=auto takes the device as well, and says nothing
+	views "gpu_min=0"
+	[[ $output == *" passed, 0 failed"* ]]
+	[ ! -s "$FF_ERR" ]
 	# the bytes did come from the backend: corrupted there, seen here
 	export FLEXFS_CUDA_STUB=corrupt
 	views "gpu_min=0"
