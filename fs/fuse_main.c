@@ -441,7 +441,8 @@ static void malloc_thp(char **argv)
  * whose chunk outgrows it is re-read for every request, so say so while
  * the user can still see stderr.  @return 0 or -ENOMEM. */
 static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
-		      flx_bcache **out, flx_zcache **zout)
+		      const flx_slicer *slicer, flx_bcache **out,
+		      flx_zcache **zout)
 {
 	const flx_tensor *t;
 	uint64_t span = flx_ckpt_gather_span(ckpt, &t), bytes, zbytes = 0;
@@ -472,8 +473,25 @@ static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
 		fprintf(stderr, "flexfs: out of memory\n");
 		return -ENOMEM;
 	}
-	flx_fs_set_io(fs, &(flx_view_io){*out, flx_slicer_default(), *zout});
+	flx_fs_set_io(fs, &(flx_view_io){*out, slicer, *zout});
 	return 0;
+}
+
+/* The slicer of -o gpu=, gpu_min=, gpu_device= (gpu/slice.h): with gpu=on
+ * the mount log names the device, or the mount fails with the reason why
+ * there is none; gpu=auto says nothing, as a mount that has nothing to
+ * report (index.json and flexfs-inspect name the backend).
+ * @return 0 or -errno. */
+static int open_slicer(const flx_mountopts *mo, const flx_slicer **out)
+{
+	char line[1024];
+	int rc = flx_slicer_open(&mo->gpu, out, line, sizeof(line));
+
+	if (rc == -ENOMEM)
+		fprintf(stderr, "flexfs: out of memory\n");
+	else if (rc || mo->gpu.mode == FLX_GPU_ON)
+		fprintf(stderr, "flexfs: %s\n", line);
+	return rc;
 }
 
 /* FLEXFS_ZSTD_STATS=1 (benchmarks): the zstd window cache's counters on
@@ -504,6 +522,7 @@ int main(int argc, char **argv)
 	flx_stack st = {0};
 	flx_bcache *cache = NULL;
 	flx_zcache *zcache = NULL;
+	const flx_slicer *slicer = NULL;
 	char **av = NULL;
 	int ac, ret = 1, rc;
 	flx_ll ll = {0};
@@ -524,9 +543,14 @@ int main(int argc, char **argv)
 		ret = rc == 2 ? 0 : 1;
 		goto err_out1;
 	}
+	/* the slicer first: index.json records it */
+	if (open_slicer(&cl.mo, &slicer))
+		goto err_out1;
+	cl.mo.spec.slicer = slicer->name;
 	if (build(&cl, &st))
 		goto err_out1;
-	if (make_cache(&cl.mo, flx_stack_ckpt(&st), st.fs, &cache, &zcache))
+	if (make_cache(&cl.mo, flx_stack_ckpt(&st), st.fs, slicer, &cache,
+		       &zcache))
 		goto err_out1;
 
 	ll = (flx_ll){.fs = st.fs,
@@ -565,5 +589,6 @@ err_out1:
 	fuse_opt_free_args(&args);
 	free(av);
 	flx_mo_release(&cl.mo);
+	flx_slicer_close(slicer);
 	return ret;
 }

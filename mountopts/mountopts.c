@@ -78,6 +78,14 @@ const char flx_mo_help[] =
     "of\n"
     "                           memory; 0: none, each read re-reads "
     "them)\n"
+    "    -o gpu=auto|on|off     strided gathers on the GPU (CUDA, "
+    "libflexfs-cuda.so):\n"
+    "                           when a device is found (auto), or fail "
+    "the mount\n"
+    "                           without one (on), or never (off)\n"
+    "    -o gpu_min=SIZE        the GPU takes gathers of SIZE bytes or "
+    "more (1M)\n"
+    "    -o gpu_device=N        the CUDA device to use (0)\n"
     "    Always added: ro, default_permissions, subtype=flexfs,\n"
     "    fsname=CHECKPOINT.  Ignored: auto, noauto, user, nouser, users,\n"
     "    _netdev, nofail, defaults, rw, comment=*, x-*.  Other -o options\n"
@@ -108,6 +116,9 @@ static const char *const ours[] = {
     "megatron_vp",
     "aoa_num_heads",
     "aoa_num_key_value_groups",
+    "gpu",
+    "gpu_min",
+    "gpu_device",
 };
 
 static const char *const fstab_exact[] = {
@@ -134,6 +145,7 @@ int flx_mo_init(flx_mountopts *mo)
 	memset(mo, 0, sizeof(*mo));
 	mo->read_ahead_kb = FLX_MO_READ_AHEAD_AUTO;
 	mo->cache_size = FLX_MO_CACHE_AUTO;
+	mo->gpu = (flx_slicer_opts){FLX_GPU_AUTO, FLX_GPU_MIN_DEFAULT, 0, NULL};
 	return flx_spec_init(&mo->spec);
 }
 
@@ -381,6 +393,41 @@ static int apply_cache_size(flx_mountopts *mo, const char *value,
 	return 0;
 }
 
+/* gpu=, gpu_min= (0: every gather, or a size), gpu_device= (0 to 1023) */
+static int apply_gpu(flx_mountopts *mo, const char *tok, flx_error *err)
+{
+	static const char *const modes[] = {"auto", "on", "off"};
+	const char *v = option_value(tok);
+	uint64_t n = 0;
+
+	if (key_is(tok, "gpu")) {
+		for (int i = 0; v && i < 3; i++)
+			if (!strcmp(v, modes[i])) {
+				mo->gpu.mode = (flx_gpu_mode)i;
+				return 0;
+			}
+		return flx_error_set(err, -EINVAL, NULL, "gpu",
+				     "'%s' is not auto, on or off", v ? v : "");
+	}
+	if (key_is(tok, "gpu_min")) {
+		if ((!v || strcmp(v, "0") != 0) && flx_parse_size(v, &n))
+			return flx_error_set(err, -EINVAL, NULL, "gpu_min",
+					     "'%s' is not 0 or a size",
+					     v ? v : "");
+		mo->gpu.min_bytes = n;
+		return 0;
+	}
+	for (const char *p = v; p && *p; p++)
+		n = *p >= '0' && *p <= '9' && n < 1024 ? n * 10 + (*p - '0')
+						       : 1024;
+	if (!v || !*v || n > 1023)
+		return flx_error_set(err, -EINVAL, NULL, "gpu_device",
+				     "'%s' is not a device number (0 to 1023)",
+				     v ? v : "");
+	mo->gpu.device = (int)n;
+	return 0;
+}
+
 uint64_t flx_mo_cache_fit(uint64_t span)
 {
 	/* whole 1 MiB blocks, two more than the span needs */
@@ -460,6 +507,9 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 					      &mo->nonempty, err);
 		if (key_is(tok, "cache_size"))
 			return apply_cache_size(mo, option_value(tok), err);
+		if (key_is(tok, "gpu") || key_is(tok, "gpu_min") ||
+		    key_is(tok, "gpu_device"))
+			return apply_gpu(mo, tok, err);
 		if (key_is(tok, "source_format"))
 			return apply_source_format(mo, option_value(tok), err);
 		if (key_is(tok, "paddle_id"))

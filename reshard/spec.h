@@ -89,6 +89,9 @@ typedef struct flx_spec {
 	char **exclude;
 	size_t nexclude;
 	char *strip_prefix;
+	/* the mount's slicer backend ("cpu", "cuda": gpu/slice.h; borrowed),
+	 * which index.json records; NULL: not recorded */
+	const char *slicer;
 } flx_spec;
 
 #define FLX_DEFAULT_LAYER_REGEX "(^|\\.)layers\\.([0-9]+)\\."

@@ -224,6 +224,10 @@ static void human(char *buf, size_t len, uint64_t n)
 		snprintf(buf, len, "%" PRIu64 " B", n);
 }
 
+/* The mount's slicer as flx_slicer_open() describes it (gpu=, gpu_min=,
+ * gpu_device=), for the table. */
+static char slicer_line[1024];
+
 /* Totals: tensor and object counts, bytes, and the rank byte spread.
  * Sums checked (the tree built before bounds them: a guard, not a
  * message users should see). */
@@ -281,6 +285,7 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 		    "%s, %s; gathered through the mount's block cache "
 		    "(cache_size=, default 64M)\n",
 		    h1, st->fqn);
+		printf("strided gathers: %s\n", slicer_line);
 	}
 	free(rank);
 	return 0;
@@ -1107,6 +1112,7 @@ static int parse(int argc, char **argv, flx_mountopts *mo, request *rq,
 int main(int argc, char **argv)
 {
 	flx_mountopts mo;
+	const flx_slicer *slicer = NULL;
 	flx_stack st = {0};
 	flx_ckpt_opts o;
 	const flx_ckpt *served = NULL;
@@ -1133,6 +1139,17 @@ int main(int argc, char **argv)
 	/* the mount's stages, by the mount's own path: what it refuses is
 	 * refused here with the same line, but for undecided splits, which
 	 * the table shows (the JSON is the mount's: it has none) */
+	/* the mount's slicer, opened as the mount opens it (and refused
+	 * alike): --json prints the index.json that records it */
+	rc =
+	    flx_slicer_open(&mo.gpu, &slicer, slicer_line, sizeof(slicer_line));
+	if (rc) {
+		fprintf(stderr, "flexfs-inspect: %s\n",
+			rc == -ENOMEM ? "out of memory" : slicer_line);
+		flx_mo_release(&mo);
+		return 1;
+	}
+	mo.spec.slicer = slicer->name;
 	o = flx_mo_ckpt_opts(&mo);
 	rc = flx_stack_build(argv[optind], &o, &mo.spec, !rq.json, &st, &err);
 	for (size_t i = 0; !rc && !flx_stack_note(&st, i, note, sizeof(note));
@@ -1170,5 +1187,6 @@ int main(int argc, char **argv)
 	}
 	flx_stack_free(&st);
 	flx_mo_release(&mo);
+	flx_slicer_close(slicer);
 	return rc || undecided || ndiff ? 1 : 0;
 }

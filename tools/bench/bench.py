@@ -24,6 +24,12 @@ against a baseline taken in the same run (median of --runs, min and max):
            MiB, 4 MiB with --quick), first read of hf/ (TP1) on a fresh
            mount with the default block cache and with -o cache_size=0, and
            of ranks/*/ at tp=2, vs the backing files
+  gpu      the transposed checkpoint's hf/ (TP1) gathered by the CUDA
+           backend (-o gpu=on,gpu_min=0) vs the CPU one (-o gpu=off) in
+           the same run (goal >= 5x), and the GPU gather throughput vs the
+           device's host-to-device bandwidth measured just before with
+           pinned memory (goal >= 0.6); skipped with one line where
+           gpu=on cannot mount (no device, driver or libflexfs-cuda.so)
   e2e      every tensor of a TP4 layout through flexfs (np.load mmap of
            the .npy, or read() of the safetensors) vs torch's DCP
            load_state_dict into TP4 shards; plus backing bytes read per
@@ -850,6 +856,86 @@ def fig_transposed(ctx, info):
     return [rows[k] for k, *_ in cases]
 
 
+def h2d_bandwidth(nbytes=256 * MiB, reps=5):
+    """Host-to-device bytes/s of the CUDA runtime: synchronous copies of
+    nbytes of pinned memory, the best of reps; None without libcudart."""
+    import ctypes
+    rt = None
+    for name in ("libcudart.so", "libcudart.so.13", "libcudart.so.12"):
+        try:
+            rt = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    if rt is None:
+        return None
+    host, dev = ctypes.c_void_p(), ctypes.c_void_p()
+    if rt.cudaMallocHost(ctypes.byref(host), ctypes.c_size_t(nbytes)) != 0:
+        return None
+    try:
+        if rt.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(nbytes)) != 0:
+            return None
+        best = None
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            if rt.cudaMemcpy(dev, host, ctypes.c_size_t(nbytes), 1) != 0:  # HostToDevice
+                return None
+            rt.cudaDeviceSynchronize()
+            t = time.perf_counter() - t0
+            best = t if best is None or t < best else best
+        rt.cudaFree(dev)
+        return nbytes / best
+    finally:
+        rt.cudaFreeHost(host)
+
+
+def fig_gpu(ctx, info):
+    """Transposed gathers on the CUDA backend vs the CPU backend, same run;
+    and the GPU's gather throughput vs its host-to-device bandwidth."""
+    ck = info["dir"]
+    hf = lambda m: [p for p in hf_files(m) if p.endswith(".safetensors")]  # noqa: E731
+    gpu_opts, cpu_opts = "tp=1,gpu=on,gpu_min=0", "tp=1,gpu=off"
+    try:
+        with Mount(ctx, ck, gpu_opts, name="gpu", stderr_ok=GPU_LINES) as m:
+            pass
+        device = "; ".join(w for w in m.warnings if "slicer:" in w)
+    except RuntimeError as e:
+        log("gpu: skipped, -o gpu=on does not mount here: %s" % e)
+        ctx.diag["gpu"] = dict(skipped=str(e))
+        return []
+    h2d = h2d_bandwidth()
+    note = ("%s; %d bf16 tensors saved as w.t(); ratio = GPU / CPU backend throughput"
+            % (device, info["n_tensors"]))
+    vs_cpu = Row("gpu", "transposed hf/ (TP1), GPU backend vs CPU backend", "GB/s",
+                 "cpu backend", 5.0, note=note)
+    vs_h2d = Row("gpu", "transposed hf/ (TP1), GPU gathers vs host-to-device bandwidth",
+                 "GB/s", "cudaMemcpy H2D pinned", 0.6,
+                 note="H2D %.2f GB/s" % (h2d / GB) if h2d else "H2D not measured")
+    diag = []
+    for i in range(ctx.runs):
+        got = {}
+        for opts in (cpu_opts, gpu_opts):
+            warm(backing_files(ck))
+            with Mount(ctx, ck, opts, name="gpu", stderr_ok=GPU_LINES) as m:
+                nf, tf = readers.seq_read(hf(m))
+                if i == 0 and ctx.check != "none":
+                    record_check(ctx, "transposed hf/ (-o %s)" % opts, check_hf(ctx, info, m))
+            got[opts] = tput(nf, tf)
+        vs_cpu.add(got[cpu_opts], got[gpu_opts], got[gpu_opts] / got[cpu_opts])
+        if h2d:
+            vs_h2d.add(h2d, got[gpu_opts], got[gpu_opts] / h2d)
+        diag.append(dict(cpu=got[cpu_opts], gpu=got[gpu_opts], h2d=h2d))
+        log("gpu run %d: gpu %.2f GB/s, cpu %.2f GB/s, h2d %s"
+            % (i, got[gpu_opts] / GB, got[cpu_opts] / GB,
+               "%.2f GB/s" % (h2d / GB) if h2d else "-"))
+    ctx.diag["gpu"] = dict(runs=diag, device=device)
+    return [vs_cpu] + ([vs_h2d] if h2d else [])
+
+
+# the daemon's line naming its slicer, and the gather warning
+GPU_LINES = re.compile(r"slicer: cuda on |saved with a strided innermost axis")
+
+
 def run_json(cmd):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
@@ -1389,7 +1475,7 @@ def main(argv=None):
             big26 = ensure_ckpt(ctx, "t26", big["config"]["preset"],
                                 layers=big["config"]["layers"], full_check=args.quick)
         trans = None
-        if "transposed" in only:
+        if "transposed" in only or "gpu" in only:
             trans = ensure_transposed(ctx, 512 if args.quick else 4096, full_check=args.quick)
         doc["checkpoints"] = {k: v for k, v in
                               dict(big_t113=big, big_t26=big26, many=many,
@@ -1406,6 +1492,8 @@ def main(argv=None):
             rows += fig_strided(ctx, big, dio=True)
         if "transposed" in only:
             rows += fig_transposed(ctx, trans)
+        if "gpu" in only:
+            rows += fig_gpu(ctx, trans)
         if "e2e" in only:
             rows += fig_e2e(ctx, big, "t113")
             if big26:
