@@ -32,6 +32,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef FLX_HAVE_MPI
+#define MPI_BUILT "yes"
+#else
+#define MPI_BUILT "no"
+#endif
+
 #define RECORD_NAME ".flexfs-materialize"
 #define PART_PREFIX ".flexfs-part."
 #define BLOCK	    (4u << 20) /* bytes per read and write */
@@ -52,8 +58,18 @@ typedef struct list {
 	size_t n, cap;
 } list;
 
-/* Counters summed over the ranks. */
-enum { C_BYTES, C_SKIPBYTES, C_FILES, C_SKIPFILES, C_DONE, C_ERR, C_TENSORS };
+/* Counters summed over the ranks (FLX_COMM_N of them).  C_ERR: a rank
+ * failed, every rank stops; C_BAD: files --verify found unequal. */
+enum {
+	C_BYTES,
+	C_SKIPBYTES,
+	C_FILES,
+	C_SKIPFILES,
+	C_DONE,
+	C_ERR,
+	C_TENSORS,
+	C_BAD
+};
 
 typedef struct job {
 	const char *out; /* OUT as given, for messages */
@@ -63,6 +79,7 @@ typedef struct job {
 	const int *owner; /* per entry; -1 for directories */
 	flx_comm *c;
 	bool tty;
+	bool verbose;	/* -v: a line per file written */
 	uint64_t total; /* bytes of all files */
 	unsigned char *buf, *buf2;
 	uint64_t mine[FLX_COMM_N], sum[FLX_COMM_N];
@@ -86,6 +103,8 @@ static void usage(FILE *f, const char *argv0)
 		"objects, megatron, paddle, index (default: all)\n"
 		"    --verify       re-read every output file and check each "
 		"tensor's sha256 against the tree's\n"
+		"    -v, --verbose  a line per file written: its rank, path "
+		"and size\n"
 		"    -h, --help     this text\n"
 		"    -V, --version  the version\n",
 		argv0);
@@ -141,8 +160,7 @@ static int walk(const flx_fs *fs, flx_ino dir, const char *pre, int parent,
 			break;
 		if (!*pre && !flx_mat_selected(views, name))
 			continue;
-		if (asprintf(&e.path, "%s%s%s", pre, *pre ? "/" : "", name) <
-		    0)
+		if (asprintf(&e.path, "%s%s%s", pre, *pre ? "/" : "", name) < 0)
 			return -ENOMEM;
 		e.ino = st.ino;
 		e.dir = st.dir;
@@ -177,10 +195,9 @@ static int check_views(const flx_fs *fs, const char *views, flx_error *err)
 		bool found = false;
 
 		snprintf(tok, sizeof(tok), "%.*s", (int)n, p);
-		for (uint64_t pos = 0; !found &&
-				       !flx_fs_readdir(fs, FLX_ROOT_INO, pos,
-						       &name, &st) &&
-				       name;
+		for (uint64_t pos = 0;
+		     !found &&
+		     !flx_fs_readdir(fs, FLX_ROOT_INO, pos, &name, &st) && name;
 		     pos++)
 			found = flx_mat_selected(tok, name);
 		if (!found) {
@@ -222,9 +239,9 @@ static int out_path(const char *out, char *res)
 			rc = -errno;
 	} else if (!realpath(".", parent))
 		rc = -errno;
-	if (!rc && snprintf(res, PATH_MAX, "%s/%s",
-			    strcmp(parent, "/") ? parent : "", base) >=
-		       PATH_MAX)
+	if (!rc &&
+	    snprintf(res, PATH_MAX, "%s/%s", strcmp(parent, "/") ? parent : "",
+		     base) >= PATH_MAX)
 		rc = -ENAMETOOLONG;
 out:
 	free(copy);
@@ -360,7 +377,8 @@ static int prepare_out(const char *src, const char *out, const char *key,
 	 * be this run's */
 	rfd = openat(fd, RECORD_NAME, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
 		     0644);
-	if (rfd < 0 || write(rfd, want, strlen(want)) != (ssize_t)strlen(want) ||
+	if (rfd < 0 ||
+	    write(rfd, want, strlen(want)) != (ssize_t)strlen(want) ||
 	    fsync(rfd) || fsync(fd)) {
 		rc = errno ? -errno : -EIO;
 		flx_error_set(err, rc, out, RECORD_NAME, "cannot write: %s",
@@ -377,8 +395,7 @@ out:
 }
 
 /* Rank 0: every directory of the views. */
-static int make_dirs(int outfd, const char *out, const list *l,
-		     flx_error *err)
+static int make_dirs(int outfd, const char *out, const list *l, flx_error *err)
 {
 	struct stat sb;
 
@@ -537,16 +554,16 @@ static int write_one(job *j, size_t i)
 		goto out;
 	}
 	part_name(j->l, i, part, sizeof(part));
-	fd = openat(j->outfd, part,
-		    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-		    0644);
+	fd =
+	    openat(j->outfd, part,
+		   O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		rc = -errno;
 		goto out;
 	}
 	for (uint64_t off = 0; off < e->size && !rc;) {
-		ssize_t got = flx_fs_read(j->fs, e->ino, j->buf, BLOCK, off,
-					  NULL);
+		ssize_t got =
+		    flx_fs_read(j->fs, e->ino, j->buf, BLOCK, off, NULL);
 
 		if (got <= 0) {
 			rc = got < 0 ? (int)got : -EIO;
@@ -568,6 +585,9 @@ static int write_one(job *j, size_t i)
 		rc = -errno;
 	if (!rc)
 		j->mine[C_FILES]++;
+	if (!rc && j->verbose)
+		printf("rank %d wrote %s (%llu bytes)\n", j->c->rank, e->path,
+		       (unsigned long long)e->size);
 out:
 	if (fd >= 0)
 		close(fd);
@@ -615,11 +635,11 @@ static int digest_pair(job *j, const entry *e, int fd, uint64_t off,
 	flx_sha256_init(&sa);
 	flx_sha256_init(&sb);
 	for (uint64_t at = off; at < off + len;) {
-		size_t want = off + len - at < BLOCK ? (size_t)(off + len - at)
-						     : BLOCK;
+		size_t want =
+		    off + len - at < BLOCK ? (size_t)(off + len - at) : BLOCK;
 		ssize_t got = pread(fd, j->buf, want, (off_t)at);
-		ssize_t ref = flx_fs_read(j->fs, e->ino, j->buf2, want, at,
-					  NULL);
+		ssize_t ref =
+		    flx_fs_read(j->fs, e->ino, j->buf2, want, at, NULL);
 
 		if (got < 0 || ref < 0)
 			return got < 0 ? -errno : (int)ref;
@@ -684,7 +704,8 @@ out:
 	if (fd >= 0)
 		close(fd);
 	if (rc && rc != -EBADMSG)
-		fprintf(stderr, "flexfs-materialize: %s/%s: cannot verify: %s\n",
+		fprintf(stderr,
+			"flexfs-materialize: %s/%s: cannot verify: %s\n",
 			j->out, e->path, strerror(-rc));
 	return rc;
 }
@@ -707,6 +728,11 @@ static int phase(job *j, int (*op)(job *, size_t), const char *what)
 		if (j->l->e[i].dir || j->owner[i] != j->c->rank)
 			continue;
 		rc = op(j, i);
+		if (rc == -EBADMSG) { /* a file verified unequal: said,
+				       * counted, and the others checked */
+			j->mine[C_BAD]++;
+			rc = 0;
+		}
 		if (rc) {
 			j->mine[C_ERR]++;
 			break;
@@ -722,7 +748,7 @@ static int phase(job *j, int (*op)(job *, size_t), const char *what)
 	/* a rank that failed still sums its counters, so that the others
 	 * learn it and stop */
 	rc = finish_rounds(j);
-	if (!rc && j->sum[C_ERR])
+	if (!rc && (j->sum[C_ERR] || j->sum[C_BAD]))
 		rc = -EIO;
 	return rc;
 }
@@ -749,6 +775,7 @@ enum { OPT_VIEWS = 256, OPT_VERIFY };
 static const struct option long_opts[] = {
     {"views", required_argument, NULL, OPT_VIEWS},
     {"verify", no_argument, NULL, OPT_VERIFY},
+    {"verbose", no_argument, NULL, 'v'},
     {"help", no_argument, NULL, 'h'},
     {"version", no_argument, NULL, 'V'},
     {NULL, 0, NULL, 0},
@@ -756,7 +783,7 @@ static const struct option long_opts[] = {
 
 typedef struct request {
 	const char *views;
-	bool verify;
+	bool verify, verbose;
 	const char *src, *out;
 } request;
 
@@ -776,7 +803,7 @@ static int parse(int argc, char **argv, flx_mountopts *mo, request *rq,
 	int ch;
 
 	flx_error_init(&err);
-	while ((ch = getopt_long(argc, argv, "o:hV", long_opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "o:vhV", long_opts, NULL)) != -1) {
 		switch (ch) {
 		case 'o':
 			if (flx_mo_options(mo, optarg, &err)) {
@@ -791,14 +818,18 @@ static int parse(int argc, char **argv, flx_mountopts *mo, request *rq,
 		case OPT_VERIFY:
 			rq->verify = true;
 			break;
+		case 'v':
+			rq->verbose = true;
+			break;
 		case 'h':
 			if (talk)
 				usage(stdout, argv[0]);
 			return 3;
 		case 'V':
 			if (talk)
-				printf("flexfs-materialize version %s\n",
-				       FLEXFS_VERSION);
+				printf("flexfs-materialize version %s (MPI: "
+				       "%s)\n",
+				       FLEXFS_VERSION, MPI_BUILT);
 			return 3;
 		default:
 			if (talk)
@@ -835,8 +866,7 @@ static int settle(flx_comm *c, int rc, flx_error *err)
 		all = all ? all : -EIO;
 	if (rc && (c->rank == 0 || !first)) {
 		if (!err->code)
-			flx_error_set(err, rc, NULL, NULL, "%s",
-				      strerror(-rc));
+			flx_error_set(err, rc, NULL, NULL, "%s", strerror(-rc));
 		report(err);
 	}
 	return all;
@@ -884,8 +914,8 @@ int main(int argc, char **argv)
 				   strerror(errno));
 	else
 		rc = flx_stack_build(src, &o, &mo.spec, false, &st, &err);
-	for (size_t i = 0; !rc && c.rank == 0 &&
-			   !flx_stack_note(&st, i, note, sizeof(note));
+	for (size_t i = 0;
+	     !rc && c.rank == 0 && !flx_stack_note(&st, i, note, sizeof(note));
 	     i++)
 		fprintf(stderr, "flexfs-materialize: %s: %s\n", rq.src, note);
 	if (!rc)
@@ -938,6 +968,9 @@ int main(int argc, char **argv)
 	j.owner = owner;
 	j.c = &c;
 	j.tty = isatty(STDERR_FILENO);
+	j.verbose = rq.verbose;
+	/* whole lines, whatever the ranks' output is forwarded through */
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	env = getenv("FLEXFS_MATERIALIZE_KILL_AFTER");
 	j.kill_after = env ? (unsigned)strtoul(env, NULL, 10) : 0;
 	flx_comm_kind(&c, kind, sizeof(kind));

@@ -30,7 +30,8 @@ int flx_comm_init(int *argc, char ***argv, flx_comm *c)
 #ifdef FLX_HAVE_MPI
 	if (launched()) {
 		if (MPI_Init(argc, argv) != MPI_SUCCESS) {
-			fprintf(stderr, "flexfs-materialize: MPI_Init failed\n");
+			fprintf(stderr,
+				"flexfs-materialize: MPI_Init failed\n");
 			return -EIO;
 		}
 		c->mpi = true;
@@ -96,8 +97,8 @@ int flx_comm_test(flx_comm *c, bool *done, uint64_t *out)
 	if (c->mpi && c->pending) {
 		int flag = 0;
 
-		if (MPI_Test((MPI_Request *)c->req, &flag,
-			     MPI_STATUS_IGNORE) != MPI_SUCCESS)
+		if (MPI_Test((MPI_Request *)c->req, &flag, MPI_STATUS_IGNORE) !=
+		    MPI_SUCCESS)
 			return -EIO;
 		*done = flag != 0;
 	}

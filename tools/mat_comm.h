@@ -16,12 +16,12 @@
 #include <stdint.h>
 
 /* Counters summed over the ranks by flx_comm_start()/flx_comm_test(). */
-#define FLX_COMM_N 7
+#define FLX_COMM_N 8
 
 typedef struct flx_comm {
 	int rank, size;
-	bool mpi;	     /* MPI_Init ran: flx_comm_end() finalizes */
-	bool pending;	     /* a sum is in flight */
+	bool mpi;		  /* MPI_Init ran: flx_comm_end() finalizes */
+	bool pending;		  /* a sum is in flight */
 	uint64_t in[FLX_COMM_N];  /* its input (kept until it completes) */
 	uint64_t out[FLX_COMM_N]; /* its result */
 	void *req;		  /* MPI_Request, when mpi */
