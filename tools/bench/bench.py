@@ -1293,18 +1293,24 @@ MAT_LINE = re.compile(r"(\d+) files written .*, (\d+) skipped as complete .*, "
 def run_materialize(ctx, cmd, out):
     """Run a flexfs-materialize command into an empty out; return (bytes
     written, the tool's own seconds for writing, wall seconds of the
-    command: mpirun's start and the stack's build included)."""
+    command: mpirun's start and the stack's build included, CPU seconds of
+    the command and its ranks)."""
+    import resource
     shutil.rmtree(out, ignore_errors=True)
+    os.sync()  # no writeback of an earlier run inside this one
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     r = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.monotonic() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     m = MAT_LINE.search(r.stdout)
     if r.returncode or not m:
         raise RuntimeError("%s failed (%d):\n%s%s" % (" ".join(cmd), r.returncode, r.stdout,
                                                        r.stderr))
     nbytes = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(out) for n in ns
                  if n != ".flexfs-materialize")
-    return nbytes, float(m.group(3)), wall
+    return nbytes, float(m.group(3)), wall, cpu
 
 
 def compare_tree(ctx, info, opts, out, views):
@@ -1332,8 +1338,11 @@ def compare_tree(ctx, info, opts, out, views):
 def fig_materialize(ctx, info):
     """flexfs-materialize of ranks/ at tp=4 (safetensors, model.pt and
     .npy of every rank: three copies of the checkpoint's bytes): one process
-    (no mpirun) against mpirun -np 1, 2 and 4 on this machine; page cache
-    warm, output fsync'd to the work dir's disk."""
+    (no mpirun) against mpirun -np 1, 2 and 4 on this machine, the output
+    fsync'd to the work dir's disk, and again into a tmpfs (/dev/shm: no
+    disk, what the ranks' CPUs do); page cache of the source warm.  The
+    configurations of one run are measured back to back, so that a change
+    of the machine's load hits them alike."""
     mat = os.path.join(os.path.dirname(os.path.dirname(ctx.flexfs)), "tools",
                        "flexfs-materialize")
     if not os.access(mat, os.X_OK):
@@ -1344,37 +1353,45 @@ def fig_materialize(ctx, info):
     if not nps:
         log("mpi: flexfs-materialize built without MPI or no mpirun: one process only")
     opts, views = "tp=4", ["ranks"]
-    out = os.path.join(ctx.workdir, "materialized")
-    base = [mat, info["dir"], out, "-o", opts, "--views", ",".join(views)]
+    outs = [("disk", os.path.join(ctx.workdir, "materialized"))]
+    if os.path.isdir("/dev/shm"):
+        outs.append(("tmpfs", "/dev/shm/flexfs-bench-materialized"))
     mpirun = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np"]
-    rows = {n: Row("mpi", "materialize ranks/ tp=4, mpirun -np %d vs 1 process" % n, "GB/s",
-                   "1 process", None,
-                   note="written bytes / the tool's writing time (fsync'd); ratio = "
-                        "np ranks / one process; per-rank rate in diagnostics")
-            for n in nps}
+    rows = {(w, n): Row("mpi", "materialize ranks/ tp=4 to %s, mpirun -np %d vs 1 process"
+                        % (w, n), "GB/s", "1 process", None,
+                        note="written bytes / the tool's writing time (fsync'd); ratio = "
+                             "np ranks / one process; per-rank rate and CPU s/GB in "
+                             "diagnostics")
+            for w, _ in outs for n in nps}
     diag = []
     for i in range(ctx.runs):
         warm(backing_files(info["dir"]))
-        n1, t1, w1 = run_materialize(ctx, base, out)
-        if i == 0 and ctx.check != "none":
-            record_check(ctx, "materialize ranks/ tp=4, 1 process",
-                         compare_tree(ctx, info, opts, out, views))
-        d = dict(one=dict(bytes=n1, seconds=t1, wall=w1))
-        log("mpi run %d: 1 process %.2f GB/s (%.2f s, wall %.2f s)" % (i, n1 / t1 / GB, t1, w1))
-        for n in nps:
-            nb, tb, wb = run_materialize(ctx, mpirun + [str(n)] + base, out)
-            if i == 0 and ctx.check != "none" and n > 1:
-                record_check(ctx, "materialize ranks/ tp=4, mpirun -np %d" % n,
+        for where, out in outs:
+            base = [mat, info["dir"], out, "-o", opts, "--views", ",".join(views)]
+            n1, t1, w1, c1 = run_materialize(ctx, base, out)
+            if i == 0 and ctx.check != "none" and where == "disk":
+                record_check(ctx, "materialize ranks/ tp=4, 1 process",
                              compare_tree(ctx, info, opts, out, views))
-            rows[n].add(tput(n1, t1), tput(nb, tb), tput(nb, tb) / tput(n1, t1))
-            d["np%d" % n] = dict(bytes=nb, seconds=tb, wall=wb,
-                                 per_rank_gbps=nb / tb / GB / n)
-            log("mpi run %d: -np %d %.2f GB/s, %.2f GB/s per rank (%.2f s, wall %.2f s)"
-                % (i, n, nb / tb / GB, nb / tb / GB / n, tb, wb))
-        diag.append(d)
-    shutil.rmtree(out, ignore_errors=True)
+            d = dict(where=where, one=dict(bytes=n1, seconds=t1, wall=w1, cpu=c1,
+                                           cpu_s_per_gb=c1 / (n1 / GB)))
+            log("mpi run %d %s: 1 process %.2f GB/s (%.2f s, wall %.2f s, %.2f CPU s/GB)"
+                % (i, where, n1 / t1 / GB, t1, w1, c1 / (n1 / GB)))
+            for n in nps:
+                nb, tb, wb, cb = run_materialize(ctx, mpirun + [str(n)] + base, out)
+                if i == 0 and ctx.check != "none" and n > 1 and where == "disk":
+                    record_check(ctx, "materialize ranks/ tp=4, mpirun -np %d" % n,
+                                 compare_tree(ctx, info, opts, out, views))
+                rows[(where, n)].add(tput(n1, t1), tput(nb, tb), tput(nb, tb) / tput(n1, t1))
+                d["np%d" % n] = dict(bytes=nb, seconds=tb, wall=wb, cpu=cb,
+                                     cpu_s_per_gb=cb / (nb / GB),
+                                     per_rank_gbps=nb / tb / GB / n)
+                log("mpi run %d %s: -np %d %.2f GB/s, %.2f GB/s per rank (%.2f s, wall %.2f s, "
+                    "%.2f CPU s/GB)" % (i, where, n, nb / tb / GB, nb / tb / GB / n, tb, wb,
+                                        cb / (nb / GB)))
+            shutil.rmtree(out, ignore_errors=True)
+            diag.append(d)
     ctx.diag["mpi_materialize"] = diag
-    return [rows[n] for n in nps]
+    return [rows[(w, n)] for w, _ in outs for n in nps]
 
 
 def find_flexfs(args):
