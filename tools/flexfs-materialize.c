@@ -534,9 +534,8 @@ static int write_one(job *j, size_t i)
 	char part[PATH_MAX + 32];
 	struct stat sb;
 	flx_mat_state s;
-	int fd = -1, rc = 0;
-
 	bool exists = true;
+	int fd = -1, rc = 0;
 
 	if (fstatat(j->outfd, e->path, &sb, AT_SYMLINK_NOFOLLOW)) {
 		if (errno != ENOENT) {
