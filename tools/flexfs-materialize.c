@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -352,6 +353,13 @@ static int prepare_out(const char *src, const char *out, const char *key,
 		rc = -errno;
 		flx_error_set(err, rc, out, NULL, "not writable: %s",
 			      strerror(-rc));
+		goto out;
+	}
+	/* held by rank 0 until it exits: one run at a time in an OUT */
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		rc = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		flx_error_set(err, rc, out, NULL,
+			      "in use by another flexfs-materialize run");
 		goto out;
 	}
 	snprintf(want, sizeof(want), "flexfs-materialize run %s\n", key);

@@ -194,6 +194,9 @@ interrupted_then_resumed() {
 	[[ $output == *"$OUT: not empty and no .flexfs-materialize record"* ]]
 
 	"$MAT" "$src" "$OUT.2" -o "$opts"
+	run flock "$OUT.2" "$MAT" "$src" "$OUT.2" -o "$opts"
+	[ "$status" -eq 1 ]
+	[[ $output == *"$OUT.2: in use by another flexfs-materialize run"* ]]
 	run "$MAT" "$src" "$OUT.2" -o "tp=4,rules=$RULES"
 	[ "$status" -eq 1 ]
 	[ "${#lines[@]}" -eq 1 ]
