@@ -1100,6 +1100,28 @@ ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 	return rc ? rc : (ssize_t)n;
 }
 
+int flx_fs_segment(const flx_fs *fs, flx_ino ino, size_t i, flx_fs_seg *out)
+{
+	const node *f = get(fs, ino);
+	const flx_seg *segs;
+	flx_seg one;
+	size_t n;
+
+	if (!f)
+		return -ENOENT;
+	if (f->type == N_DIR)
+		return -EISDIR;
+	segs = segs_of(fs, f, &one, &n);
+	if (i >= n)
+		return -ENOENT;
+	out->off = segs[i].start;
+	out->len = (i + 1 < n ? segs[i + 1].start : file_size(f)) - out->off;
+	out->tensor = segs[i].src.kind == SEG_VIEW
+			  ? flx_view_tensor(segs[i].src.u.view)
+			  : NULL;
+	return 0;
+}
+
 static int verify(const flx_fs *fs, uint32_t file)
 {
 	int rc = flx_file_verify(fs->ckpt, &fs->ckpt->files[file], true);

@@ -37,6 +37,8 @@ against a baseline taken in the same run (median of --runs, min and max):
   mount    exec of flexfs to the first byte of MNT/index.json
   memory   peak RSS (VmHWM) of the daemon over a full read of every view
   parallel 8 concurrent readers (TP8 view) vs 1 reader
+  mpi      (not in the default list) flexfs-materialize of ranks/ at tp=4:
+           one process vs mpirun -np 1, 2, 4 (GB/s written, per-rank rate)
   zstd     the checkpoint re-written as torch 2.7's ZStandard extension
            would (zstd_ckpt.py): first read of hf/ (TP1) and ranks/* (TP2,
            1 and 2 readers) vs zstd -d of the same frames to /dev/null;
@@ -1370,6 +1372,122 @@ class Ctx:
     pass
 
 
+MAT_LINE = re.compile(r"(\d+) files written .*, (\d+) skipped as complete .*, "
+                      r"([\d.]+) s, ")
+
+
+def run_materialize(ctx, cmd, out):
+    """Run a flexfs-materialize command into an empty out; return (bytes
+    written, the tool's own seconds for writing, wall seconds of the
+    command: mpirun's start and the stack's build included, CPU seconds of
+    the command and its ranks)."""
+    import resource
+    shutil.rmtree(out, ignore_errors=True)
+    os.sync()  # no writeback of an earlier run inside this one
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    m = MAT_LINE.search(r.stdout)
+    if r.returncode or not m:
+        raise RuntimeError("%s failed (%d):\n%s%s" % (" ".join(cmd), r.returncode, r.stdout,
+                                                       r.stderr))
+    nbytes = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(out) for n in ns
+                 if n != ".flexfs-materialize")
+    return nbytes, float(m.group(3)), wall, cpu
+
+
+def compare_tree(ctx, info, opts, out, views):
+    """Every file of out against the same file of a mount (byte for
+    byte, filecmp), and the same file list."""
+    import filecmp
+    errors, nbytes, nfiles = [], 0, 0
+    with Mount(ctx, info["dir"], opts, name="mat") as m:
+        for v in views:
+            for d, _, ns in os.walk(m.path(v)):
+                for n in ns:
+                    a = os.path.join(d, n)
+                    b = os.path.join(out, os.path.relpath(a, m.mnt))
+                    nfiles += 1
+                    if not os.path.exists(b) or not filecmp.cmp(a, b, shallow=False):
+                        errors.append(os.path.relpath(a, m.mnt))
+                    else:
+                        nbytes += os.path.getsize(a)
+    have = sum(len([n for n in ns if n != ".flexfs-materialize"]) for _, _, ns in os.walk(out))
+    if have != nfiles:
+        errors.append("%d files written, the mount has %d" % (have, nfiles))
+    return dict(ok=not errors, errors=errors[:10], files=nfiles, bytes_checked=nbytes)
+
+
+def fig_materialize(ctx, info):
+    """flexfs-materialize of ranks/ at tp=4 (safetensors, model.pt and
+    .npy of every rank: three copies of the checkpoint's bytes): one process
+    (no mpirun) against mpirun -np 1, 2 and 4 on this machine, the output
+    fsync'd to the work dir's disk, and again into a tmpfs (/dev/shm: no
+    disk, what the ranks' CPUs do); page cache of the source warm.  The
+    configurations of one run are measured back to back, so that a change
+    of the machine's load hits them alike, each run starting with another
+    of them: the first write of a run pays the page cache's reclaim of the
+    run before (an untimed write precedes the first run)."""
+    mat = os.path.join(os.path.dirname(os.path.dirname(ctx.flexfs)), "tools",
+                       "flexfs-materialize")
+    if not os.access(mat, os.X_OK):
+        ctx.problems.append("mpi: no flexfs-materialize beside %s" % ctx.flexfs)
+        return []
+    ver = subprocess.run([mat, "--version"], capture_output=True, text=True).stdout
+    nps = (1, 2, 4) if "MPI: yes" in ver and shutil.which("mpirun") else ()
+    if not nps:
+        log("mpi: flexfs-materialize built without MPI or no mpirun: one process only")
+    opts, views = "tp=4", ["ranks"]
+    outs = [("disk", os.path.join(ctx.workdir, "materialized"))]
+    if os.path.isdir("/dev/shm"):
+        outs.append(("tmpfs", "/dev/shm/flexfs-bench-materialized"))
+    mpirun = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np"]
+    rows = {(w, n): Row("mpi", "materialize ranks/ tp=4 to %s, mpirun -np %d vs 1 process"
+                        % (w, n), "GB/s", "1 process", None,
+                        note="written bytes / the tool's writing time (fsync'd); ratio = "
+                             "np ranks / one process; per-rank rate and CPU s/GB in "
+                             "diagnostics")
+            for w, _ in outs for n in nps}
+    diag = []
+    warm(backing_files(info["dir"]))
+    for where, out in outs:
+        run_materialize(ctx, [mat, info["dir"], out, "-o", opts, "--views", views[0]], out)
+        shutil.rmtree(out, ignore_errors=True)
+    for i in range(ctx.runs):
+        warm(backing_files(info["dir"]))
+        for where, out in outs:
+            base = [mat, info["dir"], out, "-o", opts, "--views", ",".join(views)]
+            d = dict(where=where)
+            res = {}
+            order = [0] + list(nps)
+            for n in order[i % len(order):] + order[:i % len(order)]:
+                res[n] = run_materialize(ctx, (mpirun + [str(n)] if n else []) + base, out)
+                if i == 0 and ctx.check != "none" and n != 1 and where == "disk":
+                    record_check(ctx, "materialize ranks/ tp=4, %s"
+                                 % ("mpirun -np %d" % n if n else "1 process"),
+                                 compare_tree(ctx, info, opts, out, views))
+            n1, t1, w1, c1 = res[0]
+            d["one"] = dict(bytes=n1, seconds=t1, wall=w1, cpu=c1, cpu_s_per_gb=c1 / (n1 / GB))
+            log("mpi run %d %s: 1 process %.2f GB/s (%.2f s, wall %.2f s, %.2f CPU s/GB)"
+                % (i, where, n1 / t1 / GB, t1, w1, c1 / (n1 / GB)))
+            for n in nps:
+                nb, tb, wb, cb = res[n]
+                rows[(where, n)].add(tput(n1, t1), tput(nb, tb), tput(nb, tb) / tput(n1, t1))
+                d["np%d" % n] = dict(bytes=nb, seconds=tb, wall=wb, cpu=cb,
+                                     cpu_s_per_gb=cb / (nb / GB),
+                                     per_rank_gbps=nb / tb / GB / n)
+                log("mpi run %d %s: -np %d %.2f GB/s, %.2f GB/s per rank (%.2f s, wall %.2f s, "
+                    "%.2f CPU s/GB)" % (i, where, n, nb / tb / GB, nb / tb / GB / n, tb, wb,
+                                        cb / (nb / GB)))
+            shutil.rmtree(out, ignore_errors=True)
+            diag.append(d)
+    ctx.diag["mpi_materialize"] = diag
+    return [rows[(w, n)] for w, _ in outs for n in nps]
+
+
 def find_flexfs(args):
     for p in (args.flexfs, os.environ.get("FLEXFS_BIN"),
               os.path.join(REPO, "build-bench", "fs", "flexfs"),
@@ -1506,6 +1624,8 @@ def main(argv=None):
             rows += fig_parallel(ctx, big)
         if "zstd" in only:
             rows += fig_zstd(ctx, big)
+        if "mpi" in only:
+            rows += fig_materialize(ctx, big)
     finally:
         cleanup_mounts()
         if ctx.chroot:
