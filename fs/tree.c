@@ -509,8 +509,8 @@ static int add_range(piece_list *pl, uint32_t file, uint64_t src, size_t len)
 		last->len += len;
 		return 0;
 	}
-	if (pl->k == pl->max)
-		return NO_PIECES;
+	if (pl->k == pl->max || flx_file_is_remote(pl->ckpt, file))
+		return NO_PIECES; /* a remote file has no descriptor: a copy */
 	if (flx_file_acquire(pl->ckpt, file, &fd))
 		return -EIO;
 	pl->out[pl->k++] = (flx_piece){fd, file, src, len, NULL};
@@ -640,15 +640,14 @@ static int raw_read(const flx_fs *fs, const seg_src *s, uint64_t len,
 		    flx_read_stats *stats)
 {
 	const flx_file *file = &fs->ckpt->files[s->idx];
-	int fd, rc;
+	int rc;
 
 	(void)len;
 	if (flx_file_verify(fs->ckpt, file, false))
 		return -EIO;
-	if (flx_file_acquire(fs->ckpt, s->idx, &fd))
-		return -EIO;
-	rc = flx_pread_full(fd, buf, n, s->u.off + at);
-	flx_file_release(fs->ckpt, s->idx);
+	rc = flx_file_pread(fs->ckpt, s->idx, buf, n, s->u.off + at);
+	if (rc && rc != -EIO && rc != -ENOMEM)
+		rc = -EIO;
 	if (stats) {
 		stats->preads++;
 		stats->bytes_read += n;

@@ -87,6 +87,11 @@ typedef struct flx_mountopts {
 	/* nonempty[=0|1]: a MOUNTPOINT with entries is mounted over (it is
 	 * refused otherwise; libfuse 3 no longer checks) */
 	bool nonempty;
+	/* mpi[=0|1]: one daemon of a distributed mount per MPI rank
+	 * (fs/mpi_mount.h); mpi_timeout=SECONDS: how long a read waits for
+	 * another rank before EIO (0: the default) */
+	bool mpi;
+	unsigned mpi_timeout;
 } flx_mountopts;
 
 /** Defaults (see flx_spec_init), no source, no libfuse tokens.

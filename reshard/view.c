@@ -311,15 +311,13 @@ static int check_file(rdctx *r, uint32_t file)
 static int do_pread(rdctx *r, uint32_t file, void *dst, size_t len,
 		    uint64_t off)
 {
-	int fd, rc = check_file(r, file);
+	int rc = check_file(r, file);
 
 	if (rc)
 		return rc;
-	rc = flx_file_acquire(r->v->ckpt, file, &fd);
-	if (rc)
-		return -EIO;
-	rc = flx_pread_full(fd, dst, len, off);
-	flx_file_release(r->v->ckpt, file);
+	rc = flx_file_pread(r->v->ckpt, file, dst, len, off);
+	if (rc && rc != -EIO && rc != -ENOMEM)
+		rc = -EIO;
 	if (r->stats) {
 		r->stats->preads++;
 		r->stats->bytes_read += len;
@@ -357,10 +355,8 @@ static int read_cluster(rdctx *r, size_t i, size_t j)
 	/* gap bytes land here, unread; one per thread (no shared writes) */
 	static _Thread_local unsigned char gap_sink[GAP_MAX];
 	uint32_t file = r->runs[i].file;
-	int fd = -1, rc = check_file(r, file);
+	int rc = check_file(r, file);
 
-	if (!rc && flx_file_acquire(r->v->ckpt, file, &fd))
-		rc = -EIO;
 	if (rc)
 		return rc;
 	/* Each preadv starts at its first run and ends at its last: the
@@ -387,14 +383,47 @@ static int read_cluster(rdctx *r, size_t i, size_t j)
 			at = p->src + p->len;
 			i++;
 		}
-		rc = flx_preadv_full(fd, r->iov, (int)k, src);
+		rc = flx_file_preadv(r->v->ckpt, file, r->iov, (int)k, src);
+		if (rc && rc != -EIO && rc != -ENOMEM)
+			rc = -EIO;
 		if (r->stats) {
 			r->stats->preads++;
 			r->stats->bytes_read += at - src;
 		}
 	}
-	flx_file_release(r->v->ckpt, file);
 	return rc;
+}
+
+/* The queued runs of remote files (flx_file_is_remote()), all in one
+ * batch: the backend coalesces them per node and overlaps the nodes. */
+static int flush_remote(rdctx *r)
+{
+	const flx_ckpt *c = r->v->ckpt;
+	flx_file_span *sp;
+	size_t k = 0;
+	int rc;
+
+	for (size_t i = 0; i < r->nruns; i++)
+		k += flx_file_is_remote(c, r->runs[i].file);
+	if (!k)
+		return 0;
+	sp = malloc(k * sizeof(*sp));
+	if (!sp)
+		return -ENOMEM;
+	k = 0;
+	for (size_t i = 0; i < r->nruns; i++)
+		if (flx_file_is_remote(c, r->runs[i].file))
+			sp[k++] = (flx_file_span){
+			    r->runs[i].file, r->runs[i].src,
+			    r->buf + r->runs[i].dst, r->runs[i].len};
+	rc = flx_file_read_spans(c, sp, k);
+	if (r->stats) {
+		r->stats->preads++;
+		for (size_t i = 0; i < k; i++)
+			r->stats->bytes_read += sp[i].len;
+	}
+	free(sp);
+	return rc == -ENOMEM ? rc : rc ? -EIO : 0;
 }
 
 static int flush(rdctx *r)
@@ -404,9 +433,15 @@ static int flush(rdctx *r)
 
 	if (r->nruns > 1)
 		qsort(r->runs, r->nruns, sizeof(pending), cmp_run_src);
+	rc = flush_remote(r);
 	while (i < r->nruns && !rc) {
 		size_t j = i + 1;
 		uint64_t end = r->runs[i].src + r->runs[i].len;
+
+		if (flx_file_is_remote(r->v->ckpt, r->runs[i].file)) {
+			i++;
+			continue;
+		}
 
 		while (j < r->nruns && r->runs[j].file == r->runs[i].file &&
 		       r->runs[j].src >= end &&
@@ -533,7 +568,7 @@ static int block_get(rdctx *r, uint32_t file, uint64_t blk, flx_bref *b)
 	size_t want;
 	int rc;
 
-	if (r->cache) {
+	if (r->cache && !flx_file_is_remote(r->v->ckpt, file)) {
 		int fd;
 
 		if (flx_file_acquire(r->v->ckpt, file, &fd))
