@@ -46,6 +46,7 @@
 #define HASH_EDGE	  (64u * 1024) /* else their first and last bytes */
 #define DEFAULT_TIMEOUT_S 30
 #define NAME_MAX_WIRE	  4096
+#define BCAST_MAX	  (256u << 20) /* largest metadata file broadcast */
 
 typedef struct dm_file {
 	char *name;
@@ -56,6 +57,7 @@ typedef struct dm_file {
 	struct stat st; /* its identity when listed */
 	int *holders;	/* ranks, ascending */
 	int nholders;
+	unsigned char *mem; /* broadcast at start (is_broadcast()), or NULL */
 } dm_file;
 
 struct flx_dm {
@@ -296,6 +298,7 @@ static void files_free(dm_file *f, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		free(f[i].name);
 		free(f[i].holders);
+		free(f[i].mem);
 		if (f[i].fd >= 0)
 			close(f[i].fd);
 	}
@@ -549,6 +552,53 @@ out:
 	return rc;
 }
 
+/*
+ * Whether every rank gets a copy of the file at start: a metadata file,
+ * which every rank's open reads whole (DCP's .metadata, Paddle's
+ * N.metadata, Megatron's metadata.json).  One broadcast (a tree: log2 N
+ * rounds) instead of a request from each rank to its holder.
+ */
+static bool is_broadcast(const dm_file *f)
+{
+	size_t n = strlen(f->name);
+
+	return f->size <= BCAST_MAX &&
+	       ((n >= 9 && !strcmp(f->name + n - 9, ".metadata")) ||
+		!strcmp(f->name, "metadata.json"));
+}
+
+/* The broadcast files, from their lowest holder, kept by the ranks that
+ * lack them (is_broadcast()).  Collective. */
+static int broadcast(flx_dm *m, flx_error *err)
+{
+	for (size_t i = 0; i < m->nfiles; i++) {
+		dm_file *f = &m->files[i];
+		unsigned char *buf;
+		int rc = 0;
+
+		if (!is_broadcast(f))
+			continue;
+		buf = malloc(f->size ? f->size : 1);
+		if (!buf)
+			rc = -ENOMEM;
+		else if (m->rank == f->holders[0])
+			rc = flx_pread_full(f->fd, buf, f->size, 0);
+		/* the root's failure is everyone's, before the broadcast */
+		rc = flx_dm_agree(m, rc, err);
+		if (!rc && MPI_Bcast(buf, (int)f->size, MPI_BYTE, f->holders[0],
+				     m->coll) != MPI_SUCCESS)
+			rc = flx_error_set(err, -EIO, f->name, "mpi",
+					   "MPI_Bcast failed");
+		if (rc || f->fd >= 0)
+			free(buf);
+		else
+			f->mem = buf;
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 /* The format of the lowest rank whose directory a source recognises. */
 static int agree_format(flx_dm *m, const char *dir, flx_error *err)
 {
@@ -592,6 +642,8 @@ int flx_dm_exchange(flx_dm *m, const char *dir, flx_error *err)
 	if (!rc)
 		rc = gather(m, local, nlocal, err);
 	files_free(local, nlocal);
+	if (!rc)
+		rc = broadcast(m, err);
 	if (!rc)
 		rc = agree_format(m, dir, err);
 	if (rc)
@@ -836,7 +888,7 @@ static int pick_holder(const flx_dm *m, uint32_t id)
 {
 	const dm_file *f = &m->files[id];
 
-	if (f->fd >= 0)
+	if (f->fd >= 0 || f->mem)
 		return m->rank;
 	for (int k = 0; k < f->nholders; k++) {
 		int h = f->holders[(k + m->rank) % f->nholders];
@@ -1032,9 +1084,14 @@ static int round_trip(flx_dm *m, piece *p, size_t n)
 		if (p[i].holder == m->rank) {
 			const dm_file *f = &m->files[p[i].file];
 
-			if (unchanged(f) && !flx_pread_full(f->fd, p[i].buf,
-							    p[i].len, p[i].off))
+			if (f->mem) {
+				memcpy(p[i].buf, f->mem + p[i].off, p[i].len);
 				p[i].done = true;
+			} else if (unchanged(f) &&
+				   !flx_pread_full(f->fd, p[i].buf, p[i].len,
+						   p[i].off)) {
+				p[i].done = true;
+			}
 			i++;
 			continue;
 		}
@@ -1067,8 +1124,12 @@ static int be_read(void *ctx, const flx_file_span *s, size_t n)
 	int rc = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		if (s[i].file >= m->nfiles)
+		if (s[i].file >= m->nfiles ||
+		    s[i].off > m->files[s[i].file].size ||
+		    s[i].len > m->files[s[i].file].size - s[i].off) {
+			free(p);
 			return -EIO;
+		}
 		for (size_t at = 0; at < s[i].len;) {
 			size_t k = s[i].len - at;
 

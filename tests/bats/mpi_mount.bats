@@ -163,6 +163,32 @@ dm_stop() {
 	dm_stop
 }
 
+@test "zstd items (dcp-zstd-mini) over 2 ranks: equal at tp=2 and tp=4,pp=2" {
+	SRC=$FLEXFS_SRC/tests/fixtures/dcp-zstd-mini/ckpt
+	echo '[]' >"$T/norules.json"
+	split 2 spread
+	dm_start 2 "tp=2,rules=$T/norules.json"
+	same_as_ref 2 "tp=2,rules=$T/norules.json"
+	dm_stop
+	dm_start 2 "tp=4,pp=2,rules=$T/norules.json"
+	same_as_ref 2 "tp=4,pp=2,rules=$T/norules.json"
+	dm_stop
+}
+
+@test "tensors saved transposed (strided gathers of remote bytes) over 2 ranks" {
+	/usr/bin/python3 "$FLEXFS_SRC/tools/fixtures/gen_dcp.py" \
+		--model transposed --out "$T/tposed" >"$T/gen.log" 2>&1 ||
+		{ cat "$T/gen.log" >&2; return 1; }
+	SRC=$T/tposed/ckpt
+	split 2 spread
+	dm_start 2 "tp=2,pp=2"
+	same_as_ref 2 "tp=2,pp=2"
+	dm_stop
+	dm_start 2 "tp=4,pp=1"
+	same_as_ref 2 "tp=4,pp=1"
+	dm_stop
+}
+
 @test "a file held differently by two ranks fails every rank with one line" {
 	split 3 twice
 	local f
