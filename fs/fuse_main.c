@@ -138,8 +138,26 @@ static bool dmount_serving(void)
 	return !flx_dm_told(dmount);
 }
 
+/* FLEXFS_MPI_STATS=1 (benchmarks): the counters on stderr, one line. */
 static void dmount_end(void)
 {
+	const char *on = getenv("FLEXFS_MPI_STATS");
+	flx_dm_stats s;
+
+	if (dmount && on && !strcmp(on, "1")) {
+		flx_dm_stats_get(dmount, &s);
+		fprintf(
+		    stderr,
+		    "flexfs: mpi stats: rank %d exchange %llu bcast %llu "
+		    "batches %llu requests %llu spans %llu bytes %llu "
+		    "served %llu served_bytes %llu\n",
+		    flx_dm_rank(dmount), (unsigned long long)s.exchange_bytes,
+		    (unsigned long long)s.bcast_bytes,
+		    (unsigned long long)s.batches,
+		    (unsigned long long)s.requests, (unsigned long long)s.spans,
+		    (unsigned long long)s.bytes, (unsigned long long)s.served,
+		    (unsigned long long)s.served_bytes);
+	}
 	flx_dm_end(dmount);
 	dmount = NULL;
 }

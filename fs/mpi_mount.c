@@ -78,6 +78,7 @@ struct flx_dm {
 	atomic_uchar *dead;   /* per rank */
 	atomic_uint next_tag;
 	int tag_ub;
+	flx_dm_stats st;    /* atomically updated fields */
 	pthread_mutex_t mu; /* on_end, on_end_arg */
 	void (*on_end)(void *);
 	void *on_end_arg;
@@ -93,13 +94,20 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Sleep a little, longer each time nothing happened (2 us .. 1 ms). */
-static void backoff(unsigned *us)
+/*
+ * Sleep a little, longer each time nothing happened, up to cap us.  The
+ * caps trade latency for idle wakeups: a reader waiting for a reply polls
+ * at least every POLL_READ us, an idle service thread every POLL_IDLE us
+ * (about 5,000 wakeups a second, a small fraction of a core).
+ */
+#define POLL_READ 50
+#define POLL_IDLE 200
+static void backoff(unsigned *us, unsigned cap)
 {
 	struct timespec ts = {0, (long)*us * 1000};
 
 	nanosleep(&ts, NULL);
-	if (*us < 1000)
+	if (*us < cap)
 		*us *= 2;
 }
 
@@ -530,6 +538,7 @@ static int gather(flx_dm *m, dm_file *local, size_t nlocal, flx_error *err)
 	}
 	if (!rc && total > INT_MAX)
 		rc = -E2BIG;
+	m->st.exchange_bytes = total;
 	if (!rc && !(all = malloc(total ? total : 1)))
 		rc = -ENOMEM;
 	rc = flx_dm_agree(m, rc, err);
@@ -589,6 +598,8 @@ static int broadcast(flx_dm *m, flx_error *err)
 				     m->coll) != MPI_SUCCESS)
 			rc = flx_error_set(err, -EIO, f->name, "mpi",
 					   "MPI_Bcast failed");
+		if (!rc)
+			m->st.bcast_bytes += f->size;
 		if (rc || f->fd >= 0)
 			free(buf);
 		else
@@ -659,6 +670,15 @@ int flx_dm_exchange(flx_dm *m, const char *dir, flx_error *err)
 		flx_error_set(err, rc, NULL, "mpi",
 			      "cannot start the service thread");
 	return flx_dm_agree(m, rc, err);
+}
+
+void flx_dm_stats_get(const flx_dm *m, flx_dm_stats *out)
+{
+	const uint64_t *f = (const uint64_t *)&m->st;
+	uint64_t *o = (uint64_t *)out;
+
+	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
+		o[i] = __atomic_load_n(&f[i], __ATOMIC_RELAXED);
 }
 
 const char *flx_dm_format(const flx_dm *m)
@@ -764,7 +784,7 @@ static int wait_until(MPI_Request *req, int64_t deadline)
 			return 0;
 		if (now_ns() > deadline)
 			return -ETIMEDOUT;
-		backoff(&us);
+		backoff(&us, POLL_READ);
 	}
 }
 
@@ -795,6 +815,8 @@ static void serve(flx_dm *m, const MPI_Status *st)
 		put32(small + 4, 0);
 		rlen = sizeof(small);
 	}
+	__atomic_add_fetch(&m->st.served, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&m->st.served_bytes, rlen - 8, __ATOMIC_RELAXED);
 	if (MPI_Isend(rc ? small : reply, (int)rlen, MPI_BYTE, src, (int)tag,
 		      m->rep, &sreq) != MPI_SUCCESS) {
 		free(reply);
@@ -822,7 +844,7 @@ static void *service(void *arg)
 		if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, m->req, &flag,
 			       &st) != MPI_SUCCESS ||
 		    !flag) {
-			backoff(&us);
+			backoff(&us, POLL_IDLE);
 			continue;
 		}
 		us = 2;
@@ -945,6 +967,9 @@ static int post(flx_dm *m, request *q, piece *p)
 		put64(s + 8, x->off);
 		put64(s + 16, x->len);
 	}
+	__atomic_add_fetch(&m->st.requests, 1, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&m->st.bytes, q->bytes, __ATOMIC_RELAXED);
+	__atomic_add_fetch(&m->st.spans, q->n, __ATOMIC_RELAXED);
 	if (MPI_Irecv(q->reply, (int)(8 + q->bytes), MPI_BYTE, q->holder,
 		      (int)tag, m->rep, &q->rreq) != MPI_SUCCESS)
 		return -EIO;
@@ -1047,7 +1072,7 @@ static int run(flx_dm *m, request *qs, size_t nq, piece *p)
 		if (progress)
 			us = 2;
 		else
-			backoff(&us);
+			backoff(&us, POLL_READ);
 	}
 	for (size_t i = 0; i < nq; i++) {
 		abandon(&qs[i]);
@@ -1148,6 +1173,7 @@ static int be_read(void *ctx, const flx_file_span *s, size_t n)
 			at += k;
 		}
 	}
+	__atomic_add_fetch(&m->st.batches, 1, __ATOMIC_RELAXED);
 	/* a round per holder that fails, at most one per rank */
 	for (int round = 0; !rc && round <= m->size; round++) {
 		bool all = true, alive = false;

@@ -68,6 +68,21 @@ int flx_dm_agree(flx_dm *m, int rc, flx_error *err);
  */
 int flx_dm_exchange(flx_dm *m, const char *dir, flx_error *err);
 
+/* Counters, for benchmarks (all uint64_t). */
+typedef struct flx_dm_stats {
+	uint64_t exchange_bytes; /* the gathered file lists, all ranks */
+	uint64_t bcast_bytes;	 /* metadata files broadcast at start */
+	uint64_t batches;	 /* backend reads (one per FUSE read's flush) */
+	uint64_t requests;	 /* requests sent (each answered by a reply) */
+	uint64_t spans;		 /* file ranges they asked for */
+	uint64_t bytes;		 /* bytes they asked for */
+	uint64_t served;	 /* requests this rank answered */
+	uint64_t served_bytes;
+} flx_dm_stats;
+
+/** The counters so far.  Thread-safe. */
+void flx_dm_stats_get(const flx_dm *m, flx_dm_stats *out);
+
 /** The format every rank opens the checkpoint as (after exchange). */
 const char *flx_dm_format(const flx_dm *m);
 

@@ -629,6 +629,8 @@ typedef struct pkl_memo_ent {
 
 typedef struct item_scratch {
 	flx_small_read_cache bc;
+	flx_reader remote; /* what bc reads a remote file through */
+	flx_file_reader remote_ctx;
 	flx_zstd_item zi; /* zstd items: their decompressed head and tail */
 	flx_zip *zip;
 	unsigned char *buf; /* data.pkl bytes */
@@ -861,13 +863,18 @@ static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
 	item_scratch *s = arg;
 	flx_reader r;
 	flx_cached_reader cr;
-	flx_file_reader fr;
 	int fd, rc;
 
 	if (flx_file_is_remote(c, ch->file)) {
-		/* another node's file: each parser read is a request */
-		flx_reader_file(&r, &fr, c, ch->file, ch->item_off,
-				ch->item_len);
+		/* another node's file: through the cache too, so that the
+		 * small reads of nearby items are one request */
+		uint64_t size = c->files[ch->file].size;
+
+		flx_reader_file(&s->remote, &s->remote_ctx, c, ch->file, 0,
+				size);
+		flx_small_read_cache_bind_reader(&s->bc, -2 - (int)ch->file,
+						 size, &s->remote);
+		flx_reader_cached(&r, &cr, &s->bc, ch->item_off, ch->item_len);
 		return load_item_from(c, s, t, ch, r, err);
 	}
 	rc = flx_file_acquire(c, ch->file, &fd);
