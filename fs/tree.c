@@ -582,6 +582,12 @@ static int view_header(const flx_fs *fs, const seg_src *s, unsigned char *buf,
 		  : 0;
 }
 
+/* The batch of the flx_fs_read() running on this thread: view segments'
+ * remote runs wait there, so that a request's segments make one batch
+ * (flx_view_batch).  Only view_read() uses it: a generator reading view
+ * bytes looks at them at once. */
+static _Thread_local flx_view_batch *read_batch;
+
 static int view_read(const flx_fs *fs, const seg_src *s, uint64_t len,
 		     unsigned char *buf, size_t n, uint64_t at,
 		     flx_read_stats *stats)
@@ -593,8 +599,8 @@ static int view_read(const flx_fs *fs, const seg_src *s, uint64_t len,
 	(void)len;
 	if (rc || h == n)
 		return rc;
-	got = flx_view_read_io(s->u.view, &fs->io, buf + h, n - h,
-			       at + h - s->idx, stats);
+	got = flx_view_read_batch(s->u.view, &fs->io, read_batch, buf + h,
+				  n - h, at + h - s->idx, stats);
 	if (got < 0)
 		return (int)got;
 	return (size_t)got == n - h ? 0 : -EIO;
@@ -1083,8 +1089,9 @@ ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 		    uint64_t off, flx_read_stats *stats)
 {
 	const node *f = get(fs, ino);
+	flx_view_batch batch = {0};
 	uint64_t size;
-	int rc;
+	int rc, frc;
 
 	if (!f)
 		return -ENOENT;
@@ -1095,7 +1102,13 @@ ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 		return 0;
 	if (n > size - off)
 		n = (size_t)(size - off);
+	read_batch = &batch;
 	rc = walk(fs, f, buf, n, off, stats, NULL);
+	read_batch = NULL;
+	frc = flx_view_batch_flush(&batch);
+	flx_view_batch_release(&batch);
+	if (!rc)
+		rc = frc;
 	return rc ? rc : (ssize_t)n;
 }
 

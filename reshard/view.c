@@ -288,7 +288,8 @@ typedef struct rdctx {
 	flx_bref held;		  /* the block the slicer has pinned */
 	unsigned char *win;	  /* a block read for this call alone */
 	size_t win_cap;
-	flx_zcache *zcache; /* zstd chunks' content, or NULL */
+	flx_zcache *zcache;    /* zstd chunks' content, or NULL */
+	flx_view_batch *batch; /* remote runs deferred here, or NULL */
 } rdctx;
 
 /* A backing file changed since mount would hand out wrong or mixed bytes:
@@ -394,6 +395,47 @@ static int read_cluster(rdctx *r, size_t i, size_t j)
 	return rc;
 }
 
+#define BATCH_MAX 65536 /* spans a batch holds before it is flushed */
+
+int flx_view_batch_flush(flx_view_batch *b)
+{
+	int rc = b->rc;
+
+	if (!rc && b->n)
+		rc = flx_file_read_spans(b->ckpt, b->spans, b->n);
+	b->n = 0;
+	b->rc = 0;
+	return rc == -ENOMEM ? rc : rc ? -EIO : 0;
+}
+
+void flx_view_batch_release(flx_view_batch *b)
+{
+	free(b->spans);
+	memset(b, 0, sizeof(*b));
+}
+
+/* The k queued remote runs of r into its batch. */
+static int batch_add(rdctx *r, size_t k)
+{
+	flx_view_batch *b = r->batch;
+	const flx_ckpt *c = r->v->ckpt;
+
+	if (b->n && b->ckpt != c && (b->rc = flx_view_batch_flush(b)))
+		return b->rc;
+	b->ckpt = c;
+	if (flx_grow((void **)&b->spans, &b->cap, b->n + k,
+		     sizeof(flx_file_span)))
+		return -ENOMEM;
+	for (size_t i = 0; i < r->nruns; i++)
+		if (flx_file_is_remote(c, r->runs[i].file))
+			b->spans[b->n++] = (flx_file_span){
+			    r->runs[i].file, r->runs[i].src,
+			    r->buf + r->runs[i].dst, r->runs[i].len};
+	if (b->n >= BATCH_MAX)
+		return flx_view_batch_flush(b);
+	return 0;
+}
+
 /* The queued runs of remote files (flx_file_is_remote()), all in one
  * batch: the backend coalesces them per node and overlaps the nodes. */
 static int flush_remote(rdctx *r)
@@ -407,6 +449,8 @@ static int flush_remote(rdctx *r)
 		k += flx_file_is_remote(c, r->runs[i].file);
 	if (!k)
 		return 0;
+	if (r->batch)
+		return batch_add(r, k);
 	sp = malloc(k * sizeof(*sp));
 	if (!sp)
 		return -ENOMEM;
@@ -854,11 +898,13 @@ uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which)
 }
 
 /* Bytes [off, off+n) of the elements as the chunks hold them. */
-static ssize_t read_stored(const flx_view *v, const flx_view_io *io, void *buf,
-			   size_t n, uint64_t off, flx_read_stats *stats)
+static ssize_t read_stored(const flx_view *v, const flx_view_io *io,
+			   flx_view_batch *batch, void *buf, size_t n,
+			   uint64_t off, flx_read_stats *stats)
 {
 	flx_bcache *cache = io ? io->cache : NULL;
 	rdctx r = {.v = v,
+		   .batch = batch,
 		   .buf = buf,
 		   .off = off,
 		   .stats = stats,
@@ -927,7 +973,7 @@ typedef struct stored_src {
 static int read_stored_all(void *arg, void *buf, size_t n, uint64_t off)
 {
 	const stored_src *s = arg;
-	ssize_t got = read_stored(s->v, s->io, buf, n, off, s->stats);
+	ssize_t got = read_stored(s->v, s->io, NULL, buf, n, off, s->stats);
 
 	return got < 0 ? (int)got : (size_t)got == n ? 0 : -EIO;
 }
@@ -935,12 +981,19 @@ static int read_stored_all(void *arg, void *buf, size_t n, uint64_t off)
 ssize_t flx_view_read_io(const flx_view *v, const flx_view_io *io, void *buf,
 			 size_t n, uint64_t off, flx_read_stats *stats)
 {
+	return flx_view_read_batch(v, io, NULL, buf, n, off, stats);
+}
+
+ssize_t flx_view_read_batch(const flx_view *v, const flx_view_io *io,
+			    flx_view_batch *batch, void *buf, size_t n,
+			    uint64_t off, flx_read_stats *stats)
+{
 	stored_src s = {v, io, stats};
 	uint64_t bytes;
 	int rc;
 
 	if (!v->t->stored)
-		return read_stored(v, io, buf, n, off, stats);
+		return read_stored(v, io, batch, buf, n, off, stats);
 	bytes = flx_view_bytes(v);
 	if (off >= bytes || n == 0)
 		return 0;
