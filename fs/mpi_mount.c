@@ -1003,13 +1003,15 @@ static void abandon(request *q)
 }
 
 /* Scatter q's reply into its pieces: 0, or its status. */
-static int scatter(request *q, piece *p)
+static int scatter(request *q, piece *p, int count)
 {
 	int32_t status = (int32_t)get32(q->reply);
 	size_t at = 8;
 
 	if (status)
 		return status < 0 ? status : -EIO;
+	if (count < 0 || (size_t)count != 8 + q->bytes)
+		return -EPROTO;
 	for (size_t i = 0; i < q->n; i++) {
 		piece *x = &p[q->first + i];
 
@@ -1055,7 +1057,7 @@ static int run(flx_dm *m, request *qs, size_t nq, piece *p)
 			progress = true;
 			MPI_Get_count(&st, MPI_BYTE, &count);
 			if (count >= 8)
-				(void)scatter(q, p);
+				(void)scatter(q, p, count);
 		}
 		if (!left)
 			break;
@@ -1146,6 +1148,7 @@ static int be_read(void *ctx, const flx_file_span *s, size_t n)
 	flx_dm *m = ctx;
 	piece *p = NULL;
 	size_t np = 0, cap = 0;
+	bool all = false;
 	int rc = 0;
 
 	for (size_t i = 0; i < n; i++) {
@@ -1175,9 +1178,10 @@ static int be_read(void *ctx, const flx_file_span *s, size_t n)
 	}
 	__atomic_add_fetch(&m->st.batches, 1, __ATOMIC_RELAXED);
 	/* a round per holder that fails, at most one per rank */
-	for (int round = 0; !rc && round <= m->size; round++) {
-		bool all = true, alive = false;
+	for (int round = 0; !rc && !all && round <= m->size; round++) {
+		bool alive = false;
 
+		all = true;
 		rc = round_trip(m, p, np);
 		for (size_t i = 0; i < np; i++)
 			if (!p[i].done) {
@@ -1189,6 +1193,9 @@ static int be_read(void *ctx, const flx_file_span *s, size_t n)
 		if (!alive || atomic_load(&m->ending))
 			rc = -EIO;
 	}
+	/* never success with a piece unread */
+	if (!rc && !all)
+		rc = -EIO;
 	free(p);
 	return rc;
 }

@@ -242,6 +242,26 @@ dm_stop() {
 	not_mounted "$T/mnt0"
 }
 
+@test "a file changed on its holder after the start: EIO on the others, never its new bytes" {
+	split 2 spread
+	dm_start 2 "tp=2,rules=$RULES"
+	mkdir -p "$T/ref"
+	mount_ff "$SRC" "$T/ref" "tp=2,rules=$RULES"
+	local f eio=0
+	printf '\x01' | dd of="$T/src1/__1_0.distcp" bs=1 seek=300 conv=notrunc status=none
+	for f in $(cd "$T/ref" && find ranks hf -type f | sort); do
+		if cat "$T/mnt0/$f" >"$T/got" 2>"$T/err"; then
+			cmp "$T/got" "$T/ref/$f"
+		else
+			grep -q "Input/output error" "$T/err"
+			eio=$((eio + 1))
+		fi
+	done
+	((eio > 0))
+	unmount_ff "$T/ref"
+	dm_stop
+}
+
 @test "unmounting one rank ends every rank" {
 	split 3 spread
 	dm_start 3 "tp=2,rules=$RULES"
