@@ -162,7 +162,10 @@ def fig_mpi_fetch(ctx, info, b):
                 if ref:
                     got = digest_files(rvf)
                     b.record_check(ctx, "mpi remote views tp=2 (%s)" % btl,
-                                   dict(ok=got == ref, files=len(rvf)))
+                                   dict(ok=got == ref, files=len(rvf), bytes_checked=nr,
+                                        errors=None if got == ref else
+                                        "sha256 of rank 0's views differs from the "
+                                        "local mount's"))
             row.add(b.tput(nl, tl), b.tput(nr, tr), b.tput(nr, tr) / b.tput(nl, tl))
             diag.append(dict(btl=btl, local=dict(bytes=nl, seconds=tl),
                              remote=dict(bytes=nr, seconds=tr), stats=dm.stats))
@@ -187,21 +190,25 @@ def fig_mpi_scale(ctx, many, b, nps=(2, 4, 8, 16)):
     for np_ in nps:
         d = os.path.join(ctx.workdir, "dm-scale")
         link_split(ck, d, np_, lambda n, i: [0] if n == ".metadata" else [i % np_])
+        # the counters of a mount alone, to tell the reads' requests apart
+        with Dmount(ctx, d, np_, "tp=%d,pp=%d" % (tp, pp)) as dm0:
+            pass
         with Dmount(ctx, d, np_, "tp=%d,pp=%d" % (tp, pp)) as dm:
-            at_mount = None
             vf = [os.path.join(dm.mnt(0), "ranks", r, "model.safetensors")
                   for r in sorted(os.listdir(os.path.join(dm.mnt(0), "ranks")))]
             n, t = b.readers.seq_read(vf)
-        s0 = dm.stats.get(0, {})
-        others = [v for k, v in dm.stats.items() if k != 0]
-        mount_req = (sum(v.get("requests", 0) for v in others) / len(others)) if others else 0
-        out.append(dict(np=np_, mount_s=dm.latency, read_bytes=n, read_s=t, rank0=s0,
+        s0, m0 = dm.stats.get(0, {}), dm0.stats.get(0, {})
+        mount_req = (sum(v.get("requests", 0) for v in dm0.stats.values())
+                     / max(1, len(dm0.stats)))
+        rd = {k: s0.get(k, 0) - m0.get(k, 0) for k in ("batches", "requests", "bytes")}
+        out.append(dict(np=np_, mount_s=dm.latency, mount_only_s=dm0.latency, read_bytes=n,
+                        read_s=t, rank0=s0, rank0_mount_only=m0, rank0_reads=rd,
                         mount_requests_per_rank=mount_req, stats=dm.stats))
         row.add(base, dm.latency, dm.latency / base)
-        b.log("mpi scale np=%d: mount %.1f s (1 process %.1f s); exchange %d B, broadcast "
-              "%d B; requests at mount per rank %.0f; rank 0 read %d B in %.1f s: %d batches, "
-              "%d requests" % (np_, dm.latency, base, s0.get("exchange", 0),
-                               s0.get("bcast", 0), mount_req, n, t, s0.get("batches", 0),
-                               s0.get("requests", 0)))
+        b.log("mpi scale np=%d: mount %.1f s (1 process %.2f s); exchange %d B, broadcast "
+              "%d B; requests at mount per rank %.0f; rank 0 read %d B in %.2f s: %d batches "
+              "(FUSE reads), %d requests, %d B remote" % (
+                  np_, dm.latency, base, s0.get("exchange", 0), s0.get("bcast", 0), mount_req,
+                  n, t, rd["batches"], rd["requests"], rd["bytes"]))
     ctx.diag["mpi_scale"] = out
     return [row]
