@@ -50,6 +50,13 @@ const char flx_mo_help[] =
     "                           CHECKPOINT (a Hugging Face cache "
     "snapshot)\n"
     "    -o nonempty[=0|1]      mount over a non-empty MOUNTPOINT\n"
+    "    -o mpi[=0|1]           one daemon per rank of mpirun: the ranks' "
+    "CHECKPOINT\n"
+    "                           directories ({rank}: the rank) together "
+    "hold the\n"
+    "                           checkpoint; every rank serves all of it\n"
+    "    -o mpi_timeout=SECONDS how long a read waits for another rank "
+    "(default 30)\n"
     "    -o megatron_spec=SPEC  names in megatron/ legacy files: local "
     "or te\n"
     "                           (Transformer Engine; default local)\n"
@@ -119,6 +126,8 @@ static const char *const ours[] = {
     "gpu",
     "gpu_min",
     "gpu_device",
+    "mpi",
+    "mpi_timeout",
 };
 
 static const char *const fstab_exact[] = {
@@ -483,6 +492,22 @@ static int apply_ours(flx_spec *spec, const char *tok, flx_error *err)
 	return e.code;
 }
 
+/* mpi_timeout=SECONDS: 1 to 86400. */
+static int apply_mpi_timeout(flx_mountopts *mo, const char *v, flx_error *err)
+{
+	char *end;
+	unsigned long n;
+
+	errno = 0;
+	n = v && *v >= '0' && *v <= '9' ? strtoul(v, &end, 10) : 0;
+	if (!n || errno || *end || n > 86400)
+		return flx_error_set(err, -EINVAL, NULL, "mpi_timeout",
+				     "expected seconds, 1 to 86400, got '%s'",
+				     v ? v : "");
+	mo->mpi_timeout = (unsigned)n;
+	return 0;
+}
+
 int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 {
 	char *copy;
@@ -505,6 +530,11 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 		if (key_is(tok, "nonempty"))
 			return flx_parse_flag("nonempty", option_value(tok),
 					      &mo->nonempty, err);
+		if (key_is(tok, "mpi"))
+			return flx_parse_flag("mpi", option_value(tok),
+					      &mo->mpi, err);
+		if (key_is(tok, "mpi_timeout"))
+			return apply_mpi_timeout(mo, option_value(tok), err);
 		if (key_is(tok, "cache_size"))
 			return apply_cache_size(mo, option_value(tok), err);
 		if (key_is(tok, "gpu") || key_is(tok, "gpu_min") ||

@@ -986,6 +986,7 @@ static void borrow(flx_ckpt *c, const flx_ckpt *src)
 	c->nfiles = src->nfiles;
 	c->files = src->files;
 	c->fdt = src->fdt;
+	c->backend = src->backend;
 	c->nobjects = src->nobjects;
 	c->objects = src->objects;
 	c->megatron = src->megatron;

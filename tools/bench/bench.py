@@ -39,6 +39,10 @@ against a baseline taken in the same run (median of --runs, min and max):
   parallel 8 concurrent readers (TP8 view) vs 1 reader
   mpi      (not in the default list) flexfs-materialize of ranks/ at tp=4:
            one process vs mpirun -np 1, 2, 4 (GB/s written, per-rank rate)
+  mpi      (not in the default list) the distributed mount: remote-fetch
+           throughput through MPI against local reads, and the mount of
+           the 10,000-tensor checkpoint spread over 2..16 ranks
+           (mpi_fetch.py)
   zstd     the checkpoint re-written as torch 2.7's ZStandard extension
            would (zstd_ckpt.py): first read of hf/ (TP1) and ranks/* (TP2,
            1 and 2 readers) vs zstd -d of the same frames to /dev/null;
@@ -68,6 +72,7 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 import model  # noqa: E402
 import readers  # noqa: E402
+import mpi_fetch  # noqa: E402
 
 PY = os.environ.get("FLEXFS_BENCH_PYTHON", "/usr/bin/python3")
 CHROOT = os.environ.get("FLEXFS_TORCH2_CHROOT", "/opt/trixie")
@@ -1626,6 +1631,10 @@ def main(argv=None):
             rows += fig_zstd(ctx, big)
         if "mpi" in only:
             rows += fig_materialize(ctx, big)
+            # the distributed mount's remote fetch (mpi_fetch.py)
+            rows += mpi_fetch.fig_mpi_fetch(ctx, big, sys.modules[__name__])
+            rows += mpi_fetch.fig_mpi_scale(ctx, many, sys.modules[__name__],
+                                            (2, 4) if args.quick else (2, 4, 8, 16))
     finally:
         cleanup_mounts()
         if ctx.chroot:
