@@ -235,6 +235,12 @@ static int add_var(lexer *l, avar **v, size_t *n, const char *name, size_t nlen,
 	if (nlen >= FLX_AOA_MAX_NAME)
 		return lex_fail(l, pos, "name longer than %d bytes",
 				FLX_AOA_MAX_NAME - 1);
+	/* a bound on the matcher's backtracking (tmatch()) */
+	for (size_t i = 0, wild = 0; i < nlen; i++)
+		if ((name[i] == '*' || name[i] == '$') && ++wild > 4)
+			return lex_fail(l, pos,
+					"more than 4 '*' and '$' macros in a "
+					"name");
 	/* *n grows by one at a time: a power-of-two capacity */
 	if ((cap & (cap - 1)) == 0) {
 		avar *nv = realloc(*v, (cap ? 2 * cap : 1) * sizeof(**v));
@@ -792,9 +798,17 @@ static int piece_copy(cpiece *to, const cpiece *from)
 	return 0;
 }
 
+/* A bound on one variable's boxes (fused layouts, reshapes and splits
+ * multiply them): past it, -E2BIG. */
+#define MAX_PIECES 65536
+
 static int add_piece(var *v, const cpiece *p)
 {
-	cpiece *n = realloc(v->p, (v->np + 1) * sizeof(*n));
+	cpiece *n;
+
+	if (v->np >= MAX_PIECES)
+		return -E2BIG;
+	n = realloc(v->p, (v->np + 1) * sizeof(*n));
 
 	if (!n)
 		return -ENOMEM;
@@ -962,9 +976,6 @@ static int var_concat(cc *c, var *const *in, size_t n, int a, var *out)
 	out->shape[a] = shift;
 	return 0;
 }
-
-/* A reshape multiplies pieces: a bound on one variable's. */
-#define MAX_PIECES 65536
 
 /* out = v with axes d and d + 1 merged (row-major): every piece is cut
  * into its rows along d, each placed at row * extent(d + 1). */
@@ -2346,6 +2357,9 @@ static int compile_statement(cc *c)
 		names_free(&out);
 	}
 	free(combos);
+	if (rc == -E2BIG)
+		rc =
+		    cfail(c, "a tensor made of more than %d boxes", MAX_PIECES);
 	if (!rc && !matched)
 		rc = note(c, "AOA statement %zu matches no tensor: %s", st->no,
 			  st->text);

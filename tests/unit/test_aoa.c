@@ -120,6 +120,7 @@ static const struct {
     {"a -> b, reshape='[2,-1,-1]'", "column 17: reshape must be a list"},
     {"a -> b, reshape='[2,0]'", "column 17: reshape must be a list"},
     {"a -> b, reshape=3", "column 17: reshape must be a string"},
+    {"a*b*c*d*e*f -> b", "column 1: more than 4 '*' and '$' macros in a name"},
 };
 
 static void test_malformed(void)
