@@ -822,7 +822,9 @@ static void serve(flx_dm *m, const MPI_Status *st)
 		free(reply);
 		return;
 	}
-	if (wait_until(&sreq, now_ns() + (int64_t)m->timeout_s * 1000000000)) {
+	/* half the readers' timeout: while this waits nobody else is
+	 * served, and the others must not take this rank for dead */
+	if (wait_until(&sreq, now_ns() + (int64_t)m->timeout_s * 500000000)) {
 		/* the asker is gone: its send stays pending, and so does its
 		 * buffer (leaked: freeing it under MPI would be worse) */
 		m->dead[src] = 1;
