@@ -610,30 +610,65 @@ static int broadcast(flx_dm *m, flx_error *err)
 	return 0;
 }
 
-/* The format of the lowest rank whose directory a source recognises. */
-static int agree_format(flx_dm *m, const char *dir, flx_error *err)
+/*
+ * The checkpoint's format: what the sources' probes say of the union of
+ * the ranks' files, where one rank may hold .metadata and another
+ * metadata.json (Megatron's).  Probes look at names, never at payloads
+ * (resolver/source.h), so rank 0 probes a private directory of empty files
+ * of those names and broadcasts the answer.
+ */
+static int probe_union(const flx_dm *m, char *format, size_t len)
 {
-	char mine[64] = "", *all = malloc((size_t)m->size * 64);
-	const char *fmt;
-	int rc = 0;
+	char tmpl[] = "/tmp/flexfs-probe-XXXXXX";
+	const char *dir = mkdtemp(tmpl), *fmt;
+	int dfd, rc = -ENOENT;
 
-	if (!all)
-		return flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
-	if (flx_ckpt_probe(dir, &fmt) == 0)
-		snprintf(mine, sizeof(mine), "%s", fmt);
-	if (MPI_Allgather(mine, 64, MPI_CHAR, all, 64, MPI_CHAR, m->coll) !=
-	    MPI_SUCCESS)
-		rc = flx_error_set(err, -EIO, NULL, "mpi",
-				   "MPI_Allgather failed");
-	for (int r = 0; !rc && r < m->size && !m->format[0]; r++)
-		memcpy(m->format, all + (size_t)r * 64, 64);
-	m->format[63] = '\0';
-	if (!rc && !m->format[0])
-		rc = flx_error_set(err, -ENOENT, NULL, NULL,
-				   "no rank's directory holds a checkpoint's "
-				   "metadata (.metadata)");
-	free(all);
+	if (!dir)
+		return -errno;
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	for (size_t i = 0; dfd >= 0 && i < m->nfiles; i++) {
+		const char *n = m->files[i].name;
+		int fd;
+
+		/* a peer's name is a plain entry name, or nothing here */
+		if (strchr(n, '/') || !strcmp(n, ".") || !strcmp(n, ".."))
+			continue;
+		fd = openat(dfd, n, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+			    0600);
+
+		if (fd >= 0)
+			close(fd);
+	}
+	if (dfd >= 0 && flx_ckpt_probe(dir, &fmt) == 0) {
+		snprintf(format, len, "%s", fmt);
+		rc = 0;
+	}
+	for (size_t i = 0; dfd >= 0 && i < m->nfiles; i++)
+		if (!strchr(m->files[i].name, '/'))
+			unlinkat(dfd, m->files[i].name, 0);
+	if (dfd >= 0)
+		close(dfd);
+	rmdir(dir);
 	return rc;
+}
+
+static int agree_format(flx_dm *m, flx_error *err)
+{
+	char fmt[64] = "";
+
+	if (m->rank == 0)
+		(void)probe_union(m, fmt, sizeof(fmt));
+	if (MPI_Bcast(fmt, (int)sizeof(fmt), MPI_CHAR, 0, m->coll) !=
+	    MPI_SUCCESS)
+		return flx_error_set(err, -EIO, NULL, "mpi",
+				     "MPI_Bcast failed");
+	fmt[sizeof(fmt) - 1] = '\0';
+	memcpy(m->format, fmt, sizeof(fmt));
+	if (!fmt[0])
+		return flx_error_set(err, -ENOENT, NULL, NULL,
+				     "no rank's directory holds a "
+				     "checkpoint's metadata (.metadata)");
+	return 0;
 }
 
 static void *service(void *arg);
@@ -656,7 +691,7 @@ int flx_dm_exchange(flx_dm *m, const char *dir, flx_error *err)
 	if (!rc)
 		rc = broadcast(m, err);
 	if (!rc)
-		rc = agree_format(m, dir, err);
+		rc = agree_format(m, err);
 	if (rc)
 		return rc;
 	m->be = (flx_file_backend){m, be_lookup, be_name, be_read};
@@ -822,7 +857,9 @@ static void serve(flx_dm *m, const MPI_Status *st)
 		free(reply);
 		return;
 	}
-	if (wait_until(&sreq, now_ns() + (int64_t)m->timeout_s * 1000000000)) {
+	/* half the readers' timeout: while this waits nobody else is
+	 * served, and the others must not take this rank for dead */
+	if (wait_until(&sreq, now_ns() + (int64_t)m->timeout_s * 500000000)) {
 		/* the asker is gone: its send stays pending, and so does its
 		 * buffer (leaked: freeing it under MPI would be worse) */
 		m->dead[src] = 1;

@@ -1156,6 +1156,16 @@ out:
 	return rc;
 }
 
+bool flx_build_remote(const flx_build *b, const char *relpath)
+{
+	const flx_file_backend *be = b->c->backend;
+	uint32_t id;
+	uint64_t size;
+	int64_t mtime_ns;
+
+	return be && be->lookup(be->ctx, relpath, &id, &size, &mtime_ns) == 0;
+}
+
 int flx_build_data_file(flx_build *b, const char *relpath,
 			const flx_file_ref *ref, uint32_t *idx)
 {

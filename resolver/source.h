@@ -144,6 +144,11 @@ typedef struct flx_file_ref {
 int flx_build_data_file(flx_build *b, const char *relpath,
 			const flx_file_ref *ref, uint32_t *idx);
 
+/** Whether the index's file backend (flx_ckpt_opts.backend) serves
+ * relpath, a file the directory lacks: flx_build_data_file() then records
+ * it as a remote file.  Thread-safe. */
+bool flx_build_remote(const flx_build *b, const char *relpath);
+
 /**
  * Record fd, a memory file (memfd) the source filled with bytes it decoded
  * at mount, as a data file named name (for messages; never looked up or

@@ -395,7 +395,8 @@ static int load_common(flx_build *b, flx_megatron *m, flx_error *err)
 	uint32_t idx;
 	int rc;
 
-	if (exists(flx_build_dirfd(b), COMMON_NAME)) {
+	if (exists(flx_build_dirfd(b), COMMON_NAME) ||
+	    flx_build_remote(b, COMMON_NAME)) {
 		rc = flx_build_data_file(b, COMMON_NAME, &ref, &idx);
 		if (rc)
 			return rc;

@@ -189,6 +189,16 @@ dm_stop() {
 	dm_stop
 }
 
+@test "Megatron-Core torch_dist (common.pt and metadata.json on different ranks) over 2 ranks" {
+	SRC=$FLEXFS_SRC/tests/fixtures/megatron-tied/ckpt/iter_0000100
+	split 2 spread
+	[[ -e $T/src1/common.pt && -e $T/src0/metadata.json ]] ||
+		[[ -e $T/src0/common.pt && -e $T/src1/metadata.json ]]
+	dm_start 2 "tp=2"
+	same_as_ref 2 "tp=2"
+	dm_stop
+}
+
 @test "a file held differently by two ranks fails every rank with one line" {
 	split 3 twice
 	local f
