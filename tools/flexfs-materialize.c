@@ -918,6 +918,8 @@ int main(int argc, char **argv)
 	char key[65], note[2 * FLX_ERR_FIELD], kind[64];
 	const char *env;
 	char *src = NULL;
+	const flx_slicer *slicer = NULL;
+	char sline[1024];
 	int rc;
 
 	j.outfd = -1;
@@ -939,12 +941,22 @@ int main(int argc, char **argv)
 	/* every rank builds the same stack by the mount's own path, from
 	 * the canonical source path as the mount does (index.json names it) */
 	o = flx_mo_ckpt_opts(&mo);
-	src = realpath(rq.src, NULL);
-	if (!src)
+	/* the mount's slicer, opened as the mount opens it: index.json
+	 * records it, and gpu=on without a device is refused the same way */
+	rc = flx_slicer_open(&mo.gpu, &slicer, sline, sizeof(sline));
+	if (rc)
+		flx_error_set(&err, rc, NULL, NULL, "%s",
+			      rc == -ENOMEM ? "out of memory" : sline);
+	else
+		mo.spec.slicer = slicer->name;
+	src = rc ? NULL : realpath(rq.src, NULL);
+	if (!rc && !src)
 		rc = flx_error_set(&err, -errno, rq.src, NULL, "%s",
 				   strerror(errno));
-	else
+	else if (!rc)
 		rc = flx_stack_build(src, &o, &mo.spec, false, &st, &err);
+	if (!rc)
+		flx_fs_set_io(st.fs, &(flx_view_io){NULL, slicer, NULL});
 	for (size_t i = 0;
 	     !rc && c.rank == 0 && !flx_stack_note(&st, i, note, sizeof(note));
 	     i++)
@@ -1032,6 +1044,7 @@ out:
 	flx_stack_free(&st);
 	free(src);
 	flx_mo_release(&mo);
+	flx_slicer_close(slicer);
 	flx_comm_end(&c);
 	return rc ? 1 : 0;
 }
