@@ -107,6 +107,26 @@ static void test_ex53_and_examples(void)
 	l->opt_size = -1;
 	CHECK_EQ(flx_ms_opt_parts(l), 1);
 
+	/* pure DP over three repeated dims (D=[2,2,2], 1-D T=[-1]) with a
+	 * full optimizer shard: G is all 8 ranks, q = rank */
+	l->ndev = 3;
+	l->dev[0] = l->dev[1] = l->dev[2] = 2;
+	l->ndim = 1;
+	l->nmap[0] = 0;
+	l->opt_step = 1;
+	l->opt_size = -1;
+	uint64_t S1[1] = {16};
+	for (uint64_t r = 0; r < 8; r++)
+		BOX(l, S1, r, 2 * r, 2, 0, 0);
+	l->opt_size = 4; /* groups [0..3], [4..7] */
+	for (uint64_t r = 0; r < 8; r++)
+		BOX(l, S1, r, 4 * (r % 4), 4, 0, 0);
+	l->opt_step = 0;
+	l->ndev = 2;
+	l->dev[0] = 2;
+	l->dev[1] = 4;
+	l->ndim = 2;
+
 	/* Example 2: T=[-1,0] */
 	l->nmap[0] = 0;
 	l->nmap[1] = 1;
