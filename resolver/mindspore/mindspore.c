@@ -9,8 +9,8 @@
  * MindSpore 2.4, .safetensors files; or flat files "..rank_<N>.." in the
  * directory itself (§1.8); a single unnumbered .ckpt is rank 0.  The
  * strategy file comes from -o src_strategy=FILE (flx_ckpt_opts.
- * ms_strategy; JSON when its name ends in ".json").  Without one every
- * entry must be replicated (identical on every rank).
+ * ms_strategy; JSON when its name ends in ".json").  Without one only a
+ * single rank is read (all of it replicated).
  *
  * A .ckpt file is a run of Checkpoint messages (§1.1).  It is scanned with
  * a bounded wire decoder reading through a small pread window, never the
@@ -941,7 +941,8 @@ typedef struct held {
 } held;
 
 /* The box each entry of g holds, into h (replicas dropped): *nh kept. */
-static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh)
+static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
+		 const flx_ms_layout **layout)
 {
 	const entry *e0 = g->e[0];
 	const char *file = L->c->files[e0->file].relpath;
@@ -958,6 +959,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh)
 		lay0 = flx_ms_strategy_find(L->st, g->e[i]->name,
 					    g->e[i]->rank / devices);
 	memcpy(t->shape, e0->dims, sizeof(t->shape));
+	*layout = lay0;
 	if (lay0) {
 		const entry *ref = NULL;
 		for (size_t i = 0; i < g->n && !ref; i++)
@@ -1060,17 +1062,41 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh)
 	return 0;
 }
 
+/* flx_tensor.saved_split: the one tensor-parallel axis of the layout
+ * (the optimizer shard is no TP split, so chunks that differ along dim 0
+ * too do not hide it); -1 when none splits; 0 (inferred) for several. */
+static int split_axis(const flx_ms_layout *l)
+{
+	int axis = -1;
+	uint64_t f[FLX_MS_MAX_DIMS];
+
+	if (!l)
+		return -1;
+	for (uint32_t i = 0; i < l->ndim; i++) {
+		f[i] = 1;
+		for (uint32_t j = 0; j < l->nmap[i]; j++)
+			f[i] *= l->dev[l->ndev - 1 - l->map[i][j]];
+		if (f[i] > 1 && axis >= 0)
+			return 0;
+		if (f[i] > 1)
+			axis = (int)i;
+	}
+	return axis < 0 ? -1 : axis + 1;
+}
+
 static int build_tensor(loader *L, const group *g, flx_tensor *t)
 {
 	held *h = malloc(g->n * sizeof(*h));
+	const flx_ms_layout *lay = NULL;
 	size_t nch = 0;
 	uint32_t at = 0;
 	int rc;
 
 	if (!h)
 		return -ENOMEM;
-	if ((rc = place(L, g, t, h, &nch)))
+	if ((rc = place(L, g, t, h, &nch, &lay)))
 		goto out;
+	t->saved_split = split_axis(lay);
 	/* chunks: each piece of a kept entry as the boxes of its elements */
 	{
 		uint32_t total = 0;
@@ -1227,6 +1253,14 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	int rc;
 
 	rc = scan_dir(&L, flx_build_dirfd(b));
+	/* without a layout, ranks' equal dims would pass for replicas even
+	 * when they are slices: serving one as the whole would be wrong */
+	if (!rc && !o->ms_strategy && L.nrf > 1)
+		rc = flx_error_set(
+		    err, -EINVAL, L.rf[1].relpath, "src_strategy",
+		    "a checkpoint of %zu ranks needs its strategy "
+		    "file: -o src_strategy=FILE",
+		    L.nrf);
 	if (!rc && o->ms_strategy) {
 		L.st_path = o->ms_strategy;
 		rc = load_strategy(&L, o->ms_strategy);
