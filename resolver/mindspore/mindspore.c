@@ -601,7 +601,7 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, int fd,
 {
 	frd *r = malloc(sizeof(*r));
 	record *rec = malloc(sizeof(*rec));
-	uint64_t pos = 0, end;
+	uint64_t pos = 0, end, at = 0;
 	entry cur = {0};
 	bool open_run = false;
 	uint8_t head[4], tail[17];
@@ -643,7 +643,7 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, int fd,
 	while (pos < end) {
 		uint32_t field, wt;
 		uint64_t sub;
-		uint64_t at = pos;
+		at = pos;
 		if ((rc = frd_field(r, &pos, end, &field, &wt, &sub)))
 			goto bad;
 		if (wt == 0) {
@@ -656,10 +656,8 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, int fd,
 			pos = sub;
 			continue;
 		}
-		if ((rc = parse_value(r, pos, sub, rec))) {
-			pos = at;
+		if ((rc = parse_value(r, pos, sub, rec)))
 			goto bad;
-		}
 		pos = sub;
 		if (rec->map) {
 			rc = flx_error_set(L->err, -EINVAL, file, rec->tag,
@@ -705,7 +703,7 @@ bad:
 		rc = flx_error_set(L->err, -EINVAL, file, NULL,
 				   "malformed Checkpoint protobuf record at "
 				   "byte %llu",
-				   (unsigned long long)pos);
+				   (unsigned long long)at);
 	else
 		goto io;
 	goto out;
