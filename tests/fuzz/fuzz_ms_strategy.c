@@ -22,13 +22,14 @@ static void boxes(const flx_ms_strategy *s)
 
 		flx_ms_factors(l, f);
 		for (uint32_t d = 0; d < l->ndim; d++)
-			shape[d] = l->has_shape ? l->shape[d]
-						: 2 * (f[d] ? f[d] : 1);
+			shape[d] =
+			    l->has_shape ? l->shape[d] : 2 * (f[d] ? f[d] : 1);
 		for (uint64_t r = 0; r < l->devices && r < 64; r++) {
 			if (flx_ms_box(l, shape, r, st, ln))
 				continue;
 			for (uint32_t d = 0; d < l->ndim; d++)
-				if (st[d] > shape[d] || ln[d] > shape[d] - st[d])
+				if (st[d] > shape[d] ||
+				    ln[d] > shape[d] - st[d])
 					abort();
 		}
 	}
