@@ -940,7 +940,7 @@ typedef struct held {
 
 /* The box each entry of g holds, into h (replicas dropped): *nh kept. */
 static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
-		 const flx_ms_layout **layout)
+		 const flx_ms_layout **layout, flx_ms_layout *fold0)
 {
 	const entry *e0 = g->e[0];
 	const char *file = L->c->files[e0->file].relpath;
@@ -953,11 +953,11 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 	t->stored = e0->stored;
 	/* the global shape: from the first rank with a layout (§2.4(i)) */
 	const flx_ms_layout *lay0 = NULL;
+	flx_ms_layout fold;
 	for (size_t i = 0; i < g->n && L->st && !lay0; i++)
 		lay0 = flx_ms_strategy_find(L->st, g->e[i]->name,
 					    g->e[i]->rank / devices);
 	memcpy(t->shape, e0->dims, sizeof(t->shape));
-	*layout = lay0;
 	if (lay0) {
 		const entry *ref = NULL;
 		for (size_t i = 0; i < g->n && !ref; i++)
@@ -965,6 +965,9 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 						 g->e[i]->rank / devices) ==
 			    lay0)
 				ref = g->e[i];
+		if ((int)lay0->ndim > ref->ndim &&
+		    flx_ms_layout_fold(lay0, (uint32_t)ref->ndim, fold0) == 0)
+			lay0 = fold0;
 		if ((int)lay0->ndim != ref->ndim)
 			return flx_error_set(
 			    L->err, -EINVAL, L->c->files[ref->file].relpath,
@@ -991,6 +994,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 			}
 		}
 	}
+	*layout = lay0;
 	for (size_t i = 0; i < g->n; i++) {
 		const entry *e = g->e[i];
 		const char *ef = L->c->files[e->file].relpath;
@@ -1000,6 +1004,10 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 			  : NULL;
 		uint64_t st[FLX_MS_MAX_DIMS], ln[FLX_MS_MAX_DIMS];
 		held x = {.e = e};
+
+		if (lay && (int)lay->ndim > e->ndim &&
+		    flx_ms_layout_fold(lay, (uint32_t)e->ndim, &fold) == 0)
+			lay = &fold;
 
 		if (e->dtype != t->dtype || e->stored != t->stored)
 			return flx_error_set(L->err, -EINVAL, ef, e->name,
@@ -1086,13 +1094,14 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 {
 	held *h = malloc(g->n * sizeof(*h));
 	const flx_ms_layout *lay = NULL;
+	flx_ms_layout fold0;
 	size_t nch = 0;
 	uint32_t at = 0;
 	int rc;
 
 	if (!h)
 		return -ENOMEM;
-	if ((rc = place(L, g, t, h, &nch, &lay)))
+	if ((rc = place(L, g, t, h, &nch, &lay, &fold0)))
 		goto out;
 	t->saved_split = split_axis(lay);
 	/* chunks: each piece of a kept entry as the boxes of its elements */

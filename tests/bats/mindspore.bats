@@ -37,13 +37,15 @@ teardown() {
 }
 
 # ms_mount DIR STRATEGY TPxPP...: mount DIR with STRATEGY once per TPxPP,
-# each to be checked by ms_check against the truth of DIR.
+# each to be checked by ms_check against the truth of DIR (whose chunks
+# come from $MS_TRUTH_STRATEGY when set, else STRATEGY).
 ms_mount() {
 	local dir=$1 strat=$2 tp pp combo m
 	local truth=$BATS_TEST_TMPDIR/truth-${#MS_MNTS[@]}
 
 	shift 2
-	/usr/bin/python3 "$TRUTH" "$dir" "$strat" "$truth" >/dev/null
+	/usr/bin/python3 "$TRUTH" "$dir" "${MS_TRUTH_STRATEGY:-$strat}" \
+		"$truth" >/dev/null
 	for combo in "$@"; do
 		tp=${combo%x*} pp=${combo#*x}
 		m=$BATS_TEST_TMPDIR/mnt-${#MS_MNTS[@]}
@@ -90,6 +92,9 @@ PY
 	ms_mount "$t/ckpt" "$t/strategy/ckpt_strategy_rank_0.ckpt" 1x1 2x1 2x2
 	ms_mount "$t/ckpt" "$t/strategy_json/ckpt_strategy_rank_0.json" 2x1
 	ms_mount "$p/ckpt" "$p/merged/merged_ckpt_strategy.ckpt" 1x1 2x2 1x2
+	# JSON: its Layout-API lm_head.weight expanded, folded back at mount
+	MS_TRUTH_STRATEGY=$p/merged/merged_ckpt_strategy.ckpt \
+		ms_mount "$p/ckpt" "$p/merged/merged_ckpt_strategy.json" 2x2
 	ms_check
 }
 
