@@ -223,7 +223,6 @@ static int scan_dir(loader *L, int dirfd)
 	struct dirent *de;
 	int rc = 0;
 	char *single = NULL;
-	size_t nsingle = 0;
 
 	if (fd < 0 || !(d = fdopendir(fd))) {
 		if (fd >= 0)
@@ -252,7 +251,6 @@ static int scan_dir(loader *L, int dirfd)
 			else if (!single || strcmp(rel, single) > 0) {
 				free(single);
 				single = rel;
-				nsingle++;
 			} else {
 				free(rel);
 			}
@@ -272,7 +270,6 @@ static int scan_dir(loader *L, int dirfd)
 		return flx_error_set(L->err, -ENOENT, "rank_<N>/*.ckpt", NULL,
 				     "no MindSpore checkpoint files");
 	qsort(L->rf, L->nrf, sizeof(*L->rf), cmp_rankfile);
-	(void)nsingle;
 	return 0;
 }
 
@@ -943,7 +940,6 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 		 const flx_ms_layout **layout, flx_ms_layout *fold0)
 {
 	const entry *e0 = g->e[0];
-	const char *file = L->c->files[e0->file].relpath;
 	uint64_t devices = L->st ? L->st->devices : 0;
 	char a[160], b[160];
 
@@ -1064,7 +1060,6 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 					   "layout: replicated)",
 				     b);
 	}
-	(void)file;
 	return 0;
 }
 
