@@ -72,6 +72,9 @@ typedef struct flx_mountopts {
 	 * (flx_ckpt_opts.megatron_iter) when has_megatron_iter */
 	bool has_megatron_iter;
 	uint64_t megatron_iter;
+	/* src_strategy=: a MindSpore strategy file, made absolute (owned;
+	 * flx_ckpt_opts.ms_strategy); NULL: none */
+	char *src_strategy;
 	char **fuse; /* "fuse" tokens in order, unescaped (owned) */
 	size_t nfuse;
 	bool has_fsname;  /* the user gave fsname= */

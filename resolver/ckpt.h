@@ -308,6 +308,10 @@ typedef struct flx_ckpt_opts {
 	 * latest_checkpointed_iteration.txt names */
 	bool has_megatron_iter;
 	uint64_t megatron_iter;
+	/* a MindSpore checkpoint's parallel strategy file (-o
+	 * src_strategy=FILE; JSON when it ends in ".json"): a path, absolute
+	 * or relative to the working directory; NULL: none */
+	const char *ms_strategy;
 	/* symlinks that lead outside the directory (a Hugging Face cache
 	 * snapshot's links into ../../blobs/) are followed too; without
 	 * it such a data file is an error and such an extra is skipped
