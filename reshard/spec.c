@@ -54,6 +54,7 @@ void flx_spec_release(flx_spec *s)
 	free_strings(s->include, s->ninclude);
 	free_strings(s->exclude, s->nexclude);
 	free(s->strip_prefix);
+	free(s->dst_strategy);
 	free(s->rules_path);
 	free(s->layer_regex);
 	free(s->embed_regex);
@@ -434,6 +435,16 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 					     value ? value : "");
 		s->megatron_te = value[0] == 't';
 		return 0;
+	}
+	if (strcmp(key, "mindspore") == 0)
+		return flx_parse_flag(key, value, &s->mindspore, err);
+	if (strcmp(key, "dst_strategy") == 0) {
+		if (!value || !*value)
+			return flx_error_set(err, -EINVAL, NULL, key,
+					     "expected a MindSpore strategy "
+					     "file");
+		s->mindspore = true;
+		return set_string(&s->dst_strategy, value);
 	}
 	if (strcmp(key, "megatron_true_vocab") == 0) {
 		char *end = NULL;

@@ -62,6 +62,11 @@ typedef struct flx_spec {
 	/* the tokenizer's vocab size for megatron/'s re-padded tables
 	 * (megatron_true_vocab=V); 0: unknown, the saved table's rows */
 	int64_t megatron_true_vocab;
+	/* mindspore/: per-rank .ckpt files (-o mindspore, or set by
+	 * dst_strategy); dst_strategy (owned, NULL: none): the MindSpore
+	 * strategy file giving their layout instead of tp x pp */
+	bool mindspore;
+	char *dst_strategy;
 	/* the transform stage's list (transform.h), owned; NULL: the
 	 * source's tensors are served as they are */
 	struct flx_xform *xform;
@@ -95,7 +100,8 @@ void flx_spec_release(flx_spec *s);
  * flx_spec_preset_dir()), layer_regex, embed_regex,
  * pp_renumber (value NULL, "1", "0", "true", "false"), hf_shard_size
  * (bytes with optional K/M/G/T suffix, binary), megatron_spec (local, te),
- * megatron_true_vocab (a positive integer), include and exclude
+ * megatron_true_vocab (a positive integer), mindspore (a flag),
+ * dst_strategy (a path, read when the tree is built), include and exclude
  * (globs separated by ':'; each option adds to the list), strip_prefix.
  * @return 0, -EINVAL (bad value; err names the key) or -ENOENT (unknown key,
  *         err untouched so callers can pass it on).

@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * mindspore/: the per-rank checkpoint files MindSpore's load_checkpoint
+ * reads, named as transform_checkpoints writes them with the docs' prefix
+ * "checkpoint_" (mindspore-format.md 1.8, 4):
+ *
+ *   mindspore/rank_N/checkpoint_N.ckpt
+ *
+ * present when asked for (-o mindspore, -o dst_strategy=FILE) or when the
+ * source is MindSpore's.  Which parameters a rank holds, and which box of
+ * each, is the target's decision:
+ *
+ *   tp=/pp= (the plan)   rank N = stage * tp + tp rank (MindSpore's global
+ *                        rank, stage-major); the placements of its stage
+ *                        under their names there, each its TP rank's box
+ *   dst_strategy=FILE    reshard/mstarget.h: the strategy's layouts
+ *
+ * Each file is a .ckpt of those (tag, box) in that order
+ * (fs/formats/msckpt.h).
+ */
+#include "layout.h"
+
+#include "formats/msckpt.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The layout's directory under the root. */
+static const char dir_name[] = "mindspore";
+
+/* "rank_N" / "checkpoint_N.ckpt" */
+static void rank_names(int64_t r, char *dir, char *file)
+{
+	memcpy(dir, "rank_", 5);
+	dir[5 + flx_fmt_int(dir + 5, r, 1)] = '\0';
+	memcpy(file, "checkpoint_", 11);
+	memcpy(file + 11 + flx_fmt_int(file + 11, r, 1), ".ckpt", 6);
+}
+
+static bool on_stage(const flx_placement *pl, int pp)
+{
+	return pp >= pl->stage_lo && pp <= pl->stage_hi;
+}
+
+static bool wanted(const flx_build *b)
+{
+	const flx_spec *s = b->plan->spec;
+
+	return s->mindspore ||
+	       (b->ckpt->format && !strncmp(b->ckpt->format, "mindspore", 9));
+}
+
+/* The parameters of rank r under the plan, into fs. */
+static int plan_params(flx_build *b, int64_t r, flx_ms_param **out, size_t *n)
+{
+	const flx_plan *p = b->plan;
+	int ntp = p->spec->tp, tp = (int)(r % ntp), pp = (int)(r / ntp);
+	flx_ms_param *e;
+
+	*n = 0;
+	for (size_t i = 0; i < p->n; i++)
+		*n += on_stage(&p->p[i], pp);
+	e = flx_fs_alloc(b->fs, *n * sizeof(*e) + 1);
+	if (!e)
+		return -ENOMEM;
+	*n = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		const flx_placement *pl = &p->p[i];
+
+		if (on_stage(pl, pp))
+			e[(*n)++] =
+			    (flx_ms_param){flx_placement_name(pl, pp),
+					   flx_placement_view(pl, pp, tp, ntp)};
+	}
+	*out = e;
+	return 0;
+}
+
+static int ms_size(flx_build *b, void **state, flx_fs_size *sz)
+{
+	size_t ranks = (size_t)b->plan->spec->tp * (size_t)b->plan->spec->pp;
+
+	(void)state;
+	if (!wanted(b))
+		return 0;
+	sz->nodes += 1 + 2 * ranks;
+	sz->segs += 2 * ranks * b->plan->n;
+	sz->names += sizeof(dir_name) + ranks * 48;
+	return 0;
+}
+
+static int ms_build(flx_build *b, void *state)
+{
+	char dname[FLX_NAME_MAX + 1], fname[FLX_NAME_MAX + 1];
+	int64_t ranks = (int64_t)b->plan->spec->tp * b->plan->spec->pp;
+	int dir, rc;
+
+	(void)state;
+	if (!wanted(b))
+		return 0;
+	rc = flx_fs_mkdir(b->fs, 0, dir_name, &dir);
+	if (rc)
+		return flx_build_fail(b, rc, dir_name, "creating directory");
+	for (int64_t r = 0; r < ranks; r++) {
+		flx_ms_param *e;
+		size_t n, bad;
+		int rdir;
+
+		rank_names(r, dname, fname);
+		rc = plan_params(b, r, &e, &n);
+		if (rc)
+			return flx_build_fail(b, rc, dname, "");
+		rc = flx_ms_check(e, n, &bad);
+		if (rc)
+			return flx_error_set(
+			    b->err, rc, NULL, e[bad].tag, "%s/%s/%s: %s",
+			    dir_name, dname, fname,
+			    rc == -EINVAL
+				? "name not valid UTF-8: cannot be a "
+				  "protobuf string"
+				: "no MindSpore tensor_type for this dtype");
+		rc = flx_fs_mkdir(b->fs, dir, dname, &rdir);
+		if (!rc)
+			rc = flx_ms_add_file(b->fs, b->ckpt, rdir, fname, e, n,
+					     FLX_MS_CHUNK);
+		if (rc)
+			return flx_build_fail(b, rc, fname, "building file");
+	}
+	return 0;
+}
+
+const flx_layout flx_layout_mindspore = {
+    .name = dir_name,
+    .size = ms_size,
+    .build = ms_build,
+};
