@@ -23,6 +23,7 @@
 #include "formats/msckpt.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,6 +78,24 @@ static int plan_params(flx_build *b, int64_t r, flx_ms_param **out, size_t *n)
 	return 0;
 }
 
+/* The one line for a parameter of file dname/fname that cannot be
+ * written (flx_ms_check()'s rc). */
+static int check_fail(flx_build *b, int rc, const char *dname,
+		      const char *fname, const flx_ms_param *p)
+{
+	char path[3 * (FLX_NAME_MAX + 1)];
+
+	snprintf(path, sizeof(path), "%s/%s/%s", dir_name, dname, fname);
+	if (rc == -EINVAL)
+		return flx_error_set(b->err, rc, path, p->tag,
+				     "name not valid UTF-8: cannot be a "
+				     "protobuf string");
+	return flx_error_set(b->err, rc, path, p->tag,
+			     "dtype %s: no MindSpore tensor_type "
+			     "load_checkpoint reads",
+			     flx_dtype_name(flx_view_tensor(p->v)->dtype));
+}
+
 static int ms_size(flx_build *b, void **state, flx_fs_size *sz)
 {
 	size_t ranks = (size_t)b->plan->spec->tp * (size_t)b->plan->spec->pp;
@@ -113,13 +132,7 @@ static int ms_build(flx_build *b, void *state)
 			return flx_build_fail(b, rc, dname, "");
 		rc = flx_ms_check(e, n, &bad);
 		if (rc)
-			return flx_error_set(
-			    b->err, rc, NULL, e[bad].tag, "%s/%s/%s: %s",
-			    dir_name, dname, fname,
-			    rc == -EINVAL
-				? "name not valid UTF-8: cannot be a "
-				  "protobuf string"
-				: "no MindSpore tensor_type for this dtype");
+			return check_fail(b, rc, dname, fname, &e[bad]);
 		rc = flx_fs_mkdir(b->fs, dir, dname, &rdir);
 		if (!rc)
 			rc = flx_ms_add_file(b->fs, b->ckpt, rdir, fname, e, n,
