@@ -15,6 +15,9 @@ independent implementation of the target layout:
       TRUTH: a DCP fixture's truth dir (manifest.json + .bin files); rank
       N = pp * TP + tp holds, under its stage name, the box that
       check_views.expected_plan gives rank (tp, pp).
+  hf TRUTH OUT
+      writes TRUTH's model parameters as OUT/model.safetensors (a source for
+      strategy mode whose names are MindSpore's).
   strategy MNT TRUTH STRATEGY
       TRUTH: tests/fixtures/mindspore-truth (model/<name>.npy, manifest);
       STRATEGY: the destination strategy file; rank r holds, of every
@@ -118,18 +121,25 @@ def plan_mode(mnt, truth_dir, T, P, rules_path=None):
     return n
 
 
-def strategy_mode(mnt, truth_dir, strategy_path):
+def truth_model(truth_dir):
+    """{name: (tensor_type, array)} of the model parameters of a MindSpore truth dir."""
     man = gm.json.load(open(os.path.join(truth_dir, "manifest.json")))
+    out = {}
+    for name, e in man["tensors"].items():
+        if e.get("file"):
+            out[name] = (e["dtype"], np.load(os.path.join(truth_dir, e["file"])))
+    return out
+
+
+def strategy_mode(mnt, truth_dir, strategy_path):
+    full = truth_model(truth_dir)
     strat = gm.read_strategy(strategy_path)
     N = gm.stage_device_count(strat)
     stages = sorted({s for st in strat.values() for s in st})
-    n_ranks = N * (max(stages) + 1)
+    if stages != list(range(len(stages))):
+        bad("strategy stages %s" % stages)
+    n_ranks = N * len(stages)
     check_dirs(mnt, n_ranks)
-    full = {}
-    mdir = os.path.join(truth_dir, "model")
-    for f in sorted(os.listdir(mdir)):
-        if f.endswith(".npy"):
-            full[f[:-4]] = np.load(os.path.join(mdir, f))
     n = 0
     for r in range(n_ranks):
         s, l = divmod(r, N)
@@ -138,18 +148,41 @@ def strategy_mode(mnt, truth_dir, strategy_path):
         if ents is None:
             continue
         want = {}
-        for name, a in full.items():
+        for name, (ttype, a) in full.items():
             L = gm.layout_for(strat, name, s)
             if L is None and name in strat:
                 continue  # another stage's parameter
             start, ln = ([0] * a.ndim, list(a.shape)) if L is None else \
                 gm.spec_box(L, list(a.shape), l)
             sl = tuple(slice(o, o + k) for o, k in zip(start, ln))
-            ttype = ents[name]["type"] if name in ents else "?"
             want[name] = (ttype, ln, np.ascontiguousarray(a[sl]).tobytes())
-        compare(path, {k: v for k, v in ents.items() if k in full}, want)
+        compare(path, ents, want)
         n += 1
     return n
+
+
+ST_DTYPE = {"BFloat16": "BF16", "Float32": "F32", "Float16": "F16", "Int32": "I32",
+            "Int64": "I64"}
+
+
+def write_hf(truth_dir, out):
+    """The truth's model parameters as one Hugging Face model.safetensors (a
+    source whose names are MindSpore's)."""
+    full = truth_model(truth_dir)
+    hdr, blobs, off = {}, [], 0
+    for name in sorted(full):
+        ttype, a = full[name]
+        b = np.ascontiguousarray(a).tobytes()
+        hdr[name] = {"dtype": ST_DTYPE[ttype], "shape": list(a.shape),
+                     "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = gm.json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "model.safetensors"), "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+    return 1
 
 
 def main(argv):
@@ -158,6 +191,9 @@ def main(argv):
                       argv[5] if len(argv) > 5 else None)
     elif len(argv) == 4 and argv[0] == "strategy":
         n = strategy_mode(argv[1], argv[2], argv[3])
+    elif len(argv) == 3 and argv[0] == "hf":
+        n = write_hf(argv[1], argv[2])
+        return 0
     else:
         print(__doc__, file=sys.stderr)
         return 2
