@@ -15,6 +15,10 @@ independent implementation of the target layout:
       TRUTH: a DCP fixture's truth dir (manifest.json + .bin files); rank
       N = pp * TP + tp holds, under its stage name, the box that
       check_views.expected_plan gives rank (tp, pp).
+  same MNT REF
+      REF: what transform_checkpoints writes for the same source and
+      strategies (rank_<r>/checkpoint_<r>.ckpt); each rank file must hold
+      the same entries (order free).
   hf TRUTH OUT
       writes TRUTH's model parameters as OUT/model.safetensors (a source for
       strategy mode whose names are MindSpore's).
@@ -161,6 +165,27 @@ def strategy_mode(mnt, truth_dir, strategy_path):
     return n
 
 
+def same_mode(mnt, ref_dir):
+    """Every rank file holds what MindSpore's transform_checkpoints wrote for
+    the same strategies (REF/rank_<r>/checkpoint_<r>.ckpt, from
+    gen_mindspore.py transform): the same tags, tensor_types, dims and
+    bytes (the order of the records is free: load_checkpoint makes a dict)."""
+    ranks = sorted(int(d[5:]) for d in os.listdir(ref_dir) if d.startswith("rank_"))
+    check_dirs(mnt, len(ranks))
+    n = 0
+    for r in ranks:
+        rel = os.path.join("rank_%d" % r, "checkpoint_%d.ckpt" % r)
+        ref = load(os.path.join(ref_dir, rel))
+        ents = load(os.path.join(mnt, "mindspore", rel))
+        if ref is None or ents is None:
+            continue
+        want = {k: (e["type"], e["dims"], gm.raw_bytes(gm.entry_array(e)))
+                for k, e in ref.items()}
+        compare(os.path.join(mnt, "mindspore", rel), ents, want)
+        n += 1
+    return n
+
+
 ST_DTYPE = {"BFloat16": "BF16", "Float32": "F32", "Float16": "F16", "Int32": "I32",
             "Int64": "I64"}
 
@@ -191,6 +216,8 @@ def main(argv):
                       argv[5] if len(argv) > 5 else None)
     elif len(argv) == 4 and argv[0] == "strategy":
         n = strategy_mode(argv[1], argv[2], argv[3])
+    elif len(argv) == 3 and argv[0] == "same":
+        n = same_mode(argv[1], argv[2])
     elif len(argv) == 3 and argv[0] == "hf":
         n = write_hf(argv[1], argv[2])
         return 0
