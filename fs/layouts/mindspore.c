@@ -21,6 +21,7 @@
 #include "layout.h"
 
 #include "formats/msckpt.h"
+#include "mstarget.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -78,6 +79,79 @@ static int plan_params(flx_build *b, int64_t r, flx_ms_param **out, size_t *n)
 	return 0;
 }
 
+/* The views of every tensor on every rank under strategy m: v[i * nranks
+ * + r] for placement i, NULL where rank r does not hold it; one view per
+ * distinct box, owned by the fs; the whole tensor is the plan's. */
+static int mst_views(flx_build *b, const flx_mst *m, const flx_view ***out)
+{
+	const flx_plan *p = b->plan;
+	int64_t nr = flx_mst_nranks(m);
+	const flx_view **v = calloc(p->n * (size_t)nr + 1, sizeof(*v));
+	int rc = v ? 0 : -ENOMEM;
+
+	for (size_t i = 0; !rc && i < p->n; i++) {
+		const flx_tensor *t = p->p[i].src;
+		const flx_view **row = v + i * (size_t)nr;
+		size_t bytes = (size_t)t->ndim * sizeof(int64_t);
+
+		for (int64_t r = 0; !rc && r < nr; r++) {
+			flx_box box;
+			flx_view *nv;
+
+			if (!flx_mst_box(m, t, r, &box))
+				continue;
+			/* a replica of an earlier rank's box */
+			for (int64_t q = 0; q < r && !row[r]; q++)
+				if (row[q] &&
+				    !memcmp(flx_view_box(row[q])->off, box.off,
+					    bytes) &&
+				    !memcmp(flx_view_box(row[q])->size,
+					    box.size, bytes))
+					row[r] = row[q];
+			if (row[r])
+				continue;
+			if (!memcmp(flx_view_box(p->p[i].whole)->size, box.size,
+				    bytes)) {
+				row[r] = p->p[i].whole;
+				continue;
+			}
+			rc = flx_view_new(b->plan->ckpt, t, &box, &nv, b->err);
+			if (!rc)
+				rc = flx_fs_own_view(b->fs, nv);
+			if (!rc)
+				row[r] = nv;
+			else if (rc == -ENOMEM)
+				flx_build_fail(b, rc, t->fqn, "");
+		}
+	}
+	if (rc == -ENOMEM && v)
+		flx_build_fail(b, rc, dir_name, "");
+	if (rc) {
+		free(v);
+		v = NULL;
+	}
+	*out = v;
+	return rc;
+}
+
+/* The parameters of rank r under the strategy's views v, into fs. */
+static int mst_params(flx_build *b, const flx_view *const *v, int64_t nr,
+		      int64_t r, flx_ms_param **out, size_t *n)
+{
+	const flx_plan *p = b->plan;
+	flx_ms_param *e = flx_fs_alloc(b->fs, p->n * sizeof(*e) + 1);
+
+	if (!e)
+		return -ENOMEM;
+	*n = 0;
+	for (size_t i = 0; i < p->n; i++)
+		if (v[i * (size_t)nr + r])
+			e[(*n)++] = (flx_ms_param){p->p[i].src->fqn,
+						   v[i * (size_t)nr + r]};
+	*out = e;
+	return 0;
+}
+
 /* The one line for a parameter of file dname/fname that cannot be
  * written (flx_ms_check()'s rc). */
 static int check_fail(flx_build *b, int rc, const char *dname,
@@ -109,10 +183,42 @@ static int ms_size(flx_build *b, void **state, flx_fs_size *sz)
 	return 0;
 }
 
-static int ms_build(flx_build *b, void *state)
+/* The rank files, ranks of them: the plan's (v NULL) or the strategy's
+ * views v. */
+static int rank_files(flx_build *b, int dir, int64_t ranks,
+		      const flx_view *const *v)
 {
 	char dname[FLX_NAME_MAX + 1], fname[FLX_NAME_MAX + 1];
-	int64_t ranks = (int64_t)b->plan->spec->tp * b->plan->spec->pp;
+	int rc = 0;
+
+	for (int64_t r = 0; r < ranks; r++) {
+		flx_ms_param *e;
+		size_t n, bad;
+		int rdir;
+
+		rank_names(r, dname, fname);
+		rc = v ? mst_params(b, v, ranks, r, &e, &n)
+		       : plan_params(b, r, &e, &n);
+		if (rc)
+			return flx_build_fail(b, rc, dname, "");
+		rc = flx_ms_check(e, n, &bad);
+		if (rc)
+			return check_fail(b, rc, dname, fname, &e[bad]);
+		rc = flx_fs_mkdir(b->fs, dir, dname, &rdir);
+		if (!rc)
+			rc = flx_ms_add_file(b->fs, b->plan->ckpt, rdir, fname,
+					     e, n, FLX_MS_CHUNK);
+		if (rc)
+			return flx_build_fail(b, rc, fname, "building file");
+	}
+	return rc;
+}
+
+static int ms_build(flx_build *b, void *state)
+{
+	const char *path = b->plan->spec->dst_strategy;
+	flx_mst *m = NULL;
+	const flx_view **v = NULL;
 	int dir, rc;
 
 	(void)state;
@@ -121,26 +227,18 @@ static int ms_build(flx_build *b, void *state)
 	rc = flx_fs_mkdir(b->fs, 0, dir_name, &dir);
 	if (rc)
 		return flx_build_fail(b, rc, dir_name, "creating directory");
-	for (int64_t r = 0; r < ranks; r++) {
-		flx_ms_param *e;
-		size_t n, bad;
-		int rdir;
-
-		rank_names(r, dname, fname);
-		rc = plan_params(b, r, &e, &n);
-		if (rc)
-			return flx_build_fail(b, rc, dname, "");
-		rc = flx_ms_check(e, n, &bad);
-		if (rc)
-			return check_fail(b, rc, dname, fname, &e[bad]);
-		rc = flx_fs_mkdir(b->fs, dir, dname, &rdir);
-		if (!rc)
-			rc = flx_ms_add_file(b->fs, b->ckpt, rdir, fname, e, n,
-					     FLX_MS_CHUNK);
-		if (rc)
-			return flx_build_fail(b, rc, fname, "building file");
-	}
-	return 0;
+	if (!path)
+		return rank_files(
+		    b, dir, (int64_t)b->plan->spec->tp * b->plan->spec->pp,
+		    NULL);
+	rc = flx_mst_open(b->plan->ckpt, path, &m, b->err);
+	if (!rc)
+		rc = mst_views(b, m, &v);
+	if (!rc)
+		rc = rank_files(b, dir, flx_mst_nranks(m), v);
+	free(v);
+	flx_mst_free(m);
+	return rc;
 }
 
 const flx_layout flx_layout_mindspore = {

@@ -5,7 +5,8 @@
 # python3-protobuf and the spec's schema as load_checkpoint does (records
 # joined by tag, tensor_type to numpy, dims) and compares each tensor with
 # the truth sliced by an independent implementation of the target layout
-# (check_views.expected_plan for tp/pp).
+# (check_views.expected_plan for tp/pp, the spec's 2.7 boxes of
+# tools/fixtures/gen_mindspore.py for dst_strategy).
 
 load helpers
 
@@ -64,5 +65,49 @@ check_plan() {
 	echo "$output"
 	[ "$status" -ne 0 ]
 	[[ $output == *"mindspore/rank_0/checkpoint_0.ckpt: fp8.weight: dtype float8_e4m3fn: no MindSpore tensor_type load_checkpoint reads"* ]]
+	[ "$(grep -c . <<<"$output")" -eq 1 ]
+}
+
+# check_strategy STRATEGY: mount the MindSpore truth as a Hugging Face
+# source with dst_strategy=STRATEGY, check every rank's file against the
+# truth sliced by the spec's 2.7 boxes (gen_mindspore.spec_box).
+check_strategy() {
+	local strat=$1 src=$BATS_TEST_TMPDIR/hf
+	[ -d "$src" ] || /usr/bin/python3 "$CHECK" hf "$FX/mindspore-truth" "$src"
+	mount_ff "$src" "$MNT" "dst_strategy=$strat"
+	run /usr/bin/python3 "$CHECK" strategy "$MNT" "$FX/mindspore-truth" "$strat"
+	echo "$strat: $output"
+	[ "$status" -eq 0 ]
+	[[ $output == *" files equal" ]]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+	[ ! -s "$FF_ERR" ]
+}
+
+@test "mindspore/ from dst_strategy: TP4 x DP2 with optimizer shard, protobuf and JSON" {
+	check_strategy "$FX/mindspore-tp2dp2/target-tp4dp2/strategy/ckpt_strategy_rank_0.ckpt"
+	check_strategy "$FX/mindspore-tp2dp2/strategy/ckpt_strategy_rank_0.ckpt"
+	check_strategy "$FX/mindspore-tp2dp2/strategy_json/ckpt_strategy_rank_0.json"
+}
+
+@test "mindspore/ from dst_strategy: a merged pipeline strategy (2 stages, Layout-API maps), DP4 with groups of 2" {
+	check_strategy "$FX/mindspore-pp2/merged/merged_ckpt_strategy.ckpt"
+	check_strategy "$FX/mindspore-pp2/target-dp4/strategy/ckpt_strategy_rank_0.ckpt"
+	check_strategy "$FX/mindspore-flat-mf/strategy/ckpt_strategy_rank_0.ckpt"
+}
+
+@test "mindspore/ from dst_strategy: refused in one line: a layout that does not fit its tensor, a missing file" {
+	local src=$BATS_TEST_TMPDIR/hf
+	/usr/bin/python3 "$CHECK" hf "$FX/mindspore-truth" "$src"
+	# JSON writes Layout-API maps expanded (spec 2.3): 3 dims for lm_head
+	run "$FLEXFS_BIN" "$src" "$MNT" -f -o dst_strategy="$FX/mindspore-pp2/merged/merged_ckpt_strategy.json"
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[[ $output == *"merged_ckpt_strategy.json: lm_head.weight: tensor map of 3 dims for a tensor of 2 (JSON holds a Layout-API map expanded: use the protobuf file)"* ]]
+	[ "$(grep -c . <<<"$output")" -eq 1 ]
+	run "$FLEXFS_BIN" "$src" "$MNT" -f -o dst_strategy="$BATS_TEST_TMPDIR/none.ckpt"
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[[ $output == *"none.ckpt: dst_strategy: cannot open the strategy file: No such file or directory"* ]]
 	[ "$(grep -c . <<<"$output")" -eq 1 ]
 }
