@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char flx_mo_help[] =
     "flexfs options:\n"
@@ -37,6 +38,9 @@ const char flx_mo_help[] =
     "    -o paddle_id=N         the unique id of a Paddle checkpoint to "
     "read\n"
     "                           (default: the highest in the directory)\n"
+    "    -o src_strategy=FILE   a MindSpore checkpoint's parallel strategy "
+    "file\n"
+    "                           (protobuf, or JSON when named *.json)\n"
     "    -o follow_symlinks[=0|1]  serve files that are symlinks "
     "leading outside\n"
     "                           CHECKPOINT (a Hugging Face cache "
@@ -91,6 +95,7 @@ static const char *const ours[] = {
     "cache_size",
     "source_format",
     "paddle_id",
+    "src_strategy",
     "include",
     "exclude",
     "strip_prefix",
@@ -116,6 +121,7 @@ flx_ckpt_opts flx_mo_ckpt_opts(const flx_mountopts *mo)
 	return (flx_ckpt_opts){.format = mo->source_format,
 			       .has_paddle_id = mo->has_paddle_id,
 			       .paddle_id = mo->paddle_id,
+			       .ms_strategy = mo->src_strategy,
 			       .follow_symlinks = mo->follow_symlinks};
 }
 
@@ -135,6 +141,7 @@ void flx_mo_release(flx_mountopts *mo)
 	flx_mo_tokens_free(mo->fuse, mo->nfuse);
 	free(mo->source);
 	free(mo->source_format);
+	free(mo->src_strategy);
 	memset(mo, 0, sizeof(*mo));
 }
 
@@ -330,6 +337,28 @@ bad:
 			     value ? value : "");
 }
 
+/* A path kept absolute: the daemon changes directory after the parse. */
+static int apply_src_strategy(flx_mountopts *mo, const char *value,
+			      flx_error *err)
+{
+	char *p = NULL, cwd[4096];
+
+	if (!value || !*value)
+		return flx_error_set(err, -EINVAL, NULL, "src_strategy",
+				     "needs a strategy file's path");
+	if (value[0] == '/')
+		p = strdup(value);
+	else if (getcwd(cwd, sizeof(cwd)) &&
+		 asprintf(&p, "%s/%s", cwd, value) < 0)
+		p = NULL;
+	if (!p)
+		return flx_error_set(err, -ENOMEM, NULL, "src_strategy",
+				     "out of memory");
+	free(mo->src_strategy);
+	mo->src_strategy = p;
+	return 0;
+}
+
 static int apply_cache_size(flx_mountopts *mo, const char *value,
 			    flx_error *err)
 {
@@ -431,6 +460,8 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 			return apply_source_format(mo, option_value(tok), err);
 		if (key_is(tok, "paddle_id"))
 			return apply_paddle_id(mo, option_value(tok), err);
+		if (key_is(tok, "src_strategy"))
+			return apply_src_strategy(mo, option_value(tok), err);
 		return apply_ours(&mo->spec, tok, err);
 	case FLX_MO_FSTAB:
 	case FLX_MO_RWRO:

@@ -66,6 +66,9 @@ typedef struct flx_mountopts {
 	 * (flx_ckpt_opts.paddle_id) when has_paddle_id */
 	bool has_paddle_id;
 	uint64_t paddle_id;
+	/* src_strategy=: a MindSpore strategy file, made absolute (owned;
+	 * flx_ckpt_opts.ms_strategy); NULL: none */
+	char *src_strategy;
 	char **fuse; /* "fuse" tokens in order, unescaped (owned) */
 	size_t nfuse;
 	bool has_fsname;  /* the user gave fsname= */

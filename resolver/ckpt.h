@@ -263,6 +263,10 @@ typedef struct flx_ckpt_opts {
 	 * when has_paddle_id; otherwise the highest in the directory */
 	bool has_paddle_id;
 	uint64_t paddle_id;
+	/* a MindSpore checkpoint's parallel strategy file (-o
+	 * src_strategy=FILE; JSON when it ends in ".json"): a path, absolute
+	 * or relative to the working directory; NULL: none */
+	const char *ms_strategy;
 	/* symlinks that lead outside the directory (a Hugging Face cache
 	 * snapshot's links into ../../blobs/) are followed too; without
 	 * it such a data file is an error and such an extra is skipped

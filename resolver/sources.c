@@ -10,6 +10,7 @@ extern const flx_source flx_source_megatron;
 extern const flx_source flx_source_dcp;
 extern const flx_source flx_source_hf;
 extern const flx_source flx_source_paddle;
+extern const flx_source flx_source_mindspore;
 
 /* Megatron's torch_dist is a DCP directory with a metadata.json: asked
  * first, so that DCP does not claim it. */
@@ -18,6 +19,7 @@ const flx_source *const flx_sources[] = {
     &flx_source_dcp,
     &flx_source_paddle,
     &flx_source_hf,
+    &flx_source_mindspore,
     NULL,
 };
 
