@@ -111,3 +111,23 @@ check_strategy() {
 	[[ $output == *"none.ckpt: dst_strategy: cannot open the strategy file: No such file or directory"* ]]
 	[ "$(grep -c . <<<"$output")" -eq 1 ]
 }
+
+# check_same FIXTURE SRC_STRATEGY TARGET: mount the MindSpore fixture with
+# its source strategy and the target's strategy; every rank file holds
+# what transform_checkpoints writes (gen_mindspore.py transform: the
+# fixture's TARGET/ckpt), weights, optimizer moments and scalars.
+check_same() {
+	local fx=$FX/$1 src=$2 tgt=$FX/$1/$3
+	mount_ff "$fx/ckpt" "$MNT" "src_strategy=$fx/$src,dst_strategy=$tgt/strategy/ckpt_strategy_rank_0.ckpt"
+	run /usr/bin/python3 "$CHECK" same "$MNT" "$tgt/ckpt"
+	echo "$1 -> $3: $output"
+	[ "$status" -eq 0 ]
+	[[ $output == *" files equal" ]]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+}
+
+@test "mindspore/ round trip: a MindSpore checkpoint resharded to another strategy holds what transform_checkpoints writes" {
+	check_same mindspore-tp2dp2 strategy/ckpt_strategy_rank_0.ckpt target-tp4dp2
+	check_same mindspore-pp2 merged/merged_ckpt_strategy.ckpt target-dp4
+}
