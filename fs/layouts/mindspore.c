@@ -120,11 +120,9 @@ static int mst_views(flx_build *b, const flx_mst *m, const flx_view ***out)
 				rc = flx_fs_own_view(b->fs, nv);
 			if (!rc)
 				row[r] = nv;
-			else if (rc == -ENOMEM)
-				flx_build_fail(b, rc, t->fqn, "");
 		}
 	}
-	if (rc == -ENOMEM && v)
+	if (rc == -ENOMEM) /* flx_view_new()'s other errors fill err */
 		flx_build_fail(b, rc, dir_name, "");
 	if (rc) {
 		free(v);
