@@ -9,8 +9,8 @@
  * MindSpore 2.4, .safetensors files; or flat files "..rank_<N>.." in the
  * directory itself (§1.8); a single unnumbered .ckpt is rank 0.  The
  * strategy file comes from -o src_strategy=FILE (flx_ckpt_opts.
- * ms_strategy; JSON when its name ends in ".json").  Without one every
- * entry must be replicated (identical on every rank).
+ * ms_strategy; JSON when its name ends in ".json").  Without one only a
+ * single rank is read (all of it replicated).
  *
  * A .ckpt file is a run of Checkpoint messages (§1.1).  It is scanned with
  * a bounded wire decoder reading through a small pread window, never the
@@ -223,7 +223,6 @@ static int scan_dir(loader *L, int dirfd)
 	struct dirent *de;
 	int rc = 0;
 	char *single = NULL;
-	size_t nsingle = 0;
 
 	if (fd < 0 || !(d = fdopendir(fd))) {
 		if (fd >= 0)
@@ -252,7 +251,6 @@ static int scan_dir(loader *L, int dirfd)
 			else if (!single || strcmp(rel, single) > 0) {
 				free(single);
 				single = rel;
-				nsingle++;
 			} else {
 				free(rel);
 			}
@@ -272,7 +270,6 @@ static int scan_dir(loader *L, int dirfd)
 		return flx_error_set(L->err, -ENOENT, "rank_<N>/*.ckpt", NULL,
 				     "no MindSpore checkpoint files");
 	qsort(L->rf, L->nrf, sizeof(*L->rf), cmp_rankfile);
-	(void)nsingle;
 	return 0;
 }
 
@@ -601,7 +598,7 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, int fd,
 {
 	frd *r = malloc(sizeof(*r));
 	record *rec = malloc(sizeof(*rec));
-	uint64_t pos = 0, end;
+	uint64_t pos = 0, end, at = 0;
 	entry cur = {0};
 	bool open_run = false;
 	uint8_t head[4], tail[17];
@@ -643,7 +640,7 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, int fd,
 	while (pos < end) {
 		uint32_t field, wt;
 		uint64_t sub;
-		uint64_t at = pos;
+		at = pos;
 		if ((rc = frd_field(r, &pos, end, &field, &wt, &sub)))
 			goto bad;
 		if (wt == 0) {
@@ -656,10 +653,8 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, int fd,
 			pos = sub;
 			continue;
 		}
-		if ((rc = parse_value(r, pos, sub, rec))) {
-			pos = at;
+		if ((rc = parse_value(r, pos, sub, rec)))
 			goto bad;
-		}
 		pos = sub;
 		if (rec->map) {
 			rc = flx_error_set(L->err, -EINVAL, file, rec->tag,
@@ -705,7 +700,7 @@ bad:
 		rc = flx_error_set(L->err, -EINVAL, file, NULL,
 				   "malformed Checkpoint protobuf record at "
 				   "byte %llu",
-				   (unsigned long long)pos);
+				   (unsigned long long)at);
 	else
 		goto io;
 	goto out;
@@ -941,10 +936,10 @@ typedef struct held {
 } held;
 
 /* The box each entry of g holds, into h (replicas dropped): *nh kept. */
-static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh)
+static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
+		 const flx_ms_layout **layout, flx_ms_layout *fold0)
 {
 	const entry *e0 = g->e[0];
-	const char *file = L->c->files[e0->file].relpath;
 	uint64_t devices = L->st ? L->st->devices : 0;
 	char a[160], b[160];
 
@@ -954,6 +949,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh)
 	t->stored = e0->stored;
 	/* the global shape: from the first rank with a layout (§2.4(i)) */
 	const flx_ms_layout *lay0 = NULL;
+	flx_ms_layout fold;
 	for (size_t i = 0; i < g->n && L->st && !lay0; i++)
 		lay0 = flx_ms_strategy_find(L->st, g->e[i]->name,
 					    g->e[i]->rank / devices);
@@ -965,6 +961,9 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh)
 						 g->e[i]->rank / devices) ==
 			    lay0)
 				ref = g->e[i];
+		if ((int)lay0->ndim > ref->ndim &&
+		    flx_ms_layout_fold(lay0, (uint32_t)ref->ndim, fold0) == 0)
+			lay0 = fold0;
 		if ((int)lay0->ndim != ref->ndim)
 			return flx_error_set(
 			    L->err, -EINVAL, L->c->files[ref->file].relpath,
@@ -991,6 +990,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh)
 			}
 		}
 	}
+	*layout = lay0;
 	for (size_t i = 0; i < g->n; i++) {
 		const entry *e = g->e[i];
 		const char *ef = L->c->files[e->file].relpath;
@@ -1000,6 +1000,10 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh)
 			  : NULL;
 		uint64_t st[FLX_MS_MAX_DIMS], ln[FLX_MS_MAX_DIMS];
 		held x = {.e = e};
+
+		if (lay && (int)lay->ndim > e->ndim &&
+		    flx_ms_layout_fold(lay, (uint32_t)e->ndim, &fold) == 0)
+			lay = &fold;
 
 		if (e->dtype != t->dtype || e->stored != t->stored)
 			return flx_error_set(L->err, -EINVAL, ef, e->name,
@@ -1056,21 +1060,45 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh)
 					   "layout: replicated)",
 				     b);
 	}
-	(void)file;
 	return 0;
+}
+
+/* flx_tensor.saved_split: the one tensor-parallel axis of the layout
+ * (the optimizer shard is no TP split, so chunks that differ along dim 0
+ * too do not hide it); -1 when none splits; 0 (inferred) for several. */
+static int split_axis(const flx_ms_layout *l)
+{
+	int axis = -1;
+	uint64_t f[FLX_MS_MAX_DIMS];
+
+	if (!l)
+		return -1;
+	for (uint32_t i = 0; i < l->ndim; i++) {
+		f[i] = 1;
+		for (uint32_t j = 0; j < l->nmap[i]; j++)
+			f[i] *= l->dev[l->ndev - 1 - l->map[i][j]];
+		if (f[i] > 1 && axis >= 0)
+			return 0;
+		if (f[i] > 1)
+			axis = (int)i;
+	}
+	return axis < 0 ? -1 : axis + 1;
 }
 
 static int build_tensor(loader *L, const group *g, flx_tensor *t)
 {
 	held *h = malloc(g->n * sizeof(*h));
+	const flx_ms_layout *lay = NULL;
+	flx_ms_layout fold0;
 	size_t nch = 0;
 	uint32_t at = 0;
 	int rc;
 
 	if (!h)
 		return -ENOMEM;
-	if ((rc = place(L, g, t, h, &nch)))
+	if ((rc = place(L, g, t, h, &nch, &lay, &fold0)))
 		goto out;
+	t->saved_split = split_axis(lay);
 	/* chunks: each piece of a kept entry as the boxes of its elements */
 	{
 		uint32_t total = 0;
@@ -1227,6 +1255,14 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	int rc;
 
 	rc = scan_dir(&L, flx_build_dirfd(b));
+	/* without a layout, ranks' equal dims would pass for replicas even
+	 * when they are slices: serving one as the whole would be wrong */
+	if (!rc && !o->ms_strategy && L.nrf > 1)
+		rc = flx_error_set(
+		    err, -EINVAL, L.rf[1].relpath, "src_strategy",
+		    "a checkpoint of %zu ranks needs its strategy "
+		    "file: -o src_strategy=FILE",
+		    L.nrf);
 	if (!rc && o->ms_strategy) {
 		L.st_path = o->ms_strategy;
 		rc = load_strategy(&L, o->ms_strategy);

@@ -877,3 +877,36 @@ int flx_ms_box(const flx_ms_layout *l, const uint64_t *shape, uint64_t local,
 	}
 	return 0;
 }
+
+int flx_ms_layout_fold(const flx_ms_layout *l, uint32_t ndim,
+		       flx_ms_layout *out)
+{
+	uint32_t extra, j = 0;
+
+	if (!l->has_shape || ndim >= l->ndim || l->nsplit)
+		return -EINVAL;
+	extra = l->ndim - ndim;
+	*out = *l;
+	memset(out->nmap, 0, sizeof(out->nmap));
+	out->ndim = ndim;
+	out->nested = true;
+	for (uint32_t i = 0; i < ndim; i++) {
+		uint64_t size = 1;
+		/* leading expanded dims of local size 1, while some must go */
+		for (;;) {
+			if (j >= l->ndim)
+				return -EINVAL;
+			bool unit =
+			    l->nmap[j] == 1 && l->shape[j] == split_of(l, j);
+			for (uint32_t k = 0; k < l->nmap[j]; k++)
+				out->map[i][out->nmap[i]++] = l->map[j][k];
+			size *= l->shape[j];
+			j++;
+			if (!(unit && extra > 0))
+				break;
+			extra--;
+		}
+		out->shape[i] = size;
+	}
+	return j == l->ndim && extra == 0 ? 0 : -EINVAL;
+}

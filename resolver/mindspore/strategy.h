@@ -131,4 +131,18 @@ uint64_t flx_ms_opt_parts(const flx_ms_layout *l);
 int flx_ms_box(const flx_ms_layout *l, const uint64_t *shape, uint64_t local,
 	       uint64_t *start, uint64_t *len);
 
+/**
+ * Fold a JSON layout of a Layout-API parameter, which the C++ writer
+ * stores expanded (§2.3: [8,6] split ((2,1),0) as tensor_shape [2,4,6],
+ * map [2,1,0]), back into ndim dimensions: a run of expanded dims of
+ * local size 1 (size equal to a split by one device dim) joins the dim
+ * after it, leftmost runs first, until ndim remain; the joined dim's map
+ * lists the device dims in order (most significant first) and its size is
+ * the product.  Needs l->has_shape and ndim < l->ndim.  Pure.
+ * @return 0 and *out (sharing l's manual-split arrays), or -EINVAL when l
+ *         cannot be folded into ndim dims.
+ */
+int flx_ms_layout_fold(const flx_ms_layout *l, uint32_t ndim,
+		       flx_ms_layout *out);
+
 #endif

@@ -209,6 +209,30 @@ static void test_nested(void)
 	}
 }
 
+/* Example 6 as the C++ JSON writer stores it, expanded (§2.3): [8,6] with
+ * ((2,1),0) as tensor_shape [2,4,6], map [2,1,0]; folded back to 2 dims it
+ * gives Example 6's boxes */
+static void test_fold(void)
+{
+	flx_error e;
+	flx_ms_layout f;
+	const char *js = "{\"parallel_layout_item\":{\"m\":{\"dev_matrix\":"
+			 "[2,2,2],\"tensor_map\":[2,1,0],\"tensor_shape\":"
+			 "[2,4,6],\"field\":0}}}";
+	flx_ms_strategy *s = parse(js, strlen(js), true, &e);
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	CHECK_EQ(flx_ms_layout_fold(&s->layouts[0], 2, &f), 0);
+	CHECK_EQ(f.ndim, 2);
+	CHECK_EQ(f.shape[0], 8);
+	CHECK_EQ(f.shape[1], 6);
+	for (uint64_t r = 0; r < 8; r++)
+		BOX(&f, f.shape, r, 2 * (r / 2), 2, 3 * (r % 2), 3);
+	CHECK_EQ(flx_ms_layout_fold(&s->layouts[0], 1, &f), -EINVAL);
+	flx_ms_strategy_free(s);
+}
+
 /* Example 5 (merged pipeline, JSON) and a stage gap */
 static void test_pipeline(void)
 {
@@ -375,6 +399,7 @@ int main(void)
 	test_ex4_mindformers();
 	test_nested();
 	test_pipeline();
+	test_fold();
 	test_refusals();
 	test_fixtures();
 	return CHECK_RESULT();
