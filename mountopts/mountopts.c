@@ -71,6 +71,12 @@ const char flx_mo_help[] =
     "    -o aoa_num_heads=H,aoa_num_key_value_groups=G  fused_qkv's heads "
     "where\n"
     "                           an AOA statement omits them\n"
+    "    -o mindspore[=0|1]     mindspore/rank_N/checkpoint_N.ckpt: the "
+    "tp x pp\n"
+    "                           ranks as MindSpore .ckpt files\n"
+    "    -o dst_strategy=FILE   their layout from a MindSpore strategy "
+    "file instead\n"
+    "                           (protobuf, or JSON if FILE ends in .json)\n"
     "    -o read_ahead_kb=N     readahead of the mount in KiB: the size of "
     "FUSE\n"
     "                           read requests in flight (default: 4 "
@@ -133,6 +139,8 @@ static const char *const ours[] = {
     "gpu_device",
     "mpi",
     "mpi_timeout",
+    "mindspore",
+    "dst_strategy",
 };
 
 static const char *const fstab_exact[] = {
@@ -501,7 +509,8 @@ static int apply_ours(flx_spec *spec, const char *tok, flx_error *err)
 	int rc;
 
 	snprintf(key, sizeof(key), "%.*s", (int)kl, tok);
-	if (!value && strcmp(key, "pp_renumber") != 0)
+	if (!value && strcmp(key, "pp_renumber") != 0 &&
+	    strcmp(key, "mindspore") != 0)
 		return flx_error_set(err, -EINVAL, NULL, key,
 				     "needs a value (%s=...)", key);
 	/* A local error tells "unknown key" (-ENOENT, nothing recorded) from

@@ -55,6 +55,7 @@ void flx_spec_release(flx_spec *s)
 	free_strings(s->include, s->ninclude);
 	free_strings(s->exclude, s->nexclude);
 	free(s->strip_prefix);
+	free(s->dst_strategy);
 	free(s->rules_path);
 	free(s->layer_regex);
 	free(s->embed_regex);
@@ -450,6 +451,16 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 		*(key[8] == 'h' ? &s->aoa_num_heads : &s->aoa_num_kv_groups) =
 		    v;
 		return 0;
+	}
+	if (strcmp(key, "mindspore") == 0)
+		return flx_parse_flag(key, value, &s->mindspore, err);
+	if (strcmp(key, "dst_strategy") == 0) {
+		if (!value || !*value)
+			return flx_error_set(err, -EINVAL, NULL, key,
+					     "expected a MindSpore strategy "
+					     "file");
+		s->mindspore = true;
+		return set_string(&s->dst_strategy, value);
 	}
 	if (strcmp(key, "megatron_true_vocab") == 0) {
 		char *end = NULL;

@@ -70,6 +70,11 @@ typedef struct flx_spec {
 	/* megatron/'s expert parallel size (megatron_ep=N) and virtual
 	 * pipeline size (megatron_vp=N); 0: none */
 	int megatron_ep, megatron_vp;
+	/* mindspore/: per-rank .ckpt files (-o mindspore, or set by
+	 * dst_strategy); dst_strategy (owned, NULL: none): the MindSpore
+	 * strategy file giving their layout instead of tp x pp */
+	bool mindspore;
+	char *dst_strategy;
 	/* the transform stage's list (transform.h), owned; NULL: the
 	 * source's tensors are served as they are */
 	struct flx_xform *xform;
@@ -114,7 +119,8 @@ void flx_spec_release(flx_spec *s);
  * pp_renumber (value NULL, "1", "0", "true", "false"), hf_shard_size
  * (bytes with optional K/M/G/T suffix, binary), megatron_spec (local, te),
  * megatron_true_vocab (a positive integer), aoa_num_heads and
- * aoa_num_key_value_groups (positive integers), include and exclude
+ * aoa_num_key_value_groups (positive integers), mindspore (a flag),
+ * dst_strategy (a path, read when the tree is built), include and exclude
  * (globs separated by ':'; each option adds to the list), strip_prefix.
  * @return 0, -EINVAL (bad value; err names the key) or -ENOENT (unknown key,
  *         err untouched so callers can pass it on).

@@ -1207,7 +1207,7 @@ static void check_registered(const flx_fs *fs, const char *path,
 /* The registered layout's files, against the pieces they are made of. */
 static void check_test_layout(const flx_ckpt *c, const flx_plan *p)
 {
-	const flx_layout *table[8];
+	const flx_layout *table[16];
 	size_t n = 0, at;
 	flx_stat st;
 	unsigned char *want = malloc(1 << 20);
