@@ -999,6 +999,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 						 e->rank / devices)
 			  : NULL;
 		uint64_t st[FLX_MS_MAX_DIMS], ln[FLX_MS_MAX_DIMS];
+		flx_ms_layout opt;
 		held x = {.e = e};
 
 		if (lay && (int)lay->ndim > e->ndim &&
@@ -1016,9 +1017,20 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 		bool whole = memcmp(e->dims, t->shape,
 				    sizeof(int64_t) * (size_t)t->ndim) == 0;
 		if (lay && !whole) {
-			uint64_t S[FLX_MS_MAX_DIMS];
-			for (int d = 0; d < t->ndim; d++)
+			uint64_t S[FLX_MS_MAX_DIMS], E[FLX_MS_MAX_DIMS], p = 1;
+			for (int d = 0; d < t->ndim; d++) {
 				S[d] = (uint64_t)t->shape[d];
+				E[d] = (uint64_t)e->dims[d];
+			}
+			/* an optimizer shard the strategy does not record
+			 * (§2.4(f)); only a JSON shape tells it */
+			if (lay->has_shape &&
+			    !flx_ms_opt_infer(lay, S, e->rank % devices, E,
+					      &p) &&
+			    p > 1) {
+				flx_ms_layout_opt(lay, p, &opt);
+				lay = &opt;
+			}
 			if (flx_ms_box(lay, S, e->rank % devices, st, ln))
 				return flx_error_set(
 				    L->err, -EINVAL, ef, e->name,
