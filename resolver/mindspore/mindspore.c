@@ -25,6 +25,10 @@
  * lowest rank holding a box serves it), chunks from each Value's byte
  * range (a parameter over several Values gives several chunks), coverage
  * checked by the builder.  A parameter without a layout is replicated.
+ * An optimizer shard a JSON layout leaves out is inferred from the stored
+ * dims against the JSON global shape (flx_ms_opt_infer(), §2.4(f)).
+ * Zero-element parameters have no record from 2.3 on (§1.4) and are not
+ * in the index: the strategy gives no dtype to serve them with.
  */
 #include "crc32.h"
 #include "json_guard.h"
