@@ -399,9 +399,11 @@ static int pb_strategy_item(builder *b, flx_pb m)
 static int parse_proto(builder *b, const void *buf, size_t len)
 {
 	flx_pb c = {buf, (const uint8_t *)buf + len}, sub;
-	uint32_t field, wt;
+	uint32_t field = 0, wt;
+	const uint8_t *at = buf;
 	int rc;
 	while (c.p < c.end) {
+		at = c.p;
 		if (flx_pb_key(&c, &field, &wt) < 0)
 			goto malformed;
 		if ((field == 2 || field == 3) && wt == FLX_PB_LEN) {
@@ -428,9 +430,15 @@ static int parse_proto(builder *b, const void *buf, size_t len)
 	}
 	return 0;
 malformed:
-	return bad(b, NULL,
-		   "not a ParallelStrategyMap protobuf message "
-		   "(malformed field)");
+	/* the field of the map being read names the key */
+	return flx_error_set(
+	    b->err, -EINVAL, b->file,
+	    field == 3	 ? "parallel_layout_item"
+	    : field == 2 ? "parallel_strategy_item"
+			 : "ParallelStrategyMap",
+	    "not a ParallelStrategyMap protobuf message (malformed field "
+	    "at byte %zu)",
+	    (size_t)(at - (const uint8_t *)buf));
 }
 
 /* ---- JSON ---- */
@@ -576,7 +584,7 @@ static int parse_json(builder *b, const void *buf, size_t len)
 				     "not JSON: %s (line %d)", je.text,
 				     je.line);
 	if (!json_is_object(root)) {
-		rc = bad(b, NULL, "not a JSON object");
+		rc = bad(b, "ParallelStrategyMap", "not a JSON object");
 		goto out;
 	}
 	items = json_object_get(root, "parallel_strategy_item");
@@ -669,7 +677,7 @@ static int finish_strategy(builder *b, flx_ms_strategy *s)
 		seen[b->v[i].stage] = 1;
 	for (uint32_t st = 0; st < s->nstages; st++)
 		if (!seen[st]) {
-			rc = flx_error_set(b->err, -EINVAL, b->file, NULL,
+			rc = flx_error_set(b->err, -EINVAL, b->file, "stage",
 					   "pipeline stage %u has no layouts "
 					   "(a single stage's file: pass the "
 					   "merged strategy)",

@@ -151,7 +151,7 @@ PY
 		-o "src_strategy=$p/strategy/ckpt_strategy_rank_4.ckpt"
 	echo "$output"
 	[ "$status" -ne 0 ]
-	[[ $output == *"ckpt_strategy_rank_4.ckpt: pipeline stage 0 has no layouts"* ]]
+	[[ $output == *"ckpt_strategy_rank_4.ckpt: stage: pipeline stage 0 has no layouts"* ]]
 	[ "$(grep -c . <<<"$output")" -eq 1 ]
 
 	run "$FLEXFS_BIN" "$t/ckpt" "$MNT" -f
