@@ -93,6 +93,20 @@ static const flx_tensor *find(const flx_ckpt *c, const char *name)
 	return NULL;
 }
 
+/* A JSON layout of a Layout-API parameter is stored expanded (more dims
+ * than the tensor, spec 2.3): folded back in place by the source's rule,
+ * flx_ms_layout_fold(), which keeps l's name and arrays (so freeing the
+ * strategy stays as it was).  A layout that does not fold is left as it
+ * is for check_layout() to refuse. */
+static void fold_layout(flx_ms_layout *l, const flx_tensor *t)
+{
+	flx_ms_layout f;
+
+	if (l->has_shape && l->ndim > (uint32_t)t->ndim &&
+	    !flx_ms_layout_fold(l, (uint32_t)t->ndim, &f))
+		*l = f;
+}
+
 /* Whether layout l fits tensor t: its dims, its JSON shape, and a box for
  * every local rank (each split dividing its axis). */
 static int check_layout(const flx_ms_layout *l, const flx_tensor *t,
@@ -105,9 +119,9 @@ static int check_layout(const flx_ms_layout *l, const flx_tensor *t,
 				     "tensor map of %u dims for a tensor of "
 				     "%d%s",
 				     l->ndim, t->ndim,
-				     l->has_shape ? " (JSON holds a Layout-API "
-						    "map expanded: use the "
-						    "protobuf file)"
+				     l->has_shape ? " (an expanded Layout-API "
+						    "map that does not fold "
+						    "back)"
 						  : "");
 	for (int d = 0; l->has_shape && d < t->ndim; d++)
 		if (l->shape[d] != (uint64_t)t->shape[d])
@@ -190,6 +204,7 @@ int flx_mst_open(const flx_ckpt *ckpt, const char *path, flx_mst **out,
 
 		if (!t)
 			continue;
+		fold_layout(&m->s->layouts[i], t);
 		rc = check_layout(l, t, path, err);
 		ti = (size_t)(t - ckpt->tensors);
 		m->next[i] = m->first[ti];

@@ -30,7 +30,8 @@ typedef struct flx_mst flx_mst;
  * Read strategy file path (protobuf, JSON when it ends in .json) as the
  * target of the tensors of ckpt (borrowed; must outlive the result).
  * Every layout must fit its tensor: as many dims as the tensor (classic or
- * per-dim maps), each split dividing its axis, the optimizer shard
+ * per-dim maps; a JSON Layout-API map stored expanded is folded back first,
+ * flx_ms_layout_fold()), each split dividing its axis, the optimizer shard
  * dividing axis 0, a JSON tensor_shape equal to the tensor's shape; a
  * parameter the checkpoint lacks is an error (a load of the rank would
  * miss it).

@@ -25,6 +25,10 @@
  * lowest rank holding a box serves it), chunks from each Value's byte
  * range (a parameter over several Values gives several chunks), coverage
  * checked by the builder.  A parameter without a layout is replicated.
+ * An optimizer shard a JSON layout leaves out is inferred from the stored
+ * dims against the JSON global shape (flx_ms_opt_infer(), §2.4(f)).
+ * Zero-element parameters have no record from 2.3 on (§1.4) and are not
+ * in the index: the strategy gives no dtype to serve them with.
  */
 #include "crc32.h"
 #include "json_guard.h"
@@ -999,6 +1003,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 						 e->rank / devices)
 			  : NULL;
 		uint64_t st[FLX_MS_MAX_DIMS], ln[FLX_MS_MAX_DIMS];
+		flx_ms_layout opt;
 		held x = {.e = e};
 
 		if (lay && (int)lay->ndim > e->ndim &&
@@ -1016,9 +1021,20 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 		bool whole = memcmp(e->dims, t->shape,
 				    sizeof(int64_t) * (size_t)t->ndim) == 0;
 		if (lay && !whole) {
-			uint64_t S[FLX_MS_MAX_DIMS];
-			for (int d = 0; d < t->ndim; d++)
+			uint64_t S[FLX_MS_MAX_DIMS], E[FLX_MS_MAX_DIMS], p = 1;
+			for (int d = 0; d < t->ndim; d++) {
 				S[d] = (uint64_t)t->shape[d];
+				E[d] = (uint64_t)e->dims[d];
+			}
+			/* an optimizer shard the strategy does not record
+			 * (§2.4(f)); only a JSON shape tells it */
+			if (lay->has_shape &&
+			    !flx_ms_opt_infer(lay, S, e->rank % devices, E,
+					      &p) &&
+			    p > 1) {
+				flx_ms_layout_opt(lay, p, &opt);
+				lay = &opt;
+			}
 			if (flx_ms_box(lay, S, e->rank % devices, st, ln))
 				return flx_error_set(
 				    L->err, -EINVAL, ef, e->name,

@@ -399,9 +399,11 @@ static int pb_strategy_item(builder *b, flx_pb m)
 static int parse_proto(builder *b, const void *buf, size_t len)
 {
 	flx_pb c = {buf, (const uint8_t *)buf + len}, sub;
-	uint32_t field, wt;
+	uint32_t field = 0, wt;
+	const uint8_t *at = buf;
 	int rc;
 	while (c.p < c.end) {
+		at = c.p;
 		if (flx_pb_key(&c, &field, &wt) < 0)
 			goto malformed;
 		if ((field == 2 || field == 3) && wt == FLX_PB_LEN) {
@@ -428,9 +430,15 @@ static int parse_proto(builder *b, const void *buf, size_t len)
 	}
 	return 0;
 malformed:
-	return bad(b, NULL,
-		   "not a ParallelStrategyMap protobuf message "
-		   "(malformed field)");
+	/* the field of the map being read names the key */
+	return flx_error_set(
+	    b->err, -EINVAL, b->file,
+	    field == 3	 ? "parallel_layout_item"
+	    : field == 2 ? "parallel_strategy_item"
+			 : "ParallelStrategyMap",
+	    "not a ParallelStrategyMap protobuf message (malformed field "
+	    "at byte %zu)",
+	    (size_t)(at - (const uint8_t *)buf));
 }
 
 /* ---- JSON ---- */
@@ -576,7 +584,7 @@ static int parse_json(builder *b, const void *buf, size_t len)
 				     "not JSON: %s (line %d)", je.text,
 				     je.line);
 	if (!json_is_object(root)) {
-		rc = bad(b, NULL, "not a JSON object");
+		rc = bad(b, "ParallelStrategyMap", "not a JSON object");
 		goto out;
 	}
 	items = json_object_get(root, "parallel_strategy_item");
@@ -669,7 +677,7 @@ static int finish_strategy(builder *b, flx_ms_strategy *s)
 		seen[b->v[i].stage] = 1;
 	for (uint32_t st = 0; st < s->nstages; st++)
 		if (!seen[st]) {
-			rc = flx_error_set(b->err, -EINVAL, b->file, NULL,
+			rc = flx_error_set(b->err, -EINVAL, b->file, "stage",
 					   "pipeline stage %u has no layouts "
 					   "(a single stage's file: pass the "
 					   "merged strategy)",
@@ -791,16 +799,22 @@ static bool opt_active(const flx_ms_layout *l)
 	return l->opt_step != 0 && l->opt_size != 0 && l->ndim > 0;
 }
 
-uint64_t flx_ms_opt_parts(const flx_ms_layout *l)
+/* R = devices / ∏(referenced dims): the replica group's size (§2.4(d)) */
+static uint64_t replicas(const flx_ms_layout *l)
 {
-	if (!opt_active(l))
-		return 1;
-	/* R = devices / ∏(referenced dims): the replica group's size */
 	uint64_t r = l->devices;
 	uint32_t m = used_mask(l);
 	for (uint32_t j = 0; j < l->ndev; j++)
 		if (m & (1u << j))
 			r /= l->dev[j];
+	return r;
+}
+
+uint64_t flx_ms_opt_parts(const flx_ms_layout *l)
+{
+	if (!opt_active(l))
+		return 1;
+	uint64_t r = replicas(l);
 	if (l->opt_size == -1 || l->opt_size < 0)
 		return r;
 	return (uint64_t)l->opt_size < r ? (uint64_t)l->opt_size : r;
@@ -876,6 +890,38 @@ int flx_ms_box(const flx_ms_layout *l, const uint64_t *shape, uint64_t local,
 		start[0] += q * len[0];
 	}
 	return 0;
+}
+
+int flx_ms_opt_infer(const flx_ms_layout *l, const uint64_t *shape,
+		     uint64_t local, const uint64_t *stored, uint64_t *parts)
+{
+	uint64_t start[FLX_MS_MAX_DIMS], len[FLX_MS_MAX_DIMS], r;
+	int rc;
+
+	*parts = 1;
+	if (opt_active(l) || l->nsplit || l->ndim == 0)
+		return 0;
+	if ((rc = flx_ms_box(l, shape, local, start, len)))
+		return rc;
+	for (uint32_t i = 1; i < l->ndim; i++)
+		if (stored[i] != len[i])
+			return 0;
+	r = replicas(l);
+	/* P > 1 stored parts of the box's dim 0, P dividing R */
+	if (stored[0] == 0 || stored[0] >= len[0] || len[0] % stored[0] ||
+	    r % (len[0] / stored[0]))
+		return 0;
+	*parts = len[0] / stored[0];
+	return 0;
+}
+
+void flx_ms_layout_opt(const flx_ms_layout *l, uint64_t parts,
+		       flx_ms_layout *out)
+{
+	*out = *l;
+	/* step only marks the shard active (§2.4(f): a consistency value) */
+	out->opt_step = 1;
+	out->opt_size = (int32_t)parts;
 }
 
 int flx_ms_layout_fold(const flx_ms_layout *l, uint32_t ndim,

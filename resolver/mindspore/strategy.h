@@ -132,6 +132,30 @@ int flx_ms_box(const flx_ms_layout *l, const uint64_t *shape, uint64_t local,
 	       uint64_t *start, uint64_t *len);
 
 /**
+ * The optimizer-shard factor a stored slice implies where its layout has
+ * none (§2.4(f): from 2.6 a file may hold optimizer-sharded data while its
+ * strategy says step = size = 0).  With shape the global shape (known
+ * only from a JSON tensor_shape: a protobuf layout's global shape is
+ * derived from the slices themselves, so there is nothing to compare) and
+ * stored the slice's dims (l->ndim of them) on stage-local rank local:
+ * *parts = P > 1 when l has no active optimizer shard and no manual split,
+ * stored equals local's box but for dim 0, and dim 0 is the box's divided
+ * by P with P dividing R, the replica group's size; else *parts = 1 (the
+ * caller checks the dims as they are).  Pure; a decision only
+ * (flx_ms_layout_opt() applies it).
+ * @return 0, or -EINVAL when the box itself fails (as flx_ms_box()).
+ */
+int flx_ms_opt_infer(const flx_ms_layout *l, const uint64_t *shape,
+		     uint64_t local, const uint64_t *stored, uint64_t *parts);
+
+/**
+ * *out = l with the standard optimizer shard of parts (>= 1) applied
+ * (opt_size = parts, opt_step non-zero), sharing l's name and arrays.
+ */
+void flx_ms_layout_opt(const flx_ms_layout *l, uint64_t parts,
+		       flx_ms_layout *out);
+
+/**
  * Fold a JSON layout of a Layout-API parameter, which the C++ writer
  * stores expanded (§2.3: [8,6] split ((2,1),0) as tensor_shape [2,4,6],
  * map [2,1,0]), back into ndim dimensions: a run of expanded dims of

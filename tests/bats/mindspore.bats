@@ -98,6 +98,14 @@ PY
 	ms_check
 }
 
+@test "mindspore tp2dp2 with a JSON strategy that omits the optimizer shard (>= 2.6, spec 2.4(f)): the shard is inferred from the stored dims, every view equals the truth" {
+	local t=$FX/mindspore-tp2dp2
+
+	MS_TRUTH_STRATEGY=$t/strategy/ckpt_strategy_rank_0.ckpt \
+		ms_mount "$t/ckpt" "$t/strategy_json-noopt/ckpt_strategy_rank_0.json" 2x1 1x1
+	ms_check
+}
+
 @test "mindspore MindFormers ZeRO-3 flat files, <= 2.2 writer, CRC trailers, safetensors (with remove_redundancy): every view equals the truth" {
 	local v
 
@@ -143,7 +151,7 @@ PY
 		-o "src_strategy=$p/strategy/ckpt_strategy_rank_4.ckpt"
 	echo "$output"
 	[ "$status" -ne 0 ]
-	[[ $output == *"ckpt_strategy_rank_4.ckpt: pipeline stage 0 has no layouts"* ]]
+	[[ $output == *"ckpt_strategy_rank_4.ckpt: stage: pipeline stage 0 has no layouts"* ]]
 	[ "$(grep -c . <<<"$output")" -eq 1 ]
 
 	run "$FLEXFS_BIN" "$t/ckpt" "$MNT" -f

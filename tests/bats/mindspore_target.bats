@@ -68,14 +68,16 @@ check_plan() {
 	[ "$(grep -c . <<<"$output")" -eq 1 ]
 }
 
-# check_strategy STRATEGY: mount the MindSpore truth as a Hugging Face
-# source with dst_strategy=STRATEGY, check every rank's file against the
-# truth sliced by the spec's 2.7 boxes (gen_mindspore.spec_box).
+# check_strategy STRATEGY [ORACLE]: mount the MindSpore truth as a Hugging
+# Face source with dst_strategy=STRATEGY, check every rank's file against
+# the truth sliced by the spec's 2.7 boxes (gen_mindspore.spec_box) of
+# ORACLE (default STRATEGY; the protobuf twin of a JSON file whose
+# Layout-API maps are stored expanded).
 check_strategy() {
-	local strat=$1 src=$BATS_TEST_TMPDIR/hf
+	local strat=$1 oracle=${2:-$1} src=$BATS_TEST_TMPDIR/hf
 	[ -d "$src" ] || /usr/bin/python3 "$CHECK" hf "$FX/mindspore-truth" "$src"
 	mount_ff "$src" "$MNT" "dst_strategy=$strat"
-	run /usr/bin/python3 "$CHECK" strategy "$MNT" "$FX/mindspore-truth" "$strat"
+	run /usr/bin/python3 "$CHECK" strategy "$MNT" "$FX/mindspore-truth" "$oracle"
 	echo "$strat: $output"
 	[ "$status" -eq 0 ]
 	[[ $output == *" files equal" ]]
@@ -96,14 +98,25 @@ check_strategy() {
 	check_strategy "$FX/mindspore-flat-mf/strategy/ckpt_strategy_rank_0.ckpt"
 }
 
+@test "mindspore/ from dst_strategy: a merged JSON strategy with expanded Layout-API maps is folded as the protobuf twin" {
+	# JSON writes Layout-API maps expanded (spec 2.3): lm_head.weight has 3
+	check_strategy "$FX/mindspore-pp2/merged/merged_ckpt_strategy.json" \
+		"$FX/mindspore-pp2/merged/merged_ckpt_strategy.ckpt"
+}
+
 @test "mindspore/ from dst_strategy: refused in one line: a layout that does not fit its tensor, a missing file" {
 	local src=$BATS_TEST_TMPDIR/hf
 	/usr/bin/python3 "$CHECK" hf "$FX/mindspore-truth" "$src"
-	# JSON writes Layout-API maps expanded (spec 2.3): 3 dims for lm_head
-	run "$FLEXFS_BIN" "$src" "$MNT" -f -o dst_strategy="$FX/mindspore-pp2/merged/merged_ckpt_strategy.json"
+	# an expanded map whose leading dim is not a split of size 1 (the
+	# merged JSON with lm_head's map [1,0,-1] made [-1,0,-1]) cannot fold
+	/usr/bin/python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+d["parallel_layout_item"]["1-lm_head.weight"]["tensor_map"] = [-1, 0, -1]
+json.dump(d, open(sys.argv[2], "w"))' "$FX/mindspore-pp2/merged/merged_ckpt_strategy.json" "$BATS_TEST_TMPDIR/bad.json"
+	run "$FLEXFS_BIN" "$src" "$MNT" -f -o dst_strategy="$BATS_TEST_TMPDIR/bad.json"
 	echo "$output"
 	[ "$status" -ne 0 ]
-	[[ $output == *"merged_ckpt_strategy.json: lm_head.weight: tensor map of 3 dims for a tensor of 2 (JSON holds a Layout-API map expanded: use the protobuf file)"* ]]
+	[[ $output == *"bad.json: lm_head.weight: tensor map of 3 dims for a tensor of 2 (an expanded Layout-API map that does not fold back)"* ]]
 	[ "$(grep -c . <<<"$output")" -eq 1 ]
 	run "$FLEXFS_BIN" "$src" "$MNT" -f -o dst_strategy="$BATS_TEST_TMPDIR/none.ckpt"
 	echo "$output"

@@ -371,7 +371,10 @@ static int case_base(const char *casedir, char *rel, size_t len, char *why,
 typedef struct expect {
 	bool ok;
 	bool plan;
-	int tp;	  /* the plan's tp: 2 unless "tp=" says */
+	int tp; /* the plan's tp: 2 unless "tp=" says */
+	/* "src_strategy=": a MindSpore strategy file of the case (relative
+	 * to the assembled directory), the open option ms_strategy */
+	char src_strategy[FIELD];
 	int code; /* positive errno */
 	char key[FIELD];
 	char text[FIELD];
@@ -414,7 +417,7 @@ static const char *errno_name(int value)
 }
 
 static const char *const fields[] = {
-    "code=", "key=", "text=", "file=", "stage=", "tp="};
+    "code=", "key=", "text=", "file=", "stage=", "tp=", "src_strategy="};
 #define NFIELDS (sizeof(fields) / sizeof(fields[0]))
 
 /* Index of the field marker starting at line[p] (at the line start or after
@@ -461,6 +464,13 @@ static int set_field(expect *e, int f, const char *v, size_t n, char *why,
 	case 3:
 		e->have_file = true;
 		snprintf(e->file, sizeof(e->file), "%s", val);
+		break;
+	case 6:
+		if (!val[0] || val[0] == '/' || strstr(val, "..")) {
+			say(why, whylen, "bad src_strategy '%s'", val);
+			return -1;
+		}
+		snprintf(e->src_strategy, sizeof(e->src_strategy), "%s", val);
 		break;
 	case 5:
 		e->tp = atoi(val);
@@ -886,6 +896,8 @@ static int run_case(const char *kind, const char *name, const char *tmproot)
 	bool async = open_opts.defer_items;
 	char casedir[PATH_MAX], dir[PATH_MAX], path[PATH_MAX];
 	char rel[PATH_MAX], basedir[PATH_MAX], base[PATH_MAX], truth[PATH_MAX];
+	char strategy[PATH_MAX];
+	flx_ckpt_opts opts = open_opts;
 	char why[512] = "", line[4 * FLX_ERR_FIELD];
 	flx_ckpt *c = NULL;
 	flx_plan *p = NULL;
@@ -928,7 +940,12 @@ static int run_case(const char *kind, const char *name, const char *tmproot)
 	}
 	/* --async: as the daemon does it, the plan is built while the items
 	 * are read, and an item failure still wins */
-	rc = flx_ckpt_open_with(dir, &open_opts, &c, &err);
+	if (e.src_strategy[0]) {
+		fmt_path(strategy, sizeof(strategy), "%s/%s", dir,
+			 e.src_strategy);
+		opts.ms_strategy = strategy;
+	}
+	rc = flx_ckpt_open_with(dir, &opts, &c, &err);
 	if (!rc && (e.plan || async)) {
 		flx_spec s;
 

@@ -169,6 +169,58 @@ static void test_ex4_mindformers(void)
 	flx_ms_strategy_free(s);
 }
 
+/* §2.4(f) from the stored dims: Example 4 (TP2 x DP4, R = 4, S =
+ * [1024,512]) saved with ZeRO while its strategy says step = size = 0 */
+static void test_opt_infer(void)
+{
+	unsigned char buf[64];
+	flx_error e;
+	flx_ms_layout o;
+	uint64_t p;
+	buf[0] = 0x1a;
+	buf[1] = sizeof(ex3item);
+	memcpy(buf + 2, ex3item, sizeof(ex3item));
+	flx_ms_strategy *s = parse(buf, 2 + sizeof(ex3item), false, &e);
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	flx_ms_layout *l = &s->layouts[0];
+	uint64_t S[2] = {1024, 512};
+	/* rows 128: P = 4, the spec's ZeRO-3 boxes */
+	static const uint64_t e4[8] = {0, 512, 128, 640, 256, 768, 384, 896};
+	for (uint64_t r = 0; r < 8; r++) {
+		uint64_t d[2] = {128, 512};
+		CHECK_EQ(flx_ms_opt_infer(l, S, r, d, &p), 0);
+		CHECK_EQ(p, 4);
+		flx_ms_layout_opt(l, p, &o);
+		BOX(&o, S, r, e4[r], 128, 0, 512);
+	}
+	/* rows 256: P = 2, G = {r%2, r%2+2, ...} cut in pairs, q = (r/2)%2 */
+	for (uint64_t r = 0; r < 8; r++) {
+		uint64_t d[2] = {256, 512};
+		CHECK_EQ(flx_ms_opt_infer(l, S, r, d, &p), 0);
+		CHECK_EQ(p, 2);
+		flx_ms_layout_opt(l, p, &o);
+		BOX(&o, S, r, 512 * (r % 2) + 256 * ((r / 2) % 2), 256, 0, 512);
+	}
+	/* no shard: the box itself, no integer factor, P = 8 not dividing
+	 * R = 4, another dim differing */
+	static const uint64_t none[5][2] = {
+	    {512, 512}, {384, 512}, {64, 512}, {128, 256}, {1024, 512}};
+	for (int i = 0; i < 5; i++) {
+		p = 9;
+		CHECK_EQ(flx_ms_opt_infer(l, S, 3, none[i], &p), 0);
+		CHECK_EQ(p, 1);
+	}
+	/* a layout with its shard recorded is taken as it is */
+	l->opt_step = 2;
+	l->opt_size = 4;
+	uint64_t d[2] = {128, 512};
+	CHECK_EQ(flx_ms_opt_infer(l, S, 0, d, &p), 0);
+	CHECK_EQ(p, 1);
+	flx_ms_strategy_free(s);
+}
+
 /* §5.3 Layout-API 1-D item D=[2,2,2], map [[2,1]] (+ empty entry), and
  * Example 6 (nested [[2,1],[0]], S=[8,6]) through JSON lists of lists */
 static const unsigned char ex53item1d[] = {
@@ -397,6 +449,7 @@ int main(void)
 {
 	test_ex53_and_examples();
 	test_ex4_mindformers();
+	test_opt_infer();
 	test_nested();
 	test_pipeline();
 	test_fold();
