@@ -939,6 +939,43 @@ typedef struct held {
 	int64_t off[FLX_MAX_DIMS];
 } held;
 
+/* Whether a and b, which hold one box of one parameter, agree on a
+ * sample of their bytes (the first and last up to 64 of their data) into
+ * *same.  Data-parallel replicas are bit-identical; slices that only look
+ * like replicas (an optimizer shard a protobuf strategy does not record,
+ * §2.4(f): no global shape tells it) differ, and serving one of them as
+ * the whole would be wrong bytes.  @return 0 or -errno. */
+static int same_sample(loader *L, const entry *a, const entry *b, bool *same)
+{
+	unsigned char x[64], y[64];
+	const entry *e[2] = {a, b};
+	unsigned char *buf[2] = {x, y};
+	int rc = 0;
+
+	*same = true;
+	for (int end = 0; end < 2 && *same && !rc; end++) {
+		size_t n = sizeof(x);
+		for (int i = 0; i < 2; i++) {
+			const piece *p =
+			    &e[i]->pieces[end ? e[i]->npieces - 1 : 0];
+			if (p->len < n)
+				n = (size_t)p->len;
+		}
+		for (int i = 0; i < 2 && !rc; i++) {
+			const piece *p =
+			    &e[i]->pieces[end ? e[i]->npieces - 1 : 0];
+			rc = flx_file_pread(L->c, e[i]->file, buf[i], n,
+					    end ? p->off + p->len - n : p->off);
+		}
+		if (!rc)
+			*same = memcmp(x, y, n) == 0;
+	}
+	if (rc)
+		flx_error_set(L->err, rc, L->c->files[b->file].relpath, b->name,
+			      "cannot read: %s", strerror(-rc));
+	return rc;
+}
+
 /* The box each entry of g holds, into h (replicas dropped): *nh kept. */
 static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 		 const flx_ms_layout **layout, flx_ms_layout *fold0)
@@ -1048,15 +1085,31 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 		} else if (!whole) {
 			goto shape_mismatch;
 		}
-		/* replicas: keep the first (lowest rank) of each box */
-		bool dup = false;
-		for (size_t k = 0; k < *nh && !dup; k++)
-			dup = memcmp(h[k].off, x.off,
-				     sizeof(int64_t) * (size_t)t->ndim) == 0 &&
-			      memcmp(h[k].e->dims, e->dims,
-				     sizeof(int64_t) * (size_t)t->ndim) == 0;
-		if (!dup)
+		/* replicas: keep the first (lowest rank) of each box, once
+		 * a sample of their bytes agrees */
+		size_t k = 0;
+		for (; k < *nh; k++)
+			if (memcmp(h[k].off, x.off,
+				   sizeof(int64_t) * (size_t)t->ndim) == 0 &&
+			    memcmp(h[k].e->dims, e->dims,
+				   sizeof(int64_t) * (size_t)t->ndim) == 0)
+				break;
+		if (k == *nh) {
 			h[(*nh)++] = x;
+			continue;
+		}
+		bool same;
+		int rc = same_sample(L, h[k].e, e, &same);
+		if (rc)
+			return rc;
+		if (!same)
+			return flx_error_set(
+			    L->err, -EINVAL, ef, e->name,
+			    "rank %u holds the box of rank %u with other "
+			    "bytes: not a replica (an optimizer shard the "
+			    "strategy does not record? pass the JSON "
+			    "strategy, whose tensor_shape tells it)",
+			    e->rank, h[k].e->rank);
 		continue;
 	shape_mismatch:
 		fmt_dims(a, sizeof(a), e->ndim, e->dims);

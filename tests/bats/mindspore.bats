@@ -106,6 +106,18 @@ PY
 	ms_check
 }
 
+@test "mindspore tp2dp2 with a protobuf strategy that omits the optimizer shard (spec 2.4(f), no global shape to tell it): refused in one line, never the first slice served as the whole" {
+	local t=$FX/mindspore-tp2dp2
+
+	# (a timeout: were it mounted, -f would stay in the foreground)
+	run timeout 60 "$FLEXFS_BIN" "$t/ckpt" "$MNT" -f \
+		-o "tp=2,src_strategy=$t/strategy-noopt/ckpt_strategy_rank_0.ckpt"
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[[ $output == *".ckpt: "*": rank "*" holds the box of rank "*" with other bytes: not a replica"* ]]
+	[ "$(grep -c . <<<"$output")" -eq 1 ]
+}
+
 @test "mindspore MindFormers ZeRO-3 flat files, <= 2.2 writer, CRC trailers, safetensors (with remove_redundancy): every view equals the truth" {
 	local v
 
