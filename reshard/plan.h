@@ -19,12 +19,17 @@
 #include "view.h"
 
 typedef struct flx_plan_arena flx_plan_arena;
+struct flx_xindex;
 
 /* Everything a placement points to belongs to the plan (names are the
  * source FQN itself unless renumbered) and lives until flx_plan_free(). */
 typedef struct flx_placement {
 	const flx_tensor *src;
 	int split; /* axis, or -1: replicated on every TP rank */
+	/* equal consecutive parts of the split axis, each split over TP
+	 * (a rule's "groups" at tp > 1): rank r holds [part0_r; part1_r;
+	 * ...]; 1: a plain split */
+	int groups;
 	/* flx_plan_build_all() only: saved split along several axes, tp > 1
 	 * and no rule gives its split; placed replicated (split -1) */
 	bool undecided;
@@ -56,6 +61,10 @@ typedef struct flx_plan {
 	 * one split along another axis too is split along that one. */
 	int dp_degree;
 	bool *rule_used;       /* per spec rule: a tensor took it */
+	unsigned facts;	       /* FLX_FACT_* of the source's model */
+	/* internal: the grouped tensors' rank order (transform.h), whose
+	 * views the grouped placements' rank views are; NULL: none */
+	struct flx_xindex *regroup;
 	flx_plan_arena *arena; /* internal: views and names, in blocks */
 } flx_plan;
 
@@ -72,7 +81,10 @@ typedef struct flx_plan {
  * tensor without a rule giving its stage is on every stage at pp > 1 (on
  * the first min(layers, pp)), under its name, each stage holding its
  * layers' range of axis 0 (contiguous, the first layers mod pp stages one
- * layer longer, as layer-numbered tensors).
+ * layer longer, as layer-numbered tensors).  Rules that require a fact
+ * ("when") apply only when the source's model has it (the Megatron args'
+ * swiglu, flx_mlg_swiglu()); a rule's "groups" at tp > 1 needs the axis
+ * to divide into groups x tp.
  * @return 0 and *out (owned; flx_plan_free()), or -errno with err.
  */
 int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
@@ -90,6 +102,12 @@ int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
 		       flx_plan **out, flx_error *err);
 
 void flx_plan_free(flx_plan *p);
+
+/** After flx_ckpt_finish() of a source whose items were deferred when the
+ * plan was built: the grouped placements' views take their storage
+ * (flx_xindex_finish()).  Harmless otherwise.  Not thread-safe against
+ * reads. */
+void flx_plan_finish(flx_plan *p);
 
 /**
  * Note i (0, 1, ... in turn) of what a mount of plan p says once, one line
