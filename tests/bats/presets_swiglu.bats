@@ -5,7 +5,8 @@
 # [gate_r; up_r], checked against Megatron's own per-rank files
 # (gen_megatron.py legacy) at tp 2 and 4; the same checkpoint with
 # swiglu=False in its args (GELU) gets torch.chunk's plain row split of the
-# truth (lib/check_swiglu_ranks.py).  hf/ keeps the whole [gate; up].
+# truth (lib/check_swiglu_ranks.py).  hf/ keeps the whole [gate; up];
+# index.json names each rank's two parts.
 
 load helpers
 
@@ -57,6 +58,16 @@ ranks() {
 		ranks "$MEG" $tp chunk "$FX/truth/model"
 		[[ $status -ne 0 ]]
 	done
+	# index.json gives each rank's parts as boxes of the global tensor
+	run "$FLEXFS_INSPECT" "$MEG" -o "tp=2,rules=@megatron-gpt" --json
+	python3 -c '
+import json, sys
+t = json.load(sys.stdin)["tensors"]["decoder.layers.mlp.linear_fc1.weight"]
+assert t["split_axis"] == 1 and t["split_groups"] == 2
+r = t["placement"]["tp01_pp00"]
+assert r["shape"] == [4, 32, 16] and "offset" not in r
+assert r["parts"] == [{"offset": [0, 16, 0], "shape": [4, 16, 16]},
+                      {"offset": [0, 48, 0], "shape": [4, 16, 16]}]' <<<"$output"
 	# hf/ keeps the whole tensor: the same bytes as with no rules
 	mount_ff "$MEG" "$MNT" "tp=2,rules=@megatron-gpt"
 	cp "$MNT/hf/model.safetensors" "$BATS_TEST_TMPDIR/a"
