@@ -391,8 +391,7 @@ static int decide(const flx_plan *p, const placer *pc, size_t i, decision *d,
 		  flx_error *err)
 {
 	const flx_tensor *t = &p->ckpt->tensors[i];
-	const flx_rule *rule =
-	    flx_spec_match_facts(p->spec, t->fqn, p->facts);
+	const flx_rule *rule = flx_spec_match_facts(p->spec, t->fqn, p->facts);
 	const layer_match *m = &pc->matches[i];
 	int rc;
 
@@ -685,9 +684,8 @@ static int build_regroup(flx_plan *p, const placer *pc, flx_error *err)
 					   "rule '%s' makes axis %d %d parts "
 					   "split over tp=%d, but its %lld "
 					   "entries do not divide into %d",
-					   d.rule->match, d.split, d.groups,
-					   tp, (long long)len,
-					   d.groups * tp);
+					   d.rule->match, d.split, d.groups, tp,
+					   (long long)len, d.groups * tp);
 			break;
 		}
 		c = len / ((int64_t)d.groups * tp);

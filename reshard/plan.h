@@ -60,8 +60,8 @@ typedef struct flx_plan {
 	 * a tensor split only so is replicated unless a rule splits it, and
 	 * one split along another axis too is split along that one. */
 	int dp_degree;
-	bool *rule_used;       /* per spec rule: a tensor took it */
-	unsigned facts;	       /* FLX_FACT_* of the source's model */
+	bool *rule_used; /* per spec rule: a tensor took it */
+	unsigned facts;	 /* FLX_FACT_* of the source's model */
 	/* internal: the grouped tensors' rank order (transform.h), whose
 	 * views the grouped placements' rank views are; NULL: none */
 	struct flx_xindex *regroup;

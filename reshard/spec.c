@@ -596,8 +596,7 @@ static int parse_rule(json_t *o, flx_rule *r, const char *name, size_t i,
 	if (!r->match)
 		return rule_error(err, name, i, "match", "missing");
 	if (r->groups && r->split != FLX_SPLIT_AXIS)
-		return rule_error(err, name, i, "groups",
-				  "needs a split axis");
+		return rule_error(err, name, i, "groups", "needs a split axis");
 	return 0;
 }
 
