@@ -709,6 +709,15 @@ static int build_regroup(flx_plan *p, const placer *pc, flx_error *err)
 	return rc;
 }
 
+/* Whether a rule of s groups its axis (else no tensor is regrouped). */
+static bool any_groups(const flx_spec *s)
+{
+	for (size_t i = 0; i < s->nrules; i++)
+		if (s->rules[i].groups > 1)
+			return true;
+	return false;
+}
+
 /* Decide where tensor i goes, then build its names and views. */
 static int place_one(flx_plan *p, size_t i, placer *pc, const box_index *chunks,
 		     flx_error *err)
@@ -901,7 +910,7 @@ int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
 		goto out;
 	}
 	p->facts = flx_mlg_swiglu(ckpt) ? FLX_FACT_SWIGLU : 0;
-	rc = spec->tp > 1 ? build_regroup(p, &pc, err) : 0;
+	rc = spec->tp > 1 && any_groups(spec) ? build_regroup(p, &pc, err) : 0;
 	if (rc)
 		goto out;
 	for (size_t i = 0; i < ckpt->ntensors && !rc; i++) {
@@ -1015,6 +1024,19 @@ int flx_plan_note(const flx_plan *p, size_t i, char *buf, size_t len)
 		return 0;
 	}
 	return -ENOENT;
+}
+
+void flx_placement_part(const flx_placement *pl, const flx_box *b, int k,
+			flx_box *out)
+{
+	int a = pl->split, G = pl->groups;
+
+	*out = *b;
+	if (G < 2)
+		return;
+	/* rank r's box of the regrouped axis is [r G c, (r + 1) G c) */
+	out->size[a] = b->size[a] / G;
+	out->off[a] = k * (pl->src->shape[a] / G) + b->off[a] / G;
 }
 
 void flx_plan_finish(flx_plan *p)

@@ -127,6 +127,16 @@ static inline const flx_view *flx_placement_view(const flx_placement *pl,
 			    : pl->views[tp];
 }
 
+/**
+ * Part k (of pl->groups) of the box b of one of pl's rank views, as a box
+ * of the source tensor in *out: a grouped placement's views are boxes of
+ * the regrouped tensor (its parts rank by rank), so part k of rank r is
+ * [k n/G + r c, + c) of the split axis (n entries, c = n / (G tp)); for a
+ * plain placement (groups 1) *out is b.  Thread-safe.
+ */
+void flx_placement_part(const flx_placement *pl, const flx_box *b, int k,
+			flx_box *out);
+
 /** Target name of placement pl on stage (must be in range). */
 const char *flx_placement_name(const flx_placement *pl, int stage);
 

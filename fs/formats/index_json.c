@@ -85,30 +85,23 @@ static int index_head(const void *arg, uint32_t idx, unsigned char *dst,
 	return flx_jw_end(&w, len);
 }
 
-/* "parts" of rank tp of a grouped placement (plan.h), whose box b is in
- * the regrouped order: part k, [k n/G + tp c, + c) of the split axis of
- * n entries (c = n / (G tp)), as an offset and shape of the tensor. */
-static void grouped_parts(flx_jw *w, const flx_placement *pl, int tp,
-			  const flx_box *b)
+/* "parts" of a grouped placement's rank view of box b: each part as a box
+ * of the tensor (flx_placement_part()). */
+static void grouped_parts(flx_jw *w, const flx_placement *pl, const flx_box *b)
 {
 	const flx_tensor *t = pl->src;
-	int a = pl->split, G = pl->groups;
-	int64_t n = t->shape[a], c = b->size[a] / G;
-	int64_t off[FLX_MAX_DIMS], size[FLX_MAX_DIMS];
+	flx_box part;
 
-	memcpy(off, b->off, sizeof(off[0]) * (size_t)t->ndim);
-	memcpy(size, b->size, sizeof(size[0]) * (size_t)t->ndim);
-	size[a] = c;
 	flx_jw_key(w, "parts");
 	flx_jw_open(w, '[');
-	for (int k = 0; k < G; k++) {
-		off[a] = k * (n / G) + (int64_t)tp * c;
+	for (int k = 0; k < pl->groups; k++) {
+		flx_placement_part(pl, b, k, &part);
 		flx_jw_item(w);
 		flx_jw_open(w, '{');
 		flx_jw_key(w, "offset");
-		flx_jw_ints(w, t->ndim, off);
+		flx_jw_ints(w, t->ndim, part.off);
 		flx_jw_key(w, "shape");
-		flx_jw_ints(w, t->ndim, size);
+		flx_jw_ints(w, t->ndim, part.size);
 		flx_jw_close(w, '}');
 	}
 	flx_jw_close(w, ']');
@@ -166,7 +159,7 @@ static int index_tensor(const void *arg, uint32_t idx, unsigned char *dst,
 			flx_jw_key(&w, "name");
 			flx_jw_name(&w, flx_placement_name(pl, pp));
 			if (pl->groups > 1)
-				grouped_parts(&w, pl, tp, b);
+				grouped_parts(&w, pl, b);
 			else {
 				flx_jw_key(&w, "offset");
 				flx_jw_ints(&w, t->ndim, b->off);

@@ -71,6 +71,15 @@ assert r["parts"] == [{"offset": [0, 16, 0], "shape": [4, 16, 16]},
 	# hf/ keeps the whole tensor: the same bytes as with no rules
 	mount_ff "$MEG" "$MNT" "tp=2,rules=@megatron-gpt"
 	cp "$MNT/hf/model.safetensors" "$BATS_TEST_TMPDIR/a"
+	# the rank file's metadata: the first part's global offset
+	python3 -c '
+import json, struct, sys
+f = open(sys.argv[1], "rb")
+h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+m = json.loads(h["__metadata__"]["flexfs"])["tensors"]
+m = m["decoder.layers.mlp.linear_fc1.weight"]
+assert m["global_offset"] == [0, 16, 0] and m["split_groups"] == 2, m' \
+		"$MNT/ranks/tp01_pp00/model.safetensors"
 	unmount_ff "$MNT"
 	mount_ff "$MEG" "$MNT" "tp=2"
 	cmp "$BATS_TEST_TMPDIR/a" "$MNT/hf/model.safetensors"
