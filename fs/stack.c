@@ -43,8 +43,10 @@ int flx_stack_build(const char *source, const flx_ckpt_opts *o,
 			if (err)
 				*err = ierr;
 			rc = irc;
-		} else if (s->xi) {
-			flx_xindex_finish(s->xi);
+		} else {
+			if (s->xi)
+				flx_xindex_finish(s->xi);
+			flx_plan_finish(s->plan);
 		}
 	}
 	if (rc) {

@@ -97,6 +97,11 @@ bool flx_mlg_is_model_key(const char *fqn)
 	return strncmp(fqn, "optimizer.", 10) && strncmp(fqn, "chained_", 8);
 }
 
+bool flx_mlg_swiglu(const flx_ckpt *c)
+{
+	return c->megatron && c->megatron->swiglu == 1;
+}
+
 static bool ends_with(const char *s, const char *suf)
 {
 	size_t n = strlen(s), k = strlen(suf);
@@ -700,7 +705,7 @@ int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 	x.hi = x.lo + per;
 	x.first = pp == 0 && vc == 0;
 	x.last = pp == tgt->pp - 1 && vc == vp - 1;
-	x.swiglu = c->megatron->swiglu == 1;
+	x.swiglu = flx_mlg_swiglu(c);
 	x.moe = !flx_ckpt_find(c, LAYERS "mlp.linear_fc1.weight") &&
 		(c->megatron->num_experts > 0 ||
 		 flx_ckpt_find(c, LAYERS "mlp.router.weight"));

@@ -142,4 +142,9 @@ int64_t flx_mlg_layer_count(const flx_ckpt *c);
 /** Whether fqn is a model key (not optimizer state). */
 bool flx_mlg_is_model_key(const char *fqn);
 
+/** Whether c's model has a SwiGLU linear_fc1 ([gate; up], split per TP
+ * rank as [gate_r; up_r]): its Megatron args say swiglu=True; false for
+ * any other source.  Thread-safe. */
+bool flx_mlg_swiglu(const flx_ckpt *c);
+
 #endif

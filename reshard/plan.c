@@ -8,6 +8,8 @@
 
 #include "arena_internal.h"
 #include "boxindex_internal.h"
+#include "megatron_legacy.h"
+#include "transform.h"
 #include "view_internal.h"
 
 #include <errno.h>
@@ -75,6 +77,7 @@ static int match_layer(const regex_t *rx, bool dflt, const char *fqn,
 /* What placement decides for one tensor before any view is built. */
 typedef struct decision {
 	int split;	/* axis, or -1: replicated on every TP rank */
+	int groups;	/* parts of the split axis, each split over TP */
 	bool undecided; /* no rule, no single saved axis (decide_split()) */
 	const flx_rule *rule; /* the rule that matched, NULL if none */
 	int stage_lo;	      /* stages holding it: [stage_lo, stage_hi] */
@@ -388,15 +391,19 @@ static int decide(const flx_plan *p, const placer *pc, size_t i, decision *d,
 		  flx_error *err)
 {
 	const flx_tensor *t = &p->ckpt->tensors[i];
-	const flx_rule *rule = flx_spec_match(p->spec, t->fqn);
+	const flx_rule *rule = flx_spec_match_facts(p->spec, t->fqn, p->facts);
 	const layer_match *m = &pc->matches[i];
 	int rc;
 
-	*d = (decision){.split = -1, .layer = m->layer, .rule = rule};
+	*d = (decision){
+	    .split = -1, .groups = 1, .layer = m->layer, .rule = rule};
 	rc = decide_split(p->spec, rule, t, pc->dp0[i], &d->split,
 			  &d->undecided, err);
 	if (rc)
 		return rc;
+	/* at tp=1 every part is whole: a plain tensor */
+	if (rule && rule->groups > 1 && d->split >= 0 && p->spec->tp > 1)
+		d->groups = rule->groups;
 	/* A stacked tensor spans every layer: each stage holds its range
 	 * of axis 0 (stacked_range()). */
 	if (t->stacked > 0 && p->spec->pp > 1 &&
@@ -557,6 +564,50 @@ static int place_names(flx_plan *p, flx_placement *pl, const placer *pc,
 	return 0;
 }
 
+/* A grouped placement's views: rank r's box of the regrouped tensor
+ * (build_regroup()), whose axis holds the parts rank by rank, so that
+ * torch.chunk's box of rank r is [part0_r; part1_r; ...]; pl->whole is
+ * the source tensor's. */
+static int place_grouped_views(flx_plan *p, flx_placement *pl, placer *pc,
+			       const box_index *chunks, flx_error *err)
+{
+	const flx_ckpt *rc_ckpt = flx_xindex_ckpt(p->regroup);
+	const flx_tensor *g = flx_ckpt_find(rc_ckpt, pl->src->fqn);
+	int tp = p->spec->tp, rc;
+	int nst = pl->by_stage ? pl->stage_hi - pl->stage_lo + 1 : 1;
+	uint32_t small[64];
+	box_index gix;
+	flx_view *whole = NULL;
+	flx_box box;
+
+	if (!g)
+		return -EIO; /* build_regroup() made it: a bug */
+	pl->views = arena_alloc(p->arena,
+				(size_t)nst * (size_t)tp * sizeof(flx_view *));
+	if (!pl->views)
+		return -ENOMEM;
+	rc = chunk_index(g, &gix, small, 64);
+	if (rc)
+		return rc;
+	for (int k = 0; !rc && k < nst * tp; k++) {
+		rank_box(g, pl->split, tp, k % tp, &box);
+		if (pl->by_stage)
+			stacked_range(g->shape[0], p->spec->pp,
+				      pl->stage_lo + k / tp, &box.off[0],
+				      &box.size[0]);
+		rc = view_build(rc_ckpt, g, &gix, &box, p->arena, &pc->sc,
+				&pl->views[k], err);
+	}
+	bix_free(&gix);
+	if (rc)
+		return rc;
+	rank_box(pl->src, -1, tp, 0, &box);
+	rc = view_build(p->ckpt, pl->src, chunks, &box, p->arena, &pc->sc,
+			&whole, err);
+	pl->whole = whole;
+	return rc;
+}
+
 /* pl->views, one per TP rank (replicated tensors share one), and
  * pl->whole. */
 static int place_views(flx_plan *p, flx_placement *pl, placer *pc,
@@ -568,6 +619,8 @@ static int place_views(flx_plan *p, flx_placement *pl, placer *pc,
 	flx_box box;
 	int nst = pl->by_stage ? pl->stage_hi - pl->stage_lo + 1 : 1;
 
+	if (pl->groups > 1)
+		return place_grouped_views(p, pl, pc, chunks, err);
 	pl->views = arena_alloc(p->arena,
 				(size_t)nst * (size_t)tp * sizeof(flx_view *));
 	if (!pl->views)
@@ -604,6 +657,67 @@ static int place_views(flx_plan *p, flx_placement *pl, placer *pc,
 	return rc;
 }
 
+/* The regrouped index: every tensor t whose decision groups its split
+ * axis a in G parts (at tp > 1) becomes t' of the same name and shape,
+ * whose axis a holds, rank by rank, rank r's piece of each part in turn
+ * ([part0_0; part1_0; part0_1; part1_1; ...]): transform steps, so its
+ * chunks still point into the source's files.  NULL when no tensor is
+ * grouped.  @return 0, or -EINVAL naming a tensor whose axis does not
+ * divide into G x tp, or -errno. */
+static int build_regroup(flx_plan *p, const placer *pc, flx_error *err)
+{
+	int tp = p->spec->tp, rc = 0;
+	flx_xform *x = NULL;
+
+	for (size_t i = 0; i < p->ckpt->ntensors && !rc; i++) {
+		const flx_tensor *t = &p->ckpt->tensors[i];
+		int64_t len, c;
+		decision d;
+
+		rc = decide(p, pc, i, &d, err);
+		if (rc || d.groups < 2)
+			continue;
+		len = t->shape[d.split];
+		if (len % ((int64_t)d.groups * tp)) {
+			rc = flx_error_set(err, -EINVAL, p->spec->rules_path,
+					   t->fqn,
+					   "rule '%s' makes axis %d %d parts "
+					   "split over tp=%d, but its %lld "
+					   "entries do not divide into %d",
+					   d.rule->match, d.split, d.groups, tp,
+					   (long long)len, d.groups * tp);
+			break;
+		}
+		c = len / ((int64_t)d.groups * tp);
+		if (!x)
+			rc = flx_xform_new(p->spec->rules_path, &x);
+		if (!rc)
+			rc = flx_xform_target(x, t->fqn, d.split, err);
+		for (int r = 0; !rc && r < tp; r++)
+			for (int k = 0; !rc && k < d.groups; k++) {
+				rc = flx_xform_piece(x, t->fqn, err);
+				if (!rc)
+					rc = flx_xform_slice(
+					    x, d.split,
+					    k * (len / d.groups) + r * c, c,
+					    err);
+			}
+	}
+	if (!rc && x)
+		rc = flx_xform_apply(x, p->ckpt, &p->regroup, err);
+	flx_xform_free(x);
+	return rc;
+}
+
+/* Whether a rule of s groups its axis (else no tensor is regrouped). */
+static bool any_groups(const flx_spec *s)
+{
+	for (size_t i = 0; i < s->nrules; i++)
+		if (s->rules[i].groups > 1)
+			return true;
+	return false;
+}
+
 /* Decide where tensor i goes, then build its names and views. */
 static int place_one(flx_plan *p, size_t i, placer *pc, const box_index *chunks,
 		     flx_error *err)
@@ -615,6 +729,7 @@ static int place_one(flx_plan *p, size_t i, placer *pc, const box_index *chunks,
 	if (rc)
 		return rc;
 	pl->split = d.split;
+	pl->groups = d.groups;
 	pl->undecided = d.undecided;
 	if (d.rule)
 		p->rule_used[d.rule - p->spec->rules] = true;
@@ -794,6 +909,10 @@ int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
 		rc = -ENOMEM;
 		goto out;
 	}
+	p->facts = flx_mlg_swiglu(ckpt) ? FLX_FACT_SWIGLU : 0;
+	rc = spec->tp > 1 && any_groups(spec) ? build_regroup(p, &pc, err) : 0;
+	if (rc)
+		goto out;
 	for (size_t i = 0; i < ckpt->ntensors && !rc; i++) {
 		uint32_t small[64];
 		box_index ix;
@@ -907,6 +1026,25 @@ int flx_plan_note(const flx_plan *p, size_t i, char *buf, size_t len)
 	return -ENOENT;
 }
 
+void flx_placement_part(const flx_placement *pl, const flx_box *b, int k,
+			flx_box *out)
+{
+	int a = pl->split, G = pl->groups;
+
+	*out = *b;
+	if (G < 2)
+		return;
+	/* rank r's box of the regrouped axis is [r G c, (r + 1) G c) */
+	out->size[a] = b->size[a] / G;
+	out->off[a] = k * (pl->src->shape[a] / G) + b->off[a] / G;
+}
+
+void flx_plan_finish(flx_plan *p)
+{
+	if (p && p->regroup)
+		flx_xindex_finish(p->regroup);
+}
+
 const char *flx_placement_name(const flx_placement *pl, int stage)
 {
 	return pl->names[stage - pl->stage_lo];
@@ -918,6 +1056,7 @@ void flx_plan_free(flx_plan *p)
 		return;
 	arena_free(p->arena);
 	free(p->arena);
+	flx_xindex_free(p->regroup);
 	free(p->rule_used);
 	free(p->p);
 	free(p);

@@ -19,12 +19,17 @@
 #include "view.h"
 
 typedef struct flx_plan_arena flx_plan_arena;
+struct flx_xindex;
 
 /* Everything a placement points to belongs to the plan (names are the
  * source FQN itself unless renumbered) and lives until flx_plan_free(). */
 typedef struct flx_placement {
 	const flx_tensor *src;
 	int split; /* axis, or -1: replicated on every TP rank */
+	/* equal consecutive parts of the split axis, each split over TP
+	 * (a rule's "groups" at tp > 1): rank r holds [part0_r; part1_r;
+	 * ...]; 1: a plain split */
+	int groups;
 	/* flx_plan_build_all() only: saved split along several axes, tp > 1
 	 * and no rule gives its split; placed replicated (split -1) */
 	bool undecided;
@@ -55,7 +60,11 @@ typedef struct flx_plan {
 	 * a tensor split only so is replicated unless a rule splits it, and
 	 * one split along another axis too is split along that one. */
 	int dp_degree;
-	bool *rule_used;       /* per spec rule: a tensor took it */
+	bool *rule_used; /* per spec rule: a tensor took it */
+	unsigned facts;	 /* FLX_FACT_* of the source's model */
+	/* internal: the grouped tensors' rank order (transform.h), whose
+	 * views the grouped placements' rank views are; NULL: none */
+	struct flx_xindex *regroup;
 	flx_plan_arena *arena; /* internal: views and names, in blocks */
 } flx_plan;
 
@@ -72,7 +81,10 @@ typedef struct flx_plan {
  * tensor without a rule giving its stage is on every stage at pp > 1 (on
  * the first min(layers, pp)), under its name, each stage holding its
  * layers' range of axis 0 (contiguous, the first layers mod pp stages one
- * layer longer, as layer-numbered tensors).
+ * layer longer, as layer-numbered tensors).  Rules that require a fact
+ * ("when") apply only when the source's model has it (the Megatron args'
+ * swiglu, flx_mlg_swiglu()); a rule's "groups" at tp > 1 needs the axis
+ * to divide into groups x tp.
  * @return 0 and *out (owned; flx_plan_free()), or -errno with err.
  */
 int flx_plan_build(const flx_ckpt *ckpt, const flx_spec *spec, flx_plan **out,
@@ -91,6 +103,12 @@ int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
 
 void flx_plan_free(flx_plan *p);
 
+/** After flx_ckpt_finish() of a source whose items were deferred when the
+ * plan was built: the grouped placements' views take their storage
+ * (flx_xindex_finish()).  Harmless otherwise.  Not thread-safe against
+ * reads. */
+void flx_plan_finish(flx_plan *p);
+
 /**
  * Note i (0, 1, ... in turn) of what a mount of plan p says once, one line
  * without a newline, in buf (len bytes): the source's data-parallel
@@ -108,6 +126,16 @@ static inline const flx_view *flx_placement_view(const flx_placement *pl,
 	return pl->by_stage ? pl->views[(stage - pl->stage_lo) * ntp + tp]
 			    : pl->views[tp];
 }
+
+/**
+ * Part k (of pl->groups) of the box b of one of pl's rank views, as a box
+ * of the source tensor in *out: a grouped placement's views are boxes of
+ * the regrouped tensor (its parts rank by rank), so part k of rank r is
+ * [k n/G + r c, + c) of the split axis (n entries, c = n / (G tp)); for a
+ * plain placement (groups 1) *out is b.  Thread-safe.
+ */
+void flx_placement_part(const flx_placement *pl, const flx_box *b, int k,
+			flx_box *out);
 
 /** Target name of placement pl on stage (must be in range). */
 const char *flx_placement_name(const flx_placement *pl, int stage);

@@ -565,6 +565,21 @@ static int parse_rule(json_t *o, flx_rule *r, const char *name, size_t i,
 						  "\"last\", \"all\" or a "
 						  "stage number");
 			}
+		} else if (strcmp(k, "groups") == 0) {
+			if (!json_is_integer(v) || json_integer_value(v) < 2 ||
+			    json_integer_value(v) > 64)
+				return rule_error(err, name, i, k,
+						  "expected a number of parts "
+						  "(2-64)");
+			r->groups = (int)json_integer_value(v);
+		} else if (strcmp(k, "when") == 0) {
+			const char *sv = json_string_value(v);
+
+			if (!sv || strcmp(sv, "swiglu"))
+				return rule_error(err, name, i, k,
+						  "expected a model fact "
+						  "(\"swiglu\")");
+			r->when |= FLX_FACT_SWIGLU;
 		} else if (strcmp(k, "note") == 0) {
 			/* free text for the reader (flexfs-inspect's
 			 * templates record the saved axes in it) */
@@ -574,11 +589,14 @@ static int parse_rule(json_t *o, flx_rule *r, const char *name, size_t i,
 		} else {
 			return rule_error(err, name, i, k,
 					  "unknown key (expected match, "
-					  "split, stage, note)");
+					  "split, stage, groups, when, "
+					  "note)");
 		}
 	}
 	if (!r->match)
 		return rule_error(err, name, i, "match", "missing");
+	if (r->groups && r->split != FLX_SPLIT_AXIS)
+		return rule_error(err, name, i, "groups", "needs a split axis");
 	return 0;
 }
 
@@ -684,12 +702,19 @@ out:
 	return flx_error_default(err, rc, name);
 }
 
-const flx_rule *flx_spec_match(const flx_spec *s, const char *fqn)
+const flx_rule *flx_spec_match_facts(const flx_spec *s, const char *fqn,
+				     unsigned facts)
 {
 	for (size_t i = 0; i < s->nrules; i++)
-		if (fnmatch(s->rules[i].match, fqn, 0) == 0)
+		if ((s->rules[i].when & ~facts) == 0 &&
+		    fnmatch(s->rules[i].match, fqn, 0) == 0)
 			return &s->rules[i];
 	return NULL;
+}
+
+const flx_rule *flx_spec_match(const flx_spec *s, const char *fqn)
+{
+	return flx_spec_match_facts(s, fqn, 0);
 }
 
 /*

@@ -10,6 +10,13 @@
  *   { "match": "<fnmatch glob on the FQN>",
  *     "split": <axis> | null,          (absent: infer from the source)
  *     "stage": "first" | "last" | "all" | <n>,   (absent: default rule)
+ *     "groups": <G>,   (2-64; with "split": the axis is G equal
+ *                      consecutive parts, each split over TP: rank r
+ *                      holds [part0_r; part1_r; ...], as Megatron's
+ *                      SwiGLU fc1 [gate_r; up_r]; absent: one part)
+ *     "when": "<fact>", (the rule applies only to a source whose model
+ *                      has that fact, FLX_FACT_*; else the next rule is
+ *                      tried)
  *     "note": "<free text, ignored>" }
  * Unknown keys are errors (a typo must not be silently ignored).
  *
@@ -42,10 +49,15 @@ typedef enum flx_stage_kind {
 	FLX_STAGE_N,
 } flx_stage_kind;
 
+/* Facts of a source's model that a rule may require ("when"). */
+#define FLX_FACT_SWIGLU 1u /* "swiglu": gated fc1 [gate; up] */
+
 typedef struct flx_rule {
 	char *match;
 	flx_split_kind split;
 	int axis;
+	int groups;    /* equal parts of axis, each split over TP; 0: one */
+	unsigned when; /* FLX_FACT_* the source must have; 0: any source */
 	flx_stage_kind stage;
 	int stage_n;
 } flx_rule;
@@ -142,8 +154,14 @@ int flx_spec_preset_dir(char *buf, size_t len);
 int flx_spec_rules_parse(flx_spec *s, const char *json, size_t len,
 			 const char *name, flx_error *err);
 
-/** First rule whose glob matches fqn, or NULL. */
+/** First rule whose glob matches fqn and that requires no fact, or
+ * NULL. */
 const flx_rule *flx_spec_match(const flx_spec *s, const char *fqn);
+
+/** First rule whose glob matches fqn and whose facts ("when") are all in
+ * facts (FLX_FACT_* of the source), or NULL. */
+const flx_rule *flx_spec_match_facts(const flx_spec *s, const char *fqn,
+				     unsigned facts);
 
 /**
  * The default layer regex, FLX_DEFAULT_LAYER_REGEX, without regexec():

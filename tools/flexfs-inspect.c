@@ -187,6 +187,8 @@ static int fill_row(const flx_placement *pl, int tp, char **row)
 		sb_printf(&b[COL_SPLIT], "?");
 	else if (pl->split < 0)
 		sb_printf(&b[COL_SPLIT], "-");
+	else if (pl->groups > 1) /* G parts, each split: "1x2" */
+		sb_printf(&b[COL_SPLIT], "%dx%d", pl->split, pl->groups);
 	else
 		sb_printf(&b[COL_SPLIT], "%d", pl->split);
 	if (pl->stage_lo == pl->stage_hi)
@@ -703,7 +705,9 @@ static void usage(FILE *f, const char *prog)
 	    "CHECKPOINT: every\n"
 	    "tensor's dtype, global shape, saved chunks (and their split "
 	    "axes), target\n"
-	    "split axis, pipeline stage(s) and local shape per TP rank.\n"
+	    "split axis (AxG: G parts of axis A, each split), pipeline "
+	    "stage(s)\n"
+	    "and local shape per TP rank.\n"
 	    "\n"
 	    "    -o OPTIONS   mount options, as for flexfs (repeatable)\n"
 	    "    -j, --json   print the mount's index.json instead\n"

@@ -85,6 +85,28 @@ static int index_head(const void *arg, uint32_t idx, unsigned char *dst,
 	return flx_jw_end(&w, len);
 }
 
+/* "parts" of a grouped placement's rank view of box b: each part as a box
+ * of the tensor (flx_placement_part()). */
+static void grouped_parts(flx_jw *w, const flx_placement *pl, const flx_box *b)
+{
+	const flx_tensor *t = pl->src;
+	flx_box part;
+
+	flx_jw_key(w, "parts");
+	flx_jw_open(w, '[');
+	for (int k = 0; k < pl->groups; k++) {
+		flx_placement_part(pl, b, k, &part);
+		flx_jw_item(w);
+		flx_jw_open(w, '{');
+		flx_jw_key(w, "offset");
+		flx_jw_ints(w, t->ndim, part.off);
+		flx_jw_key(w, "shape");
+		flx_jw_ints(w, t->ndim, part.size);
+		flx_jw_close(w, '}');
+	}
+	flx_jw_close(w, ']');
+}
+
 /* Tensor idx's member of "tensors". */
 static int index_tensor(const void *arg, uint32_t idx, unsigned char *dst,
 			uint64_t lo, uint64_t hi, uint64_t *len)
@@ -104,6 +126,10 @@ static int index_tensor(const void *arg, uint32_t idx, unsigned char *dst,
 	flx_jw_ints(&w, t->ndim, t->shape);
 	flx_jw_key(&w, "split_axis");
 	flx_jw_int_or_null(&w, pl->split);
+	if (pl->groups > 1) {
+		flx_jw_key(&w, "split_groups");
+		flx_jw_int(&w, pl->groups);
+	}
 	flx_jw_key(&w, "source_chunks");
 	flx_jw_int(&w, t->nchunks);
 	flx_jw_key(&w, "layer");
@@ -132,8 +158,12 @@ static int index_tensor(const void *arg, uint32_t idx, unsigned char *dst,
 			flx_jw_open(&w, '{');
 			flx_jw_key(&w, "name");
 			flx_jw_name(&w, flx_placement_name(pl, pp));
-			flx_jw_key(&w, "offset");
-			flx_jw_ints(&w, t->ndim, b->off);
+			if (pl->groups > 1)
+				grouped_parts(&w, pl, b);
+			else {
+				flx_jw_key(&w, "offset");
+				flx_jw_ints(&w, t->ndim, b->off);
+			}
 			flx_jw_key(&w, "shape");
 			flx_jw_ints(&w, t->ndim, b->size);
 			flx_jw_close(&w, '}');

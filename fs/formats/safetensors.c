@@ -108,6 +108,7 @@ static int st_meta(const void *arg, uint32_t idx, unsigned char *dst,
 	for (size_t i = idx; i < f->set->n && i < idx + FLX_GEN_BATCH; i++) {
 		const flx_st_entry *e = &f->set->e[i];
 		const flx_tensor *t = e->pl->src;
+		flx_box part;
 
 		flx_jw_key_name(&w, e->name);
 		flx_jw_open(&w, '{');
@@ -115,10 +116,17 @@ static int st_meta(const void *arg, uint32_t idx, unsigned char *dst,
 		flx_jw_name(&w, t->fqn);
 		flx_jw_key(&w, "global_shape");
 		flx_jw_ints(&w, t->ndim, t->shape);
+		/* a grouped placement: its first part's offset */
+		flx_placement_part(e->pl, flx_view_box(st_view(f, e)), 0,
+				   &part);
 		flx_jw_key(&w, "global_offset");
-		flx_jw_ints(&w, t->ndim, flx_view_box(st_view(f, e))->off);
+		flx_jw_ints(&w, t->ndim, part.off);
 		flx_jw_key(&w, "split_axis");
 		flx_jw_int_or_null(&w, e->pl->split);
+		if (e->pl->groups > 1) {
+			flx_jw_key(&w, "split_groups");
+			flx_jw_int(&w, e->pl->groups);
+		}
 		flx_jw_close(&w, '}');
 	}
 	return flx_jw_end(&w, len);

@@ -91,7 +91,8 @@ round_trip() {
 	run "$FLEXFS_INSPECT" --list-presets
 	[ "$status" -eq 0 ]
 	for p in megatron-gpt-to-hf-llama hf-llama-to-megatron-gpt \
-		paddlenlp-llama-to-hf-llama hf-llama-to-paddlenlp-llama; do
+		paddlenlp-llama-to-hf-llama hf-llama-to-paddlenlp-llama \
+		paddlenlp-llama-fused-to-hf-llama hf-llama-to-paddlenlp-llama-fused; do
 		[[ $output == *"@$p "*"to "*"names and layouts"* ]]
 	done
 }

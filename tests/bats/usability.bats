@@ -135,15 +135,17 @@ same_plan() {
 	echo "$output $stderr"
 	[[ $status -eq 0 && -z $stderr ]]
 	[[ ${lines[0]} == "rules presets in "*"/share/flexfs/rules (mount with -o rules=@NAME):" ]]
-	[[ ${#lines[@]} -eq 10 ]]
+	[[ ${#lines[@]} -eq 12 ]]
 	[[ ${lines[1]} == "@hf-llama-to-megatron-gpt "* ]]
-	[[ ${lines[2]} == "@hf-llama-to-paddlenlp-llama "* ]]
-	[[ ${lines[3]} == "@hf-llama "*"Hugging Face Llama, Qwen2, Mistral"* ]]
-	[[ ${lines[4]} == "@hf-mistral "* && ${lines[5]} == "@hf-qwen2 "* ]]
-	[[ ${lines[6]} == "@megatron-gpt-to-hf-llama "* ]]
-	[[ ${lines[7]} == "@megatron-gpt "*"Megatron GPT"* ]]
-	[[ ${lines[8]} == "@paddlenlp-llama-to-hf-llama "* ]]
-	[[ ${lines[9]} == "@torchtitan-llama "*"torchtitan Llama 3"* ]]
+	[[ ${lines[2]} == "@hf-llama-to-paddlenlp-llama-fused "*"fuse_attention_qkv"* ]]
+	[[ ${lines[3]} == "@hf-llama-to-paddlenlp-llama "* ]]
+	[[ ${lines[4]} == "@hf-llama "*"Hugging Face Llama, Qwen2, Mistral"* ]]
+	[[ ${lines[5]} == "@hf-mistral "* && ${lines[6]} == "@hf-qwen2 "* ]]
+	[[ ${lines[7]} == "@megatron-gpt-to-hf-llama "* ]]
+	[[ ${lines[8]} == "@megatron-gpt "*"Megatron GPT"* ]]
+	[[ ${lines[9]} == "@paddlenlp-llama-fused-to-hf-llama "*"fuse_attention_qkv"* ]]
+	[[ ${lines[10]} == "@paddlenlp-llama-to-hf-llama "* ]]
+	[[ ${lines[11]} == "@torchtitan-llama "*"torchtitan Llama 3"* ]]
 	# FLEXFS_PRESET_DIR overrides; a bad or unknown name is one line
 	run --separate-stderr env FLEXFS_PRESET_DIR=$BATS_TEST_TMPDIR "$FLEXFS_INSPECT" --list-presets
 	[[ $status -eq 0 && ${#lines[@]} -eq 1 ]]
@@ -166,13 +168,27 @@ same_plan() {
 	check_fsdp fsdp2 2 1 rules=@torchtitan-llama "$PRESETS/torchtitan-llama.json"
 }
 
+# same_plan_glu DIR OPTS_A OPTS_B: same_plan, except that the SwiGLU
+# linear_fc1 (SPLIT 1 under OPTS_A) is split as [gate_r; up_r] (SPLIT 1x2)
+# under OPTS_B, which must say so (presets_swiglu.bats checks its bytes).
+same_plan_glu() {
+	local b
+	b=$("$FLEXFS_INSPECT" "$1" -o "$3" | grep -v 'rules: ')
+	grep -Eq '^decoder\.layers\.mlp\.linear_fc1\.weight .* 1x2 +0 ' <<<"$b"
+	diff <("$FLEXFS_INSPECT" "$1" -o "$2" | grep -v 'rules: ') \
+		<(sed -E '/^decoder\.layers\.mlp\.linear_fc1\./s/ 1x2 / 1   /' <<<"$b")
+}
+
 @test "preset megatron-gpt: the TP plan Megatron saved, on every Megatron fixture" {
 	local f d
-	for f in megatron-untied megatron-tied megatron-moe megatron-optim-fully-reshardable; do
+	for f in megatron-untied megatron-tied megatron-optim-fully-reshardable; do
 		d=$(echo "$FLEXFS_SRC"/tests/fixtures/$f/ckpt/iter_*)
-		same_plan "$d" tp=2 tp=2,rules=@megatron-gpt
-		same_plan "$d" tp=4 tp=4,rules=@megatron-gpt
+		same_plan_glu "$d" tp=2 tp=2,rules=@megatron-gpt
+		same_plan_glu "$d" tp=4 tp=4,rules=@megatron-gpt
 	done
+	d=$(echo "$FLEXFS_SRC"/tests/fixtures/megatron-moe/ckpt/iter_*)
+	same_plan "$d" tp=2 tp=2,rules=@megatron-gpt
+	same_plan "$d" tp=4 tp=4,rules=@megatron-gpt
 	# and it decides what a checkpoint saved whole cannot: linear_proj on
 	# its input axis (2, past the stacked layers)
 	run "$FLEXFS_INSPECT" "$d" -o tp=2,rules=@megatron-gpt
@@ -358,7 +374,7 @@ PY
 	run --separate-stderr "$dest$prefix/bin/flexfs-inspect" --list-presets
 	echo "$output $stderr"
 	[[ $status -eq 0 && ${lines[0]} == "rules presets in $dest$prefix/share/flexfs/rules "* ]]
-	[[ ${#lines[@]} -eq 10 && -z $stderr ]]
+	[[ ${#lines[@]} -eq 12 && -z $stderr ]]
 	run "$dest$prefix/bin/flexfs-inspect" "$FLEXFS_SRC/tests/fixtures/fsdp2/ckpt" -o tp=2,rules=@torchtitan-llama
 	[[ $status -eq 0 && $output == *"rules: $dest$prefix/share/flexfs/rules/torchtitan-llama.json"* ]]
 }

@@ -127,6 +127,27 @@ def expected(m, case, tp):
         out["model.embed_tokens.weight"] = m["model.embed_tokens.weight"]
         out["lm_head.weight"] = m["model.embed_tokens.weight"]
         out["model.norm.weight"] = m["model.norm.weight"].to(torch.bfloat16)
+    elif case == "paddlenlp-fused":
+        # the hf-llama-to-paddlenlp-llama-fused preset: llama.* names,
+        # transposed linears, qkv_proj interleaved per KV group, the merged
+        # gate_up_fused_proj [gate | up] whose TP rank r holds
+        # [gate_r | up_r] (so the ranks joined give fuse_ffn's layout)
+        out["llama.embed_tokens.weight"] = m["model.embed_tokens.weight"]
+        out["llama.norm.weight"] = m["model.norm.weight"]
+        out["lm_head.weight"] = m["lm_head.weight"].T
+        for i in range(L):
+            p, q = f"model.layers.{i}.", f"llama.layers.{i}."
+            w = lambda n: m[p + n].T
+            for n in ("input_layernorm.weight",
+                      "post_attention_layernorm.weight"):
+                out[q + n] = m[p + n]
+            out[q + "self_attn.qkv_proj.weight"] = fuse_qkv(
+                w("self_attn.q_proj.weight"), w("self_attn.k_proj.weight"),
+                w("self_attn.v_proj.weight"), 1)
+            out[q + "self_attn.o_proj.weight"] = w("self_attn.o_proj.weight")
+            out[q + "mlp.gate_up_fused_proj.weight"] = fuse_ffn(
+                w("mlp.gate_proj.weight"), w("mlp.up_proj.weight"), tp, 1)
+            out[q + "mlp.down_proj.weight"] = w("mlp.down_proj.weight")
     elif case == "concat":
         # concatenate then re-split along the other axis (boxes straddle
         # the boundary), name[a:b], prefix*suffix, $LAYER_ID_OFFSET

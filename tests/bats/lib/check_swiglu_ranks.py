@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Each TP rank's linear_fc1 (weight and, when saved, bias) of a mount of a
+Megatron torch_dist checkpoint (ranks/tpRR_pp00/model.safetensors, stacked
+[layers, rows, ...]) equals, layer by layer and bit for bit:
+  megatron DIR: the decoder.layers.L.mlp.linear_fc1.* that Megatron's own
+    per-rank legacy files hold (gen_megatron.py legacy, pp 1:
+    DIR/mp_rank_RR/model_optim_rng.pt), [gate_r; up_r] for SwiGLU;
+  chunk DIR: torch.chunk's piece r of the fixture's truth
+    (DIR/decoder.layers.L.mlp.linear_fc1.*.npy), a plain row split.
+
+usage: check_swiglu_ranks.py MOUNT TP megatron|chunk DIR
+"""
+import json
+import struct
+import sys
+
+import numpy as np
+import torch
+
+
+def safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        data = f.read()
+    return head, data
+
+
+class Truth:
+    """Rank r's torch.chunk piece (rows) of each truth tensor, as bytes."""
+
+    def __init__(self, d, r, tp):
+        self.d, self.r, self.tp = d, r, tp
+
+    def __getitem__(self, key):
+        a = np.load(f"{self.d}/{key}.npy")
+        c = -(-a.shape[0] // self.tp)
+        return np.ascontiguousarray(a[self.r * c:(self.r + 1) * c]).view(np.uint8)
+
+
+def main():
+    mnt, tp, mode, src = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    checked = 0
+    for r in range(tp):
+        head, data = safetensors(f"{mnt}/ranks/tp{r:02d}_pp00/model.safetensors")
+        if mode == "megatron":
+            sd = torch.load(f"{src}/mp_rank_{r:02d}/model_optim_rng.pt",
+                            map_location="cpu")["model"]
+        else:
+            sd = Truth(src, r, tp)
+        for prm in ("weight", "bias"):
+            key = "decoder.layers.mlp.linear_fc1." + prm
+            if key not in head:
+                continue
+            h = head[key]
+            lo, hi = h["data_offsets"]
+            got = np.frombuffer(data[lo:hi], dtype=np.uint8).reshape(h["shape"][0], -1)
+            for layer in range(h["shape"][0]):
+                want = sd[f"decoder.layers.{layer}.mlp.linear_fc1.{prm}"]
+                if isinstance(want, torch.Tensor):
+                    want = want.contiguous().view(torch.uint8).numpy()
+                want = want.reshape(-1)
+                if list(want.shape) != [got.shape[1]] or not np.array_equal(got[layer], want):
+                    print(f"rank {r} layer {layer} {prm}: differs from the oracle ({mode})")
+                    return 1
+                checked += 1
+    if not checked:
+        print("no linear_fc1 checked")
+        return 1
+    print(f"ok: {checked} per-rank layer tensors")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# rules=@megatron-gpt follows the model for linear_fc1: a SwiGLU source (its
+# Megatron args say swiglu=True) gives each TP rank Megatron's
+# [gate_r; up_r], checked against Megatron's own per-rank files
+# (gen_megatron.py legacy) at tp 2 and 4; the same checkpoint with
+# swiglu=False in its args (GELU) gets torch.chunk's plain row split of the
+# truth (lib/check_swiglu_ranks.py).  hf/ keeps the whole [gate; up];
+# index.json names each rank's two parts.
+
+load helpers
+
+FX=$FLEXFS_SRC/tests/fixtures/megatron-untied
+MEG=$FX/ckpt/iter_0000100
+GEN=$FLEXFS_SRC/tools/fixtures/gen_megatron.py
+CHECK=$FLEXFS_SRC/tests/bats/lib/check_swiglu_ranks.py
+STUB=$FLEXFS_SRC/tools/fixtures/megatron_stub
+
+setup_file() {
+	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
+		"$GEN" "$FLEXFS_SRC/tests/fixtures" "$BATS_FILE_TMPDIR" \
+		megatron-untied:2:1:local megatron-untied:4:1:local
+	# the GELU twin: the same tensors, args.swiglu False
+	mkdir -p "$BATS_FILE_TMPDIR/gelu"
+	cp -r "$MEG" "$BATS_FILE_TMPDIR/gelu/"
+	PYTHONPATH=$STUB /usr/bin/python3 -c '
+import sys, torch
+p = sys.argv[1] + "/common.pt"
+c = torch.load(p, map_location="cpu")
+c["args"].swiglu = False
+torch.save(c, p)' "$BATS_FILE_TMPDIR/gelu/iter_0000100"
+}
+
+setup() {
+	setup_ff
+}
+
+teardown() {
+	teardown_ff
+}
+
+# ranks SRC TP MODE ORACLE: mount SRC at tp=TP with the preset, check each
+# rank's linear_fc1 against ORACLE (check_swiglu_ranks.py MODE).
+ranks() {
+	mount_ff "$1" "$MNT" "tp=$2,rules=@megatron-gpt"
+	run env PYTHONPATH="$STUB" /usr/bin/python3 "$CHECK" "$MNT" "$2" "$3" "$4"
+	echo "$output"
+	unmount_ff "$MNT"
+}
+
+@test "preset megatron-gpt: a SwiGLU fc1 is [gate_r; up_r] on each TP rank, as Megatron's own per-rank files (tp 2, 4)" {
+	require_fuse
+	local tp
+	for tp in 2 4; do
+		ranks "$MEG" $tp megatron "$BATS_FILE_TMPDIR/exp-megatron-untied-$tp-1-local/iter_0000100"
+		[[ $status -eq 0 && $output == "ok: "* ]]
+		# not torch.chunk's rows of [gate; up]
+		ranks "$MEG" $tp chunk "$FX/truth/model"
+		[[ $status -ne 0 ]]
+	done
+	# index.json gives each rank's parts as boxes of the global tensor
+	run "$FLEXFS_INSPECT" "$MEG" -o "tp=2,rules=@megatron-gpt" --json
+	python3 -c '
+import json, sys
+t = json.load(sys.stdin)["tensors"]["decoder.layers.mlp.linear_fc1.weight"]
+assert t["split_axis"] == 1 and t["split_groups"] == 2
+r = t["placement"]["tp01_pp00"]
+assert r["shape"] == [4, 32, 16] and "offset" not in r
+assert r["parts"] == [{"offset": [0, 16, 0], "shape": [4, 16, 16]},
+                      {"offset": [0, 48, 0], "shape": [4, 16, 16]}]' <<<"$output"
+	# hf/ keeps the whole tensor: the same bytes as with no rules
+	mount_ff "$MEG" "$MNT" "tp=2,rules=@megatron-gpt"
+	cp "$MNT/hf/model.safetensors" "$BATS_TEST_TMPDIR/a"
+	# the rank file's metadata: the first part's global offset
+	python3 -c '
+import json, struct, sys
+f = open(sys.argv[1], "rb")
+h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+m = json.loads(h["__metadata__"]["flexfs"])["tensors"]
+m = m["decoder.layers.mlp.linear_fc1.weight"]
+assert m["global_offset"] == [0, 16, 0] and m["split_groups"] == 2, m' \
+		"$MNT/ranks/tp01_pp00/model.safetensors"
+	unmount_ff "$MNT"
+	mount_ff "$MEG" "$MNT" "tp=2"
+	cmp "$BATS_TEST_TMPDIR/a" "$MNT/hf/model.safetensors"
+	unmount_ff "$MNT"
+}
+
+@test "preset megatron-gpt: a GELU fc1 (args.swiglu False) is a plain row split (tp 2, 4)" {
+	require_fuse
+	local tp src=$BATS_FILE_TMPDIR/gelu/iter_0000100
+	for tp in 2 4; do
+		ranks "$src" $tp chunk "$FX/truth/model"
+		[[ $status -eq 0 && $output == "ok: "* ]]
+		ranks "$src" $tp megatron "$BATS_FILE_TMPDIR/exp-megatron-untied-$tp-1-local/iter_0000100"
+		[[ $status -ne 0 ]]
+	done
+}
+
+@test "rules: groups needs a split axis and divisible parts; when names a known fact" {
+	local r=$BATS_TEST_TMPDIR/r.json
+	echo '[{"match": "*", "groups": 2}]' >"$r"
+	run "$FLEXFS_INSPECT" "$MEG" -o "tp=2,rules=$r"
+	[[ $status -ne 0 && $output == *"rule 0: groups: needs a split axis"* ]]
+	echo '[{"match": "*", "split": 0, "when": "gelu"}]' >"$r"
+	run "$FLEXFS_INSPECT" "$MEG" -o "tp=2,rules=$r"
+	[[ $status -ne 0 && $output == *"rule 0: when: expected a model fact"* ]]
+	echo '[{"match": "decoder.layers.mlp.linear_fc1.weight", "split": 1, "groups": 3}]' >"$r"
+	run "$FLEXFS_INSPECT" "$MEG" -o "tp=2,rules=$r"
+	echo "$output"
+	[[ $status -ne 0 && $output == *"decoder.layers.mlp.linear_fc1.weight"*"do not divide into 6"* ]]
+}
