@@ -10,8 +10,9 @@
  *
  *   request (req, TAG_REQ): u32 nspans, u32 reply tag, then per span
  *       u32 file id, u32 0, u64 offset, u64 length
- *   reply (rep, the request's tag): i32 status (0 or -errno), u32 0, then
- *       the spans' bytes in order (status 0 only)
+ *   reply (rep, the request's tag): i32 status (0 or -errno), u32 the
+ *       failed file's id + 1 (0: none or unknown), then the spans' bytes
+ *       in order (status 0 only)
  *   end (req, TAG_END): no payload
  *
  * Waits never block in MPI: they poll (MPI_Test, MPI_Iprobe) with a short
@@ -75,7 +76,10 @@ struct flx_dm {
 	atomic_bool ending;   /* the mount ends: reads fail at once */
 	atomic_bool told;     /* another rank said the mount ends */
 	atomic_bool any_dead; /* a rank stopped answering */
-	atomic_uchar *dead;   /* per rank */
+	atomic_uchar *dead;   /* per rank: 0 alive, else a DEAD_* reason */
+	/* per rank: answered a read with an error: the file's id + 1 it
+	 * named, UINT32_MAX when it named none; 0: never */
+	atomic_uint *refused;
 	atomic_uint next_tag;
 	int tag_ub;
 	flx_dm_stats st;    /* atomically updated fields */
@@ -83,6 +87,24 @@ struct flx_dm {
 	void (*on_end)(void *);
 	void *on_end_arg;
 };
+
+/* The cause of this thread's last backend read, when it failed (""
+ * after a success): the thread that reads is the one that logs the EIO,
+ * so that a cause is never given to another read's failure. */
+static _Thread_local char last_why[256];
+
+/* Why a rank is taken for dead (flx_dm.dead): it did not answer within
+ * the timeout, MPI reported its connection failed (it ended), or it
+ * stopped taking this rank's replies. */
+enum { DEAD_TIMEOUT = 1, DEAD_GONE, DEAD_NOREAD };
+
+static void mark_dead(flx_dm *m, int rank, unsigned char why)
+{
+	unsigned char alive = 0;
+
+	atomic_compare_exchange_strong(&m->dead[rank], &alive, why);
+	atomic_store(&m->any_dead, true);
+}
 
 /* ---- small helpers ---- */
 
@@ -226,7 +248,8 @@ int flx_dm_init(int *argc, char ***argv, unsigned timeout_s, flx_dm **out,
 	m->tag_ub = flag && ub && *ub > 100 ? *ub : 32767;
 	m->timeout_s = timeout_s ? timeout_s : DEFAULT_TIMEOUT_S;
 	m->dead = calloc((size_t)m->size, sizeof(*m->dead));
-	if (!m->dead) {
+	m->refused = calloc((size_t)m->size, sizeof(*m->refused));
+	if (!m->dead || !m->refused) {
 		flx_dm_end(m);
 		return flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
 	}
@@ -758,7 +781,7 @@ static bool unchanged(const dm_file *f)
 /* The reply's bytes for request q (count bytes): status 0 and the data,
  * or a status alone. */
 static int serve_spans(flx_dm *m, const unsigned char *q, int count,
-		       unsigned char **reply, size_t *rlen)
+		       unsigned char **reply, size_t *rlen, uint32_t *bad)
 {
 	uint32_t ns = count >= 8 ? get32(q) : 0;
 	uint64_t total = 0;
@@ -793,6 +816,8 @@ static int serve_spans(flx_dm *m, const unsigned char *q, int count,
 		rc = unchanged(f)
 			 ? flx_pread_full(f->fd, out + at, len, get64(s + 8))
 			 : -ESTALE;
+		if (rc)
+			*bad = get32(s) + 1;
 		at += len;
 	}
 	if (rc) {
@@ -828,7 +853,7 @@ static void serve(flx_dm *m, const MPI_Status *st)
 	unsigned char *q = NULL, *reply = NULL, small[8];
 	size_t rlen = sizeof(small);
 	int count = 0, src = st->MPI_SOURCE, rc;
-	uint32_t tag;
+	uint32_t tag, bad = 0;
 	MPI_Request sreq;
 
 	MPI_Get_count(st, MPI_BYTE, &count);
@@ -839,7 +864,7 @@ static void serve(flx_dm *m, const MPI_Status *st)
 		return; /* the asker times out */
 	}
 	tag = count >= 8 ? get32(q + 4) : 0;
-	rc = serve_spans(m, q, count, &reply, &rlen);
+	rc = serve_spans(m, q, count, &reply, &rlen, &bad);
 	free(q);
 	if (!tag || tag > (uint32_t)m->tag_ub || m->dead[src]) {
 		free(reply);
@@ -847,7 +872,7 @@ static void serve(flx_dm *m, const MPI_Status *st)
 	}
 	if (rc) {
 		put32(small, (uint32_t)rc);
-		put32(small + 4, 0);
+		put32(small + 4, bad);
 		rlen = sizeof(small);
 	}
 	__atomic_add_fetch(&m->st.served, 1, __ATOMIC_RELAXED);
@@ -862,8 +887,7 @@ static void serve(flx_dm *m, const MPI_Status *st)
 	if (wait_until(&sreq, now_ns() + (int64_t)m->timeout_s * 500000000)) {
 		/* the asker is gone: its send stays pending, and so does its
 		 * buffer (leaked: freeing it under MPI would be worse) */
-		m->dead[src] = 1;
-		atomic_store(&m->any_dead, true);
+		mark_dead(m, src, DEAD_NOREAD);
 		return;
 	}
 	free(reply);
@@ -1039,6 +1063,14 @@ static void abandon(request *q)
 	}
 }
 
+/* What a refused reply names: the file's id + 1, or UINT32_MAX. */
+static uint32_t refused_file(const flx_dm *m, const request *q, int count)
+{
+	uint32_t bad = count >= 8 ? get32(q->reply + 4) : 0;
+
+	return bad && bad <= m->nfiles ? bad : UINT32_MAX;
+}
+
 /* Scatter q's reply into its pieces: 0, or its status. */
 static int scatter(request *q, piece *p, int count)
 {
@@ -1083,6 +1115,7 @@ static int run(flx_dm *m, request *qs, size_t nq, piece *p)
 				continue;
 			if (MPI_Test(&q->rreq, &done, &st) != MPI_SUCCESS) {
 				done = 0;
+				mark_dead(m, q->holder, DEAD_GONE);
 				abandon(q);
 				left--;
 				continue;
@@ -1093,8 +1126,9 @@ static int run(flx_dm *m, request *qs, size_t nq, piece *p)
 			left--;
 			progress = true;
 			MPI_Get_count(&st, MPI_BYTE, &count);
-			if (count >= 8)
-				(void)scatter(q, p, count);
+			if (count < 8 || scatter(q, p, count))
+				atomic_store(&m->refused[q->holder],
+					     refused_file(m, q, count));
 		}
 		if (!left)
 			break;
@@ -1102,10 +1136,9 @@ static int run(flx_dm *m, request *qs, size_t nq, piece *p)
 			break;
 		if (now_ns() > deadline) {
 			for (size_t i = 0; i < nq; i++)
-				if (qs[i].got) {
-					m->dead[qs[i].holder] = 1;
-					atomic_store(&m->any_dead, true);
-				}
+				if (qs[i].got)
+					mark_dead(m, qs[i].holder,
+						  DEAD_TIMEOUT);
 			break;
 		}
 		if (progress)
@@ -1180,6 +1213,51 @@ static int round_trip(flx_dm *m, piece *p, size_t n)
 	return rc;
 }
 
+/* Say in last_why what the first piece not read was waiting for: the
+ * mount ending, or each of its holders' state. */
+static void note_why(flx_dm *m, const piece *p, size_t n)
+{
+	static const char *const dead[] = {
+	    [DEAD_TIMEOUT] = "timed out (no reply within mpi_timeout)",
+	    [DEAD_GONE] = "rank ended or unreachable (MPI error)",
+	    [DEAD_NOREAD] = "rank stopped taking replies"};
+	const size_t cap = sizeof(last_why);
+	const dm_file *f = NULL;
+	size_t at = 0;
+
+	for (size_t i = 0; i < n && !f; i++)
+		if (!p[i].done)
+			f = &m->files[p[i].file];
+	if (atomic_load(&m->ending) || !f) {
+		snprintf(last_why, cap, "%s",
+			 f ? "the distributed mount is ending"
+			   : "a request failed in MPI");
+		return;
+	}
+	for (int k = 0; k < f->nholders && at < cap; k++) {
+		int h = f->holders[k];
+		unsigned char d = atomic_load(&m->dead[h]);
+		uint32_t bad = atomic_load(&m->refused[h]);
+		const char *name = f->name;
+
+		if (!d && bad && bad != UINT32_MAX)
+			name = m->files[bad - 1].name;
+		at += (size_t)snprintf(
+		    last_why + at, cap - at, "%srank %d: %s: %s", k ? "; " : "",
+		    h, name,
+		    d	  ? dead[d]
+		    : bad ? "could not read its copy (changed after the start?)"
+			  : "no reply");
+	}
+}
+
+void flx_dm_why(const flx_dm *m, char *buf, size_t len)
+{
+	(void)m;
+	if (len)
+		snprintf(buf, len, "%s", last_why);
+}
+
 static int be_read(void *ctx, const flx_file_span *s, size_t n)
 {
 	flx_dm *m = ctx;
@@ -1233,6 +1311,10 @@ static int be_read(void *ctx, const flx_file_span *s, size_t n)
 	/* never success with a piece unread */
 	if (!rc && !all)
 		rc = -EIO;
+	if (rc)
+		note_why(m, p, np);
+	else
+		last_why[0] = '\0';
 	free(p);
 	return rc;
 }
@@ -1268,6 +1350,7 @@ void flx_dm_end(flx_dm *m)
 	if (!atomic_load(&m->any_dead))
 		MPI_Finalize();
 	free(m->dead);
+	free(m->refused);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
 }

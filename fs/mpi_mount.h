@@ -90,6 +90,15 @@ const char *flx_dm_format(const flx_dm *m);
 const flx_file_backend *flx_dm_backend(flx_dm *m);
 
 /**
+ * Into buf (len bytes, NUL-terminated) why the calling thread's last read
+ * of other ranks' bytes failed: the file and each holder's state ("rank
+ * 1: timed out (no reply within mpi_timeout)", "rank ended or unreachable
+ * (MPI error)", "could not read its copy"), or "" when it succeeded or
+ * there was none.  Thread-safe (per thread).
+ */
+void flx_dm_why(const flx_dm *m, char *buf, size_t len);
+
+/**
  * What the service thread calls (once, on its thread) when another rank
  * ends the mount: the caller ends its own, e.g. by raising SIGTERM.
  */

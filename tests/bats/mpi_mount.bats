@@ -244,6 +244,9 @@ dm_stop() {
 	((eio > 0))
 	# one timeout, then the dead rank fails at once
 	((SECONDS - start < 4 * TIMEOUT + 10))
+	# the EIO log line names the rank and why, not a changed file
+	grep -E "failed: Input/output error \(rank 1: [^:]+: (timed out|rank ended)" "$DM_LOG"
+	! grep -q "backing file changed" "$DM_LOG"
 	unmount_ff "$T/ref"
 	fusermount3 -u -z "$T/mnt1"
 	fusermount3 -u "$T/mnt0"
@@ -268,6 +271,8 @@ dm_stop() {
 		fi
 	done
 	((eio > 0))
+	grep -E "failed: Input/output error \(rank 1: __1_0.distcp: could not read its copy" "$DM_LOG"
+	! grep -q "backing file changed" "$DM_LOG"
 	unmount_ff "$T/ref"
 	dm_stop
 }
