@@ -336,61 +336,138 @@ static void files_free(dm_file *f, size_t n)
 	free(f);
 }
 
-/* dir's regular top-level files, opened, with their identity. */
-static int list_local(const char *dir, dm_file **out, size_t *nout,
-		      flx_error *err)
+/*
+ * The files exchanged: regular files at most DEPTH_MAX components deep
+ * (MindSpore's rank_N/, PaddleFormers' model_state/, a Megatron save
+ * directory's iter_N/), FILES_MAX in all; symlinks and other types are
+ * never followed or served.  A name, local or a peer's, is a plain
+ * relative path (name_ok()).
+ */
+#define DEPTH_MAX 4
+#define FILES_MAX 65536
+
+/* A plain relative path of at most DEPTH_MAX components: not empty, no
+ * empty, "." or ".." component, shorter than NAME_MAX_WIRE; k bytes. */
+static bool name_ok(const char *p, size_t k)
 {
-	DIR *d = opendir(dir);
-	dm_file *f = NULL;
-	size_t n = 0, cap = 0;
+	unsigned depth = 0;
+
+	if (!k || k >= NAME_MAX_WIRE || memchr(p, '\0', k))
+		return false;
+	for (size_t at = 0; at <= k;) {
+		const char *e = memchr(p + at, '/', k - at);
+		size_t n = e ? (size_t)(e - (p + at)) : k - at;
+
+		if (!n || (n == 1 && p[at] == '.') ||
+		    (n == 2 && p[at] == '.' && p[at + 1] == '.') ||
+		    ++depth > DEPTH_MAX)
+			return false;
+		at += n + 1;
+	}
+	return true;
+}
+
+typedef struct lister {
+	dm_file *f;
+	size_t n, cap;
+	flx_error *err;
+	const char *dir;
+} lister;
+
+/* Add regular file fd (prefix + name) to the list; takes fd. */
+static int list_add(lister *l, int fd, const struct stat *st, const char *rel)
+{
+	dm_file *x;
+	int rc;
+
+	if (l->n == FILES_MAX) {
+		close(fd);
+		return flx_error_set(l->err, -E2BIG, l->dir, NULL,
+				     "more than %d files to exchange",
+				     FILES_MAX);
+	}
+	if (flx_grow((void **)&l->f, &l->cap, l->n + 1, sizeof(*l->f))) {
+		close(fd);
+		return -ENOMEM;
+	}
+	x = &l->f[l->n++];
+	memset(x, 0, sizeof(*x));
+	x->fd = fd;
+	x->st = *st;
+	x->size = (uint64_t)st->st_size;
+	x->mtime_ns =
+	    (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	x->name = strdup(rel);
+	if (!x->name)
+		return -ENOMEM;
+	rc = file_hash(fd, x->size, &x->hash);
+	if (rc)
+		flx_error_set(l->err, rc, l->dir, rel, "cannot read: %s",
+			      strerror(-rc));
+	return rc;
+}
+
+/* The entries of directory dfd (owned: closed here), prefix its relative
+ * path ("" or "rank_0/"), depth its components. */
+static int list_dir(lister *l, int dfd, const char *prefix, unsigned depth)
+{
+	DIR *d = fdopendir(dfd);
 	struct dirent *de;
 	int rc = 0;
 
-	if (!d)
-		return flx_error_set(err, -errno, dir, NULL,
-				     "cannot open checkpoint directory: %s",
-				     strerror(errno));
+	if (!d) {
+		rc = -errno;
+		close(dfd);
+		return flx_error_set(l->err, rc, l->dir, prefix,
+				     "cannot list: %s", strerror(-rc));
+	}
 	while (!rc && (de = readdir(d))) {
+		char rel[NAME_MAX_WIRE];
 		struct stat st;
-		int fd;
+		int fd, n;
 
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-		    strlen(de->d_name) >= NAME_MAX_WIRE)
-			continue;
+		n = snprintf(rel, sizeof(rel), "%s%s", prefix, de->d_name);
+		if (n < 0 || !name_ok(rel, (size_t)n))
+			continue; /* ".", "..", too long or too deep */
 		fd = openat(dirfd(d), de->d_name,
 			    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 		if (fd < 0)
 			continue; /* a symlink, a socket: not served */
-		if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		if (fstat(fd, &st)) {
 			close(fd);
-			continue;
-		}
-		if (flx_grow((void **)&f, &cap, n + 1, sizeof(*f))) {
+		} else if (S_ISREG(st.st_mode)) {
+			rc = list_add(l, fd, &st, rel);
+		} else if (S_ISDIR(st.st_mode) && depth + 1 < DEPTH_MAX &&
+			   (size_t)n + 1 < sizeof(rel)) {
+			rel[n] = '/';
+			rel[n + 1] = '\0';
+			rc = list_dir(l, fd, rel, depth + 1);
+		} else {
 			close(fd);
-			rc = -ENOMEM;
-			break;
 		}
-		memset(&f[n], 0, sizeof(f[n]));
-		f[n].fd = fd;
-		f[n].st = st;
-		f[n].size = (uint64_t)st.st_size;
-		f[n].mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 +
-				st.st_mtim.tv_nsec;
-		f[n].name = strdup(de->d_name);
-		n++;
-		if (!f[n - 1].name)
-			rc = -ENOMEM;
-		else if ((rc = file_hash(fd, f[n - 1].size, &f[n - 1].hash)))
-			flx_error_set(err, rc, dir, de->d_name,
-				      "cannot read: %s", strerror(-rc));
 	}
 	closedir(d);
+	return rc;
+}
+
+/* dir's regular files (see DEPTH_MAX), opened, with their identity. */
+static int list_local(const char *dir, dm_file **out, size_t *nout,
+		      flx_error *err)
+{
+	lister l = {.err = err, .dir = dir};
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc;
+
+	if (dfd < 0)
+		return flx_error_set(err, -errno, dir, NULL,
+				     "cannot open checkpoint directory: %s",
+				     strerror(errno));
+	rc = list_dir(&l, dfd, "", 0);
 	if (rc) {
-		files_free(f, n);
+		files_free(l.f, l.n);
 		return flx_error_default(err, rc, dir);
 	}
-	*out = f;
-	*nout = n;
+	*out = l.f;
+	*nout = l.n;
 	return 0;
 }
 
@@ -459,8 +536,14 @@ static int unpack_all(const unsigned char *all, const int *lens,
 		const unsigned char *p = all + offs[r], *end = p + lens[r];
 
 		while (p < end) {
-			uint32_t k = get32(p);
+			uint32_t k = end - p >= 4 ? get32(p) : 0;
 
+			/* a peer's names are checked as this rank's are */
+			if (end - p < 28 || k > (size_t)(end - p) - 28 ||
+			    !name_ok((const char *)p + 4, k)) {
+				free(e);
+				return -EPROTO;
+			}
 			if (flx_grow((void **)&e, &cap, n + 1, sizeof(*e))) {
 				free(e);
 				return -ENOMEM;
@@ -572,6 +655,9 @@ static int gather(flx_dm *m, dm_file *local, size_t nlocal, flx_error *err)
 		rc = -EIO;
 	if (!rc)
 		rc = unpack_all(all, lens, offs, m->size, m->rank, &e, &ne);
+	if (rc == -EPROTO)
+		flx_error_set(err, rc, NULL, "mpi",
+			      "a rank sent an invalid list of files");
 	rc = flx_dm_agree(m, rc, err);
 	if (!rc)
 		rc = merge(m, local, e, ne, err);
@@ -633,12 +719,45 @@ static int broadcast(flx_dm *m, flx_error *err)
 	return 0;
 }
 
+/* Create n (a name_ok() path) as an empty file under dfd, its
+ * directories too; failures only make the probe see less. */
+static void probe_touch(int dfd, const char *n)
+{
+	char path[NAME_MAX_WIRE];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s", n);
+	for (char *sl = strchr(path, '/'); sl; sl = strchr(sl + 1, '/')) {
+		*sl = '\0';
+		(void)mkdirat(dfd, path, 0700);
+		*sl = '/';
+	}
+	fd = openat(dfd, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Remove what probe_touch(dfd, n) made (a directory once empty). */
+static void probe_untouch(int dfd, const char *n)
+{
+	char path[NAME_MAX_WIRE];
+	char *sl;
+
+	snprintf(path, sizeof(path), "%s", n);
+	unlinkat(dfd, path, 0);
+	while ((sl = strrchr(path, '/'))) {
+		*sl = '\0';
+		unlinkat(dfd, path, AT_REMOVEDIR);
+	}
+}
+
 /*
  * The checkpoint's format: what the sources' probes say of the union of
  * the ranks' files, where one rank may hold .metadata and another
- * metadata.json (Megatron's).  Probes look at names, never at payloads
- * (resolver/source.h), so rank 0 probes a private directory of empty files
- * of those names and broadcasts the answer.
+ * metadata.json (Megatron's), or rank_0/ and another rank_1/ (MindSpore).
+ * Probes look at names, never at payloads (resolver/source.h), so rank 0
+ * probes a private directory of empty files of those names and broadcasts
+ * the answer.
  */
 static int probe_union(const flx_dm *m, char *format, size_t len)
 {
@@ -649,26 +768,15 @@ static int probe_union(const flx_dm *m, char *format, size_t len)
 	if (!dir)
 		return -errno;
 	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	for (size_t i = 0; dfd >= 0 && i < m->nfiles; i++) {
-		const char *n = m->files[i].name;
-		int fd;
-
-		/* a peer's name is a plain entry name, or nothing here */
-		if (strchr(n, '/') || !strcmp(n, ".") || !strcmp(n, ".."))
-			continue;
-		fd = openat(dfd, n, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-			    0600);
-
-		if (fd >= 0)
-			close(fd);
-	}
+	/* names are name_ok(): plain, below the directory */
+	for (size_t i = 0; dfd >= 0 && i < m->nfiles; i++)
+		probe_touch(dfd, m->files[i].name);
 	if (dfd >= 0 && flx_ckpt_probe(dir, &fmt) == 0) {
 		snprintf(format, len, "%s", fmt);
 		rc = 0;
 	}
 	for (size_t i = 0; dfd >= 0 && i < m->nfiles; i++)
-		if (!strchr(m->files[i].name, '/'))
-			unlinkat(dfd, m->files[i].name, 0);
+		probe_untouch(dfd, m->files[i].name);
 	if (dfd >= 0)
 		close(dfd);
 	rmdir(dir);

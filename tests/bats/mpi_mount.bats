@@ -60,6 +60,21 @@ split() {
 	done
 }
 
+# spread_entries NP: the fixture's top-level entries (files and whole
+# subdirectories such as MindSpore's rank_N/) over $T/src0..NP-1, entry i
+# on rank i % NP.
+spread_entries() {
+	local np=$1 i=0 r f
+
+	for ((r = 0; r < np; r++)); do
+		mkdir -p "$T/src$r" "$T/mnt$r"
+	done
+	while IFS= read -r f; do
+		cp -rp "$SRC/$f" "$T/src$((i % np))/"
+		i=$((i + 1))
+	done < <(cd "$SRC" && ls -A)
+}
+
 # dm_start NP OPTS: mpirun NP daemons in the background (DM_PID, DM_LOG)
 # and wait until every rank has mounted; fails with the log otherwise.
 dm_start() {
@@ -196,6 +211,50 @@ dm_stop() {
 		[[ -e $T/src0/common.pt && -e $T/src1/metadata.json ]]
 	dm_start 2 "tp=2"
 	same_as_ref 2 "tp=2"
+	dm_stop
+}
+
+@test "Paddle Flex Checkpoint (paddle-flex-p4) over 2 ranks: equal at tp=2 and tp=4" {
+	SRC=$FLEXFS_SRC/tests/fixtures/paddle-flex-p4/ckpt
+	spread_entries 2
+	[[ -e $T/src0/0.metadata && ! -e $T/src1/0.metadata ]]
+	dm_start 2 "tp=2"
+	same_as_ref 2 "tp=2"
+	dm_stop
+	dm_start 2 "tp=4"
+	same_as_ref 2 "tp=4"
+	dm_stop
+}
+
+@test "Hugging Face safetensors (hf-tiny sharded and single) over 2 ranks: equal at tp=2" {
+	SRC=$FLEXFS_SRC/tests/fixtures/hf-tiny/sharded
+	spread_entries 2
+	# the index and the shards it names on different ranks
+	[[ -e $T/src0/model.safetensors.index.json &&
+		-e $T/src1/model-00001-of-00003.safetensors ]]
+	dm_start 2 "tp=2"
+	same_as_ref 2 "tp=2"
+	dm_stop
+	rm -rf "$T"/src*
+	SRC=$FLEXFS_SRC/tests/fixtures/hf-tiny/single
+	spread_entries 2
+	[[ ! -e $T/src0/model.safetensors ]]
+	dm_start 2 "tp=2"
+	same_as_ref 2 "tp=2"
+	dm_stop
+}
+
+@test "MindSpore (mindspore-tp2dp2, rank_N/ subdirectories) over 2 ranks with its strategy: equal at tp=2 and tp=4" {
+	local fx=$FLEXFS_SRC/tests/fixtures/mindspore-tp2dp2
+	local st=src_strategy=$fx/strategy/ckpt_strategy_rank_0.ckpt
+	SRC=$fx/ckpt
+	spread_entries 2
+	[[ -d $T/src0/rank_0 && -d $T/src1/rank_1 && ! -e $T/src0/rank_1 ]]
+	dm_start 2 "tp=2,$st"
+	same_as_ref 2 "tp=2,$st"
+	dm_stop
+	dm_start 2 "tp=4,$st"
+	same_as_ref 2 "tp=4,$st"
 	dm_stop
 }
 
