@@ -270,6 +270,18 @@ static int open_part(int dirfd, const char *name)
 		      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
+/* Whether another node (-o mpi) holds files of the part directory name. */
+static bool remote_part(const flx_build *b, const char *name)
+{
+	size_t n = strlen(name);
+	const char *r;
+
+	for (uint32_t i = 0; (r = flx_build_remote_name(b, i)); i++)
+		if (!strncmp(r, name, n) && r[n] == '/')
+			return true;
+	return false;
+}
+
 /* A directory with a "{id}.metadata", or a PaddleFormers checkpoint-N/
  * whose model_state/ has one. */
 static int probe(int dirfd, bool *yes)
@@ -301,13 +313,16 @@ static int pick_id(loader *L, const flx_ckpt_opts *o)
 		snprintf(part, sizeof(part), "%.*s", (int)strlen(L->prefix) - 1,
 			 L->prefix);
 		dirfd = open_part(dirfd, part);
-		if (dirfd < 0)
+		if (dirfd < 0 && !(errno == ENOENT && remote_part(L->b, part)))
 			return flx_error_set(L->err, -errno, part, NULL,
 					     "cannot open the directory: %s",
 					     strerror(errno));
 	}
-	rc = scan_ids(dirfd, o->paddle_id, &s);
-	if (*L->prefix)
+	/* a part only other nodes hold (-o mpi) has no local entries */
+	rc = dirfd < 0 ? 0 : scan_ids(dirfd, o->paddle_id, &s);
+	if (dirfd < 0)
+		memset(&s, 0, sizeof(s));
+	if (*L->prefix && dirfd >= 0)
 		close(dirfd);
 	if (!rc)
 		scan_remote(L->b, L->prefix, o->paddle_id, &s);
@@ -1824,9 +1839,10 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 			char prefix[32];
 			int sub = open_part(dirfd, formers_parts[i]);
 
-			if (sub < 0)
+			if (sub >= 0)
+				close(sub);
+			else if (!remote_part(b, formers_parts[i]))
 				continue;
-			close(sub);
 			snprintf(prefix, sizeof(prefix), "%s/",
 				 formers_parts[i]);
 			rc = load_part(&L, o, prefix);

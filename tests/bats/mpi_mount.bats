@@ -75,6 +75,23 @@ spread_entries() {
 	done < <(cd "$SRC" && ls -A)
 }
 
+# spread_files NP: every file of the fixture, at any depth, over
+# $T/src0..NP-1 (file i in find's sorted order on rank i % NP), its
+# subdirectories made where it goes: a directory split between ranks.
+spread_files() {
+	local np=$1 i=0 r f
+
+	for ((r = 0; r < np; r++)); do
+		mkdir -p "$T/src$r" "$T/mnt$r"
+	done
+	while IFS= read -r f; do
+		r=$((i % np))
+		mkdir -p "$T/src$r/$(dirname "$f")"
+		cp -p "$SRC/$f" "$T/src$r/$f"
+		i=$((i + 1))
+	done < <(cd "$SRC" && find . -type f | sort)
+}
+
 # dm_start NP OPTS: mpirun NP daemons in the background (DM_PID, DM_LOG)
 # and wait until every rank has mounted; fails with the log otherwise.
 dm_start() {
@@ -255,6 +272,33 @@ dm_stop() {
 	dm_stop
 	dm_start 2 "tp=4,$st"
 	same_as_ref 2 "tp=4,$st"
+	dm_stop
+}
+
+@test "PaddleFormers checkpoint-N: its model_state/ and optimizer_state/ split file by file over 3 ranks" {
+	SRC=$FLEXFS_SRC/tests/fixtures/paddle-formers-np2-p4/ckpt/checkpoint-5
+	spread_files 3
+	[[ ! -e $T/src0/model_state/0.metadata ||
+		! -e $T/src0/optimizer_state/0.metadata ]]
+	dm_start 3 "tp=2"
+	same_as_ref 3 "tp=2"
+	dm_stop
+	# a part held by one rank only
+	rm -rf "$T"/src*
+	spread_entries 2
+	[[ -d $T/src0/model_state && ! -e $T/src0/optimizer_state ]]
+	dm_start 2 "tp=4,pp=2"
+	same_as_ref 2 "tp=4,pp=2"
+	dm_stop
+}
+
+@test "MindSpore rank_N/ directories split file by file over 3 ranks" {
+	local fx=$FLEXFS_SRC/tests/fixtures/mindspore-tp2dp2
+	local st=src_strategy=$fx/strategy/ckpt_strategy_rank_0.ckpt
+	SRC=$fx/ckpt
+	spread_files 3
+	dm_start 3 "tp=2,$st"
+	same_as_ref 3 "tp=2,$st"
 	dm_stop
 }
 
