@@ -783,6 +783,15 @@ static int probe_union(const flx_dm *m, char *format, size_t len)
 	return rc;
 }
 
+/* Whether any rank holds files in subdirectories. */
+static bool any_subdir(const flx_dm *m)
+{
+	for (size_t i = 0; i < m->nfiles; i++)
+		if (strchr(m->files[i].name, '/'))
+			return true;
+	return false;
+}
+
 static int agree_format(flx_dm *m, flx_error *err)
 {
 	char fmt[64] = "";
@@ -798,7 +807,13 @@ static int agree_format(flx_dm *m, flx_error *err)
 	if (!fmt[0])
 		return flx_error_set(err, -ENOENT, NULL, NULL,
 				     "no rank's directory holds a "
-				     "checkpoint's metadata (.metadata)");
+				     "checkpoint's metadata (.metadata)%s",
+				     any_subdir(m) ? "; a save directory "
+						     "(Megatron's tracker "
+						     "file) is not entered "
+						     "with -o mpi: give its "
+						     "iter_N/ directory"
+						   : "");
 	return 0;
 }
 

@@ -58,8 +58,9 @@ int flx_dm_subst(const char *s, int rank, char **out);
 int flx_dm_agree(flx_dm *m, int rc, flx_error *err);
 
 /**
- * Collective: list dir's regular top-level files (hidden ones too: DCP's
- * .metadata), exchange the lists, and check them as one: two holders of a
+ * Collective: list dir's regular files (hidden ones too: DCP's .metadata;
+ * in subdirectories too, named by relative path, at most 4 components
+ * deep and 65536 files, symlinks never followed), exchange the lists, and check them as one: two holders of a
  * name must agree on size and identity hash (the whole content for files
  * of at most 1 MiB, else the first and last 64 KiB and the size).  Then
  * start the service thread and agree on the checkpoint format (the

@@ -302,6 +302,14 @@ dm_stop() {
 	dm_stop
 }
 
+@test "a Megatron save directory (tracker file, iter_N/) is refused with one line naming the way" {
+	SRC=$FLEXFS_SRC/tests/fixtures/megatron-tied/ckpt
+	spread_files 2
+	dm_fails 2 "tp=2"
+	[[ $(grep -c "is not entered with -o mpi: give its iter_N/ directory" "$DM_LOG") -eq 2 ]]
+	[[ $(grep -c "^flexfs: " "$DM_LOG") -eq 2 ]]
+}
+
 @test "a file held differently by two ranks fails every rank with one line" {
 	split 3 twice
 	local f
