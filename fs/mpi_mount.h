@@ -60,11 +60,11 @@ int flx_dm_agree(flx_dm *m, int rc, flx_error *err);
 /**
  * Collective: list dir's regular files (hidden ones too: DCP's .metadata;
  * in subdirectories too, named by relative path, at most 4 components
- * deep and 65536 files, symlinks never followed), exchange the lists, and check them as one: two holders of a
- * name must agree on size and identity hash (the whole content for files
- * of at most 1 MiB, else the first and last 64 KiB and the size).  Then
- * start the service thread and agree on the checkpoint format (the
- * sources' probes over the union of the ranks' file names).
+ * deep and 65536 files, symlinks never followed), exchange the lists, and check
+ * them as one: two holders of a name must agree on size and identity hash (the
+ * whole content for files of at most 1 MiB, else the first and last 64 KiB and
+ * the size).  Then start the service thread and agree on the checkpoint format
+ * (the sources' probes over the union of the ranks' file names).
  * @return 0, or -errno with the same one-line err on every rank.
  */
 int flx_dm_exchange(flx_dm *m, const char *dir, flx_error *err);
