@@ -338,10 +338,9 @@ static void files_free(dm_file *f, size_t n)
 
 /*
  * The files exchanged: regular files at most DEPTH_MAX components deep
- * (MindSpore's rank_N/, PaddleFormers' model_state/, a Megatron save
- * directory's iter_N/), FILES_MAX in all; symlinks and other types are
- * never followed or served.  A name, local or a peer's, is a plain
- * relative path (name_ok()).
+ * (MindSpore's rank_N/, PaddleFormers' model_state/), FILES_MAX in all;
+ * symlinks and other types are never followed or served.  A name, local or a
+ * peer's, is a plain relative path (name_ok()).
  */
 #define DEPTH_MAX 4
 #define FILES_MAX 65536
