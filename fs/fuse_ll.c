@@ -48,23 +48,24 @@
  * other files keep being served. */
 static void log_once(const flx_ll *ll, fuse_ino_t ino, const char *op, int rc)
 {
-	char path[1024];
+	char path[1024], why[256] = "";
 
 	if (!ll->logged || ino > flx_fs_inode_count(ll->fs) ||
 	    __atomic_exchange_n(&ll->logged[ino], 1, __ATOMIC_RELAXED))
 		return;
 	if (flx_fs_path(ll->fs, ino, path, sizeof(path)))
 		snprintf(path, sizeof(path), "inode %lu", (unsigned long)ino);
+	if (ll->why)
+		ll->why(ll->why_arg, why, sizeof(why));
+	if (!why[0])
+		snprintf(why, sizeof(why),
+			 "a backing file changed after mount?");
 	if (ll->foreground)
-		fprintf(stderr,
-			"flexfs: %s: %s failed: %s (a backing file "
-			"changed after mount?)\n",
-			path, op, strerror(rc));
+		fprintf(stderr, "flexfs: %s: %s failed: %s (%s)\n", path, op,
+			strerror(rc), why);
 	else
-		syslog(LOG_ERR,
-		       "flexfs: %s: %s failed: %s (a backing file changed "
-		       "after mount?)",
-		       path, op, strerror(rc));
+		syslog(LOG_ERR, "flexfs: %s: %s failed: %s (%s)", path, op,
+		       strerror(rc), why);
 }
 
 /* A warning: the mount goes on.  stderr with -f, else syslog. */

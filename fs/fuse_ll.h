@@ -37,6 +37,11 @@ typedef struct flx_ll {
 	 * the kernel could not mmap such files; read atomically. */
 	bool direct_io;
 	int init_patch; /* INIT reply to patch (see flx_ll_session_mounted) */
+	/* NULL, or: into buf (len bytes) the cause of the last failed read
+	 * when the mount knows it (the distributed mount: which rank, and
+	 * why), "" otherwise; called from any thread */
+	void (*why)(void *arg, char *buf, size_t len);
+	void *why_arg;
 } flx_ll;
 
 /**

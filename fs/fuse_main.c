@@ -138,6 +138,14 @@ static bool dmount_serving(void)
 	return !flx_dm_told(dmount);
 }
 
+/* A failed read's cause, for the EIO log line (flx_ll.why). */
+static void dmount_why(void *arg, char *buf, size_t len)
+{
+	(void)arg;
+	if (dmount)
+		flx_dm_why(dmount, buf, len);
+}
+
 /* FLEXFS_MPI_STATS=1 (benchmarks): the counters on stderr, one line. */
 static void dmount_end(void)
 {
@@ -189,6 +197,13 @@ static int dmount_exchange(const char *dir, flx_ckpt_opts *o, flx_error *err)
 static bool dmount_serving(void)
 {
 	return true;
+}
+
+static void dmount_why(void *arg, char *buf, size_t len)
+{
+	(void)arg;
+	if (len)
+		buf[0] = '\0';
 }
 
 static void dmount_end(void)
@@ -707,7 +722,8 @@ int main(int argc, char **argv)
 	ll = (flx_ll){.fs = st.fs,
 		      .foreground = fo.foreground,
 		      .direct_io = cl.mo.direct_io,
-		      .logged = calloc(flx_fs_inode_count(st.fs) + 1, 1)};
+		      .logged = calloc(flx_fs_inode_count(st.fs) + 1, 1),
+		      .why = dmount_why};
 	se = flx_ll_session_new(&args, &ll);
 	if (se == NULL)
 		goto err_out1;

@@ -10,8 +10,9 @@
  *
  *   request (req, TAG_REQ): u32 nspans, u32 reply tag, then per span
  *       u32 file id, u32 0, u64 offset, u64 length
- *   reply (rep, the request's tag): i32 status (0 or -errno), u32 0, then
- *       the spans' bytes in order (status 0 only)
+ *   reply (rep, the request's tag): i32 status (0 or -errno), u32 the
+ *       failed file's id + 1 (0: none or unknown), then the spans' bytes
+ *       in order (status 0 only)
  *   end (req, TAG_END): no payload
  *
  * Waits never block in MPI: they poll (MPI_Test, MPI_Iprobe) with a short
@@ -75,7 +76,10 @@ struct flx_dm {
 	atomic_bool ending;   /* the mount ends: reads fail at once */
 	atomic_bool told;     /* another rank said the mount ends */
 	atomic_bool any_dead; /* a rank stopped answering */
-	atomic_uchar *dead;   /* per rank */
+	atomic_uchar *dead;   /* per rank: 0 alive, else a DEAD_* reason */
+	/* per rank: answered a read with an error: the file's id + 1 it
+	 * named, UINT32_MAX when it named none; 0: never */
+	atomic_uint *refused;
 	atomic_uint next_tag;
 	int tag_ub;
 	flx_dm_stats st;    /* atomically updated fields */
@@ -83,6 +87,24 @@ struct flx_dm {
 	void (*on_end)(void *);
 	void *on_end_arg;
 };
+
+/* The cause of this thread's last backend read, when it failed (""
+ * after a success): the thread that reads is the one that logs the EIO,
+ * so that a cause is never given to another read's failure. */
+static _Thread_local char last_why[256];
+
+/* Why a rank is taken for dead (flx_dm.dead): it did not answer within
+ * the timeout, MPI reported its connection failed (it ended), or it
+ * stopped taking this rank's replies. */
+enum { DEAD_TIMEOUT = 1, DEAD_GONE, DEAD_NOREAD };
+
+static void mark_dead(flx_dm *m, int rank, unsigned char why)
+{
+	unsigned char alive = 0;
+
+	atomic_compare_exchange_strong(&m->dead[rank], &alive, why);
+	atomic_store(&m->any_dead, true);
+}
 
 /* ---- small helpers ---- */
 
@@ -226,7 +248,8 @@ int flx_dm_init(int *argc, char ***argv, unsigned timeout_s, flx_dm **out,
 	m->tag_ub = flag && ub && *ub > 100 ? *ub : 32767;
 	m->timeout_s = timeout_s ? timeout_s : DEFAULT_TIMEOUT_S;
 	m->dead = calloc((size_t)m->size, sizeof(*m->dead));
-	if (!m->dead) {
+	m->refused = calloc((size_t)m->size, sizeof(*m->refused));
+	if (!m->dead || !m->refused) {
 		flx_dm_end(m);
 		return flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
 	}
@@ -313,61 +336,137 @@ static void files_free(dm_file *f, size_t n)
 	free(f);
 }
 
-/* dir's regular top-level files, opened, with their identity. */
-static int list_local(const char *dir, dm_file **out, size_t *nout,
-		      flx_error *err)
+/*
+ * The files exchanged: regular files at most DEPTH_MAX components deep
+ * (MindSpore's rank_N/, PaddleFormers' model_state/), FILES_MAX in all;
+ * symlinks and other types are never followed or served.  A name, local or a
+ * peer's, is a plain relative path (name_ok()).
+ */
+#define DEPTH_MAX 4
+#define FILES_MAX 65536
+
+/* A plain relative path of at most DEPTH_MAX components: not empty, no
+ * empty, "." or ".." component, shorter than NAME_MAX_WIRE; k bytes. */
+static bool name_ok(const char *p, size_t k)
 {
-	DIR *d = opendir(dir);
-	dm_file *f = NULL;
-	size_t n = 0, cap = 0;
+	unsigned depth = 0;
+
+	if (!k || k >= NAME_MAX_WIRE || memchr(p, '\0', k))
+		return false;
+	for (size_t at = 0; at <= k;) {
+		const char *e = memchr(p + at, '/', k - at);
+		size_t n = e ? (size_t)(e - (p + at)) : k - at;
+
+		if (!n || (n == 1 && p[at] == '.') ||
+		    (n == 2 && p[at] == '.' && p[at + 1] == '.') ||
+		    ++depth > DEPTH_MAX)
+			return false;
+		at += n + 1;
+	}
+	return true;
+}
+
+typedef struct lister {
+	dm_file *f;
+	size_t n, cap;
+	flx_error *err;
+	const char *dir;
+} lister;
+
+/* Add regular file fd (prefix + name) to the list; takes fd. */
+static int list_add(lister *l, int fd, const struct stat *st, const char *rel)
+{
+	dm_file *x;
+	int rc;
+
+	if (l->n == FILES_MAX) {
+		close(fd);
+		return flx_error_set(l->err, -E2BIG, l->dir, NULL,
+				     "more than %d files to exchange",
+				     FILES_MAX);
+	}
+	if (flx_grow((void **)&l->f, &l->cap, l->n + 1, sizeof(*l->f))) {
+		close(fd);
+		return -ENOMEM;
+	}
+	x = &l->f[l->n++];
+	memset(x, 0, sizeof(*x));
+	x->fd = fd;
+	x->st = *st;
+	x->size = (uint64_t)st->st_size;
+	x->mtime_ns =
+	    (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
+	x->name = strdup(rel);
+	if (!x->name)
+		return -ENOMEM;
+	rc = file_hash(fd, x->size, &x->hash);
+	if (rc)
+		flx_error_set(l->err, rc, l->dir, rel, "cannot read: %s",
+			      strerror(-rc));
+	return rc;
+}
+
+/* The entries of directory dfd (owned: closed here), prefix its relative
+ * path ("" or "rank_0/"), depth its components. */
+static int list_dir(lister *l, int dfd, const char *prefix, unsigned depth)
+{
+	DIR *d = fdopendir(dfd);
 	struct dirent *de;
 	int rc = 0;
 
-	if (!d)
-		return flx_error_set(err, -errno, dir, NULL,
-				     "cannot open checkpoint directory: %s",
-				     strerror(errno));
+	if (!d) {
+		rc = -errno;
+		close(dfd);
+		return flx_error_set(l->err, rc, l->dir, prefix,
+				     "cannot list: %s", strerror(-rc));
+	}
 	while (!rc && (de = readdir(d))) {
+		char rel[NAME_MAX_WIRE];
 		struct stat st;
-		int fd;
+		int fd, n;
 
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-		    strlen(de->d_name) >= NAME_MAX_WIRE)
-			continue;
+		n = snprintf(rel, sizeof(rel), "%s%s", prefix, de->d_name);
+		if (n < 0 || !name_ok(rel, (size_t)n))
+			continue; /* ".", "..", too long or too deep */
 		fd = openat(dirfd(d), de->d_name,
 			    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 		if (fd < 0)
 			continue; /* a symlink, a socket: not served */
-		if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		if (fstat(fd, &st)) {
 			close(fd);
-			continue;
-		}
-		if (flx_grow((void **)&f, &cap, n + 1, sizeof(*f))) {
+		} else if (S_ISREG(st.st_mode)) {
+			rc = list_add(l, fd, &st, rel);
+		} else if (S_ISDIR(st.st_mode) && depth + 1 < DEPTH_MAX &&
+			   (size_t)n + 1 < sizeof(rel)) {
+			rel[n] = '/';
+			rel[n + 1] = '\0';
+			rc = list_dir(l, fd, rel, depth + 1);
+		} else {
 			close(fd);
-			rc = -ENOMEM;
-			break;
 		}
-		memset(&f[n], 0, sizeof(f[n]));
-		f[n].fd = fd;
-		f[n].st = st;
-		f[n].size = (uint64_t)st.st_size;
-		f[n].mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 +
-				st.st_mtim.tv_nsec;
-		f[n].name = strdup(de->d_name);
-		n++;
-		if (!f[n - 1].name)
-			rc = -ENOMEM;
-		else if ((rc = file_hash(fd, f[n - 1].size, &f[n - 1].hash)))
-			flx_error_set(err, rc, dir, de->d_name,
-				      "cannot read: %s", strerror(-rc));
 	}
 	closedir(d);
+	return rc;
+}
+
+/* dir's regular files (see DEPTH_MAX), opened, with their identity. */
+static int list_local(const char *dir, dm_file **out, size_t *nout,
+		      flx_error *err)
+{
+	lister l = {.err = err, .dir = dir};
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc;
+
+	if (dfd < 0)
+		return flx_error_set(err, -errno, dir, NULL,
+				     "cannot open checkpoint directory: %s",
+				     strerror(errno));
+	rc = list_dir(&l, dfd, "", 0);
 	if (rc) {
-		files_free(f, n);
+		files_free(l.f, l.n);
 		return flx_error_default(err, rc, dir);
 	}
-	*out = f;
-	*nout = n;
+	*out = l.f;
+	*nout = l.n;
 	return 0;
 }
 
@@ -436,8 +535,14 @@ static int unpack_all(const unsigned char *all, const int *lens,
 		const unsigned char *p = all + offs[r], *end = p + lens[r];
 
 		while (p < end) {
-			uint32_t k = get32(p);
+			uint32_t k = end - p >= 4 ? get32(p) : 0;
 
+			/* a peer's names are checked as this rank's are */
+			if (end - p < 28 || k > (size_t)(end - p) - 28 ||
+			    !name_ok((const char *)p + 4, k)) {
+				free(e);
+				return -EPROTO;
+			}
 			if (flx_grow((void **)&e, &cap, n + 1, sizeof(*e))) {
 				free(e);
 				return -ENOMEM;
@@ -549,6 +654,9 @@ static int gather(flx_dm *m, dm_file *local, size_t nlocal, flx_error *err)
 		rc = -EIO;
 	if (!rc)
 		rc = unpack_all(all, lens, offs, m->size, m->rank, &e, &ne);
+	if (rc == -EPROTO)
+		flx_error_set(err, rc, NULL, "mpi",
+			      "a rank sent an invalid list of files");
 	rc = flx_dm_agree(m, rc, err);
 	if (!rc)
 		rc = merge(m, local, e, ne, err);
@@ -610,12 +718,45 @@ static int broadcast(flx_dm *m, flx_error *err)
 	return 0;
 }
 
+/* Create n (a name_ok() path) as an empty file under dfd, its
+ * directories too; failures only make the probe see less. */
+static void probe_touch(int dfd, const char *n)
+{
+	char path[NAME_MAX_WIRE];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s", n);
+	for (char *sl = strchr(path, '/'); sl; sl = strchr(sl + 1, '/')) {
+		*sl = '\0';
+		(void)mkdirat(dfd, path, 0700);
+		*sl = '/';
+	}
+	fd = openat(dfd, path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+}
+
+/* Remove what probe_touch(dfd, n) made (a directory once empty). */
+static void probe_untouch(int dfd, const char *n)
+{
+	char path[NAME_MAX_WIRE];
+	char *sl;
+
+	snprintf(path, sizeof(path), "%s", n);
+	unlinkat(dfd, path, 0);
+	while ((sl = strrchr(path, '/'))) {
+		*sl = '\0';
+		unlinkat(dfd, path, AT_REMOVEDIR);
+	}
+}
+
 /*
  * The checkpoint's format: what the sources' probes say of the union of
  * the ranks' files, where one rank may hold .metadata and another
- * metadata.json (Megatron's).  Probes look at names, never at payloads
- * (resolver/source.h), so rank 0 probes a private directory of empty files
- * of those names and broadcasts the answer.
+ * metadata.json (Megatron's), or rank_0/ and another rank_1/ (MindSpore).
+ * Probes look at names, never at payloads (resolver/source.h), so rank 0
+ * probes a private directory of empty files of those names and broadcasts
+ * the answer.
  */
 static int probe_union(const flx_dm *m, char *format, size_t len)
 {
@@ -626,30 +767,28 @@ static int probe_union(const flx_dm *m, char *format, size_t len)
 	if (!dir)
 		return -errno;
 	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	for (size_t i = 0; dfd >= 0 && i < m->nfiles; i++) {
-		const char *n = m->files[i].name;
-		int fd;
-
-		/* a peer's name is a plain entry name, or nothing here */
-		if (strchr(n, '/') || !strcmp(n, ".") || !strcmp(n, ".."))
-			continue;
-		fd = openat(dfd, n, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-			    0600);
-
-		if (fd >= 0)
-			close(fd);
-	}
+	/* names are name_ok(): plain, below the directory */
+	for (size_t i = 0; dfd >= 0 && i < m->nfiles; i++)
+		probe_touch(dfd, m->files[i].name);
 	if (dfd >= 0 && flx_ckpt_probe(dir, &fmt) == 0) {
 		snprintf(format, len, "%s", fmt);
 		rc = 0;
 	}
 	for (size_t i = 0; dfd >= 0 && i < m->nfiles; i++)
-		if (!strchr(m->files[i].name, '/'))
-			unlinkat(dfd, m->files[i].name, 0);
+		probe_untouch(dfd, m->files[i].name);
 	if (dfd >= 0)
 		close(dfd);
 	rmdir(dir);
 	return rc;
+}
+
+/* Whether any rank holds files in subdirectories. */
+static bool any_subdir(const flx_dm *m)
+{
+	for (size_t i = 0; i < m->nfiles; i++)
+		if (strchr(m->files[i].name, '/'))
+			return true;
+	return false;
 }
 
 static int agree_format(flx_dm *m, flx_error *err)
@@ -667,7 +806,13 @@ static int agree_format(flx_dm *m, flx_error *err)
 	if (!fmt[0])
 		return flx_error_set(err, -ENOENT, NULL, NULL,
 				     "no rank's directory holds a "
-				     "checkpoint's metadata (.metadata)");
+				     "checkpoint's metadata (.metadata)%s",
+				     any_subdir(m) ? "; a save directory "
+						     "(Megatron's tracker "
+						     "file) is not entered "
+						     "with -o mpi: give its "
+						     "iter_N/ directory"
+						   : "");
 	return 0;
 }
 
@@ -758,7 +903,7 @@ static bool unchanged(const dm_file *f)
 /* The reply's bytes for request q (count bytes): status 0 and the data,
  * or a status alone. */
 static int serve_spans(flx_dm *m, const unsigned char *q, int count,
-		       unsigned char **reply, size_t *rlen)
+		       unsigned char **reply, size_t *rlen, uint32_t *bad)
 {
 	uint32_t ns = count >= 8 ? get32(q) : 0;
 	uint64_t total = 0;
@@ -793,6 +938,8 @@ static int serve_spans(flx_dm *m, const unsigned char *q, int count,
 		rc = unchanged(f)
 			 ? flx_pread_full(f->fd, out + at, len, get64(s + 8))
 			 : -ESTALE;
+		if (rc)
+			*bad = get32(s) + 1;
 		at += len;
 	}
 	if (rc) {
@@ -828,7 +975,7 @@ static void serve(flx_dm *m, const MPI_Status *st)
 	unsigned char *q = NULL, *reply = NULL, small[8];
 	size_t rlen = sizeof(small);
 	int count = 0, src = st->MPI_SOURCE, rc;
-	uint32_t tag;
+	uint32_t tag, bad = 0;
 	MPI_Request sreq;
 
 	MPI_Get_count(st, MPI_BYTE, &count);
@@ -839,7 +986,7 @@ static void serve(flx_dm *m, const MPI_Status *st)
 		return; /* the asker times out */
 	}
 	tag = count >= 8 ? get32(q + 4) : 0;
-	rc = serve_spans(m, q, count, &reply, &rlen);
+	rc = serve_spans(m, q, count, &reply, &rlen, &bad);
 	free(q);
 	if (!tag || tag > (uint32_t)m->tag_ub || m->dead[src]) {
 		free(reply);
@@ -847,7 +994,7 @@ static void serve(flx_dm *m, const MPI_Status *st)
 	}
 	if (rc) {
 		put32(small, (uint32_t)rc);
-		put32(small + 4, 0);
+		put32(small + 4, bad);
 		rlen = sizeof(small);
 	}
 	__atomic_add_fetch(&m->st.served, 1, __ATOMIC_RELAXED);
@@ -862,8 +1009,7 @@ static void serve(flx_dm *m, const MPI_Status *st)
 	if (wait_until(&sreq, now_ns() + (int64_t)m->timeout_s * 500000000)) {
 		/* the asker is gone: its send stays pending, and so does its
 		 * buffer (leaked: freeing it under MPI would be worse) */
-		m->dead[src] = 1;
-		atomic_store(&m->any_dead, true);
+		mark_dead(m, src, DEAD_NOREAD);
 		return;
 	}
 	free(reply);
@@ -1039,6 +1185,14 @@ static void abandon(request *q)
 	}
 }
 
+/* What a refused reply names: the file's id + 1, or UINT32_MAX. */
+static uint32_t refused_file(const flx_dm *m, const request *q, int count)
+{
+	uint32_t bad = count >= 8 ? get32(q->reply + 4) : 0;
+
+	return bad && bad <= m->nfiles ? bad : UINT32_MAX;
+}
+
 /* Scatter q's reply into its pieces: 0, or its status. */
 static int scatter(request *q, piece *p, int count)
 {
@@ -1083,6 +1237,7 @@ static int run(flx_dm *m, request *qs, size_t nq, piece *p)
 				continue;
 			if (MPI_Test(&q->rreq, &done, &st) != MPI_SUCCESS) {
 				done = 0;
+				mark_dead(m, q->holder, DEAD_GONE);
 				abandon(q);
 				left--;
 				continue;
@@ -1093,8 +1248,9 @@ static int run(flx_dm *m, request *qs, size_t nq, piece *p)
 			left--;
 			progress = true;
 			MPI_Get_count(&st, MPI_BYTE, &count);
-			if (count >= 8)
-				(void)scatter(q, p, count);
+			if (count < 8 || scatter(q, p, count))
+				atomic_store(&m->refused[q->holder],
+					     refused_file(m, q, count));
 		}
 		if (!left)
 			break;
@@ -1102,10 +1258,9 @@ static int run(flx_dm *m, request *qs, size_t nq, piece *p)
 			break;
 		if (now_ns() > deadline) {
 			for (size_t i = 0; i < nq; i++)
-				if (qs[i].got) {
-					m->dead[qs[i].holder] = 1;
-					atomic_store(&m->any_dead, true);
-				}
+				if (qs[i].got)
+					mark_dead(m, qs[i].holder,
+						  DEAD_TIMEOUT);
 			break;
 		}
 		if (progress)
@@ -1180,6 +1335,51 @@ static int round_trip(flx_dm *m, piece *p, size_t n)
 	return rc;
 }
 
+/* Say in last_why what the first piece not read was waiting for: the
+ * mount ending, or each of its holders' state. */
+static void note_why(flx_dm *m, const piece *p, size_t n)
+{
+	static const char *const dead[] = {
+	    [DEAD_TIMEOUT] = "timed out (no reply within mpi_timeout)",
+	    [DEAD_GONE] = "rank ended or unreachable (MPI error)",
+	    [DEAD_NOREAD] = "rank stopped taking replies"};
+	const size_t cap = sizeof(last_why);
+	const dm_file *f = NULL;
+	size_t at = 0;
+
+	for (size_t i = 0; i < n && !f; i++)
+		if (!p[i].done)
+			f = &m->files[p[i].file];
+	if (atomic_load(&m->ending) || !f) {
+		snprintf(last_why, cap, "%s",
+			 f ? "the distributed mount is ending"
+			   : "a request failed in MPI");
+		return;
+	}
+	for (int k = 0; k < f->nholders && at < cap; k++) {
+		int h = f->holders[k];
+		unsigned char d = atomic_load(&m->dead[h]);
+		uint32_t bad = atomic_load(&m->refused[h]);
+		const char *name = f->name;
+
+		if (!d && bad && bad != UINT32_MAX)
+			name = m->files[bad - 1].name;
+		at += (size_t)snprintf(
+		    last_why + at, cap - at, "%srank %d: %s: %s", k ? "; " : "",
+		    h, name,
+		    d	  ? dead[d]
+		    : bad ? "could not read its copy (changed after the start?)"
+			  : "no reply");
+	}
+}
+
+void flx_dm_why(const flx_dm *m, char *buf, size_t len)
+{
+	(void)m;
+	if (len)
+		snprintf(buf, len, "%s", last_why);
+}
+
 static int be_read(void *ctx, const flx_file_span *s, size_t n)
 {
 	flx_dm *m = ctx;
@@ -1233,6 +1433,10 @@ static int be_read(void *ctx, const flx_file_span *s, size_t n)
 	/* never success with a piece unread */
 	if (!rc && !all)
 		rc = -EIO;
+	if (rc)
+		note_why(m, p, np);
+	else
+		last_why[0] = '\0';
 	free(p);
 	return rc;
 }
@@ -1268,6 +1472,7 @@ void flx_dm_end(flx_dm *m)
 	if (!atomic_load(&m->any_dead))
 		MPI_Finalize();
 	free(m->dead);
+	free(m->refused);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
 }

@@ -58,12 +58,13 @@ int flx_dm_subst(const char *s, int rank, char **out);
 int flx_dm_agree(flx_dm *m, int rc, flx_error *err);
 
 /**
- * Collective: list dir's regular top-level files (hidden ones too: DCP's
- * .metadata), exchange the lists, and check them as one: two holders of a
- * name must agree on size and identity hash (the whole content for files
- * of at most 1 MiB, else the first and last 64 KiB and the size).  Then
- * start the service thread and agree on the checkpoint format (the
- * sources' probes over the union of the ranks' file names).
+ * Collective: list dir's regular files (hidden ones too: DCP's .metadata;
+ * in subdirectories too, named by relative path, at most 4 components
+ * deep and 65536 files, symlinks never followed), exchange the lists, and check
+ * them as one: two holders of a name must agree on size and identity hash (the
+ * whole content for files of at most 1 MiB, else the first and last 64 KiB and
+ * the size).  Then start the service thread and agree on the checkpoint format
+ * (the sources' probes over the union of the ranks' file names).
  * @return 0, or -errno with the same one-line err on every rank.
  */
 int flx_dm_exchange(flx_dm *m, const char *dir, flx_error *err);
@@ -88,6 +89,15 @@ const char *flx_dm_format(const flx_dm *m);
 
 /** The backend of the other ranks' files (after exchange); m owns it. */
 const flx_file_backend *flx_dm_backend(flx_dm *m);
+
+/**
+ * Into buf (len bytes, NUL-terminated) why the calling thread's last read
+ * of other ranks' bytes failed: the file and each holder's state ("rank
+ * 1: timed out (no reply within mpi_timeout)", "rank ended or unreachable
+ * (MPI error)", "could not read its copy"), or "" when it succeeded or
+ * there was none.  Thread-safe (per thread).
+ */
+void flx_dm_why(const flx_dm *m, char *buf, size_t len);
 
 /**
  * What the service thread calls (once, on its thread) when another rank

@@ -1166,6 +1166,13 @@ bool flx_build_remote(const flx_build *b, const char *relpath)
 	return be && be->lookup(be->ctx, relpath, &id, &size, &mtime_ns) == 0;
 }
 
+const char *flx_build_remote_name(const flx_build *b, uint32_t id)
+{
+	const flx_file_backend *be = b->c->backend;
+
+	return be ? be->name(be->ctx, id) : NULL;
+}
+
 int flx_build_data_file(flx_build *b, const char *relpath,
 			const flx_file_ref *ref, uint32_t *idx)
 {

@@ -149,6 +149,12 @@ int flx_build_data_file(flx_build *b, const char *relpath,
  * it as a remote file.  Thread-safe. */
 bool flx_build_remote(const flx_build *b, const char *relpath);
 
+/** The relpath of the index's file backend's file id (0, 1, ...: every
+ * file any node holds, this one's too), or NULL past the last or without
+ * a backend: a source that picks its files by listing the directory
+ * lists these too.  Valid for the life of the backend.  Thread-safe. */
+const char *flx_build_remote_name(const flx_build *b, uint32_t id);
+
 /**
  * Record fd, a memory file (memfd) the source filled with bytes it decoded
  * at mount, as a data file named name (for messages; never looked up or

@@ -110,6 +110,12 @@ static bool exists(int dirfd, const char *name)
 	       errno != ENOENT;
 }
 
+/* Whether the checkpoint has name: here, or on another node (-o mpi). */
+static bool has(const flx_build *b, int dirfd, const char *name)
+{
+	return exists(dirfd, name) || flx_build_remote(b, name);
+}
+
 static int probe(int dirfd, bool *yes)
 {
 	*yes = exists(dirfd, SINGLE_NAME) || exists(dirfd, INDEX_NAME);
@@ -540,13 +546,13 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	int rc = 0;
 
 	(void)o;
-	if (exists(dirfd, SINGLE_NAME) && exists(dirfd, INDEX_NAME)) {
+	if (has(b, dirfd, SINGLE_NAME) && has(b, dirfd, INDEX_NAME)) {
 		rc = flx_error_set(err, -EINVAL, INDEX_NAME, NULL,
 				   "beside " SINGLE_NAME
 				   ": which one is the checkpoint?");
 		goto out;
 	}
-	if (exists(dirfd, INDEX_NAME)) {
+	if (has(b, dirfd, INDEX_NAME)) {
 		rc = load_index(&h);
 	} else {
 		h.sh = calloc(1, sizeof(*h.sh));

@@ -277,6 +277,101 @@ static int scan_dir(loader *L, int dirfd)
 	return 0;
 }
 
+/* Whether a is the better data file of a rank directory than b: a .ckpt
+ * over a .safetensors, else the last by name (pick_in_dir()'s rule). */
+static bool better_in_dir(const char *a, const char *b)
+{
+	bool ca = ends_with(a, ".ckpt"), cb = ends_with(b, ".ckpt");
+
+	return ca != cb ? ca : strcmp(a, b) > 0;
+}
+
+/* "rank_<N>/<data file>" (no further '/', no hidden file): N. */
+static bool rank_dir_file(const char *n, uint32_t *r)
+{
+	const char *sl = strchr(n, '/');
+	char dir[32];
+
+	if (!sl || (size_t)(sl - n) >= sizeof(dir) || strchr(sl + 1, '/') ||
+	    sl[1] == '.' || !is_data_name(sl + 1))
+		return false;
+	memcpy(dir, n, (size_t)(sl - n));
+	dir[sl - n] = '\0';
+	return is_rank_dir(dir, r);
+}
+
+/*
+ * scan_dir() over the names of every node's files (-o mpi:
+ * flx_build_remote_name(), this node's own included), where rank_0/ may be
+ * on one node and rank_1/ on another: the same choices by the same rules.
+ */
+static int scan_names(loader *L)
+{
+	const char *n;
+	char *single = NULL;
+	int rc = 0;
+
+	/* rank directories first: each one's best file */
+	for (uint32_t i = 0; !rc && (n = flx_build_remote_name(L->b, i)); i++) {
+		uint32_t r;
+		size_t k;
+
+		if (!rank_dir_file(n, &r))
+			continue;
+		for (k = 0; k < L->nrf && L->rf[k].rank != r; k++)
+			;
+		if (k < L->nrf) {
+			char *x;
+
+			if (!better_in_dir(strchr(n, '/') + 1,
+					   strchr(L->rf[k].relpath, '/') + 1))
+				continue;
+			if (!(x = strdup(n))) {
+				rc = -ENOMEM;
+				break;
+			}
+			free(L->rf[k].relpath);
+			L->rf[k].relpath = x;
+		} else {
+			char *x = strdup(n);
+
+			rc = x ? add_rankfile(L, r, x) : -ENOMEM;
+		}
+	}
+	/* then flat files, as scan_dir() takes them */
+	for (uint32_t i = 0; !rc && (n = flx_build_remote_name(L->b, i)); i++) {
+		uint32_t r;
+		char *rel;
+
+		if (n[0] == '.' || strchr(n, '/') || !is_data_name(n))
+			continue;
+		if (!(rel = strdup(n)))
+			rc = -ENOMEM;
+		else if (flat_rank(n, &r))
+			rc = add_rankfile(L, r, rel);
+		else if (!single || strcmp(rel, single) > 0) {
+			free(single);
+			single = rel;
+		} else {
+			free(rel);
+		}
+	}
+	if (!rc && L->nrf == 0 && single) {
+		rc = add_rankfile(L, 0, single);
+		single = NULL;
+	}
+	free(single);
+	if (rc)
+		return flx_error_set(L->err, rc, NULL, NULL,
+				     "cannot list the rank directories: %s",
+				     strerror(-rc));
+	if (L->nrf == 0)
+		return flx_error_set(L->err, -ENOENT, "rank_<N>/*.ckpt", NULL,
+				     "no MindSpore checkpoint files");
+	qsort(L->rf, L->nrf, sizeof(*L->rf), cmp_rankfile);
+	return 0;
+}
+
 static int probe(int dirfd, bool *yes)
 {
 	loader L = {0};
@@ -296,9 +391,12 @@ static int probe(int dirfd, bool *yes)
 
 /* ---- .ckpt records ---- */
 
-/* A pread window over a file: bytes are fetched WINDOW at a time. */
+/* A window over file idx of the index, read through the file table (a
+ * file another node holds too, -o mpi): bytes are fetched WINDOW at a
+ * time. */
 typedef struct frd {
-	int fd;
+	const flx_ckpt *c;
+	uint32_t idx;
 	uint64_t size, base;
 	size_t n;
 	uint8_t buf[WINDOW];
@@ -314,13 +412,11 @@ static int frd_byte(frd *r, uint64_t pos, uint64_t end, uint8_t *b)
 		size_t want = WINDOW;
 		if (want > r->size - pos)
 			want = (size_t)(r->size - pos);
-		ssize_t k = pread(r->fd, r->buf, want, (off_t)pos);
-		if (k < 0)
-			return -errno;
-		if (k == 0)
-			return -EIO;
+		int rc = flx_file_pread(r->c, r->idx, r->buf, want, pos);
+		if (rc)
+			return rc;
 		r->base = pos;
-		r->n = (size_t)k;
+		r->n = want;
 	}
 	*b = r->buf[pos - r->base];
 	return 0;
@@ -580,14 +676,14 @@ static int check_crc(loader *L, const char *file, frd *r, uint64_t end,
 		size_t n = WINDOW;
 		if (n > end - pos)
 			n = (size_t)(end - pos);
-		ssize_t k = pread(r->fd, r->buf, n, (off_t)pos);
-		if (k <= 0)
-			return flx_error_set(L->err, k < 0 ? -errno : -EIO,
-					     file, NULL, "cannot read");
+		int rc = flx_file_pread(r->c, r->idx, r->buf, n, pos);
+		if (rc)
+			return flx_error_set(L->err, rc, file, NULL,
+					     "cannot read");
 		r->base = pos;
-		r->n = (size_t)k;
-		crc = flx_crc32(crc, r->buf, (size_t)k);
-		pos += (uint64_t)k;
+		r->n = n;
+		crc = flx_crc32(crc, r->buf, n);
+		pos += n;
 	}
 	if (want != crc)
 		return flx_error_set(L->err, -EINVAL, file, "crc_num",
@@ -597,8 +693,7 @@ static int check_crc(loader *L, const char *file, frd *r, uint64_t end,
 	return 0;
 }
 
-static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, int fd,
-		     const char *file)
+static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, const char *file)
 {
 	frd *r = malloc(sizeof(*r));
 	record *rec = malloc(sizeof(*rec));
@@ -612,7 +707,8 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, int fd,
 		rc = -ENOMEM;
 		goto out;
 	}
-	r->fd = fd;
+	r->c = L->c;
+	r->idx = idx;
 	r->size = end = L->c->files[idx].size;
 	r->base = r->n = 0;
 	if (end >= 4) {
@@ -795,7 +891,7 @@ static int st_entry(loader *L, const char *file, uint32_t rank, uint32_t idx,
 	return 0;
 }
 
-static int load_safetensors(loader *L, uint32_t rank, uint32_t idx, int fd,
+static int load_safetensors(loader *L, uint32_t rank, uint32_t idx,
 			    const char *file)
 {
 	uint64_t size = L->c->files[idx].size, n = 0;
@@ -806,7 +902,7 @@ static int load_safetensors(loader *L, uint32_t rank, uint32_t idx, int fd,
 	const char *k;
 	int rc = 0;
 
-	if (size < 8 || pread(fd, h8, 8, 0) != 8)
+	if (size < 8 || flx_file_pread(L->c, idx, h8, 8, 0))
 		return flx_error_set(L->err, -EINVAL, file, NULL,
 				     "too short for a safetensors header");
 	for (int i = 7; i >= 0; i--)
@@ -818,7 +914,7 @@ static int load_safetensors(loader *L, uint32_t rank, uint32_t idx, int fd,
 				     (unsigned long long)n);
 	if (!(buf = malloc(n + 1)))
 		return -ENOMEM;
-	if (pread(fd, buf, n, 8) != (ssize_t)n) {
+	if (flx_file_pread(L->c, idx, buf, n, 8)) {
 		rc = flx_error_set(L->err, -EIO, file, NULL, "cannot read");
 		goto out;
 	}
@@ -1300,21 +1396,17 @@ static int load_rank(loader *L, const rankfile *rf)
 {
 	flx_file_ref ref = {.from = "rank directory", .field = "file"};
 	uint32_t idx;
-	int fd, rc;
+	int rc;
 
 	rc = flx_build_data_file(L->b, rf->relpath, &ref, &idx);
 	if (rc)
 		return rc;
-	if ((rc = flx_file_acquire(L->c, idx, &fd)))
-		return flx_error_set(L->err, rc, rf->relpath, NULL,
-				     "cannot open: %s", strerror(-rc));
 	if (ends_with(rf->relpath, ".safetensors")) {
 		L->safetensors = true;
-		rc = load_safetensors(L, rf->rank, idx, fd, rf->relpath);
+		rc = load_safetensors(L, rf->rank, idx, rf->relpath);
 	} else {
-		rc = load_ckpt(L, rf->rank, idx, fd, rf->relpath);
+		rc = load_ckpt(L, rf->rank, idx, rf->relpath);
 	}
-	flx_file_release(L->c, idx);
 	return rc;
 }
 
@@ -1323,7 +1415,8 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	loader L = {.b = b, .c = flx_build_ckpt(b), .err = err};
 	int rc;
 
-	rc = scan_dir(&L, flx_build_dirfd(b));
+	rc = flx_build_remote_name(b, 0) ? scan_names(&L)
+					 : scan_dir(&L, flx_build_dirfd(b));
 	/* without a layout, ranks' equal dims would pass for replicas even
 	 * when they are slices: serving one as the whole would be wrong */
 	if (!rc && !o->ms_strategy && L.nrf > 1)

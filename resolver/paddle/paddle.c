@@ -210,6 +210,23 @@ typedef struct ids {
 	uint64_t max_meta, max_data;
 } ids;
 
+static void note_id(ids *out, const char *name, uint64_t want)
+{
+	uint64_t id;
+
+	if (is_metadata_name(name, &id)) {
+		if (!out->any_meta || id > out->max_meta)
+			out->max_meta = id;
+		out->any_meta = true;
+		if (id == want)
+			out->has_want = true;
+	} else if (is_distcp_name(name, &id)) {
+		if (!out->any_data || id > out->max_data)
+			out->max_data = id;
+		out->any_data = true;
+	}
+}
+
 static int scan_ids(int dirfd, uint64_t want, ids *out)
 {
 	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -226,23 +243,24 @@ static int scan_ids(int dirfd, uint64_t want, ids *out)
 		close(fd);
 		return rc;
 	}
-	while ((e = readdir(d))) {
-		uint64_t id;
-
-		if (is_metadata_name(e->d_name, &id)) {
-			if (!out->any_meta || id > out->max_meta)
-				out->max_meta = id;
-			out->any_meta = true;
-			if (id == want)
-				out->has_want = true;
-		} else if (is_distcp_name(e->d_name, &id)) {
-			if (!out->any_data || id > out->max_data)
-				out->max_data = id;
-			out->any_data = true;
-		}
-	}
+	while ((e = readdir(d)))
+		note_id(out, e->d_name, want);
 	closedir(d);
 	return 0;
+}
+
+/* Add to *out the files of the part prefix ("" or "model_state/") that
+ * other nodes hold (-o mpi: flx_build_remote_name()), so that every node
+ * picks the same id whatever it holds itself. */
+static void scan_remote(const flx_build *b, const char *prefix, uint64_t want,
+			ids *out)
+{
+	size_t pl = strlen(prefix);
+	const char *n;
+
+	for (uint32_t i = 0; (n = flx_build_remote_name(b, i)); i++)
+		if (!strncmp(n, prefix, pl) && !strchr(n + pl, '/'))
+			note_id(out, n + pl, want);
 }
 
 /* The subdirectory name of dirfd (no symlink), or -1 with errno. */
@@ -250,6 +268,18 @@ static int open_part(int dirfd, const char *name)
 {
 	return openat(dirfd, name,
 		      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+/* Whether another node (-o mpi) holds files of the part directory name. */
+static bool remote_part(const flx_build *b, const char *name)
+{
+	size_t n = strlen(name);
+	const char *r;
+
+	for (uint32_t i = 0; (r = flx_build_remote_name(b, i)); i++)
+		if (!strncmp(r, name, n) && r[n] == '/')
+			return true;
+	return false;
 }
 
 /* A directory with a "{id}.metadata", or a PaddleFormers checkpoint-N/
@@ -283,14 +313,19 @@ static int pick_id(loader *L, const flx_ckpt_opts *o)
 		snprintf(part, sizeof(part), "%.*s", (int)strlen(L->prefix) - 1,
 			 L->prefix);
 		dirfd = open_part(dirfd, part);
-		if (dirfd < 0)
+		if (dirfd < 0 && !(errno == ENOENT && remote_part(L->b, part)))
 			return flx_error_set(L->err, -errno, part, NULL,
 					     "cannot open the directory: %s",
 					     strerror(errno));
 	}
-	rc = scan_ids(dirfd, o->paddle_id, &s);
-	if (*L->prefix)
+	/* a part only other nodes hold (-o mpi) has no local entries */
+	rc = dirfd < 0 ? 0 : scan_ids(dirfd, o->paddle_id, &s);
+	if (dirfd < 0)
+		memset(&s, 0, sizeof(s));
+	if (*L->prefix && dirfd >= 0)
 		close(dirfd);
+	if (!rc)
+		scan_remote(L->b, L->prefix, o->paddle_id, &s);
 
 	if (rc)
 		return flx_error_set(L->err, rc, NULL, NULL,
@@ -947,18 +982,25 @@ static int read_distcp(loader *L, pfile *pf, const bool *want)
 	static const flx_pickle_limits lim = {.max_str = 64 * 1024};
 	const flx_file *f = &L->c->files[pf->idx];
 	flx_fd_reader ctx;
+	flx_file_reader rctx;
 	flx_reader r;
 	flx_pickle *pk = NULL;
 	const flx_pv *root;
 	unsigned char magic = 0;
 	size_t n = 0;
-	int fd, rc;
+	int fd = -1, rc;
 
-	rc = flx_file_acquire(L->c, pf->idx, &fd);
-	if (rc)
-		return flx_error_set(L->err, rc, pf->relpath, NULL,
-				     "cannot open: %s", strerror(-rc));
-	flx_reader_fd(&r, &ctx, fd, 0, f->size);
+	/* a file another node holds (-o mpi) has no descriptor: its bytes
+	 * come through the file table's backend */
+	if (flx_file_is_remote(L->c, pf->idx)) {
+		flx_reader_file(&r, &rctx, L->c, pf->idx, 0, f->size);
+	} else {
+		rc = flx_file_acquire(L->c, pf->idx, &fd);
+		if (rc)
+			return flx_error_set(L->err, rc, pf->relpath, NULL,
+					     "cannot open: %s", strerror(-rc));
+		flx_reader_fd(&r, &ctx, fd, 0, f->size);
+	}
 	if (f->size < 2 || flx_read_at(&r, &magic, 1, 0) || magic != 0x80) {
 		rc = flx_error_set(L->err, -EINVAL, pf->relpath, NULL,
 				   "not a pickle (PROTO opcode expected; "
@@ -1024,7 +1066,8 @@ static int read_distcp(loader *L, pfile *pf, const bool *want)
 		}
 out:
 	flx_pickle_free(pk);
-	flx_file_release(L->c, pf->idx);
+	if (fd >= 0)
+		flx_file_release(L->c, pf->idx);
 	return rc;
 }
 
@@ -1780,6 +1823,7 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 		return flx_error_set(err, rc, NULL, NULL,
 				     "cannot list the directory: %s",
 				     strerror(-rc));
+	scan_remote(b, "", 0, &s);
 	flx_build_names_from(b, "<id>.metadata", "state_dict_metadata");
 	if (s.any_meta) {
 		const char *m;
@@ -1795,9 +1839,10 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 			char prefix[32];
 			int sub = open_part(dirfd, formers_parts[i]);
 
-			if (sub < 0)
+			if (sub >= 0)
+				close(sub);
+			else if (!remote_part(b, formers_parts[i]))
 				continue;
-			close(sub);
 			snprintf(prefix, sizeof(prefix), "%s/",
 				 formers_parts[i]);
 			rc = load_part(&L, o, prefix);

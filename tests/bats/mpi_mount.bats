@@ -66,6 +66,38 @@ split() {
 	done
 }
 
+# spread_entries NP: the fixture's top-level entries (files and whole
+# subdirectories such as MindSpore's rank_N/) over $T/src0..NP-1, entry i
+# on rank i % NP.
+spread_entries() {
+	local np=$1 i=0 r f
+
+	for ((r = 0; r < np; r++)); do
+		mkdir -p "$T/src$r" "$T/mnt$r"
+	done
+	while IFS= read -r f; do
+		cp -rp "$SRC/$f" "$T/src$((i % np))/"
+		i=$((i + 1))
+	done < <(cd "$SRC" && ls -A)
+}
+
+# spread_files NP: every file of the fixture, at any depth, over
+# $T/src0..NP-1 (file i in find's sorted order on rank i % NP), its
+# subdirectories made where it goes: a directory split between ranks.
+spread_files() {
+	local np=$1 i=0 r f
+
+	for ((r = 0; r < np; r++)); do
+		mkdir -p "$T/src$r" "$T/mnt$r"
+	done
+	while IFS= read -r f; do
+		r=$((i % np))
+		mkdir -p "$T/src$r/$(dirname "$f")"
+		cp -p "$SRC/$f" "$T/src$r/$f"
+		i=$((i + 1))
+	done < <(cd "$SRC" && find . -type f | sort)
+}
+
 # dm_start NP OPTS: mpirun NP daemons in the background (DM_PID, DM_LOG)
 # and wait until every rank has mounted; fails with the log otherwise.
 dm_start() {
@@ -205,6 +237,85 @@ dm_stop() {
 	dm_stop
 }
 
+@test "Paddle Flex Checkpoint (paddle-flex-p4) over 2 ranks: equal at tp=2 and tp=4" {
+	SRC=$FLEXFS_SRC/tests/fixtures/paddle-flex-p4/ckpt
+	spread_entries 2
+	[[ -e $T/src0/0.metadata && ! -e $T/src1/0.metadata ]]
+	dm_start 2 "tp=2"
+	same_as_ref 2 "tp=2"
+	dm_stop
+	dm_start 2 "tp=4"
+	same_as_ref 2 "tp=4"
+	dm_stop
+}
+
+@test "Hugging Face safetensors (hf-tiny sharded and single) over 2 ranks: equal at tp=2" {
+	SRC=$FLEXFS_SRC/tests/fixtures/hf-tiny/sharded
+	spread_entries 2
+	# the index and the shards it names on different ranks
+	[[ -e $T/src0/model.safetensors.index.json &&
+		-e $T/src1/model-00001-of-00003.safetensors ]]
+	dm_start 2 "tp=2"
+	same_as_ref 2 "tp=2"
+	dm_stop
+	rm -rf "$T"/src*
+	SRC=$FLEXFS_SRC/tests/fixtures/hf-tiny/single
+	spread_entries 2
+	[[ ! -e $T/src0/model.safetensors ]]
+	dm_start 2 "tp=2"
+	same_as_ref 2 "tp=2"
+	dm_stop
+}
+
+@test "MindSpore (mindspore-tp2dp2, rank_N/ subdirectories) over 2 ranks with its strategy: equal at tp=2 and tp=4" {
+	local fx=$FLEXFS_SRC/tests/fixtures/mindspore-tp2dp2
+	local st=src_strategy=$fx/strategy/ckpt_strategy_rank_0.ckpt
+	SRC=$fx/ckpt
+	spread_entries 2
+	[[ -d $T/src0/rank_0 && -d $T/src1/rank_1 && ! -e $T/src0/rank_1 ]]
+	dm_start 2 "tp=2,$st"
+	same_as_ref 2 "tp=2,$st"
+	dm_stop
+	dm_start 2 "tp=4,$st"
+	same_as_ref 2 "tp=4,$st"
+	dm_stop
+}
+
+@test "PaddleFormers checkpoint-N: its model_state/ and optimizer_state/ split file by file over 3 ranks" {
+	SRC=$FLEXFS_SRC/tests/fixtures/paddle-formers-np2-p4/ckpt/checkpoint-5
+	spread_files 3
+	[[ ! -e $T/src0/model_state/0.metadata ||
+		! -e $T/src0/optimizer_state/0.metadata ]]
+	dm_start 3 "tp=2"
+	same_as_ref 3 "tp=2"
+	dm_stop
+	# a part held by one rank only
+	rm -rf "$T"/src*
+	spread_entries 2
+	[[ -d $T/src0/model_state && ! -e $T/src0/optimizer_state ]]
+	dm_start 2 "tp=4,pp=2"
+	same_as_ref 2 "tp=4,pp=2"
+	dm_stop
+}
+
+@test "MindSpore rank_N/ directories split file by file over 3 ranks" {
+	local fx=$FLEXFS_SRC/tests/fixtures/mindspore-tp2dp2
+	local st=src_strategy=$fx/strategy/ckpt_strategy_rank_0.ckpt
+	SRC=$fx/ckpt
+	spread_files 3
+	dm_start 3 "tp=2,$st"
+	same_as_ref 3 "tp=2,$st"
+	dm_stop
+}
+
+@test "a Megatron save directory (tracker file, iter_N/) is refused with one line naming the way" {
+	SRC=$FLEXFS_SRC/tests/fixtures/megatron-tied/ckpt
+	spread_files 2
+	dm_fails 2 "tp=2"
+	[[ $(grep -c "is not entered with -o mpi: give its iter_N/ directory" "$DM_LOG") -eq 2 ]]
+	[[ $(grep -c "^flexfs: " "$DM_LOG") -eq 2 ]]
+}
+
 @test "a file held differently by two ranks fails every rank with one line" {
 	split 3 twice
 	local f
@@ -250,6 +361,9 @@ dm_stop() {
 	((eio > 0))
 	# one timeout, then the dead rank fails at once
 	((SECONDS - start < 4 * TIMEOUT + 10))
+	# the EIO log line names the rank and why, not a changed file
+	grep -E "failed: Input/output error \(rank 1: [^:]+: (timed out|rank ended)" "$DM_LOG"
+	! grep -q "backing file changed" "$DM_LOG"
 	unmount_ff "$T/ref"
 	fusermount3 -u -z "$T/mnt1"
 	fusermount3 -u "$T/mnt0"
@@ -274,6 +388,8 @@ dm_stop() {
 		fi
 	done
 	((eio > 0))
+	grep -E "failed: Input/output error \(rank 1: __1_0.distcp: could not read its copy" "$DM_LOG"
+	! grep -q "backing file changed" "$DM_LOG"
 	unmount_ff "$T/ref"
 	dm_stop
 }
