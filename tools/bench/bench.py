@@ -43,8 +43,9 @@ against a baseline taken in the same run (median of --runs, min and max):
            get_tensor, torch.load(model.pt, mmap=True)) of the TP2 view,
            each in a fresh process, on (floor) plain page-cached copies of
            the view files, (FUSE limit) flexfs-fusepass serving those
-           copies with flexfs's data path settings, flexfs, and flexfs -o
-           direct_io: first read on fresh mounts, then re-read; targets'
+           copies with flexfs's data path settings, the same with the
+           kernel's FUSE_PASSTHROUGH (prototype, fusepass.c), flexfs, and
+           flexfs -o direct_io: first read on fresh mounts, then re-read; targets'
            order rotated every run
   mpi      (not in the default list) flexfs-materialize of ranks/ at tp=4:
            one process vs mpirun -np 1, 2, 4 (GB/s written, per-rank rate)
@@ -1517,7 +1518,7 @@ LOADER_DESC = {"read": "read() 1 MiB", "mmap": "mmap copy", "npy": "np.load(mmap
                "st_load": "safetensors load_file + copy",
                "st_open": "safe_open + get_tensor + copy",
                "pt_mmap": "torch.load(mmap=True) + copy"}
-LOADER_TARGETS = ("floor", "pass", "flexfs", "flexfs_dio")
+LOADER_TARGETS = ("floor", "pass", "kpass", "flexfs", "flexfs_dio")
 
 
 def find_fusepass(ctx):
@@ -1583,8 +1584,11 @@ def fig_loaders(ctx, info):
                 "FUSE limit")
             row((mode, adv, ph, "flexfs_dio"), "%s, %s: flexfs direct_io / floor" % (lab, ph),
                 None, "floor")
+            row((mode, adv, ph, "kpass"), "%s, %s: FUSE_PASSTHROUGH prototype / floor"
+                % (lab, ph), None, "floor")
     for i in range(ctx.runs):
-        order = LOADER_TARGETS[i % 4:] + LOADER_TARGETS[:i % 4]
+        k = i % len(LOADER_TARGETS)
+        order = LOADER_TARGETS[k:] + LOADER_TARGETS[:k]
         for mode, adv in loaders:
             torch_mode = mode in ("st_load", "st_open", "pt_mmap")
             warm(backing_files(info["dir"]) + vfiles)
@@ -1596,11 +1600,17 @@ def fig_loaders(ctx, info):
                        ready="ranks/tp00_pp00/model.safetensors",
                        stderr_ok=re.compile("flexfs-fusepass: max_write"))
             mp.argv = [fp, views, mp.mnt, "-f"]
-            with mf, md, mp:
+            mk = Mount(ctx, views, "", name="ldk", mnt=os.path.join(ctx.loader_root, "mnt-ldk"),
+                       ready="ranks/tp00_pp00/model.safetensors",
+                       stderr_ok=re.compile("flexfs-fusepass: max_write"))
+            mk.argv = ["env", "FLEXFS_FUSEPASS_PASSTHROUGH=1", fp, views, mk.mnt, "-f"]
+            with mf, md, mp, mk:
                 ra = open(bdi_of(mf.mnt)).read().strip()
-                with open(bdi_of(mp.mnt), "w") as f:  # flexfs's readahead
-                    f.write(ra + "\n")
-                dirs = dict(floor=views, pass_=mp.mnt, flexfs=mf.mnt, flexfs_dio=md.mnt)
+                for m in (mp, mk):
+                    with open(bdi_of(m.mnt), "w") as f:  # flexfs's readahead
+                        f.write(ra + "\n")
+                dirs = dict(floor=views, pass_=mp.mnt, kpass=mk.mnt, flexfs=mf.mnt,
+                            flexfs_dio=md.mnt)
                 t = {}
                 for ph in ("first", "re-read"):
                     for tg in order:
@@ -1621,16 +1631,17 @@ def fig_loaders(ctx, info):
                                 mode, adv, ph, tg, r["bytes"], nb[(mode, adv)]))
             for ph in ("first", "re-read"):
                 fl = t[(ph, "floor")]
-                for tg in ("pass", "flexfs", "flexfs_dio"):
+                for tg in ("pass", "kpass", "flexfs", "flexfs_dio"):
                     rows[(mode, adv, ph, tg)].add(fl, t[(ph, tg)], fl / t[(ph, tg)])
                 rows[(mode, adv, ph, "vs_pass")].add(t[(ph, "pass")], t[(ph, "flexfs")],
                                                      t[(ph, "pass")] / t[(ph, "flexfs")])
             diag.append(dict(run=i, mode=mode, advice=adv, ra_kb=ra,
                              seconds={"%s/%s" % k: v for k, v in t.items()}))
-            log("loaders run %d %s/%s: first floor %.3f pass %.3f flexfs %.3f dio %.3f; "
-                "re-read floor %.3f pass %.3f flexfs %.3f dio %.3f s" % (
+            log("loaders run %d %s/%s: first floor %.3f pass %.3f kpass %.3f flexfs %.3f "
+                "dio %.3f; re-read floor %.3f pass %.3f kpass %.3f flexfs %.3f dio %.3f s" % (
                     i, mode, adv, *[t[(ph, tg)] for ph in ("first", "re-read")
-                                    for tg in ("floor", "pass", "flexfs", "flexfs_dio")]))
+                                    for tg in ("floor", "pass", "kpass", "flexfs",
+                                               "flexfs_dio")]))
     ctx.diag["loaders"] = dict(runs=diag, views=views, loadavg=os.getloadavg())
     return list(rows.values())
 

@@ -14,6 +14,14 @@
  *
  * The tree is scanned once at start (the benchmark's files never change).
  * Not installed; built for tools/bench only.
+ *
+ * FLEXFS_FUSEPASS_PASSTHROUGH=1: a prototype of the kernel's
+ * FUSE_PASSTHROUGH (Linux >= 6.9) written against the kernel ABI, since
+ * Debian 12's libfuse 3.14 has no API for it (3.17 does): the INIT reply
+ * and each open reply are patched on their way to /dev/fuse (a custom
+ * writev, as fs/fuse_ll.c patches INIT for direct_io mmap), and each file
+ * is registered with FUSE_DEV_IOC_BACKING_OPEN.  Reads and mmap of an
+ * opened file then go to the backing file inside the kernel.
  */
 #define FUSE_USE_VERSION 312
 
@@ -21,10 +29,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define FP_REQ_MAX	  (1u << 20)
@@ -38,7 +50,39 @@ typedef struct {
 	char *name;
 	char *path;
 	struct stat st;
+	int32_t bid; /* passthrough: the backing id, registered at first open */
 } fp_node;
+
+/* The kernel ABI of passthrough (include/uapi/linux/fuse.h, 7.40), absent
+ * from Debian 12's headers. */
+#define FP_FUSE_PASSTHROUGH_FLAGS2 (1u << (37 - 32))
+#define FP_FOPEN_PASSTHROUGH	   (1u << 7)
+#define FP_FUSE_INIT_EXT	   (1u << 30)
+struct fp_backing_map {
+	int32_t fd;
+	uint32_t flags;
+	uint64_t padding;
+};
+#define FP_IOC_BACKING_OPEN _IOW(229, 1, struct fp_backing_map)
+struct fp_init_out { /* fuse_init_out, 7.40 */
+	uint32_t major, minor, max_readahead, flags;
+	uint16_t max_background, congestion_threshold;
+	uint32_t max_write, time_gran;
+	uint16_t max_pages, map_alignment;
+	uint32_t flags2, max_stack_depth;
+	uint32_t unused[6];
+};
+struct fp_open_out {
+	uint64_t fh;
+	uint32_t open_flags;
+	int32_t backing_id;
+};
+
+static int passthrough;		       /* FLEXFS_FUSEPASS_PASSTHROUGH=1 */
+static int init_seen;		       /* the INIT reply was patched */
+static int devfd = -1;		       /* /dev/fuse */
+static _Thread_local int32_t open_bid; /* backing id of this thread's open */
+static pthread_mutex_t bid_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static fp_node nodes[FP_MAX_NODES]; /* ino = index + 1; 1 is the root */
 static unsigned n_nodes;
@@ -82,6 +126,50 @@ static int scan(const char *path, fuse_ino_t parent, const char *name)
 	}
 	closedir(d);
 	return rc;
+}
+
+/* Reply writer: patches INIT (passthrough, stack depth 1) and the open
+ * reply of a file registered by this thread (FOPEN_PASSTHROUGH). */
+static ssize_t fp_writev(int fd, struct iovec *iov, int count, void *ud)
+{
+	struct fp_init_out in;
+	struct fp_open_out oo;
+	struct iovec v[2];
+
+	(void)ud;
+	if (count == 2 && iov[1].iov_len == sizeof(in) &&
+	    !__atomic_exchange_n(&init_seen, 1, __ATOMIC_ACQ_REL)) {
+		memcpy(&in, iov[1].iov_base, sizeof(in));
+		in.flags |= FP_FUSE_INIT_EXT;
+		in.flags2 |= FP_FUSE_PASSTHROUGH_FLAGS2;
+		in.max_stack_depth = 1;
+		v[0] = iov[0];
+		v[1] = (struct iovec){.iov_base = &in, .iov_len = sizeof(in)};
+		return writev(fd, v, 2);
+	}
+	if (open_bid > 0 && count == 2 && iov[1].iov_len == sizeof(oo)) {
+		memcpy(&oo, iov[1].iov_base, sizeof(oo));
+		oo.open_flags |= FP_FOPEN_PASSTHROUGH;
+		oo.backing_id = open_bid;
+		open_bid = 0;
+		v[0] = iov[0];
+		v[1] = (struct iovec){.iov_base = &oo, .iov_len = sizeof(oo)};
+		return writev(fd, v, 2);
+	}
+	return writev(fd, iov, count);
+}
+
+static ssize_t fp_readfd(int fd, void *buf, size_t len, void *ud)
+{
+	(void)ud;
+	return read(fd, buf, len);
+}
+
+static ssize_t fp_splice(int fdin, off_t *offin, int fdout, off_t *offout,
+			 size_t len, unsigned int flags, void *ud)
+{
+	(void)ud;
+	return splice(fdin, offin, fdout, offout, len, flags);
 }
 
 static fp_node *node(fuse_ino_t ino)
@@ -152,7 +240,8 @@ static void fp_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fuse_reply_err(req, ENOENT);
 }
 
-static void fp_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void fp_getattr(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
 {
 	fp_node *n = node(ino);
 
@@ -183,6 +272,34 @@ static void fp_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	fi->fh = (uint64_t)fd;
 	fi->keep_cache = 1;
+	if (passthrough) {
+		struct fp_backing_map map = {.fd = fd};
+		int id;
+
+		pthread_mutex_lock(&bid_lock);
+		id = n->bid ? n->bid : ioctl(devfd, FP_IOC_BACKING_OPEN, &map);
+		if (id > 0)
+			n->bid = id;
+		pthread_mutex_unlock(&bid_lock);
+		if (id <= 0) {
+			int e = errno;
+
+			fprintf(stderr, "flexfs-fusepass: BACKING_OPEN: %s\n",
+				strerror(e));
+			close(fd);
+			fuse_reply_err(req, e);
+			return;
+		}
+		/* The opener looks the id up after this reply, and every
+		 * open of an inode must name the same backing file: one id per
+		 * node, kept for the mount's life. */
+		open_bid = n->bid;
+		fi->keep_cache = 0;
+		if (fuse_reply_open(req, fi))
+			close(fd);
+		open_bid = 0;
+		return;
+	}
 	if (fuse_reply_open(req, fi))
 		close(fd);
 }
@@ -290,6 +407,20 @@ int main(int argc, char **argv)
 	se = fuse_session_new(&args, &fp_ops, sizeof(fp_ops), NULL);
 	if (!se || fuse_session_mount(se, fo.mountpoint))
 		goto out;
+	passthrough = getenv("FLEXFS_FUSEPASS_PASSTHROUGH") &&
+		      !strcmp(getenv("FLEXFS_FUSEPASS_PASSTHROUGH"), "1");
+	if (passthrough) {
+		static const struct fuse_custom_io io = {
+		    .writev = fp_writev,
+		    .read = fp_readfd,
+		    .splice_receive = fp_splice,
+		    .splice_send = fp_splice,
+		};
+
+		devfd = fuse_session_fd(se);
+		if (fuse_session_custom_io(se, &io, devfd))
+			goto unmount;
+	}
 	if (fuse_daemonize(fo.foreground))
 		goto unmount;
 	cfg = fuse_loop_cfg_create();
