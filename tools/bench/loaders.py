@@ -65,10 +65,12 @@ def do_mmap(dirs, advice):
                 m.madvise(mmap.MADV_SEQUENTIAL)
             elif advice == "huge":
                 m.madvise(mmap.MADV_HUGEPAGE)
+            mv = memoryview(m)  # copied without a temporary object
             for off in range(0, size, MiB):
                 n = min(MiB, size - off)
-                buf[:n] = m[off:off + n]
+                buf[:n] = mv[off:off + n]
             total += size
+            mv.release()
             m.close()
     return total
 
