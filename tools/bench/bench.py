@@ -37,6 +37,16 @@ against a baseline taken in the same run (median of --runs, min and max):
   mount    exec of flexfs to the first byte of MNT/index.json
   memory   peak RSS (VmHWM) of the daemon over a full read of every view
   parallel 8 concurrent readers (TP8 view) vs 1 reader
+  loaders  (not in the default list) real loaders (loaders.py: read(),
+           mmap copy, +MADV_SEQUENTIAL/HUGEPAGE, np.load(mmap_mode='r'),
+           and in the torch 2.6 chroot safetensors load_file, safe_open +
+           get_tensor, torch.load(model.pt, mmap=True)) of the TP2 view,
+           each in a fresh process, on (floor) plain page-cached copies of
+           the view files, (FUSE limit) flexfs-fusepass serving those
+           copies with flexfs's data path settings, the same with the
+           kernel's FUSE_PASSTHROUGH (prototype, fusepass.c), flexfs, and
+           flexfs -o direct_io: first read on fresh mounts, then re-read; targets'
+           order rotated every run
   mpi      (not in the default list) flexfs-materialize of ranks/ at tp=4:
            one process vs mpirun -np 1, 2, 4 (GB/s written, per-rank rate)
   mpi      (not in the default list) the distributed mount: remote-fetch
@@ -197,11 +207,16 @@ class Mount:
 
     active = []
 
-    def __init__(self, ctx, ckpt, opts, name="m", stderr_ok=None):
+    def __init__(self, ctx, ckpt, opts, name="m", stderr_ok=None, mnt=None, argv=None,
+                 ready="index.json"):
         """stderr_ok: a regex; daemon stderr lines it matches are expected
-        warnings (kept in .warnings and logged once), not problems."""
+        warnings (kept in .warnings and logged once), not problems.
+        mnt: the mount point (default WORKDIR/mnt-NAME); argv: another
+        daemon's command line (the FUSE passthrough), ready: the file whose
+        first byte marks the mount ready."""
         self.ctx, self.ckpt, self.opts = ctx, ckpt, opts
-        self.mnt = os.path.join(ctx.workdir, "mnt-" + name)
+        self.mnt = mnt or os.path.join(ctx.workdir, "mnt-" + name)
+        self.argv, self.ready = argv, ready
         self.errf = os.path.join(ctx.workdir, "flexfs-%s.stderr" % name)
         self.stderr_ok = stderr_ok
         self.warnings = []
@@ -211,11 +226,12 @@ class Mount:
         os.makedirs(self.mnt, exist_ok=True)
         if os.path.ismount(self.mnt):
             subprocess.run(["fusermount3", "-u", "-z", self.mnt], check=False)
-        idx = os.path.join(self.mnt, "index.json")
+        idx = os.path.join(self.mnt, self.ready)
         err = open(self.errf, "w")
         t0 = time.monotonic()
         env = dict(os.environ, **self.ctx.daemon_env) if self.ctx.daemon_env else None
-        self.p = subprocess.Popen([self.ctx.flexfs, self.ckpt, self.mnt, "-f", "-o", self.opts],
+        argv = self.argv or [self.ctx.flexfs, self.ckpt, self.mnt, "-f", "-o", self.opts]
+        self.p = subprocess.Popen(argv,
                                   stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env)
         err.close()
         Mount.active.append(self)
@@ -423,7 +439,7 @@ def scripts_dir(ctx):
     trixie chroot can run them through the bind mount)."""
     d = os.path.join(ctx.workdir, "scripts")
     os.makedirs(d, exist_ok=True)
-    for n in ("model.py", "gen_ckpt.py", "torch_load.py", "readers.py"):
+    for n in ("model.py", "gen_ckpt.py", "torch_load.py", "readers.py", "loaders.py"):
         shutil.copy2(os.path.join(HERE, n), d)
     shutil.copy2(os.path.join(REPO, "tools", "fixtures", "gen_dcp.py"), d)
     return d
@@ -1493,6 +1509,143 @@ def fig_materialize(ctx, info):
     return [rows[(w, n)] for w, _ in outs for n in nps]
 
 
+# ---------------------------------------------------------------------------
+# loaders: real loaders against the FUSE limit and the floor, in one run
+
+LOADERS = (("read", "none"), ("mmap", "none"), ("mmap", "seq"), ("mmap", "huge"),
+           ("npy", "none"), ("st_load", "none"), ("st_open", "none"), ("pt_mmap", "none"))
+LOADER_DESC = {"read": "read() 1 MiB", "mmap": "mmap copy", "npy": "np.load(mmap) + copy",
+               "st_load": "safetensors load_file + copy",
+               "st_open": "safe_open + get_tensor + copy",
+               "pt_mmap": "torch.load(mmap=True) + copy"}
+LOADER_TARGETS = ("floor", "pass", "kpass", "flexfs", "flexfs_dio")
+
+
+def find_fusepass(ctx):
+    """flexfs-fusepass, built by CMake next to flexfs (tools/bench/)."""
+    build = os.path.dirname(os.path.dirname(ctx.flexfs))
+    p = os.path.join(build, "tools", "bench", "flexfs-fusepass")
+    return p if os.access(p, os.X_OK) else None
+
+
+def bdi_of(path):
+    st = os.stat(path)
+    return "/sys/class/bdi/%d:%d/read_ahead_kb" % (os.major(st.st_dev), os.minor(st.st_dev))
+
+
+def ensure_view_copies(ctx, info, tp):
+    """Plain copies of ranks/*/ (safetensors, .pt, .npy) of a tp view, read
+    once through flexfs: the floor's files and the passthrough's backing."""
+    d = os.path.join(ctx.loader_root, os.path.basename(info["dir"]) + "-views-tp%d" % tp)
+    stamp = os.path.join(d, ".complete")
+    if os.path.exists(stamp):
+        return d
+    shutil.rmtree(d, ignore_errors=True)
+    with Mount(ctx, info["dir"], "tp=%d" % tp, name="cp") as m:
+        shutil.copytree(m.path("ranks"), os.path.join(d, "ranks"))
+    open(stamp, "w").close()
+    return d
+
+
+def tree_files(d):
+    return [os.path.join(r, n) for r, _, ns in os.walk(d) for n in ns if not n.startswith(".")]
+
+
+def fig_loaders(ctx, info):
+    """Every loader of LOADERS on (floor) the plain copies of the TP2 view
+    files in page cache, (pass) flexfs-fusepass serving those copies,
+    (flexfs) flexfs -o tp=2, (flexfs_dio) flexfs -o tp=2,direct_io; each in
+    a fresh process, first read on fresh mounts then re-read, the targets'
+    order rotated every run."""
+    fp = find_fusepass(ctx)
+    if not fp:
+        log("loaders: skipped: no flexfs-fusepass next to %s" % ctx.flexfs)
+        return []
+    tp = 2
+    views = ensure_view_copies(ctx, info, tp)
+    vfiles = tree_files(views)
+    nbytes = info["config"]["bytes"]
+    torch_ok = ctx.chroot is not None
+    rows, diag, nb = {}, [], {}
+
+    def row(key, name, goal, base):
+        rows[key] = Row("loaders", name, "s", base, goal,
+                        note="ratio = %s time / other time, fresh process each" % base)
+        return rows[key]
+
+    loaders = [lv for lv in LOADERS if torch_ok or lv[0] not in ("st_load", "st_open", "pt_mmap")]
+    for mode, adv in loaders:
+        lab = LOADER_DESC[mode] + ("" if adv == "none" else " +MADV_%s" % (
+            "SEQUENTIAL" if adv == "seq" else "HUGEPAGE"))
+        for ph in ("first", "re-read"):
+            row((mode, adv, ph, "pass"), "%s, %s: FUSE limit / floor" % (lab, ph), None, "floor")
+            row((mode, adv, ph, "flexfs"), "%s, %s: flexfs / floor" % (lab, ph), 0.9, "floor")
+            row((mode, adv, ph, "vs_pass"), "%s, %s: flexfs / FUSE limit" % (lab, ph), 1.0,
+                "FUSE limit")
+            row((mode, adv, ph, "flexfs_dio"), "%s, %s: flexfs direct_io / floor" % (lab, ph),
+                None, "floor")
+            row((mode, adv, ph, "kpass"), "%s, %s: FUSE_PASSTHROUGH prototype / floor"
+                % (lab, ph), None, "floor")
+    for i in range(ctx.runs):
+        k = i % len(LOADER_TARGETS)
+        order = LOADER_TARGETS[k:] + LOADER_TARGETS[:k]
+        for mode, adv in loaders:
+            torch_mode = mode in ("st_load", "st_open", "pt_mmap")
+            warm(backing_files(info["dir"]) + vfiles)
+            mf = Mount(ctx, info["dir"], "tp=%d" % tp, mnt=os.path.join(ctx.loader_root, "mnt-ld"))
+            md = Mount(ctx, info["dir"], "tp=%d,direct_io" % tp, name="ldd",
+                       mnt=os.path.join(ctx.loader_root, "mnt-ldd"),
+                       stderr_ok=re.compile("direct_io"))
+            mp = Mount(ctx, views, "", name="ldp", mnt=os.path.join(ctx.loader_root, "mnt-ldp"),
+                       ready="ranks/tp00_pp00/model.safetensors",
+                       stderr_ok=re.compile("flexfs-fusepass: max_write"))
+            mp.argv = [fp, views, mp.mnt, "-f"]
+            mk = Mount(ctx, views, "", name="ldk", mnt=os.path.join(ctx.loader_root, "mnt-ldk"),
+                       ready="ranks/tp00_pp00/model.safetensors",
+                       stderr_ok=re.compile("flexfs-fusepass: max_write"))
+            mk.argv = ["env", "FLEXFS_FUSEPASS_PASSTHROUGH=1", fp, views, mk.mnt, "-f"]
+            with mf, md, mp, mk:
+                ra = open(bdi_of(mf.mnt)).read().strip()
+                for m in (mp, mk):
+                    with open(bdi_of(m.mnt), "w") as f:  # flexfs's readahead
+                        f.write(ra + "\n")
+                dirs = dict(floor=views, pass_=mp.mnt, kpass=mk.mnt, flexfs=mf.mnt,
+                            flexfs_dio=md.mnt)
+                t = {}
+                for ph in ("first", "re-read"):
+                    for tg in order:
+                        d = dirs["pass_" if tg == "pass" else tg]
+                        prime_memory(ctx, 2 * nbytes)
+                        if torch_mode:
+                            cmd = ctx.chroot.cmd("loaders.py", "--mode", mode, "--advice", adv,
+                                                 "--dir", ctx.chroot.inner + d[len(ctx.chroot.outer):],
+                                                 "--tp", str(tp))
+                        else:
+                            cmd = [PY, os.path.join(HERE, "loaders.py"), "--mode", mode,
+                                   "--advice", adv, "--dir", d, "--tp", str(tp)]
+                        r = run_json(cmd)
+                        t[(ph, tg)] = r["seconds"]
+                        nb.setdefault((mode, adv), r["bytes"])
+                        if r["bytes"] != nb[(mode, adv)]:
+                            ctx.problems.append("loaders %s/%s %s %s: %d bytes, floor %d" % (
+                                mode, adv, ph, tg, r["bytes"], nb[(mode, adv)]))
+            for ph in ("first", "re-read"):
+                fl = t[(ph, "floor")]
+                for tg in ("pass", "kpass", "flexfs", "flexfs_dio"):
+                    rows[(mode, adv, ph, tg)].add(fl, t[(ph, tg)], fl / t[(ph, tg)])
+                rows[(mode, adv, ph, "vs_pass")].add(t[(ph, "pass")], t[(ph, "flexfs")],
+                                                     t[(ph, "pass")] / t[(ph, "flexfs")])
+            diag.append(dict(run=i, mode=mode, advice=adv, ra_kb=ra,
+                             seconds={"%s/%s" % k: v for k, v in t.items()}))
+            log("loaders run %d %s/%s: first floor %.3f pass %.3f kpass %.3f flexfs %.3f "
+                "dio %.3f; re-read floor %.3f pass %.3f kpass %.3f flexfs %.3f dio %.3f s" % (
+                    i, mode, adv, *[t[(ph, tg)] for ph in ("first", "re-read")
+                                    for tg in ("floor", "pass", "kpass", "flexfs",
+                                               "flexfs_dio")]))
+    ctx.diag["loaders"] = dict(runs=diag, views=views, loadavg=os.getloadavg())
+    return list(rows.values())
+
+
 def find_flexfs(args):
     for p in (args.flexfs, os.environ.get("FLEXFS_BIN"),
               os.path.join(REPO, "build-bench", "fs", "flexfs"),
@@ -1580,6 +1733,9 @@ def main(argv=None):
     t26 = (not args.no_torch26 and os.path.exists(CHROOT + "/usr/bin/python3")
            and os.geteuid() == 0)
     ctx.chroot = Chroot(ctx) if t26 else None
+    # the loaders' files and mounts: inside the chroot's bind of the work
+    # dir when there is one (mount propagation may be private)
+    ctx.loader_root = ctx.chroot.outer if ctx.chroot else ctx.workdir
     doc = dict(machine=machine_info(ctx), args=vars(args), evict=drop_why,
                loadavg_start=os.getloadavg(), started=time.strftime("%Y-%m-%d %H:%M:%S"))
     t_start = time.monotonic()
@@ -1629,6 +1785,8 @@ def main(argv=None):
             rows += fig_parallel(ctx, big)
         if "zstd" in only:
             rows += fig_zstd(ctx, big)
+        if "loaders" in only:
+            rows += fig_loaders(ctx, big)
         if "mpi" in only:
             rows += fig_materialize(ctx, big)
             # the distributed mount's remote fetch (mpi_fetch.py)
