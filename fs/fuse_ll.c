@@ -712,7 +712,7 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_expect = sizeof(struct fuse_out_header) + len;
 		fuse_reply_iov(req, iov, (int)np);
 		reply_expect = 0;
-		flx_fs_pieces_release(fs, pc, np); /* the windows' pins */
+		flx_fs_pieces_sent(fs, pc, np); /* the windows' pins */
 		return;
 	}
 	flx_fs_pieces_release(fs, pc, np);

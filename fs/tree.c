@@ -533,13 +533,13 @@ static int add_zstd(const flx_fs *fs, piece_list *pl, const flx_zitem *it,
 	while (n) {
 		size_t at = (size_t)(a % FLX_ZCACHE_WINDOW), m;
 		flx_zpin pin;
-		int rc = flx_zcache_pin(z, fs->ckpt, it, a, n, &pin);
+		int rc = flx_zcache_pin(z, fs->ckpt, it, a, &pin);
 
 		if (rc)
 			return rc == -ENOBUFS ? NO_PIECES : rc;
 		m = pin.n - at < n ? pin.n - at : n;
 		if (m < n && pin.n < FLX_ZCACHE_WINDOW) {
-			flx_zcache_unpin(z, &pin);
+			flx_zcache_unpin(z, &pin, 0);
 			return -EIO; /* the content ends before the run */
 		}
 		pl->out[pl->k++] =
@@ -1120,7 +1120,8 @@ int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
 	return rc == NO_PIECES ? 0 : rc;
 }
 
-void flx_fs_pieces_release(const flx_fs *fs, const flx_piece *p, size_t n)
+static void release_pieces(const flx_fs *fs, const flx_piece *p, size_t n,
+			   bool sent)
 {
 	for (size_t i = 0; i < n; i++) {
 		flx_zpin pin = {.slot = p[i].pin};
@@ -1128,8 +1129,19 @@ void flx_fs_pieces_release(const flx_fs *fs, const flx_piece *p, size_t n)
 		if (p[i].fd >= 0)
 			flx_file_release(fs->ckpt, p[i].file);
 		else if (p[i].pin)
-			flx_zcache_unpin(fs->io.zcache, &pin);
+			flx_zcache_unpin(fs->io.zcache, &pin,
+					 sent ? p[i].len : 0);
 	}
+}
+
+void flx_fs_pieces_release(const flx_fs *fs, const flx_piece *p, size_t n)
+{
+	release_pieces(fs, p, n, false);
+}
+
+void flx_fs_pieces_sent(const flx_fs *fs, const flx_piece *p, size_t n)
+{
+	release_pieces(fs, p, n, true);
 }
 
 ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,

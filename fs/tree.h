@@ -144,6 +144,10 @@ int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
  */
 void flx_fs_pieces_release(const flx_fs *fs, const flx_piece *p, size_t n);
 
+/** flx_fs_pieces_release() after pieces p[0..n) were sent to a reader
+ * (their bytes then count as served in the cache's statistics). */
+void flx_fs_pieces_sent(const flx_fs *fs, const flx_piece *p, size_t n);
+
 /**
  * Check, when a file is opened, that every backing file it reads is still
  * the one validated at mount (same inode at the same path, same size and

@@ -708,9 +708,9 @@ size_t flx_zcache_windows(uint64_t a, uint64_t n, size_t max)
 }
 
 int flx_zcache_pin(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
-		   uint64_t a, size_t len, flx_zpin *out)
+		   uint64_t a, flx_zpin *out)
 {
-	size_t at = (size_t)(a % FLX_ZCACHE_WINDOW), m;
+	size_t at = (size_t)(a % FLX_ZCACHE_WINDOW);
 	zref ref;
 	int rc;
 
@@ -728,20 +728,20 @@ int flx_zcache_pin(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		put(z, &ref);
 		return rc;
 	}
-	m = ref.n - at < len ? ref.n - at : len;
-	pthread_mutex_lock(&z->mu);
-	z->st.served += m;
-	pthread_mutex_unlock(&z->mu);
 	*out = (flx_zpin){ref.data, ref.n, ref.slot};
 	return 0;
 }
 
-void flx_zcache_unpin(flx_zcache *z, flx_zpin *p)
+void flx_zcache_unpin(flx_zcache *z, flx_zpin *p, size_t served)
 {
 	zref ref = {.slot = p->slot};
 
-	if (p->slot)
+	if (p->slot) {
+		pthread_mutex_lock(&z->mu);
+		z->st.served += served;
+		pthread_mutex_unlock(&z->mu);
 		put(z, &ref);
+	}
 	*p = (flx_zpin){0};
 }
 

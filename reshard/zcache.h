@@ -108,20 +108,20 @@ size_t flx_zcache_windows(uint64_t a, uint64_t n, size_t max);
 
 /**
  * Pin window a / FLX_ZCACHE_WINDOW of it's content in a slot of z (from the
- * cache, or decoded into it as flx_zcache_read() would), and count
- * out->n - a % FLX_ZCACHE_WINDOW bytes, at most len, as served.  The item's
- * file is checked unchanged since mount first.
+ * cache, or decoded into it as flx_zcache_read() would).  The item's file
+ * is checked unchanged since mount first.
  * @return 0 and *out (release with flx_zcache_unpin()); -ENOBUFS when no
  *         slot could hold it (every slot pinned, or a cache of no slot):
  *         read with flx_zcache_read() instead; -EIO when the file changed,
  *         the frame fails or the content ends before a; -ENOMEM.
  */
 int flx_zcache_pin(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
-		   uint64_t a, size_t len, flx_zpin *out);
+		   uint64_t a, flx_zpin *out);
 
 /** Release a pin of flx_zcache_pin() (its slot may be evicted and reused
- * after); a zeroed pin is ignored. */
-void flx_zcache_unpin(flx_zcache *z, flx_zpin *p);
+ * after), counting served bytes of it as served to a reader (0: the pin
+ * went unused); a zeroed pin is ignored. */
+void flx_zcache_unpin(flx_zcache *z, flx_zpin *p, size_t served);
 
 /** Whether any chunk or object of c is a zstd item.  Thread-safe. */
 bool flx_ckpt_has_zstd(const flx_ckpt *c);

@@ -443,20 +443,20 @@ static void test_pin_exact(void)
 		uint64_t w0 = at[i] / W * W;
 		size_t n = csize[0] - w0 < W ? csize[0] - w0 : W;
 
-		CHECK_EQ(flx_zcache_pin(z, &ck, &items[0], at[i], 1, &p), 0);
+		CHECK_EQ(flx_zcache_pin(z, &ck, &items[0], at[i], &p), 0);
 		CHECK_EQ(p.n, n);
 		CHECK(p.data && memcmp(p.data, content[0] + w0, n) == 0);
-		flx_zcache_unpin(z, &p);
+		flx_zcache_unpin(z, &p, 0);
 		CHECK(p.slot == NULL);
 	}
 	/* both slots pinned: a third window has no slot, yet reads work */
-	CHECK_EQ(flx_zcache_pin(z, &ck, &items[0], 0, W, &p), 0);
-	CHECK_EQ(flx_zcache_pin(z, &ck, &items[0], 3 * W, W, &q), 0);
+	CHECK_EQ(flx_zcache_pin(z, &ck, &items[0], 0, &p), 0);
+	CHECK_EQ(flx_zcache_pin(z, &ck, &items[0], 3 * W, &q), 0);
 	{
 		flx_zpin r;
 		unsigned char buf[4096];
 
-		CHECK_EQ(flx_zcache_pin(z, &ck, &items[0], W, 1, &r), -ENOBUFS);
+		CHECK_EQ(flx_zcache_pin(z, &ck, &items[0], W, &r), -ENOBUFS);
 		CHECK(r.slot == NULL);
 		for (uint64_t a = W; a < csize[0]; a += W / 3) {
 			size_t n = csize[0] - a < sizeof(buf) ? csize[0] - a
@@ -474,13 +474,20 @@ static void test_pin_exact(void)
 	{
 		flx_zpin r;
 
-		CHECK_EQ(flx_zcache_pin(z, &ck, &items[1], csize[1], 1, &r),
-			 -EIO);
+		CHECK_EQ(flx_zcache_pin(z, &ck, &items[1], csize[1], &r), -EIO);
 		CHECK(r.slot == NULL);
 	}
-	flx_zcache_unpin(z, &p);
-	flx_zcache_unpin(z, &q);
+	/* a pin counts as served what its user says it sent */
 	flx_zcache_stats_get(z, &st);
+	flx_zcache_unpin(z, &p, 1000);
+	flx_zcache_unpin(z, &q, 0);
+	CHECK(p.slot == NULL && q.slot == NULL);
+	{
+		uint64_t before = st.served;
+
+		flx_zcache_stats_get(z, &st);
+		CHECK_EQ(st.served, before + 1000);
+	}
 	CHECK(st.windows <= 2);
 	flx_zcache_free(z);
 }
@@ -503,7 +510,7 @@ static void *pin_main(void *arg)
 		uint64_t at = rng(&a->seed) % csize[i];
 		uint64_t w0 = at / FLX_ZCACHE_WINDOW * FLX_ZCACHE_WINDOW;
 		flx_zpin p;
-		int rc = flx_zcache_pin(a->z, &ck, &items[i], at, 1, &p);
+		int rc = flx_zcache_pin(a->z, &ck, &items[i], at, &p);
 		int j = (int)(rng(&a->seed) % NITEMS);
 		uint64_t b = rng(&a->seed) % csize[j];
 		size_t n =
@@ -518,7 +525,7 @@ static void *pin_main(void *arg)
 		CHECK(memcmp(buf, content[j] + b, n) == 0);
 		if (!rc)
 			CHECK(memcmp(p.data, content[i] + w0, p.n) == 0);
-		flx_zcache_unpin(a->z, &p);
+		flx_zcache_unpin(a->z, &p, 0);
 	}
 	return NULL;
 }
