@@ -619,6 +619,31 @@ static bool splice_fits(const flx_piece *p, size_t k, size_t len)
 	return fd && slots <= pages;
 }
 
+/* How a reply of pieces is sent: the decision apart from the sending. */
+typedef enum { SEND_COPY, SEND_SPLICE, SEND_MEMORY } send_way;
+
+/*
+ * Ranges of files, with literal bytes, are spliced if the pipe holds them;
+ * bytes in memory alone (literal, or zstd content in pinned windows) are
+ * written from where they are; pinned windows beside a file's range are
+ * not spliced (the pipe would hold references to cache pages) but copied,
+ * as is anything else.
+ */
+static send_way send_way_of(const flx_piece *p, size_t k, size_t len)
+{
+	bool fd = false, pin = false;
+
+	for (size_t i = 0; i < k; i++) {
+		fd |= p[i].fd >= 0;
+		pin |= p[i].pin != NULL;
+	}
+	if (k == 0 || (fd && pin))
+		return SEND_COPY;
+	if (!fd)
+		return SEND_MEMORY;
+	return splice_fits(p, k, len) ? SEND_SPLICE : SEND_COPY;
+}
+
 /*
  * A range made of whole backing ranges and literal bytes (headers) is
  * replied from the files, spliced, so its bytes are copied once (by the
@@ -634,6 +659,7 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	flx_stat st;
 	char *buf;
 	size_t len = 0, np = 0;
+	send_way way;
 	ssize_t n;
 	int rc;
 
@@ -651,7 +677,8 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		rc = flx_fs_pieces(fs, ino, (uint64_t)off, len, buf, pc,
 				   FLX_LL_SPLICE_PIECES, &np);
 	}
-	if (!rc && np > 0 && splice_fits(pc, np, len)) {
+	way = rc ? SEND_COPY : send_way_of(pc, np, len);
+	if (way == SEND_SPLICE) {
 		/* a fuse_bufvec ends in buf[1]: room for the others after it */
 		_Alignas(struct fuse_bufvec) unsigned char
 		    mem[sizeof(struct fuse_bufvec) +
@@ -678,11 +705,18 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		flx_fs_pieces_release(fs, pc, np);
 		return;
 	}
-	flx_fs_pieces_release(fs, pc, np);
-	if (!rc && np == 1 && pc[0].fd < 0) {
-		fuse_reply_buf(req, pc[0].mem, len); /* literal bytes only */
+	if (way == SEND_MEMORY) {
+		struct iovec iov[FLX_LL_SPLICE_PIECES];
+
+		for (size_t i = 0; i < np; i++)
+			iov[i] = (struct iovec){(void *)pc[i].mem, pc[i].len};
+		reply_expect = sizeof(struct fuse_out_header) + len;
+		fuse_reply_iov(req, iov, (int)np);
+		reply_expect = 0;
+		flx_fs_pieces_sent(fs, pc, np); /* the windows' pins */
 		return;
 	}
+	flx_fs_pieces_release(fs, pc, np);
 	if (rc < 0) {
 		log_once(fuse_req_userdata(req), ino, "read", -rc);
 		fuse_reply_err(req, -rc);

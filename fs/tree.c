@@ -485,14 +485,14 @@ static int add_literal(piece_list *pl, const void *mem, size_t len)
 {
 	flx_piece *last = pl->k ? &pl->out[pl->k - 1] : NULL;
 
-	if (last && last->fd < 0 &&
+	if (last && last->fd < 0 && !last->pin &&
 	    (const char *)last->mem + last->len == mem) {
 		last->len += len;
 		return 0;
 	}
 	if (pl->k == pl->max)
 		return NO_PIECES;
-	pl->out[pl->k++] = (flx_piece){-1, 0, 0, len, mem};
+	pl->out[pl->k++] = (flx_piece){-1, 0, 0, len, mem, NULL};
 	return 0;
 }
 
@@ -513,7 +513,40 @@ static int add_range(piece_list *pl, uint32_t file, uint64_t src, size_t len)
 		return NO_PIECES; /* a remote file has no descriptor: a copy */
 	if (flx_file_acquire(pl->ckpt, file, &fd))
 		return -EIO;
-	pl->out[pl->k++] = (flx_piece){fd, file, src, len, NULL};
+	pl->out[pl->k++] = (flx_piece){fd, file, src, len, NULL, NULL};
+	return 0;
+}
+
+/*
+ * Append content bytes [a, a+n) of zstd item it as pieces in windows of
+ * the mount's cache, each pinned for the reply: the decision first (the
+ * bytes lie in as many windows as the list has room for), then the pins.
+ * A window no slot can hold is NO_PIECES (the caller copies instead).
+ */
+static int add_zstd(const flx_fs *fs, piece_list *pl, const flx_zitem *it,
+		    uint64_t a, size_t n)
+{
+	flx_zcache *z = fs->io.zcache;
+
+	if (!z || !flx_zcache_windows(a, n, pl->max - pl->k))
+		return NO_PIECES;
+	while (n) {
+		size_t at = (size_t)(a % FLX_ZCACHE_WINDOW), m;
+		flx_zpin pin;
+		int rc = flx_zcache_pin(z, fs->ckpt, it, a, &pin);
+
+		if (rc)
+			return rc == -ENOBUFS ? NO_PIECES : rc;
+		m = pin.n - at < n ? pin.n - at : n;
+		if (m < n && pin.n < FLX_ZCACHE_WINDOW) {
+			flx_zcache_unpin(z, &pin, 0);
+			return -EIO; /* the content ends before the run */
+		}
+		pl->out[pl->k++] =
+		    (flx_piece){-1, 0, 0, m, pin.data + at, pin.slot};
+		a += m;
+		n -= m;
+	}
 	return 0;
 }
 
@@ -612,6 +645,9 @@ static int view_pieces(const flx_fs *fs, const seg_src *s, uint64_t len,
 {
 	flx_range r[FLX_FS_PIECES_MAX];
 	size_t room, h, nr;
+	flx_zitem zi;
+	uint64_t za = 0;
+	bool zrun = false;
 	int rc = view_header(fs, s, buf, n, at, &h);
 
 	(void)len;
@@ -619,6 +655,9 @@ static int view_pieces(const flx_fs *fs, const seg_src *s, uint64_t len,
 		rc = add_literal(pl, buf, h);
 	if (rc || h == n)
 		return rc;
+	rc = flx_view_zrun(s->u.view, at + h - s->idx, n - h, &zi, &za, &zrun);
+	if (!rc && zrun)
+		return add_zstd(fs, pl, &zi, za, n - h);
 	room = pl->max - pl->k + (pl->k > 0); /* the first may merge */
 	rc = flx_view_ranges(
 	    s->u.view, at + h - s->idx, n - h, r,
@@ -703,8 +742,11 @@ static int zobj_pieces(const flx_fs *fs, const seg_src *s, uint64_t len,
 		       unsigned char *buf, size_t n, uint64_t at,
 		       piece_list *pl)
 {
-	(void)fs, (void)s, (void)len, (void)buf, (void)n, (void)at, (void)pl;
-	return NO_PIECES; /* decompressed: never spliced */
+	const flx_object *o = s->u.obj;
+	const flx_zitem it = {o->file, o->off, o->len};
+
+	(void)len, (void)buf;
+	return add_zstd(fs, pl, &it, at, n); /* decompressed: never spliced */
 }
 
 static const seg_kind seg_kinds[] = {
@@ -1078,11 +1120,28 @@ int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
 	return rc == NO_PIECES ? 0 : rc;
 }
 
-void flx_fs_pieces_release(const flx_fs *fs, const flx_piece *p, size_t n)
+static void release_pieces(const flx_fs *fs, const flx_piece *p, size_t n,
+			   bool sent)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		flx_zpin pin = {.slot = p[i].pin};
+
 		if (p[i].fd >= 0)
 			flx_file_release(fs->ckpt, p[i].file);
+		else if (p[i].pin)
+			flx_zcache_unpin(fs->io.zcache, &pin,
+					 sent ? p[i].len : 0);
+	}
+}
+
+void flx_fs_pieces_release(const flx_fs *fs, const flx_piece *p, size_t n)
+{
+	release_pieces(fs, p, n, false);
+}
+
+void flx_fs_pieces_sent(const flx_fs *fs, const flx_piece *p, size_t n)
+{
+	release_pieces(fs, p, n, true);
 }
 
 ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,

@@ -102,14 +102,17 @@ int flx_fs_resolve(const flx_fs *fs, const char *path, flx_stat *st);
 ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 		    uint64_t off, flx_read_stats *stats);
 
-/** A piece of a file's bytes: a range of a backing file, or literal bytes
- * (generated headers) the caller can send from memory. */
+/** A piece of a file's bytes: a range of a backing file, or bytes the
+ * caller can send from memory: literal bytes (generated headers), or
+ * decompressed zstd content in a window of the mount's cache, pinned
+ * until flx_fs_pieces_release(). */
 typedef struct flx_piece {
-	int fd;	       /* the backing file, or -1: literal bytes at mem */
+	int fd;	       /* the backing file, or -1: bytes at mem */
 	uint32_t file; /* fd: the file's index in the checkpoint */
 	uint64_t src;  /* fd: offset in the file */
 	size_t len;
-	const void *mem; /* literal: the bytes, inside the caller's lit */
+	const void *mem; /* literal: inside the caller's lit; or in a window */
+	void *pin;	 /* the window's pin (zcache.h), or NULL */
 } flx_piece;
 
 /* The most pieces flx_fs_pieces() describes a range with. */
@@ -119,10 +122,13 @@ typedef struct flx_piece {
  * Describe bytes [off, off+n) of file ino (n already clipped to the file
  * size) as at most max (<= FLX_FS_PIECES_MAX) pieces, in order, a piece that
  * continues the one before merged into it: ranges of backing files, just
- * checked unchanged, and literal bytes, which are generated into lit + (their
- * offset - off) (lit holds n bytes; other bytes of it are left as they were).
- * A reply made of these pieces needs no copy in user space (spliced ranges);
- * their descriptors stay valid until flx_fs_pieces_release(fs, out, *count).
+ * checked unchanged, literal bytes, which are generated into lit + (their
+ * offset - off) (lit holds n bytes; other bytes of it are left as they were),
+ * and zstd content in pinned cache windows (a view's or object's bytes that
+ * are one run of an item's content, see flx_view_zrun()).
+ * A reply made of these pieces needs no copy in user space (spliced ranges,
+ * memory sent as it is); their descriptors and pins stay valid until
+ * flx_fs_pieces_release(fs, out, *count).
  * @return 0 and *count, the number of pieces in out: 0 when n is 0, past
  *         the file, or some bytes need a gather (a strided view) or take
  *         more than max pieces; -EIO (a backing file changed), -ENOENT.
@@ -131,12 +137,16 @@ int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
 		  void *lit, flx_piece *out, size_t max, size_t *count);
 
 /**
- * Give back the descriptors of pieces p[0..n) from flx_fs_pieces() (they
- * stay valid until then: a file past the descriptor budget is pinned in
- * the fd table, see flx_file_acquire()).  Call once, after the reply is
- * sent.  Thread-safe.
+ * Give back the descriptors and window pins of pieces p[0..n) from
+ * flx_fs_pieces() (they stay valid until then: a file past the descriptor
+ * budget is pinned in the fd table, see flx_file_acquire()).  Call once, after
+ * the reply is sent.  Thread-safe.
  */
 void flx_fs_pieces_release(const flx_fs *fs, const flx_piece *p, size_t n);
+
+/** flx_fs_pieces_release() after pieces p[0..n) were sent to a reader
+ * (their bytes then count as served in the cache's statistics). */
+void flx_fs_pieces_sent(const flx_fs *fs, const flx_piece *p, size_t n);
 
 /**
  * Check, when a file is opened, that every backing file it reads is still

@@ -1052,3 +1052,39 @@ int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
 	*nout = k;
 	return 0;
 }
+
+int flx_view_zrun(const flx_view *v, uint64_t off, size_t n, flx_zitem *it,
+		  uint64_t *a, bool *found)
+{
+	int64_t g[FLX_MAX_DIMS] = {0};
+	const piece *p = NULL;
+	const flx_chunk *ch = NULL;
+	uint64_t pos = off, end = off + n, next = 0;
+
+	*found = false;
+	if (n == 0 || off >= v->bytes || n > v->bytes - off || v->t->stored)
+		return 0; /* a cast: converted bytes, not the content's */
+	while (pos < end) {
+		uint64_t e = pos / v->esz, stop, src;
+
+		unravel(v, e, g);
+		p = find_piece(v, p, g);
+		if (!p || !p->ch->zstd || (ch && p->ch != ch) ||
+		    (v->ndim > 0 && p->ch->contig_from >= v->ndim))
+			return 0;
+		stop = (e + run_elems(v, p, g)) * v->esz;
+		if (stop > end)
+			stop = end;
+		src = src_offset(v, p, g) + pos % v->esz;
+		if (ch && src != next)
+			return 0; /* the next run is elsewhere in the content */
+		if (!ch)
+			*a = src;
+		ch = p->ch;
+		next = src + (stop - pos);
+		pos = stop;
+	}
+	*it = (flx_zitem){ch->file, ch->item_off, ch->item_len};
+	*found = true;
+	return 0;
+}

@@ -21,7 +21,10 @@
 #include "ckpt.h"
 #include "slice.h"
 
+#include <stdbool.h>
 #include <sys/types.h>
+
+struct flx_zitem;
 
 typedef struct flx_view flx_view;
 
@@ -79,6 +82,17 @@ typedef struct flx_range {
  */
 int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
 		    size_t max, size_t *nout);
+
+/**
+ * Whether view bytes [off, off+n) are one contiguous run of one zstd
+ * chunk's content (an innermost axis of unit stride, no cast): then a
+ * reply can be sent from the content's cached windows (zcache.h) without
+ * a copy.  Reads no file.
+ * @return 0 and *found; when true, *it (the chunk's item) and *a (the
+ *         run's first byte in the item's content).
+ */
+int flx_view_zrun(const flx_view *v, uint64_t off, size_t n,
+		  struct flx_zitem *it, uint64_t *a, bool *found);
 
 /** Read statistics, for tests and benchmarks (per call, caller-owned). */
 typedef struct flx_read_stats {

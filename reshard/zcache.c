@@ -697,6 +697,54 @@ int flx_zcache_read(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 	return rc;
 }
 
+size_t flx_zcache_windows(uint64_t a, uint64_t n, size_t max)
+{
+	uint64_t k;
+
+	if (n == 0 || a + n < a)
+		return 0;
+	k = (a + n - 1) / FLX_ZCACHE_WINDOW - a / FLX_ZCACHE_WINDOW + 1;
+	return k <= max ? (size_t)k : 0;
+}
+
+int flx_zcache_pin(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
+		   uint64_t a, flx_zpin *out)
+{
+	size_t at = (size_t)(a % FLX_ZCACHE_WINDOW);
+	zref ref;
+	int rc;
+
+	*out = (flx_zpin){0};
+	if (!z->nslots)
+		return -ENOBUFS;
+	if (flx_file_verify(c, &c->files[it->file], false))
+		return -EIO;
+	rc = get(z, c, it, a / FLX_ZCACHE_WINDOW, &ref);
+	if (rc)
+		return rc;
+	if (!ref.slot || ref.n <= at) {
+		/* the content ends before a, or lent by a stream: no slot */
+		rc = ref.n <= at ? -EIO : -ENOBUFS;
+		put(z, &ref);
+		return rc;
+	}
+	*out = (flx_zpin){ref.data, ref.n, ref.slot};
+	return 0;
+}
+
+void flx_zcache_unpin(flx_zcache *z, flx_zpin *p, size_t served)
+{
+	zref ref = {.slot = p->slot};
+
+	if (p->slot) {
+		pthread_mutex_lock(&z->mu);
+		z->st.served += served;
+		pthread_mutex_unlock(&z->mu);
+		put(z, &ref);
+	}
+	*p = (flx_zpin){0};
+}
+
 bool flx_ckpt_has_zstd(const flx_ckpt *c)
 {
 	for (size_t i = 0; i < c->nobjects; i++)

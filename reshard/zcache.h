@@ -91,6 +91,38 @@ int flx_zcache_read(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		    uint64_t src, uint64_t stride, unsigned esz, uint64_t skip,
 		    void *dst, size_t len);
 
+/** A window of an item's content pinned in a cache slot: data[0..n) stay
+ * as they are (never evicted, never reused) until flx_zcache_unpin(). */
+typedef struct flx_zpin {
+	const unsigned char *data;
+	size_t n;
+	void *slot; /* the cache's, opaque */
+} flx_zpin;
+
+/**
+ * The decision of a zero-copy reply: whether content bytes [a, a+n) of an
+ * item lie in windows that can be pinned (n > 0, at most max windows).
+ * @return the number of windows [a, a+n) touches, or 0 when above max.
+ */
+size_t flx_zcache_windows(uint64_t a, uint64_t n, size_t max);
+
+/**
+ * Pin window a / FLX_ZCACHE_WINDOW of it's content in a slot of z (from the
+ * cache, or decoded into it as flx_zcache_read() would).  The item's file
+ * is checked unchanged since mount first.
+ * @return 0 and *out (release with flx_zcache_unpin()); -ENOBUFS when no
+ *         slot could hold it (every slot pinned, or a cache of no slot):
+ *         read with flx_zcache_read() instead; -EIO when the file changed,
+ *         the frame fails or the content ends before a; -ENOMEM.
+ */
+int flx_zcache_pin(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
+		   uint64_t a, flx_zpin *out);
+
+/** Release a pin of flx_zcache_pin() (its slot may be evicted and reused
+ * after), counting served bytes of it as served to a reader (0: the pin
+ * went unused); a zeroed pin is ignored. */
+void flx_zcache_unpin(flx_zcache *z, flx_zpin *p, size_t served);
+
 /** Whether any chunk or object of c is a zstd item.  Thread-safe. */
 bool flx_ckpt_has_zstd(const flx_ckpt *c);
 

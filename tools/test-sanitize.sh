@@ -13,7 +13,8 @@
 #     Python, label "oracle") is left to tools/test.sh.
 #  2. build-tsan (ThreadSanitizer): the case corpus with the items read on
 #     threads, also beside the plan build (test_cases_threads/_async);
-#     readers sharing one block cache (test_bcache, test_view).
+#     readers sharing one block cache (test_bcache, test_view); readers
+#     sharing the zstd window cache, pins held across reads (test_zcache).
 #  3. valgrind memcheck on the normal build: tests/bats/valgrind.bats with
 #     FLEXFS_EXEC_PREFIX, so the daemon, its startup error paths and
 #     flexfs-inspect run under memcheck; an error or a definite leak makes
@@ -58,11 +59,13 @@ echo "== TSan: item workers beside the plan build, readers sharing the block cac
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLEXFS_WITH_CUDA=OFF \
 	-DCMAKE_C_FLAGS=-fsanitize=thread \
 	-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_cases test_bcache test_view
+cmake --build build-tsan -j"$jobs" --target test_cases test_bcache test_view \
+	test_zcache
 (
 	cd build-tsan
 	TSAN_OPTIONS=halt_on_error=1:exitcode=66 \
-		ctest --output-on-failure -R "^(test_cases|test_bcache$|test_view$)" \
+		ctest --output-on-failure \
+		-R "^(test_cases|test_bcache$|test_view$|test_zcache$)" \
 		--timeout 600
 )
 echo "== TSan: passed in $((SECONDS - start)) s"
