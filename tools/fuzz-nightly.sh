@@ -20,7 +20,8 @@ secs=${1:-600}
 shift || true
 targets=("$@")
 ((${#targets[@]})) ||
-	targets=(pickle pickle_window zipitem metadata safetensors megatron options)
+	targets=(pickle pickle_window zipitem metadata safetensors megatron options
+		paddle_meta paddle_distcp zstditem)
 out=${FLX_FUZZ_OUT:-/tmp/fuzz-nightly/$(date -u +%Y%m%dT%H%M%SZ)}
 art=$out/artifacts
 mkdir -p "$out" "$art"
