@@ -42,3 +42,10 @@ if(FLEXFS_MOUNT_HELPER_DIR)
     endforeach()
   ")
 endif()
+
+# The distributed mount (-o mpi): its MPI side in its own file, only here.
+if(FLEXFS_WITH_MPI)
+  target_sources(flexfs PRIVATE mpi_mount.c)
+  target_compile_definitions(flexfs PRIVATE FLEXFS_WITH_MPI=1)
+  target_link_libraries(flexfs PRIVATE PkgConfig::MPI)
+endif()

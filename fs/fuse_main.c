@@ -22,9 +22,13 @@
 #include "tree.h"
 #include "zcache.h"
 
+#ifdef FLEXFS_WITH_MPI
+#include "mpi_mount.h"
+#endif
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +67,134 @@ static void report(const flx_error *e)
 
 	fprintf(stderr, "flexfs: %s\n", flx_error_line(e, line, sizeof(line)));
 }
+
+/*
+ * The distributed mount (-o mpi, fs/mpi_mount.h): MPI starts before the
+ * paths are looked at ({rank} in them is this rank), every rank agrees on
+ * each step that can fail (one rank's failure fails all, with its line),
+ * and the mount of any rank ending ends all of them.  Without MPI in the
+ * build, -o mpi is an error.
+ */
+#ifdef FLEXFS_WITH_MPI
+static flx_dm *dmount;
+
+/* Another rank ended the mount: end this one as a signal would. */
+static void dmount_told(void *arg)
+{
+	(void)arg;
+	kill(getpid(), SIGTERM);
+}
+
+/* MPI, and {rank} replaced in the source and in libfuse's arguments (the
+ * mount point, which libfuse resolves as it parses). */
+static int dmount_start(flx_mountopts *mo, struct fuse_args *args,
+			flx_error *err)
+{
+	char *src = NULL;
+	int rc = flx_dm_init(NULL, NULL, mo->mpi_timeout, &dmount, err);
+
+	if (!rc)
+		rc = flx_dm_subst(mo->source, flx_dm_rank(dmount), &src);
+	if (!rc)
+		rc = flx_mo_set_source(mo, src);
+	free(src);
+	for (int i = 0; !rc && i < args->argc; i++) {
+		if (!strstr(args->argv[i], "{rank}"))
+			continue;
+		rc = flx_dm_subst(args->argv[i], flx_dm_rank(dmount), &src);
+		if (rc)
+			break;
+		if (args->allocated)
+			free(args->argv[i]);
+		args->argv[i] = src;
+	}
+	return rc && !err->code
+		   ? flx_error_set(err, rc, NULL, NULL, "out of memory")
+		   : rc;
+}
+
+static int dmount_agree(int rc, flx_error *err)
+{
+	return dmount ? flx_dm_agree(dmount, rc, err) : rc;
+}
+
+static int dmount_exchange(const char *dir, flx_ckpt_opts *o, flx_error *err)
+{
+	int rc = flx_dm_exchange(dmount, dir, err);
+
+	if (rc)
+		return rc;
+	o->backend = flx_dm_backend(dmount);
+	o->format = flx_dm_format(dmount);
+	return 0;
+}
+
+/* Whether the loop may start: not when another rank already ended. */
+static bool dmount_serving(void)
+{
+	if (!dmount)
+		return true;
+	flx_dm_on_end(dmount, dmount_told, NULL);
+	return !flx_dm_told(dmount);
+}
+
+/* FLEXFS_MPI_STATS=1 (benchmarks): the counters on stderr, one line. */
+static void dmount_end(void)
+{
+	const char *on = getenv("FLEXFS_MPI_STATS");
+	flx_dm_stats s;
+
+	if (dmount && on && !strcmp(on, "1")) {
+		flx_dm_stats_get(dmount, &s);
+		fprintf(
+		    stderr,
+		    "flexfs: mpi stats: rank %d exchange %llu bcast %llu "
+		    "batches %llu requests %llu spans %llu bytes %llu "
+		    "served %llu served_bytes %llu\n",
+		    flx_dm_rank(dmount), (unsigned long long)s.exchange_bytes,
+		    (unsigned long long)s.bcast_bytes,
+		    (unsigned long long)s.batches,
+		    (unsigned long long)s.requests, (unsigned long long)s.spans,
+		    (unsigned long long)s.bytes, (unsigned long long)s.served,
+		    (unsigned long long)s.served_bytes);
+	}
+	flx_dm_end(dmount);
+	dmount = NULL;
+}
+#else
+static int dmount_start(flx_mountopts *mo, struct fuse_args *args,
+			flx_error *err)
+{
+	(void)mo;
+	(void)args;
+	return flx_error_set(err, -ENOTSUP, NULL, "mpi",
+			     "this flexfs was built without MPI "
+			     "(FLEXFS_WITH_MPI)");
+}
+
+static int dmount_agree(int rc, flx_error *err)
+{
+	(void)err;
+	return rc;
+}
+
+static int dmount_exchange(const char *dir, flx_ckpt_opts *o, flx_error *err)
+{
+	(void)dir;
+	(void)o;
+	(void)err;
+	return -ENOTSUP;
+}
+
+static bool dmount_serving(void)
+{
+	return true;
+}
+
+static void dmount_end(void)
+{
+}
+#endif
 
 /* fuse_opt callback: -1 error, 0 consumed, 1 keep for libfuse. */
 static int opt_proc(void *data, const char *arg, int key,
@@ -246,6 +378,10 @@ static int parse(const char *prog, struct cmdline *cl, struct fuse_args *args,
 			prog);
 		return 1;
 	}
+	if (cl->mo.mpi && dmount_start(&cl->mo, args, &cl->err)) {
+		report(&cl->err);
+		return 1;
+	}
 	if (canonical_source(cl)) {
 		report(&cl->err);
 		return 1;
@@ -265,6 +401,8 @@ static int parse(const char *prog, struct cmdline *cl, struct fuse_args *args,
 			prog);
 		return 1;
 	}
+	if (cl->mo.mpi) /* under mpirun: never fork away from it */
+		fo->foreground = 1;
 	if (inside_source(cl->mo.source, fo->mountpoint)) {
 		flx_error_set(&cl->err, -EINVAL, fo->mountpoint, NULL,
 			      "the mount point is inside the checkpoint "
@@ -294,7 +432,14 @@ static int build(const struct cmdline *cl, flx_stack *st)
 	int rc;
 
 	flx_error_init(&err);
+	rc = cl->mo.mpi ? dmount_exchange(cl->mo.source, &o, &err) : 0;
+	if (rc) {
+		report(&err);
+		return rc;
+	}
 	rc = flx_stack_build(cl->mo.source, &o, &cl->mo.spec, false, st, &err);
+	if (cl->mo.mpi)
+		rc = dmount_agree(rc, &err);
 	for (size_t i = 0; !rc && !flx_stack_note(st, i, note, sizeof(note));
 	     i++)
 		fprintf(stderr, "flexfs: %s: %s\n", cl->mo.source, note);
@@ -441,7 +586,8 @@ static void malloc_thp(char **argv)
  * whose chunk outgrows it is re-read for every request, so say so while
  * the user can still see stderr.  @return 0 or -ENOMEM. */
 static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
-		      flx_bcache **out, flx_zcache **zout)
+		      const flx_slicer *slicer, flx_bcache **out,
+		      flx_zcache **zout)
 {
 	const flx_tensor *t;
 	uint64_t span = flx_ckpt_gather_span(ckpt, &t), bytes, zbytes = 0;
@@ -472,8 +618,25 @@ static int make_cache(const flx_mountopts *mo, const flx_ckpt *ckpt, flx_fs *fs,
 		fprintf(stderr, "flexfs: out of memory\n");
 		return -ENOMEM;
 	}
-	flx_fs_set_io(fs, &(flx_view_io){*out, flx_slicer_default(), *zout});
+	flx_fs_set_io(fs, &(flx_view_io){*out, slicer, *zout});
 	return 0;
+}
+
+/* The slicer of -o gpu=, gpu_min=, gpu_device= (gpu/slice.h): with gpu=on
+ * the mount log names the device, or the mount fails with the reason why
+ * there is none; gpu=auto says nothing, as a mount that has nothing to
+ * report (index.json and flexfs-inspect name the backend).
+ * @return 0 or -errno. */
+static int open_slicer(const flx_mountopts *mo, const flx_slicer **out)
+{
+	char line[1024];
+	int rc = flx_slicer_open(&mo->gpu, out, line, sizeof(line));
+
+	if (rc == -ENOMEM)
+		fprintf(stderr, "flexfs: out of memory\n");
+	else if (rc || mo->gpu.mode == FLX_GPU_ON)
+		fprintf(stderr, "flexfs: %s\n", line);
+	return rc;
 }
 
 /* FLEXFS_ZSTD_STATS=1 (benchmarks): the zstd window cache's counters on
@@ -488,11 +651,11 @@ static void zstd_stats(flx_zcache *z)
 	flx_zcache_stats_get(z, &st);
 	fprintf(stderr,
 		"flexfs: zstd stats: decoded %llu served %llu hits %llu "
-		"misses %llu restarts %llu windows %llu\n",
+		"misses %llu restarts %llu windows %llu ahead %llu\n",
 		(unsigned long long)st.decoded, (unsigned long long)st.served,
 		(unsigned long long)st.hits, (unsigned long long)st.misses,
-		(unsigned long long)st.restarts,
-		(unsigned long long)st.windows);
+		(unsigned long long)st.restarts, (unsigned long long)st.windows,
+		(unsigned long long)st.ahead);
 }
 
 int main(int argc, char **argv)
@@ -504,6 +667,7 @@ int main(int argc, char **argv)
 	flx_stack st = {0};
 	flx_bcache *cache = NULL;
 	flx_zcache *zcache = NULL;
+	const flx_slicer *slicer = NULL;
 	char **av = NULL;
 	int ac, ret = 1, rc;
 	flx_ll ll = {0};
@@ -520,13 +684,24 @@ int main(int argc, char **argv)
 	}
 	args = (struct fuse_args)FUSE_ARGS_INIT(ac, av);
 	rc = parse(argv[0], &cl, &args, &fo);
+	/* the ranks of a distributed mount fail together */
+	if (cl.mo.mpi && rc != 2 && dmount_agree(rc ? -EINVAL : 0, &cl.err)) {
+		if (!rc)
+			report(&cl.err);
+		rc = 1;
+	}
 	if (rc) {
 		ret = rc == 2 ? 0 : 1;
 		goto err_out1;
 	}
+	/* the slicer first: index.json records it */
+	if (open_slicer(&cl.mo, &slicer))
+		goto err_out1;
+	cl.mo.spec.slicer = slicer->name;
 	if (build(&cl, &st))
 		goto err_out1;
-	if (make_cache(&cl.mo, flx_stack_ckpt(&st), st.fs, &cache, &zcache))
+	if (make_cache(&cl.mo, flx_stack_ckpt(&st), st.fs, slicer, &cache,
+		       &zcache))
 		goto err_out1;
 
 	ll = (flx_ll){.fs = st.fs,
@@ -545,7 +720,7 @@ int main(int argc, char **argv)
 	find_bdi(&cl.mo, fo.mountpoint, &ll);
 	/* Past this point stderr is /dev/null unless -f: nothing may fail
 	 * for a reason the user could have been told about. */
-	if (fuse_daemonize(fo.foreground) == 0) {
+	if (dmount_serving() && fuse_daemonize(fo.foreground) == 0) {
 		rc = loop(se, &fo);
 		ret = loop_failed(rc) ? 1 : 0;
 		zstd_stats(zcache);
@@ -565,5 +740,7 @@ err_out1:
 	fuse_opt_free_args(&args);
 	free(av);
 	flx_mo_release(&cl.mo);
+	flx_slicer_close(slicer);
+	dmount_end();
 	return ret;
 }

@@ -16,8 +16,17 @@ int flx_stack_build(const char *source, const flx_ckpt_opts *o,
 	memset(s, 0, sizeof(*s));
 	oo.defer_items = true;
 	rc = flx_ckpt_open_with(source, &oo, &s->ckpt, err);
+	if (!rc && spec->aoa) {
+		flx_aoa_opts ao = {.tp = spec->tp,
+				   .num_heads = spec->aoa_num_heads,
+				   .num_kv_groups = spec->aoa_num_kv_groups};
+
+		rc = flx_aoa_compile(spec->aoa, s->ckpt, &ao, &s->aoa, err);
+	}
 	if (!rc)
-		rc = flx_xform_apply(spec->xform, s->ckpt, &s->xi, err);
+		rc = flx_xform_apply(s->aoa ? flx_aoa_prog_xform(s->aoa)
+					    : spec->xform,
+				     s->ckpt, &s->xi, err);
 	if (!rc)
 		rc =
 		    flx_filter_apply(spec, flx_xindex_ckpt(s->xi), &s->fi, err);
@@ -62,7 +71,10 @@ int flx_stack_note(const flx_stack *s, size_t i, char *buf, size_t len)
 		}
 		i--;
 	}
-	return flx_plan_note(s->plan, i, buf, len);
+	if (flx_aoa_prog_note(s->aoa, i, buf, len) == 0)
+		return 0;
+	return flx_plan_note(s->plan, i - flx_aoa_prog_nnotes(s->aoa), buf,
+			     len);
 }
 
 void flx_stack_free(flx_stack *s)
@@ -71,6 +83,7 @@ void flx_stack_free(flx_stack *s)
 	flx_plan_free(s->plan);
 	flx_findex_free(s->fi);
 	flx_xindex_free(s->xi);
+	flx_aoa_prog_free(s->aoa);
 	flx_ckpt_close(s->ckpt);
 	memset(s, 0, sizeof(*s));
 }

@@ -13,6 +13,7 @@
  * any number of threads (the tree's own rules, tree.h).
  */
 
+#include "aoa.h"
 #include "ckpt.h"
 #include "error.h"
 #include "filter.h"
@@ -22,13 +23,15 @@
 #include "tree.h"
 
 typedef struct flx_stack {
-	flx_ckpt *ckpt; /* the source's index */
-	flx_xindex *xi; /* the transformed index (the source's when no
-			 * rule transforms) */
-	flx_findex *fi; /* the filtered index (the transformed one when no
-			 * filter is set) */
-	flx_plan *plan; /* over flx_stack_ckpt() */
-	flx_fs *fs;	/* the tree */
+	flx_ckpt *ckpt;	   /* the source's index */
+	flx_aoa_prog *aoa; /* the rules' AOA statements compiled against
+			    * the source (NULL: none) */
+	flx_xindex *xi;	   /* the transformed index (the source's when no
+			    * rule transforms) */
+	flx_findex *fi;	   /* the filtered index (the transformed one when no
+			    * filter is set) */
+	flx_plan *plan;	   /* over flx_stack_ckpt() */
+	flx_fs *fs;	   /* the tree */
 } flx_stack;
 
 /**
@@ -55,7 +58,8 @@ static inline const flx_ckpt *flx_stack_ckpt(const flx_stack *s)
 /**
  * Note i (0, 1, ... in turn) of what a built stack says once, one line
  * without a newline in buf (len bytes): the symlinked files of the source
- * that are not served, then the plan's notes (flx_plan_note()).
+ * that are not served, then the AOA statements that matched nothing
+ * (flx_aoa_prog_note()), then the plan's notes (flx_plan_note()).
  * @return 0 and buf, or -ENOENT past the last.
  */
 int flx_stack_note(const flx_stack *s, size_t i, char *buf, size_t len);

@@ -509,8 +509,8 @@ static int add_range(piece_list *pl, uint32_t file, uint64_t src, size_t len)
 		last->len += len;
 		return 0;
 	}
-	if (pl->k == pl->max)
-		return NO_PIECES;
+	if (pl->k == pl->max || flx_file_is_remote(pl->ckpt, file))
+		return NO_PIECES; /* a remote file has no descriptor: a copy */
 	if (flx_file_acquire(pl->ckpt, file, &fd))
 		return -EIO;
 	pl->out[pl->k++] = (flx_piece){fd, file, src, len, NULL};
@@ -582,6 +582,12 @@ static int view_header(const flx_fs *fs, const seg_src *s, unsigned char *buf,
 		  : 0;
 }
 
+/* The batch of the flx_fs_read() running on this thread: view segments'
+ * remote runs wait there, so that a request's segments make one batch
+ * (flx_view_batch).  Only view_read() uses it: a generator reading view
+ * bytes looks at them at once. */
+static _Thread_local flx_view_batch *read_batch;
+
 static int view_read(const flx_fs *fs, const seg_src *s, uint64_t len,
 		     unsigned char *buf, size_t n, uint64_t at,
 		     flx_read_stats *stats)
@@ -593,8 +599,8 @@ static int view_read(const flx_fs *fs, const seg_src *s, uint64_t len,
 	(void)len;
 	if (rc || h == n)
 		return rc;
-	got = flx_view_read_io(s->u.view, &fs->io, buf + h, n - h,
-			       at + h - s->idx, stats);
+	got = flx_view_read_batch(s->u.view, &fs->io, read_batch, buf + h,
+				  n - h, at + h - s->idx, stats);
 	if (got < 0)
 		return (int)got;
 	return (size_t)got == n - h ? 0 : -EIO;
@@ -640,15 +646,14 @@ static int raw_read(const flx_fs *fs, const seg_src *s, uint64_t len,
 		    flx_read_stats *stats)
 {
 	const flx_file *file = &fs->ckpt->files[s->idx];
-	int fd, rc;
+	int rc;
 
 	(void)len;
 	if (flx_file_verify(fs->ckpt, file, false))
 		return -EIO;
-	if (flx_file_acquire(fs->ckpt, s->idx, &fd))
-		return -EIO;
-	rc = flx_pread_full(fd, buf, n, s->u.off + at);
-	flx_file_release(fs->ckpt, s->idx);
+	rc = flx_file_pread(fs->ckpt, s->idx, buf, n, s->u.off + at);
+	if (rc && rc != -EIO && rc != -ENOMEM)
+		rc = -EIO;
 	if (stats) {
 		stats->preads++;
 		stats->bytes_read += n;
@@ -1084,8 +1089,9 @@ ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 		    uint64_t off, flx_read_stats *stats)
 {
 	const node *f = get(fs, ino);
+	flx_view_batch batch = {0};
 	uint64_t size;
-	int rc;
+	int rc, frc;
 
 	if (!f)
 		return -ENOENT;
@@ -1096,8 +1102,36 @@ ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 		return 0;
 	if (n > size - off)
 		n = (size_t)(size - off);
+	read_batch = &batch;
 	rc = walk(fs, f, buf, n, off, stats, NULL);
+	read_batch = NULL;
+	frc = flx_view_batch_flush(&batch);
+	flx_view_batch_release(&batch);
+	if (!rc)
+		rc = frc;
 	return rc ? rc : (ssize_t)n;
+}
+
+int flx_fs_segment(const flx_fs *fs, flx_ino ino, size_t i, flx_fs_seg *out)
+{
+	const node *f = get(fs, ino);
+	const flx_seg *segs;
+	flx_seg one;
+	size_t n;
+
+	if (!f)
+		return -ENOENT;
+	if (f->type == N_DIR)
+		return -EISDIR;
+	segs = segs_of(fs, f, &one, &n);
+	if (i >= n)
+		return -ENOENT;
+	out->off = segs[i].start;
+	out->len = (i + 1 < n ? segs[i + 1].start : file_size(f)) - out->off;
+	out->tensor = segs[i].src.kind == SEG_VIEW
+			  ? flx_view_tensor(segs[i].src.u.view)
+			  : NULL;
+	return 0;
 }
 
 static int verify(const flx_fs *fs, uint32_t file)

@@ -1,25 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Choosing a backend, and the batch rules every backend shares (slice.h). */
+/* Running a batch on a backend, and the batch rules every backend shares
+ * (slice.h); choosing the backend is slice_load.c's. */
 #include "slice.h"
 
 #include <errno.h>
-
-/* Device backends, best first, up to the NULL; each returns NULL without
- * its device.  A CUDA backend adds its entry here (see slice.h). */
-static const flx_slicer *(*const backends[])(void) = {
-    NULL,
-};
-
-const flx_slicer *flx_slicer_default(void)
-{
-	for (size_t i = 0; backends[i]; i++) {
-		const flx_slicer *s = backends[i]();
-
-		if (s)
-			return s;
-	}
-	return flx_slicer_cpu();
-}
 
 int flx_slicer_run(const flx_slicer *s, const flx_slice_batch *b)
 {

@@ -46,20 +46,21 @@
  * of the file's size at mount: a file that shrank since then reads short
  * and fails there).
  *
- * Choosing a backend.  flx_slicer_default() is called once per mount and
- * the mount's reads all use what it returned (reshard/view.h,
- * flx_view_io).  flx_slicer_run() asks that backend whether it takes a
- * batch (a device declines batches too small to pay for the transfers:
- * the CPU is faster there) and runs the ones it declines on the CPU.
+ * Choosing a backend.  flx_slicer_open() is called once per mount, with
+ * the mount's -o gpu=, gpu_min= and gpu_device=, and the mount's reads all
+ * use what it returned (reshard/view.h, flx_view_io).  flx_slicer_run()
+ * asks that backend whether it takes a batch (a device declines batches
+ * too small to pay for the transfers: the CPU is faster there) and runs
+ * the ones it declines on the CPU.
  *
- * Adding a backend (a CUDA one is issue #22): one file, gpu/slice_cuda.cu,
- * defining `const flx_slicer *flx_slicer_cuda(void)`, which returns NULL
- * when no usable device is present; its declaration in slice_internal.h
- * and its entry in the backends table of slice.c (detection); the file
- * added to flx_gpu in gpu/CMakeLists.txt behind an option
- * (FLEXFS_WITH_CUDA, enable_language(CUDA)).  test_slice then checks it
- * against the oracle like every backend, and skips it without a device.
- * Device errors become -EIO in that file, once.
+ * The CUDA backend (slice_cuda.cu) is a shared object of its own,
+ * libflexfs-cuda.so, that flx_slicer_open() loads with dlopen() when it
+ * is asked for a device (slice_cuda.h gives the interface between the
+ * two; slice_load.c the loading): the daemon never links the CUDA
+ * runtime, and runs the same on machines with no GPU, driver or toolkit.
+ * Device errors become -EIO in slice_cuda.cu, once.  test_slice checks
+ * the CUDA backend against the oracle like every backend when a device is
+ * present, and says in one line that it skipped it when not.
  *
  * Thread-safety: a slicer is immutable and every function here may be
  * called from any number of threads at once (the FUSE threads each run
@@ -134,9 +135,47 @@ typedef struct flx_slicer {
 /** The CPU backend (always available; static, never freed). */
 const flx_slicer *flx_slicer_cpu(void);
 
-/** The backend a mount should use: the first device backend that finds
- * its device, else the CPU one (static, never freed).  It may probe
- * devices: call it once, at mount. */
+/* -o gpu=: the CUDA backend when it loads and finds its device (auto),
+ * the mount fails without it (on), never (off). */
+typedef enum flx_gpu_mode {
+	FLX_GPU_AUTO = 0,
+	FLX_GPU_ON,
+	FLX_GPU_OFF,
+} flx_gpu_mode;
+
+/* -o gpu_min= unset: the bytes a batch must want before a device takes it.
+ * Not yet chosen from measurements (docs/performance.md: no GPU was
+ * available); a FUSE read of the default readahead wants about 1 MiB. */
+#define FLX_GPU_MIN_DEFAULT (1ull << 20)
+
+typedef struct flx_slicer_opts {
+	flx_gpu_mode mode;
+	uint64_t min_bytes; /* a device declines batches wanting fewer */
+	int device;	    /* CUDA device number */
+	/* the backend's shared object; NULL: $FLEXFS_CUDA_LIB (tests) or
+	 * libflexfs-cuda.so next to the executable, then where it is
+	 * installed, then in the build tree */
+	const char *library;
+} flx_slicer_opts;
+
+/**
+ * The slicer a mount with options o uses: the CUDA backend, or the CPU
+ * one (mode off, or auto and the backend not loaded, no device, a driver
+ * error).  line[0..n) gets one line for the mount log saying which and
+ * why ("slicer: cpu (gpu=auto: no CUDA device: ...)").  May load a shared
+ * object and probe a device: call it once per mount, from one thread.
+ * @return 0 and *out (flx_slicer_close()); -ENODEV (mode on and no usable
+ *         device: line says why, *out is the CPU one); -ENOMEM.
+ */
+int flx_slicer_open(const flx_slicer_opts *o, const flx_slicer **out,
+		    char *line, size_t n);
+
+/** Release what flx_slicer_open() returned (the CPU slicer, NULL:
+ * nothing).  No batch may be running on it. */
+void flx_slicer_close(const flx_slicer *s);
+
+/** flx_slicer_open() with the defaults (gpu=auto, device 0), once per
+ * process; the result is shared, never closed.  Thread-safe. */
 const flx_slicer *flx_slicer_default(void);
 
 /**

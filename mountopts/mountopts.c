@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char flx_mo_help[] =
     "flexfs options:\n"
@@ -37,11 +38,29 @@ const char flx_mo_help[] =
     "    -o paddle_id=N         the unique id of a Paddle checkpoint to "
     "read\n"
     "                           (default: the highest in the directory)\n"
+    "    -o megatron_ep=N       megatron/ legacy files for expert "
+    "parallel size N\n"
+    "    -o megatron_vp=N       megatron/ legacy files with N virtual "
+    "pipeline chunks\n"
+    "    -o megatron_iter=N     the iteration of a Megatron save "
+    "directory to read\n"
+    "                           (default: the one "
+    "latest_checkpointed_iteration.txt names)\n"
+    "    -o src_strategy=FILE   a MindSpore checkpoint's parallel strategy "
+    "file\n"
+    "                           (protobuf, or JSON when named *.json)\n"
     "    -o follow_symlinks[=0|1]  serve files that are symlinks "
     "leading outside\n"
     "                           CHECKPOINT (a Hugging Face cache "
     "snapshot)\n"
     "    -o nonempty[=0|1]      mount over a non-empty MOUNTPOINT\n"
+    "    -o mpi[=0|1]           one daemon per rank of mpirun: the ranks' "
+    "CHECKPOINT\n"
+    "                           directories ({rank}: the rank) together "
+    "hold the\n"
+    "                           checkpoint; every rank serves all of it\n"
+    "    -o mpi_timeout=SECONDS how long a read waits for another rank "
+    "(default 30)\n"
     "    -o megatron_spec=SPEC  names in megatron/ legacy files: local "
     "or te\n"
     "                           (Transformer Engine; default local)\n"
@@ -49,6 +68,15 @@ const char flx_mo_help[] =
     "pads\n"
     "                           the vocab to a multiple of it (default: the "
     "saved rows)\n"
+    "    -o aoa_num_heads=H,aoa_num_key_value_groups=G  fused_qkv's heads "
+    "where\n"
+    "                           an AOA statement omits them\n"
+    "    -o mindspore[=0|1]     mindspore/rank_N/checkpoint_N.ckpt: the "
+    "tp x pp\n"
+    "                           ranks as MindSpore .ckpt files\n"
+    "    -o dst_strategy=FILE   their layout from a MindSpore strategy "
+    "file instead\n"
+    "                           (protobuf, or JSON if FILE ends in .json)\n"
     "    -o read_ahead_kb=N     readahead of the mount in KiB: the size of "
     "FUSE\n"
     "                           read requests in flight (default: 4 "
@@ -67,6 +95,14 @@ const char flx_mo_help[] =
     "of\n"
     "                           memory; 0: none, each read re-reads "
     "them)\n"
+    "    -o gpu=auto|on|off     strided gathers on the GPU (CUDA, "
+    "libflexfs-cuda.so):\n"
+    "                           when a device is found (auto), or fail "
+    "the mount\n"
+    "                           without one (on), or never (off)\n"
+    "    -o gpu_min=SIZE        the GPU takes gathers of SIZE bytes or "
+    "more (1M)\n"
+    "    -o gpu_device=N        the CUDA device to use (0)\n"
     "    Always added: ro, default_permissions, subtype=flexfs,\n"
     "    fsname=CHECKPOINT.  Ignored: auto, noauto, user, nouser, users,\n"
     "    _netdev, nofail, defaults, rw, comment=*, x-*.  Other -o options\n"
@@ -85,6 +121,7 @@ static const char *const ours[] = {
     "cache_size",
     "source_format",
     "paddle_id",
+    "src_strategy",
     "include",
     "exclude",
     "strip_prefix",
@@ -92,6 +129,18 @@ static const char *const ours[] = {
     "nonempty",
     "megatron_spec",
     "megatron_true_vocab",
+    "megatron_iter",
+    "megatron_ep",
+    "megatron_vp",
+    "aoa_num_heads",
+    "aoa_num_key_value_groups",
+    "gpu",
+    "gpu_min",
+    "gpu_device",
+    "mpi",
+    "mpi_timeout",
+    "mindspore",
+    "dst_strategy",
 };
 
 static const char *const fstab_exact[] = {
@@ -108,6 +157,9 @@ flx_ckpt_opts flx_mo_ckpt_opts(const flx_mountopts *mo)
 	return (flx_ckpt_opts){.format = mo->source_format,
 			       .has_paddle_id = mo->has_paddle_id,
 			       .paddle_id = mo->paddle_id,
+			       .has_megatron_iter = mo->has_megatron_iter,
+			       .megatron_iter = mo->megatron_iter,
+			       .ms_strategy = mo->src_strategy,
 			       .follow_symlinks = mo->follow_symlinks};
 }
 
@@ -116,6 +168,7 @@ int flx_mo_init(flx_mountopts *mo)
 	memset(mo, 0, sizeof(*mo));
 	mo->read_ahead_kb = FLX_MO_READ_AHEAD_AUTO;
 	mo->cache_size = FLX_MO_CACHE_AUTO;
+	mo->gpu = (flx_slicer_opts){FLX_GPU_AUTO, FLX_GPU_MIN_DEFAULT, 0, NULL};
 	return flx_spec_init(&mo->spec);
 }
 
@@ -127,6 +180,7 @@ void flx_mo_release(flx_mountopts *mo)
 	flx_mo_tokens_free(mo->fuse, mo->nfuse);
 	free(mo->source);
 	free(mo->source_format);
+	free(mo->src_strategy);
 	memset(mo, 0, sizeof(*mo));
 }
 
@@ -322,6 +376,52 @@ bad:
 			     value ? value : "");
 }
 
+/* An iteration number as Megatron writes it in its tracker file: digits
+ * only, no sign, at most 18. */
+static int apply_megatron_iter(flx_mountopts *mo, const char *value,
+			       flx_error *err)
+{
+	uint64_t v = 0;
+	const char *p = value ? value : "";
+
+	if (!*p || strlen(p) > 18)
+		goto bad;
+	for (; *p; p++) {
+		if (*p < '0' || *p > '9')
+			goto bad;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	mo->megatron_iter = v;
+	mo->has_megatron_iter = true;
+	return 0;
+bad:
+	return flx_error_set(err, -EINVAL, NULL, "megatron_iter",
+			     "'%s' is not an iteration (a decimal number)",
+			     value ? value : "");
+}
+
+/* A path kept absolute: the daemon changes directory after the parse. */
+static int apply_src_strategy(flx_mountopts *mo, const char *value,
+			      flx_error *err)
+{
+	char *p = NULL, cwd[4096];
+
+	if (!value || !*value)
+		return flx_error_set(err, -EINVAL, NULL, "src_strategy",
+				     "needs a strategy file's path");
+	if (value[0] == '/')
+		p = strdup(value);
+	else if (getcwd(cwd, sizeof(cwd)) &&
+		 asprintf(&p, "%s/%s", cwd, value) < 0)
+		p = NULL;
+	if (!p)
+		return flx_error_set(err, -ENOMEM, NULL, "src_strategy",
+				     "out of memory");
+	free(mo->src_strategy);
+	mo->src_strategy = p;
+	return 0;
+}
+
 static int apply_cache_size(flx_mountopts *mo, const char *value,
 			    flx_error *err)
 {
@@ -336,6 +436,41 @@ static int apply_cache_size(flx_mountopts *mo, const char *value,
 				     "'%s' is not 0 or a size from 1M to 1T",
 				     value ? value : "");
 	mo->cache_size = v;
+	return 0;
+}
+
+/* gpu=, gpu_min= (0: every gather, or a size), gpu_device= (0 to 1023) */
+static int apply_gpu(flx_mountopts *mo, const char *tok, flx_error *err)
+{
+	static const char *const modes[] = {"auto", "on", "off"};
+	const char *v = option_value(tok);
+	uint64_t n = 0;
+
+	if (key_is(tok, "gpu")) {
+		for (int i = 0; v && i < 3; i++)
+			if (!strcmp(v, modes[i])) {
+				mo->gpu.mode = (flx_gpu_mode)i;
+				return 0;
+			}
+		return flx_error_set(err, -EINVAL, NULL, "gpu",
+				     "'%s' is not auto, on or off", v ? v : "");
+	}
+	if (key_is(tok, "gpu_min")) {
+		if ((!v || strcmp(v, "0") != 0) && flx_parse_size(v, &n))
+			return flx_error_set(err, -EINVAL, NULL, "gpu_min",
+					     "'%s' is not 0 or a size",
+					     v ? v : "");
+		mo->gpu.min_bytes = n;
+		return 0;
+	}
+	for (const char *p = v; p && *p; p++)
+		n = *p >= '0' && *p <= '9' && n < 1024 ? n * 10 + (*p - '0')
+						       : 1024;
+	if (!v || !*v || n > 1023)
+		return flx_error_set(err, -EINVAL, NULL, "gpu_device",
+				     "'%s' is not a device number (0 to 1023)",
+				     v ? v : "");
+	mo->gpu.device = (int)n;
 	return 0;
 }
 
@@ -374,7 +509,8 @@ static int apply_ours(flx_spec *spec, const char *tok, flx_error *err)
 	int rc;
 
 	snprintf(key, sizeof(key), "%.*s", (int)kl, tok);
-	if (!value && strcmp(key, "pp_renumber") != 0)
+	if (!value && strcmp(key, "pp_renumber") != 0 &&
+	    strcmp(key, "mindspore") != 0)
 		return flx_error_set(err, -EINVAL, NULL, key,
 				     "needs a value (%s=...)", key);
 	/* A local error tells "unknown key" (-ENOENT, nothing recorded) from
@@ -392,6 +528,22 @@ static int apply_ours(flx_spec *spec, const char *tok, flx_error *err)
 	if (err && !err->code)
 		*err = e;
 	return e.code;
+}
+
+/* mpi_timeout=SECONDS: 1 to 86400. */
+static int apply_mpi_timeout(flx_mountopts *mo, const char *v, flx_error *err)
+{
+	char *end;
+	unsigned long n;
+
+	errno = 0;
+	n = v && *v >= '0' && *v <= '9' ? strtoul(v, &end, 10) : 0;
+	if (!n || errno || *end || n > 86400)
+		return flx_error_set(err, -EINVAL, NULL, "mpi_timeout",
+				     "expected seconds, 1 to 86400, got '%s'",
+				     v ? v : "");
+	mo->mpi_timeout = (unsigned)n;
+	return 0;
 }
 
 int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
@@ -416,12 +568,24 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 		if (key_is(tok, "nonempty"))
 			return flx_parse_flag("nonempty", option_value(tok),
 					      &mo->nonempty, err);
+		if (key_is(tok, "mpi"))
+			return flx_parse_flag("mpi", option_value(tok),
+					      &mo->mpi, err);
+		if (key_is(tok, "mpi_timeout"))
+			return apply_mpi_timeout(mo, option_value(tok), err);
 		if (key_is(tok, "cache_size"))
 			return apply_cache_size(mo, option_value(tok), err);
+		if (key_is(tok, "gpu") || key_is(tok, "gpu_min") ||
+		    key_is(tok, "gpu_device"))
+			return apply_gpu(mo, tok, err);
 		if (key_is(tok, "source_format"))
 			return apply_source_format(mo, option_value(tok), err);
 		if (key_is(tok, "paddle_id"))
 			return apply_paddle_id(mo, option_value(tok), err);
+		if (key_is(tok, "megatron_iter"))
+			return apply_megatron_iter(mo, option_value(tok), err);
+		if (key_is(tok, "src_strategy"))
+			return apply_src_strategy(mo, option_value(tok), err);
 		return apply_ours(&mo->spec, tok, err);
 	case FLX_MO_FSTAB:
 	case FLX_MO_RWRO:

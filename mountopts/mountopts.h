@@ -12,7 +12,8 @@
  *   ours   tp, pp, rules, layer_regex, embed_regex, pp_renumber,
  *          hf_shard_size: applied to the spec with flx_spec_set();
  *          source_format, paddle_id: how the checkpoint is opened
- *          (ckpt.h's flx_ckpt_opts); read_ahead_kb, direct_io, cache_size: kept
+ *          (ckpt.h's flx_ckpt_opts); read_ahead_kb, direct_io, cache_size,
+ *          gpu, gpu_min, gpu_device: kept
  * in flx_mountopts for the FUSE adapter; fstab  auto, noauto, user, nouser,
  * users, _netdev, nofail, defaults, user=*, comment=*, x-*: bookkeeping of
  * mount(8)/fstab/systemd that libfuse would reject ("unknown option"), dropped;
@@ -23,6 +24,7 @@
  */
 
 #include "ckpt.h"
+#include "slice.h"
 #include "spec.h"
 
 #include <limits.h>
@@ -66,6 +68,13 @@ typedef struct flx_mountopts {
 	 * (flx_ckpt_opts.paddle_id) when has_paddle_id */
 	bool has_paddle_id;
 	uint64_t paddle_id;
+	/* megatron_iter=: the iteration of a Megatron save directory to read
+	 * (flx_ckpt_opts.megatron_iter) when has_megatron_iter */
+	bool has_megatron_iter;
+	uint64_t megatron_iter;
+	/* src_strategy=: a MindSpore strategy file, made absolute (owned;
+	 * flx_ckpt_opts.ms_strategy); NULL: none */
+	char *src_strategy;
 	char **fuse; /* "fuse" tokens in order, unescaped (owned) */
 	size_t nfuse;
 	bool has_fsname;  /* the user gave fsname= */
@@ -87,6 +96,14 @@ typedef struct flx_mountopts {
 	/* nonempty[=0|1]: a MOUNTPOINT with entries is mounted over (it is
 	 * refused otherwise; libfuse 3 no longer checks) */
 	bool nonempty;
+	/* gpu=auto|on|off, gpu_min=SIZE, gpu_device=N: the slicer the mount
+	 * opens (gpu/slice.h, flx_slicer_open(); library stays NULL) */
+	flx_slicer_opts gpu;
+	/* mpi[=0|1]: one daemon of a distributed mount per MPI rank
+	 * (fs/mpi_mount.h); mpi_timeout=SECONDS: how long a read waits for
+	 * another rank before EIO (0: the default) */
+	bool mpi;
+	unsigned mpi_timeout;
 } flx_mountopts;
 
 /** Defaults (see flx_spec_init), no source, no libfuse tokens.

@@ -48,6 +48,9 @@ static const char *const layer_mods[] = {
 };
 #define NMODS	  (int)(sizeof(layer_mods) / sizeof(layer_mods[0]))
 #define PRM_EXTRA 15
+/* TEGroupedMLP: weight<e> sorts as PRM_GROUPED + e, _extra_state<e> as
+ * 2 PRM_GROUPED + e */
+#define PRM_GROUPED (1 << 24)
 
 typedef struct item {
 	int group; /* 0 embedding, 1 layers, 2 final norm, 3 output layer */
@@ -60,25 +63,33 @@ typedef struct item {
 typedef struct ctx {
 	const flx_ckpt *c;
 	const flx_mlg_target *tgt;
-	int tp, pp;
-	int64_t nlayers, lo, hi; /* the stage's global layers [lo, hi) */
+	int tp, pp, ep;
+	bool first, last; /* the chunk with the embedding, the output layer */
+	int64_t nlayers, lo, hi; /* the chunk's global layers [lo, hi) */
 	bool swiglu, moe;
+	bool grouped; /* TE spec experts as TEGroupedMLP */
+	int nep;      /* expert ranks */
 	item *it;
 	size_t n, cap;
 	flx_error *err;
 } ctx;
 
-void flx_mlg_dir_name(int64_t iteration, int tp, int pp, int npp, char *out,
-		      size_t cap)
+void flx_mlg_dir_name(int64_t iteration, int tp, int pp, int npp, int ep,
+		      int nep, char *out, size_t cap)
 {
+	int n;
+
 	if (tp < 0 && iteration < 0)
 		snprintf(out, cap, "release");
 	else if (tp < 0)
 		snprintf(out, cap, "iter_%07lld", (long long)iteration);
-	else if (npp == 1)
-		snprintf(out, cap, "mp_rank_%02d", tp);
-	else
-		snprintf(out, cap, "mp_rank_%02d_%03d", tp, pp);
+	else {
+		n = snprintf(out, cap, "mp_rank_%02d", tp);
+		if (npp > 1 && n >= 0 && (size_t)n < cap)
+			n += snprintf(out + n, cap - (size_t)n, "_%03d", pp);
+		if (nep > 1 && n >= 0 && (size_t)n < cap)
+			snprintf(out + n, cap - (size_t)n, "_%03d", ep);
+	}
 }
 
 bool flx_mlg_is_model_key(const char *fqn)
@@ -190,6 +201,15 @@ static int64_t div_by(const ctx *x)
 	return m > 0 ? m : DEFAULT_DIVISIBLE_BY;
 }
 
+/* The vocab the tables are padded from (spec 7): megatron_true_vocab, else
+ * the source's args.vocab_size, else 0 (unknown: the saved rows). */
+static int64_t true_vocab(const flx_ckpt *c, const flx_mlg_target *tgt)
+{
+	if (tgt->true_vocab > 0)
+		return tgt->true_vocab;
+	return c->megatron->vocab_size > 0 ? c->megatron->vocab_size : 0;
+}
+
 static int64_t repad(int64_t rows, int64_t m, int tp)
 {
 	int64_t q = m * tp;
@@ -267,7 +287,8 @@ static int tp_slice(ctx *x, flx_mlg_entry *e, const flx_tensor *t,
 		return 0;
 	}
 	if (r == R_VOCAB) {
-		int64_t V = x->tgt->true_vocab > 0 ? x->tgt->true_vocab : n;
+		int64_t V =
+		    true_vocab(x->c, x->tgt) ? true_vocab(x->c, x->tgt) : n;
 		int64_t P = repad(V, div_by(x), T), R = P / T, a = x->tp * R;
 		int64_t have = a < n ? (a + R < n ? R : n - a) : 0;
 		uint64_t row = flx_dtype_size(t->dtype);
@@ -322,17 +343,27 @@ static int prm_rank(const char *prm)
 	return 4;
 }
 
-/* The source's bytes item "decoder.layers.<mod>._extra_state/shard_<g>_<L>"
- * of layer module mod (not an expert's) at global layer g; NULL: none. */
-static const flx_object *extra_object(const ctx *x, const char *mod, int64_t g)
+/* The source's bytes item of layer module mod's _extra_state at global
+ * layer g: "decoder.layers.<mod>._extra_state/shard_<g>_<L>", or for
+ * expert e (of E; mod the expert's module, "linear_fc1")
+ * "decoder.layers.mlp.experts.experts.<mod>._extra_state/
+ * shard_<g>.<e>_<L>.<E>"; NULL: none. */
+static const flx_object *extra_object(const ctx *x, const char *mod, int64_t g,
+				      int64_t e, int64_t E)
 {
 	char key[1024];
 	int n;
 
-	if (!strncmp(mod, "mlp.experts.", 12))
-		return NULL;
-	n = snprintf(key, sizeof(key), LAYERS "%s._extra_state/shard_%lld_%lld",
-		     mod, (long long)g, (long long)x->nlayers);
+	if (e < 0)
+		n = snprintf(key, sizeof(key),
+			     LAYERS "%s._extra_state/shard_%lld_%lld", mod,
+			     (long long)g, (long long)x->nlayers);
+	else
+		n = snprintf(key, sizeof(key),
+			     LAYERS EXPERTS "%s._extra_state/shard_%lld.%lld_"
+					    "%lld.%lld",
+			     mod, (long long)g, (long long)e,
+			     (long long)x->nlayers, (long long)E);
 	if (n < 0 || (size_t)n >= sizeof(key))
 		return NULL;
 	for (size_t i = 0; i < x->c->nobjects; i++)
@@ -344,11 +375,12 @@ static const flx_object *extra_object(const ctx *x, const char *mod, int64_t g)
 /* An _extra_state item after module mod's parameters: None, or an empty
  * uint8 tensor, or (obj not NULL) obj's value. */
 static int add_extra(ctx *x, const item *like, const char *prefix,
-		     const char *mod, bool none, const flx_object *obj)
+		     const char *mod, const char *suffix, bool none,
+		     const flx_object *obj)
 {
 	item *it;
 	item copy = *like;
-	int rc = add_item(x, &it, "%s%s._extra_state", prefix, mod);
+	int rc = add_item(x, &it, "%s%s._extra_state%s", prefix, mod, suffix);
 
 	if (rc)
 		return rc;
@@ -357,6 +389,8 @@ static int add_extra(ctx *x, const item *like, const char *prefix,
 	it->expert = copy.expert;
 	it->mod = copy.mod;
 	it->prm = copy.prm - copy.prm % 16 + PRM_EXTRA;
+	if (x->grouped && copy.prm >= PRM_GROUPED)
+		it->prm = copy.prm + PRM_GROUPED;
 	it->e.kind = none ? FLX_MLG_NONE : FLX_MLG_EMPTY_U8;
 	if (!none && obj) {
 		it->e.kind = FLX_MLG_OBJECT;
@@ -395,25 +429,34 @@ static int layer_name(ctx *x, const flx_tensor *t, const char *rest, char *mod,
 	return 0;
 }
 
-/* The _extra_state items that follow the weight w of layer module mod:
- * the module's own (a linear), and for TE the core attention's before
- * linear_proj. */
-static int layer_extras(ctx *x, const item *w, const char *mod)
+/* The _extra_state items that follow the weight w of layer module mod
+ * (expert ge of E, or ge -1; tgt: the legacy module path): the module's own
+ * (a linear), and for TE the core attention's before linear_proj.  A
+ * TEGroupedMLP's linear (mod "linear_fc1", tgt "mlp.experts.linear_fc1")
+ * has one per expert e: "_extra_state" for e 0, "_extra_state<e>" for the
+ * others (spec 3.5), which Megatron's load hook merges. */
+static int layer_extras(ctx *x, const item *w, const char *mod, const char *tgt,
+			int64_t ge, int64_t E)
 {
-	char prefix[64];
+	char prefix[64], suffix[24] = "";
 	item like = *w; /* w moves when items grow */
 	int rc = 0;
 
 	snprintf(prefix, sizeof(prefix), LAYERS "%lld.", (long long)like.layer);
-	if (has_extra(mod))
-		rc = add_extra(x, &like, prefix, mod, !x->tgt->te,
-			       x->tgt->te
-				   ? extra_object(x, mod, like.layer + x->lo)
-				   : NULL);
+	if (x->grouped && ge >= 0 && like.prm >= PRM_GROUPED &&
+	    like.prm - PRM_GROUPED > 0)
+		snprintf(suffix, sizeof(suffix), "%lld",
+			 (long long)(like.prm - PRM_GROUPED));
+	if (has_extra(tgt))
+		rc = add_extra(
+		    x, &like, prefix, tgt, suffix, !x->tgt->te,
+		    x->tgt->te ? extra_object(x, mod, like.layer + x->lo, ge, E)
+			       : NULL);
 	like.mod = mod_rank("self_attention.core_attention");
-	if (!rc && x->tgt->te && !strcmp(mod, "self_attention.linear_proj"))
-		rc = add_extra(x, &like, prefix,
-			       "self_attention.core_attention", false, NULL);
+	if (!rc && x->tgt->te && !strcmp(tgt, "self_attention.linear_proj"))
+		rc =
+		    add_extra(x, &like, prefix, "self_attention.core_attention",
+			      "", false, NULL);
 	return rc;
 }
 
@@ -435,27 +478,45 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 	if (stacked && t->shape[0] != x->nlayers)
 		return fail(x, t->fqn, "%lld layers stacked, num_layers %lld",
 			    (long long)t->shape[0], (long long)x->nlayers);
-	if (expert)
+	if (expert) {
 		E = t->shape[lead - 1];
+		if (E % x->nep)
+			return fail(x, t->fqn,
+				    "%lld experts do not divide into "
+				    "megatron_ep=%d ranks",
+				    (long long)E, x->nep);
+	}
 	rc = layer_name(x, t, expert ? rest + sizeof(EXPERTS) - 1 : rest, mod,
 			sizeof(mod), &prm);
 	if (rc)
 		return rc;
 	r = decide_split(mod, prm, x->swiglu);
 	for (int64_t g = g0 > x->lo ? g0 : x->lo; g < gn && g < x->hi; g++) {
-		for (int64_t e = 0; e < E; e++) {
+		for (int64_t e = 0; e < (expert ? E / x->nep : 1); e++) {
+			/* local expert e is global expert ge */
+			int64_t ge =
+			    expert ? (int64_t)x->ep * (E / x->nep) + e : 0;
 			flx_box box;
 			item *it;
 			int mr = mod_rank(expert ? "mlp.experts" : mod);
 
-			if (expert)
+			if (expert && x->grouped)
+				snprintf(emod, sizeof(emod), "mlp.experts.%s",
+					 mod);
+			else if (expert)
 				snprintf(emod, sizeof(emod),
 					 "mlp.experts.local_experts.%lld.%s",
 					 (long long)e, mod);
 			else
 				snprintf(emod, sizeof(emod), "%s", mod);
-			rc = add_item(x, &it, LAYERS "%lld.%s.%s",
-				      (long long)(g - x->lo), emod, prm);
+			if (expert && x->grouped)
+				rc = add_item(x, &it, LAYERS "%lld.%s.%s%lld",
+					      (long long)(g - x->lo), emod, prm,
+					      (long long)e);
+			else
+				rc =
+				    add_item(x, &it, LAYERS "%lld.%s.%s",
+					     (long long)(g - x->lo), emod, prm);
 			if (rc)
 				return rc;
 			it->group = 1;
@@ -465,6 +526,12 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 			it->prm =
 			    (expert && !strcmp(mod, "linear_fc2") ? 16 : 0) +
 			    prm_rank(prm);
+			if (expert && x->grouped) {
+				/* one GroupedLinear per linear: its
+				 * weight<e> in expert order */
+				it->expert = !strcmp(mod, "linear_fc2");
+				it->prm = PRM_GROUPED + e;
+			}
 			for (int d = 0; d < t->ndim; d++) {
 				box.off[d] = 0;
 				box.size[d] = t->shape[d];
@@ -474,12 +541,13 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 				box.size[0] = 1;
 			}
 			if (expert) {
-				box.off[lead - 1] = e;
+				box.off[lead - 1] = ge;
 				box.size[lead - 1] = 1;
 			}
 			rc = tp_slice(x, &it->e, t, &box, lead, r);
 			if (!rc && !strcmp(prm, "weight"))
-				rc = layer_extras(x, it, emod);
+				rc = layer_extras(x, it, mod, emod,
+						  expert ? ge : -1, E);
 			if (rc)
 				return rc;
 		}
@@ -504,7 +572,7 @@ static int global_items(ctx *x, const flx_tensor *t, const char *as)
 		group = 3;
 	else
 		return fail(x, t->fqn, "no legacy place for this key");
-	if (group == 0 ? x->pp != 0 : x->pp != x->tgt->pp - 1)
+	if (group == 0 ? !x->first : !x->last)
 		return 0;
 	if (!dot || (size_t)(dot - as) >= sizeof(mod))
 		return fail(x, t->fqn, "no module in the key");
@@ -525,7 +593,7 @@ static int global_items(ctx *x, const flx_tensor *t, const char *as)
 	if (!rc && !strcmp(dot + 1, "weight") && has_extra(mod)) {
 		item like = *it;
 
-		rc = add_extra(x, &like, "", mod, true, NULL);
+		rc = add_extra(x, &like, "", mod, "", true, NULL);
 	}
 	return rc;
 }
@@ -544,8 +612,7 @@ static int cmp_item(const void *a, const void *b)
 	return 0;
 }
 
-/* The layer count: args.num_layers, else the stacked axis. */
-static int64_t layer_count(const flx_ckpt *c)
+int64_t flx_mlg_layer_count(const flx_ckpt *c)
 {
 	if (c->megatron->num_layers > 0)
 		return c->megatron->num_layers;
@@ -565,7 +632,7 @@ int flx_mlg_padded_vocab(const flx_ckpt *c, const flx_mlg_target *tgt,
 	if (!t || t->ndim < 1)
 		return flx_error_set(err, -EINVAL, NULL, WORD_EMB,
 				     "megatron/: no word embedding");
-	*out = repad(tgt->true_vocab > 0 ? tgt->true_vocab : t->shape[0],
+	*out = repad(true_vocab(c, tgt) ? true_vocab(c, tgt) : t->shape[0],
 		     m > 0 ? m : DEFAULT_DIVISIBLE_BY, tgt->tp);
 	return 0;
 }
@@ -595,8 +662,7 @@ static int collect(ctx *x)
 			rc = layer_items(x, t, rest, 0, true);
 		}
 	}
-	if (!rc && !flx_ckpt_find(c, "output_layer.weight") &&
-	    x->pp == x->tgt->pp - 1) {
+	if (!rc && !flx_ckpt_find(c, "output_layer.weight") && x->last) {
 		const flx_tensor *emb = flx_ckpt_find(c, WORD_EMB);
 		item *it;
 
@@ -614,23 +680,36 @@ static int collect(ctx *x)
 }
 
 int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
-		 flx_mlg_entry **out, size_t *n, flx_error *err)
+		 int ep, int vc, flx_mlg_entry **out, size_t *n, flx_error *err)
 {
-	ctx x = {.c = c, .tgt = tgt, .tp = tp, .pp = pp, .err = err};
-	int rc;
+	ctx x = {.c = c, .tgt = tgt, .tp = tp, .pp = pp, .ep = ep, .err = err};
+	int vp = tgt->vp > 1 ? tgt->vp : 1, rc;
+	int64_t per;
 
-	x.nlayers = layer_count(c);
-	if (x.nlayers <= 0 || x.nlayers % tgt->pp)
+	x.nep = tgt->ep > 1 ? tgt->ep : 1;
+	x.nlayers = flx_mlg_layer_count(c);
+	if (x.nlayers <= 0 || x.nlayers % ((int64_t)tgt->pp * vp))
 		return flx_error_set(err, -EINVAL, NULL, "num_layers",
-				     "megatron/: %lld layers do not divide "
-				     "into pp=%d stages",
-				     (long long)x.nlayers, tgt->pp);
-	x.lo = pp * (x.nlayers / tgt->pp);
-	x.hi = x.lo + x.nlayers / tgt->pp;
+				     vp > 1 ? "megatron/: %lld layers do not "
+					      "divide into pp=%d x vp=%d chunks"
+					    : "megatron/: %lld layers do not "
+					      "divide into pp=%d stages",
+				     (long long)x.nlayers, tgt->pp, vp);
+	per = x.nlayers / ((int64_t)tgt->pp * vp);
+	x.lo = vc * (x.nlayers / vp) + pp * per;
+	x.hi = x.lo + per;
+	x.first = pp == 0 && vc == 0;
+	x.last = pp == tgt->pp - 1 && vc == vp - 1;
 	x.swiglu = c->megatron->swiglu == 1;
 	x.moe = !flx_ckpt_find(c, LAYERS "mlp.linear_fc1.weight") &&
 		(c->megatron->num_experts > 0 ||
 		 flx_ckpt_find(c, LAYERS "mlp.router.weight"));
+	x.grouped = tgt->te && c->megatron->moe_grouped_gemm == 1;
+	if (x.nep > 1 && !x.moe)
+		return flx_error_set(err, -EINVAL, NULL, "megatron_ep",
+				     "megatron/: expert parallel size %d, but "
+				     "the model has no experts",
+				     x.nep);
 	rc = collect(&x);
 	if (rc)
 		goto out;

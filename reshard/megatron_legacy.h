@@ -10,11 +10,16 @@
  *
  * The rules, written here once:
  *  - stage p holds global layers [p L/PP, (p+1) L/PP), numbered from 0
- *    (L must divide by PP); embedding.* on stage 0, decoder.final_layernorm
- *    and output_layer on the last;
+ *    (L must divide by PP); with a virtual pipeline of VP chunks, chunk
+ *    i of stage p holds [i L/VP + p L/(PP VP), + L/(PP VP)), the
+ *    embedding in chunk 0 of stage 0, the final norm and output layer in
+ *    the last chunk of the last stage; embedding.* on stage 0,
+ * decoder.final_layernorm and output_layer on the last;
  *  - stacked "decoder.layers.<rest>" and per-layer "decoder.layers.<g>."
  *    keys become "decoder.layers.<l>.<rest>"; experts stacked under
- *    "mlp.experts.experts." become "mlp.experts.local_experts.<e>." (EP 1);
+ *    "mlp.experts.experts." become "mlp.experts.local_experts.<e>." (e the
+ *    local expert: global ep E/EP + e), or with TE and
+ *    args.moe_grouped_gemm (TEGroupedMLP) "mlp.experts.<linear>.weight<e>";
  *  - local spec: "self_attention.linear_qkv.layer_norm_*" is
  *    "input_layernorm.*", "mlp.linear_fc1.layer_norm_*" is
  *    "pre_mlp_layernorm.*"; TE spec: names unchanged, but a MoE layer's
@@ -25,11 +30,12 @@
  *    SwiGLU linear_fc1 (weight, bias) as [gate_r; up_r], two row ranges of
  *    the [gate; up] global form, else column-parallel; the vocab tables
  *    (word and output embeddings, output bias) re-padded to
- *    ceil(V / (m TP)) (m TP) rows (V the true vocab when given, else the
- *    saved rows P; m = make_vocab_size_divisible_by, default 128): rows
- *    past P zero, rows past the new size dropped, split on rows; norms, router,
- *    biases of row-parallel linears, position embeddings replicated;
- *    another key split along the one parameter axis its chunks split;
+ *    ceil(V / (m TP)) (m TP) rows (V the true vocab when given, else
+ *    the source's args.vocab_size, else the saved rows P; m =
+ * make_vocab_size_divisible_by, default 128): rows past P zero, rows past the
+ * new size dropped, split on rows; norms, router, biases of row-parallel
+ * linears, position embeddings replicated; another key split along the one
+ * parameter axis its chunks split;
  *  - tied embeddings (no output_layer.weight key): the last stage of
  *    PP > 1 holds output_layer.weight, its slice of the word embedding,
  *    and every last stage output_layer._extra_state = None;
@@ -52,6 +58,8 @@
 
 /* the file in each rank directory */
 #define FLX_MLG_FILE "model_optim_rng.pt"
+/* the most virtual pipeline chunks a target may have */
+#define FLX_MLG_MAX_VP 64
 
 typedef enum flx_mlg_kind {
 	FLX_MLG_TENSOR,
@@ -81,9 +89,15 @@ typedef struct flx_mlg_entry {
 
 typedef struct flx_mlg_target {
 	int tp, pp;
+	/* expert parallel size (megatron_ep): each (tp, pp, ep) rank holds
+	 * experts [ep E/EP, (ep + 1) E/EP), numbered from 0; virtual
+	 * pipeline size (megatron_vp): each file holds chunks model0 ..
+	 * model<vp-1>; 0 or 1: none */
+	int ep, vp;
 	bool te; /* Transformer Engine names (megatron_spec=te) */
-	/* the tokenizer's vocab V (megatron_true_vocab); 0: unknown, the
-	 * saved table's rows stand for it */
+	/* the tokenizer's vocab V (megatron_true_vocab); 0: the source's
+	 * args.vocab_size, or when that is unknown too the saved table's
+	 * rows stand for it */
 	int64_t true_vocab;
 } flx_mlg_target;
 
@@ -96,26 +110,34 @@ int flx_mlg_padded_vocab(const flx_ckpt *c, const flx_mlg_target *tgt,
 			 int64_t *out, flx_error *err);
 
 /**
- * The state dict of target rank (tp, pp): *n entries in *out (owned;
- * flx_mlg_free()), in module registration order.  c must be a Megatron
- * index (c->megatron set).
+ * The state dict of target rank (tp, pp, ep), virtual chunk vc (0 without
+ * a virtual pipeline; chunk vc of stage pp holds global layers from
+ * vc L/VP + pp L/(PP VP), L/(PP VP) of them, spec 6.3): *n entries in *out
+ * (owned; flx_mlg_free()), in module registration order.  c must be a
+ * Megatron index (c->megatron set).
  * @return 0, or -EINVAL with err naming the key that has no legacy place
  *         or split (a layer count PP does not divide, a split axis TP does
  *         not divide, a key outside the catalogue), -ENOMEM.
  */
 int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
-		 flx_mlg_entry **out, size_t *n, flx_error *err);
+		 int ep, int vc, flx_mlg_entry **out, size_t *n,
+		 flx_error *err);
 
 void flx_mlg_free(flx_mlg_entry *e, size_t n);
 
 /**
  * The path scheme (spec 6.1): into out (cap bytes) the iteration's
  * directory, "iter_%07d" or "release" (iteration < 0), when tp < 0; else
- * rank (tp, pp)'s directory of npp stages, "mp_rank_%02d" (npp 1) or
- * "mp_rank_%02d_%03d".  Truncated to cap.
+ * rank (tp, pp, ep)'s directory of npp stages and nep expert ranks,
+ * "mp_rank_%02d", "_%03d" (pp) appended when npp > 1, "_%03d" (ep) when
+ * nep > 1.  Truncated to cap.
  */
-void flx_mlg_dir_name(int64_t iteration, int tp, int pp, int npp, char *out,
-		      size_t cap);
+void flx_mlg_dir_name(int64_t iteration, int tp, int pp, int npp, int ep,
+		      int nep, char *out, size_t cap);
+
+/** The layer count L: args.num_layers, else the stacked axis of the
+ * model keys; 0 when neither says. */
+int64_t flx_mlg_layer_count(const flx_ckpt *c);
 
 /** Whether fqn is a model key (not optimizer state). */
 bool flx_mlg_is_model_key(const char *fqn);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include "spec.h"
 
+#include "aoa.h"
 #include "json_guard.h"
 #include "transform.h"
 
@@ -54,11 +55,13 @@ void flx_spec_release(flx_spec *s)
 	free_strings(s->include, s->ninclude);
 	free_strings(s->exclude, s->nexclude);
 	free(s->strip_prefix);
+	free(s->dst_strategy);
 	free(s->rules_path);
 	free(s->layer_regex);
 	free(s->embed_regex);
 	free_rules(s->rules, s->nrules);
 	flx_xform_free(s->xform);
+	flx_aoa_free(s->aoa);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -435,6 +438,30 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 		s->megatron_te = value[0] == 't';
 		return 0;
 	}
+	if (strcmp(key, "aoa_num_heads") == 0 ||
+	    strcmp(key, "aoa_num_key_value_groups") == 0) {
+		long v;
+
+		if (!value || parse_int(value, 1, 1 << 20, &v))
+			return flx_error_set(
+			    err, -EINVAL, NULL, key,
+			    "expected an integer in [1, 2^20], "
+			    "got '%s'",
+			    value ? value : "");
+		*(key[8] == 'h' ? &s->aoa_num_heads : &s->aoa_num_kv_groups) =
+		    v;
+		return 0;
+	}
+	if (strcmp(key, "mindspore") == 0)
+		return flx_parse_flag(key, value, &s->mindspore, err);
+	if (strcmp(key, "dst_strategy") == 0) {
+		if (!value || !*value)
+			return flx_error_set(err, -EINVAL, NULL, key,
+					     "expected a MindSpore strategy "
+					     "file");
+		s->mindspore = true;
+		return set_string(&s->dst_strategy, value);
+	}
 	if (strcmp(key, "megatron_true_vocab") == 0) {
 		char *end = NULL;
 		long long v = value ? strtoll(value, &end, 10) : 0;
@@ -445,6 +472,19 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 					     "got '%s'",
 					     value ? value : "");
 		s->megatron_true_vocab = v;
+		return 0;
+	}
+	if (strcmp(key, "megatron_ep") == 0 ||
+	    strcmp(key, "megatron_vp") == 0) {
+		char *end = NULL;
+		long v = value ? strtol(value, &end, 10) : 0;
+
+		if (!value || !*value || *end || v <= 0 || v > 1024)
+			return flx_error_set(err, -EINVAL, NULL, key,
+					     "expected a size from 1 to 1024, "
+					     "got '%s'",
+					     value ? value : "");
+		*(key[9] == 'e' ? &s->megatron_ep : &s->megatron_vp) = (int)v;
 		return 0;
 	}
 	if (strcmp(key, "hf_shard_size") == 0) {
@@ -542,12 +582,54 @@ static int parse_rule(json_t *o, flx_rule *r, const char *name, size_t i,
 	return 0;
 }
 
+/* Rules file v2: {"aoa_statements": [strings], "rules": [v1 rules]},
+ * both optional; *arr is the rules array (NULL when absent). */
+static int parse_v2(json_t *root, struct flx_aoa **aoa, json_t **arr,
+		    const char *name, flx_error *err)
+{
+	json_t *st = json_object_get(root, "aoa_statements");
+	const char **v = NULL;
+	const char *k;
+	json_t *val;
+	size_t n;
+	int rc = 0;
+
+	json_object_foreach(root, k, val)
+	{
+		if (strcmp(k, "aoa_statements") && strcmp(k, "rules") &&
+		    strcmp(k, "note"))
+			return flx_error_set(err, -EINVAL, name, k,
+					     "unknown key of the rules object");
+	}
+	*arr = json_object_get(root, "rules");
+	if (!st)
+		return 0;
+	if (!json_is_array(st))
+		return flx_error_set(err, -EINVAL, name, "aoa_statements",
+				     "expected an array of strings");
+	n = json_array_size(st);
+	v = calloc(n ? n : 1, sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	for (size_t i = 0; i < n && !rc; i++) {
+		v[i] = json_string_value(json_array_get(st, i));
+		if (!v[i])
+			rc = flx_error_set(err, -EINVAL, name, "aoa_statements",
+					   "element %zu is not a string", i);
+	}
+	if (!rc)
+		rc = flx_aoa_parse(v, n, name, aoa, err);
+	free(v);
+	return rc;
+}
+
 int flx_spec_rules_parse(flx_spec *s, const char *json, size_t len,
 			 const char *name, flx_error *err)
 {
 	json_error_t je;
-	json_t *root;
+	json_t *root, *arr;
 	flx_rule *rules = NULL;
+	struct flx_aoa *aoa = NULL;
 	size_t n = 0;
 	int rc = 0;
 
@@ -564,20 +646,28 @@ int flx_spec_rules_parse(flx_spec *s, const char *json, size_t len,
 		return flx_error_set(err, -EINVAL, name, "rules",
 				     "invalid JSON at line %d column %d: %s",
 				     je.line, je.column, je.text);
-	if (!json_is_array(root)) {
+	arr = root;
+	if (json_is_object(root)) {
+		rc = parse_v2(root, &aoa, &arr, name, err);
+		if (rc)
+			goto out;
+	}
+	if (arr && !json_is_array(arr)) {
 		rc = flx_error_set(err, -EINVAL, name, "rules",
-				   "expected a JSON array of rule objects");
+				   "expected a JSON array of rule objects "
+				   "or an object with \"aoa_statements\" "
+				   "and \"rules\"");
 		goto out;
 	}
-	n = json_array_size(root);
+	n = arr ? json_array_size(arr) : 0;
 	rules = calloc(n ? n : 1, sizeof(*rules));
 	if (!rules) {
 		rc = -ENOMEM;
 		goto out;
 	}
 	for (size_t i = 0; i < n && !rc; i++)
-		rc = parse_rule(json_array_get(root, i), &rules[i], name, i,
-				err);
+		rc =
+		    parse_rule(json_array_get(arr, i), &rules[i], name, i, err);
 	if (rc) {
 		free_rules(rules, n);
 		goto out;
@@ -585,7 +675,11 @@ int flx_spec_rules_parse(flx_spec *s, const char *json, size_t len,
 	free_rules(s->rules, s->nrules);
 	s->rules = rules;
 	s->nrules = n;
+	flx_aoa_free(s->aoa);
+	s->aoa = aoa;
+	aoa = NULL;
 out:
+	flx_aoa_free(aoa);
 	json_decref(root);
 	return flx_error_default(err, rc, name);
 }

@@ -12,6 +12,11 @@
  *     "stage": "first" | "last" | "all" | <n>,   (absent: default rule)
  *     "note": "<free text, ignored>" }
  * Unknown keys are errors (a typo must not be silently ignored).
+ *
+ * Rules file v2: an object {"aoa_statements": [ "<statement>", ... ],
+ * "rules": [ v1 rule objects ], "note": "<ignored>"}, each key optional:
+ * Paddle's AOA statements (aoa.h) transform the tensors first, then the
+ * rules place the result.
  */
 
 #include "error.h"
@@ -62,9 +67,24 @@ typedef struct flx_spec {
 	/* the tokenizer's vocab size for megatron/'s re-padded tables
 	 * (megatron_true_vocab=V); 0: unknown, the saved table's rows */
 	int64_t megatron_true_vocab;
+	/* megatron/'s expert parallel size (megatron_ep=N) and virtual
+	 * pipeline size (megatron_vp=N); 0: none */
+	int megatron_ep, megatron_vp;
+	/* mindspore/: per-rank .ckpt files (-o mindspore, or set by
+	 * dst_strategy); dst_strategy (owned, NULL: none): the MindSpore
+	 * strategy file giving their layout instead of tp x pp */
+	bool mindspore;
+	char *dst_strategy;
 	/* the transform stage's list (transform.h), owned; NULL: the
 	 * source's tensors are served as they are */
 	struct flx_xform *xform;
+	/* the rules file's AOA statements (aoa.h), owned; NULL: none.  At
+	 * mount they are compiled against the source into the transform
+	 * list that replaces xform */
+	struct flx_aoa *aoa;
+	/* fused_qkv's num_heads and num_key_value_groups where a statement
+	 * omits them (aoa_num_heads=, aoa_num_key_value_groups=; 0: unset) */
+	int64_t aoa_num_heads, aoa_num_kv_groups;
 	/* include=, exclude= (fnmatch globs on the names as saved, owned):
 	 * a tensor or object is served when it matches an include glob (or
 	 * there is none) and no exclude glob; strip_prefix= (owned, NULL:
@@ -74,6 +94,9 @@ typedef struct flx_spec {
 	char **exclude;
 	size_t nexclude;
 	char *strip_prefix;
+	/* the mount's slicer backend ("cpu", "cuda": gpu/slice.h; borrowed),
+	 * which index.json records; NULL: not recorded */
+	const char *slicer;
 } flx_spec;
 
 #define FLX_DEFAULT_LAYER_REGEX "(^|\\.)layers\\.([0-9]+)\\."
@@ -95,7 +118,9 @@ void flx_spec_release(flx_spec *s);
  * flx_spec_preset_dir()), layer_regex, embed_regex,
  * pp_renumber (value NULL, "1", "0", "true", "false"), hf_shard_size
  * (bytes with optional K/M/G/T suffix, binary), megatron_spec (local, te),
- * megatron_true_vocab (a positive integer), include and exclude
+ * megatron_true_vocab (a positive integer), aoa_num_heads and
+ * aoa_num_key_value_groups (positive integers), mindspore (a flag),
+ * dst_strategy (a path, read when the tree is built), include and exclude
  * (globs separated by ':'; each option adds to the list), strip_prefix.
  * @return 0, -EINVAL (bad value; err names the key) or -ENOENT (unknown key,
  *         err untouched so callers can pass it on).

@@ -55,6 +55,8 @@ typedef struct step {
 typedef struct piece_def {
 	char *source;
 	size_t step0, nsteps; /* steps[step0, step0 + nsteps) */
+	int at_ndim;	      /* a placed piece: its offset in the target */
+	int64_t at[FLX_MAX_DIMS];
 } piece_def;
 
 typedef struct target_def {
@@ -71,6 +73,8 @@ struct flx_xform {
 	size_t npieces, cappieces;
 	step *steps;
 	size_t nsteps, capsteps;
+	char **drops; /* source tensors read by no target, not served */
+	size_t ndrops, capdrops;
 };
 
 int flx_xform_new(const char *origin, flx_xform **out)
@@ -95,6 +99,9 @@ void flx_xform_free(flx_xform *x)
 		free(x->targets[i].name);
 	for (size_t i = 0; i < x->npieces; i++)
 		free(x->pieces[i].source);
+	for (size_t i = 0; i < x->ndrops; i++)
+		free(x->drops[i]);
+	free(x->drops);
 	free(x->targets);
 	free(x->pieces);
 	free(x->steps);
@@ -116,7 +123,7 @@ int flx_xform_target(flx_xform *x, const char *name, int concat_axis,
 	if (!name || !name[0])
 		return flx_error_set(err, -EINVAL, x->origin, NULL,
 				     "target with an empty name");
-	if (concat_axis < -1 || concat_axis >= FLX_MAX_DIMS)
+	if (concat_axis < FLX_XFORM_PLACED || concat_axis >= FLX_MAX_DIMS)
 		return flx_error_set(err, -EINVAL, x->origin, name,
 				     "concatenation axis %d", concat_axis);
 	if (flx_grow((void **)&x->targets, &x->captargets, x->ntargets + 1,
@@ -151,6 +158,46 @@ int flx_xform_piece(flx_xform *x, const char *source, flx_error *err)
 		return flx_error_default(err, -ENOMEM, x->origin);
 	x->npieces++;
 	x->targets[x->ntargets - 1].npieces++;
+	return 0;
+}
+
+int flx_xform_piece_at(flx_xform *x, const char *source, int ndim,
+		       const int64_t *at, flx_error *err)
+{
+	piece_def *p;
+	int rc;
+
+	if (x->ntargets && x->targets[x->ntargets - 1].axis != FLX_XFORM_PLACED)
+		return flx_error_set(err, -EINVAL, x->origin, current_name(x),
+				     "placed piece in a concatenated target");
+	if (ndim < 0 || ndim > FLX_MAX_DIMS)
+		return flx_error_set(err, -EINVAL, x->origin, current_name(x),
+				     "placed piece of %d axes", ndim);
+	for (int d = 0; d < ndim; d++)
+		if (at[d] < 0)
+			return flx_error_set(
+			    err, -EINVAL, x->origin, current_name(x),
+			    "placed piece at a negative offset");
+	rc = flx_xform_piece(x, source, err);
+	if (rc)
+		return rc;
+	p = &x->pieces[x->npieces - 1];
+	p->at_ndim = ndim;
+	memcpy(p->at, at, (size_t)ndim * sizeof(int64_t));
+	return 0;
+}
+
+int flx_xform_drop(flx_xform *x, const char *source, flx_error *err)
+{
+	if (!source || !source[0])
+		return flx_error_set(err, -EINVAL, x->origin, NULL,
+				     "drop of an empty source name");
+	if (flx_grow((void **)&x->drops, &x->capdrops, x->ndrops + 1,
+		     sizeof(*x->drops)))
+		return flx_error_default(err, -ENOMEM, x->origin);
+	if (!(x->drops[x->ndrops] = strdup(source)))
+		return flx_error_default(err, -ENOMEM, x->origin);
+	x->ndrops++;
 	return 0;
 }
 
@@ -593,6 +640,74 @@ static int concat(const where *w, int axis, vtensor *tv, const vtensor *v,
 	return append(tv, v, axis, shift);
 }
 
+/* Piece v joins placed target tv at offset at (ndim at_ndim); the
+ * target's shape grows to hold it.  Overlap and coverage are checked once
+ * every piece is in (check_placed()). */
+static int place(const where *w, vtensor *tv, const vtensor *v, int at_ndim,
+		 const int64_t *at, flx_error *err)
+{
+	if (at_ndim != v->ndim)
+		return fail(w, err, "placed with %d offset(s) but has %d axes",
+			    at_ndim, v->ndim);
+	if (w->piece == 1) {
+		*tv = (vtensor){.dtype = v->dtype,
+				.stored = v->stored,
+				.ndim = v->ndim,
+				.ch = tv->ch,
+				.cap = tv->cap};
+	} else if (v->dtype != tv->dtype || v->stored != tv->stored) {
+		return fail(w, err,
+			    "dtype %s (stored as %s), piece 1: %s "
+			    "(stored as %s)",
+			    flx_dtype_name(v->dtype), flx_dtype_name(v->stored),
+			    flx_dtype_name(tv->dtype),
+			    flx_dtype_name(tv->stored));
+	} else if (v->ndim != tv->ndim) {
+		return fail(w, err, "%d dimension(s), piece 1: %d", v->ndim,
+			    tv->ndim);
+	}
+	for (int d = 0; d < v->ndim; d++) {
+		int64_t end;
+
+		if (__builtin_add_overflow(at[d], v->shape[d], &end))
+			return fail(w, err, "placed past 2^63");
+		if (end > tv->shape[d])
+			tv->shape[d] = end;
+	}
+	if (flx_grow((void **)&tv->ch, &tv->cap, tv->n + v->n, sizeof(*tv->ch)))
+		return -ENOMEM;
+	for (size_t i = 0; i < v->n; i++) {
+		vchunk *c = &tv->ch[tv->n++];
+
+		*c = v->ch[i];
+		for (int d = 0; d < v->ndim; d++)
+			c->off[d] += at[d];
+	}
+	return 0;
+}
+
+/* The placed pieces of a target (boxes at[k] + shape[k]) must not overlap:
+ * with the coverage count of build_target(), they then tile it. */
+static int check_placed(const where *w, int ndim, size_t n,
+			const int64_t (*at)[FLX_MAX_DIMS],
+			const int64_t (*shape)[FLX_MAX_DIMS], flx_error *err)
+{
+	for (size_t i = 0; i < n; i++)
+		for (size_t j = i + 1; j < n; j++) {
+			bool meet = flx_numel(ndim, shape[i]) &&
+				    flx_numel(ndim, shape[j]);
+
+			for (int d = 0; d < ndim && meet; d++)
+				meet = at[i][d] < at[j][d] + shape[j][d] &&
+				       at[j][d] < at[i][d] + shape[i][d];
+			if (meet)
+				return fail(w, err,
+					    "pieces %zu and %zu overlap", i + 1,
+					    j + 1);
+		}
+	return 0;
+}
+
 /* ---- the transformed index ---- */
 
 /* How a derived chunk's storage follows from its source chunk. */
@@ -699,19 +814,42 @@ static int build_target(flx_xindex *xi, const flx_xform *x, size_t i,
 	uint64_t numel = 0, covered = 0;
 	int rc = 0;
 
+	int64_t(*at)[FLX_MAX_DIMS] = NULL, (*shape)[FLX_MAX_DIMS] = NULL;
+
 	if (!td->npieces)
 		return fail(&w, err, "no piece");
 	tv->n = 0;
+	if (td->axis == FLX_XFORM_PLACED) {
+		at = calloc(td->npieces, sizeof(*at));
+		shape = calloc(td->npieces, sizeof(*shape));
+		if (!at || !shape)
+			rc = -ENOMEM;
+	}
 	for (size_t k = 0; k < td->npieces && !rc; k++) {
+		const piece_def *pd = &x->pieces[td->piece0 + k];
+
 		w.piece = k + 1;
 		rc = build_piece(x, xi->src, &w, td->piece0 + k, pv, err);
 		w.step = 0;
-		if (!rc)
+		if (rc)
+			break;
+		if (td->axis != FLX_XFORM_PLACED) {
 			rc = concat(&w, td->axis, tv, pv, err);
+			continue;
+		}
+		rc = place(&w, tv, pv, pd->at_ndim, pd->at, err);
+		memcpy(at[k], pd->at, sizeof(at[k]));
+		memcpy(shape[k], pv->shape, sizeof(shape[k]));
 	}
+	w.piece = 0;
+	if (!rc && at)
+		rc = check_placed(&w, tv->ndim, td->npieces,
+				  (const int64_t(*)[FLX_MAX_DIMS])at,
+				  (const int64_t(*)[FLX_MAX_DIMS])shape, err);
+	free(at);
+	free(shape);
 	if (rc)
 		return rc;
-	w.piece = 0;
 	/* the pieces tile the target by construction; a total that does
 	 * not fit, or chunks that do not cover it, are refused */
 	numel = 1;
@@ -722,6 +860,10 @@ static int build_target(flx_xindex *xi, const flx_xform *x, size_t i,
 			rc = fail(&w, err, "more than 2^63 elements");
 	for (size_t k = 0; k < tv->n && !rc; k++)
 		covered += flx_numel(tv->ndim, tv->ch[k].size);
+	if (!rc && covered != numel && td->axis == FLX_XFORM_PLACED)
+		rc = fail(&w, err, "the pieces cover %llu of %llu elements",
+			  (unsigned long long)covered,
+			  (unsigned long long)numel);
 	if (!rc && covered != numel)
 		rc = flx_error_set(err, -EIO, x->origin, td->name,
 				   "internal: chunks cover %llu of %llu "
@@ -783,6 +925,12 @@ static int index_names(flx_xindex *xi, const flx_xform *x, const size_t *origin,
 static void find_sources(const flx_xform *x, const flx_ckpt *src,
 			 bool *consumed, size_t *anchor)
 {
+	for (size_t i = 0; i < x->ndrops; i++) {
+		const flx_tensor *s = flx_ckpt_find(src, x->drops[i]);
+
+		if (s)
+			consumed[s - src->tensors] = true;
+	}
 	for (size_t t = 0; t < x->ntargets; t++) {
 		anchor[t] = SIZE_MAX;
 		for (size_t k = 0; k < x->targets[t].npieces; k++) {
@@ -838,6 +986,7 @@ static void borrow(flx_ckpt *c, const flx_ckpt *src)
 	c->nfiles = src->nfiles;
 	c->files = src->files;
 	c->fdt = src->fdt;
+	c->backend = src->backend;
 	c->nobjects = src->nobjects;
 	c->objects = src->objects;
 	c->megatron = src->megatron;
@@ -857,13 +1006,13 @@ int flx_xform_apply(const flx_xform *x, const flx_ckpt *src, flx_xindex **out,
 	if (!xi)
 		return flx_error_default(err, -ENOMEM, NULL);
 	xi->src = src;
-	xi->identity = nt == 0;
+	xi->identity = nt == 0 && !(x && x->ndrops);
 	if (xi->identity)
 		goto out;
 	consumed = calloc(src->ntensors ? src->ntensors : 1, sizeof(bool));
-	anchor = calloc(nt, sizeof(size_t));
-	origin = calloc(src->ntensors + nt, sizeof(size_t));
-	built = calloc(nt, sizeof(flx_tensor));
+	anchor = calloc(nt ? nt : 1, sizeof(size_t));
+	origin = calloc(src->ntensors + nt + 1, sizeof(size_t));
+	built = calloc(nt ? nt : 1, sizeof(flx_tensor));
 	if (!consumed || !anchor || !origin || !built) {
 		rc = -ENOMEM;
 		goto out;

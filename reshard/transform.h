@@ -64,9 +64,16 @@ int flx_xform_new(const char *origin, flx_xform **out);
 /** Free a list; NULL is fine. */
 void flx_xform_free(flx_xform *x);
 
+/* concat_axis of a target whose pieces are placed at given offsets
+ * (flx_xform_piece_at()) rather than concatenated along one axis. */
+#define FLX_XFORM_PLACED (-2)
+
 /**
  * Start target tensor name (copied): the pieces added next make it, and
- * several are concatenated along concat_axis (-1: it must have one).
+ * several are concatenated along concat_axis (-1: it must have one;
+ * FLX_XFORM_PLACED: each piece is placed at its own offset, the target's
+ * shape is the pieces' bounding box, and flx_xform_apply() refuses pieces
+ * that overlap or leave a hole).
  * @return 0, -EINVAL (empty name) or -ENOMEM.
  */
 int flx_xform_target(flx_xform *x, const char *name, int concat_axis,
@@ -75,6 +82,18 @@ int flx_xform_target(flx_xform *x, const char *name, int concat_axis,
 /** Add a piece reading source tensor source (copied) to the current
  * target.  @return 0, -EINVAL (no target yet) or -ENOMEM. */
 int flx_xform_piece(flx_xform *x, const char *source, flx_error *err);
+
+/** Add a piece reading source (copied) to the current target, a placed
+ * one, at offset at[0..ndim) of the target (the piece's ndim after its
+ * steps).  @return 0, -EINVAL (no target, a target not placed, a negative
+ * offset) or -ENOMEM. */
+int flx_xform_piece_at(flx_xform *x, const char *source, int ndim,
+		       const int64_t *at, flx_error *err);
+
+/** Source tensor source (copied) is not served, whether or not a target
+ * reads it (a source no target reads is otherwise passed through); a name
+ * the source lacks is ignored.  @return 0, -EINVAL (empty) or -ENOMEM. */
+int flx_xform_drop(flx_xform *x, const char *source, flx_error *err);
 
 /*
  * Steps, appended to the current piece's chain.  Each returns 0, -EINVAL

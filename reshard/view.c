@@ -288,7 +288,8 @@ typedef struct rdctx {
 	flx_bref held;		  /* the block the slicer has pinned */
 	unsigned char *win;	  /* a block read for this call alone */
 	size_t win_cap;
-	flx_zcache *zcache; /* zstd chunks' content, or NULL */
+	flx_zcache *zcache;    /* zstd chunks' content, or NULL */
+	flx_view_batch *batch; /* remote runs deferred here, or NULL */
 } rdctx;
 
 /* A backing file changed since mount would hand out wrong or mixed bytes:
@@ -311,15 +312,13 @@ static int check_file(rdctx *r, uint32_t file)
 static int do_pread(rdctx *r, uint32_t file, void *dst, size_t len,
 		    uint64_t off)
 {
-	int fd, rc = check_file(r, file);
+	int rc = check_file(r, file);
 
 	if (rc)
 		return rc;
-	rc = flx_file_acquire(r->v->ckpt, file, &fd);
-	if (rc)
-		return -EIO;
-	rc = flx_pread_full(fd, dst, len, off);
-	flx_file_release(r->v->ckpt, file);
+	rc = flx_file_pread(r->v->ckpt, file, dst, len, off);
+	if (rc && rc != -EIO && rc != -ENOMEM)
+		rc = -EIO;
 	if (r->stats) {
 		r->stats->preads++;
 		r->stats->bytes_read += len;
@@ -357,10 +356,8 @@ static int read_cluster(rdctx *r, size_t i, size_t j)
 	/* gap bytes land here, unread; one per thread (no shared writes) */
 	static _Thread_local unsigned char gap_sink[GAP_MAX];
 	uint32_t file = r->runs[i].file;
-	int fd = -1, rc = check_file(r, file);
+	int rc = check_file(r, file);
 
-	if (!rc && flx_file_acquire(r->v->ckpt, file, &fd))
-		rc = -EIO;
 	if (rc)
 		return rc;
 	/* Each preadv starts at its first run and ends at its last: the
@@ -387,14 +384,90 @@ static int read_cluster(rdctx *r, size_t i, size_t j)
 			at = p->src + p->len;
 			i++;
 		}
-		rc = flx_preadv_full(fd, r->iov, (int)k, src);
+		rc = flx_file_preadv(r->v->ckpt, file, r->iov, (int)k, src);
+		if (rc && rc != -EIO && rc != -ENOMEM)
+			rc = -EIO;
 		if (r->stats) {
 			r->stats->preads++;
 			r->stats->bytes_read += at - src;
 		}
 	}
-	flx_file_release(r->v->ckpt, file);
 	return rc;
+}
+
+#define BATCH_MAX 65536 /* spans a batch holds before it is flushed */
+
+int flx_view_batch_flush(flx_view_batch *b)
+{
+	int rc = b->rc;
+
+	if (!rc && b->n)
+		rc = flx_file_read_spans(b->ckpt, b->spans, b->n);
+	b->n = 0;
+	b->rc = 0;
+	return rc == -ENOMEM ? rc : rc ? -EIO : 0;
+}
+
+void flx_view_batch_release(flx_view_batch *b)
+{
+	free(b->spans);
+	memset(b, 0, sizeof(*b));
+}
+
+/* The k queued remote runs of r into its batch. */
+static int batch_add(rdctx *r, size_t k)
+{
+	flx_view_batch *b = r->batch;
+	const flx_ckpt *c = r->v->ckpt;
+
+	if (b->n && b->ckpt != c && (b->rc = flx_view_batch_flush(b)))
+		return b->rc;
+	b->ckpt = c;
+	if (flx_grow((void **)&b->spans, &b->cap, b->n + k,
+		     sizeof(flx_file_span)))
+		return -ENOMEM;
+	for (size_t i = 0; i < r->nruns; i++)
+		if (flx_file_is_remote(c, r->runs[i].file))
+			b->spans[b->n++] = (flx_file_span){
+			    r->runs[i].file, r->runs[i].src,
+			    r->buf + r->runs[i].dst, r->runs[i].len};
+	if (b->n >= BATCH_MAX)
+		return flx_view_batch_flush(b);
+	return 0;
+}
+
+/* The queued runs of remote files (flx_file_is_remote()), all in one
+ * batch: the backend coalesces them per node and overlaps the nodes. */
+static int flush_remote(rdctx *r)
+{
+	const flx_ckpt *c = r->v->ckpt;
+	flx_file_span *sp;
+	size_t k = 0;
+	int rc;
+
+	for (size_t i = 0; i < r->nruns; i++)
+		k += flx_file_is_remote(c, r->runs[i].file);
+	if (!k)
+		return 0;
+	if (r->batch)
+		return batch_add(r, k);
+	sp = malloc(k * sizeof(*sp));
+	if (!sp)
+		return -ENOMEM;
+	k = 0;
+	for (size_t i = 0; i < r->nruns; i++)
+		if (flx_file_is_remote(c, r->runs[i].file))
+			sp[k++] = (flx_file_span){
+			    r->runs[i].file, r->runs[i].src,
+			    r->buf + r->runs[i].dst, r->runs[i].len};
+	rc = flx_file_read_spans(c, sp, k);
+	if (r->stats) {
+		r->stats->preads++;
+		for (size_t i = 0; i < k; i++)
+			r->stats->bytes_read += sp[i].len;
+	}
+	free(sp);
+	return rc == -ENOMEM ? rc : rc ? -EIO : 0;
 }
 
 static int flush(rdctx *r)
@@ -404,9 +477,15 @@ static int flush(rdctx *r)
 
 	if (r->nruns > 1)
 		qsort(r->runs, r->nruns, sizeof(pending), cmp_run_src);
+	rc = flush_remote(r);
 	while (i < r->nruns && !rc) {
 		size_t j = i + 1;
 		uint64_t end = r->runs[i].src + r->runs[i].len;
+
+		if (flx_file_is_remote(r->v->ckpt, r->runs[i].file)) {
+			i++;
+			continue;
+		}
 
 		while (j < r->nruns && r->runs[j].file == r->runs[i].file &&
 		       r->runs[j].src >= end &&
@@ -533,7 +612,7 @@ static int block_get(rdctx *r, uint32_t file, uint64_t blk, flx_bref *b)
 	size_t want;
 	int rc;
 
-	if (r->cache) {
+	if (r->cache && !flx_file_is_remote(r->v->ckpt, file)) {
 		int fd;
 
 		if (flx_file_acquire(r->v->ckpt, file, &fd))
@@ -819,11 +898,13 @@ uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which)
 }
 
 /* Bytes [off, off+n) of the elements as the chunks hold them. */
-static ssize_t read_stored(const flx_view *v, const flx_view_io *io, void *buf,
-			   size_t n, uint64_t off, flx_read_stats *stats)
+static ssize_t read_stored(const flx_view *v, const flx_view_io *io,
+			   flx_view_batch *batch, void *buf, size_t n,
+			   uint64_t off, flx_read_stats *stats)
 {
 	flx_bcache *cache = io ? io->cache : NULL;
 	rdctx r = {.v = v,
+		   .batch = batch,
 		   .buf = buf,
 		   .off = off,
 		   .stats = stats,
@@ -892,7 +973,7 @@ typedef struct stored_src {
 static int read_stored_all(void *arg, void *buf, size_t n, uint64_t off)
 {
 	const stored_src *s = arg;
-	ssize_t got = read_stored(s->v, s->io, buf, n, off, s->stats);
+	ssize_t got = read_stored(s->v, s->io, NULL, buf, n, off, s->stats);
 
 	return got < 0 ? (int)got : (size_t)got == n ? 0 : -EIO;
 }
@@ -900,12 +981,19 @@ static int read_stored_all(void *arg, void *buf, size_t n, uint64_t off)
 ssize_t flx_view_read_io(const flx_view *v, const flx_view_io *io, void *buf,
 			 size_t n, uint64_t off, flx_read_stats *stats)
 {
+	return flx_view_read_batch(v, io, NULL, buf, n, off, stats);
+}
+
+ssize_t flx_view_read_batch(const flx_view *v, const flx_view_io *io,
+			    flx_view_batch *batch, void *buf, size_t n,
+			    uint64_t off, flx_read_stats *stats)
+{
 	stored_src s = {v, io, stats};
 	uint64_t bytes;
 	int rc;
 
 	if (!v->t->stored)
-		return read_stored(v, io, buf, n, off, stats);
+		return read_stored(v, io, batch, buf, n, off, stats);
 	bytes = flx_view_bytes(v);
 	if (off >= bytes || n == 0)
 		return 0;

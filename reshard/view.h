@@ -116,4 +116,33 @@ typedef struct flx_view_io {
 ssize_t flx_view_read_io(const flx_view *v, const flx_view_io *io, void *buf,
 			 size_t n, uint64_t off, flx_read_stats *stats);
 
+/*
+ * The reads of remote files (flx_file_is_remote()) of several view reads,
+ * collected to go to the file backend as one batch: the segments of one
+ * request then cost one request per holder, not one per segment.  Zero-
+ * initialise; one thread.
+ */
+typedef struct flx_view_batch {
+	const struct flx_ckpt *ckpt;
+	struct flx_file_span *spans;
+	size_t n, cap;
+	int rc; /* the first failure of an early flush */
+} flx_view_batch;
+
+/**
+ * flx_view_read_io() whose remote runs are appended to batch (NULL: read
+ * at once), their bytes not in buf until flx_view_batch_flush(): the
+ * caller must not look at buf before.  A cast tensor's view reads at once
+ * (its bytes are converted).  A batch that grows past a bound is flushed
+ * early.  @return as flx_view_read_io().
+ */
+ssize_t flx_view_read_batch(const flx_view *v, const flx_view_io *io,
+			    flx_view_batch *batch, void *buf, size_t n,
+			    uint64_t off, flx_read_stats *stats);
+
+/** Read what batch collected, and empty it (its memory is kept; free it
+ * with flx_view_batch_release()).  @return 0, or the first -errno. */
+int flx_view_batch_flush(flx_view_batch *batch);
+void flx_view_batch_release(flx_view_batch *batch);
+
 #endif

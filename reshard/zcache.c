@@ -4,7 +4,18 @@
  * guards the slots and the streams' bookkeeping; each stream has its own
  * mutex, held while it decodes, so that decoding runs outside the cache
  * lock and readers of other items are not held up.  A stream's item never
- * changes while a reader has claimed it (users > 0).
+ * changes while a reader or the decode-ahead worker has claimed it
+ * (users > 0).
+ *
+ * Decode-ahead: a reader that follows a stream (the stream is at most
+ * FLX_ZCACHE_AHEAD windows past the window it just got) raises the
+ * stream's want to that many windows past its own; one worker thread,
+ * started with the first such wish, decodes wanted windows into cache
+ * slots, one window per turn, as a reader would.  So the next window is
+ * decoded while the FUSE thread copies the current one out.  The worker
+ * never restarts a stream and never goes past want: a stream restarted
+ * (a seek back) or re-keyed forgets its want, and a reader that stops
+ * leaves at most FLX_ZCACHE_AHEAD windows decoded for nothing.
  */
 #include "zcache.h"
 
@@ -36,11 +47,16 @@ typedef struct zstream {
 	flx_zitem key;
 	bool keyed;	/* key names an item */
 	uint32_t users; /* readers that claimed it (under the cache lock) */
+	bool busy;	/* one of them holds or is taking mu (cache lock) */
 	uint64_t used;
 	/* next and fresh as the holder last published them, for claim()
 	 * (under the cache lock; the fields below are the holder's) */
 	uint64_t pnext;
 	bool pfresh;
+	bool pended;
+	/* decode ahead until pnext reaches it (under the cache lock) */
+	uint64_t want;
+	const flx_ckpt *c; /* its item's checkpoint (set with the key) */
 	/* under mu */
 	ZSTD_DCtx *dctx;
 	unsigned char *in, *out;
@@ -54,7 +70,7 @@ typedef struct zstream {
 
 struct flx_zcache {
 	pthread_mutex_t mu;
-	pthread_cond_t cv; /* a stream became unclaimed */
+	pthread_cond_t cv; /* a stream let go, or a window published */
 	zslot *slots;
 	size_t nslots;
 	int32_t *chain; /* hash chains of valid slots: nchains heads, -1 */
@@ -62,6 +78,11 @@ struct flx_zcache {
 	zstream streams[FLX_ZCACHE_STREAMS];
 	uint64_t tick;
 	flx_zcache_stats st;
+	/* the decode-ahead worker */
+	pthread_cond_t acv; /* a stream wants windows, or stop */
+	pthread_t athr;
+	bool astarted, afailed, astop;
+	uint32_t abusy; /* streams the worker holds (0 or 1) */
 };
 
 /* A pinned window: a slot, or a stream's output (its mutex held). */
@@ -94,6 +115,7 @@ int flx_zcache_new(uint64_t cap, flx_zcache **out)
 	memset(z->chain, 0xff, z->nchains * sizeof(int32_t)); /* -1 */
 	pthread_mutex_init(&z->mu, NULL);
 	pthread_cond_init(&z->cv, NULL);
+	pthread_cond_init(&z->acv, NULL);
 	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++)
 		pthread_mutex_init(&z->streams[i].mu, NULL);
 	*out = z;
@@ -104,6 +126,12 @@ void flx_zcache_free(flx_zcache *z)
 {
 	if (!z)
 		return;
+	pthread_mutex_lock(&z->mu);
+	z->astop = true;
+	pthread_cond_broadcast(&z->acv);
+	pthread_mutex_unlock(&z->mu);
+	if (z->astarted)
+		pthread_join(z->athr, NULL);
 	for (size_t i = 0; i < z->nslots; i++)
 		free(z->slots[i].data);
 	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
@@ -115,6 +143,7 @@ void flx_zcache_free(flx_zcache *z)
 		pthread_mutex_destroy(&s->mu);
 	}
 	pthread_cond_destroy(&z->cv);
+	pthread_cond_destroy(&z->acv);
 	pthread_mutex_destroy(&z->mu);
 	free(z->slots);
 	free(z->chain);
@@ -228,7 +257,8 @@ static void publish(flx_zcache *z, zslot *sl, const flx_zitem *it, uint64_t w,
  * past w (the furthest), else an unclaimed stream (least recently used,
  * re-keyed), else one of its streams (to restart), else NULL (wait).
  */
-static zstream *claim(flx_zcache *z, const flx_zitem *it, uint64_t w)
+static zstream *claim(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
+		      uint64_t w)
 {
 	zstream *ahead = NULL, *own = NULL, *idle = NULL;
 
@@ -249,6 +279,8 @@ static zstream *claim(flx_zcache *z, const flx_zitem *it, uint64_t w)
 		idle->keyed = true;
 		/* unclaimed, so no holder: its own fields are free too */
 		idle->fresh = idle->pfresh = true;
+		idle->want = 0;
+		idle->c = c;
 		ahead = idle;
 	}
 	if (!ahead)
@@ -260,12 +292,15 @@ static zstream *claim(flx_zcache *z, const flx_zitem *it, uint64_t w)
 	return ahead;
 }
 
-static void unclaim(flx_zcache *z, zstream *s)
+/* Under z->mu: the holder of busy stream s (its mutex released) lets it
+ * go and unclaims it; the worker is told if s is wanted further. */
+static void let_go(flx_zcache *z, zstream *s)
 {
-	pthread_mutex_lock(&z->mu);
+	s->busy = false;
 	s->users--;
 	pthread_cond_broadcast(&z->cv);
-	pthread_mutex_unlock(&z->mu);
+	if (z->astarted && s->pnext < s->want)
+		pthread_cond_signal(&z->acv);
 }
 
 /* Under s->mu: back to the frame's first byte. */
@@ -336,6 +371,138 @@ static int produce(const flx_ckpt *c, zstream *s, unsigned char *dst,
 	return rc;
 }
 
+/* The decision: how many windows past a sequential reader's window its
+ * stream decodes ahead.  None in a cache of fewer than 4 * FLX_ZCACHE_AHEAD
+ * windows (the private one of a call included): the windows decoded ahead
+ * for one reader stay within a quarter of the cache, so they do not
+ * evict what other readers still use. */
+static uint64_t ahead_depth(const flx_zcache *z)
+{
+	return z->nslots >= 4 * FLX_ZCACHE_AHEAD ? FLX_ZCACHE_AHEAD : 0;
+}
+
+static void *ahead_main(void *arg);
+
+/* Under z->mu: a reader got window w of it.  The stream of it furthest
+ * past w but at most the decode-ahead depth past it is the one the reader
+ * follows (the one claim() gives it next): it is to be decoded that far
+ * past w (the worker started on first use).  One stream only: two streams
+ * of an item that meet would otherwise decode the same windows twice. */
+static void ahead_note(flx_zcache *z, const flx_zitem *it, uint64_t w)
+{
+	uint64_t d = ahead_depth(z);
+	zstream *f = NULL;
+
+	if (!d || z->afailed || z->astop)
+		return;
+	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
+		zstream *s = &z->streams[i];
+
+		if (s->keyed && same(&s->key, it) && !s->pfresh && !s->pended &&
+		    s->pnext > w && s->pnext <= w + 1 + d &&
+		    (!f || s->pnext > f->pnext))
+			f = s;
+	}
+	if (!f || f->want >= w + 1 + d)
+		return;
+	f->want = w + 1 + d;
+	if (!z->astarted) {
+		/* no worker: readers decode their windows themselves */
+		if (pthread_create(&z->athr, NULL, ahead_main, z)) {
+			z->afailed = true;
+			return;
+		}
+		z->astarted = true;
+	}
+	pthread_cond_signal(&z->acv);
+}
+
+/* Under z->mu: the stream furthest behind its want, or NULL. */
+static zstream *ahead_pick(flx_zcache *z)
+{
+	zstream *best = NULL;
+
+	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
+		zstream *s = &z->streams[i];
+
+		if (!s->keyed || s->busy || s->pfresh || s->pended ||
+		    s->pnext >= s->want)
+			continue;
+		if (!best || s->want - s->pnext > best->want - best->pnext)
+			best = s;
+	}
+	return best;
+}
+
+/* Under s->mu, claimed by the worker: decode one wanted window of s into
+ * a cache slot.  No slot to take: s is wanted no further.  A failure
+ * leaves s to restart (fresh) for the reader that comes to it, which
+ * then gets the error itself. */
+static void ahead_one(flx_zcache *z, zstream *s)
+{
+	const flx_ckpt *c;
+	zslot *dst = NULL;
+	size_t n = 0;
+	int rc;
+
+	pthread_mutex_lock(&z->mu);
+	c = s->c;
+	if (!s->fresh && !s->ended && s->next < s->want &&
+	    !(dst = take_slot(z)))
+		s->want = 0;
+	pthread_mutex_unlock(&z->mu);
+	if (!dst)
+		return;
+	rc = produce(c, s, dst->data, &n);
+	pthread_mutex_lock(&z->mu);
+	z->st.decoded += n;
+	z->st.ahead += n;
+	s->pnext = s->next;
+	s->pfresh = s->fresh;
+	s->pended = s->ended;
+	if (!rc && n)
+		publish(z, dst, &s->key, s->next - 1, n);
+	dst->pins--;
+	pthread_mutex_unlock(&z->mu);
+}
+
+static void *ahead_main(void *arg)
+{
+	flx_zcache *z = arg;
+
+	pthread_mutex_lock(&z->mu);
+	while (!z->astop) {
+		zstream *s = ahead_pick(z);
+
+		if (!s) {
+			pthread_cond_wait(&z->acv, &z->mu);
+			continue;
+		}
+		s->users++; /* its item stays while the worker decodes */
+		s->busy = true;
+		z->abusy++;
+		pthread_mutex_unlock(&z->mu);
+		pthread_mutex_lock(&s->mu);
+		ahead_one(z, s);
+		pthread_mutex_unlock(&s->mu);
+		pthread_mutex_lock(&z->mu);
+		s->busy = false;
+		s->users--;
+		z->abusy--;
+		pthread_cond_broadcast(&z->cv);
+	}
+	pthread_mutex_unlock(&z->mu);
+	return NULL;
+}
+
+void flx_zcache_settle(flx_zcache *z)
+{
+	pthread_mutex_lock(&z->mu);
+	while (z->astarted && !z->astop && (ahead_pick(z) || z->abusy))
+		pthread_cond_wait(&z->cv, &z->mu);
+	pthread_mutex_unlock(&z->mu);
+}
+
 /*
  * Pin window w of it: from the cache, or decoded by a claimed stream (its
  * windows up to w entering the cache).  @return 0 and *ref (release with
@@ -352,31 +519,39 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 	if ((sl = find(z, it, w))) {
 		z->st.hits++;
 		pin(z, sl, ref);
+		ahead_note(z, it, w);
 		pthread_mutex_unlock(&z->mu);
 		return 0;
 	}
-	while (!(s = claim(z, it, w)))
+	while (!(s = claim(z, c, it, w)))
 		pthread_cond_wait(&z->cv, &z->mu);
+	/* Whoever holds the stream may be decoding w: wait for w to be
+	 * published or the stream let go, not for the holder's whole run
+	 * (a reader further on decodes up to its own window). */
+	while (!(sl = find(z, it, w)) && s->busy)
+		pthread_cond_wait(&z->cv, &z->mu);
+	if (sl) {
+		z->st.hits++;
+		pin(z, sl, ref);
+		ahead_note(z, it, w);
+		s->users--;
+		pthread_cond_broadcast(&z->cv);
+		pthread_mutex_unlock(&z->mu);
+		return 0;
+	}
+	z->st.misses++;
+	s->busy = true;
 	pthread_mutex_unlock(&z->mu);
 
 	pthread_mutex_lock(&s->mu);
-	/* whoever held the stream may have decoded w meanwhile */
-	pthread_mutex_lock(&z->mu);
-	if ((sl = find(z, it, w))) {
-		z->st.hits++;
-		pin(z, sl, ref);
-	} else {
-		z->st.misses++;
-	}
-	pthread_mutex_unlock(&z->mu);
-	if (sl)
-		goto out;
 	if (s->fresh || s->next > w) {
 		rc = restart(s);
 		pthread_mutex_lock(&z->mu);
 		z->st.restarts++;
 		s->pnext = s->next;
 		s->pfresh = s->fresh;
+		s->pended = s->ended;
+		s->want = 0; /* a reader behind it: wishes of before are void */
 		pthread_mutex_unlock(&z->mu);
 	}
 	/* Each window is decoded straight into a cache slot (or, none free,
@@ -398,8 +573,11 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		z->st.decoded += n;
 		s->pnext = s->next;
 		s->pfresh = s->fresh;
-		if (dst && !rc && n)
+		s->pended = s->ended;
+		if (dst && !rc && n) {
 			publish(z, dst, it, s->next - 1, n);
+			pthread_cond_broadcast(&z->cv);
+		}
 		if (dst && !rc && s->next > w) {
 			*ref = (zref){dst->data, n, dst, NULL};
 			sl = dst; /* pinned by take_slot() */
@@ -414,9 +592,12 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		*ref = (zref){s->out, s->out_n, NULL, s};
 		return 0;
 	}
-out:
 	pthread_mutex_unlock(&s->mu);
-	unclaim(z, s);
+	pthread_mutex_lock(&z->mu);
+	if (!rc)
+		ahead_note(z, it, w);
+	let_go(z, s);
+	pthread_mutex_unlock(&z->mu);
 	return rc;
 }
 
@@ -428,7 +609,9 @@ static void put(flx_zcache *z, zref *ref)
 		pthread_mutex_unlock(&z->mu);
 	} else if (ref->s) {
 		pthread_mutex_unlock(&ref->s->mu);
-		unclaim(z, ref->s);
+		pthread_mutex_lock(&z->mu);
+		let_go(z, ref->s);
+		pthread_mutex_unlock(&z->mu);
 	}
 	*ref = (zref){0};
 }

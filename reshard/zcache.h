@@ -25,6 +25,13 @@
  * allocated when first used.  Replacement is least recently used among
  * unpinned windows; a window no slot can take is served from its stream.
  *
+ * Decode-ahead: a reader that reads an item's windows in order finds the
+ * next FLX_ZCACHE_AHEAD windows decoded by a worker thread (one per
+ * cache, started on first use) while it copies the current one out.  The
+ * worker takes its windows from the same slots (the budget above) and
+ * stops when the reader stops, seeks back or the cache is freed; none in
+ * a cache of fewer than 4 * FLX_ZCACHE_AHEAD windows.
+ *
  * Thread-safety: every function but new/free may be called from any
  * number of threads.
  */
@@ -37,6 +44,8 @@
 
 #define FLX_ZCACHE_WINDOW  (1u << 20)
 #define FLX_ZCACHE_STREAMS 8
+/* Windows a stream decodes ahead of a reader that follows it. */
+#define FLX_ZCACHE_AHEAD 2
 
 typedef struct flx_zcache flx_zcache;
 
@@ -54,6 +63,7 @@ typedef struct flx_zcache_stats {
 	uint64_t decoded;  /* content bytes decompressed */
 	uint64_t served;   /* content bytes copied out to readers */
 	uint64_t windows;  /* windows allocated so far (memory in use) */
+	uint64_t ahead; /* of decoded: bytes the decode-ahead worker decoded */
 } flx_zcache_stats;
 
 /**
@@ -83,6 +93,11 @@ int flx_zcache_read(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 
 /** Whether any chunk or object of c is a zstd item.  Thread-safe. */
 bool flx_ckpt_has_zstd(const flx_ckpt *c);
+
+/** Wait until the decode-ahead worker has no wanted window left to
+ * decode (tests, benchmarks: the counters are final then unless reads
+ * run). */
+void flx_zcache_settle(flx_zcache *z);
 
 /** Counters since flx_zcache_new() (a consistent snapshot). */
 void flx_zcache_stats_get(flx_zcache *z, flx_zcache_stats *out);

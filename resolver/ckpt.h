@@ -63,7 +63,40 @@ typedef struct flx_file {
 	/* when the path was last found to still name this file (CLOCK_MONOTONIC
 	 * ns; 0 never); the one mutable field, updated atomically */
 	int64_t path_checked_ns;
+	/* not in the directory: read through flx_ckpt.backend (a file another
+	 * node holds), as the backend's file remote_id; fd is -1 and no
+	 * descriptor is ever acquired for it (flx_file_acquire(): -EREMOTE) */
+	bool remote;
+	uint32_t remote_id;
 } flx_file;
+
+/* One read of a batch: len bytes at off of a file into buf. */
+typedef struct flx_file_span {
+	uint32_t file; /* flx_ckpt.files index; the backend's id in read() */
+	uint64_t off;
+	void *buf;
+	size_t len;
+} flx_file_span;
+
+/*
+ * Where the files a checkpoint names come from when the directory lacks
+ * them: the distributed mount's other nodes (fs/mpi_mount.h).  Files found
+ * in the directory are always read from it.  Every function is
+ * thread-safe; the backend outlives every index opened with it.
+ */
+typedef struct flx_file_backend {
+	void *ctx;
+	/* relpath's id, size and mtime when the backend serves it: 0, or
+	 * -ENOENT (nobody holds it) */
+	int (*lookup)(void *ctx, const char *relpath, uint32_t *id,
+		      uint64_t *size, int64_t *mtime_ns);
+	/* the relpath of file id, 0..; NULL past the last (extras) */
+	const char *(*name)(void *ctx, uint32_t id);
+	/* every span whole (span.file is an id of lookup()), all spans of a
+	 * call at once, so that the backend can coalesce and overlap them:
+	 * 0, or -EIO (a holder gone, timed out or refusing) / -ENOMEM */
+	int (*read)(void *ctx, const flx_file_span *spans, size_t n);
+} flx_file_backend;
 
 /* A hyper-rectangle in global coordinates: [off, off + size) per axis. */
 typedef struct flx_box {
@@ -171,6 +204,8 @@ typedef struct flx_megatron {
 	int untie_embeddings_and_output_weights;
 	int add_bias_linear;
 	int add_qkv_bias;
+	int moe_grouped_gemm; /* TE spec experts: TEGroupedMLP */
+	int64_t vocab_size; /* args.vocab_size (the tokenizer's); -1: unknown */
 	char transformer_impl[32];	  /* "local", "transformer_engine" */
 	char normalization[32];		  /* "RMSNorm", "LayerNorm" */
 	char position_embedding_type[32]; /* "rope", "learned_absolute" */
@@ -183,6 +218,9 @@ typedef struct flx_megatron {
 	uint64_t pkl_off;
 	uint64_t pkl_len;
 	bool common_item; /* from the common_state item, not common.pt */
+	/* mounted through a save directory whose
+	 * latest_checkpointed_iteration.txt says "release" (its release/) */
+	bool release;
 } flx_megatron;
 
 /*
@@ -229,6 +267,8 @@ typedef struct flx_ckpt {
 	/* internal: the files past the descriptor budget (fd -1), opened on
 	 * use; NULL when every file keeps its descriptor from the open */
 	struct flx_fdtable *fdt;
+	/* where the remote files are read (flx_ckpt_opts.backend), or NULL */
+	const flx_file_backend *backend;
 	flx_tensor **by_name; /* internal: tensors sorted by FQN */
 	/* extras that are symlinks and are not served (leading outside the
 	 * directory without follow_symlinks, dangling, not to a regular
@@ -263,6 +303,15 @@ typedef struct flx_ckpt_opts {
 	 * when has_paddle_id; otherwise the highest in the directory */
 	bool has_paddle_id;
 	uint64_t paddle_id;
+	/* a Megatron save directory's iteration to read (-o megatron_iter=N:
+	 * its iter_NNNNNNN/) when has_megatron_iter; otherwise the one its
+	 * latest_checkpointed_iteration.txt names */
+	bool has_megatron_iter;
+	uint64_t megatron_iter;
+	/* a MindSpore checkpoint's parallel strategy file (-o
+	 * src_strategy=FILE; JSON when it ends in ".json"): a path, absolute
+	 * or relative to the working directory; NULL: none */
+	const char *ms_strategy;
 	/* symlinks that lead outside the directory (a Hugging Face cache
 	 * snapshot's links into ../../blobs/) are followed too; without
 	 * it such a data file is an error and such an extra is skipped
@@ -272,6 +321,10 @@ typedef struct flx_ckpt_opts {
 	 * the fd table 4 slots (tests: the outcome must not depend on it);
 	 * 0: by RLIMIT_NOFILE, see flx_file_acquire() */
 	unsigned keep_fds;
+	/* files the checkpoint names that the directory lacks come from
+	 * here (flx_file.remote), and so does a metadata file the source
+	 * reads whole; NULL: a missing file is an error */
+	const flx_file_backend *backend;
 } flx_ckpt_opts;
 
 /**
@@ -330,8 +383,9 @@ void flx_fdtable_release(const flx_ckpt *c, uint32_t i);
  * identity (size, mtime, ctime, device, inode) compared with the one
  * recorded at mount; a bounded number stays open, the least recently used
  * of those no caller holds closed first.  Thread-safe.
- * @return 0 and *fd; -ESTALE (the file changed), or -errno (cannot open:
- *         -EMFILE past the limit even so).
+ * @return 0 and *fd; -ESTALE (the file changed), -EREMOTE (a remote
+ *         file: read it with flx_file_pread()/flx_file_read_spans()), or
+ *         -errno (cannot open: -EMFILE past the limit even so).
  */
 static inline int flx_file_acquire(const flx_ckpt *c, uint32_t i, int *fd)
 {
@@ -349,11 +403,52 @@ static inline void flx_file_release(const flx_ckpt *c, uint32_t i)
 		flx_fdtable_release(c, i);
 }
 
-/** n bytes at off of file i, whole (flx_file_acquire(), pread, release).
+/** n bytes at off of file i, whole (flx_file_acquire(), pread, release;
+ * a remote file through the backend).
  * @return 0, -EIO at end of file, or the error of the acquire or the
  *         read.  Thread-safe. */
 int flx_file_pread(const flx_ckpt *c, uint32_t i, void *buf, size_t n,
 		   uint64_t off);
+
+/** flx_file_pread() into the iov buffers, in order, from off (iov is
+ * modified).  @return as flx_file_pread().  Thread-safe. */
+struct iovec;
+int flx_file_preadv(const flx_ckpt *c, uint32_t i, struct iovec *iov,
+		    int iovcnt, uint64_t off);
+
+/** Every span of a batch whole, the remote ones with one backend call
+ * (coalesced and overlapped there).  @return 0, or the first error.
+ * Thread-safe. */
+int flx_file_read_spans(const flx_ckpt *c, const flx_file_span *s, size_t n);
+
+/* A reader (resolver/common/reader.h) over a window of file i of c. */
+typedef struct flx_file_reader {
+	const flx_ckpt *c;
+	uint32_t file;
+	uint64_t base;
+} flx_file_reader;
+
+struct flx_reader;
+/** Reader over bytes [base, base+len) of file i of c, read by
+ * flx_file_pread() (a remote file too); ctx must outlive the reader. */
+void flx_reader_file(struct flx_reader *r, flx_file_reader *ctx,
+		     const flx_ckpt *c, uint32_t i, uint64_t base,
+		     uint64_t len);
+
+/** Whether file i is read through the backend (no descriptor). */
+static inline bool flx_file_is_remote(const flx_ckpt *c, uint32_t i)
+{
+	return c->files[i].remote;
+}
+
+/**
+ * The source that would read dir (its probe, in flx_sources[] order), as
+ * flx_ckpt_opts.format accepts it; for a node that must agree with others
+ * on the format before they open it together.  Thread-safe.
+ * @return 0 and *format (static), -ENOENT when no source recognises it,
+ *         or -errno (cannot open or look).
+ */
+int flx_ckpt_probe(const char *dir, const char **format);
 
 /** Release everything (closes fds); NULL is fine. */
 void flx_ckpt_close(flx_ckpt *c);

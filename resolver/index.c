@@ -27,6 +27,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,6 +51,7 @@ struct flx_build {
 	unsigned threads; /* flx_ckpt_opts.threads */
 	bool walk_only;	  /* flx_ckpt_opts.walk_only */
 	bool follow;	  /* flx_ckpt_opts.follow_symlinks */
+	char *entered;	  /* flx_build_entered() */
 	/* files that keep their descriptor from the open; the others go to
 	 * the fd table of fd_slots slots (fd_budget()) */
 	size_t fd_keep, fd_slots, nkept;
@@ -63,6 +65,11 @@ int64_t flx_mtime_ns(const struct stat *st)
 flx_ckpt *flx_build_ckpt(flx_build *b)
 {
 	return b->c;
+}
+
+const char *flx_build_entered(const flx_build *b)
+{
+	return b->entered;
 }
 
 int flx_build_dirfd(const flx_build *b)
@@ -575,6 +582,45 @@ int flx_build_open(flx_build *b, const char *relpath, int *fd_out,
 			    st);
 }
 
+/* flx_build_read_whole() of a file the backend serves: -ENOENT when it
+ * does not, else 0 and *buf_out, or -errno with err. */
+static int read_whole_remote(flx_build *b, const char *relpath, uint64_t max,
+			     void **buf_out, size_t *len_out, int64_t *mtime_ns,
+			     flx_error *err)
+{
+	const flx_file_backend *be = b->c->backend;
+	flx_file_span sp;
+	unsigned char *buf;
+	uint64_t size;
+	uint32_t id;
+	char most[32];
+	int rc = be->lookup(be->ctx, relpath, &id, &size, mtime_ns);
+
+	if (rc)
+		return rc;
+	if (size > max) {
+		fmt_pow2(most, sizeof(most), max);
+		return flx_error_set(err, -EINVAL, relpath, NULL,
+				     "not a regular file of at most %s", most);
+	}
+	buf = whole_alloc((size_t)size + 1);
+	if (!buf)
+		return -ENOMEM;
+	sp = (flx_file_span){id, 0, buf, (size_t)size};
+	rc = be->read(be->ctx, &sp, 1);
+	if (rc) {
+		free(buf);
+		return flx_error_set(err, rc, relpath, NULL,
+				     "cannot read from the node holding it: "
+				     "%s",
+				     strerror(-rc));
+	}
+	buf[size] = '\0';
+	*buf_out = buf;
+	*len_out = (size_t)size;
+	return 0;
+}
+
 int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 			 const char *missing, void **buf_out, size_t *len_out,
 			 int64_t *mtime_ns, flx_error *err)
@@ -589,6 +635,12 @@ int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 		return flx_error_set(err, -EINVAL, relpath, NULL,
 				     "resolves outside the checkpoint "
 				     "directory (symlink)");
+	if (rc == -ENOENT && b->c->backend) {
+		rc = read_whole_remote(b, relpath, max, buf_out, len_out,
+				       mtime_ns, err);
+		if (rc != -ENOENT)
+			return rc;
+	}
 	if (rc == -ENOENT && missing)
 		return flx_error_set(err, rc, relpath, NULL, "%s", missing);
 	if (rc)
@@ -889,6 +941,8 @@ static int fdt_acquire(const flx_ckpt *c, uint32_t i, bool may_open, int *fd)
 
 int flx_fdtable_acquire(const flx_ckpt *c, uint32_t i, int *fd)
 {
+	if (i < c->nfiles && c->files[i].remote)
+		return -EREMOTE;
 	return fdt_acquire(c, i, true, fd);
 }
 
@@ -912,13 +966,123 @@ void flx_fdtable_release(const flx_ckpt *c, uint32_t i)
 int flx_file_pread(const flx_ckpt *c, uint32_t i, void *buf, size_t n,
 		   uint64_t off)
 {
-	int fd, rc = flx_file_acquire(c, i, &fd);
+	flx_file_span one = {i, off, buf, n};
+
+	return flx_file_read_spans(c, &one, 1);
+}
+
+int flx_file_preadv(const flx_ckpt *c, uint32_t i, struct iovec *iov,
+		    int iovcnt, uint64_t off)
+{
+	flx_file_span sp[64];
+	int fd, rc = 0;
+
+	if (!c->files[i].remote) {
+		rc = flx_file_acquire(c, i, &fd);
+		if (rc)
+			return rc;
+		rc = flx_preadv_full(fd, iov, iovcnt, off);
+		flx_file_release(c, i);
+		return rc;
+	}
+	while (iovcnt > 0 && !rc) {
+		int k = iovcnt < 64 ? iovcnt : 64;
+
+		for (int j = 0; j < k; j++) {
+			sp[j] = (flx_file_span){i, off, iov[j].iov_base,
+						iov[j].iov_len};
+			off += iov[j].iov_len;
+		}
+		rc = flx_file_read_spans(c, sp, (size_t)k);
+		iov += k;
+		iovcnt -= k;
+	}
+	return rc;
+}
+
+static int file_reader_pread(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	const flx_file_reader *fr = ctx;
+
+	return flx_file_pread(fr->c, fr->file, buf, n, fr->base + off);
+}
+
+void flx_reader_file(flx_reader *r, flx_file_reader *ctx, const flx_ckpt *c,
+		     uint32_t i, uint64_t base, uint64_t len)
+{
+	*ctx = (flx_file_reader){c, i, base};
+	*r = (flx_reader){file_reader_pread, ctx, len};
+}
+
+/* The remote spans of s, with the backend's ids, in one backend call. */
+static int read_remote_spans(const flx_ckpt *c, const flx_file_span *s,
+			     size_t n, size_t nremote)
+{
+	flx_file_span *r = malloc(nremote * sizeof(*r));
+	size_t k = 0;
+	int rc;
+
+	if (!r)
+		return -ENOMEM;
+	for (size_t j = 0; j < n; j++)
+		if (c->files[s[j].file].remote) {
+			r[k] = s[j];
+			r[k++].file = c->files[s[j].file].remote_id;
+		}
+	rc = c->backend->read(c->backend->ctx, r, k);
+	free(r);
+	return rc;
+}
+
+int flx_file_read_spans(const flx_ckpt *c, const flx_file_span *s, size_t n)
+{
+	size_t nremote = 0;
+	int fd, rc = 0;
+
+	for (size_t j = 0; j < n && !rc; j++) {
+		if (c->files[s[j].file].remote) {
+			nremote++;
+			continue;
+		}
+		rc = flx_file_acquire(c, s[j].file, &fd);
+		if (rc)
+			break;
+		rc = flx_pread_full(fd, s[j].buf, s[j].len, s[j].off);
+		flx_file_release(c, s[j].file);
+	}
+	if (!rc && nremote)
+		rc = c->backend ? read_remote_spans(c, s, n, nremote) : -EIO;
+	return rc;
+}
+
+/* Record relpath as a file of the backend (the directory lacks it). */
+static int add_remote_file(flx_build *b, const char *relpath, bool data,
+			   uint32_t *idx)
+{
+	flx_ckpt *c = b->c;
+	flx_file *f = &c->files[c->nfiles];
+	uint32_t id;
+	uint64_t size;
+	int64_t mtime_ns;
+	int rc =
+	    c->backend->lookup(c->backend->ctx, relpath, &id, &size, &mtime_ns);
 
 	if (rc)
 		return rc;
-	rc = flx_pread_full(fd, buf, n, off);
-	flx_file_release(c, i);
-	return rc;
+	memset(f, 0, sizeof(*f));
+	f->relpath = strdup(relpath);
+	if (!f->relpath)
+		return -ENOMEM;
+	f->fd = -1;
+	f->size = size;
+	f->mtime_ns = mtime_ns;
+	f->ctime_ns = mtime_ns;
+	f->access = c->access; /* the directory's, as nothing else says */
+	f->data = data;
+	f->remote = true;
+	f->remote_id = id;
+	*idx = (uint32_t)c->nfiles++;
+	return file_index_add(b, (int)*idx);
 }
 
 /* Open and record a file of the directory; key names the tensor or value
@@ -939,6 +1103,14 @@ static int add_file(flx_build *b, const char *relpath, bool data,
 	followed = rc == -EXDEV && b->follow;
 	if (followed)
 		rc = open_followed(b, relpath, &fd, &st);
+	if (rc == -ENOENT && c->backend) {
+		rc = add_remote_file(b, relpath, data, idx);
+		if (rc == -ENOENT)
+			return flx_error_set(b->err, rc, relpath, key,
+					     "held by no node (missing "
+					     "everywhere)");
+		return rc;
+	}
 	if (rc == -EXDEV)
 		return flx_error_set(b->err, -EINVAL, relpath, key,
 				     "resolves outside the checkpoint "
@@ -982,6 +1154,16 @@ out:
 	if (fd >= 0)
 		close(fd);
 	return rc;
+}
+
+bool flx_build_remote(const flx_build *b, const char *relpath)
+{
+	const flx_file_backend *be = b->c->backend;
+	uint32_t id;
+	uint64_t size;
+	int64_t mtime_ns;
+
+	return be && be->lookup(be->ctx, relpath, &id, &size, &mtime_ns) == 0;
 }
 
 int flx_build_data_file(flx_build *b, const char *relpath,
@@ -1065,6 +1247,26 @@ static int symlinked_extra(flx_build *b, const char *name, bool *serve)
 	return 0;
 }
 
+/* The backend's files that would be extras (top-level, not hidden, not
+ * the source's), appended to names: every node then serves the same
+ * extras, wherever they lie.  @return 0 or -ENOMEM. */
+static int backend_extras(flx_build *b, char ***names, size_t *n, size_t *cap)
+{
+	const flx_file_backend *be = b->c->backend;
+	const char *name;
+
+	for (uint32_t id = 0; be && (name = be->name(be->ctx, id)); id++) {
+		if (name[0] == '.' || strchr(name, '/') || b->src->owns(name))
+			continue;
+		if (flx_grow((void **)names, cap, *n + 1, sizeof(**names)))
+			return -ENOMEM;
+		if (!((*names)[*n] = strdup(name)))
+			return -ENOMEM;
+		(*n)++;
+	}
+	return 0;
+}
+
 /* The other regular files of the directory (not hidden; a symlink as
  * symlinked_extra() says), in name order: passed through unchanged
  * (config.json, tokenizer files). */
@@ -1100,6 +1302,9 @@ static int load_extras(flx_build *b)
 		}
 		n++;
 	}
+	rc = backend_extras(b, &names, &n, &cap);
+	if (rc)
+		goto out;
 	if (n)
 		qsort(names, n, sizeof(*names), cmp_str);
 	for (size_t i = 0; i < n && !rc; i++) {
@@ -1107,7 +1312,8 @@ static int load_extras(flx_build *b)
 		bool serve = true;
 		uint32_t idx;
 
-		if (file_index_lookup(b, names[i]) >= 0)
+		if (file_index_lookup(b, names[i]) >= 0 ||
+		    (i && !strcmp(names[i], names[i - 1])))
 			continue;
 		if (fstatat(b->dirfd, names[i], &st, AT_SYMLINK_NOFOLLOW) ==
 			0 &&
@@ -1558,6 +1764,80 @@ static int pick_source(flx_build *b, const flx_ckpt_opts *o,
 			     first->kind, others);
 }
 
+/* Read subdirectory sub of the directory as the checkpoint directory:
+ * its descriptor, path and realpath replace the directory's, its access
+ * meets what the open needed so far. */
+static int descend(flx_build *b, const char *sub)
+{
+	flx_access access;
+	struct stat st;
+	char *dir = NULL, *real = NULL, *name = strdup(sub);
+	int fd = -1, rc = 0;
+
+	if (asprintf(&dir, "%s/%s", b->c->dir, sub) < 0)
+		dir = NULL;
+	if (asprintf(&real, "%s/%s", b->realdir, sub) < 0)
+		real = NULL;
+	if (!name || !dir || !real) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (!flx_relpath_ok(sub) || strchr(sub, '/')) {
+		rc = flx_error_set(b->err, -EINVAL, sub, NULL,
+				   "not a plain subdirectory name");
+		goto out;
+	}
+	fd = openat(b->dirfd, sub,
+		    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		rc = flx_error_set(b->err, -errno, sub, NULL,
+				   "cannot open checkpoint directory: %s",
+				   strerror(errno));
+		goto out;
+	}
+	access = flx_access_of(&st);
+	flx_access_meet(&access, &b->c->access);
+	b->c->access = access;
+	close(b->dirfd);
+	b->dirfd = fd;
+	fd = -1;
+	free(b->c->dir);
+	b->c->dir = dir;
+	free(b->realdir);
+	b->realdir = real;
+	b->entered = name;
+	dir = real = name = NULL;
+out:
+	if (fd >= 0)
+		close(fd);
+	free(dir);
+	free(real);
+	free(name);
+	return rc;
+}
+
+/* The sources' enter hooks: the subdirectory that holds the checkpoint,
+ * when the directory is a save directory of several. */
+static int enter_sub(flx_build *b, const flx_ckpt_opts *o)
+{
+	char sub[256];
+
+	for (const flx_source *const *s = flx_sources; *s; s++) {
+		int rc;
+
+		if (!(*s)->enter ||
+		    (o->format && strcmp((*s)->name, o->format)))
+			continue;
+		sub[0] = '\0';
+		rc = (*s)->enter(b, o, sub, sizeof(sub), b->err);
+		if (rc)
+			return rc;
+		if (sub[0])
+			return descend(b, sub);
+	}
+	return 0;
+}
+
 /*
  * Everything is checked in this order, and the first failure is the one
  * reported: what the source loads, the items, then the other files and
@@ -1603,6 +1883,7 @@ static void build_release(flx_build *b)
 	prefetch_end(&b->pf);
 	free(b->fmap);
 	free(b->realdir);
+	free(b->entered);
 	if (b->dirfd >= 0)
 		close(b->dirfd);
 }
@@ -1624,6 +1905,7 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 	b.c = calloc(1, sizeof(flx_ckpt));
 	if (!b.c)
 		return flx_error_default(err, -ENOMEM, dir);
+	b.c->backend = o->backend;
 	b.c->pooled = true;
 	b.c->dir = strdup(dir);
 	if (!b.c->dir) {
@@ -1646,7 +1928,9 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 		rc = -errno;
 		goto out;
 	}
-	rc = pick_source(&b, o, &b.src);
+	rc = enter_sub(&b, o);
+	if (!rc)
+		rc = pick_source(&b, o, &b.src);
 	if (rc)
 		goto out;
 	b.c->format = strdup(b.src->name);
@@ -1660,6 +1944,9 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 out:
 	build_release(&b);
 	if (rc) {
+		/* named under the directory read: a subdirectory entered */
+		if (b.c && b.c->dir)
+			dir = b.c->dir;
 		flx_error_default(err, rc, dir);
 		name_by_path(err, dir);
 		flx_ckpt_close(b.c);
@@ -1667,6 +1954,28 @@ out:
 	}
 	*out = b.c;
 	return 0;
+}
+
+int flx_ckpt_probe(const char *dir, const char **format)
+{
+	int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = -ENOENT;
+
+	if (dirfd < 0)
+		return -errno;
+	for (const flx_source *const *s = flx_sources; *s && rc == -ENOENT;
+	     s++) {
+		bool yes = false;
+		int prc = (*s)->probe(dirfd, &yes);
+
+		if (prc)
+			rc = prc;
+		else if (yes) {
+			*format = (*s)->name;
+			rc = 0;
+		}
+	}
+	close(dirfd);
+	return rc;
 }
 
 int flx_ckpt_open(const char *dir, flx_ckpt **out, flx_error *err)
@@ -1778,6 +2087,9 @@ int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
 	bool opened;
 	int fd = -1, rc;
 
+	/* a remote file is checked by the node that reads it */
+	if (f->remote)
+		return 0;
 	/* a file past the budget that is not open now is checked when it is
 	 * opened again; opening it here would only churn the fd table */
 	rc = f->fd >= 0 ? 0 : fdt_acquire(c, i, false, &fd);

@@ -61,6 +61,17 @@ typedef struct flx_source {
 	 * chunks from its pool), objects, through the builder's functions
 	 * below.  @return 0, or -errno with err set (the builder's err). */
 	int (*load)(flx_build *b, const flx_ckpt_opts *o, flx_error *err);
+	/* NULL, or: whether the directory holds the checkpoint one level
+	 * down (a save directory whose tracker file names the iteration to
+	 * read), asked of every source with the hook (only the one
+	 * o->format names, when set) before any probe.  Into sub (cap
+	 * bytes) the subdirectory's name, a plain name that exists as a
+	 * directory (not a symlink), or "" when the directory is not such a
+	 * one.  The builder then reads the subdirectory as the checkpoint
+	 * directory (flx_build_entered()).  @return 0, or -errno with err
+	 * set (a tracker that names nothing readable). */
+	int (*enter)(flx_build *b, const flx_ckpt_opts *o, char *sub,
+		     size_t cap, flx_error *err);
 } flx_source;
 
 /* The sources, in probe order, NULL-terminated (sources.c). */
@@ -75,6 +86,11 @@ flx_ckpt *flx_build_ckpt(flx_build *b);
  * owns it.  Look up names with *at() only under symlink-free rules (or
  * through flx_build_open()). */
 int flx_build_dirfd(const flx_build *b);
+
+/** The subdirectory a source's enter hook led the open into
+ * ("iter_0000100", "release"), or NULL when the directory given is the
+ * checkpoint directory.  Valid for the life of the builder. */
+const char *flx_build_entered(const flx_build *b);
 
 /**
  * Open relpath (relative to the directory) read-only, resolved below the
@@ -127,6 +143,11 @@ typedef struct flx_file_ref {
  */
 int flx_build_data_file(flx_build *b, const char *relpath,
 			const flx_file_ref *ref, uint32_t *idx);
+
+/** Whether the index's file backend (flx_ckpt_opts.backend) serves
+ * relpath, a file the directory lacks: flx_build_data_file() then records
+ * it as a remote file.  Thread-safe. */
+bool flx_build_remote(const flx_build *b, const char *relpath);
 
 /**
  * Record fd, a memory file (memfd) the source filled with bytes it decoded

@@ -224,6 +224,10 @@ static void human(char *buf, size_t len, uint64_t n)
 		snprintf(buf, len, "%" PRIu64 " B", n);
 }
 
+/* The mount's slicer as flx_slicer_open() describes it (gpu=, gpu_min=,
+ * gpu_device=), for the table. */
+static char slicer_line[1024];
+
 /* Totals: tensor and object counts, bytes, and the rank byte spread.
  * Sums checked (the tree built before bounds them: a guard, not a
  * message users should see). */
@@ -281,6 +285,7 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 		    "%s, %s; gathered through the mount's block cache "
 		    "(cache_size=, default 64M)\n",
 		    h1, st->fqn);
+		printf("strided gathers: %s\n", slicer_line);
 	}
 	free(rank);
 	return 0;
@@ -397,16 +402,20 @@ static int print_megatron_legacy(const flx_ckpt *c, const flx_spec *s)
 {
 	flx_mlg_target tgt = {.tp = s->tp,
 			      .pp = s->pp,
+			      .ep = s->megatron_ep,
+			      .vp = s->megatron_vp,
 			      .te = s->megatron_te,
 			      .true_vocab = s->megatron_true_vocab};
+	int nvc = s->megatron_vp > 1 ? s->megatron_vp : 1;
 	flx_error err;
 
 	flx_error_init(&err);
-	for (int pp = 0; pp < s->pp; pp++) {
+	for (int st = 0; st < s->pp * nvc; st++) {
+		int pp = st / nvc, vc = st % nvc;
 		flx_mlg_entry *e = NULL;
 		size_t n = 0;
-		char line[3 * FLX_ERR_FIELD + 8], it[32], rank[32];
-		int rc = flx_mlg_rank(c, &tgt, 0, pp, &e, &n, &err);
+		char line[3 * FLX_ERR_FIELD + 8], it[32], rank[32], chunk[24];
+		int rc = flx_mlg_rank(c, &tgt, 0, pp, 0, vc, &e, &n, &err);
 
 		if (rc == -EINVAL) {
 			flx_error_line(&err, line, sizeof(line));
@@ -416,18 +425,27 @@ static int print_megatron_legacy(const flx_ckpt *c, const flx_spec *s)
 		}
 		if (rc)
 			return rc;
-		flx_mlg_dir_name(c->megatron->iteration, -1, 0, 1, it,
-				 sizeof(it));
-		flx_mlg_dir_name(0, 0, pp, s->pp, rank, sizeof(rank));
-		printf("megatron/%s/%s/" FLX_MLG_FILE " (%s spec; tp rank 0 "
+		flx_mlg_dir_name(c->megatron->release ? -1
+						      : c->megatron->iteration,
+				 -1, 0, 1, 0, 1, it, sizeof(it));
+		flx_mlg_dir_name(0, 0, pp, s->pp, 0,
+				 s->megatron_ep > 1 ? s->megatron_ep : 1, rank,
+				 sizeof(rank));
+		chunk[0] = '\0';
+		if (nvc > 1)
+			snprintf(chunk, sizeof(chunk), " model%d", vc);
+		printf("megatron/%s/%s/" FLX_MLG_FILE "%s (%s spec; tp rank 0 "
 		       "of %d, the others hold the same keys, their slices):\n",
-		       it, rank, s->megatron_te ? "te" : "local", s->tp);
+		       it, rank, chunk, s->megatron_te ? "te" : "local", s->tp);
 		for (size_t i = 0; i < n; i++) {
 			printf("  %s  ", e[i].name);
 			if (e[i].kind == FLX_MLG_NONE)
 				printf("None\n");
 			if (e[i].kind == FLX_MLG_EMPTY_U8)
 				printf("empty uint8 tensor\n");
+			if (e[i].kind == FLX_MLG_OBJECT)
+				printf("the uint8 tensor of %s\n",
+				       e[i].obj->fqn);
 			if (e[i].kind != FLX_MLG_TENSOR)
 				continue;
 			printf("%s ", flx_dtype_name(e[i].dtype));
@@ -583,7 +601,59 @@ static int write_template(const flx_plan *p, const char *path, flx_error *err)
 }
 
 /* index.json of the tree that flexfs would mount, verbatim. */
-static int print_json(const flx_fs *fs, flx_error *err)
+/* The AOA statements' targets (aoa.h): per target, the statements that
+ * made it and its source boxes. */
+static void print_aoa(const flx_aoa_prog *p)
+{
+	const char *name, *chain;
+	size_t n;
+
+	if (!flx_aoa_prog_target(p, 0, &name, &chain, &n))
+		printf("\nAOA targets (statements; source[box] chain -> "
+		       "target box):\n");
+	for (size_t i = 0; !flx_aoa_prog_target(p, i, &name, &chain, &n); i++) {
+		printf("%s  (%s)\n", name, chain);
+		for (size_t k = 0; k < n; k++)
+			printf("    %s\n", flx_aoa_prog_source(p, i, k));
+	}
+}
+
+/* index.json (buf, n bytes) with "aoa": {target: {"statements": chain,
+ * "sources": [box lines]}} added, on stdout. */
+static int print_json_aoa(const char *buf, size_t n, const flx_aoa_prog *p)
+{
+	json_t *root = json_loadb(buf, n, 0, NULL), *aoa = json_object();
+	const char *name, *chain;
+	size_t ns;
+	int rc = root && aoa ? 0 : -ENOMEM;
+
+	for (size_t i = 0;
+	     !rc && !flx_aoa_prog_target(p, i, &name, &chain, &ns); i++) {
+		json_t *t = json_object(), *src = json_array();
+
+		if (!t || !src || json_object_set_new(aoa, name, t) ||
+		    json_object_set_new(t, "statements", json_string(chain)) ||
+		    json_object_set_new(t, "sources", src)) {
+			json_decref(src);
+			rc = -ENOMEM;
+			break;
+		}
+		for (size_t k = 0; k < ns && !rc; k++)
+			if (json_array_append_new(
+				src, json_string(flx_aoa_prog_source(p, i, k))))
+				rc = -ENOMEM;
+	}
+	if (!rc && json_object_set(root, "aoa", aoa))
+		rc = -ENOMEM;
+	if (!rc &&
+	    (json_dumpf(root, stdout, JSON_INDENT(1)) || putchar('\n') == EOF))
+		rc = -EIO;
+	json_decref(aoa);
+	json_decref(root);
+	return rc;
+}
+
+static int print_json(const flx_fs *fs, const flx_aoa_prog *aoa, flx_error *err)
 {
 	flx_stat st;
 	char *buf = NULL;
@@ -594,7 +664,9 @@ static int print_json(const flx_fs *fs, flx_error *err)
 		rc = -ENOMEM;
 	if (!rc && (n = flx_fs_read(fs, st.ino, buf, st.size, 0, NULL)) < 0)
 		rc = (int)n;
-	if (!rc) {
+	if (!rc && aoa) {
+		rc = print_json_aoa(buf, (size_t)n, aoa);
+	} else if (!rc) {
 		fwrite(buf, 1, (size_t)n, stdout);
 		if (n == 0 || buf[n - 1] != '\n')
 			putchar('\n');
@@ -901,8 +973,9 @@ static void print_preset(const char *dir, const char *file)
 		return;
 	}
 	root = json_load_file(path, 0, NULL);
-	note =
-	    json_string_value(json_object_get(json_array_get(root, 0), "note"));
+	/* v1: the first rule's note; v2: the object's */
+	note = json_string_value(json_object_get(
+	    json_is_object(root) ? root : json_array_get(root, 0), "note"));
 	printf("@%-18s %s\n", name, note ? note : "");
 	json_decref(root);
 	flx_spec_release(&s);
@@ -1039,6 +1112,7 @@ static int parse(int argc, char **argv, flx_mountopts *mo, request *rq,
 int main(int argc, char **argv)
 {
 	flx_mountopts mo;
+	const flx_slicer *slicer = NULL;
 	flx_stack st = {0};
 	flx_ckpt_opts o;
 	const flx_ckpt *served = NULL;
@@ -1065,6 +1139,17 @@ int main(int argc, char **argv)
 	/* the mount's stages, by the mount's own path: what it refuses is
 	 * refused here with the same line, but for undecided splits, which
 	 * the table shows (the JSON is the mount's: it has none) */
+	/* the mount's slicer, opened as the mount opens it (and refused
+	 * alike): --json prints the index.json that records it */
+	rc =
+	    flx_slicer_open(&mo.gpu, &slicer, slicer_line, sizeof(slicer_line));
+	if (rc) {
+		fprintf(stderr, "flexfs-inspect: %s\n",
+			rc == -ENOMEM ? "out of memory" : slicer_line);
+		flx_mo_release(&mo);
+		return 1;
+	}
+	mo.spec.slicer = slicer->name;
 	o = flx_mo_ckpt_opts(&mo);
 	rc = flx_stack_build(argv[optind], &o, &mo.spec, !rq.json, &st, &err);
 	for (size_t i = 0; !rc && !flx_stack_note(&st, i, note, sizeof(note));
@@ -1081,9 +1166,12 @@ int main(int argc, char **argv)
 	else if (!rc && rq.compare)
 		rc = compare(plan, &mo, rq.compare, &ndiff, &err);
 	else if (!rc && rq.json)
-		rc = print_json(st.fs, &err);
+		rc = print_json(st.fs, st.aoa, &err);
 	else if (!rc && !(rq.tmpl && !strcmp(rq.tmpl, "-")))
 		rc = print_table(served, plan);
+	if (!rc && st.aoa && !rq.json && !rq.svg && !rq.digest && !rq.compare &&
+	    !(rq.tmpl && !strcmp(rq.tmpl, "-")))
+		print_aoa(st.aoa);
 	if (!rc && rq.tmpl) {
 		rc = write_template(plan, rq.tmpl, &err);
 	} else if (!rc && !rq.json && !rq.digest && !rq.compare &&
@@ -1099,5 +1187,6 @@ int main(int argc, char **argv)
 	}
 	flx_stack_free(&st);
 	flx_mo_release(&mo);
+	flx_slicer_close(slicer);
 	return rc || undecided || ndiff ? 1 : 0;
 }

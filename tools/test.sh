@@ -9,8 +9,9 @@ jobs=$(nproc)
 
 tools/check-format.sh
 
-echo "== core without FUSE (Release: -O3 warnings are errors too)"
-cmake -S . -B build-nofuse -DFLEXFS_WITH_FUSE=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
+echo "== core without FUSE or CUDA (Release: -O3 warnings are errors too)"
+cmake -S . -B build-nofuse -DFLEXFS_WITH_FUSE=OFF -DFLEXFS_WITH_CUDA=OFF \
+	-DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-nofuse -j"$jobs"
 (cd build-nofuse && ctest --output-on-failure -j"$jobs")
 

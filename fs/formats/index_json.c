@@ -76,6 +76,10 @@ static int index_head(const void *arg, uint32_t idx, unsigned char *dst,
 	flx_jw_key(&w, "hf_shard_size");
 	flx_jw_int(&w, (int64_t)s->hf_shard_size);
 	flx_jw_close(&w, '}');
+	if (s->slicer) {
+		flx_jw_key(&w, "slicer");
+		flx_jw_str(&w, s->slicer);
+	}
 	flx_jw_key(&w, "tensors");
 	flx_jw_open(&w, '{');
 	return flx_jw_end(&w, len);

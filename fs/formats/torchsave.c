@@ -296,6 +296,14 @@ static int pk_items(const void *arg, uint32_t idx, unsigned char *dst,
 		uint64_t size[FLX_MAX_DIMS], stride[FLX_MAX_DIMS], numel = 1;
 		char key[24];
 
+		if (f->set->e[k].next_dict) {
+			/* SETITEMS, then key: OrderedDict(), MARK */
+			flx_jw_raw(&w, "u", 1);
+			flx_pk_str(&w, f->set->e[k].name);
+			pk_odict(&w);
+			flx_jw_raw(&w, "(", 1);
+			continue;
+		}
 		flx_pk_str(&w, f->set->e[k].name);
 		if (!has_tensor(&f->set->e[k])) {
 			flx_jw_raw(&w, "N", 1);

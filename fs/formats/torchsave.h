@@ -59,6 +59,11 @@ typedef struct flx_pt_entry {
 	const char *name; /* its key in the state dict (borrowed) */
 	const flx_placement *pl;
 	const flx_pt_tensor *t;
+	/* not a value: the state dict so far ends here and the entries
+	 * after it fill a new OrderedDict, the value of key name in the
+	 * dict that holds them (several state dicts in one file: Megatron's
+	 * model0, model1, ...; pre must end with the first one's key) */
+	bool next_dict;
 } flx_pt_entry;
 
 /*

@@ -66,6 +66,18 @@ static int gen_lit(const void *arg, uint32_t idx, unsigned char *dst,
 
 static const flx_gen_ops lit_ops = {"megatron latest iteration", gen_lit};
 
+/* The number of virtual chunks of the target (1 without). */
+static int chunks(const flx_mlg_target *tgt)
+{
+	return tgt->vp > 1 ? tgt->vp : 1;
+}
+
+/* The number of expert ranks of the target (1 without). */
+static int nep(const flx_mlg_target *tgt)
+{
+	return tgt->ep > 1 ? tgt->ep : 1;
+}
+
 /* The common state's pickle, decoded. */
 static int load_common(flx_build *b, flx_pickle **pk, flx_error *err)
 {
@@ -118,21 +130,26 @@ static int wrapper(flx_build *b, const flx_mlg_target *tgt, flx_pk_buf *pre,
 	args = flx_pv_dict_get(root, "args");
 	flx_pkb_raw(pre, "}(", 2);
 	if (args) {
+		/* EP ranks are data-parallel ranks: the least world */
+		int ep = nep(tgt), vp = chunks(tgt);
+		int64_t per_chunk =
+		    flx_mlg_layer_count(b->ckpt) / ((int64_t)tgt->pp * vp);
+
 		const flx_pk_patch patch[] = {
 		    {"tensor_model_parallel_size", FLX_PK_INT, tgt->tp, NULL,
 		     false},
 		    {"pipeline_model_parallel_size", FLX_PK_INT, tgt->pp, NULL,
 		     false},
 		    {"padded_vocab_size", FLX_PK_INT, vocab, NULL, false},
-		    {"virtual_pipeline_model_parallel_size", FLX_PK_NONE, 0,
-		     NULL, false},
-		    {"num_layers_per_virtual_pipeline_stage", FLX_PK_NONE, 0,
-		     NULL, false},
-		    {"expert_model_parallel_size", FLX_PK_INT, 1, NULL, false},
+		    {"virtual_pipeline_model_parallel_size",
+		     vp > 1 ? FLX_PK_INT : FLX_PK_NONE, vp, NULL, false},
+		    {"num_layers_per_virtual_pipeline_stage",
+		     vp > 1 ? FLX_PK_INT : FLX_PK_NONE, per_chunk, NULL, false},
+		    {"expert_model_parallel_size", FLX_PK_INT, ep, NULL, false},
 		    {"ckpt_format", FLX_PK_STR, 0, "torch", false},
-		    {"world_size", FLX_PK_INT, (int64_t)tgt->tp * tgt->pp, NULL,
-		     false},
-		    {"data_parallel_size", FLX_PK_INT, 1, NULL, false},
+		    {"world_size", FLX_PK_INT, (int64_t)tgt->tp * tgt->pp * ep,
+		     NULL, false},
+		    {"data_parallel_size", FLX_PK_INT, ep, NULL, false},
 		    {"transformer_pipeline_model_parallel_size", FLX_PK_INT,
 		     tgt->pp, NULL, false},
 		    {"expert_tensor_parallel_size", FLX_PK_INT, tgt->tp, NULL,
@@ -162,7 +179,10 @@ static int wrapper(flx_build *b, const flx_mlg_target *tgt, flx_pk_buf *pre,
 	flx_pkb_float(pre, 3.0);
 	flx_pkb_str(pre, "iteration", 9);
 	flx_pkb_int(pre, m->iteration < 0 ? 0 : m->iteration);
-	flx_pkb_str(pre, "model", 5);
+	if (chunks(tgt) > 1)
+		flx_pkb_str(pre, "model0", 6);
+	else
+		flx_pkb_str(pre, "model", 5);
 	if (!rc && pre->err)
 		rc = flx_error_set(err, pre->err, NULL, dir_name,
 				   "out of memory");
@@ -249,7 +269,9 @@ static int extra_blob(flx_build *b, const flx_object *o, flx_pt_tensor *t,
 	    flx_pv_is_global(flx_pv_obj_class(v), "_io", "BytesIO")) {
 		rc = extra_fail(b, o,
 				"an io.BytesIO (older TE) is not "
-				"supported",
+				"supported: its bytes in a legacy file are "
+				"not specified (megatron_spec=local has no TE "
+				"blobs)",
 				NULL);
 		goto out;
 	}
@@ -334,20 +356,70 @@ static int pt_value(flx_build *b, const flx_mlg_entry *e, flx_pt_entry *out)
 	return rc;
 }
 
-/* The file of rank (tp, pp) in directory dir. */
+/* The state dicts of rank (tp, pp, ep), chunk after chunk: *e, *n
+ * (flx_mlg_free()); starts[c] the first entry of chunk c. */
+static int rank_entries(const flx_ckpt *c, const flx_mlg_target *tgt, int tp,
+			int pp, int ep, flx_mlg_entry **e, size_t *n,
+			size_t *starts, flx_error *err)
+{
+	int rc = 0;
+
+	*e = NULL;
+	*n = 0;
+	for (int vc = 0; !rc && vc < chunks(tgt); vc++) {
+		flx_mlg_entry *ce = NULL, *all;
+		size_t cn = 0;
+
+		rc = flx_mlg_rank(c, tgt, tp, pp, ep, vc, &ce, &cn, err);
+		if (rc)
+			break;
+		all = realloc(*e, (*n + cn + 1) * sizeof(*all));
+		if (!all) {
+			flx_mlg_free(ce, cn);
+			rc = -ENOMEM;
+			break;
+		}
+		*e = all;
+		memcpy(all + *n, ce, cn * sizeof(*all));
+		free(ce); /* the names moved */
+		starts[vc] = *n;
+		*n += cn;
+	}
+	return rc;
+}
+
+/* The file of rank (tp, pp, ep) in directory dir: one state dict, or with
+ * a virtual pipeline model0, model1, ... */
 static int rank_file(flx_build *b, const flx_mlg_target *tgt, int dir,
-		     const flx_pk_buf *pre, int tp, int pp)
+		     const flx_pk_buf *pre, int tp, int pp, int ep)
 {
 	flx_mlg_entry *e = NULL;
 	flx_pt_set *set;
-	size_t n = 0;
-	int rc = flx_mlg_rank(b->ckpt, tgt, tp, pp, &e, &n, b->err);
+	size_t n = 0, starts[FLX_MLG_MAX_VP];
+	int rc = rank_entries(b->ckpt, tgt, tp, pp, ep, &e, &n, starts, b->err);
 
 	if (rc)
-		return rc;
-	rc = flx_pt_set_new(b->fs, n, &set);
-	for (size_t i = 0; !rc && i < n; i++)
-		rc = pt_value(b, &e[i], &set->e[set->n++]);
+		goto out;
+	rc = flx_pt_set_new(b->fs, n + (size_t)chunks(tgt) - 1, &set);
+	for (int vc = 0; !rc && vc < chunks(tgt); vc++) {
+		size_t end = vc + 1 < chunks(tgt) ? starts[vc + 1] : n;
+
+		if (vc > 0) {
+			char key[24], *name;
+
+			snprintf(key, sizeof(key), "model%d", vc);
+			name = flx_fs_alloc(b->fs, strlen(key) + 1);
+			if (!name) {
+				rc = -ENOMEM;
+				break;
+			}
+			strcpy(name, key);
+			set->e[set->n++] =
+			    (flx_pt_entry){.name = name, .next_dict = true};
+		}
+		for (size_t i = starts[vc]; !rc && i < end; i++)
+			rc = pt_value(b, &e[i], &set->e[set->n++]);
+	}
 	if (!rc) {
 		set->pre = pre->p;
 		set->npre = pre->n;
@@ -355,6 +427,7 @@ static int rank_file(flx_build *b, const flx_mlg_target *tgt, int dir,
 		set->npost = 1;
 		rc = flx_pt_add_file(b->fs, dir, file_name, set, -1);
 	}
+out:
 	if (rc && b->err && !b->err->code)
 		flx_build_fail(b, rc, file_name, "legacy file");
 	flx_mlg_free(e, n);
@@ -393,14 +466,20 @@ static int check_target(flx_build *b, const flx_mlg_target *tgt,
 
 	flx_error_init(&why);
 	rc = flx_mlg_padded_vocab(b->ckpt, tgt, &vocab, &why);
+	if (!rc && tgt->vp > FLX_MLG_MAX_VP)
+		rc = flx_error_set(&why, -EINVAL, NULL, "megatron_vp",
+				   "megatron/: at most %d virtual chunks",
+				   FLX_MLG_MAX_VP);
 	for (int pp = 0; !rc && pp < tgt->pp; pp++)
-		for (int tp = 0; !rc && tp < tgt->tp; tp++) {
-			flx_mlg_entry *e = NULL;
-			size_t n = 0;
+		for (int tp = 0; !rc && tp < tgt->tp; tp++)
+			for (int ep = 0; !rc && ep < nep(tgt); ep++) {
+				flx_mlg_entry *e = NULL;
+				size_t n = 0, starts[FLX_MLG_MAX_VP];
 
-			rc = flx_mlg_rank(b->ckpt, tgt, tp, pp, &e, &n, &why);
-			flx_mlg_free(e, n);
-		}
+				rc = rank_entries(b->ckpt, tgt, tp, pp, ep, &e,
+						  &n, starts, &why);
+				flx_mlg_free(e, n);
+			}
 	if (!rc)
 		rc = wrapper(b, tgt, pre, &why);
 	*ok = !rc;
@@ -427,6 +506,8 @@ static int megatron_build(flx_build *b, void *state)
 	const flx_spec *s = b->plan->spec;
 	flx_mlg_target tgt = {.tp = s->tp,
 			      .pp = s->pp,
+			      .ep = s->megatron_ep,
+			      .vp = s->megatron_vp,
 			      .te = s->megatron_te,
 			      .true_vocab = s->megatron_true_vocab};
 	flx_pk_buf pre = {0};
@@ -441,14 +522,14 @@ static int megatron_build(flx_build *b, void *state)
 	rc = check_target(b, &tgt, &pre, &top, &ok);
 	if (rc || !ok)
 		goto out;
-	it = b->ckpt->megatron->iteration;
+	/* a save directory's release/ is served as release/ again */
+	it = b->ckpt->megatron->release ? -1 : b->ckpt->megatron->iteration;
 	if (it < 0)
 		snprintf(name, sizeof(name), "release");
 	else
 		snprintf(name, sizeof(name), "%lld", (long long)it);
 	rc = text_file(b, top, latest_name, name);
-	flx_mlg_dir_name(b->ckpt->megatron->iteration, -1, 0, 1, name,
-			 sizeof(name));
+	flx_mlg_dir_name(it, -1, 0, 1, 0, 1, name, sizeof(name));
 	if (!rc)
 		rc = flx_fs_mkdir(b->fs, top, name, &iter);
 	if (rc) {
@@ -469,17 +550,20 @@ static int megatron_build(flx_build *b, void *state)
 		pre.cap = 0;
 	}
 	for (int pp = 0; !rc && pp < tgt.pp; pp++)
-		for (int tp = 0; !rc && tp < tgt.tp; tp++) {
-			int dir;
+		for (int tp = 0; !rc && tp < tgt.tp; tp++)
+			for (int ep = 0; !rc && ep < nep(&tgt); ep++) {
+				int dir;
 
-			flx_mlg_dir_name(0, tp, pp, tgt.pp, name, sizeof(name));
-			rc = flx_fs_mkdir(b->fs, iter, name, &dir);
-			if (rc)
-				flx_build_fail(b, rc, name,
-					       "creating directory");
-			else
-				rc = rank_file(b, &tgt, dir, &pre, tp, pp);
-		}
+				flx_mlg_dir_name(0, tp, pp, tgt.pp, ep,
+						 nep(&tgt), name, sizeof(name));
+				rc = flx_fs_mkdir(b->fs, iter, name, &dir);
+				if (rc)
+					flx_build_fail(b, rc, name,
+						       "creating directory");
+				else
+					rc = rank_file(b, &tgt, dir, &pre, tp,
+						       pp, ep);
+			}
 out:
 	if (pre.cap)
 		free(pre.p);

@@ -38,12 +38,30 @@ int flx_small_read_cache_init(flx_small_read_cache *c)
 
 void flx_small_read_cache_bind(flx_small_read_cache *c, int fd, uint64_t fsize)
 {
-	if (c->fd == fd && c->fsize == fsize)
+	if (c->fd == fd && c->fsize == fsize && !c->src)
 		return;
+	c->src = NULL;
 	c->fd = fd;
 	c->fsize = fsize;
 	c->slot[0].len = 0;
 	c->slot[1].len = 0;
+}
+
+void flx_small_read_cache_bind_reader(flx_small_read_cache *c, int key,
+				      uint64_t fsize, const flx_reader *src)
+{
+	if (c->fd == key && c->fsize == fsize && c->src == src)
+		return;
+	flx_small_read_cache_bind(c, key, fsize);
+	c->src = src;
+}
+
+/* Bytes of the bound file, from its descriptor or its reader. */
+static int fill(const flx_small_read_cache *c, void *buf, size_t n,
+		uint64_t off)
+{
+	return c->src ? flx_read_at(c->src, buf, n, off)
+		      : flx_pread_full(c->fd, buf, n, off);
 }
 
 void flx_small_read_cache_release(flx_small_read_cache *c)
@@ -80,7 +98,7 @@ static int cached_pread(void *ctx, void *buf, size_t n, uint64_t off)
 	 * catches both this item's records and the next item's. */
 	if (n > FLX_SMALL_READ_SLOT / 2 || at >= c->fsize) {
 		c->preads++;
-		return flx_pread_full(c->fd, buf, n, at);
+		return fill(c, buf, n, at);
 	}
 	start = at + n > FLX_SMALL_READ_SLOT / 2
 		    ? (at + n - FLX_SMALL_READ_SLOT / 2) & ~(uint64_t)4095
@@ -93,7 +111,7 @@ static int cached_pread(void *ctx, void *buf, size_t n, uint64_t off)
 	i = c->slot[0].used <= c->slot[1].used ? 0 : 1;
 	c->slot[i].len = 0;
 	c->preads++;
-	rc = flx_pread_full(c->fd, c->slot[i].buf, len, start);
+	rc = fill(c, c->slot[i].buf, len, start);
 	if (rc)
 		return rc;
 	c->slot[i].start = start;

@@ -53,6 +53,9 @@ typedef struct flx_small_read_cache {
 	uint64_t tick;
 	uint64_t preads; /* counters, for tests and diagnostics */
 	uint64_t hits;
+	/* what blocks are read from when there is no descriptor (a remote
+	 * file), or NULL: fd */
+	const struct flx_reader *src;
 } flx_small_read_cache;
 
 typedef struct flx_cached_reader {
@@ -70,6 +73,13 @@ int flx_small_read_cache_init(flx_small_read_cache *c);
  * would be served the old file's blocks (bind to -1 first). */
 void flx_small_read_cache_bind(flx_small_read_cache *c, int fd, uint64_t fsize);
 
+/** flx_small_read_cache_bind() for a file read through src (a reader
+ * over the whole file, fsize bytes, outliving the binding) instead of a
+ * descriptor; key (negative, never a descriptor) tells files apart as fd
+ * does. */
+void flx_small_read_cache_bind_reader(flx_small_read_cache *c, int key,
+				      uint64_t fsize,
+				      const struct flx_reader *src);
 /** Free the slots (safe after a failed init or twice). */
 void flx_small_read_cache_release(flx_small_read_cache *c);
 

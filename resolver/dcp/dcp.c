@@ -539,19 +539,26 @@ static int object_size(loader *L, flx_object *o)
 	char name[FLX_ERR_FIELD];
 	flx_reader src, r;
 	flx_fd_reader fr;
+	flx_file_reader rr;
 	flx_zstd_reader zr;
 	int fd, rc;
 
 	snprintf(name, sizeof(name), "%s@%llu", f->relpath,
 		 (unsigned long long)o->off);
-	rc = flx_file_acquire(L->c, o->file, &fd);
-	if (rc)
-		return flx_error_set(L->err, rc, f->relpath, o->fqn,
-				     "cannot open: %s", strerror(-rc));
-	flx_reader_fd(&src, &fr, fd, o->off, o->len);
+	if (flx_file_is_remote(L->c, o->file)) {
+		flx_reader_file(&src, &rr, L->c, o->file, o->off, o->len);
+		fd = -1;
+	} else {
+		rc = flx_file_acquire(L->c, o->file, &fd);
+		if (rc)
+			return flx_error_set(L->err, rc, f->relpath, o->fqn,
+					     "cannot open: %s", strerror(-rc));
+		flx_reader_fd(&src, &fr, fd, o->off, o->len);
+	}
 	rc = flx_zstd_item_load(&L->zobj, &src, MAX_ZSTD_OBJECT, name, o->fqn,
 				&r, &zr, L->err);
-	flx_file_release(L->c, o->file);
+	if (fd >= 0)
+		flx_file_release(L->c, o->file);
 	if (rc)
 		return flx_error_set(L->err, rc, name, o->fqn, "%s",
 				     rc == -ENOMEM ? "out of memory"
@@ -622,6 +629,8 @@ typedef struct pkl_memo_ent {
 
 typedef struct item_scratch {
 	flx_small_read_cache bc;
+	flx_reader remote; /* what bc reads a remote file through */
+	flx_file_reader remote_ctx;
 	flx_zstd_item zi; /* zstd items: their decompressed head and tail */
 	flx_zip *zip;
 	unsigned char *buf; /* data.pkl bytes */
@@ -727,13 +736,12 @@ static void item_name(char *buf, size_t size, const char *relpath, uint64_t off)
  * against the metadata.  Reads go through s's cache, bound here to the
  * item's file; errors go to err.  Touches nothing shared but *ch, so items
  * may be loaded on several threads at once (flx_item_ops). */
-static int load_item_fd(const flx_ckpt *c, item_scratch *s, const flx_tensor *t,
-			flx_chunk *ch, int fd, flx_error *err)
+static int load_item_from(const flx_ckpt *c, item_scratch *s,
+			  const flx_tensor *t, flx_chunk *ch, flx_reader r,
+			  flx_error *err)
 {
 	const flx_file *f = &c->files[ch->file];
 	char name[FLX_ERR_FIELD];
-	flx_reader r;
-	flx_cached_reader cr;
 	flx_zstd_reader zr;
 	flx_zip *z = s->zip;
 	flx_zip_rec pkl, data, bo;
@@ -741,8 +749,6 @@ static int load_item_fd(const flx_ckpt *c, item_scratch *s, const flx_tensor *t,
 	int rc;
 
 	item_name(name, sizeof(name), f->relpath, ch->item_off);
-	flx_small_read_cache_bind(&s->bc, fd, f->size);
-	flx_reader_cached(&r, &cr, &s->bc, ch->item_off, ch->item_len);
 	if (ch->zstd) {
 		/* the zip is then the frame's content, of which the head and
 		 * the tail stay in memory: everything the parsers read */
@@ -848,21 +854,38 @@ static int load_item_fd(const flx_ckpt *c, item_scratch *s, const flx_tensor *t,
 	return 0;
 }
 
-/* load_item_fd() with the descriptor of the item's file.  The read cache
+/* load_item_from() with a reader of the item's file.  The read cache
  * knows a file by its descriptor, which the fd table may give another file
  * once this one is closed: for such files it starts empty. */
 static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
 		     flx_chunk *ch, flx_error *err)
 {
 	item_scratch *s = arg;
-	int fd, rc = flx_file_acquire(c, ch->file, &fd);
+	flx_reader r;
+	flx_cached_reader cr;
+	int fd, rc;
 
+	if (flx_file_is_remote(c, ch->file)) {
+		/* another node's file: through the cache too, so that the
+		 * small reads of nearby items are one request */
+		uint64_t size = c->files[ch->file].size;
+
+		flx_reader_file(&s->remote, &s->remote_ctx, c, ch->file, 0,
+				size);
+		flx_small_read_cache_bind_reader(&s->bc, -2 - (int)ch->file,
+						 size, &s->remote);
+		flx_reader_cached(&r, &cr, &s->bc, ch->item_off, ch->item_len);
+		return load_item_from(c, s, t, ch, r, err);
+	}
+	rc = flx_file_acquire(c, ch->file, &fd);
 	if (rc)
 		return flx_error_set(err, rc, c->files[ch->file].relpath,
 				     t->fqn, "cannot open: %s", strerror(-rc));
 	if (c->files[ch->file].fd < 0)
 		flx_small_read_cache_bind(&s->bc, -1, 0);
-	rc = load_item_fd(c, s, t, ch, fd, err);
+	flx_small_read_cache_bind(&s->bc, fd, c->files[ch->file].size);
+	flx_reader_cached(&r, &cr, &s->bc, ch->item_off, ch->item_len);
+	rc = load_item_from(c, s, t, ch, r, err);
 	flx_file_release(c, ch->file);
 	return rc;
 }

@@ -29,12 +29,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define CONFIG_NAME	 "metadata.json"
-#define COMMON_NAME	 "common.pt"
-#define COMMON_ITEM	 "common_state/shard_0_1"
-#define MCORE_MODULE	 "megatron.core.dist_checkpointing.strategies.torch"
-#define MAX_CONFIG_BYTES (1u << 20)
-#define MAX_COMMON_BYTES (1u << 28)
+#define CONFIG_NAME	  "metadata.json"
+#define TRACKER_NAME	  "latest_checkpointed_iteration.txt"
+#define MAX_TRACKER_BYTES (1u << 12)
+#define COMMON_NAME	  "common.pt"
+#define COMMON_ITEM	  "common_state/shard_0_1"
+#define MCORE_MODULE	  "megatron.core.dist_checkpointing.strategies.torch"
+#define MAX_CONFIG_BYTES  (1u << 20)
+#define MAX_COMMON_BYTES  (1u << 28)
 
 /* ---- metadata.json ---- */
 
@@ -194,6 +196,7 @@ static const struct arg_field {
 	INT_ARG(moe_ffn_hidden_size),
 	INT_ARG(expert_model_parallel_size),
 	INT_ARG(expert_tensor_parallel_size),
+	INT_ARG(vocab_size),
 },
   flag_args[] = {
       INT_ARG(swiglu),
@@ -201,6 +204,7 @@ static const struct arg_field {
       INT_ARG(untie_embeddings_and_output_weights),
       INT_ARG(add_bias_linear),
       INT_ARG(add_qkv_bias),
+      INT_ARG(moe_grouped_gemm),
 };
 #undef INT_ARG
 
@@ -391,7 +395,8 @@ static int load_common(flx_build *b, flx_megatron *m, flx_error *err)
 	uint32_t idx;
 	int rc;
 
-	if (exists(flx_build_dirfd(b), COMMON_NAME)) {
+	if (exists(flx_build_dirfd(b), COMMON_NAME) ||
+	    flx_build_remote(b, COMMON_NAME)) {
 		rc = flx_build_data_file(b, COMMON_NAME, &ref, &idx);
 		if (rc)
 			return rc;
@@ -659,6 +664,92 @@ static int reformulated(flx_build *b, const flx_pv *attrs, flx_error *err)
 	return rc;
 }
 
+/* ---- the save directory ---- */
+
+static bool is_dir(int dirfd, const char *name)
+{
+	struct stat st;
+
+	return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISDIR(st.st_mode);
+}
+
+/*
+ * The tracker's text (spec 1.1), read as Megatron's read_metadata() does:
+ * stripped of white space, an iteration (decimal digits) or "release".
+ * Into sub the directory it names: "iter_%07d" or "release".
+ */
+static int parse_tracker(const char *buf, size_t len, char *sub, size_t cap,
+			 flx_error *err)
+{
+	const char *ws = " \t\n\r\v\f";
+	size_t a = 0, n = len;
+	uint64_t it = 0;
+
+	while (a < n && strchr(ws, buf[a]) && buf[a])
+		a++;
+	while (n > a && strchr(ws, buf[n - 1]) && buf[n - 1])
+		n--;
+	if (n - a == 7 && !memcmp(buf + a, "release", 7)) {
+		snprintf(sub, cap, "release");
+		return 0;
+	}
+	if (n == a || n - a > 18)
+		goto bad;
+	for (size_t i = a; i < n; i++) {
+		if (buf[i] < '0' || buf[i] > '9')
+			goto bad;
+		it = it * 10 + (uint64_t)(buf[i] - '0');
+	}
+	snprintf(sub, cap, "iter_%07llu", (unsigned long long)it);
+	return 0;
+bad:
+	return flx_error_set(err, -EINVAL, TRACKER_NAME, NULL,
+			     "'%.*s' is neither an iteration number nor "
+			     "'release'",
+			     (int)(n - a > 32 ? 32 : n - a), buf + a);
+}
+
+/*
+ * A Megatron save directory (no metadata.json of its own): the iteration
+ * directory -o megatron_iter=N names, else the one its
+ * latest_checkpointed_iteration.txt names, is the checkpoint.
+ */
+static int enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
+		 flx_error *err)
+{
+	int dirfd = flx_build_dirfd(b);
+	void *buf = NULL;
+	size_t len = 0;
+	int64_t mtime;
+	int rc;
+
+	sub[0] = '\0';
+	if (o->has_megatron_iter) {
+		snprintf(sub, cap, "iter_%07llu",
+			 (unsigned long long)o->megatron_iter);
+		if (!is_dir(dirfd, sub))
+			return flx_error_set(err, -ENOENT, sub, "megatron_iter",
+					     "no such iteration directory in "
+					     "the save directory");
+		return 0;
+	}
+	if (exists(dirfd, CONFIG_NAME) || !exists(dirfd, TRACKER_NAME))
+		return 0;
+	rc = flx_build_read_whole(b, TRACKER_NAME, MAX_TRACKER_BYTES, NULL,
+				  &buf, &len, &mtime, err);
+	if (!rc)
+		rc = parse_tracker(buf, len, sub, cap, err);
+	free(buf);
+	if (!rc && !is_dir(dirfd, sub)) {
+		rc = flx_error_set(err, -ENOENT, TRACKER_NAME, NULL,
+				   "names %s, which is not a directory here",
+				   sub);
+		sub[0] = '\0';
+	}
+	return rc;
+}
+
 /* ---- the source ---- */
 
 static bool owns(const char *name)
@@ -720,6 +811,8 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	rc = load_common(b, m, err);
 	if (rc)
 		return rc;
+	m->release =
+	    flx_build_entered(b) && !strcmp(flx_build_entered(b), "release");
 	c->megatron = m;
 	mark_stacked(c);
 	return set_writer(c);
@@ -733,4 +826,5 @@ const flx_source flx_source_megatron = {
     .probe = probe,
     .owns = owns,
     .load = load,
+    .enter = enter,
 };

@@ -15,7 +15,9 @@ if(FLEXFS_WITH_FUSE AND TARGET flexfs)
     "FLEXFS_BIN=$<TARGET_FILE:flexfs>"
     "FLEXFS_INSPECT=$<TARGET_FILE:flexfs-inspect>"
     "FLEXFS_SHORT_READ=$<TARGET_FILE:flx_short_read>"
-    "FLEXFS_SRC=${CMAKE_SOURCE_DIR}")
+    "FLEXFS_CUDA_STUB_LIB=$<TARGET_FILE:flx_stub_cuda>"
+    "FLEXFS_SRC=${CMAKE_SOURCE_DIR}"
+    "FLEXFS_MPI=${FLEXFS_WITH_MPI}")
   set(flx_bats_disabled OFF)
 else()
   set(flx_bats_env "FLEXFS_SRC=${CMAKE_SOURCE_DIR}")

@@ -135,11 +135,15 @@ same_plan() {
 	echo "$output $stderr"
 	[[ $status -eq 0 && -z $stderr ]]
 	[[ ${lines[0]} == "rules presets in "*"/share/flexfs/rules (mount with -o rules=@NAME):" ]]
-	[[ ${#lines[@]} -eq 6 ]]
-	[[ ${lines[1]} == "@hf-llama "*"Hugging Face Llama, Qwen2, Mistral"* ]]
-	[[ ${lines[2]} == "@hf-mistral "* && ${lines[3]} == "@hf-qwen2 "* ]]
-	[[ ${lines[4]} == "@megatron-gpt "*"Megatron GPT"* ]]
-	[[ ${lines[5]} == "@torchtitan-llama "*"torchtitan Llama 3"* ]]
+	[[ ${#lines[@]} -eq 10 ]]
+	[[ ${lines[1]} == "@hf-llama-to-megatron-gpt "* ]]
+	[[ ${lines[2]} == "@hf-llama-to-paddlenlp-llama "* ]]
+	[[ ${lines[3]} == "@hf-llama "*"Hugging Face Llama, Qwen2, Mistral"* ]]
+	[[ ${lines[4]} == "@hf-mistral "* && ${lines[5]} == "@hf-qwen2 "* ]]
+	[[ ${lines[6]} == "@megatron-gpt-to-hf-llama "* ]]
+	[[ ${lines[7]} == "@megatron-gpt "*"Megatron GPT"* ]]
+	[[ ${lines[8]} == "@paddlenlp-llama-to-hf-llama "* ]]
+	[[ ${lines[9]} == "@torchtitan-llama "*"torchtitan Llama 3"* ]]
 	# FLEXFS_PRESET_DIR overrides; a bad or unknown name is one line
 	run --separate-stderr env FLEXFS_PRESET_DIR=$BATS_TEST_TMPDIR "$FLEXFS_INSPECT" --list-presets
 	[[ $status -eq 0 && ${#lines[@]} -eq 1 ]]
@@ -354,7 +358,7 @@ PY
 	run --separate-stderr "$dest$prefix/bin/flexfs-inspect" --list-presets
 	echo "$output $stderr"
 	[[ $status -eq 0 && ${lines[0]} == "rules presets in $dest$prefix/share/flexfs/rules "* ]]
-	[[ ${#lines[@]} -eq 6 && -z $stderr ]]
+	[[ ${#lines[@]} -eq 10 && -z $stderr ]]
 	run "$dest$prefix/bin/flexfs-inspect" "$FLEXFS_SRC/tests/fixtures/fsdp2/ckpt" -o tp=2,rules=@torchtitan-llama
 	[[ $status -eq 0 && $output == *"rules: $dest$prefix/share/flexfs/rules/torchtitan-llama.json"* ]]
 }

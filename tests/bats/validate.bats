@@ -146,3 +146,16 @@ sys.exit(1 if bad else 0)' "$MNT"
 	# index.json keeps the true names (JSON carries them)
 	grep -q 'evil\\u202eweight\|evil'$'\xe2\x80\xae''weight' "$MNT/index.json"
 }
+
+@test "an item-level error under a tensor name with bidi and C1 characters: both front ends print it escaped, never raw" {
+	local keep=$BATS_TEST_TMPDIR/cases d out
+	mkdir "$keep"
+	(cd "$FLEXFS_SRC/tests" && "$TEST_CASES" --keep "$keep" >/dev/null)
+	d=$(echo "$keep"/flx-cases.*/invalid.item_past_eof_bidi_fqn)
+	[[ -d $d ]]
+	out=$(both "$d" "tp=2,rules=$RULES")
+	echo "$out"
+	[ "$(sed -n 1p <<<"$out")" = "$(sed -n 2p <<<"$out")" ]
+	[[ $out == *"attention.%E2%80%AEqw%C2%9B.weight"*"runs past the end of the file"* ]]
+	! LC_ALL=C grep -q $'\xe2\x80\xae\|\xc2\x9b' <<<"$out"
+}

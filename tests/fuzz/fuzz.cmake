@@ -10,18 +10,23 @@ set(flx_fuzz_targets pickle pickle_window zipitem metadata safetensors options
   megatron)
 list(APPEND flx_fuzz_targets paddle_meta paddle_distcp)
 list(APPEND flx_fuzz_targets zstditem)
+list(APPEND flx_fuzz_targets aoa)
+list(APPEND flx_fuzz_targets ms_ckpt ms_strategy)
 set(flx_fuzz_libs_pickle flx_resolver)
 set(flx_fuzz_libs_pickle_window flx_resolver)
 # any pickle is a seed of pickle_window: it replays pickle's corpus too
 set(flx_fuzz_more_pickle_window ${flx_fuzz_dir}/corpus/pickle)
 set(flx_fuzz_libs_zipitem flx_resolver)
 set(flx_fuzz_libs_zstditem flx_resolver)
+set(flx_fuzz_libs_aoa flx_reshard)
 set(flx_fuzz_libs_metadata flx_fs)
 set(flx_fuzz_libs_safetensors flx_fs)
 set(flx_fuzz_libs_megatron flx_fs)
 set(flx_fuzz_libs_paddle_meta flx_fs)
 set(flx_fuzz_libs_paddle_distcp flx_fs)
 set(flx_fuzz_libs_options flx_mountopts)
+set(flx_fuzz_libs_ms_ckpt flx_fs)
+set(flx_fuzz_libs_ms_strategy flx_resolver)
 
 foreach(t ${flx_fuzz_targets})
   add_executable(regress_${t} ${flx_fuzz_dir}/regression_driver.c

@@ -14,3 +14,5 @@ flx_unit(test_transform flx_fs)
 flx_unit(test_plan flx_reshard)
 # The paddle/ tree (.pdparams, .pdopt) loaded by pickle.load.
 flx_unit(test_pdparams flx_fs)
+# MindSpore .ckpt files: varints, cuts, whole files through a wire decoder.
+flx_unit(test_msckpt flx_fs)

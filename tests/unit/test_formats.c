@@ -278,7 +278,7 @@ static char *ref_index(const flx_ckpt *c, const flx_plan *p)
 	}
 	root = json_pack(
 	    "{s:s,s:{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:i},"
-	    "s:{s:i,s:i,s:s?,s:s,s:s,s:b,s:I},s:o,s:o}",
+	    "s:{s:i,s:i,s:s?,s:s,s:s,s:b,s:I},s:s*,s:o,s:o}",
 	    "flexfs_version", "0.1.0", "source", "format", c->format, "writer",
 	    c->writer, "dir", c->dir, "tensors", (json_int_t)c->ntensors,
 	    "objects", (json_int_t)c->nobjects, "files", (json_int_t)c->nfiles,
@@ -286,7 +286,7 @@ static char *ref_index(const flx_ckpt *c, const flx_plan *p)
 	    s->tp, "pp", s->pp, "rules", s->rules_path, "layer_regex",
 	    s->layer_regex, "embed_regex", s->embed_regex, "pp_renumber",
 	    s->pp_renumber, "hf_shard_size", (json_int_t)s->hf_shard_size,
-	    "tensors", tensors, "objects", objs);
+	    "slicer", s->slicer, "tensors", tensors, "objects", objs);
 	CHECK(root != NULL);
 	text = json_dumps(root, JSON_INDENT(1));
 	json_decref(root);
@@ -1207,7 +1207,7 @@ static void check_registered(const flx_fs *fs, const char *path,
 /* The registered layout's files, against the pieces they are made of. */
 static void check_test_layout(const flx_ckpt *c, const flx_plan *p)
 {
-	const flx_layout *table[8];
+	const flx_layout *table[16];
 	size_t n = 0, at;
 	flx_stat st;
 	unsigned char *want = malloc(1 << 20);
@@ -1320,6 +1320,8 @@ static void run(const flx_ckpt *c, const char *rules, int tp, int pp,
 		CHECK_EQ(flx_spec_set(&s, "pp_renumber", NULL, &err), 0);
 	if (shard)
 		CHECK_EQ(flx_spec_set(&s, "hf_shard_size", shard, &err), 0);
+	/* index.json records a mount's slicer (set by the daemon only) */
+	s.slicer = renumber ? "cuda" : NULL;
 	CHECK_EQ(flx_plan_build(c, &s, &p, &err), 0);
 	if (p && !shard)
 		check_test_layout(c, p);

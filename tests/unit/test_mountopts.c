@@ -129,6 +129,18 @@ static void test_values(void)
 	check_bad("cache_size=4K", "cache_size"); /* under one block */
 	check_bad("cache_size=2T", "cache_size"); /* over 1 TiB */
 	check_bad("cache_size=64Q", "cache_size");
+	check_bad("gpu", "gpu");
+	check_bad("gpu=yes", "gpu");
+	check_bad("gpu=ON", "gpu");
+	check_bad("gpu_min", "gpu_min");
+	check_bad("gpu_min=big", "gpu_min");
+	check_bad("gpu_min=-1", "gpu_min");
+	check_bad("gpu_device", "gpu_device");
+	check_bad("gpu_device=", "gpu_device");
+	check_bad("gpu_device=-1", "gpu_device");
+	check_bad("gpu_device=1024", "gpu_device");
+	check_bad("gpu_device=99999999999999999999", "gpu_device");
+	check_bad("gpu_device=0x1", "gpu_device");
 	check_bad("source_format=", "source_format");
 	check_bad("source_format", "source_format");
 	check_bad("source_format=paddle", "source_format");
@@ -210,6 +222,26 @@ static void test_values(void)
 	CHECK_EQ(flx_mo_option(&mo, "cache_size=1T", &err), 0);
 	CHECK_EQ(mo.cache_size, 1ull << 40);
 	CHECK_EQ(flx_mo_cache_bytes(&mo, 5u << 20, 1u << 30), 1ull << 40);
+	/* gpu, gpu_min, gpu_device: the slicer's options (gpu/slice.h) */
+	CHECK_EQ(mo.gpu.mode, FLX_GPU_AUTO);
+	CHECK_EQ(mo.gpu.min_bytes, FLX_GPU_MIN_DEFAULT);
+	CHECK_EQ(mo.gpu.device, 0);
+	CHECK(mo.gpu.library == NULL);
+	CHECK_EQ(flx_mo_option(&mo, "gpu=on", &err), 0);
+	CHECK_EQ(mo.gpu.mode, FLX_GPU_ON);
+	CHECK_EQ(flx_mo_option(&mo, "gpu=off", &err), 0);
+	CHECK_EQ(mo.gpu.mode, FLX_GPU_OFF);
+	CHECK_EQ(flx_mo_option(&mo, "gpu=auto", &err), 0);
+	CHECK_EQ(mo.gpu.mode, FLX_GPU_AUTO);
+	CHECK_EQ(flx_mo_option(&mo, "gpu_min=0", &err), 0);
+	CHECK_EQ(mo.gpu.min_bytes, 0);
+	CHECK_EQ(flx_mo_option(&mo, "gpu_min=64M", &err), 0);
+	CHECK_EQ(mo.gpu.min_bytes, 64u << 20);
+	CHECK_EQ(flx_mo_option(&mo, "gpu_device=7", &err), 0);
+	CHECK_EQ(mo.gpu.device, 7);
+	CHECK_EQ(flx_mo_option(&mo, "gpu_device=1023", &err), 0);
+	CHECK_EQ(mo.gpu.device, 1023);
+	CHECK_EQ(flx_mo_classify("gpu_device=1"), FLX_MO_OURS);
 	/* source_format: any source's name, the last one given wins */
 	CHECK(mo.source_format == NULL);
 	CHECK_EQ(flx_mo_option(&mo, "source_format=torch-dcp", &err), 0);
@@ -220,7 +252,7 @@ static void test_values(void)
 	CHECK_EQ(flx_mo_option(&mo, "source_format=zarr", &err), -EINVAL);
 	CHECK_STR(err.text, "'zarr' is not a checkpoint format "
 			    "(megatron-torch_dist, torch-dcp, paddle-dcp, "
-			    "hf-safetensors)");
+			    "hf-safetensors, mindspore)");
 	CHECK_STR(mo.source_format, "hf-safetensors");
 	/* paddle_id: a decimal id as Paddle names its files */
 	CHECK(!mo.has_paddle_id);

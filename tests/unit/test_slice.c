@@ -21,10 +21,20 @@
  * fall back to the CPU) and that fail (the error must come back).  Then
  * the errors: invalid batches, an element past its block's bytes, a block
  * missing from the list, a failing get.
+ *
+ * The CUDA backend (libflexfs-cuda.so, opened as gpu=on,gpu_min=0 would)
+ * when this machine has a device, else one line says it was skipped: it
+ * runs the random batches, and every random slice and transpose above
+ * made a batch (one run per innermost line, any block size), against the
+ * same oracles; so does the CPU backend, which checks the conversion.
+ * Without a device, the CUDA backend's host half (slice_plan.h) still
+ * runs everything above and the errors below: a test backend executes its
+ * pieces and rows on the host, as the header defines them.
  */
 #include "check.h"
 #include "slice.h"
 #include "slice_internal.h"
+#include "slice_plan.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -69,6 +79,10 @@ static void oracle(unsigned char *dst, const unsigned char *src,
 
 static unsigned cases, tiled_cases;
 
+static void check_slice_batch(const flx_slice *s, const unsigned char *src,
+			      size_t ns, const unsigned char *want, size_t nd,
+			      uint64_t block);
+
 static void check_slice(const flx_slice *s)
 {
 	size_t ns = extent(s, 0), nd = extent(s, 1);
@@ -80,6 +94,7 @@ static void check_slice(const flx_slice *s)
 	memset(got, 0xEE, nd);
 	oracle(want, src, s);
 	CHECK_EQ(flx_slice_copy(got, src, s), 0);
+	check_slice_batch(s, src, ns, want, nd, 64u << (cases % 3 * 3));
 	if (memcmp(got, want, nd) != 0) {
 		fprintf(stderr, "slice mismatch: ndim %d esz %zu shape",
 			s->ndim, s->elem_size);
@@ -423,11 +438,80 @@ static int failing_run(const flx_slicer *self, const flx_slice_batch *b)
 	return -EIO;
 }
 
+/* The CUDA backend's plan (slice_plan.h) executed on the host: block by
+ * block, the pieces and rows into a scratch copy of dst, then the runs'
+ * bytes copied out, as slice_cuda.cu does on the device. */
+static int plan_run(const flx_slicer *self, const flx_slice_batch *b)
+{
+	size_t esz = b->elem_size, cap = 0;
+	flx_piece *pc = NULL;
+	flx_rows *rw = NULL;
+	unsigned char *scratch = NULL;
+	flx_plan p;
+	int rc;
+
+	(void)self;
+	memset(&p, 0, sizeof(p));
+	rc = flx_slice_batch_check(b);
+	if (!rc)
+		rc = flx_plan_cut(b, &p);
+	for (size_t k = 0; !rc && k < b->nblocks; k++)
+		if (p.first[k + 1] - p.first[k] > cap)
+			cap = p.first[k + 1] - p.first[k];
+	if (!rc) {
+		pc = malloc((cap + 1) * sizeof(*pc));
+		rw = malloc((cap + 1) * sizeof(*rw));
+		scratch = malloc(b->dst_len + 1);
+	}
+	for (size_t k = 0; !rc && k < b->nblocks; k++) {
+		size_t first = p.first[k], n = p.first[k + 1] - first, npc, nrw;
+		const unsigned char *blk;
+
+		if (!n)
+			continue;
+		rc = b->get(b->ctx, k, &blk);
+		if (rc)
+			break;
+		flx_plan_rows(p.pc + first, n, esz, pc, &npc, rw, &nrw);
+		for (size_t j = 0; j < npc; j++)
+			for (uint64_t i = 0; i < pc[j].n; i++)
+				for (size_t x = 0; x < esz; x++) {
+					uint64_t q = i * esz + x;
+
+					if (q >= pc[j].lo && q < pc[j].hi)
+						scratch[pc[j].dbase +
+							(int64_t)q] =
+						    blk[pc[j].soff +
+							i * pc[j].stride + x];
+				}
+		for (size_t j = 0; j < nrw; j++)
+			for (uint64_t r = 0; r < rw[j].nrows; r++)
+				for (uint64_t i = 0; i < rw[j].n; i++)
+					memcpy(scratch + rw[j].dbase +
+						   r * rw[j].d + i * esz,
+					       blk + rw[j].soff + r * rw[j].a +
+						   i * rw[j].stride,
+					       esz);
+		b->put(b->ctx, k);
+	}
+	if (!rc)
+		flx_plan_copy_runs(b, scratch);
+	flx_plan_free(&p);
+	free(pc);
+	free(rw);
+	free(scratch);
+	return rc;
+}
+
+static const flx_slicer plan_emu = {"cuda plan on the host", NULL, plan_run};
 static const flx_slicer declining = {"declining", big_only, counting_run};
 static const flx_slicer busy = {"busy", NULL, busy_run};
 static const flx_slicer failing = {"failing", NULL, failing_run};
 
-static unsigned batches, batch_bytes, transposes;
+static unsigned batches, batch_bytes, transposes, slice_batches;
+
+/* The CUDA backend, or NULL without a device (test_slice says so). */
+static const flx_slicer *cuda;
 
 /* Run t with s (through flx_slicer_run()) and compare with the oracle. */
 static void check_batch(tb *t, const flx_slicer *s, const char *what)
@@ -458,12 +542,76 @@ static void check_batch(tb *t, const flx_slicer *s, const char *what)
 	free(want);
 }
 
+/*
+ * Slice s of src (ns bytes; the destination nd bytes, dense along the
+ * inner dimension) as a batch: one run per line of the inner dimension,
+ * from file 0 in blocks of block bytes; with the CPU backend, and the
+ * CUDA one when present, against the batch oracle and want (the slice
+ * oracle's bytes, 0xEE outside the slice).
+ */
+static void check_slice_batch(const flx_slice *s, const unsigned char *src,
+			      size_t ns, const unsigned char *want, size_t nd,
+			      uint64_t block)
+{
+	int inner = s->ndim - 1;
+	int64_t idx[FLX_SLICE_MAX_DIMS] = {0};
+	size_t nruns = 1;
+	tb t;
+
+	CHECK_EQ(s->dst_stride[inner], (int64_t)s->elem_size);
+	for (int d = 0; d < inner; d++)
+		nruns *= (size_t)s->shape[d];
+	memset(&t, 0, sizeof(t));
+	t.b.elem_size = s->elem_size;
+	t.b.block = block;
+	t.b.get = tb_get;
+	t.b.put = tb_put;
+	t.b.ctx = &t;
+	t.pinned = -1;
+	t.fail_at = -1;
+	t.f[0].data = malloc(ns);
+	memcpy(t.f[0].data, src, ns);
+	t.f[0].size = ns;
+	t.runs = calloc(nruns, sizeof(*t.runs));
+	t.b.runs = t.runs;
+	for (;;) {
+		uint64_t doff = 0, soff = 0;
+		size_t len = (size_t)s->shape[inner] * s->elem_size;
+		int d;
+
+		for (d = 0; d < inner; d++) {
+			doff += (uint64_t)(idx[d] * s->dst_stride[d]);
+			soff += (uint64_t)(idx[d] * s->src_stride[d]);
+		}
+		tb_add(&t, (flx_slice_run){soff, (uint64_t)s->src_stride[inner],
+					   0, doff, len, 0});
+		t.nbytes += len;
+		for (d = inner - 1; d >= 0 && ++idx[d] == s->shape[d]; d--)
+			idx[d] = 0;
+		if (d < 0)
+			break;
+	}
+	t.b.dst_len = nd;
+	tb_finish(&t);
+	check_batch(&t, flx_slicer_cpu(), "cpu (slice)");
+	CHECK(!memcmp(t.b.dst, want, nd));
+	check_batch(&t, &plan_emu, "cuda plan (slice)");
+	CHECK(!memcmp(t.b.dst, want, nd));
+	if (cuda) {
+		check_batch(&t, cuda, "cuda (slice)");
+		CHECK(!memcmp(t.b.dst, want, nd));
+	}
+	slice_batches++;
+	tb_free(&t);
+}
+
 static void test_batches(void)
 {
 	static const size_t esz[] = {1, 2, 3, 4, 8, 16};
 	static const uint64_t blocks[] = {64, 256, 1024, 4096};
 	const flx_slicer *backends[] = {flx_slicer_cpu(), flx_slicer_default(),
-					&declining, &busy};
+					&declining,	  &busy,
+					&plan_emu,	  cuda};
 	unsigned seed = 777;
 
 	for (int i = 0; i < 600; i++) {
@@ -480,7 +628,8 @@ static void test_batches(void)
 		tb_finish(&t);
 		for (size_t s = 0; s < sizeof(backends) / sizeof(backends[0]);
 		     s++)
-			check_batch(&t, backends[s], backends[s]->name);
+			if (backends[s])
+				check_batch(&t, backends[s], backends[s]->name);
 		CHECK_EQ(flx_slicer_run(&failing, &t.b), -EIO);
 		CHECK_EQ(t.pinned, -1);
 		batches++;
@@ -500,11 +649,15 @@ static void error_batch(tb *t, unsigned *seed)
 	tb_finish(t);
 }
 
+/* The CPU backend's result, which the CUDA plan's must equal. */
 static int run_cpu(tb *t)
 {
 	const flx_slicer *cpu = flx_slicer_cpu();
 	int rc = cpu->run(cpu, &t->b);
 
+	CHECK_EQ(t->pinned, -1);
+	CHECK_EQ(t->bad, 0);
+	CHECK_EQ(plan_emu.run(&plan_emu, &t->b), rc);
 	CHECK_EQ(t->pinned, -1);
 	CHECK_EQ(t->bad, 0);
 	return rc;
@@ -589,11 +742,27 @@ static void test_batch_errors(void)
 	tb_free(&t);
 }
 
+/* The CUDA backend as a mount with gpu=on,gpu_min=0 opens it, or NULL
+ * and one line saying why it is skipped. */
+static void open_cuda(void)
+{
+	flx_slicer_opts o = {FLX_GPU_ON, 0, 0, NULL};
+	char line[1024];
+
+	if (flx_slicer_open(&o, &cuda, line, sizeof(line))) {
+		fprintf(stderr, "test_slice: CUDA backend skipped: %s\n", line);
+		cuda = NULL;
+		return;
+	}
+	fprintf(stderr, "test_slice: checking the CUDA backend: %s\n", line);
+}
+
 int main(void)
 {
 	static const size_t esz[] = {1, 2, 3, 4, 8, 16};
 	unsigned seed = 12345;
 
+	open_cuda();
 	for (size_t e = 0; e < sizeof(esz) / sizeof(esz[0]); e++) {
 		check_transpose(1, 1, esz[e], 1, 1);
 		check_transpose(16, 16, esz[e], 16, 16);
@@ -629,6 +798,8 @@ int main(void)
 	test_batches();
 	test_batch_errors();
 	CHECK(batches == 600 && transposes == 300 && batch_bytes > 100000);
+	CHECK_EQ(slice_batches, cases);
+	flx_slicer_close(cuda);
 	fprintf(stderr,
 		"%u batches (%u bytes, %u declined by the test backend)\n",
 		batches, batch_bytes, declined);

@@ -5,7 +5,9 @@
  * strided reads equal the content, many threads (more than the streams)
  * over several items with and without cached windows, the private-stream
  * path, and the failures (content ending early, a changed file, a corrupt
- * frame) as -EIO.
+ * frame) as -EIO; the decode-ahead worker decodes exactly its depth past a
+ * sequential reader, forgets it on a seek back, stays in the budget and
+ * stops with the cache.
  */
 #include "check.h"
 #include "zcache.h"
@@ -24,6 +26,10 @@
 static unsigned char *content[NITEMS];
 static size_t csize[NITEMS];
 static flx_zitem items[NITEMS];
+/* an item of BIGW windows for the decode-ahead tests */
+#define BIGW 72
+static unsigned char *bigc;
+static flx_zitem bigit;
 static flx_ckpt ck;
 static flx_file file;
 
@@ -90,6 +96,19 @@ static int setup(const char *path)
 			return -1;
 		items[i] = (flx_zitem){0, at, zn};
 		at += zn + 7;
+		free(z);
+	}
+	{
+		size_t n = (size_t)BIGW * FLX_ZCACHE_WINDOW,
+		       cap = ZSTD_compressBound(n);
+		unsigned char *z = malloc(cap);
+		size_t zn;
+
+		bigc = make_content(n, 4242);
+		zn = compress_stream(bigc, n, z, cap);
+		if (!zn || pwrite(fd, z, zn, (off_t)at) != (ssize_t)zn)
+			return -1;
+		bigit = (flx_zitem){0, at, zn};
 		free(z);
 	}
 	fstat(fd, &st);
@@ -219,6 +238,115 @@ static void test_threads(uint64_t cap)
 	flx_zcache_free(z);
 }
 
+/* Read window w of the big item whole and check it. */
+static void read_big(flx_zcache *z, uint64_t w)
+{
+	static unsigned char buf[FLX_ZCACHE_WINDOW];
+	uint64_t at = w * FLX_ZCACHE_WINDOW;
+
+	CHECK_EQ(flx_zcache_read(z, &ck, &bigit, at, 1, 1, 0, buf, sizeof(buf)),
+		 0);
+	CHECK(memcmp(buf, bigc + at, sizeof(buf)) == 0);
+}
+
+static uint64_t decoded_windows(flx_zcache *z)
+{
+	flx_zcache_stats st;
+
+	flx_zcache_settle(z);
+	flx_zcache_stats_get(z, &st);
+	CHECK(st.windows <= 4 * FLX_ZCACHE_AHEAD);
+	CHECK(st.ahead <= st.decoded);
+	return st.decoded / FLX_ZCACHE_WINDOW;
+}
+
+/*
+ * Decode-ahead in the smallest cache that has it (4 * FLX_ZCACHE_AHEAD
+ * windows): a reader of windows 0..2 that stops leaves the stream exactly
+ * FLX_ZCACHE_AHEAD windows past it; a seek forward decodes up to the new
+ * window and that far past it; a seek back to an evicted window restarts
+ * the stream, which then goes only FLX_ZCACHE_AHEAD past the new position
+ * (the old wish is forgotten).  Windows allocated never exceed the
+ * budget.  Freeing the cache while the worker decodes stops it.
+ */
+static void test_ahead(void)
+{
+	const uint64_t d = FLX_ZCACHE_AHEAD;
+	flx_zcache *z;
+	flx_zcache_stats st;
+
+	CHECK_EQ(flx_zcache_new(4 * d * FLX_ZCACHE_WINDOW, &z), 0);
+	for (uint64_t w = 0; w < 3; w++)
+		read_big(z, w);
+	CHECK_EQ(decoded_windows(z), 3 + d);
+	flx_zcache_stats_get(z, &st);
+	CHECK(st.ahead >= d * FLX_ZCACHE_WINDOW);
+	CHECK_EQ(st.restarts, 1);
+	/* the reader stopped: nothing more, however long we wait */
+	usleep(20000);
+	CHECK_EQ(decoded_windows(z), 3 + d);
+	/* seek forward: decoded through 12, then d more */
+	read_big(z, 12);
+	CHECK_EQ(decoded_windows(z), 13 + d);
+	/* seek back to window 0, long evicted: one restart, 1 + d windows */
+	read_big(z, 0);
+	CHECK_EQ(decoded_windows(z), 13 + d + 1 + d);
+	flx_zcache_stats_get(z, &st);
+	CHECK_EQ(st.restarts, 2);
+	/* to the end: every window once more, nothing past the item */
+	for (uint64_t w = 1; w < BIGW; w++)
+		read_big(z, w);
+	CHECK_EQ(decoded_windows(z), 13 + d + BIGW);
+	flx_zcache_free(z);
+
+	/* below the threshold: no decode-ahead at all */
+	CHECK_EQ(flx_zcache_new((4 * d - 1) * FLX_ZCACHE_WINDOW, &z), 0);
+	read_big(z, 0);
+	flx_zcache_settle(z);
+	flx_zcache_stats_get(z, &st);
+	CHECK_EQ(st.ahead, 0);
+	CHECK_EQ(st.decoded, FLX_ZCACHE_WINDOW);
+	flx_zcache_free(z);
+
+	/* freed while the worker decodes: it stops (ASan, TSan: no use
+	 * after free, no leak) */
+	CHECK_EQ(flx_zcache_new(64u << 20, &z), 0);
+	read_big(z, 0);
+	flx_zcache_free(z);
+}
+
+/*
+ * A restarted stream forgets what it was wanted for.  Each round reads
+ * window 0 (evicted: a new stream takes it, while there is one) and then
+ * a window below every older stream, 8 below the last (so neither it nor
+ * what the new stream decodes on the way is cached), which that new
+ * stream decodes to.  With every stream keyed to the big item, the next
+ * read of window 0 restarts the last one, which was wanted up to
+ * 10 + 1 + FLX_ZCACHE_AHEAD: it decodes window 0 and FLX_ZCACHE_AHEAD
+ * more, not the 13 windows of before.
+ */
+static void test_ahead_restart(void)
+{
+	const uint64_t d = FLX_ZCACHE_AHEAD;
+	flx_zcache *z;
+	flx_zcache_stats st;
+	uint64_t before;
+
+	CHECK_EQ(flx_zcache_new(4 * d * FLX_ZCACHE_WINDOW, &z), 0);
+	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
+		read_big(z, 0);
+		read_big(z, 10 + 8 * (uint64_t)(FLX_ZCACHE_STREAMS - 1 - i));
+	}
+	before = decoded_windows(z);
+	flx_zcache_stats_get(z, &st);
+	CHECK_EQ(st.restarts, FLX_ZCACHE_STREAMS);
+	read_big(z, 0);
+	CHECK_EQ(decoded_windows(z), before + 1 + d);
+	flx_zcache_stats_get(z, &st);
+	CHECK_EQ(st.restarts, FLX_ZCACHE_STREAMS + 1);
+	flx_zcache_free(z);
+}
+
 static void test_failures(const char *path)
 {
 	flx_zcache *z;
@@ -299,6 +427,8 @@ int main(void)
 		return 1;
 	}
 	test_sequential();
+	test_ahead();
+	test_ahead_restart();
 	/* a cache of 2 windows: random reads restart streams */
 	CHECK_EQ(flx_zcache_new(2u << 20, &z), 0);
 	test_random(z, 12345, 150);
@@ -307,10 +437,12 @@ int main(void)
 	test_random(NULL, 999, 20);
 	test_threads(0);
 	test_threads(3u << 20);
+	test_threads(4 * FLX_ZCACHE_AHEAD * FLX_ZCACHE_WINDOW); /* ahead */
 	test_failures(path);
 	close(file.fd);
 	unlink(path);
 	for (int i = 0; i < NITEMS; i++)
 		free(content[i]);
+	free(bigc);
 	return CHECK_RESULT();
 }

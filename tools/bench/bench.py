@@ -24,6 +24,12 @@ against a baseline taken in the same run (median of --runs, min and max):
            MiB, 4 MiB with --quick), first read of hf/ (TP1) on a fresh
            mount with the default block cache and with -o cache_size=0, and
            of ranks/*/ at tp=2, vs the backing files
+  gpu      the transposed checkpoint's hf/ (TP1) gathered by the CUDA
+           backend (-o gpu=on,gpu_min=0) vs the CPU one (-o gpu=off) in
+           the same run (goal >= 5x), and the GPU gather throughput vs the
+           device's host-to-device bandwidth measured just before with
+           pinned memory (goal >= 0.6); skipped with one line where
+           gpu=on cannot mount (no device, driver or libflexfs-cuda.so)
   e2e      every tensor of a TP4 layout through flexfs (np.load mmap of
            the .npy, or read() of the safetensors) vs torch's DCP
            load_state_dict into TP4 shards; plus backing bytes read per
@@ -31,6 +37,12 @@ against a baseline taken in the same run (median of --runs, min and max):
   mount    exec of flexfs to the first byte of MNT/index.json
   memory   peak RSS (VmHWM) of the daemon over a full read of every view
   parallel 8 concurrent readers (TP8 view) vs 1 reader
+  mpi      (not in the default list) flexfs-materialize of ranks/ at tp=4:
+           one process vs mpirun -np 1, 2, 4 (GB/s written, per-rank rate)
+  mpi      (not in the default list) the distributed mount: remote-fetch
+           throughput through MPI against local reads, and the mount of
+           the 10,000-tensor checkpoint spread over 2..16 ranks
+           (mpi_fetch.py)
   zstd     the checkpoint re-written as torch 2.7's ZStandard extension
            would (zstd_ckpt.py): first read of hf/ (TP1) and ranks/* (TP2,
            1 and 2 readers) vs zstd -d of the same frames to /dev/null;
@@ -60,6 +72,7 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 import model  # noqa: E402
 import readers  # noqa: E402
+import mpi_fetch  # noqa: E402
 
 PY = os.environ.get("FLEXFS_BENCH_PYTHON", "/usr/bin/python3")
 CHROOT = os.environ.get("FLEXFS_TORCH2_CHROOT", "/opt/trixie")
@@ -850,6 +863,86 @@ def fig_transposed(ctx, info):
     return [rows[k] for k, *_ in cases]
 
 
+def h2d_bandwidth(nbytes=256 * MiB, reps=5):
+    """Host-to-device bytes/s of the CUDA runtime: synchronous copies of
+    nbytes of pinned memory, the best of reps; None without libcudart."""
+    import ctypes
+    rt = None
+    for name in ("libcudart.so", "libcudart.so.13", "libcudart.so.12"):
+        try:
+            rt = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    if rt is None:
+        return None
+    host, dev = ctypes.c_void_p(), ctypes.c_void_p()
+    if rt.cudaMallocHost(ctypes.byref(host), ctypes.c_size_t(nbytes)) != 0:
+        return None
+    try:
+        if rt.cudaMalloc(ctypes.byref(dev), ctypes.c_size_t(nbytes)) != 0:
+            return None
+        best = None
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            if rt.cudaMemcpy(dev, host, ctypes.c_size_t(nbytes), 1) != 0:  # HostToDevice
+                return None
+            rt.cudaDeviceSynchronize()
+            t = time.perf_counter() - t0
+            best = t if best is None or t < best else best
+        rt.cudaFree(dev)
+        return nbytes / best
+    finally:
+        rt.cudaFreeHost(host)
+
+
+def fig_gpu(ctx, info):
+    """Transposed gathers on the CUDA backend vs the CPU backend, same run;
+    and the GPU's gather throughput vs its host-to-device bandwidth."""
+    ck = info["dir"]
+    hf = lambda m: [p for p in hf_files(m) if p.endswith(".safetensors")]  # noqa: E731
+    gpu_opts, cpu_opts = "tp=1,gpu=on,gpu_min=0", "tp=1,gpu=off"
+    try:
+        with Mount(ctx, ck, gpu_opts, name="gpu", stderr_ok=GPU_LINES) as m:
+            pass
+        device = "; ".join(w for w in m.warnings if "slicer:" in w)
+    except RuntimeError as e:
+        log("gpu: skipped, -o gpu=on does not mount here: %s" % e)
+        ctx.diag["gpu"] = dict(skipped=str(e))
+        return []
+    h2d = h2d_bandwidth()
+    note = ("%s; %d bf16 tensors saved as w.t(); ratio = GPU / CPU backend throughput"
+            % (device, info["n_tensors"]))
+    vs_cpu = Row("gpu", "transposed hf/ (TP1), GPU backend vs CPU backend", "GB/s",
+                 "cpu backend", 5.0, note=note)
+    vs_h2d = Row("gpu", "transposed hf/ (TP1), GPU gathers vs host-to-device bandwidth",
+                 "GB/s", "cudaMemcpy H2D pinned", 0.6,
+                 note="H2D %.2f GB/s" % (h2d / GB) if h2d else "H2D not measured")
+    diag = []
+    for i in range(ctx.runs):
+        got = {}
+        for opts in (cpu_opts, gpu_opts):
+            warm(backing_files(ck))
+            with Mount(ctx, ck, opts, name="gpu", stderr_ok=GPU_LINES) as m:
+                nf, tf = readers.seq_read(hf(m))
+                if i == 0 and ctx.check != "none":
+                    record_check(ctx, "transposed hf/ (-o %s)" % opts, check_hf(ctx, info, m))
+            got[opts] = tput(nf, tf)
+        vs_cpu.add(got[cpu_opts], got[gpu_opts], got[gpu_opts] / got[cpu_opts])
+        if h2d:
+            vs_h2d.add(h2d, got[gpu_opts], got[gpu_opts] / h2d)
+        diag.append(dict(cpu=got[cpu_opts], gpu=got[gpu_opts], h2d=h2d))
+        log("gpu run %d: gpu %.2f GB/s, cpu %.2f GB/s, h2d %s"
+            % (i, got[gpu_opts] / GB, got[cpu_opts] / GB,
+               "%.2f GB/s" % (h2d / GB) if h2d else "-"))
+    ctx.diag["gpu"] = dict(runs=diag, device=device)
+    return [vs_cpu] + ([vs_h2d] if h2d else [])
+
+
+# the daemon's line naming its slicer, and the gather warning
+GPU_LINES = re.compile(r"slicer: cuda on |saved with a strided innermost axis")
+
+
 def run_json(cmd):
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode:
@@ -1284,6 +1377,122 @@ class Ctx:
     pass
 
 
+MAT_LINE = re.compile(r"(\d+) files written .*, (\d+) skipped as complete .*, "
+                      r"([\d.]+) s, ")
+
+
+def run_materialize(ctx, cmd, out):
+    """Run a flexfs-materialize command into an empty out; return (bytes
+    written, the tool's own seconds for writing, wall seconds of the
+    command: mpirun's start and the stack's build included, CPU seconds of
+    the command and its ranks)."""
+    import resource
+    shutil.rmtree(out, ignore_errors=True)
+    os.sync()  # no writeback of an earlier run inside this one
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.monotonic() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+    m = MAT_LINE.search(r.stdout)
+    if r.returncode or not m:
+        raise RuntimeError("%s failed (%d):\n%s%s" % (" ".join(cmd), r.returncode, r.stdout,
+                                                       r.stderr))
+    nbytes = sum(os.path.getsize(os.path.join(d, n)) for d, _, ns in os.walk(out) for n in ns
+                 if n != ".flexfs-materialize")
+    return nbytes, float(m.group(3)), wall, cpu
+
+
+def compare_tree(ctx, info, opts, out, views):
+    """Every file of out against the same file of a mount (byte for
+    byte, filecmp), and the same file list."""
+    import filecmp
+    errors, nbytes, nfiles = [], 0, 0
+    with Mount(ctx, info["dir"], opts, name="mat") as m:
+        for v in views:
+            for d, _, ns in os.walk(m.path(v)):
+                for n in ns:
+                    a = os.path.join(d, n)
+                    b = os.path.join(out, os.path.relpath(a, m.mnt))
+                    nfiles += 1
+                    if not os.path.exists(b) or not filecmp.cmp(a, b, shallow=False):
+                        errors.append(os.path.relpath(a, m.mnt))
+                    else:
+                        nbytes += os.path.getsize(a)
+    have = sum(len([n for n in ns if n != ".flexfs-materialize"]) for _, _, ns in os.walk(out))
+    if have != nfiles:
+        errors.append("%d files written, the mount has %d" % (have, nfiles))
+    return dict(ok=not errors, errors=errors[:10], files=nfiles, bytes_checked=nbytes)
+
+
+def fig_materialize(ctx, info):
+    """flexfs-materialize of ranks/ at tp=4 (safetensors, model.pt and
+    .npy of every rank: three copies of the checkpoint's bytes): one process
+    (no mpirun) against mpirun -np 1, 2 and 4 on this machine, the output
+    fsync'd to the work dir's disk, and again into a tmpfs (/dev/shm: no
+    disk, what the ranks' CPUs do); page cache of the source warm.  The
+    configurations of one run are measured back to back, so that a change
+    of the machine's load hits them alike, each run starting with another
+    of them: the first write of a run pays the page cache's reclaim of the
+    run before (an untimed write precedes the first run)."""
+    mat = os.path.join(os.path.dirname(os.path.dirname(ctx.flexfs)), "tools",
+                       "flexfs-materialize")
+    if not os.access(mat, os.X_OK):
+        ctx.problems.append("mpi: no flexfs-materialize beside %s" % ctx.flexfs)
+        return []
+    ver = subprocess.run([mat, "--version"], capture_output=True, text=True).stdout
+    nps = (1, 2, 4) if "MPI: yes" in ver and shutil.which("mpirun") else ()
+    if not nps:
+        log("mpi: flexfs-materialize built without MPI or no mpirun: one process only")
+    opts, views = "tp=4", ["ranks"]
+    outs = [("disk", os.path.join(ctx.workdir, "materialized"))]
+    if os.path.isdir("/dev/shm"):
+        outs.append(("tmpfs", "/dev/shm/flexfs-bench-materialized"))
+    mpirun = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "-np"]
+    rows = {(w, n): Row("mpi", "materialize ranks/ tp=4 to %s, mpirun -np %d vs 1 process"
+                        % (w, n), "GB/s", "1 process", None,
+                        note="written bytes / the tool's writing time (fsync'd); ratio = "
+                             "np ranks / one process; per-rank rate and CPU s/GB in "
+                             "diagnostics")
+            for w, _ in outs for n in nps}
+    diag = []
+    warm(backing_files(info["dir"]))
+    for where, out in outs:
+        run_materialize(ctx, [mat, info["dir"], out, "-o", opts, "--views", views[0]], out)
+        shutil.rmtree(out, ignore_errors=True)
+    for i in range(ctx.runs):
+        warm(backing_files(info["dir"]))
+        for where, out in outs:
+            base = [mat, info["dir"], out, "-o", opts, "--views", ",".join(views)]
+            d = dict(where=where)
+            res = {}
+            order = [0] + list(nps)
+            for n in order[i % len(order):] + order[:i % len(order)]:
+                res[n] = run_materialize(ctx, (mpirun + [str(n)] if n else []) + base, out)
+                if i == 0 and ctx.check != "none" and n != 1 and where == "disk":
+                    record_check(ctx, "materialize ranks/ tp=4, %s"
+                                 % ("mpirun -np %d" % n if n else "1 process"),
+                                 compare_tree(ctx, info, opts, out, views))
+            n1, t1, w1, c1 = res[0]
+            d["one"] = dict(bytes=n1, seconds=t1, wall=w1, cpu=c1, cpu_s_per_gb=c1 / (n1 / GB))
+            log("mpi run %d %s: 1 process %.2f GB/s (%.2f s, wall %.2f s, %.2f CPU s/GB)"
+                % (i, where, n1 / t1 / GB, t1, w1, c1 / (n1 / GB)))
+            for n in nps:
+                nb, tb, wb, cb = res[n]
+                rows[(where, n)].add(tput(n1, t1), tput(nb, tb), tput(nb, tb) / tput(n1, t1))
+                d["np%d" % n] = dict(bytes=nb, seconds=tb, wall=wb, cpu=cb,
+                                     cpu_s_per_gb=cb / (nb / GB),
+                                     per_rank_gbps=nb / tb / GB / n)
+                log("mpi run %d %s: -np %d %.2f GB/s, %.2f GB/s per rank (%.2f s, wall %.2f s, "
+                    "%.2f CPU s/GB)" % (i, where, n, nb / tb / GB, nb / tb / GB / n, tb, wb,
+                                        cb / (nb / GB)))
+            shutil.rmtree(out, ignore_errors=True)
+            diag.append(d)
+    ctx.diag["mpi_materialize"] = diag
+    return [rows[(w, n)] for w, _ in outs for n in nps]
+
+
 def find_flexfs(args):
     for p in (args.flexfs, os.environ.get("FLEXFS_BIN"),
               os.path.join(REPO, "build-bench", "fs", "flexfs"),
@@ -1389,7 +1598,7 @@ def main(argv=None):
             big26 = ensure_ckpt(ctx, "t26", big["config"]["preset"],
                                 layers=big["config"]["layers"], full_check=args.quick)
         trans = None
-        if "transposed" in only:
+        if "transposed" in only or "gpu" in only:
             trans = ensure_transposed(ctx, 512 if args.quick else 4096, full_check=args.quick)
         doc["checkpoints"] = {k: v for k, v in
                               dict(big_t113=big, big_t26=big26, many=many,
@@ -1406,6 +1615,8 @@ def main(argv=None):
             rows += fig_strided(ctx, big, dio=True)
         if "transposed" in only:
             rows += fig_transposed(ctx, trans)
+        if "gpu" in only:
+            rows += fig_gpu(ctx, trans)
         if "e2e" in only:
             rows += fig_e2e(ctx, big, "t113")
             if big26:
@@ -1418,6 +1629,12 @@ def main(argv=None):
             rows += fig_parallel(ctx, big)
         if "zstd" in only:
             rows += fig_zstd(ctx, big)
+        if "mpi" in only:
+            rows += fig_materialize(ctx, big)
+            # the distributed mount's remote fetch (mpi_fetch.py)
+            rows += mpi_fetch.fig_mpi_fetch(ctx, big, sys.modules[__name__])
+            rows += mpi_fetch.fig_mpi_scale(ctx, many, sys.modules[__name__],
+                                            (2, 4) if args.quick else (2, 4, 8, 16))
     finally:
         cleanup_mounts()
         if ctx.chroot:

@@ -58,6 +58,29 @@ def main():
     return 1 if fails else 0
 
 
+def check_model(torch, rel, mk, gm, em, bad):
+    """Compare one state dict of a legacy file; the number of keys compared."""
+    keys = 0
+    if type(gm).__name__ != "OrderedDict":
+        bad("%s: %s is a %s" % (rel, mk, type(gm).__name__))
+    if list(gm) != list(em):
+        bad("%s: %s keys %s != %s" % (rel, mk, list(gm), list(em)))
+        return keys
+    for k in em:
+        keys += 1
+        x, y = gm[k], em[k]
+        if y is None or x is None:
+            if not (x is None and y is None):
+                bad("%s: %s is %r, expected %r" % (rel, k, x, y))
+            continue
+        if x.dtype != y.dtype or tuple(x.shape) != tuple(y.shape):
+            bad("%s: %s %s %s != %s %s" % (rel, k, x.dtype, tuple(x.shape), y.dtype,
+                                           tuple(y.shape)))
+        elif bits(torch, x) != bits(torch, y):
+            bad("%s: %s values differ" % (rel, k))
+    return keys
+
+
 def check_tree(torch, mount, expected, kw, fails):
     exp = json.load(open(os.path.join(expected, "expected.json")))
     keys = 0
@@ -92,24 +115,9 @@ def check_tree(torch, mount, expected, kw, fails):
             diff = [k for k in set(ga) | set(ea) if ga.get(k, "<absent>") != ea.get(k, "<absent>")]
             bad("%s: args differ in %s (order equal: %s)" % (
                 rel, sorted(diff), list(ga) == list(ea)))
-        gm, em = g["model"], e["model"]
-        if type(gm).__name__ != "OrderedDict":
-            bad("%s: model is a %s" % (rel, type(gm).__name__))
-        if list(gm) != list(em):
-            bad("%s: model keys %s != %s" % (rel, list(gm), list(em)))
-            continue
-        for k in em:
-            keys += 1
-            x, y = gm[k], em[k]
-            if y is None or x is None:
-                if not (x is None and y is None):
-                    bad("%s: %s is %r, expected %r" % (rel, k, x, y))
-                continue
-            if x.dtype != y.dtype or tuple(x.shape) != tuple(y.shape):
-                bad("%s: %s %s %s != %s %s" % (rel, k, x.dtype, tuple(x.shape), y.dtype,
-                                               tuple(y.shape)))
-            elif bits(torch, x) != bits(torch, y):
-                bad("%s: %s values differ" % (rel, k))
+        # "model", or with a virtual pipeline "model0", "model1", ...
+        for mk in [k for k in e if k == "model" or k[5:].isdigit() and k[:5] == "model"]:
+            keys += check_model(torch, rel, mk, g[mk], e[mk], bad)
     return keys, len(rels)
 
 

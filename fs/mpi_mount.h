@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_FS_MPI_MOUNT_H
+#define FLX_FS_MPI_MOUNT_H
+
+/*
+ * The distributed mount's MPI side (built only with FLEXFS_WITH_MPI; no
+ * FUSE here): one daemon per MPI rank, each with a directory holding any
+ * subset of a checkpoint's files.
+ *
+ * At start the ranks exchange what they hold (name, size, mtime and an
+ * identity hash, see flx_dm_exchange()) and agree on one table of files,
+ * the same on every rank, with its holders.  The index is then opened
+ * with flx_dm_backend(): files the rank's directory lacks are read from a
+ * holder over MPI by flx_file_backend.read(), which groups a batch's spans
+ * per holder into requests of at most FLX_DM_REQ_BYTES, sends them all at
+ * once (at most FLX_DM_INFLIGHT in flight) and waits for them with a
+ * deadline; a request that times out marks its holder dead and goes to
+ * another holder, or fails with -EIO.  A service thread per rank answers
+ * the others' requests from its own files, checking each file unchanged.
+ *
+ * The collective steps (flx_dm_agree(), flx_dm_exchange()) must be called
+ * by every rank in the same order.  Thread-safety: flx_dm_backend()'s
+ * functions are thread-safe; everything else is for the main thread.
+ */
+
+#include "ckpt.h"
+#include "error.h"
+
+#include <stdbool.h>
+
+#define FLX_DM_REQ_BYTES (4u << 20) /* bytes one request asks for */
+#define FLX_DM_INFLIGHT	 16	    /* requests a batch has in flight */
+
+typedef struct flx_dm flx_dm;
+
+/**
+ * MPI_Init_thread(MPI_THREAD_MULTIPLE) and this rank's place.
+ * @return 0 and *out (flx_dm_end() frees it), or -ENOTSUP (no
+ *         MPI_THREAD_MULTIPLE) / -ENOMEM with err set.
+ */
+int flx_dm_init(int *argc, char ***argv, unsigned timeout_s, flx_dm **out,
+		flx_error *err);
+
+/** This rank and the number of ranks. */
+int flx_dm_rank(const flx_dm *m);
+int flx_dm_size(const flx_dm *m);
+
+/** s with every "{rank}" replaced by rank.  @return 0 and *out (owned),
+ * or -ENOMEM. */
+int flx_dm_subst(const char *s, int rank, char **out);
+
+/**
+ * Collective: whether every rank got rc == 0 so far.  @return 0 when all
+ * did; otherwise the lowest failing rank's -errno, and err (on every rank)
+ * holds that rank's error line prefixed with "rank R: " (err is read on
+ * the failing rank, written on all).
+ */
+int flx_dm_agree(flx_dm *m, int rc, flx_error *err);
+
+/**
+ * Collective: list dir's regular top-level files (hidden ones too: DCP's
+ * .metadata), exchange the lists, and check them as one: two holders of a
+ * name must agree on size and identity hash (the whole content for files
+ * of at most 1 MiB, else the first and last 64 KiB and the size).  Then
+ * start the service thread and agree on the checkpoint format (the
+ * sources' probes over the union of the ranks' file names).
+ * @return 0, or -errno with the same one-line err on every rank.
+ */
+int flx_dm_exchange(flx_dm *m, const char *dir, flx_error *err);
+
+/* Counters, for benchmarks (all uint64_t). */
+typedef struct flx_dm_stats {
+	uint64_t exchange_bytes; /* the gathered file lists, all ranks */
+	uint64_t bcast_bytes;	 /* metadata files broadcast at start */
+	uint64_t batches;	 /* backend reads (one per FUSE read's flush) */
+	uint64_t requests;	 /* requests sent (each answered by a reply) */
+	uint64_t spans;		 /* file ranges they asked for */
+	uint64_t bytes;		 /* bytes they asked for */
+	uint64_t served;	 /* requests this rank answered */
+	uint64_t served_bytes;
+} flx_dm_stats;
+
+/** The counters so far.  Thread-safe. */
+void flx_dm_stats_get(const flx_dm *m, flx_dm_stats *out);
+
+/** The format every rank opens the checkpoint as (after exchange). */
+const char *flx_dm_format(const flx_dm *m);
+
+/** The backend of the other ranks' files (after exchange); m owns it. */
+const flx_file_backend *flx_dm_backend(flx_dm *m);
+
+/**
+ * What the service thread calls (once, on its thread) when another rank
+ * ends the mount: the caller ends its own, e.g. by raising SIGTERM.
+ */
+void flx_dm_on_end(flx_dm *m, void (*fn)(void *), void *arg);
+
+/** Whether another rank said the mount ends (before flx_dm_on_end() was
+ * called, too).  Thread-safe. */
+bool flx_dm_told(const flx_dm *m);
+
+/**
+ * This rank's mount is over: tell every other rank to end (unless they
+ * told this one), stop the service thread, MPI_Finalize (skipped when a
+ * rank was found dead, where it could wait forever), free m.  NULL is
+ * fine.
+ */
+void flx_dm_end(flx_dm *m);
+
+#endif

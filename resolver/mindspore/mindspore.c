@@ -1,0 +1,1314 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The MindSpore source (source.h): per-rank checkpoint files and the
+ * parallel strategy file that says which box of each parameter every rank
+ * holds (shared/specs/mindspore-format.md).
+ *
+ * Directory: rank_<N>/ folders, each with .ckpt files (the last in
+ * lexicographic order wins, as transform_checkpoints picks) or, from
+ * MindSpore 2.4, .safetensors files; or flat files "..rank_<N>.." in the
+ * directory itself (§1.8); a single unnumbered .ckpt is rank 0.  The
+ * strategy file comes from -o src_strategy=FILE (flx_ckpt_opts.
+ * ms_strategy; JSON when its name ends in ".json").  Without one only a
+ * single rank is read (all of it replicated).
+ *
+ * A .ckpt file is a run of Checkpoint messages (§1.1).  It is scanned with
+ * a bounded wire decoder reading through a small pread window, never the
+ * whole file: each tensor_content's file offset and length are recorded,
+ * and chunks point at them, so payloads are served in place.  (protobuf-c
+ * unpacks whole messages into memory and reports no offsets, which is
+ * why it is not used here.)  Encrypted files are refused; a CRC trailer
+ * is verified by reading the file once at mount.
+ *
+ * Global index: the box of each (rank, parameter) from the strategy
+ * (strategy.h), stored dims checked against it, replicas dropped (the
+ * lowest rank holding a box serves it), chunks from each Value's byte
+ * range (a parameter over several Values gives several chunks), coverage
+ * checked by the builder.  A parameter without a layout is replicated.
+ */
+#include "crc32.h"
+#include "json_guard.h"
+#include "source.h"
+#include "strategy.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_STRATEGY_BYTES (256ull << 20)
+#define MAX_TAG		   65536u
+#define MAX_ST_HEADER	   100000000ull
+#define WINDOW		   65536u
+#define MAX_RANKS	   FLX_MS_MAX_DEVICES
+
+static const uint32_t enc_magic[] = {0x7F3A5ED8u, 0x7F3A5ED9u, 0x7F3A5EDAu};
+
+/* One byte range of a parameter's data (a Value's tensor_content). */
+typedef struct piece {
+	uint64_t off, len;
+} piece;
+
+/* A parameter as one rank's file holds it. */
+typedef struct entry {
+	char *name;
+	uint32_t rank, file, seq;
+	flx_dtype dtype, stored; /* stored: legacy BFloat16 as float32 */
+	int ndim;
+	int64_t dims[FLX_MAX_DIMS];
+	char type[33]; /* tensor_type of the run's last record */
+	uint32_t npieces;
+	piece *pieces;
+} entry;
+
+typedef struct rankfile {
+	uint32_t rank;
+	char *relpath;
+} rankfile;
+
+typedef struct loader {
+	flx_build *b;
+	flx_ckpt *c;
+	flx_error *err;
+	flx_ms_strategy *st;
+	const char *st_path;
+	rankfile *rf;
+	size_t nrf, caprf;
+	entry *e;
+	size_t ne, cape;
+	bool safetensors;
+} loader;
+
+/* ---- directory ---- */
+
+static bool ends_with(const char *s, const char *suf)
+{
+	size_t n = strlen(s), m = strlen(suf);
+	return n >= m && strcmp(s + n - m, suf) == 0;
+}
+
+static bool is_data_name(const char *s)
+{
+	return ends_with(s, ".ckpt") || ends_with(s, ".safetensors");
+}
+
+/* "rank_<digits>" at s: the number. */
+static bool rank_at(const char *s, uint32_t *r, size_t *used)
+{
+	uint64_t v = 0;
+	size_t i = 5;
+	if (strncmp(s, "rank_", 5) != 0 || s[5] < '0' || s[5] > '9')
+		return false;
+	while (s[i] >= '0' && s[i] <= '9' && i < 13)
+		v = v * 10 + (uint64_t)(s[i++] - '0');
+	if (v >= MAX_RANKS || (s[i] >= '0' && s[i] <= '9'))
+		return false;
+	*r = (uint32_t)v;
+	*used = i;
+	return true;
+}
+
+static bool is_rank_dir(const char *s, uint32_t *r)
+{
+	size_t n;
+	return rank_at(s, r, &n) && s[n] == 0;
+}
+
+/* a flat file's rank: the last "rank_<N>" in its name */
+static bool flat_rank(const char *s, uint32_t *r)
+{
+	bool any = false;
+	for (const char *p = strstr(s, "rank_"); p;
+	     p = strstr(p + 1, "rank_")) {
+		size_t n;
+		uint32_t v;
+		if (rank_at(p, &v, &n)) {
+			*r = v;
+			any = true;
+		}
+	}
+	return any;
+}
+
+static bool owns(const char *name)
+{
+	return is_data_name(name) || ends_with(name, ".tmp") ||
+	       ends_with(name, ".meta") || strcmp(name, "meta.json") == 0;
+}
+
+/* The data file of a rank directory: the last .ckpt, else the last
+ * .safetensors, by name.  *best NULL when none. */
+static int pick_in_dir(int dirfd, const char *sub, char **best)
+{
+	int fd = openat(dirfd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	char *ck = NULL, *sf = NULL;
+	DIR *d;
+	struct dirent *de;
+
+	*best = NULL;
+	if (fd < 0)
+		return -errno;
+	if (!(d = fdopendir(fd))) {
+		close(fd);
+		return -errno;
+	}
+	while ((de = readdir(d))) {
+		char **slot = ends_with(de->d_name, ".ckpt")	      ? &ck
+			      : ends_with(de->d_name, ".safetensors") ? &sf
+								      : NULL;
+		if (!slot || de->d_name[0] == '.')
+			continue;
+		if (!*slot || strcmp(de->d_name, *slot) > 0) {
+			char *x = strdup(de->d_name);
+			if (!x) {
+				closedir(d);
+				free(ck);
+				free(sf);
+				return -ENOMEM;
+			}
+			free(*slot);
+			*slot = x;
+		}
+	}
+	closedir(d);
+	if (ck) {
+		free(sf);
+		sf = ck;
+	}
+	if (sf && asprintf(best, "%s/%s", sub, sf) < 0) {
+		*best = NULL;
+		free(sf);
+		return -ENOMEM;
+	}
+	free(sf);
+	return 0;
+}
+
+static int add_rankfile(loader *L, uint32_t rank, char *relpath)
+{
+	for (size_t i = 0; i < L->nrf; i++)
+		if (L->rf[i].rank == rank) {
+			/* flat files of one rank: the last name wins */
+			if (strcmp(relpath, L->rf[i].relpath) > 0) {
+				free(L->rf[i].relpath);
+				L->rf[i].relpath = relpath;
+			} else {
+				free(relpath);
+			}
+			return 0;
+		}
+	if (flx_grow((void **)&L->rf, &L->caprf, L->nrf + 1, sizeof(*L->rf))) {
+		free(relpath);
+		return -ENOMEM;
+	}
+	L->rf[L->nrf++] = (rankfile){rank, relpath};
+	return 0;
+}
+
+static int cmp_rankfile(const void *a, const void *b)
+{
+	const rankfile *x = a, *y = b;
+	return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+static int scan_dir(loader *L, int dirfd)
+{
+	int fd = dup(dirfd);
+	DIR *d;
+	struct dirent *de;
+	int rc = 0;
+	char *single = NULL;
+
+	if (fd < 0 || !(d = fdopendir(fd))) {
+		if (fd >= 0)
+			close(fd);
+		return flx_error_set(L->err, -errno, NULL, NULL,
+				     "cannot list the directory");
+	}
+	rewinddir(d);
+	while (!rc && (de = readdir(d))) {
+		uint32_t r;
+		struct stat sb;
+		char *rel = NULL;
+		if (de->d_name[0] == '.')
+			continue;
+		if (is_rank_dir(de->d_name, &r) &&
+		    !fstatat(dirfd, de->d_name, &sb, 0) &&
+		    S_ISDIR(sb.st_mode)) {
+			rc = pick_in_dir(dirfd, de->d_name, &rel);
+			if (!rc && rel)
+				rc = add_rankfile(L, r, rel);
+		} else if (is_data_name(de->d_name)) {
+			if (!(rel = strdup(de->d_name)))
+				rc = -ENOMEM;
+			else if (flat_rank(de->d_name, &r))
+				rc = add_rankfile(L, r, rel);
+			else if (!single || strcmp(rel, single) > 0) {
+				free(single);
+				single = rel;
+			} else {
+				free(rel);
+			}
+		}
+	}
+	closedir(d);
+	if (!rc && L->nrf == 0 && single) {
+		rc = add_rankfile(L, 0, single);
+		single = NULL;
+	}
+	free(single);
+	if (rc)
+		return flx_error_set(L->err, rc, NULL, NULL,
+				     "cannot list the rank directories: %s",
+				     strerror(-rc));
+	if (L->nrf == 0)
+		return flx_error_set(L->err, -ENOENT, "rank_<N>/*.ckpt", NULL,
+				     "no MindSpore checkpoint files");
+	qsort(L->rf, L->nrf, sizeof(*L->rf), cmp_rankfile);
+	return 0;
+}
+
+static int probe(int dirfd, bool *yes)
+{
+	loader L = {0};
+	flx_error e;
+	int rc;
+
+	flx_error_init(&e);
+	L.err = &e;
+	*yes = false;
+	rc = scan_dir(&L, dirfd);
+	*yes = rc == 0;
+	for (size_t i = 0; i < L.nrf; i++)
+		free(L.rf[i].relpath);
+	free(L.rf);
+	return rc == -ENOMEM ? rc : 0;
+}
+
+/* ---- .ckpt records ---- */
+
+/* A pread window over a file: bytes are fetched WINDOW at a time. */
+typedef struct frd {
+	int fd;
+	uint64_t size, base;
+	size_t n;
+	uint8_t buf[WINDOW];
+} frd;
+
+/* -EBADMSG: the bytes are malformed (the caller says where); -errno:
+ * the read failed. */
+static int frd_byte(frd *r, uint64_t pos, uint64_t end, uint8_t *b)
+{
+	if (pos >= end)
+		return -EBADMSG;
+	if (pos < r->base || pos >= r->base + r->n) {
+		size_t want = WINDOW;
+		if (want > r->size - pos)
+			want = (size_t)(r->size - pos);
+		ssize_t k = pread(r->fd, r->buf, want, (off_t)pos);
+		if (k < 0)
+			return -errno;
+		if (k == 0)
+			return -EIO;
+		r->base = pos;
+		r->n = (size_t)k;
+	}
+	*b = r->buf[pos - r->base];
+	return 0;
+}
+
+static int frd_varint(frd *r, uint64_t *pos, uint64_t end, uint64_t *v)
+{
+	uint64_t x = 0;
+	for (unsigned i = 0; i < 10; i++) {
+		uint8_t b = 0;
+		int rc = frd_byte(r, (*pos)++, end, &b);
+		if (rc)
+			return rc;
+		if (i == 9 && b > 1)
+			return -EBADMSG;
+		x |= (uint64_t)(b & 0x7f) << (7 * i);
+		if (!(b & 0x80)) {
+			*v = x;
+			return 0;
+		}
+	}
+	return -EBADMSG;
+}
+
+static int frd_read(frd *r, uint64_t pos, void *dst, size_t n)
+{
+	uint8_t *d = dst;
+	for (size_t i = 0; i < n; i++) {
+		int rc = frd_byte(r, pos + i, r->size, &d[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* key and, for LEN, the payload's [*pos, *sub_end) */
+static int frd_field(frd *r, uint64_t *pos, uint64_t end, uint32_t *field,
+		     uint32_t *wt, uint64_t *sub_end)
+{
+	uint64_t k, n;
+	int rc = frd_varint(r, pos, end, &k);
+	if (rc)
+		return rc;
+	if ((k >> 3) == 0)
+		return -EBADMSG;
+	*field = (uint32_t)(k >> 3);
+	*wt = (uint32_t)(k & 7);
+	switch (*wt) {
+	case 0:
+		return 0;
+	case 1:
+	case 5:
+		n = *wt == 1 ? 8 : 4;
+		break;
+	case 2:
+		if ((rc = frd_varint(r, pos, end, &n)))
+			return rc;
+		break;
+	default:
+		return -EBADMSG;
+	}
+	if (n > end - *pos)
+		return -EBADMSG;
+	*sub_end = *pos + n;
+	return 0;
+}
+
+typedef struct record {
+	char tag[MAX_TAG + 1];
+	char type[33];
+	bool has_tensor, map;
+	int ndim;
+	int64_t dims[FLX_MAX_DIMS];
+	uint64_t off, len;
+} record;
+
+static int parse_tensor(frd *r, uint64_t pos, uint64_t end, record *rec)
+{
+	uint32_t field, wt;
+	uint64_t sub, v;
+	int rc;
+	bool have_type = false, have_content = false;
+
+	while (pos < end) {
+		if ((rc = frd_field(r, &pos, end, &field, &wt, &sub)))
+			return rc;
+		if (field == 1 && (wt == 0 || wt == 2)) {
+			uint64_t stop = wt == 0 ? pos + 1 : sub;
+			while (pos < stop) {
+				if ((rc = frd_varint(r, &pos, end, &v)))
+					return rc;
+				if (rec->ndim == FLX_MAX_DIMS ||
+				    v > (uint64_t)INT64_MAX)
+					return -E2BIG;
+				rec->dims[rec->ndim++] = (int64_t)v;
+				if (wt == 0)
+					break;
+			}
+			continue;
+		}
+		if (wt == 0 && (rc = frd_varint(r, &pos, end, &v)))
+			return rc;
+		if (wt == 0)
+			continue;
+		if (field == 2 && wt == 2) {
+			if (sub - pos >= sizeof(rec->type))
+				return -EBADMSG;
+			if ((rc = frd_read(r, pos, rec->type, sub - pos)))
+				return rc;
+			rec->type[sub - pos] = 0;
+			have_type = true;
+		} else if (field == 3 && wt == 2) {
+			rec->off = pos;
+			rec->len = sub - pos;
+			have_content = true;
+		}
+		pos = sub;
+	}
+	return have_type && have_content ? 0 : -EBADMSG;
+}
+
+static int parse_value(frd *r, uint64_t pos, uint64_t end, record *rec)
+{
+	uint32_t field, wt;
+	uint64_t sub, v;
+	int rc;
+	bool have_tag = false;
+
+	rec->has_tensor = rec->map = false;
+	rec->ndim = 0;
+	while (pos < end) {
+		if ((rc = frd_field(r, &pos, end, &field, &wt, &sub)))
+			return rc;
+		if (wt == 0) {
+			if ((rc = frd_varint(r, &pos, end, &v)))
+				return rc;
+			continue;
+		}
+		if (field == 1 && wt == 2) {
+			if (sub - pos > MAX_TAG)
+				return -E2BIG;
+			if ((rc = frd_read(r, pos, rec->tag, sub - pos)))
+				return rc;
+			rec->tag[sub - pos] = 0;
+			if (strlen(rec->tag) != sub - pos)
+				return -EBADMSG;
+			have_tag = true;
+		} else if (field == 2 && wt == 2) {
+			rec->ndim = 0;
+			if ((rc = parse_tensor(r, pos, sub, rec)))
+				return rc;
+			rec->has_tensor = true;
+		} else if (field == 3 && wt == 2) {
+			rec->map = true;
+		}
+		pos = sub;
+	}
+	return have_tag && (rec->has_tensor || rec->map) ? 0 : -EBADMSG;
+}
+
+static const struct {
+	const char *name;
+	flx_dtype dt;
+} ms_types[] = {
+    {"Bool", FLX_DT_BOOL},     {"Int8", FLX_DT_I8},	{"UInt8", FLX_DT_U8},
+    {"Int16", FLX_DT_I16},     {"UInt16", FLX_DT_U16},	{"Int32", FLX_DT_I32},
+    {"UInt32", FLX_DT_U32},    {"Int64", FLX_DT_I64},	{"UInt64", FLX_DT_U64},
+    {"Float16", FLX_DT_F16},   {"Float32", FLX_DT_F32}, {"Float64", FLX_DT_F64},
+    {"BFloat16", FLX_DT_BF16},
+};
+
+static flx_dtype ms_dtype(const char *s)
+{
+	for (size_t i = 0; i < sizeof(ms_types) / sizeof(ms_types[0]); i++)
+		if (strcmp(s, ms_types[i].name) == 0)
+			return ms_types[i].dt;
+	return FLX_DT_INVALID;
+}
+
+static int push_entry(loader *L, entry *x)
+{
+	if (flx_grow((void **)&L->e, &L->cape, L->ne + 1, sizeof(*L->e)))
+		return -ENOMEM;
+	x->seq = (uint32_t)L->ne;
+	L->e[L->ne++] = *x;
+	return 0;
+}
+
+/* Close the run of same-tag records in *cur: dtype and dims from the last
+ * record (§1.5), legacy rules (§1.3/§1.4), total length checked. */
+static int finish_entry(loader *L, const char *file, entry *cur)
+{
+	uint64_t total = 0, numel;
+	flx_dtype dt = ms_dtype(cur->type);
+	int rc;
+
+	if (strcmp(cur->type, "str") == 0) {
+		/* append_dict text: not a tensor, not served */
+		free(cur->name);
+		free(cur->pieces);
+		return 0;
+	}
+	if (dt == FLX_DT_INVALID) {
+		rc = flx_error_set(L->err, -EINVAL, file, cur->name,
+				   "tensor_type '%s' is not supported",
+				   cur->type);
+		goto fail;
+	}
+	cur->dtype = dt;
+	for (uint32_t i = 0; i < cur->npieces; i++)
+		total += cur->pieces[i].len;
+	/* ≤ 2.2 scalars: dims [0] holding one element */
+	if (cur->ndim == 1 && cur->dims[0] == 0 &&
+	    total == flx_dtype_size(dt)) {
+		cur->ndim = 0;
+	}
+	numel = flx_numel(cur->ndim, cur->dims);
+	if (numel == UINT64_MAX || numel > (UINT64_MAX >> 4)) {
+		rc = flx_error_set(L->err, -EINVAL, file, cur->name,
+				   "dims too large");
+		goto fail;
+	}
+	if (dt == FLX_DT_BF16 && total == numel * 4 && numel) {
+		cur->stored = FLX_DT_F32; /* ≤ 2.2: bf16 written as float32 */
+	} else if (total != numel * flx_dtype_size(dt)) {
+		rc = flx_error_set(
+		    L->err, -EINVAL, file, cur->name,
+		    "tensor_content holds %llu bytes, dims and "
+		    "%s need %llu",
+		    (unsigned long long)total, cur->type,
+		    (unsigned long long)(numel * flx_dtype_size(dt)));
+		goto fail;
+	}
+	for (uint32_t i = 0; i < cur->npieces; i++)
+		if (cur->pieces[i].len %
+		    flx_dtype_size(cur->stored ? cur->stored : dt)) {
+			rc = flx_error_set(L->err, -EINVAL, file, cur->name,
+					   "a Value's tensor_content is not a "
+					   "whole number of elements");
+			goto fail;
+		}
+	return push_entry(L, cur);
+fail:
+	free(cur->name);
+	free(cur->pieces);
+	return rc;
+}
+
+static int check_crc(loader *L, const char *file, frd *r, uint64_t end,
+		     const uint8_t *be)
+{
+	uint64_t want = 0;
+	uint32_t crc = 0;
+	for (int i = 0; i < 10; i++)
+		want = want << 8 | be[i];
+	for (uint64_t pos = 0; pos < end;) {
+		size_t n = WINDOW;
+		if (n > end - pos)
+			n = (size_t)(end - pos);
+		ssize_t k = pread(r->fd, r->buf, n, (off_t)pos);
+		if (k <= 0)
+			return flx_error_set(L->err, k < 0 ? -errno : -EIO,
+					     file, NULL, "cannot read");
+		r->base = pos;
+		r->n = (size_t)k;
+		crc = flx_crc32(crc, r->buf, (size_t)k);
+		pos += (uint64_t)k;
+	}
+	if (want != crc)
+		return flx_error_set(L->err, -EINVAL, file, "crc_num",
+				     "CRC-32 of the file is %08x, its trailer "
+				     "says %08llx",
+				     crc, (unsigned long long)want);
+	return 0;
+}
+
+static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, int fd,
+		     const char *file)
+{
+	frd *r = malloc(sizeof(*r));
+	record *rec = malloc(sizeof(*rec));
+	uint64_t pos = 0, end, at = 0;
+	entry cur = {0};
+	bool open_run = false;
+	uint8_t head[4], tail[17];
+	int rc = 0;
+
+	if (!r || !rec) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	r->fd = fd;
+	r->size = end = L->c->files[idx].size;
+	r->base = r->n = 0;
+	if (end >= 4) {
+		if ((rc = frd_read(r, 0, head, 4)))
+			goto io;
+		uint32_t m = (uint32_t)head[0] | (uint32_t)head[1] << 8 |
+			     (uint32_t)head[2] << 16 | (uint32_t)head[3] << 24;
+		for (size_t i = 0; i < 3; i++)
+			if (m == enc_magic[i]) {
+				rc = flx_error_set(
+				    L->err, -EINVAL, file, NULL,
+				    "encrypted checkpoint (%s); flexfs reads "
+				    "only plain files: decrypt it first",
+				    i == 0   ? "AES-GCM"
+				    : i == 1 ? "AES-CBC"
+					     : "SM4-CBC");
+				goto out;
+			}
+	}
+	if (end >= 17) {
+		if ((rc = frd_read(r, end - 17, tail, 17)))
+			goto io;
+		if (memcmp(tail, "crc_num", 7) == 0) {
+			end -= 17;
+			if ((rc = check_crc(L, file, r, end, tail + 7)))
+				goto out;
+		}
+	}
+	while (pos < end) {
+		uint32_t field, wt;
+		uint64_t sub;
+		at = pos;
+		if ((rc = frd_field(r, &pos, end, &field, &wt, &sub)))
+			goto bad;
+		if (wt == 0) {
+			uint64_t v;
+			if ((rc = frd_varint(r, &pos, end, &v)))
+				goto bad;
+			continue;
+		}
+		if (field != 1 || wt != 2) {
+			pos = sub;
+			continue;
+		}
+		if ((rc = parse_value(r, pos, sub, rec)))
+			goto bad;
+		pos = sub;
+		if (rec->map) {
+			rc = flx_error_set(L->err, -EINVAL, file, rec->tag,
+					   "a MapParameter (maptensor) is not "
+					   "supported");
+			goto out;
+		}
+		if (open_run && strcmp(cur.name, rec->tag) != 0) {
+			open_run = false;
+			if ((rc = finish_entry(L, file, &cur)))
+				goto out;
+		}
+		if (!open_run) {
+			memset(&cur, 0, sizeof(cur));
+			cur.rank = rank;
+			cur.file = idx;
+			if (!(cur.name = strdup(rec->tag))) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			open_run = true;
+		}
+		if (cur.npieces == UINT32_MAX) {
+			rc = -E2BIG;
+			goto bad;
+		}
+		piece *p = realloc(cur.pieces,
+				   (cur.npieces + 1) * sizeof(*cur.pieces));
+		if (!p) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		cur.pieces = p;
+		cur.pieces[cur.npieces++] = (piece){rec->off, rec->len};
+		/* the run's dtype and dims: its last record's (§1.5) */
+		memcpy(cur.dims, rec->dims, sizeof(cur.dims));
+		cur.ndim = rec->ndim;
+		memcpy(cur.type, rec->type, sizeof(cur.type));
+	}
+	goto done;
+bad:
+	if (rc == -EBADMSG || rc == -E2BIG)
+		rc = flx_error_set(L->err, -EINVAL, file, NULL,
+				   "malformed Checkpoint protobuf record at "
+				   "byte %llu",
+				   (unsigned long long)at);
+	else
+		goto io;
+	goto out;
+io:
+	rc = flx_error_set(L->err, rc, file, NULL, "cannot read: %s",
+			   strerror(-rc));
+	goto out;
+done:
+	rc = 0;
+out:
+	if (open_run && rc == 0) {
+		open_run = false;
+		rc = finish_entry(L, file, &cur);
+	}
+	if (open_run) {
+		free(cur.name);
+		free(cur.pieces);
+	}
+	free(r);
+	free(rec);
+	return rc;
+}
+
+/* ---- safetensors variant (§1.7) ---- */
+
+static flx_dtype st_dtype(const char *s)
+{
+	for (int i = 1; i < FLX_DT_COUNT; i++) {
+		const char *n = flx_dtype_get((flx_dtype)i)->safetensors;
+		if (n && strcmp(n, s) == 0)
+			return (flx_dtype)i;
+	}
+	return FLX_DT_INVALID;
+}
+
+static int st_entry(loader *L, const char *file, uint32_t rank, uint32_t idx,
+		    uint64_t base, uint64_t dlen, const char *k, json_t *v)
+{
+	json_t *dt = json_object_get(v, "dtype"),
+	       *sh = json_object_get(v, "shape"),
+	       *of = json_object_get(v, "data_offsets"), *x;
+	entry e = {0};
+	size_t i;
+
+	if (!json_is_string(dt) || !json_is_array(sh) ||
+	    json_array_size(sh) > FLX_MAX_DIMS || !json_is_array(of) ||
+	    json_array_size(of) != 2 ||
+	    !json_is_integer(json_array_get(of, 0)) ||
+	    !json_is_integer(json_array_get(of, 1)))
+		return flx_error_set(L->err, -EINVAL, file, k,
+				     "needs dtype, shape and two data_offsets");
+	e.dtype = st_dtype(json_string_value(dt));
+	if (e.dtype == FLX_DT_INVALID)
+		return flx_error_set(L->err, -EINVAL, file, k,
+				     "dtype '%s' is not supported",
+				     json_string_value(dt));
+	json_array_foreach(sh, i, x)
+	{
+		if (!json_is_integer(x) || json_integer_value(x) < 0)
+			return flx_error_set(L->err, -EINVAL, file, k,
+					     "shape is not a list of sizes");
+		e.dims[e.ndim++] = json_integer_value(x);
+	}
+	int64_t b0 = json_integer_value(json_array_get(of, 0)),
+		b1 = json_integer_value(json_array_get(of, 1));
+	uint64_t numel = flx_numel(e.ndim, e.dims);
+	if (b0 < 0 || b1 < b0 || (uint64_t)b1 > dlen ||
+	    numel > (UINT64_MAX >> 4) ||
+	    (uint64_t)(b1 - b0) != numel * flx_dtype_size(e.dtype))
+		return flx_error_set(L->err, -EINVAL, file, k,
+				     "data_offsets [%lld, %lld] do not hold "
+				     "the shape's bytes inside the file",
+				     (long long)b0, (long long)b1);
+	e.rank = rank;
+	e.file = idx;
+	e.name = strdup(k);
+	if (numel) {
+		e.pieces = malloc(sizeof(*e.pieces));
+		if (e.pieces)
+			e.pieces[e.npieces++] =
+			    (piece){base + (uint64_t)b0, (uint64_t)(b1 - b0)};
+	}
+	if (!e.name || (numel && !e.pieces) || push_entry(L, &e)) {
+		free(e.name);
+		free(e.pieces);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static int load_safetensors(loader *L, uint32_t rank, uint32_t idx, int fd,
+			    const char *file)
+{
+	uint64_t size = L->c->files[idx].size, n = 0;
+	uint8_t h8[8];
+	char *buf = NULL;
+	json_t *root = NULL, *v;
+	json_error_t je;
+	const char *k;
+	int rc = 0;
+
+	if (size < 8 || pread(fd, h8, 8, 0) != 8)
+		return flx_error_set(L->err, -EINVAL, file, NULL,
+				     "too short for a safetensors header");
+	for (int i = 7; i >= 0; i--)
+		n = n << 8 | h8[i];
+	if (n > MAX_ST_HEADER || n > size - 8)
+		return flx_error_set(L->err, -EINVAL, file, NULL,
+				     "safetensors header length %llu does not "
+				     "fit the file",
+				     (unsigned long long)n);
+	if (!(buf = malloc(n + 1)))
+		return -ENOMEM;
+	if (pread(fd, buf, n, 8) != (ssize_t)n) {
+		rc = flx_error_set(L->err, -EIO, file, NULL, "cannot read");
+		goto out;
+	}
+	flx_json_guard_begin();
+	root = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &je);
+	if (flx_json_guard_failed()) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (!json_is_object(root)) {
+		rc = flx_error_set(L->err, -EINVAL, file, NULL,
+				   "safetensors header is not a JSON object");
+		goto out;
+	}
+	json_object_foreach(root, k, v)
+	{
+		if (strcmp(k, "__metadata__") == 0)
+			continue;
+		if ((rc = st_entry(L, file, rank, idx, 8 + n, size - 8 - n, k,
+				   v)))
+			goto out;
+	}
+out:
+	json_decref(root);
+	free(buf);
+	return rc;
+}
+
+/* ---- the strategy ---- */
+
+static int load_strategy(loader *L, const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	struct stat sb;
+	char *buf = NULL;
+	int rc = 0;
+
+	if (fd < 0)
+		return flx_error_set(L->err, -errno, path, "src_strategy",
+				     "cannot open the strategy file");
+	if (fstat(fd, &sb) || !S_ISREG(sb.st_mode) ||
+	    (uint64_t)sb.st_size > MAX_STRATEGY_BYTES) {
+		rc = flx_error_set(L->err, -EINVAL, path, "src_strategy",
+				   "not a regular file of at most 256 MiB");
+		goto out;
+	}
+	if (!(buf = malloc((size_t)sb.st_size + 1))) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (off_t at = 0; at < sb.st_size;) {
+		ssize_t k = pread(fd, buf + at, (size_t)(sb.st_size - at), at);
+		if (k <= 0) {
+			rc = flx_error_set(L->err, k < 0 ? -errno : -EIO, path,
+					   "src_strategy", "cannot read");
+			goto out;
+		}
+		at += k;
+	}
+	rc = flx_ms_strategy_parse(buf, (size_t)sb.st_size,
+				   ends_with(path, ".json"), path, &L->st,
+				   L->err);
+	if (!rc) {
+		flx_access a = flx_access_of(&sb);
+		flx_access_meet(&L->c->access, &a);
+	}
+out:
+	free(buf);
+	close(fd);
+	return rc;
+}
+
+/* ---- the global index ---- */
+
+static char *pool_str(flx_pool *p, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *d = flx_pool_alloc(p, n);
+	if (d)
+		memcpy(d, s, n);
+	return d;
+}
+
+static int cmp_entry_p(const void *a, const void *b)
+{
+	const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
+	int c = strcmp(x->name, y->name);
+	if (c)
+		return c;
+	return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+typedef struct group {
+	entry **e;
+	size_t n;
+	uint32_t first; /* lowest seq: the tensor order */
+} group;
+
+static int cmp_group(const void *a, const void *b)
+{
+	const group *x = a, *y = b;
+	return (x->first > y->first) - (x->first < y->first);
+}
+
+static void fmt_dims(char *buf, size_t n, int nd, const int64_t *d)
+{
+	size_t at = (size_t)snprintf(buf, n, "[");
+	for (int i = 0; i < nd && at < n; i++)
+		at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? "," : "",
+				       (long long)d[i]);
+	if (at < n)
+		snprintf(buf + at, n - at, "]");
+}
+
+/* A kept (rank, box): e's data placed at off in the global tensor. */
+typedef struct held {
+	const entry *e;
+	int64_t off[FLX_MAX_DIMS];
+} held;
+
+/* The box each entry of g holds, into h (replicas dropped): *nh kept. */
+static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
+		 const flx_ms_layout **layout, flx_ms_layout *fold0)
+{
+	const entry *e0 = g->e[0];
+	uint64_t devices = L->st ? L->st->devices : 0;
+	char a[160], b[160];
+
+	*nh = 0;
+	t->ndim = e0->ndim;
+	t->dtype = e0->dtype;
+	t->stored = e0->stored;
+	/* the global shape: from the first rank with a layout (§2.4(i)) */
+	const flx_ms_layout *lay0 = NULL;
+	flx_ms_layout fold;
+	for (size_t i = 0; i < g->n && L->st && !lay0; i++)
+		lay0 = flx_ms_strategy_find(L->st, g->e[i]->name,
+					    g->e[i]->rank / devices);
+	memcpy(t->shape, e0->dims, sizeof(t->shape));
+	if (lay0) {
+		const entry *ref = NULL;
+		for (size_t i = 0; i < g->n && !ref; i++)
+			if (flx_ms_strategy_find(L->st, g->e[i]->name,
+						 g->e[i]->rank / devices) ==
+			    lay0)
+				ref = g->e[i];
+		if ((int)lay0->ndim > ref->ndim &&
+		    flx_ms_layout_fold(lay0, (uint32_t)ref->ndim, fold0) == 0)
+			lay0 = fold0;
+		if ((int)lay0->ndim != ref->ndim)
+			return flx_error_set(
+			    L->err, -EINVAL, L->c->files[ref->file].relpath,
+			    ref->name,
+			    "stored with %d dims, its strategy layout has %u",
+			    ref->ndim, lay0->ndim);
+		if (lay0->has_shape) {
+			for (uint32_t i = 0; i < lay0->ndim; i++)
+				t->shape[i] = (int64_t)lay0->shape[i];
+		} else {
+			uint64_t f[FLX_MS_MAX_DIMS];
+			flx_ms_factors(lay0, f);
+			for (uint32_t i = 0; i < lay0->ndim; i++)
+				t->shape[i] = ref->dims[i] * (int64_t)f[i];
+			if (lay0->nsplit) {
+				int64_t m = 0;
+				for (uint32_t j = 0; j < lay0->nsplit; j++)
+					if (lay0->split_off[j] +
+						lay0->split_rows[j] >
+					    m)
+						m = lay0->split_off[j] +
+						    lay0->split_rows[j];
+				t->shape[0] = m;
+			}
+		}
+	}
+	*layout = lay0;
+	for (size_t i = 0; i < g->n; i++) {
+		const entry *e = g->e[i];
+		const char *ef = L->c->files[e->file].relpath;
+		const flx_ms_layout *lay =
+		    L->st ? flx_ms_strategy_find(L->st, e->name,
+						 e->rank / devices)
+			  : NULL;
+		uint64_t st[FLX_MS_MAX_DIMS], ln[FLX_MS_MAX_DIMS];
+		held x = {.e = e};
+
+		if (lay && (int)lay->ndim > e->ndim &&
+		    flx_ms_layout_fold(lay, (uint32_t)e->ndim, &fold) == 0)
+			lay = &fold;
+
+		if (e->dtype != t->dtype || e->stored != t->stored)
+			return flx_error_set(L->err, -EINVAL, ef, e->name,
+					     "dtype %s differs from rank %u's "
+					     "%s",
+					     flx_dtype_name(e->dtype), e0->rank,
+					     flx_dtype_name(t->dtype));
+		if (e->ndim != t->ndim)
+			goto shape_mismatch;
+		bool whole = memcmp(e->dims, t->shape,
+				    sizeof(int64_t) * (size_t)t->ndim) == 0;
+		if (lay && !whole) {
+			uint64_t S[FLX_MS_MAX_DIMS];
+			for (int d = 0; d < t->ndim; d++)
+				S[d] = (uint64_t)t->shape[d];
+			if (flx_ms_box(lay, S, e->rank % devices, st, ln))
+				return flx_error_set(
+				    L->err, -EINVAL, ef, e->name,
+				    "its strategy layout does not split the "
+				    "global shape evenly");
+			for (int d = 0; d < t->ndim; d++) {
+				if ((uint64_t)e->dims[d] != ln[d])
+					goto shape_mismatch;
+				x.off[d] = (int64_t)st[d];
+			}
+		} else if (!whole) {
+			goto shape_mismatch;
+		}
+		/* replicas: keep the first (lowest rank) of each box */
+		bool dup = false;
+		for (size_t k = 0; k < *nh && !dup; k++)
+			dup = memcmp(h[k].off, x.off,
+				     sizeof(int64_t) * (size_t)t->ndim) == 0 &&
+			      memcmp(h[k].e->dims, e->dims,
+				     sizeof(int64_t) * (size_t)t->ndim) == 0;
+		if (!dup)
+			h[(*nh)++] = x;
+		continue;
+	shape_mismatch:
+		fmt_dims(a, sizeof(a), e->ndim, e->dims);
+		if (lay && e->ndim == t->ndim) {
+			int64_t want[FLX_MAX_DIMS];
+			for (int d = 0; d < t->ndim; d++)
+				want[d] = (int64_t)ln[d];
+			fmt_dims(b, sizeof(b), t->ndim, want);
+		} else {
+			fmt_dims(b, sizeof(b), t->ndim, t->shape);
+		}
+		return flx_error_set(L->err, -EINVAL, ef, e->name,
+				     "rank %u stores dims %s, %s says %s",
+				     e->rank, a,
+				     lay ? "its strategy layout"
+					 : "the first rank holding it (no "
+					   "layout: replicated)",
+				     b);
+	}
+	return 0;
+}
+
+/* flx_tensor.saved_split: the one tensor-parallel axis of the layout
+ * (the optimizer shard is no TP split, so chunks that differ along dim 0
+ * too do not hide it); -1 when none splits; 0 (inferred) for several. */
+static int split_axis(const flx_ms_layout *l)
+{
+	int axis = -1;
+	uint64_t f[FLX_MS_MAX_DIMS];
+
+	if (!l)
+		return -1;
+	for (uint32_t i = 0; i < l->ndim; i++) {
+		f[i] = 1;
+		for (uint32_t j = 0; j < l->nmap[i]; j++)
+			f[i] *= l->dev[l->ndev - 1 - l->map[i][j]];
+		if (f[i] > 1 && axis >= 0)
+			return 0;
+		if (f[i] > 1)
+			axis = (int)i;
+	}
+	return axis < 0 ? -1 : axis + 1;
+}
+
+static int build_tensor(loader *L, const group *g, flx_tensor *t)
+{
+	held *h = malloc(g->n * sizeof(*h));
+	const flx_ms_layout *lay = NULL;
+	flx_ms_layout fold0;
+	size_t nch = 0;
+	uint32_t at = 0;
+	int rc;
+
+	if (!h)
+		return -ENOMEM;
+	if ((rc = place(L, g, t, h, &nch, &lay, &fold0)))
+		goto out;
+	t->saved_split = split_axis(lay);
+	/* chunks: each piece of a kept entry as the boxes of its elements */
+	{
+		uint32_t total = 0;
+		for (size_t i = 0; i < nch; i++) {
+			const entry *e = h[i].e;
+			unsigned es =
+			    flx_dtype_size(e->stored ? e->stored : e->dtype);
+			int64_t lo[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
+			    sz[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
+			    first[FLX_FLAT_BOXES_MAX];
+			uint64_t el = 0;
+			for (uint32_t p = 0; p < e->npieces; p++) {
+				unsigned nb;
+				uint64_t n = e->pieces[p].len / es;
+				flx_flat_boxes(e->ndim, e->dims, (int64_t)el,
+					       (int64_t)(el + n), lo, sz, first,
+					       &nb);
+				total += nb;
+				el += n;
+			}
+		}
+		if ((rc = flx_tensor_pool_chunks(&L->c->pool, t, total)))
+			goto out;
+	}
+	for (size_t i = 0; i < nch; i++) {
+		const entry *e = h[i].e;
+		unsigned es = flx_dtype_size(e->stored ? e->stored : e->dtype);
+		int64_t lo[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
+		    sz[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
+		    first[FLX_FLAT_BOXES_MAX], stride[FLX_MAX_DIMS];
+		uint64_t el = 0;
+		int64_t s = 1;
+		for (int d = e->ndim; d-- > 0;) {
+			stride[d] = s;
+			s *= e->dims[d] ? e->dims[d] : 1;
+		}
+		for (uint32_t p = 0; p < e->npieces; p++) {
+			unsigned nb;
+			uint64_t n = e->pieces[p].len / es;
+			flx_flat_boxes(e->ndim, e->dims, (int64_t)el,
+				       (int64_t)(el + n), lo, sz, first, &nb);
+			for (unsigned k = 0; k < nb; k++) {
+				flx_chunk *ch = &t->chunks[at++];
+				for (int d = 0; d < e->ndim; d++) {
+					ch->off[d] = h[i].off[d] + lo[k][d];
+					ch->size[d] = sz[k][d];
+					ch->stride[d] = stride[d];
+				}
+				ch->file = e->file;
+				ch->data_off = ch->item_off =
+				    e->pieces[p].off +
+				    (uint64_t)(first[k] - (int64_t)el) * es;
+				ch->item_len =
+				    flx_numel(e->ndim, ch->size) * es;
+				ch->contig_from =
+				    flx_chunk_contig_from(e->ndim, ch);
+			}
+			el += n;
+		}
+	}
+	rc = flx_tensor_check_chunks(
+	    t, L->st_path ? L->st_path : L->c->files[g->e[0]->file].relpath,
+	    L->err);
+	if (rc == -EINVAL && L->err)
+		flx_error_key(L->err, t->fqn);
+out:
+	free(h);
+	return rc;
+}
+
+static int build_index(loader *L)
+{
+	entry **p = malloc((L->ne ? L->ne : 1) * sizeof(*p));
+	group *g = malloc((L->ne ? L->ne : 1) * sizeof(*g));
+	size_t ng = 0;
+	int rc = 0;
+
+	if (!p || !g) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < L->ne; i++)
+		p[i] = &L->e[i];
+	qsort(p, L->ne, sizeof(*p), cmp_entry_p);
+	for (size_t i = 0; i < L->ne;) {
+		size_t j = i + 1;
+		uint32_t first = p[i]->seq;
+		while (j < L->ne && strcmp(p[j]->name, p[i]->name) == 0) {
+			if (p[j]->rank == p[j - 1]->rank) {
+				rc = flx_error_set(
+				    L->err, -EINVAL,
+				    L->c->files[p[j]->file].relpath, p[j]->name,
+				    "stored twice (not in consecutive "
+				    "records)");
+				goto out;
+			}
+			if (p[j]->seq < first)
+				first = p[j]->seq;
+			j++;
+		}
+		g[ng++] = (group){p + i, j - i, first};
+		i = j;
+	}
+	qsort(g, ng, sizeof(*g), cmp_group);
+	L->c->tensors = calloc(ng ? ng : 1, sizeof(flx_tensor));
+	if (!L->c->tensors) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < ng; i++) {
+		flx_tensor *t = &L->c->tensors[i];
+		t->fqn = pool_str(&L->c->pool, g[i].e[0]->name);
+		L->c->ntensors = i + 1;
+		if (!t->fqn) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		if ((rc = build_tensor(L, &g[i], t)))
+			goto out;
+	}
+out:
+	free(p);
+	free(g);
+	return rc;
+}
+
+/* ---- load ---- */
+
+static int load_rank(loader *L, const rankfile *rf)
+{
+	flx_file_ref ref = {.from = "rank directory", .field = "file"};
+	uint32_t idx;
+	int fd, rc;
+
+	rc = flx_build_data_file(L->b, rf->relpath, &ref, &idx);
+	if (rc)
+		return rc;
+	if ((rc = flx_file_acquire(L->c, idx, &fd)))
+		return flx_error_set(L->err, rc, rf->relpath, NULL,
+				     "cannot open: %s", strerror(-rc));
+	if (ends_with(rf->relpath, ".safetensors")) {
+		L->safetensors = true;
+		rc = load_safetensors(L, rf->rank, idx, fd, rf->relpath);
+	} else {
+		rc = load_ckpt(L, rf->rank, idx, fd, rf->relpath);
+	}
+	flx_file_release(L->c, idx);
+	return rc;
+}
+
+static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
+{
+	loader L = {.b = b, .c = flx_build_ckpt(b), .err = err};
+	int rc;
+
+	rc = scan_dir(&L, flx_build_dirfd(b));
+	/* without a layout, ranks' equal dims would pass for replicas even
+	 * when they are slices: serving one as the whole would be wrong */
+	if (!rc && !o->ms_strategy && L.nrf > 1)
+		rc = flx_error_set(
+		    err, -EINVAL, L.rf[1].relpath, "src_strategy",
+		    "a checkpoint of %zu ranks needs its strategy "
+		    "file: -o src_strategy=FILE",
+		    L.nrf);
+	if (!rc && o->ms_strategy) {
+		L.st_path = o->ms_strategy;
+		rc = load_strategy(&L, o->ms_strategy);
+	}
+	if (!rc && L.st) {
+		uint64_t world = (uint64_t)L.st->nstages * L.st->devices;
+		for (size_t i = 0; i < L.nrf && !rc; i++)
+			if (L.rf[i].rank >= world)
+				rc = flx_error_set(
+				    err, -EINVAL, L.rf[i].relpath, NULL,
+				    "rank %u, but the strategy has %llu ranks "
+				    "(%u stages of %llu devices)",
+				    L.rf[i].rank, (unsigned long long)world,
+				    L.st->nstages,
+				    (unsigned long long)L.st->devices);
+	}
+	for (size_t i = 0; i < L.nrf && !rc; i++)
+		rc = load_rank(&L, &L.rf[i]);
+	if (!rc)
+		rc = build_index(&L);
+	if (!rc) {
+		L.c->mtime_ns = L.c->files[0].mtime_ns;
+		if (asprintf(&L.c->writer, "MindSpore (%s, %zu ranks%s)",
+			     L.safetensors ? "safetensors" : "ckpt", L.nrf,
+			     L.st ? "" : ", no strategy") < 0) {
+			L.c->writer = NULL;
+			rc = -ENOMEM;
+		}
+	}
+	for (size_t i = 0; i < L.nrf; i++)
+		free(L.rf[i].relpath);
+	free(L.rf);
+	for (size_t i = 0; i < L.ne; i++) {
+		free(L.e[i].name);
+		free(L.e[i].pieces);
+	}
+	free(L.e);
+	flx_ms_strategy_free(L.st);
+	return rc;
+}
+
+const flx_source flx_source_mindspore = {
+    .name = "mindspore",
+    .kind = "MindSpore",
+    .marker = "rank_<N>/*.ckpt",
+    .probe = probe,
+    .owns = owns,
+    .load = load,
+};

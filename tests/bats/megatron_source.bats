@@ -1,0 +1,162 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# A Megatron save directory as the source (megatron-format.md 1.1): the
+# iteration latest_checkpointed_iteration.txt names, or -o megatron_iter=N,
+# mounts; a "release" tracker serves megatron/release/ again.  And the
+# source's args.vocab_size as the true vocab of megatron/ (spec 7).
+# Oracle: tools/fixtures/gen_megatron.py legacy (numpy slices of the
+# fixtures' truth), compared by tests/bats/lib/check_megatron_legacy.py.
+
+load helpers
+
+FX=$FLEXFS_SRC/tests/fixtures
+GEN=$FLEXFS_SRC/tools/fixtures/gen_megatron.py
+CHECK=$FLEXFS_SRC/tests/bats/lib/check_megatron_legacy.py
+STUB=$FLEXFS_SRC/tools/fixtures/megatron_stub
+ITER=iter_0000100
+
+setup_file() {
+	local d=$BATS_FILE_TMPDIR
+	# a fixture whose args name the tokenizer's vocab (100 of the 256
+	# saved rows); the oracle reads the same args
+	cp -r "$FX/megatron-untied" "$d/megatron-vocab"
+	/usr/bin/python3 - "$GEN" "$STUB" "$d/megatron-vocab" <<'PY'
+import importlib.util, os, sys
+sys.path.insert(0, sys.argv[2])
+spec = importlib.util.spec_from_file_location("g", sys.argv[1])
+g = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(g)
+import torch
+c = g.load_common(sys.argv[3])
+c["args"].vocab_size = 100
+torch.save(c, os.path.join(sys.argv[3], "ckpt", g.ITER_DIR, "common.pt"))
+PY
+	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
+		"$GEN" "$FX" "$d" megatron-untied:2:2:local megatron-tied:1:2:local
+	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
+		"$GEN" "$d" "$d" megatron-vocab:1:2:local:100 \
+		megatron-vocab:2:1:local:100 megatron-vocab:1:2:local:150
+}
+
+setup() {
+	setup_ff
+}
+
+teardown() {
+	mountpoint -q "$MNT" && fusermount3 -u -z "$MNT"
+	teardown_ff
+}
+
+# check MOUNT EXPECTED: the checker passes on MOUNT/megatron.
+check() {
+	run /usr/bin/python3 "$CHECK" --mount "$1/megatron" --expected "$2" \
+		--stub "$STUB"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *" passed, 0 failed"* ]]
+}
+
+# refused DIR OPTS WANT: the mount fails with one line containing WANT.
+refused() {
+	run --separate-stderr "$FLEXFS_BIN" "$1" "$MNT" ${2:+-o "$2"} 3>&-
+	echo "$stderr"
+	[ "$status" -ne 0 ]
+	not_mounted "$MNT"
+	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
+	[[ $stderr == *"$3"* ]]
+}
+
+@test "megatron save dir: the tracker's iteration mounts, megatron/ equals Megatron's files" {
+	mount_ff "$FX/megatron-untied/ckpt" "$MNT" "tp=2,pp=2"
+	check "$MNT" "$BATS_FILE_TMPDIR/exp-megatron-untied-2-2-local"
+	run cat "$MNT/index.json"
+	[[ $output == *"megatron-untied/ckpt/$ITER"* ]]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+}
+
+@test "megatron save dir: the tracker picks among iterations, megatron_iter=N another" {
+	local s=$BATS_TEST_TMPDIR/save
+	mkdir -p "$s"
+	cp -r "$FX/megatron-untied/ckpt/$ITER" "$s/$ITER"
+	cp -r "$FX/megatron-tied/ckpt/$ITER" "$s/iter_0000200"
+	printf '200\n' >"$s/latest_checkpointed_iteration.txt"
+	mount_ff "$s" "$MNT" "tp=1,pp=2"
+	check "$MNT" "$BATS_FILE_TMPDIR/exp-megatron-tied-1-2-local"
+	unmount_ff "$MNT"
+	mount_ff "$s" "$MNT" "tp=2,pp=2,megatron_iter=100"
+	check "$MNT" "$BATS_FILE_TMPDIR/exp-megatron-untied-2-2-local"
+	unmount_ff "$MNT"
+	refused "$s" megatron_iter=300 \
+		"save/iter_0000300: megatron_iter: no such iteration directory"
+	refused "$s" megatron_iter=x "megatron_iter"
+}
+
+@test "megatron save dir: a 'release' tracker serves megatron/release/ and 'release'" {
+	local s=$BATS_TEST_TMPDIR/save m2=$BATS_TEST_TMPDIR/m2 f
+	mkdir -p "$s" "$m2"
+	cp -r "$FX/megatron-untied/ckpt/$ITER" "$s/release"
+	printf 'release' >"$s/latest_checkpointed_iteration.txt"
+	mount_ff "$s" "$MNT" "tp=2,pp=2"
+	run ls "$MNT/megatron"
+	[ "$output" = $'latest_checkpointed_iteration.txt\nrelease' ]
+	[ "$(cat "$MNT/megatron/latest_checkpointed_iteration.txt")" = release ]
+	# the same files as the iteration's own mount
+	local pid=$FF_PID
+	mount_ff "$FX/megatron-untied/ckpt/$ITER" "$m2" "tp=2,pp=2"
+	for f in mp_rank_00_000 mp_rank_01_001; do
+		cmp "$MNT/megatron/release/$f/model_optim_rng.pt" \
+			"$m2/megatron/$ITER/$f/model_optim_rng.pt"
+	done
+	unmount_ff "$m2"
+	FF_PID=$pid
+	unmount_ff "$MNT"
+}
+
+@test "megatron save dir: a bad tracker or a missing iteration is refused with one line" {
+	local s=$BATS_TEST_TMPDIR/save
+	mkdir -p "$s"
+	cp -r "$FX/megatron-untied/ckpt/$ITER" "$s/$ITER"
+	printf 'latest' >"$s/latest_checkpointed_iteration.txt"
+	refused "$s" "" "latest_checkpointed_iteration.txt: 'latest' is neither an iteration number nor 'release'"
+	printf '200' >"$s/latest_checkpointed_iteration.txt"
+	refused "$s" "" "latest_checkpointed_iteration.txt: names iter_0000200, which is not a directory here"
+	# a symlinked iteration directory is not followed
+	ln -s "$ITER" "$s/iter_0000200"
+	printf '200' >"$s/latest_checkpointed_iteration.txt"
+	refused "$s" "" "names iter_0000200, which is not a directory here"
+}
+
+@test "megatron: args.vocab_size is the true vocab of megatron/; megatron_true_vocab overrides it" {
+	local src=$BATS_FILE_TMPDIR/megatron-vocab/ckpt t
+	for t in 1:2 2:1; do
+		mount_ff "$src" "$MNT" "tp=${t%:*},pp=${t#*:}"
+		check "$MNT" "$BATS_FILE_TMPDIR/exp-megatron-vocab-${t%:*}-${t#*:}-local-100"
+		unmount_ff "$MNT"
+	done
+	mount_ff "$src" "$MNT" "tp=1,pp=2,megatron_true_vocab=150"
+	check "$MNT" "$BATS_FILE_TMPDIR/exp-megatron-vocab-1-2-local-150"
+	unmount_ff "$MNT"
+}
+
+@test "megatron <= 0.7: plain Metadata, no content_metadata, fully_sharded_bucket_space 1-D buckets served as saved" {
+	# tests/unit/data/megatron-v07: tools/fixtures/gen_megatron_v07.py's
+	# overlay on megatron-optim-dp-reshardable (the same tensors and bytes)
+	local d=$BATS_TEST_TMPDIR/v07 fx=megatron-optim-dp-reshardable tp
+	cp -r "$FX/$fx/ckpt/$ITER" "$d"
+	cp -a "$FLEXFS_SRC/tests/unit/data/megatron-v07/." "$d/"
+	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_truth.py" "$FX/$fx" \
+		"$BATS_TEST_TMPDIR/truth"
+	for tp in 1 2; do
+		mount_ff "$d" "$MNT" "tp=$tp"
+		run /usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/check_views.py" -q \
+			--mount "$MNT" --truth "$BATS_TEST_TMPDIR/truth" --tp "$tp" --pp 1
+		echo "tp=$tp: $output"
+		unmount_ff "$MNT"
+		[ "$status" -eq 0 ]
+		[[ $output == *" passed, 0 failed"* ]]
+	done
+	run "$FLEXFS_INSPECT" "$d"
+	echo "$output"
+	[[ $output == *"fully_sharded_bucket_space"* ]]
+}

@@ -1,0 +1,154 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# The MindSpore source: the tests/fixtures/mindspore-* checkpoints
+# (tools/fixtures/gen_mindspore.py, a stand-in writer to the spec) mounted
+# with their strategy file (-o src_strategy=, protobuf and JSON, merged
+# pipeline strategies), each at tp 1, 2 x pp 1, 2, and every byte of every
+# generic view (index.json, ranks/*/model.safetensors, npy, hf/) checked by
+# lib/check_views.py against the truth lib/mindspore_truth.py builds from
+# the generator's own values and layout arithmetic (nothing of flexfs).
+# Layouts: TP2 x DP2 with the parallel optimizer on every parameter and
+# Values cut every 200 bytes; MindFormers' front-end strategy with ZeRO-3
+# in flat per-rank files; DP2 x MP2 x PP2 through the merged strategy; the
+# <= 2.2 writer (BFloat16 as float32, scalar dims [0]); CRC trailers;
+# safetensors (>= 2.4), also with remove_redundancy.
+
+load helpers
+
+FX=$FLEXFS_SRC/tests/fixtures
+CHECK=$FLEXFS_SRC/tests/bats/lib/check_views.py
+TRUTH=$FLEXFS_SRC/tests/bats/lib/mindspore_truth.py
+
+setup() {
+	setup_ff
+	MS_MNTS=()
+	MS_PIDS=()
+	MS_CHECKS=()
+}
+
+teardown() {
+	local m
+
+	for m in "${MS_MNTS[@]}"; do
+		[[ -z $(mountinfo_of "$m") ]] ||
+			fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m"
+	done
+	teardown_ff
+}
+
+# ms_mount DIR STRATEGY TPxPP...: mount DIR with STRATEGY once per TPxPP,
+# each to be checked by ms_check against the truth of DIR (whose chunks
+# come from $MS_TRUTH_STRATEGY when set, else STRATEGY).
+ms_mount() {
+	local dir=$1 strat=$2 tp pp combo m
+	local truth=$BATS_TEST_TMPDIR/truth-${#MS_MNTS[@]}
+
+	shift 2
+	/usr/bin/python3 "$TRUTH" "$dir" "${MS_TRUTH_STRATEGY:-$strat}" \
+		"$truth" >/dev/null
+	for combo in "$@"; do
+		tp=${combo%x*} pp=${combo#*x}
+		m=$BATS_TEST_TMPDIR/mnt-${#MS_MNTS[@]}
+		mkdir -p "$m"
+		mount_ff "$dir" "$m" "tp=$tp,pp=$pp,src_strategy=$strat"
+		MS_MNTS+=("$m")
+		MS_PIDS+=("$FF_PID")
+		MS_CHECKS+=("$m $truth $tp $pp")
+	done
+}
+
+# ms_check: every view of every mount equals its truth, in one checker
+# process; each unmounts cleanly and no daemon said anything.
+ms_check() {
+	local i f
+
+	run /usr/bin/python3 - "$CHECK" "${MS_CHECKS[@]}" <<'PY'
+import os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import check_views
+rc = 0
+for c in sys.argv[2:]:
+    m, truth, tp, pp = c.split()
+    print("%s tp=%s pp=%s: " % (os.path.basename(truth), tp, pp), end="", flush=True)
+    rc |= check_views.main(["-q", "--mount", m, "--truth", truth, "--tp", tp, "--pp", pp])
+sys.exit(rc)
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c " passed, 0 failed" <<<"$output")" -eq "${#MS_CHECKS[@]}" ]
+	for i in "${!MS_MNTS[@]}"; do
+		FF_PID=${MS_PIDS[$i]}
+		unmount_ff "${MS_MNTS[$i]}"
+		[ "$FF_RC" -eq 0 ]
+	done
+	for f in "${FF_ERRS[@]}"; do
+		[ ! -s "$f" ]
+	done
+}
+
+@test "mindspore tp2dp2 (optimizer shard, 200-byte Values) with protobuf and JSON strategies, and pp2 (dp x mp x pp) with the merged strategy: every view equals the truth" {
+	local t=$FX/mindspore-tp2dp2 p=$FX/mindspore-pp2
+
+	ms_mount "$t/ckpt" "$t/strategy/ckpt_strategy_rank_0.ckpt" 1x1 2x1 2x2
+	ms_mount "$t/ckpt" "$t/strategy_json/ckpt_strategy_rank_0.json" 2x1
+	ms_mount "$p/ckpt" "$p/merged/merged_ckpt_strategy.ckpt" 1x1 2x2 1x2
+	# JSON: its Layout-API lm_head.weight expanded, folded back at mount
+	MS_TRUTH_STRATEGY=$p/merged/merged_ckpt_strategy.ckpt \
+		ms_mount "$p/ckpt" "$p/merged/merged_ckpt_strategy.json" 2x2
+	ms_check
+}
+
+@test "mindspore MindFormers ZeRO-3 flat files, <= 2.2 writer, CRC trailers, safetensors (with remove_redundancy): every view equals the truth" {
+	local v
+
+	for v in flat-mf legacy22 crc safetensors; do
+		ms_mount "$FX/mindspore-$v/ckpt" \
+			"$FX/mindspore-$v/strategy/ckpt_strategy_rank_0.ckpt" 2x1
+	done
+	ms_mount "$FX/mindspore-safetensors/ckpt-dedup" \
+		"$FX/mindspore-safetensors/strategy/ckpt_strategy_rank_0.ckpt" 1x2
+	ms_check
+}
+
+@test "mindspore index.json names the source; refused at mount in one line: encrypted, bad CRC, a stage's strategy alone, no strategy for sharded ranks" {
+	local t=$FX/mindspore-tp2dp2 p=$FX/mindspore-pp2
+
+	mount_ff "$t/ckpt" "$MNT" "src_strategy=$t/strategy/ckpt_strategy_rank_0.ckpt"
+	run /usr/bin/python3 - "$MNT/index.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["source"]["format"] == "mindspore", d["source"]
+assert d["source"]["writer"].startswith("MindSpore (ckpt, 4 ranks"), d["source"]
+print("ok")
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	unmount_ff "$MNT"
+
+	run "$FLEXFS_BIN" "$FX/mindspore-encrypted/ckpt" "$MNT" -f \
+		-o "src_strategy=$FX/mindspore-encrypted/strategy/ckpt_strategy_rank_0.ckpt"
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[[ $output == *"rank_0/llama_rank_0-2_4.ckpt: encrypted checkpoint (AES-GCM)"* ]]
+	[ "$(grep -c . <<<"$output")" -eq 1 ]
+
+	run "$FLEXFS_BIN" "$FX/mindspore-crc/ckpt-badcrc" "$MNT" -f \
+		-o "src_strategy=$FX/mindspore-crc/strategy/ckpt_strategy_rank_0.ckpt"
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[[ $output == *".ckpt: crc_num: CRC-32 of the file is "* ]]
+	[ "$(grep -c . <<<"$output")" -eq 1 ]
+
+	run "$FLEXFS_BIN" "$p/ckpt" "$MNT" -f \
+		-o "src_strategy=$p/strategy/ckpt_strategy_rank_4.ckpt"
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[[ $output == *"ckpt_strategy_rank_4.ckpt: pipeline stage 0 has no layouts"* ]]
+	[ "$(grep -c . <<<"$output")" -eq 1 ]
+
+	run "$FLEXFS_BIN" "$t/ckpt" "$MNT" -f
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[[ $output == *"rank_1/llama_rank_1-2_4.ckpt: src_strategy: a checkpoint of 4 ranks needs its strategy file"* ]]
+	[ "$(grep -c . <<<"$output")" -eq 1 ]
+}

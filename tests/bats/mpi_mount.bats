@@ -1,0 +1,287 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# The distributed mount (-o mpi, fs/mpi_mount.h): N ranks of mpirun on this
+# machine, each with its own directory holding part of the checkpoint; every
+# rank's tree must equal a single-machine mount of the whole checkpoint.
+# mpirun runs with --enable-recovery so that a killed rank leaves the others
+# running (otherwise mpirun itself ends them all).
+
+load helpers
+
+TIMEOUT=3 # -o mpi_timeout: seconds a read waits for a dead rank
+
+setup() {
+	[[ ${FLEXFS_MPI:-OFF} == ON ]] ||
+		skip "flexfs built without MPI (FLEXFS_WITH_MPI=OFF)"
+	command -v mpirun >/dev/null || skip "mpirun not found"
+	require_fuse
+	setup_ff
+	T=$BATS_TEST_TMPDIR
+	SRC=$FLEXFS_SRC/tests/fixtures/dcp-t113/ckpt
+	DM_PID=
+	DM_NP=0
+}
+
+teardown() {
+	local r
+
+	for ((r = 0; r < DM_NP; r++)); do
+		[[ -n $(mountinfo_of "$T/mnt$r") ]] || continue
+		fusermount3 -u -z "$T/mnt$r" 2>/dev/null || umount -l "$T/mnt$r"
+	done
+	if [[ -n $DM_PID ]] && ! wait_gone "$DM_PID" 100; then
+		kill -TERM "$DM_PID" 2>/dev/null || true
+	fi
+	teardown_ff
+}
+
+# split NP LAYOUT: the fixture's files over $T/src0..NP-1.  spread: file i
+# on rank i % NP only (no rank holds everything), .metadata on rank 0;
+# twice: file i on ranks i % NP and (i + 1) % NP, .metadata on the last
+# rank only.
+split() {
+	local np=$1 layout=$2 i=0 r f
+	local -a files
+
+	for ((r = 0; r < np; r++)); do
+		mkdir -p "$T/src$r" "$T/mnt$r"
+	done
+	mapfile -t files < <(cd "$SRC" && ls -A | grep -vx .metadata)
+	if [[ $layout == spread ]]; then
+		cp -p "$SRC/.metadata" "$T/src0/"
+	else
+		cp -p "$SRC/.metadata" "$T/src$((np - 1))/"
+	fi
+	for f in "${files[@]}"; do
+		cp -p "$SRC/$f" "$T/src$((i % np))/"
+		[[ $layout == spread ]] ||
+			cp -p "$SRC/$f" "$T/src$(((i + 1) % np))/"
+		i=$((i + 1))
+	done
+}
+
+# dm_start NP OPTS: mpirun NP daemons in the background (DM_PID, DM_LOG)
+# and wait until every rank has mounted; fails with the log otherwise.
+dm_start() {
+	local np=$1 opts=$2 i r up
+
+	DM_NP=$np
+	DM_LOG=$T/mpirun.log
+	mpirun --oversubscribe --allow-run-as-root --enable-recovery -np "$np" \
+		"$FLEXFS_BIN" -f "$T/src{rank}" "$T/mnt{rank}" \
+		-o "$opts,mpi,mpi_timeout=$TIMEOUT" >"$DM_LOG" 2>&1 3>&- &
+	DM_PID=$!
+	for ((i = 0; i < 200; i++)); do
+		up=0
+		for ((r = 0; r < np; r++)); do
+			mountpoint -q "$T/mnt$r" && up=$((up + 1))
+		done
+		((up == np)) && return 0
+		if ! kill -0 "$DM_PID" 2>/dev/null; then
+			echo "mpirun exited before every rank mounted:" >&2
+			cat "$DM_LOG" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
+	echo "not every rank mounted within 20 s:" >&2
+	cat "$DM_LOG" >&2
+	return 1
+}
+
+# dm_fails NP OPTS: mpirun must end on its own, no rank mounted; DM_LOG.
+dm_fails() {
+	local np=$1 opts=$2 r
+
+	DM_NP=$np
+	DM_LOG=$T/mpirun.log
+	run -0 timeout 60 bash -c 'mpirun --oversubscribe --allow-run-as-root \
+		-np "$1" "$2" -f "$3/src{rank}" "$3/mnt{rank}" -o "$4,mpi" \
+		>"$5" 2>&1 3>&-; echo "rc $?"' _ "$np" "$FLEXFS_BIN" "$T" \
+		"$opts" "$DM_LOG"
+	[[ $output != "rc 0" ]]
+	for ((r = 0; r < np; r++)); do
+		not_mounted "$T/mnt$r"
+	done
+}
+
+# same_as_ref NP OPTS: every rank's tree equals a single mount of the whole
+# checkpoint with OPTS, byte for byte (index.json names its source
+# directory: that line aside).
+same_as_ref() {
+	local np=$1 opts=$2 r
+
+	mkdir -p "$T/ref"
+	mount_ff "$SRC" "$T/ref" "$opts"
+	for ((r = 0; r < np; r++)); do
+		diff -r --exclude=index.json "$T/ref" "$T/mnt$r"
+		diff <(grep -v '"dir":' "$T/ref/index.json") \
+			<(grep -v '"dir":' "$T/mnt$r/index.json")
+	done
+	unmount_ff "$T/ref"
+}
+
+# dm_stop: unmount rank 0; every rank must end, mpirun with status 0.
+dm_stop() {
+	local r rc=0
+
+	fusermount3 -u "$T/mnt0"
+	wait_gone "$DM_PID" 150
+	wait "$DM_PID" || rc=$?
+	DM_PID=
+	for ((r = 0; r < DM_NP; r++)); do
+		not_mounted "$T/mnt$r"
+	done
+	[[ $rc -eq 0 ]] || {
+		cat "$DM_LOG" >&2
+		return 1
+	}
+}
+
+@test "2 ranks, no rank holds everything: each equals one mount (tp=2; tp=4,pp=2)" {
+	split 2 spread
+	[[ ! -e $T/src1/.metadata ]]
+	dm_start 2 "tp=2,rules=$RULES"
+	same_as_ref 2 "tp=2,rules=$RULES"
+	dm_stop
+	dm_start 2 "tp=4,pp=2,rules=$RULES"
+	same_as_ref 2 "tp=4,pp=2,rules=$RULES"
+	dm_stop
+}
+
+@test "3 ranks, every file held twice, .metadata on the last: equal at tp=2,pp=2" {
+	split 3 twice
+	dm_start 3 "tp=2,pp=2,rules=$RULES"
+	same_as_ref 3 "tp=2,pp=2,rules=$RULES"
+	dm_stop
+}
+
+@test "4 ranks, spread: equal at tp=1 and reads of every rank's bytes" {
+	split 4 spread
+	dm_start 4 "tp=1,rules=$RULES"
+	same_as_ref 4 "tp=1,rules=$RULES"
+	dm_stop
+}
+
+@test "zstd items (dcp-zstd-mini) over 2 ranks: equal at tp=2 and tp=4,pp=2" {
+	SRC=$FLEXFS_SRC/tests/fixtures/dcp-zstd-mini/ckpt
+	echo '[]' >"$T/norules.json"
+	split 2 spread
+	dm_start 2 "tp=2,rules=$T/norules.json"
+	same_as_ref 2 "tp=2,rules=$T/norules.json"
+	dm_stop
+	dm_start 2 "tp=4,pp=2,rules=$T/norules.json"
+	same_as_ref 2 "tp=4,pp=2,rules=$T/norules.json"
+	dm_stop
+}
+
+@test "tensors saved transposed (strided gathers of remote bytes) over 2 ranks" {
+	/usr/bin/python3 "$FLEXFS_SRC/tools/fixtures/gen_dcp.py" \
+		--model transposed --out "$T/tposed" >"$T/gen.log" 2>&1 ||
+		{ cat "$T/gen.log" >&2; return 1; }
+	SRC=$T/tposed/ckpt
+	split 2 spread
+	dm_start 2 "tp=2,pp=2"
+	same_as_ref 2 "tp=2,pp=2"
+	dm_stop
+	dm_start 2 "tp=4,pp=1"
+	same_as_ref 2 "tp=4,pp=1"
+	dm_stop
+}
+
+@test "Megatron-Core torch_dist (common.pt and metadata.json on different ranks) over 2 ranks" {
+	SRC=$FLEXFS_SRC/tests/fixtures/megatron-tied/ckpt/iter_0000100
+	split 2 spread
+	[[ -e $T/src1/common.pt && -e $T/src0/metadata.json ]] ||
+		[[ -e $T/src0/common.pt && -e $T/src1/metadata.json ]]
+	dm_start 2 "tp=2"
+	same_as_ref 2 "tp=2"
+	dm_stop
+}
+
+@test "a file held differently by two ranks fails every rank with one line" {
+	split 3 twice
+	local f
+	f=$(cd "$T/src0" && ls __*.distcp | head -n 1)
+	# the same size, one byte flipped in one copy only
+	printf '\x01' | dd of="$T/src0/$f" bs=1 seek=200 conv=notrunc status=none
+	dm_fails 3 "tp=2,rules=$RULES"
+	[[ $(grep -c "hold different files of this name" "$DM_LOG") -eq 3 ]]
+	[[ $(grep -c "^flexfs: " "$DM_LOG") -eq 3 ]]
+}
+
+@test "a file missing everywhere fails every rank with one line" {
+	split 2 spread
+	rm "$T/src1/__1_0.distcp"
+	dm_fails 2 "tp=2,rules=$RULES"
+	[[ $(grep -c "__1_0.distcp.*held by no node" "$DM_LOG") -eq 2 ]]
+	[[ $(grep -c "^flexfs: " "$DM_LOG") -eq 2 ]]
+}
+
+@test "a rank killed during reads: the others get EIO after the timeout, never hang or serve wrong bytes" {
+	split 2 spread
+	dm_start 2 "tp=2,rules=$RULES"
+	mkdir -p "$T/ref"
+	mount_ff "$SRC" "$T/ref" "tp=2,rules=$RULES"
+	local victim p f eio=0 start
+	for p in $(pgrep -P "$DM_PID") $(pgrep -x exe) $(pgrep -x flexfs); do
+		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
+			grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p && break
+	done
+	[[ -n $victim ]]
+	# reads in flight when it dies
+	(cat "$T"/mnt0/ranks/*/model.safetensors >/dev/null 2>&1 || true) 3>&- &
+	kill -KILL "$victim"
+	start=$SECONDS
+	for f in $(cd "$T/ref" && find ranks hf -type f | sort); do
+		if timeout $((TIMEOUT + 20)) cat "$T/mnt0/$f" >"$T/got" 2>"$T/err"; then
+			cmp "$T/got" "$T/ref/$f"
+		else
+			grep -q "Input/output error" "$T/err"
+			eio=$((eio + 1))
+		fi
+	done
+	((eio > 0))
+	# one timeout, then the dead rank fails at once
+	((SECONDS - start < 4 * TIMEOUT + 10))
+	unmount_ff "$T/ref"
+	fusermount3 -u -z "$T/mnt1"
+	fusermount3 -u "$T/mnt0"
+	wait_gone "$DM_PID" 150
+	DM_PID=
+	not_mounted "$T/mnt0"
+}
+
+@test "a file changed on its holder after the start: EIO on the others, never its new bytes" {
+	split 2 spread
+	dm_start 2 "tp=2,rules=$RULES"
+	mkdir -p "$T/ref"
+	mount_ff "$SRC" "$T/ref" "tp=2,rules=$RULES"
+	local f eio=0
+	printf '\x01' | dd of="$T/src1/__1_0.distcp" bs=1 seek=300 conv=notrunc status=none
+	for f in $(cd "$T/ref" && find ranks hf -type f | sort); do
+		if cat "$T/mnt0/$f" >"$T/got" 2>"$T/err"; then
+			cmp "$T/got" "$T/ref/$f"
+		else
+			grep -q "Input/output error" "$T/err"
+			eio=$((eio + 1))
+		fi
+	done
+	((eio > 0))
+	unmount_ff "$T/ref"
+	dm_stop
+}
+
+@test "unmounting one rank ends every rank" {
+	split 3 spread
+	dm_start 3 "tp=2,rules=$RULES"
+	fusermount3 -u "$T/mnt1"
+	wait_gone "$DM_PID" 150
+	local rc=0
+	wait "$DM_PID" || rc=$?
+	DM_PID=
+	not_mounted "$T/mnt0"
+	not_mounted "$T/mnt1"
+	not_mounted "$T/mnt2"
+	[[ $rc -eq 0 ]]
+}

@@ -1,0 +1,406 @@
+/* SPDX-License-Identifier: MIT */
+/* MindSpore strategy parser and box arithmetic (resolver/mindspore/
+ * strategy.h) against the byte strings and worked examples of
+ * shared/specs/mindspore-format.md §2.8, §3, §5.3 (tables copied by hand:
+ * the oracle is the spec, not the code). */
+#include "check.h"
+#include "strategy.h"
+
+#include <errno.h>
+
+static flx_ms_strategy *parse(const void *b, size_t n, bool json, flx_error *e)
+{
+	flx_ms_strategy *s = NULL;
+	flx_error_init(e);
+	int rc = flx_ms_strategy_parse(b, n, json, "s.ckpt", &s, e);
+	if (rc < 0)
+		return NULL;
+	return s;
+}
+
+/* §5.3: 70 bytes, D=[2,4], T=[1,-1], stage 0 */
+static const unsigned char ex53[] = {
+    0x08, 0x01, 0x12, 0x1c, 0x0a, 0x0a, 0x4d, 0x61, 0x74, 0x4d, 0x75, 0x6c,
+    0x2d, 0x6f, 0x70, 0x30, 0x12, 0x0e, 0x08, 0x00, 0x12, 0x04, 0x08, 0x02,
+    0x08, 0x01, 0x12, 0x04, 0x08, 0x01, 0x08, 0x04, 0x1a, 0x24, 0x0a, 0x01,
+    0x77, 0x12, 0x1f, 0x0a, 0x04, 0x08, 0x02, 0x08, 0x04, 0x12, 0x0d, 0x08,
+    0x01, 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+    0x1a, 0x00, 0x22, 0x00, 0x28, 0x00, 0x30, 0x00, 0x38, 0x00};
+
+static void box_is(const flx_ms_layout *l, const uint64_t *S, uint64_t rank,
+		   uint64_t s0, uint64_t l0, uint64_t s1, uint64_t l1, int line)
+{
+	uint64_t st[2] = {99, 99}, ln[2] = {99, 99};
+	int rc = flx_ms_box(l, S, rank, st, ln);
+	if (rc || st[0] != s0 || ln[0] != l0 ||
+	    (l->ndim > 1 && (st[1] != s1 || ln[1] != l1))) {
+		fprintf(stderr,
+			"line %d rank %llu: rc %d box [%llu+%llu, %llu+%llu] "
+			"want [%llu+%llu, %llu+%llu]\n",
+			line, (unsigned long long)rank, rc,
+			(unsigned long long)st[0], (unsigned long long)ln[0],
+			(unsigned long long)st[1], (unsigned long long)ln[1],
+			(unsigned long long)s0, (unsigned long long)l0,
+			(unsigned long long)s1, (unsigned long long)l1);
+		check_failures++;
+	}
+}
+#define BOX(l, S, r, a, b, c, d) box_is(l, S, r, a, b, c, d, __LINE__)
+
+static void test_ex53_and_examples(void)
+{
+	flx_error e;
+	flx_ms_strategy *s = parse(ex53, sizeof(ex53), false, &e);
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	CHECK_EQ(s->nlayouts, 1);
+	CHECK_EQ(s->devices, 8);
+	CHECK_EQ(s->nstages, 1);
+	CHECK(!s->merged);
+	flx_ms_layout *l = &s->layouts[0];
+	CHECK_STR(l->name, "w");
+	CHECK_EQ(l->ndev, 2);
+	CHECK_EQ(l->dev[0], 2);
+	CHECK_EQ(l->dev[1], 4);
+	CHECK_EQ(l->ndim, 2);
+	CHECK_EQ(l->nmap[0], 1);
+	CHECK_EQ(l->map[0][0], 1);
+	CHECK_EQ(l->nmap[1], 0);
+	CHECK(flx_ms_strategy_find(s, "w", 0) == l);
+	CHECK(flx_ms_strategy_find(s, "w", 1) == NULL);
+	CHECK(flx_ms_strategy_find(s, "x", UINT32_MAX) == NULL);
+
+	/* Example 1 */
+	uint64_t S[2] = {1024, 512}, f[2];
+	for (uint64_t r = 0; r < 8; r++)
+		BOX(l, S, r, r < 4 ? 0 : 512, 512, 0, 512);
+	flx_ms_factors(l, f);
+	CHECK_EQ(f[0], 2);
+	CHECK_EQ(f[1], 1);
+	uint64_t st[2], ln[2];
+	CHECK_EQ(flx_ms_box(l, S, 8, st, ln), -EINVAL);
+	uint64_t odd[2] = {1023, 512};
+	CHECK_EQ(flx_ms_box(l, odd, 0, st, ln), -EINVAL);
+
+	/* Example 3: opt shard size 4 (and -1), step 1 */
+	l->opt_step = 1;
+	l->opt_size = 4;
+	for (uint64_t r = 0; r < 8; r++)
+		BOX(l, S, r, 128 * r, 128, 0, 512);
+	CHECK_EQ(flx_ms_opt_parts(l), 4);
+	flx_ms_factors(l, f);
+	CHECK_EQ(f[0], 8);
+	l->opt_size = -1;
+	for (uint64_t r = 0; r < 8; r++)
+		BOX(l, S, r, 128 * r, 128, 0, 512);
+	/* size 2: ranks 0,2 rows 0:256; 1,3 256:512; 4,6 512:768; 5,7 */
+	l->opt_size = 2;
+	static const uint64_t e3[8] = {0, 256, 0, 256, 512, 768, 512, 768};
+	for (uint64_t r = 0; r < 8; r++)
+		BOX(l, S, r, e3[r], 256, 0, 512);
+	/* size larger than R is clamped to R */
+	l->opt_size = 16;
+	CHECK_EQ(flx_ms_opt_parts(l), 4);
+	/* step 0: no optimizer shard (MindFormers quirk) */
+	l->opt_step = 0;
+	l->opt_size = -1;
+	CHECK_EQ(flx_ms_opt_parts(l), 1);
+
+	/* pure DP over three repeated dims (D=[2,2,2], 1-D T=[-1]) with a
+	 * full optimizer shard: G is all 8 ranks, q = rank */
+	l->ndev = 3;
+	l->dev[0] = l->dev[1] = l->dev[2] = 2;
+	l->ndim = 1;
+	l->nmap[0] = 0;
+	l->opt_step = 1;
+	l->opt_size = -1;
+	uint64_t S1[1] = {16};
+	for (uint64_t r = 0; r < 8; r++)
+		BOX(l, S1, r, 2 * r, 2, 0, 0);
+	l->opt_size = 4; /* groups [0..3], [4..7] */
+	for (uint64_t r = 0; r < 8; r++)
+		BOX(l, S1, r, 4 * (r % 4), 4, 0, 0);
+	l->opt_step = 0;
+	l->ndev = 2;
+	l->dev[0] = 2;
+	l->dev[1] = 4;
+	l->ndim = 2;
+
+	/* Example 2: T=[-1,0] */
+	l->nmap[0] = 0;
+	l->nmap[1] = 1;
+	l->map[1][0] = 0;
+	for (uint64_t r = 0; r < 8; r++)
+		BOX(l, S, r, 0, 1024, 128 * (r % 4), 128);
+	flx_ms_strategy_free(s);
+}
+
+/* §3 layout item (Example 4): shard (2,1), local (512,512), 8 ranks */
+static const unsigned char ex3item[] = {
+    0x0a, 0x01, 0x77, 0x12, 0x1c, 0x0a, 0x06, 0x08, 0x04, 0x08, 0x02,
+    0x08, 0x01, 0x12, 0x04, 0x08, 0x01, 0x08, 0x00, 0x1a, 0x06, 0x08,
+    0x80, 0x04, 0x08, 0x80, 0x04, 0x28, 0x00, 0x30, 0x00, 0x38, 0x00};
+
+static void test_ex4_mindformers(void)
+{
+	unsigned char buf[64];
+	flx_error e;
+	buf[0] = 0x08; /* current_stage 0 */
+	buf[1] = 0x00;
+	buf[2] = 0x1a;
+	buf[3] = sizeof(ex3item);
+	memcpy(buf + 4, ex3item, sizeof(ex3item));
+	flx_ms_strategy *s = parse(buf, 4 + sizeof(ex3item), false, &e);
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	flx_ms_layout *l = &s->layouts[0];
+	CHECK_EQ(l->ndev, 3);
+	CHECK_EQ(l->nsplit, 0); /* param_split_shape without offsets */
+	uint64_t S[2] = {1024, 512};
+	for (uint64_t r = 0; r < 8; r++)
+		BOX(l, S, r, 512 * (r % 2), 512, 0, 512);
+	l->opt_step = 2;
+	l->opt_size = 4;
+	static const uint64_t e4[8] = {0, 512, 128, 640, 256, 768, 384, 896};
+	for (uint64_t r = 0; r < 8; r++)
+		BOX(l, S, r, e4[r], 128, 0, 512);
+	flx_ms_strategy_free(s);
+}
+
+/* §5.3 Layout-API 1-D item D=[2,2,2], map [[2,1]] (+ empty entry), and
+ * Example 6 (nested [[2,1],[0]], S=[8,6]) through JSON lists of lists */
+static const unsigned char ex53item1d[] = {
+    0x0a, 0x01, 0x62, 0x12, 0x1a, 0x0a, 0x06, 0x08, 0x02, 0x08, 0x02,
+    0x08, 0x02, 0x12, 0x04, 0x08, 0x02, 0x08, 0x01, 0x12, 0x00, 0x1a,
+    0x00, 0x22, 0x00, 0x28, 0x00, 0x30, 0x00, 0x38, 0x00};
+
+static void test_nested(void)
+{
+	unsigned char buf[64];
+	flx_error e;
+	buf[0] = 0x1a;
+	buf[1] = sizeof(ex53item1d);
+	memcpy(buf + 2, ex53item1d, sizeof(ex53item1d));
+	flx_ms_strategy *s = parse(buf, 2 + sizeof(ex53item1d), false, &e);
+	CHECK(s != NULL);
+	if (s) {
+		flx_ms_layout *l = &s->layouts[0];
+		CHECK(l->nested);
+		CHECK_EQ(l->ndim, 1);
+		CHECK_EQ(l->nmap[0], 2);
+		uint64_t S[1] = {8};
+		for (uint64_t r = 0; r < 8; r++)
+			BOX(l, S, r, 2 * (r / 2), 2, 0, 0);
+		flx_ms_strategy_free(s);
+	}
+	const char *js = "{\"current_stage\":1,\"parallel_layout_item\":{\"m\":"
+			 "{\"dev_matrix\":[2,2,2],\"tensor_map\":[[2,1],[0]],"
+			 "\"field\":0}}}";
+	s = parse(js, strlen(js), true, &e);
+	CHECK(s != NULL);
+	if (s) {
+		flx_ms_layout *l = &s->layouts[0];
+		uint64_t S[2] = {8, 6};
+		for (uint64_t r = 0; r < 8; r++)
+			BOX(l, S, r, 2 * (r / 2), 2, 3 * (r % 2), 3);
+		flx_ms_strategy_free(s);
+	}
+}
+
+/* Example 6 as the C++ JSON writer stores it, expanded (§2.3): [8,6] with
+ * ((2,1),0) as tensor_shape [2,4,6], map [2,1,0]; folded back to 2 dims it
+ * gives Example 6's boxes */
+static void test_fold(void)
+{
+	flx_error e;
+	flx_ms_layout f;
+	const char *js = "{\"parallel_layout_item\":{\"m\":{\"dev_matrix\":"
+			 "[2,2,2],\"tensor_map\":[2,1,0],\"tensor_shape\":"
+			 "[2,4,6],\"field\":0}}}";
+	flx_ms_strategy *s = parse(js, strlen(js), true, &e);
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	CHECK_EQ(flx_ms_layout_fold(&s->layouts[0], 2, &f), 0);
+	CHECK_EQ(f.ndim, 2);
+	CHECK_EQ(f.shape[0], 8);
+	CHECK_EQ(f.shape[1], 6);
+	for (uint64_t r = 0; r < 8; r++)
+		BOX(&f, f.shape, r, 2 * (r / 2), 2, 3 * (r % 2), 3);
+	CHECK_EQ(flx_ms_layout_fold(&s->layouts[0], 1, &f), -EINVAL);
+	flx_ms_strategy_free(s);
+}
+
+/* Example 5 (merged pipeline, JSON) and a stage gap */
+static void test_pipeline(void)
+{
+	flx_error e;
+	const char *js =
+	    "{\"current_stage\":1,\"parallel_layout_item\":{"
+	    "\"0-model.layers.0.w\":{\"dev_matrix\":[4,2,1],\"tensor_map\":"
+	    "[1,0],\"tensor_shape\":[1024,512],\"field\":0},"
+	    "\"1-model.layers.31.w\":{\"dev_matrix\":[4,2,1],\"tensor_map\":"
+	    "[1,0],\"tensor_shape\":[1024,512],\"field\":0}}}";
+	flx_ms_strategy *s = parse(js, strlen(js), true, &e);
+	CHECK(s != NULL);
+	if (!s)
+		return;
+	CHECK(s->merged);
+	CHECK_EQ(s->nstages, 2);
+	CHECK_EQ(s->devices, 8);
+	const flx_ms_layout *l =
+	    flx_ms_strategy_find(s, "model.layers.31.w", 1);
+	CHECK(l != NULL);
+	CHECK(flx_ms_strategy_find(s, "model.layers.31.w", 0) == NULL);
+	if (l) {
+		CHECK(l->has_shape);
+		/* global rank 13: local 5, rows 512:1024 */
+		BOX(l, l->shape, 13 % s->devices, 512, 512, 0, 512);
+	}
+	flx_ms_strategy_free(s);
+
+	const char *gap = "{\"parallel_layout_item\":{\"1-w\":{\"dev_matrix\":"
+			  "[2],\"tensor_map\":[0],\"field\":0}}}";
+	CHECK(parse(gap, strlen(gap), true, &e) == NULL);
+	CHECK(strstr(e.text, "stage 0 has no layouts") != NULL);
+}
+
+static void refused(const void *b, size_t n, bool json, const char *key,
+		    const char *text, int line)
+{
+	flx_error e;
+	flx_ms_strategy *s = parse(b, n, json, &e);
+	if (s || e.code != -EINVAL || strcmp(e.file, "s.ckpt") != 0 ||
+	    (key && strcmp(e.key, key) != 0) || !strstr(e.text, text)) {
+		fprintf(stderr,
+			"line %d: want refusal '%s' '%s', got '%s' '%s'\n",
+			line, key ? key : "", text, e.key, e.text);
+		check_failures++;
+	}
+	flx_ms_strategy_free(s);
+}
+#define REFUSED(b, n, j, k, t) refused(b, n, j, k, t, __LINE__)
+
+static void test_refusals(void)
+{
+	unsigned char b[sizeof(ex53)];
+	/* every truncation of the file is refused or parses cleanly */
+	for (size_t n = 0; n < sizeof(ex53); n++) {
+		flx_error e;
+		flx_ms_strategy *s = parse(ex53, n, false, &e);
+		CHECK(s == NULL);
+		CHECK(e.code == -EINVAL);
+	}
+	/* tensor_map value 5 outside the 2-dim device matrix */
+	memcpy(b, ex53, sizeof(b));
+	b[48] = 0x05;
+	REFUSED(b, sizeof(b), false, "w", "outside the 2-dim dev_matrix");
+	/* field 1 */
+	memcpy(b, ex53, sizeof(b));
+	b[65] = 0x01;
+	REFUSED(b, sizeof(b), false, "w", "field 1");
+	/* dev_matrix entry 0 */
+	memcpy(b, ex53, sizeof(b));
+	b[42] = 0x00;
+	REFUSED(b, sizeof(b), false, "w", "dev_matrix entry 0");
+	/* a length past the end of the message */
+	memcpy(b, ex53, sizeof(b));
+	b[33] = 0x7f;
+	REFUSED(b, sizeof(b), false, NULL, "malformed");
+	const char *j1 = "{\"parallel_layout_item\":{\"w\":{\"dev_matrix\":"
+			 "[2,2],\"tensor_map\":[0,0],\"field\":0}}}";
+	REFUSED(j1, strlen(j1), true, "w", "device dimension twice");
+	const char *j2 = "{\"parallel_layout_item\":{\"w\":{\"dev_matrix\":"
+			 "[2,\"x\"],\"tensor_map\":[0],\"field\":0}}}";
+	REFUSED(j2, strlen(j2), true, "w", "dev_matrix is not a list");
+	const char *j3 = "{\"parallel_layout_item\":{\"a\":{\"dev_matrix\":"
+			 "[2],\"tensor_map\":[0]},\"b\":{\"dev_matrix\":[4],"
+			 "\"tensor_map\":[0]}}}";
+	REFUSED(j3, strlen(j3), true, "b", "has 4 devices");
+	REFUSED("[1", 2, true, NULL, "not JSON");
+}
+
+/* the committed fixtures: protobuf and JSON agree; the merged pipeline
+ * strategy splits its stages */
+static void *slurp(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	static char buf[1 << 20];
+	*n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	char *p = malloc(*n + 1);
+	memcpy(p, buf, *n);
+	return p;
+}
+
+static void test_fixtures(void)
+{
+	const char *d = "fixtures/mindspore-tp2dp2/";
+	char path[256];
+	size_t n1, n2;
+	flx_error e;
+	snprintf(path, sizeof(path), "%sstrategy/ckpt_strategy_rank_0.ckpt", d);
+	void *b1 = slurp(path, &n1);
+	snprintf(path, sizeof(path),
+		 "%sstrategy_json/ckpt_strategy_rank_0.json", d);
+	void *b2 = slurp(path, &n2);
+	CHECK(b1 && b2);
+	if (!b1 || !b2)
+		return;
+	flx_ms_strategy *p = parse(b1, n1, false, &e);
+	flx_ms_strategy *j = parse(b2, n2, true, &e);
+	CHECK(p && j);
+	if (p && j) {
+		CHECK_EQ(p->nlayouts, j->nlayouts);
+		CHECK_EQ(p->devices, 4);
+		for (uint32_t i = 0; i < p->nlayouts; i++) {
+			const flx_ms_layout *a = &p->layouts[i];
+			const flx_ms_layout *b =
+			    flx_ms_strategy_find(j, a->name, a->stage);
+			CHECK(b != NULL);
+			if (!b)
+				continue;
+			CHECK(b->has_shape);
+			for (uint64_t r = 0; r < 4; r++) {
+				uint64_t s1[16], l1[16], s2[16], l2[16];
+				CHECK_EQ(flx_ms_box(a, b->shape, r, s1, l1), 0);
+				CHECK_EQ(flx_ms_box(b, b->shape, r, s2, l2), 0);
+				CHECK(memcmp(s1, s2, a->ndim * 8) == 0);
+				CHECK(memcmp(l1, l2, a->ndim * 8) == 0);
+			}
+		}
+	}
+	flx_ms_strategy_free(p);
+	flx_ms_strategy_free(j);
+	free(b1);
+	free(b2);
+	b1 = slurp("fixtures/mindspore-pp2/merged/merged_ckpt_strategy.ckpt",
+		   &n1);
+	CHECK(b1 != NULL);
+	p = b1 ? parse(b1, n1, false, &e) : NULL;
+	CHECK(p != NULL);
+	if (p) {
+		CHECK(p->merged);
+		CHECK_EQ(p->nstages, 2);
+		CHECK(flx_ms_strategy_find(p, "lm_head.weight", 1) != NULL);
+		CHECK(flx_ms_strategy_find(p, "lm_head.weight", 0) == NULL);
+	}
+	flx_ms_strategy_free(p);
+	free(b1);
+}
+
+int main(void)
+{
+	test_ex53_and_examples();
+	test_ex4_mindformers();
+	test_nested();
+	test_pipeline();
+	test_fold();
+	test_refusals();
+	test_fixtures();
+	return CHECK_RESULT();
+}
