@@ -19,8 +19,12 @@ cd "$(dirname "$0")/.."
 secs=${1:-600}
 shift || true
 targets=("$@")
+# default: every target tests/fuzz/fuzz.cmake lists (flx_fuzz_targets)
 ((${#targets[@]})) ||
-	targets=(pickle pickle_window zipitem metadata safetensors megatron options)
+	read -ra targets <<<"$(awk '/^(set|list)\((APPEND )?flx_fuzz_targets/ { on = 1 }
+		on { sub(/.*flx_fuzz_targets/, ""); t = t " " $0 }
+		on && /\)/ { on = 0 }
+		END { gsub(/\)/, "", t); print t }' tests/fuzz/fuzz.cmake)"
 out=${FLX_FUZZ_OUT:-/tmp/fuzz-nightly/$(date -u +%Y%m%dT%H%M%SZ)}
 art=$out/artifacts
 mkdir -p "$out" "$art"
