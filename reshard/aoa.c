@@ -350,35 +350,35 @@ static flx_dtype dtype_named(const char *s, size_t n)
 	return FLX_DT_INVALID;
 }
 
-/* permute='[p0, p1, ...]' ("[]": reverse the axes). */
-static int parse_perm(lexer *l, astmt *st, const token *v)
+/* The integers of a quoted list '[i0, i1, ...]' (the token's text
+ * between its quotes, [s, e)) into v[0..*n): at most FLX_MAX_DIMS, each
+ * digits after a '-' only when signed, "[]" only when allow_empty.
+ * @return 0, or -EINVAL for anything else. */
+static int int_list(const char *s, const char *e, bool allow_empty,
+		    bool is_signed, int64_t *v, int *n)
 {
-	const char *s = l->s + v->pos + 1, *e = l->s + v->pos + v->len - 1;
-	bool seen[FLX_MAX_DIMS] = {false};
-
+	*n = 0;
 	while (s < e && isspace((unsigned char)*s))
 		s++;
-	if (s == e || *s != '[')
-		goto bad;
-	s++;
-	st->nperm = 0;
+	if (s == e || *s++ != '[')
+		return -EINVAL;
 	for (;;) {
-		long p = 0;
-		bool any = false;
+		int64_t d = 0;
+		bool neg = false, any = false;
 
 		while (s < e && isspace((unsigned char)*s))
 			s++;
-		if (s < e && *s == ']' && st->nperm == 0)
+		if (s < e && *s == ']' && *n == 0 && allow_empty)
 			break;
-		while (s < e && isdigit((unsigned char)*s) && p < 100) {
-			p = p * 10 + (*s++ - '0');
+		if (s < e && *s == '-' && is_signed)
+			neg = true, s++;
+		while (s < e && isdigit((unsigned char)*s) && d < (1ll << 48)) {
+			d = d * 10 + (*s++ - '0');
 			any = true;
 		}
-		if (!any || p >= FLX_MAX_DIMS || st->nperm == FLX_MAX_DIMS ||
-		    seen[p])
-			goto bad;
-		seen[p] = true;
-		st->perm[st->nperm++] = (int)p;
+		if (!any || *n == FLX_MAX_DIMS)
+			return -EINVAL;
+		v[(*n)++] = neg ? -d : d;
 		while (s < e && isspace((unsigned char)*s))
 			s++;
 		if (s < e && *s == ',') {
@@ -387,16 +387,31 @@ static int parse_perm(lexer *l, astmt *st, const token *v)
 		}
 		if (s < e && *s == ']')
 			break;
-		goto bad;
+		return -EINVAL;
 	}
 	s++;
 	while (s < e && isspace((unsigned char)*s))
 		s++;
-	if (s != e)
+	return s == e ? 0 : -EINVAL;
+}
+
+/* permute='[p0, p1, ...]' ("[]": reverse the axes): distinct axes. */
+static int parse_perm(lexer *l, astmt *st, const token *v)
+{
+	int64_t p[FLX_MAX_DIMS];
+	bool seen[FLX_MAX_DIMS] = {false};
+	int n;
+
+	if (int_list(l->s + v->pos + 1, l->s + v->pos + v->len - 1, true, false,
+		     p, &n))
 		goto bad;
-	for (int d = 0; d < st->nperm; d++)
-		if (st->perm[d] >= st->nperm)
+	for (int d = 0; d < n; d++) {
+		if (p[d] < 0 || p[d] >= n || seen[p[d]])
 			goto bad;
+		seen[p[d]] = true;
+		st->perm[d] = (int)p[d];
+	}
+	st->nperm = n;
 	st->has_permute = true;
 	return 0;
 bad:
@@ -408,44 +423,15 @@ bad:
 /* reshape='[d0, d1, ...]': extents, one of them -1 at most. */
 static int parse_shape(lexer *l, astmt *st, const token *v)
 {
-	const char *s = l->s + v->pos + 1, *e = l->s + v->pos + v->len - 1;
 	int infer = 0;
 
-	while (s < e && isspace((unsigned char)*s))
-		s++;
-	if (s == e || *s++ != '[')
+	if (int_list(l->s + v->pos + 1, l->s + v->pos + v->len - 1, false, true,
+		     st->shape, &st->nshape))
 		goto bad;
-	for (st->nshape = 0;;) {
-		int64_t d = 0;
-		bool neg = false, any = false;
-
-		while (s < e && isspace((unsigned char)*s))
-			s++;
-		if (s < e && *s == '-')
-			neg = true, s++;
-		while (s < e && isdigit((unsigned char)*s) && d < (1ll << 48)) {
-			d = d * 10 + (*s++ - '0');
-			any = true;
-		}
-		if (!any || st->nshape == FLX_MAX_DIMS || (neg && d != 1) ||
-		    (!neg && d < 1) || (neg && infer++))
+	for (int d = 0; d < st->nshape; d++)
+		if ((st->shape[d] < 1 && st->shape[d] != -1) ||
+		    (st->shape[d] == -1 && infer++))
 			goto bad;
-		st->shape[st->nshape++] = neg ? -1 : d;
-		while (s < e && isspace((unsigned char)*s))
-			s++;
-		if (s < e && *s == ',') {
-			s++;
-			continue;
-		}
-		if (s < e && *s == ']')
-			break;
-		goto bad;
-	}
-	s++;
-	while (s < e && isspace((unsigned char)*s))
-		s++;
-	if (s != e)
-		goto bad;
 	st->has_reshape = true;
 	return 0;
 bad:
