@@ -220,6 +220,27 @@ static int cmp_rankfile(const void *a, const void *b)
 	return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
+/* The end of a scan for rank files, whose outcome so far is rc: a lone
+ * unnumbered file (single, owned; NULL: none) is rank 0 when no numbered
+ * one was found; the rank files sorted.  @return 0 or -errno. */
+static int scan_end(loader *L, char *single, int rc)
+{
+	if (!rc && L->nrf == 0 && single) {
+		rc = add_rankfile(L, 0, single);
+		single = NULL;
+	}
+	free(single);
+	if (rc)
+		return flx_error_set(L->err, rc, NULL, NULL,
+				     "cannot list the rank directories: %s",
+				     strerror(-rc));
+	if (L->nrf == 0)
+		return flx_error_set(L->err, -ENOENT, "rank_<N>/*.ckpt", NULL,
+				     "no MindSpore checkpoint files");
+	qsort(L->rf, L->nrf, sizeof(*L->rf), cmp_rankfile);
+	return 0;
+}
+
 static int scan_dir(loader *L, int dirfd)
 {
 	int fd = dup(dirfd);
@@ -261,20 +282,7 @@ static int scan_dir(loader *L, int dirfd)
 		}
 	}
 	closedir(d);
-	if (!rc && L->nrf == 0 && single) {
-		rc = add_rankfile(L, 0, single);
-		single = NULL;
-	}
-	free(single);
-	if (rc)
-		return flx_error_set(L->err, rc, NULL, NULL,
-				     "cannot list the rank directories: %s",
-				     strerror(-rc));
-	if (L->nrf == 0)
-		return flx_error_set(L->err, -ENOENT, "rank_<N>/*.ckpt", NULL,
-				     "no MindSpore checkpoint files");
-	qsort(L->rf, L->nrf, sizeof(*L->rf), cmp_rankfile);
-	return 0;
+	return scan_end(L, single, rc);
 }
 
 /* Whether a is the better data file of a rank directory than b: a .ckpt
@@ -356,20 +364,7 @@ static int scan_names(loader *L)
 			free(rel);
 		}
 	}
-	if (!rc && L->nrf == 0 && single) {
-		rc = add_rankfile(L, 0, single);
-		single = NULL;
-	}
-	free(single);
-	if (rc)
-		return flx_error_set(L->err, rc, NULL, NULL,
-				     "cannot list the rank directories: %s",
-				     strerror(-rc));
-	if (L->nrf == 0)
-		return flx_error_set(L->err, -ENOENT, "rank_<N>/*.ckpt", NULL,
-				     "no MindSpore checkpoint files");
-	qsort(L->rf, L->nrf, sizeof(*L->rf), cmp_rankfile);
-	return 0;
+	return scan_end(L, single, rc);
 }
 
 static int probe(int dirfd, bool *yes)
