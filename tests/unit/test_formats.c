@@ -26,6 +26,7 @@
 #include "layout.h"
 #include "plan.h"
 #include "spec.h"
+#include "synth_ckpt.h"
 #include "tree.h"
 
 #include <errno.h>
@@ -122,57 +123,37 @@ static const char rules_text[] =
     " {\"match\": \"scalar\", \"split\": null, \"stage\": \"all\"},"
     " {\"match\": \"layers.*.w*\", \"split\": 0}]";
 
+static const synth_layout synth = {
+    .format = "torch-dcp",
+    .writer = "test \"w\" \xc3\xa9",
+    .data_file = "__0_0.distcp",
+    .nfiles = 2, /* and config.json */
+    .first = 64,
+    .mul = 131,
+    .add = 7,
+};
+
 static flx_ckpt *make_ckpt(const char *dir, const tdef *defs, size_t n)
 {
-	flx_ckpt *c = calloc(1, sizeof(*c));
+	flx_ckpt *c = NULL;
 	char path[600];
-	uint64_t at = 64;
+	uint64_t at = synth.first;
 	struct stat st;
 	int fd;
 
-	c->dir = strdup(dir);
-	c->format = strdup("torch-dcp");
-	c->writer = strdup("test \"w\" \xc3\xa9");
+	CHECK(synth_ckpt_open(dir, &synth, n, &c) == 0);
 	c->mtime_ns = 123;
-	c->nfiles = 2;
-	c->files = calloc(2, sizeof(flx_file));
-	snprintf(path, sizeof(path), "%s/__0_0.distcp", dir);
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-	CHECK(fd >= 0);
-	c->files[0].relpath = strdup("__0_0.distcp");
-	c->files[0].data = true;
-	c->files[0].fd = fd;
 	snprintf(path, sizeof(path), "%s/config.json", dir);
 	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	CHECK(fd >= 0);
 	CHECK(write(fd, "{}\n", 3) == 3);
 	c->files[1].relpath = strdup("config.json");
 	c->files[1].fd = fd;
-	c->ntensors = n;
-	c->tensors = calloc(n, sizeof(flx_tensor));
-	c->by_name = calloc(n, sizeof(flx_tensor *));
-	for (size_t i = 0; i < n; i++) {
-		flx_tensor *t = &c->tensors[i];
-		flx_chunk *ch;
-		int64_t stride = 1;
-
-		t->fqn = strdup(defs[i].fqn);
-		t->dtype = defs[i].dt;
-		t->ndim = defs[i].ndim;
-		t->nchunks = 1;
-		CHECK(flx_tensor_alloc_chunks(t, 1) == 0);
-		ch = t->chunks;
-		for (int d = t->ndim - 1; d >= 0; d--) {
-			t->shape[d] = defs[i].shape[d];
-			ch->size[d] = t->shape[d];
-			ch->stride[d] = stride;
-			stride *= t->shape[d];
-		}
-		ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
-		ch->data_off = at;
-		at += (uint64_t)stride * flx_dtype_size(t->dtype) + 8;
-		c->by_name[i] = t; /* uniqueness is what matters here */
-	}
+	CHECK(fstat(fd, &st) == 0);
+	flx_file_identity(&c->files[1], &st);
+	for (size_t i = 0; i < n; i++)
+		CHECK(synth_ckpt_whole(c, i, defs[i].fqn, defs[i].dt,
+				       defs[i].ndim, defs[i].shape, &at) == 0);
 	c->nobjects = 2;
 	c->objects = calloc(2, sizeof(flx_object));
 	c->objects[0].fqn = strdup("extra_state/\xc3\xa4\"b");
@@ -181,17 +162,7 @@ static flx_ckpt *make_ckpt(const char *dir, const tdef *defs, size_t n)
 	c->objects[1].fqn = strdup("..");
 	c->objects[1].off = 0;
 	c->objects[1].len = 4;
-	CHECK(ftruncate(c->files[0].fd, (off_t)at) == 0);
-	/* distinct bytes, so that a view's bytes out of place show */
-	for (uint64_t i = 0; i < at; i++) {
-		unsigned char b = (unsigned char)(i * 131 + 7);
-
-		CHECK(pwrite(c->files[0].fd, &b, 1, (off_t)i) == 1);
-	}
-	for (int f = 0; f < 2; f++) {
-		CHECK(fstat(c->files[f].fd, &st) == 0);
-		flx_file_identity(&c->files[f], &st);
-	}
+	CHECK(synth_ckpt_fill(c, &synth, at) == 0);
 	return c;
 }
 

@@ -19,6 +19,7 @@
 #include "ckpt.h"
 #include "plan.h"
 #include "spec.h"
+#include "synth_ckpt.h"
 #include "tree.h"
 
 #include <errno.h>
@@ -151,64 +152,35 @@ static int cmp_pair(const void *a, const void *b)
 		      ((const flx_name_pair *)b)->key);
 }
 
+static const synth_layout synth = {
+    .format = "paddle-dcp",
+    .writer = "test",
+    .data_file = "0_0.distcp",
+    .nfiles = 1,
+    .first = 16,
+    .mul = 151,
+    .add = 11,
+};
+
 /* Every tensor whole in one chunk of file 0, whose bytes are distinct. */
 static flx_ckpt *make_ckpt(const char *dir, const tdef *defs, size_t n)
 {
-	flx_ckpt *c = calloc(1, sizeof(*c));
-	char path[600];
-	uint64_t at = 16;
-	struct stat st;
+	flx_ckpt *c = NULL;
+	uint64_t at = synth.first;
 
-	c->dir = strdup(dir);
-	c->format = strdup("paddle-dcp");
-	c->writer = strdup("test");
-	c->nfiles = 1;
-	c->files = calloc(1, sizeof(flx_file));
-	snprintf(path, sizeof(path), "%s/0_0.distcp", dir);
-	c->files[0].fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
-	CHECK(c->files[0].fd >= 0);
-	c->files[0].relpath = strdup("0_0.distcp");
-	c->files[0].data = true;
-	c->ntensors = n;
-	c->tensors = calloc(n, sizeof(flx_tensor));
-	c->by_name = calloc(n, sizeof(flx_tensor *));
+	CHECK(synth_ckpt_open(dir, &synth, n, &c) == 0);
 	pd.names = calloc(n, sizeof(flx_name_pair));
 	pd.nnames = 0;
 	for (size_t i = 0; i < n; i++) {
-		flx_tensor *t = &c->tensors[i];
-		flx_chunk *ch;
-		int64_t numel = 1;
-
-		t->fqn = strdup(defs[i].fqn);
-		t->dtype = defs[i].dt;
-		t->ndim = defs[i].ndim;
-		t->nchunks = 1;
-		CHECK(flx_tensor_alloc_chunks(t, 1) == 0);
-		ch = t->chunks;
-		for (int d = t->ndim - 1; d >= 0; d--) {
-			t->shape[d] = defs[i].shape[d];
-			ch->size[d] = t->shape[d];
-			ch->stride[d] = numel;
-			numel *= t->shape[d];
-		}
-		ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
-		ch->data_off = at;
-		at += (uint64_t)numel * flx_dtype_size(t->dtype) + 8;
-		c->by_name[i] = t;
+		CHECK(synth_ckpt_whole(c, i, defs[i].fqn, defs[i].dt,
+				       defs[i].ndim, defs[i].shape, &at) == 0);
 		if (defs[i].name)
 			pd.names[pd.nnames++] = (flx_name_pair){
 			    .key = defs[i].fqn, .name = defs[i].name};
 	}
 	qsort(pd.names, pd.nnames, sizeof(*pd.names), cmp_pair);
 	c->paddle = &pd;
-	CHECK(ftruncate(c->files[0].fd, (off_t)at) == 0);
-	for (uint64_t i = 0; i < at; i++) {
-		unsigned char b = (unsigned char)(i * 151 + 11);
-
-		CHECK(pwrite(c->files[0].fd, &b, 1, (off_t)i) == 1);
-	}
-	CHECK(fstat(c->files[0].fd, &st) == 0);
-	flx_file_identity(&c->files[0], &st);
+	CHECK(synth_ckpt_fill(c, &synth, at) == 0);
 	return c;
 }
 
