@@ -270,10 +270,47 @@ static void test_filter_collision(void)
 	flx_ckpt_close(c);
 }
 
+/* A rule's groups must divide its axis into groups x tp equal pieces: a
+ * tensor that does not is refused at plan time with one line naming it,
+ * the rule and the count; one that does is placed. */
+static void test_groups_divide(void)
+{
+	static const tdesc t[] = {{"fc1.weight", 2, {12, 4}, {1, 1}}};
+	static const char r[] =
+	    "[{\"match\": \"fc1.*\", \"split\": 0, \"groups\": 2}]";
+	flx_ckpt *c = make_index(t, 1);
+	flx_plan *p = NULL;
+	flx_spec s;
+	flx_error err;
+
+	/* the regrouping transform looks its source up by name */
+	c->by_name = calloc(1, sizeof(*c->by_name));
+	c->by_name[0] = &c->tensors[0];
+	flx_spec_init(&s);
+	CHECK_EQ(flx_spec_rules_parse(&s, r, sizeof(r) - 1, "r.json", NULL), 0);
+	s.tp = 3; /* 12 rows: 2 groups of 3 pieces of 2 */
+	CHECK_EQ(flx_plan_build(c, &s, &p, NULL), 0);
+	flx_plan_free(p);
+	p = NULL;
+	s.tp = 4; /* 12 rows do not divide into 8 */
+	flx_error_init(&err);
+	CHECK_EQ(flx_plan_build(c, &s, &p, &err), -EINVAL);
+	CHECK(p == NULL);
+	CHECK_STR(err.key, "fc1.weight");
+	CHECK(strstr(err.text, "rule 'fc1.*' makes axis 0 2 parts split over "
+			       "tp=4, but its 12 entries do not divide into "
+			       "8") != NULL);
+	CHECK(!strchr(err.text, '\n'));
+	flx_plan_free(p);
+	flx_spec_release(&s);
+	flx_ckpt_close(c);
+}
+
 int main(void)
 {
 	test_filter_collision();
 	test_undecided();
 	test_fsdp();
+	test_groups_divide();
 	return CHECK_RESULT();
 }
