@@ -11,10 +11,9 @@
 # metadata.json is refused at mount with one line.
 
 load helpers
+load megatron_helpers
 
 FX=$FLEXFS_SRC/tests/fixtures
-CHECK=$FLEXFS_SRC/tests/bats/lib/check_views.py
-TRUTH=$FLEXFS_SRC/tests/bats/lib/megatron_truth.py
 ITER=ckpt/iter_0000100
 
 setup() {
@@ -25,22 +24,10 @@ teardown() {
 	teardown_ff
 }
 
-# check_megatron FIXTURE TP: mount FIXTURE's iter_0000100 at tp=TP, check
-# every view against the stacked truth, unmount cleanly; the daemon said
-# nothing.
+# check_megatron FIXTURE TP: every view of FIXTURE's iter_0000100 at tp=TP
+# equals the stacked truth (megatron_views).
 check_megatron() {
-	local fx=$1 tp=$2 truth=$BATS_TEST_TMPDIR/truth-$1
-
-	[ -d "$truth" ] || /usr/bin/python3 "$TRUTH" "$FX/$fx" "$truth"
-	mount_ff "$FX/$fx/$ITER" "$MNT" "tp=$tp"
-	run /usr/bin/python3 "$CHECK" -q --mount "$MNT" --truth "$truth" \
-		--tp "$tp" --pp 1
-	echo "$fx tp=$tp: $output"
-	[ "$status" -eq 0 ]
-	[[ $output == *" passed, 0 failed"* ]]
-	unmount_ff "$MNT"
-	[ "$FF_RC" -eq 0 ]
-	[ ! -s "$FF_ERR" ]
+	megatron_views "$FX/$1" "$FX/$1/$ITER" "$2"
 }
 
 @test "megatron untied, tied, moe: every view at tp 1,2,4 equals the truth" {
@@ -83,21 +70,12 @@ EOF
 }
 
 @test "megatron: pp=2 places each stage's layers of the stacked tensors (ranks/, every view)" {
-	local t fx tp truth
+	local t
 	for t in megatron-moe:2 megatron-optim-fully-reshardable:1 \
 		megatron-optim-fully-sharded-model-space:1 \
 		megatron-optim-fully-sharded-model-space:2 \
 		megatron-optim-fsms-unaligned:2; do
-		fx=${t%:*} tp=${t#*:}
-		truth=$BATS_TEST_TMPDIR/truth-$fx
-		/usr/bin/python3 "$TRUTH" "$FX/$fx" "$truth"
-		mount_ff "$FX/$fx/$ITER" "$MNT" "tp=$tp,pp=2"
-		run /usr/bin/python3 "$CHECK" -q --mount "$MNT" --truth "$truth" \
-			--tp "$tp" --pp 2
-		echo "$fx tp=$tp pp=2: $output"
-		unmount_ff "$MNT"
-		[ "$status" -eq 0 ]
-		[[ $output == *" passed, 0 failed"* ]]
+		megatron_views "$FX/${t%:*}" "$FX/${t%:*}/$ITER" "${t#*:}" 2
 	done
 }
 

@@ -9,11 +9,10 @@
 # when present) with weights_only=True and mmap=True.
 
 load helpers
+load megatron_helpers
 
 FX=$FLEXFS_SRC/tests/fixtures
 GEN=$FLEXFS_SRC/tools/fixtures/gen_megatron.py
-CHECK=$FLEXFS_SRC/tests/bats/lib/check_megatron_legacy.py
-STUB=$FLEXFS_SRC/tools/fixtures/megatron_stub
 CHROOT=${FLEXFS_TORCH2_CHROOT:-/opt/trixie}
 ITER=ckpt/iter_0000100
 
@@ -42,46 +41,23 @@ setup_file() {
 
 setup() {
 	setup_ff
-	MDIRS=()
 }
 
 teardown() {
-	local d
-	for d in "${MDIRS[@]}"; do
-		mountpoint -q "$d" && fusermount3 -u -z "$d"
-	done
+	megatron_teardown
 	teardown_ff
 }
 
-# check_legacy SPEC FIXTURE:TP:PP...: mount every target at once, compare
-# each megatron/ with its oracle in one checker run, unmount cleanly; no
-# daemon said anything.
+# check_legacy SPEC FIXTURE:TP:PP...: every target mounted at once, each
+# megatron/ compared with its oracle (megatron_legacy).
 check_legacy() {
-	local spec=$1 t fx tp pp d i args=() pids=() errs=()
+	local spec=$1 t fx tp pp args=()
 	shift
 	for t in "$@"; do
 		IFS=: read -r fx tp pp <<<"$t"
-		d=$BATS_TEST_TMPDIR/m-$fx-$tp-$pp-$spec
-		mkdir -p "$d"
-		mount_ff "$FX/$fx/$ITER" "$d" "tp=$tp,pp=$pp,megatron_spec=$spec"
-		MDIRS+=("$d")
-		pids+=("$FF_PID")
-		errs+=("$FF_ERR")
-		args+=(--mount "$d/megatron" --expected
-			"$BATS_FILE_TMPDIR/exp-$fx-$tp-$pp-$spec")
+		args+=("$FX/$fx/$ITER|tp=$tp,pp=$pp,megatron_spec=$spec|$BATS_FILE_TMPDIR/exp-$fx-$tp-$pp-$spec")
 	done
-	run /usr/bin/python3 "$CHECK" "${args[@]}" --stub "$STUB"
-	echo "$spec $*: $output"
-	for i in "${!pids[@]}"; do
-		FF_PID=${pids[$i]}
-		unmount_ff "${MDIRS[$i]}"
-		[ "$FF_RC" -eq 0 ]
-		[ ! -s "${errs[$i]}" ]
-	done
-	FF_PID=
-	MDIRS=()
-	[ "$status" -eq 0 ]
-	[[ $output == *" passed, 0 failed"* ]]
+	megatron_legacy "${args[@]}"
 }
 
 @test "megatron/ legacy files equal Megatron's at tp 1,2,4 x pp 1,2 (untied, tied, moe; local spec)" {
@@ -151,26 +127,11 @@ PY
 }
 
 @test "megatron/ with megatron_true_vocab: the tables re-padded from the true vocab (surplus rows dropped)" {
-	local fx d args=() pids=() i
+	local fx args=()
 	for fx in megatron-untied megatron-tied; do
-		d=$BATS_TEST_TMPDIR/m-$fx-tv
-		mkdir -p "$d"
-		mount_ff "$FX/$fx/$ITER" "$d" "tp=1,pp=2,megatron_true_vocab=100"
-		MDIRS+=("$d")
-		pids+=("$FF_PID")
-		args+=(--mount "$d/megatron" --expected
-			"$BATS_FILE_TMPDIR/exp-$fx-1-2-local-100")
+		args+=("$FX/$fx/$ITER|tp=1,pp=2,megatron_true_vocab=100|$BATS_FILE_TMPDIR/exp-$fx-1-2-local-100")
 	done
-	run /usr/bin/python3 "$CHECK" "${args[@]}" --stub "$STUB"
-	echo "$output"
-	for i in "${!pids[@]}"; do
-		FF_PID=${pids[$i]}
-		unmount_ff "${MDIRS[$i]}"
-	done
-	FF_PID=
-	MDIRS=()
-	[ "$status" -eq 0 ]
-	[[ $output == *" passed, 0 failed"* ]]
+	megatron_legacy "${args[@]}"
 	# a true vocab past the saved rows: nothing to take them from
 	mount_ff "$FX/megatron-untied/$ITER" "$MNT" "megatron_true_vocab=300"
 	run cat "$MNT/megatron/unavailable.txt"
@@ -181,32 +142,24 @@ PY
 @test "megatron/ legacy files load in torch 2.6 (trixie chroot), weights_only and mmap" {
 	[[ -x $CHROOT/usr/bin/python3 ]] ||
 		skip "no torch 2.6 chroot at $CHROOT (tools/fixtures/README.md)"
-	local inner=/tmp/flexfs-bats-mlg-$$ t fx tp pp d i args=() pids=()
+	local inner=/tmp/flexfs-bats-mlg-$$ t fx tp pp d args=() rc=0
 	mkdir -p "$CHROOT$inner"
-	cp "$CHECK" "$CHROOT$inner/"
-	cp -r "$STUB" "$CHROOT$inner/stub"
+	cp "$MEG_LEGACY" "$CHROOT$inner/"
+	cp -r "$MEG_STUB" "$CHROOT$inner/stub"
 	for t in megatron-untied:1:2 megatron-tied:4:1 megatron-moe:2:2; do
 		IFS=: read -r fx tp pp <<<"$t"
 		d=$inner/m-$fx
-		mkdir -p "$CHROOT$d"
 		cp -r "$BATS_FILE_TMPDIR/exp-$fx-$tp-$pp-local" "$CHROOT$d-exp"
-		mount_ff "$FX/$fx/$ITER" "$CHROOT$d" "tp=$tp,pp=$pp"
-		MDIRS+=("$CHROOT$d")
-		pids+=("$FF_PID")
+		megatron_mount "$FX/$fx/$ITER" "$CHROOT$d" "tp=$tp,pp=$pp"
 		args+=(--mount "$d/megatron" --expected "$d-exp")
 	done
 	run chroot "$CHROOT" python3 "$inner/check_megatron_legacy.py" \
 		"${args[@]}" --stub "$inner/stub" --weights-only --mmap
 	echo "$output"
-	for i in "${!pids[@]}"; do
-		FF_PID=${pids[$i]}
-		unmount_ff "${MDIRS[$i]}"
-	done
-	FF_PID=
-	MDIRS=()
+	megatron_unmount_all || rc=1
 	rm -rf "${CHROOT:?}$inner"
-	[ "$status" -eq 0 ]
-	[[ $output == *" passed, 0 failed"* ]]
+	[ "$rc" -eq 0 ]
+	megatron_legacy_passed
 }
 
 @test "megatron/: a target the legacy format cannot express says why in unavailable.txt" {

@@ -9,11 +9,10 @@
 # tests/bats/lib/check_megatron_legacy.py.
 
 load helpers
+load megatron_helpers
 
 FX=$FLEXFS_SRC/tests/fixtures
 GEN=$FLEXFS_SRC/tools/fixtures/gen_megatron.py
-CHECK=$FLEXFS_SRC/tests/bats/lib/check_megatron_legacy.py
-STUB=$FLEXFS_SRC/tools/fixtures/megatron_stub
 ITER=ckpt/iter_0000100
 
 setup_file() {
@@ -22,7 +21,7 @@ setup_file() {
 	for fx in megatron-moe megatron-moe-fp8; do
 		cp -r "$FX/$fx" "$d/$fx-grouped"
 	done
-	/usr/bin/python3 - "$GEN" "$STUB" "$d/megatron-moe-grouped" \
+	/usr/bin/python3 - "$GEN" "$MEG_STUB" "$d/megatron-moe-grouped" \
 		"$d/megatron-moe-fp8-grouped" <<'PY'
 import importlib.util, os, sys
 sys.path.insert(0, sys.argv[2])
@@ -59,6 +58,7 @@ setup() {
 }
 
 teardown() {
+	megatron_teardown
 	mountpoint -q "$MNT" && fusermount3 -u -z "$MNT"
 	teardown_ff
 }
@@ -74,34 +74,10 @@ unavailable() {
 	[[ $output == *"$3"* ]]
 }
 
-# check SRC|OPTS|EXPECTED...: every SRC mounted with its OPTS at once, each
-# megatron/ compared with its EXPECTED in one checker run, unmounted cleanly.
-check() {
-	local t src opts exp d i=0 args=() pids=() dirs=()
-	for t in "$@"; do
-		IFS='|' read -r src opts exp <<<"$t"
-		d=$BATS_TEST_TMPDIR/m$((i++))
-		mkdir -p "$d"
-		mount_ff "$src" "$d" "$opts"
-		dirs+=("$d")
-		pids+=("$FF_PID")
-		args+=(--mount "$d/megatron" --expected "$exp")
-	done
-	run /usr/bin/python3 "$CHECK" "${args[@]}" --stub "$STUB"
-	echo "$output"
-	for i in "${!pids[@]}"; do
-		FF_PID=${pids[$i]}
-		unmount_ff "${dirs[$i]}"
-		[ "$FF_RC" -eq 0 ]
-	done
-	[ "$status" -eq 0 ]
-	[[ $output == *" passed, 0 failed"* ]]
-}
-
 @test "megatron/ te spec, MoE with FP8: each expert linear's blob, the same on every TP rank" {
 	local e=$BATS_FILE_TMPDIR/exp-megatron-moe-fp8 src=$FX/megatron-moe-fp8/$ITER
 	# the local spec has no TE blobs: None everywhere
-	check "$src|tp=2,pp=2,megatron_spec=te|$e-2-2-te" \
+	megatron_legacy "$src|tp=2,pp=2,megatron_spec=te|$e-2-2-te" \
 		"$src|tp=1,pp=2,megatron_spec=te|$e-1-2-te" \
 		"$src|tp=4,pp=1,megatron_spec=te|$e-4-1-te" \
 		"$src|tp=2,pp=2|$e-2-2-local"
@@ -110,7 +86,7 @@ check() {
 @test "megatron/ te spec with args.moe_grouped_gemm: TEGroupedMLP names, one extra state per expert" {
 	local d=$BATS_FILE_TMPDIR
 	# the local spec keeps SequentialMLP's names
-	check "$d/megatron-moe-grouped/$ITER|tp=2,pp=2,megatron_spec=te|$d/exp-megatron-moe-grouped-2-2-te" \
+	megatron_legacy "$d/megatron-moe-grouped/$ITER|tp=2,pp=2,megatron_spec=te|$d/exp-megatron-moe-grouped-2-2-te" \
 		"$d/megatron-moe-fp8-grouped/$ITER|tp=2,pp=2,megatron_spec=te|$d/exp-megatron-moe-fp8-grouped-2-2-te" \
 		"$d/megatron-moe-fp8-grouped/$ITER|tp=1,pp=1,megatron_spec=te|$d/exp-megatron-moe-fp8-grouped-1-1-te" \
 		"$d/megatron-moe-fp8-grouped/$ITER|tp=2,pp=2|$d/exp-megatron-moe-fp8-grouped-2-2-local"
@@ -118,7 +94,7 @@ check() {
 
 @test "megatron/ with megatron_ep: mp_rank_TT[_PPP]_EEE files of the rank's local experts" {
 	local d=$BATS_FILE_TMPDIR
-	check "$FX/megatron-moe/$ITER|tp=1,pp=1,megatron_ep=2|$d/exp-megatron-moe-1-1-local-ep2" \
+	megatron_legacy "$FX/megatron-moe/$ITER|tp=1,pp=1,megatron_ep=2|$d/exp-megatron-moe-1-1-local-ep2" \
 		"$FX/megatron-moe/$ITER|tp=2,pp=2,megatron_ep=4|$d/exp-megatron-moe-2-2-local-ep4" \
 		"$FX/megatron-moe-fp8/$ITER|tp=2,pp=1,megatron_spec=te,megatron_ep=2|$d/exp-megatron-moe-fp8-2-1-te-ep2" \
 		"$d/megatron-moe-fp8-grouped/$ITER|tp=2,pp=1,megatron_spec=te,megatron_ep=2|$d/exp-megatron-moe-fp8-grouped-2-1-te-ep2"
@@ -130,7 +106,7 @@ check() {
 
 @test "megatron/ with megatron_vp: model0, model1, ... chunks of Megatron's interleaved layers" {
 	local d=$BATS_FILE_TMPDIR
-	check "$FX/megatron-untied/$ITER|tp=2,pp=2,megatron_vp=2|$d/exp-megatron-untied-2-2-local-vp2" \
+	megatron_legacy "$FX/megatron-untied/$ITER|tp=2,pp=2,megatron_vp=2|$d/exp-megatron-untied-2-2-local-vp2" \
 		"$FX/megatron-untied/$ITER|tp=1,pp=2,megatron_spec=te,megatron_vp=2|$d/exp-megatron-untied-1-2-te-vp2" \
 		"$FX/megatron-tied/$ITER|tp=1,pp=1,megatron_vp=2|$d/exp-megatron-tied-1-1-local-vp2" \
 		"$FX/megatron-tied/$ITER|tp=2,pp=1,megatron_vp=2|$d/exp-megatron-tied-2-1-local-vp2" \
@@ -146,17 +122,10 @@ check() {
 
 @test "megatron source saved with EP 2 and a virtual pipeline: every view and megatron/ equal the truth" {
 	local d=$BATS_FILE_TMPDIR fx=megatron-moe-ep-vp tp
-	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_truth.py" "$FX/$fx" "$d/truth-$fx"
 	for tp in 1 2; do
-		mount_ff "$FX/$fx/$ITER" "$MNT" "tp=$tp"
-		run /usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/check_views.py" -q \
-			--mount "$MNT" --truth "$d/truth-$fx" --tp "$tp" --pp 1
-		echo "tp=$tp: $output"
-		unmount_ff "$MNT"
-		[ "$status" -eq 0 ]
-		[[ $output == *" passed, 0 failed"* ]]
+		megatron_views "$FX/$fx" "$FX/$fx/$ITER" "$tp"
 	done
-	check "$FX/$fx/$ITER|tp=2,pp=2|$d/exp-$fx-2-2-local" \
+	megatron_legacy "$FX/$fx/$ITER|tp=2,pp=2|$d/exp-$fx-2-2-local" \
 		"$FX/$fx/$ITER|tp=1,pp=1,megatron_spec=te,megatron_ep=2,megatron_vp=2|$d/exp-$fx-1-1-te-ep2-vp2"
 }
 
@@ -172,5 +141,5 @@ check() {
 	not_mounted "$MNT"
 	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
 	[[ $stderr == *"__0_2.distcp@0: decoder.layers.self_attention.linear_qkv._extra_state/shard_1_2: megatron/: TE _extra_state: an io.BytesIO (older TE) is not supported"* ]]
-	check "$d|tp=2,pp=2|$BATS_FILE_TMPDIR/exp-megatron-te-fp8-2-2-local"
+	megatron_legacy "$d|tp=2,pp=2|$BATS_FILE_TMPDIR/exp-megatron-te-fp8-2-2-local"
 }

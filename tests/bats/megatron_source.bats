@@ -8,11 +8,10 @@
 # fixtures' truth), compared by tests/bats/lib/check_megatron_legacy.py.
 
 load helpers
+load megatron_helpers
 
 FX=$FLEXFS_SRC/tests/fixtures
 GEN=$FLEXFS_SRC/tools/fixtures/gen_megatron.py
-CHECK=$FLEXFS_SRC/tests/bats/lib/check_megatron_legacy.py
-STUB=$FLEXFS_SRC/tools/fixtures/megatron_stub
 ITER=iter_0000100
 
 setup_file() {
@@ -20,7 +19,7 @@ setup_file() {
 	# a fixture whose args name the tokenizer's vocab (100 of the 256
 	# saved rows); the oracle reads the same args
 	cp -r "$FX/megatron-untied" "$d/megatron-vocab"
-	/usr/bin/python3 - "$GEN" "$STUB" "$d/megatron-vocab" <<'PY'
+	/usr/bin/python3 - "$GEN" "$MEG_STUB" "$d/megatron-vocab" <<'PY'
 import importlib.util, os, sys
 sys.path.insert(0, sys.argv[2])
 spec = importlib.util.spec_from_file_location("g", sys.argv[1])
@@ -43,17 +42,15 @@ setup() {
 }
 
 teardown() {
+	megatron_teardown
 	mountpoint -q "$MNT" && fusermount3 -u -z "$MNT"
 	teardown_ff
 }
 
 # check MOUNT EXPECTED: the checker passes on MOUNT/megatron.
 check() {
-	run /usr/bin/python3 "$CHECK" --mount "$1/megatron" --expected "$2" \
-		--stub "$STUB"
-	echo "$output"
-	[ "$status" -eq 0 ]
-	[[ $output == *" passed, 0 failed"* ]]
+	megatron_legacy_run "$1" "$2"
+	megatron_legacy_passed
 }
 
 # refused DIR OPTS WANT: the mount fails with one line containing WANT.
@@ -81,12 +78,8 @@ refused() {
 	cp -r "$FX/megatron-untied/ckpt/$ITER" "$s/$ITER"
 	cp -r "$FX/megatron-tied/ckpt/$ITER" "$s/iter_0000200"
 	printf '200\n' >"$s/latest_checkpointed_iteration.txt"
-	mount_ff "$s" "$MNT" "tp=1,pp=2"
-	check "$MNT" "$BATS_FILE_TMPDIR/exp-megatron-tied-1-2-local"
-	unmount_ff "$MNT"
-	mount_ff "$s" "$MNT" "tp=2,pp=2,megatron_iter=100"
-	check "$MNT" "$BATS_FILE_TMPDIR/exp-megatron-untied-2-2-local"
-	unmount_ff "$MNT"
+	megatron_legacy "$s|tp=1,pp=2|$BATS_FILE_TMPDIR/exp-megatron-tied-1-2-local" \
+		"$s|tp=2,pp=2,megatron_iter=100|$BATS_FILE_TMPDIR/exp-megatron-untied-2-2-local"
 	refused "$s" megatron_iter=300 \
 		"save/iter_0000300: megatron_iter: no such iteration directory"
 	refused "$s" megatron_iter=x "megatron_iter"
@@ -128,15 +121,10 @@ refused() {
 }
 
 @test "megatron: args.vocab_size is the true vocab of megatron/; megatron_true_vocab overrides it" {
-	local src=$BATS_FILE_TMPDIR/megatron-vocab/ckpt t
-	for t in 1:2 2:1; do
-		mount_ff "$src" "$MNT" "tp=${t%:*},pp=${t#*:}"
-		check "$MNT" "$BATS_FILE_TMPDIR/exp-megatron-vocab-${t%:*}-${t#*:}-local-100"
-		unmount_ff "$MNT"
-	done
-	mount_ff "$src" "$MNT" "tp=1,pp=2,megatron_true_vocab=150"
-	check "$MNT" "$BATS_FILE_TMPDIR/exp-megatron-vocab-1-2-local-150"
-	unmount_ff "$MNT"
+	local src=$BATS_FILE_TMPDIR/megatron-vocab/ckpt e=$BATS_FILE_TMPDIR/exp-megatron-vocab
+	megatron_legacy "$src|tp=1,pp=2|$e-1-2-local-100" \
+		"$src|tp=2,pp=1|$e-2-1-local-100" \
+		"$src|tp=1,pp=2,megatron_true_vocab=150|$e-1-2-local-150"
 }
 
 @test "megatron <= 0.7: plain Metadata, no content_metadata, fully_sharded_bucket_space 1-D buckets served as saved" {
@@ -145,16 +133,8 @@ refused() {
 	local d=$BATS_TEST_TMPDIR/v07 fx=megatron-optim-dp-reshardable tp
 	cp -r "$FX/$fx/ckpt/$ITER" "$d"
 	cp -a "$FLEXFS_SRC/tests/unit/data/megatron-v07/." "$d/"
-	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_truth.py" "$FX/$fx" \
-		"$BATS_TEST_TMPDIR/truth"
 	for tp in 1 2; do
-		mount_ff "$d" "$MNT" "tp=$tp"
-		run /usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/check_views.py" -q \
-			--mount "$MNT" --truth "$BATS_TEST_TMPDIR/truth" --tp "$tp" --pp 1
-		echo "tp=$tp: $output"
-		unmount_ff "$MNT"
-		[ "$status" -eq 0 ]
-		[[ $output == *" passed, 0 failed"* ]]
+		megatron_views "$FX/$fx" "$d" "$tp"
 	done
 	run "$FLEXFS_INSPECT" "$d"
 	echo "$output"
