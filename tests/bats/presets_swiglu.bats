@@ -6,12 +6,15 @@
 # (gen_megatron.py legacy) at tp 2 and 4; the same checkpoint with
 # swiglu=False in its args (GELU) gets torch.chunk's plain row split of the
 # truth (lib/check_swiglu_ranks.py).  hf/ keeps the whole [gate; up];
-# index.json names each rank's two parts.
+# index.json names each rank's two parts.  The same for a MoE's experts'
+# linear_fc1 (tests/fixtures/megatron-moe: SwiGLU, 4 experts, stacked
+# [layer, expert, rows, in]) against Megatron's per-rank local_experts.E.
 
 load helpers
 
 FX=$FLEXFS_SRC/tests/fixtures/megatron-untied
 MEG=$FX/ckpt/iter_0000100
+MOE=$FLEXFS_SRC/tests/fixtures/megatron-moe/ckpt/iter_0000100
 GEN=$FLEXFS_SRC/tools/fixtures/gen_megatron.py
 CHECK=$FLEXFS_SRC/tests/bats/lib/check_swiglu_ranks.py
 STUB=$FLEXFS_SRC/tools/fixtures/megatron_stub
@@ -19,16 +22,20 @@ STUB=$FLEXFS_SRC/tools/fixtures/megatron_stub
 setup_file() {
 	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
 		"$GEN" "$FLEXFS_SRC/tests/fixtures" "$BATS_FILE_TMPDIR" \
-		megatron-untied:2:1:local megatron-untied:4:1:local
-	# the GELU twin: the same tensors, args.swiglu False
-	mkdir -p "$BATS_FILE_TMPDIR/gelu"
+		megatron-untied:2:1:local megatron-untied:4:1:local \
+		megatron-moe:2:1:local megatron-moe:4:1:local
+	# the GELU twins: the same tensors, args.swiglu False
+	mkdir -p "$BATS_FILE_TMPDIR/gelu" "$BATS_FILE_TMPDIR/gelu-moe"
 	cp -r "$MEG" "$BATS_FILE_TMPDIR/gelu/"
+	cp -r "$MOE" "$BATS_FILE_TMPDIR/gelu-moe/"
 	PYTHONPATH=$STUB /usr/bin/python3 -c '
 import sys, torch
-p = sys.argv[1] + "/common.pt"
-c = torch.load(p, map_location="cpu")
-c["args"].swiglu = False
-torch.save(c, p)' "$BATS_FILE_TMPDIR/gelu/iter_0000100"
+for d in sys.argv[1:]:
+    p = d + "/common.pt"
+    c = torch.load(p, map_location="cpu")
+    c["args"].swiglu = False
+    torch.save(c, p)' "$BATS_FILE_TMPDIR/gelu/iter_0000100" \
+		"$BATS_FILE_TMPDIR/gelu-moe/iter_0000100"
 }
 
 setup() {
@@ -93,6 +100,24 @@ assert m["global_offset"] == [0, 16, 0] and m["split_groups"] == 2, m' \
 		ranks "$src" $tp chunk "$FX/truth/model"
 		[[ $status -eq 0 && $output == "ok: "* ]]
 		ranks "$src" $tp megatron "$BATS_FILE_TMPDIR/exp-megatron-untied-$tp-1-local/iter_0000100"
+		[[ $status -ne 0 ]]
+	done
+}
+
+@test "preset megatron-gpt: a SwiGLU MoE's expert fc1 is [gate_r; up_r] on each TP rank, as Megatron's per-rank files (tp 2, 4)" {
+	require_fuse
+	local tp truth=$FLEXFS_SRC/tests/fixtures/megatron-moe/truth/model
+	local gelu=$BATS_FILE_TMPDIR/gelu-moe/iter_0000100
+	for tp in 2 4; do
+		ranks "$MOE" $tp megatron "$BATS_FILE_TMPDIR/exp-megatron-moe-$tp-1-local/iter_0000100"
+		# 2 layers x 4 experts per rank, all of them the experts'
+		[[ $status -eq 0 && $output == "ok: $((8 * tp)) per-rank layer tensors ($((8 * tp)) of experts)" ]]
+		ranks "$MOE" $tp chunk "$truth"
+		[[ $status -ne 0 ]]
+		# GELU: the plain row split, not Megatron's SwiGLU rows
+		ranks "$gelu" $tp chunk "$truth"
+		[[ $status -eq 0 && $output == "ok: "* ]]
+		ranks "$gelu" $tp megatron "$BATS_FILE_TMPDIR/exp-megatron-moe-$tp-1-local/iter_0000100"
 		[[ $status -ne 0 ]]
 	done
 }

@@ -2,12 +2,16 @@
 # SPDX-License-Identifier: MIT
 """Each TP rank's linear_fc1 (weight and, when saved, bias) of a mount of a
 Megatron torch_dist checkpoint (ranks/tpRR_pp00/model.safetensors, stacked
-[layers, rows, ...]) equals, layer by layer and bit for bit:
-  megatron DIR: the decoder.layers.L.mlp.linear_fc1.* that Megatron's own
-    per-rank legacy files hold (gen_megatron.py legacy, pp 1:
+[layers, rows, ...]; a MoE's experts' decoder.layers.mlp.experts.experts.*
+stacked [layers, experts, rows, ...]) equals, layer (and expert) by layer
+and bit for bit:
+  megatron DIR: the decoder.layers.L.mlp.linear_fc1.* (experts:
+    decoder.layers.L.mlp.experts.local_experts.E.linear_fc1.*) that
+    Megatron's own per-rank legacy files hold (gen_megatron.py legacy, pp 1:
     DIR/mp_rank_RR/model_optim_rng.pt), [gate_r; up_r] for SwiGLU;
   chunk DIR: torch.chunk's piece r of the fixture's truth
-    (DIR/decoder.layers.L.mlp.linear_fc1.*.npy), a plain row split.
+    (DIR/<the same per-layer name>.npy), a plain row split.
+Prints "ok: N per-rank layer tensors (M of experts)".
 
 usage: check_swiglu_ranks.py MOUNT TP megatron|chunk DIR
 """
@@ -39,9 +43,17 @@ class Truth:
         return np.ascontiguousarray(a[self.r * c:(self.r + 1) * c]).view(np.uint8)
 
 
+# stacked name in the mount -> (number of stacked axes, per-layer name)
+KEYS = (
+    ("decoder.layers.mlp.linear_fc1", 1, "decoder.layers.{0}.mlp.linear_fc1"),
+    ("decoder.layers.mlp.experts.experts.linear_fc1", 2,
+     "decoder.layers.{0}.mlp.experts.local_experts.{1}.linear_fc1"),
+)
+
+
 def main():
     mnt, tp, mode, src = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    checked = 0
+    checked = experts = 0
     for r in range(tp):
         head, data = safetensors(f"{mnt}/ranks/tp{r:02d}_pp00/model.safetensors")
         if mode == "megatron":
@@ -49,26 +61,30 @@ def main():
                             map_location="cpu")["model"]
         else:
             sd = Truth(src, r, tp)
-        for prm in ("weight", "bias"):
-            key = "decoder.layers.mlp.linear_fc1." + prm
-            if key not in head:
-                continue
-            h = head[key]
-            lo, hi = h["data_offsets"]
-            got = np.frombuffer(data[lo:hi], dtype=np.uint8).reshape(h["shape"][0], -1)
-            for layer in range(h["shape"][0]):
-                want = sd[f"decoder.layers.{layer}.mlp.linear_fc1.{prm}"]
-                if isinstance(want, torch.Tensor):
-                    want = want.contiguous().view(torch.uint8).numpy()
-                want = want.reshape(-1)
-                if list(want.shape) != [got.shape[1]] or not np.array_equal(got[layer], want):
-                    print(f"rank {r} layer {layer} {prm}: differs from the oracle ({mode})")
-                    return 1
-                checked += 1
+        for stacked, nstack, per_layer in KEYS:
+            for prm in ("weight", "bias"):
+                key = stacked + "." + prm
+                if key not in head:
+                    continue
+                h = head[key]
+                lo, hi = h["data_offsets"]
+                outer = h["shape"][:nstack]
+                got = np.frombuffer(data[lo:hi], dtype=np.uint8).reshape(
+                    int(np.prod(outer)), -1)
+                for i, idx in enumerate(np.ndindex(*outer)):
+                    want = sd[per_layer.format(*idx) + "." + prm]
+                    if isinstance(want, torch.Tensor):
+                        want = want.contiguous().view(torch.uint8).numpy()
+                    want = want.reshape(-1)
+                    if list(want.shape) != [got.shape[1]] or not np.array_equal(got[i], want):
+                        print(f"rank {r} {key}{list(idx)}: differs from the oracle ({mode})")
+                        return 1
+                    checked += 1
+                    experts += nstack == 2
     if not checked:
         print("no linear_fc1 checked")
         return 1
-    print(f"ok: {checked} per-rank layer tensors")
+    print(f"ok: {checked} per-rank layer tensors ({experts} of experts)")
     return 0
 
 
