@@ -55,12 +55,7 @@ check() {
 
 # refused DIR OPTS WANT: the mount fails with one line containing WANT.
 refused() {
-	run --separate-stderr "$FLEXFS_BIN" "$1" "$MNT" ${2:+-o "$2"} 3>&-
-	echo "$stderr"
-	[ "$status" -ne 0 ]
-	not_mounted "$MNT"
-	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
-	[[ $stderr == *"$3"* ]]
+	megatron_refused "$1" "$2" "*$3*"
 }
 
 @test "megatron save dir: the tracker's iteration mounts, megatron/ equals Megatron's files" {
