@@ -55,15 +55,30 @@ ranks() {
 	unmount_ff "$MNT"
 }
 
+# fc1 FIXTURE SRC TP MODE [PATTERN]: SRC (FIXTURE's tensors, its args' swiglu
+# as SRC has it) at tp=TP gives each rank's linear_fc1 as MODE's oracle
+# does (megatron: Megatron's own per-rank files of FIXTURE; chunk:
+# torch.chunk's rows of FIXTURE's truth), the checker saying PATTERN (a
+# glob; "ok: *"), and not as the other mode's.
+fc1() {
+	local fx=$1 src=$2 tp=$3 mode=$4 want=${5:-"ok: *"} other=megatron
+	local -A oracle=(
+		[megatron]=$BATS_FILE_TMPDIR/exp-$fx-$tp-1-local/iter_0000100
+		[chunk]=$FLEXFS_SRC/tests/fixtures/$fx/truth/model)
+	[[ $mode == chunk ]] || other=chunk
+	ranks "$src" "$tp" "$mode" "${oracle[$mode]}"
+	# shellcheck disable=SC2053 # a glob on purpose
+	[[ $status -eq 0 && $output == $want ]]
+	ranks "$src" "$tp" "$other" "${oracle[$other]}"
+	[[ $status -ne 0 ]]
+}
+
 @test "preset megatron-gpt: a SwiGLU fc1 is [gate_r; up_r] on each TP rank, as Megatron's own per-rank files (tp 2, 4)" {
 	require_fuse
 	local tp
 	for tp in 2 4; do
-		ranks "$MEG" $tp megatron "$BATS_FILE_TMPDIR/exp-megatron-untied-$tp-1-local/iter_0000100"
-		[[ $status -eq 0 && $output == "ok: "* ]]
 		# not torch.chunk's rows of [gate; up]
-		ranks "$MEG" $tp chunk "$FX/truth/model"
-		[[ $status -ne 0 ]]
+		fc1 megatron-untied "$MEG" $tp megatron
 	done
 	# index.json gives each rank's parts as boxes of the global tensor
 	run "$FLEXFS_INSPECT" "$MEG" -o "tp=2,rules=@megatron-gpt" --json
@@ -95,30 +110,21 @@ assert m["global_offset"] == [0, 16, 0] and m["split_groups"] == 2, m' \
 
 @test "preset megatron-gpt: a GELU fc1 (args.swiglu False) is a plain row split (tp 2, 4)" {
 	require_fuse
-	local tp src=$BATS_FILE_TMPDIR/gelu/iter_0000100
+	local tp
 	for tp in 2 4; do
-		ranks "$src" $tp chunk "$FX/truth/model"
-		[[ $status -eq 0 && $output == "ok: "* ]]
-		ranks "$src" $tp megatron "$BATS_FILE_TMPDIR/exp-megatron-untied-$tp-1-local/iter_0000100"
-		[[ $status -ne 0 ]]
+		fc1 megatron-untied "$BATS_FILE_TMPDIR/gelu/iter_0000100" $tp chunk
 	done
 }
 
 @test "preset megatron-gpt: a SwiGLU MoE's expert fc1 is [gate_r; up_r] on each TP rank, as Megatron's per-rank files (tp 2, 4)" {
 	require_fuse
-	local tp truth=$FLEXFS_SRC/tests/fixtures/megatron-moe/truth/model
-	local gelu=$BATS_FILE_TMPDIR/gelu-moe/iter_0000100
+	local tp
 	for tp in 2 4; do
-		ranks "$MOE" $tp megatron "$BATS_FILE_TMPDIR/exp-megatron-moe-$tp-1-local/iter_0000100"
 		# 2 layers x 4 experts per rank, all of them the experts'
-		[[ $status -eq 0 && $output == "ok: $((8 * tp)) per-rank layer tensors ($((8 * tp)) of experts)" ]]
-		ranks "$MOE" $tp chunk "$truth"
-		[[ $status -ne 0 ]]
+		fc1 megatron-moe "$MOE" $tp megatron \
+			"ok: $((8 * tp)) per-rank layer tensors ($((8 * tp)) of experts)"
 		# GELU: the plain row split, not Megatron's SwiGLU rows
-		ranks "$gelu" $tp chunk "$truth"
-		[[ $status -eq 0 && $output == "ok: "* ]]
-		ranks "$gelu" $tp megatron "$BATS_FILE_TMPDIR/exp-megatron-moe-$tp-1-local/iter_0000100"
-		[[ $status -ne 0 ]]
+		fc1 megatron-moe "$BATS_FILE_TMPDIR/gelu-moe/iter_0000100" $tp chunk
 	done
 }
 
