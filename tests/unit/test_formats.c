@@ -40,7 +40,7 @@
 
 #include "count_alloc.h"
 
-/* ---- a synthetic checkpoint: every tensor saved whole, zeros ---- */
+/* ---- a synthetic checkpoint: every tensor saved whole (synth_ckpt.h) ---- */
 
 typedef struct tdef {
 	const char *fqn;
