@@ -168,15 +168,17 @@ same_plan() {
 	check_fsdp fsdp2 2 1 rules=@torchtitan-llama "$PRESETS/torchtitan-llama.json"
 }
 
-# same_plan_glu DIR OPTS_A OPTS_B: same_plan, except that the SwiGLU
-# linear_fc1 (SPLIT 1 under OPTS_A) is split as [gate_r; up_r] (SPLIT 1x2)
-# under OPTS_B, which must say so (presets_swiglu.bats checks its bytes).
+# same_plan_glu DIR OPTS_A OPTS_B [FC1 AXIS]: same_plan, except that the
+# SwiGLU linear_fc1 (FC1, an ERE of its name's start, default the dense
+# decoder\.layers\.mlp\.linear_fc1; SPLIT AXIS, default 1, under OPTS_A) is
+# split as [gate_r; up_r] (SPLIT AXISx2) under OPTS_B, which must say so
+# (presets_swiglu.bats checks its bytes).
 same_plan_glu() {
-	local b
+	local b fc1=${4:-'decoder\.layers\.mlp\.linear_fc1'} a=${5:-1}
 	b=$("$FLEXFS_INSPECT" "$1" -o "$3" | grep -v 'rules: ')
-	grep -Eq '^decoder\.layers\.mlp\.linear_fc1\.weight .* 1x2 +0 ' <<<"$b"
+	grep -Eq "^$fc1\\.weight .* ${a}x2 +0 " <<<"$b"
 	diff <("$FLEXFS_INSPECT" "$1" -o "$2" | grep -v 'rules: ') \
-		<(sed -E '/^decoder\.layers\.mlp\.linear_fc1\./s/ 1x2 / 1   /' <<<"$b")
+		<(sed -E "/^$fc1\\./s/ ${a}x2 / $a   /" <<<"$b")
 }
 
 @test "preset megatron-gpt: the TP plan Megatron saved, on every Megatron fixture" {
@@ -187,8 +189,11 @@ same_plan_glu() {
 		same_plan_glu "$d" tp=4 tp=4,rules=@megatron-gpt
 	done
 	d=$(echo "$FLEXFS_SRC"/tests/fixtures/megatron-moe/ckpt/iter_*)
-	same_plan "$d" tp=2 tp=2,rules=@megatron-gpt
-	same_plan "$d" tp=4 tp=4,rules=@megatron-gpt
+	# the experts' fc1 stacks [layer, expert]: rows are axis 2
+	same_plan_glu "$d" tp=2 tp=2,rules=@megatron-gpt \
+		'decoder\.layers\.mlp\.experts\.experts\.linear_fc1' 2
+	same_plan_glu "$d" tp=4 tp=4,rules=@megatron-gpt \
+		'decoder\.layers\.mlp\.experts\.experts\.linear_fc1' 2
 	# and it decides what a checkpoint saved whole cannot: linear_proj on
 	# its input axis (2, past the stacked layers)
 	run "$FLEXFS_INSPECT" "$d" -o tp=2,rules=@megatron-gpt
