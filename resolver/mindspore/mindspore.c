@@ -17,8 +17,9 @@
  * whole file: each tensor_content's file offset and length are recorded,
  * and chunks point at them, so payloads are served in place.  (protobuf-c
  * unpacks whole messages into memory and reports no offsets, which is
- * why it is not used here.)  Encrypted files are refused; a CRC trailer
- * is verified by reading the file once at mount.
+ * why it is not used here; the strategy file, small and read whole, is
+ * unpacked by protobuf-c, strategy.h.)  Encrypted files are refused; a CRC
+ * trailer is verified by reading the file once at mount.
  *
  * Global index: the box of each (rank, parameter) from the strategy
  * (strategy.h), stored dims checked against it, replicas dropped (the
