@@ -1201,10 +1201,11 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 			return flx_error_set(
 			    L->err, -EINVAL, ef, e->name,
 			    "rank %u holds the box of rank %u with other "
-			    "bytes: not a replica (an optimizer shard the "
-			    "strategy does not record? pass the JSON "
-			    "strategy, whose tensor_shape tells it)",
-			    e->rank, h[k].e->rank);
+			    "bytes: not a replica (an optimizer shard that "
+			    "%s does not record? pass the JSON strategy, "
+			    "whose tensor_shape tells it)",
+			    e->rank, h[k].e->rank,
+			    L->st_path ? L->st_path : "the strategy");
 		continue;
 	shape_mismatch:
 		fmt_dims(a, sizeof(a), e->ndim, e->dims);

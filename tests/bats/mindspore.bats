@@ -116,6 +116,7 @@ PY
 	echo "$output"
 	[ "$status" -ne 0 ]
 	[[ $output == *".ckpt: "*": rank "*" holds the box of rank "*" with other bytes: not a replica"* ]]
+	[[ $output == *"strategy-noopt/ckpt_strategy_rank_0.ckpt does not record? pass the JSON strategy"* ]]
 	[ "$(grep -c . <<<"$output")" -eq 1 ]
 }
 
