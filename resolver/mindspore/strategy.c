@@ -3,9 +3,11 @@
  * MindSpore strategy files: protobuf and JSON into flx_ms_strategy, and
  * the box arithmetic of shared/specs/mindspore-format.md §2.4-2.7.
  *
- * Both parsers fill a raw_layout (the file's values, unchecked) and hand
- * it to layout_finish(), the one place the values are validated, so the
- * two variants refuse the same things with the same words.
+ * The protobuf is unpacked by protobuf-c (node_strategy.pb-c.h, generated
+ * at build time from node_strategy.proto), JSON by jansson.  Both parsers
+ * fill a raw_layout (the file's values, unchecked) and hand it to
+ * layout_finish(), the one place the values are validated, so the two
+ * variants refuse the same things with the same words.
  */
 #include "strategy.h"
 
