@@ -17,8 +17,9 @@
  * each content a consecutive C-order piece of at most max bytes where the
  * shape allows it (whole rows of the outermost axis that can be cut), as
  * MindSpore's numpy path cuts them; load_checkpoint joins consecutive
- * records with one tag (1.5).  A zero-element parameter is one record
- * with empty content (the loader of every version reads it).  Every
+ * records with one tag (1.5).  A zero-element parameter has no record, as
+ * MindSpore >= 2.3 writes it (1.4); the loader keeps the network's value
+ * for a parameter it does not find.  Every
  * length is computed at mount, so the file's size is exact; the content
  * bytes are the views', read on demand.
  *
@@ -74,7 +75,8 @@ int flx_ms_check(const flx_ms_param *p, size_t n, size_t *bad);
 
 /**
  * Add file name to directory dir: the .ckpt of p[0, n) (checked with
- * flx_ms_check(); borrowed, must outlive fs), in that order, records of
+ * flx_ms_check(); borrowed, must outlive fs), in that order but for
+ * zero-element tensors (no record), records of
  * at most max content bytes (FLX_MS_CHUNK; smaller in tests).  The views
  * of pieces are made over ckpt and owned by fs.
  * @return 0, or -ENOMEM, -ENOTDIR, -EFBIG, or flx_view_new()'s error.

@@ -17,8 +17,9 @@
  * whole file: each tensor_content's file offset and length are recorded,
  * and chunks point at them, so payloads are served in place.  (protobuf-c
  * unpacks whole messages into memory and reports no offsets, which is
- * why it is not used here.)  Encrypted files are refused; a CRC trailer
- * is verified by reading the file once at mount.
+ * why it is not used here; the strategy file, small and read whole, is
+ * unpacked by protobuf-c, strategy.h.)  Encrypted files are refused; a CRC
+ * trailer is verified by reading the file once at mount.
  *
  * Global index: the box of each (rank, parameter) from the strategy
  * (strategy.h), stored dims checked against it, replicas dropped (the
@@ -28,7 +29,10 @@
  * An optimizer shard a JSON layout leaves out is inferred from the stored
  * dims against the JSON global shape (flx_ms_opt_infer(), §2.4(f)).
  * Zero-element parameters have no record from 2.3 on (§1.4) and are not
- * in the index: the strategy gives no dtype to serve them with.
+ * in the index, layout or not: the strategy gives no dtype to serve them
+ * with (MindSpore's loader keeps the network's value).  A <= 2.2 record
+ * with empty content is indexed as DCP indexes a zero-element tensor: one
+ * chunk of no bytes per distinct box.
  */
 #include "crc32.h"
 #include "json_guard.h"
@@ -1197,10 +1201,11 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 			return flx_error_set(
 			    L->err, -EINVAL, ef, e->name,
 			    "rank %u holds the box of rank %u with other "
-			    "bytes: not a replica (an optimizer shard the "
-			    "strategy does not record? pass the JSON "
-			    "strategy, whose tensor_shape tells it)",
-			    e->rank, h[k].e->rank);
+			    "bytes: not a replica (an optimizer shard that "
+			    "%s does not record? pass the JSON strategy, "
+			    "whose tensor_shape tells it)",
+			    e->rank, h[k].e->rank,
+			    L->st_path ? L->st_path : "the strategy");
 		continue;
 	shape_mismatch:
 		fmt_dims(a, sizeof(a), e->ndim, e->dims);
@@ -1270,6 +1275,8 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 			    sz[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
 			    first[FLX_FLAT_BOXES_MAX];
 			uint64_t el = 0;
+			if (flx_numel(e->ndim, e->dims) == 0)
+				total++; /* its empty box, as DCP saves it */
 			for (uint32_t p = 0; p < e->npieces; p++) {
 				unsigned nb;
 				uint64_t n = e->pieces[p].len / es;
@@ -1294,6 +1301,22 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 		for (int d = e->ndim; d-- > 0;) {
 			stride[d] = s;
 			s *= e->dims[d] ? e->dims[d] : 1;
+		}
+		if (flx_numel(e->ndim, e->dims) == 0) {
+			/* a zero-element box (a <= 2.2 record with empty
+			 * content, §1.4) is one chunk of no bytes, as DCP
+			 * stores a zero-element tensor */
+			flx_chunk *ch = &t->chunks[at++];
+			for (int d = 0; d < e->ndim; d++) {
+				ch->off[d] = h[i].off[d];
+				ch->size[d] = e->dims[d];
+				ch->stride[d] = stride[d];
+			}
+			ch->file = e->file;
+			ch->data_off = ch->item_off =
+			    e->npieces ? e->pieces[0].off : 0;
+			ch->item_len = 0;
+			ch->contig_from = flx_chunk_contig_from(e->ndim, ch);
 		}
 		for (uint32_t p = 0; p < e->npieces; p++) {
 			unsigned nb;

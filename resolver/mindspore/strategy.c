@@ -3,17 +3,21 @@
  * MindSpore strategy files: protobuf and JSON into flx_ms_strategy, and
  * the box arithmetic of shared/specs/mindspore-format.md §2.4-2.7.
  *
- * Both parsers fill a raw_layout (the file's values, unchecked) and hand
- * it to layout_finish(), the one place the values are validated, so the
- * two variants refuse the same things with the same words.
+ * The protobuf is unpacked by protobuf-c (node_strategy.pb-c.h, generated
+ * at build time from node_strategy.proto), JSON by jansson.  Both parsers
+ * fill a raw_layout (the file's values, unchecked) and hand it to
+ * layout_finish(), the one place the values are validated, so the two
+ * variants refuse the same things with the same words.
  */
 #include "strategy.h"
 
 #include "json_guard.h"
-#include "pbwire.h"
+#include "node_strategy.pb-c.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <jansson.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -194,251 +198,178 @@ bad_k:
 
 /* ---- protobuf ---- */
 
-/* The repeated field 1 of a {dim} message (DevMatrix, TensorMap, ...),
- * unpacked or packed, into out (at most max).  int32: values are int32
- * sent as 64-bit varints (−1 is 10 bytes), truncated as protobuf does. */
-static int pb_dims(flx_pb m, int64_t *out, uint32_t max, uint32_t *n,
-		   bool int32)
+/* What unpacking may hold at once: protobuf-c builds a struct of about
+ * 40 bytes per message and, while it scans a message, about 32 bytes per
+ * field, so a file of empty sub-messages ("12 00") needs about 60 times
+ * its size; a real strategy (per layout item about 30 bytes plus the name
+ * on the wire, seven messages) at most about 12.  The cap bounds the
+ * memory a hostile file takes whatever its size; a strategy of
+ * FLX_MS_MAX_LAYOUTS items needs about half of it. */
+#define PB_BUDGET_FACTOR 32u
+#define PB_BUDGET_FLOOR	 ((size_t)1 << 20)
+#define PB_BUDGET_CAP	 ((size_t)1 << 30)
+
+/* protobuf-c's allocator: keeps what unpack holds at once (each block
+ * carries its size) within a budget, and tells a failed malloc or the
+ * budget apart from a malformed file (unpack returns NULL for all). */
+typedef struct pb_arena {
+	size_t live, budget;
+	bool over, nomem;
+} pb_arena;
+
+typedef union pb_block {
+	size_t size;
+	max_align_t align;
+} pb_block;
+
+static void *pb_alloc(void *data, size_t size)
 {
-	uint32_t field, wt;
-	uint64_t v;
-	*n = 0;
-	while (m.p < m.end) {
-		if (flx_pb_key(&m, &field, &wt) < 0)
-			return -EINVAL;
-		if (field != 1) {
-			if (flx_pb_skip(&m, wt) < 0)
-				return -EINVAL;
-			continue;
-		}
-		flx_pb one = m, *src = &m;
-		if (wt == FLX_PB_LEN) {
-			if (flx_pb_len(&m, &one) < 0)
-				return -EINVAL;
-			src = &one;
-		} else if (wt != FLX_PB_VARINT) {
-			return -EINVAL;
-		}
-		do {
-			if (flx_pb_varint(src, &v) < 0)
-				return -EINVAL;
-			if (*n == max)
-				return -E2BIG;
-			out[(*n)++] =
-			    int32 ? (int64_t)(int32_t)(uint32_t)v : (int64_t)v;
-		} while (wt == FLX_PB_LEN && one.p < one.end);
+	pb_arena *a = data;
+	pb_block *p;
+	if (size > a->budget - a->live) {
+		a->over = true;
+		return NULL;
 	}
-	return 0;
+	if (!(p = malloc(sizeof(*p) + size))) {
+		a->nomem = true;
+		return NULL;
+	}
+	p->size = size;
+	a->live += size;
+	return p + 1;
 }
 
-/* A list bounded only by its message: allocated (one element per byte is
- * the most a message can hold). */
-static int pb_dims_alloc(flx_pb m, int64_t **out, uint32_t *n)
+static void pb_release(void *data, void *ptr)
 {
-	size_t max = (size_t)(m.end - m.p);
-	if (max > FLX_MS_MAX_DEVICES)
-		max = FLX_MS_MAX_DEVICES;
-	free(*out);
-	*out = malloc((max ? max : 1) * sizeof(**out));
+	pb_arena *a = data;
+	pb_block *p = ptr;
+	if (!p)
+		return;
+	p--;
+	a->live -= p->size;
+	free(p);
+}
+
+/* A list of n values into a new int64 array (a manual split's rows or
+ * offsets, taken over by the layout). */
+static int pb_i64_dup(const int64_t *v, size_t n, int64_t **out, uint32_t *nout)
+{
+	*out = malloc((n ? n : 1) * sizeof(**out));
 	if (!*out)
 		return -ENOMEM;
-	return pb_dims(m, *out, (uint32_t)max, n, false);
-}
-
-static int pb_layouts(builder *b, flx_pb m, raw_layout *r)
-{
-	uint32_t field, wt;
-	uint64_t v;
-	flx_pb sub;
-	bool dev_seen = false, split_seen = false, off_seen = false;
-	const char *key = r->name;
-
-	while (m.p < m.end) {
-		if (flx_pb_key(&m, &field, &wt) < 0)
-			goto malformed;
-		if (field >= 1 && field <= 4 && wt == FLX_PB_LEN) {
-			int rc = 0;
-			if (flx_pb_len(&m, &sub) < 0)
-				goto malformed;
-			/* dev_matrix, param_split_shape, indices_offset:
-			 * readers use entry [0] */
-			if (field == 1 && !dev_seen) {
-				rc = pb_dims(sub, r->dev, FLX_MS_MAX_DIMS,
-					     &r->ndev, false);
-				dev_seen = true;
-			} else if (field == 2) {
-				if (r->nent == FLX_MS_MAX_DIMS)
-					rc = -E2BIG;
-				else
-					rc = pb_dims(sub, r->ent[r->nent],
-						     FLX_MS_MAX_DIMS,
-						     &r->entlen[r->nent], true);
-				r->nent++;
-			} else if (field == 3 && !split_seen) {
-				rc = pb_dims_alloc(sub, &r->split, &r->nsplit);
-				split_seen = true;
-			} else if (field == 4 && !off_seen) {
-				rc = pb_dims_alloc(sub, &r->off, &r->noff);
-				off_seen = true;
-			}
-			if (rc == -E2BIG)
-				return flx_error_set(
-				    b->err, -EINVAL, b->file, key,
-				    "dev_matrix or tensor_map longer than %u",
-				    FLX_MS_MAX_DIMS);
-			if (rc < 0 && rc != -EINVAL)
-				return rc;
-			if (rc < 0)
-				goto malformed;
-		} else if (field >= 5 && field <= 7 && wt == FLX_PB_VARINT) {
-			if (flx_pb_varint(&m, &v) < 0)
-				goto malformed;
-			int64_t x = (int64_t)(int32_t)(uint32_t)v;
-			if (field == 5)
-				r->field = x;
-			else if (field == 6)
-				r->step = x;
-			else
-				r->size = x;
-		} else if (flx_pb_skip(&m, wt) < 0) {
-			goto malformed;
-		}
-	}
+	if (n)
+		memcpy(*out, v, n * sizeof(**out));
+	*nout = (uint32_t)n;
 	return 0;
-malformed:
-	return bad(b, key, "malformed ParallelLayouts message");
 }
 
-static int pb_layout_item(builder *b, flx_pb m)
+/* One unpacked ParallelLayoutItem into a raw layout, then validated.
+ * dev_matrix, param_split_shape and indices_offset: entry [0] (§2.2). */
+static int pb_layout(builder *b,
+		     const Mindspore__Straspb__ParallelLayoutItem *it)
 {
-	uint32_t field, wt;
-	flx_pb sub, lay = {NULL, NULL};
+	const Mindspore__Straspb__ParallelLayouts *pl = it->parallel_layouts;
+	const char *key = it->param_name;
 	raw_layout r;
-	int rc = -EINVAL;
+	int rc = 0;
 
 	memset(&r, 0, sizeof(r));
-	while (m.p < m.end) {
-		if (flx_pb_key(&m, &field, &wt) < 0)
-			goto malformed;
-		if ((field == 1 || field == 2) && wt == FLX_PB_LEN) {
-			if (flx_pb_len(&m, &sub) < 0)
-				goto malformed;
-			if (field == 2) {
-				lay = sub;
-				continue;
-			}
-			size_t n = (size_t)(sub.end - sub.p);
-			if (memchr(sub.p, 0, n))
-				goto malformed;
-			free(r.name);
-			r.name = strndup((const char *)sub.p, n);
-			if (!r.name) {
-				rc = -ENOMEM;
-				goto out;
-			}
-		} else if (flx_pb_skip(&m, wt) < 0) {
-			goto malformed;
-		}
+	if (!key || !pl)
+		return bad(b, key,
+			   "parallel_layout_item without param_name "
+			   "or parallel_layouts");
+	if (pl->n_tensor_map > FLX_MS_MAX_DIMS ||
+	    (pl->n_dev_matrix > 0 &&
+	     pl->dev_matrix[0]->n_dim > FLX_MS_MAX_DIMS))
+		goto too_long;
+	for (size_t e = 0; e < pl->n_tensor_map; e++)
+		if (pl->tensor_map[e]->n_dim > FLX_MS_MAX_DIMS)
+			goto too_long;
+	if ((pl->n_param_split_shape > 0 &&
+	     pl->param_split_shape[0]->n_dim > FLX_MS_MAX_DEVICES) ||
+	    (pl->n_indices_offset > 0 &&
+	     pl->indices_offset[0]->n_dim > FLX_MS_MAX_DEVICES))
+		return flx_error_set(b->err, -EINVAL, b->file, key,
+				     "param_split_shape or indices_offset "
+				     "longer than %u",
+				     FLX_MS_MAX_DEVICES);
+	if (!(r.name = strdup(key)))
+		return -ENOMEM;
+	if (pl->n_dev_matrix > 0) {
+		r.ndev = (uint32_t)pl->dev_matrix[0]->n_dim;
+		for (uint32_t j = 0; j < r.ndev; j++)
+			r.dev[j] = pl->dev_matrix[0]->dim[j];
 	}
-	if (!r.name || !lay.p) {
-		rc = bad(b, r.name,
-			 "parallel_layout_item without param_name "
-			 "or parallel_layouts");
-		goto out;
+	r.nent = (uint32_t)pl->n_tensor_map;
+	for (uint32_t e = 0; e < r.nent; e++) {
+		r.entlen[e] = (uint32_t)pl->tensor_map[e]->n_dim;
+		for (uint32_t j = 0; j < r.entlen[e]; j++)
+			r.ent[e][j] = pl->tensor_map[e]->dim[j];
 	}
-	rc = pb_layouts(b, lay, &r);
-	if (rc == 0)
+	if (pl->n_param_split_shape > 0)
+		rc = pb_i64_dup(pl->param_split_shape[0]->dim,
+				pl->param_split_shape[0]->n_dim, &r.split,
+				&r.nsplit);
+	if (!rc && pl->n_indices_offset > 0)
+		rc = pb_i64_dup(pl->indices_offset[0]->dim,
+				pl->indices_offset[0]->n_dim, &r.off, &r.noff);
+	r.field = pl->field;
+	r.step = pl->opt_weight_shard_step;
+	r.size = pl->opt_weight_shard_size;
+	if (!rc)
 		rc = layout_finish(b, &r);
-	goto out;
-malformed:
-	rc = bad(b, r.name, "malformed ParallelLayoutItem message");
-out:
 	raw_free(&r);
 	return rc;
+too_long:
+	return flx_error_set(b->err, -EINVAL, b->file, key,
+			     "dev_matrix or tensor_map longer than %u",
+			     FLX_MS_MAX_DIMS);
 }
 
-/* ParallelStrategyItem: only the stage of the first one is used. */
-static int pb_strategy_item(builder *b, flx_pb m)
-{
-	uint32_t field, wt;
-	uint64_t v;
-	flx_pb sub, s;
-	while (m.p < m.end) {
-		if (flx_pb_key(&m, &field, &wt) < 0)
-			return -EINVAL;
-		if (field != 2 || wt != FLX_PB_LEN) {
-			if (flx_pb_skip(&m, wt) < 0)
-				return -EINVAL;
-			continue;
-		}
-		if (flx_pb_len(&m, &sub) < 0)
-			return -EINVAL;
-		while (sub.p < sub.end) {
-			if (flx_pb_key(&sub, &field, &wt) < 0)
-				return -EINVAL;
-			if (field == 1 && wt == FLX_PB_VARINT) {
-				if (flx_pb_varint(&sub, &v) < 0)
-					return -EINVAL;
-				if (!b->have_stage) {
-					if (v >= FLX_MS_MAX_STAGES)
-						return -E2BIG;
-					b->file_stage = (uint32_t)v;
-					b->have_stage = true;
-				}
-			} else if (field == 2 && wt == FLX_PB_LEN) {
-				if (flx_pb_len(&sub, &s) < 0)
-					return -EINVAL;
-			} else if (flx_pb_skip(&sub, wt) < 0) {
-				return -EINVAL;
-			}
-		}
-	}
-	return 0;
-}
-
+/* The file is one ParallelStrategyMap, unpacked whole by protobuf-c from
+ * node_strategy.proto (the spec's schema, compiled at build time).  The
+ * file's stage is that of the first strategy item that has one (§2.5). */
 static int parse_proto(builder *b, const void *buf, size_t len)
 {
-	flx_pb c = {buf, (const uint8_t *)buf + len}, sub;
-	uint32_t field = 0, wt;
-	const uint8_t *at = buf;
-	int rc;
-	while (c.p < c.end) {
-		at = c.p;
-		if (flx_pb_key(&c, &field, &wt) < 0)
-			goto malformed;
-		if ((field == 2 || field == 3) && wt == FLX_PB_LEN) {
-			if (flx_pb_len(&c, &sub) < 0)
-				goto malformed;
-			if (field == 3) {
-				rc = pb_layout_item(b, sub);
-			} else {
-				rc = pb_strategy_item(b, sub);
-				if (rc == -E2BIG)
-					return bad(b, "stage",
-						   "pipeline stage too large");
-				if (rc < 0)
-					return bad(b, NULL,
-						   "malformed "
-						   "ParallelStrategyItem "
-						   "message");
-			}
-			if (rc < 0)
-				return rc;
-		} else if (flx_pb_skip(&c, wt) < 0) {
-			goto malformed;
+	pb_arena arena = {.budget = PB_BUDGET_CAP};
+	ProtobufCAllocator al = {pb_alloc, pb_release, &arena};
+	Mindspore__Straspb__ParallelStrategyMap *m;
+	int rc = 0;
+
+	if (len < (PB_BUDGET_CAP - PB_BUDGET_FLOOR) / PB_BUDGET_FACTOR)
+		arena.budget = PB_BUDGET_FLOOR + len * PB_BUDGET_FACTOR;
+	m = mindspore__straspb__parallel_strategy_map__unpack(&al, len, buf);
+	if (!m && arena.nomem)
+		return -ENOMEM;
+	if (!m && arena.over)
+		return flx_error_set(
+		    b->err, -EINVAL, b->file, "ParallelStrategyMap",
+		    "unpacking it needs more than %zu MiB of memory (%u "
+		    "times its size, at most %zu MiB)",
+		    arena.budget >> 20, PB_BUDGET_FACTOR, PB_BUDGET_CAP >> 20);
+	if (!m)
+		return bad(b, "ParallelStrategyMap",
+			   "not a ParallelStrategyMap protobuf message "
+			   "(protobuf-c cannot unpack it: truncated, a "
+			   "malformed field or a required field missing)");
+	for (size_t i = 0; i < m->n_parallel_strategy_item && !b->have_stage;
+	     i++) {
+		const Mindspore__Straspb__ParallelStrategys *ps =
+		    m->parallel_strategy_item[i]->parallel_strategys;
+		if (!ps)
+			continue;
+		if (ps->stage >= FLX_MS_MAX_STAGES) {
+			rc = bad(b, "stage", "pipeline stage too large");
+			goto out;
 		}
+		b->file_stage = ps->stage;
+		b->have_stage = true;
 	}
-	return 0;
-malformed:
-	/* the field of the map being read names the key */
-	return flx_error_set(
-	    b->err, -EINVAL, b->file,
-	    field == 3	 ? "parallel_layout_item"
-	    : field == 2 ? "parallel_strategy_item"
-			 : "ParallelStrategyMap",
-	    "not a ParallelStrategyMap protobuf message (malformed field "
-	    "at byte %zu)",
-	    (size_t)(at - (const uint8_t *)buf));
+	for (size_t i = 0; i < m->n_parallel_layout_item && !rc; i++)
+		rc = pb_layout(b, m->parallel_layout_item[i]);
+out:
+	mindspore__straspb__parallel_strategy_map__free_unpacked(m, &al);
+	return rc;
 }
 
 /* ---- JSON ---- */

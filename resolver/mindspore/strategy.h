@@ -21,11 +21,11 @@
  * (§2.4(g)) and optimizer shard (§2.4(f)).  Ranks: stage s owns global
  * ranks [s * devices, (s + 1) * devices); the local rank is rank % devices.
  *
- * The protobuf is read by a bounded hand-written wire decoder (no
- * generated code, no allocation proportional to anything but the layouts
- * kept): every length is checked against its enclosing message, varints
- * are at most 10 bytes, counts are bounded by FLX_MS_MAX_DIMS and
- * FLX_MS_MAX_LAYOUTS.
+ * The protobuf is unpacked by protobuf-c, with code protoc-c generates at
+ * build time from node_strategy.proto (the spec's schema), under an
+ * allocation budget proportional to the file's size; the unpacked lists
+ * are then bounded by FLX_MS_MAX_DIMS and FLX_MS_MAX_LAYOUTS as JSON's are.
+ * The caller bounds the file's size.
  *
  * Thread-safety: a parsed strategy is immutable; every function here may
  * be called concurrently on the same strategy.  parse/free touch only
@@ -85,7 +85,11 @@ typedef struct flx_ms_strategy {
  * Parse a strategy file's bytes.  json selects the JSON variant (the
  * caller decides, by the ".json" name, as MindSpore does).  file names the
  * file in messages.  Refused (-EINVAL, one line naming file, key and
- * reason): malformed protobuf or JSON, a missing or empty dev_matrix, a
+ * reason): malformed protobuf (what protobuf-c will not unpack: truncated,
+ * a wrong wire type, a required field missing, except the opt_weight_shard
+ * fields, absent in files before 2021 and then 0) or JSON, a protobuf
+ * that needs more memory to unpack than its size allows, a missing or
+ * empty dev_matrix, a
  * zero device dimension, a tensor_map value outside the device matrix or
  * repeated, field != 0, more than FLX_MS_MAX_* of anything, layouts whose
  * device counts differ, a stage without layouts (an unmerged stage file of

@@ -11,7 +11,8 @@
 # Values cut every 200 bytes; MindFormers' front-end strategy with ZeRO-3
 # in flat per-rank files; DP2 x MP2 x PP2 through the merged strategy; the
 # <= 2.2 writer (BFloat16 as float32, scalar dims [0]); CRC trailers;
-# safetensors (>= 2.4), also with remove_redundancy.
+# safetensors (>= 2.4), also with remove_redundancy; zero-element tensors
+# written by the <= 2.2 writer (an empty record) and by >= 2.3 (none).
 
 load helpers
 
@@ -115,6 +116,7 @@ PY
 	echo "$output"
 	[ "$status" -ne 0 ]
 	[[ $output == *".ckpt: "*": rank "*" holds the box of rank "*" with other bytes: not a replica"* ]]
+	[[ $output == *"strategy-noopt/ckpt_strategy_rank_0.ckpt does not record? pass the JSON strategy"* ]]
 	[ "$(grep -c . <<<"$output")" -eq 1 ]
 }
 
@@ -127,6 +129,39 @@ PY
 	done
 	ms_mount "$FX/mindspore-safetensors/ckpt-dedup" \
 		"$FX/mindspore-safetensors/strategy/ckpt_strategy_rank_0.ckpt" 1x2
+	ms_check
+}
+
+@test "mindspore zero-element tensors (spec 1.4): a <= 2.2 empty record is served in every view, indexed as DCP indexes one (a chunk per box), and mindspore/ writes no record for it; >= 2.3 writes none and a layout without a record is left out" {
+	local z=$FX/mindspore-zero
+
+	ms_mount "$z/ckpt-legacy22" "$z/strategy/ckpt_strategy_rank_0.ckpt" 1x1 2x1
+	ms_mount "$z/ckpt-legacy22" "$z/strategy_json/ckpt_strategy_rank_0.json" 2x1
+	ms_mount "$z/ckpt" "$z/strategy/ckpt_strategy_rank_0.ckpt" 2x1
+	ms_mount "$z/ckpt" "$z/strategy_json/ckpt_strategy_rank_0.json" 2x1
+	run /usr/bin/python3 - "${MS_MNTS[@]}" <<'PY'
+import json, sys
+# name: (global shape, distinct boxes saved: [0,4] whole on both ranks; [8,0]
+# split in rows over TP2)
+zero = {"model.freqs_cache": ([0, 4], 1),
+        "model.layers.0.attention.prefix.weight": ([8, 0], 2)}
+for i, m in enumerate(sys.argv[1:]):
+    t = json.load(open(m + "/index.json"))["tensors"]
+    for n, (shape, boxes) in zero.items():
+        if i < 3:
+            assert t[n]["shape"] == shape and t[n]["source_chunks"] == boxes, (m, n, t[n])
+        else:
+            assert n not in t, (m, n)
+    assert len(t) == (23 if i < 3 else 21), (m, len(t))
+print("ok")
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	run /usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/check_mindspore.py" \
+		plan "${MS_MNTS[1]}" "$BATS_TEST_TMPDIR/truth-0" 2 1
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == "2 files equal" ]]
 	ms_check
 }
 

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Fuzz target: MindSpore strategy files (resolver/mindspore/strategy.c),
- * as protobuf and, when the input starts with '{', as JSON.  Every layout
+ * as protobuf (protobuf-c's unpack with the generated node_strategy code,
+ * its allocation budget, then the layout checks) and, when the input
+ * starts with '{', as JSON.  Every layout
  * of a strategy that parses has its box computed for every local rank
  * (at most 64) on a shape its split factors divide, and each box must lie
  * inside that shape.

@@ -177,10 +177,12 @@ static void test_opt_infer(void)
 	flx_error e;
 	flx_ms_layout o;
 	uint64_t p;
-	buf[0] = 0x1a;
-	buf[1] = sizeof(ex3item);
-	memcpy(buf + 2, ex3item, sizeof(ex3item));
-	flx_ms_strategy *s = parse(buf, 2 + sizeof(ex3item), false, &e);
+	buf[0] = 0x08; /* current_stage 1 (required) */
+	buf[1] = 0x01;
+	buf[2] = 0x1a;
+	buf[3] = sizeof(ex3item);
+	memcpy(buf + 4, ex3item, sizeof(ex3item));
+	flx_ms_strategy *s = parse(buf, 4 + sizeof(ex3item), false, &e);
 	CHECK(s != NULL);
 	if (!s)
 		return;
@@ -232,10 +234,12 @@ static void test_nested(void)
 {
 	unsigned char buf[64];
 	flx_error e;
-	buf[0] = 0x1a;
-	buf[1] = sizeof(ex53item1d);
-	memcpy(buf + 2, ex53item1d, sizeof(ex53item1d));
-	flx_ms_strategy *s = parse(buf, 2 + sizeof(ex53item1d), false, &e);
+	buf[0] = 0x08; /* current_stage 1 (required) */
+	buf[1] = 0x01;
+	buf[2] = 0x1a;
+	buf[3] = sizeof(ex53item1d);
+	memcpy(buf + 4, ex53item1d, sizeof(ex53item1d));
+	flx_ms_strategy *s = parse(buf, 4 + sizeof(ex53item1d), false, &e);
 	CHECK(s != NULL);
 	if (s) {
 		flx_ms_layout *l = &s->layouts[0];
@@ -374,6 +378,102 @@ static void test_refusals(void)
 	REFUSED("[1", 2, true, NULL, "not JSON");
 }
 
+/* What protobuf-c (node_strategy.proto) accepts and refuses: §2.2's
+ * required fields, but opt_weight_shard_* absent (files before 2021) as
+ * 0; lists past FLX_MS_MAX_DIMS; a file costing more memory unpacked than
+ * its size allows (PB_BUDGET_*: 32 times, plus 1 MiB). */
+static void test_protobuf_c(void)
+{
+	unsigned char b[sizeof(ex53)];
+	flx_error e;
+	flx_ms_strategy *s;
+
+	/* ex53 without "30 00 38 00": the layout item and its
+	 * ParallelLayouts 4 bytes shorter */
+	memcpy(b, ex53, sizeof(b));
+	b[33] -= 4;
+	b[38] -= 4;
+	s = parse(b, sizeof(b) - 4, false, &e);
+	CHECK(s != NULL);
+	if (s) {
+		CHECK_EQ(s->layouts[0].opt_step, 0);
+		CHECK_EQ(s->layouts[0].opt_size, 0);
+		CHECK_EQ(s->layouts[0].ndim, 2);
+	}
+	flx_ms_strategy_free(s);
+	/* opt_weight_shard_size -1 (a 10-byte varint): the layout item and
+	 * its ParallelLayouts 9 bytes longer */
+	unsigned char m1[sizeof(ex53) + 9];
+	static const unsigned char neg[] = {0x38, 0xff, 0xff, 0xff, 0xff, 0xff,
+					    0xff, 0xff, 0xff, 0xff, 0x01};
+	memcpy(m1, ex53, sizeof(ex53) - 2);
+	memcpy(m1 + sizeof(ex53) - 2, neg, sizeof(neg));
+	m1[33] += 9;
+	m1[38] += 9;
+	s = parse(m1, sizeof(m1), false, &e);
+	CHECK(s != NULL);
+	if (s)
+		CHECK_EQ(s->layouts[0].opt_size, -1);
+	flx_ms_strategy_free(s);
+	/* without the required field (5): "28 00" left out */
+	memcpy(b, ex53, 64);
+	memcpy(b + 64, ex53 + 66, 4);
+	b[33] -= 2;
+	b[38] -= 2;
+	REFUSED(b, sizeof(b) - 2, false, "ParallelStrategyMap",
+		"protobuf-c cannot unpack it");
+	/* without the required current_stage */
+	REFUSED(ex53 + 2, sizeof(ex53) - 2, false, "ParallelStrategyMap",
+		"protobuf-c cannot unpack it");
+	/* a wrong wire type for a known field: dev_matrix as a varint */
+	memcpy(b, ex53, sizeof(b));
+	b[39] = 0x08;
+	REFUSED(b, sizeof(b), false, "ParallelStrategyMap",
+		"protobuf-c cannot unpack it");
+
+	/* 17 empty TensorMap entries */
+	unsigned char t[80];
+	size_t n = 0;
+	t[n++] = 0x08, t[n++] = 0x01, t[n++] = 0x1a, t[n++] = 0;
+	t[n++] = 0x0a, t[n++] = 0x01, t[n++] = 0x77, t[n++] = 0x12;
+	t[n++] = 0;
+	t[n++] = 0x0a, t[n++] = 0x02, t[n++] = 0x08, t[n++] = 0x02;
+	for (int i = 0; i < 17; i++)
+		t[n++] = 0x12, t[n++] = 0x00;
+	t[n++] = 0x28, t[n++] = 0x00;
+	t[8] = (unsigned char)(n - 9);
+	t[3] = (unsigned char)(n - 4);
+	REFUSED(t, n, false, "w", "tensor_map longer than 16");
+	t[n - 2 - 2] = 0x28; /* 16 entries: parses */
+	t[n - 2 - 1] = 0x00;
+	t[8] -= 2;
+	t[3] -= 2;
+	s = parse(t, n - 2, false, &e);
+	CHECK(s != NULL);
+	if (s)
+		CHECK(s->layouts[0].nested);
+	flx_ms_strategy_free(s);
+
+	/* 400000 empty strategy items ("12 00": 2 bytes, about 120 while
+	 * unpacking) after the §5.3 file: over the budget, refused before any
+	 * layout is read */
+	size_t big = 2 * 400000 + sizeof(ex53);
+	unsigned char *p = malloc(big);
+	CHECK(p != NULL);
+	if (!p)
+		return;
+	memcpy(p, ex53, sizeof(ex53));
+	for (size_t i = sizeof(ex53); i < big; i += 2)
+		p[i] = 0x12, p[i + 1] = 0x00;
+	REFUSED(p, big, false, "ParallelStrategyMap",
+		"unpacking it needs more than 25 MiB of memory");
+	/* 4000 of them fit */
+	s = parse(p, sizeof(ex53) + 2 * 4000, false, &e);
+	CHECK(s != NULL);
+	flx_ms_strategy_free(s);
+	free(p);
+}
+
 /* the committed fixtures: protobuf and JSON agree; the merged pipeline
  * strategy splits its stages */
 static void *slurp(const char *path, size_t *n)
@@ -454,6 +554,7 @@ int main(void)
 	test_pipeline();
 	test_fold();
 	test_refusals();
+	test_protobuf_c();
 	test_fixtures();
 	return CHECK_RESULT();
 }
