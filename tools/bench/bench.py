@@ -1581,22 +1581,22 @@ def loader_cmd(ctx, mode, adv, d, tp):
 def loaders_bytes_read(ctx, info, tp, loaders, nb):
     """Bytes read per byte served, per loader path: one cold pass each
     (evict(): page cache dropped, or the backing files fadvised out; fresh
-    flexfs mount), the daemon's read_bytes (storage
-    reads it caused, readahead included) over the bytes the loader got.  A
-    warm pass cannot count them: the daemon splices page-cached backing
-    pages, which no per-process counter sees.  -> {(mode, adv): ratio}."""
+    flexfs mount), the daemon's read_bytes since its exec (storage reads
+    it caused, the mount's and readahead included) over the bytes the
+    loader got.  A warm pass cannot count them: the daemon splices
+    page-cached backing pages, which no per-process counter sees.
+    -> {(mode, adv): dict(read_bytes, served, ratio, seconds)}."""
     out = {}
     for mode, adv in loaders:
         evict(ctx, backing_files(info["dir"]))
         with Mount(ctx, info["dir"], "tp=%d" % tp, name="ldb",
                    mnt=os.path.join(ctx.loader_root, "mnt-ldb")) as m:
-            s0 = m.stats()
             r = run_json(loader_cmd(ctx, mode, adv, m.mnt, tp))
             s1 = m.stats()
         if r["bytes"] != nb.get((mode, adv), r["bytes"]):
             ctx.problems.append("loaders %s/%s cold: %d bytes, floor %d" % (
                 mode, adv, r["bytes"], nb[(mode, adv)]))
-        rb = s1.get("read_bytes", 0) - s0.get("read_bytes", 0)
+        rb = s1.get("read_bytes", 0)  # since exec: the mount's reads count
         out[(mode, adv)] = dict(read_bytes=rb, served=r["bytes"], ratio=rb / r["bytes"],
                                 seconds=r["seconds"])
         log("loaders cold %s/%s: daemon read_bytes %d for %d served (%.4f)" % (
