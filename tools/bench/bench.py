@@ -1694,6 +1694,11 @@ def fig_loaders(ctx, info, info26=None):
                     % (lab, tv), "s", "torch %s" % tv, 3.0,
                     note="ratio = torch DCP load time / (flexfs mount + loader first read), "
                          "same run")
+                rows[(mode, adv, "torch_floor", tv)] = Row(
+                    "loaders", "%s: plain files (floor) first read vs torch %s DCP load TP2"
+                    % (lab, tv), "s", "torch %s" % tv, None,
+                    note="ratio = torch DCP load time / the loader's time on the floor: what "
+                         "any filesystem could reach against torch with this loader")
         rows[(mode, adv, "bytes")] = Row(
             "loaders", "%s: flexfs backing bytes read / byte served, cold" % lab, "x", "",
             1.02, better="lower", ratio_unit="x",
@@ -1762,6 +1767,8 @@ def fig_loaders(ctx, info, info26=None):
             for tv in tt:
                 if (mode, adv, "torch", tv) in rows:
                     rows[(mode, adv, "torch", tv)].add(tt[tv], fx, tt[tv] / fx)
+                    ff = t[("first", "floor")]
+                    rows[(mode, adv, "torch_floor", tv)].add(tt[tv], ff, tt[tv] / ff)
             diag.append(dict(run=i, mode=mode, advice=adv, ra_kb=ra, mount_s=mf.latency,
                              torch_dcp_s=tt, uring_served=mu.served() if mu else None,
                              seconds={"%s/%s" % k: v for k, v in t.items()}))
