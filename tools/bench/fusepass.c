@@ -44,7 +44,9 @@
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
 #include <linux/fuse.h>
+#ifdef FP_HAVE_URING_CMD
 #include <linux/io_uring.h>
+#endif
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -429,6 +431,7 @@ static void fp_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	free(buf);
 }
 
+#ifdef FP_HAVE_URING_CMD
 /* ---- FUSE over io_uring (FLEXFS_FUSEPASS_URING=1) ---- */
 
 typedef struct {
@@ -753,6 +756,7 @@ static void *ring_main(void *arg)
 		__atomic_store_n(r.cq_head, head, __ATOMIC_RELEASE);
 	}
 }
+#endif
 
 static const struct fuse_lowlevel_ops fp_ops = {
     .init = fp_init,
@@ -812,6 +816,13 @@ int main(int argc, char **argv)
 	}
 	if (fuse_daemonize(fo.foreground))
 		goto unmount;
+#ifndef FP_HAVE_URING_CMD
+	if (uring) {
+		fprintf(stderr, "flexfs-fusepass: io_uring: not built (kernel "
+				"headers without uring_cmd)\n");
+		goto unmount;
+	}
+#else
 	if (uring) {
 		long q, nq = sysconf(_SC_NPROCESSORS_CONF);
 
@@ -823,6 +834,7 @@ int main(int argc, char **argv)
 			pthread_detach(t);
 		}
 	}
+#endif
 	cfg = fuse_loop_cfg_create();
 	if (!cfg)
 		goto unmount;
