@@ -49,7 +49,9 @@ against a baseline taken in the same run (median of --runs, min and max):
            order rotated every run; in the same run torch's own DCP load into
            TP2 (1.13, and 2.6 of the checkpoint torch 2.6 wrote) against
            flexfs mount + first read of each loader (goal >= 3x), and one
-           cold pass per loader: the daemon's read_bytes per byte served
+           cold pass per loader: the daemon's read_bytes per byte served;
+           --fuse-uring adds flexfs-fusepass on FUSE over io_uring
+           (prototype; sets the fuse module's enable_uring for its INIT)
   mpi      (not in the default list) flexfs-materialize of ranks/ at tp=4:
            one process vs mpirun -np 1, 2, 4 (GB/s written, per-rank rate)
   mpi      (not in the default list) the distributed mount: remote-fetch
