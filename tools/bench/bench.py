@@ -46,7 +46,12 @@ against a baseline taken in the same run (median of --runs, min and max):
            copies with flexfs's data path settings, the same with the
            kernel's FUSE_PASSTHROUGH (prototype, fusepass.c), flexfs, and
            flexfs -o direct_io: first read on fresh mounts, then re-read; targets'
-           order rotated every run
+           order rotated every run; in the same run torch's own DCP load into
+           TP2 (1.13, and 2.6 of the checkpoint torch 2.6 wrote) against
+           flexfs mount + first read of each loader (goal >= 3x), and one
+           cold pass per loader: the daemon's read_bytes per byte served;
+           --fuse-uring adds flexfs-fusepass on FUSE over io_uring
+           (prototype; sets the fuse module's enable_uring for its INIT)
   mpi      (not in the default list) flexfs-materialize of ranks/ at tp=4:
            one process vs mpirun -np 1, 2, 4 (GB/s written, per-rank rate)
   mpi      (not in the default list) the distributed mount: remote-fetch
@@ -66,6 +71,7 @@ mismatch, 77 when /dev/fuse is missing; no timing is asserted.
 
 import argparse
 import atexit
+import contextlib
 import json
 import os
 import platform
@@ -1551,12 +1557,94 @@ def tree_files(d):
     return [os.path.join(r, n) for r, _, ns in os.walk(d) for n in ns if not n.startswith(".")]
 
 
-def fig_loaders(ctx, info):
+def torch_dcp_seconds(ctx, info, tag, tp):
+    """torch's own DCP load of info's checkpoint into a TP-tp layout
+    (torch_load.py; torch 1.13, or 2.6 in the chroot), backing files in page
+    cache, memory primed.  -> seconds, imports excluded."""
+    ck = info["dir"]
+    warm(backing_files(ck))
+    prime_memory(ctx, 3 * info["config"]["bytes"] + 2**30)
+    if tag == "t26":
+        cmd = ctx.chroot.cmd("torch_load.py", "--ckpt", ctx.chroot.path(ck), "--tp", str(tp))
+    else:
+        cmd = [PY, os.path.join(ctx.scripts, "torch_load.py"), "--ckpt", ck, "--tp", str(tp)]
+    return run_json(cmd)["seconds"]
+
+
+def loader_cmd(ctx, mode, adv, d, tp):
+    if mode in ("st_load", "st_open", "pt_mmap"):
+        return ctx.chroot.cmd("loaders.py", "--mode", mode, "--advice", adv,
+                              "--dir", ctx.chroot.inner + d[len(ctx.chroot.outer):],
+                              "--tp", str(tp))
+    return [PY, os.path.join(HERE, "loaders.py"), "--mode", mode, "--advice", adv,
+            "--dir", d, "--tp", str(tp)]
+
+
+def loaders_bytes_read(ctx, info, tp, loaders, nb):
+    """Bytes read per byte served, per loader path: one cold pass each
+    (evict(): page cache dropped, or the backing files fadvised out; fresh
+    flexfs mount), the daemon's read_bytes since its exec (storage reads
+    it caused, the mount's and readahead included) over the bytes the
+    loader got.  A warm pass cannot count them: the daemon splices
+    page-cached backing pages, which no per-process counter sees.
+    -> {(mode, adv): dict(read_bytes, served, ratio, seconds)}."""
+    out = {}
+    for mode, adv in loaders:
+        evict(ctx, backing_files(info["dir"]))
+        with Mount(ctx, info["dir"], "tp=%d" % tp, name="ldb",
+                   mnt=os.path.join(ctx.loader_root, "mnt-ldb")) as m:
+            r = run_json(loader_cmd(ctx, mode, adv, m.mnt, tp))
+            s1 = m.stats()
+        if r["bytes"] != nb.get((mode, adv), r["bytes"]):
+            ctx.problems.append("loaders %s/%s cold: %d bytes, floor %d" % (
+                mode, adv, r["bytes"], nb[(mode, adv)]))
+        rb = s1.get("read_bytes", 0)  # since exec: the mount's reads count
+        out[(mode, adv)] = dict(read_bytes=rb, served=r["bytes"], ratio=rb / r["bytes"],
+                                seconds=r["seconds"])
+        log("loaders cold %s/%s: daemon read_bytes %d for %d served (%.4f)" % (
+            mode, adv, rb, r["bytes"], rb / r["bytes"]))
+    return out
+
+
+URING_PARAM = "/sys/module/fuse/parameters/enable_uring"
+
+
+class UringMount(Mount):
+    """flexfs-fusepass with FLEXFS_FUSEPASS_URING=1: the fuse module's
+    enable_uring is switched on for its INIT only (the connection keeps
+    io_uring once INIT has agreed to it) and set back right after."""
+
+    def start(self):
+        with open(URING_PARAM) as f:
+            old = f.read().strip()
+        with open(URING_PARAM, "w") as f:
+            f.write("Y\n")
+        try:
+            return super().start()
+        finally:
+            with open(URING_PARAM, "w") as f:
+                f.write(old + "\n")
+
+    def served(self):
+        """-> (reads through io_uring, reads through /dev/fuse) from the
+        line the prototype prints at exit, or None."""
+        for w in self.warnings:
+            m = re.search(r"reads served: (\d+) io_uring, (\d+) /dev/fuse", w)
+            if m:
+                return int(m.group(1)), int(m.group(2))
+        return None
+
+
+def fig_loaders(ctx, info, info26=None):
     """Every loader of LOADERS on (floor) the plain copies of the TP2 view
     files in page cache, (pass) flexfs-fusepass serving those copies,
     (flexfs) flexfs -o tp=2, (flexfs_dio) flexfs -o tp=2,direct_io; each in
     a fresh process, first read on fresh mounts then re-read, the targets'
-    order rotated every run."""
+    order rotated every run.  In the same run: torch's own DCP load into
+    the TP2 layout (1.13; 2.6 of info26, the checkpoint torch 2.6 wrote)
+    against each loader's flexfs mount + first read, and one cold pass per
+    loader for the bytes read per byte served.  With --fuse-uring, (upass)
+    flexfs-fusepass on the FUSE-over-io_uring transport too (prototype)."""
     fp = find_fusepass(ctx)
     if not fp:
         log("loaders: skipped: no flexfs-fusepass next to %s" % ctx.flexfs)
@@ -1567,6 +1655,13 @@ def fig_loaders(ctx, info):
     nbytes = info["config"]["bytes"]
     torch_ok = ctx.chroot is not None
     rows, diag, nb = {}, [], {}
+    targets = LOADER_TARGETS
+    if ctx.fuse_uring:
+        if not os.path.exists(URING_PARAM):
+            log("loaders: --fuse-uring: no %s (kernel without CONFIG_FUSE_IO_URING)"
+                % URING_PARAM)
+        else:
+            targets = targets + ("upass",)
 
     def row(key, name, goal, base):
         rows[key] = Row("loaders", name, "s", base, goal,
@@ -1574,6 +1669,9 @@ def fig_loaders(ctx, info):
         return rows[key]
 
     loaders = [lv for lv in LOADERS if torch_ok or lv[0] not in ("st_load", "st_open", "pt_mmap")]
+    torch_vs = {"1.13": (info, "t113")}
+    if torch_ok and info26:
+        torch_vs["2.6"] = (info26, "t26")
     for mode, adv in loaders:
         lab = LOADER_DESC[mode] + ("" if adv == "none" else " +MADV_%s" % (
             "SEQUENTIAL" if adv == "seq" else "HUGEPAGE"))
@@ -1586,11 +1684,35 @@ def fig_loaders(ctx, info):
                 None, "floor")
             row((mode, adv, ph, "kpass"), "%s, %s: FUSE_PASSTHROUGH prototype / floor"
                 % (lab, ph), None, "floor")
+            if "upass" in targets:
+                row((mode, adv, ph, "upass"), "%s, %s: io_uring transport prototype / floor"
+                    % (lab, ph), None, "floor")
+                row((mode, adv, ph, "u_vs_pass"), "%s, %s: io_uring transport / FUSE limit "
+                    "(/dev/fuse)" % (lab, ph), None, "FUSE limit")
+        for tv in torch_vs:
+            if adv == "none":
+                rows[(mode, adv, "torch", tv)] = Row(
+                    "loaders", "%s: flexfs mount + first read vs torch %s DCP load TP2"
+                    % (lab, tv), "s", "torch %s" % tv, 3.0,
+                    note="ratio = torch DCP load time / (flexfs mount + loader first read), "
+                         "same run")
+                rows[(mode, adv, "torch_floor", tv)] = Row(
+                    "loaders", "%s: plain files (floor) first read vs torch %s DCP load TP2"
+                    % (lab, tv), "s", "torch %s" % tv, None,
+                    note="ratio = torch DCP load time / the loader's time on the floor: what "
+                         "any filesystem could reach against torch with this loader")
+        rows[(mode, adv, "bytes")] = Row(
+            "loaders", "%s: flexfs backing bytes read / byte served, cold" % lab, "x", "",
+            1.02, better="lower", ratio_unit="x",
+            note="daemon read_bytes / bytes the loader got, one cold pass (page cache "
+                 "dropped, fresh mount)")
     for i in range(ctx.runs):
-        k = i % len(LOADER_TARGETS)
-        order = LOADER_TARGETS[k:] + LOADER_TARGETS[:k]
+        k = i % len(targets)
+        order = targets[k:] + targets[:k]
+        tt = {tv: torch_dcp_seconds(ctx, inf, tag, tp) for tv, (inf, tag) in torch_vs.items()}
+        log("loaders run %d: torch DCP load TP2 %s" % (
+            i, ", ".join("%s %.3f s" % kv for kv in tt.items())))
         for mode, adv in loaders:
-            torch_mode = mode in ("st_load", "st_open", "pt_mmap")
             warm(backing_files(info["dir"]) + vfiles)
             mf = Mount(ctx, info["dir"], "tp=%d" % tp, mnt=os.path.join(ctx.loader_root, "mnt-ld"))
             md = Mount(ctx, info["dir"], "tp=%d,direct_io" % tp, name="ldd",
@@ -1604,26 +1726,30 @@ def fig_loaders(ctx, info):
                        ready="ranks/tp00_pp00/model.safetensors",
                        stderr_ok=re.compile("flexfs-fusepass: max_write"))
             mk.argv = ["env", "FLEXFS_FUSEPASS_PASSTHROUGH=1", fp, views, mk.mnt, "-f"]
-            with mf, md, mp, mk:
+            mounts = [mf, md, mp, mk]
+            mu = None
+            if "upass" in targets:
+                mu = UringMount(ctx, views, "", name="ldu",
+                                mnt=os.path.join(ctx.loader_root, "mnt-ldu"),
+                                ready="ranks/tp00_pp00/model.safetensors",
+                                stderr_ok=re.compile("flexfs-fusepass: "))
+                mu.argv = ["env", "FLEXFS_FUSEPASS_URING=1", fp, views, mu.mnt, "-f"]
+                mounts.append(mu)
+            with contextlib.ExitStack() as stack:
+                for m in mounts:
+                    stack.enter_context(m)
                 ra = open(bdi_of(mf.mnt)).read().strip()
-                for m in (mp, mk):
+                for m in mounts[2:]:
                     with open(bdi_of(m.mnt), "w") as f:  # flexfs's readahead
                         f.write(ra + "\n")
                 dirs = dict(floor=views, pass_=mp.mnt, kpass=mk.mnt, flexfs=mf.mnt,
-                            flexfs_dio=md.mnt)
+                            flexfs_dio=md.mnt, upass=mu.mnt if mu else None)
                 t = {}
                 for ph in ("first", "re-read"):
                     for tg in order:
                         d = dirs["pass_" if tg == "pass" else tg]
                         prime_memory(ctx, 2 * nbytes)
-                        if torch_mode:
-                            cmd = ctx.chroot.cmd("loaders.py", "--mode", mode, "--advice", adv,
-                                                 "--dir", ctx.chroot.inner + d[len(ctx.chroot.outer):],
-                                                 "--tp", str(tp))
-                        else:
-                            cmd = [PY, os.path.join(HERE, "loaders.py"), "--mode", mode,
-                                   "--advice", adv, "--dir", d, "--tp", str(tp)]
-                        r = run_json(cmd)
+                        r = run_json(loader_cmd(ctx, mode, adv, d, tp))
                         t[(ph, tg)] = r["seconds"]
                         nb.setdefault((mode, adv), r["bytes"])
                         if r["bytes"] != nb[(mode, adv)]:
@@ -1631,18 +1757,41 @@ def fig_loaders(ctx, info):
                                 mode, adv, ph, tg, r["bytes"], nb[(mode, adv)]))
             for ph in ("first", "re-read"):
                 fl = t[(ph, "floor")]
-                for tg in ("pass", "kpass", "flexfs", "flexfs_dio"):
-                    rows[(mode, adv, ph, tg)].add(fl, t[(ph, tg)], fl / t[(ph, tg)])
+                for tg in ("pass", "kpass", "flexfs", "flexfs_dio", "upass"):
+                    if (ph, tg) in t:
+                        rows[(mode, adv, ph, tg)].add(fl, t[(ph, tg)], fl / t[(ph, tg)])
+                if (ph, "upass") in t:
+                    rows[(mode, adv, ph, "u_vs_pass")].add(
+                        t[(ph, "pass")], t[(ph, "upass")], t[(ph, "pass")] / t[(ph, "upass")])
                 rows[(mode, adv, ph, "vs_pass")].add(t[(ph, "pass")], t[(ph, "flexfs")],
                                                      t[(ph, "pass")] / t[(ph, "flexfs")])
-            diag.append(dict(run=i, mode=mode, advice=adv, ra_kb=ra,
+            fx = mf.latency + t[("first", "flexfs")]
+            for tv in tt:
+                if (mode, adv, "torch", tv) in rows:
+                    rows[(mode, adv, "torch", tv)].add(tt[tv], fx, tt[tv] / fx)
+                    ff = t[("first", "floor")]
+                    rows[(mode, adv, "torch_floor", tv)].add(tt[tv], ff, tt[tv] / ff)
+            diag.append(dict(run=i, mode=mode, advice=adv, ra_kb=ra, mount_s=mf.latency,
+                             torch_dcp_s=tt, uring_served=mu.served() if mu else None,
                              seconds={"%s/%s" % k: v for k, v in t.items()}))
+            if mu:
+                sv = mu.served()
+                log("loaders run %d %s/%s: io_uring first %.3f re-read %.3f s; reads served %s"
+                    % (i, mode, adv, t[("first", "upass")], t[("re-read", "upass")],
+                       "%d io_uring, %d /dev/fuse" % sv if sv else "unknown"))
+                if not sv or not sv[0]:
+                    ctx.problems.append("loaders %s/%s: the io_uring prototype served no read "
+                                        "through io_uring: %s" % (mode, adv, mu.warnings))
             log("loaders run %d %s/%s: first floor %.3f pass %.3f kpass %.3f flexfs %.3f "
                 "dio %.3f; re-read floor %.3f pass %.3f kpass %.3f flexfs %.3f dio %.3f s" % (
                     i, mode, adv, *[t[(ph, tg)] for ph in ("first", "re-read")
                                     for tg in ("floor", "pass", "kpass", "flexfs",
                                                "flexfs_dio")]))
-    ctx.diag["loaders"] = dict(runs=diag, views=views, loadavg=os.getloadavg())
+    cold = loaders_bytes_read(ctx, info, tp, loaders, nb)
+    for (mode, adv), c in cold.items():
+        rows[(mode, adv, "bytes")].add(None, c["ratio"], c["ratio"])
+    ctx.diag["loaders"] = dict(runs=diag, views=views, loadavg=os.getloadavg(),
+                               cold={"%s/%s" % k: v for k, v in cold.items()})
     return list(rows.values())
 
 
@@ -1682,6 +1831,9 @@ def main(argv=None):
     ap.add_argument("--fuse-ra-kb", type=int, metavar="KB",
                     help="what-if: set the FUSE mount's bdi read_ahead_kb after each mount "
                          "(kernel default 128)")
+    ap.add_argument("--fuse-uring", action="store_true",
+                    help="loaders: also the FUSE-over-io_uring prototype of flexfs-fusepass "
+                         "(sets the fuse module's enable_uring for its mount, then back)")
     ap.add_argument("--daemon-env", action="append", default=[], metavar="K=V",
                     help="what-if: extra environment for the flexfs daemon (e.g. LD_PRELOAD=)")
     args = ap.parse_args(argv)
@@ -1713,6 +1865,7 @@ def main(argv=None):
     ctx.problems, ctx.checks, ctx.diag = [], {}, {}
     ctx.warned = set()  # (mount options, expected daemon warning) already logged
     ctx.fuse_ra_kb = args.fuse_ra_kb
+    ctx.fuse_uring = args.fuse_uring
     ctx.prime = not args.no_prime and not args.quick
     ctx.daemon_env = dict(kv.split("=", 1) for kv in args.daemon_env)
     truths = {}
@@ -1750,7 +1903,7 @@ def main(argv=None):
             big = ensure_ckpt(ctx, "t113", "tinyllama", size=model.parse_size(args.size))
             many = ensure_ckpt(ctx, "t113", "many", layers=1111, layout="tp8pp8", limit=10000)
         big26 = None
-        if ctx.chroot and "e2e" in only:
+        if ctx.chroot and ("e2e" in only or "loaders" in only):
             big26 = ensure_ckpt(ctx, "t26", big["config"]["preset"],
                                 layers=big["config"]["layers"], full_check=args.quick)
         trans = None
@@ -1786,7 +1939,7 @@ def main(argv=None):
         if "zstd" in only:
             rows += fig_zstd(ctx, big)
         if "loaders" in only:
-            rows += fig_loaders(ctx, big)
+            rows += fig_loaders(ctx, big, big26)
         if "mpi" in only:
             rows += fig_materialize(ctx, big)
             # the distributed mount's remote fetch (mpi_fetch.py)
