@@ -41,6 +41,11 @@
 #define FLX_MO_READ_AHEAD_AUTO	 UINT_MAX
 #define FLX_MO_READ_AHEAD_KB_MAX (1024 * 1024)
 
+/* push_ahead_kb= bound (KiB pushed after a read that lands in a tensor)
+ * and its default (0: off). */
+#define FLX_MO_PUSH_AHEAD_KB_MAX     (1024 * 1024)
+#define FLX_MO_PUSH_AHEAD_KB_DEFAULT 0
+
 /* cache_size= bounds: 0 (off) or from one 1 MiB block up to 1 TiB (a
  * typo's 64T would only fail later, one block at a time).  Unset, the
  * mount sizes it (flx_mo_cache_bytes()): at least FLX_MO_CACHE_FLOOR, at
@@ -87,6 +92,10 @@ typedef struct flx_mountopts {
 	/* direct_io[=0|1]: files are opened FOPEN_DIRECT_IO (read() bypasses
 	 * the kernel's page cache; mmap still goes through it). */
 	bool direct_io;
+	/* push_ahead_kb=N: after a read that lands in a tensor, the daemon
+	 * stores up to N KiB more of that tensor in the kernel's page cache
+	 * (0: off). */
+	unsigned push_ahead_kb;
 	/* cache_size=: bytes of backing-file blocks kept for strided gathers
 	 * (reshard/bcache.h); 0 disables, FLX_MO_CACHE_AUTO (unset): see
 	 * flx_mo_cache_bytes(). */
