@@ -404,11 +404,17 @@ static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	/* Replies made of backing ranges and literal bytes are spliced from
 	 * the files (flx_ll_read): pages move to /dev/fuse without a copy in
-	 * user space. */
+	 * user space.  Spliced, not moved: with SPLICE_F_MOVE the kernel
+	 * tries to steal each whole, aligned page of a backing file from the
+	 * pipe, which takes it out of the backing file's page cache (a later
+	 * read of the same bytes goes to disk) and, when the page carries a
+	 * flag its check does not expect (PG_young, set by DAMON or idle page
+	 * tracking), dumps it to the kernel log ("fuse: trying to steal weird
+	 * page") and copies it after all.  What it saves is one copy of a
+	 * page. */
+	conn->want &= ~FUSE_CAP_SPLICE_MOVE;
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
-	if (conn->capable & FUSE_CAP_SPLICE_MOVE)
-		conn->want |= FUSE_CAP_SPLICE_MOVE;
 	/* Readahead requests are background requests, and every reader
 	 * keeps a window of 4 in flight; the kernel's default of 12 lets
 	 * only three readers do so (figure 7 of docs/performance.md).  The
@@ -927,8 +933,7 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		piece_vec v;
 
 		reply_expect = sizeof(struct fuse_out_header) + len;
-		fuse_reply_data(req, bufvec_of(&v, pc, np),
-				FUSE_BUF_SPLICE_MOVE);
+		fuse_reply_data(req, bufvec_of(&v, pc, np), 0);
 		reply_expect = 0;
 		flx_fs_pieces_release(fs, pc, np);
 		push_after(ll, ino, (uint64_t)off, len);
