@@ -20,7 +20,8 @@
 #define FLX_LL_RA_AUTO UINT_MAX
 
 /* Per-mount context, the session's userdata.  Read-only while mounted,
- * except ra_done. */
+ * except ra_done, and push (set at INIT, before any other request, and
+ * cleared when the session is destroyed). */
 typedef struct flx_ll {
 	const flx_fs *fs;      /* borrowed; outlives the session */
 	bool foreground;       /* log to stderr (else syslog) */

@@ -12,8 +12,8 @@
  *   ours   tp, pp, rules, layer_regex, embed_regex, pp_renumber,
  *          hf_shard_size: applied to the spec with flx_spec_set();
  *          source_format, paddle_id: how the checkpoint is opened
- *          (ckpt.h's flx_ckpt_opts); read_ahead_kb, direct_io, cache_size,
- *          gpu, gpu_min, gpu_device: kept
+ *          (ckpt.h's flx_ckpt_opts); read_ahead_kb, direct_io,
+ *          push_ahead_kb, cache_size, gpu, gpu_min, gpu_device: kept
  * in flx_mountopts for the FUSE adapter; fstab  auto, noauto, user, nouser,
  * users, _netdev, nofail, defaults, user=*, comment=*, x-*: bookkeeping of
  * mount(8)/fstab/systemd that libfuse would reject ("unknown option"), dropped;
