@@ -376,6 +376,8 @@ static void probe_pipe(void)
 	splice_max = v / FLX_LL_PAGE * FLX_LL_PAGE;
 }
 
+static void push_start(flx_ll *ll, const struct fuse_conn_info *conn);
+
 static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 {
 	flx_ll *ll = userdata;
@@ -402,11 +404,17 @@ static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	/* Replies made of backing ranges and literal bytes are spliced from
 	 * the files (flx_ll_read): pages move to /dev/fuse without a copy in
-	 * user space. */
+	 * user space.  Spliced, not moved: with SPLICE_F_MOVE the kernel
+	 * tries to steal each whole, aligned page of a backing file from the
+	 * pipe, which takes it out of the backing file's page cache (a later
+	 * read of the same bytes goes to disk) and, when the page carries a
+	 * flag its check does not expect (PG_young, set by DAMON or idle page
+	 * tracking), dumps it to the kernel log ("fuse: trying to steal weird
+	 * page") and copies it after all.  What it saves is one copy of a
+	 * page. */
+	conn->want &= ~FUSE_CAP_SPLICE_MOVE;
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
-	if (conn->capable & FUSE_CAP_SPLICE_MOVE)
-		conn->want |= FUSE_CAP_SPLICE_MOVE;
 	/* Readahead requests are background requests, and every reader
 	 * keeps a window of 4 in flight; the kernel's default of 12 lets
 	 * only three readers do so (figure 7 of docs/performance.md).  The
@@ -414,6 +422,7 @@ static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->max_background < FLX_LL_MAX_BACKGROUND)
 		conn->max_background = FLX_LL_MAX_BACKGROUND;
 	init_direct_io(ll, conn);
+	push_start(ll, conn);
 }
 
 static void flx_ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -644,6 +653,247 @@ static send_way send_way_of(const flx_piece *p, size_t k, size_t len)
 	return splice_fits(p, k, len) ? SEND_SPLICE : SEND_COPY;
 }
 
+/* a fuse_bufvec ends in buf[1]: room for the others after it */
+typedef union {
+	struct fuse_bufvec bv;
+	unsigned char mem[sizeof(struct fuse_bufvec) +
+			  (FLX_LL_SPLICE_PIECES - 1) * sizeof(struct fuse_buf)];
+} piece_vec;
+
+/* The bufvec of pieces p[0..k) (k <= FLX_LL_SPLICE_PIECES): backing
+ * ranges as file descriptors at their offsets, the rest as memory. */
+static struct fuse_bufvec *bufvec_of(piece_vec *v, const flx_piece *p, size_t k)
+{
+	struct fuse_bufvec *bv = &v->bv;
+
+	*bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT(0);
+	bv->count = k;
+	for (size_t i = 0; i < k; i++) {
+		struct fuse_buf *b = &bv->buf[i];
+
+		*b = (struct fuse_buf){.size = p[i].len};
+		if (p[i].fd >= 0) {
+			b->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+			b->fd = p[i].fd;
+			b->pos = (off_t)p[i].src;
+		} else {
+			b->mem = (void *)p[i].mem;
+		}
+	}
+	return bv;
+}
+
+/*
+ * Pushing a tensor ahead of its reader (-o push_ahead_kb).  A loader that
+ * maps a view faults its tensors in page by page; each fault that misses
+ * the page cache waits for a read request the kernel's readahead sizes.
+ * When a read lands in a tensor, the rest of that tensor past the mount's
+ * readahead window (up to push_kb, flx_fs_push_range() decides) is stored
+ * into the kernel's page cache with FUSE_NOTIFY_STORE by one pusher
+ * thread, so that the reader's later faults can find their pages there;
+ * the window itself is left to readahead, which would otherwise ask for
+ * the same pages again.  docs/performance.md ("first-fault levers") has
+ * the measurements: the store costs the page-cache fill a read request
+ * costs, so it is off by default.  The bytes are those a read would
+ * reply, from the same pieces (checked unchanged backing ranges, or a
+ * gather); a push of a size other than announced is refused by the kernel
+ * (it checks the notification's length), so a backing file that shrinks
+ * under a push stores nothing.  Pushed pages stay valid: files are opened
+ * keep_cache and the mount does not ask for auto_inval_data.  The pusher
+ * is never a worker of the session: a store waits for page locks that
+ * in-flight read requests hold, which the workers answer.
+ *
+ * Requests are queued (at most FLX_LL_PUSH_QUEUE; a full queue drops the
+ * newest: pushing is only ever an optimization).  Per inode the last range
+ * queued is remembered, so the reads that follow a push (readahead of the
+ * same tensor) do not queue its bytes again.
+ */
+#define FLX_LL_PUSH_QUEUE 64
+
+struct push_job {
+	fuse_ino_t ino;
+	uint64_t off, len;
+};
+
+typedef struct flx_pusher {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct push_job q[FLX_LL_PUSH_QUEUE];
+	size_t head, n;
+	bool stop;
+	pthread_t thread;
+	uint64_t nino;
+	uint64_t skip;	       /* bytes past a read its readahead covers */
+	struct push_job *last; /* per inode: the range last queued */
+} flx_pusher;
+
+/* Store bytes [off, off+len) of ino (len <= the request size) in the
+ * kernel's page cache.  @return 0 or -errno. */
+static int push_chunk(flx_ll *ll, fuse_ino_t ino, uint64_t off, size_t len)
+{
+	flx_piece pc[FLX_LL_SPLICE_PIECES];
+	piece_vec v;
+	struct fuse_bufvec *bv;
+	char *buf = reply_buf(len);
+	size_t np = 0;
+	ssize_t n;
+	int rc;
+
+	if (!buf)
+		return -ENOMEM;
+	rc = flx_fs_pieces(ll->fs, ino, off, len, buf, pc, FLX_LL_SPLICE_PIECES,
+			   &np);
+	if (rc)
+		return rc;
+	/* a notification takes one more page of libfuse's pipe estimate
+	 * than a reply (its own header) */
+	if (np && send_way_of(pc, np, len + FLX_LL_PAGE) != SEND_COPY) {
+		rc = fuse_lowlevel_notify_store(ll->se, ino, (off_t)off,
+						bufvec_of(&v, pc, np), 0);
+		flx_fs_pieces_release(ll->fs, pc, np);
+		return rc;
+	}
+	flx_fs_pieces_release(ll->fs, pc, np);
+	n = flx_fs_read(ll->fs, ino, buf, len, off, NULL);
+	if (n < 0)
+		return (int)n;
+	if ((size_t)n != len)
+		return -EIO;
+	bv = &v.bv;
+	*bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT(len);
+	bv->buf[0].mem = buf;
+	return fuse_lowlevel_notify_store(ll->se, ino, (off_t)off, bv, 0);
+}
+
+static void *push_main(void *arg)
+{
+	flx_ll *ll = arg;
+	flx_pusher *p = ll->push;
+	size_t chunk = splice_max > 2 * FLX_LL_PAGE ? splice_max - FLX_LL_PAGE
+						    : FLX_LL_PAGE;
+
+	for (;;) {
+		struct push_job j;
+
+		pthread_mutex_lock(&p->mu);
+		while (!p->n && !p->stop)
+			pthread_cond_wait(&p->cv, &p->mu);
+		if (p->stop) {
+			pthread_mutex_unlock(&p->mu);
+			return NULL;
+		}
+		j = p->q[p->head];
+		p->head = (p->head + 1) % FLX_LL_PUSH_QUEUE;
+		p->n--;
+		pthread_mutex_unlock(&p->mu);
+		/* a failure (the kernel forgot the inode, a backing file
+		 * changed) ends this push; the reader's requests still come */
+		for (uint64_t at = 0; at < j.len; at += chunk)
+			if (push_chunk(ll, j.ino, j.off + at,
+				       (size_t)(j.len - at < chunk ? j.len - at
+								   : chunk)))
+				break;
+	}
+}
+
+/* At INIT: start the pusher when asked for and the kernel can store
+ * (protocol 7.15); without it the mount just reads on demand. */
+static void push_start(flx_ll *ll, const struct fuse_conn_info *conn)
+{
+	flx_pusher *p;
+
+	if (!ll->push_kb || !ll->se)
+		return;
+	if (conn->proto_major == 7 && conn->proto_minor < 15) {
+		warn(ll,
+		     "push_ahead_kb not applied: FUSE protocol %u.%u "
+		     "cannot store pages (7.15 can)",
+		     conn->proto_major, conn->proto_minor);
+		return;
+	}
+	p = calloc(1, sizeof(*p));
+	if (p) {
+		p->nino = flx_fs_inode_count(ll->fs) + 1;
+		p->last = calloc(p->nino, sizeof(*p->last));
+	}
+	if (!p || !p->last || pthread_mutex_init(&p->mu, NULL)) {
+		if (p)
+			free(p->last);
+		free(p);
+		warn(ll, "push_ahead_kb not applied: out of memory");
+		return;
+	}
+	pthread_cond_init(&p->cv, NULL);
+	/* the mount's readahead (the kernel's 128 KiB when left to it): the
+	 * bytes after a read that its own readahead requests anyway */
+	p->skip = (uint64_t)(ll->read_ahead_kb ? ll->read_ahead_kb : 128) << 10;
+	ll->push = p;
+	if (pthread_create(&p->thread, NULL, push_main, ll)) {
+		ll->push = NULL;
+		pthread_cond_destroy(&p->cv);
+		pthread_mutex_destroy(&p->mu);
+		free(p->last);
+		free(p);
+		warn(ll, "push_ahead_kb not applied: no thread");
+	}
+}
+
+static void flx_ll_destroy(void *userdata)
+{
+	flx_ll *ll = userdata;
+	flx_pusher *p = ll->push;
+
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->stop = true;
+	pthread_cond_signal(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	pthread_join(p->thread, NULL);
+	ll->push = NULL;
+	pthread_cond_destroy(&p->cv);
+	pthread_mutex_destroy(&p->mu);
+	free(p->last);
+	free(p);
+}
+
+/* After a read of [off, off+n) of ino: queue what the core says to push,
+ * less what the last push of that inode already covers. */
+static void push_after(flx_ll *ll, fuse_ino_t ino, uint64_t off, size_t n)
+{
+	flx_pusher *p = ll->push;
+	struct push_job *last;
+	uint64_t po, pl, end;
+
+	if (!p || ino >= p->nino ||
+	    flx_fs_push_range(ll->fs, ino, off, n, p->skip,
+			      (uint64_t)ll->push_kb << 10, &po, &pl) ||
+	    !pl)
+		return;
+	end = po + pl;
+	pthread_mutex_lock(&p->mu);
+	last = &p->last[ino];
+	if (last->len && po >= last->off && po < last->off + last->len) {
+		uint64_t lend = last->off + last->len;
+
+		if (end <= lend) {
+			pthread_mutex_unlock(&p->mu);
+			return;
+		}
+		po = lend;
+		last->len = end - last->off;
+	} else {
+		*last = (struct push_job){ino, po, pl};
+	}
+	if (p->n < FLX_LL_PUSH_QUEUE) {
+		p->q[(p->head + p->n) % FLX_LL_PUSH_QUEUE] =
+		    (struct push_job){ino, po, end - po};
+		p->n++;
+		pthread_cond_signal(&p->cv);
+	}
+	pthread_mutex_unlock(&p->mu);
+}
+
 /*
  * A range made of whole backing ranges and literal bytes (headers) is
  * replied from the files, spliced, so its bytes are copied once (by the
@@ -655,6 +905,7 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			struct fuse_file_info *fi)
 {
 	const flx_fs *fs = fs_of(req);
+	flx_ll *ll = fuse_req_userdata(req);
 	flx_piece pc[FLX_LL_SPLICE_PIECES];
 	flx_stat st;
 	char *buf;
@@ -679,30 +930,13 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	way = rc ? SEND_COPY : send_way_of(pc, np, len);
 	if (way == SEND_SPLICE) {
-		/* a fuse_bufvec ends in buf[1]: room for the others after it */
-		_Alignas(struct fuse_bufvec) unsigned char
-		    mem[sizeof(struct fuse_bufvec) +
-			(FLX_LL_SPLICE_PIECES - 1) * sizeof(struct fuse_buf)];
-		struct fuse_bufvec *bv = (struct fuse_bufvec *)mem;
+		piece_vec v;
 
-		*bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT(0);
-		bv->count = np;
-		for (size_t i = 0; i < np; i++) {
-			struct fuse_buf *b = &bv->buf[i];
-
-			*b = (struct fuse_buf){.size = pc[i].len};
-			if (pc[i].fd >= 0) {
-				b->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-				b->fd = pc[i].fd;
-				b->pos = (off_t)pc[i].src;
-			} else {
-				b->mem = (void *)pc[i].mem;
-			}
-		}
 		reply_expect = sizeof(struct fuse_out_header) + len;
-		fuse_reply_data(req, bv, FUSE_BUF_SPLICE_MOVE);
+		fuse_reply_data(req, bufvec_of(&v, pc, np), 0);
 		reply_expect = 0;
 		flx_fs_pieces_release(fs, pc, np);
+		push_after(ll, ino, (uint64_t)off, len);
 		return;
 	}
 	if (way == SEND_MEMORY) {
@@ -714,6 +948,7 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_iov(req, iov, (int)np);
 		reply_expect = 0;
 		flx_fs_pieces_sent(fs, pc, np); /* the windows' pins */
+		push_after(ll, ino, (uint64_t)off, len);
 		return;
 	}
 	flx_fs_pieces_release(fs, pc, np);
@@ -728,6 +963,7 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, (int)-n);
 	} else {
 		fuse_reply_buf(req, buf, (size_t)n);
+		push_after(ll, ino, (uint64_t)off, (size_t)n);
 	}
 }
 
@@ -843,6 +1079,7 @@ static void flx_ll_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 
 static const struct fuse_lowlevel_ops flx_ll_ops = {
     .init = flx_ll_init,
+    .destroy = flx_ll_destroy,
     .lookup = flx_ll_lookup,
     .getattr = flx_ll_getattr,
     .opendir = flx_ll_opendir,
@@ -867,5 +1104,6 @@ static const struct fuse_lowlevel_ops flx_ll_ops = {
 
 struct fuse_session *flx_ll_session_new(struct fuse_args *args, flx_ll *ll)
 {
-	return fuse_session_new(args, &flx_ll_ops, sizeof(flx_ll_ops), ll);
+	ll->se = fuse_session_new(args, &flx_ll_ops, sizeof(flx_ll_ops), ll);
+	return ll->se;
 }

@@ -20,7 +20,8 @@
 #define FLX_LL_RA_AUTO UINT_MAX
 
 /* Per-mount context, the session's userdata.  Read-only while mounted,
- * except ra_done. */
+ * except ra_done, and push (set at INIT, before any other request, and
+ * cleared when the session is destroyed). */
 typedef struct flx_ll {
 	const flx_fs *fs;      /* borrowed; outlives the session */
 	bool foreground;       /* log to stderr (else syslog) */
@@ -42,6 +43,12 @@ typedef struct flx_ll {
 	 * why), "" otherwise; called from any thread */
 	void (*why)(void *arg, char *buf, size_t len);
 	void *why_arg;
+	/* -o push_ahead_kb: after a read lands in a tensor, up to this many
+	 * KiB more of it are stored in the kernel's page cache by a thread of
+	 * the adapter (0: off); see the block above push_after() */
+	unsigned push_kb;
+	struct flx_pusher *push; /* the adapter's: from INIT to destroy */
+	struct fuse_session *se; /* set by flx_ll_session_new() */
 } flx_ll;
 
 /**

@@ -722,6 +722,7 @@ int main(int argc, char **argv)
 	ll = (flx_ll){.fs = st.fs,
 		      .foreground = fo.foreground,
 		      .direct_io = cl.mo.direct_io,
+		      .push_kb = cl.mo.push_ahead_kb,
 		      .logged = calloc(flx_fs_inode_count(st.fs) + 1, 1),
 		      .why = dmount_why};
 	se = flx_ll_session_new(&args, &ll);

@@ -1193,6 +1193,37 @@ int flx_fs_segment(const flx_fs *fs, flx_ino ino, size_t i, flx_fs_seg *out)
 	return 0;
 }
 
+int flx_fs_push_range(const flx_fs *fs, flx_ino ino, uint64_t off, uint64_t n,
+		      uint64_t skip, uint64_t cap, uint64_t *push_off,
+		      uint64_t *push_len)
+{
+	const node *f = get(fs, ino);
+	const flx_seg *segs;
+	flx_seg one;
+	size_t nsegs, i;
+	uint64_t end, seg_end;
+
+	*push_off = 0;
+	*push_len = 0;
+	if (!f)
+		return -ENOENT;
+	if (f->type == N_DIR)
+		return -EISDIR;
+	end = off + n;
+	if (n == 0 || end < off || end >= file_size(f))
+		return 0;
+	segs = segs_of(fs, f, &one, &nsegs);
+	i = seg_at(segs, nsegs, end - 1);
+	if (segs[i].src.kind != SEG_VIEW)
+		return 0;
+	seg_end = i + 1 < nsegs ? segs[i + 1].start : file_size(f);
+	if (seg_end - end <= skip)
+		return 0;
+	*push_off = end + skip;
+	*push_len = seg_end - *push_off < cap ? seg_end - *push_off : cap;
+	return 0;
+}
+
 static int verify(const flx_fs *fs, uint32_t file)
 {
 	int rc = flx_file_verify(fs->ckpt, &fs->ckpt->files[file], true);

@@ -87,6 +87,11 @@ const char flx_mo_help[] =
     "                           no second cached copy of the data; mmap "
     "still\n"
     "                           works (Linux >= 6.6); for large reads\n"
+    "    -o push_ahead_kb=N     after a read lands in a tensor, store up to "
+    "N KiB\n"
+    "                           more of it in the page cache ahead of the "
+    "reader\n"
+    "                           (default: 0, off)\n"
     "    -o cache_size=SIZE     memory for backing-file blocks of tensors "
     "saved\n"
     "                           transposed (strided), K/M/G/T suffixes "
@@ -118,6 +123,7 @@ static const char *const ours[] = {
     "hf_shard_size",
     "read_ahead_kb",
     "direct_io",
+    "push_ahead_kb",
     "cache_size",
     "source_format",
     "paddle_id",
@@ -168,6 +174,7 @@ int flx_mo_init(flx_mountopts *mo)
 	memset(mo, 0, sizeof(*mo));
 	mo->read_ahead_kb = FLX_MO_READ_AHEAD_AUTO;
 	mo->cache_size = FLX_MO_CACHE_AUTO;
+	mo->push_ahead_kb = FLX_MO_PUSH_AHEAD_KB_DEFAULT;
 	mo->gpu = (flx_slicer_opts){FLX_GPU_AUTO, FLX_GPU_MIN_DEFAULT, 0, NULL};
 	return flx_spec_init(&mo->spec);
 }
@@ -307,8 +314,9 @@ flx_mo_class flx_mo_classify(const char *tok)
 	return FLX_MO_FUSE;
 }
 
-static int apply_read_ahead(flx_mountopts *mo, const char *value,
-			    flx_error *err)
+/* A number of KiB from 0 to max, the value of option key. */
+static int parse_kb(const char *key, const char *value, unsigned max,
+		    unsigned *out, flx_error *err)
 {
 	char *end;
 	unsigned long v;
@@ -316,14 +324,23 @@ static int apply_read_ahead(flx_mountopts *mo, const char *value,
 	errno = 0;
 	v = value && *value >= '0' && *value <= '9' ? strtoul(value, &end, 10)
 						    : ULONG_MAX;
-	if (v == ULONG_MAX || errno || *end || v > FLX_MO_READ_AHEAD_KB_MAX)
-		return flx_error_set(err, -EINVAL, NULL, "read_ahead_kb",
+	if (v == ULONG_MAX || errno || *end || v > max)
+		return flx_error_set(err, -EINVAL, NULL, key,
 				     "'%s' is not a number of KiB from 0 to %u",
-				     value ? value : "",
-				     FLX_MO_READ_AHEAD_KB_MAX);
-	mo->read_ahead_kb = (unsigned)v;
-	mo->ra_given = true;
+				     value ? value : "", max);
+	*out = (unsigned)v;
 	return 0;
+}
+
+static int apply_read_ahead(flx_mountopts *mo, const char *value,
+			    flx_error *err)
+{
+	int rc = parse_kb("read_ahead_kb", value, FLX_MO_READ_AHEAD_KB_MAX,
+			  &mo->read_ahead_kb, err);
+
+	if (!rc)
+		mo->ra_given = true;
+	return rc;
 }
 
 static int apply_source_format(flx_mountopts *mo, const char *value,
@@ -561,6 +578,10 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 		if (key_is(tok, "direct_io"))
 			return flx_parse_flag("direct_io", option_value(tok),
 					      &mo->direct_io, err);
+		if (key_is(tok, "push_ahead_kb"))
+			return parse_kb("push_ahead_kb", option_value(tok),
+					FLX_MO_PUSH_AHEAD_KB_MAX,
+					&mo->push_ahead_kb, err);
 		if (key_is(tok, "follow_symlinks"))
 			return flx_parse_flag("follow_symlinks",
 					      option_value(tok),

@@ -12,8 +12,8 @@
  *   ours   tp, pp, rules, layer_regex, embed_regex, pp_renumber,
  *          hf_shard_size: applied to the spec with flx_spec_set();
  *          source_format, paddle_id: how the checkpoint is opened
- *          (ckpt.h's flx_ckpt_opts); read_ahead_kb, direct_io, cache_size,
- *          gpu, gpu_min, gpu_device: kept
+ *          (ckpt.h's flx_ckpt_opts); read_ahead_kb, direct_io,
+ *          push_ahead_kb, cache_size, gpu, gpu_min, gpu_device: kept
  * in flx_mountopts for the FUSE adapter; fstab  auto, noauto, user, nouser,
  * users, _netdev, nofail, defaults, user=*, comment=*, x-*: bookkeeping of
  * mount(8)/fstab/systemd that libfuse would reject ("unknown option"), dropped;
@@ -40,6 +40,11 @@
  * 128 KiB whatever max_pages allows (docs/performance.md measures it). */
 #define FLX_MO_READ_AHEAD_AUTO	 UINT_MAX
 #define FLX_MO_READ_AHEAD_KB_MAX (1024 * 1024)
+
+/* push_ahead_kb= bound (KiB pushed after a read that lands in a tensor)
+ * and its default (0: off). */
+#define FLX_MO_PUSH_AHEAD_KB_MAX     (1024 * 1024)
+#define FLX_MO_PUSH_AHEAD_KB_DEFAULT 0
 
 /* cache_size= bounds: 0 (off) or from one 1 MiB block up to 1 TiB (a
  * typo's 64T would only fail later, one block at a time).  Unset, the
@@ -87,6 +92,10 @@ typedef struct flx_mountopts {
 	/* direct_io[=0|1]: files are opened FOPEN_DIRECT_IO (read() bypasses
 	 * the kernel's page cache; mmap still goes through it). */
 	bool direct_io;
+	/* push_ahead_kb=N: after a read that lands in a tensor, the daemon
+	 * stores up to N KiB more of that tensor in the kernel's page cache
+	 * (0: off). */
+	unsigned push_ahead_kb;
 	/* cache_size=: bytes of backing-file blocks kept for strided gathers
 	 * (reshard/bcache.h); 0 disables, FLX_MO_CACHE_AUTO (unset): see
 	 * flx_mo_cache_bytes(). */

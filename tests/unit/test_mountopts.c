@@ -122,6 +122,9 @@ static void test_values(void)
 	check_bad("read_ahead_kb", "read_ahead_kb");
 	check_bad("read_ahead_kb=1048577", "read_ahead_kb");
 	check_bad("read_ahead_kb=99999999999999999999999", "read_ahead_kb");
+	check_bad("push_ahead_kb=4k", "push_ahead_kb");
+	check_bad("push_ahead_kb=", "push_ahead_kb");
+	check_bad("push_ahead_kb=1048577", "push_ahead_kb");
 	check_bad("cache_size=", "cache_size");
 	check_bad("cache_size", "cache_size");
 	check_bad("cache_size=lots", "cache_size");
@@ -187,6 +190,9 @@ static void test_values(void)
 	CHECK_EQ(flx_mo_option(&mo, "read_ahead_kb=1048576", &err), 0);
 	CHECK_EQ(mo.read_ahead_kb, 1048576);
 	CHECK(mo.ra_given);
+	CHECK_EQ(mo.push_ahead_kb, FLX_MO_PUSH_AHEAD_KB_DEFAULT);
+	CHECK_EQ(flx_mo_option(&mo, "push_ahead_kb=8192", &err), 0);
+	CHECK_EQ(mo.push_ahead_kb, 8192);
 	CHECK(!mo.direct_io);
 	CHECK_EQ(flx_mo_option(&mo, "direct_io", &err), 0);
 	CHECK(mo.direct_io);

@@ -666,6 +666,79 @@ static void test_tree_pieces(const flx_ckpt *c)
 		}
 }
 
+/* flx_fs_push_range() against the segments flx_fs_segment() lists: the
+ * rest of a view's segment, past skip and at most cap; nothing from other
+ * segments or at the end of the file. */
+static void check_push_file(const flx_fs *fs, flx_ino ino, uint64_t size)
+{
+	flx_fs_seg sg;
+	uint64_t po, pl;
+
+	for (size_t i = 0; flx_fs_segment(fs, ino, i, &sg) == 0; i++) {
+		uint64_t end = sg.off + sg.len;
+
+		if (!sg.len)
+			continue;
+		CHECK_EQ(flx_fs_push_range(fs, ino, sg.off, 1, 0, UINT64_MAX,
+					   &po, &pl),
+			 0);
+		if (!sg.tensor || end == sg.off + 1 || sg.off + 1 >= size) {
+			CHECK_EQ(pl, 0);
+			continue;
+		}
+		CHECK_EQ(po, sg.off + 1);
+		CHECK_EQ(pl, end - po);
+		CHECK_EQ(flx_fs_push_range(fs, ino, sg.off, 1, 1, 3, &po, &pl),
+			 0);
+		CHECK(pl == 0 ||
+		      (po == sg.off + 2 && pl <= 3 && po + pl <= end));
+		/* a read that ends at the segment's end pushes the next one
+		 * only if the last byte read is in it: here it is not */
+		CHECK_EQ(flx_fs_push_range(fs, ino, sg.off, sg.len, 0,
+					   UINT64_MAX, &po, &pl),
+			 0);
+		CHECK_EQ(pl, 0);
+	}
+	CHECK_EQ(flx_fs_push_range(fs, ino, 0, size, 0, UINT64_MAX, &po, &pl),
+		 0);
+	CHECK_EQ(pl, 0);
+}
+
+static void test_push_range(const flx_ckpt *c)
+{
+	flx_spec s;
+	flx_plan *p = plan_split(c, &s, 2, 0);
+	flx_fs *fs = NULL;
+	uint64_t po, pl;
+	int views = 0;
+
+	if (p)
+		CHECK_EQ(flx_fs_build(c, p, &fs, NULL), 0);
+	for (flx_ino ino = 1; fs && ino <= flx_fs_inode_count(fs); ino++) {
+		flx_stat st;
+		flx_fs_seg sg;
+
+		if (flx_fs_stat(fs, ino, &st))
+			continue;
+		if (st.dir) {
+			CHECK_EQ(
+			    flx_fs_push_range(fs, ino, 0, 1, 0, 1, &po, &pl),
+			    -EISDIR);
+			continue;
+		}
+		views += flx_fs_segment(fs, ino, 0, &sg) == 0 && sg.tensor;
+		check_push_file(fs, ino, st.size);
+	}
+	CHECK(views > 0);
+	if (fs)
+		CHECK_EQ(flx_fs_push_range(fs, flx_fs_inode_count(fs) + 1, 0, 1,
+					   0, 1, &po, &pl),
+			 -ENOENT);
+	flx_fs_free(fs);
+	flx_plan_free(p);
+	flx_spec_release(&s);
+}
+
 /* A 256 x 2 x 128 int32 tensor in one chunk stored (k, j, i), like a
  * transposed weight saved as-is: consecutive elements of a view row lie
  * 512 elements (2 KiB) apart in the file, so every row of a read spans the
@@ -977,6 +1050,7 @@ int main(void)
 	test_spec_values();
 	test_plan_views(c);
 	test_tree_pieces(c); /* before test_read_errors changes a file */
+	test_push_range(c);
 	test_read_errors(c);
 	CHECK(pieced > 10000);
 	CHECK(pieced_mixed > 500);  /* a header and tensor bytes */
