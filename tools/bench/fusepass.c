@@ -4,7 +4,7 @@
  * low-level FUSE passthrough of a directory tree, with the data path
  * settings of flexfs (fs/fuse_ll.c): the same libfuse, the same request
  * size (max_write capped so that a reply fits a pipe), spliced replies
- * (SPLICE_WRITE | SPLICE_MOVE, FUSE_BUF_IS_FD), keep_cache on every open,
+ * (SPLICE_WRITE without SPLICE_MOVE, FUSE_BUF_IS_FD), keep_cache on every open,
  * no auto_inval_data, max_background 64, the multi-threaded loop.  The
  * bdi readahead is set by the benchmark to the value flexfs sets.  Every
  * read is one pread-free splice of the backing file: no work per request
@@ -277,8 +277,9 @@ static void fp_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
-	if (conn->capable & FUSE_CAP_SPLICE_MOVE)
-		conn->want |= FUSE_CAP_SPLICE_MOVE;
+	/* Not moved, as in flexfs: a moved page leaves the backing file's
+	 * page cache, which is the floor's own copy here. */
+	conn->want &= ~FUSE_CAP_SPLICE_MOVE;
 	if (conn->max_background < FP_MAX_BACKGROUND)
 		conn->max_background = FP_MAX_BACKGROUND;
 	fprintf(stderr, "flexfs-fusepass: max_write %u\n", conn->max_write);
@@ -377,7 +378,7 @@ static void fp_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
 	bv.buf[0].fd = (int)fi->fh;
 	bv.buf[0].pos = off;
-	fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
+	fuse_reply_data(req, &bv, 0);
 }
 
 static void fp_release(fuse_req_t req, fuse_ino_t ino,
