@@ -7,11 +7,14 @@
  * path, and the failures (content ending early, a changed file, a corrupt
  * frame) as -EIO; the decode-ahead worker decodes exactly its depth past a
  * sequential reader, forgets it on a seek back, stays in the budget and
- * stops with the cache; a pinned window holds the content's bytes
+ * stops with the cache; readers of two items have them decoded ahead by
+ * two workers at once, within the bound on workers, and readers of one
+ * item decode it once; a pinned window holds the content's bytes
  * exactly and is never evicted or refilled while pinned.
  */
 #include "check.h"
 #include "zcache.h"
+#include "zcache_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -348,6 +352,133 @@ static void test_ahead_restart(void)
 	flx_zcache_free(z);
 }
 
+/* The first two window decodes of the workers wait for each other, up to
+ * 5 s: two workers at once meet at once, one worker alone goes on after
+ * the timeout. */
+static pthread_mutex_t meet_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t meet_cv = PTHREAD_COND_INITIALIZER;
+static int meet_n;
+
+static void meet(void *arg)
+{
+	struct timespec until;
+
+	(void)arg;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 5;
+	pthread_mutex_lock(&meet_mu);
+	if (++meet_n == 2)
+		pthread_cond_broadcast(&meet_cv);
+	while (meet_n < 2 &&
+	       pthread_cond_timedwait(&meet_cv, &meet_mu, &until) == 0)
+		;
+	pthread_mutex_unlock(&meet_mu);
+}
+
+typedef struct seqarg {
+	flx_zcache *z;
+	const flx_zitem *it;
+	const unsigned char *c;
+	size_t n;
+} seqarg;
+
+/* Read an item whole, in order, 256 KiB a call, and check it. */
+static void *seq_main(void *arg)
+{
+	seqarg *a = arg;
+	enum { STEP = 256 << 10 };
+	unsigned char *buf = malloc(STEP);
+
+	for (size_t at = 0; at < a->n; at += STEP) {
+		size_t n = a->n - at < STEP ? a->n - at : STEP;
+
+		CHECK_EQ(flx_zcache_read(a->z, &ck, a->it, at, 1, 1, 0, buf, n),
+			 0);
+		if (memcmp(buf, a->c + at, n) != 0) {
+			fprintf(stderr, "seq read at %zu differs\n", at);
+			check_failures++;
+			break;
+		}
+	}
+	free(buf);
+	return NULL;
+}
+
+static void read_together(flx_zcache *z, seqarg *a, int n)
+{
+	pthread_t th[4];
+
+	for (int i = 0; i < n; i++)
+		pthread_create(&th[i], NULL, seq_main, &a[i]);
+	for (int i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+	flx_zcache_settle(z);
+}
+
+/*
+ * Two threads reading two items in order have them decoded ahead by two
+ * workers at the same time (with two CPUs or more; one otherwise): the
+ * first worker waits in meet() for a second one, which only a second
+ * worker can be.  Workers stay within their bound (online CPUs, streams,
+ * one per 4 * FLX_ZCACHE_AHEAD windows); read again, parked workers are
+ * reused, none is added.  Two threads reading one item decode it once,
+ * through one stream.
+ */
+static void test_workers(void)
+{
+	const uint64_t W = FLX_ZCACHE_WINDOW, d = FLX_ZCACHE_AHEAD;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t bound = 128 / (4 * d);
+	flx_zcache *z;
+	flx_zcache_stats st, st2;
+	seqarg a[2] = {{NULL, &bigit, bigc, (size_t)BIGW * W},
+		       {NULL, &items[0], content[0], csize[0]}};
+
+	if (bound > FLX_ZCACHE_STREAMS)
+		bound = FLX_ZCACHE_STREAMS;
+	if (cpus >= 1 && bound > (uint64_t)cpus)
+		bound = (uint64_t)cpus;
+	/* 128 windows: nothing is evicted, so no read restarts a stream */
+	CHECK_EQ(flx_zcache_new(128 * W, &z), 0);
+	flx_zcache_set_ahead_hook(z, meet, NULL);
+	a[0].z = a[1].z = z;
+	read_together(z, a, 2);
+	flx_zcache_stats_get(z, &st);
+	CHECK_EQ(st.ahead_peak, (bound >= 2 ? 2 : 1));
+	CHECK(st.workers >= 1 && st.workers <= bound);
+	CHECK_EQ(st.decoded, (uint64_t)BIGW * W + csize[0]);
+	CHECK_EQ(st.restarts, 2);
+	CHECK(st.ahead > 0);
+	flx_zcache_free(z);
+
+	/* the same item read by two threads: decoded once, one stream */
+	CHECK_EQ(flx_zcache_new(128 * W, &z), 0);
+	a[0].z = a[1].z = z;
+	a[1] = a[0];
+	read_together(z, a, 2);
+	flx_zcache_stats_get(z, &st);
+	CHECK_EQ(st.decoded, (uint64_t)BIGW * W);
+	CHECK_EQ(st.restarts, 1);
+	CHECK_EQ(st.served, 2 * (uint64_t)BIGW * W);
+	/* all cached now: read again, nothing decoded, no worker added */
+	read_together(z, a, 2);
+	flx_zcache_stats_get(z, &st2);
+	CHECK_EQ(st2.decoded, st.decoded);
+	CHECK_EQ(st2.workers, st.workers);
+	CHECK(st2.workers <= bound);
+	flx_zcache_free(z);
+
+	/* the least cache with decode-ahead: one worker */
+	CHECK_EQ(flx_zcache_new(4 * d * W, &z), 0);
+	a[0] = (seqarg){z, &bigit, bigc, (size_t)BIGW * W};
+	a[1] = (seqarg){z, &items[0], content[0], csize[0]};
+	read_together(z, a, 2);
+	flx_zcache_stats_get(z, &st);
+	CHECK_EQ(st.workers, 1);
+	CHECK_EQ(st.ahead_peak, 1);
+	flx_zcache_free(z);
+}
+
 static void test_failures(const char *path)
 {
 	flx_zcache *z;
@@ -563,6 +694,7 @@ int main(void)
 	test_sequential();
 	test_ahead();
 	test_ahead_restart();
+	test_workers();
 	/* a cache of 2 windows: random reads restart streams */
 	CHECK_EQ(flx_zcache_new(2u << 20, &z), 0);
 	test_random(z, 12345, 150);
