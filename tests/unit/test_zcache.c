@@ -536,7 +536,8 @@ static flx_zitem append_frame(const unsigned char *f, size_t n)
  * The read path's own guards (the daemon also refuses these frames at
  * mount, zstditem.h): a frame whose checksum fails (one byte flipped in
  * its middle: a corrupt block or other content, either way the end of
- * the frame disagrees) and frames whose content size field says one byte
+ * the frame disagrees; or the checksum field flipped, every block right)
+ * and frames whose content size field says one byte
  * more or one less than the content: reading the item whole is -EIO, and
  * windows decoded before the fault equal the content (a frame decodes
  * from its start: the fault is met only where it is).  Memory stays in
@@ -565,6 +566,12 @@ static void test_bad_frames(void)
 	it = append_frame(g, n);
 	CHECK_EQ(flx_zcache_read(z, &ck, &it, 0, 1, 1, 0, buf, 4096), 0);
 	CHECK(memcmp(buf, content[0], 4096) == 0);
+	CHECK_EQ(flx_zcache_read(z, &ck, &it, 0, 1, 1, 0, buf, csize[0]), -EIO);
+	/* the checksum field itself flipped: every block decodes to the
+	 * content, only the frame's end disagrees */
+	memcpy(g, f, n);
+	g[n - 1] ^= 0x01;
+	it = append_frame(g, n);
 	CHECK_EQ(flx_zcache_read(z, &ck, &it, 0, 1, 1, 0, buf, csize[0]), -EIO);
 	/* content size one more, one less than the content */
 	for (int64_t a = -1; a <= 1; a += 2) {
