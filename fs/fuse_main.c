@@ -666,11 +666,13 @@ static void zstd_stats(flx_zcache *z)
 	flx_zcache_stats_get(z, &st);
 	fprintf(stderr,
 		"flexfs: zstd stats: decoded %llu served %llu hits %llu "
-		"misses %llu restarts %llu windows %llu ahead %llu\n",
+		"misses %llu restarts %llu windows %llu ahead %llu "
+		"workers %llu ahead_peak %llu\n",
 		(unsigned long long)st.decoded, (unsigned long long)st.served,
 		(unsigned long long)st.hits, (unsigned long long)st.misses,
 		(unsigned long long)st.restarts, (unsigned long long)st.windows,
-		(unsigned long long)st.ahead);
+		(unsigned long long)st.ahead, (unsigned long long)st.workers,
+		(unsigned long long)st.ahead_peak);
 }
 
 int main(int argc, char **argv)

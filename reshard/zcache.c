@@ -9,15 +9,25 @@
  *
  * Decode-ahead: a reader that follows a stream (the stream is at most
  * FLX_ZCACHE_AHEAD windows past the window it just got) raises the
- * stream's want to that many windows past its own; one worker thread,
- * started with the first such wish, decodes wanted windows into cache
- * slots, one window per turn, as a reader would.  So the next window is
- * decoded while the FUSE thread copies the current one out.  The worker
- * never restarts a stream and never goes past want: a stream restarted
- * (a seek back) or re-keyed forgets its want, and a reader that stops
- * leaves at most FLX_ZCACHE_AHEAD windows decoded for nothing.
+ * stream's want to that many windows past its own; worker threads decode
+ * wanted windows into cache slots, one window per turn, as a reader
+ * would.  So the next window is decoded while the FUSE thread copies the
+ * current one out.  A worker never restarts a stream and never goes past
+ * want: a stream restarted (a seek back) or re-keyed forgets its want,
+ * and a reader that stops leaves at most FLX_ZCACHE_AHEAD windows decoded
+ * for nothing.
+ *
+ * Workers: each holds one stream while it decodes a window (busy, so no
+ * two decode the same stream and readers of one item still share one
+ * decode), so streams of different items are decoded in parallel.  A
+ * wish that no parked worker can take starts another worker, up to
+ * amax (ahead_workers()); with none to start, the busy ones take it when
+ * they finish their window.  A worker with nothing wanted parks on acv
+ * until a wish or the cache's end; a wake-up is handed to one parked
+ * worker (apend), so two wishes in a row wake two workers.
  */
 #include "zcache.h"
+#include "zcache_internal.h"
 
 #include "reader.h"
 #include "zstditem.h"
@@ -27,6 +37,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zstd.h>
 
 #define IN_CAP (128u << 10)
@@ -78,11 +89,18 @@ struct flx_zcache {
 	zstream streams[FLX_ZCACHE_STREAMS];
 	uint64_t tick;
 	flx_zcache_stats st;
-	/* the decode-ahead worker */
+	/* the decode-ahead workers */
 	pthread_cond_t acv; /* a stream wants windows, or stop */
-	pthread_t athr;
-	bool astarted, afailed, astop;
-	uint32_t abusy; /* streams the worker holds (0 or 1) */
+	pthread_t athr[FLX_ZCACHE_STREAMS];
+	uint32_t nthr;	/* workers started (joined by free) */
+	uint32_t amax;	/* at most this many (ahead_workers()) */
+	uint32_t aidle; /* workers parked on acv */
+	uint32_t apend; /* wake-ups handed to parked workers, not taken */
+	uint32_t abusy; /* streams the workers hold */
+	uint32_t adec;	/* of them, decoding a window now */
+	bool afailed, astop;
+	void (*ahook)(void *); /* zcache_internal.h */
+	void *aarg;
 };
 
 /* A pinned window: a slot, or a stream's output (its mutex held). */
@@ -92,6 +110,54 @@ typedef struct zref {
 	zslot *slot;
 	zstream *s;
 } zref;
+
+/* The decision: how many windows past a sequential reader's window its
+ * stream decodes ahead.  None in a cache of fewer than 4 * FLX_ZCACHE_AHEAD
+ * windows (the private one of a call included): the windows decoded ahead
+ * for one reader stay within a quarter of the cache, so they do not
+ * evict what other readers still use. */
+static uint64_t ahead_depth(const flx_zcache *z)
+{
+	return z->nslots >= 4 * FLX_ZCACHE_AHEAD ? FLX_ZCACHE_AHEAD : 0;
+}
+
+/* The decision: how many decode-ahead workers a cache of nslots windows
+ * runs at most.  One per stream (more would find no stream to take),
+ * never more than the online CPUs (a decode is CPU work: more threads
+ * only take turns), and one per 4 * FLX_ZCACHE_AHEAD windows: each worker
+ * pins a slot while it decodes, so the workers together pin at most a
+ * quarter of the cache's windows (none below that: ahead_depth()). */
+static uint32_t ahead_workers(size_t nslots)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t n = nslots / (4 * FLX_ZCACHE_AHEAD);
+
+	if (n > FLX_ZCACHE_STREAMS)
+		n = FLX_ZCACHE_STREAMS;
+	if (cpus >= 1 && n > (size_t)cpus)
+		n = (size_t)cpus;
+	return (uint32_t)n;
+}
+
+static void *ahead_main(void *arg);
+
+/* Under z->mu: a stream wants windows decoded: a parked worker not yet
+ * woken takes it, else a new worker while fewer than amax run, else the
+ * busy workers take it when their window is done.  A worker that cannot
+ * be started leaves the wish to the running ones (none: to the readers,
+ * who decode their windows themselves). */
+static void ahead_wake(flx_zcache *z)
+{
+	if (z->aidle > z->apend) {
+		z->apend++;
+		pthread_cond_signal(&z->acv);
+	} else if (z->nthr < z->amax && !z->afailed && !z->astop) {
+		if (pthread_create(&z->athr[z->nthr], NULL, ahead_main, z))
+			z->afailed = true;
+		else
+			z->nthr++;
+	}
+}
 
 int flx_zcache_new(uint64_t cap, flx_zcache **out)
 {
@@ -113,6 +179,7 @@ int flx_zcache_new(uint64_t cap, flx_zcache **out)
 		return -ENOMEM;
 	}
 	memset(z->chain, 0xff, z->nchains * sizeof(int32_t)); /* -1 */
+	z->amax = ahead_workers(z->nslots);
 	pthread_mutex_init(&z->mu, NULL);
 	pthread_cond_init(&z->cv, NULL);
 	pthread_cond_init(&z->acv, NULL);
@@ -130,8 +197,8 @@ void flx_zcache_free(flx_zcache *z)
 	z->astop = true;
 	pthread_cond_broadcast(&z->acv);
 	pthread_mutex_unlock(&z->mu);
-	if (z->astarted)
-		pthread_join(z->athr, NULL);
+	for (uint32_t i = 0; i < z->nthr; i++)
+		pthread_join(z->athr[i], NULL);
 	for (size_t i = 0; i < z->nslots; i++)
 		free(z->slots[i].data);
 	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
@@ -154,6 +221,15 @@ void flx_zcache_stats_get(flx_zcache *z, flx_zcache_stats *out)
 {
 	pthread_mutex_lock(&z->mu);
 	*out = z->st;
+	out->workers = z->nthr;
+	pthread_mutex_unlock(&z->mu);
+}
+
+void flx_zcache_set_ahead_hook(flx_zcache *z, void (*fn)(void *), void *arg)
+{
+	pthread_mutex_lock(&z->mu);
+	z->ahook = fn;
+	z->aarg = arg;
 	pthread_mutex_unlock(&z->mu);
 }
 
@@ -299,8 +375,8 @@ static void let_go(flx_zcache *z, zstream *s)
 	s->busy = false;
 	s->users--;
 	pthread_cond_broadcast(&z->cv);
-	if (z->astarted && s->pnext < s->want)
-		pthread_cond_signal(&z->acv);
+	if (s->pnext < s->want)
+		ahead_wake(z);
 }
 
 /* Under s->mu: back to the frame's first byte. */
@@ -371,18 +447,6 @@ static int produce(const flx_ckpt *c, zstream *s, unsigned char *dst,
 	return rc;
 }
 
-/* The decision: how many windows past a sequential reader's window its
- * stream decodes ahead.  None in a cache of fewer than 4 * FLX_ZCACHE_AHEAD
- * windows (the private one of a call included): the windows decoded ahead
- * for one reader stay within a quarter of the cache, so they do not
- * evict what other readers still use. */
-static uint64_t ahead_depth(const flx_zcache *z)
-{
-	return z->nslots >= 4 * FLX_ZCACHE_AHEAD ? FLX_ZCACHE_AHEAD : 0;
-}
-
-static void *ahead_main(void *arg);
-
 /* Under z->mu: a reader got window w of it.  The stream of it furthest
  * past w but at most the decode-ahead depth past it is the one the reader
  * follows (the one claim() gives it next): it is to be decoded that far
@@ -393,7 +457,7 @@ static void ahead_note(flx_zcache *z, const flx_zitem *it, uint64_t w)
 	uint64_t d = ahead_depth(z);
 	zstream *f = NULL;
 
-	if (!d || z->afailed || z->astop)
+	if (!d || z->astop || (z->afailed && !z->nthr))
 		return;
 	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
 		zstream *s = &z->streams[i];
@@ -406,15 +470,8 @@ static void ahead_note(flx_zcache *z, const flx_zitem *it, uint64_t w)
 	if (!f || f->want >= w + 1 + d)
 		return;
 	f->want = w + 1 + d;
-	if (!z->astarted) {
-		/* no worker: readers decode their windows themselves */
-		if (pthread_create(&z->athr, NULL, ahead_main, z)) {
-			z->afailed = true;
-			return;
-		}
-		z->astarted = true;
-	}
-	pthread_cond_signal(&z->acv);
+	if (!f->busy)
+		ahead_wake(z);
 }
 
 /* Under z->mu: the stream furthest behind its want, or NULL. */
@@ -450,11 +507,16 @@ static void ahead_one(flx_zcache *z, zstream *s)
 	if (!s->fresh && !s->ended && s->next < s->want &&
 	    !(dst = take_slot(z)))
 		s->want = 0;
+	if (dst && ++z->adec > z->st.ahead_peak)
+		z->st.ahead_peak = z->adec;
 	pthread_mutex_unlock(&z->mu);
 	if (!dst)
 		return;
+	if (z->ahook)
+		z->ahook(z->aarg);
 	rc = produce(c, s, dst->data, &n);
 	pthread_mutex_lock(&z->mu);
+	z->adec--;
 	z->st.decoded += n;
 	z->st.ahead += n;
 	s->pnext = s->next;
@@ -475,7 +537,12 @@ static void *ahead_main(void *arg)
 		zstream *s = ahead_pick(z);
 
 		if (!s) {
-			pthread_cond_wait(&z->acv, &z->mu);
+			z->aidle++;
+			while (!z->apend && !z->astop)
+				pthread_cond_wait(&z->acv, &z->mu);
+			z->aidle--;
+			if (z->apend)
+				z->apend--;
 			continue;
 		}
 		s->users++; /* its item stays while the worker decodes */
@@ -498,7 +565,7 @@ static void *ahead_main(void *arg)
 void flx_zcache_settle(flx_zcache *z)
 {
 	pthread_mutex_lock(&z->mu);
-	while (z->astarted && !z->astop && (ahead_pick(z) || z->abusy))
+	while (z->nthr && !z->astop && (ahead_pick(z) || z->abusy))
 		pthread_cond_wait(&z->cv, &z->mu);
 	pthread_mutex_unlock(&z->mu);
 }

@@ -26,11 +26,16 @@
  * unpinned windows; a window no slot can take is served from its stream.
  *
  * Decode-ahead: a reader that reads an item's windows in order finds the
- * next FLX_ZCACHE_AHEAD windows decoded by a worker thread (one per
- * cache, started on first use) while it copies the current one out.  The
- * worker takes its windows from the same slots (the budget above) and
- * stops when the reader stops, seeks back or the cache is freed; none in
- * a cache of fewer than 4 * FLX_ZCACHE_AHEAD windows.
+ * next FLX_ZCACHE_AHEAD windows decoded by a worker thread while it copies
+ * the current one out.  Streams of different items are decoded by
+ * different workers at once: a worker is started when a stream is wanted
+ * and none is parked, up to the least of the online CPUs,
+ * FLX_ZCACHE_STREAMS and one per 4 * FLX_ZCACHE_AHEAD windows of the
+ * cache (none below that); a worker with nothing wanted parks until the
+ * cache is freed.  Workers take their windows from the same slots (the
+ * budget above), each holding at most one slot at a time, and stop
+ * decoding a stream when its reader stops, seeks back or the cache is
+ * freed.
  *
  * Thread-safety: every function but new/free may be called from any
  * number of threads.
@@ -63,7 +68,9 @@ typedef struct flx_zcache_stats {
 	uint64_t decoded;  /* content bytes decompressed */
 	uint64_t served;   /* content bytes copied out to readers */
 	uint64_t windows;  /* windows allocated so far (memory in use) */
-	uint64_t ahead; /* of decoded: bytes the decode-ahead worker decoded */
+	uint64_t ahead; /* of decoded: bytes the decode-ahead workers decoded */
+	uint64_t ahead_peak; /* most windows decoded ahead at the same time */
+	uint64_t workers;    /* decode-ahead workers started */
 } flx_zcache_stats;
 
 /**
@@ -126,7 +133,7 @@ void flx_zcache_unpin(flx_zcache *z, flx_zpin *p, size_t served);
 /** Whether any chunk or object of c is a zstd item.  Thread-safe. */
 bool flx_ckpt_has_zstd(const flx_ckpt *c);
 
-/** Wait until the decode-ahead worker has no wanted window left to
+/** Wait until the decode-ahead workers have no wanted window left to
  * decode (tests, benchmarks: the counters are final then unless reads
  * run). */
 void flx_zcache_settle(flx_zcache *z);

@@ -122,6 +122,33 @@ zstd_matrix() {
 	done
 }
 
+# The bomb's frame holds 256 MiB of zeros after the item: the mount decodes
+# it with bounded memory (a head, a tail and a count, zstditem.h) and stops
+# at the item's bound, so the refused daemon's peak RSS stays within 64 MiB
+# of that of a daemon refusing a small corrupt frame (checksum), far below
+# what keeping the output would take.
+@test "dcp-zstd-bad/bomb: refused within bounded memory (peak RSS)" {
+	run /usr/bin/python3 - "$FLEXFS_BIN" "$ZFX/dcp-zstd-bad" "$MNT" <<'PY'
+import os, resource, subprocess, sys
+flexfs, bad, mnt = sys.argv[1:]
+def refused(case):
+    r = subprocess.run([flexfs, os.path.join(bad, case, "ckpt"), mnt, "-f"],
+                       capture_output=True, text=True)
+    # KiB; a process's children are waited for one by one, so the max is
+    # the child's own once it exceeds the ones before
+    return r, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+r0, base = refused("checksum")
+r, rss = refused("bomb")
+print(r.returncode, base, rss, r.stderr.strip())
+sys.exit(0 if r0.returncode != 0 and r.returncode != 0 and
+         rss < base + (64 << 10) and
+         "decompresses to more than" in r.stderr else 1)
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	! mountpoint -q "$MNT"
+}
+
 # A backing file changed after mount, under files already open: reads are
 # EIO, also of the windows the cache already holds (direct_io, so that
 # every read reaches the daemon); opening again is ESTALE as for any view.

@@ -7,11 +7,14 @@
  * path, and the failures (content ending early, a changed file, a corrupt
  * frame) as -EIO; the decode-ahead worker decodes exactly its depth past a
  * sequential reader, forgets it on a seek back, stays in the budget and
- * stops with the cache; a pinned window holds the content's bytes
+ * stops with the cache; readers of two items have them decoded ahead by
+ * two workers at once, within the bound on workers, and readers of one
+ * item decode it once; a pinned window holds the content's bytes
  * exactly and is never evicted or refilled while pinned.
  */
 #include "check.h"
 #include "zcache.h"
+#include "zcache_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zstd.h>
 
@@ -348,6 +352,244 @@ static void test_ahead_restart(void)
 	flx_zcache_free(z);
 }
 
+/* The first two window decodes of the workers wait for each other, up to
+ * 5 s: two workers at once meet at once, one worker alone goes on after
+ * the timeout. */
+static pthread_mutex_t meet_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t meet_cv = PTHREAD_COND_INITIALIZER;
+static int meet_n;
+
+static void meet(void *arg)
+{
+	struct timespec until;
+
+	(void)arg;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 5;
+	pthread_mutex_lock(&meet_mu);
+	if (++meet_n == 2)
+		pthread_cond_broadcast(&meet_cv);
+	while (meet_n < 2 &&
+	       pthread_cond_timedwait(&meet_cv, &meet_mu, &until) == 0)
+		;
+	pthread_mutex_unlock(&meet_mu);
+}
+
+typedef struct seqarg {
+	flx_zcache *z;
+	const flx_zitem *it;
+	const unsigned char *c;
+	size_t n;
+} seqarg;
+
+/* Read an item whole, in order, 256 KiB a call, and check it. */
+static void *seq_main(void *arg)
+{
+	seqarg *a = arg;
+	enum { STEP = 256 << 10 };
+	unsigned char *buf = malloc(STEP);
+
+	for (size_t at = 0; at < a->n; at += STEP) {
+		size_t n = a->n - at < STEP ? a->n - at : STEP;
+
+		CHECK_EQ(flx_zcache_read(a->z, &ck, a->it, at, 1, 1, 0, buf, n),
+			 0);
+		if (memcmp(buf, a->c + at, n) != 0) {
+			fprintf(stderr, "seq read at %zu differs\n", at);
+			check_failures++;
+			break;
+		}
+	}
+	free(buf);
+	return NULL;
+}
+
+static void read_together(flx_zcache *z, seqarg *a, int n)
+{
+	pthread_t th[4];
+
+	for (int i = 0; i < n; i++)
+		pthread_create(&th[i], NULL, seq_main, &a[i]);
+	for (int i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+	flx_zcache_settle(z);
+}
+
+/*
+ * Readers of two items have them decoded ahead by two workers at the same
+ * time (with two CPUs or more; one otherwise): the first window of each
+ * read, the first worker waits in meet() for a second one, which only a
+ * second worker can be (the readers read no more, so they cannot take
+ * the streams back from the workers).  Then two threads read the two
+ * items whole, in order.  Workers stay within their bound (online CPUs,
+ * streams, one per 4 * FLX_ZCACHE_AHEAD windows); read again, parked
+ * workers are reused, none is added.  Two threads reading one item
+ * decode it once, through one stream.
+ */
+static void test_workers(void)
+{
+	const uint64_t W = FLX_ZCACHE_WINDOW, d = FLX_ZCACHE_AHEAD;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	uint64_t bound = 128 / (4 * d);
+	flx_zcache *z;
+	flx_zcache_stats st, st2;
+	seqarg a[2] = {{NULL, &bigit, bigc, (size_t)BIGW * W},
+		       {NULL, &items[0], content[0], csize[0]}};
+	unsigned char buf[64];
+
+	if (bound > FLX_ZCACHE_STREAMS)
+		bound = FLX_ZCACHE_STREAMS;
+	if (cpus >= 1 && bound > (uint64_t)cpus)
+		bound = (uint64_t)cpus;
+	/* 128 windows: nothing is evicted, so no read restarts a stream */
+	CHECK_EQ(flx_zcache_new(128 * W, &z), 0);
+	flx_zcache_set_ahead_hook(z, meet, NULL);
+	read_big(z, 0);
+	CHECK_EQ(flx_zcache_read(z, &ck, &items[0], 0, 1, 1, 0, buf, 64), 0);
+	CHECK(memcmp(buf, content[0], 64) == 0);
+	flx_zcache_settle(z);
+	flx_zcache_stats_get(z, &st);
+	CHECK_EQ(st.ahead_peak, (bound >= 2 ? 2 : 1));
+	CHECK_EQ(st.ahead, 2 * d * W);
+	a[0].z = a[1].z = z;
+	read_together(z, a, 2);
+	flx_zcache_stats_get(z, &st);
+	CHECK(st.workers >= 1 && st.workers <= bound);
+	CHECK_EQ(st.decoded, (uint64_t)BIGW * W + csize[0]);
+	CHECK_EQ(st.restarts, 2);
+	CHECK(st.ahead > 0);
+	flx_zcache_free(z);
+
+	/* the same item read by two threads: decoded once, one stream */
+	CHECK_EQ(flx_zcache_new(128 * W, &z), 0);
+	a[0].z = a[1].z = z;
+	a[1] = a[0];
+	read_together(z, a, 2);
+	flx_zcache_stats_get(z, &st);
+	CHECK_EQ(st.decoded, (uint64_t)BIGW * W);
+	CHECK_EQ(st.restarts, 1);
+	CHECK_EQ(st.served, 2 * (uint64_t)BIGW * W);
+	/* all cached now: read again, nothing decoded, no worker added */
+	read_together(z, a, 2);
+	flx_zcache_stats_get(z, &st2);
+	CHECK_EQ(st2.decoded, st.decoded);
+	CHECK_EQ(st2.workers, st.workers);
+	CHECK(st2.workers <= bound);
+	flx_zcache_free(z);
+
+	/* the least cache with decode-ahead: one worker */
+	CHECK_EQ(flx_zcache_new(4 * d * W, &z), 0);
+	a[0] = (seqarg){z, &bigit, bigc, (size_t)BIGW * W};
+	a[1] = (seqarg){z, &items[0], content[0], csize[0]};
+	read_together(z, a, 2);
+	flx_zcache_stats_get(z, &st);
+	CHECK_EQ(st.workers, 1);
+	CHECK_EQ(st.ahead_peak, 1);
+	flx_zcache_free(z);
+}
+
+/* Item 0's content as one frame with a content size and a checksum. */
+static size_t compress_checked(unsigned char *dst, size_t cap)
+{
+	ZSTD_CCtx *cc = ZSTD_createCCtx();
+	size_t n;
+
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel, 3);
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
+	n = ZSTD_compress2(cc, dst, cap, content[0], csize[0]);
+	ZSTD_freeCCtx(cc);
+	return ZSTD_isError(n) ? 0 : n;
+}
+
+/* Add a to the frame content size field of frame f (magic, FHD, window
+ * descriptor unless single-segment, no dictionary id, then the field). */
+static void bump_fcs(unsigned char *f, int64_t a)
+{
+	unsigned fhd = f[4], code = fhd >> 6, single = (fhd >> 5) & 1;
+	size_t at = 5 + !single, len = code == 0 ? 1 : 1u << code;
+	uint64_t v = 0;
+
+	CHECK_EQ(fhd & 3, 0);
+	CHECK(code >= 2);
+	for (size_t i = 0; i < len; i++)
+		v |= (uint64_t)f[at + i] << (8 * i);
+	v += (uint64_t)a;
+	for (size_t i = 0; i < len; i++)
+		f[at + i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Append frame f of n bytes to the test file: an item there. */
+static flx_zitem append_frame(const unsigned char *f, size_t n)
+{
+	struct stat st;
+	flx_zitem it = {0, 0, n};
+
+	fstat(file.fd, &st);
+	it.off = (uint64_t)st.st_size;
+	CHECK_EQ(pwrite(file.fd, f, n, (off_t)it.off), (ssize_t)n);
+	fstat(file.fd, &st);
+	flx_file_identity(&file, &st);
+	return it;
+}
+
+/*
+ * The read path's own guards (the daemon also refuses these frames at
+ * mount, zstditem.h): a frame whose checksum fails (one byte flipped in
+ * its middle: a corrupt block or other content, either way the end of
+ * the frame disagrees; or the checksum field flipped, every block right)
+ * and frames whose content size field says one byte
+ * more or one less than the content: reading the item whole is -EIO, and
+ * windows decoded before the fault equal the content (a frame decodes
+ * from its start: the fault is met only where it is).  Memory stays in
+ * the cache's budget throughout.
+ */
+static void test_bad_frames(void)
+{
+	size_t cap = ZSTD_compressBound(csize[0]), n;
+	unsigned char *f = malloc(cap), *g = malloc(cap);
+	unsigned char *buf = malloc(csize[0]);
+	flx_zcache_stats st;
+	flx_zcache *z;
+	flx_zitem it;
+
+	n = compress_checked(f, cap);
+	CHECK(n > 1000);
+	CHECK_EQ(flx_zcache_new(4u << 20, &z), 0);
+	/* intact: reads whole */
+	it = append_frame(f, n);
+	CHECK_EQ(flx_zcache_read(z, &ck, &it, 0, 1, 1, 0, buf, csize[0]), 0);
+	CHECK(memcmp(buf, content[0], csize[0]) == 0);
+	/* a byte flipped in the last third: the first window is right, the
+	 * whole is EIO */
+	memcpy(g, f, n);
+	g[n - n / 4] ^= 0x20;
+	it = append_frame(g, n);
+	CHECK_EQ(flx_zcache_read(z, &ck, &it, 0, 1, 1, 0, buf, 4096), 0);
+	CHECK(memcmp(buf, content[0], 4096) == 0);
+	CHECK_EQ(flx_zcache_read(z, &ck, &it, 0, 1, 1, 0, buf, csize[0]), -EIO);
+	/* the checksum field itself flipped: every block decodes to the
+	 * content, only the frame's end disagrees */
+	memcpy(g, f, n);
+	g[n - 1] ^= 0x01;
+	it = append_frame(g, n);
+	CHECK_EQ(flx_zcache_read(z, &ck, &it, 0, 1, 1, 0, buf, csize[0]), -EIO);
+	/* content size one more, one less than the content */
+	for (int64_t a = -1; a <= 1; a += 2) {
+		memcpy(g, f, n);
+		bump_fcs(g, a);
+		it = append_frame(g, n);
+		CHECK_EQ(
+		    flx_zcache_read(z, &ck, &it, 0, 1, 1, 0, buf, csize[0]),
+		    -EIO);
+	}
+	flx_zcache_stats_get(z, &st);
+	CHECK(st.windows <= 4);
+	flx_zcache_free(z);
+	free(f);
+	free(g);
+	free(buf);
+}
+
 static void test_failures(const char *path)
 {
 	flx_zcache *z;
@@ -563,6 +805,7 @@ int main(void)
 	test_sequential();
 	test_ahead();
 	test_ahead_restart();
+	test_workers();
 	/* a cache of 2 windows: random reads restart streams */
 	CHECK_EQ(flx_zcache_new(2u << 20, &z), 0);
 	test_random(z, 12345, 150);
@@ -575,6 +818,7 @@ int main(void)
 	test_pin_exact();
 	test_pin_threads(3u << 20);
 	test_pin_threads(4 * FLX_ZCACHE_AHEAD * FLX_ZCACHE_WINDOW);
+	test_bad_frames();
 	test_failures(path);
 	close(file.fd);
 	unlink(path);

@@ -61,7 +61,9 @@ against a baseline taken in the same run (median of --runs, min and max):
   zstd     the checkpoint re-written as torch 2.7's ZStandard extension
            would (zstd_ckpt.py): first read of hf/ (TP1) and ranks/* (TP2,
            1 and 2 readers) vs zstd -d of the same frames to /dev/null;
-           bytes decompressed per byte served; daemon peak RSS
+           hf/ vs the lesser of zstd -d and the plain checkpoint's hf/
+           (what FUSE allows); bytes decompressed per byte served;
+           daemon peak RSS
 
 --quick: a tiny checkpoint, one run of everything, and every byte read
 through flexfs is compared with the ground truth (numpy slices of the
@@ -1291,6 +1293,11 @@ def fig_zstd(ctx, info):
             plain = Row("zstd", tag + "hf/ (TP1) vs the plain checkpoint's hf/", "GB/s",
                         "plain", None, note="the same view of the uncompressed "
                         "checkpoint through flexfs (bench data)")
+            lim = Row("zstd", tag + "hf/ (TP1) vs min(zstd -d, plain hf/)", "GB/s",
+                      "min(zstd -d, plain)", 0.8,
+                      note="the goal judged against what FUSE allows: the plain "
+                      "checkpoint's hf/ in the same run bounds any hf/ through flexfs, "
+                      "and is below zstd -d where zstd stores raw blocks")
             r1 = Row("zstd", tag + "ranks/* (TP2), 1 reader vs zstd -d", "GB/s", "zstd -d",
                      0.8, note=note)
             r2 = Row("zstd", tag + "ranks/* (TP2), 2 readers vs 1", "GB/s", "1 reader", None,
@@ -1332,6 +1339,8 @@ def fig_zstd(ctx, info):
                 srv = sum(x.get("served", 0) for x in (st_hf, st_r, st_p))
                 hf.add(base, tput(n, t), tput(n, t) / base)
                 plain.add(tput(np_, tp_), tput(n, t), tput(n, t) / tput(np_, tp_))
+                bound = min(base, tput(np_, tp_))
+                lim.add(bound, tput(n, t), tput(n, t) / bound)
                 r1.add(base, tput(n1, t1), tput(n1, t1) / base)
                 r2.add(tput(n1, t1), tput(n2, t2), tput(n2, t2) / tput(n1, t1))
                 if srv:
@@ -1349,7 +1358,7 @@ def fig_zstd(ctx, info):
                                             dec / srv if srv else float("nan"), hwm / MiB,
                                             lat * 1e3))
             diag[what] = runs
-            rows += [hf, plain, r1, r2, amp, rss]
+            rows += [hf, plain, lim, r1, r2, amp, rss]
     finally:
         ctx.daemon_env = saved
     ctx.diag["zstd"] = diag
