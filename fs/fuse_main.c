@@ -158,13 +158,16 @@ static void dmount_end(void)
 		    stderr,
 		    "flexfs: mpi stats: rank %d exchange %llu bcast %llu "
 		    "batches %llu requests %llu spans %llu bytes %llu "
-		    "served %llu served_bytes %llu\n",
+		    "served %llu served_bytes %llu digested %llu "
+		    "digest_ns %llu\n",
 		    flx_dm_rank(dmount), (unsigned long long)s.exchange_bytes,
 		    (unsigned long long)s.bcast_bytes,
 		    (unsigned long long)s.batches,
 		    (unsigned long long)s.requests, (unsigned long long)s.spans,
 		    (unsigned long long)s.bytes, (unsigned long long)s.served,
-		    (unsigned long long)s.served_bytes);
+		    (unsigned long long)s.served_bytes,
+		    (unsigned long long)s.digested,
+		    (unsigned long long)s.digest_ns);
 	}
 	flx_dm_end(dmount);
 	dmount = NULL;

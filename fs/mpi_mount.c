@@ -43,8 +43,8 @@
 #define TAG_END		  2
 #define SPAN_WIRE	  24	       /* bytes of a span in a request */
 #define REQ_MAX_SPANS	  4096	       /* spans one request carries */
-#define HASH_WHOLE	  (1u << 20)   /* files up to this are hashed whole */
-#define HASH_EDGE	  (64u * 1024) /* else their first and last bytes */
+#define DIGEST_BUF	  (8u << 20)   /* bytes one digest read takes */
+#define DIGEST_THREADS	  4	       /* files digested at once */
 #define DEFAULT_TIMEOUT_S 30
 #define NAME_MAX_WIRE	  4096
 #define BCAST_MAX	  (256u << 20) /* largest metadata file broadcast */
@@ -53,7 +53,6 @@ typedef struct dm_file {
 	char *name;
 	uint64_t size;
 	int64_t mtime_ns;
-	uint64_t hash;
 	int fd;		/* this rank's copy, O_RDONLY; -1: held elsewhere */
 	struct stat st; /* its identity when listed */
 	int *holders;	/* ranks, ascending */
@@ -156,60 +155,108 @@ static uint64_t get64(const unsigned char *p)
 	return v;
 }
 
-static uint64_t mix(uint64_t h, uint64_t v)
+/*
+ * XXH64 (Yann Collet's xxHash, 64-bit, seed 0), the digest of the copies
+ * that several ranks hold: whole files are hashed at mount, so speed is
+ * what matters (several GB/s on one core); it detects a stale or damaged
+ * copy, not an adversary, who could as well change .metadata.  The state
+ * takes whole 32-byte stripes; the last bytes go to xxh_end().
+ */
+#define XXP1 11400714785074694791ull
+#define XXP2 14029467366897019727ull
+#define XXP3 1609587929392839161ull
+#define XXP4 9650029242287828579ull
+#define XXP5 2870177450012600261ull
+
+typedef struct xxh {
+	uint64_t v[4];
+	uint64_t total;
+} xxh;
+
+static uint64_t rotl(uint64_t x, int r)
 {
-	h ^= v * 0x9E3779B97F4A7C15ull;
-	h = (h ^ (h >> 31)) * 0xBF58476D1CE4E5B9ull;
-	return h ^ (h >> 29);
+	return (x << r) | (x >> (64 - r));
 }
 
-static uint64_t hash_bytes(uint64_t h, const unsigned char *p, size_t n)
+static uint64_t xxh_round(uint64_t acc, uint64_t in)
 {
+	return rotl(acc + in * XXP2, 31) * XXP1;
+}
+
+static void xxh_init(xxh *s)
+{
+	*s = (xxh){{XXP1 + XXP2, XXP2, 0, -XXP1}, 0};
+}
+
+/* n bytes of p, a multiple of 32. */
+static void xxh_stripes(xxh *s, const unsigned char *p, size_t n)
+{
+	uint64_t v0 = s->v[0], v1 = s->v[1], v2 = s->v[2], v3 = s->v[3];
+
+	for (size_t i = 0; i + 32 <= n; i += 32) {
+		v0 = xxh_round(v0, get64(p + i));
+		v1 = xxh_round(v1, get64(p + i + 8));
+		v2 = xxh_round(v2, get64(p + i + 16));
+		v3 = xxh_round(v3, get64(p + i + 24));
+	}
+	s->v[0] = v0;
+	s->v[1] = v1;
+	s->v[2] = v2;
+	s->v[3] = v3;
+	s->total += n;
+}
+
+/* The digest, after the last n < 32 bytes p. */
+static uint64_t xxh_end(const xxh *s, const unsigned char *p, size_t n)
+{
+	uint64_t h;
 	size_t i = 0;
 
-	for (; i + 8 <= n; i += 8)
-		h = mix(h, get64(p + i));
-	if (i < n) {
-		unsigned char tail[8] = {0};
-
-		memcpy(tail, p + i, n - i);
-		h = mix(h, get64(tail) ^ ((uint64_t)(n - i) << 56));
+	if (s->total) {
+		h = rotl(s->v[0], 1) + rotl(s->v[1], 7) + rotl(s->v[2], 12) +
+		    rotl(s->v[3], 18);
+		for (int k = 0; k < 4; k++)
+			h = (h ^ xxh_round(0, s->v[k])) * XXP1 + XXP4;
+	} else {
+		h = XXP5;
 	}
-	return h;
+	h += s->total + n;
+	for (; i + 8 <= n; i += 8)
+		h = rotl(h ^ xxh_round(0, get64(p + i)), 27) * XXP1 + XXP4;
+	if (i + 4 <= n) {
+		h = rotl(h ^ (uint64_t)get32(p + i) * XXP1, 23) * XXP2 + XXP3;
+		i += 4;
+	}
+	for (; i < n; i++)
+		h = rotl(h ^ p[i] * XXP5, 11) * XXP1;
+	h = (h ^ (h >> 33)) * XXP2;
+	h = (h ^ (h >> 29)) * XXP3;
+	return h ^ (h >> 32);
 }
 
-/*
- * A file's identity: its size, and the whole content up to HASH_WHOLE,
- * else the first and last HASH_EDGE bytes.  Two holders of one name hold
- * copies of one file written once by one rank; what makes copies differ
- * in practice (a copy cut short or still being written, another step's
- * file of the same name) changes the size or the ends: DCP's files start
- * with an item's zip header and data and end with the last item's zip
- * directory, and the items' offsets come from .metadata, hashed whole.
- */
-static int file_hash(int fd, uint64_t size, uint64_t *out)
+/* XXH64 of fd's size bytes, read in sequential preads of bufsize (a
+ * multiple of 32) bytes into buf. */
+static int file_digest(int fd, uint64_t size, unsigned char *buf,
+		       size_t bufsize, uint64_t *out)
 {
-	unsigned char *buf =
-	    malloc(size <= HASH_WHOLE ? (size ? size : 1) : HASH_EDGE);
-	uint64_t h = mix(0x666c6578ull, size);
-	int rc;
+	xxh s;
 
-	if (!buf)
-		return -ENOMEM;
-	if (size <= HASH_WHOLE) {
-		rc = flx_pread_full(fd, buf, (size_t)size, 0);
-		h = hash_bytes(h, buf, (size_t)size);
-	} else {
-		rc = flx_pread_full(fd, buf, HASH_EDGE, 0);
-		h = hash_bytes(h, buf, HASH_EDGE);
-		if (!rc)
-			rc = flx_pread_full(fd, buf, HASH_EDGE,
-					    size - HASH_EDGE);
-		h = hash_bytes(h, buf, HASH_EDGE);
+	xxh_init(&s);
+	for (uint64_t at = 0;;) {
+		size_t k = size - at < bufsize ? (size_t)(size - at) : bufsize;
+		size_t whole = k & ~(size_t)31;
+		int rc = flx_pread_full(fd, buf, k, at);
+
+		if (rc)
+			return rc;
+		at += k;
+		if (at == size) {
+			xxh_stripes(&s, buf, whole);
+			*out = xxh_end(&s, buf + whole, k - whole);
+			return 0;
+		}
+		xxh_stripes(&s, buf, k);
 	}
-	free(buf);
-	*out = h;
-	return rc;
 }
 
 /* ---- start ---- */
@@ -377,7 +424,6 @@ typedef struct lister {
 static int list_add(lister *l, int fd, const struct stat *st, const char *rel)
 {
 	dm_file *x;
-	int rc;
 
 	if (l->n == FILES_MAX) {
 		close(fd);
@@ -397,13 +443,7 @@ static int list_add(lister *l, int fd, const struct stat *st, const char *rel)
 	x->mtime_ns =
 	    (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
 	x->name = strdup(rel);
-	if (!x->name)
-		return -ENOMEM;
-	rc = file_hash(fd, x->size, &x->hash);
-	if (rc)
-		flx_error_set(l->err, rc, l->dir, rel, "cannot read: %s",
-			      strerror(-rc));
-	return rc;
+	return x->name ? 0 : -ENOMEM;
 }
 
 /* The entries of directory dfd (owned: closed here), prefix its relative
@@ -471,14 +511,15 @@ static int list_local(const char *dir, dm_file **out, size_t *nout,
 }
 
 /* The list as bytes: per file u32 name length, name, u64 size,
- * i64 mtime, u64 hash. */
+ * i64 mtime (LIST_WIRE bytes besides the name). */
+#define LIST_WIRE 20
 static int pack(const dm_file *f, size_t n, unsigned char **out, int *len)
 {
 	size_t total = 0;
 	unsigned char *b, *p;
 
 	for (size_t i = 0; i < n; i++)
-		total += 4 + strlen(f[i].name) + 24;
+		total += strlen(f[i].name) + LIST_WIRE;
 	if (total > INT_MAX / 2)
 		return -E2BIG;
 	b = malloc(total ? total : 1);
@@ -493,8 +534,7 @@ static int pack(const dm_file *f, size_t n, unsigned char **out, int *len)
 		p += 4 + k;
 		put64(p, f[i].size);
 		put64(p + 8, (uint64_t)f[i].mtime_ns);
-		put64(p + 16, f[i].hash);
-		p += 24;
+		p += 16;
 	}
 	*out = b;
 	*len = (int)total;
@@ -504,7 +544,7 @@ static int pack(const dm_file *f, size_t n, unsigned char **out, int *len)
 typedef struct entry {
 	const char *name; /* into the gathered bytes */
 	uint32_t nlen;
-	uint64_t size, hash;
+	uint64_t size;
 	int64_t mtime_ns;
 	int rank;
 	size_t local; /* index into this rank's list, or SIZE_MAX */
@@ -538,7 +578,8 @@ static int unpack_all(const unsigned char *all, const int *lens,
 			uint32_t k = end - p >= 4 ? get32(p) : 0;
 
 			/* a peer's names are checked as this rank's are */
-			if (end - p < 28 || k > (size_t)(end - p) - 28 ||
+			if (end - p < LIST_WIRE ||
+			    k > (size_t)(end - p) - LIST_WIRE ||
 			    !name_ok((const char *)p + 4, k)) {
 				free(e);
 				return -EPROTO;
@@ -547,12 +588,10 @@ static int unpack_all(const unsigned char *all, const int *lens,
 				free(e);
 				return -ENOMEM;
 			}
-			e[n] = (entry){
-			    (const char *)p + 4,	k,
-			    get64(p + 4 + k),		get64(p + 20 + k),
-			    (int64_t)get64(p + 12 + k), r,
-			    r == me ? mine++ : SIZE_MAX};
-			p += 4 + k + 24;
+			e[n] = (entry){(const char *)p + 4, k, get64(p + 4 + k),
+				       (int64_t)get64(p + 12 + k), r,
+				       r == me ? mine++ : SIZE_MAX};
+			p += k + LIST_WIRE;
 			n++;
 		}
 	}
@@ -563,7 +602,9 @@ static int unpack_all(const unsigned char *all, const int *lens,
 }
 
 /* The table of every name with its holders; two holders that disagree
- * are the error (the same on every rank: the data is). */
+ * on the size are the error (the same on every rank: the data is), on
+ * the content that of verify_copies(). */
+#define DIFFER "rank %d and rank %d hold different files of this name ("
 static int merge(flx_dm *m, dm_file *local, const entry *e, size_t n,
 		 flx_error *err)
 {
@@ -587,17 +628,12 @@ static int merge(flx_dm *m, dm_file *local, const entry *e, size_t n,
 		if (!d->name || !d->holders)
 			goto nomem;
 		d->size = e[i].size;
-		d->hash = e[i].hash;
 		d->mtime_ns = e[i].mtime_ns;
 		for (size_t k = i; k < j; k++) {
-			if (e[k].size != d->size || e[k].hash != d->hash) {
-				flx_error_set(
-				    err, -EINVAL, d->name, NULL,
-				    "rank %d and rank %d hold different files "
-				    "of this name (%s)",
-				    e[i].rank, e[k].rank,
-				    e[k].size != d->size ? "sizes differ"
-							 : "contents differ");
+			if (e[k].size != d->size) {
+				flx_error_set(err, -EINVAL, d->name, NULL,
+					      DIFFER "sizes differ)", e[i].rank,
+					      e[k].rank);
 				files_free(f, nf);
 				return -EINVAL;
 			}
@@ -664,6 +700,208 @@ out:
 	free(e);
 	free(all);
 	free(mine);
+	free(lens);
+	free(offs);
+	return rc;
+}
+
+/* ---- the copies held twice ---- */
+
+/* The files this rank digests, worked through by several threads. */
+typedef struct digester {
+	const flx_dm *m;
+	const uint32_t *ids; /* files (indices into m->files) */
+	size_t n;
+	uint64_t *out; /* their digests */
+	atomic_size_t next;
+	atomic_int rc;	   /* the first failure */
+	atomic_size_t bad; /* its index in ids */
+} digester;
+
+static void digest_fail(digester *d, size_t i, int rc)
+{
+	int none = 0;
+
+	if (atomic_compare_exchange_strong(&d->rc, &none, rc))
+		atomic_store(&d->bad, i);
+}
+
+static void *digest_worker(void *arg)
+{
+	digester *d = arg;
+	unsigned char *buf = malloc(DIGEST_BUF);
+	size_t i;
+
+	if (!buf) {
+		digest_fail(d, d->n, -ENOMEM);
+		return NULL;
+	}
+	while (!atomic_load(&d->rc) &&
+	       (i = atomic_fetch_add(&d->next, 1)) < d->n) {
+		const dm_file *f = &d->m->files[d->ids[i]];
+		int rc = file_digest(f->fd, f->size, buf, DIGEST_BUF,
+				     &d->out[i]);
+
+		if (rc)
+			digest_fail(d, i, rc);
+	}
+	free(buf);
+	return NULL;
+}
+
+/*
+ * The digests of the files this rank holds that another rank holds too
+ * (a file held once has nothing to be compared with), by up to
+ * DIGEST_THREADS threads, each with one DIGEST_BUF buffer: sequential
+ * reads of whole files, several files at once so that a disk's queue
+ * and the cores are used.  As wire bytes: per file u32 id, u64 digest.
+ */
+#define DIGEST_WIRE 12
+static int digest_local(flx_dm *m, unsigned char **wire, int *len,
+			flx_error *err)
+{
+	digester d = {.m = m};
+	pthread_t th[DIGEST_THREADS - 1];
+	size_t nth = 0, cap = 0;
+	uint32_t *ids = NULL;
+	int64_t t0 = now_ns();
+	int rc = 0;
+
+	for (size_t i = 0; i < m->nfiles; i++) {
+		if (m->files[i].nholders < 2 || m->files[i].fd < 0)
+			continue;
+		if (flx_grow((void **)&ids, &cap, d.n + 1, sizeof(*ids)))
+			goto nomem;
+		ids[d.n++] = (uint32_t)i;
+		m->st.digested += m->files[i].size;
+	}
+	d.ids = ids;
+	d.out = malloc((d.n ? d.n : 1) * sizeof(*d.out));
+	*wire = malloc(d.n ? d.n * DIGEST_WIRE : 1);
+	if (!d.out || !*wire)
+		goto nomem;
+	while (nth + 1 < DIGEST_THREADS && nth + 1 < d.n &&
+	       !pthread_create(&th[nth], NULL, digest_worker, &d))
+		nth++;
+	digest_worker(&d);
+	while (nth)
+		pthread_join(th[--nth], NULL);
+	rc = atomic_load(&d.rc);
+	if (rc) {
+		size_t bad = atomic_load(&d.bad);
+
+		flx_error_set(err, rc, bad < d.n ? m->files[ids[bad]].name : NULL,
+			      NULL, "cannot read: %s", strerror(-rc));
+		goto out;
+	}
+	for (size_t i = 0; i < d.n; i++) {
+		put32(*wire + i * DIGEST_WIRE, ids[i]);
+		put64(*wire + i * DIGEST_WIRE + 4, d.out[i]);
+	}
+	*len = (int)(d.n * DIGEST_WIRE);
+	m->st.digest_ns = (uint64_t)(now_ns() - t0);
+	goto out;
+nomem:
+	rc = flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
+out:
+	free(ids);
+	free(d.out);
+	return rc;
+}
+
+/* Every rank's digests (all, per rank lens and offs) against each other:
+ * the first file, in table order, whose holders' digests differ is the
+ * error, naming its lowest holder and the first that differs from it.
+ * first and dig: room for m->nfiles each. */
+static int compare_digests(const flx_dm *m, const unsigned char *all,
+			   const int *lens, const int *offs, int *first,
+			   uint64_t *dig, flx_error *err)
+{
+	size_t bad = SIZE_MAX;
+	int r1 = 0, r2 = 0, rc = 0;
+
+	for (size_t i = 0; i < m->nfiles; i++)
+		first[i] = -1;
+	for (int r = 0; r < m->size; r++) {
+		if (lens[r] % DIGEST_WIRE) {
+			rc = -EPROTO;
+			break;
+		}
+		for (int at = 0; at < lens[r]; at += DIGEST_WIRE) {
+			const unsigned char *p = all + offs[r] + at;
+			uint32_t id = get32(p);
+			uint64_t d = get64(p + 4);
+
+			if (id >= m->nfiles || m->files[id].nholders < 2) {
+				rc = -EPROTO;
+				break;
+			}
+			if (first[id] < 0) {
+				first[id] = r;
+				dig[id] = d;
+			} else if (d != dig[id] && id < bad) {
+				bad = id;
+				r1 = first[id];
+				r2 = r;
+			}
+		}
+	}
+	if (rc)
+		flx_error_set(err, rc, NULL, "mpi",
+			      "a rank sent an invalid list of digests");
+	else if (bad != SIZE_MAX)
+		rc = flx_error_set(err, -EINVAL, m->files[bad].name, NULL,
+				   DIFFER "contents differ)", r1, r2);
+	return rc;
+}
+
+/*
+ * Collective: every copy of a file held by several ranks must be the same
+ * bytes, not only the same size: a copy left from another save, or
+ * damaged, differs anywhere.  Each holder digests its copies whole
+ * (digest_local()), the digests are gathered and compared on every rank.
+ */
+static int verify_copies(flx_dm *m, flx_error *err)
+{
+	unsigned char *mine = NULL, *all = NULL;
+	int len = 0, *lens = calloc((size_t)m->size, sizeof(int));
+	int *offs = calloc((size_t)m->size, sizeof(int)), rc;
+	int *first = malloc((m->nfiles ? m->nfiles : 1) * sizeof(int));
+	uint64_t *dig = malloc((m->nfiles ? m->nfiles : 1) * sizeof(*dig));
+	size_t total = 0;
+
+	rc = lens && offs && first && dig
+		 ? digest_local(m, &mine, &len, err)
+		 : flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
+	/* every rank takes part in every collective, whatever failed */
+	if (MPI_Allgather(&len, 1, MPI_INT, lens ? lens : &len, 1, MPI_INT,
+			  m->coll) != MPI_SUCCESS && !rc)
+		rc = -EIO;
+	for (int r = 0; !rc && r < m->size; r++) {
+		offs[r] = (int)total;
+		total += (size_t)lens[r];
+	}
+	if (!rc && total > INT_MAX)
+		rc = -E2BIG;
+	if (!rc && !(all = malloc(total ? total : 1)))
+		rc = -ENOMEM;
+	rc = flx_dm_agree(m, rc, err);
+	if (rc)
+		goto out;
+	m->st.exchange_bytes += total;
+	if (MPI_Allgatherv(mine, len, MPI_BYTE, all, lens, offs, MPI_BYTE,
+			   m->coll) != MPI_SUCCESS)
+		rc = flx_error_set(err, -EIO, NULL, "mpi",
+				   "MPI_Allgatherv failed");
+	/* the same data on every rank: the same line, no rank's prefix */
+	rc = flx_dm_agree(m, rc, err);
+	if (!rc)
+		rc = compare_digests(m, all, lens, offs, first, dig, err);
+out:
+	free(first);
+	free(dig);
+	free(mine);
+	free(all);
 	free(lens);
 	free(offs);
 	return rc;
@@ -833,6 +1071,8 @@ int flx_dm_exchange(flx_dm *m, const char *dir, flx_error *err)
 	if (!rc)
 		rc = gather(m, local, nlocal, err);
 	files_free(local, nlocal);
+	if (!rc)
+		rc = verify_copies(m, err);
 	if (!rc)
 		rc = broadcast(m, err);
 	if (!rc)

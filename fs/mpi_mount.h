@@ -7,9 +7,9 @@
  * FUSE here): one daemon per MPI rank, each with a directory holding any
  * subset of a checkpoint's files.
  *
- * At start the ranks exchange what they hold (name, size, mtime and an
- * identity hash, see flx_dm_exchange()) and agree on one table of files,
- * the same on every rank, with its holders.  The index is then opened
+ * At start the ranks exchange what they hold (name, size and mtime, then
+ * a digest of each copy held by several ranks, see flx_dm_exchange()) and
+ * agree on one table of files, the same on every rank, with its holders.  The index is then opened
  * with flx_dm_backend(): files the rank's directory lacks are read from a
  * holder over MPI by flx_file_backend.read(), which groups a batch's spans
  * per holder into requests of at most FLX_DM_REQ_BYTES, sends them all at
@@ -61,10 +61,12 @@ int flx_dm_agree(flx_dm *m, int rc, flx_error *err);
  * Collective: list dir's regular files (hidden ones too: DCP's .metadata;
  * in subdirectories too, named by relative path, at most 4 components
  * deep and 65536 files, symlinks never followed), exchange the lists, and check
- * them as one: two holders of a name must agree on size and identity hash (the
- * whole content for files of at most 1 MiB, else the first and last 64 KiB and
- * the size).  Then start the service thread and agree on the checkpoint format
- * (the sources' probes over the union of the ranks' file names).
+ * them as one: two holders of a name must agree on its size, and then on
+ * the XXH64 digest of its whole content, which every holder of a file held
+ * by several ranks computes (a few threads, sequential reads, bounded
+ * memory); a file held by one rank is not read.  Then start the service
+ * thread and agree on the checkpoint format (the sources' probes over the
+ * union of the ranks' file names).
  * @return 0, or -errno with the same one-line err on every rank.
  */
 int flx_dm_exchange(flx_dm *m, const char *dir, flx_error *err);
@@ -79,6 +81,8 @@ typedef struct flx_dm_stats {
 	uint64_t bytes;		 /* bytes they asked for */
 	uint64_t served;	 /* requests this rank answered */
 	uint64_t served_bytes;
+	uint64_t digested;  /* bytes of copies held twice this rank hashed */
+	uint64_t digest_ns; /* the time it took (wall clock) */
 } flx_dm_stats;
 
 /** The counters so far.  Thread-safe. */

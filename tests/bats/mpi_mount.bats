@@ -327,6 +327,28 @@ dm_stop() {
 	[[ $(grep -c "^flexfs: " "$DM_LOG") -eq 3 ]]
 }
 
+@test "copies held twice are compared whole: one byte changed in the middle of 3 MiB fails every rank" {
+	split 3 twice
+	# an extra file of 3 MiB on ranks 1 and 2: their first and last
+	# 64 KiB agree, the byte at 1.5 MiB does not
+	head -c $((3 << 20)) /dev/urandom >"$T/src1/notes.bin"
+	cp "$T/src1/notes.bin" "$T/src2/notes.bin"
+	printf '\x5a' | dd of="$T/src2/notes.bin" bs=1 seek=$((3 << 19)) \
+		conv=notrunc status=none
+	cmp -s "$T/src1/notes.bin" "$T/src2/notes.bin" && return 1
+	dm_fails 3 "tp=2,rules=$RULES"
+	[[ $(grep -c "notes.bin: rank 1 and rank 2 hold different files of this name (contents differ)" "$DM_LOG") -eq 3 ]]
+	[[ $(grep -c "^flexfs: " "$DM_LOG") -eq 3 ]]
+	# the same copies, identical: every rank mounts and serves them
+	cp "$T/src1/notes.bin" "$T/src2/notes.bin"
+	dm_start 3 "tp=2,rules=$RULES"
+	local f
+	f=$(cd "$T/mnt0" && find . -name notes.bin | head -n 1)
+	[[ -n $f ]]
+	cmp "$T/src1/notes.bin" "$T/mnt0/$f"
+	dm_stop
+}
+
 @test "a file missing everywhere fails every rank with one line" {
 	split 2 spread
 	rm "$T/src1/__1_0.distcp"
