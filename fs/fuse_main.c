@@ -118,14 +118,16 @@ static int dmount_agree(int rc, flx_error *err)
 	return dmount ? flx_dm_agree(dmount, rc, err) : rc;
 }
 
-static int dmount_exchange(const char *dir, flx_ckpt_opts *o, flx_error *err)
+static int dmount_exchange(const char *dir, flx_ckpt_opts *o,
+			   const char **open_dir, flx_error *err)
 {
-	int rc = flx_dm_exchange(dmount, dir, err);
+	int rc = flx_dm_exchange(dmount, dir, o, err);
 
 	if (rc)
 		return rc;
 	o->backend = flx_dm_backend(dmount);
 	o->format = flx_dm_format(dmount);
+	*open_dir = flx_dm_dir(dmount);
 	return 0;
 }
 
@@ -189,10 +191,12 @@ static int dmount_agree(int rc, flx_error *err)
 	return rc;
 }
 
-static int dmount_exchange(const char *dir, flx_ckpt_opts *o, flx_error *err)
+static int dmount_exchange(const char *dir, flx_ckpt_opts *o,
+			   const char **open_dir, flx_error *err)
 {
 	(void)dir;
 	(void)o;
+	(void)open_dir;
 	(void)err;
 	return -ENOTSUP;
 }
@@ -445,17 +449,19 @@ static int parse(const char *prog, struct cmdline *cl, struct fuse_args *args,
 static int build(const struct cmdline *cl, flx_stack *st)
 {
 	flx_ckpt_opts o = flx_mo_ckpt_opts(&cl->mo);
+	const char *dir = cl->mo.source;
 	char note[2 * FLX_ERR_FIELD];
 	flx_error err;
 	int rc;
 
 	flx_error_init(&err);
-	rc = cl->mo.mpi ? dmount_exchange(cl->mo.source, &o, &err) : 0;
+	/* the distributed mount opens the iteration directory it entered */
+	rc = cl->mo.mpi ? dmount_exchange(cl->mo.source, &o, &dir, &err) : 0;
 	if (rc) {
 		report(&err);
 		return rc;
 	}
-	rc = flx_stack_build(cl->mo.source, &o, &cl->mo.spec, false, st, &err);
+	rc = flx_stack_build(dir, &o, &cl->mo.spec, false, st, &err);
 	if (cl->mo.mpi)
 		rc = dmount_agree(rc, &err);
 	for (size_t i = 0; !rc && !flx_stack_note(st, i, note, sizeof(note));

@@ -68,6 +68,8 @@ struct flx_dm {
 			 * rank */
 	size_t nfiles;
 	char format[64];
+	char *dir;    /* the directory this rank opens (flx_dm_dir()) */
+	char *tmpdir; /* an empty one of ours, removed at the end, or NULL */
 	flx_file_backend be;
 	pthread_t svc;
 	bool svc_started;
@@ -371,7 +373,8 @@ int flx_dm_agree(flx_dm *m, int rc, flx_error *err)
 
 /* ---- the exchange ---- */
 
-static void files_free(dm_file *f, size_t n)
+/* Free n entries of f, and the array when whole. */
+static void files_free(dm_file *f, size_t n, bool whole)
 {
 	for (size_t i = 0; i < n; i++) {
 		free(f[i].name);
@@ -380,7 +383,8 @@ static void files_free(dm_file *f, size_t n)
 		if (f[i].fd >= 0)
 			close(f[i].fd);
 	}
-	free(f);
+	if (whole)
+		free(f);
 }
 
 /*
@@ -502,7 +506,7 @@ static int list_local(const char *dir, dm_file **out, size_t *nout,
 				     strerror(errno));
 	rc = list_dir(&l, dfd, "", 0);
 	if (rc) {
-		files_free(l.f, l.n);
+		files_free(l.f, l.n, true);
 		return flx_error_default(err, rc, dir);
 	}
 	*out = l.f;
@@ -634,7 +638,7 @@ static int merge(flx_dm *m, dm_file *local, const entry *e, size_t n,
 				flx_error_set(err, -EINVAL, d->name, NULL,
 					      DIFFER "sizes differ)", e[i].rank,
 					      e[k].rank);
-				files_free(f, nf);
+				files_free(f, nf, true);
 				return -EINVAL;
 			}
 			d->holders[d->nholders++] = e[k].rank;
@@ -652,7 +656,7 @@ static int merge(flx_dm *m, dm_file *local, const entry *e, size_t n,
 	m->nfiles = nf;
 	return 0;
 nomem:
-	files_free(f, nf);
+	files_free(f, nf, true);
 	return flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
 }
 
@@ -956,6 +960,118 @@ static int broadcast(flx_dm *m, flx_error *err)
 	return 0;
 }
 
+/* ---- a Megatron save directory ---- */
+
+#define TRACKER_MAX 4096 /* bytes of a tracker file, as the source reads */
+
+static int cmp_name(const void *key, const void *elt);
+
+static dm_file *find_file(const flx_dm *m, const char *name)
+{
+	return bsearch(name, m->files, m->nfiles, sizeof(dm_file), cmp_name);
+}
+
+/*
+ * Into sub the iteration directory to serve when the ranks' files make a
+ * Megatron save directory (no metadata.json of its own): the one -o
+ * megatron_iter=N names, else the one the tracker file names, read from
+ * its lowest holder (every holder's copy is the same: verify_copies());
+ * "" when they make no save directory.  Collective.
+ */
+static int save_sub(flx_dm *m, const flx_ckpt_opts *o, char *sub, size_t cap,
+		    flx_error *err)
+{
+	char buf[TRACKER_MAX];
+	const dm_file *t;
+	int rc = 0;
+
+	sub[0] = '\0';
+	if (find_file(m, "metadata.json"))
+		return 0;
+	if (o && o->has_megatron_iter) {
+		snprintf(sub, cap, "iter_%07llu",
+			 (unsigned long long)o->megatron_iter);
+		return 0;
+	}
+	t = find_file(m, FLX_MEGATRON_TRACKER);
+	if (!t)
+		return 0;
+	if (t->size > TRACKER_MAX)
+		return flx_error_set(err, -EINVAL, t->name, NULL,
+				     "not a regular file of at most 4 KiB");
+	if (m->rank == t->holders[0])
+		rc = flx_pread_full(t->fd, buf, (size_t)t->size, 0);
+	rc = flx_dm_agree(m, rc, err);
+	if (!rc && MPI_Bcast(buf, (int)t->size, MPI_BYTE, t->holders[0],
+			     m->coll) != MPI_SUCCESS)
+		rc = flx_error_set(err, -EIO, t->name, "mpi",
+				   "MPI_Bcast failed");
+	rc = flx_dm_agree(m, rc, err);
+	/* the same bytes on every rank: the same answer */
+	if (!rc)
+		rc = flx_megatron_tracker_sub(buf, (size_t)t->size, sub, cap,
+					      err);
+	if (!rc && !strcmp(sub, "release"))
+		rc = flx_error_set(err, -ENOTSUP, t->name, NULL,
+				   "names release/, which -o mpi does not "
+				   "enter: give that directory");
+	return rc;
+}
+
+/*
+ * The table cut to the files under sub/, named from there on: the
+ * checkpoint every rank opens.  This rank opens dir/sub when it holds
+ * any of them, else an empty directory of its own (every file then
+ * comes from the others).  Deterministic: the same table on every rank.
+ */
+static int enter_sub(flx_dm *m, const char *dir, const char *sub,
+		     const flx_ckpt_opts *o, flx_error *err)
+{
+	size_t k = strlen(sub), n = 0;
+	bool mine = false;
+	char tmpl[] = "/tmp/flexfs-mpi-XXXXXX";
+
+	for (size_t i = 0; i < m->nfiles; i++) {
+		dm_file *f = &m->files[i];
+
+		if (strncmp(f->name, sub, k) || f->name[k] != '/') {
+			files_free(f, 1, false);
+			continue;
+		}
+		memmove(f->name, f->name + k + 1, strlen(f->name + k + 1) + 1);
+		mine |= f->fd >= 0;
+		m->files[n++] = *f;
+	}
+	m->nfiles = n;
+	if (!n)
+		return o && o->has_megatron_iter
+			   ? flx_error_set(err, -ENOENT, sub, "megatron_iter",
+					   "no rank holds this iteration "
+					   "directory")
+			   : flx_error_set(err, -ENOENT, FLX_MEGATRON_TRACKER,
+					   NULL,
+					   "names %s, which no rank holds",
+					   sub);
+	free(m->dir);
+	m->dir = NULL;
+	if (mine) {
+		if (asprintf(&m->dir, "%s/%s", dir, sub) < 0)
+			m->dir = NULL;
+	} else if (mkdtemp(tmpl)) {
+		m->tmpdir = strdup(tmpl);
+		m->dir = m->tmpdir ? strdup(tmpl) : NULL;
+		if (!m->tmpdir)
+			rmdir(tmpl);
+	} else {
+		return flx_error_set(err, -errno, tmpl, NULL,
+				     "cannot make an empty directory: %s",
+				     strerror(errno));
+	}
+	return m->dir ? 0
+		      : flx_error_set(err, -ENOMEM, NULL, NULL,
+				      "out of memory");
+}
+
 /* Create n (a name_ok() path) as an empty file under dfd, its
  * directories too; failures only make the probe see less. */
 static void probe_touch(int dfd, const char *n)
@@ -1020,15 +1136,6 @@ static int probe_union(const flx_dm *m, char *format, size_t len)
 	return rc;
 }
 
-/* Whether any rank holds files in subdirectories. */
-static bool any_subdir(const flx_dm *m)
-{
-	for (size_t i = 0; i < m->nfiles; i++)
-		if (strchr(m->files[i].name, '/'))
-			return true;
-	return false;
-}
-
 static int agree_format(flx_dm *m, flx_error *err)
 {
 	char fmt[64] = "";
@@ -1042,15 +1149,9 @@ static int agree_format(flx_dm *m, flx_error *err)
 	fmt[sizeof(fmt) - 1] = '\0';
 	memcpy(m->format, fmt, sizeof(fmt));
 	if (!fmt[0])
-		return flx_error_set(err, -ENOENT, NULL, NULL,
+			return flx_error_set(err, -ENOENT, NULL, NULL,
 				     "no rank's directory holds a "
-				     "checkpoint's metadata (.metadata)%s",
-				     any_subdir(m) ? "; a save directory "
-						     "(Megatron's tracker "
-						     "file) is not entered "
-						     "with -o mpi: give its "
-						     "iter_N/ directory"
-						   : "");
+				     "checkpoint's metadata (.metadata)");
 	return 0;
 }
 
@@ -1060,19 +1161,30 @@ static int be_lookup(void *ctx, const char *relpath, uint32_t *id,
 static const char *be_name(void *ctx, uint32_t id);
 static int be_read(void *ctx, const flx_file_span *s, size_t n);
 
-int flx_dm_exchange(flx_dm *m, const char *dir, flx_error *err)
+int flx_dm_exchange(flx_dm *m, const char *dir, flx_ckpt_opts *o,
+		    flx_error *err)
 {
 	dm_file *local = NULL;
 	size_t nlocal = 0;
 	sigset_t all, old;
+	char sub[256] = "";
 	int rc = list_local(dir, &local, &nlocal, err);
 
 	rc = flx_dm_agree(m, rc, err);
 	if (!rc)
 		rc = gather(m, local, nlocal, err);
-	files_free(local, nlocal);
+	files_free(local, nlocal, true);
 	if (!rc)
 		rc = verify_copies(m, err);
+	if (!rc)
+		rc = save_sub(m, o, sub, sizeof(sub), err);
+	if (!rc && sub[0])
+		rc = enter_sub(m, dir, sub, o, err);
+	/* the open reads the entered directory as the checkpoint itself */
+	if (!rc && sub[0] && o)
+		o->has_megatron_iter = false;
+	else if (!rc && !(m->dir = strdup(dir)))
+		rc = flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
 	if (!rc)
 		rc = broadcast(m, err);
 	if (!rc)
@@ -1099,6 +1211,11 @@ void flx_dm_stats_get(const flx_dm *m, flx_dm_stats *out)
 
 	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
 		o[i] = __atomic_load_n(&f[i], __ATOMIC_RELAXED);
+}
+
+const char *flx_dm_dir(const flx_dm *m)
+{
+	return m->dir;
 }
 
 const char *flx_dm_format(const flx_dm *m)
@@ -1707,7 +1824,11 @@ void flx_dm_end(flx_dm *m)
 	atomic_store(&m->stop, true);
 	if (m->svc_started)
 		pthread_join(m->svc, NULL);
-	files_free(m->files, m->nfiles);
+	files_free(m->files, m->nfiles, true);
+	if (m->tmpdir)
+		rmdir(m->tmpdir);
+	free(m->tmpdir);
+	free(m->dir);
 	/* MPI_Finalize waits for every rank: not with one gone */
 	if (!atomic_load(&m->any_dead))
 		MPI_Finalize();

@@ -67,9 +67,24 @@ int flx_dm_agree(flx_dm *m, int rc, flx_error *err);
  * memory); a file held by one rank is not read.  Then start the service
  * thread and agree on the checkpoint format (the sources' probes over the
  * union of the ranks' file names).
+ *
+ * A Megatron save directory (no metadata.json of its own, a tracker file
+ * latest_checkpointed_iteration.txt held by any rank, or o's
+ * megatron_iter) is entered as one: the iteration directory it names is
+ * the checkpoint, its files named from there on, wherever they lie (each
+ * rank may hold any subset; every holder's tracker must be the same).
+ * @param o  the open's options (megatron_iter), or NULL; when a save
+ *           directory is entered, o->has_megatron_iter is cleared (the
+ *           open then reads flx_dm_dir() as the checkpoint itself).
  * @return 0, or -errno with the same one-line err on every rank.
  */
-int flx_dm_exchange(flx_dm *m, const char *dir, flx_error *err);
+int flx_dm_exchange(flx_dm *m, const char *dir, flx_ckpt_opts *o,
+		    flx_error *err);
+
+/** The directory this rank opens as the checkpoint (after exchange; m
+ * owns it): dir, its entered iteration directory, or an empty directory
+ * of m's when this rank holds none of that iteration's files. */
+const char *flx_dm_dir(const flx_dm *m);
 
 /* Counters, for benchmarks (all uint64_t). */
 typedef struct flx_dm_stats {

@@ -308,12 +308,45 @@ dm_stop() {
 	dm_stop
 }
 
-@test "a Megatron save directory (tracker file, iter_N/) is refused with one line naming the way" {
+@test "a Megatron save directory (tracker file, iter_N/) split file by file over 2 and 3 ranks equals one mount of it" {
 	SRC=$FLEXFS_SRC/tests/fixtures/megatron-tied/ckpt
 	spread_files 2
+	# the tracker on one rank only, the iteration's files on both
+	[[ $(ls "$T"/src*/latest_checkpointed_iteration.txt | wc -l) -eq 1 ]]
+	[[ -d $T/src0/iter_0000100 && -d $T/src1/iter_0000100 ]]
+	dm_start 2 "tp=2"
+	same_as_ref 2 "tp=2"
+	dm_stop
+	# 3 ranks: the tracker on every rank, the iteration on ranks 0 and 1
+	# only (rank 2 holds none of its files), and megatron_iter= as well
+	rm -rf "$T"/src* "$T"/mnt*
+	spread_files 2
+	mkdir -p "$T/src2" "$T/mnt2"
+	cp -p "$SRC/latest_checkpointed_iteration.txt" "$T/src0/"
+	cp -p "$SRC/latest_checkpointed_iteration.txt" "$T/src1/"
+	cp -p "$SRC/latest_checkpointed_iteration.txt" "$T/src2/"
+	dm_start 3 "tp=4"
+	same_as_ref 3 "tp=4"
+	dm_stop
+	dm_start 3 "tp=2,megatron_iter=100"
+	same_as_ref 3 "tp=2,megatron_iter=100"
+	dm_stop
+	# rank 2's empty stand-in directory is gone with the mount
+	[[ -z $(find /tmp -maxdepth 1 -name 'flexfs-mpi-*' -newer "$T/src2" 2>/dev/null) ]]
+}
+
+@test "a Megatron save directory whose tracker differs between ranks fails every rank with one line" {
+	SRC=$FLEXFS_SRC/tests/fixtures/megatron-tied/ckpt
+	spread_files 2
+	printf '100' >"$T/src0/latest_checkpointed_iteration.txt"
+	printf '200' >"$T/src1/latest_checkpointed_iteration.txt"
 	dm_fails 2 "tp=2"
-	[[ $(grep -c "is not entered with -o mpi: give its iter_N/ directory" "$DM_LOG") -eq 2 ]]
+	[[ $(grep -c "latest_checkpointed_iteration.txt: rank 0 and rank 1 hold different files of this name (contents differ)" "$DM_LOG") -eq 2 ]]
 	[[ $(grep -c "^flexfs: " "$DM_LOG") -eq 2 ]]
+	# the same tracker naming an iteration no rank holds
+	printf '200' >"$T/src0/latest_checkpointed_iteration.txt"
+	dm_fails 2 "tp=2"
+	[[ $(grep -c "latest_checkpointed_iteration.txt: names iter_0000200, which no rank holds" "$DM_LOG") -eq 2 ]]
 }
 
 @test "a file held differently by two ranks fails every rank with one line" {
