@@ -131,6 +131,13 @@ static int dmount_exchange(const char *dir, flx_ckpt_opts *o,
 	return 0;
 }
 
+/* Other ranks' bytes kept in the mount's block cache (one budget). */
+static void dmount_cache(flx_bcache *cache)
+{
+	if (dmount)
+		flx_dm_set_cache(dmount, cache);
+}
+
 /* Whether the loop may start: not when another rank already ended. */
 static bool dmount_serving(void)
 {
@@ -161,7 +168,7 @@ static void dmount_end(void)
 		    "flexfs: mpi stats: rank %d exchange %llu bcast %llu "
 		    "batches %llu requests %llu spans %llu bytes %llu "
 		    "served %llu served_bytes %llu digested %llu "
-		    "digest_ns %llu\n",
+		    "digest_ns %llu cached %llu\n",
 		    flx_dm_rank(dmount), (unsigned long long)s.exchange_bytes,
 		    (unsigned long long)s.bcast_bytes,
 		    (unsigned long long)s.batches,
@@ -169,7 +176,8 @@ static void dmount_end(void)
 		    (unsigned long long)s.bytes, (unsigned long long)s.served,
 		    (unsigned long long)s.served_bytes,
 		    (unsigned long long)s.digested,
-		    (unsigned long long)s.digest_ns);
+		    (unsigned long long)s.digest_ns,
+		    (unsigned long long)s.cached);
 	}
 	flx_dm_end(dmount);
 	dmount = NULL;
@@ -199,6 +207,11 @@ static int dmount_exchange(const char *dir, flx_ckpt_opts *o,
 	(void)open_dir;
 	(void)err;
 	return -ENOTSUP;
+}
+
+static void dmount_cache(flx_bcache *cache)
+{
+	(void)cache;
 }
 
 static bool dmount_serving(void)
@@ -727,6 +740,7 @@ int main(int argc, char **argv)
 	if (make_cache(&cl.mo, flx_stack_ckpt(&st), st.fs, slicer, &cache,
 		       &zcache))
 		goto err_out1;
+	dmount_cache(cache);
 
 	ll = (flx_ll){.fs = st.fs,
 		      .foreground = fo.foreground,

@@ -21,6 +21,7 @@
  */
 #include "mpi_mount.h"
 
+#include "bcache.h"
 #include "grow.h"
 #include "reader.h"
 
@@ -41,10 +42,10 @@
 
 #define TAG_REQ		  1
 #define TAG_END		  2
-#define SPAN_WIRE	  24	       /* bytes of a span in a request */
-#define REQ_MAX_SPANS	  4096	       /* spans one request carries */
-#define DIGEST_BUF	  (8u << 20)   /* bytes one digest read takes */
-#define DIGEST_THREADS	  4	       /* files digested at once */
+#define SPAN_WIRE	  24	     /* bytes of a span in a request */
+#define REQ_MAX_SPANS	  4096	     /* spans one request carries */
+#define DIGEST_BUF	  (8u << 20) /* bytes one digest read takes */
+#define DIGEST_THREADS	  4	     /* files digested at once */
 #define DEFAULT_TIMEOUT_S 30
 #define NAME_MAX_WIRE	  4096
 #define BCAST_MAX	  (256u << 20) /* largest metadata file broadcast */
@@ -71,6 +72,8 @@ struct flx_dm {
 	char *dir;    /* the directory this rank opens (flx_dm_dir()) */
 	char *tmpdir; /* an empty one of ours, removed at the end, or NULL */
 	flx_file_backend be;
+	flx_bcache
+	    *cache; /* remote blocks kept (flx_dm_set_cache()), or NULL */
 	pthread_t svc;
 	bool svc_started;
 	atomic_bool stop;     /* the service thread returns */
@@ -592,8 +595,11 @@ static int unpack_all(const unsigned char *all, const int *lens,
 				free(e);
 				return -ENOMEM;
 			}
-			e[n] = (entry){(const char *)p + 4, k, get64(p + 4 + k),
-				       (int64_t)get64(p + 12 + k), r,
+			e[n] = (entry){(const char *)p + 4,
+				       k,
+				       get64(p + 4 + k),
+				       (int64_t)get64(p + 12 + k),
+				       r,
 				       r == me ? mine++ : SIZE_MAX};
 			p += k + LIST_WIRE;
 			n++;
@@ -743,8 +749,8 @@ static void *digest_worker(void *arg)
 	while (!atomic_load(&d->rc) &&
 	       (i = atomic_fetch_add(&d->next, 1)) < d->n) {
 		const dm_file *f = &d->m->files[d->ids[i]];
-		int rc = file_digest(f->fd, f->size, buf, DIGEST_BUF,
-				     &d->out[i]);
+		int rc =
+		    file_digest(f->fd, f->size, buf, DIGEST_BUF, &d->out[i]);
 
 		if (rc)
 			digest_fail(d, i, rc);
@@ -794,8 +800,9 @@ static int digest_local(flx_dm *m, unsigned char **wire, int *len,
 	if (rc) {
 		size_t bad = atomic_load(&d.bad);
 
-		flx_error_set(err, rc, bad < d.n ? m->files[ids[bad]].name : NULL,
-			      NULL, "cannot read: %s", strerror(-rc));
+		flx_error_set(err, rc,
+			      bad < d.n ? m->files[ids[bad]].name : NULL, NULL,
+			      "cannot read: %s", strerror(-rc));
 		goto out;
 	}
 	for (size_t i = 0; i < d.n; i++) {
@@ -879,7 +886,8 @@ static int verify_copies(flx_dm *m, flx_error *err)
 		 : flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
 	/* every rank takes part in every collective, whatever failed */
 	if (MPI_Allgather(&len, 1, MPI_INT, lens ? lens : &len, 1, MPI_INT,
-			  m->coll) != MPI_SUCCESS && !rc)
+			  m->coll) != MPI_SUCCESS &&
+	    !rc)
 		rc = -EIO;
 	for (int r = 0; !rc && r < m->size; r++) {
 		offs[r] = (int)total;
@@ -1048,10 +1056,9 @@ static int enter_sub(flx_dm *m, const char *dir, const char *sub,
 			   ? flx_error_set(err, -ENOENT, sub, "megatron_iter",
 					   "no rank holds this iteration "
 					   "directory")
-			   : flx_error_set(err, -ENOENT, FLX_MEGATRON_TRACKER,
-					   NULL,
-					   "names %s, which no rank holds",
-					   sub);
+			   : flx_error_set(
+				 err, -ENOENT, FLX_MEGATRON_TRACKER, NULL,
+				 "names %s, which no rank holds", sub);
 	free(m->dir);
 	m->dir = NULL;
 	if (mine) {
@@ -1067,9 +1074,9 @@ static int enter_sub(flx_dm *m, const char *dir, const char *sub,
 				     "cannot make an empty directory: %s",
 				     strerror(errno));
 	}
-	return m->dir ? 0
-		      : flx_error_set(err, -ENOMEM, NULL, NULL,
-				      "out of memory");
+	return m->dir
+		   ? 0
+		   : flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
 }
 
 /* Create n (a name_ok() path) as an empty file under dfd, its
@@ -1149,7 +1156,7 @@ static int agree_format(flx_dm *m, flx_error *err)
 	fmt[sizeof(fmt) - 1] = '\0';
 	memcpy(m->format, fmt, sizeof(fmt));
 	if (!fmt[0])
-			return flx_error_set(err, -ENOENT, NULL, NULL,
+		return flx_error_set(err, -ENOENT, NULL, NULL,
 				     "no rank's directory holds a "
 				     "checkpoint's metadata (.metadata)");
 	return 0;
@@ -1183,7 +1190,7 @@ int flx_dm_exchange(flx_dm *m, const char *dir, flx_ckpt_opts *o,
 	/* the open reads the entered directory as the checkpoint itself */
 	if (!rc && sub[0] && o)
 		o->has_megatron_iter = false;
-	else if (!rc && !(m->dir = strdup(dir)))
+	if (!rc && !sub[0] && !(m->dir = strdup(dir)))
 		rc = flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
 	if (!rc)
 		rc = broadcast(m, err);
@@ -1442,6 +1449,7 @@ typedef struct piece {
 	unsigned char *buf;
 	size_t len;
 	bool done;
+	int32_t claim; /* the cache block it fills (batch.cl), or -1 */
 } piece;
 
 /* The live holder of file id to ask, spread over holders by rank;
@@ -1737,50 +1745,193 @@ void flx_dm_why(const flx_dm *m, char *buf, size_t len)
 		snprintf(buf, len, "%s", last_why);
 }
 
+/*
+ * A batch: the pieces to fetch, and the cache blocks it claimed
+ * (flx_bcache_claim()) with the bytes each span takes from them.  Remote
+ * blocks are cached under CACHE_KEY + id, apart from the read path's own
+ * blocks (keyed by index into the index's files, far below).
+ */
+#define CACHE_KEY 0x80000000u
+
+typedef struct claim {
+	uint32_t file;
+	uint64_t blk;
+	flx_bref ref;
+	bool ok; /* its piece was read */
+} claim;
+
+typedef struct copy {
+	size_t claim;
+	size_t at; /* offset in the block */
+	unsigned char *dst;
+	size_t len;
+} copy;
+
+typedef struct batch {
+	piece *p;
+	size_t np, capp;
+	claim *cl;
+	size_t ncl, capcl;
+	copy *cp;
+	size_t ncp, capcp;
+} batch;
+
+/* Pieces of at most FLX_DM_REQ_BYTES for len bytes at off of file. */
+static int add_pieces(batch *b, uint32_t file, uint64_t off, unsigned char *buf,
+		      size_t len, int32_t cl)
+{
+	for (size_t at = 0; at < len;) {
+		size_t k =
+		    len - at < FLX_DM_REQ_BYTES ? len - at : FLX_DM_REQ_BYTES;
+
+		if (flx_grow((void **)&b->p, &b->capp, b->np + 1,
+			     sizeof(piece)))
+			return -ENOMEM;
+		b->p[b->np++] =
+		    (piece){file, 0, off + at, buf + at, k, false, cl};
+		at += k;
+	}
+	return 0;
+}
+
+/* The batch's claim of (file, blk) among its last few, or -1. */
+static ssize_t find_claim(const batch *b, uint32_t file, uint64_t blk)
+{
+	for (size_t i = b->ncl; i > 0 && b->ncl - i < 8; i--)
+		if (b->cl[i - 1].file == file && b->cl[i - 1].blk == blk)
+			return (ssize_t)(i - 1);
+	return -1;
+}
+
+/*
+ * Span s through the cache, block by block: a cached block is copied at
+ * once; a block nobody has is claimed, fetched whole by one piece and
+ * copied once read; a block another thread is loading, or past the
+ * batch's share of the cache (half its blocks, so that other readers
+ * keep some), is fetched for this span alone.
+ */
+static int span_cached(flx_dm *m, batch *b, const flx_file_span *s)
+{
+	size_t B = flx_bcache_block(m->cache),
+	       most = flx_bcache_slots(m->cache) / 2;
+	uint64_t size = m->files[s->file].size, end = s->off + s->len;
+	unsigned char *out = s->buf;
+	int rc = 0;
+
+	for (uint64_t pos = s->off; pos < end && !rc;) {
+		uint64_t blk = pos / B, bstart = blk * B;
+		size_t k =
+		    (size_t)((end < bstart + B ? end : bstart + B) - pos);
+		unsigned char *dst = out + (pos - s->off);
+		ssize_t c = find_claim(b, s->file, blk);
+		flx_bref ref;
+		unsigned char *fill;
+
+		if (c < 0 && b->ncl < most) {
+			rc = flx_bcache_claim(m->cache, CACHE_KEY + s->file,
+					      size, blk, &ref, &fill);
+			if (rc == 0 && !ref.loaded) {
+				memcpy(dst, ref.data + (pos - bstart), k);
+				flx_bcache_put(m->cache, &ref);
+				__atomic_add_fetch(&m->st.cached, k,
+						   __ATOMIC_RELAXED);
+				pos += k;
+				continue;
+			}
+			if (rc == 0) {
+				if (flx_grow((void **)&b->cl, &b->capcl,
+					     b->ncl + 1, sizeof(claim))) {
+					flx_bcache_filled(m->cache, &ref,
+							  -ENOMEM);
+					return -ENOMEM;
+				}
+				c = (ssize_t)b->ncl;
+				b->cl[b->ncl++] =
+				    (claim){s->file, blk, ref, false};
+				rc = add_pieces(b, s->file, bstart, fill,
+						ref.len, (int32_t)c);
+			} else if (rc == -EAGAIN) {
+				rc = 0;
+			}
+		}
+		if (!rc && c >= 0) {
+			if (flx_grow((void **)&b->cp, &b->capcp, b->ncp + 1,
+				     sizeof(copy)))
+				return -ENOMEM;
+			b->cp[b->ncp++] =
+			    (copy){(size_t)c, (size_t)(pos - bstart), dst, k};
+		} else if (!rc) {
+			rc = add_pieces(b, s->file, pos, dst, k, -1);
+		}
+		pos += k;
+	}
+	return rc;
+}
+
+/* The claimed blocks handed back, each cached when its piece was read
+ * (ok), and their bytes copied to the spans: 0, or -EIO when one was not
+ * read (the batch fails anyway). */
+static int claims_end(flx_dm *m, batch *b)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < b->np; i++)
+		if (b->p[i].claim >= 0 && b->p[i].done)
+			b->cl[b->p[i].claim].ok = true;
+	for (size_t i = 0; i < b->ncl; i++)
+		flx_bcache_filled(m->cache, &b->cl[i].ref,
+				  b->cl[i].ok ? 0 : -EIO);
+	for (size_t i = 0; i < b->ncp; i++) {
+		const claim *c = &b->cl[b->cp[i].claim];
+
+		if (!c->ok) {
+			rc = -EIO;
+			continue;
+		}
+		memcpy(b->cp[i].dst, c->ref.data + b->cp[i].at, b->cp[i].len);
+	}
+	for (size_t i = 0; i < b->ncl; i++)
+		flx_bcache_put(m->cache, &b->cl[i].ref);
+	return rc;
+}
+
 static int be_read(void *ctx, const flx_file_span *s, size_t n)
 {
 	flx_dm *m = ctx;
-	piece *p = NULL;
-	size_t np = 0, cap = 0;
+	batch b = {0};
 	bool all = false;
 	int rc = 0;
 
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n && !rc; i++) {
+		const dm_file *f;
+
 		if (s[i].file >= m->nfiles ||
 		    s[i].off > m->files[s[i].file].size ||
 		    s[i].len > m->files[s[i].file].size - s[i].off) {
-			free(p);
-			return -EIO;
+			rc = -EIO;
+			break;
 		}
-		for (size_t at = 0; at < s[i].len;) {
-			size_t k = s[i].len - at;
-
-			if (k > FLX_DM_REQ_BYTES)
-				k = FLX_DM_REQ_BYTES;
-			if (flx_grow((void **)&p, &cap, np + 1, sizeof(*p))) {
-				free(p);
-				return -ENOMEM;
-			}
-			p[np++] = (piece){s[i].file,
-					  0,
-					  s[i].off + at,
-					  (unsigned char *)s[i].buf + at,
-					  k,
-					  false};
-			at += k;
-		}
+		f = &m->files[s[i].file];
+		/* other ranks' bytes only: this rank's are in memory */
+		if (m->cache && f->fd < 0 && !f->mem)
+			rc = span_cached(m, &b, &s[i]);
+		else
+			rc = add_pieces(&b, s[i].file, s[i].off, s[i].buf,
+					s[i].len, -1);
 	}
+	if (rc)
+		goto out;
 	__atomic_add_fetch(&m->st.batches, 1, __ATOMIC_RELAXED);
 	/* a round per holder that fails, at most one per rank */
 	for (int round = 0; !rc && !all && round <= m->size; round++) {
 		bool alive = false;
 
 		all = true;
-		rc = round_trip(m, p, np);
-		for (size_t i = 0; i < np; i++)
-			if (!p[i].done) {
+		rc = round_trip(m, b.p, b.np);
+		for (size_t i = 0; i < b.np; i++)
+			if (!b.p[i].done) {
 				all = false;
-				alive |= pick_holder(m, p[i].file) >= 0;
+				alive |= pick_holder(m, b.p[i].file) >= 0;
 			}
 		if (all)
 			break;
@@ -1791,11 +1942,25 @@ static int be_read(void *ctx, const flx_file_span *s, size_t n)
 	if (!rc && !all)
 		rc = -EIO;
 	if (rc)
-		note_why(m, p, np);
+		note_why(m, b.p, b.np);
 	else
 		last_why[0] = '\0';
-	free(p);
+out:
+	if (b.ncl) {
+		int crc = claims_end(m, &b);
+
+		if (!rc)
+			rc = crc;
+	}
+	free(b.p);
+	free(b.cl);
+	free(b.cp);
 	return rc;
+}
+
+void flx_dm_set_cache(flx_dm *m, flx_bcache *cache)
+{
+	m->cache = cache;
 }
 
 /* ---- the end ---- */

@@ -9,12 +9,12 @@
  *
  * At start the ranks exchange what they hold (name, size and mtime, then
  * a digest of each copy held by several ranks, see flx_dm_exchange()) and
- * agree on one table of files, the same on every rank, with its holders.  The index is then opened
- * with flx_dm_backend(): files the rank's directory lacks are read from a
- * holder over MPI by flx_file_backend.read(), which groups a batch's spans
- * per holder into requests of at most FLX_DM_REQ_BYTES, sends them all at
- * once (at most FLX_DM_INFLIGHT in flight) and waits for them with a
- * deadline; a request that times out marks its holder dead and goes to
+ * agree on one table of files, the same on every rank, with its holders.  The
+ * index is then opened with flx_dm_backend(): files the rank's directory lacks
+ * are read from a holder over MPI by flx_file_backend.read(), which groups a
+ * batch's spans per holder into requests of at most FLX_DM_REQ_BYTES, sends
+ * them all at once (at most FLX_DM_INFLIGHT in flight) and waits for them with
+ * a deadline; a request that times out marks its holder dead and goes to
  * another holder, or fails with -EIO.  A service thread per rank answers
  * the others' requests from its own files, checking each file unchanged.
  *
@@ -98,6 +98,7 @@ typedef struct flx_dm_stats {
 	uint64_t served_bytes;
 	uint64_t digested;  /* bytes of copies held twice this rank hashed */
 	uint64_t digest_ns; /* the time it took (wall clock) */
+	uint64_t cached;    /* remote bytes read from the block cache */
 } flx_dm_stats;
 
 /** The counters so far.  Thread-safe. */
@@ -105,6 +106,17 @@ void flx_dm_stats_get(const flx_dm *m, flx_dm_stats *out);
 
 /** The format every rank opens the checkpoint as (after exchange). */
 const char *flx_dm_format(const flx_dm *m);
+
+/**
+ * Keep the other ranks' bytes that reads fetch in cache (the mount's
+ * block cache, reshard/bcache.h: one budget, cache_size=), whole blocks,
+ * so that a re-read does not fetch them again; NULL: none.  Cached bytes
+ * are never stale: a holder serves only its copy unchanged since the
+ * start, the copy every holder agreed on.  Call before the first read;
+ * cache must outlive the reads.
+ */
+struct flx_bcache;
+void flx_dm_set_cache(flx_dm *m, struct flx_bcache *cache);
 
 /** The backend of the other ranks' files (after exchange); m owns it. */
 const flx_file_backend *flx_dm_backend(flx_dm *m);

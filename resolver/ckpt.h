@@ -460,8 +460,8 @@ int flx_ckpt_probe(const char *dir, const char **format);
  * that holds the text elsewhere (the distributed mount).  Thread-safe.
  * @return 0 and sub (cap bytes), or -EINVAL with err naming the tracker.
  */
-int flx_megatron_tracker_sub(const char *buf, size_t len, char *sub,
-			     size_t cap, flx_error *err);
+int flx_megatron_tracker_sub(const char *buf, size_t len, char *sub, size_t cap,
+			     flx_error *err);
 
 /** Release everything (closes fds); NULL is fine. */
 void flx_ckpt_close(flx_ckpt *c);

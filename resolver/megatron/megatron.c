@@ -710,8 +710,8 @@ bad:
 			     (int)(n - a > 32 ? 32 : n - a), buf + a);
 }
 
-int flx_megatron_tracker_sub(const char *buf, size_t len, char *sub,
-			     size_t cap, flx_error *err)
+int flx_megatron_tracker_sub(const char *buf, size_t len, char *sub, size_t cap,
+			     flx_error *err)
 {
 	return parse_tracker(buf, len, sub, cap, err);
 }

@@ -449,6 +449,48 @@ dm_stop() {
 	dm_stop
 }
 
+# stat NAME: rank 0's counter NAME from its FLEXFS_MPI_STATS line in DM_LOG.
+stat() {
+	grep -o "mpi stats: rank 0 .*" "$DM_LOG" | tr ' ' '\n' |
+		grep -A1 -x "$1" | tail -n 1
+}
+
+# passes N: read every file of rank 0's ranks/ N times (no page cache:
+# direct_io), each equal to the single mount's; then stop.
+passes() {
+	local k f
+	for ((k = 0; k < $1; k++)); do
+		for f in $(cd "$T/ref" && find ranks -type f | sort); do
+			cmp "$T/mnt0/$f" "$T/ref/$f"
+		done
+	done
+	dm_stop
+}
+
+@test "other ranks' bytes are kept in the block cache: re-reads fetch nothing more" {
+	split 2 spread
+	mkdir -p "$T/ref"
+	mount_ff "$SRC" "$T/ref" "tp=2,rules=$RULES"
+	export FLEXFS_MPI_STATS=1
+	dm_start 2 "tp=2,rules=$RULES,direct_io=1"
+	passes 1
+	local once cached1
+	once=$(stat bytes)
+	cached1=$(stat cached)
+	dm_start 2 "tp=2,rules=$RULES,direct_io=1"
+	passes 3
+	# the same bytes fetched from rank 1 for one pass and for three: the
+	# second and third come from the cache
+	[[ $(stat bytes) -eq $once ]]
+	(($(stat cached) > cached1))
+	# without room in the cache every pass fetches again
+	dm_start 2 "tp=2,rules=$RULES,direct_io=1,cache_size=0"
+	passes 3
+	(($(stat bytes) > once))
+	[[ $(stat cached) -eq 0 ]]
+	unmount_ff "$T/ref"
+}
+
 @test "unmounting one rank ends every rank" {
 	split 3 spread
 	dm_start 3 "tp=2,rules=$RULES"
