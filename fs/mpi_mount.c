@@ -793,7 +793,8 @@ static int digest_local(flx_dm *m, unsigned char **wire, int *len,
 	while (nth + 1 < DIGEST_THREADS && nth + 1 < d.n &&
 	       !pthread_create(&th[nth], NULL, digest_worker, &d))
 		nth++;
-	digest_worker(&d);
+	if (d.n)
+		digest_worker(&d);
 	while (nth)
 		pthread_join(th[--nth], NULL);
 	rc = atomic_load(&d.rc);
@@ -1065,6 +1066,13 @@ static int enter_sub(flx_dm *m, const char *dir, const char *sub,
 		if (asprintf(&m->dir, "%s/%s", dir, sub) < 0)
 			m->dir = NULL;
 	} else if (mkdtemp(tmpl)) {
+		struct stat st;
+
+		/* served as the save directory would be: its owner and
+		 * mode stand for the directory's (flx_ckpt.access); where
+		 * they cannot, it stays ours, 0700 */
+		if (!stat(dir, &st) && chown(tmpl, st.st_uid, st.st_gid) == 0)
+			chmod(tmpl, st.st_mode & 0777);
 		m->tmpdir = strdup(tmpl);
 		m->dir = m->tmpdir ? strdup(tmpl) : NULL;
 		if (!m->tmpdir)

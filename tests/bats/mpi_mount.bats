@@ -327,6 +327,10 @@ dm_stop() {
 	cp -p "$SRC/latest_checkpointed_iteration.txt" "$T/src2/"
 	dm_start 3 "tp=4"
 	same_as_ref 3 "tp=4"
+	# rank 2 (no iteration directory of its own) serves the modes the
+	# others do: its stand-in directory has its save directory's
+	[[ $(cd "$T/mnt2" && find . -printf '%m %p\n' | sort) == \
+		$(cd "$T/mnt0" && find . -printf '%m %p\n' | sort) ]]
 	dm_stop
 	dm_start 3 "tp=2,megatron_iter=100"
 	same_as_ref 3 "tp=2,megatron_iter=100"
