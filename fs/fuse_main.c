@@ -118,15 +118,24 @@ static int dmount_agree(int rc, flx_error *err)
 	return dmount ? flx_dm_agree(dmount, rc, err) : rc;
 }
 
-static int dmount_exchange(const char *dir, flx_ckpt_opts *o, flx_error *err)
+static int dmount_exchange(const char *dir, flx_ckpt_opts *o,
+			   const char **open_dir, flx_error *err)
 {
-	int rc = flx_dm_exchange(dmount, dir, err);
+	int rc = flx_dm_exchange(dmount, dir, o, err);
 
 	if (rc)
 		return rc;
 	o->backend = flx_dm_backend(dmount);
 	o->format = flx_dm_format(dmount);
+	*open_dir = flx_dm_dir(dmount);
 	return 0;
+}
+
+/* Other ranks' bytes kept in the mount's block cache (one budget). */
+static void dmount_cache(flx_bcache *cache)
+{
+	if (dmount)
+		flx_dm_set_cache(dmount, cache);
 }
 
 /* Whether the loop may start: not when another rank already ended. */
@@ -158,13 +167,17 @@ static void dmount_end(void)
 		    stderr,
 		    "flexfs: mpi stats: rank %d exchange %llu bcast %llu "
 		    "batches %llu requests %llu spans %llu bytes %llu "
-		    "served %llu served_bytes %llu\n",
+		    "served %llu served_bytes %llu digested %llu "
+		    "digest_ns %llu cached %llu\n",
 		    flx_dm_rank(dmount), (unsigned long long)s.exchange_bytes,
 		    (unsigned long long)s.bcast_bytes,
 		    (unsigned long long)s.batches,
 		    (unsigned long long)s.requests, (unsigned long long)s.spans,
 		    (unsigned long long)s.bytes, (unsigned long long)s.served,
-		    (unsigned long long)s.served_bytes);
+		    (unsigned long long)s.served_bytes,
+		    (unsigned long long)s.digested,
+		    (unsigned long long)s.digest_ns,
+		    (unsigned long long)s.cached);
 	}
 	flx_dm_end(dmount);
 	dmount = NULL;
@@ -186,12 +199,19 @@ static int dmount_agree(int rc, flx_error *err)
 	return rc;
 }
 
-static int dmount_exchange(const char *dir, flx_ckpt_opts *o, flx_error *err)
+static int dmount_exchange(const char *dir, flx_ckpt_opts *o,
+			   const char **open_dir, flx_error *err)
 {
 	(void)dir;
 	(void)o;
+	(void)open_dir;
 	(void)err;
 	return -ENOTSUP;
+}
+
+static void dmount_cache(flx_bcache *cache)
+{
+	(void)cache;
 }
 
 static bool dmount_serving(void)
@@ -442,17 +462,19 @@ static int parse(const char *prog, struct cmdline *cl, struct fuse_args *args,
 static int build(const struct cmdline *cl, flx_stack *st)
 {
 	flx_ckpt_opts o = flx_mo_ckpt_opts(&cl->mo);
+	const char *dir = cl->mo.source;
 	char note[2 * FLX_ERR_FIELD];
 	flx_error err;
 	int rc;
 
 	flx_error_init(&err);
-	rc = cl->mo.mpi ? dmount_exchange(cl->mo.source, &o, &err) : 0;
+	/* the distributed mount opens the iteration directory it entered */
+	rc = cl->mo.mpi ? dmount_exchange(cl->mo.source, &o, &dir, &err) : 0;
 	if (rc) {
 		report(&err);
 		return rc;
 	}
-	rc = flx_stack_build(cl->mo.source, &o, &cl->mo.spec, false, st, &err);
+	rc = flx_stack_build(dir, &o, &cl->mo.spec, false, st, &err);
 	if (cl->mo.mpi)
 		rc = dmount_agree(rc, &err);
 	for (size_t i = 0; !rc && !flx_stack_note(st, i, note, sizeof(note));
@@ -720,6 +742,7 @@ int main(int argc, char **argv)
 	if (make_cache(&cl.mo, flx_stack_ckpt(&st), st.fs, slicer, &cache,
 		       &zcache))
 		goto err_out1;
+	dmount_cache(cache);
 
 	ll = (flx_ll){.fs = st.fs,
 		      .foreground = fo.foreground,

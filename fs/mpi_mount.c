@@ -21,6 +21,7 @@
  */
 #include "mpi_mount.h"
 
+#include "bcache.h"
 #include "grow.h"
 #include "reader.h"
 
@@ -41,10 +42,10 @@
 
 #define TAG_REQ		  1
 #define TAG_END		  2
-#define SPAN_WIRE	  24	       /* bytes of a span in a request */
-#define REQ_MAX_SPANS	  4096	       /* spans one request carries */
-#define HASH_WHOLE	  (1u << 20)   /* files up to this are hashed whole */
-#define HASH_EDGE	  (64u * 1024) /* else their first and last bytes */
+#define SPAN_WIRE	  24	     /* bytes of a span in a request */
+#define REQ_MAX_SPANS	  4096	     /* spans one request carries */
+#define DIGEST_BUF	  (8u << 20) /* bytes one digest read takes */
+#define DIGEST_THREADS	  4	     /* files digested at once */
 #define DEFAULT_TIMEOUT_S 30
 #define NAME_MAX_WIRE	  4096
 #define BCAST_MAX	  (256u << 20) /* largest metadata file broadcast */
@@ -53,7 +54,6 @@ typedef struct dm_file {
 	char *name;
 	uint64_t size;
 	int64_t mtime_ns;
-	uint64_t hash;
 	int fd;		/* this rank's copy, O_RDONLY; -1: held elsewhere */
 	struct stat st; /* its identity when listed */
 	int *holders;	/* ranks, ascending */
@@ -69,7 +69,11 @@ struct flx_dm {
 			 * rank */
 	size_t nfiles;
 	char format[64];
+	char *dir;    /* the directory this rank opens (flx_dm_dir()) */
+	char *tmpdir; /* an empty one of ours, removed at the end, or NULL */
 	flx_file_backend be;
+	flx_bcache
+	    *cache; /* remote blocks kept (flx_dm_set_cache()), or NULL */
 	pthread_t svc;
 	bool svc_started;
 	atomic_bool stop;     /* the service thread returns */
@@ -156,60 +160,108 @@ static uint64_t get64(const unsigned char *p)
 	return v;
 }
 
-static uint64_t mix(uint64_t h, uint64_t v)
+/*
+ * XXH64 (Yann Collet's xxHash, 64-bit, seed 0), the digest of the copies
+ * that several ranks hold: whole files are hashed at mount, so speed is
+ * what matters (several GB/s on one core); it detects a stale or damaged
+ * copy, not an adversary, who could as well change .metadata.  The state
+ * takes whole 32-byte stripes; the last bytes go to xxh_end().
+ */
+#define XXP1 11400714785074694791ull
+#define XXP2 14029467366897019727ull
+#define XXP3 1609587929392839161ull
+#define XXP4 9650029242287828579ull
+#define XXP5 2870177450012600261ull
+
+typedef struct xxh {
+	uint64_t v[4];
+	uint64_t total;
+} xxh;
+
+static uint64_t rotl(uint64_t x, int r)
 {
-	h ^= v * 0x9E3779B97F4A7C15ull;
-	h = (h ^ (h >> 31)) * 0xBF58476D1CE4E5B9ull;
-	return h ^ (h >> 29);
+	return (x << r) | (x >> (64 - r));
 }
 
-static uint64_t hash_bytes(uint64_t h, const unsigned char *p, size_t n)
+static uint64_t xxh_round(uint64_t acc, uint64_t in)
 {
+	return rotl(acc + in * XXP2, 31) * XXP1;
+}
+
+static void xxh_init(xxh *s)
+{
+	*s = (xxh){{XXP1 + XXP2, XXP2, 0, -XXP1}, 0};
+}
+
+/* n bytes of p, a multiple of 32. */
+static void xxh_stripes(xxh *s, const unsigned char *p, size_t n)
+{
+	uint64_t v0 = s->v[0], v1 = s->v[1], v2 = s->v[2], v3 = s->v[3];
+
+	for (size_t i = 0; i + 32 <= n; i += 32) {
+		v0 = xxh_round(v0, get64(p + i));
+		v1 = xxh_round(v1, get64(p + i + 8));
+		v2 = xxh_round(v2, get64(p + i + 16));
+		v3 = xxh_round(v3, get64(p + i + 24));
+	}
+	s->v[0] = v0;
+	s->v[1] = v1;
+	s->v[2] = v2;
+	s->v[3] = v3;
+	s->total += n;
+}
+
+/* The digest, after the last n < 32 bytes p. */
+static uint64_t xxh_end(const xxh *s, const unsigned char *p, size_t n)
+{
+	uint64_t h;
 	size_t i = 0;
 
-	for (; i + 8 <= n; i += 8)
-		h = mix(h, get64(p + i));
-	if (i < n) {
-		unsigned char tail[8] = {0};
-
-		memcpy(tail, p + i, n - i);
-		h = mix(h, get64(tail) ^ ((uint64_t)(n - i) << 56));
+	if (s->total) {
+		h = rotl(s->v[0], 1) + rotl(s->v[1], 7) + rotl(s->v[2], 12) +
+		    rotl(s->v[3], 18);
+		for (int k = 0; k < 4; k++)
+			h = (h ^ xxh_round(0, s->v[k])) * XXP1 + XXP4;
+	} else {
+		h = XXP5;
 	}
-	return h;
+	h += s->total + n;
+	for (; i + 8 <= n; i += 8)
+		h = rotl(h ^ xxh_round(0, get64(p + i)), 27) * XXP1 + XXP4;
+	if (i + 4 <= n) {
+		h = rotl(h ^ (uint64_t)get32(p + i) * XXP1, 23) * XXP2 + XXP3;
+		i += 4;
+	}
+	for (; i < n; i++)
+		h = rotl(h ^ p[i] * XXP5, 11) * XXP1;
+	h = (h ^ (h >> 33)) * XXP2;
+	h = (h ^ (h >> 29)) * XXP3;
+	return h ^ (h >> 32);
 }
 
-/*
- * A file's identity: its size, and the whole content up to HASH_WHOLE,
- * else the first and last HASH_EDGE bytes.  Two holders of one name hold
- * copies of one file written once by one rank; what makes copies differ
- * in practice (a copy cut short or still being written, another step's
- * file of the same name) changes the size or the ends: DCP's files start
- * with an item's zip header and data and end with the last item's zip
- * directory, and the items' offsets come from .metadata, hashed whole.
- */
-static int file_hash(int fd, uint64_t size, uint64_t *out)
+/* XXH64 of fd's size bytes, read in sequential preads of bufsize (a
+ * multiple of 32) bytes into buf. */
+static int file_digest(int fd, uint64_t size, unsigned char *buf,
+		       size_t bufsize, uint64_t *out)
 {
-	unsigned char *buf =
-	    malloc(size <= HASH_WHOLE ? (size ? size : 1) : HASH_EDGE);
-	uint64_t h = mix(0x666c6578ull, size);
-	int rc;
+	xxh s;
 
-	if (!buf)
-		return -ENOMEM;
-	if (size <= HASH_WHOLE) {
-		rc = flx_pread_full(fd, buf, (size_t)size, 0);
-		h = hash_bytes(h, buf, (size_t)size);
-	} else {
-		rc = flx_pread_full(fd, buf, HASH_EDGE, 0);
-		h = hash_bytes(h, buf, HASH_EDGE);
-		if (!rc)
-			rc = flx_pread_full(fd, buf, HASH_EDGE,
-					    size - HASH_EDGE);
-		h = hash_bytes(h, buf, HASH_EDGE);
+	xxh_init(&s);
+	for (uint64_t at = 0;;) {
+		size_t k = size - at < bufsize ? (size_t)(size - at) : bufsize;
+		size_t whole = k & ~(size_t)31;
+		int rc = flx_pread_full(fd, buf, k, at);
+
+		if (rc)
+			return rc;
+		at += k;
+		if (at == size) {
+			xxh_stripes(&s, buf, whole);
+			*out = xxh_end(&s, buf + whole, k - whole);
+			return 0;
+		}
+		xxh_stripes(&s, buf, k);
 	}
-	free(buf);
-	*out = h;
-	return rc;
 }
 
 /* ---- start ---- */
@@ -324,7 +376,8 @@ int flx_dm_agree(flx_dm *m, int rc, flx_error *err)
 
 /* ---- the exchange ---- */
 
-static void files_free(dm_file *f, size_t n)
+/* Free n entries of f, and the array when whole. */
+static void files_free(dm_file *f, size_t n, bool whole)
 {
 	for (size_t i = 0; i < n; i++) {
 		free(f[i].name);
@@ -333,7 +386,8 @@ static void files_free(dm_file *f, size_t n)
 		if (f[i].fd >= 0)
 			close(f[i].fd);
 	}
-	free(f);
+	if (whole)
+		free(f);
 }
 
 /*
@@ -377,7 +431,6 @@ typedef struct lister {
 static int list_add(lister *l, int fd, const struct stat *st, const char *rel)
 {
 	dm_file *x;
-	int rc;
 
 	if (l->n == FILES_MAX) {
 		close(fd);
@@ -397,13 +450,7 @@ static int list_add(lister *l, int fd, const struct stat *st, const char *rel)
 	x->mtime_ns =
 	    (int64_t)st->st_mtim.tv_sec * 1000000000 + st->st_mtim.tv_nsec;
 	x->name = strdup(rel);
-	if (!x->name)
-		return -ENOMEM;
-	rc = file_hash(fd, x->size, &x->hash);
-	if (rc)
-		flx_error_set(l->err, rc, l->dir, rel, "cannot read: %s",
-			      strerror(-rc));
-	return rc;
+	return x->name ? 0 : -ENOMEM;
 }
 
 /* The entries of directory dfd (owned: closed here), prefix its relative
@@ -462,7 +509,7 @@ static int list_local(const char *dir, dm_file **out, size_t *nout,
 				     strerror(errno));
 	rc = list_dir(&l, dfd, "", 0);
 	if (rc) {
-		files_free(l.f, l.n);
+		files_free(l.f, l.n, true);
 		return flx_error_default(err, rc, dir);
 	}
 	*out = l.f;
@@ -471,14 +518,15 @@ static int list_local(const char *dir, dm_file **out, size_t *nout,
 }
 
 /* The list as bytes: per file u32 name length, name, u64 size,
- * i64 mtime, u64 hash. */
+ * i64 mtime (LIST_WIRE bytes besides the name). */
+#define LIST_WIRE 20
 static int pack(const dm_file *f, size_t n, unsigned char **out, int *len)
 {
 	size_t total = 0;
 	unsigned char *b, *p;
 
 	for (size_t i = 0; i < n; i++)
-		total += 4 + strlen(f[i].name) + 24;
+		total += strlen(f[i].name) + LIST_WIRE;
 	if (total > INT_MAX / 2)
 		return -E2BIG;
 	b = malloc(total ? total : 1);
@@ -493,8 +541,7 @@ static int pack(const dm_file *f, size_t n, unsigned char **out, int *len)
 		p += 4 + k;
 		put64(p, f[i].size);
 		put64(p + 8, (uint64_t)f[i].mtime_ns);
-		put64(p + 16, f[i].hash);
-		p += 24;
+		p += 16;
 	}
 	*out = b;
 	*len = (int)total;
@@ -504,7 +551,7 @@ static int pack(const dm_file *f, size_t n, unsigned char **out, int *len)
 typedef struct entry {
 	const char *name; /* into the gathered bytes */
 	uint32_t nlen;
-	uint64_t size, hash;
+	uint64_t size;
 	int64_t mtime_ns;
 	int rank;
 	size_t local; /* index into this rank's list, or SIZE_MAX */
@@ -538,7 +585,8 @@ static int unpack_all(const unsigned char *all, const int *lens,
 			uint32_t k = end - p >= 4 ? get32(p) : 0;
 
 			/* a peer's names are checked as this rank's are */
-			if (end - p < 28 || k > (size_t)(end - p) - 28 ||
+			if (end - p < LIST_WIRE ||
+			    k > (size_t)(end - p) - LIST_WIRE ||
 			    !name_ok((const char *)p + 4, k)) {
 				free(e);
 				return -EPROTO;
@@ -547,12 +595,13 @@ static int unpack_all(const unsigned char *all, const int *lens,
 				free(e);
 				return -ENOMEM;
 			}
-			e[n] = (entry){
-			    (const char *)p + 4,	k,
-			    get64(p + 4 + k),		get64(p + 20 + k),
-			    (int64_t)get64(p + 12 + k), r,
-			    r == me ? mine++ : SIZE_MAX};
-			p += 4 + k + 24;
+			e[n] = (entry){(const char *)p + 4,
+				       k,
+				       get64(p + 4 + k),
+				       (int64_t)get64(p + 12 + k),
+				       r,
+				       r == me ? mine++ : SIZE_MAX};
+			p += k + LIST_WIRE;
 			n++;
 		}
 	}
@@ -563,7 +612,9 @@ static int unpack_all(const unsigned char *all, const int *lens,
 }
 
 /* The table of every name with its holders; two holders that disagree
- * are the error (the same on every rank: the data is). */
+ * on the size are the error (the same on every rank: the data is), on
+ * the content that of verify_copies(). */
+#define DIFFER "rank %d and rank %d hold different files of this name ("
 static int merge(flx_dm *m, dm_file *local, const entry *e, size_t n,
 		 flx_error *err)
 {
@@ -587,18 +638,13 @@ static int merge(flx_dm *m, dm_file *local, const entry *e, size_t n,
 		if (!d->name || !d->holders)
 			goto nomem;
 		d->size = e[i].size;
-		d->hash = e[i].hash;
 		d->mtime_ns = e[i].mtime_ns;
 		for (size_t k = i; k < j; k++) {
-			if (e[k].size != d->size || e[k].hash != d->hash) {
-				flx_error_set(
-				    err, -EINVAL, d->name, NULL,
-				    "rank %d and rank %d hold different files "
-				    "of this name (%s)",
-				    e[i].rank, e[k].rank,
-				    e[k].size != d->size ? "sizes differ"
-							 : "contents differ");
-				files_free(f, nf);
+			if (e[k].size != d->size) {
+				flx_error_set(err, -EINVAL, d->name, NULL,
+					      DIFFER "sizes differ)", e[i].rank,
+					      e[k].rank);
+				files_free(f, nf, true);
 				return -EINVAL;
 			}
 			d->holders[d->nholders++] = e[k].rank;
@@ -616,7 +662,7 @@ static int merge(flx_dm *m, dm_file *local, const entry *e, size_t n,
 	m->nfiles = nf;
 	return 0;
 nomem:
-	files_free(f, nf);
+	files_free(f, nf, true);
 	return flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
 }
 
@@ -669,6 +715,211 @@ out:
 	return rc;
 }
 
+/* ---- the copies held twice ---- */
+
+/* The files this rank digests, worked through by several threads. */
+typedef struct digester {
+	const flx_dm *m;
+	const uint32_t *ids; /* files (indices into m->files) */
+	size_t n;
+	uint64_t *out; /* their digests */
+	atomic_size_t next;
+	atomic_int rc;	   /* the first failure */
+	atomic_size_t bad; /* its index in ids */
+} digester;
+
+static void digest_fail(digester *d, size_t i, int rc)
+{
+	int none = 0;
+
+	if (atomic_compare_exchange_strong(&d->rc, &none, rc))
+		atomic_store(&d->bad, i);
+}
+
+static void *digest_worker(void *arg)
+{
+	digester *d = arg;
+	unsigned char *buf = malloc(DIGEST_BUF);
+	size_t i;
+
+	if (!buf) {
+		digest_fail(d, d->n, -ENOMEM);
+		return NULL;
+	}
+	while (!atomic_load(&d->rc) &&
+	       (i = atomic_fetch_add(&d->next, 1)) < d->n) {
+		const dm_file *f = &d->m->files[d->ids[i]];
+		int rc =
+		    file_digest(f->fd, f->size, buf, DIGEST_BUF, &d->out[i]);
+
+		if (rc)
+			digest_fail(d, i, rc);
+	}
+	free(buf);
+	return NULL;
+}
+
+/*
+ * The digests of the files this rank holds that another rank holds too
+ * (a file held once has nothing to be compared with), by up to
+ * DIGEST_THREADS threads, each with one DIGEST_BUF buffer: sequential
+ * reads of whole files, several files at once so that a disk's queue
+ * and the cores are used.  As wire bytes: per file u32 id, u64 digest.
+ */
+#define DIGEST_WIRE 12
+static int digest_local(flx_dm *m, unsigned char **wire, int *len,
+			flx_error *err)
+{
+	digester d = {.m = m};
+	pthread_t th[DIGEST_THREADS - 1];
+	size_t nth = 0, cap = 0;
+	uint32_t *ids = NULL;
+	int64_t t0 = now_ns();
+	int rc = 0;
+
+	for (size_t i = 0; i < m->nfiles; i++) {
+		if (m->files[i].nholders < 2 || m->files[i].fd < 0)
+			continue;
+		if (flx_grow((void **)&ids, &cap, d.n + 1, sizeof(*ids)))
+			goto nomem;
+		ids[d.n++] = (uint32_t)i;
+		m->st.digested += m->files[i].size;
+	}
+	d.ids = ids;
+	d.out = malloc((d.n ? d.n : 1) * sizeof(*d.out));
+	*wire = malloc(d.n ? d.n * DIGEST_WIRE : 1);
+	if (!d.out || !*wire)
+		goto nomem;
+	while (nth + 1 < DIGEST_THREADS && nth + 1 < d.n &&
+	       !pthread_create(&th[nth], NULL, digest_worker, &d))
+		nth++;
+	if (d.n)
+		digest_worker(&d);
+	while (nth)
+		pthread_join(th[--nth], NULL);
+	rc = atomic_load(&d.rc);
+	if (rc) {
+		size_t bad = atomic_load(&d.bad);
+
+		flx_error_set(err, rc,
+			      bad < d.n ? m->files[ids[bad]].name : NULL, NULL,
+			      "cannot read: %s", strerror(-rc));
+		goto out;
+	}
+	for (size_t i = 0; i < d.n; i++) {
+		put32(*wire + i * DIGEST_WIRE, ids[i]);
+		put64(*wire + i * DIGEST_WIRE + 4, d.out[i]);
+	}
+	*len = (int)(d.n * DIGEST_WIRE);
+	m->st.digest_ns = (uint64_t)(now_ns() - t0);
+	goto out;
+nomem:
+	rc = flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
+out:
+	free(ids);
+	free(d.out);
+	return rc;
+}
+
+/* Every rank's digests (all, per rank lens and offs) against each other:
+ * the first file, in table order, whose holders' digests differ is the
+ * error, naming its lowest holder and the first that differs from it.
+ * first and dig: room for m->nfiles each. */
+static int compare_digests(const flx_dm *m, const unsigned char *all,
+			   const int *lens, const int *offs, int *first,
+			   uint64_t *dig, flx_error *err)
+{
+	size_t bad = SIZE_MAX;
+	int r1 = 0, r2 = 0, rc = 0;
+
+	for (size_t i = 0; i < m->nfiles; i++)
+		first[i] = -1;
+	for (int r = 0; r < m->size; r++) {
+		if (lens[r] % DIGEST_WIRE) {
+			rc = -EPROTO;
+			break;
+		}
+		for (int at = 0; at < lens[r]; at += DIGEST_WIRE) {
+			const unsigned char *p = all + offs[r] + at;
+			uint32_t id = get32(p);
+			uint64_t d = get64(p + 4);
+
+			if (id >= m->nfiles || m->files[id].nholders < 2) {
+				rc = -EPROTO;
+				break;
+			}
+			if (first[id] < 0) {
+				first[id] = r;
+				dig[id] = d;
+			} else if (d != dig[id] && id < bad) {
+				bad = id;
+				r1 = first[id];
+				r2 = r;
+			}
+		}
+	}
+	if (rc)
+		flx_error_set(err, rc, NULL, "mpi",
+			      "a rank sent an invalid list of digests");
+	else if (bad != SIZE_MAX)
+		rc = flx_error_set(err, -EINVAL, m->files[bad].name, NULL,
+				   DIFFER "contents differ)", r1, r2);
+	return rc;
+}
+
+/*
+ * Collective: every copy of a file held by several ranks must be the same
+ * bytes, not only the same size: a copy left from another save, or
+ * damaged, differs anywhere.  Each holder digests its copies whole
+ * (digest_local()), the digests are gathered and compared on every rank.
+ */
+static int verify_copies(flx_dm *m, flx_error *err)
+{
+	unsigned char *mine = NULL, *all = NULL;
+	int len = 0, *lens = calloc((size_t)m->size, sizeof(int));
+	int *offs = calloc((size_t)m->size, sizeof(int)), rc;
+	int *first = malloc((m->nfiles ? m->nfiles : 1) * sizeof(int));
+	uint64_t *dig = malloc((m->nfiles ? m->nfiles : 1) * sizeof(*dig));
+	size_t total = 0;
+
+	rc = lens && offs && first && dig
+		 ? digest_local(m, &mine, &len, err)
+		 : flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
+	/* every rank takes part in every collective, whatever failed */
+	if (MPI_Allgather(&len, 1, MPI_INT, lens ? lens : &len, 1, MPI_INT,
+			  m->coll) != MPI_SUCCESS &&
+	    !rc)
+		rc = -EIO;
+	for (int r = 0; !rc && r < m->size; r++) {
+		offs[r] = (int)total;
+		total += (size_t)lens[r];
+	}
+	if (!rc && total > INT_MAX)
+		rc = -E2BIG;
+	if (!rc && !(all = malloc(total ? total : 1)))
+		rc = -ENOMEM;
+	rc = flx_dm_agree(m, rc, err);
+	if (rc)
+		goto out;
+	m->st.exchange_bytes += total;
+	if (MPI_Allgatherv(mine, len, MPI_BYTE, all, lens, offs, MPI_BYTE,
+			   m->coll) != MPI_SUCCESS)
+		rc = flx_error_set(err, -EIO, NULL, "mpi",
+				   "MPI_Allgatherv failed");
+	/* the same data on every rank: the same line, no rank's prefix */
+	rc = flx_dm_agree(m, rc, err);
+	if (!rc)
+		rc = compare_digests(m, all, lens, offs, first, dig, err);
+out:
+	free(first);
+	free(dig);
+	free(mine);
+	free(all);
+	free(lens);
+	free(offs);
+	return rc;
+}
+
 /*
  * Whether every rank gets a copy of the file at start: a metadata file,
  * which every rank's open reads whole (DCP's .metadata, Paddle's
@@ -716,6 +967,124 @@ static int broadcast(flx_dm *m, flx_error *err)
 			return rc;
 	}
 	return 0;
+}
+
+/* ---- a Megatron save directory ---- */
+
+#define TRACKER_MAX 4096 /* bytes of a tracker file, as the source reads */
+
+static int cmp_name(const void *key, const void *elt);
+
+static dm_file *find_file(const flx_dm *m, const char *name)
+{
+	return bsearch(name, m->files, m->nfiles, sizeof(dm_file), cmp_name);
+}
+
+/*
+ * Into sub the iteration directory to serve when the ranks' files make a
+ * Megatron save directory (no metadata.json of its own): the one -o
+ * megatron_iter=N names, else the one the tracker file names, read from
+ * its lowest holder (every holder's copy is the same: verify_copies());
+ * "" when they make no save directory.  Collective.
+ */
+static int save_sub(flx_dm *m, const flx_ckpt_opts *o, char *sub, size_t cap,
+		    flx_error *err)
+{
+	char buf[TRACKER_MAX];
+	const dm_file *t;
+	int rc = 0;
+
+	sub[0] = '\0';
+	if (find_file(m, "metadata.json"))
+		return 0;
+	if (o && o->has_megatron_iter) {
+		snprintf(sub, cap, "iter_%07llu",
+			 (unsigned long long)o->megatron_iter);
+		return 0;
+	}
+	t = find_file(m, FLX_MEGATRON_TRACKER);
+	if (!t)
+		return 0;
+	if (t->size > TRACKER_MAX)
+		return flx_error_set(err, -EINVAL, t->name, NULL,
+				     "not a regular file of at most 4 KiB");
+	if (m->rank == t->holders[0])
+		rc = flx_pread_full(t->fd, buf, (size_t)t->size, 0);
+	rc = flx_dm_agree(m, rc, err);
+	if (!rc && MPI_Bcast(buf, (int)t->size, MPI_BYTE, t->holders[0],
+			     m->coll) != MPI_SUCCESS)
+		rc = flx_error_set(err, -EIO, t->name, "mpi",
+				   "MPI_Bcast failed");
+	rc = flx_dm_agree(m, rc, err);
+	/* the same bytes on every rank: the same answer */
+	if (!rc)
+		rc = flx_megatron_tracker_sub(buf, (size_t)t->size, sub, cap,
+					      err);
+	if (!rc && !strcmp(sub, "release"))
+		rc = flx_error_set(err, -ENOTSUP, t->name, NULL,
+				   "names release/, which -o mpi does not "
+				   "enter: give that directory");
+	return rc;
+}
+
+/*
+ * The table cut to the files under sub/, named from there on: the
+ * checkpoint every rank opens.  This rank opens dir/sub when it holds
+ * any of them, else an empty directory of its own (every file then
+ * comes from the others).  Deterministic: the same table on every rank.
+ */
+static int enter_sub(flx_dm *m, const char *dir, const char *sub,
+		     const flx_ckpt_opts *o, flx_error *err)
+{
+	size_t k = strlen(sub), n = 0;
+	bool mine = false;
+	char tmpl[] = "/tmp/flexfs-mpi-XXXXXX";
+
+	for (size_t i = 0; i < m->nfiles; i++) {
+		dm_file *f = &m->files[i];
+
+		if (strncmp(f->name, sub, k) || f->name[k] != '/') {
+			files_free(f, 1, false);
+			continue;
+		}
+		memmove(f->name, f->name + k + 1, strlen(f->name + k + 1) + 1);
+		mine |= f->fd >= 0;
+		m->files[n++] = *f;
+	}
+	m->nfiles = n;
+	if (!n)
+		return o && o->has_megatron_iter
+			   ? flx_error_set(err, -ENOENT, sub, "megatron_iter",
+					   "no rank holds this iteration "
+					   "directory")
+			   : flx_error_set(
+				 err, -ENOENT, FLX_MEGATRON_TRACKER, NULL,
+				 "names %s, which no rank holds", sub);
+	free(m->dir);
+	m->dir = NULL;
+	if (mine) {
+		if (asprintf(&m->dir, "%s/%s", dir, sub) < 0)
+			m->dir = NULL;
+	} else if (mkdtemp(tmpl)) {
+		struct stat st;
+
+		/* served as the save directory would be: its owner and
+		 * mode stand for the directory's (flx_ckpt.access); where
+		 * they cannot, it stays ours, 0700 */
+		if (!stat(dir, &st) && chown(tmpl, st.st_uid, st.st_gid) == 0)
+			chmod(tmpl, st.st_mode & 0777);
+		m->tmpdir = strdup(tmpl);
+		m->dir = m->tmpdir ? strdup(tmpl) : NULL;
+		if (!m->tmpdir)
+			rmdir(tmpl);
+	} else {
+		return flx_error_set(err, -errno, tmpl, NULL,
+				     "cannot make an empty directory: %s",
+				     strerror(errno));
+	}
+	return m->dir
+		   ? 0
+		   : flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
 }
 
 /* Create n (a name_ok() path) as an empty file under dfd, its
@@ -782,15 +1151,6 @@ static int probe_union(const flx_dm *m, char *format, size_t len)
 	return rc;
 }
 
-/* Whether any rank holds files in subdirectories. */
-static bool any_subdir(const flx_dm *m)
-{
-	for (size_t i = 0; i < m->nfiles; i++)
-		if (strchr(m->files[i].name, '/'))
-			return true;
-	return false;
-}
-
 static int agree_format(flx_dm *m, flx_error *err)
 {
 	char fmt[64] = "";
@@ -806,13 +1166,7 @@ static int agree_format(flx_dm *m, flx_error *err)
 	if (!fmt[0])
 		return flx_error_set(err, -ENOENT, NULL, NULL,
 				     "no rank's directory holds a "
-				     "checkpoint's metadata (.metadata)%s",
-				     any_subdir(m) ? "; a save directory "
-						     "(Megatron's tracker "
-						     "file) is not entered "
-						     "with -o mpi: give its "
-						     "iter_N/ directory"
-						   : "");
+				     "checkpoint's metadata (.metadata)");
 	return 0;
 }
 
@@ -822,17 +1176,30 @@ static int be_lookup(void *ctx, const char *relpath, uint32_t *id,
 static const char *be_name(void *ctx, uint32_t id);
 static int be_read(void *ctx, const flx_file_span *s, size_t n);
 
-int flx_dm_exchange(flx_dm *m, const char *dir, flx_error *err)
+int flx_dm_exchange(flx_dm *m, const char *dir, flx_ckpt_opts *o,
+		    flx_error *err)
 {
 	dm_file *local = NULL;
 	size_t nlocal = 0;
 	sigset_t all, old;
+	char sub[256] = "";
 	int rc = list_local(dir, &local, &nlocal, err);
 
 	rc = flx_dm_agree(m, rc, err);
 	if (!rc)
 		rc = gather(m, local, nlocal, err);
-	files_free(local, nlocal);
+	files_free(local, nlocal, true);
+	if (!rc)
+		rc = verify_copies(m, err);
+	if (!rc)
+		rc = save_sub(m, o, sub, sizeof(sub), err);
+	if (!rc && sub[0])
+		rc = enter_sub(m, dir, sub, o, err);
+	/* the open reads the entered directory as the checkpoint itself */
+	if (!rc && sub[0] && o)
+		o->has_megatron_iter = false;
+	if (!rc && !sub[0] && !(m->dir = strdup(dir)))
+		rc = flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
 	if (!rc)
 		rc = broadcast(m, err);
 	if (!rc)
@@ -859,6 +1226,11 @@ void flx_dm_stats_get(const flx_dm *m, flx_dm_stats *out)
 
 	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
 		o[i] = __atomic_load_n(&f[i], __ATOMIC_RELAXED);
+}
+
+const char *flx_dm_dir(const flx_dm *m)
+{
+	return m->dir;
 }
 
 const char *flx_dm_format(const flx_dm *m)
@@ -1085,6 +1457,7 @@ typedef struct piece {
 	unsigned char *buf;
 	size_t len;
 	bool done;
+	int32_t claim; /* the cache block it fills (batch.cl), or -1 */
 } piece;
 
 /* The live holder of file id to ask, spread over holders by rank;
@@ -1380,50 +1753,193 @@ void flx_dm_why(const flx_dm *m, char *buf, size_t len)
 		snprintf(buf, len, "%s", last_why);
 }
 
+/*
+ * A batch: the pieces to fetch, and the cache blocks it claimed
+ * (flx_bcache_claim()) with the bytes each span takes from them.  Remote
+ * blocks are cached under CACHE_KEY + id, apart from the read path's own
+ * blocks (keyed by index into the index's files, far below).
+ */
+#define CACHE_KEY 0x80000000u
+
+typedef struct claim {
+	uint32_t file;
+	uint64_t blk;
+	flx_bref ref;
+	bool ok; /* its piece was read */
+} claim;
+
+typedef struct copy {
+	size_t claim;
+	size_t at; /* offset in the block */
+	unsigned char *dst;
+	size_t len;
+} copy;
+
+typedef struct batch {
+	piece *p;
+	size_t np, capp;
+	claim *cl;
+	size_t ncl, capcl;
+	copy *cp;
+	size_t ncp, capcp;
+} batch;
+
+/* Pieces of at most FLX_DM_REQ_BYTES for len bytes at off of file. */
+static int add_pieces(batch *b, uint32_t file, uint64_t off, unsigned char *buf,
+		      size_t len, int32_t cl)
+{
+	for (size_t at = 0; at < len;) {
+		size_t k =
+		    len - at < FLX_DM_REQ_BYTES ? len - at : FLX_DM_REQ_BYTES;
+
+		if (flx_grow((void **)&b->p, &b->capp, b->np + 1,
+			     sizeof(piece)))
+			return -ENOMEM;
+		b->p[b->np++] =
+		    (piece){file, 0, off + at, buf + at, k, false, cl};
+		at += k;
+	}
+	return 0;
+}
+
+/* The batch's claim of (file, blk) among its last few, or -1. */
+static ssize_t find_claim(const batch *b, uint32_t file, uint64_t blk)
+{
+	for (size_t i = b->ncl; i > 0 && b->ncl - i < 8; i--)
+		if (b->cl[i - 1].file == file && b->cl[i - 1].blk == blk)
+			return (ssize_t)(i - 1);
+	return -1;
+}
+
+/*
+ * Span s through the cache, block by block: a cached block is copied at
+ * once; a block nobody has is claimed, fetched whole by one piece and
+ * copied once read; a block another thread is loading, or past the
+ * batch's share of the cache (half its blocks, so that other readers
+ * keep some), is fetched for this span alone.
+ */
+static int span_cached(flx_dm *m, batch *b, const flx_file_span *s)
+{
+	size_t B = flx_bcache_block(m->cache),
+	       most = flx_bcache_slots(m->cache) / 2;
+	uint64_t size = m->files[s->file].size, end = s->off + s->len;
+	unsigned char *out = s->buf;
+	int rc = 0;
+
+	for (uint64_t pos = s->off; pos < end && !rc;) {
+		uint64_t blk = pos / B, bstart = blk * B;
+		size_t k =
+		    (size_t)((end < bstart + B ? end : bstart + B) - pos);
+		unsigned char *dst = out + (pos - s->off);
+		ssize_t c = find_claim(b, s->file, blk);
+		flx_bref ref;
+		unsigned char *fill;
+
+		if (c < 0 && b->ncl < most) {
+			rc = flx_bcache_claim(m->cache, CACHE_KEY + s->file,
+					      size, blk, &ref, &fill);
+			if (rc == 0 && !ref.loaded) {
+				memcpy(dst, ref.data + (pos - bstart), k);
+				flx_bcache_put(m->cache, &ref);
+				__atomic_add_fetch(&m->st.cached, k,
+						   __ATOMIC_RELAXED);
+				pos += k;
+				continue;
+			}
+			if (rc == 0) {
+				if (flx_grow((void **)&b->cl, &b->capcl,
+					     b->ncl + 1, sizeof(claim))) {
+					flx_bcache_filled(m->cache, &ref,
+							  -ENOMEM);
+					return -ENOMEM;
+				}
+				c = (ssize_t)b->ncl;
+				b->cl[b->ncl++] =
+				    (claim){s->file, blk, ref, false};
+				rc = add_pieces(b, s->file, bstart, fill,
+						ref.len, (int32_t)c);
+			} else if (rc == -EAGAIN) {
+				rc = 0;
+			}
+		}
+		if (!rc && c >= 0) {
+			if (flx_grow((void **)&b->cp, &b->capcp, b->ncp + 1,
+				     sizeof(copy)))
+				return -ENOMEM;
+			b->cp[b->ncp++] =
+			    (copy){(size_t)c, (size_t)(pos - bstart), dst, k};
+		} else if (!rc) {
+			rc = add_pieces(b, s->file, pos, dst, k, -1);
+		}
+		pos += k;
+	}
+	return rc;
+}
+
+/* The claimed blocks handed back, each cached when its piece was read
+ * (ok), and their bytes copied to the spans: 0, or -EIO when one was not
+ * read (the batch fails anyway). */
+static int claims_end(flx_dm *m, batch *b)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < b->np; i++)
+		if (b->p[i].claim >= 0 && b->p[i].done)
+			b->cl[b->p[i].claim].ok = true;
+	for (size_t i = 0; i < b->ncl; i++)
+		flx_bcache_filled(m->cache, &b->cl[i].ref,
+				  b->cl[i].ok ? 0 : -EIO);
+	for (size_t i = 0; i < b->ncp; i++) {
+		const claim *c = &b->cl[b->cp[i].claim];
+
+		if (!c->ok) {
+			rc = -EIO;
+			continue;
+		}
+		memcpy(b->cp[i].dst, c->ref.data + b->cp[i].at, b->cp[i].len);
+	}
+	for (size_t i = 0; i < b->ncl; i++)
+		flx_bcache_put(m->cache, &b->cl[i].ref);
+	return rc;
+}
+
 static int be_read(void *ctx, const flx_file_span *s, size_t n)
 {
 	flx_dm *m = ctx;
-	piece *p = NULL;
-	size_t np = 0, cap = 0;
+	batch b = {0};
 	bool all = false;
 	int rc = 0;
 
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n && !rc; i++) {
+		const dm_file *f;
+
 		if (s[i].file >= m->nfiles ||
 		    s[i].off > m->files[s[i].file].size ||
 		    s[i].len > m->files[s[i].file].size - s[i].off) {
-			free(p);
-			return -EIO;
+			rc = -EIO;
+			break;
 		}
-		for (size_t at = 0; at < s[i].len;) {
-			size_t k = s[i].len - at;
-
-			if (k > FLX_DM_REQ_BYTES)
-				k = FLX_DM_REQ_BYTES;
-			if (flx_grow((void **)&p, &cap, np + 1, sizeof(*p))) {
-				free(p);
-				return -ENOMEM;
-			}
-			p[np++] = (piece){s[i].file,
-					  0,
-					  s[i].off + at,
-					  (unsigned char *)s[i].buf + at,
-					  k,
-					  false};
-			at += k;
-		}
+		f = &m->files[s[i].file];
+		/* other ranks' bytes only: this rank's are in memory */
+		if (m->cache && f->fd < 0 && !f->mem)
+			rc = span_cached(m, &b, &s[i]);
+		else
+			rc = add_pieces(&b, s[i].file, s[i].off, s[i].buf,
+					s[i].len, -1);
 	}
+	if (rc)
+		goto out;
 	__atomic_add_fetch(&m->st.batches, 1, __ATOMIC_RELAXED);
 	/* a round per holder that fails, at most one per rank */
 	for (int round = 0; !rc && !all && round <= m->size; round++) {
 		bool alive = false;
 
 		all = true;
-		rc = round_trip(m, p, np);
-		for (size_t i = 0; i < np; i++)
-			if (!p[i].done) {
+		rc = round_trip(m, b.p, b.np);
+		for (size_t i = 0; i < b.np; i++)
+			if (!b.p[i].done) {
 				all = false;
-				alive |= pick_holder(m, p[i].file) >= 0;
+				alive |= pick_holder(m, b.p[i].file) >= 0;
 			}
 		if (all)
 			break;
@@ -1434,11 +1950,25 @@ static int be_read(void *ctx, const flx_file_span *s, size_t n)
 	if (!rc && !all)
 		rc = -EIO;
 	if (rc)
-		note_why(m, p, np);
+		note_why(m, b.p, b.np);
 	else
 		last_why[0] = '\0';
-	free(p);
+out:
+	if (b.ncl) {
+		int crc = claims_end(m, &b);
+
+		if (!rc)
+			rc = crc;
+	}
+	free(b.p);
+	free(b.cl);
+	free(b.cp);
 	return rc;
+}
+
+void flx_dm_set_cache(flx_dm *m, flx_bcache *cache)
+{
+	m->cache = cache;
 }
 
 /* ---- the end ---- */
@@ -1467,7 +1997,11 @@ void flx_dm_end(flx_dm *m)
 	atomic_store(&m->stop, true);
 	if (m->svc_started)
 		pthread_join(m->svc, NULL);
-	files_free(m->files, m->nfiles);
+	files_free(m->files, m->nfiles, true);
+	if (m->tmpdir)
+		rmdir(m->tmpdir);
+	free(m->tmpdir);
+	free(m->dir);
 	/* MPI_Finalize waits for every rank: not with one gone */
 	if (!atomic_load(&m->any_dead))
 		MPI_Finalize();

@@ -7,14 +7,14 @@
  * FUSE here): one daemon per MPI rank, each with a directory holding any
  * subset of a checkpoint's files.
  *
- * At start the ranks exchange what they hold (name, size, mtime and an
- * identity hash, see flx_dm_exchange()) and agree on one table of files,
- * the same on every rank, with its holders.  The index is then opened
- * with flx_dm_backend(): files the rank's directory lacks are read from a
- * holder over MPI by flx_file_backend.read(), which groups a batch's spans
- * per holder into requests of at most FLX_DM_REQ_BYTES, sends them all at
- * once (at most FLX_DM_INFLIGHT in flight) and waits for them with a
- * deadline; a request that times out marks its holder dead and goes to
+ * At start the ranks exchange what they hold (name, size and mtime, then
+ * a digest of each copy held by several ranks, see flx_dm_exchange()) and
+ * agree on one table of files, the same on every rank, with its holders.  The
+ * index is then opened with flx_dm_backend(): files the rank's directory lacks
+ * are read from a holder over MPI by flx_file_backend.read(), which groups a
+ * batch's spans per holder into requests of at most FLX_DM_REQ_BYTES, sends
+ * them all at once (at most FLX_DM_INFLIGHT in flight) and waits for them with
+ * a deadline; a request that times out marks its holder dead and goes to
  * another holder, or fails with -EIO.  A service thread per rank answers
  * the others' requests from its own files, checking each file unchanged.
  *
@@ -61,13 +61,30 @@ int flx_dm_agree(flx_dm *m, int rc, flx_error *err);
  * Collective: list dir's regular files (hidden ones too: DCP's .metadata;
  * in subdirectories too, named by relative path, at most 4 components
  * deep and 65536 files, symlinks never followed), exchange the lists, and check
- * them as one: two holders of a name must agree on size and identity hash (the
- * whole content for files of at most 1 MiB, else the first and last 64 KiB and
- * the size).  Then start the service thread and agree on the checkpoint format
- * (the sources' probes over the union of the ranks' file names).
+ * them as one: two holders of a name must agree on its size, and then on
+ * the XXH64 digest of its whole content, which every holder of a file held
+ * by several ranks computes (a few threads, sequential reads, bounded
+ * memory); a file held by one rank is not read.  Then start the service
+ * thread and agree on the checkpoint format (the sources' probes over the
+ * union of the ranks' file names).
+ *
+ * A Megatron save directory (no metadata.json of its own, a tracker file
+ * latest_checkpointed_iteration.txt held by any rank, or o's
+ * megatron_iter) is entered as one: the iteration directory it names is
+ * the checkpoint, its files named from there on, wherever they lie (each
+ * rank may hold any subset; every holder's tracker must be the same).
+ * @param o  the open's options (megatron_iter), or NULL; when a save
+ *           directory is entered, o->has_megatron_iter is cleared (the
+ *           open then reads flx_dm_dir() as the checkpoint itself).
  * @return 0, or -errno with the same one-line err on every rank.
  */
-int flx_dm_exchange(flx_dm *m, const char *dir, flx_error *err);
+int flx_dm_exchange(flx_dm *m, const char *dir, flx_ckpt_opts *o,
+		    flx_error *err);
+
+/** The directory this rank opens as the checkpoint (after exchange; m
+ * owns it): dir, its entered iteration directory, or an empty directory
+ * of m's when this rank holds none of that iteration's files. */
+const char *flx_dm_dir(const flx_dm *m);
 
 /* Counters, for benchmarks (all uint64_t). */
 typedef struct flx_dm_stats {
@@ -79,6 +96,9 @@ typedef struct flx_dm_stats {
 	uint64_t bytes;		 /* bytes they asked for */
 	uint64_t served;	 /* requests this rank answered */
 	uint64_t served_bytes;
+	uint64_t digested;  /* bytes of copies held twice this rank hashed */
+	uint64_t digest_ns; /* the time it took (wall clock) */
+	uint64_t cached;    /* remote bytes read from the block cache */
 } flx_dm_stats;
 
 /** The counters so far.  Thread-safe. */
@@ -86,6 +106,17 @@ void flx_dm_stats_get(const flx_dm *m, flx_dm_stats *out);
 
 /** The format every rank opens the checkpoint as (after exchange). */
 const char *flx_dm_format(const flx_dm *m);
+
+/**
+ * Keep the other ranks' bytes that reads fetch in cache (the mount's
+ * block cache, reshard/bcache.h: one budget, cache_size=), whole blocks,
+ * so that a re-read does not fetch them again; NULL: none.  Cached bytes
+ * are never stale: a holder serves only its copy unchanged since the
+ * start, the copy every holder agreed on.  Call before the first read;
+ * cache must outlive the reads.
+ */
+struct flx_bcache;
+void flx_dm_set_cache(flx_dm *m, struct flx_bcache *cache);
 
 /** The backend of the other ranks' files (after exchange); m owns it. */
 const flx_file_backend *flx_dm_backend(flx_dm *m);

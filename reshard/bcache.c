@@ -170,21 +170,25 @@ static void fill(flx_bref *ref, const flx_bcache *c, int32_t i, bool loaded)
 	ref->slot = i;
 }
 
-int flx_bcache_get(flx_bcache *c, uint32_t file, int fd, uint64_t file_size,
-		   uint64_t blk, flx_bref *ref)
+/*
+ * Under the lock: pin block (file, blk) when cached (0, *slot), or take a
+ * slot for it, LOADING and pinned (1, *slot); -EAGAIN when every slot is
+ * pinned, or, unless wait, when another thread is loading the block.
+ */
+static int reserve(flx_bcache *c, uint32_t file, uint64_t blk, bool wait,
+		   int32_t *slot_out)
 {
-	size_t want = flx_bcache_block_len(c->block, file_size, blk);
 	int32_t i;
 	slot *s;
-	int rc;
 
-	if (!want)
-		return -EINVAL;
-	pthread_mutex_lock(&c->mu);
 	for (;;) {
 		i = find(c, file, blk);
 		if (i < 0 || c->slots[i].state == S_READY)
 			break;
+		if (!wait) {
+			c->st.bypassed++;
+			return -EAGAIN;
+		}
 		pthread_cond_wait(&c->loaded, &c->mu); /* LOADING elsewhere */
 	}
 	if (i >= 0) {
@@ -192,14 +196,12 @@ int flx_bcache_get(flx_bcache *c, uint32_t file, int fd, uint64_t file_size,
 		s->refs++;
 		s->used = ++c->clock;
 		c->st.hits++;
-		fill(ref, c, i, false);
-		pthread_mutex_unlock(&c->mu);
+		*slot_out = i;
 		return 0;
 	}
 	i = victim(c);
 	if (i < 0) {
 		c->st.bypassed++;
-		pthread_mutex_unlock(&c->mu);
 		return -EAGAIN;
 	}
 	s = &c->slots[i];
@@ -220,6 +222,47 @@ int flx_bcache_get(flx_bcache *c, uint32_t file, int fd, uint64_t file_size,
 		if (s->data)
 			c->st.blocks++;
 	}
+	*slot_out = i;
+	return 1;
+}
+
+/* Under the lock: the LOADING slot i filled with len bytes (rc 0: READY,
+ * still pinned, into *ref) or not (FREE, unpinned). */
+static void complete(flx_bcache *c, int32_t i, int rc, size_t len,
+		     flx_bref *ref)
+{
+	slot *s = &c->slots[i];
+
+	if (rc) {
+		unlink_slot(c, i);
+		s->refs = 0;
+	} else {
+		s->len = len;
+		s->state = S_READY;
+		fill(ref, c, i, true);
+	}
+	pthread_cond_broadcast(&c->loaded);
+}
+
+int flx_bcache_get(flx_bcache *c, uint32_t file, int fd, uint64_t file_size,
+		   uint64_t blk, flx_bref *ref)
+{
+	size_t want = flx_bcache_block_len(c->block, file_size, blk);
+	int32_t i;
+	slot *s;
+	int rc;
+
+	if (!want)
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	rc = reserve(c, file, blk, true, &i);
+	if (rc <= 0) {
+		if (rc == 0)
+			fill(ref, c, i, false);
+		pthread_mutex_unlock(&c->mu);
+		return rc;
+	}
+	s = &c->slots[i];
 	pthread_mutex_unlock(&c->mu);
 
 	/* the slot is ours (LOADING, pinned): read outside the lock */
@@ -227,17 +270,50 @@ int flx_bcache_get(flx_bcache *c, uint32_t file, int fd, uint64_t file_size,
 		     : -ENOMEM;
 
 	pthread_mutex_lock(&c->mu);
-	if (rc) {
-		unlink_slot(c, i);
-		s->refs = 0;
-	} else {
-		s->len = want;
-		s->state = S_READY;
-		fill(ref, c, i, true);
-	}
-	pthread_cond_broadcast(&c->loaded);
+	complete(c, i, rc, want, ref);
 	pthread_mutex_unlock(&c->mu);
 	return rc;
+}
+
+int flx_bcache_claim(flx_bcache *c, uint32_t file, uint64_t file_size,
+		     uint64_t blk, flx_bref *ref, unsigned char **dst)
+{
+	size_t want = flx_bcache_block_len(c->block, file_size, blk);
+	int32_t i;
+	int rc;
+
+	if (!want)
+		return -EINVAL;
+	pthread_mutex_lock(&c->mu);
+	rc = reserve(c, file, blk, false, &i);
+	if (rc == 0) {
+		fill(ref, c, i, false);
+		*dst = NULL;
+	} else if (rc == 1 && !c->slots[i].data) {
+		complete(c, i, -ENOMEM, 0, ref);
+		rc = -ENOMEM;
+	} else if (rc == 1) {
+		*ref = (flx_bref){.data = c->slots[i].data,
+				  .start = blk * c->block,
+				  .len = want,
+				  .loaded = true,
+				  .slot = i};
+		*dst = c->slots[i].data;
+		rc = 0;
+	}
+	pthread_mutex_unlock(&c->mu);
+	return rc;
+}
+
+void flx_bcache_filled(flx_bcache *c, flx_bref *ref, int rc)
+{
+	size_t len = ref->len;
+
+	pthread_mutex_lock(&c->mu);
+	complete(c, ref->slot, rc, len, ref);
+	pthread_mutex_unlock(&c->mu);
+	if (rc)
+		ref->slot = -1;
 }
 
 void flx_bcache_put(flx_bcache *c, flx_bref *ref)

@@ -94,6 +94,30 @@ size_t flx_bcache_slots(const flx_bcache *c);
 int flx_bcache_get(flx_bcache *c, uint32_t file, int fd, uint64_t file_size,
 		   uint64_t blk, flx_bref *ref);
 
+/**
+ * Pin block blk of file file (of file_size bytes) when cached, or claim it
+ * for the caller to fill, never waiting and never reading: for a reader
+ * that fetches many blocks at once from elsewhere (the distributed
+ * mount's remote files, which have no descriptor).
+ * @return 0 and *ref: ref->loaded false, the block found (*dst NULL); or
+ *         ref->loaded true, a pinned empty block whose ref->len bytes the
+ *         caller writes at *dst, then hands over with flx_bcache_filled()
+ *         (other threads' gets of it wait until then, claims get
+ *         -EAGAIN: fill it soon, and never wait on another block while
+ *         holding a claim).  -EAGAIN when another thread is loading the
+ *         block or every block is pinned (fetch it yourself); -EINVAL
+ *         when blk lies past file_size; -ENOMEM.
+ */
+int flx_bcache_claim(flx_bcache *c, uint32_t file, uint64_t file_size,
+		     uint64_t blk, flx_bref *ref, unsigned char **dst);
+
+/**
+ * A claimed block filled (rc 0: cached, and still pinned: release it with
+ * flx_bcache_put()) or not (rc != 0: nothing cached, unpinned, ref->slot
+ * -1 so that a put is a no-op).
+ */
+void flx_bcache_filled(flx_bcache *c, flx_bref *ref, int rc);
+
 /** Bytes block blk of a file of file_size bytes holds, for any reader of
  * blocks of this size (the cache, or a caller reading one itself): from
  * blk * block on, block + FLX_BCACHE_TAIL of them cut at the end of the

@@ -450,6 +450,19 @@ static inline bool flx_file_is_remote(const flx_ckpt *c, uint32_t i)
  */
 int flx_ckpt_probe(const char *dir, const char **format);
 
+/* A Megatron save directory's tracker file, in the directory above its
+ * iter_NNNNNNN/ directories. */
+#define FLX_MEGATRON_TRACKER "latest_checkpointed_iteration.txt"
+
+/**
+ * The subdirectory a Megatron save directory's tracker text names, as the
+ * source's own open enters it ("iter_0000100", "release"), for a caller
+ * that holds the text elsewhere (the distributed mount).  Thread-safe.
+ * @return 0 and sub (cap bytes), or -EINVAL with err naming the tracker.
+ */
+int flx_megatron_tracker_sub(const char *buf, size_t len, char *sub, size_t cap,
+			     flx_error *err);
+
 /** Release everything (closes fds); NULL is fine. */
 void flx_ckpt_close(flx_ckpt *c);
 

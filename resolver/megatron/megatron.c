@@ -30,7 +30,7 @@
 #include <sys/stat.h>
 
 #define CONFIG_NAME	  "metadata.json"
-#define TRACKER_NAME	  "latest_checkpointed_iteration.txt"
+#define TRACKER_NAME	  FLX_MEGATRON_TRACKER
 #define MAX_TRACKER_BYTES (1u << 12)
 #define COMMON_NAME	  "common.pt"
 #define COMMON_ITEM	  "common_state/shard_0_1"
@@ -708,6 +708,12 @@ bad:
 			     "'%.*s' is neither an iteration number nor "
 			     "'release'",
 			     (int)(n - a > 32 ? 32 : n - a), buf + a);
+}
+
+int flx_megatron_tracker_sub(const char *buf, size_t len, char *sub, size_t cap,
+			     flx_error *err)
+{
+	return parse_tracker(buf, len, sub, cap, err);
 }
 
 /*

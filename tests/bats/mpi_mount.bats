@@ -308,12 +308,49 @@ dm_stop() {
 	dm_stop
 }
 
-@test "a Megatron save directory (tracker file, iter_N/) is refused with one line naming the way" {
+@test "a Megatron save directory (tracker file, iter_N/) split file by file over 2 and 3 ranks equals one mount of it" {
 	SRC=$FLEXFS_SRC/tests/fixtures/megatron-tied/ckpt
 	spread_files 2
+	# the tracker on one rank only, the iteration's files on both
+	[[ $(ls "$T"/src*/latest_checkpointed_iteration.txt | wc -l) -eq 1 ]]
+	[[ -d $T/src0/iter_0000100 && -d $T/src1/iter_0000100 ]]
+	dm_start 2 "tp=2"
+	same_as_ref 2 "tp=2"
+	dm_stop
+	# 3 ranks: the tracker on every rank, the iteration on ranks 0 and 1
+	# only (rank 2 holds none of its files), and megatron_iter= as well
+	rm -rf "$T"/src* "$T"/mnt*
+	spread_files 2
+	mkdir -p "$T/src2" "$T/mnt2"
+	cp -p "$SRC/latest_checkpointed_iteration.txt" "$T/src0/"
+	cp -p "$SRC/latest_checkpointed_iteration.txt" "$T/src1/"
+	cp -p "$SRC/latest_checkpointed_iteration.txt" "$T/src2/"
+	dm_start 3 "tp=4"
+	same_as_ref 3 "tp=4"
+	# rank 2 (no iteration directory of its own) serves the modes the
+	# others do: its stand-in directory has its save directory's
+	[[ $(cd "$T/mnt2" && find . -printf '%m %p\n' | sort) == \
+		$(cd "$T/mnt0" && find . -printf '%m %p\n' | sort) ]]
+	dm_stop
+	dm_start 3 "tp=2,megatron_iter=100"
+	same_as_ref 3 "tp=2,megatron_iter=100"
+	dm_stop
+	# rank 2's empty stand-in directory is gone with the mount
+	[[ -z $(find /tmp -maxdepth 1 -name 'flexfs-mpi-*' -newer "$T/src2" 2>/dev/null) ]]
+}
+
+@test "a Megatron save directory whose tracker differs between ranks fails every rank with one line" {
+	SRC=$FLEXFS_SRC/tests/fixtures/megatron-tied/ckpt
+	spread_files 2
+	printf '100' >"$T/src0/latest_checkpointed_iteration.txt"
+	printf '200' >"$T/src1/latest_checkpointed_iteration.txt"
 	dm_fails 2 "tp=2"
-	[[ $(grep -c "is not entered with -o mpi: give its iter_N/ directory" "$DM_LOG") -eq 2 ]]
+	[[ $(grep -c "latest_checkpointed_iteration.txt: rank 0 and rank 1 hold different files of this name (contents differ)" "$DM_LOG") -eq 2 ]]
 	[[ $(grep -c "^flexfs: " "$DM_LOG") -eq 2 ]]
+	# the same tracker naming an iteration no rank holds
+	printf '200' >"$T/src0/latest_checkpointed_iteration.txt"
+	dm_fails 2 "tp=2"
+	[[ $(grep -c "latest_checkpointed_iteration.txt: names iter_0000200, which no rank holds" "$DM_LOG") -eq 2 ]]
 }
 
 @test "a file held differently by two ranks fails every rank with one line" {
@@ -325,6 +362,28 @@ dm_stop() {
 	dm_fails 3 "tp=2,rules=$RULES"
 	[[ $(grep -c "hold different files of this name" "$DM_LOG") -eq 3 ]]
 	[[ $(grep -c "^flexfs: " "$DM_LOG") -eq 3 ]]
+}
+
+@test "copies held twice are compared whole: one byte changed in the middle of 3 MiB fails every rank" {
+	split 3 twice
+	# an extra file of 3 MiB on ranks 1 and 2: their first and last
+	# 64 KiB agree, the byte at 1.5 MiB does not
+	head -c $((3 << 20)) /dev/urandom >"$T/src1/notes.bin"
+	cp "$T/src1/notes.bin" "$T/src2/notes.bin"
+	printf '\x5a' | dd of="$T/src2/notes.bin" bs=1 seek=$((3 << 19)) \
+		conv=notrunc status=none
+	cmp -s "$T/src1/notes.bin" "$T/src2/notes.bin" && return 1
+	dm_fails 3 "tp=2,rules=$RULES"
+	[[ $(grep -c "notes.bin: rank 1 and rank 2 hold different files of this name (contents differ)" "$DM_LOG") -eq 3 ]]
+	[[ $(grep -c "^flexfs: " "$DM_LOG") -eq 3 ]]
+	# the same copies, identical: every rank mounts and serves them
+	cp "$T/src1/notes.bin" "$T/src2/notes.bin"
+	dm_start 3 "tp=2,rules=$RULES"
+	local f
+	f=$(cd "$T/mnt0" && find . -name notes.bin | head -n 1)
+	[[ -n $f ]]
+	cmp "$T/src1/notes.bin" "$T/mnt0/$f"
+	dm_stop
 }
 
 @test "a file missing everywhere fails every rank with one line" {
@@ -392,6 +451,48 @@ dm_stop() {
 	! grep -q "backing file changed" "$DM_LOG"
 	unmount_ff "$T/ref"
 	dm_stop
+}
+
+# stat NAME: rank 0's counter NAME from its FLEXFS_MPI_STATS line in DM_LOG.
+stat() {
+	grep -o "mpi stats: rank 0 .*" "$DM_LOG" | tr ' ' '\n' |
+		grep -A1 -x "$1" | tail -n 1
+}
+
+# passes N: read every file of rank 0's ranks/ N times (no page cache:
+# direct_io), each equal to the single mount's; then stop.
+passes() {
+	local k f
+	for ((k = 0; k < $1; k++)); do
+		for f in $(cd "$T/ref" && find ranks -type f | sort); do
+			cmp "$T/mnt0/$f" "$T/ref/$f"
+		done
+	done
+	dm_stop
+}
+
+@test "other ranks' bytes are kept in the block cache: re-reads fetch nothing more" {
+	split 2 spread
+	mkdir -p "$T/ref"
+	mount_ff "$SRC" "$T/ref" "tp=2,rules=$RULES"
+	export FLEXFS_MPI_STATS=1
+	dm_start 2 "tp=2,rules=$RULES,direct_io=1"
+	passes 1
+	local once cached1
+	once=$(stat bytes)
+	cached1=$(stat cached)
+	dm_start 2 "tp=2,rules=$RULES,direct_io=1"
+	passes 3
+	# the same bytes fetched from rank 1 for one pass and for three: the
+	# second and third come from the cache
+	[[ $(stat bytes) -eq $once ]]
+	(($(stat cached) > cached1))
+	# without room in the cache every pass fetches again
+	dm_start 2 "tp=2,rules=$RULES,direct_io=1,cache_size=0"
+	passes 3
+	(($(stat bytes) > once))
+	[[ $(stat cached) -eq 0 ]]
+	unmount_ff "$T/ref"
 }
 
 @test "unmounting one rank ends every rank" {

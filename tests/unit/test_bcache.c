@@ -196,12 +196,59 @@ static void test_threads(int fd)
 	flx_bcache_free(c);
 }
 
+/* Claimed blocks (the distributed mount's remote bytes): a claim is
+ * filled by the caller and then found by claims and gets; a claim of a
+ * block being filled, or with every block pinned, is -EAGAIN; a failed
+ * fill caches nothing. */
+static void test_claim(int fd)
+{
+	flx_bcache *c;
+	flx_bref r, r2;
+	unsigned char *dst;
+
+	CHECK_EQ(flx_bcache_new(2 * BLK, BLK, &c), 0);
+	CHECK_EQ(flx_bcache_claim(c, 7, FSIZE, 11, &r, &dst), -EINVAL);
+	CHECK_EQ(flx_bcache_claim(c, 7, FSIZE, 3, &r, &dst), 0);
+	CHECK(r.loaded && dst && r.len == BLK + FLX_BCACHE_TAIL);
+	/* being filled: another claim does not wait */
+	CHECK_EQ(flx_bcache_claim(c, 7, FSIZE, 3, &r2, &dst), -EAGAIN);
+	for (size_t i = 0; i < r.len; i++)
+		dst[i] = byte_at(3 * BLK + i);
+	flx_bcache_filled(c, &r, 0);
+	CHECK(block_ok(&r, 3, FSIZE));
+	flx_bcache_put(c, &r);
+	CHECK_EQ(flx_bcache_claim(c, 7, FSIZE, 3, &r, &dst), 0);
+	CHECK(!r.loaded && !dst && block_ok(&r, 3, FSIZE));
+	/* a get of the same key finds it, without reading fd */
+	CHECK_EQ(get(c, 7, -1, FSIZE, 3, &r2), 0);
+	CHECK(block_ok(&r2, 3, FSIZE));
+	flx_bcache_put(c, &r2);
+	/* both blocks pinned (3 found, 4 claimed): nothing to claim */
+	CHECK_EQ(flx_bcache_claim(c, 7, FSIZE, 4, &r2, &dst), 0);
+	CHECK(r2.loaded);
+	{
+		flx_bref r3;
+
+		CHECK_EQ(flx_bcache_claim(c, 7, FSIZE, 5, &r3, &dst), -EAGAIN);
+	}
+	flx_bcache_put(c, &r);
+	/* a failed fill: block 4 not cached, its slot free again */
+	flx_bcache_filled(c, &r2, -EIO);
+	CHECK_EQ(r2.slot, -1);
+	flx_bcache_put(c, &r2); /* a no-op */
+	CHECK_EQ(get(c, 7, fd, FSIZE, 4, &r2), 1);
+	CHECK(block_ok(&r2, 4, FSIZE));
+	flx_bcache_put(c, &r2);
+	flx_bcache_free(c);
+}
+
 int main(void)
 {
 	char path[] = "/tmp/flx_bcache_XXXXXX";
 	int fd = make_file(path, FSIZE);
 
 	test_basics(fd);
+	test_claim(fd);
 	test_threads(fd);
 	close(fd);
 	return CHECK_RESULT();
