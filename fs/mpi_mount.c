@@ -39,6 +39,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #define TAG_REQ		  1
 #define TAG_END		  2
@@ -160,108 +161,39 @@ static uint64_t get64(const unsigned char *p)
 	return v;
 }
 
-/*
- * XXH64 (Yann Collet's xxHash, 64-bit, seed 0), the digest of the copies
- * that several ranks hold: whole files are hashed at mount, so speed is
- * what matters (several GB/s on one core); it detects a stale or damaged
- * copy, not an adversary, who could as well change .metadata.  The state
- * takes whole 32-byte stripes; the last bytes go to xxh_end().
- */
-#define XXP1 11400714785074694791ull
-#define XXP2 14029467366897019727ull
-#define XXP3 1609587929392839161ull
-#define XXP4 9650029242287828579ull
-#define XXP5 2870177450012600261ull
-
-typedef struct xxh {
-	uint64_t v[4];
-	uint64_t total;
-} xxh;
-
-static uint64_t rotl(uint64_t x, int r)
-{
-	return (x << r) | (x >> (64 - r));
-}
-
-static uint64_t xxh_round(uint64_t acc, uint64_t in)
-{
-	return rotl(acc + in * XXP2, 31) * XXP1;
-}
-
-static void xxh_init(xxh *s)
-{
-	*s = (xxh){{XXP1 + XXP2, XXP2, 0, -XXP1}, 0};
-}
-
-/* n bytes of p, a multiple of 32. */
-static void xxh_stripes(xxh *s, const unsigned char *p, size_t n)
-{
-	uint64_t v0 = s->v[0], v1 = s->v[1], v2 = s->v[2], v3 = s->v[3];
-
-	for (size_t i = 0; i + 32 <= n; i += 32) {
-		v0 = xxh_round(v0, get64(p + i));
-		v1 = xxh_round(v1, get64(p + i + 8));
-		v2 = xxh_round(v2, get64(p + i + 16));
-		v3 = xxh_round(v3, get64(p + i + 24));
-	}
-	s->v[0] = v0;
-	s->v[1] = v1;
-	s->v[2] = v2;
-	s->v[3] = v3;
-	s->total += n;
-}
-
-/* The digest, after the last n < 32 bytes p. */
-static uint64_t xxh_end(const xxh *s, const unsigned char *p, size_t n)
-{
-	uint64_t h;
-	size_t i = 0;
-
-	if (s->total) {
-		h = rotl(s->v[0], 1) + rotl(s->v[1], 7) + rotl(s->v[2], 12) +
-		    rotl(s->v[3], 18);
-		for (int k = 0; k < 4; k++)
-			h = (h ^ xxh_round(0, s->v[k])) * XXP1 + XXP4;
-	} else {
-		h = XXP5;
-	}
-	h += s->total + n;
-	for (; i + 8 <= n; i += 8)
-		h = rotl(h ^ xxh_round(0, get64(p + i)), 27) * XXP1 + XXP4;
-	if (i + 4 <= n) {
-		h = rotl(h ^ (uint64_t)get32(p + i) * XXP1, 23) * XXP2 + XXP3;
-		i += 4;
-	}
-	for (; i < n; i++)
-		h = rotl(h ^ p[i] * XXP5, 11) * XXP1;
-	h = (h ^ (h >> 33)) * XXP2;
-	h = (h ^ (h >> 29)) * XXP3;
-	return h ^ (h >> 32);
-}
-
-/* XXH64 of fd's size bytes, read in sequential preads of bufsize (a
- * multiple of 32) bytes into buf. */
+/* XXH3-64 (libxxhash) of fd's size bytes, read in sequential preads of
+ * bufsize bytes into buf: the digest of the copies that several ranks
+ * hold.  Whole files are hashed at mount, so speed is what matters; it
+ * detects a stale or damaged copy, not an adversary, who could as well
+ * change .metadata. */
 static int file_digest(int fd, uint64_t size, unsigned char *buf,
 		       size_t bufsize, uint64_t *out)
 {
-	xxh s;
+	XXH3_state_t *st = XXH3_createState();
+	int rc = 0;
 
-	xxh_init(&s);
-	for (uint64_t at = 0;;) {
-		size_t k = size - at < bufsize ? (size_t)(size - at) : bufsize;
-		size_t whole = k & ~(size_t)31;
-		int rc = flx_pread_full(fd, buf, k, at);
-
-		if (rc)
-			return rc;
-		at += k;
-		if (at == size) {
-			xxh_stripes(&s, buf, whole);
-			*out = xxh_end(&s, buf + whole, k - whole);
-			return 0;
-		}
-		xxh_stripes(&s, buf, k);
+	if (!st)
+		return -ENOMEM;
+	if (XXH3_64bits_reset(st) != XXH_OK) {
+		rc = -EIO;
+		goto out;
 	}
+	for (uint64_t at = 0; at < size;) {
+		size_t k = size - at < bufsize ? (size_t)(size - at) : bufsize;
+
+		rc = flx_pread_full(fd, buf, k, at);
+		if (rc)
+			goto out;
+		if (XXH3_64bits_update(st, buf, k) != XXH_OK) {
+			rc = -EIO;
+			goto out;
+		}
+		at += k;
+	}
+	*out = XXH3_64bits_digest(st);
+out:
+	XXH3_freeState(st);
+	return rc;
 }
 
 /* ---- start ---- */
