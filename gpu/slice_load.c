@@ -114,7 +114,7 @@ static int load(const flx_slicer_opts *o, dl_slicer **out, char *line, size_t n)
 		dlclose(dl);
 		return rc;
 	}
-	s->base = (flx_slicer){"cuda", dl_accepts, dl_run};
+	s->base = (flx_slicer){"cuda", dl_accepts, dl_run, true};
 	s->api = entry();
 	s->dl = dl;
 	s->min_bytes = o->min_bytes;
