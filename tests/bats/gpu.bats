@@ -114,3 +114,30 @@ views() {
 	# gpu=off: the backend is never loaded
 	quiet "gpu=off,gpu_min=0"
 }
+
+@test "a device backend serves the casts with their gathers: torch's .to() bit for bit, the bytes its own" {
+	require_fuse
+	require_bins
+	local d=$BATS_TEST_TMPDIR/r11 oracle=$FLEXFS_SRC/tests/bats/lib/aoa_oracle.py
+
+	mkdir -p "$d"
+	# every float pair cast (and transposes, permutes, ...) over tp 3
+	"$PY" "$oracle" random "$d/ck" 11 3
+	export FLEXFS_CUDA_STUB=ok
+	mount_ff "$d/ck" "$MNT" "tp=3,rules=$d/rules11.json,gpu_min=0"
+	grep -qx ' "slicer": "cuda",' "$MNT/index.json"
+	run "$PY" "$oracle" check-random "$MNT" "$d/ck" 11 3
+	echo "$output"
+	[[ $output == *" tensors, 0 wrong"* ]]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+	# the converted bytes came from the backend: corrupted there, seen
+	# here (the casts among the tensors found wrong)
+	export FLEXFS_CUDA_STUB=corrupt
+	mount_ff "$d/ck" "$MNT" "tp=3,rules=$d/rules11.json,gpu_min=0"
+	run "$PY" "$oracle" check-random "$MNT" "$d/ck" 11 3
+	echo "$output"
+	[[ $output == *"cast_"* ]]
+	[[ $output != *" tensors, 0 wrong"* ]]
+	unmount_ff "$MNT"
+}
