@@ -139,8 +139,8 @@ int flx_slicer_open(const flx_slicer_opts *o, const flx_slicer **out,
 	if (!rc) {
 		*out = &s->base;
 		snprintf(line, n,
-			 "slicer: cuda on %s for strided gathers of %llu "
-			 "bytes or more, cpu below",
+			 "slicer: cuda on %s for strided gathers and casts "
+			 "of %llu bytes or more, cpu below",
 			 why, (unsigned long long)o->min_bytes);
 		return 0;
 	}

@@ -1015,14 +1015,17 @@ static int read_converted(void *arg, void *conv, size_t k, uint64_t e)
 }
 
 /* Whether a cast view's reads go to its slicer with the cast: a slicer
- * that converts as it gathers (a device), and no zstd chunk (its content
- * comes through the window cache, not in blocks of the file). */
+ * that converts as it gathers (a device), no zstd chunk (its content
+ * comes through the window cache, not in blocks of the file) and no
+ * remote file (its contiguous runs are read as they are asked for, not in
+ * whole blocks). */
 static bool cast_in_slicer(const flx_view *v, const flx_view_io *io)
 {
 	if (!io || !flx_slicer_casts(io->slicer))
 		return false;
 	for (uint32_t c = 0; c < v->t->nchunks; c++)
-		if (v->t->chunks[c].zstd)
+		if (v->t->chunks[c].zstd ||
+		    flx_file_is_remote(v->ckpt, v->t->chunks[c].file))
 			return false;
 	return true;
 }

@@ -80,9 +80,9 @@ views() {
 	export FLEXFS_CUDA_STUB=ok
 	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" -o "rules=$RULES,gpu_device=1"
 	[ "$status" -eq 0 ]
-	[[ $output == *$'\nstrided gathers: slicer: cuda on device 1 (Stub GPU) for strided gathers of 1048576 bytes or more, cpu below'* ]]
+	[[ $output == *$'\nstrided gathers and casts: slicer: cuda on device 1 (Stub GPU) for strided gathers and casts of 1048576 bytes or more, cpu below'* ]]
 	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" --json -o "rules=$RULES"
-	[[ $output == *$'\n "slicer": "cuda",\n'* ]]
+	[[ $output == *$'\n "slicer": "cuda",\n "slicer_serves": "strided gathers, casts",\n'* ]]
 	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" --json -o "rules=$RULES,gpu=off"
 	[[ $output == *$'\n "slicer": "cpu",\n'* ]]
 }
@@ -102,7 +102,7 @@ views() {
 	export FLEXFS_CUDA_STUB=ok
 	views "gpu=on,gpu_min=0,gpu_device=2"
 	[[ $output == *" passed, 0 failed"* ]]
-	[ "$(cat "$FF_ERR")" = "flexfs: slicer: cuda on device 2 (Stub GPU) for strided gathers of 0 bytes or more, cpu below" ]
+	[ "$(cat "$FF_ERR")" = "flexfs: slicer: cuda on device 2 (Stub GPU) for strided gathers and casts of 0 bytes or more, cpu below" ]
 	# gpu=auto takes the device as well, and says nothing
 	views "gpu_min=0"
 	[[ $output == *" passed, 0 failed"* ]]
