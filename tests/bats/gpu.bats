@@ -7,7 +7,11 @@
 # on the CPU and says nothing; a backend that loads serves the strided
 # gathers (dcp-t113's transposed tensor), is named in index.json, by
 # flexfs-inspect and (gpu=on) in the mount log, and every view equals the truth --
-# unless the stub corrupts its bytes, which the oracle must then see.
+# unless the stub corrupts its bytes, which the oracle must then see.  It
+# serves the casts of the transform rules with their gathers too (every
+# float pair against torch's .to()).  The last test does the same with the
+# real libflexfs-cuda.so when a device is present (tools/gpu-check.sh),
+# and is skipped with one line when not.
 
 load helpers
 
@@ -140,4 +144,27 @@ views() {
 	[[ $output == *"cast_"* ]]
 	[[ $output != *" tensors, 0 wrong"* ]]
 	unmount_ff "$MNT"
+}
+
+@test "the real CUDA backend, when a device is present: every view and every cast bit for bit" {
+	require_fuse
+	require_bins
+	local d=$BATS_TEST_TMPDIR/r13 oracle=$FLEXFS_SRC/tests/bats/lib/aoa_oracle.py
+
+	# libflexfs-cuda.so as the daemon finds it (next to it, installed,
+	# the build tree), on device 0; skipped with one line without one
+	unset FLEXFS_CUDA_LIB
+	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" -o "rules=$RULES,gpu=on"
+	[ "$status" -eq 0 ] || skip "no CUDA device: ${stderr#flexfs-inspect: }"
+	views "gpu=on,gpu_min=0"
+	[[ $output == *" passed, 0 failed"* ]]
+	[[ $(cat "$FF_ERR") == "flexfs: slicer: cuda on device 0 ("* ]]
+	mkdir -p "$d"
+	"$PY" "$oracle" random "$d/ck" 13 2
+	mount_ff "$d/ck" "$MNT" "tp=2,rules=$d/rules13.json,gpu=on,gpu_min=0"
+	run "$PY" "$oracle" check-random "$MNT" "$d/ck" 13 2
+	echo "$output"
+	[[ $output == *" tensors, 0 wrong"* ]]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
 }

@@ -1743,10 +1743,13 @@ def main(argv=None):
     try:
         if ctx.chroot:
             ctx.chroot.__enter__()
+        big = many = None
         if args.quick:
             big = ensure_ckpt(ctx, "t113", "mini", layers=3, full_check=True)
             many = ensure_ckpt(ctx, "t113", "many", layers=12, layout="tp8pp8")
-        else:
+        elif only - {"transposed", "gpu"}:
+            # (transposed and gpu read the transposed checkpoint only: a
+            # device session's tools/gpu-check.sh builds nothing else)
             big = ensure_ckpt(ctx, "t113", "tinyllama", size=model.parse_size(args.size))
             many = ensure_ckpt(ctx, "t113", "many", layers=1111, layout="tp8pp8", limit=10000)
         big26 = None
