@@ -17,8 +17,9 @@
 #      bats and /dev/fuse are there;
 #   4. runs flexfs-bench --only transposed,gpu (figure 3t: transposed bf16
 #      gathers, 256 MiB, 5 runs, every byte checked; GPU vs CPU backend in
-#      the same run, and GPU vs the host-to-device bandwidth), at most 6
-#      minutes, writing $OUT/gpu.json.
+#      the same run, GPU vs the host-to-device bandwidth, and the same
+#      tensors cast to float32, GPU vs CPU, the GPU's bytes equal to the
+#      CPU's), at most 6 minutes, writing $OUT/gpu.json.
 #
 # Logs go to $OUT (default ./gpu-check-out): summary.txt (one line per
 # step), device.txt, cmake.log, build.log, test_slice.log, bats.log,
