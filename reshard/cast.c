@@ -100,12 +100,15 @@ int flx_cast(flx_dtype to, void *dst, flx_dtype from, const void *src, size_t n)
 
 /* Elements converted per batch: bounds the memory of a read. */
 #define CAST_BATCH 16384
+/* Converted bytes per window of a one-pass source (a device slicer): a
+ * request in one window, so its blocks are fetched and sent once. */
+#define CONV_WINDOW (64u << 20)
 
-/* The window of converted elements [e, e + k) that holds target bytes
- * [max(off, e * tsz), ...) of a read, filled by conv(), copied out. */
+/* Target bytes [off, off + n) through windows of at most max converted
+ * elements: each filled by conv() into win, its wanted bytes copied out. */
 static int cast_windows(unsigned tsz, flx_cast_conv_fn conv, void *ctx,
-			unsigned char *win, unsigned char *out, size_t n,
-			uint64_t off)
+			unsigned char *win, uint64_t max, unsigned char *out,
+			size_t n, uint64_t off)
 {
 	uint64_t e, end = off + n;
 	int rc = 0;
@@ -115,8 +118,8 @@ static int cast_windows(unsigned tsz, flx_cast_conv_fn conv, void *ctx,
 	for (e = off / tsz; e * tsz < end;) {
 		uint64_t k = (end - e * tsz + tsz - 1) / tsz, lo, hi;
 
-		if (k > CAST_BATCH)
-			k = CAST_BATCH;
+		if (k > max)
+			k = max;
 		rc = conv(ctx, win, (size_t)k, e);
 		if (rc)
 			break;
@@ -161,7 +164,8 @@ int flx_cast_read(flx_dtype to, flx_dtype from, flx_cast_source_fn rd,
 		rc = -ENOMEM;
 		goto out;
 	}
-	rc = cast_windows(s.c.to.size, read_convert, &s, conv, buf, n, off);
+	rc = cast_windows(s.c.to.size, read_convert, &s, conv, CAST_BATCH, buf,
+			  n, off);
 out:
 	free(s.raw);
 	free(conv);
@@ -171,7 +175,8 @@ out:
 int flx_cast_read_conv(flx_dtype to, flx_dtype from, flx_cast_conv_fn conv,
 		       void *ctx, void *buf, size_t n, uint64_t off)
 {
-	unsigned tsz = flx_dtype_size(to);
+	uint64_t tsz = flx_dtype_size(to), max = CONV_WINDOW / tsz;
+	uint64_t k = (off + n + tsz - 1) / tsz - off / tsz;
 	unsigned char *win;
 	int rc;
 
@@ -179,10 +184,15 @@ int flx_cast_read_conv(flx_dtype to, flx_dtype from, flx_cast_conv_fn conv,
 		return -EINVAL;
 	if (n == 0)
 		return 0;
-	win = malloc((size_t)CAST_BATCH * tsz);
+	/* whole elements in one window: converted straight into buf */
+	if (off % tsz == 0 && n % tsz == 0 && k <= max)
+		return conv(ctx, buf, (size_t)k, off / tsz);
+	if (k > max)
+		k = max;
+	win = malloc((size_t)(k * tsz));
 	if (!win)
 		return -ENOMEM;
-	rc = cast_windows(tsz, conv, ctx, win, buf, n, off);
+	rc = cast_windows((unsigned)tsz, conv, ctx, win, k, buf, n, off);
 	free(win);
 	return rc;
 }
