@@ -101,8 +101,9 @@ int flx_cast(flx_dtype to, void *dst, flx_dtype from, const void *src, size_t n)
 /* Elements converted per batch: bounds the memory of a read. */
 #define CAST_BATCH 16384
 /* Converted bytes per window of a one-pass source (a device slicer): a
- * request in one window, so its blocks are fetched and sent once. */
-#define CONV_WINDOW (64u << 20)
+ * FUSE request in one window, so its blocks are fetched and sent once;
+ * bounds a batch's source bytes (8x at most: i64 to i8) too. */
+#define CONV_WINDOW (8u << 20)
 
 /* Target bytes [off, off + n) through windows of at most max converted
  * elements: each filled by conv() into win, its wanted bytes copied out. */

@@ -77,7 +77,7 @@ typedef int (*flx_cast_conv_fn)(void *ctx, void *conv, size_t k, uint64_t e);
  * flx_cast_read() when the source reads and converts in one pass (a
  * device slicer gathering and converting, reshard/view.c): bytes
  * [off, off + n) of the converted sequence, through conv, in as few
- * calls as a bounded window (64 MiB) allows: one for a read request,
+ * calls as a bounded window (8 MiB) allows: one for a read request,
  * straight into buf when [off, off + n) holds whole elements.  The
  * caller has clipped n.
  * @return 0, -EINVAL (pair not supported), -ENOMEM or conv's error.
