@@ -38,9 +38,20 @@
  * largest element size) so an element that straddles two homes is copied
  * from one.
  *
+ * A batch may carry a conversion (cast, elemcast.h: a cast tensor's
+ * stored elements converted as they are gathered, reshard/cast.h).  Then
+ * elem_size is the source type's size, and a run's stream is made of the
+ * converted elements, cast->to.size bytes each (element i: the
+ * conversion of the elem_size bytes at file offset src + i * stride);
+ * runs want whole converted elements (skip 0, len a multiple of
+ * cast->to.size).  Blocks and the block rule stay in the source's bytes.
+ * Every backend converts with elemcast.h's code: the same bits on the CPU
+ * and on the device.
+ *
  * A valid batch (flx_slice_batch_check()): elem_size and block non-zero;
  * every run has skip < elem_size and dst + len <= dst_len; runs sorted by
- * file, then dst; blocks sorted by file, then start, their homes apart.
+ * file, then dst; blocks sorted by file, then start, their homes apart;
+ * with a cast, elem_size == cast->from.size and the runs whole elements.
  * Every element a run wants must start in a listed block of its file and
  * end inside it, or the batch fails with -EIO (the read path lists blocks
  * of the file's size at mount: a file that shrank since then reads short
@@ -69,6 +80,8 @@
  * batch belongs to the thread that runs it: its callbacks are called from
  * that thread only, during the run.
  */
+
+#include "elemcast.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -99,7 +112,8 @@ typedef struct flx_slice_batch {
 	size_t nruns;
 	const flx_slice_block *blocks;
 	size_t nblocks;
-	uint64_t block; /* a block's home: [start, start + block) */
+	uint64_t block;	       /* a block's home: [start, start + block) */
+	const flx_ecast *cast; /* NULL: the elements copied as they are */
 	/*
 	 * Pin blocks[k]: *data gets its len bytes, valid until put(ctx, k),
 	 * which must follow every get that returned 0 before the next get
@@ -130,6 +144,12 @@ typedef struct flx_slicer {
 	 *         flx_slicer_run() runs the batch on the CPU instead.
 	 */
 	int (*run)(const struct flx_slicer *self, const flx_slice_batch *b);
+	/* Whether the read path should hand it a cast tensor's reads as
+	 * batches carrying the cast (a device: gathered and converted in one
+	 * pass).  Every backend executes such batches; the CPU one says
+	 * false: there the read path converts after reading, contiguous
+	 * runs with preadv (reshard/view.c). */
+	bool casts;
 } flx_slicer;
 
 /** The CPU backend (always available; static, never freed). */
@@ -185,6 +205,10 @@ const flx_slicer *flx_slicer_default(void);
  * @return 0 or -errno, as flx_slicer.run.
  */
 int flx_slicer_run(const flx_slicer *s, const flx_slice_batch *b);
+
+/** Whether the read path should send casts to s (flx_slicer.casts; NULL:
+ * the CPU backend, false). */
+bool flx_slicer_casts(const flx_slicer *s);
 
 /** Whether b is a valid batch (see the top of this file), in O(nruns +
  * nblocks), for backends to call before they start.

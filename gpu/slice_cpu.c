@@ -398,14 +398,12 @@ static int gather_all(const flx_slice_batch *b, uint64_t *pos)
 	return rc;
 }
 
-static int cpu_run(const flx_slicer *self, const flx_slice_batch *b)
+/* Valid batch b without a cast. */
+static int copy_batch(const flx_slice_batch *b)
 {
 	uint64_t small[256], *pos = small;
-	int rc = flx_slice_batch_check(b);
+	int rc;
 
-	(void)self;
-	if (rc)
-		return rc;
 	if (b->nruns > sizeof(small) / sizeof(small[0])) {
 		pos = malloc(b->nruns * sizeof(*pos));
 		if (!pos)
@@ -419,7 +417,62 @@ static int cpu_run(const flx_slicer *self, const flx_slice_batch *b)
 	return rc;
 }
 
-static const flx_slicer cpu_slicer = {"cpu", NULL, cpu_run};
+/*
+ * Valid batch b with a cast: the source elements gathered as a batch of
+ * their own into raw (the runs' elements back to back, in run order:
+ * still sorted), then each run converted to its place.  (The read path
+ * sends casts to device backends only; this serves the batches they
+ * decline or hand back.)
+ */
+static int cast_batch(const flx_slice_batch *b)
+{
+	const flx_ecast *c = b->cast;
+	size_t ssz = b->elem_size, tsz = c->to.size, total = 0;
+	flx_slice_batch raw = *b;
+	flx_slice_run *runs = NULL;
+	unsigned char *buf = NULL;
+	int rc = 0;
+
+	for (size_t i = 0; i < b->nruns; i++)
+		total += b->runs[i].len / tsz * ssz;
+	runs = malloc((b->nruns ? b->nruns : 1) * sizeof(*runs));
+	buf = malloc(total ? total : 1);
+	if (!runs || !buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	total = 0;
+	for (size_t i = 0; i < b->nruns; i++) {
+		runs[i] = b->runs[i];
+		runs[i].dst = total;
+		runs[i].len = b->runs[i].len / tsz * ssz;
+		total += runs[i].len;
+	}
+	raw.dst = buf;
+	raw.dst_len = total;
+	raw.runs = runs;
+	raw.cast = NULL;
+	rc = copy_batch(&raw);
+	for (size_t i = 0; i < b->nruns && !rc; i++)
+		flx_ecast_n(c, b->dst + b->runs[i].dst, buf + runs[i].dst,
+			    b->runs[i].len / tsz);
+out:
+	free(runs);
+	free(buf);
+	return rc;
+}
+
+static int cpu_run(const flx_slicer *self, const flx_slice_batch *b)
+{
+	int rc = flx_slice_batch_check(b);
+
+	(void)self;
+	if (rc)
+		return rc;
+	return b->cast ? cast_batch(b) : copy_batch(b);
+}
+
+static const flx_slicer cpu_slicer = {"cpu", NULL, cpu_run, false};
 
 const flx_slicer *flx_slicer_cpu(void)
 {

@@ -17,13 +17,17 @@
  * TILE x TILE elements is read along the source's dense axis and written
  * along the destination's, both coalesced.  Other pieces take one thread
  * per element.  Every copy is a copy of bytes: the result is bit-identical
- * to the CPU backend's.
+ * to the CPU backend's.  A batch carrying a cast (slice.h) takes the same
+ * way through kernels that convert each element as they write it, with
+ * elemcast.h's code, the CPU's: gather and conversion in one pass, the
+ * converted bytes bit-identical to the CPU's by construction.
  *
  * Device state: NLANES lanes, each two streams, their events and buffers,
  * taken by one batch at a time under a mutex; a batch finding every lane
  * taken returns -EAGAIN (the CPU runs it).  Every CUDA error becomes -EIO
  * here, in fail(), which prints the first one.
  */
+#include "elemcast.h"
 #include "slice_cuda.h"
 #include "slice_plan.h"
 
@@ -151,6 +155,49 @@ __global__ void rows_kernel(const unsigned char *blk, const rows *rw,
 	}
 }
 
+/* Pieces of a cast batch: whole elements, each converted (c->to.size
+ * bytes in dst per source element). */
+__global__ void pieces_cast_kernel(const unsigned char *blk, const piece *pc,
+				   unsigned char *dst, flx_ecast c)
+{
+	const piece p = pc[blockIdx.x];
+
+	for (uint64_t i = threadIdx.x; i < p.n; i += blockDim.x)
+		flx_ecast_one(&c, dst + p.dbase + (int64_t)(i * c.to.size),
+			      blk + p.soff + i * p.stride);
+}
+
+/* Rows of a transpose with a cast: the tile holds source elements, each
+ * converted as it is written. */
+template <size_t E>
+__global__ void rows_cast_kernel(const unsigned char *blk, const rows *rw,
+				 unsigned char *dst, flx_ecast c)
+{
+	__shared__ elem<E> tile[TILE][TILE + 1];
+	const rows g = rw[blockIdx.y];
+	uint64_t tn = (g.n + TILE - 1) / TILE;
+	uint64_t r0 = blockIdx.x / tn * TILE, i0 = blockIdx.x % tn * TILE;
+
+	if (r0 >= g.nrows)
+		return;
+	for (unsigned k = threadIdx.y; k < TILE; k += ROWS) {
+		uint64_t r = r0 + threadIdx.x, i = i0 + k;
+
+		if (r < g.nrows && i < g.n)
+			memcpy(&tile[k][threadIdx.x],
+			       blk + g.soff + r * g.a + i * g.stride, E);
+	}
+	__syncthreads();
+	for (unsigned k = threadIdx.y; k < TILE; k += ROWS) {
+		uint64_t r = r0 + k, i = i0 + threadIdx.x;
+
+		if (r < g.nrows && i < g.n)
+			flx_ecast_one(&c,
+				      dst + g.dbase + r * g.d + i * c.to.size,
+				      tile[threadIdx.x][k].b);
+	}
+}
+
 /* ---- lanes ---- */
 
 static void lane_free_bufs(lane *l)
@@ -259,8 +306,10 @@ static void lane_give(device *d, lane *l)
 
 /* ---- a batch ---- */
 
-/* Rows sets in grids of at most 65535 (gridDim.y) */
-template <size_t E> static void launch_rows(lane *l, int s, size_t nrw)
+/* Rows sets in grids of at most 65535 (gridDim.y); c: the batch's cast
+ * or NULL */
+template <size_t E>
+static void launch_rows(lane *l, int s, size_t nrw, const flx_ecast *c)
 {
 	for (size_t g = 0; g < nrw;) {
 		size_t m = nrw - g < 65535 ? nrw - g : 65535;
@@ -274,21 +323,30 @@ template <size_t E> static void launch_rows(lane *l, int s, size_t nrw)
 
 			tiles = t > tiles ? t : tiles;
 		}
-		rows_kernel<E>
-		    <<<dim3((unsigned)tiles, (unsigned)m), dim3(TILE, ROWS), 0,
-		       l->s[s]>>>(l->d_blk[s], l->d_rw[s] + g, l->d_dst);
+		dim3 grid((unsigned)tiles, (unsigned)m), threads(TILE, ROWS);
+
+		if (c)
+			rows_cast_kernel<E><<<grid, threads, 0, l->s[s]>>>(
+			    l->d_blk[s], l->d_rw[s] + g, l->d_dst, *c);
+		else
+			rows_kernel<E><<<grid, threads, 0, l->s[s]>>>(
+			    l->d_blk[s], l->d_rw[s] + g, l->d_dst);
 		g += m;
 	}
 }
 
 template <size_t E>
-static void launch(lane *l, int s, size_t npc, size_t nrw, size_t esz)
+static void launch(lane *l, int s, size_t npc, size_t nrw, size_t esz,
+		   const flx_ecast *c)
 {
-	if (npc)
+	if (npc && c)
+		pieces_cast_kernel<<<(unsigned)npc, 128, 0, l->s[s]>>>(
+		    l->d_blk[s], l->d_pc[s], l->d_dst, *c);
+	else if (npc)
 		pieces_kernel<E><<<(unsigned)npc, 128, 0, l->s[s]>>>(
 		    l->d_blk[s], l->d_pc[s], l->d_dst, esz);
 	if constexpr (E != 0)
-		launch_rows<E>(l, s, nrw);
+		launch_rows<E>(l, s, nrw, c);
 }
 
 static bool fixed_size(size_t esz)
@@ -296,26 +354,29 @@ static bool fixed_size(size_t esz)
 	return esz == 1 || esz == 2 || esz == 4 || esz == 8 || esz == 16;
 }
 
-static void launch_any(lane *l, int s, size_t npc, size_t nrw, size_t esz)
+/* A cast's source elements have fixed sizes (1, 2, 4, 8: elemcast.h),
+ * so a cast never takes launch<0>. */
+static void launch_any(lane *l, int s, size_t npc, size_t nrw, size_t esz,
+		       const flx_ecast *c)
 {
 	switch (esz) {
 	case 1:
-		launch<1>(l, s, npc, nrw, esz);
+		launch<1>(l, s, npc, nrw, esz, c);
 		break;
 	case 2:
-		launch<2>(l, s, npc, nrw, esz);
+		launch<2>(l, s, npc, nrw, esz, c);
 		break;
 	case 4:
-		launch<4>(l, s, npc, nrw, esz);
+		launch<4>(l, s, npc, nrw, esz, c);
 		break;
 	case 8:
-		launch<8>(l, s, npc, nrw, esz);
+		launch<8>(l, s, npc, nrw, esz, c);
 		break;
 	case 16:
-		launch<16>(l, s, npc, nrw, esz);
+		launch<16>(l, s, npc, nrw, esz, c);
 		break;
 	default:
-		launch<0>(l, s, npc, nrw, esz);
+		launch<0>(l, s, npc, nrw, esz, NULL);
 	}
 }
 
@@ -323,6 +384,7 @@ static void launch_any(lane *l, int s, size_t npc, size_t nrw, size_t esz)
 static int run_lane(device *d, lane *l, const flx_slice_batch *b, const plan *p)
 {
 	size_t maxblk = 1, maxpc = 1, j = 0;
+	size_t osz = b->cast ? b->cast->to.size : b->elem_size;
 	bool pinned = false;
 	size_t pinned_k = 0;
 	int rc = 0;
@@ -360,8 +422,8 @@ static int run_lane(device *d, lane *l, const flx_slice_batch *b, const plan *p)
 		/* rows of transposes go to the tiled kernel, which has
 		 * compile-time element sizes only */
 		if (fixed_size(b->elem_size))
-			flx_plan_rows(p->pc + first, n, b->elem_size,
-				      l->h_pc[s], &npc, l->h_rw[s], &nrw);
+			flx_plan_rows(p->pc + first, n, osz, l->h_pc[s], &npc,
+				      l->h_rw[s], &nrw);
 		else
 			memcpy(l->h_pc[s], p->pc + first, n * sizeof(piece));
 		CU(cudaMemcpyAsync(l->d_blk[s], l->h_blk[s], len,
@@ -374,7 +436,7 @@ static int run_lane(device *d, lane *l, const flx_slice_batch *b, const plan *p)
 			CU(cudaMemcpyAsync(l->d_rw[s], l->h_rw[s],
 					   nrw * sizeof(rows),
 					   cudaMemcpyHostToDevice, l->s[s]));
-		launch_any(l, s, npc, nrw, b->elem_size);
+		launch_any(l, s, npc, nrw, b->elem_size, b->cast);
 		CU(cudaGetLastError());
 		CU(cudaEventRecord(l->done[s], l->s[s]));
 	}
@@ -402,6 +464,8 @@ static int cuda_run(void *dv, const flx_slice_batch *b)
 	int rc;
 
 	memset(&p, 0, sizeof(p));
+	if (b->cast && !fixed_size(b->elem_size))
+		return -EINVAL; /* not a type elemcast.h converts */
 	rc = flx_plan_cut(b, &p);
 	if (rc)
 		goto out;
@@ -413,7 +477,7 @@ static int cuda_run(void *dv, const flx_slice_batch *b)
 	rc = run_lane(d, l, b, &p);
 	lane_give(d, l);
 out:
-	flx_plan_free(&p);
+	flx_slice_plan_free(&p);
 	return rc;
 }
 

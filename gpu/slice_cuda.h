@@ -22,7 +22,7 @@
 
 #include <stddef.h>
 
-#define FLX_CUDA_ABI	 1
+#define FLX_CUDA_ABI	 2
 #define FLX_CUDA_ENTRY	 "flx_cuda_entry"
 #define FLX_CUDA_LIBRARY "libflexfs-cuda.so"
 

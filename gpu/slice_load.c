@@ -114,7 +114,7 @@ static int load(const flx_slicer_opts *o, dl_slicer **out, char *line, size_t n)
 		dlclose(dl);
 		return rc;
 	}
-	s->base = (flx_slicer){"cuda", dl_accepts, dl_run};
+	s->base = (flx_slicer){"cuda", dl_accepts, dl_run, true};
 	s->api = entry();
 	s->dl = dl;
 	s->min_bytes = o->min_bytes;
@@ -139,8 +139,8 @@ int flx_slicer_open(const flx_slicer_opts *o, const flx_slicer **out,
 	if (!rc) {
 		*out = &s->base;
 		snprintf(line, n,
-			 "slicer: cuda on %s for strided gathers of %llu "
-			 "bytes or more, cpu below",
+			 "slicer: cuda on %s for strided gathers and casts "
+			 "of %llu bytes or more, cpu below",
 			 why, (unsigned long long)o->min_bytes);
 		return 0;
 	}

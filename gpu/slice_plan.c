@@ -56,17 +56,19 @@ static size_t find_block(const flx_slice_batch *b, size_t lo, size_t hi,
 static int cut_run(const flx_slice_batch *b, const flx_slice_run *u, size_t lo,
 		   size_t hi, flx_plan *p)
 {
-	uint64_t esz = b->elem_size;
-	uint64_t e = u->skip / esz, end;
+	/* esz: the source's element size (the block rule); osz: the
+	 * stream's, of the converted elements with a cast */
+	uint64_t esz = b->elem_size, osz = b->cast ? b->cast->to.size : esz;
+	uint64_t e = u->skip / osz, end;
 
 	if (!u->len)
 		return 0;
-	end = (u->skip + u->len - 1) / esz + 1;
+	end = (u->skip + u->len - 1) / osz + 1;
 	while (e < end) {
 		uint64_t s = u->src + e * u->stride, n = end - e, last;
 		size_t k = find_block(b, lo, hi, s);
 		const flx_slice_block *blk;
-		uint64_t home, q0 = e * esz;
+		uint64_t home, q0 = e * osz;
 		int rc;
 
 		if (k == SIZE_MAX)
@@ -83,9 +85,9 @@ static int cut_run(const flx_slice_batch *b, const flx_slice_run *u, size_t lo,
 					   (int64_t)u->dst - (int64_t)u->skip +
 					       (int64_t)q0,
 					   n, u->skip > q0 ? u->skip - q0 : 0,
-					   u->skip + u->len - q0 < n * esz
+					   u->skip + u->len - q0 < n * osz
 					       ? u->skip + u->len - q0
-					       : n * esz});
+					       : n * osz});
 		if (rc)
 			return rc;
 		e += n;
@@ -183,7 +185,7 @@ void flx_plan_rows(const flx_piece *in, size_t n, uint64_t esz, flx_piece *pc,
 
 /* ---- lanes ---- */
 
-void flx_plan_free(flx_plan *p)
+void flx_slice_plan_free(flx_plan *p)
 {
 	free(p->pc);
 	free(p->blk_of);

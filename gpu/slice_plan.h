@@ -7,6 +7,10 @@
  * public; slice_cuda.cu executes it, test_slice_plan checks it on the
  * host).
  *
+ * With a cast (slice.h), esz below is the converted element's size (the
+ * stream's) and the bytes of element i are the conversion of the source
+ * element at block[p.soff + i * p.stride]; pieces are whole elements.
+ *
  * Every run is cut into pieces, one per block its elements start in, by
  * the CPU backend's rule: an element is taken from the listed block whose
  * home holds its first byte, and must end inside the bytes the block
@@ -54,14 +58,15 @@ typedef struct flx_plan {
 
 /**
  * Cut valid batch b (flx_slice_batch_check()) into *p (zeroed by the
- * caller; flx_plan_free() after, whatever the result).
+ * caller; flx_slice_plan_free() after, whatever the result).
  * @return 0, -EIO (an element in no listed block, or past its block's
  *         bytes), -ENOMEM.
  */
 int flx_plan_cut(const flx_slice_batch *b, flx_plan *p);
 
 /** Split the n pieces in[0..n) of one block: rows of transposes to
- * rw[0..*nrw), the other pieces to pc[0..*npc) (both at least n long). */
+ * rw[0..*nrw), the other pieces to pc[0..*npc) (both at least n long);
+ * esz: the stream's element size (the converted one with a cast). */
 void flx_plan_rows(const flx_piece *in, size_t n, uint64_t esz, flx_piece *pc,
 		   size_t *npc, flx_rows *rw, size_t *nrw);
 
@@ -71,7 +76,7 @@ void flx_plan_rows(const flx_piece *in, size_t n, uint64_t esz, flx_piece *pc,
 void flx_plan_copy_runs(const flx_slice_batch *b, const unsigned char *from);
 
 /** Free what p holds. */
-void flx_plan_free(flx_plan *p);
+void flx_slice_plan_free(flx_plan *p);
 
 #ifdef __cplusplus
 }

@@ -23,11 +23,13 @@
  * Not supported: floating to integer (the result of a NaN or an
  * out-of-range value is not defined), complex and fp8 types.
  *
- * Elements are little-endian, packed, as saved.  Every function is
- * reentrant and thread-safe.
+ * Elements are little-endian, packed, as saved.  One element's conversion
+ * is gpu/elemcast.h's code, which the CUDA slicer runs too (bit-identical
+ * by construction).  Every function is reentrant and thread-safe.
  */
 
 #include "dtype.h"
+#include "elemcast.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -48,6 +50,11 @@ bool flx_cast_exact(flx_dtype from, flx_dtype to);
 int flx_cast(flx_dtype to, void *dst, flx_dtype from, const void *src,
 	     size_t n);
 
+/** The conversion from into to, as elemcast.h executes it (a gather batch
+ * carries it to a slicer, gpu/slice.h).
+ * @return 0, or -EINVAL when the pair is not supported. */
+int flx_cast_desc(flx_dtype from, flx_dtype to, flx_ecast *out);
+
 /** Reads bytes [off, off + n) of the source elements into buf, all of
  * them: @return 0 or -errno. */
 typedef int (*flx_cast_source_fn)(void *ctx, void *buf, size_t n, uint64_t off);
@@ -61,5 +68,21 @@ typedef int (*flx_cast_source_fn)(void *ctx, void *buf, size_t n, uint64_t off);
  */
 int flx_cast_read(flx_dtype to, flx_dtype from, flx_cast_source_fn rd,
 		  void *ctx, void *buf, size_t n, uint64_t off);
+
+/** Writes the k converted elements [e, e + k) of a sequence, whole, to
+ * conv (k * size of the target type bytes): @return 0 or -errno. */
+typedef int (*flx_cast_conv_fn)(void *ctx, void *conv, size_t k, uint64_t e);
+
+/**
+ * flx_cast_read() when the source reads and converts in one pass (a
+ * device slicer gathering and converting, reshard/view.c): bytes
+ * [off, off + n) of the converted sequence, through conv, in as few
+ * calls as a bounded window (8 MiB) allows: one for a read request,
+ * straight into buf when [off, off + n) holds whole elements.  The
+ * caller has clipped n.
+ * @return 0, -EINVAL (pair not supported), -ENOMEM or conv's error.
+ */
+int flx_cast_read_conv(flx_dtype to, flx_dtype from, flx_cast_conv_fn conv,
+		       void *ctx, void *buf, size_t n, uint64_t off);
 
 #endif

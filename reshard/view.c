@@ -290,6 +290,10 @@ typedef struct rdctx {
 	size_t win_cap;
 	flx_zcache *zcache;    /* zstd chunks' content, or NULL */
 	flx_view_batch *batch; /* remote runs deferred here, or NULL */
+	/* a cast read for a slicer that converts as it gathers
+	 * (flx_slicer_casts()): whole source elements, every run gathered
+	 * with the cast, buf holding the converted ones; or NULL */
+	const flx_ecast *cast;
 } rdctx;
 
 /* A backing file changed since mount would hand out wrong or mixed bytes:
@@ -676,9 +680,20 @@ static void batch_put(void *ctx, size_t k)
 }
 
 /* Elements of run u (whole, partial ones included). */
-static uint64_t run_count(const flx_slice_run *u, unsigned esz)
+static uint64_t run_count(const rdctx *r, const flx_slice_run *u)
 {
+	unsigned esz = r->v->esz;
+
+	if (r->cast) /* whole converted elements */
+		return u->len / r->cast->to.size;
 	return (u->skip + u->len + esz - 1) / esz;
+}
+
+/* Bytes of buf that n bytes of whole source elements fill (a cast read
+ * converts them). */
+static uint64_t out_bytes(const rdctx *r, uint64_t n)
+{
+	return r->cast ? n / r->v->esz * r->cast->to.size : n;
 }
 
 /* Spans of blocks run u adds to a batch's list: one when its elements lie
@@ -686,7 +701,7 @@ static uint64_t run_count(const flx_slice_run *u, unsigned esz)
  * then holds one), else one per element. */
 static uint64_t run_spans(const rdctx *r, const flx_slice_run *u)
 {
-	return u->stride < r->block ? 1 : run_count(u, r->v->esz);
+	return u->stride < r->block ? 1 : run_count(r, u);
 }
 
 static int add_span(rdctx *r, uint32_t file, uint64_t lo, uint64_t hi,
@@ -711,13 +726,12 @@ static int cmp_span(const void *a, const void *b)
  * @return 0 and *n, -EIO (a block past the end of its file), -ENOMEM. */
 static int list_blocks(rdctx *r, size_t *n)
 {
-	unsigned esz = r->v->esz;
 	size_t ns = 0, nb = 0;
 	int rc = 0;
 
 	for (size_t i = 0; i < r->nsruns && !rc; i++) {
 		const flx_slice_run *u = &r->sruns[i];
-		uint64_t c = run_count(u, esz);
+		uint64_t c = run_count(r, u);
 
 		if (u->stride < r->block)
 			rc = add_span(r, u->file, u->src / r->block,
@@ -778,6 +792,7 @@ static int gather_flush(rdctx *r)
 			     .runs = r->sruns,
 			     .nruns = r->nsruns,
 			     .block = r->block,
+			     .cast = r->cast,
 			     .get = batch_get,
 			     .put = batch_put,
 			     .ctx = r};
@@ -810,17 +825,17 @@ static int gather(rdctx *r, uint32_t file, uint64_t src, uint64_t sstride,
 	unsigned esz = r->v->esz;
 
 	while (lo < hi) {
+		uint64_t cut = ebase + (uint64_t)MAX_SPANS * esz;
+		uint64_t take =
+		    sstride >= r->block && hi > cut ? cut - lo : hi - lo;
 		flx_slice_run u = {.src = src,
 				   .stride = sstride,
 				   .skip = lo - ebase,
-				   .dst = (size_t)(lo - r->off),
-				   .len = (size_t)(hi - lo),
+				   .dst = (size_t)out_bytes(r, lo - r->off),
+				   .len = (size_t)out_bytes(r, take),
 				   .file = file};
-		uint64_t cut = ebase + (uint64_t)MAX_SPANS * esz;
 		int rc;
 
-		if (sstride >= r->block && hi > cut)
-			u.len = (size_t)(cut - lo);
 		if ((r->nsruns == MAX_SRUNS ||
 		     r->nspans + run_spans(r, &u) > MAX_SPANS) &&
 		    (rc = gather_flush(r)))
@@ -830,7 +845,7 @@ static int gather(rdctx *r, uint32_t file, uint64_t src, uint64_t sstride,
 			return -ENOMEM;
 		r->sruns[r->nsruns++] = u;
 		r->nspans += run_spans(r, &u);
-		lo += u.len;
+		lo += take;
 		if (lo < hi) { /* the next part starts on an element */
 			src += (uint64_t)MAX_SPANS * sstride;
 			ebase = cut;
@@ -897,10 +912,13 @@ uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which)
 	return best;
 }
 
-/* Bytes [off, off+n) of the elements as the chunks hold them. */
+/* Bytes [off, off+n) of the elements as the chunks hold them; with cast
+ * (whole elements, no zstd chunk), converted into buf by the slicer as
+ * it gathers every run, contiguous ones too. */
 static ssize_t read_stored(const flx_view *v, const flx_view_io *io,
 			   flx_view_batch *batch, void *buf, size_t n,
-			   uint64_t off, flx_read_stats *stats)
+			   uint64_t off, flx_read_stats *stats,
+			   const flx_ecast *cast)
 {
 	flx_bcache *cache = io ? io->cache : NULL;
 	rdctx r = {.v = v,
@@ -911,7 +929,8 @@ static ssize_t read_stored(const flx_view *v, const flx_view_io *io,
 		   .cache = cache,
 		   .slicer = io ? io->slicer : NULL,
 		   .zcache = io ? io->zcache : NULL,
-		   .block = cache ? flx_bcache_block(cache) : FLX_BCACHE_BLOCK};
+		   .block = cache ? flx_bcache_block(cache) : FLX_BCACHE_BLOCK,
+		   .cast = cast};
 	const piece *p = NULL;
 	uint64_t pos, end;
 	int64_t g[FLX_MAX_DIMS];
@@ -921,7 +940,7 @@ static ssize_t read_stored(const flx_view *v, const flx_view_io *io,
 		return 0;
 	if (n > v->bytes - off)
 		n = (size_t)(v->bytes - off);
-	r.len = n;
+	r.len = (size_t)out_bytes(&r, n);
 	end = off + n;
 	for (pos = off; pos < end && !rc;) {
 		uint64_t e = pos / v->esz, within = pos % v->esz;
@@ -938,7 +957,11 @@ static ssize_t read_stored(const flx_view *v, const flx_view_io *io,
 		if (stop > end)
 			stop = end;
 		if (p->ch->zstd) {
-			rc = zstd_run(&r, p, g, e, pos, stop);
+			rc = cast ? -EIO : zstd_run(&r, p, g, e, pos, stop);
+		} else if (cast &&
+			   (p->ch->contig_from < v->ndim || v->ndim == 0)) {
+			rc = gather(&r, p->ch->file, src_offset(v, p, g),
+				    v->esz, e * v->esz, pos, stop);
 		} else if (p->ch->contig_from < v->ndim || v->ndim == 0) {
 			rc = emit(&r, p->ch->file, src_offset(v, p, g) + within,
 				  (size_t)(pos - off), (size_t)(stop - pos));
@@ -963,19 +986,48 @@ static ssize_t read_stored(const flx_view *v, const flx_view_io *io,
 	return rc ? rc : (ssize_t)n;
 }
 
-/* A cast tensor's view reads its stored elements, then converts. */
+/* A cast tensor's view reads its stored elements, then converts; or,
+ * with a slicer that converts as it gathers, has it do both (c). */
 typedef struct stored_src {
 	const flx_view *v;
 	const flx_view_io *io;
 	flx_read_stats *stats;
+	flx_ecast c;
 } stored_src;
 
 static int read_stored_all(void *arg, void *buf, size_t n, uint64_t off)
 {
 	const stored_src *s = arg;
-	ssize_t got = read_stored(s->v, s->io, NULL, buf, n, off, s->stats);
+	ssize_t got =
+	    read_stored(s->v, s->io, NULL, buf, n, off, s->stats, NULL);
 
 	return got < 0 ? (int)got : (size_t)got == n ? 0 : -EIO;
+}
+
+static int read_converted(void *arg, void *conv, size_t k, uint64_t e)
+{
+	const stored_src *s = arg;
+	size_t n = k * s->v->esz;
+	ssize_t got = read_stored(s->v, s->io, NULL, conv, n, e * s->v->esz,
+				  s->stats, &s->c);
+
+	return got < 0 ? (int)got : (size_t)got == n ? 0 : -EIO;
+}
+
+/* Whether a cast view's reads go to its slicer with the cast: a slicer
+ * that converts as it gathers (a device), no zstd chunk (its content
+ * comes through the window cache, not in blocks of the file) and no
+ * remote file (its contiguous runs are read as they are asked for, not in
+ * whole blocks). */
+static bool cast_in_slicer(const flx_view *v, const flx_view_io *io)
+{
+	if (!io || !flx_slicer_casts(io->slicer))
+		return false;
+	for (uint32_t c = 0; c < v->t->nchunks; c++)
+		if (v->t->chunks[c].zstd ||
+		    flx_file_is_remote(v->ckpt, v->t->chunks[c].file))
+			return false;
+	return true;
 }
 
 ssize_t flx_view_read_io(const flx_view *v, const flx_view_io *io, void *buf,
@@ -988,19 +1040,24 @@ ssize_t flx_view_read_batch(const flx_view *v, const flx_view_io *io,
 			    flx_view_batch *batch, void *buf, size_t n,
 			    uint64_t off, flx_read_stats *stats)
 {
-	stored_src s = {v, io, stats};
+	stored_src s = {v, io, stats, {{0}, {0}, 0}};
 	uint64_t bytes;
 	int rc;
 
 	if (!v->t->stored)
-		return read_stored(v, io, batch, buf, n, off, stats);
+		return read_stored(v, io, batch, buf, n, off, stats, NULL);
 	bytes = flx_view_bytes(v);
 	if (off >= bytes || n == 0)
 		return 0;
 	if (n > bytes - off)
 		n = (size_t)(bytes - off);
-	rc = flx_cast_read(v->t->dtype, v->t->stored, read_stored_all, &s, buf,
-			   n, off);
+	if (cast_in_slicer(v, io) &&
+	    flx_cast_desc(v->t->stored, v->t->dtype, &s.c) == 0)
+		rc = flx_cast_read_conv(v->t->dtype, v->t->stored,
+					read_converted, &s, buf, n, off);
+	else
+		rc = flx_cast_read(v->t->dtype, v->t->stored, read_stored_all,
+				   &s, buf, n, off);
 	return rc ? rc : (ssize_t)n;
 }
 

@@ -287,7 +287,7 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 		    "%s, %s; gathered through the mount's block cache "
 		    "(cache_size=, default 64M)\n",
 		    h1, st->fqn);
-		printf("strided gathers: %s\n", slicer_line);
+		printf("strided gathers and casts: %s\n", slicer_line);
 	}
 	free(rank);
 	return 0;

@@ -76,9 +76,11 @@ static int index_head(const void *arg, uint32_t idx, unsigned char *dst,
 	flx_jw_key(&w, "hf_shard_size");
 	flx_jw_int(&w, (int64_t)s->hf_shard_size);
 	flx_jw_close(&w, '}');
-	if (s->slicer) {
+	if (s->slicer) { /* the backend of both (gpu/slice.h) */
 		flx_jw_key(&w, "slicer");
 		flx_jw_str(&w, s->slicer);
+		flx_jw_key(&w, "slicer_serves");
+		flx_jw_str(&w, "strided gathers, casts");
 	}
 	flx_jw_key(&w, "tensors");
 	flx_jw_open(&w, '{');

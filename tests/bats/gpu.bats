@@ -7,7 +7,11 @@
 # on the CPU and says nothing; a backend that loads serves the strided
 # gathers (dcp-t113's transposed tensor), is named in index.json, by
 # flexfs-inspect and (gpu=on) in the mount log, and every view equals the truth --
-# unless the stub corrupts its bytes, which the oracle must then see.
+# unless the stub corrupts its bytes, which the oracle must then see.  It
+# serves the casts of the transform rules with their gathers too (every
+# float pair against torch's .to()).  The last test does the same with the
+# real libflexfs-cuda.so when a device is present (tools/gpu-check.sh),
+# and is skipped with one line when not.
 
 load helpers
 
@@ -80,9 +84,9 @@ views() {
 	export FLEXFS_CUDA_STUB=ok
 	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" -o "rules=$RULES,gpu_device=1"
 	[ "$status" -eq 0 ]
-	[[ $output == *$'\nstrided gathers: slicer: cuda on device 1 (Stub GPU) for strided gathers of 1048576 bytes or more, cpu below'* ]]
+	[[ $output == *$'\nstrided gathers and casts: slicer: cuda on device 1 (Stub GPU) for strided gathers and casts of 1048576 bytes or more, cpu below'* ]]
 	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" --json -o "rules=$RULES"
-	[[ $output == *$'\n "slicer": "cuda",\n'* ]]
+	[[ $output == *$'\n "slicer": "cuda",\n "slicer_serves": "strided gathers, casts",\n'* ]]
 	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" --json -o "rules=$RULES,gpu=off"
 	[[ $output == *$'\n "slicer": "cpu",\n'* ]]
 }
@@ -102,7 +106,7 @@ views() {
 	export FLEXFS_CUDA_STUB=ok
 	views "gpu=on,gpu_min=0,gpu_device=2"
 	[[ $output == *" passed, 0 failed"* ]]
-	[ "$(cat "$FF_ERR")" = "flexfs: slicer: cuda on device 2 (Stub GPU) for strided gathers of 0 bytes or more, cpu below" ]
+	[ "$(cat "$FF_ERR")" = "flexfs: slicer: cuda on device 2 (Stub GPU) for strided gathers and casts of 0 bytes or more, cpu below" ]
 	# gpu=auto takes the device as well, and says nothing
 	views "gpu_min=0"
 	[[ $output == *" passed, 0 failed"* ]]
@@ -113,4 +117,54 @@ views() {
 	[[ $output != *" passed, 0 failed"* ]]
 	# gpu=off: the backend is never loaded
 	quiet "gpu=off,gpu_min=0"
+}
+
+@test "a device backend serves the casts with their gathers: torch's .to() bit for bit, the bytes its own" {
+	require_fuse
+	require_bins
+	local d=$BATS_TEST_TMPDIR/r11 oracle=$FLEXFS_SRC/tests/bats/lib/aoa_oracle.py
+
+	mkdir -p "$d"
+	# every float pair cast (and transposes, permutes, ...) over tp 3
+	"$PY" "$oracle" random "$d/ck" 11 3
+	export FLEXFS_CUDA_STUB=ok
+	mount_ff "$d/ck" "$MNT" "tp=3,rules=$d/rules11.json,gpu_min=0"
+	grep -qx ' "slicer": "cuda",' "$MNT/index.json"
+	run "$PY" "$oracle" check-random "$MNT" "$d/ck" 11 3
+	echo "$output"
+	[[ $output == *" tensors, 0 wrong"* ]]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+	# the converted bytes came from the backend: corrupted there, seen
+	# here (the casts among the tensors found wrong)
+	export FLEXFS_CUDA_STUB=corrupt
+	mount_ff "$d/ck" "$MNT" "tp=3,rules=$d/rules11.json,gpu_min=0"
+	run "$PY" "$oracle" check-random "$MNT" "$d/ck" 11 3
+	echo "$output"
+	[[ $output == *"cast_"* ]]
+	[[ $output != *" tensors, 0 wrong"* ]]
+	unmount_ff "$MNT"
+}
+
+@test "the real CUDA backend, when a device is present: every view and every cast bit for bit" {
+	require_fuse
+	require_bins
+	local d=$BATS_TEST_TMPDIR/r13 oracle=$FLEXFS_SRC/tests/bats/lib/aoa_oracle.py
+
+	# libflexfs-cuda.so as the daemon finds it (next to it, installed,
+	# the build tree), on device 0; skipped with one line without one
+	unset FLEXFS_CUDA_LIB
+	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" -o "rules=$RULES,gpu=on"
+	[ "$status" -eq 0 ] || skip "no CUDA device: ${stderr#flexfs-inspect: }"
+	views "gpu=on,gpu_min=0"
+	[[ $output == *" passed, 0 failed"* ]]
+	[[ $(cat "$FF_ERR") == "flexfs: slicer: cuda on device 0 ("* ]]
+	mkdir -p "$d"
+	"$PY" "$oracle" random "$d/ck" 13 2
+	mount_ff "$d/ck" "$MNT" "tp=2,rules=$d/rules13.json,gpu=on,gpu_min=0"
+	run "$PY" "$oracle" check-random "$MNT" "$d/ck" 13 2
+	echo "$output"
+	[[ $output == *" tensors, 0 wrong"* ]]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
 }

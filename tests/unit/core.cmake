@@ -7,7 +7,7 @@ flx_unit(test_spec flx_reshard)
 # The block cache of strided gathers: replacement, pins, errors, threads.
 flx_unit(test_bcache flx_reshard)
 # The CPU slicer (the tiled transpose too) against a naive oracle.
-flx_unit(test_slice flx_gpu)
+flx_unit(test_slice flx_reshard)
 # The transform stage and its casts against formula and vector oracles.
 flx_unit(test_transform flx_fs)
 # Placement decisions: undecided tensors, FSDP-aware split inference.

@@ -8,7 +8,8 @@
  * scribbling on the runs), "corrupt" (a device that gets the last byte
  * of every run wrong: the end-to-end test shows the bytes it serves come
  * from here), anything else a working fake device that executes batches
- * one byte at a time, fetching each block once.  The
+ * one byte at a time (a cast one element at a time, with elemcast.h),
+ * fetching each block once.  The
  * counters below are read by the test through dlsym().
  */
 #include "slice_cuda.h"
@@ -46,7 +47,7 @@ static int stub_open(int device, char *what, size_t n, void **dev)
 
 static int stub_run(void *dev, const flx_slice_batch *b)
 {
-	size_t esz = b->elem_size;
+	size_t esz = b->elem_size, tsz = b->cast ? b->cast->to.size : esz;
 
 	(void)dev;
 	stub_runs++;
@@ -69,7 +70,17 @@ static int stub_run(void *dev, const flx_slice_batch *b)
 
 			if (u->file != blk->file)
 				continue;
-			for (uint64_t p = u->skip; p < u->skip + u->len; p++) {
+			for (uint64_t e = 0; b->cast && e < u->len / tsz; e++) {
+				uint64_t s = u->src + e * u->stride;
+
+				if (s >= blk->start &&
+				    s - blk->start < b->block)
+					flx_ecast_one(b->cast,
+						      b->dst + u->dst + e * tsz,
+						      data + (s - blk->start));
+			}
+			for (uint64_t p = u->skip;
+			     !b->cast && p < u->skip + u->len; p++) {
 				uint64_t s = u->src + p / esz * u->stride;
 
 				if (s >= blk->start &&

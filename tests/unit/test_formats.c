@@ -249,7 +249,7 @@ static char *ref_index(const flx_ckpt *c, const flx_plan *p)
 	}
 	root = json_pack(
 	    "{s:s,s:{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:i},"
-	    "s:{s:i,s:i,s:s?,s:s,s:s,s:b,s:I},s:s*,s:o,s:o}",
+	    "s:{s:i,s:i,s:s?,s:s,s:s,s:b,s:I},s:s*,s:s*,s:o,s:o}",
 	    "flexfs_version", "0.1.0", "source", "format", c->format, "writer",
 	    c->writer, "dir", c->dir, "tensors", (json_int_t)c->ntensors,
 	    "objects", (json_int_t)c->nobjects, "files", (json_int_t)c->nfiles,
@@ -257,7 +257,9 @@ static char *ref_index(const flx_ckpt *c, const flx_plan *p)
 	    s->tp, "pp", s->pp, "rules", s->rules_path, "layer_regex",
 	    s->layer_regex, "embed_regex", s->embed_regex, "pp_renumber",
 	    s->pp_renumber, "hf_shard_size", (json_int_t)s->hf_shard_size,
-	    "slicer", s->slicer, "tensors", tensors, "objects", objs);
+	    "slicer", s->slicer, "slicer_serves",
+	    s->slicer ? "strided gathers, casts" : NULL, "tensors", tensors,
+	    "objects", objs);
 	CHECK(root != NULL);
 	text = json_dumps(root, JSON_INDENT(1));
 	json_decref(root);

@@ -186,7 +186,7 @@ static void test_stub_batches(void)
 	CHECK_EQ(flx_slicer_open(&o, &s, line, sizeof(line)), 0);
 	CHECK_STR(s->name, "cuda");
 	CHECK_STR(line, "slicer: cuda on device 3 (Stub GPU) for strided "
-			"gathers of 400 bytes or more, cpu below");
+			"gathers and casts of 400 bytes or more, cpu below");
 	runs = stub_counter("stub_runs");
 	dev = stub_counter("stub_device");
 	closes = stub_counter("stub_closes");

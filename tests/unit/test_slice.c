@@ -31,6 +31,7 @@
  * runs everything above and the errors below: a test backend executes its
  * pieces and rows on the host, as the header defines them.
  */
+#include "cast.h"
 #include "check.h"
 #include "slice.h"
 #include "slice_internal.h"
@@ -211,7 +212,8 @@ static void tb_blocks(tb *t)
 	t->blocks = malloc(cap * sizeof(*t->blocks));
 	for (size_t i = 0; i < t->b.nruns; i++) {
 		const flx_slice_run *u = &t->runs[i];
-		uint64_t c = (u->skip + u->len + esz - 1) / esz;
+		uint64_t c = t->b.cast ? u->len / t->b.cast->to.size
+				       : (u->skip + u->len + esz - 1) / esz;
 
 		for (uint64_t e = 0; e < c; e++) {
 			uint64_t start = (u->src + e * u->stride) / B * B;
@@ -392,8 +394,15 @@ static unsigned char *tb_oracle(const tb *t)
 	memset(want, 0xEE, t->b.dst_len);
 	for (size_t i = 0; i < t->b.nruns; i++) {
 		const flx_slice_run *u = &t->runs[i];
+		const flx_ecast *c = t->b.cast;
 
-		for (uint64_t p = u->skip; p < u->skip + u->len; p++)
+		/* a cast: each element read alone, then converted (cast.c's
+		 * tests check the conversion against torch's) */
+		for (uint64_t e = 0; c && e < u->len / c->to.size; e++)
+			flx_ecast_one(c, want + u->dst + e * c->to.size,
+				      t->f[u->file].data + u->src +
+					  e * u->stride);
+		for (uint64_t p = u->skip; !c && p < u->skip + u->len; p++)
 			want[u->dst + (p - u->skip)] =
 			    t->f[u->file]
 				.data[u->src + p / esz * u->stride + p % esz];
@@ -443,7 +452,8 @@ static int failing_run(const flx_slicer *self, const flx_slice_batch *b)
  * bytes copied out, as slice_cuda.cu does on the device. */
 static int plan_run(const flx_slicer *self, const flx_slice_batch *b)
 {
-	size_t esz = b->elem_size, cap = 0;
+	const flx_ecast *c = b->cast;
+	size_t esz = c ? c->to.size : b->elem_size, cap = 0;
 	flx_piece *pc = NULL;
 	flx_rows *rw = NULL;
 	unsigned char *scratch = NULL;
@@ -473,7 +483,13 @@ static int plan_run(const flx_slicer *self, const flx_slice_batch *b)
 		if (rc)
 			break;
 		flx_plan_rows(p.pc + first, n, esz, pc, &npc, rw, &nrw);
-		for (size_t j = 0; j < npc; j++)
+		for (size_t j = 0; c && j < npc; j++)
+			for (uint64_t i = 0; i < pc[j].n; i++)
+				flx_ecast_one(
+				    c,
+				    scratch + pc[j].dbase + (int64_t)(i * esz),
+				    blk + pc[j].soff + i * pc[j].stride);
+		for (size_t j = 0; !c && j < npc; j++)
 			for (uint64_t i = 0; i < pc[j].n; i++)
 				for (size_t x = 0; x < esz; x++) {
 					uint64_t q = i * esz + x;
@@ -486,27 +502,35 @@ static int plan_run(const flx_slicer *self, const flx_slice_batch *b)
 				}
 		for (size_t j = 0; j < nrw; j++)
 			for (uint64_t r = 0; r < rw[j].nrows; r++)
-				for (uint64_t i = 0; i < rw[j].n; i++)
-					memcpy(scratch + rw[j].dbase +
-						   r * rw[j].d + i * esz,
-					       blk + rw[j].soff + r * rw[j].a +
-						   i * rw[j].stride,
-					       esz);
+				for (uint64_t i = 0; i < rw[j].n; i++) {
+					unsigned char *d =
+					    scratch + rw[j].dbase +
+					    r * rw[j].d + i * esz;
+					const unsigned char *sp =
+					    blk + rw[j].soff + r * rw[j].a +
+					    i * rw[j].stride;
+
+					if (c)
+						flx_ecast_one(c, d, sp);
+					else
+						memcpy(d, sp, esz);
+				}
 		b->put(b->ctx, k);
 	}
 	if (!rc)
 		flx_plan_copy_runs(b, scratch);
-	flx_plan_free(&p);
+	flx_slice_plan_free(&p);
 	free(pc);
 	free(rw);
 	free(scratch);
 	return rc;
 }
 
-static const flx_slicer plan_emu = {"cuda plan on the host", NULL, plan_run};
-static const flx_slicer declining = {"declining", big_only, counting_run};
-static const flx_slicer busy = {"busy", NULL, busy_run};
-static const flx_slicer failing = {"failing", NULL, failing_run};
+static const flx_slicer plan_emu = {"cuda plan on the host", NULL, plan_run,
+				    true};
+static const flx_slicer declining = {"declining", big_only, counting_run, true};
+static const flx_slicer busy = {"busy", NULL, busy_run, true};
+static const flx_slicer failing = {"failing", NULL, failing_run, true};
 
 static unsigned batches, batch_bytes, transposes, slice_batches;
 
@@ -638,6 +662,110 @@ static void test_batches(void)
 	}
 	/* both sides of the declining backend's threshold were run */
 	CHECK(declined > 0 && taken > 0);
+}
+
+/*
+ * t's runs (elements of the source type, added but not finished) made a
+ * cast batch: each run's elements, partial ones whole, converted by c and
+ * placed back to back in dst in run order (gaps: after a random few
+ * bytes, so that rows of a transpose step unevenly).
+ */
+static void tb_castify(tb *t, const flx_ecast *c, unsigned *seed, int gaps)
+{
+	size_t esz = t->b.elem_size, tsz = c->to.size;
+
+	qsort(t->runs, t->b.nruns, sizeof(*t->runs), cmp_run);
+	t->b.dst_len = 0;
+	t->nbytes = 0;
+	t->b.cast = c;
+	for (size_t i = 0; i < t->b.nruns; i++) {
+		flx_slice_run *u = &t->runs[i];
+		uint64_t e0 = u->skip / esz;
+		uint64_t n = (u->skip + u->len + esz - 1) / esz - e0;
+
+		u->src += e0 * u->stride;
+		u->skip = 0;
+		u->len = (size_t)(n * tsz);
+		if (gaps && rand_r(seed) % 2)
+			t->b.dst_len += (size_t)(rand_r(seed) % 5);
+		u->dst = t->b.dst_len;
+		t->b.dst_len += u->len;
+		t->nbytes += u->len;
+	}
+}
+
+static int run_cpu(tb *t);
+
+/* Gathers with casts: pairs of every kind of conversion (shortcuts,
+ * narrowings that round, integers, bools), random runs and transposes of
+ * random bytes (NaNs, infinities, subnormals included), on every backend,
+ * against each element read alone and converted. */
+static unsigned cast_batches;
+
+static void test_cast_batches(void)
+{
+	static const flx_dtype F[] = {FLX_DT_F64, FLX_DT_F32, FLX_DT_F16,
+				      FLX_DT_BF16};
+	static const flx_dtype pairs[][2] = {
+	    {FLX_DT_I32, FLX_DT_F32},  {FLX_DT_I64, FLX_DT_BF16},
+	    {FLX_DT_U8, FLX_DT_F16},   {FLX_DT_I16, FLX_DT_I8},
+	    {FLX_DT_I8, FLX_DT_I64},   {FLX_DT_U8, FLX_DT_BOOL},
+	    {FLX_DT_BOOL, FLX_DT_F32}, {FLX_DT_I32, FLX_DT_U16}};
+	static const uint64_t blocks[] = {64, 256, 1024, 4096};
+	const flx_slicer *backends[] = {flx_slicer_cpu(), flx_slicer_default(),
+					&declining,	  &busy,
+					&plan_emu,	  cuda};
+	flx_dtype from[16 + 8], to[16 + 8];
+	size_t np = 0;
+	unsigned seed = 31337;
+
+	for (size_t i = 0; i < 4; i++)
+		for (size_t j = 0; j < 4; j++, np++) {
+			from[np] = F[i];
+			to[np] = F[j];
+		}
+	for (size_t i = 0; i < 8; i++, np++) {
+		from[np] = pairs[i][0];
+		to[np] = pairs[i][1];
+	}
+	for (size_t k = 0; k < np; k++)
+		for (int i = 0; i < 16; i++) {
+			flx_ecast c;
+			tb t;
+			int nr = rand_r(&seed) % 30;
+
+			CHECK_EQ(flx_cast_desc(from[k], to[k], &c), 0);
+			tb_init(&t, c.from.size, blocks[rand_r(&seed) % 4],
+				&seed, 4096);
+			for (int q = 0; q < nr; q++)
+				add_random_run(&t, &seed);
+			if (i % 2)
+				add_transpose(&t, &seed);
+			tb_castify(&t, &c, &seed, i % 4 == 3);
+			tb_finish(&t);
+			CHECK_EQ(flx_slice_batch_check(&t.b), 0);
+			for (size_t b = 0;
+			     b < sizeof(backends) / sizeof(backends[0]); b++)
+				if (backends[b])
+					check_batch(&t, backends[b],
+						    backends[b]->name);
+			if (t.b.nruns && t.runs[0].len) {
+				/* not whole converted elements */
+				t.runs[0].len -= c.to.size > 1;
+				CHECK_EQ(run_cpu(&t),
+					 c.to.size > 1 ? -EINVAL : 0);
+				t.runs[0].len += c.to.size > 1;
+				t.runs[0].skip = 1;
+				CHECK_EQ(run_cpu(&t), -EINVAL);
+				t.runs[0].skip = 0;
+				t.b.elem_size++;
+				CHECK_EQ(run_cpu(&t), -EINVAL);
+				t.b.elem_size--;
+				CHECK_EQ(run_cpu(&t), 0);
+			}
+			cast_batches++;
+			tb_free(&t);
+		}
 }
 
 /* A batch of random runs for the error checks (one element size). */
@@ -797,11 +925,14 @@ int main(void)
 	CHECK(cases > 3000 && tiled_cases == 36);
 	test_batches();
 	test_batch_errors();
+	test_cast_batches();
+	CHECK_EQ(cast_batches, 24 * 16);
 	CHECK(batches == 600 && transposes == 300 && batch_bytes > 100000);
 	CHECK_EQ(slice_batches, cases);
 	flx_slicer_close(cuda);
 	fprintf(stderr,
-		"%u batches (%u bytes, %u declined by the test backend)\n",
-		batches, batch_bytes, declined);
+		"%u batches (%u bytes, %u declined by the test backend), "
+		"%u with casts\n",
+		batches, batch_bytes, declined, cast_batches);
 	return CHECK_RESULT();
 }

@@ -229,7 +229,8 @@ static void test_cast_exact(void)
 
 /* flx_cast_read() over a source of 40,000 f32 elements (more than one
  * batch), read to f64 and bf16 at ranges that start and end inside
- * elements, against flx_cast() of the whole array. */
+ * elements, against flx_cast() of the whole array; flx_cast_read_conv()
+ * alike, in one call. */
 typedef struct arr_src {
 	const unsigned char *p;
 	size_t len;
@@ -247,11 +248,29 @@ static int arr_read(void *ctx, void *buf, size_t n, uint64_t off)
 	return 0;
 }
 
+/* flx_cast_read_conv()'s source: k whole converted elements from e on,
+ * converted by elemcast.h (the device's code) from a's f32 elements into
+ * conv_to. */
+static flx_dtype conv_to;
+
+static int arr_conv(void *ctx, void *conv, size_t k, uint64_t e)
+{
+	arr_src *a = ctx;
+	flx_ecast c;
+
+	a->calls++;
+	if (e > a->len / 4 || k > a->len / 4 - e ||
+	    flx_cast_desc(FLX_DT_F32, conv_to, &c))
+		return -EIO;
+	flx_ecast_n(&c, conv, a->p + e * 4, k);
+	return 0;
+}
+
 static void test_cast_read(void)
 {
 	enum { N = 40000 };
 	float *f = malloc(N * sizeof(float));
-	unsigned char *whole = malloc(N * 8), *got = malloc(N * 8);
+	unsigned char *whole = malloc(N * 8), *got = malloc(N * 8 + 8);
 	arr_src a = {(const unsigned char *)f, N * sizeof(float), 0};
 	static const flx_dtype to[] = {FLX_DT_F64, FLX_DT_BF16};
 
@@ -263,6 +282,7 @@ static void test_cast_read(void)
 		static const size_t lens[] = {1, 3, 9, 100, 70001, 200000};
 
 		CHECK_EQ(flx_cast(to[t], whole, FLX_DT_F32, f, N), 0);
+		conv_to = to[t];
 		for (size_t i = 0; i < 6; i++)
 			for (size_t j = 0; j < 6; j++) {
 				uint64_t off = offs[i];
@@ -276,9 +296,25 @@ static void test_cast_read(void)
 						       off),
 					 0);
 				CHECK(memcmp(got, whole + off, n) == 0);
+				/* the one-pass reader: one call, the same
+				 * bytes, none past them */
+				memset(got, 0xAB, n + 8);
+				a.calls = 0;
+				CHECK_EQ(flx_cast_read_conv(to[t], FLX_DT_F32,
+							    arr_conv, &a, got,
+							    n, off),
+					 0);
+				CHECK_EQ(a.calls, 1);
+				CHECK(memcmp(got, whole + off, n) == 0);
+				for (size_t q = n; q < n + 8; q++)
+					CHECK_EQ(got[q], 0xAB);
 			}
 	}
 	a.calls = 0;
+	CHECK_EQ(
+	    flx_cast_read_conv(FLX_DT_I32, FLX_DT_F32, arr_conv, &a, got, 4, 0),
+	    -EINVAL);
+	CHECK_EQ(a.calls, 0);
 	CHECK_EQ(flx_cast_read(FLX_DT_I32, FLX_DT_F32, arr_read, &a, got, 4, 0),
 		 -EINVAL);
 	CHECK_EQ(a.calls, 0);

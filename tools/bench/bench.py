@@ -28,8 +28,11 @@ against a baseline taken in the same run (median of --runs, min and max):
            backend (-o gpu=on,gpu_min=0) vs the CPU one (-o gpu=off) in
            the same run (goal >= 5x), and the GPU gather throughput vs the
            device's host-to-device bandwidth measured just before with
-           pinned memory (goal >= 0.6); skipped with one line where
-           gpu=on cannot mount (no device, driver or libflexfs-cuda.so)
+           pinned memory (goal >= 0.6); then the same tensors cast to
+           float32 by the rules, GPU (gather and cast in one pass) vs CPU,
+           the GPU's bytes checked equal to the CPU's; skipped with one
+           line where gpu=on cannot mount (no device, driver or
+           libflexfs-cuda.so)
   e2e      every tensor of a TP4 layout through flexfs (np.load mmap of
            the .npy, or read() of the safetensors) vs torch's DCP
            load_state_dict into TP4 shards; plus backing bytes read per
@@ -74,6 +77,7 @@ mismatch, 77 when /dev/fuse is missing; no timing is asserted.
 import argparse
 import atexit
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -960,7 +964,62 @@ def fig_gpu(ctx, info):
             % (i, got[gpu_opts] / GB, got[cpu_opts] / GB,
                "%.2f GB/s" % (h2d / GB) if h2d else "-"))
     ctx.diag["gpu"] = dict(runs=diag, device=device)
-    return [vs_cpu] + ([vs_h2d] if h2d else [])
+    return [vs_cpu] + ([vs_h2d] if h2d else []) + fig_gpu_cast(ctx, info, device)
+
+
+def files_digest(paths):
+    h = hashlib.sha256()
+    n = 0
+    for p in paths:
+        with open(p, "rb") as f:
+            while True:
+                b = f.read(1 << 20)
+                if not b:
+                    break
+                h.update(b)
+                n += len(b)
+    return h.hexdigest(), n
+
+
+def fig_gpu_cast(ctx, info, device):
+    """The same tensors cast to float32 by the rules (AOA dtype=): gathered
+    and converted in one pass by the CUDA backend vs gathered then
+    converted on the CPU, same run.  The GPU's bytes must be the CPU's
+    (whose conversions cast.c's tests check against torch)."""
+    ck = info["dir"]
+    names = [t[0] for t in info["config"]["tensors"]]
+    rules = os.path.join(ctx.workdir, "gpu-cast-f32.json")
+    with open(rules, "w") as f:
+        json.dump({"aoa_statements": ["%s -> %s, dtype='float32'" % (n, n) for n in names]}, f)
+    hf = lambda m: [p for p in hf_files(m) if p.endswith(".safetensors")]  # noqa: E731
+    gpu_opts = "tp=1,gpu=on,gpu_min=0,rules=" + rules
+    cpu_opts = "tp=1,gpu=off,rules=" + rules
+    row = Row("gpu", "transposed hf/ (TP1) cast bf16 -> f32, GPU backend vs CPU backend",
+              "GB/s", "cpu backend", None,
+              note="%s; GB/s of float32 delivered; ratio = GPU / CPU" % device)
+    diag = []
+    for i in range(ctx.runs):
+        got, digest = {}, {}
+        for opts in (cpu_opts, gpu_opts):
+            warm(backing_files(ck))
+            with Mount(ctx, ck, opts, name="gpu", stderr_ok=GPU_LINES) as m:
+                nf, tf = readers.seq_read(hf(m))
+                if i == 0 and ctx.check != "none":
+                    digest[opts] = files_digest(hf(m))
+            got[opts] = tput(nf, tf)
+        if digest:
+            same = digest[cpu_opts] == digest[gpu_opts]
+            record_check(ctx, "cast hf/ GPU bytes == CPU bytes",
+                         dict(ok=same, tensors_checked=len(names),
+                              bytes_checked=digest[gpu_opts][1],
+                              errors=[] if same else ["sha256 %s (gpu) != %s (cpu)" % (
+                                  digest[gpu_opts][0], digest[cpu_opts][0])]))
+        row.add(got[cpu_opts], got[gpu_opts], got[gpu_opts] / got[cpu_opts])
+        diag.append(dict(cpu=got[cpu_opts], gpu=got[gpu_opts]))
+        log("gpu cast run %d: gpu %.2f GB/s, cpu %.2f GB/s"
+            % (i, got[gpu_opts] / GB, got[cpu_opts] / GB))
+    ctx.diag["gpu_cast"] = dict(runs=diag)
+    return [row]
 
 
 # the daemon's line naming its slicer, and the gather warning
@@ -1905,10 +1964,13 @@ def main(argv=None):
     try:
         if ctx.chroot:
             ctx.chroot.__enter__()
+        big = many = None
         if args.quick:
             big = ensure_ckpt(ctx, "t113", "mini", layers=3, full_check=True)
             many = ensure_ckpt(ctx, "t113", "many", layers=12, layout="tp8pp8")
-        else:
+        elif only - {"transposed", "gpu"}:
+            # (transposed and gpu read the transposed checkpoint only: a
+            # device session's tools/gpu-check.sh builds nothing else)
             big = ensure_ckpt(ctx, "t113", "tinyllama", size=model.parse_size(args.size))
             many = ensure_ckpt(ctx, "t113", "many", layers=1111, layout="tp8pp8", limit=10000)
         big26 = None
