@@ -1781,9 +1781,8 @@ static int fused_src(cc *c, const char *in, bool t, int a, int64_t *src)
 	if (fused_src_tp(c->st->src_tp, c->src_tp, k, src))
 		return cfail(c,
 			     "'%s' is saved in %lld equal pieces along axis "
-			     "%d, as %s's tensor saved at TP %lld is laid "
-			     "out per rank: pass -o aoa_src_tp=%lld (or "
-			     "aoa_src_tp=1 if it holds one merged layout)",
+			     "%d, as %s at TP %lld: pass -o aoa_src_tp=%lld "
+			     "(or aoa_src_tp=1 if merged)",
 			     in, (long long)k, sa, macro_names[c->st->macro],
 			     (long long)k, (long long)k);
 	return 0;
