@@ -126,8 +126,9 @@ PY
 	require_fuse
 	local pd=$BATS_TEST_TMPDIR/pd2
 	paddle_tp "$pd" 2
-	# gate_up_fused_proj in 2 column pieces, src_tp unset: one line, no mount
-	run "$FLEXFS_BIN" "$pd" "$MNT" -f -o "$TO_HF"
+	# gate_up_fused_proj in 2 column pieces, src_tp unset: one line, no
+	# mount (no -f: a mount that wrongly succeeds returns, teardown ends it)
+	run "$FLEXFS_BIN" "$pd" "$MNT" -o "$TO_HF"
 	echo "$output"
 	[[ $status -ne 0 && ${#lines[@]} -eq 1 ]]
 	[[ $output == *"'llama.layers.0.mlp.gate_up_fused_proj.weight' is saved in 2 equal pieces along axis 1"*"pass -o aoa_src_tp=2"* ]]
