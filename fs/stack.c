@@ -19,7 +19,8 @@ int flx_stack_build(const char *source, const flx_ckpt_opts *o,
 	if (!rc && spec->aoa) {
 		flx_aoa_opts ao = {.tp = spec->tp,
 				   .num_heads = spec->aoa_num_heads,
-				   .num_kv_groups = spec->aoa_num_kv_groups};
+				   .num_kv_groups = spec->aoa_num_kv_groups,
+				   .src_tp = spec->aoa_src_tp};
 
 		rc = flx_aoa_compile(spec->aoa, s->ckpt, &ao, &s->aoa, err);
 	}

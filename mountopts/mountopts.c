@@ -71,6 +71,10 @@ const char flx_mo_help[] =
     "    -o aoa_num_heads=H,aoa_num_key_value_groups=G  fused_qkv's heads "
     "where\n"
     "                           an AOA statement omits them\n"
+    "    -o aoa_src_tp=N        fused_ffn's and fused_qkv_old's src_tp "
+    "where an AOA\n"
+    "                           statement omits it (the source's TP "
+    "degree)\n"
     "    -o mindspore[=0|1]     mindspore/rank_N/checkpoint_N.ckpt: the "
     "tp x pp\n"
     "                           ranks as MindSpore .ckpt files\n"
@@ -140,6 +144,7 @@ static const char *const ours[] = {
     "megatron_vp",
     "aoa_num_heads",
     "aoa_num_key_value_groups",
+    "aoa_src_tp",
     "gpu",
     "gpu_min",
     "gpu_device",

@@ -726,6 +726,7 @@ typedef struct cc {
 	const flx_ckpt *src;
 	int tp;
 	int64_t heads, groups; /* fused_qkv defaults, 0: none */
+	int64_t src_tp;	       /* fused_ffn / fused_qkv_old default, 0: none */
 	bool follower;	       /* compiling an optimizer state's instance */
 	flx_aoa_prog *p;
 	var *v; /* every variable written, in order */
@@ -1730,15 +1731,79 @@ static int default_axis(const astmt *st, const var *v)
 	return v->ndim > 1 ? 1 : 0;
 }
 
-static int run_fused(cc *c, var *in, size_t nin, var *out, size_t nout)
+/*
+ * How many equal pieces the saved chunks of t cut axis a into: k > 1 when
+ * every chunk spans extent / k of it from a multiple of extent / k (the
+ * global index checks that the chunks tile the tensor), else 1 (saved
+ * whole, replicated along a, or cut unevenly).
+ */
+static int64_t saved_pieces(const flx_tensor *t, int a)
+{
+	int64_t e, s;
+
+	if (a < 0 || a >= t->ndim || t->nchunks < 2)
+		return 1;
+	e = t->shape[a];
+	s = t->chunks[0].size[a];
+	if (s <= 0 || s >= e || e % s)
+		return 1;
+	for (uint32_t i = 0; i < t->nchunks; i++)
+		if (t->chunks[i].size[a] != s || t->chunks[i].off[a] % s)
+			return 1;
+	return e / s;
+}
+
+/*
+ * The decision of a fused statement's source shard count *src: its
+ * src_tp= (stmt), else -o aoa_src_tp= (opt), else 1.  When neither is
+ * given and the source is saved in pieces > 1 equal pieces along the
+ * fused axis, -EINVAL: a PaddleNLP checkpoint saved at TP N holds
+ * [gate_0 | up_0 | gate_1 | up_1 | ...] there (paddle-format.md 5, 6.5),
+ * which 1 would read as one merged [gate | up] and serve wrong bytes.
+ * A value given is trusted.
+ */
+static int fused_src_tp(int64_t stmt, int64_t opt, int64_t pieces, int64_t *src)
+{
+	*src = stmt ? stmt : opt ? opt : 1;
+	return stmt || opt || pieces < 2 ? 0 : -EINVAL;
+}
+
+/* The source shard count of the statement in c reading in (one name, a
+ * source tensor or a variable, transposed by ^T when t) along axis a of
+ * what it reads: fused_src_tp() on the source tensor's saved pieces. */
+static int fused_src(cc *c, const char *in, bool t, int a, int64_t *src)
+{
+	const flx_tensor *s =
+	    find_var(c, in) ? NULL : flx_ckpt_find(c->src, in);
+	int sa = s && t ? s->ndim - 1 - a : a;
+	int64_t k = s ? saved_pieces(s, sa) : 1;
+
+	if (fused_src_tp(c->st->src_tp, c->src_tp, k, src))
+		return cfail(c,
+			     "'%s' is saved in %lld equal pieces along axis "
+			     "%d, as %s at TP %lld: pass -o aoa_src_tp=%lld "
+			     "(or aoa_src_tp=1 if merged)",
+			     in, (long long)k, sa, macro_names[c->st->macro],
+			     (long long)k, (long long)k);
+	return 0;
+}
+
+/* in names the one source read when nin is 1. */
+static int run_fused(cc *c, const names *in_names, var *in, size_t nin,
+		     var *out, size_t nout)
 {
 	const astmt *st = c->st;
-	int64_t units[3], src = st->src_tp ? st->src_tp : 1;
+	int64_t units[3], src = 1;
 	int64_t dst = st->dst_tp ? st->dst_tp : c->tp;
 	size_t k = 0, n;
 	int a = default_axis(st, &in[0]), rc;
 	var *pin[3], comps[3] = {0};
 
+	if (nin == 1 && st->macro != M_FUSED_QKV) {
+		rc = fused_src(c, in_names->s[0], in_names->t[0], a, &src);
+		if (rc)
+			return rc;
+	}
 	if (nin == 1 && nout == 1) {
 		/* a relayout between shard counts */
 		if (st->macro == M_FUSED_QKV)
@@ -1822,7 +1887,7 @@ static int run_instance(cc *c, const names *in, const names *out)
 		if (!rc)
 			rc = var_reshape(c, &ov[0]);
 	} else if (st->macro) {
-		rc = run_fused(c, iv, in->n, ov, out->n);
+		rc = run_fused(c, in, iv, in->n, ov, out->n);
 	} else if (in->n == 1 && out->n == 1) {
 		if (st->has_permute + st->has_dtype > 1)
 			rc = cfail(c, "one operation per statement (permute "
@@ -2482,6 +2547,7 @@ int flx_aoa_compile(const flx_aoa *a, const flx_ckpt *src,
 	c.tp = o && o->tp > 0 ? o->tp : 1;
 	c.heads = o ? o->num_heads : 0;
 	c.groups = o ? o->num_kv_groups : 0;
+	c.src_tp = o && o->src_tp > 0 ? o->src_tp : 0;
 	if (src->megatron && !c.heads && src->megatron->num_attention_heads > 0)
 		c.heads = src->megatron->num_attention_heads;
 	if (src->megatron && !c.groups) {

@@ -65,11 +65,16 @@ typedef struct flx_aoa_opts {
 	/* defaults of fused_qkv's num_heads and num_key_value_groups (0:
 	 * the source's Megatron arguments, if any) */
 	int64_t num_heads, num_kv_groups;
+	/* the default source shard count of fused_ffn / fused_qkv_old (0:
+	 * unset, read as 1; then a source tensor saved in k > 1 equal
+	 * pieces along the fused axis is refused: its layout may be the
+	 * per-rank [gate_0 | up_0 | gate_1 | ...] of TP k) */
+	int64_t src_tp;
 } flx_aoa_opts;
 
 /**
- * Compile a against src (its names, dtypes and shapes: what
- * flx_ckpt_open_start() gives) with o (NULL: defaults).
+ * Compile a against src (its names, dtypes, shapes and saved chunks:
+ * what flx_ckpt_open_start() gives) with o (NULL: defaults).
  * @return 0 and *out (owned, flx_aoa_prog_free()), or -errno with err
  *         naming the statement and the reason.
  */

@@ -452,6 +452,18 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 		    v;
 		return 0;
 	}
+	if (strcmp(key, "aoa_src_tp") == 0) {
+		long v;
+
+		if (!value || parse_int(value, 1, 1 << 16, &v))
+			return flx_error_set(
+			    err, -EINVAL, NULL, key,
+			    "expected an integer in [1, 2^16], "
+			    "got '%s'",
+			    value ? value : "");
+		s->aoa_src_tp = v;
+		return 0;
+	}
 	if (strcmp(key, "mindspore") == 0)
 		return flx_parse_flag(key, value, &s->mindspore, err);
 	if (strcmp(key, "dst_strategy") == 0) {

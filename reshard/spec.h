@@ -97,6 +97,10 @@ typedef struct flx_spec {
 	/* fused_qkv's num_heads and num_key_value_groups where a statement
 	 * omits them (aoa_num_heads=, aoa_num_key_value_groups=; 0: unset) */
 	int64_t aoa_num_heads, aoa_num_kv_groups;
+	/* fused_ffn's and fused_qkv_old's src_tp where a statement omits it
+	 * (aoa_src_tp=; 0: unset, read as 1 unless the saved chunks show
+	 * another degree: aoa.h) */
+	int64_t aoa_src_tp;
 	/* include=, exclude= (fnmatch globs on the names as saved, owned):
 	 * a tensor or object is served when it matches an include glob (or
 	 * there is none) and no exclude glob; strip_prefix= (owned, NULL:
@@ -130,8 +134,9 @@ void flx_spec_release(flx_spec *s);
  * flx_spec_preset_dir()), layer_regex, embed_regex,
  * pp_renumber (value NULL, "1", "0", "true", "false"), hf_shard_size
  * (bytes with optional K/M/G/T suffix, binary), megatron_spec (local, te),
- * megatron_true_vocab (a positive integer), aoa_num_heads and
- * aoa_num_key_value_groups (positive integers), mindspore (a flag),
+ * megatron_true_vocab (a positive integer), aoa_num_heads,
+ * aoa_num_key_value_groups and aoa_src_tp (positive integers), mindspore
+ * (a flag),
  * dst_strategy (a path, read when the tree is built), include and exclude
  * (globs separated by ':'; each option adds to the list), strip_prefix.
  * @return 0, -EINVAL (bad value; err names the key) or -ENOENT (unknown key,

@@ -78,3 +78,102 @@ teardown() {
 	FF_PID=$p1
 	unmount_ff "$MNT"
 }
+
+# paddle_tp DIR TP: the PaddleNLP fused checkpoint of $HF
+# (aoa_oracle.py's paddlenlp-fused tensors at TP, gate_up_fused_proj's
+# global tensor [gate_0 | up_0 | gate_1 | up_1 | ...]) saved as a Paddle
+# Flex Checkpoint by TP simulated ranks, each its column or row block
+# (tools/fixtures/gen_paddle.py's save_state_dict, nothing of flexfs).
+paddle_tp() {
+	/usr/bin/python3 - "$FLEXFS_SRC" "$HF" "$1" "$2" <<'PY'
+import sys
+src, hf, out, tp = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+sys.path[:0] = [src + "/tests/bats/lib", src + "/tools/fixtures"]
+import aoa_oracle as o
+import gen_paddle as gp
+import torch
+
+exp = o.expected(o.read_st(hf + "/model.safetensors"), "paddlenlp-fused", tp)
+DTN = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
+
+
+def axis(k):
+    if k == "lm_head.weight" or k.endswith(("qkv_proj.weight",
+                                            "gate_up_fused_proj.weight")):
+        return 1
+    if k.endswith(("o_proj.weight", "down_proj.weight", "embed_tokens.weight")):
+        return 0
+    return None
+
+
+ranks = []
+for r in range(tp):
+    sd = {}
+    for i, (k, t) in enumerate(exp.items()):
+        a, ax = o.to_np(t.contiguous()), axis(k)
+        off, shp = [0] * a.ndim, list(a.shape)
+        if ax is not None:
+            off[ax], shp[ax] = r * a.shape[ax] // tp, a.shape[ax] // tp
+        sd[k] = gp.SW(k, gp.Tensor(gp.take(a, off, shp), f"param_{i}"),
+                      DTN[t.dtype], tuple(off), tuple(shp), a.shape,
+                      dist=ax is not None)
+    ranks.append(sd)
+gp.save_state_dict(ranks, out, 0, dict(gp.FLEX26, protocol=4))
+PY
+}
+
+@test "preset paddlenlp-llama-fused-to-hf-llama: a fused tensor saved at TP 2 is refused without aoa_src_tp, bit-exact with aoa_src_tp=2" {
+	require_fuse
+	local pd=$BATS_TEST_TMPDIR/pd2
+	paddle_tp "$pd" 2
+	# gate_up_fused_proj in 2 column pieces, src_tp unset: one line, no
+	# mount (no -f: a mount that wrongly succeeds returns, teardown ends it)
+	run "$FLEXFS_BIN" "$pd" "$MNT" -o "$TO_HF"
+	echo "$output"
+	[[ $status -ne 0 && ${#lines[@]} -eq 1 ]]
+	[[ $output == *"'llama.layers.0.mlp.gate_up_fused_proj.weight' is saved in 2 equal pieces along axis 1"*"pass -o aoa_src_tp=2"* ]]
+	! mountpoint -q "$MNT"
+	# the degree given: every HF tensor bit for bit (qkv_proj, interleaved
+	# per KV group, is the same at any TP and needs nothing)
+	mount_ff "$pd" "$MNT" "$TO_HF,aoa_src_tp=2"
+	run "$FLEXFS_INSPECT" "$MNT/hf" --compare "$HF"
+	echo "$output"
+	[[ $status -eq 0 && $output == *"30 tensor(s) identical, 0 difference(s)"* ]]
+	unmount_ff "$MNT"
+	# a statement's own src_tp= is the same
+	sed 's/fused_ffn"/fused_ffn, src_tp=2"/' \
+		"$FLEXFS_SRC/reshard/presets/paddlenlp-llama-fused-to-hf-llama.json" \
+		>"$BATS_TEST_TMPDIR/src2.json"
+	mount_ff "$pd" "$MNT" "rules=$BATS_TEST_TMPDIR/src2.json,$HEADS"
+	run "$FLEXFS_INSPECT" "$MNT/hf" --compare "$HF"
+	[[ $status -eq 0 && $output == *"30 tensor(s) identical, 0 difference(s)"* ]]
+	unmount_ff "$MNT"
+	# aoa_src_tp=1 is trusted: it mounts, reading [g0|u0|g1|u1] as merged
+	mount_ff "$pd" "$MNT" "$TO_HF,aoa_src_tp=1"
+	run "$FLEXFS_INSPECT" "$MNT/hf" --compare "$HF"
+	echo "$output"
+	[[ $status -ne 0 && $output == *"24 tensor(s) identical, 6 difference(s)"* ]]
+	unmount_ff "$MNT"
+}
+
+@test "presets: HF -> PaddleNLP fused per-rank layout at tp 2 (no dst_tp=1) -> HF is bit-exact with aoa_src_tp=2" {
+	require_fuse
+	local p1
+	# the fused_ffn target laid out for tp 2 as a whole tensor, as PaddleNLP
+	# at TP 2 holds it: [gate_0 | up_0 | gate_1 | up_1]
+	sed -e 's/, dst_tp=1//' -e 's/, "groups": 2//' \
+		"$FLEXFS_SRC/reshard/presets/hf-llama-to-paddlenlp-llama-fused.json" \
+		>"$BATS_TEST_TMPDIR/tp2.json"
+	mount_ff "$HF" "$MNT" "tp=2,rules=$BATS_TEST_TMPDIR/tp2.json,$HEADS"
+	p1=$FF_PID
+	run /usr/bin/python3 "$ORACLE" check "$MNT" "$HF" paddlenlp-fused 2
+	echo "$output"
+	[[ $status -eq 0 && $output == *"checked 21 tensors, 0 wrong"* ]]
+	mount_ff "$MNT/hf" "$M2" "$TO_HF,aoa_src_tp=2"
+	run "$FLEXFS_INSPECT" "$M2/hf" --compare "$HF"
+	echo "$output"
+	[[ $status -eq 0 && $output == *"30 tensor(s) identical, 0 difference(s)"* ]]
+	unmount_ff "$M2"
+	FF_PID=$p1
+	unmount_ff "$MNT"
+}

@@ -424,6 +424,32 @@ static void test_argv(void)
 	CHECK(!flx_mo_is_helper(NULL));
 }
 
+/* aoa_src_tp=: the fused statements' default source TP degree. */
+static void test_aoa_src_tp(void)
+{
+	flx_mountopts mo;
+	flx_error err;
+
+	check_bad("aoa_src_tp", "aoa_src_tp");
+	check_bad("aoa_src_tp=", "aoa_src_tp");
+	check_bad("aoa_src_tp=0", "aoa_src_tp");
+	check_bad("aoa_src_tp=-2", "aoa_src_tp");
+	check_bad("aoa_src_tp=2x", "aoa_src_tp");
+	check_bad("aoa_src_tp=65537", "aoa_src_tp");
+	CHECK_EQ(flx_mo_classify("aoa_src_tp=2"), FLX_MO_OURS);
+	CHECK_EQ(flx_mo_init(&mo), 0);
+	flx_error_init(&err);
+	CHECK_EQ(mo.spec.aoa_src_tp, 0); /* unset */
+	CHECK_EQ(flx_mo_option(&mo, "aoa_src_tp=2", &err), 0);
+	CHECK_EQ(mo.spec.aoa_src_tp, 2);
+	CHECK_EQ(flx_mo_option(&mo, "aoa_src_tp=65536", &err), 0);
+	CHECK_EQ(mo.spec.aoa_src_tp, 65536);
+	CHECK_EQ(flx_mo_option(&mo, "aoa_src_tp=1", &err), 0);
+	CHECK_EQ(mo.spec.aoa_src_tp, 1);
+	CHECK_EQ(mo.nfuse, 0);
+	flx_mo_release(&mo);
+}
+
 int main(void)
 {
 	test_split();
@@ -432,5 +458,6 @@ int main(void)
 	test_optstring();
 	test_mountinfo();
 	test_argv();
+	test_aoa_src_tp();
 	return CHECK_RESULT();
 }
