@@ -72,6 +72,7 @@ struct flx_dm {
 	char format[64];
 	char *dir;    /* the directory this rank opens (flx_dm_dir()) */
 	char *tmpdir; /* an empty one of ours, removed at the end, or NULL */
+	char *entered; /* the save directory's subdirectory entered, or NULL */
 	flx_file_backend be;
 	flx_bcache
 	    *cache; /* remote blocks kept (flx_dm_set_cache()), or NULL */
@@ -952,10 +953,6 @@ static int save_sub(flx_dm *m, const flx_ckpt_opts *o, char *sub, size_t cap,
 	if (!rc)
 		rc = flx_megatron_tracker_sub(buf, (size_t)t->size, sub, cap,
 					      err);
-	if (!rc && !strcmp(sub, "release"))
-		rc = flx_error_set(err, -ENOTSUP, t->name, NULL,
-				   "names release/, which -o mpi does not "
-				   "enter: give that directory");
 	return rc;
 }
 
@@ -1127,9 +1124,14 @@ int flx_dm_exchange(flx_dm *m, const char *dir, flx_ckpt_opts *o,
 		rc = save_sub(m, o, sub, sizeof(sub), err);
 	if (!rc && sub[0])
 		rc = enter_sub(m, dir, sub, o, err);
-	/* the open reads the entered directory as the checkpoint itself */
-	if (!rc && sub[0] && o)
+	/* the open reads the entered directory as the checkpoint itself,
+	 * and serves it as entered (a release/ is named release/ again) */
+	if (!rc && sub[0] && !(m->entered = strdup(sub)))
+		rc = flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
+	if (!rc && sub[0] && o) {
 		o->has_megatron_iter = false;
+		o->entered = m->entered;
+	}
 	if (!rc && !sub[0] && !(m->dir = strdup(dir)))
 		rc = flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
 	if (!rc)
@@ -1934,6 +1936,7 @@ void flx_dm_end(flx_dm *m)
 		rmdir(m->tmpdir);
 	free(m->tmpdir);
 	free(m->dir);
+	free(m->entered);
 	/* MPI_Finalize waits for every rank: not with one gone */
 	if (!atomic_load(&m->any_dead))
 		MPI_Finalize();

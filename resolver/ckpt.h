@@ -308,6 +308,11 @@ typedef struct flx_ckpt_opts {
 	 * latest_checkpointed_iteration.txt names */
 	bool has_megatron_iter;
 	uint64_t megatron_iter;
+	/* the save directory's subdirectory the caller already entered and
+	 * opens as the checkpoint (the distributed mount enters it itself),
+	 * or NULL: flx_build_entered() reports it as if entered here; not
+	 * owned */
+	const char *entered;
 	/* a MindSpore checkpoint's parallel strategy file (-o
 	 * src_strategy=FILE; JSON when it ends in ".json"): a path, absolute
 	 * or relative to the working directory; NULL: none */

@@ -1935,6 +1935,10 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 		rc = -errno;
 		goto out;
 	}
+	if (o->entered && !(b.entered = strdup(o->entered))) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	rc = enter_sub(&b, o);
 	if (!rc)
 		rc = pick_source(&b, o, &b.src);

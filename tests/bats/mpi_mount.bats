@@ -339,6 +339,20 @@ dm_stop() {
 	[[ -z $(find /tmp -maxdepth 1 -name 'flexfs-mpi-*' -newer "$T/src2" 2>/dev/null) ]]
 }
 
+@test "a Megatron save directory whose tracker names release is entered and served as release/ over 2 ranks" {
+	mkdir -p "$T/rel"
+	cp -rp "$FLEXFS_SRC/tests/fixtures/megatron-tied/ckpt/iter_0000100" "$T/rel/release"
+	printf 'release\n' >"$T/rel/latest_checkpointed_iteration.txt"
+	SRC=$T/rel
+	spread_files 2
+	dm_start 2 "tp=2"
+	same_as_ref 2 "tp=2"
+	# the legacy tree names the release again, not an iteration
+	[[ -n $(find "$T/mnt1" -maxdepth 2 -type d -name release) ]]
+	[[ -z $(find "$T/mnt1" -maxdepth 2 -type d -name 'iter_*') ]]
+	dm_stop
+}
+
 @test "a Megatron save directory whose tracker differs between ranks fails every rank with one line" {
 	SRC=$FLEXFS_SRC/tests/fixtures/megatron-tied/ckpt
 	spread_files 2
