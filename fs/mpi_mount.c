@@ -70,8 +70,8 @@ struct flx_dm {
 			 * rank */
 	size_t nfiles;
 	char format[64];
-	char *dir;    /* the directory this rank opens (flx_dm_dir()) */
-	char *tmpdir; /* an empty one of ours, removed at the end, or NULL */
+	char *dir;     /* the directory this rank opens (flx_dm_dir()) */
+	char *tmpdir;  /* an empty one of ours, removed at the end, or NULL */
 	char *entered; /* the save directory's subdirectory entered, or NULL */
 	flx_file_backend be;
 	flx_bcache
