@@ -1597,6 +1597,8 @@ static int round_trip(flx_dm *m, piece *p, size_t n)
 	size_t nq = 0;
 	int rc = 0;
 
+	if (!n) /* every span came from the block cache (p is NULL) */
+		return 0;
 	for (size_t i = 0; i < n; i++)
 		p[i].holder = p[i].done ? INT_MAX : pick_holder(m, p[i].file);
 	qsort(p, n, sizeof(*p), cmp_piece);
