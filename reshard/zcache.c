@@ -328,6 +328,12 @@ static void publish(flx_zcache *z, zslot *sl, const flx_zitem *it, uint64_t w,
 	*chain_of(z, it, w) = (int32_t)(sl - z->slots);
 }
 
+/* Under z->mu: the window a stream's next decode gives (0 when fresh). */
+static uint64_t pos(const zstream *s)
+{
+	return s->pfresh ? 0 : s->pnext;
+}
+
 /*
  * Under z->mu: claim a stream for window w of it: one of its streams not
  * past w (the furthest), else an unclaimed stream (least recently used,
@@ -342,8 +348,12 @@ static zstream *claim(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		zstream *s = &z->streams[i];
 
 		if (s->keyed && same(&s->key, it)) {
-			if (!s->pfresh && s->pnext <= w &&
-			    (!ahead || s->pnext > ahead->pnext))
+			/* a fresh stream stands at the item's start: a
+			 * second reader joins it rather than decoding the
+			 * same first windows on a stream of its own */
+			uint64_t at = pos(s);
+
+			if (at <= w && (!ahead || at > pos(ahead)))
 				ahead = s;
 			own = s;
 		} else if (!s->users && (!idle || s->used < idle->used)) {
