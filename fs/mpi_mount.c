@@ -599,40 +599,62 @@ nomem:
 	return flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
 }
 
+/*
+ * Collective: every rank's len bytes at mine, gathered on every rank into
+ * *all, with each rank's length and offset in *lens and *offs (m->size
+ * each; all three owned by the caller, freed even on failure).  rc is
+ * this rank's failure so far: every rank takes part in every collective
+ * whatever failed, and a failure anywhere is every rank's
+ * (flx_dm_agree()).  @return 0, or -errno with err set on every rank.
+ */
+static int allgather_bytes(flx_dm *m, int rc, const unsigned char *mine,
+			   int len, unsigned char **all, int **lens, int **offs,
+			   flx_error *err)
+{
+	size_t total = 0;
+
+	*all = NULL;
+	*lens = calloc((size_t)m->size, sizeof(int));
+	*offs = calloc((size_t)m->size, sizeof(int));
+	if (!rc && (!*lens || !*offs))
+		rc = -ENOMEM;
+	if (MPI_Allgather(&len, 1, MPI_INT, *lens ? *lens : &len, 1, MPI_INT,
+			  m->coll) != MPI_SUCCESS &&
+	    !rc)
+		rc = -EIO;
+	for (int r = 0; !rc && r < m->size; r++) {
+		(*offs)[r] = (int)total;
+		total += (size_t)(*lens)[r];
+	}
+	if (!rc && total > INT_MAX)
+		rc = -E2BIG;
+	if (!rc && !(*all = malloc(total ? total : 1)))
+		rc = -ENOMEM;
+	rc = flx_dm_agree(m, rc, err);
+	if (rc)
+		return rc;
+	m->st.exchange_bytes += total;
+	if (MPI_Allgatherv(mine, len, MPI_BYTE, *all, *lens, *offs, MPI_BYTE,
+			   m->coll) != MPI_SUCCESS)
+		rc = flx_error_set(err, -EIO, NULL, "mpi",
+				   "MPI_Allgatherv failed");
+	/* the same data on every rank: the same line, no rank's prefix */
+	return flx_dm_agree(m, rc, err);
+}
+
 /* Gather every rank's list and merge them. */
 static int gather(flx_dm *m, dm_file *local, size_t nlocal, flx_error *err)
 {
 	unsigned char *mine = NULL, *all = NULL;
 	int len = 0, *lens = NULL, *offs = NULL, rc;
 	entry *e = NULL;
-	size_t ne = 0, total = 0;
+	size_t ne = 0;
 
 	rc = pack(local, nlocal, &mine, &len);
-	lens = calloc((size_t)m->size, sizeof(int));
-	offs = calloc((size_t)m->size, sizeof(int));
-	if (!rc && (!lens || !offs))
-		rc = -ENOMEM;
-	/* every rank takes part in every collective, whatever failed */
-	if (MPI_Allgather(&len, 1, MPI_INT, lens ? lens : &len, 1, MPI_INT,
-			  m->coll) != MPI_SUCCESS)
-		rc = -EIO;
-	for (int r = 0; !rc && r < m->size; r++) {
-		offs[r] = (int)total;
-		total += (size_t)lens[r];
-	}
-	if (!rc && total > INT_MAX)
-		rc = -E2BIG;
-	m->st.exchange_bytes = total;
-	if (!rc && !(all = malloc(total ? total : 1)))
-		rc = -ENOMEM;
-	rc = flx_dm_agree(m, rc, err);
+	rc = allgather_bytes(m, rc, mine, len, &all, &lens, &offs, err);
 	if (rc)
 		goto out;
-	if (MPI_Allgatherv(mine, len, MPI_BYTE, all, lens, offs, MPI_BYTE,
-			   m->coll) != MPI_SUCCESS)
-		rc = -EIO;
-	if (!rc)
-		rc = unpack_all(all, lens, offs, m->size, m->rank, &e, &ne);
+	rc = unpack_all(all, lens, offs, m->size, m->rank, &e, &ne);
 	if (rc == -EPROTO)
 		flx_error_set(err, rc, NULL, "mpi",
 			      "a rank sent an invalid list of files");
@@ -809,41 +831,16 @@ static int compare_digests(const flx_dm *m, const unsigned char *all,
 static int verify_copies(flx_dm *m, flx_error *err)
 {
 	unsigned char *mine = NULL, *all = NULL;
-	int len = 0, *lens = calloc((size_t)m->size, sizeof(int));
-	int *offs = calloc((size_t)m->size, sizeof(int)), rc;
+	int len = 0, *lens = NULL, *offs = NULL, rc;
 	int *first = malloc((m->nfiles ? m->nfiles : 1) * sizeof(int));
 	uint64_t *dig = malloc((m->nfiles ? m->nfiles : 1) * sizeof(*dig));
-	size_t total = 0;
 
-	rc = lens && offs && first && dig
+	rc = first && dig
 		 ? digest_local(m, &mine, &len, err)
 		 : flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
-	/* every rank takes part in every collective, whatever failed */
-	if (MPI_Allgather(&len, 1, MPI_INT, lens ? lens : &len, 1, MPI_INT,
-			  m->coll) != MPI_SUCCESS &&
-	    !rc)
-		rc = -EIO;
-	for (int r = 0; !rc && r < m->size; r++) {
-		offs[r] = (int)total;
-		total += (size_t)lens[r];
-	}
-	if (!rc && total > INT_MAX)
-		rc = -E2BIG;
-	if (!rc && !(all = malloc(total ? total : 1)))
-		rc = -ENOMEM;
-	rc = flx_dm_agree(m, rc, err);
-	if (rc)
-		goto out;
-	m->st.exchange_bytes += total;
-	if (MPI_Allgatherv(mine, len, MPI_BYTE, all, lens, offs, MPI_BYTE,
-			   m->coll) != MPI_SUCCESS)
-		rc = flx_error_set(err, -EIO, NULL, "mpi",
-				   "MPI_Allgatherv failed");
-	/* the same data on every rank: the same line, no rank's prefix */
-	rc = flx_dm_agree(m, rc, err);
+	rc = allgather_bytes(m, rc, mine, len, &all, &lens, &offs, err);
 	if (!rc)
 		rc = compare_digests(m, all, lens, offs, first, dig, err);
-out:
 	free(first);
 	free(dig);
 	free(mine);
