@@ -123,10 +123,12 @@ __global__ void pieces_kernel(const unsigned char *blk, const piece *pc,
 }
 
 /* Rows of a transpose through a shared-memory tile.  blockIdx.y: the
- * rows set, blockIdx.x: its tile (row-tile major); threads TILE x ROWS. */
-template <size_t E>
+ * rows set, blockIdx.x: its tile (row-tile major); threads TILE x ROWS.
+ * CAST: the tile holds source elements, each converted by c as it is
+ * written (c.to.size bytes in dst per element); else copied, E bytes. */
+template <size_t E, bool CAST>
 __global__ void rows_kernel(const unsigned char *blk, const rows *rw,
-			    unsigned char *dst)
+			    unsigned char *dst, flx_ecast c)
 {
 	__shared__ elem<E> tile[TILE][TILE + 1];
 	const rows g = rw[blockIdx.y];
@@ -149,7 +151,13 @@ __global__ void rows_kernel(const unsigned char *blk, const rows *rw,
 	for (unsigned k = threadIdx.y; k < TILE; k += ROWS) {
 		uint64_t r = r0 + k, i = i0 + threadIdx.x;
 
-		if (r < g.nrows && i < g.n)
+		if (r >= g.nrows || i >= g.n)
+			continue;
+		if constexpr (CAST)
+			flx_ecast_one(&c,
+				      dst + g.dbase + r * g.d + i * c.to.size,
+				      tile[threadIdx.x][k].b);
+		else
 			memcpy(dst + g.dbase + r * g.d + i * E,
 			       &tile[threadIdx.x][k], E);
 	}
@@ -165,37 +173,6 @@ __global__ void pieces_cast_kernel(const unsigned char *blk, const piece *pc,
 	for (uint64_t i = threadIdx.x; i < p.n; i += blockDim.x)
 		flx_ecast_one(&c, dst + p.dbase + (int64_t)(i * c.to.size),
 			      blk + p.soff + i * p.stride);
-}
-
-/* Rows of a transpose with a cast: the tile holds source elements, each
- * converted as it is written. */
-template <size_t E>
-__global__ void rows_cast_kernel(const unsigned char *blk, const rows *rw,
-				 unsigned char *dst, flx_ecast c)
-{
-	__shared__ elem<E> tile[TILE][TILE + 1];
-	const rows g = rw[blockIdx.y];
-	uint64_t tn = (g.n + TILE - 1) / TILE;
-	uint64_t r0 = blockIdx.x / tn * TILE, i0 = blockIdx.x % tn * TILE;
-
-	if (r0 >= g.nrows)
-		return;
-	for (unsigned k = threadIdx.y; k < TILE; k += ROWS) {
-		uint64_t r = r0 + threadIdx.x, i = i0 + k;
-
-		if (r < g.nrows && i < g.n)
-			memcpy(&tile[k][threadIdx.x],
-			       blk + g.soff + r * g.a + i * g.stride, E);
-	}
-	__syncthreads();
-	for (unsigned k = threadIdx.y; k < TILE; k += ROWS) {
-		uint64_t r = r0 + k, i = i0 + threadIdx.x;
-
-		if (r < g.nrows && i < g.n)
-			flx_ecast_one(&c,
-				      dst + g.dbase + r * g.d + i * c.to.size,
-				      tile[threadIdx.x][k].b);
-	}
 }
 
 /* ---- lanes ---- */
@@ -326,11 +303,11 @@ static void launch_rows(lane *l, int s, size_t nrw, const flx_ecast *c)
 		dim3 grid((unsigned)tiles, (unsigned)m), threads(TILE, ROWS);
 
 		if (c)
-			rows_cast_kernel<E><<<grid, threads, 0, l->s[s]>>>(
+			rows_kernel<E, true><<<grid, threads, 0, l->s[s]>>>(
 			    l->d_blk[s], l->d_rw[s] + g, l->d_dst, *c);
 		else
-			rows_kernel<E><<<grid, threads, 0, l->s[s]>>>(
-			    l->d_blk[s], l->d_rw[s] + g, l->d_dst);
+			rows_kernel<E, false><<<grid, threads, 0, l->s[s]>>>(
+			    l->d_blk[s], l->d_rw[s] + g, l->d_dst, flx_ecast{});
 		g += m;
 	}
 }
