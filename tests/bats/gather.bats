@@ -13,11 +13,7 @@ load helpers
 
 setup_file() {
 	export TPOSED=$BATS_FILE_TMPDIR/tposed
-	if ! /usr/bin/python3 "$FLEXFS_SRC/tools/fixtures/gen_dcp.py" \
-		--model transposed --out "$TPOSED" >"$BATS_FILE_TMPDIR/gen.log" 2>&1; then
-		cat "$BATS_FILE_TMPDIR/gen.log" >&2
-		return 1
-	fi
+	gen_transposed "$TPOSED"
 }
 
 setup() {

@@ -228,3 +228,16 @@ check_views_mount() {
 	[ "$FF_RC" -eq 0 ]
 	[ ! -s "$FF_ERR" ]
 }
+
+# gen_transposed DIR: torch 1.13 writes the checkpoint of tensors saved
+# transposed (tools/fixtures/gen_dcp.py --model transposed) into DIR
+# (ckpt/ and truth/); prints the generator's log and fails if it fails.
+gen_transposed() {
+	local out=$1
+
+	if ! /usr/bin/python3 "$FLEXFS_SRC/tools/fixtures/gen_dcp.py" \
+		--model transposed --out "$out" >"$out.gen.log" 2>&1; then
+		cat "$out.gen.log" >&2
+		return 1
+	fi
+}

@@ -214,9 +214,7 @@ dm_stop() {
 }
 
 @test "tensors saved transposed (strided gathers of remote bytes) over 2 ranks" {
-	/usr/bin/python3 "$FLEXFS_SRC/tools/fixtures/gen_dcp.py" \
-		--model transposed --out "$T/tposed" >"$T/gen.log" 2>&1 ||
-		{ cat "$T/gen.log" >&2; return 1; }
+	gen_transposed "$T/tposed"
 	SRC=$T/tposed/ckpt
 	split 2 spread
 	dm_start 2 "tp=2,pp=2"
