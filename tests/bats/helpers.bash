@@ -241,3 +241,70 @@ gen_transposed() {
 		return 1
 	fi
 }
+
+# Several mounts checked in one checker process (it imports torch once):
+# views_setup in setup(), views_teardown in teardown(); views_add registers
+# each mount, views_check checks them all.  VIEWS_MNTS lists the mount
+# points in the order they were added.
+views_setup() {
+	VIEWS_MNTS=()
+	VIEWS_PIDS=()
+	VIEWS_CHECKS=()
+}
+
+views_teardown() {
+	local m
+
+	for m in "${VIEWS_MNTS[@]}"; do
+		[[ -z $(mountinfo_of "$m") ]] ||
+			fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m"
+	done
+}
+
+# views_add DIR TRUTH OPTS TPxPP...: mount DIR once per TPxPP (tp=,pp=
+# and OPTS), each to be checked by views_check against TRUTH.
+views_add() {
+	local dir=$1 truth=$2 opts=$3 tp pp combo m
+
+	shift 3
+	for combo in "$@"; do
+		tp=${combo%x*} pp=${combo#*x}
+		m=$BATS_TEST_TMPDIR/mnt-${#VIEWS_MNTS[@]}
+		mkdir -p "$m"
+		mount_ff "$dir" "$m" "tp=$tp,pp=$pp${opts:+,$opts}"
+		VIEWS_MNTS+=("$m")
+		VIEWS_PIDS+=("$FF_PID")
+		VIEWS_CHECKS+=("$m $truth $tp $pp")
+	done
+}
+
+# views_check: every view of every mount views_add made equals its truth
+# (lib/check_views.py), in one checker process; each unmounts cleanly and
+# no daemon said anything.
+views_check() {
+	local i f
+
+	run /usr/bin/python3 - "$FLEXFS_SRC/tests/bats/lib/check_views.py" \
+		"${VIEWS_CHECKS[@]}" <<'PY'
+import os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import check_views
+rc = 0
+for c in sys.argv[2:]:
+    m, truth, tp, pp = c.split()
+    print("%s tp=%s pp=%s: " % (os.path.basename(truth), tp, pp), end="", flush=True)
+    rc |= check_views.main(["-q", "--mount", m, "--truth", truth, "--tp", tp, "--pp", pp])
+sys.exit(rc)
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$(grep -c " passed, 0 failed" <<<"$output")" -eq "${#VIEWS_CHECKS[@]}" ]
+	for i in "${!VIEWS_MNTS[@]}"; do
+		FF_PID=${VIEWS_PIDS[$i]}
+		unmount_ff "${VIEWS_MNTS[$i]}"
+		[ "$FF_RC" -eq 0 ]
+	done
+	for f in "${FF_ERRS[@]}"; do
+		[ ! -s "$f" ]
+	done
+}

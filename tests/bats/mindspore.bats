@@ -17,74 +17,29 @@
 load helpers
 
 FX=$FLEXFS_SRC/tests/fixtures
-CHECK=$FLEXFS_SRC/tests/bats/lib/check_views.py
 TRUTH=$FLEXFS_SRC/tests/bats/lib/mindspore_truth.py
 
 setup() {
 	setup_ff
-	MS_MNTS=()
-	MS_PIDS=()
-	MS_CHECKS=()
+	views_setup
 }
 
 teardown() {
-	local m
-
-	for m in "${MS_MNTS[@]}"; do
-		[[ -z $(mountinfo_of "$m") ]] ||
-			fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m"
-	done
+	views_teardown
 	teardown_ff
 }
 
 # ms_mount DIR STRATEGY TPxPP...: mount DIR with STRATEGY once per TPxPP,
-# each to be checked by ms_check against the truth of DIR (whose chunks
+# each to be checked by views_check against the truth of DIR (whose chunks
 # come from $MS_TRUTH_STRATEGY when set, else STRATEGY).
 ms_mount() {
-	local dir=$1 strat=$2 tp pp combo m
-	local truth=$BATS_TEST_TMPDIR/truth-${#MS_MNTS[@]}
+	local dir=$1 strat=$2
+	local truth=$BATS_TEST_TMPDIR/truth-${#VIEWS_MNTS[@]}
 
 	shift 2
 	/usr/bin/python3 "$TRUTH" "$dir" "${MS_TRUTH_STRATEGY:-$strat}" \
 		"$truth" >/dev/null
-	for combo in "$@"; do
-		tp=${combo%x*} pp=${combo#*x}
-		m=$BATS_TEST_TMPDIR/mnt-${#MS_MNTS[@]}
-		mkdir -p "$m"
-		mount_ff "$dir" "$m" "tp=$tp,pp=$pp,src_strategy=$strat"
-		MS_MNTS+=("$m")
-		MS_PIDS+=("$FF_PID")
-		MS_CHECKS+=("$m $truth $tp $pp")
-	done
-}
-
-# ms_check: every view of every mount equals its truth, in one checker
-# process; each unmounts cleanly and no daemon said anything.
-ms_check() {
-	local i f
-
-	run /usr/bin/python3 - "$CHECK" "${MS_CHECKS[@]}" <<'PY'
-import os, sys
-sys.path.insert(0, os.path.dirname(sys.argv[1]))
-import check_views
-rc = 0
-for c in sys.argv[2:]:
-    m, truth, tp, pp = c.split()
-    print("%s tp=%s pp=%s: " % (os.path.basename(truth), tp, pp), end="", flush=True)
-    rc |= check_views.main(["-q", "--mount", m, "--truth", truth, "--tp", tp, "--pp", pp])
-sys.exit(rc)
-PY
-	echo "$output"
-	[ "$status" -eq 0 ]
-	[ "$(grep -c " passed, 0 failed" <<<"$output")" -eq "${#MS_CHECKS[@]}" ]
-	for i in "${!MS_MNTS[@]}"; do
-		FF_PID=${MS_PIDS[$i]}
-		unmount_ff "${MS_MNTS[$i]}"
-		[ "$FF_RC" -eq 0 ]
-	done
-	for f in "${FF_ERRS[@]}"; do
-		[ ! -s "$f" ]
-	done
+	views_add "$dir" "$truth" "src_strategy=$strat" "$@"
 }
 
 @test "mindspore tp2dp2 (optimizer shard, 200-byte Values) with protobuf and JSON strategies, and pp2 (dp x mp x pp) with the merged strategy: every view equals the truth" {
@@ -96,7 +51,7 @@ PY
 	# JSON: its Layout-API lm_head.weight expanded, folded back at mount
 	MS_TRUTH_STRATEGY=$p/merged/merged_ckpt_strategy.ckpt \
 		ms_mount "$p/ckpt" "$p/merged/merged_ckpt_strategy.json" 2x2
-	ms_check
+	views_check
 }
 
 @test "mindspore tp2dp2 with a JSON strategy that omits the optimizer shard (>= 2.6, spec 2.4(f)): the shard is inferred from the stored dims, every view equals the truth" {
@@ -104,7 +59,7 @@ PY
 
 	MS_TRUTH_STRATEGY=$t/strategy/ckpt_strategy_rank_0.ckpt \
 		ms_mount "$t/ckpt" "$t/strategy_json-noopt/ckpt_strategy_rank_0.json" 2x1 1x1
-	ms_check
+	views_check
 }
 
 @test "mindspore tp2dp2 with a protobuf strategy that omits the optimizer shard (spec 2.4(f), no global shape to tell it): refused in one line, never the first slice served as the whole" {
@@ -129,7 +84,7 @@ PY
 	done
 	ms_mount "$FX/mindspore-safetensors/ckpt-dedup" \
 		"$FX/mindspore-safetensors/strategy/ckpt_strategy_rank_0.ckpt" 1x2
-	ms_check
+	views_check
 }
 
 @test "mindspore zero-element tensors (spec 1.4): a <= 2.2 empty record is served in every view, indexed as DCP indexes one (a chunk per box), and mindspore/ writes no record for it; >= 2.3 writes none and a layout without a record is left out" {
@@ -139,7 +94,7 @@ PY
 	ms_mount "$z/ckpt-legacy22" "$z/strategy_json/ckpt_strategy_rank_0.json" 2x1
 	ms_mount "$z/ckpt" "$z/strategy/ckpt_strategy_rank_0.ckpt" 2x1
 	ms_mount "$z/ckpt" "$z/strategy_json/ckpt_strategy_rank_0.json" 2x1
-	run /usr/bin/python3 - "${MS_MNTS[@]}" <<'PY'
+	run /usr/bin/python3 - "${VIEWS_MNTS[@]}" <<'PY'
 import json, sys
 # name: (global shape, distinct boxes saved: [0,4] whole on both ranks; [8,0]
 # split in rows over TP2)
@@ -158,11 +113,11 @@ PY
 	echo "$output"
 	[ "$status" -eq 0 ]
 	run /usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/check_mindspore.py" \
-		plan "${MS_MNTS[1]}" "$BATS_TEST_TMPDIR/truth-0" 2 1
+		plan "${VIEWS_MNTS[1]}" "$BATS_TEST_TMPDIR/truth-0" 2 1
 	echo "$output"
 	[ "$status" -eq 0 ]
 	[[ $output == "2 files equal" ]]
-	ms_check
+	views_check
 }
 
 @test "mindspore index.json names the source; refused at mount in one line: encrypted, bad CRC, a stage's strategy alone, no strategy for sharded ranks" {

@@ -15,75 +15,29 @@
 load helpers
 
 FX=$FLEXFS_SRC/tests/fixtures
-CHECK=$FLEXFS_SRC/tests/bats/lib/check_views.py
 TRUTH=$FLEXFS_SRC/tests/bats/lib/paddle_truth.py
 
 setup() {
 	setup_ff
-	PD_MNTS=()
-	PD_PIDS=()
-	PD_CHECKS=()
+	views_setup
 }
 
 teardown() {
-	local m
-
-	for m in "${PD_MNTS[@]}"; do
-		[[ -z $(mountinfo_of "$m") ]] ||
-			fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m"
-	done
+	views_teardown
 	teardown_ff
 }
 
 # pd_mount NAME DIR TRUTH_ARGS OPTS TPxPP...: mount DIR once per TPxPP
-# (OPTS added), each to be checked by pd_check against the truth of
+# (OPTS added), each to be checked by views_check against the truth of
 # fixture NAME (lib/paddle_truth.py with TRUTH_ARGS).
 pd_mount() {
-	local fx=$1 dir=$2 targs=$3 opts=$4 tp pp combo m
+	local fx=$1 dir=$2 targs=$3 opts=$4
 	local truth=$BATS_TEST_TMPDIR/truth-$fx${targs// /}
 
 	shift 4
 	# shellcheck disable=SC2086
 	[ -d "$truth" ] || /usr/bin/python3 "$TRUTH" "$FX/$fx" "$truth" $targs
-	for combo in "$@"; do
-		tp=${combo%x*} pp=${combo#*x}
-		m=$BATS_TEST_TMPDIR/mnt-${#PD_MNTS[@]}
-		mkdir -p "$m"
-		mount_ff "$dir" "$m" "tp=$tp,pp=$pp${opts:+,$opts}"
-		PD_MNTS+=("$m")
-		PD_PIDS+=("$FF_PID")
-		PD_CHECKS+=("$m $truth $tp $pp")
-	done
-}
-
-# pd_check: every view of every mount of pd_mount equals its truth, in
-# one checker process (it imports torch once); each unmounts cleanly and
-# no daemon said anything.
-pd_check() {
-	local i f
-
-	run /usr/bin/python3 - "$CHECK" "${PD_CHECKS[@]}" <<'EOF'
-import os, sys
-sys.path.insert(0, os.path.dirname(sys.argv[1]))
-import check_views
-rc = 0
-for c in sys.argv[2:]:
-    m, truth, tp, pp = c.split()
-    print("%s tp=%s pp=%s: " % (os.path.basename(truth), tp, pp), end="", flush=True)
-    rc |= check_views.main(["-q", "--mount", m, "--truth", truth, "--tp", tp, "--pp", pp])
-sys.exit(rc)
-EOF
-	echo "$output"
-	[ "$status" -eq 0 ]
-	[ "$(grep -c " passed, 0 failed" <<<"$output")" -eq "${#PD_CHECKS[@]}" ]
-	for i in "${!PD_MNTS[@]}"; do
-		FF_PID=${PD_PIDS[$i]}
-		unmount_ff "${PD_MNTS[$i]}"
-		[ "$FF_RC" -eq 0 ]
-	done
-	for f in "${FF_ERRS[@]}"; do
-		[ ! -s "$f" ]
-	done
+	views_add "$dir" "$truth" "$opts" "$@"
 }
 
 ALL="1x1 1x2 2x1 2x2 4x1 4x2"
@@ -95,7 +49,7 @@ ALL="1x1 1x2 2x1 2x2 4x1 4x2"
 		# shellcheck disable=SC2086
 		pd_mount "$fx" "$FX/$fx/ckpt" "" "" $ALL
 	done
-	pd_check
+	views_check
 }
 
 @test "paddle PaddleFormers checkpoint-N and its parts, several ids (the highest by default, paddle_id=N): every view equals the truth" {
@@ -112,7 +66,7 @@ ALL="1x1 1x2 2x1 2x2 4x1 4x2"
 	pd_mount paddle-multi-id "$m" "--id 1" paddle_id=1 2x1
 	pd_mount paddle-multi-id "$m" "--id 3" paddle_id=3 1x1 2x1
 	pd_mount paddle-multi-id "$m" "--id 10" paddle_id=10 2x2
-	pd_check
+	views_check
 	mount_ff "$m" "$MNT" "paddle_id=10"
 	run /usr/bin/python3 - "$MNT/index.json" <<'EOF'
 import json, sys
