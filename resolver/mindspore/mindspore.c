@@ -245,6 +245,27 @@ static int scan_end(loader *L, char *single, int rc)
 	return 0;
 }
 
+/* A flat data file name of the top directory: a numbered one is that
+ * rank's file; an unnumbered one replaces *single (owned) when it sorts
+ * later (scan_end() decides what a lone one is).  @return 0 or -errno. */
+static int add_flat(loader *L, const char *name, char **single)
+{
+	uint32_t r;
+	char *rel = strdup(name);
+
+	if (!rel)
+		return -ENOMEM;
+	if (flat_rank(name, &r))
+		return add_rankfile(L, r, rel);
+	if (!*single || strcmp(rel, *single) > 0) {
+		free(*single);
+		*single = rel;
+	} else {
+		free(rel);
+	}
+	return 0;
+}
+
 static int scan_dir(loader *L, int dirfd)
 {
 	int fd = dup(dirfd);
@@ -273,16 +294,7 @@ static int scan_dir(loader *L, int dirfd)
 			if (!rc && rel)
 				rc = add_rankfile(L, r, rel);
 		} else if (is_data_name(de->d_name)) {
-			if (!(rel = strdup(de->d_name)))
-				rc = -ENOMEM;
-			else if (flat_rank(de->d_name, &r))
-				rc = add_rankfile(L, r, rel);
-			else if (!single || strcmp(rel, single) > 0) {
-				free(single);
-				single = rel;
-			} else {
-				free(rel);
-			}
+			rc = add_flat(L, de->d_name, &single);
 		}
 	}
 	closedir(d);
@@ -352,21 +364,9 @@ static int scan_names(loader *L)
 	}
 	/* then flat files, as scan_dir() takes them */
 	for (uint32_t i = 0; !rc && (n = flx_build_remote_name(L->b, i)); i++) {
-		uint32_t r;
-		char *rel;
-
 		if (n[0] == '.' || strchr(n, '/') || !is_data_name(n))
 			continue;
-		if (!(rel = strdup(n)))
-			rc = -ENOMEM;
-		else if (flat_rank(n, &r))
-			rc = add_rankfile(L, r, rel);
-		else if (!single || strcmp(rel, single) > 0) {
-			free(single);
-			single = rel;
-		} else {
-			free(rel);
-		}
+		rc = add_flat(L, n, &single);
 	}
 	return scan_end(L, single, rc);
 }
