@@ -18,6 +18,21 @@ static flx_ms_strategy *parse(const void *b, size_t n, bool json, flx_error *e)
 	return s;
 }
 
+/* A strategy file of current_stage stage (one byte) and one layout item
+ * (its wire bytes, under 60), parsed; NULL on failure. */
+static flx_ms_strategy *parse_item(unsigned stage, const unsigned char *item,
+				   size_t n, flx_error *e)
+{
+	unsigned char buf[64];
+
+	buf[0] = 0x08; /* current_stage */
+	buf[1] = (unsigned char)stage;
+	buf[2] = 0x1a; /* parallel_layout_item */
+	buf[3] = (unsigned char)n;
+	memcpy(buf + 4, item, n);
+	return parse(buf, 4 + n, false, e);
+}
+
 /* §5.3: 70 bytes, D=[2,4], T=[1,-1], stage 0 */
 static const unsigned char ex53[] = {
     0x08, 0x01, 0x12, 0x1c, 0x0a, 0x0a, 0x4d, 0x61, 0x74, 0x4d, 0x75, 0x6c,
@@ -144,14 +159,8 @@ static const unsigned char ex3item[] = {
 
 static void test_ex4_mindformers(void)
 {
-	unsigned char buf[64];
 	flx_error e;
-	buf[0] = 0x08; /* current_stage 0 */
-	buf[1] = 0x00;
-	buf[2] = 0x1a;
-	buf[3] = sizeof(ex3item);
-	memcpy(buf + 4, ex3item, sizeof(ex3item));
-	flx_ms_strategy *s = parse(buf, 4 + sizeof(ex3item), false, &e);
+	flx_ms_strategy *s = parse_item(0, ex3item, sizeof(ex3item), &e);
 	CHECK(s != NULL);
 	if (!s)
 		return;
@@ -173,16 +182,10 @@ static void test_ex4_mindformers(void)
  * [1024,512]) saved with ZeRO while its strategy says step = size = 0 */
 static void test_opt_infer(void)
 {
-	unsigned char buf[64];
 	flx_error e;
 	flx_ms_layout o;
 	uint64_t p;
-	buf[0] = 0x08; /* current_stage 1 (required) */
-	buf[1] = 0x01;
-	buf[2] = 0x1a;
-	buf[3] = sizeof(ex3item);
-	memcpy(buf + 4, ex3item, sizeof(ex3item));
-	flx_ms_strategy *s = parse(buf, 4 + sizeof(ex3item), false, &e);
+	flx_ms_strategy *s = parse_item(1, ex3item, sizeof(ex3item), &e);
 	CHECK(s != NULL);
 	if (!s)
 		return;
@@ -232,14 +235,8 @@ static const unsigned char ex53item1d[] = {
 
 static void test_nested(void)
 {
-	unsigned char buf[64];
 	flx_error e;
-	buf[0] = 0x08; /* current_stage 1 (required) */
-	buf[1] = 0x01;
-	buf[2] = 0x1a;
-	buf[3] = sizeof(ex53item1d);
-	memcpy(buf + 4, ex53item1d, sizeof(ex53item1d));
-	flx_ms_strategy *s = parse(buf, 4 + sizeof(ex53item1d), false, &e);
+	flx_ms_strategy *s = parse_item(1, ex53item1d, sizeof(ex53item1d), &e);
 	CHECK(s != NULL);
 	if (s) {
 		flx_ms_layout *l = &s->layouts[0];
