@@ -763,6 +763,7 @@ int main(int argc, char **argv)
 	/* Past this point stderr is /dev/null unless -f: nothing may fail
 	 * for a reason the user could have been told about. */
 	if (dmount_serving() && fuse_daemonize(fo.foreground) == 0) {
+		flx_slicer_start(slicer); /* forked for the last time */
 		rc = loop(se, &fo);
 		ret = loop_failed(rc) ? 1 : 0;
 		zstd_stats(zcache);

@@ -115,6 +115,15 @@ typedef struct flx_slice_batch {
 	uint64_t block;	       /* a block's home: [start, start + block) */
 	const flx_ecast *cast; /* NULL: the elements copied as they are */
 	/*
+	 * What the blocks' bytes are: batches with the same non-zero origin
+	 * read the same bytes for the same (file, start, len) block, for as
+	 * long as the slicer is open (the read path gives its checkpoint's
+	 * uid, and fails a read whose file changed since the mount at get()),
+	 * so a backend may keep blocks across batches; 0: blocks are this
+	 * batch's alone.
+	 */
+	uint64_t origin;
+	/*
 	 * Pin blocks[k]: *data gets its len bytes, valid until put(ctx, k),
 	 * which must follow every get that returned 0 before the next get
 	 * (at most one block is pinned at a time: the block cache's waits
@@ -164,9 +173,15 @@ typedef enum flx_gpu_mode {
 } flx_gpu_mode;
 
 /* -o gpu_min= unset: the bytes a batch must want before a device takes it.
- * Not yet chosen from measurements (docs/performance.md: no GPU was
- * available); a FUSE read of the default readahead wants about 1 MiB. */
+ * Chosen from measurements (docs/performance.md, "GPU slicing"): FUSE's
+ * requests, which want just under 1 MiB, run faster on the CPU backend;
+ * larger batches (flexfs-materialize's) on the device. */
 #define FLX_GPU_MIN_DEFAULT (1ull << 20)
+
+/* -o gpu_cache= unset: device memory that keeps blocks across batches
+ * (slice_cuda.cu): a transposed chunk's blocks serve every read of the
+ * chunk after one copy to the device. */
+#define FLX_GPU_CACHE_DEFAULT (1ull << 30)
 
 typedef struct flx_slicer_opts {
 	flx_gpu_mode mode;
@@ -176,6 +191,9 @@ typedef struct flx_slicer_opts {
 	 * libflexfs-cuda.so next to the executable, then where it is
 	 * installed, then in the build tree */
 	const char *library;
+	/* device memory for blocks kept across batches of one origin
+	 * (flx_slice_batch.origin); 0: none, each batch copies its blocks */
+	uint64_t cache_bytes;
 } flx_slicer_opts;
 
 /**
@@ -189,6 +207,12 @@ typedef struct flx_slicer_opts {
  */
 int flx_slicer_open(const flx_slicer_opts *o, const flx_slicer **out,
 		    char *line, size_t n);
+
+/** Make s's device ready before the first batch (slice_cuda.h, start):
+ * once, from one thread, before any batch, after the process forked for
+ * the last time (a daemon: after it daemonized).  The CPU slicer, NULL:
+ * nothing.  A failure is met again by the first batch, which says it. */
+void flx_slicer_start(const flx_slicer *s);
 
 /** Release what flx_slicer_open() returned (the CPU slicer, NULL:
  * nothing).  No batch may be running on it. */

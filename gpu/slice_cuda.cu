@@ -5,10 +5,25 @@
  *
  * A batch is made one submission.  The host first cuts it into pieces
  * and rows of transposes (slice_plan.h: the same rule as the CPU
- * backend).  Then block after block: the block is pinned (get), copied into a
- * pinned staging buffer and released (put), and its copy to the device, its
- * pieces' kernels and nothing else are queued on one of two streams, so
- * the next block is fetched and copied while this one's kernels run.
+ * backend).  Then its blocks are made resident on the device, and every
+ * piece of them executed in one launch.
+ *
+ * Blocks kept on the device.  A read of a transposed chunk wants a few
+ * elements of every block of the chunk, and the next read the next few
+ * of the same blocks: copying the blocks per read would move the chunk
+ * over PCIe for each read.  So blocks stay in a pool of slots in device
+ * memory (-o gpu_cache=, flx_slicer_opts.cache_bytes), found by the
+ * batch's origin and the block's (file, start, len) (slice.h says when
+ * that names the same bytes), the least recently used free slot reused
+ * first.  A block not there is pinned (get), copied into a pinned staging
+ * buffer, released (put) and copied to its slot on one of two streams,
+ * so that the next block is fetched while this one travels.  A block
+ * found there is still fetched once (get, put): that is where the read
+ * path checks that its file is unchanged.  A lane holds at most
+ * per_lane slots at a time, so a large batch runs in phases of that many
+ * blocks, each phase one launch; blocks larger than the pool's slots
+ * (more than 1 MiB, or the first batch's block size) go to the CPU.
+ *
  * The request's bytes are assembled in device memory, copied back once
  * into pinned memory at the end, and from there only the runs' bytes go to
  * the caller's buffer (no byte outside the runs is written).
@@ -24,7 +39,8 @@
  *
  * Device state: NLANES lanes, each two streams, their events and buffers,
  * taken by one batch at a time under a mutex; a batch finding every lane
- * taken returns -EAGAIN (the CPU runs it).  Every CUDA error becomes -EIO
+ * taken returns -EAGAIN (the CPU runs it).  The pool, made by the first
+ * batch, and its slots' table, under the same mutex.  Every CUDA error becomes -EIO
  * here, in fail(), which prints the first one.
  */
 #include "elemcast.h"
@@ -45,6 +61,9 @@
 #define NSTREAMS 2
 #define TILE	 32
 #define ROWS	 8 /* threads per tile column: TILE / ROWS rows each */
+#define PHASE_MIN 4 /* the fewest blocks a lane may hold at once */
+/* the smallest slot: blocks of up to 1 MiB share one pool */
+#define SLOT_MIN (1u << 20)
 
 typedef flx_piece piece;
 typedef flx_rows rows;
@@ -53,23 +72,52 @@ typedef flx_plan plan;
 typedef struct lane {
 	bool busy, ready, broken;
 	cudaStream_t s[NSTREAMS];
-	cudaEvent_t done[NSTREAMS]; /* the slot's buffers are free again */
-	unsigned char *h_blk[NSTREAMS], *d_blk[NSTREAMS];
+	cudaEvent_t done[NSTREAMS]; /* h_blk[s] is free again */
+	unsigned char *h_blk[NSTREAMS]; /* pinned staging of a block */
 	size_t cap_blk;
-	piece *h_pc[NSTREAMS], *d_pc[NSTREAMS];
-	rows *h_rw[NSTREAMS], *d_rw[NSTREAMS];
-	size_t cap_pc, cap_rw;
+	piece *h_pc, *d_pc; /* a phase's pieces and rows */
+	rows *h_rw, *d_rw;
+	size_t cap_pc;
 	unsigned char *h_dst, *d_dst;
 	size_t cap_dst;
+	int32_t *held; /* the slots a phase holds, per_lane of them */
 } lane;
+
+/*
+ * A block on the device: slot i holds its bytes at pool + i * slot_cap.
+ * A published slot is findable by its key (origin, file, start, len) and
+ * its copy was queued before it was published (filled recorded after
+ * it); a slot with ref 0 may be taken for another block.
+ */
+typedef struct slot {
+	uint64_t origin, start;
+	size_t len;
+	uint32_t file;
+	int32_t next; /* hash chain of published slots */
+	unsigned ref; /* phases holding it */
+	bool published;
+	uint64_t tick; /* last use: the least recent free slot goes first */
+	cudaEvent_t filled;
+} slot;
 
 typedef struct device {
 	int id;
-	pthread_mutex_t mu;
+	uint64_t cache_bytes; /* 0: nothing kept across batches */
+	pthread_mutex_t mu; /* lanes' busy flags, the slots, the hash */
 	lane lanes[NLANES];
+	bool pool_ready, pool_failed; /* failed: the CPU runs every batch */
+	unsigned char *pool;
+	size_t slot_cap, nslots, per_lane;
+	slot *slots;
+	int32_t *head; /* nbuckets chains (a power of two) */
+	size_t nbuckets;
+	uint64_t tick;
 } device;
 
 static int reported;
+/* this process has used CUDA (a later probe runs here: a forked child
+ * of it could not) */
+static int used;
 
 /* A CUDA error as -EIO, the first one printed on stderr. */
 static int fail(const char *what, cudaError_t e)
@@ -181,23 +229,26 @@ static void lane_free_bufs(lane *l)
 {
 	for (int s = 0; s < NSTREAMS; s++) {
 		cudaFreeHost(l->h_blk[s]);
-		cudaFree(l->d_blk[s]);
-		cudaFreeHost(l->h_pc[s]);
-		cudaFree(l->d_pc[s]);
-		cudaFreeHost(l->h_rw[s]);
-		cudaFree(l->d_rw[s]);
-		l->h_blk[s] = l->d_blk[s] = NULL;
-		l->h_pc[s] = l->d_pc[s] = NULL;
-		l->h_rw[s] = l->d_rw[s] = NULL;
+		l->h_blk[s] = NULL;
 	}
+	cudaFreeHost(l->h_pc);
+	cudaFree(l->d_pc);
+	cudaFreeHost(l->h_rw);
+	cudaFree(l->d_rw);
 	cudaFreeHost(l->h_dst);
 	cudaFree(l->d_dst);
+	free(l->held);
+	l->h_pc = NULL;
+	l->d_pc = NULL;
+	l->h_rw = NULL;
+	l->d_rw = NULL;
 	l->h_dst = l->d_dst = NULL;
-	l->cap_blk = l->cap_pc = l->cap_rw = l->cap_dst = 0;
+	l->held = NULL;
+	l->cap_blk = l->cap_pc = l->cap_dst = 0;
 }
 
 /* The lane's buffers at least this large (the lane is idle). */
-static int lane_fit(lane *l, size_t blk, size_t npc, size_t dst)
+static int lane_fit(device *d, lane *l, size_t blk, size_t npc, size_t dst)
 {
 	int rc = 0;
 
@@ -208,40 +259,38 @@ static int lane_fit(lane *l, size_t blk, size_t npc, size_t dst)
 			CU(cudaEventCreateWithFlags(&l->done[s],
 						    cudaEventDisableTiming));
 		}
+		l->held = (int32_t *)calloc(d->per_lane, sizeof(int32_t));
+		if (!l->held) {
+			rc = -ENOMEM;
+			goto out;
+		}
 		l->ready = true;
 	}
 	if (blk > l->cap_blk)
 		for (int s = 0; s < NSTREAMS; s++) {
 			cudaFreeHost(l->h_blk[s]);
-			cudaFree(l->d_blk[s]);
-			l->h_blk[s] = l->d_blk[s] = NULL;
+			l->h_blk[s] = NULL;
 			l->cap_blk = 0;
 			CU(cudaHostAlloc((void **)&l->h_blk[s], blk,
 					 cudaHostAllocDefault));
-			CU(cudaMalloc((void **)&l->d_blk[s], blk));
 		}
 	l->cap_blk = blk > l->cap_blk ? blk : l->cap_blk;
-	if (npc > l->cap_pc)
-		for (int s = 0; s < NSTREAMS; s++) {
-			cudaFreeHost(l->h_pc[s]);
-			cudaFree(l->d_pc[s]);
-			cudaFreeHost(l->h_rw[s]);
-			cudaFree(l->d_rw[s]);
-			l->h_pc[s] = l->d_pc[s] = NULL;
-			l->h_rw[s] = l->d_rw[s] = NULL;
-			l->cap_pc = 0;
-			CU(cudaHostAlloc((void **)&l->h_pc[s],
-					 npc * sizeof(piece),
-					 cudaHostAllocDefault));
-			CU(cudaMalloc((void **)&l->d_pc[s],
-				      npc * sizeof(piece)));
-			CU(cudaHostAlloc((void **)&l->h_rw[s],
-					 npc * sizeof(rows),
-					 cudaHostAllocDefault));
-			CU(cudaMalloc((void **)&l->d_rw[s],
-				      npc * sizeof(rows)));
-		}
-	l->cap_pc = npc > l->cap_pc ? npc : l->cap_pc;
+	if (npc > l->cap_pc) {
+		cudaFreeHost(l->h_pc);
+		cudaFree(l->d_pc);
+		cudaFreeHost(l->h_rw);
+		cudaFree(l->d_rw);
+		l->h_pc = l->d_pc = NULL;
+		l->h_rw = l->d_rw = NULL;
+		l->cap_pc = 0;
+		CU(cudaHostAlloc((void **)&l->h_pc, npc * sizeof(piece),
+				 cudaHostAllocDefault));
+		CU(cudaMalloc((void **)&l->d_pc, npc * sizeof(piece)));
+		CU(cudaHostAlloc((void **)&l->h_rw, npc * sizeof(rows),
+				 cudaHostAllocDefault));
+		CU(cudaMalloc((void **)&l->d_rw, npc * sizeof(rows)));
+		l->cap_pc = npc;
+	}
 	if (dst > l->cap_dst) {
 		cudaFreeHost(l->h_dst);
 		cudaFree(l->d_dst);
@@ -281,12 +330,183 @@ static void lane_give(device *d, lane *l)
 	pthread_mutex_unlock(&d->mu);
 }
 
+/* ---- the blocks kept on the device ---- */
+
+static void pool_free(device *d)
+{
+	for (size_t i = 0; d->slots && i < d->nslots; i++)
+		if (d->slots[i].filled)
+			cudaEventDestroy(d->slots[i].filled);
+	cudaFree(d->pool);
+	free(d->slots);
+	free(d->head);
+	d->pool = NULL;
+	d->slots = NULL;
+	d->head = NULL;
+	d->pool_ready = false;
+}
+
+/*
+ * The pool, made by the first batch (its block size fixes slot_cap): as
+ * many slots as cache_bytes holds, at most half the device's free memory,
+ * and at least PHASE_MIN per lane (a lane never holds more than per_lane
+ * slots, so a lane asking for one always finds one with ref 0).
+ */
+static int pool_init(device *d, uint64_t block)
+{
+	size_t free_b = 0, total_b = 0, n = 0;
+	cudaError_t e;
+	int rc = 0;
+
+	d->slot_cap = (size_t)((block + 64 + 255) / 256 * 256);
+	e = cudaMemGetInfo(&free_b, &total_b);
+	if (e != cudaSuccess) {
+		rc = fail("cudaMemGetInfo", e);
+		goto out;
+	}
+	n = (size_t)(d->cache_bytes / d->slot_cap);
+	if (n > free_b / 2 / d->slot_cap)
+		n = free_b / 2 / d->slot_cap;
+	if (n < (size_t)NLANES * PHASE_MIN)
+		n = (size_t)NLANES * PHASE_MIN;
+	d->nslots = n;
+	d->per_lane = n / NLANES;
+	for (d->nbuckets = 1; d->nbuckets < 2 * n; d->nbuckets *= 2)
+		;
+	d->slots = (slot *)calloc(n, sizeof(slot));
+	d->head = (int32_t *)malloc(d->nbuckets * sizeof(int32_t));
+	if (!d->slots || !d->head) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t b = 0; b < d->nbuckets; b++)
+		d->head[b] = -1;
+	e = cudaMalloc((void **)&d->pool, n * d->slot_cap);
+	for (size_t i = 0; e == cudaSuccess && i < n; i++)
+		e = cudaEventCreateWithFlags(&d->slots[i].filled,
+					     cudaEventDisableTiming);
+	if (e != cudaSuccess) {
+		rc = fail("the block pool", e);
+		goto out;
+	}
+	d->pool_ready = true;
+out:
+	if (rc)
+		pool_free(d);
+	return rc;
+}
+
+static size_t bucket(const device *d, uint64_t origin,
+		     const flx_slice_block *k)
+{
+	uint64_t h = origin * 0x9E3779B97F4A7C15ull ^
+		     (k->file + 1) * 0xC2B2AE3D27D4EB4Full ^
+		     (k->start >> 8) * 0x165667B19E3779F9ull;
+
+	return (size_t)((h ^ h >> 29) & (d->nbuckets - 1));
+}
+
+/* The published slot holding block k of origin, or -1 (d->mu held). */
+static int32_t slot_find(const device *d, uint64_t origin,
+			 const flx_slice_block *k)
+{
+	for (int32_t i = d->head[bucket(d, origin, k)]; i >= 0;
+	     i = d->slots[i].next) {
+		const slot *t = &d->slots[i];
+
+		if (t->origin == origin && t->file == k->file &&
+		    t->start == k->start && t->len == k->len)
+			return i;
+	}
+	return -1;
+}
+
+static void slot_unpublish(device *d, int32_t i)
+{
+	slot *t = &d->slots[i];
+	flx_slice_block k = {t->start, t->len, t->file};
+	int32_t *at;
+
+	if (!t->published)
+		return;
+	at = &d->head[bucket(d, t->origin, &k)];
+	while (*at != i)
+		at = &d->slots[*at].next;
+	*at = t->next;
+	t->published = false;
+}
+
+/* Publish slot i (filled, held) unless its block is there already. */
+static void slot_publish(device *d, int32_t i)
+{
+	slot *t = &d->slots[i];
+	flx_slice_block k = {t->start, t->len, t->file};
+	size_t h = bucket(d, t->origin, &k);
+
+	pthread_mutex_lock(&d->mu);
+	if (slot_find(d, t->origin, &k) < 0) {
+		t->next = d->head[h];
+		d->head[h] = i;
+		t->published = true;
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
+/* Block k of b held: a published slot (*hit), or the least recent slot
+ * with ref 0, taken for it; -1 when none is free. */
+static int32_t slot_hold(device *d, const flx_slice_batch *b, size_t k,
+			 uint64_t origin, bool *hit)
+{
+	const flx_slice_block *bk = &b->blocks[k];
+	int32_t i = -1;
+
+	pthread_mutex_lock(&d->mu);
+	if (origin)
+		i = slot_find(d, origin, bk);
+	*hit = i >= 0;
+	for (size_t j = 0; i < 0 && j < d->nslots; j++)
+		if (!d->slots[j].ref)
+			i = (int32_t)j;
+	for (size_t j = (size_t)i + 1; !*hit && i >= 0 && j < d->nslots; j++)
+		if (!d->slots[j].ref && d->slots[j].tick < d->slots[i].tick)
+			i = (int32_t)j;
+	if (i >= 0) {
+		slot *t = &d->slots[i];
+
+		if (!*hit) {
+			slot_unpublish(d, i);
+			t->origin = origin;
+			t->file = bk->file;
+			t->start = bk->start;
+			t->len = bk->len;
+		}
+		t->ref++;
+		t->tick = ++d->tick;
+	}
+	pthread_mutex_unlock(&d->mu);
+	return i;
+}
+
+/* Let go of the n slots held; drop: unpublish them too (after an error,
+ * their copies may not have happened). */
+static void slots_release(device *d, const int32_t *held, size_t n, bool drop)
+{
+	pthread_mutex_lock(&d->mu);
+	for (size_t j = 0; j < n; j++) {
+		d->slots[held[j]].ref--;
+		if (drop)
+			slot_unpublish(d, held[j]);
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
 /* ---- a batch ---- */
 
 /* Rows sets in grids of at most 65535 (gridDim.y); c: the batch's cast
  * or NULL */
 template <size_t E>
-static void launch_rows(lane *l, int s, size_t nrw, const flx_ecast *c)
+static void launch_rows(lane *l, const unsigned char *blk, size_t nrw,
+			const flx_ecast *c)
 {
 	for (size_t g = 0; g < nrw;) {
 		size_t m = nrw - g < 65535 ? nrw - g : 65535;
@@ -294,7 +514,7 @@ static void launch_rows(lane *l, int s, size_t nrw, const flx_ecast *c)
 
 		/* one grid over the largest rows set of these m */
 		for (size_t k = g; k < g + m; k++) {
-			const rows *r = &l->h_rw[s][k];
+			const rows *r = &l->h_rw[k];
 			uint64_t t = ((r->nrows + TILE - 1) / TILE) *
 				     ((r->n + TILE - 1) / TILE);
 
@@ -303,27 +523,27 @@ static void launch_rows(lane *l, int s, size_t nrw, const flx_ecast *c)
 		dim3 grid((unsigned)tiles, (unsigned)m), threads(TILE, ROWS);
 
 		if (c)
-			rows_kernel<E, true><<<grid, threads, 0, l->s[s]>>>(
-			    l->d_blk[s], l->d_rw[s] + g, l->d_dst, *c);
+			rows_kernel<E, true><<<grid, threads, 0, l->s[0]>>>(
+			    blk, l->d_rw + g, l->d_dst, *c);
 		else
-			rows_kernel<E, false><<<grid, threads, 0, l->s[s]>>>(
-			    l->d_blk[s], l->d_rw[s] + g, l->d_dst, flx_ecast{});
+			rows_kernel<E, false><<<grid, threads, 0, l->s[0]>>>(
+			    blk, l->d_rw + g, l->d_dst, flx_ecast{});
 		g += m;
 	}
 }
 
 template <size_t E>
-static void launch(lane *l, int s, size_t npc, size_t nrw, size_t esz,
-		   const flx_ecast *c)
+static void launch(lane *l, const unsigned char *blk, size_t npc, size_t nrw,
+		   size_t esz, const flx_ecast *c)
 {
 	if (npc && c)
-		pieces_cast_kernel<<<(unsigned)npc, 128, 0, l->s[s]>>>(
-		    l->d_blk[s], l->d_pc[s], l->d_dst, *c);
+		pieces_cast_kernel<<<(unsigned)npc, 128, 0, l->s[0]>>>(
+		    blk, l->d_pc, l->d_dst, *c);
 	else if (npc)
-		pieces_kernel<E><<<(unsigned)npc, 128, 0, l->s[s]>>>(
-		    l->d_blk[s], l->d_pc[s], l->d_dst, esz);
+		pieces_kernel<E><<<(unsigned)npc, 128, 0, l->s[0]>>>(
+		    blk, l->d_pc, l->d_dst, esz);
 	if constexpr (E != 0)
-		launch_rows<E>(l, s, nrw, c);
+		launch_rows<E>(l, blk, nrw, c);
 }
 
 static bool fixed_size(size_t esz)
@@ -333,103 +553,173 @@ static bool fixed_size(size_t esz)
 
 /* A cast's source elements have fixed sizes (1, 2, 4, 8: elemcast.h),
  * so a cast never takes launch<0>. */
-static void launch_any(lane *l, int s, size_t npc, size_t nrw, size_t esz,
-		       const flx_ecast *c)
+static void launch_any(lane *l, const unsigned char *blk, size_t npc,
+		       size_t nrw, size_t esz, const flx_ecast *c)
 {
 	switch (esz) {
 	case 1:
-		launch<1>(l, s, npc, nrw, esz, c);
+		launch<1>(l, blk, npc, nrw, esz, c);
 		break;
 	case 2:
-		launch<2>(l, s, npc, nrw, esz, c);
+		launch<2>(l, blk, npc, nrw, esz, c);
 		break;
 	case 4:
-		launch<4>(l, s, npc, nrw, esz, c);
+		launch<4>(l, blk, npc, nrw, esz, c);
 		break;
 	case 8:
-		launch<8>(l, s, npc, nrw, esz, c);
+		launch<8>(l, blk, npc, nrw, esz, c);
 		break;
 	case 16:
-		launch<16>(l, s, npc, nrw, esz, c);
+		launch<16>(l, blk, npc, nrw, esz, c);
 		break;
 	default:
-		launch<0>(l, s, npc, nrw, esz, NULL);
+		launch<0>(l, blk, npc, nrw, esz, NULL);
 	}
 }
 
-/* The batch's pieces executed on lane l (see the top of this file). */
-static int run_lane(device *d, lane *l, const flx_slice_batch *b, const plan *p)
+/*
+ * Block k of b on the device, held in l->held[*nheld] (counted in
+ * *nheld even when this fails, for the caller to release): found kept
+ * there, or fetched (get), copied into staging buffer s and from there to
+ * its slot on stream s.  Either way the lane's stream 0 waits for its
+ * copy.  A block found is still fetched once (get, put): that is where
+ * the read path checks its file unchanged for this read.
+ */
+static int resident(device *d, lane *l, const flx_slice_batch *b, size_t k,
+		    int s, size_t *nheld)
 {
-	size_t maxblk = 1, maxpc = 1, j = 0;
-	size_t osz = b->cast ? b->cast->to.size : b->elem_size;
-	bool pinned = false;
-	size_t pinned_k = 0;
+	const size_t len = b->blocks[k].len;
+	const uint64_t origin = d->cache_bytes ? b->origin : 0;
+	const unsigned char *data;
+	bool hit, pinned = false;
+	int32_t i = slot_hold(d, b, k, origin, &hit);
 	int rc = 0;
 
-	for (size_t k = 0; k < b->nblocks; k++) {
-		size_t n = p->first[k + 1] - p->first[k];
-
-		if (n && b->blocks[k].len > maxblk)
-			maxblk = b->blocks[k].len;
-		maxpc = n > maxpc ? n : maxpc;
-	}
-	CU(cudaSetDevice(d->id));
-	rc = lane_fit(l, maxblk, maxpc, b->dst_len ? b->dst_len : 1);
+	if (i < 0)
+		return -EAGAIN;
+	l->held[(*nheld)++] = i;
+	if (!hit)
+		CU(cudaEventSynchronize(l->done[s]));
+	rc = b->get(b->ctx, k, &data);
 	if (rc)
 		goto out;
-	for (size_t k = 0; k < b->nblocks; k++) {
-		size_t first = p->first[k], n = p->first[k + 1] - first;
-		const unsigned char *data;
-		size_t npc = n, nrw = 0, len = b->blocks[k].len;
-		int s;
-
-		if (!n)
-			continue;
-		s = (int)(j++ % NSTREAMS);
-		/* the slot's last block copied and executed */
-		CU(cudaEventSynchronize(l->done[s]));
-		rc = b->get(b->ctx, k, &data);
-		if (rc)
-			goto out;
-		pinned = true;
-		pinned_k = k;
+	pinned = true;
+	if (!hit) {
 		memcpy(l->h_blk[s], data, len);
 		b->put(b->ctx, k);
 		pinned = false;
-		/* rows of transposes go to the tiled kernel, which has
-		 * compile-time element sizes only */
-		if (fixed_size(b->elem_size))
-			flx_plan_rows(p->pc + first, n, osz, l->h_pc[s], &npc,
-				      l->h_rw[s], &nrw);
-		else
-			memcpy(l->h_pc[s], p->pc + first, n * sizeof(piece));
-		CU(cudaMemcpyAsync(l->d_blk[s], l->h_blk[s], len,
-				   cudaMemcpyHostToDevice, l->s[s]));
-		if (npc)
-			CU(cudaMemcpyAsync(l->d_pc[s], l->h_pc[s],
-					   npc * sizeof(piece),
-					   cudaMemcpyHostToDevice, l->s[s]));
-		if (nrw)
-			CU(cudaMemcpyAsync(l->d_rw[s], l->h_rw[s],
-					   nrw * sizeof(rows),
-					   cudaMemcpyHostToDevice, l->s[s]));
-		launch_any(l, s, npc, nrw, b->elem_size, b->cast);
-		CU(cudaGetLastError());
+		CU(cudaMemcpyAsync(d->pool + (size_t)i * d->slot_cap,
+				   l->h_blk[s], len, cudaMemcpyHostToDevice,
+				   l->s[s]));
 		CU(cudaEventRecord(l->done[s], l->s[s]));
+		CU(cudaEventRecord(d->slots[i].filled, l->s[s]));
+		if (origin)
+			slot_publish(d, i);
 	}
-	for (int s = 0; s < NSTREAMS; s++)
-		CU(cudaStreamSynchronize(l->s[s]));
-	if (b->dst_len)
-		CU(cudaMemcpy(l->h_dst, l->d_dst, b->dst_len,
-			      cudaMemcpyDeviceToHost));
-	flx_plan_copy_runs(b, l->h_dst);
+	CU(cudaStreamWaitEvent(l->s[0], d->slots[i].filled, 0));
 out:
 	if (pinned)
-		b->put(b->ctx, pinned_k);
+		b->put(b->ctx, k);
+	return rc;
+}
+
+/* Block k's n pieces (from in) appended to the lane's arrays at *npc and
+ * *nrw, rows of transposes apart, their sources made offsets in the pool
+ * (the block sits at off there). */
+static void plan_block(lane *l, const flx_slice_batch *b, const piece *in,
+		       size_t n, uint64_t off, size_t *npc, size_t *nrw)
+{
+	size_t osz = b->cast ? b->cast->to.size : b->elem_size;
+	size_t np = n, nr = 0;
+
+	/* rows of transposes go to the tiled kernel, which has compile-time
+	 * element sizes only */
+	if (fixed_size(b->elem_size))
+		flx_plan_rows(in, n, osz, l->h_pc + *npc, &np, l->h_rw + *nrw,
+			      &nr);
+	else
+		memcpy(l->h_pc + *npc, in, n * sizeof(piece));
+	for (size_t i = 0; i < np; i++)
+		l->h_pc[*npc + i].soff += off;
+	for (size_t i = 0; i < nr; i++)
+		l->h_rw[*nrw + i].soff += off;
+	*npc += np;
+	*nrw += nr;
+}
+
+/*
+ * The batch's pieces executed on lane l (see the top of this file), in
+ * phases of at most per_lane blocks: the phase's blocks made resident
+ * (copies alternating between two streams), then every piece of the
+ * phase in one launch on stream 0.
+ */
+static int run_lane(device *d, lane *l, const flx_slice_batch *b, const plan *p)
+{
+	size_t maxblk = 1, j = 0, k = 0, nheld = 0;
+	int rc = 0;
+
+	for (size_t q = 0; q < b->nblocks; q++)
+		if (p->first[q + 1] > p->first[q] && b->blocks[q].len > maxblk)
+			maxblk = b->blocks[q].len;
+	__atomic_store_n(&used, 1, __ATOMIC_RELAXED);
+	CU(cudaSetDevice(d->id));
+	pthread_mutex_lock(&d->mu);
+	if (!d->pool_ready && !d->pool_failed &&
+	    pool_init(d, b->block > SLOT_MIN ? b->block : SLOT_MIN))
+		d->pool_failed = true; /* said once, by fail() */
+	rc = d->pool_failed ? -EAGAIN : 0;
+	pthread_mutex_unlock(&d->mu);
+	if (rc)
+		goto out;
+	if (maxblk > d->slot_cap) {
+		rc = -EAGAIN; /* not a block of the size the pool was made for */
+		goto out;
+	}
+	rc = lane_fit(d, l, maxblk, p->npc ? p->npc : 1,
+		      b->dst_len ? b->dst_len : 1);
+	if (rc)
+		goto out;
+	while (k < b->nblocks) {
+		size_t npc = 0, nrw = 0;
+
+		for (; k < b->nblocks && nheld < d->per_lane; k++) {
+			size_t first = p->first[k], n = p->first[k + 1] - first;
+
+			if (!n)
+				continue;
+			rc = resident(d, l, b, k, (int)(j++ % NSTREAMS),
+				      &nheld);
+			if (rc)
+				goto out;
+			plan_block(l, b, p->pc + first, n,
+				   (uint64_t)l->held[nheld - 1] * d->slot_cap,
+				   &npc, &nrw);
+		}
+		if (npc)
+			CU(cudaMemcpyAsync(l->d_pc, l->h_pc, npc * sizeof(piece),
+					   cudaMemcpyHostToDevice, l->s[0]));
+		if (nrw)
+			CU(cudaMemcpyAsync(l->d_rw, l->h_rw, nrw * sizeof(rows),
+					   cudaMemcpyHostToDevice, l->s[0]));
+		launch_any(l, d->pool, npc, nrw, b->elem_size, b->cast);
+		CU(cudaGetLastError());
+		/* the last phase queues the copy back behind its kernels:
+		 * one wait for both */
+		if (k >= b->nblocks && b->dst_len)
+			CU(cudaMemcpyAsync(l->h_dst, l->d_dst, b->dst_len,
+					   cudaMemcpyDeviceToHost, l->s[0]));
+		CU(cudaStreamSynchronize(l->s[0]));
+		slots_release(d, l->held, nheld, false);
+		nheld = 0;
+	}
+	flx_plan_copy_runs(b, l->h_dst);
+out:
 	/* nothing of a failed batch left in flight on the lane */
 	if (rc && l->ready)
 		for (int s = 0; s < NSTREAMS; s++)
 			cudaStreamSynchronize(l->s[s]);
+	if (nheld)
+		slots_release(d, l->held, nheld, rc != 0);
 	return rc;
 }
 
@@ -494,7 +784,7 @@ static int probe_here(int id, char *what, size_t what_len)
  * The device probed in a child process: a process that used CUDA cannot
  * use it in the children it forks, and the daemon forks (daemonizes)
  * after the mount chose its slicer, so this process must not touch CUDA
- * before its first batch.
+ * before start() or its first batch.  Once it has, it probes here.
  */
 static int probe(int id, char *what, size_t what_len)
 {
@@ -506,6 +796,8 @@ static int probe(int id, char *what, size_t what_len)
 	int fd[2], status;
 	pid_t pid;
 
+	if (__atomic_load_n(&used, __ATOMIC_RELAXED))
+		return probe_here(id, what, what_len);
 	memset(&m, 0, sizeof(m));
 	if (pipe(fd))
 		return -errno;
@@ -544,7 +836,8 @@ static int probe(int id, char *what, size_t what_len)
 	return m.rc;
 }
 
-static int cuda_open(int id, char *what, size_t what_len, void **out)
+static int cuda_open(int id, uint64_t cache_bytes, char *what, size_t what_len,
+		     void **out)
 {
 	device *d;
 	int rc;
@@ -561,6 +854,7 @@ static int cuda_open(int id, char *what, size_t what_len, void **out)
 	if (!d)
 		return -ENOMEM;
 	d->id = id;
+	d->cache_bytes = cache_bytes;
 	pthread_mutex_init(&d->mu, NULL);
 	*out = d;
 	return 0;
@@ -583,11 +877,33 @@ static void cuda_close(void *dv)
 				cudaStreamDestroy(l->s[s]);
 			}
 		}
+	if (d->pool_ready && cudaSetDevice(d->id) == cudaSuccess)
+		pool_free(d);
 	pthread_mutex_destroy(&d->mu);
 	free(d);
 }
 
-static const flx_cuda_api api = {FLX_CUDA_ABI, cuda_open, cuda_run, cuda_close};
+/* The context, the pool (for the read path's 1 MiB blocks) and every
+ * lane's streams and buffers for a batch of one block, made now; errors
+ * are left to the first batch (which meets them again and says them). */
+static void cuda_start(void *dv)
+{
+	device *d = (device *)dv;
+
+	__atomic_store_n(&used, 1, __ATOMIC_RELAXED);
+	if (cudaSetDevice(d->id) != cudaSuccess || cudaFree(0) != cudaSuccess)
+		return;
+	pthread_mutex_lock(&d->mu);
+	if (!d->pool_ready && !d->pool_failed && pool_init(d, SLOT_MIN))
+		d->pool_failed = true;
+	pthread_mutex_unlock(&d->mu);
+	for (int i = 0; d->pool_ready && i < NLANES; i++)
+		if (lane_fit(d, &d->lanes[i], d->slot_cap, 1024, SLOT_MIN))
+			break;
+}
+
+static const flx_cuda_api api = {FLX_CUDA_ABI, cuda_open, cuda_run, cuda_close,
+				 cuda_start};
 
 extern "C" __attribute__((visibility("default"))) const flx_cuda_api *
 flx_cuda_entry(void)

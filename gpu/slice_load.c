@@ -107,7 +107,8 @@ static int load(const flx_slicer_opts *o, dl_slicer **out, char *line, size_t n)
 		dlclose(dl);
 		return -ENOMEM;
 	}
-	rc = entry()->open(o->device, what, sizeof(what), &s->dev);
+	rc = entry()->open(o->device, o->cache_bytes, what, sizeof(what),
+			   &s->dev);
 	if (rc) {
 		snprintf(line, n, "%s", what[0] ? what : strerror(-rc));
 		free(s);
@@ -152,6 +153,13 @@ int flx_slicer_open(const flx_slicer_opts *o, const flx_slicer **out,
 	return rc == -ENOMEM ? rc : 0;
 }
 
+void flx_slicer_start(const flx_slicer *s)
+{
+	if (!s || s == flx_slicer_cpu())
+		return;
+	((const dl_slicer *)s)->api->start(((const dl_slicer *)s)->dev);
+}
+
 void flx_slicer_close(const flx_slicer *s)
 {
 	dl_slicer *d;
@@ -168,7 +176,8 @@ static const flx_slicer *auto_slicer;
 
 static void open_auto(void)
 {
-	flx_slicer_opts o = {FLX_GPU_AUTO, FLX_GPU_MIN_DEFAULT, 0, NULL};
+	flx_slicer_opts o = {FLX_GPU_AUTO, FLX_GPU_MIN_DEFAULT, 0, NULL,
+			     FLX_GPU_CACHE_DEFAULT};
 	char line[PATH_MAX + 600];
 
 	if (flx_slicer_open(&o, &auto_slicer, line, sizeof(line)))

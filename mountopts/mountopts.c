@@ -112,6 +112,9 @@ const char flx_mo_help[] =
     "    -o gpu_min=SIZE        the GPU takes gathers of SIZE bytes or "
     "more (1M)\n"
     "    -o gpu_device=N        the CUDA device to use (0)\n"
+    "    -o gpu_cache=SIZE      device memory keeping blocks across reads "
+    "(1G;\n"
+    "                           0: none)\n"
     "    Always added: ro, default_permissions, subtype=flexfs,\n"
     "    fsname=CHECKPOINT.  Ignored: auto, noauto, user, nouser, users,\n"
     "    _netdev, nofail, defaults, rw, comment=*, x-*.  Other -o options\n"
@@ -148,6 +151,7 @@ static const char *const ours[] = {
     "gpu",
     "gpu_min",
     "gpu_device",
+    "gpu_cache",
     "mpi",
     "mpi_timeout",
     "mindspore",
@@ -180,7 +184,8 @@ int flx_mo_init(flx_mountopts *mo)
 	mo->read_ahead_kb = FLX_MO_READ_AHEAD_AUTO;
 	mo->cache_size = FLX_MO_CACHE_AUTO;
 	mo->push_ahead_kb = FLX_MO_PUSH_AHEAD_KB_DEFAULT;
-	mo->gpu = (flx_slicer_opts){FLX_GPU_AUTO, FLX_GPU_MIN_DEFAULT, 0, NULL};
+	mo->gpu = (flx_slicer_opts){FLX_GPU_AUTO, FLX_GPU_MIN_DEFAULT, 0, NULL,
+				    FLX_GPU_CACHE_DEFAULT};
 	return flx_spec_init(&mo->spec);
 }
 
@@ -461,7 +466,7 @@ static int apply_cache_size(flx_mountopts *mo, const char *value,
 	return 0;
 }
 
-/* gpu=, gpu_min= (0: every gather, or a size), gpu_device= (0 to 1023) */
+/* gpu=, gpu_min= and gpu_cache= (0, or a size), gpu_device= (0 to 1023) */
 static int apply_gpu(flx_mountopts *mo, const char *tok, flx_error *err)
 {
 	static const char *const modes[] = {"auto", "on", "off"};
@@ -477,12 +482,14 @@ static int apply_gpu(flx_mountopts *mo, const char *tok, flx_error *err)
 		return flx_error_set(err, -EINVAL, NULL, "gpu",
 				     "'%s' is not auto, on or off", v ? v : "");
 	}
-	if (key_is(tok, "gpu_min")) {
+	if (key_is(tok, "gpu_min") || key_is(tok, "gpu_cache")) {
+		bool min = key_is(tok, "gpu_min");
+
 		if ((!v || strcmp(v, "0") != 0) && flx_parse_size(v, &n))
-			return flx_error_set(err, -EINVAL, NULL, "gpu_min",
-					     "'%s' is not 0 or a size",
-					     v ? v : "");
-		mo->gpu.min_bytes = n;
+			return flx_error_set(
+			    err, -EINVAL, NULL, min ? "gpu_min" : "gpu_cache",
+			    "'%s' is not 0 or a size", v ? v : "");
+		*(min ? &mo->gpu.min_bytes : &mo->gpu.cache_bytes) = n;
 		return 0;
 	}
 	for (const char *p = v; p && *p; p++)
@@ -602,7 +609,7 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 		if (key_is(tok, "cache_size"))
 			return apply_cache_size(mo, option_value(tok), err);
 		if (key_is(tok, "gpu") || key_is(tok, "gpu_min") ||
-		    key_is(tok, "gpu_device"))
+		    key_is(tok, "gpu_device") || key_is(tok, "gpu_cache"))
 			return apply_gpu(mo, tok, err);
 		if (key_is(tok, "source_format"))
 			return apply_source_format(mo, option_value(tok), err);

@@ -793,6 +793,7 @@ static int gather_flush(rdctx *r)
 			     .nruns = r->nsruns,
 			     .block = r->block,
 			     .cast = r->cast,
+			     .origin = r->v->ckpt->uid,
 			     .get = batch_get,
 			     .put = batch_put,
 			     .ctx = r};

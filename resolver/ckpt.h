@@ -269,6 +269,9 @@ typedef struct flx_ckpt {
 	struct flx_fdtable *fdt;
 	/* where the remote files are read (flx_ckpt_opts.backend), or NULL */
 	const flx_file_backend *backend;
+	/* unique in the process, never 0 nor reused: names this checkpoint's
+	 * file numbering for caches that outlive one read (slice.h, origin) */
+	uint64_t uid;
 	flx_tensor **by_name; /* internal: tensors sorted by FQN */
 	/* extras that are symlinks and are not served (leading outside the
 	 * directory without follow_symlinks, dangling, not to a regular

@@ -1895,6 +1895,9 @@ static void build_release(flx_build *b)
 		close(b->dirfd);
 }
 
+/* flx_ckpt.uid: the last one given */
+static uint64_t next_uid;
+
 int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 		       flx_ckpt **out, flx_error *err)
 {
@@ -1913,6 +1916,7 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 	if (!b.c)
 		return flx_error_default(err, -ENOMEM, dir);
 	b.c->backend = o->backend;
+	b.c->uid = __atomic_add_fetch(&next_uid, 1, __ATOMIC_RELAXED);
 	b.c->pooled = true;
 	b.c->dir = strdup(dir);
 	if (!b.c->dir) {

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int stub_opens, stub_closes, stub_runs, stub_device = -1;
+int stub_opens, stub_closes, stub_runs, stub_starts, stub_device = -1;
 
 static const char *mode(void)
 {
@@ -28,8 +28,10 @@ static const char *mode(void)
 	return m ? m : "";
 }
 
-static int stub_open(int device, char *what, size_t n, void **dev)
+static int stub_open(int device, uint64_t cache_bytes, char *what, size_t n,
+		     void **dev)
 {
+	(void)cache_bytes;
 	stub_opens++;
 	stub_device = device;
 	if (!strcmp(mode(), "nodev")) {
@@ -103,9 +105,16 @@ static void stub_close(void *dev)
 	stub_closes++;
 }
 
-static const flx_cuda_api api = {FLX_CUDA_ABI, stub_open, stub_run, stub_close};
+static void stub_start(void *dev)
+{
+	(void)dev;
+	stub_starts++;
+}
+
+static const flx_cuda_api api = {FLX_CUDA_ABI, stub_open, stub_run, stub_close,
+				 stub_start};
 static const flx_cuda_api bad_abi = {FLX_CUDA_ABI + 1, stub_open, stub_run,
-				     stub_close};
+				     stub_close, stub_start};
 
 const flx_cuda_api *flx_cuda_entry(void);
 

@@ -42,7 +42,7 @@ static void check_line(const char *line)
 static int open_stub(const char *m, flx_gpu_mode mode, uint64_t min,
 		     const flx_slicer **out, char *line, size_t n)
 {
-	flx_slicer_opts o = {mode, min, 0, STUB_PATH};
+	flx_slicer_opts o = {mode, min, 0, STUB_PATH, 0};
 
 	setenv("FLEXFS_CUDA_STUB", m, 1);
 	return flx_slicer_open(&o, out, line, n);
@@ -59,7 +59,7 @@ static void test_fallbacks(void)
 	    {"noentry", "not a flexfs CUDA backend"},
 	};
 	flx_slicer_opts missing = {FLX_GPU_AUTO, 0, 0,
-				   "/nonexistent/libflexfs-cuda.so"};
+				   "/nonexistent/libflexfs-cuda.so", 0};
 	const flx_slicer *s;
 	char line[1024];
 
@@ -174,7 +174,7 @@ static void check_result(const unsigned char *dst, size_t dst_len, size_t nruns,
 static void test_stub_batches(void)
 {
 	const flx_slicer *s;
-	flx_slicer_opts o = {FLX_GPU_ON, 400, 3, STUB_PATH};
+	flx_slicer_opts o = {FLX_GPU_ON, 400, 3, STUB_PATH, 0};
 	unsigned char dst[8 * 103];
 	char line[1024];
 	int *runs, *dev, *closes;
@@ -194,6 +194,11 @@ static void test_stub_batches(void)
 	if (!runs || !dev || !closes)
 		return;
 	CHECK_EQ(*dev, 3);
+	/* start reaches the backend once; the CPU slicer has none */
+	flx_slicer_start(s);
+	flx_slicer_start(flx_slicer_cpu());
+	flx_slicer_start(NULL);
+	CHECK(stub_counter("stub_starts") && *stub_counter("stub_starts") == 1);
 	/* 4 runs of 100 bytes: 400, taken by the device */
 	CHECK_EQ(run_batch(s, 4, 100, dst, sizeof(dst), &f), 0);
 	CHECK_EQ(*runs, 1);
@@ -234,7 +239,8 @@ static void test_stub_batches(void)
 /* The real object, when built: one line, and auto always mounts. */
 static void test_real(void)
 {
-	flx_slicer_opts o = {FLX_GPU_ON, 0, 0, CUDA_PATH};
+	flx_slicer_opts o = {FLX_GPU_ON, 0, 0, CUDA_PATH,
+			     FLX_GPU_CACHE_DEFAULT};
 	const flx_slicer *s;
 	char line[1024];
 	int rc;

@@ -138,6 +138,7 @@ static void test_values(void)
 	check_bad("gpu_min", "gpu_min");
 	check_bad("gpu_min=big", "gpu_min");
 	check_bad("gpu_min=-1", "gpu_min");
+	check_bad("gpu_cache=lots", "gpu_cache");
 	check_bad("gpu_device", "gpu_device");
 	check_bad("gpu_device=", "gpu_device");
 	check_bad("gpu_device=-1", "gpu_device");
@@ -242,6 +243,12 @@ static void test_values(void)
 	CHECK_EQ(flx_mo_option(&mo, "gpu_min=0", &err), 0);
 	CHECK_EQ(mo.gpu.min_bytes, 0);
 	CHECK_EQ(flx_mo_option(&mo, "gpu_min=64M", &err), 0);
+	CHECK_EQ(mo.gpu.min_bytes, 64u << 20);
+	CHECK_EQ(mo.gpu.cache_bytes, FLX_GPU_CACHE_DEFAULT);
+	CHECK_EQ(flx_mo_option(&mo, "gpu_cache=0", &err), 0);
+	CHECK_EQ(mo.gpu.cache_bytes, 0);
+	CHECK_EQ(flx_mo_option(&mo, "gpu_cache=256M", &err), 0);
+	CHECK_EQ(mo.gpu.cache_bytes, 256u << 20);
 	CHECK_EQ(mo.gpu.min_bytes, 64u << 20);
 	CHECK_EQ(flx_mo_option(&mo, "gpu_device=7", &err), 0);
 	CHECK_EQ(mo.gpu.device, 7);

@@ -254,6 +254,8 @@ static void tb_add(tb *t, flx_slice_run u)
 	t->runs[t->b.nruns++] = u;
 }
 
+static uint64_t next_origin;
+
 /* Random files; the runs are added by the callers, then tb_finish(). */
 static void tb_init(tb *t, size_t esz, uint64_t block, unsigned *seed,
 		    size_t maxruns)
@@ -264,6 +266,7 @@ static void tb_init(tb *t, size_t esz, uint64_t block, unsigned *seed,
 	t->b.get = tb_get;
 	t->b.put = tb_put;
 	t->b.ctx = t;
+	t->b.origin = ++next_origin; /* its files' bytes are its own */
 	t->pinned = -1;
 	t->fail_at = -1;
 	for (int f = 0; f < NFILES; f++) {
@@ -534,8 +537,11 @@ static const flx_slicer failing = {"failing", NULL, failing_run, true};
 
 static unsigned batches, batch_bytes, transposes, slice_batches;
 
-/* The CUDA backend, or NULL without a device (test_slice says so). */
-static const flx_slicer *cuda;
+/* The CUDA backend, or NULL without a device (test_slice says so); and
+ * the same with the fewest blocks kept on the device (gpu_cache=1: every
+ * batch of more than a few blocks runs in phases and evicts). */
+static const flx_slicer *cuda, *cuda_small;
+static unsigned cuda_repeats;
 
 /* Run t with s (through flx_slicer_run()) and compare with the oracle. */
 static void check_batch(tb *t, const flx_slicer *s, const char *what)
@@ -545,23 +551,31 @@ static void check_batch(tb *t, const flx_slicer *s, const char *what)
 	bool accept = !s->accepts || s->accepts(s, &t->b);
 	int rc;
 
-	memset(t->b.dst, 0xEE, t->b.dst_len);
-	memset(t->fetched, 0, (t->b.nblocks + 1) * sizeof(unsigned));
-	rc = flx_slicer_run(s, &t->b);
-	CHECK_EQ(rc, 0);
-	CHECK_EQ(t->bad, 0);
-	CHECK_EQ(t->pinned, -1);
-	if (s == &declining)
-		CHECK_EQ(taken - before, accept ? 1 : 0);
-	declined += !accept;
-	for (size_t k = 0; k < t->b.nblocks; k++)
-		CHECK_EQ(t->fetched[k], 1);
-	if (rc == 0 && memcmp(t->b.dst, want, t->b.dst_len) != 0) {
-		fprintf(stderr,
-			"%s: batch mismatch: esz %zu block %llu, %zu runs\n",
-			what, t->b.elem_size, (unsigned long long)t->b.block,
-			t->b.nruns);
-		check_failures++;
+	/* a device backend runs it twice: the second time its blocks are
+	 * found on the device (the batch's origin is the same), and each is
+	 * still fetched once, where the read path checks its file */
+	for (int pass = 0; pass < (s == cuda || s == cuda_small ? 2 : 1);
+	     pass++) {
+		memset(t->b.dst, 0xEE, t->b.dst_len);
+		memset(t->fetched, 0, (t->b.nblocks + 1) * sizeof(unsigned));
+		rc = flx_slicer_run(s, &t->b);
+		CHECK_EQ(rc, 0);
+		CHECK_EQ(t->bad, 0);
+		CHECK_EQ(t->pinned, -1);
+		if (s == &declining)
+			CHECK_EQ(taken - before, accept ? 1 : 0);
+		declined += !accept;
+		for (size_t k = 0; k < t->b.nblocks; k++)
+			CHECK_EQ(t->fetched[k], 1);
+		if (rc == 0 && memcmp(t->b.dst, want, t->b.dst_len) != 0) {
+			fprintf(stderr,
+				"%s: batch mismatch (pass %d): esz %zu block "
+				"%llu, %zu runs\n",
+				what, pass, t->b.elem_size,
+				(unsigned long long)t->b.block, t->b.nruns);
+			check_failures++;
+		}
+		cuda_repeats += pass;
 	}
 	free(want);
 }
@@ -624,6 +638,8 @@ static void check_slice_batch(const flx_slice *s, const unsigned char *src,
 	if (cuda) {
 		check_batch(&t, cuda, "cuda (slice)");
 		CHECK(!memcmp(t.b.dst, want, nd));
+		check_batch(&t, cuda_small, "cuda gpu_cache=1 (slice)");
+		CHECK(!memcmp(t.b.dst, want, nd));
 	}
 	slice_batches++;
 	tb_free(&t);
@@ -635,7 +651,8 @@ static void test_batches(void)
 	static const uint64_t blocks[] = {64, 256, 1024, 4096};
 	const flx_slicer *backends[] = {flx_slicer_cpu(), flx_slicer_default(),
 					&declining,	  &busy,
-					&plan_emu,	  cuda};
+					&plan_emu,	  cuda,
+					cuda_small};
 	unsigned seed = 777;
 
 	for (int i = 0; i < 600; i++) {
@@ -714,7 +731,8 @@ static void test_cast_batches(void)
 	static const uint64_t blocks[] = {64, 256, 1024, 4096};
 	const flx_slicer *backends[] = {flx_slicer_cpu(), flx_slicer_default(),
 					&declining,	  &busy,
-					&plan_emu,	  cuda};
+					&plan_emu,	  cuda,
+					cuda_small};
 	flx_dtype from[16 + 8], to[16 + 8];
 	size_t np = 0;
 	unsigned seed = 31337;
@@ -874,7 +892,7 @@ static void test_batch_errors(void)
  * and one line saying why it is skipped. */
 static void open_cuda(void)
 {
-	flx_slicer_opts o = {FLX_GPU_ON, 0, 0, NULL};
+	flx_slicer_opts o = {FLX_GPU_ON, 0, 0, NULL, FLX_GPU_CACHE_DEFAULT};
 	char line[1024];
 
 	if (flx_slicer_open(&o, &cuda, line, sizeof(line))) {
@@ -883,6 +901,11 @@ static void open_cuda(void)
 		return;
 	}
 	fprintf(stderr, "test_slice: checking the CUDA backend: %s\n", line);
+	flx_slicer_start(cuda);
+	/* opened after this process used CUDA (probed here, not in a
+	 * child), and left to start at its first batch */
+	o.cache_bytes = 1;
+	CHECK_EQ(flx_slicer_open(&o, &cuda_small, line, sizeof(line)), 0);
 }
 
 int main(void)
@@ -929,7 +952,11 @@ int main(void)
 	CHECK_EQ(cast_batches, 24 * 16);
 	CHECK(batches == 600 && transposes == 300 && batch_bytes > 100000);
 	CHECK_EQ(slice_batches, cases);
+	/* every batch the device backends ran was run again from kept blocks */
+	CHECK(!cuda ||
+	      cuda_repeats == 2 * (slice_batches + batches + cast_batches));
 	flx_slicer_close(cuda);
+	flx_slicer_close(cuda_small);
 	fprintf(stderr,
 		"%u batches (%u bytes, %u declined by the test backend), "
 		"%u with casts\n",
