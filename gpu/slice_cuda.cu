@@ -46,6 +46,7 @@
 #include "elemcast.h"
 #include "slice_cuda.h"
 #include "slice_plan.h"
+#include "slice_slots.h"
 
 #include <cuda_runtime.h>
 #include <errno.h>
@@ -83,35 +84,18 @@ typedef struct lane {
 	int32_t *held; /* the slots a phase holds, per_lane of them */
 } lane;
 
-/*
- * A block on the device: slot i holds its bytes at pool + i * slot_cap.
- * A published slot is findable by its key (origin, file, start, len) and
- * its copy was queued before it was published (filled recorded after
- * it); a slot with ref 0 may be taken for another block.
- */
-typedef struct slot {
-	uint64_t origin, start;
-	size_t len;
-	uint32_t file;
-	int32_t next; /* hash chain of published slots */
-	unsigned ref; /* phases holding it */
-	bool published;
-	uint64_t tick; /* last use: the least recent free slot goes first */
-	cudaEvent_t filled;
-} slot;
-
 typedef struct device {
 	int id;
 	uint64_t cache_bytes; /* 0: nothing kept across batches */
 	pthread_mutex_t mu; /* lanes' busy flags, the slots, the hash */
 	lane lanes[NLANES];
 	bool pool_ready, pool_failed; /* failed: the CPU runs every batch */
+	/* the blocks kept: slot i's bytes at pool + i * slot_cap, its copy
+	 * there done when filled[i] is (recorded before it is published) */
 	unsigned char *pool;
-	size_t slot_cap, nslots, per_lane;
-	slot *slots;
-	int32_t *head; /* nbuckets chains (a power of two) */
-	size_t nbuckets;
-	uint64_t tick;
+	size_t slot_cap, per_lane;
+	flx_slots slots;
+	cudaEvent_t *filled;
 } device;
 
 static int reported;
@@ -334,23 +318,23 @@ static void lane_give(device *d, lane *l)
 
 static void pool_free(device *d)
 {
-	for (size_t i = 0; d->slots && i < d->nslots; i++)
-		if (d->slots[i].filled)
-			cudaEventDestroy(d->slots[i].filled);
+	for (size_t i = 0; d->filled && i < d->slots.n; i++)
+		if (d->filled[i])
+			cudaEventDestroy(d->filled[i]);
 	cudaFree(d->pool);
-	free(d->slots);
-	free(d->head);
+	free(d->filled);
+	flx_slots_free(&d->slots);
 	d->pool = NULL;
-	d->slots = NULL;
-	d->head = NULL;
+	d->filled = NULL;
 	d->pool_ready = false;
 }
 
 /*
- * The pool, made by the first batch (its block size fixes slot_cap): as
- * many slots as cache_bytes holds, at most half the device's free memory,
- * and at least PHASE_MIN per lane (a lane never holds more than per_lane
- * slots, so a lane asking for one always finds one with ref 0).
+ * The pool, made at start() or by the first batch (slot_cap from the
+ * block size): as many slots as cache_bytes holds, at most half the
+ * device's free memory, and at least PHASE_MIN per lane (a lane never
+ * holds more than per_lane slots, so a lane asking for one always finds
+ * one with ref 0).
  */
 static int pool_init(device *d, uint64_t block)
 {
@@ -369,21 +353,16 @@ static int pool_init(device *d, uint64_t block)
 		n = free_b / 2 / d->slot_cap;
 	if (n < (size_t)NLANES * PHASE_MIN)
 		n = (size_t)NLANES * PHASE_MIN;
-	d->nslots = n;
 	d->per_lane = n / NLANES;
-	for (d->nbuckets = 1; d->nbuckets < 2 * n; d->nbuckets *= 2)
-		;
-	d->slots = (slot *)calloc(n, sizeof(slot));
-	d->head = (int32_t *)malloc(d->nbuckets * sizeof(int32_t));
-	if (!d->slots || !d->head) {
+	rc = flx_slots_init(&d->slots, n);
+	d->filled = (cudaEvent_t *)calloc(n, sizeof(cudaEvent_t));
+	if (!rc && !d->filled)
 		rc = -ENOMEM;
+	if (rc)
 		goto out;
-	}
-	for (size_t b = 0; b < d->nbuckets; b++)
-		d->head[b] = -1;
 	e = cudaMalloc((void **)&d->pool, n * d->slot_cap);
 	for (size_t i = 0; e == cudaSuccess && i < n; i++)
-		e = cudaEventCreateWithFlags(&d->slots[i].filled,
+		e = cudaEventCreateWithFlags(&d->filled[i],
 					     cudaEventDisableTiming);
 	if (e != cudaSuccess) {
 		rc = fail("the block pool", e);
@@ -394,110 +373,6 @@ out:
 	if (rc)
 		pool_free(d);
 	return rc;
-}
-
-static size_t bucket(const device *d, uint64_t origin,
-		     const flx_slice_block *k)
-{
-	uint64_t h = origin * 0x9E3779B97F4A7C15ull ^
-		     (k->file + 1) * 0xC2B2AE3D27D4EB4Full ^
-		     (k->start >> 8) * 0x165667B19E3779F9ull;
-
-	return (size_t)((h ^ h >> 29) & (d->nbuckets - 1));
-}
-
-/* The published slot holding block k of origin, or -1 (d->mu held). */
-static int32_t slot_find(const device *d, uint64_t origin,
-			 const flx_slice_block *k)
-{
-	for (int32_t i = d->head[bucket(d, origin, k)]; i >= 0;
-	     i = d->slots[i].next) {
-		const slot *t = &d->slots[i];
-
-		if (t->origin == origin && t->file == k->file &&
-		    t->start == k->start && t->len == k->len)
-			return i;
-	}
-	return -1;
-}
-
-static void slot_unpublish(device *d, int32_t i)
-{
-	slot *t = &d->slots[i];
-	flx_slice_block k = {t->start, t->len, t->file};
-	int32_t *at;
-
-	if (!t->published)
-		return;
-	at = &d->head[bucket(d, t->origin, &k)];
-	while (*at != i)
-		at = &d->slots[*at].next;
-	*at = t->next;
-	t->published = false;
-}
-
-/* Publish slot i (filled, held) unless its block is there already. */
-static void slot_publish(device *d, int32_t i)
-{
-	slot *t = &d->slots[i];
-	flx_slice_block k = {t->start, t->len, t->file};
-	size_t h = bucket(d, t->origin, &k);
-
-	pthread_mutex_lock(&d->mu);
-	if (slot_find(d, t->origin, &k) < 0) {
-		t->next = d->head[h];
-		d->head[h] = i;
-		t->published = true;
-	}
-	pthread_mutex_unlock(&d->mu);
-}
-
-/* Block k of b held: a published slot (*hit), or the least recent slot
- * with ref 0, taken for it; -1 when none is free. */
-static int32_t slot_hold(device *d, const flx_slice_batch *b, size_t k,
-			 uint64_t origin, bool *hit)
-{
-	const flx_slice_block *bk = &b->blocks[k];
-	int32_t i = -1;
-
-	pthread_mutex_lock(&d->mu);
-	if (origin)
-		i = slot_find(d, origin, bk);
-	*hit = i >= 0;
-	for (size_t j = 0; i < 0 && j < d->nslots; j++)
-		if (!d->slots[j].ref)
-			i = (int32_t)j;
-	for (size_t j = (size_t)i + 1; !*hit && i >= 0 && j < d->nslots; j++)
-		if (!d->slots[j].ref && d->slots[j].tick < d->slots[i].tick)
-			i = (int32_t)j;
-	if (i >= 0) {
-		slot *t = &d->slots[i];
-
-		if (!*hit) {
-			slot_unpublish(d, i);
-			t->origin = origin;
-			t->file = bk->file;
-			t->start = bk->start;
-			t->len = bk->len;
-		}
-		t->ref++;
-		t->tick = ++d->tick;
-	}
-	pthread_mutex_unlock(&d->mu);
-	return i;
-}
-
-/* Let go of the n slots held; drop: unpublish them too (after an error,
- * their copies may not have happened). */
-static void slots_release(device *d, const int32_t *held, size_t n, bool drop)
-{
-	pthread_mutex_lock(&d->mu);
-	for (size_t j = 0; j < n; j++) {
-		d->slots[held[j]].ref--;
-		if (drop)
-			slot_unpublish(d, held[j]);
-	}
-	pthread_mutex_unlock(&d->mu);
 }
 
 /* ---- a batch ---- */
@@ -577,6 +452,14 @@ static void launch_any(lane *l, const unsigned char *blk, size_t npc,
 	}
 }
 
+/* Let go of the n slots held (flx_slots_release(), under the mutex). */
+static void slots_release(device *d, const int32_t *held, size_t n, bool drop)
+{
+	pthread_mutex_lock(&d->mu);
+	flx_slots_release(&d->slots, held, n, drop);
+	pthread_mutex_unlock(&d->mu);
+}
+
 /*
  * Block k of b on the device, held in l->held[*nheld] (counted in
  * *nheld even when this fails, for the caller to release): found kept
@@ -592,11 +475,14 @@ static int resident(device *d, lane *l, const flx_slice_batch *b, size_t k,
 	const uint64_t origin = d->cache_bytes ? b->origin : 0;
 	const unsigned char *data;
 	bool hit, pinned = false;
-	int32_t i = slot_hold(d, b, k, origin, &hit);
-	int rc = 0;
+	int32_t i;
+	int rc;
 
-	if (i < 0)
-		return -EAGAIN;
+	pthread_mutex_lock(&d->mu);
+	rc = flx_slots_hold(&d->slots, origin, &b->blocks[k], &i, &hit);
+	pthread_mutex_unlock(&d->mu);
+	if (rc)
+		return rc;
 	l->held[(*nheld)++] = i;
 	if (!hit)
 		CU(cudaEventSynchronize(l->done[s]));
@@ -612,11 +498,12 @@ static int resident(device *d, lane *l, const flx_slice_batch *b, size_t k,
 				   l->h_blk[s], len, cudaMemcpyHostToDevice,
 				   l->s[s]));
 		CU(cudaEventRecord(l->done[s], l->s[s]));
-		CU(cudaEventRecord(d->slots[i].filled, l->s[s]));
-		if (origin)
-			slot_publish(d, i);
+		CU(cudaEventRecord(d->filled[i], l->s[s]));
+		pthread_mutex_lock(&d->mu);
+		flx_slots_publish(&d->slots, i);
+		pthread_mutex_unlock(&d->mu);
 	}
-	CU(cudaStreamWaitEvent(l->s[0], d->slots[i].filled, 0));
+	CU(cudaStreamWaitEvent(l->s[0], d->filled[i], 0));
 out:
 	if (pinned)
 		b->put(b->ctx, k);

@@ -16,3 +16,5 @@ flx_unit(test_plan flx_reshard)
 flx_unit(test_pdparams flx_fs flx_test_synth)
 # MindSpore .ckpt files: varints, cuts, whole files through a wire decoder.
 flx_unit(test_msckpt flx_fs)
+# The CUDA backend's table of kept blocks (gpu/slice_slots.h), on the host.
+flx_unit(test_slots flx_gpu)
