@@ -144,6 +144,25 @@ daemon_pid() {
 	pgrep -f -- "[ ]$1( |\$)" | head -n 1
 }
 
+# mount_refused_line SRC OPTS GLOB...: flexfs SRC MNT -f (with -o OPTS
+# unless empty) fails within 60 s (a mount would keep -f in the foreground
+# until the timeout), mounts nothing and prints exactly one line, stdout and
+# stderr together, that matches every glob GLOB.
+mount_refused_line() {
+	local src=$1 opts=$2 glob
+
+	shift 2
+	run timeout 60 "$FLEXFS_BIN" "$src" "$MNT" -f ${opts:+-o "$opts"} 3>&-
+	echo "$output"
+	[ "$status" -ne 0 ]
+	not_mounted "$MNT"
+	[[ -n $output && $output != *$'\n'* ]]
+	for glob in "$@"; do
+		# shellcheck disable=SC2053 # a glob on purpose
+		[[ $output == $glob ]]
+	done
+}
+
 # Per-test fixture: a fresh mountpoint.
 setup_ff() {
 	require_bins
