@@ -21,12 +21,11 @@ Helpers (Mount, Row, log, ...) come from bench.py, passed as `b`.
 """
 
 import os
-import re
 import shutil
 import subprocess
 import time
 
-STATS = re.compile(r"mpi stats: rank (\d+) (.*)")
+from daemon_stats import daemon_stats
 
 
 def mpi_ready(flexfs):
@@ -110,13 +109,8 @@ class Dmount:
         for r in range(self.np):
             if os.path.ismount(self.mnt(r)):
                 subprocess.run(["fusermount3", "-u", "-z", self.mnt(r)])
-        self.stats = {}
-        for line in open(self.logf):
-            m = STATS.search(line)
-            if m:
-                kv = m.group(2).split()
-                self.stats[int(m.group(1))] = {kv[i]: int(kv[i + 1])
-                                               for i in range(0, len(kv), 2)}
+        with open(self.logf) as f:
+            self.stats = daemon_stats(f, "mpi")
         if self.rc != 0:
             self.ctx.problems.append("mpirun -np %d -o %s: exit %d: %s" % (
                 self.np, self.opts, self.rc, open(self.logf).read()[-300:]))
