@@ -116,19 +116,6 @@ class Dmount:
                 self.np, self.opts, self.rc, open(self.logf).read()[-300:]))
 
 
-def digest_files(paths):
-    import hashlib
-    h = hashlib.sha256()
-    for p in paths:
-        with open(p, "rb") as f:
-            while True:
-                blk = f.read(1 << 20)
-                if not blk:
-                    break
-                h.update(blk)
-    return h.hexdigest()
-
-
 def fig_mpi_fetch(ctx, info, b):
     why = mpi_ready(ctx.flexfs)
     if why:
@@ -148,13 +135,13 @@ def fig_mpi_fetch(ctx, info, b):
         with b.Mount(ctx, ck, "tp=%d" % tp, name="dml") as m:
             vf = b.view_files(m, tp)
             nl, tl = b.readers.seq_read(vf)
-            ref = digest_files(vf) if i == 0 and ctx.check != "none" else None
+            ref = b.files_digest(vf)[0] if i == 0 and ctx.check != "none" else None
         for btl, row in rows.items():
             with Dmount(ctx, d, 2, "tp=%d" % tp, btl=btl) as dm:
                 rvf = [os.path.join(dm.mnt(0), os.path.relpath(p, m.mnt)) for p in vf]
                 nr, tr = b.readers.seq_read(rvf)
                 if ref:
-                    got = digest_files(rvf)
+                    got = b.files_digest(rvf)[0]
                     b.record_check(ctx, "mpi remote views tp=2 (%s)" % btl,
                                    dict(ok=got == ref, files=len(rvf), bytes_checked=nr,
                                         errors=None if got == ref else
