@@ -9,6 +9,9 @@
 load helpers
 
 TIMEOUT=3 # -o mpi_timeout: seconds a read waits for a dead rank
+# the MindSpore checkpoint and the option naming its strategy
+MS=$FLEXFS_SRC/tests/fixtures/mindspore-tp2dp2
+MS_ST=src_strategy=$MS/strategy/ckpt_strategy_rank_0.ckpt
 
 setup() {
 	[[ ${FLEXFS_MPI:-OFF} == ON ]] ||
@@ -262,12 +265,10 @@ dm_stop() {
 }
 
 @test "MindSpore (mindspore-tp2dp2, rank_N/ subdirectories) over 2 ranks with its strategy: equal at tp=2 and tp=4" {
-	local fx=$FLEXFS_SRC/tests/fixtures/mindspore-tp2dp2
-	local st=src_strategy=$fx/strategy/ckpt_strategy_rank_0.ckpt
-	SRC=$fx/ckpt
+	SRC=$MS/ckpt
 	spread_entries 2
 	[[ -d $T/src0/rank_0 && -d $T/src1/rank_1 && ! -e $T/src0/rank_1 ]]
-	dm_equal 2 "tp=2,$st" "tp=4,$st"
+	dm_equal 2 "tp=2,$MS_ST" "tp=4,$MS_ST"
 }
 
 @test "PaddleFormers checkpoint-N: its model_state/ and optimizer_state/ split file by file over 3 ranks" {
@@ -284,11 +285,9 @@ dm_stop() {
 }
 
 @test "MindSpore rank_N/ directories split file by file over 3 ranks" {
-	local fx=$FLEXFS_SRC/tests/fixtures/mindspore-tp2dp2
-	local st=src_strategy=$fx/strategy/ckpt_strategy_rank_0.ckpt
-	SRC=$fx/ckpt
+	SRC=$MS/ckpt
 	spread_files 3
-	dm_equal 3 "tp=2,$st"
+	dm_equal 3 "tp=2,$MS_ST"
 }
 
 @test "a Megatron save directory (tracker file, iter_N/) split file by file over 2 and 3 ranks equals one mount of it" {
