@@ -108,7 +108,7 @@ PY
 	read -r name off <<<"$f"
 	[ -n "$off" ]
 	printf '9' | dd of="$d/$name" bs=1 seek="$off" conv=notrunc status=none
-	megatron_refused "$d" tp=2,pp=2,megatron_spec=te \
+	mount_refused_line "$d" tp=2,pp=2,megatron_spec=te \
 		"*$name@*linear_fc2._extra_state/shard_1_2*_rebuild_tensor_v9*"
 }
 
@@ -174,7 +174,7 @@ PY
 	mount_ff "$FX/dcp-t113/ckpt" "$MNT" "tp=1"
 	[ ! -e "$MNT/megatron" ]
 	unmount_ff "$MNT"
-	megatron_refused "$FX/megatron-untied/$ITER" megatron_spec=bad \
+	mount_refused_line "$FX/megatron-untied/$ITER" megatron_spec=bad \
 		"*megatron_spec*expected local or te, got 'bad'*"
 }
 
