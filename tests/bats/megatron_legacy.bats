@@ -13,7 +13,6 @@ load megatron_helpers
 
 FX=$FLEXFS_SRC/tests/fixtures
 GEN=$FLEXFS_SRC/tools/fixtures/gen_megatron.py
-CHROOT=${FLEXFS_TORCH2_CHROOT:-/opt/trixie}
 ITER=ckpt/iter_0000100
 
 # grid: FIXTURE:TP:PP of the three models at tp 1, 2, 4 x pp 1, 2.
