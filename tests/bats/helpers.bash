@@ -286,6 +286,23 @@ chroot_views() {
 	[[ $output == *" passed, 0 failed"* ]]
 }
 
+# save_dcp DIR <<<SD: torch 1.13 (/usr/bin/python3, through
+# tools/fixtures/gen_dcp.py's TorchAPI) saves as a DCP checkpoint in DIR
+# the state dict that the Python expression SD on stdin builds (torch in
+# scope); skips the test without torch.
+save_dcp() {
+	/usr/bin/python3 -c 'import torch' 2>/dev/null ||
+		skip "torch 1.13 under /usr/bin/python3 writes this checkpoint"
+	/usr/bin/python3 -c '
+import sys
+sys.path.insert(0, sys.argv[2])
+from gen_dcp import TorchAPI
+api = TorchAPI()
+sd = eval(sys.stdin.read(), {"torch": api.torch})
+api.dcp.save_state_dict(sd, api.dcp.FileSystemWriter(sys.argv[1]), no_dist=True)
+' "$1" "$FLEXFS_SRC/tools/fixtures"
+}
+
 # gen_transposed DIR: torch 1.13 writes the checkpoint of tensors saved
 # transposed (tools/fixtures/gen_dcp.py --model transposed) into DIR
 # (ckpt/ and truth/); prints the generator's log and fails if it fails.
