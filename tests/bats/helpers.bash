@@ -30,6 +30,9 @@ FLEXFS_INSPECT=${FLEXFS_INSPECT:-$FLEXFS_SRC/build/tools/flexfs-inspect}
 FLEXFS_BUILD=$(dirname "$FLEXFS_BIN")
 FIXTURE=$FLEXFS_SRC/tests/fixtures/dcp-t113/ckpt
 RULES=$FLEXFS_SRC/tests/fixtures/rules.json
+# the Debian trixie chroot with torch 2.6 (tools/fixtures/README.md), where
+# there is one
+CHROOT=${FLEXFS_TORCH2_CHROOT:-/opt/trixie}
 
 # Tests that mount call this first: skip (not fail) only where FUSE itself
 # is unavailable to this user.  Startup-error tests never mount and run
@@ -144,6 +147,25 @@ daemon_pid() {
 	pgrep -f -- "[ ]$1( |\$)" | head -n 1
 }
 
+# mount_refused_line SRC OPTS GLOB...: flexfs SRC MNT -f (with -o OPTS
+# unless empty) fails within 60 s (a mount would keep -f in the foreground
+# until the timeout), mounts nothing and prints exactly one line, stdout and
+# stderr together, that matches every glob GLOB.
+mount_refused_line() {
+	local src=$1 opts=$2 glob
+
+	shift 2
+	run timeout 60 "$FLEXFS_BIN" "$src" "$MNT" -f ${opts:+-o "$opts"} 3>&-
+	echo "$output"
+	[ "$status" -ne 0 ]
+	not_mounted "$MNT"
+	[[ -n $output && $output != *$'\n'* ]]
+	for glob in "$@"; do
+		# shellcheck disable=SC2053 # a glob on purpose
+		[[ $output == $glob ]]
+	done
+}
+
 # Per-test fixture: a fresh mountpoint.
 setup_ff() {
 	require_bins
@@ -152,6 +174,7 @@ setup_ff() {
 	FF_PID=
 	FF_DAEMON=
 	FF_ERRS=()
+	CHROOT_IN=
 	# sanitizer reports of every process of this test, daemons included,
 	# land in FF_SANLOG.<pid> (see ff_check_reports)
 	FF_SANLOG=$BATS_TEST_TMPDIR/sanitizer
@@ -203,6 +226,7 @@ teardown_ff() {
 		wait_gone "$pid" 2>/dev/null || kill -9 "$pid" 2>/dev/null
 	done
 	[[ -z ${FF_PID:-} ]] || wait "$FF_PID" 2>/dev/null || true
+	[[ -z ${CHROOT_IN:-} ]] || rm -rf "${CHROOT:?}$CHROOT_IN"
 	ff_check_reports && ((dead == 0))
 }
 
@@ -227,6 +251,56 @@ check_views_mount() {
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
 	[ ! -s "$FF_ERR" ]
+}
+
+# chroot_dir RULES: skip the test without the torch 2.6 chroot; else a
+# fresh directory in it, CHROOT_IN as the chroot sees it (teardown_ff
+# removes it), holding check_views.py, rules.json (a copy of RULES) and
+# the empty truth/ and mnt/; MNT is that mnt/.
+chroot_dir() {
+	[[ -x $CHROOT/usr/bin/python3 ]] ||
+		skip "no torch 2.6 chroot at $CHROOT (tools/fixtures/README.md)"
+	CHROOT_IN=/tmp/flexfs-bats-$BATS_SUITE_TEST_NUMBER-$$
+	rm -rf "${CHROOT:?}$CHROOT_IN"
+	mkdir -p "$CHROOT$CHROOT_IN/mnt" "$CHROOT$CHROOT_IN/truth"
+	cp "$FLEXFS_SRC/tests/bats/lib/check_views.py" "$CHROOT$CHROOT_IN/"
+	cp "$1" "$CHROOT$CHROOT_IN/rules.json"
+	MNT=$CHROOT$CHROOT_IN/mnt
+}
+
+# chroot_views SRC TP PP OPTS [ARGS...]: mount SRC on MNT (tp=TP,pp=PP and
+# OPTS); check_views.py, run by the chroot's torch 2.6 with ARGS, finds
+# every view equal to the truth in CHROOT_IN under its rules.json; the
+# mount unmounts cleanly.
+chroot_views() {
+	local src=$1 tp=$2 pp=$3 opts=$4
+
+	shift 4
+	mount_ff "$src" "$MNT" "tp=$tp,pp=$pp${opts:+,$opts}"
+	run chroot "$CHROOT" python3 "$CHROOT_IN/check_views.py" -q \
+		--mount "$CHROOT_IN/mnt" --truth "$CHROOT_IN/truth" \
+		--tp "$tp" --pp "$pp" --rules "$CHROOT_IN/rules.json" "$@"
+	echo "$src tp=$tp pp=$pp${opts:+ $opts}: $output"
+	unmount_ff "$MNT"
+	[ "$status" -eq 0 ]
+	[[ $output == *" passed, 0 failed"* ]]
+}
+
+# save_dcp DIR <<<SD: torch 1.13 (/usr/bin/python3, through
+# tools/fixtures/gen_dcp.py's TorchAPI) saves as a DCP checkpoint in DIR
+# the state dict that the Python expression SD on stdin builds (torch in
+# scope); skips the test without torch.
+save_dcp() {
+	/usr/bin/python3 -c 'import torch' 2>/dev/null ||
+		skip "torch 1.13 under /usr/bin/python3 writes this checkpoint"
+	/usr/bin/python3 -c '
+import sys
+sys.path.insert(0, sys.argv[2])
+from gen_dcp import TorchAPI
+api = TorchAPI()
+sd = eval(sys.stdin.read(), {"torch": api.torch})
+api.dcp.save_state_dict(sd, api.dcp.FileSystemWriter(sys.argv[1]), no_dist=True)
+' "$1" "$FLEXFS_SRC/tools/fixtures"
 }
 
 # gen_transposed DIR: torch 1.13 writes the checkpoint of tensors saved

@@ -84,7 +84,7 @@ EOF
 	cp -a "$FX/megatron-untied/$ITER" "$d"
 	printf '{"sharded_backend": "zarr", "sharded_backend_version": 1}' \
 		>"$d/metadata.json"
-	megatron_refused "$d" "" \
+	mount_refused_line "$d" "" \
 		"*metadata.json: sharded_backend: 'zarr' is not supported*"
 }
 

@@ -115,16 +115,3 @@ megatron_teardown() {
 	done
 	MEG_ALL=()
 }
-
-# megatron_refused SRC OPTS PATTERN: mounting SRC (with -o OPTS unless
-# empty) fails, mounts nothing and says one line that matches the glob
-# PATTERN (bats's $stderr).
-megatron_refused() {
-	run --separate-stderr "$FLEXFS_BIN" "$1" "$MNT" ${2:+-o "$2"} 3>&-
-	echo "$stderr"
-	[ "$status" -ne 0 ]
-	not_mounted "$MNT"
-	[ "$(printf '%s\n' "$stderr" | wc -l)" -eq 1 ]
-	# shellcheck disable=SC2053 # a glob on purpose
-	[[ $stderr == $3 ]]
-}

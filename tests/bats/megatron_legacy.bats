@@ -13,7 +13,6 @@ load megatron_helpers
 
 FX=$FLEXFS_SRC/tests/fixtures
 GEN=$FLEXFS_SRC/tools/fixtures/gen_megatron.py
-CHROOT=${FLEXFS_TORCH2_CHROOT:-/opt/trixie}
 ITER=ckpt/iter_0000100
 
 # grid: FIXTURE:TP:PP of the three models at tp 1, 2, 4 x pp 1, 2.
@@ -108,7 +107,7 @@ PY
 	read -r name off <<<"$f"
 	[ -n "$off" ]
 	printf '9' | dd of="$d/$name" bs=1 seek="$off" conv=notrunc status=none
-	megatron_refused "$d" tp=2,pp=2,megatron_spec=te \
+	mount_refused_line "$d" tp=2,pp=2,megatron_spec=te \
 		"*$name@*linear_fc2._extra_state/shard_1_2*_rebuild_tensor_v9*"
 }
 
@@ -174,7 +173,7 @@ PY
 	mount_ff "$FX/dcp-t113/ckpt" "$MNT" "tp=1"
 	[ ! -e "$MNT/megatron" ]
 	unmount_ff "$MNT"
-	megatron_refused "$FX/megatron-untied/$ITER" megatron_spec=bad \
+	mount_refused_line "$FX/megatron-untied/$ITER" megatron_spec=bad \
 		"*megatron_spec*expected local or te, got 'bad'*"
 }
 

@@ -113,7 +113,7 @@ unavailable() {
 		"$FX/megatron-moe/$ITER|tp=2,pp=1,megatron_spec=te,megatron_vp=2,megatron_ep=2|$d/exp-megatron-moe-2-1-te-ep2-vp2"
 	unavailable "$FX/megatron-untied/$ITER" "tp=1,pp=2,megatron_vp=4" \
 		"4 layers do not divide into pp=2 x vp=4 chunks"
-	megatron_refused "$FX/megatron-untied/$ITER" megatron_vp=0 \
+	mount_refused_line "$FX/megatron-untied/$ITER" megatron_vp=0 \
 		"*megatron_vp*expected a size from 1 to 1024, got '0'*"
 }
 
@@ -132,7 +132,7 @@ unavailable() {
 	local d=$BATS_TEST_TMPDIR/src
 	cp -r "$FX/megatron-te-fp8/$ITER" "$d"
 	cp -a "$FLEXFS_SRC/tests/unit/data/megatron-te-bytesio/." "$d/"
-	megatron_refused "$d" tp=2,pp=2,megatron_spec=te \
+	mount_refused_line "$d" tp=2,pp=2,megatron_spec=te \
 		"*__0_2.distcp@0: decoder.layers.self_attention.linear_qkv._extra_state/shard_1_2: megatron/: TE _extra_state: an io.BytesIO (older TE) is not supported*"
 	megatron_legacy "$d|tp=2,pp=2|$BATS_FILE_TMPDIR/exp-megatron-te-fp8-2-2-local"
 }

@@ -55,7 +55,7 @@ check() {
 
 # refused DIR OPTS WANT: the mount fails with one line containing WANT.
 refused() {
-	megatron_refused "$1" "$2" "*$3*"
+	mount_refused_line "$1" "$2" "*$3*"
 }
 
 @test "megatron save dir: the tracker's iteration mounts, megatron/ equals Megatron's files" {

@@ -82,15 +82,9 @@ EOF
 }
 
 @test "paddle: refused at mount in one line: a missing id, no checkpoint" {
-	run "$FLEXFS_BIN" "$FX/paddle-multi-id/ckpt" "$MNT" -f -o paddle_id=5
-	echo "$output"
-	[ "$status" -ne 0 ]
-	[[ $output == *"5.metadata: paddle_id: no such file (the highest id here is 10)"* ]]
-	[ "$(grep -c . <<<"$output")" -eq 1 ]
+	mount_refused_line "$FX/paddle-multi-id/ckpt" "paddle_id=5" \
+		"*5.metadata: paddle_id: no such file (the highest id here is 10)*"
 	mkdir "$BATS_TEST_TMPDIR/empty"
-	run "$FLEXFS_BIN" "$BATS_TEST_TMPDIR/empty" "$MNT" -f
-	echo "$output"
-	[ "$status" -ne 0 ]
-	[[ $output == *"no <id>.metadata (Paddle Flex Checkpoint)"* ]]
-	[ "$(grep -c . <<<"$output")" -eq 1 ]
+	mount_refused_line "$BATS_TEST_TMPDIR/empty" "" \
+		"*no <id>.metadata (Paddle Flex Checkpoint)*"
 }

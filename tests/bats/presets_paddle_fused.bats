@@ -32,14 +32,33 @@ teardown() {
 	teardown_ff
 }
 
+# oracle_ok MNT TP: MNT's ranks/ serve every tensor of the paddlenlp-fused
+# case of $HF at TP as aoa_oracle.py computes it.
+oracle_ok() {
+	run /usr/bin/python3 "$ORACLE" check "$1" "$HF" paddlenlp-fused "$2"
+	echo "$output"
+	[[ $status -eq 0 && $output == *"checked 21 tensors, 0 wrong"* ]]
+}
+
+# compared DIR REF N M: flexfs-inspect --compare of DIR with REF finds N
+# tensors identical and M different, and exits 0 exactly when M is 0.
+compared() {
+	run "$FLEXFS_INSPECT" "$1" --compare "$2"
+	echo "$output"
+	[[ $output == *"$3 tensor(s) identical, $4 difference(s)"* ]]
+	if (($4 == 0)); then
+		[[ $status -eq 0 ]]
+	else
+		[[ $status -ne 0 ]]
+	fi
+}
+
 @test "preset hf-llama-to-paddlenlp-llama-fused: qkv_proj and gate_up_fused_proj as numpy fuses them, per TP rank (tp 1, 2, 4)" {
 	require_fuse
 	local tp
 	for tp in 1 2 4; do
 		mount_ff "$HF" "$MNT" "tp=$tp,$TO_PADDLE"
-		run /usr/bin/python3 "$ORACLE" check "$MNT" "$HF" paddlenlp-fused $tp
-		echo "$output"
-		[[ $status -eq 0 && $output == *"checked 21 tensors, 0 wrong"* ]]
+		oracle_ok "$MNT" $tp
 		sha256sum <"$MNT/hf/model.safetensors" >"$BATS_TEST_TMPDIR/hf$tp"
 		unmount_ff "$MNT"
 	done
@@ -64,14 +83,10 @@ teardown() {
 	p1=$FF_PID
 	mount_ff "$MNT/hf" "$M2" "$TO_HF"
 	p2=$FF_PID
-	run "$FLEXFS_INSPECT" "$M2/hf" --compare "$HF"
-	echo "$output"
-	[[ $status -eq 0 && $output == *"30 tensor(s) identical, 0 difference(s)"* ]]
+	compared "$M2/hf" "$HF" 30 0
 	# A = the PaddleNLP fused checkpoint $MNT/hf: to HF ($M2) and back
 	mount_ff "$M2/hf" "$M3" "tp=2,$TO_PADDLE"
-	run "$FLEXFS_INSPECT" "$M3/hf" --compare "$MNT/hf"
-	echo "$output"
-	[[ $status -eq 0 && $output == *"21 tensor(s) identical, 0 difference(s)"* ]]
+	compared "$M3/hf" "$MNT/hf" 21 0
 	unmount_ff "$M3"
 	FF_PID=$p2
 	unmount_ff "$M2"
@@ -127,32 +142,24 @@ PY
 	local pd=$BATS_TEST_TMPDIR/pd2
 	paddle_tp "$pd" 2
 	# gate_up_fused_proj in 2 column pieces, src_tp unset: one line, no
-	# mount (no -f: a mount that wrongly succeeds returns, teardown ends it)
-	run "$FLEXFS_BIN" "$pd" "$MNT" -o "$TO_HF"
-	echo "$output"
-	[[ $status -ne 0 && ${#lines[@]} -eq 1 ]]
-	[[ $output == *"'llama.layers.0.mlp.gate_up_fused_proj.weight' is saved in 2 equal pieces along axis 1"*"pass -o aoa_src_tp=2"* ]]
-	! mountpoint -q "$MNT"
+	# mount
+	mount_refused_line "$pd" "$TO_HF" \
+		"*'llama.layers.0.mlp.gate_up_fused_proj.weight' is saved in 2 equal pieces along axis 1*pass -o aoa_src_tp=2*"
 	# the degree given: every HF tensor bit for bit (qkv_proj, interleaved
 	# per KV group, is the same at any TP and needs nothing)
 	mount_ff "$pd" "$MNT" "$TO_HF,aoa_src_tp=2"
-	run "$FLEXFS_INSPECT" "$MNT/hf" --compare "$HF"
-	echo "$output"
-	[[ $status -eq 0 && $output == *"30 tensor(s) identical, 0 difference(s)"* ]]
+	compared "$MNT/hf" "$HF" 30 0
 	unmount_ff "$MNT"
 	# a statement's own src_tp= is the same
 	sed 's/fused_ffn"/fused_ffn, src_tp=2"/' \
 		"$FLEXFS_SRC/reshard/presets/paddlenlp-llama-fused-to-hf-llama.json" \
 		>"$BATS_TEST_TMPDIR/src2.json"
 	mount_ff "$pd" "$MNT" "rules=$BATS_TEST_TMPDIR/src2.json,$HEADS"
-	run "$FLEXFS_INSPECT" "$MNT/hf" --compare "$HF"
-	[[ $status -eq 0 && $output == *"30 tensor(s) identical, 0 difference(s)"* ]]
+	compared "$MNT/hf" "$HF" 30 0
 	unmount_ff "$MNT"
 	# aoa_src_tp=1 is trusted: it mounts, reading [g0|u0|g1|u1] as merged
 	mount_ff "$pd" "$MNT" "$TO_HF,aoa_src_tp=1"
-	run "$FLEXFS_INSPECT" "$MNT/hf" --compare "$HF"
-	echo "$output"
-	[[ $status -ne 0 && $output == *"24 tensor(s) identical, 6 difference(s)"* ]]
+	compared "$MNT/hf" "$HF" 24 6
 	unmount_ff "$MNT"
 }
 
@@ -166,13 +173,9 @@ PY
 		>"$BATS_TEST_TMPDIR/tp2.json"
 	mount_ff "$HF" "$MNT" "tp=2,rules=$BATS_TEST_TMPDIR/tp2.json,$HEADS"
 	p1=$FF_PID
-	run /usr/bin/python3 "$ORACLE" check "$MNT" "$HF" paddlenlp-fused 2
-	echo "$output"
-	[[ $status -eq 0 && $output == *"checked 21 tensors, 0 wrong"* ]]
+	oracle_ok "$MNT" 2
 	mount_ff "$MNT/hf" "$M2" "$TO_HF,aoa_src_tp=2"
-	run "$FLEXFS_INSPECT" "$M2/hf" --compare "$HF"
-	echo "$output"
-	[[ $status -eq 0 && $output == *"30 tensor(s) identical, 0 difference(s)"* ]]
+	compared "$M2/hf" "$HF" 30 0
 	unmount_ff "$M2"
 	FF_PID=$p1
 	unmount_ff "$MNT"

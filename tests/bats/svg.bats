@@ -53,16 +53,9 @@ svg_ok() {
 
 @test "svg: names with XML specials and bidi characters are escaped" {
 	local ck=$BATS_TEST_TMPDIR/evil out=$BATS_TEST_TMPDIR/e.svg
-	/usr/bin/python3 -c 'import torch' 2>/dev/null || skip "torch 1.13 under /usr/bin/python3 writes this checkpoint"
-	/usr/bin/python3 - "$ck" "$FLEXFS_SRC/tools/fixtures" <<-'EOF2'
-		import sys
-		sys.path.insert(0, sys.argv[2])
-		from gen_dcp import TorchAPI
-		api = TorchAPI()
-		torch = api.torch
-		sd = {"a<&\"'b\u202ec.weight": torch.zeros(4), "plain": torch.ones(2)}
-		api.dcp.save_state_dict(sd, api.dcp.FileSystemWriter(sys.argv[1]), no_dist=True)
-	EOF2
+	save_dcp "$ck" <<'PY'
+{"a<&\"'b\u202ec.weight": torch.zeros(4), "plain": torch.ones(2)}
+PY
 	"$FLEXFS_INSPECT" "$ck" -o tp=1 --json >"$BATS_TEST_TMPDIR/index.json"
 	run "$FLEXFS_INSPECT" "$ck" -o tp=1 --svg "$out"
 	[ "$status" -eq 0 ]

@@ -106,16 +106,9 @@ sys.exit(1 if bad else 0)' "$MNT"
 
 @test "a tensor whose file name would pass 255 bytes is refused by both, with the same line" {
 	local ck=$BATS_TEST_TMPDIR/long
-	/usr/bin/python3 -c 'import torch' 2>/dev/null || skip "torch 1.13 under /usr/bin/python3 writes this checkpoint"
-	/usr/bin/python3 - "$ck" "$FLEXFS_SRC/tools/fixtures" <<-'EOF2'
-		import sys
-		sys.path.insert(0, sys.argv[2])
-		from gen_dcp import TorchAPI
-		api = TorchAPI()
-		torch = api.torch
-		sd = {"w" * 252: torch.zeros(4), "short.weight": torch.ones(4)}
-		api.dcp.save_state_dict(sd, api.dcp.FileSystemWriter(sys.argv[1]), no_dist=True)
-	EOF2
+	save_dcp "$ck" <<'PY'
+{"w" * 252: torch.zeros(4), "short.weight": torch.ones(4)}
+PY
 	run both "$ck" "tp=1"
 	echo "$output"
 	[ "${lines[0]}" = "${lines[1]}" ]
@@ -124,16 +117,9 @@ sys.exit(1 if bad else 0)' "$MNT"
 
 @test "tensor names with bidi and C1 characters: escaped in the served file names and in flexfs-inspect's table" {
 	local ck=$BATS_TEST_TMPDIR/bidi
-	/usr/bin/python3 -c 'import torch' 2>/dev/null || skip "torch 1.13 under /usr/bin/python3 writes this checkpoint"
-	/usr/bin/python3 - "$ck" "$FLEXFS_SRC/tools/fixtures" <<-'EOF2'
-		import sys
-		sys.path.insert(0, sys.argv[2])
-		from gen_dcp import TorchAPI
-		api = TorchAPI()
-		torch = api.torch
-		sd = {"evil\u202eweight": torch.zeros(4), "csi\u009b.x": torch.ones(2)}
-		api.dcp.save_state_dict(sd, api.dcp.FileSystemWriter(sys.argv[1]), no_dist=True)
-	EOF2
+	save_dcp "$ck" <<'PY'
+{"evil\u202eweight": torch.zeros(4), "csi\u009b.x": torch.ones(2)}
+PY
 	run "$FLEXFS_INSPECT" "$ck" -o tp=1
 	echo "$output"
 	[ "$status" -eq 0 ]

@@ -7,9 +7,6 @@
 
 load helpers
 
-CHECK=$FLEXFS_SRC/tests/bats/lib/check_views.py
-CHROOT=${FLEXFS_TORCH2_CHROOT:-/opt/trixie}
-
 setup() {
 	setup_ff
 }
@@ -91,29 +88,15 @@ teardown() {
 # The real safetensors library and torch 2.6 read the views, inside the
 # Debian trixie chroot when one exists (tools/fixtures/README.md makes it).
 @test "torch 2.6 + real safetensors (trixie chroot) load the views" {
-	[[ -x $CHROOT/usr/bin/python3 ]] ||
-		skip "no torch 2.6 chroot at $CHROOT (tools/fixtures/README.md)"
-	local inner=/tmp/flexfs-bats-$$ src=$FLEXFS_SRC/tests/fixtures/dcp-t26
-	mkdir -p "$CHROOT$inner/mnt" "$CHROOT$inner/truth"
-	cp "$src"/truth/* "$CHROOT$inner/truth/"
-	cp "$CHECK" "$RULES" "$CHROOT$inner/"
-	MNT=$CHROOT$inner/mnt
-	local opts
+	local src=$FLEXFS_SRC/tests/fixtures/dcp-t26 opts
+
+	chroot_dir "$RULES"
+	cp "$src"/truth/* "$CHROOT$CHROOT_IN/truth/"
 	# the real library maps the file (safe_open): with direct_io too
 	for opts in "" direct_io; do
-		mount_ff "$src/ckpt" "$MNT" "tp=4,pp=2,rules=$RULES${opts:+,$opts}"
-		run chroot "$CHROOT" python3 "$inner/check_views.py" -q \
-			--real-safetensors --mount "$inner/mnt" \
-			--truth "$inner/truth" --tp 4 --pp 2 \
-			--rules "$inner/rules.json"
-		echo "$output"
-		unmount_ff "$MNT"
-		[ "$status" -eq 0 ] || break
-		[[ $output == *" passed, 0 failed"* ]] || break
+		chroot_views "$src/ckpt" 4 2 "rules=$RULES${opts:+,$opts}" \
+			--real-safetensors
 	done
-	rm -rf "${CHROOT:?}$inner"
-	[ "$status" -eq 0 ]
-	[[ $output == *" passed, 0 failed"* ]]
 }
 
 # ranks/*/model.pt with torch 2.6 (trixie chroot): torch.load with
@@ -121,33 +104,20 @@ teardown() {
 # their offsets), every tensor against the truth; float8/uint16 tensors
 # (_rebuild_tensor_v3) included.  torch 1.13 loads them in every test above.
 @test "torch 2.6 (trixie chroot) loads every model.pt, weights_only and mmap" {
-	[[ -x $CHROOT/usr/bin/python3 ]] ||
-		skip "no torch 2.6 chroot at $CHROOT (tools/fixtures/README.md)"
-	local inner=/tmp/flexfs-bats-pt-$$ fx tp pp
-	mkdir -p "$CHROOT$inner/mnt"
-	cp "$CHECK" "$RULES" "$CHROOT$inner/"
-	MNT=$CHROOT$inner/mnt
+	local fx tp pp
+
+	chroot_dir "$RULES"
 	for fx in dcp-t113 dcp-t26; do
-		rm -rf "$CHROOT$inner/truth"
-		mkdir "$CHROOT$inner/truth"
-		cp "$FLEXFS_SRC/tests/fixtures/$fx/truth"/* "$CHROOT$inner/truth/"
+		rm -rf "$CHROOT$CHROOT_IN/truth"
+		mkdir "$CHROOT$CHROOT_IN/truth"
+		cp "$FLEXFS_SRC/tests/fixtures/$fx/truth"/* "$CHROOT$CHROOT_IN/truth/"
 		for tp in 1 2 4; do
 			for pp in 1 2; do
-				mount_ff "$FLEXFS_SRC/tests/fixtures/$fx/ckpt" "$MNT" \
-					"tp=$tp,pp=$pp,rules=$RULES"
-				run chroot "$CHROOT" python3 "$inner/check_views.py" -q \
-					--mount "$inner/mnt" --truth "$inner/truth" \
-					--tp "$tp" --pp "$pp" --rules "$inner/rules.json"
-				echo "$fx tp=$tp pp=$pp: $output"
-				unmount_ff "$MNT"
-				[ "$status" -eq 0 ] || break 3
-				[[ $output == *" passed, 0 failed"* ]] || break 3
+				chroot_views "$FLEXFS_SRC/tests/fixtures/$fx/ckpt" \
+					"$tp" "$pp" "rules=$RULES"
 			done
 		done
 	done
-	rm -rf "${CHROOT:?}$inner"
-	[ "$status" -eq 0 ]
-	[[ $output == *" passed, 0 failed"* ]]
 }
 
 # A rank's model.pt past 4 GiB: ZIP64 sizes and offsets, from a sparse

@@ -93,6 +93,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 import model  # noqa: E402
+from daemon_stats import daemon_stats  # noqa: E402
 import readers  # noqa: E402
 import mpi_fetch  # noqa: E402
 
@@ -1313,17 +1314,9 @@ def ensure_zstd(ctx, info, weights=False):
         return dict(info, dir=d, zstd=json.load(f)["zstd"])
 
 
-ZSTATS = re.compile(r"flexfs: zstd stats: (.*)")
-
-
 def zstd_stats(m):
     """The daemon's zstd counters, printed at exit (FLEXFS_ZSTD_STATS=1)."""
-    for w in m.warnings:
-        g = ZSTATS.search(w)
-        if g:
-            v = g.group(1).split()
-            return {v[i]: int(v[i + 1]) for i in range(0, len(v) - 1, 2)}
-    return {}
+    return daemon_stats(m.warnings, "zstd").get(None, {})
 
 
 def zstd_d(files):

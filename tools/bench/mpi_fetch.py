@@ -21,12 +21,11 @@ Helpers (Mount, Row, log, ...) come from bench.py, passed as `b`.
 """
 
 import os
-import re
 import shutil
 import subprocess
 import time
 
-STATS = re.compile(r"mpi stats: rank (\d+) (.*)")
+from daemon_stats import daemon_stats
 
 
 def mpi_ready(flexfs):
@@ -110,29 +109,11 @@ class Dmount:
         for r in range(self.np):
             if os.path.ismount(self.mnt(r)):
                 subprocess.run(["fusermount3", "-u", "-z", self.mnt(r)])
-        self.stats = {}
-        for line in open(self.logf):
-            m = STATS.search(line)
-            if m:
-                kv = m.group(2).split()
-                self.stats[int(m.group(1))] = {kv[i]: int(kv[i + 1])
-                                               for i in range(0, len(kv), 2)}
+        with open(self.logf) as f:
+            self.stats = daemon_stats(f, "mpi")
         if self.rc != 0:
             self.ctx.problems.append("mpirun -np %d -o %s: exit %d: %s" % (
                 self.np, self.opts, self.rc, open(self.logf).read()[-300:]))
-
-
-def digest_files(paths):
-    import hashlib
-    h = hashlib.sha256()
-    for p in paths:
-        with open(p, "rb") as f:
-            while True:
-                blk = f.read(1 << 20)
-                if not blk:
-                    break
-                h.update(blk)
-    return h.hexdigest()
 
 
 def fig_mpi_fetch(ctx, info, b):
@@ -154,13 +135,13 @@ def fig_mpi_fetch(ctx, info, b):
         with b.Mount(ctx, ck, "tp=%d" % tp, name="dml") as m:
             vf = b.view_files(m, tp)
             nl, tl = b.readers.seq_read(vf)
-            ref = digest_files(vf) if i == 0 and ctx.check != "none" else None
+            ref = b.files_digest(vf)[0] if i == 0 and ctx.check != "none" else None
         for btl, row in rows.items():
             with Dmount(ctx, d, 2, "tp=%d" % tp, btl=btl) as dm:
                 rvf = [os.path.join(dm.mnt(0), os.path.relpath(p, m.mnt)) for p in vf]
                 nr, tr = b.readers.seq_read(rvf)
                 if ref:
-                    got = digest_files(rvf)
+                    got = b.files_digest(rvf)[0]
                     b.record_check(ctx, "mpi remote views tp=2 (%s)" % btl,
                                    dict(ok=got == ref, files=len(rvf), bytes_checked=nr,
                                         errors=None if got == ref else

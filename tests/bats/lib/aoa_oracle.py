@@ -87,13 +87,12 @@ def hf_model(seed):
     return m
 
 
-def fuse_qkv(q, k, v, axis):
-    """PaddleNLP fuse_param_func(is_qkv=True): per KV group g,
+def fuse_qkv(q, k, v, axis, groups=G):
+    """PaddleNLP fuse_param_func(is_qkv=True): per KV group g of groups,
     [Q heads of g, K_g, V_g] along axis."""
-    qs, ks, vs = (torch.chunk(t, n, dim=axis) for t, n in
-                  ((q, G), (k, G), (v, G)))
-    return torch.cat([x for i in range(G) for x in (qs[i], ks[i], vs[i])],
-                     dim=axis)
+    qs, ks, vs = (torch.chunk(t, groups, dim=axis) for t in (q, k, v))
+    return torch.cat([x for i in range(groups)
+                      for x in (qs[i], ks[i], vs[i])], dim=axis)
 
 
 def fuse_ffn(gate, up, tp, axis):
@@ -102,25 +101,30 @@ def fuse_ffn(gate, up, tp, axis):
                      dim=axis)
 
 
+def paddle_linears(m, p, q, ffn, tp):
+    """HF layer p's linears as PaddleNLP holds them under prefix q:
+    transposed, qkv_proj interleaved per KV group (fuse_qkv), gate and up
+    fused per TP rank (fuse_ffn) as ffn."""
+    w = lambda n: m[p + n].T
+    return {
+        q + "self_attn.qkv_proj.weight": fuse_qkv(
+            w("self_attn.q_proj.weight"), w("self_attn.k_proj.weight"),
+            w("self_attn.v_proj.weight"), 1),
+        q + "self_attn.o_proj.weight": w("self_attn.o_proj.weight"),
+        q + ffn: fuse_ffn(w("mlp.gate_proj.weight"), w("mlp.up_proj.weight"),
+                          tp, 1),
+        q + "mlp.down_proj.weight": w("mlp.down_proj.weight")}
+
+
 def expected(m, case, tp):
     """The tensors CASE's statements (aoa.bats) must give from m."""
     out = {}
     if case == "paddle":
         # HF -> PaddleNLP: transposed linears, fused qkv (axis 1) and
         # gate_up per TP rank, router kept fp32, tied head fanned out
-        for k, t in m.items():
-            if ".layers." not in k:
-                continue
         for i in range(L):
             p = f"model.layers.{i}."
-            w = lambda n: m[p + n].T
-            out[p + "self_attn.qkv_proj.weight"] = fuse_qkv(
-                w("self_attn.q_proj.weight"), w("self_attn.k_proj.weight"),
-                w("self_attn.v_proj.weight"), 1)
-            out[p + "self_attn.o_proj.weight"] = w("self_attn.o_proj.weight")
-            out[p + "mlp.up_gate_proj.weight"] = fuse_ffn(
-                w("mlp.gate_proj.weight"), w("mlp.up_proj.weight"), tp, 1)
-            out[p + "mlp.down_proj.weight"] = w("mlp.down_proj.weight")
+            out.update(paddle_linears(m, p, p, "mlp.up_gate_proj.weight", tp))
             out[p + "mlp.gate.weight"] = m[p + "mlp.gate.weight"].to(
                 torch.float32)
             out[p + "input_layernorm.weight"] = m[p + "input_layernorm.weight"]
@@ -137,17 +141,11 @@ def expected(m, case, tp):
         out["lm_head.weight"] = m["lm_head.weight"].T
         for i in range(L):
             p, q = f"model.layers.{i}.", f"llama.layers.{i}."
-            w = lambda n: m[p + n].T
             for n in ("input_layernorm.weight",
                       "post_attention_layernorm.weight"):
                 out[q + n] = m[p + n]
-            out[q + "self_attn.qkv_proj.weight"] = fuse_qkv(
-                w("self_attn.q_proj.weight"), w("self_attn.k_proj.weight"),
-                w("self_attn.v_proj.weight"), 1)
-            out[q + "self_attn.o_proj.weight"] = w("self_attn.o_proj.weight")
-            out[q + "mlp.gate_up_fused_proj.weight"] = fuse_ffn(
-                w("mlp.gate_proj.weight"), w("mlp.up_proj.weight"), tp, 1)
-            out[q + "mlp.down_proj.weight"] = w("mlp.down_proj.weight")
+            out.update(paddle_linears(m, p, q, "mlp.gate_up_fused_proj.weight",
+                                      tp))
     elif case == "concat":
         # concatenate then re-split along the other axis (boxes straddle
         # the boundary), name[a:b], prefix*suffix, $LAYER_ID_OFFSET
@@ -246,18 +244,14 @@ def rand_case(seed, tp):
     v, xv = t((G * hd, hid), dt)
     st.append(f"{q}^T, {kk}^T, {v}^T -> qkv, fused_qkv, num_heads={H}, "
               f"num_key_value_groups={G}")
-    qs, ks, vs = (torch.chunk(y.T, G, 1) for y in (xq, xk, xv))
-    exp["qkv"] = torch.cat([z for i in range(G)
-                            for z in (qs[i], ks[i], vs[i])], 1)
+    exp["qkv"] = fuse_qkv(xq.T, xk.T, xv.T, 1, G)
     # optimizer states follow: moments through the same statement (their
     # dtype kept), the beta powers from the first source
     mom = [torch.randn(*y.shape, generator=g) for y in (xq, xk, xv)]
     for nm, y in zip((q, kk, v), mom):
         src[nm + ".moment1_0"] = y
         src[nm + ".beta1_pow_acc_0"] = torch.randn(1, generator=g)
-    qs, ks, vs = (torch.chunk(y.T, G, 1) for y in mom)
-    exp["qkv.moment1_0"] = torch.cat([z for i in range(G)
-                                      for z in (qs[i], ks[i], vs[i])], 1)
+    exp["qkv.moment1_0"] = fuse_qkv(*(y.T for y in mom), 1, G)
     exp["qkv.beta1_pow_acc_0"] = src[q + ".beta1_pow_acc_0"]
     n, x = t(((H + 2 * G) * hd, hid), dt)
     st.append(f"{n} -> q2, k2, v2, fused_qkv, num_heads={H}, "
@@ -336,28 +330,31 @@ def to_t(t):
     return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
 
 
+def write_dir(d, tensors):
+    """d/model.safetensors holding tensors (d made where missing)."""
+    os.makedirs(d, exist_ok=True)
+    write_st(os.path.join(d, "model.safetensors"), tensors)
+
+
 def main():
     if sys.argv[1] == "gen":
         d, seed = sys.argv[2], int(sys.argv[3])
-        os.makedirs(d, exist_ok=True)
-        write_st(os.path.join(d, "model.safetensors"), hf_model(seed))
+        write_dir(d, hf_model(seed))
         return 0
     if sys.argv[1] == "llama":
         # a plain HF Llama (no router, gate or cast): the presets' domain
         d, seed = sys.argv[2], int(sys.argv[3])
-        os.makedirs(d, exist_ok=True)
         m = {k: v for k, v in hf_model(seed).items()
              if not k.endswith("mlp.gate.weight")}
         for i in range(L):
             m[f"model.layers.{i}.post_attention_layernorm.weight"] = \
                 m[f"model.layers.{i}.input_layernorm.weight"] * 2
-        write_st(os.path.join(d, "model.safetensors"), m)
+        write_dir(d, m)
         return 0
     if sys.argv[1] == "random":
         d, seed, tp = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-        os.makedirs(d, exist_ok=True)
         src, st, exp = rand_case(seed, tp)
-        write_st(os.path.join(d, "model.safetensors"), src)
+        write_dir(d, src)
         with open(os.path.join(d, "..", f"rules{seed}.json"), "w") as f:
             json.dump({"aoa_statements": st,
                        "rules": rand_rules(exp, tp)}, f, indent=1)
@@ -367,7 +364,6 @@ def main():
         mnt, d, seed, tp = sys.argv[2], sys.argv[3], int(sys.argv[4]), \
             int(sys.argv[5])
         want = torch.load(os.path.join(d, "..", f"truth{seed}.pt"))
-        src = read_st(os.path.join(d, "model.safetensors"))
         got = served(mnt, tp)
         extra = set(got) - set(want)
         if extra:
@@ -377,9 +373,7 @@ def main():
     elif sys.argv[1] == "same":
         mnt, d, case, tp = sys.argv[2], sys.argv[3], None, 1
         want = read_st(os.path.join(d, "model.safetensors"))
-    if sys.argv[1] == "check-random":
-        pass
-    elif sys.argv[1] != "same":
+    else:
         mnt, d, case, tp = sys.argv[2], sys.argv[3], sys.argv[4], \
             int(sys.argv[5])
         want = expected(read_st(os.path.join(d, "model.safetensors")), case,
