@@ -39,9 +39,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#define ZSTD_STATIC_LINKING_ONLY /* the buffer-less decoder */
 #include <zstd.h>
 
 #define IN_CAP (128u << 10)
+/* A window's room: its bytes and the block that may cross its end when
+ * decoded in place (the next window's first bytes, copied there). */
+#define ROOM (FLX_ZCACHE_WINDOW + ZSTD_BLOCKSIZE_MAX)
 /* The alignment of the slots' mapping: a transparent huge page */
 #define HUGE_ALIGN (2u << 20)
 
@@ -51,12 +55,15 @@ typedef struct zslot {
 	unsigned char *data;
 	size_t n; /* valid bytes (the last window may be short) */
 	uint32_t pins;
+	struct zstream *hist; /* the stream whose history it is (one pin) */
 	bool valid;
 	uint64_t used; /* LRU tick */
 	int32_t hnext; /* next valid slot of its hash chain, -1: none */
 } zslot;
 
-typedef struct zstream {
+typedef struct zstream zstream;
+
+struct zstream {
 	pthread_mutex_t mu; /* held while decoding or lending out */
 	flx_zitem key;
 	bool keyed;	/* key names an item */
@@ -73,14 +80,28 @@ typedef struct zstream {
 	const flx_ckpt *c; /* its item's checkpoint (set with the key) */
 	/* under mu */
 	ZSTD_DCtx *dctx;
-	unsigned char *in, *out;
+	unsigned char *in;
+	unsigned char *own[2]; /* ROOM bytes each: windows no slot took */
+	unsigned char *lent;   /* of own, window next - 1 (no slot took it) */
 	size_t in_pos, in_len;
 	uint64_t in_off; /* frame bytes read so far */
 	uint64_t next;	 /* the window it produces next */
 	bool ended;	 /* the frame ended */
 	bool fresh;	 /* must restart before use */
-	size_t out_n;	 /* bytes of window next - 1 in out */
-} zstream;
+	size_t out_n;	 /* bytes of window next - 1 in lent */
+	/* In place (the frame's window fits one window's room less a
+	 * block): libzstd's buffer-less decoder writes straight into the
+	 * window's buffer and reads its back-references from there and from
+	 * the buffer of the window before, hist (hn bytes decoded into it,
+	 * past FLX_ZCACHE_WINDOW: the block that crossed into window next).
+	 * hist is a slot pinned for it (hslot, under the cache lock too) or
+	 * one of own.  Otherwise ZSTD_decompressStream() copies the window
+	 * out of libzstd's own history buffer. */
+	bool inplace;
+	unsigned char *hist;
+	size_t hn;
+	zslot *hslot;
+};
 
 struct flx_zcache {
 	pthread_mutex_t mu;
@@ -211,7 +232,7 @@ int flx_zcache_new(uint64_t cap, flx_zcache **out)
 		return -ENOMEM;
 	}
 	memset(z->chain, 0xff, z->nchains * sizeof(int32_t)); /* -1 */
-	z->memlen = z->nslots * (size_t)FLX_ZCACHE_WINDOW;
+	z->memlen = z->nslots * (size_t)ROOM;
 	if (z->nslots && !(z->mem = slots_map(z->memlen))) {
 		free(z->slots);
 		free(z->chain);
@@ -245,7 +266,8 @@ void flx_zcache_free(flx_zcache *z)
 
 		ZSTD_freeDCtx(s->dctx);
 		free(s->in);
-		free(s->out);
+		free(s->own[0]);
+		free(s->own[1]);
 		pthread_mutex_destroy(&s->mu);
 	}
 	pthread_cond_destroy(&z->cv);
@@ -320,6 +342,16 @@ static void pin(flx_zcache *z, zslot *sl, zref *ref)
 /* Under z->mu: a slot to decode a window into, pinned and out of the
  * cache (least recently used among the unpinned; its pages touched on
  * first use), or NULL when every slot is pinned. */
+static void drop_history(zstream *s);
+
+/* Under z->mu: whether take_slot() may take sl though pinned: its one pin
+ * is the history of a stream no one has claimed, which then restarts when
+ * next used.  So a history is evicted in LRU order like any window. */
+static bool history_only(const zslot *sl)
+{
+	return sl->pins == 1 && sl->hist && !sl->hist->users;
+}
+
 static zslot *take_slot(flx_zcache *z)
 {
 	zslot *best = NULL;
@@ -327,7 +359,7 @@ static zslot *take_slot(flx_zcache *z)
 	for (size_t i = 0; i < z->nslots; i++) {
 		zslot *sl = &z->slots[i];
 
-		if (sl->pins)
+		if (sl->pins && !history_only(sl))
 			continue;
 		if (!sl->valid) {
 			best = sl;
@@ -338,9 +370,16 @@ static zslot *take_slot(flx_zcache *z)
 	}
 	if (!best)
 		return NULL;
+	if (best->pins) { /* history_only(): that stream restarts */
+		zstream *v = best->hist;
+
+		drop_history(v);
+		/* unclaimed, so no holder: its own fields are free too */
+		v->fresh = v->pfresh = true;
+		v->want = 0;
+	}
 	if (!best->data) { /* first use: its pages are touched now */
-		best->data =
-		    z->mem + (size_t)(best - z->slots) * FLX_ZCACHE_WINDOW;
+		best->data = z->mem + (size_t)(best - z->slots) * ROOM;
 		z->st.windows++;
 	}
 	if (best->valid)
@@ -364,6 +403,34 @@ static void publish(flx_zcache *z, zslot *sl, const flx_zitem *it, uint64_t w,
 	sl->valid = true;
 	sl->hnext = *chain_of(z, it, w);
 	*chain_of(z, it, w) = (int32_t)(sl - z->slots);
+}
+
+/* Under z->mu, s unclaimed or held: s keeps no history (it restarts). */
+static void drop_history(zstream *s)
+{
+	if (s->hslot) {
+		s->hslot->pins--;
+		s->hslot->hist = NULL;
+	}
+	s->hslot = NULL;
+	s->hist = NULL;
+}
+
+/* Under z->mu, s held: s decoded its window next - 1 into buf (slot sl,
+ * or NULL: one of its own buffers).  In place, that window is the frame's
+ * history for the next one: its slot stays pinned for it and the window
+ * before is let go. */
+static void keep_history(zstream *s, zslot *sl, unsigned char *buf)
+{
+	if (!s->inplace)
+		return;
+	drop_history(s);
+	if (sl) {
+		sl->pins++;
+		sl->hist = s;
+	}
+	s->hslot = sl;
+	s->hist = buf;
 }
 
 /* Under z->mu: the window a stream's next decode gives (0 when fresh). */
@@ -399,6 +466,7 @@ static zstream *claim(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		}
 	}
 	if (!ahead && idle) {
+		drop_history(idle);
 		idle->key = *it;
 		idle->keyed = true;
 		/* unclaimed, so no holder: its own fields are free too */
@@ -427,72 +495,171 @@ static void let_go(flx_zcache *z, zstream *s)
 		ahead_wake(z);
 }
 
-/* Under s->mu: back to the frame's first byte. */
-static int restart(zstream *s)
+/* Under s->mu: at least need bytes of the frame from in + in_pos on,
+ * what is left moved to the front and more read behind it.  The file is
+ * checked unchanged since mount before every read.  -EIO where the frame
+ * ends first. */
+static int input(const flx_ckpt *c, zstream *s, size_t need)
 {
+	size_t left = s->in_len - s->in_pos, n = IN_CAP - left;
+	int rc;
+
+	if (left >= need)
+		return 0;
+	if (need > IN_CAP)
+		return -EIO;
+	memmove(s->in, s->in + s->in_pos, left);
+	s->in_pos = 0;
+	s->in_len = left;
+	if (n > s->key.len - s->in_off)
+		n = (size_t)(s->key.len - s->in_off);
+	if (left + n < need ||
+	    flx_file_verify(c, &c->files[s->key.file], false))
+		return -EIO;
+	rc = flx_file_pread(c, s->key.file, s->in + left, n,
+			    s->key.off + s->in_off);
+	if (rc)
+		return rc;
+	s->in_off += n;
+	s->in_len = left + n;
+	return 0;
+}
+
+/* The decision: whether a frame of this header is decoded in place (its
+ * back-references reach no further than the window before: every
+ * window is decoded after at least FLX_ZCACHE_WINDOW - ZSTD_BLOCKSIZE_MAX
+ * bytes of the one before, the block that crossed its start aside). */
+static bool in_place(const ZSTD_frameHeader *fh)
+{
+	return fh->frameType == ZSTD_frame &&
+	       fh->windowSize <= FLX_ZCACHE_WINDOW - ZSTD_BLOCKSIZE_MAX;
+}
+
+/* Under s->mu: back to the frame's first byte, its header read to choose
+ * the decoder.  The stream's history goes (drop_history()). */
+static int restart(const flx_ckpt *c, zstream *s)
+{
+	ZSTD_frameHeader fh;
+	size_t r;
+	int rc;
+
 	if (!s->dctx) {
 		s->dctx = ZSTD_createDCtx();
 		s->in = malloc(IN_CAP);
-		s->out = malloc(FLX_ZCACHE_WINDOW);
-		if (!s->dctx || !s->in || !s->out)
+		if (!s->dctx || !s->in)
 			return -ENOMEM;
 	}
-	ZSTD_DCtx_reset(s->dctx, ZSTD_reset_session_only);
-	if (ZSTD_isError(ZSTD_DCtx_setParameter(s->dctx, ZSTD_d_windowLogMax,
-						FLX_ZSTD_WINDOW_LOG_MAX)))
-		return -ENOMEM;
 	s->in_pos = s->in_len = 0;
 	s->in_off = 0;
 	s->next = 0;
 	s->ended = false;
-	s->fresh = false;
+	s->fresh = true; /* until the end: a failure leaves it to restart */
 	s->out_n = 0;
+	s->lent = NULL;
+	if ((rc = input(c, s, 1)))
+		return rc;
+	r = ZSTD_getFrameHeader(&fh, s->in, s->in_len);
+	if (ZSTD_isError(r) || r > 0)
+		return -EIO; /* not a frame, or shorter than its header */
+	s->inplace = in_place(&fh);
+	if (s->inplace) {
+		if (ZSTD_isError(ZSTD_decompressBegin(s->dctx)))
+			return -ENOMEM;
+	} else {
+		ZSTD_DCtx_reset(s->dctx, ZSTD_reset_session_only);
+		if (ZSTD_isError(ZSTD_DCtx_setParameter(
+			s->dctx, ZSTD_d_windowLogMax, FLX_ZSTD_WINDOW_LOG_MAX)))
+			return -ENOMEM;
+	}
+	s->fresh = false;
 	return 0;
 }
 
-/* Under s->mu: decode window s->next into dst (FLX_ZCACHE_WINDOW bytes).
- * A frame that fails or ends without its end (the file changed since
- * mount) is -EIO and leaves the stream to restart. */
-static int produce(const flx_ckpt *c, zstream *s, unsigned char *dst,
-		   size_t *decoded)
+/* Under s->mu: decode window s->next into dst (FLX_ZCACHE_WINDOW bytes)
+ * through libzstd's streaming decoder. */
+static int produce_stream(const flx_ckpt *c, zstream *s, unsigned char *dst,
+			  size_t *decoded)
 {
-	const flx_file *f = &c->files[s->key.file];
 	ZSTD_outBuffer o = {dst, FLX_ZCACHE_WINDOW, 0};
 	int rc = 0;
 
-	while (o.pos < o.size && !s->ended && !rc) {
-		ZSTD_inBuffer in;
-		size_t ret;
+	while (o.pos < o.size && !s->ended && !(rc = input(c, s, 1))) {
+		ZSTD_inBuffer in = {s->in, s->in_len, s->in_pos};
+		size_t ret = ZSTD_decompressStream(s->dctx, &o, &in);
 
-		if (s->in_pos == s->in_len) {
-			size_t n = s->key.len - s->in_off < IN_CAP
-				       ? (size_t)(s->key.len - s->in_off)
-				       : IN_CAP;
-
-			if (n == 0 || flx_file_verify(c, f, false)) {
-				rc = -EIO;
-				break;
-			}
-			rc = flx_file_pread(c, s->key.file, s->in, n,
-					    s->key.off + s->in_off);
-			s->in_off += n;
-			s->in_pos = 0;
-			s->in_len = rc ? 0 : n;
-			continue;
-		}
-		in = (ZSTD_inBuffer){s->in, s->in_len, s->in_pos};
-		ret = ZSTD_decompressStream(s->dctx, &o, &in);
 		s->in_pos = in.pos;
 		if (ZSTD_isError(ret))
 			rc = -EIO;
 		else if (ret == 0)
 			s->ended = true;
+		if (rc)
+			break;
 	}
 	*decoded = o.pos;
+	return rc;
+}
+
+/* Under s->mu: decode window s->next in place into dst (ROOM bytes, not
+ * s->hist): first the bytes of the block that crossed into it from hist,
+ * then block after block until it is full, the last block running on
+ * into dst's room past the window. */
+static int produce_in_place(const flx_ckpt *c, zstream *s, unsigned char *dst,
+			    size_t *decoded)
+{
+	size_t pos = 0;
+	int rc = 0;
+
+	if (s->next > 0 && s->hn > FLX_ZCACHE_WINDOW) {
+		pos = s->hn - FLX_ZCACHE_WINDOW;
+		memcpy(dst, s->hist + FLX_ZCACHE_WINDOW, pos);
+	}
+	while (pos < FLX_ZCACHE_WINDOW && !s->ended) {
+		size_t need = ZSTD_nextSrcSizeToDecompress(s->dctx), r;
+
+		if (need == 0) {
+			s->ended = true;
+			break;
+		}
+		if ((rc = input(c, s, need)))
+			break;
+		r = ZSTD_decompressContinue(s->dctx, dst + pos, ROOM - pos,
+					    s->in + s->in_pos, need);
+		if (ZSTD_isError(r)) {
+			rc = -EIO;
+			break;
+		}
+		s->in_pos += need;
+		pos += r;
+	}
+	s->hn = pos;
+	*decoded = pos < FLX_ZCACHE_WINDOW ? pos : FLX_ZCACHE_WINDOW;
+	return rc;
+}
+
+/* Under s->mu: decode window s->next into dst (ROOM bytes; in place, not
+ * s->hist).  A frame that fails or ends without its end (the file changed
+ * since mount) is -EIO and leaves the stream to restart. */
+static int produce(const flx_ckpt *c, zstream *s, unsigned char *dst,
+		   size_t *decoded)
+{
+	int rc = s->inplace ? produce_in_place(c, s, dst, decoded)
+			    : produce_stream(c, s, dst, decoded);
+
 	s->next++;
 	if (rc)
 		s->fresh = true;
 	return rc;
+}
+
+/* Under s->mu: a buffer of the stream's own for its next window where no
+ * slot takes it (not its history), or NULL when memory is short. */
+static unsigned char *own_buffer(zstream *s)
+{
+	int i = s->own[0] && s->own[0] == s->hist ? 1 : 0;
+
+	if (!s->own[i])
+		s->own[i] = malloc(ROOM);
+	return s->own[i];
 }
 
 /* Under z->mu: a reader got window w of it.  The stream of it furthest
@@ -570,6 +737,10 @@ static void ahead_one(flx_zcache *z, zstream *s)
 	s->pnext = s->next;
 	s->pfresh = s->fresh;
 	s->pended = s->ended;
+	if (rc)
+		drop_history(s);
+	else
+		keep_history(s, dst, dst->data);
 	if (!rc && n)
 		publish(z, dst, &s->key, s->next - 1, n);
 	dst->pins--;
@@ -660,8 +831,9 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 
 	pthread_mutex_lock(&s->mu);
 	if (s->fresh || s->next > w) {
-		rc = restart(s);
+		rc = restart(c, s);
 		pthread_mutex_lock(&z->mu);
+		drop_history(s);
 		z->st.restarts++;
 		s->pnext = s->next;
 		s->pfresh = s->fresh;
@@ -670,11 +842,12 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		pthread_mutex_unlock(&z->mu);
 	}
 	/* Each window is decoded straight into a cache slot (or, none free,
-	 * into the stream's buffer); the one asked for stays pinned for the
-	 * caller, or the stream is lent with its buffer. */
+	 * into one of the stream's own); the one asked for stays pinned for
+	 * the caller, or the stream is lent with its buffer. */
 	while (!rc && s->next <= w) {
 		size_t n = 0;
 		zslot *dst;
+		unsigned char *buf;
 
 		if (s->ended) {
 			rc = -EIO; /* the content ends before w */
@@ -683,12 +856,22 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		pthread_mutex_lock(&z->mu);
 		dst = take_slot(z);
 		pthread_mutex_unlock(&z->mu);
-		rc = produce(c, s, dst ? dst->data : s->out, &n);
+		buf = dst ? dst->data : own_buffer(s);
+		if (buf) {
+			rc = produce(c, s, buf, &n);
+		} else {
+			s->fresh = true; /* its history is let go below */
+			rc = -ENOMEM;
+		}
 		pthread_mutex_lock(&z->mu);
 		z->st.decoded += n;
 		s->pnext = s->next;
 		s->pfresh = s->fresh;
 		s->pended = s->ended;
+		if (rc)
+			drop_history(s);
+		else
+			keep_history(s, dst, buf);
 		if (dst && !rc && n) {
 			publish(z, dst, it, s->next - 1, n);
 			pthread_cond_broadcast(&z->cv);
@@ -699,12 +882,13 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		} else if (dst) {
 			dst->pins--;
 		} else {
+			s->lent = buf;
 			s->out_n = n;
 		}
 		pthread_mutex_unlock(&z->mu);
 	}
 	if (!rc && !sl) { /* lend the stream's window, its mutex held */
-		*ref = (zref){s->out, s->out_n, NULL, s};
+		*ref = (zref){s->lent, s->out_n, NULL, s};
 		return 0;
 	}
 	pthread_mutex_unlock(&s->mu);

@@ -47,7 +47,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FLX_ZCACHE_WINDOW  (1u << 20)
+/* 2 MiB (the window of the frames torch's level 3 writes) and one zstd
+ * block: such a frame is decoded in place (zcache.c). */
+#define FLX_ZCACHE_WINDOW  ((2u << 20) + (128u << 10))
 #define FLX_ZCACHE_STREAMS 8
 /* Windows a stream decodes ahead of a reader that follows it. */
 #define FLX_ZCACHE_AHEAD 2

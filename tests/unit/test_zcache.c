@@ -82,7 +82,8 @@ static size_t compress_stream(const unsigned char *src, size_t n,
 
 static int setup(const char *path)
 {
-	size_t sizes[NITEMS] = {(5u << 20) + 12345, 777, (2u << 20)};
+	size_t sizes[NITEMS] = {5 * FLX_ZCACHE_WINDOW + 12345, 777,
+				2 * FLX_ZCACHE_WINDOW};
 	uint64_t at = 100; /* items at odd offsets, as in a .distcp */
 	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	struct stat st;
@@ -130,7 +131,7 @@ static void test_sequential(void)
 	unsigned char *buf = malloc(csize[0]);
 	size_t step = 128 << 10;
 
-	CHECK_EQ(flx_zcache_new(8u << 20, &z), 0);
+	CHECK_EQ(flx_zcache_new(8 * FLX_ZCACHE_WINDOW, &z), 0);
 	for (size_t at = 0; at < csize[0]; at += step) {
 		size_t n = csize[0] - at < step ? csize[0] - at : step;
 
@@ -554,7 +555,7 @@ static void test_bad_frames(void)
 
 	n = compress_checked(f, cap);
 	CHECK(n > 1000);
-	CHECK_EQ(flx_zcache_new(4u << 20, &z), 0);
+	CHECK_EQ(flx_zcache_new(4 * FLX_ZCACHE_WINDOW, &z), 0);
 	/* intact: reads whole */
 	it = append_frame(f, n);
 	CHECK_EQ(flx_zcache_read(z, &ck, &it, 0, 1, 1, 0, buf, csize[0]), 0);
@@ -597,7 +598,7 @@ static void test_failures(const char *path)
 	flx_zitem cut = items[0];
 	struct stat st;
 
-	CHECK_EQ(flx_zcache_new(4u << 20, &z), 0);
+	CHECK_EQ(flx_zcache_new(4 * FLX_ZCACHE_WINDOW, &z), 0);
 	/* past the end of the content */
 	CHECK_EQ(
 	    flx_zcache_read(z, &ck, &items[1], csize[1] - 10, 1, 1, 0, buf, 20),
@@ -651,7 +652,7 @@ static void test_failures(const char *path)
 		    flx_zcache_read(z, &ck, &items[1], 0, 1, 1, 0, buf, 10),
 		    -EIO);
 		flx_zcache_free(z);
-		CHECK_EQ(flx_zcache_new(4u << 20, &z), 0);
+		CHECK_EQ(flx_zcache_new(4 * FLX_ZCACHE_WINDOW, &z), 0);
 		CHECK_EQ(
 		    flx_zcache_read(z, &ck, &items[0], 0, 1, 1, 0, buf, 64),
 		    -EIO);
@@ -807,16 +808,16 @@ int main(void)
 	test_ahead_restart();
 	test_workers();
 	/* a cache of 2 windows: random reads restart streams */
-	CHECK_EQ(flx_zcache_new(2u << 20, &z), 0);
+	CHECK_EQ(flx_zcache_new(2 * FLX_ZCACHE_WINDOW, &z), 0);
 	test_random(z, 12345, 150);
 	flx_zcache_free(z);
 	/* no cache: private streams */
 	test_random(NULL, 999, 20);
 	test_threads(0);
-	test_threads(3u << 20);
+	test_threads(3 * FLX_ZCACHE_WINDOW);
 	test_threads(4 * FLX_ZCACHE_AHEAD * FLX_ZCACHE_WINDOW); /* ahead */
 	test_pin_exact();
-	test_pin_threads(3u << 20);
+	test_pin_threads(3 * FLX_ZCACHE_WINDOW);
 	test_pin_threads(4 * FLX_ZCACHE_AHEAD * FLX_ZCACHE_WINDOW);
 	test_bad_frames();
 	test_failures(path);
