@@ -631,6 +631,25 @@ static int produce_in_place(const flx_ckpt *c, zstream *s, unsigned char *dst,
 		s->in_pos += need;
 		pos += r;
 	}
+	/* a window full at the frame's last block: its checksum now, so the
+	 * frame's end is checked before its last window is served */
+	while (!rc && !s->ended &&
+	       ZSTD_nextInputType(s->dctx) == ZSTDnit_checksum) {
+		size_t need = ZSTD_nextSrcSizeToDecompress(s->dctx);
+
+		if ((rc = input(c, s, need)))
+			break;
+		if (ZSTD_isError(
+			ZSTD_decompressContinue(s->dctx, dst + pos, ROOM - pos,
+						s->in + s->in_pos, need)))
+			rc = -EIO;
+		s->in_pos += need;
+	}
+	/* ended: no window after this one (none of the frame's bytes past
+	 * the window's end) */
+	if (!rc && ZSTD_nextSrcSizeToDecompress(s->dctx) == 0 &&
+	    pos <= FLX_ZCACHE_WINDOW)
+		s->ended = true;
 	s->hn = pos;
 	*decoded = pos < FLX_ZCACHE_WINDOW ? pos : FLX_ZCACHE_WINDOW;
 	return rc;
@@ -734,6 +753,8 @@ static void ahead_one(flx_zcache *z, zstream *s)
 	z->adec--;
 	z->st.decoded += n;
 	z->st.ahead += n;
+	if (s->inplace)
+		z->st.inplace += n;
 	s->pnext = s->next;
 	s->pfresh = s->fresh;
 	s->pended = s->ended;
@@ -865,6 +886,8 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		}
 		pthread_mutex_lock(&z->mu);
 		z->st.decoded += n;
+		if (s->inplace)
+			z->st.inplace += n;
 		s->pnext = s->next;
 		s->pfresh = s->fresh;
 		s->pended = s->ended;

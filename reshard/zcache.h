@@ -73,6 +73,7 @@ typedef struct flx_zcache_stats {
 	uint64_t ahead; /* of decoded: bytes the decode-ahead workers decoded */
 	uint64_t ahead_peak; /* most windows decoded ahead at the same time */
 	uint64_t workers;    /* decode-ahead workers started */
+	uint64_t inplace;    /* of decoded: bytes decoded in place */
 } flx_zcache_stats;
 
 /**
