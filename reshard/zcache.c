@@ -98,6 +98,7 @@ struct zstream {
 	 * one of own.  Otherwise ZSTD_decompressStream() copies the window
 	 * out of libzstd's own history buffer. */
 	bool inplace;
+	bool raw; /* in place: the block being decoded is raw (step()) */
 	unsigned char *hist;
 	size_t hn;
 	zslot *hslot;
@@ -495,13 +496,29 @@ static void let_go(flx_zcache *z, zstream *s)
 		ahead_wake(z);
 }
 
-/* Under s->mu: at least need bytes of the frame from in + in_pos on,
- * what is left moved to the front and more read behind it.  The file is
- * checked unchanged since mount before every read.  -EIO where the frame
- * ends first. */
-static int input(const flx_ckpt *c, zstream *s, size_t need)
+/* Under s->mu: frame bytes [in_off, in_off + n) into dst, the file checked
+ * unchanged since mount first.  -EIO where the frame ends first. */
+static int frame_read(const flx_ckpt *c, zstream *s, unsigned char *dst,
+		      size_t n)
 {
-	size_t left = s->in_len - s->in_pos, n = IN_CAP - left;
+	int rc;
+
+	if (n > s->key.len - s->in_off ||
+	    flx_file_verify(c, &c->files[s->key.file], false))
+		return -EIO;
+	rc = flx_file_pread(c, s->key.file, dst, n, s->key.off + s->in_off);
+	if (!rc)
+		s->in_off += n;
+	return rc;
+}
+
+/* Under s->mu: at least need bytes of the frame from in + in_pos on,
+ * what is left moved to the front and more read behind it: as much as
+ * the buffer holds, or (exact) no more than need.  -EIO where the frame
+ * ends first. */
+static int input(const flx_ckpt *c, zstream *s, size_t need, bool exact)
+{
+	size_t left = s->in_len - s->in_pos, n = (exact ? need : IN_CAP) - left;
 	int rc;
 
 	if (left >= need)
@@ -513,14 +530,10 @@ static int input(const flx_ckpt *c, zstream *s, size_t need)
 	s->in_len = left;
 	if (n > s->key.len - s->in_off)
 		n = (size_t)(s->key.len - s->in_off);
-	if (left + n < need ||
-	    flx_file_verify(c, &c->files[s->key.file], false))
+	if (left + n < need)
 		return -EIO;
-	rc = flx_file_pread(c, s->key.file, s->in + left, n,
-			    s->key.off + s->in_off);
-	if (rc)
+	if ((rc = frame_read(c, s, s->in + left, n)))
 		return rc;
-	s->in_off += n;
 	s->in_len = left + n;
 	return 0;
 }
@@ -556,7 +569,8 @@ static int restart(const flx_ckpt *c, zstream *s)
 	s->fresh = true; /* until the end: a failure leaves it to restart */
 	s->out_n = 0;
 	s->lent = NULL;
-	if ((rc = input(c, s, 1)))
+	s->raw = false;
+	if ((rc = input(c, s, 1, false)))
 		return rc;
 	r = ZSTD_getFrameHeader(&fh, s->in, s->in_len);
 	if (ZSTD_isError(r) || r > 0)
@@ -583,7 +597,7 @@ static int produce_stream(const flx_ckpt *c, zstream *s, unsigned char *dst,
 	ZSTD_outBuffer o = {dst, FLX_ZCACHE_WINDOW, 0};
 	int rc = 0;
 
-	while (o.pos < o.size && !s->ended && !(rc = input(c, s, 1))) {
+	while (o.pos < o.size && !s->ended && !(rc = input(c, s, 1, false))) {
 		ZSTD_inBuffer in = {s->in, s->in_len, s->in_pos};
 		size_t ret = ZSTD_decompressStream(s->dctx, &o, &in);
 
@@ -597,6 +611,41 @@ static int produce_stream(const flx_ckpt *c, zstream *s, unsigned char *dst,
 	}
 	*decoded = o.pos;
 	return rc;
+}
+
+/* Under s->mu: one step of the buffer-less decoder (a header, a block,
+ * the checksum) writing at at (room bytes), *r bytes written.  A raw
+ * block (stored: what zstd writes for bytes it cannot compress) is read
+ * from the file straight to where it goes, after what the input buffer
+ * holds of it, and libzstd moves it onto itself: no copy.  Its header,
+ * and the header after it, are read alone, so that the buffer does not
+ * take the block's bytes first. */
+static int step(const flx_ckpt *c, zstream *s, unsigned char *at, size_t room,
+		size_t *r)
+{
+	size_t need = ZSTD_nextSrcSizeToDecompress(s->dctx),
+	       left = s->in_len - s->in_pos;
+	ZSTD_nextInputType_e t = ZSTD_nextInputType(s->dctx);
+	const unsigned char *src;
+	int rc;
+
+	if (t == ZSTDnit_block && s->raw && need > left && need <= room) {
+		memcpy(at, s->in + s->in_pos, left);
+		if ((rc = frame_read(c, s, at + left, need - left)))
+			return rc;
+		s->in_pos = s->in_len = 0;
+		src = at;
+	} else {
+		if ((rc =
+			 input(c, s, need, t == ZSTDnit_blockHeader && s->raw)))
+			return rc;
+		src = s->in + s->in_pos;
+		s->in_pos += need;
+	}
+	if (t == ZSTDnit_blockHeader) /* 3 bytes, little-endian: type 0 raw */
+		s->raw = ((src[0] >> 1) & 3) == 0;
+	*r = ZSTD_decompressContinue(s->dctx, at, room, src, need);
+	return ZSTD_isError(*r) ? -EIO : 0;
 }
 
 /* Under s->mu: decode window s->next in place into dst (ROOM bytes, not
@@ -614,36 +663,23 @@ static int produce_in_place(const flx_ckpt *c, zstream *s, unsigned char *dst,
 		memcpy(dst, s->hist + FLX_ZCACHE_WINDOW, pos);
 	}
 	while (pos < FLX_ZCACHE_WINDOW && !s->ended) {
-		size_t need = ZSTD_nextSrcSizeToDecompress(s->dctx), r;
+		size_t r = 0;
 
-		if (need == 0) {
+		if (ZSTD_nextSrcSizeToDecompress(s->dctx) == 0) {
 			s->ended = true;
 			break;
 		}
-		if ((rc = input(c, s, need)))
+		if ((rc = step(c, s, dst + pos, ROOM - pos, &r)))
 			break;
-		r = ZSTD_decompressContinue(s->dctx, dst + pos, ROOM - pos,
-					    s->in + s->in_pos, need);
-		if (ZSTD_isError(r)) {
-			rc = -EIO;
-			break;
-		}
-		s->in_pos += need;
 		pos += r;
 	}
 	/* a window full at the frame's last block: its checksum now, so the
 	 * frame's end is checked before its last window is served */
 	while (!rc && !s->ended &&
 	       ZSTD_nextInputType(s->dctx) == ZSTDnit_checksum) {
-		size_t need = ZSTD_nextSrcSizeToDecompress(s->dctx);
+		size_t r;
 
-		if ((rc = input(c, s, need)))
-			break;
-		if (ZSTD_isError(
-			ZSTD_decompressContinue(s->dctx, dst + pos, ROOM - pos,
-						s->in + s->in_pos, need)))
-			rc = -EIO;
-		s->in_pos += need;
+		rc = step(c, s, dst + pos, ROOM - pos, &r);
 	}
 	/* ended: no window after this one (none of the frame's bytes past
 	 * the window's end) */
