@@ -25,6 +25,15 @@
  * they finish their window.  A worker with nothing wanted parks on acv
  * until a wish or the cache's end; a wake-up is handed to one parked
  * worker (apend), so two wishes in a row wake two workers.
+ *
+ * In place: libzstd's buffer-less decoder keeps the output of its last
+ * call as history and, when the next call writes elsewhere, the whole of
+ * that previous run of output as a second, older piece of history.  So a
+ * stream writes each window into its slot in one run (from the bytes of
+ * the block that crossed into it on), and the window before stays
+ * unmodified until this one is done: the stream pins its slot (hslot).
+ * A run is at least FLX_ZCACHE_WINDOW - ZSTD_BLOCKSIZE_MAX bytes long, so
+ * back-references of that reach always find their bytes.
  */
 #include "zcache.h"
 #include "zcache_internal.h"
