@@ -558,7 +558,8 @@ static bool in_place(const ZSTD_frameHeader *fh)
 }
 
 /* Under s->mu: back to the frame's first byte, its header read to choose
- * the decoder.  The stream's history goes (drop_history()). */
+ * the decoder.  The caller lets the stream's history go (drop_history(),
+ * under the cache lock). */
 static int restart(const flx_ckpt *c, zstream *s)
 {
 	ZSTD_frameHeader fh;
