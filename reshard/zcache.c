@@ -25,6 +25,15 @@
  * they finish their window.  A worker with nothing wanted parks on acv
  * until a wish or the cache's end; a wake-up is handed to one parked
  * worker (apend), so two wishes in a row wake two workers.
+ *
+ * In place: libzstd's buffer-less decoder keeps the output of its last
+ * call as history and, when the next call writes elsewhere, the whole of
+ * that previous run of output as a second, older piece of history.  So a
+ * stream writes each window into its slot in one run (from the bytes of
+ * the block that crossed into it on), and the window before stays
+ * unmodified until this one is done: the stream pins its slot (hslot).
+ * A run is at least FLX_ZCACHE_WINDOW - ZSTD_BLOCKSIZE_MAX bytes long, so
+ * back-references of that reach always find their bytes.
  */
 #include "zcache.h"
 #include "zcache_internal.h"
@@ -37,10 +46,17 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
+#define ZSTD_STATIC_LINKING_ONLY /* the buffer-less decoder */
 #include <zstd.h>
 
 #define IN_CAP (128u << 10)
+/* A window's room: its bytes and the block that may cross its end when
+ * decoded in place (the next window's first bytes, copied there). */
+#define ROOM (FLX_ZCACHE_WINDOW + ZSTD_BLOCKSIZE_MAX)
+/* The alignment of the slots' mapping: a transparent huge page */
+#define HUGE_ALIGN (2u << 20)
 
 typedef struct zslot {
 	flx_zitem key;
@@ -48,12 +64,15 @@ typedef struct zslot {
 	unsigned char *data;
 	size_t n; /* valid bytes (the last window may be short) */
 	uint32_t pins;
+	struct zstream *hist; /* the stream whose history it is (one pin) */
 	bool valid;
 	uint64_t used; /* LRU tick */
 	int32_t hnext; /* next valid slot of its hash chain, -1: none */
 } zslot;
 
-typedef struct zstream {
+typedef struct zstream zstream;
+
+struct zstream {
 	pthread_mutex_t mu; /* held while decoding or lending out */
 	flx_zitem key;
 	bool keyed;	/* key names an item */
@@ -70,20 +89,39 @@ typedef struct zstream {
 	const flx_ckpt *c; /* its item's checkpoint (set with the key) */
 	/* under mu */
 	ZSTD_DCtx *dctx;
-	unsigned char *in, *out;
+	unsigned char *in;
+	unsigned char *own[2]; /* ROOM bytes each: windows no slot took */
+	unsigned char *lent;   /* of own, window next - 1 (no slot took it) */
 	size_t in_pos, in_len;
 	uint64_t in_off; /* frame bytes read so far */
 	uint64_t next;	 /* the window it produces next */
 	bool ended;	 /* the frame ended */
 	bool fresh;	 /* must restart before use */
-	size_t out_n;	 /* bytes of window next - 1 in out */
-} zstream;
+	size_t out_n;	 /* bytes of window next - 1 in lent */
+	/* In place (the frame's window fits one window's room less a
+	 * block): libzstd's buffer-less decoder writes straight into the
+	 * window's buffer and reads its back-references from there and from
+	 * the buffer of the window before, hist (hn bytes decoded into it,
+	 * past FLX_ZCACHE_WINDOW: the block that crossed into window next).
+	 * hist is a slot pinned for it (hslot, under the cache lock too) or
+	 * one of own.  Otherwise ZSTD_decompressStream() copies the window
+	 * out of libzstd's own history buffer. */
+	bool inplace;
+	bool raw; /* in place: the block being decoded is raw (step()) */
+	unsigned char *hist;
+	size_t hn;
+	zslot *hslot;
+};
 
 struct flx_zcache {
 	pthread_mutex_t mu;
 	pthread_cond_t cv; /* a stream let go, or a window published */
 	zslot *slots;
 	size_t nslots;
+	/* the slots' windows: one mapping of nslots windows, its pages
+	 * touched as slots are first filled */
+	unsigned char *mem;
+	size_t memlen;
 	int32_t *chain; /* hash chains of valid slots: nchains heads, -1 */
 	size_t nchains; /* a power of two */
 	zstream streams[FLX_ZCACHE_STREAMS];
@@ -159,6 +197,31 @@ static void ahead_wake(flx_zcache *z)
 	}
 }
 
+/* Reserve len bytes for the slots' windows, aligned to a huge page and
+ * advised as such: a window's first fill then faults once per 2 MiB, not
+ * once per page, and copies out of it miss the TLB less.  The pages are
+ * only touched (in RSS) as windows are filled.  NULL when out of
+ * address space. */
+static unsigned char *slots_map(size_t len)
+{
+	size_t all = len + HUGE_ALIGN;
+	unsigned char *p =
+	    mmap(NULL, all, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	size_t head;
+
+	if (p == MAP_FAILED)
+		return NULL;
+	head = (HUGE_ALIGN - (uintptr_t)p % HUGE_ALIGN) % HUGE_ALIGN;
+	if (head)
+		munmap(p, head);
+	if (all - head > len)
+		munmap(p + head + len, all - head - len);
+	p += head;
+	(void)madvise(p, len, MADV_HUGEPAGE); /* advice: failure is fine */
+	return p;
+}
+
 int flx_zcache_new(uint64_t cap, flx_zcache **out)
 {
 	flx_zcache *z = calloc(1, sizeof(*z));
@@ -179,6 +242,13 @@ int flx_zcache_new(uint64_t cap, flx_zcache **out)
 		return -ENOMEM;
 	}
 	memset(z->chain, 0xff, z->nchains * sizeof(int32_t)); /* -1 */
+	z->memlen = z->nslots * (size_t)ROOM;
+	if (z->nslots && !(z->mem = slots_map(z->memlen))) {
+		free(z->slots);
+		free(z->chain);
+		free(z);
+		return -ENOMEM;
+	}
 	z->amax = ahead_workers(z->nslots);
 	pthread_mutex_init(&z->mu, NULL);
 	pthread_cond_init(&z->cv, NULL);
@@ -199,14 +269,15 @@ void flx_zcache_free(flx_zcache *z)
 	pthread_mutex_unlock(&z->mu);
 	for (uint32_t i = 0; i < z->nthr; i++)
 		pthread_join(z->athr[i], NULL);
-	for (size_t i = 0; i < z->nslots; i++)
-		free(z->slots[i].data);
+	if (z->mem)
+		munmap(z->mem, z->memlen);
 	for (int i = 0; i < FLX_ZCACHE_STREAMS; i++) {
 		zstream *s = &z->streams[i];
 
 		ZSTD_freeDCtx(s->dctx);
 		free(s->in);
-		free(s->out);
+		free(s->own[0]);
+		free(s->own[1]);
 		pthread_mutex_destroy(&s->mu);
 	}
 	pthread_cond_destroy(&z->cv);
@@ -279,8 +350,18 @@ static void pin(flx_zcache *z, zslot *sl, zref *ref)
 }
 
 /* Under z->mu: a slot to decode a window into, pinned and out of the
- * cache (least recently used among the unpinned; its memory allocated on
- * first use), or NULL when every slot is pinned or memory is short. */
+ * cache (least recently used among the unpinned; its pages touched on
+ * first use), or NULL when every slot is pinned. */
+static void drop_history(zstream *s);
+
+/* Under z->mu: whether take_slot() may take sl though pinned: its one pin
+ * is the history of a stream no one has claimed, which then restarts when
+ * next used.  So a history is evicted in LRU order like any window. */
+static bool history_only(const zslot *sl)
+{
+	return sl->pins == 1 && sl->hist && !sl->hist->users;
+}
+
 static zslot *take_slot(flx_zcache *z)
 {
 	zslot *best = NULL;
@@ -288,7 +369,7 @@ static zslot *take_slot(flx_zcache *z)
 	for (size_t i = 0; i < z->nslots; i++) {
 		zslot *sl = &z->slots[i];
 
-		if (sl->pins)
+		if (sl->pins && !history_only(sl))
 			continue;
 		if (!sl->valid) {
 			best = sl;
@@ -299,10 +380,16 @@ static zslot *take_slot(flx_zcache *z)
 	}
 	if (!best)
 		return NULL;
-	if (!best->data) {
-		best->data = malloc(FLX_ZCACHE_WINDOW);
-		if (!best->data)
-			return NULL; /* decoded into the stream's own buffer */
+	if (best->pins) { /* history_only(): that stream restarts */
+		zstream *v = best->hist;
+
+		drop_history(v);
+		/* unclaimed, so no holder: its own fields are free too */
+		v->fresh = v->pfresh = true;
+		v->want = 0;
+	}
+	if (!best->data) { /* first use: its pages are touched now */
+		best->data = z->mem + (size_t)(best - z->slots) * ROOM;
 		z->st.windows++;
 	}
 	if (best->valid)
@@ -326,6 +413,34 @@ static void publish(flx_zcache *z, zslot *sl, const flx_zitem *it, uint64_t w,
 	sl->valid = true;
 	sl->hnext = *chain_of(z, it, w);
 	*chain_of(z, it, w) = (int32_t)(sl - z->slots);
+}
+
+/* Under z->mu, s unclaimed or held: s keeps no history (it restarts). */
+static void drop_history(zstream *s)
+{
+	if (s->hslot) {
+		s->hslot->pins--;
+		s->hslot->hist = NULL;
+	}
+	s->hslot = NULL;
+	s->hist = NULL;
+}
+
+/* Under z->mu, s held: s decoded its window next - 1 into buf (slot sl,
+ * or NULL: one of its own buffers).  In place, that window is the frame's
+ * history for the next one: its slot stays pinned for it and the window
+ * before is let go. */
+static void keep_history(zstream *s, zslot *sl, unsigned char *buf)
+{
+	if (!s->inplace)
+		return;
+	drop_history(s);
+	if (sl) {
+		sl->pins++;
+		sl->hist = s;
+	}
+	s->hslot = sl;
+	s->hist = buf;
 }
 
 /* Under z->mu: the window a stream's next decode gives (0 when fresh). */
@@ -361,6 +476,7 @@ static zstream *claim(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		}
 	}
 	if (!ahead && idle) {
+		drop_history(idle);
 		idle->key = *it;
 		idle->keyed = true;
 		/* unclaimed, so no holder: its own fields are free too */
@@ -389,72 +505,226 @@ static void let_go(flx_zcache *z, zstream *s)
 		ahead_wake(z);
 }
 
-/* Under s->mu: back to the frame's first byte. */
-static int restart(zstream *s)
+/* Under s->mu: frame bytes [in_off, in_off + n) into dst, the file checked
+ * unchanged since mount first.  -EIO where the frame ends first. */
+static int frame_read(const flx_ckpt *c, zstream *s, unsigned char *dst,
+		      size_t n)
 {
+	int rc;
+
+	if (n > s->key.len - s->in_off ||
+	    flx_file_verify(c, &c->files[s->key.file], false))
+		return -EIO;
+	rc = flx_file_pread(c, s->key.file, dst, n, s->key.off + s->in_off);
+	if (!rc)
+		s->in_off += n;
+	return rc;
+}
+
+/* Under s->mu: at least need bytes of the frame from in + in_pos on,
+ * what is left moved to the front and more read behind it: as much as
+ * the buffer holds, or (exact) no more than need.  -EIO where the frame
+ * ends first. */
+static int input(const flx_ckpt *c, zstream *s, size_t need, bool exact)
+{
+	size_t left = s->in_len - s->in_pos, n = (exact ? need : IN_CAP) - left;
+	int rc;
+
+	if (left >= need)
+		return 0;
+	if (need > IN_CAP)
+		return -EIO;
+	memmove(s->in, s->in + s->in_pos, left);
+	s->in_pos = 0;
+	s->in_len = left;
+	if (n > s->key.len - s->in_off)
+		n = (size_t)(s->key.len - s->in_off);
+	if (left + n < need)
+		return -EIO;
+	if ((rc = frame_read(c, s, s->in + left, n)))
+		return rc;
+	s->in_len = left + n;
+	return 0;
+}
+
+/* The decision: whether a frame of this header is decoded in place (its
+ * back-references reach no further than the window before: every
+ * window is decoded after at least FLX_ZCACHE_WINDOW - ZSTD_BLOCKSIZE_MAX
+ * bytes of the one before, the block that crossed its start aside). */
+static bool in_place(const ZSTD_frameHeader *fh)
+{
+	return fh->frameType == ZSTD_frame &&
+	       fh->windowSize <= FLX_ZCACHE_WINDOW - ZSTD_BLOCKSIZE_MAX;
+}
+
+/* Under s->mu: back to the frame's first byte, its header read to choose
+ * the decoder.  The caller lets the stream's history go (drop_history(),
+ * under the cache lock). */
+static int restart(const flx_ckpt *c, zstream *s)
+{
+	ZSTD_frameHeader fh;
+	size_t r;
+	int rc;
+
 	if (!s->dctx) {
 		s->dctx = ZSTD_createDCtx();
 		s->in = malloc(IN_CAP);
-		s->out = malloc(FLX_ZCACHE_WINDOW);
-		if (!s->dctx || !s->in || !s->out)
+		if (!s->dctx || !s->in)
 			return -ENOMEM;
 	}
-	ZSTD_DCtx_reset(s->dctx, ZSTD_reset_session_only);
-	if (ZSTD_isError(ZSTD_DCtx_setParameter(s->dctx, ZSTD_d_windowLogMax,
-						FLX_ZSTD_WINDOW_LOG_MAX)))
-		return -ENOMEM;
 	s->in_pos = s->in_len = 0;
 	s->in_off = 0;
 	s->next = 0;
 	s->ended = false;
-	s->fresh = false;
+	s->fresh = true; /* until the end: a failure leaves it to restart */
 	s->out_n = 0;
+	s->lent = NULL;
+	s->raw = false;
+	if ((rc = input(c, s, 1, false)))
+		return rc;
+	r = ZSTD_getFrameHeader(&fh, s->in, s->in_len);
+	if (ZSTD_isError(r) || r > 0)
+		return -EIO; /* not a frame, or shorter than its header */
+	s->inplace = in_place(&fh);
+	if (s->inplace) {
+		if (ZSTD_isError(ZSTD_decompressBegin(s->dctx)))
+			return -ENOMEM;
+	} else {
+		ZSTD_DCtx_reset(s->dctx, ZSTD_reset_session_only);
+		if (ZSTD_isError(ZSTD_DCtx_setParameter(
+			s->dctx, ZSTD_d_windowLogMax, FLX_ZSTD_WINDOW_LOG_MAX)))
+			return -ENOMEM;
+	}
+	s->fresh = false;
 	return 0;
 }
 
-/* Under s->mu: decode window s->next into dst (FLX_ZCACHE_WINDOW bytes).
- * A frame that fails or ends without its end (the file changed since
- * mount) is -EIO and leaves the stream to restart. */
-static int produce(const flx_ckpt *c, zstream *s, unsigned char *dst,
-		   size_t *decoded)
+/* Under s->mu: decode window s->next into dst (FLX_ZCACHE_WINDOW bytes)
+ * through libzstd's streaming decoder. */
+static int produce_stream(const flx_ckpt *c, zstream *s, unsigned char *dst,
+			  size_t *decoded)
 {
-	const flx_file *f = &c->files[s->key.file];
 	ZSTD_outBuffer o = {dst, FLX_ZCACHE_WINDOW, 0};
 	int rc = 0;
 
-	while (o.pos < o.size && !s->ended && !rc) {
-		ZSTD_inBuffer in;
-		size_t ret;
+	while (o.pos < o.size && !s->ended && !(rc = input(c, s, 1, false))) {
+		ZSTD_inBuffer in = {s->in, s->in_len, s->in_pos};
+		size_t ret = ZSTD_decompressStream(s->dctx, &o, &in);
 
-		if (s->in_pos == s->in_len) {
-			size_t n = s->key.len - s->in_off < IN_CAP
-				       ? (size_t)(s->key.len - s->in_off)
-				       : IN_CAP;
-
-			if (n == 0 || flx_file_verify(c, f, false)) {
-				rc = -EIO;
-				break;
-			}
-			rc = flx_file_pread(c, s->key.file, s->in, n,
-					    s->key.off + s->in_off);
-			s->in_off += n;
-			s->in_pos = 0;
-			s->in_len = rc ? 0 : n;
-			continue;
-		}
-		in = (ZSTD_inBuffer){s->in, s->in_len, s->in_pos};
-		ret = ZSTD_decompressStream(s->dctx, &o, &in);
 		s->in_pos = in.pos;
 		if (ZSTD_isError(ret))
 			rc = -EIO;
 		else if (ret == 0)
 			s->ended = true;
+		if (rc)
+			break;
 	}
 	*decoded = o.pos;
+	return rc;
+}
+
+/* Under s->mu: one step of the buffer-less decoder (a header, a block,
+ * the checksum) writing at at (room bytes), *r bytes written.  A raw
+ * block (stored: what zstd writes for bytes it cannot compress) is read
+ * from the file straight to where it goes, after what the input buffer
+ * holds of it, and libzstd moves it onto itself: no copy.  Its header,
+ * and the header after it, are read alone, so that the buffer does not
+ * take the block's bytes first. */
+static int step(const flx_ckpt *c, zstream *s, unsigned char *at, size_t room,
+		size_t *r)
+{
+	size_t need = ZSTD_nextSrcSizeToDecompress(s->dctx),
+	       left = s->in_len - s->in_pos;
+	ZSTD_nextInputType_e t = ZSTD_nextInputType(s->dctx);
+	const unsigned char *src;
+	int rc;
+
+	if (t == ZSTDnit_block && s->raw && need > left && need <= room) {
+		memcpy(at, s->in + s->in_pos, left);
+		if ((rc = frame_read(c, s, at + left, need - left)))
+			return rc;
+		s->in_pos = s->in_len = 0;
+		src = at;
+	} else {
+		if ((rc =
+			 input(c, s, need, t == ZSTDnit_blockHeader && s->raw)))
+			return rc;
+		src = s->in + s->in_pos;
+		s->in_pos += need;
+	}
+	if (t == ZSTDnit_blockHeader) /* 3 bytes, little-endian: type 0 raw */
+		s->raw = ((src[0] >> 1) & 3) == 0;
+	*r = ZSTD_decompressContinue(s->dctx, at, room, src, need);
+	return ZSTD_isError(*r) ? -EIO : 0;
+}
+
+/* Under s->mu: decode window s->next in place into dst (ROOM bytes, not
+ * s->hist): first the bytes of the block that crossed into it from hist,
+ * then block after block until it is full, the last block running on
+ * into dst's room past the window. */
+static int produce_in_place(const flx_ckpt *c, zstream *s, unsigned char *dst,
+			    size_t *decoded)
+{
+	size_t pos = 0;
+	int rc = 0;
+
+	if (s->next > 0 && s->hn > FLX_ZCACHE_WINDOW) {
+		pos = s->hn - FLX_ZCACHE_WINDOW;
+		memcpy(dst, s->hist + FLX_ZCACHE_WINDOW, pos);
+	}
+	while (pos < FLX_ZCACHE_WINDOW && !s->ended) {
+		size_t r = 0;
+
+		if (ZSTD_nextSrcSizeToDecompress(s->dctx) == 0) {
+			s->ended = true;
+			break;
+		}
+		if ((rc = step(c, s, dst + pos, ROOM - pos, &r)))
+			break;
+		pos += r;
+	}
+	/* a window full at the frame's last block: its checksum now, so the
+	 * frame's end is checked before its last window is served */
+	while (!rc && !s->ended &&
+	       ZSTD_nextInputType(s->dctx) == ZSTDnit_checksum) {
+		size_t r;
+
+		rc = step(c, s, dst + pos, ROOM - pos, &r);
+	}
+	/* ended: no window after this one (none of the frame's bytes past
+	 * the window's end) */
+	if (!rc && ZSTD_nextSrcSizeToDecompress(s->dctx) == 0 &&
+	    pos <= FLX_ZCACHE_WINDOW)
+		s->ended = true;
+	s->hn = pos;
+	*decoded = pos < FLX_ZCACHE_WINDOW ? pos : FLX_ZCACHE_WINDOW;
+	return rc;
+}
+
+/* Under s->mu: decode window s->next into dst (ROOM bytes; in place, not
+ * s->hist).  A frame that fails or ends without its end (the file changed
+ * since mount) is -EIO and leaves the stream to restart. */
+static int produce(const flx_ckpt *c, zstream *s, unsigned char *dst,
+		   size_t *decoded)
+{
+	int rc = s->inplace ? produce_in_place(c, s, dst, decoded)
+			    : produce_stream(c, s, dst, decoded);
+
 	s->next++;
 	if (rc)
 		s->fresh = true;
 	return rc;
+}
+
+/* Under s->mu: a buffer of the stream's own for its next window where no
+ * slot takes it (not its history), or NULL when memory is short. */
+static unsigned char *own_buffer(zstream *s)
+{
+	int i = s->own[0] && s->own[0] == s->hist ? 1 : 0;
+
+	if (!s->own[i])
+		s->own[i] = malloc(ROOM);
+	return s->own[i];
 }
 
 /* Under z->mu: a reader got window w of it.  The stream of it furthest
@@ -529,9 +799,15 @@ static void ahead_one(flx_zcache *z, zstream *s)
 	z->adec--;
 	z->st.decoded += n;
 	z->st.ahead += n;
+	if (s->inplace)
+		z->st.inplace += n;
 	s->pnext = s->next;
 	s->pfresh = s->fresh;
 	s->pended = s->ended;
+	if (rc)
+		drop_history(s);
+	else
+		keep_history(s, dst, dst->data);
 	if (!rc && n)
 		publish(z, dst, &s->key, s->next - 1, n);
 	dst->pins--;
@@ -622,8 +898,9 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 
 	pthread_mutex_lock(&s->mu);
 	if (s->fresh || s->next > w) {
-		rc = restart(s);
+		rc = restart(c, s);
 		pthread_mutex_lock(&z->mu);
+		drop_history(s);
 		z->st.restarts++;
 		s->pnext = s->next;
 		s->pfresh = s->fresh;
@@ -632,11 +909,12 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		pthread_mutex_unlock(&z->mu);
 	}
 	/* Each window is decoded straight into a cache slot (or, none free,
-	 * into the stream's buffer); the one asked for stays pinned for the
-	 * caller, or the stream is lent with its buffer. */
+	 * into one of the stream's own); the one asked for stays pinned for
+	 * the caller, or the stream is lent with its buffer. */
 	while (!rc && s->next <= w) {
 		size_t n = 0;
 		zslot *dst;
+		unsigned char *buf;
 
 		if (s->ended) {
 			rc = -EIO; /* the content ends before w */
@@ -645,12 +923,24 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		pthread_mutex_lock(&z->mu);
 		dst = take_slot(z);
 		pthread_mutex_unlock(&z->mu);
-		rc = produce(c, s, dst ? dst->data : s->out, &n);
+		buf = dst ? dst->data : own_buffer(s);
+		if (buf) {
+			rc = produce(c, s, buf, &n);
+		} else {
+			s->fresh = true; /* its history is let go below */
+			rc = -ENOMEM;
+		}
 		pthread_mutex_lock(&z->mu);
 		z->st.decoded += n;
+		if (s->inplace)
+			z->st.inplace += n;
 		s->pnext = s->next;
 		s->pfresh = s->fresh;
 		s->pended = s->ended;
+		if (rc)
+			drop_history(s);
+		else
+			keep_history(s, dst, buf);
 		if (dst && !rc && n) {
 			publish(z, dst, it, s->next - 1, n);
 			pthread_cond_broadcast(&z->cv);
@@ -661,12 +951,13 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 		} else if (dst) {
 			dst->pins--;
 		} else {
+			s->lent = buf;
 			s->out_n = n;
 		}
 		pthread_mutex_unlock(&z->mu);
 	}
 	if (!rc && !sl) { /* lend the stream's window, its mutex held */
-		*ref = (zref){s->out, s->out_n, NULL, s};
+		*ref = (zref){s->lent, s->out_n, NULL, s};
 		return 0;
 	}
 	pthread_mutex_unlock(&s->mu);

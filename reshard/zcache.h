@@ -19,11 +19,22 @@
  * one that takes it decodes, the others wait for it and then find their
  * windows cached.
  *
- * Memory: at most cap / FLX_ZCACHE_WINDOW windows (allocated when first
- * filled), plus FLX_ZCACHE_STREAMS streams of at most a window, 128 KiB of
- * input and the frame's own window (at most 8 MiB, zstditem.h) each,
- * allocated when first used.  Replacement is least recently used among
- * unpinned windows; a window no slot can take is served from its stream.
+ * Decoding in place: a frame whose window (the reach of its
+ * back-references) is at most FLX_ZCACHE_WINDOW less one block (torch's
+ * level 3: 2 MiB) is decoded straight into the cache's windows, each
+ * window's history being the window before it, which its stream keeps
+ * pinned; other frames are decoded through libzstd's own history buffer
+ * and copied out of it.
+ *
+ * Memory: at most cap / FLX_ZCACHE_WINDOW windows, each with room for one
+ * block past its end (touched when first filled), plus FLX_ZCACHE_STREAMS
+ * streams of 128 KiB of input each and, where no slot takes their
+ * windows, two windows of their own (in place) or one and the frame's own
+ * window (at most 8 MiB, zstditem.h), allocated when first used.
+ * Replacement is least recently used among unpinned windows, a stream's
+ * history counting as unpinned while no reader holds the stream (the
+ * stream then restarts when used); a window no slot can take is served
+ * from its stream.
  *
  * Decode-ahead: a reader that reads an item's windows in order finds the
  * next FLX_ZCACHE_AHEAD windows decoded by a worker thread while it copies
@@ -47,7 +58,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FLX_ZCACHE_WINDOW  (1u << 20)
+/* 2 MiB (the window of the frames torch's level 3 writes) and one zstd
+ * block: such a frame is decoded in place (zcache.c). */
+#define FLX_ZCACHE_WINDOW  ((2u << 20) + (128u << 10))
 #define FLX_ZCACHE_STREAMS 8
 /* Windows a stream decodes ahead of a reader that follows it. */
 #define FLX_ZCACHE_AHEAD 2
@@ -71,6 +84,7 @@ typedef struct flx_zcache_stats {
 	uint64_t ahead; /* of decoded: bytes the decode-ahead workers decoded */
 	uint64_t ahead_peak; /* most windows decoded ahead at the same time */
 	uint64_t workers;    /* decode-ahead workers started */
+	uint64_t inplace;    /* of decoded: bytes decoded in place */
 } flx_zcache_stats;
 
 /**

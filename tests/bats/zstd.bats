@@ -61,7 +61,8 @@ zstd_matrix() {
 
 # big.weight / big.table: multi-window items (2-3 MiB of content each), the
 # truth computed by the generator's formula.  4 checkers at once on a
-# mount whose cache holds one window: readers of one item share and
+# mount whose cache holds a window or two (5M: windows are 2 MiB and a
+# block, zcache.h): readers of one item share and
 # restart its streams, and every byte still equals the truth.
 @test "dcp-zstd-big: views, then 4 concurrent checkers, 1-window cache" {
 	local truth=$BATS_TEST_TMPDIR/truth pids=() i tps=2 pps=2
@@ -81,7 +82,7 @@ zstd_matrix() {
 			unmount_ff "$MNT"
 		done
 	done
-	mount_ff "$ZFX/dcp-zstd-big/ckpt" "$MNT" "tp=2,pp=1,rules=$RULES,cache_size=2M"
+	mount_ff "$ZFX/dcp-zstd-big/ckpt" "$MNT" "tp=2,pp=1,rules=$RULES,cache_size=5M"
 	for i in 1 2 3 4; do
 		/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/check_views.py" -q \
 			--mount "$MNT" --truth "$truth" --tp 2 --pp 1 --rules "$RULES" \

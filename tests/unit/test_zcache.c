@@ -82,7 +82,8 @@ static size_t compress_stream(const unsigned char *src, size_t n,
 
 static int setup(const char *path)
 {
-	size_t sizes[NITEMS] = {(5u << 20) + 12345, 777, (2u << 20)};
+	size_t sizes[NITEMS] = {5 * FLX_ZCACHE_WINDOW + 12345, 777,
+				2 * FLX_ZCACHE_WINDOW};
 	uint64_t at = 100; /* items at odd offsets, as in a .distcp */
 	int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	struct stat st;
@@ -130,7 +131,7 @@ static void test_sequential(void)
 	unsigned char *buf = malloc(csize[0]);
 	size_t step = 128 << 10;
 
-	CHECK_EQ(flx_zcache_new(8u << 20, &z), 0);
+	CHECK_EQ(flx_zcache_new(8 * FLX_ZCACHE_WINDOW, &z), 0);
 	for (size_t at = 0; at < csize[0]; at += step) {
 		size_t n = csize[0] - at < step ? csize[0] - at : step;
 
@@ -554,7 +555,7 @@ static void test_bad_frames(void)
 
 	n = compress_checked(f, cap);
 	CHECK(n > 1000);
-	CHECK_EQ(flx_zcache_new(4u << 20, &z), 0);
+	CHECK_EQ(flx_zcache_new(4 * FLX_ZCACHE_WINDOW, &z), 0);
 	/* intact: reads whole */
 	it = append_frame(f, n);
 	CHECK_EQ(flx_zcache_read(z, &ck, &it, 0, 1, 1, 0, buf, csize[0]), 0);
@@ -590,6 +591,135 @@ static void test_bad_frames(void)
 	free(buf);
 }
 
+/* n bytes repeating one random block of p bytes, as one frame with a
+ * window of 1 << wlog, long-distance matching (nearly every byte a match
+ * p back) and a checksum, no content size, flushed every 100003 bytes
+ * (blocks end off the windows' edges, as a stream writer's may): an item
+ * of the test file. */
+static flx_zitem repeat_item(size_t n, size_t p, int wlog, unsigned char **out)
+{
+	unsigned char *c = malloc(n), *f = malloc(ZSTD_compressBound(n) + n);
+	ZSTD_CCtx *cc = ZSTD_createCCtx();
+	ZSTD_outBuffer o = {f, ZSTD_compressBound(n) + n, 0};
+	uint64_t s = 77 + p;
+	flx_zitem it = {0};
+	size_t zn = 0;
+
+	for (size_t i = 0; i < n; i++)
+		c[i] = i < p ? (unsigned char)rng(&s) : c[i - p];
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_compressionLevel, 3);
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_windowLog, wlog);
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_enableLongDistanceMatching, 1);
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_checksumFlag, 1);
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_contentSizeFlag, 0);
+	for (size_t at = 0; at < n && !ZSTD_isError(zn);) {
+		size_t m = n - at < 100003 ? n - at : 100003;
+		ZSTD_inBuffer in = {c + at, m, 0};
+		ZSTD_EndDirective e = at + m == n ? ZSTD_e_end : ZSTD_e_flush;
+
+		do
+			zn = ZSTD_compressStream2(cc, &o, &in, e);
+		while (zn && !ZSTD_isError(zn));
+		at += m;
+	}
+	zn = ZSTD_isError(zn) ? zn : o.pos;
+	ZSTD_freeCCtx(cc);
+	CHECK(!ZSTD_isError(zn));
+	/* the repeats were found: most bytes are back-references */
+	CHECK(!ZSTD_isError(zn) && zn < p + (n - p) / 8);
+	if (!ZSTD_isError(zn))
+		it = append_frame(f, zn);
+	free(f);
+	*out = c;
+	return it;
+}
+
+/* Read item it (n bytes, content c) sequentially through a cache of
+ * 8 windows, at random through one of 3 and through private streams. */
+static void read_all_ways(const flx_zitem *it, const unsigned char *c, size_t n,
+			  uint64_t *inplace)
+{
+	unsigned char *buf = malloc(n);
+	size_t step = 100000;
+	flx_zcache_stats st;
+	flx_zcache *z;
+	uint64_t s = 5;
+
+	CHECK_EQ(flx_zcache_new(8 * FLX_ZCACHE_WINDOW, &z), 0);
+	for (size_t at = 0; at < n; at += step) {
+		size_t m = n - at < step ? n - at : step;
+
+		CHECK_EQ(flx_zcache_read(z, &ck, it, at, 1, 1, 0, buf + at, m),
+			 0);
+	}
+	CHECK(memcmp(buf, c, n) == 0);
+	flx_zcache_settle(z);
+	flx_zcache_stats_get(z, &st);
+	*inplace = st.inplace;
+	flx_zcache_free(z);
+	for (int k = 0; k < 2; k++) {
+		z = NULL;
+		if (k == 0)
+			CHECK_EQ(flx_zcache_new(3 * FLX_ZCACHE_WINDOW, &z), 0);
+		for (int r = 0; r < (k ? 3 : 12); r++) {
+			uint64_t at = rng(&s) % n;
+			size_t m =
+			    1 + rng(&s) % (n - at < 300000 ? n - at : 300000);
+
+			CHECK_EQ(
+			    flx_zcache_read(z, &ck, it, at, 1, 1, 0, buf, m),
+			    0);
+			CHECK(memcmp(buf, c + at, m) == 0);
+		}
+		flx_zcache_free(z);
+	}
+	free(buf);
+}
+
+/*
+ * Back-references as far as a frame's window allows, across windows.
+ * A frame of 2 MiB windows whose content repeats every 2 MiB - 1000
+ * bytes is decoded in place (each window's history is the window before
+ * it, the block that crossed into it aside): all of its bytes, and the
+ * content read every way.  A frame of 4 MiB windows repeating every
+ * 3 MiB reaches two windows back: it goes through libzstd's streaming
+ * decoder (in place, it would fail as corrupt).  A frame whose content
+ * ends with a full window is checked to its end (the checksum flipped:
+ * EIO) when that window is decoded.
+ */
+static void test_reach(void)
+{
+	const size_t n = 4 * FLX_ZCACHE_WINDOW + 777;
+	unsigned char *c, *f;
+	flx_zitem it;
+	uint64_t inplace;
+	flx_zcache *z;
+	size_t zn;
+
+	it = repeat_item(n, (2u << 20) - (130u << 10), 21, &c);
+	read_all_ways(&it, c, n, &inplace);
+	CHECK_EQ(inplace, n);
+	free(c);
+	it = repeat_item(n, 3u << 20, 22, &c);
+	read_all_ways(&it, c, n, &inplace);
+	CHECK_EQ(inplace, 0);
+	free(c);
+	/* content of exactly 2 windows, the checksum's last byte flipped */
+	it = repeat_item(2 * FLX_ZCACHE_WINDOW, 1u << 20, 21, &c);
+	f = malloc(it.len);
+	zn = (size_t)it.len;
+	CHECK_EQ(pread(file.fd, f, zn, (off_t)it.off), (ssize_t)zn);
+	f[zn - 1] ^= 0x01;
+	it = append_frame(f, zn);
+	CHECK_EQ(flx_zcache_new(8 * FLX_ZCACHE_WINDOW, &z), 0);
+	CHECK_EQ(flx_zcache_read(z, &ck, &it, FLX_ZCACHE_WINDOW, 1, 1, 0, c,
+				 FLX_ZCACHE_WINDOW),
+		 -EIO);
+	flx_zcache_free(z);
+	free(f);
+	free(c);
+}
+
 static void test_failures(const char *path)
 {
 	flx_zcache *z;
@@ -597,7 +727,7 @@ static void test_failures(const char *path)
 	flx_zitem cut = items[0];
 	struct stat st;
 
-	CHECK_EQ(flx_zcache_new(4u << 20, &z), 0);
+	CHECK_EQ(flx_zcache_new(4 * FLX_ZCACHE_WINDOW, &z), 0);
 	/* past the end of the content */
 	CHECK_EQ(
 	    flx_zcache_read(z, &ck, &items[1], csize[1] - 10, 1, 1, 0, buf, 20),
@@ -651,7 +781,7 @@ static void test_failures(const char *path)
 		    flx_zcache_read(z, &ck, &items[1], 0, 1, 1, 0, buf, 10),
 		    -EIO);
 		flx_zcache_free(z);
-		CHECK_EQ(flx_zcache_new(4u << 20, &z), 0);
+		CHECK_EQ(flx_zcache_new(4 * FLX_ZCACHE_WINDOW, &z), 0);
 		CHECK_EQ(
 		    flx_zcache_read(z, &ck, &items[0], 0, 1, 1, 0, buf, 64),
 		    -EIO);
@@ -807,18 +937,19 @@ int main(void)
 	test_ahead_restart();
 	test_workers();
 	/* a cache of 2 windows: random reads restart streams */
-	CHECK_EQ(flx_zcache_new(2u << 20, &z), 0);
+	CHECK_EQ(flx_zcache_new(2 * FLX_ZCACHE_WINDOW, &z), 0);
 	test_random(z, 12345, 150);
 	flx_zcache_free(z);
 	/* no cache: private streams */
 	test_random(NULL, 999, 20);
 	test_threads(0);
-	test_threads(3u << 20);
+	test_threads(3 * FLX_ZCACHE_WINDOW);
 	test_threads(4 * FLX_ZCACHE_AHEAD * FLX_ZCACHE_WINDOW); /* ahead */
 	test_pin_exact();
-	test_pin_threads(3u << 20);
+	test_pin_threads(3 * FLX_ZCACHE_WINDOW);
 	test_pin_threads(4 * FLX_ZCACHE_AHEAD * FLX_ZCACHE_WINDOW);
 	test_bad_frames();
+	test_reach();
 	test_failures(path);
 	close(file.fd);
 	unlink(path);
