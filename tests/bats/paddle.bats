@@ -61,6 +61,10 @@ ALL="1x1 1x2 2x1 2x2 4x1 4x2"
 		"--part optimizer_state" "" 1x2 2x2 4x2
 	pd_mount paddle-formers-np2-p4 "$d" \
 		"--part model_state --part optimizer_state" "" 2x1 4x2
+	pd_mount paddle-formers-master-p3 \
+		"$FX/paddle-formers-master-p3/ckpt/checkpoint-5" \
+		"--part model_state --part optimizer_state --part master_weight" \
+		"" 1x1 2x1
 	pd_mount paddle-multi-id "$m" "" "" 2x1
 	pd_mount paddle-multi-id "$m" "--id 0" paddle_id=0 1x1 2x2
 	pd_mount paddle-multi-id "$m" "--id 1" paddle_id=1 2x1
