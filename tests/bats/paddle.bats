@@ -92,3 +92,33 @@ EOF
 	mount_refused_line "$BATS_TEST_TMPDIR/empty" "" \
 		"*no <id>.metadata (Paddle Flex Checkpoint)*"
 }
+
+@test "paddle protocol 5 with read-only arrays (_frombuffer over SHORT_BINBYTES/BINBYTES instead of BYTEARRAY8): every view equals the truth" {
+	local d=$BATS_TEST_TMPDIR/readonly
+
+	# pickle writes a read-only buffer as bytes (spec 3.2: "_frombuffer +
+	# BYTEARRAY8/BINBYTES8"); p5's files re-saved so, name table last
+	cp -r "$FX/paddle-flex-p5/ckpt" "$d"
+	run /usr/bin/python3 - "$d" <<'PY'
+import collections, glob, pickle, pickletools, sys
+import numpy as np
+ops = collections.Counter()
+for f in sorted(glob.glob(sys.argv[1] + "/*.distcp")):
+    with open(f, "rb") as h:
+        d = pickle.load(h)
+    for v in d.values():
+        if isinstance(v, np.ndarray):
+            v.flags.writeable = False
+    b = pickle.dumps(d, protocol=5)
+    ops.update(op.name for op, _, _ in pickletools.genops(b))
+    with open(f, "wb") as h:
+        h.write(b)
+assert list(d)[-1] == "StructuredToParameterName@@"
+assert ops["BYTEARRAY8"] == 0 and ops["SHORT_BINBYTES"] and ops["BINBYTES"], ops
+print("ok")
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	pd_mount paddle-flex-p5 "$d" "" "" 1x1 2x2
+	views_check
+}
