@@ -90,6 +90,9 @@ typedef struct parr {
 	 * the bytes in the loader's memory file */
 	bool latin1;
 	uint64_t off, len;
+	/* the storage entry (index + 1) the array is the shard of; 0: none
+	 * yet (a file holds one array per key, spec 2.2) */
+	size_t taken;
 } parr;
 
 typedef struct pfile {
@@ -1202,6 +1205,28 @@ static int cmp_sent_file(const void *a, const void *b, void *arg)
 	return c ? c : (i > j) - (i < j);
 }
 
+/* Entry i is the one shard its array holds: two entries naming one file
+ * for one key would read the same bytes for two blocks. */
+static int take_arr(loader *L, pfile *pf, uint32_t i)
+{
+	const sent *e = &L->se[i];
+	parr *a = &pf->arr[e->arr - pf->arr];
+	char x[96], y[96];
+
+	if (!a->taken) {
+		a->taken = (size_t)i + 1;
+		return 0;
+	}
+	flx_fmt_dims(x, sizeof(x), L->ltms[L->se[a->taken - 1].ltm].ndim,
+		     L->dims + L->ltms[L->se[a->taken - 1].ltm].dims);
+	flx_fmt_dims(y, sizeof(y), L->ltms[e->ltm].ndim,
+		     L->dims + L->ltms[e->ltm].dims);
+	return flx_error_set(L->err, -EINVAL, e->file, L->keys[e->key].fqn,
+			     "%s names this file for two shards of the key "
+			     "(at %s and %s); a file holds one array per key",
+			     L->meta, x, y);
+}
+
 /* Open and decode every file a primary storage entry names, in name
  * order, and point each entry at its array. */
 static int load_files(loader *L)
@@ -1279,6 +1304,8 @@ static int load_files(loader *L)
 					   L->meta);
 			goto out;
 		}
+		if ((rc = take_arr(L, pf, order[i])))
+			goto out;
 	}
 	rc = decode_texts(L);
 out:

@@ -61,6 +61,10 @@ ALL="1x1 1x2 2x1 2x2 4x1 4x2"
 		"--part optimizer_state" "" 1x2 2x2 4x2
 	pd_mount paddle-formers-np2-p4 "$d" \
 		"--part model_state --part optimizer_state" "" 2x1 4x2
+	pd_mount paddle-formers-master-p3 \
+		"$FX/paddle-formers-master-p3/ckpt/checkpoint-5" \
+		"--part model_state --part optimizer_state --part master_weight" \
+		"" 1x1 2x1
 	pd_mount paddle-multi-id "$m" "" "" 2x1
 	pd_mount paddle-multi-id "$m" "--id 0" paddle_id=0 1x1 2x2
 	pd_mount paddle-multi-id "$m" "--id 1" paddle_id=1 2x1
@@ -87,4 +91,34 @@ EOF
 	mkdir "$BATS_TEST_TMPDIR/empty"
 	mount_refused_line "$BATS_TEST_TMPDIR/empty" "" \
 		"*no <id>.metadata (Paddle Flex Checkpoint)*"
+}
+
+@test "paddle protocol 5 with read-only arrays (_frombuffer over SHORT_BINBYTES/BINBYTES instead of BYTEARRAY8): every view equals the truth" {
+	local d=$BATS_TEST_TMPDIR/readonly
+
+	# pickle writes a read-only buffer as bytes (spec 3.2: "_frombuffer +
+	# BYTEARRAY8/BINBYTES8"); p5's files re-saved so, name table last
+	cp -r "$FX/paddle-flex-p5/ckpt" "$d"
+	run /usr/bin/python3 - "$d" <<'PY'
+import collections, glob, pickle, pickletools, sys
+import numpy as np
+ops = collections.Counter()
+for f in sorted(glob.glob(sys.argv[1] + "/*.distcp")):
+    with open(f, "rb") as h:
+        d = pickle.load(h)
+    for v in d.values():
+        if isinstance(v, np.ndarray):
+            v.flags.writeable = False
+    b = pickle.dumps(d, protocol=5)
+    ops.update(op.name for op, _, _ in pickletools.genops(b))
+    with open(f, "wb") as h:
+        h.write(b)
+assert list(d)[-1] == "StructuredToParameterName@@"
+assert ops["BYTEARRAY8"] == 0 and ops["SHORT_BINBYTES"] and ops["BINBYTES"], ops
+print("ok")
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	pd_mount paddle-flex-p5 "$d" "" "" 1x1 2x2
+	views_check
 }

@@ -74,6 +74,9 @@ check_files() {
 	done
 	check_files paddle-formers-np2-p4 "$d/optimizer_state" 2 2 "" \
 		--part optimizer_state
+	# bf16 training: master_weight/ joins the optimizer file (tuple form)
+	check_files paddle-formers-master-p3 \
+		"$FX/paddle-formers-master-p3/ckpt/checkpoint-5" 2 1
 }
 
 @test "paddle/ of several ids: the one mounted (protocol 2 and 4, fp32 and bf16)" {

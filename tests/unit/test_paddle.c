@@ -168,6 +168,9 @@ int main(void)
 	static const char *const opt[] = {"optimizer_state", NULL};
 	static const char *const both[] = {"model_state", "optimizer_state",
 					   NULL};
+	static const char *const all[] = {"model_state", "optimizer_state",
+					  "master_weight", NULL};
+	static const char *const master[] = {"master_weight", NULL};
 	const char *const ids[] = {NULL, "0", "1", "3", "10"};
 
 	check_fixture("paddle-flex-p4", "ckpt", NULL, NULL);
@@ -180,5 +183,11 @@ int main(void)
 	check_fixture("paddle-formers-np2-p4",
 		      "ckpt/checkpoint-5/optimizer_state", NULL, opt);
 	check_fixture("paddle-formers-np2-p4", "ckpt/checkpoint-5", NULL, both);
+	/* bf16 training: master_weight/ is the third part; ema_state/ has
+	 * no metadata and is no part; protocol 3 */
+	check_fixture("paddle-formers-master-p3", "ckpt/checkpoint-5", NULL,
+		      all);
+	check_fixture("paddle-formers-master-p3",
+		      "ckpt/checkpoint-5/master_weight", NULL, master);
 	return CHECK_RESULT();
 }

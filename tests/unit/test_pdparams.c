@@ -485,6 +485,103 @@ static void refused(const char *dir, const tdef *defs, size_t n, int code,
 	free_ckpt(c);
 }
 
+/* Bytes of the paddle/ file at off, which must read n bytes. */
+static void fs_bytes(const flx_fs *fs, uint64_t ino, uint64_t off, void *buf,
+		     size_t n)
+{
+	CHECK_EQ(flx_fs_read(fs, ino, buf, n, off, NULL), (ssize_t)n);
+}
+
+/*
+ * A tensor of 4 GiB and more (2^30 + 1 float32, in a sparse data file):
+ * its bytes follow BINBYTES8's u64 length (target-formats.md 6), then the
+ * next tensor's key and its BINBYTES.  The head is written out here by
+ * hand; marks at the ends of each tensor's bytes show where they are
+ * served.
+ */
+static void binbytes8(const char *dir)
+{
+	static const int64_t big[] = {(INT64_C(1) << 30) + 1}, small[] = {2};
+	static const char head[] =
+	    "\x80\x04}(X\x03\x00\x00\x00"
+	    "big"
+	    "cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n"
+	    "K\x00\x85"
+	    "C\x01"
+	    "b\x87R(K\x01J\x01\x00\x00\x40\x85"
+	    "cnumpy\ndtype\nX\x02\x00\x00\x00"
+	    "f4\x89\x88\x87R"
+	    "(K\x03X\x01\x00\x00\x00<NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xff"
+	    "K\x00tb\x89\x8e\x04\x00\x00\x00\x01\x00\x00\x00";
+	const uint64_t nb = ((uint64_t)1 << 32) + 4, h = sizeof(head) - 1;
+	unsigned char got[sizeof(head) + 64];
+	uint64_t at = synth.first, small_at;
+	flx_ckpt *c = NULL;
+	flx_spec s;
+	flx_plan *p = NULL;
+	flx_fs *fs = NULL;
+	flx_error err;
+	flx_stat st;
+	struct stat fst;
+
+	CHECK(synth_ckpt_open(dir, &synth, 2, &c) == 0);
+	if (!c)
+		return;
+	CHECK(synth_ckpt_whole(c, 0, "big", FLX_DT_F32, 1, big, &at) == 0);
+	small_at = at;
+	CHECK(synth_ckpt_whole(c, 1, "small", FLX_DT_F32, 1, small, &at) == 0);
+	CHECK(ftruncate(c->files[0].fd, (off_t)at) == 0);
+	CHECK(pwrite(c->files[0].fd, "HEAD", 4, (off_t)synth.first) == 4);
+	CHECK(pwrite(c->files[0].fd, "TAIL", 4,
+		     (off_t)(synth.first + nb - 4)) == 4);
+	CHECK(pwrite(c->files[0].fd, "SMALLxyz", 8, (off_t)small_at) == 8);
+	CHECK(fstat(c->files[0].fd, &fst) == 0);
+	flx_file_identity(&c->files[0], &fst);
+	pd.names = NULL;
+	pd.nnames = 0;
+	c->paddle = &pd;
+	flx_spec_init(&s);
+	flx_error_init(&err);
+	CHECK_EQ(flx_plan_build(c, &s, &p, &err), 0);
+	if (p)
+		CHECK_EQ(flx_fs_build(c, p, &fs, &err), 0);
+	if (fs && !flx_fs_resolve(fs, "paddle/model_state.pdparams", &st)) {
+		static const char mid[] = "tbX\x05\x00\x00\x00small";
+		static const char tail[] =
+		    "tbX\x1b\x00\x00\x00StructuredToParameterName@@}("
+		    "X\x03\x00\x00\x00"
+		    "bigX\x03\x00\x00\x00"
+		    "big"
+		    "X\x05\x00\x00\x00smallX\x05\x00\x00\x00smalluu.";
+		/* small's start: its key (5 bytes more than big's), the same
+		 * opcodes with shape K\x02\x85 (3 bytes less) and BINBYTES
+		 * with a u32 (4 less) */
+		uint64_t sm = h + nb + 2 + (h - 9);
+
+		fs_bytes(fs, st.ino, 0, got, h + 4);
+		CHECK(!memcmp(got, head, h) && !memcmp(got + h, "HEAD", 4));
+		fs_bytes(fs, st.ino, h + nb - 4, got, 4 + sizeof(mid) - 1);
+		CHECK(!memcmp(got, "TAIL", 4) &&
+		      !memcmp(got + 4, mid, sizeof(mid) - 1));
+		fs_bytes(fs, st.ino, sm - 6, got, 14);
+		CHECK(!memcmp(got,
+			      "\x89"
+			      "B\x08\x00\x00\x00",
+			      6));
+		CHECK(!memcmp(got + 6, "SMALLxyz", 8));
+		CHECK_EQ(st.size, sm + 8 + sizeof(tail) - 1);
+		fs_bytes(fs, st.ino, sm + 8, got, sizeof(tail) - 1);
+		CHECK(!memcmp(got, tail, sizeof(tail) - 1));
+	} else {
+		fprintf(stderr, "binbytes8: %s: %s\n", err.key, err.text);
+		check_failures++;
+	}
+	flx_fs_free(fs);
+	flx_plan_free(p);
+	flx_spec_release(&s);
+	free_ckpt(c);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/flx_test_pdparams_XXXXXX";
@@ -548,6 +645,7 @@ int main(void)
 		flx_spec_release(&s);
 		free_ckpt(c);
 	}
+	binbytes8(dir);
 	refused(dir, dup_defs, 3, -EEXIST, "paddle/optimizer.pdopt",
 		"linear_0.w_0_moment1_0");
 	refused(dir, utf8_defs, 1, -EINVAL, "paddle/model_state.pdparams",
