@@ -38,6 +38,12 @@ check_megatron() {
 	done
 }
 
+@test "megatron with biases, LayerNorm, position embeddings, QK norms: every view at tp 1,2,4 equals the truth" {
+	for tp in 1 2 4; do
+		check_megatron megatron-gpt-bias "$tp"
+	done
+}
+
 @test "megatron optimizer layouts: every view at tp 1 and 2 equals the truth" {
 	for fx in megatron-optim-dp-reshardable megatron-optim-fully-reshardable \
 		megatron-optim-fully-sharded-model-space; do

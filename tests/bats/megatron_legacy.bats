@@ -41,7 +41,9 @@ setup_file() {
 		"megatron-optim-fsms-unaligned:2:2:local"
 		"megatron-untied:1:2:local:100" "megatron-tied:1:2:local:100"
 		"megatron-te-fp8:1:1:te" "megatron-te-fp8:2:2:te"
-		"megatron-te-fp8:1:2:te" "megatron-te-fp8:2:2:local")
+		"megatron-te-fp8:1:2:te" "megatron-te-fp8:2:2:local"
+		"megatron-gpt-bias:1:1:local" "megatron-gpt-bias:2:2:local"
+		"megatron-gpt-bias:4:1:local" "megatron-gpt-bias:2:2:te")
 	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
 		"$GEN" "$FX" "$BATS_FILE_TMPDIR" "${t[@]}"
 }
@@ -70,6 +72,12 @@ check_legacy() {
 @test "megatron/ legacy files equal Megatron's at tp 1,2,4 x pp 1,2 (untied, tied, moe; local spec)" {
 	# shellcheck disable=SC2046 # one word a target
 	check_legacy local $(grid)
+}
+
+@test "megatron/ legacy files of pretrain_gpt's defaults: biases, LayerNorm biases, position embeddings, QK norms" {
+	check_legacy local megatron-gpt-bias:1:1 megatron-gpt-bias:2:2 \
+		megatron-gpt-bias:4:1
+	check_legacy te megatron-gpt-bias:2:2
 }
 
 @test "megatron/ legacy files with megatron_spec=te (fused norms, TE extra states)" {
