@@ -144,6 +144,10 @@ typedef struct flx_tensor {
 	 * a source whose key convention says so (Megatron's "decoder.layers."
 	 * keys); 0 for every other tensor.  TP never splits these axes. */
 	int stacked;
+	/* the stacked axes start at the experts: one layer's key of a
+	 * non-homogeneous Megatron model ("decoder.layers.<N>.mlp.experts.
+	 * experts."), axis 0 indexes experts and no axis indexes layers */
+	bool stacked_experts;
 	/* the axis the source says the tensor was saved split along, plus
 	 * one; -1: saved whole or replicated; 0: unknown, inferred from the
 	 * chunks' offsets (reshard/plan.c).  Set where the chunks do not

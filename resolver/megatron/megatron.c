@@ -429,23 +429,30 @@ static int load_common(flx_build *b, flx_megatron *m, flx_error *err)
 
 /* ---- stacked tensors ---- */
 
-/* Leading axes of a key that stack modules: "decoder.layers." (at the
- * start or after a '.', as optimizer keys carry a prefix) directly
- * followed by a non-digit stacks layers on axis 0; "experts.experts."
- * after it stacks the experts on axis 1.  "decoder.layers.<N>." names one
- * layer: nothing stacked. */
-static int stacked_axes(const char *fqn)
+/* Leading axes of a key that stack modules (spec 3.2, 3.5): "decoder.
+ * layers." (at the start or after a '.', as optimizer keys carry a
+ * prefix) directly followed by a non-digit stacks layers on axis 0;
+ * "experts.experts." after it stacks the experts on axis 1.
+ * "decoder.layers.<N>." names one layer (a non-homogeneous model): no
+ * layer axis, but "experts.experts." after it still stacks the experts,
+ * on axis 0 (*experts set). */
+static int stacked_axes(const char *fqn, bool *experts)
 {
 	static const char tag[] = "decoder.layers.";
 	const char *p = fqn;
 
+	*experts = false;
 	while ((p = strstr(p, tag)) && p != fqn && p[-1] != '.')
 		p++;
 	if (!p)
 		return 0;
 	p += sizeof(tag) - 1;
-	if (*p >= '0' && *p <= '9')
-		return 0;
+	if (*p >= '0' && *p <= '9') {
+		while (*p >= '0' && *p <= '9')
+			p++;
+		*experts = *p == '.' && strstr(p, ".experts.experts.");
+		return *experts ? 1 : 0;
+	}
 	return strstr(p, "experts.experts.") ? 2 : 1;
 }
 
@@ -453,9 +460,11 @@ static void mark_stacked(flx_ckpt *c)
 {
 	for (size_t i = 0; i < c->ntensors; i++) {
 		flx_tensor *t = &c->tensors[i];
-		int n = stacked_axes(t->fqn);
+		bool experts;
+		int n = stacked_axes(t->fqn, &experts);
 
 		t->stacked = n < t->ndim ? n : 0;
+		t->stacked_experts = t->stacked && experts;
 	}
 }
 
@@ -523,7 +532,9 @@ static int reformulated_split(const flx_tensor *t, int n)
 {
 	int axis = -1;
 
-	for (int d = stacked_axes(t->fqn); d < n; d++) {
+	bool experts;
+
+	for (int d = stacked_axes(t->fqn, &experts); d < n; d++) {
 		if (t->shape[d] <= 1)
 			continue;
 		if (axis >= 0)

@@ -43,7 +43,9 @@ setup_file() {
 		"megatron-te-fp8:1:1:te" "megatron-te-fp8:2:2:te"
 		"megatron-te-fp8:1:2:te" "megatron-te-fp8:2:2:local"
 		"megatron-gpt-bias:1:1:local" "megatron-gpt-bias:2:2:local"
-		"megatron-gpt-bias:4:1:local" "megatron-gpt-bias:2:2:te")
+		"megatron-gpt-bias:4:1:local" "megatron-gpt-bias:2:2:te"
+		"megatron-moe-mixed:1:1:local" "megatron-moe-mixed:2:2:local"
+		"megatron-moe-mixed:2:1:te")
 	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
 		"$GEN" "$FX" "$BATS_FILE_TMPDIR" "${t[@]}"
 }
@@ -78,6 +80,11 @@ check_legacy() {
 	check_legacy local megatron-gpt-bias:1:1 megatron-gpt-bias:2:2 \
 		megatron-gpt-bias:4:1
 	check_legacy te megatron-gpt-bias:2:2
+}
+
+@test "megatron/ legacy files of a MoE with a dense first layer (per-layer keys, no layer axis)" {
+	check_legacy local megatron-moe-mixed:1:1 megatron-moe-mixed:2:2
+	check_legacy te megatron-moe-mixed:2:1
 }
 
 @test "megatron/ legacy files with megatron_spec=te (fused norms, TE extra states)" {
