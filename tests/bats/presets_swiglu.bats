@@ -24,7 +24,8 @@ setup_file() {
 		"$GEN" "$FLEXFS_SRC/tests/fixtures" "$BATS_FILE_TMPDIR" \
 		megatron-untied:2:1:local megatron-untied:4:1:local \
 		megatron-moe:2:1:local megatron-moe:4:1:local \
-		megatron-moe-mixed:2:1:local megatron-moe-mixed:4:1:local
+		megatron-moe-mixed:2:1:local megatron-moe-mixed:4:1:local \
+		megatron-gpt-bias:2:1:local megatron-gpt-bias:4:1:local
 	# the GELU twins: the same tensors, args.swiglu False
 	mkdir -p "$BATS_FILE_TMPDIR/gelu" "$BATS_FILE_TMPDIR/gelu-moe"
 	cp -r "$MEG" "$BATS_FILE_TMPDIR/gelu/"
@@ -138,6 +139,17 @@ assert m["global_offset"] == [0, 16, 0] and m["split_groups"] == 2, m' \
 		fc1 megatron-moe-mixed \
 			"$FLEXFS_SRC/tests/fixtures/megatron-moe-mixed/ckpt/iter_0000100" \
 			$tp megatron "ok: $((5 * tp)) per-rank layer tensors ($((4 * tp)) of experts)"
+	done
+}
+
+@test "preset megatron-gpt: a SwiGLU fc1's bias is [gate_r; up_r] too (tp 2, 4)" {
+	require_fuse
+	local tp
+	for tp in 2 4; do
+		# 2 layers' weight and bias per rank
+		fc1 megatron-gpt-bias \
+			"$FLEXFS_SRC/tests/fixtures/megatron-gpt-bias/ckpt/iter_0000100" \
+			$tp megatron "ok: $((4 * tp)) per-rank layer tensors (0 of experts)"
 	done
 }
 
