@@ -8,7 +8,8 @@
  *   megatron/iter_0000100/mp_rank_TT/model_optim_rng.pt        (pp 1)
  *   megatron/iter_0000100/mp_rank_TT_PPP/model_optim_rng.pt    (pp > 1)
  *
- * (release/ and "release" when the common state has no iteration), or,
+ * (release/ and "release" when the common state has no iteration or
+ * iteration 0, which Megatron's loader accepts only as a release), or,
  * for a target the legacy format cannot express, megatron/unavailable.txt
  * saying why.  Each
  * file is torch.save({'args': Namespace, 'checkpoint_version': 3.0,
@@ -522,8 +523,12 @@ static int megatron_build(flx_build *b, void *state)
 	rc = check_target(b, &tgt, &pre, &top, &ok);
 	if (rc || !ok)
 		goto out;
-	/* a save directory's release/ is served as release/ again */
+	/* a save directory's release/ is served as release/ again; so is
+	 * iteration 0, which Megatron's read_metadata() refuses unless the
+	 * tracker says release (it asserts iteration > 0 or release) */
 	it = b->ckpt->megatron->release ? -1 : b->ckpt->megatron->iteration;
+	if (it == 0)
+		it = -1;
 	if (it < 0)
 		snprintf(name, sizeof(name), "release");
 	else
