@@ -725,6 +725,13 @@ int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 	int64_t per;
 
 	x.nep = tgt->ep > 1 ? tgt->ep : 1;
+	/* spec 3.2, 8: its keys (fc1 as weight_w / weight_v, experts per
+	 * global index) have no legacy rule here: refused, never guessed */
+	if (c->megatron->singleton_local_shards == 1)
+		return flx_error_set(err, -EINVAL, NULL,
+				     "content_metadata.singleton_local_shards",
+				     "megatron/: a singleton_local_shards "
+				     "checkpoint has no legacy layout here");
 	x.nlayers = flx_mlg_layer_count(c);
 	if (x.nlayers <= 0 || x.nlayers % ((int64_t)tgt->pp * vp))
 		return flx_error_set(err, -EINVAL, NULL, "num_layers",

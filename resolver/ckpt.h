@@ -216,6 +216,9 @@ typedef struct flx_megatron {
 	/* content_metadata.distrib_optim_sharding_type, else
 	 * optimizer.param_state_sharding_type */
 	char optim_sharding[48];
+	/* content_metadata.singleton_local_shards (spec 3.2: per-layer,
+	 * per-expert keys, fc1 as weight_w / weight_v): 0, 1, or -1 absent */
+	int singleton_local_shards;
 	/* where the common state's data.pkl lies: files[common_file],
 	 * bytes [pkl_off, pkl_off + pkl_len) */
 	uint32_t common_file;

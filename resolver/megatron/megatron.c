@@ -255,7 +255,7 @@ static int interpret_optim(const common_src *cs, const flx_pv *st,
 			   flx_megatron *m, flx_error *err)
 {
 	const flx_pv *cm = flx_pv_dict_get(st, "content_metadata");
-	const flx_pv *opt = flx_pv_dict_get(st, "optimizer");
+	const flx_pv *opt = flx_pv_dict_get(st, "optimizer"), *sls;
 	int rc;
 
 	if (cm && cm->kind != FLX_PV_DICT && cm->kind != FLX_PV_NONE)
@@ -264,6 +264,10 @@ static int interpret_optim(const common_src *cs, const flx_pv *st,
 	rc = get_str(cs, cm, "distrib_optim_sharding_type",
 		     "content_metadata.distrib_optim_sharding_type",
 		     m->optim_sharding, sizeof(m->optim_sharding), err);
+	/* read leniently: only megatron/ uses it, to refuse */
+	sls = flx_pv_dict_get(cm, "singleton_local_shards");
+	m->singleton_local_shards =
+	    sls && sls->kind == FLX_PV_BOOL ? sls->u.b : -1;
 	if (rc || m->optim_sharding[0] || !opt || opt->kind != FLX_PV_DICT)
 		return rc;
 	return get_str(cs, opt, "param_state_sharding_type",

@@ -184,6 +184,27 @@ PY
 	[ "$FF_RC" -eq 0 ]
 }
 
+@test "megatron/: a singleton_local_shards checkpoint says why in unavailable.txt, never guesses its keys" {
+	# spec 3.2/8: fc1 saved as weight_w/weight_v, experts per global index
+	local d=$BATS_TEST_TMPDIR/sls
+	cp -r "$FX/megatron-untied/$ITER" "$d"
+	PYTHONPATH=$MEG_STUB /usr/bin/python3 -c '
+import sys, torch
+p = sys.argv[1] + "/common.pt"
+c = torch.load(p, map_location="cpu")
+c["content_metadata"]["singleton_local_shards"] = True
+torch.save(c, p)' "$d"
+	mount_ff "$d" "$MNT" "tp=2,pp=2"
+	run ls "$MNT/megatron"
+	[ "$output" = "unavailable.txt" ]
+	run cat "$MNT/megatron/unavailable.txt"
+	echo "$output"
+	[[ $output == *"content_metadata.singleton_local_shards: megatron/: a singleton_local_shards checkpoint has no legacy layout here"* ]]
+	[ -f "$MNT/ranks/tp01_pp01/model.safetensors" ]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+}
+
 @test "megatron/ is absent for a source that is not Megatron; megatron_spec=bad is refused" {
 	mount_ff "$FX/dcp-t113/ckpt" "$MNT" "tp=1"
 	[ ! -e "$MNT/megatron" ]
