@@ -187,7 +187,7 @@ typedef struct flx_object {
 typedef struct flx_megatron {
 	int64_t iteration;
 	double checkpoint_version;
-	/* args (an argparse.Namespace) */
+	/* args (an argparse.Namespace, or a dict of its fields) */
 	int64_t num_layers;
 	int64_t hidden_size;
 	int64_t num_attention_heads;

@@ -130,7 +130,7 @@ static int wrapper(flx_build *b, const flx_mlg_target *tgt, flx_pk_buf *pre,
 		root = flx_pv_item(root, 0);
 	args = flx_pv_dict_get(root, "args");
 	flx_pkb_raw(pre, "}(", 2);
-	if (args) {
+	if (args && args->kind != FLX_PV_NONE) {
 		/* EP ranks are data-parallel ranks: the least world */
 		int ep = nep(tgt), vp = chunks(tgt);
 		int64_t per_chunk =
@@ -171,10 +171,19 @@ static int wrapper(flx_build *b, const flx_mlg_target *tgt, flx_pk_buf *pre,
 		     NULL, true},
 		};
 
+		static const char ns_head[] = "cargparse\nNamespace\n)\x81";
+
 		flx_pkb_str(pre, "args", 4);
+		/* a dict of the fields (a reduced state dict) becomes the
+		 * Namespace Megatron reads them from by attribute:
+		 * Namespace() by NEWOBJ, the dict its BUILD state */
+		if (args->kind == FLX_PV_DICT)
+			flx_pkb_raw(pre, ns_head, sizeof(ns_head) - 1);
 		rc = flx_pk_emit(pre, args, patch,
 				 sizeof(patch) / sizeof(patch[0]),
 				 "common state args", err);
+		if (args->kind == FLX_PV_DICT)
+			flx_pkb_raw(pre, "b", 1);
 	}
 	flx_pkb_str(pre, "checkpoint_version", 18);
 	flx_pkb_float(pre, 3.0);

@@ -208,7 +208,8 @@ static const struct arg_field {
 };
 #undef INT_ARG
 
-/* args: an argparse.Namespace (NEWOBJ + BUILD of its __dict__). */
+/* args: an argparse.Namespace (NEWOBJ + BUILD of its __dict__), or the
+ * plain dict of its fields that reduced state dicts carry (spec 10). */
 static int interpret_args(const common_src *cs, const flx_pv *args,
 			  flx_megatron *m, flx_error *err)
 {
@@ -216,13 +217,19 @@ static int interpret_args(const common_src *cs, const flx_pv *args,
 	const flx_pv *ns = NULL;
 	int rc = 0;
 
-	if (args && (args->kind != FLX_PV_OBJ ||
-		     !flx_pv_is_global(flx_pv_obj_class(args), "argparse",
-				       "Namespace")))
-		return flx_error_set(err, -EINVAL, cs->file, "args",
-				     "not an argparse.Namespace");
+	if (args && args->kind == FLX_PV_NONE)
+		args = NULL;
+	if (args && args->kind != FLX_PV_DICT &&
+	    (args->kind != FLX_PV_OBJ ||
+	     !flx_pv_is_global(flx_pv_obj_class(args), "argparse",
+			       "Namespace")))
+		return flx_error_set(
+		    err, -EINVAL, cs->file, "args",
+		    "neither an argparse.Namespace nor a dict");
 	/* an empty Namespace has no BUILD: every field absent */
-	ns = args ? args->u.obj.state : NULL;
+	ns = args && args->kind == FLX_PV_DICT ? args
+	     : args			       ? args->u.obj.state
+					       : NULL;
 	if (ns && ns->kind != FLX_PV_DICT)
 		return flx_error_set(err, -EINVAL, cs->file, "args",
 				     "not an argparse.Namespace");

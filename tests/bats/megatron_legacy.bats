@@ -205,6 +205,39 @@ torch.save(c, p)' "$d"
 	[ "$FF_RC" -eq 0 ]
 }
 
+@test "megatron: args saved as a plain dict (a reduced state dict) mount; megatron/ writes them as a Namespace" {
+	local d=$BATS_TEST_TMPDIR/dictargs m2=$BATS_TEST_TMPDIR/m2 pid
+	cp -r "$FX/megatron-untied/$ITER" "$d"
+	mkdir -p "$m2"
+	PYTHONPATH=$MEG_STUB /usr/bin/python3 -c '
+import sys, torch
+p = sys.argv[1] + "/common.pt"
+c = torch.load(p, map_location="cpu")
+c["args"] = dict(vars(c["args"]))
+torch.save(c, p)' "$d"
+	mount_ff "$d" "$MNT" "tp=4,pp=2"
+	pid=$FF_PID
+	mount_ff "$FX/megatron-untied/$ITER" "$m2" "tp=4,pp=2"
+	run env PYTHONPATH="$MEG_STUB" /usr/bin/python3 -c '
+import argparse, sys, torch
+f = "/megatron/iter_0000100/mp_rank_03_001/model_optim_rng.pt"
+a = torch.load(sys.argv[1] + f, map_location="cpu")
+b = torch.load(sys.argv[2] + f, map_location="cpu")
+assert isinstance(a["args"], argparse.Namespace), type(a["args"])
+assert vars(a["args"]) == vars(b["args"]), "args differ"
+assert a["args"].tensor_model_parallel_size == 4 and a["args"].num_layers == 4
+assert list(a["model"]) == list(b["model"])
+for k, v in a["model"].items():
+    assert (v is None and b["model"][k] is None) or torch.equal(v, b["model"][k]), k
+print("ok")' "$MNT" "$m2"
+	echo "$output"
+	[ "$status" -eq 0 ] && [ "$output" = ok ]
+	unmount_ff "$m2"
+	FF_PID=$pid
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+}
+
 @test "megatron/ is absent for a source that is not Megatron; megatron_spec=bad is refused" {
 	mount_ff "$FX/dcp-t113/ckpt" "$MNT" "tp=1"
 	[ ! -e "$MNT/megatron" ]
