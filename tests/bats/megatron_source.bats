@@ -101,6 +101,17 @@ refused() {
 	unmount_ff "$MNT"
 }
 
+@test "megatron: the iteration's other entries (integrity.json, tokenizer/, modelopt_state/) leave every view as it was" {
+	# spec 1.2: written beside the DCP files by newer versions and options
+	local d=$BATS_TEST_TMPDIR/extras
+	cp -r "$FX/megatron-untied/ckpt/$ITER" "$d"
+	mkdir -p "$d/tokenizer" "$d/modelopt_state"
+	printf '{"files": {}}' >"$d/integrity.json"
+	printf '{}' >"$d/tokenizer/tokenizer_config.json"
+	printf 'x' >"$d/modelopt_state/__0_0.distcp"
+	megatron_views "$FX/megatron-untied" "$d" 2 2
+}
+
 @test "megatron: a checkpoint of iteration 0 serves megatron/release/, the tracker 'release'" {
 	# Megatron's read_metadata() asserts "iteration > 0 or release": a
 	# tracker saying 0 would stop its loader
