@@ -352,14 +352,26 @@ static int prm_rank(const char *prm)
  * layer g: "decoder.layers.<mod>._extra_state/shard_<g>_<L>", or for
  * expert e (of E; mod the expert's module, "linear_fc1")
  * "decoder.layers.mlp.experts.experts.<mod>._extra_state/
- * shard_<g>.<e>_<L>.<E>"; NULL: none. */
+ * shard_<g>.<e>_<L>.<E>"; a layer's own keys (!stacked, spec 3.2) have
+ * no layer offset: "decoder.layers.<g>.<mod>._extra_state/shard_0_1",
+ * "decoder.layers.<g>.mlp.experts.experts.<mod>._extra_state/
+ * shard_<e>_<E>".  NULL: none. */
 static const flx_object *extra_object(const ctx *x, const char *mod, int64_t g,
-				      int64_t e, int64_t E)
+				      int64_t e, int64_t E, bool stacked)
 {
 	char key[1024];
 	int n;
 
-	if (e < 0)
+	if (!stacked && e < 0)
+		n = snprintf(key, sizeof(key),
+			     LAYERS "%lld.%s._extra_state/shard_0_1",
+			     (long long)g, mod);
+	else if (!stacked)
+		n = snprintf(key, sizeof(key),
+			     LAYERS "%lld." EXPERTS
+				    "%s._extra_state/shard_%lld_%lld",
+			     (long long)g, mod, (long long)e, (long long)E);
+	else if (e < 0)
 		n = snprintf(key, sizeof(key),
 			     LAYERS "%s._extra_state/shard_%lld_%lld", mod,
 			     (long long)g, (long long)x->nlayers);
@@ -406,10 +418,11 @@ static int add_extra(ctx *x, const item *like, const char *prefix,
 
 /*
  * The legacy name of a layer key's rest (torch_dist names, spec 3.3):
- * module path into mod, parameter into prm.
+ * module path into mod, parameter into prm.  moe: the layer is a MoE
+ * layer.
  */
-static int layer_name(ctx *x, const flx_tensor *t, const char *rest, char *mod,
-		      size_t cap, const char **prm)
+static int layer_name(ctx *x, const flx_tensor *t, const char *rest, bool moe,
+		      char *mod, size_t cap, const char **prm)
 {
 	const char *dot = strrchr(rest, '.');
 	size_t n = dot ? (size_t)(dot - rest) : 0;
@@ -425,7 +438,7 @@ static int layer_name(ctx *x, const flx_tensor *t, const char *rest, char *mod,
 
 		/* local spec: the norms are modules of their own; TE: a MoE
 		 * layer has no fc1 to fuse its norm into */
-		if ((qkv && !x->tgt->te) || (fc1 && (!x->tgt->te || x->moe))) {
+		if ((qkv && !x->tgt->te) || (fc1 && (!x->tgt->te || moe))) {
 			strcpy(mod,
 			       qkv ? "input_layernorm" : "pre_mlp_layernorm");
 			*prm += 11;
@@ -441,7 +454,7 @@ static int layer_name(ctx *x, const flx_tensor *t, const char *rest, char *mod,
  * has one per expert e: "_extra_state" for e 0, "_extra_state<e>" for the
  * others (spec 3.5), which Megatron's load hook merges. */
 static int layer_extras(ctx *x, const item *w, const char *mod, const char *tgt,
-			int64_t ge, int64_t E)
+			int64_t ge, int64_t E, bool stacked)
 {
 	char prefix[64], suffix[24] = "";
 	item like = *w; /* w moves when items grow */
@@ -453,16 +466,36 @@ static int layer_extras(ctx *x, const item *w, const char *mod, const char *tgt,
 		snprintf(suffix, sizeof(suffix), "%lld",
 			 (long long)(like.prm - PRM_GROUPED));
 	if (has_extra(tgt))
-		rc = add_extra(
-		    x, &like, prefix, tgt, suffix, !x->tgt->te,
-		    x->tgt->te ? extra_object(x, mod, like.layer + x->lo, ge, E)
-			       : NULL);
+		rc = add_extra(x, &like, prefix, tgt, suffix, !x->tgt->te,
+			       x->tgt->te
+				   ? extra_object(x, mod, like.layer + x->lo,
+						  ge, E, stacked)
+				   : NULL);
 	like.mod = mod_rank("self_attention.core_attention");
 	if (!rc && x->tgt->te && !strcmp(tgt, "self_attention.linear_proj"))
 		rc =
 		    add_extra(x, &like, prefix, "self_attention.core_attention",
 			      "", false, NULL);
 	return rc;
+}
+
+/* Whether layer g is a MoE layer.  Stacked keys share one structure
+ * (x->moe); a non-homogeneous model (its layers' own keys, spec 3.2) may
+ * mix dense and MoE layers (moe_layer_freq): g is MoE when it has no dense
+ * fc1 but a router, or the model has experts. */
+static bool layer_moe(const ctx *x, int64_t g, bool stacked)
+{
+	char key[96];
+
+	if (stacked)
+		return x->moe;
+	snprintf(key, sizeof(key), LAYERS "%lld.mlp.linear_fc1.weight",
+		 (long long)g);
+	if (flx_ckpt_find(x->c, key))
+		return false;
+	snprintf(key, sizeof(key), LAYERS "%lld.mlp.router.weight",
+		 (long long)g);
+	return flx_ckpt_find(x->c, key) || x->c->megatron->num_experts > 0;
 }
 
 /* Items of layer key t: its layers on this stage, its experts, the TP
@@ -491,8 +524,8 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 				    "megatron_ep=%d ranks",
 				    (long long)E, x->nep);
 	}
-	rc = layer_name(x, t, expert ? rest + sizeof(EXPERTS) - 1 : rest, mod,
-			sizeof(mod), &prm);
+	rc = layer_name(x, t, expert ? rest + sizeof(EXPERTS) - 1 : rest,
+			layer_moe(x, g1, stacked), mod, sizeof(mod), &prm);
 	if (rc)
 		return rc;
 	r = decide_split(mod, prm, x->swiglu);
@@ -552,7 +585,7 @@ static int layer_items(ctx *x, const flx_tensor *t, const char *rest,
 			rc = tp_slice(x, &it->e, t, &box, lead, r);
 			if (!rc && !strcmp(prm, "weight"))
 				rc = layer_extras(x, it, mod, emod,
-						  expert ? ge : -1, E);
+						  expert ? ge : -1, E, stacked);
 			if (rc)
 				return rc;
 		}
@@ -622,7 +655,7 @@ int64_t flx_mlg_layer_count(const flx_ckpt *c)
 	if (c->megatron->num_layers > 0)
 		return c->megatron->num_layers;
 	for (size_t i = 0; i < c->ntensors; i++)
-		if (c->tensors[i].stacked &&
+		if (c->tensors[i].stacked && !c->tensors[i].stacked_experts &&
 		    flx_mlg_is_model_key(c->tensors[i].fqn))
 			return c->tensors[i].shape[0];
 	return 0;
@@ -692,6 +725,13 @@ int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 	int64_t per;
 
 	x.nep = tgt->ep > 1 ? tgt->ep : 1;
+	/* spec 3.2, 8: its keys (fc1 as weight_w / weight_v, experts per
+	 * global index) have no legacy rule here: refused, never guessed */
+	if (c->megatron->singleton_local_shards == 1)
+		return flx_error_set(err, -EINVAL, NULL,
+				     "content_metadata.singleton_local_shards",
+				     "megatron/: a singleton_local_shards "
+				     "checkpoint has no legacy layout here");
 	x.nlayers = flx_mlg_layer_count(c);
 	if (x.nlayers <= 0 || x.nlayers % ((int64_t)tgt->pp * vp))
 		return flx_error_set(err, -EINVAL, NULL, "num_layers",

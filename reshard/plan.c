@@ -406,7 +406,7 @@ static int decide(const flx_plan *p, const placer *pc, size_t i, decision *d,
 		d->groups = rule->groups;
 	/* A stacked tensor spans every layer: each stage holds its range
 	 * of axis 0 (stacked_range()). */
-	if (t->stacked > 0 && p->spec->pp > 1 &&
+	if (t->stacked > 0 && !t->stacked_experts && p->spec->pp > 1 &&
 	    (!rule || rule->stage == FLX_STAGE_DEFAULT)) {
 		int64_t n = t->shape[0];
 

@@ -144,6 +144,10 @@ typedef struct flx_tensor {
 	 * a source whose key convention says so (Megatron's "decoder.layers."
 	 * keys); 0 for every other tensor.  TP never splits these axes. */
 	int stacked;
+	/* the stacked axes start at the experts: one layer's key of a
+	 * non-homogeneous Megatron model ("decoder.layers.<N>.mlp.experts.
+	 * experts."), axis 0 indexes experts and no axis indexes layers */
+	bool stacked_experts;
 	/* the axis the source says the tensor was saved split along, plus
 	 * one; -1: saved whole or replicated; 0: unknown, inferred from the
 	 * chunks' offsets (reshard/plan.c).  Set where the chunks do not
@@ -183,7 +187,7 @@ typedef struct flx_object {
 typedef struct flx_megatron {
 	int64_t iteration;
 	double checkpoint_version;
-	/* args (an argparse.Namespace) */
+	/* args (an argparse.Namespace, or a dict of its fields) */
 	int64_t num_layers;
 	int64_t hidden_size;
 	int64_t num_attention_heads;
@@ -212,6 +216,9 @@ typedef struct flx_megatron {
 	/* content_metadata.distrib_optim_sharding_type, else
 	 * optimizer.param_state_sharding_type */
 	char optim_sharding[48];
+	/* content_metadata.singleton_local_shards (spec 3.2: per-layer,
+	 * per-expert keys, fc1 as weight_w / weight_v): 0, 1, or -1 absent */
+	int singleton_local_shards;
 	/* where the common state's data.pkl lies: files[common_file],
 	 * bytes [pkl_off, pkl_off + pkl_len) */
 	uint32_t common_file;

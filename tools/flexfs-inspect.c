@@ -301,8 +301,10 @@ static void print_megatron(const flx_ckpt *c)
 
 	if (!m)
 		return;
+	/* a layer's own expert tensors stack experts alone: not counted */
 	for (size_t i = 0; i < c->ntensors; i++)
-		stacked += c->tensors[i].stacked > 0;
+		stacked +=
+		    c->tensors[i].stacked > 0 && !c->tensors[i].stacked_experts;
 	printf("Megatron-Core: iteration %lld, checkpoint_version %.1f "
 	       "(from %s); num_layers %lld, hidden %lld, heads %lld, "
 	       "query groups %lld, ffn %lld%s, padded vocab %lld, experts "

@@ -8,7 +8,8 @@
  *   megatron/iter_0000100/mp_rank_TT/model_optim_rng.pt        (pp 1)
  *   megatron/iter_0000100/mp_rank_TT_PPP/model_optim_rng.pt    (pp > 1)
  *
- * (release/ and "release" when the common state has no iteration), or,
+ * (release/ and "release" when the common state has no iteration or
+ * iteration 0, which Megatron's loader accepts only as a release), or,
  * for a target the legacy format cannot express, megatron/unavailable.txt
  * saying why.  Each
  * file is torch.save({'args': Namespace, 'checkpoint_version': 3.0,
@@ -129,7 +130,7 @@ static int wrapper(flx_build *b, const flx_mlg_target *tgt, flx_pk_buf *pre,
 		root = flx_pv_item(root, 0);
 	args = flx_pv_dict_get(root, "args");
 	flx_pkb_raw(pre, "}(", 2);
-	if (args) {
+	if (args && args->kind != FLX_PV_NONE) {
 		/* EP ranks are data-parallel ranks: the least world */
 		int ep = nep(tgt), vp = chunks(tgt);
 		int64_t per_chunk =
@@ -170,10 +171,19 @@ static int wrapper(flx_build *b, const flx_mlg_target *tgt, flx_pk_buf *pre,
 		     NULL, true},
 		};
 
+		static const char ns_head[] = "cargparse\nNamespace\n)\x81";
+
 		flx_pkb_str(pre, "args", 4);
+		/* a dict of the fields (a reduced state dict) becomes the
+		 * Namespace Megatron reads them from by attribute:
+		 * Namespace() by NEWOBJ, the dict its BUILD state */
+		if (args->kind == FLX_PV_DICT)
+			flx_pkb_raw(pre, ns_head, sizeof(ns_head) - 1);
 		rc = flx_pk_emit(pre, args, patch,
 				 sizeof(patch) / sizeof(patch[0]),
 				 "common state args", err);
+		if (args->kind == FLX_PV_DICT)
+			flx_pkb_raw(pre, "b", 1);
 	}
 	flx_pkb_str(pre, "checkpoint_version", 18);
 	flx_pkb_float(pre, 3.0);
@@ -522,8 +532,12 @@ static int megatron_build(flx_build *b, void *state)
 	rc = check_target(b, &tgt, &pre, &top, &ok);
 	if (rc || !ok)
 		goto out;
-	/* a save directory's release/ is served as release/ again */
+	/* a save directory's release/ is served as release/ again; so is
+	 * iteration 0, which Megatron's read_metadata() refuses unless the
+	 * tracker says release (it asserts iteration > 0 or release) */
 	it = b->ckpt->megatron->release ? -1 : b->ckpt->megatron->iteration;
+	if (it == 0)
+		it = -1;
 	if (it < 0)
 		snprintf(name, sizeof(name), "release");
 	else

@@ -208,7 +208,8 @@ static const struct arg_field {
 };
 #undef INT_ARG
 
-/* args: an argparse.Namespace (NEWOBJ + BUILD of its __dict__). */
+/* args: an argparse.Namespace (NEWOBJ + BUILD of its __dict__), or the
+ * plain dict of its fields that reduced state dicts carry (spec 10). */
 static int interpret_args(const common_src *cs, const flx_pv *args,
 			  flx_megatron *m, flx_error *err)
 {
@@ -216,13 +217,19 @@ static int interpret_args(const common_src *cs, const flx_pv *args,
 	const flx_pv *ns = NULL;
 	int rc = 0;
 
-	if (args && (args->kind != FLX_PV_OBJ ||
-		     !flx_pv_is_global(flx_pv_obj_class(args), "argparse",
-				       "Namespace")))
-		return flx_error_set(err, -EINVAL, cs->file, "args",
-				     "not an argparse.Namespace");
+	if (args && args->kind == FLX_PV_NONE)
+		args = NULL;
+	if (args && args->kind != FLX_PV_DICT &&
+	    (args->kind != FLX_PV_OBJ ||
+	     !flx_pv_is_global(flx_pv_obj_class(args), "argparse",
+			       "Namespace")))
+		return flx_error_set(
+		    err, -EINVAL, cs->file, "args",
+		    "neither an argparse.Namespace nor a dict");
 	/* an empty Namespace has no BUILD: every field absent */
-	ns = args ? args->u.obj.state : NULL;
+	ns = args && args->kind == FLX_PV_DICT ? args
+	     : args			       ? args->u.obj.state
+					       : NULL;
 	if (ns && ns->kind != FLX_PV_DICT)
 		return flx_error_set(err, -EINVAL, cs->file, "args",
 				     "not an argparse.Namespace");
@@ -255,7 +262,7 @@ static int interpret_optim(const common_src *cs, const flx_pv *st,
 			   flx_megatron *m, flx_error *err)
 {
 	const flx_pv *cm = flx_pv_dict_get(st, "content_metadata");
-	const flx_pv *opt = flx_pv_dict_get(st, "optimizer");
+	const flx_pv *opt = flx_pv_dict_get(st, "optimizer"), *sls;
 	int rc;
 
 	if (cm && cm->kind != FLX_PV_DICT && cm->kind != FLX_PV_NONE)
@@ -264,6 +271,10 @@ static int interpret_optim(const common_src *cs, const flx_pv *st,
 	rc = get_str(cs, cm, "distrib_optim_sharding_type",
 		     "content_metadata.distrib_optim_sharding_type",
 		     m->optim_sharding, sizeof(m->optim_sharding), err);
+	/* read leniently: only megatron/ uses it, to refuse */
+	sls = flx_pv_dict_get(cm, "singleton_local_shards");
+	m->singleton_local_shards =
+	    sls && sls->kind == FLX_PV_BOOL ? sls->u.b : -1;
 	if (rc || m->optim_sharding[0] || !opt || opt->kind != FLX_PV_DICT)
 		return rc;
 	return get_str(cs, opt, "param_state_sharding_type",
@@ -429,23 +440,30 @@ static int load_common(flx_build *b, flx_megatron *m, flx_error *err)
 
 /* ---- stacked tensors ---- */
 
-/* Leading axes of a key that stack modules: "decoder.layers." (at the
- * start or after a '.', as optimizer keys carry a prefix) directly
- * followed by a non-digit stacks layers on axis 0; "experts.experts."
- * after it stacks the experts on axis 1.  "decoder.layers.<N>." names one
- * layer: nothing stacked. */
-static int stacked_axes(const char *fqn)
+/* Leading axes of a key that stack modules (spec 3.2, 3.5): "decoder.
+ * layers." (at the start or after a '.', as optimizer keys carry a
+ * prefix) directly followed by a non-digit stacks layers on axis 0;
+ * "experts.experts." after it stacks the experts on axis 1.
+ * "decoder.layers.<N>." names one layer (a non-homogeneous model): no
+ * layer axis, but "experts.experts." after it still stacks the experts,
+ * on axis 0 (*experts set). */
+static int stacked_axes(const char *fqn, bool *experts)
 {
 	static const char tag[] = "decoder.layers.";
 	const char *p = fqn;
 
+	*experts = false;
 	while ((p = strstr(p, tag)) && p != fqn && p[-1] != '.')
 		p++;
 	if (!p)
 		return 0;
 	p += sizeof(tag) - 1;
-	if (*p >= '0' && *p <= '9')
-		return 0;
+	if (*p >= '0' && *p <= '9') {
+		while (*p >= '0' && *p <= '9')
+			p++;
+		*experts = *p == '.' && strstr(p, ".experts.experts.");
+		return *experts ? 1 : 0;
+	}
 	return strstr(p, "experts.experts.") ? 2 : 1;
 }
 
@@ -453,9 +471,11 @@ static void mark_stacked(flx_ckpt *c)
 {
 	for (size_t i = 0; i < c->ntensors; i++) {
 		flx_tensor *t = &c->tensors[i];
-		int n = stacked_axes(t->fqn);
+		bool experts;
+		int n = stacked_axes(t->fqn, &experts);
 
 		t->stacked = n < t->ndim ? n : 0;
+		t->stacked_experts = t->stacked && experts;
 	}
 }
 
@@ -523,7 +543,9 @@ static int reformulated_split(const flx_tensor *t, int n)
 {
 	int axis = -1;
 
-	for (int d = stacked_axes(t->fqn); d < n; d++) {
+	bool experts;
+
+	for (int d = stacked_axes(t->fqn, &experts); d < n; d++) {
 		if (t->shape[d] <= 1)
 			continue;
 		if (axis >= 0)

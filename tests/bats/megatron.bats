@@ -38,6 +38,20 @@ check_megatron() {
 	done
 }
 
+@test "megatron with biases, LayerNorm, position embeddings, QK norms: every view at tp 1,2,4 equals the truth" {
+	for tp in 1 2 4; do
+		check_megatron megatron-gpt-bias "$tp"
+	done
+}
+
+@test "megatron MoE with a dense first layer (per-layer keys): every view at tp 1,2 equals the truth" {
+	check_megatron megatron-moe-mixed 1
+	check_megatron megatron-moe-mixed 2
+	# the expert axis of a layer's own key is no layer axis: each stage
+	# keeps its layers' experts whole
+	megatron_views "$FX/megatron-moe-mixed" "$FX/megatron-moe-mixed/$ITER" 2 2
+}
+
 @test "megatron optimizer layouts: every view at tp 1 and 2 equals the truth" {
 	for fx in megatron-optim-dp-reshardable megatron-optim-fully-reshardable \
 		megatron-optim-fully-sharded-model-space; do

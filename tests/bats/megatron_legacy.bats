@@ -41,7 +41,11 @@ setup_file() {
 		"megatron-optim-fsms-unaligned:2:2:local"
 		"megatron-untied:1:2:local:100" "megatron-tied:1:2:local:100"
 		"megatron-te-fp8:1:1:te" "megatron-te-fp8:2:2:te"
-		"megatron-te-fp8:1:2:te" "megatron-te-fp8:2:2:local")
+		"megatron-te-fp8:1:2:te" "megatron-te-fp8:2:2:local"
+		"megatron-gpt-bias:1:1:local" "megatron-gpt-bias:2:2:local"
+		"megatron-gpt-bias:4:1:local" "megatron-gpt-bias:2:2:te"
+		"megatron-moe-mixed:1:1:local" "megatron-moe-mixed:2:2:local"
+		"megatron-moe-mixed:2:1:te")
 	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
 		"$GEN" "$FX" "$BATS_FILE_TMPDIR" "${t[@]}"
 }
@@ -70,6 +74,17 @@ check_legacy() {
 @test "megatron/ legacy files equal Megatron's at tp 1,2,4 x pp 1,2 (untied, tied, moe; local spec)" {
 	# shellcheck disable=SC2046 # one word a target
 	check_legacy local $(grid)
+}
+
+@test "megatron/ legacy files of pretrain_gpt's defaults: biases, LayerNorm biases, position embeddings, QK norms" {
+	check_legacy local megatron-gpt-bias:1:1 megatron-gpt-bias:2:2 \
+		megatron-gpt-bias:4:1
+	check_legacy te megatron-gpt-bias:2:2
+}
+
+@test "megatron/ legacy files of a MoE with a dense first layer (per-layer keys, no layer axis)" {
+	check_legacy local megatron-moe-mixed:1:1 megatron-moe-mixed:2:2
+	check_legacy te megatron-moe-mixed:2:1
 }
 
 @test "megatron/ legacy files with megatron_spec=te (fused norms, TE extra states)" {
@@ -165,6 +180,60 @@ PY
 	echo "$output"
 	[[ $output == *"num_layers: megatron/: 4 layers do not divide into pp=3 stages"* ]]
 	[ -d "$MNT/ranks/tp01_pp02" ]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+}
+
+@test "megatron/: a singleton_local_shards checkpoint says why in unavailable.txt, never guesses its keys" {
+	# spec 3.2/8: fc1 saved as weight_w/weight_v, experts per global index
+	local d=$BATS_TEST_TMPDIR/sls
+	cp -r "$FX/megatron-untied/$ITER" "$d"
+	PYTHONPATH=$MEG_STUB /usr/bin/python3 -c '
+import sys, torch
+p = sys.argv[1] + "/common.pt"
+c = torch.load(p, map_location="cpu")
+c["content_metadata"]["singleton_local_shards"] = True
+torch.save(c, p)' "$d"
+	mount_ff "$d" "$MNT" "tp=2,pp=2"
+	run ls "$MNT/megatron"
+	[ "$output" = "unavailable.txt" ]
+	run cat "$MNT/megatron/unavailable.txt"
+	echo "$output"
+	[[ $output == *"content_metadata.singleton_local_shards: megatron/: a singleton_local_shards checkpoint has no legacy layout here"* ]]
+	[ -f "$MNT/ranks/tp01_pp01/model.safetensors" ]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+}
+
+@test "megatron: args saved as a plain dict (a reduced state dict) mount; megatron/ writes them as a Namespace" {
+	local d=$BATS_TEST_TMPDIR/dictargs m2=$BATS_TEST_TMPDIR/m2 pid
+	cp -r "$FX/megatron-untied/$ITER" "$d"
+	mkdir -p "$m2"
+	PYTHONPATH=$MEG_STUB /usr/bin/python3 -c '
+import sys, torch
+p = sys.argv[1] + "/common.pt"
+c = torch.load(p, map_location="cpu")
+c["args"] = dict(vars(c["args"]))
+torch.save(c, p)' "$d"
+	mount_ff "$d" "$MNT" "tp=4,pp=2"
+	pid=$FF_PID
+	mount_ff "$FX/megatron-untied/$ITER" "$m2" "tp=4,pp=2"
+	run env PYTHONPATH="$MEG_STUB" /usr/bin/python3 -c '
+import argparse, sys, torch
+f = "/megatron/iter_0000100/mp_rank_03_001/model_optim_rng.pt"
+a = torch.load(sys.argv[1] + f, map_location="cpu")
+b = torch.load(sys.argv[2] + f, map_location="cpu")
+assert isinstance(a["args"], argparse.Namespace), type(a["args"])
+assert vars(a["args"]) == vars(b["args"]), "args differ"
+assert a["args"].tensor_model_parallel_size == 4 and a["args"].num_layers == 4
+assert list(a["model"]) == list(b["model"])
+for k, v in a["model"].items():
+    assert (v is None and b["model"][k] is None) or torch.equal(v, b["model"][k]), k
+print("ok")' "$MNT" "$m2"
+	echo "$output"
+	[ "$status" -eq 0 ] && [ "$output" = ok ]
+	unmount_ff "$m2"
+	FF_PID=$pid
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
 }

@@ -101,6 +101,50 @@ refused() {
 	unmount_ff "$MNT"
 }
 
+@test "megatron: the iteration's other entries (integrity.json, tokenizer/, modelopt_state/) leave every view as it was" {
+	# spec 1.2: written beside the DCP files by newer versions and options
+	local d=$BATS_TEST_TMPDIR/extras
+	cp -r "$FX/megatron-untied/ckpt/$ITER" "$d"
+	mkdir -p "$d/tokenizer" "$d/modelopt_state"
+	printf '{"files": {}}' >"$d/integrity.json"
+	printf '{}' >"$d/tokenizer/tokenizer_config.json"
+	printf 'x' >"$d/modelopt_state/__0_0.distcp"
+	megatron_views "$FX/megatron-untied" "$d" 2 2
+}
+
+@test "megatron: a checkpoint of iteration 0 serves megatron/release/, the tracker 'release'" {
+	# Megatron's read_metadata() asserts "iteration > 0 or release": a
+	# tracker saying 0 would stop its loader
+	local d=$BATS_TEST_TMPDIR/it0
+	cp -r "$FX/megatron-untied/ckpt/$ITER" "$d"
+	PYTHONPATH=$MEG_STUB /usr/bin/python3 -c '
+import sys, torch
+p = sys.argv[1] + "/common.pt"
+c = torch.load(p, map_location="cpu")
+c["iteration"] = 0
+torch.save(c, p)' "$d"
+	mount_ff "$d" "$MNT" "tp=2,pp=2"
+	run ls "$MNT/megatron"
+	[ "$output" = $'latest_checkpointed_iteration.txt\nrelease' ]
+	run /usr/bin/python3 -c '
+import sys
+s = open(sys.argv[1]).read().strip()
+try:
+    it, rel = int(s), False
+except ValueError:
+    it, rel = 0, s == "release"
+assert it > 0 or rel, s          # Megatron read_metadata()
+print(s)' "$MNT/megatron/latest_checkpointed_iteration.txt"
+	[ "$status" -eq 0 ] && [ "$output" = release ]
+	PYTHONPATH=$MEG_STUB /usr/bin/python3 -c '
+import sys, torch
+sd = torch.load(sys.argv[1], map_location="cpu")
+assert sd["iteration"] == 0 and sd["checkpoint_version"] == 3.0, sd.keys()' \
+		"$MNT/megatron/release/mp_rank_01_001/model_optim_rng.pt"
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+}
+
 @test "megatron save dir: a bad tracker or a missing iteration is refused with one line" {
 	local s=$BATS_TEST_TMPDIR/save
 	mkdir -p "$s"

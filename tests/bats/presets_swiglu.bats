@@ -23,7 +23,9 @@ setup_file() {
 	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
 		"$GEN" "$FLEXFS_SRC/tests/fixtures" "$BATS_FILE_TMPDIR" \
 		megatron-untied:2:1:local megatron-untied:4:1:local \
-		megatron-moe:2:1:local megatron-moe:4:1:local
+		megatron-moe:2:1:local megatron-moe:4:1:local \
+		megatron-moe-mixed:2:1:local megatron-moe-mixed:4:1:local \
+		megatron-gpt-bias:2:1:local megatron-gpt-bias:4:1:local
 	# the GELU twins: the same tensors, args.swiglu False
 	mkdir -p "$BATS_FILE_TMPDIR/gelu" "$BATS_FILE_TMPDIR/gelu-moe"
 	cp -r "$MEG" "$BATS_FILE_TMPDIR/gelu/"
@@ -125,6 +127,29 @@ assert m["global_offset"] == [0, 16, 0] and m["split_groups"] == 2, m' \
 			"ok: $((8 * tp)) per-rank layer tensors ($((8 * tp)) of experts)"
 		# GELU: the plain row split, not Megatron's SwiGLU rows
 		fc1 megatron-moe "$BATS_FILE_TMPDIR/gelu-moe/iter_0000100" $tp chunk
+	done
+}
+
+@test "preset megatron-gpt: a non-homogeneous MoE's per-layer expert fc1 is [gate_r; up_r] on each TP rank (tp 2, 4)" {
+	require_fuse
+	local tp
+	for tp in 2 4; do
+		# layer 0 dense, layer 1 of 4 experts (decoder.layers.1.mlp.
+		# experts.experts.*: [expert, rows, in])
+		fc1 megatron-moe-mixed \
+			"$FLEXFS_SRC/tests/fixtures/megatron-moe-mixed/ckpt/iter_0000100" \
+			$tp megatron "ok: $((5 * tp)) per-rank layer tensors ($((4 * tp)) of experts)"
+	done
+}
+
+@test "preset megatron-gpt: a SwiGLU fc1's bias is [gate_r; up_r] too (tp 2, 4)" {
+	require_fuse
+	local tp
+	for tp in 2 4; do
+		# 2 layers' weight and bias per rank
+		fc1 megatron-gpt-bias \
+			"$FLEXFS_SRC/tests/fixtures/megatron-gpt-bias/ckpt/iter_0000100" \
+			$tp megatron "ok: $((4 * tp)) per-rank layer tensors (0 of experts)"
 	done
 }
 

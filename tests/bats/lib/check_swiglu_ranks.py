@@ -11,11 +11,14 @@ and bit for bit:
     DIR/mp_rank_RR/model_optim_rng.pt), [gate_r; up_r] for SwiGLU;
   chunk DIR: torch.chunk's piece r of the fixture's truth
     (DIR/<the same per-layer name>.npy), a plain row split.
-Prints "ok: N per-rank layer tensors (M of experts)".
+A non-homogeneous model's own per-layer keys (decoder.layers.L.mlp.linear_fc1.*,
+decoder.layers.L.mlp.experts.experts.linear_fc1.* stacked [experts, rows, ...])
+likewise.  Prints "ok: N per-rank layer tensors (M of experts)".
 
 usage: check_swiglu_ranks.py MOUNT TP megatron|chunk DIR
 """
 import json
+import re
 import struct
 import sys
 
@@ -51,6 +54,27 @@ KEYS = (
 )
 
 
+# a layer's own key (spec 3.2) -> (number of stacked axes, per-layer name)
+PER_LAYER = (
+    (re.compile(r"decoder\.layers\.(\d+)\.mlp\.linear_fc1"), 0,
+     "decoder.layers.{L}.mlp.linear_fc1"),
+    (re.compile(r"decoder\.layers\.(\d+)\.mlp\.experts\.experts\.linear_fc1"), 1,
+     "decoder.layers.{L}.mlp.experts.local_experts.{0}.linear_fc1"),
+)
+
+
+def fc1_keys(head):
+    """(name in the mount, stacked axes, per-layer name format) of each linear_fc1."""
+    out = list(KEYS)
+    for k in head:
+        base = k.rsplit(".", 1)[0]
+        for rx, n, fmt in PER_LAYER:
+            m = rx.fullmatch(base)
+            if m and base not in [o[0] for o in out]:
+                out.append((base, n, fmt.replace("{L}", m.group(1))))
+    return out
+
+
 def main():
     mnt, tp, mode, src = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     checked = experts = 0
@@ -61,7 +85,7 @@ def main():
                             map_location="cpu")["model"]
         else:
             sd = Truth(src, r, tp)
-        for stacked, nstack, per_layer in KEYS:
+        for stacked, nstack, per_layer in fc1_keys(head):
             for prm in ("weight", "bias"):
                 key = stacked + "." + prm
                 if key not in head:
@@ -80,7 +104,7 @@ def main():
                         print(f"rank {r} {key}{list(idx)}: differs from the oracle ({mode})")
                         return 1
                     checked += 1
-                    experts += nstack == 2
+                    experts += "local_experts" in per_layer
     if not checked:
         print("no linear_fc1 checked")
         return 1

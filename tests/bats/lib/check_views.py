@@ -226,7 +226,7 @@ def expected_plan(manifest, T, P, rules, renumber=False,
                 errors.append("%s: rule %r: stage %r out of range for pp=%d"
                               % (fqn, rule["match"], st, P))
                 continue
-        elif e.get("stacked", 0) and P > 1:
+        elif e.get("stacked", 0) and e.get("layer_axis", True) and P > 1:
             # a stacked tensor: every stage, each its range of the layer axis
             lo, hi = 0, max(min(shape[0], P), 1) - 1
         elif layer is not None:
@@ -246,7 +246,8 @@ def expected_plan(manifest, T, P, rules, renumber=False,
         for s in range(lo, hi + 1):
             for t in range(T):
                 off, ext = tp_box(shape, axis, t, T)
-                if e.get("stacked", 0) and P > 1 and st is None:
+                if e.get("stacked", 0) and e.get("layer_axis", True) and P > 1 \
+                        and st is None:
                     q, r = divmod(shape[0], P)
                     off, ext = list(off), list(ext)
                     off[0], ext[0] = s * q + min(s, r), q + (1 if s < r else 0)

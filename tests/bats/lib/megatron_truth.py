@@ -16,7 +16,9 @@ own unpickler: nothing executed, nothing of flexfs used), and writes
 
 "stacked" is the number of leading axes that stack layers/experts (the
 key convention of the spec: "decoder.layers." + non-digit, and
-"experts.experts." after it); check_views.py never TP-splits them.
+"experts.experts." after it; a layer's own key "decoder.layers.<N>." keeps
+only its expert axis, marked "layer_axis": false); check_views.py never
+TP-splits them.
 
 Usage: megatron_truth.py FIXTURE_DIR OUT_DIR   (/usr/bin/python3: numpy)
 """
@@ -79,10 +81,14 @@ def load_metadata(path):
 
 
 def stacked_axes(key):
+    # spec 3.5: prepended [layer, expert]; a layer's own key (3.2) keeps the expert axis only
     m = re.search(r"(^|\.)decoder\.layers\.(.)", key)
-    if not m or m.group(2).isdigit():
+    if not m:
         return 0
-    return 2 if "experts.experts." in key[m.end(2) - 1:] else 1
+    experts = "experts.experts." in key[m.end(2) - 1:]
+    if m.group(2).isdigit():
+        return 1 if experts else 0
+    return 2 if experts else 1
 
 
 def dtype_name(props):
@@ -163,6 +169,8 @@ def main():
                        for c in chunks_of[key]],
             "stacked": stacked_axes(key),
         }
+        if re.search(r"(^|\.)decoder\.layers\.\d", key) and tensors[key]["stacked"]:
+            tensors[key]["layer_axis"] = False   # a layer's own key: axis 0 is experts
     assert set(arrays) == set(tensors), set(arrays) ^ set(tensors)
     for mi, si in md.storage_data.items():
         if getattr(mi, "offset", None) is not None:
