@@ -226,8 +226,10 @@ def main():
                                             for r in rel]
 
     def traced_fill(t, how):
-        d = os.path.dirname(files(t)[0])
-        with Trace("filemap/mm_filemap_add_to_page_cache", "s_dev == %d" % kdev(d)) as tr:
+        # the device is shared with every other file of the file system
+        inos = " || ".join("i_ino == %d" % os.stat(f).st_ino for f in files(t))
+        filt = "s_dev == %d && (%s)" % (kdev(files(t)[0]), inos)
+        with Trace("filemap/mm_filemap_add_to_page_cache", filt) as tr:
             how()
         c, lost = tr.count(r"order=(\d+)")
         diag["folio_orders"][t] = dict(sorted((int(o), n) for o, n in c.items()), lost=lost)
