@@ -36,6 +36,13 @@
  * libfuse's loop serves what comes before and those two.  A ring read is
  * one pread into the entry's payload buffer (the kernel copies it into the
  * page cache): no splice.  The reads served each way are printed at exit.
+ *
+ * FLEXFS_FUSEPASS_NOOPEN=1: the first OPEN of a file is answered ENOSYS,
+ * after which the kernel sends no OPEN or RELEASE for files at all
+ * (FUSE_NO_OPEN_SUPPORT, Linux >= 3.14; such opens keep the page cache)
+ * and reads come with fh 0: they use one descriptor per node, opened at
+ * the first read.  What an open round trip costs a loader that opens many
+ * files (np.load opens each .npy twice).  Not with FLEXFS_FUSEPASS_URING.
  */
 #define FUSE_USE_VERSION 312
 
@@ -73,6 +80,8 @@ typedef struct {
 	char *path;
 	struct stat st;
 	int32_t bid; /* passthrough: the backing id, registered at first open */
+	int fd1; /* no-open: the node's descriptor + 1, 0 before its first read
+		  */
 } fp_node;
 
 /* The kernel ABI of passthrough (include/uapi/linux/fuse.h, 7.40), absent
@@ -129,6 +138,7 @@ static pthread_mutex_t go_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t go_cond = PTHREAD_COND_INITIALIZER;
 static int go; /* 1: INIT answered, the rings may register; -1: exiting */
 static int passthrough;		       /* FLEXFS_FUSEPASS_PASSTHROUGH=1 */
+static int noopen;		       /* FLEXFS_FUSEPASS_NOOPEN=1 */
 static int init_seen;		       /* the INIT reply was patched */
 static int devfd = -1;		       /* /dev/fuse */
 static _Thread_local int32_t open_bid; /* backing id of this thread's open */
@@ -329,6 +339,10 @@ static void fp_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		return;
 	}
+	if (noopen) {
+		fuse_reply_err(req, ENOSYS); /* this open goes on without fh */
+		return;
+	}
 	fd = open(n->path, O_RDONLY);
 	if (fd < 0) {
 		fuse_reply_err(req, errno);
@@ -373,10 +387,24 @@ static void fp_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
 
-	(void)ino;
+	int fd = (int)fi->fh;
+
 	__atomic_add_fetch(&dev_reads, 1, __ATOMIC_RELAXED);
+	if (noopen) {
+		fp_node *n = node(ino);
+
+		pthread_mutex_lock(&bid_lock);
+		if (n && !n->fd1)
+			n->fd1 = open(n->path, O_RDONLY) + 1;
+		fd = n ? n->fd1 - 1 : -1;
+		pthread_mutex_unlock(&bid_lock);
+		if (fd < 0) {
+			fuse_reply_err(req, n ? EIO : ENOENT);
+			return;
+		}
+	}
 	bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-	bv.buf[0].fd = (int)fi->fh;
+	bv.buf[0].fd = fd;
 	bv.buf[0].pos = off;
 	fuse_reply_data(req, &bv, 0);
 }
@@ -803,6 +831,13 @@ int main(int argc, char **argv)
 		      !strcmp(getenv("FLEXFS_FUSEPASS_PASSTHROUGH"), "1");
 	uring = getenv("FLEXFS_FUSEPASS_URING") &&
 		!strcmp(getenv("FLEXFS_FUSEPASS_URING"), "1");
+	noopen = getenv("FLEXFS_FUSEPASS_NOOPEN") &&
+		 !strcmp(getenv("FLEXFS_FUSEPASS_NOOPEN"), "1");
+	if (noopen && (uring || passthrough)) {
+		fprintf(stderr, "flexfs-fusepass: NOOPEN goes with neither "
+				"URING nor PASSTHROUGH\n");
+		goto unmount;
+	}
 	if (passthrough || uring) {
 		static const struct fuse_custom_io io = {
 		    .writev = fp_writev,

@@ -3,11 +3,13 @@
 """Real loaders of the flexfs benchmark's "loaders" figure, one per process.
 
     loaders.py --mode MODE --dir DIR [--tp N] [--advice none|seq|huge]
+    loaders.py --mode MODE --file F [--file F ...]
 
 DIR holds ranks/tpTT_pp00/ (a flexfs mount, the FUSE passthrough of plain
 copies, or the plain copies themselves).  Every mode obtains every byte of
 every rank's view and prints one JSON line: seconds (imports excluded),
-bytes, mode.
+bytes, mode.  --file names the safetensors files instead (an hf/ view, a
+Hugging Face checkpoint; modes read, mmap, st_load, st_open).
 
   read      read() of model.safetensors, 1 MiB at a time, into one buffer
   mmap      mmap of model.safetensors, copied 1 MiB at a time into one
@@ -39,12 +41,16 @@ def rank_dirs(d, tp):
     return [os.path.join(d, "ranks", "tp%02d_pp00" % r) for r in range(tp)]
 
 
-def do_read(dirs, advice):
+def st_files(dirs):
+    return [os.path.join(d, "model.safetensors") for d in dirs]
+
+
+def do_read(files, advice):
     buf = bytearray(MiB)
     mv = memoryview(buf)
     total = 0
-    for d in dirs:
-        fd = os.open(os.path.join(d, "model.safetensors"), os.O_RDONLY)
+    for p in files:
+        fd = os.open(p, os.O_RDONLY)
         while True:
             n = os.readv(fd, [mv])
             if n <= 0:
@@ -54,11 +60,11 @@ def do_read(dirs, advice):
     return total
 
 
-def do_mmap(dirs, advice):
+def do_mmap(files, advice):
     buf = bytearray(MiB)
     total = 0
-    for d in dirs:
-        with open(os.path.join(d, "model.safetensors"), "rb") as f:
+    for p in files:
+        with open(p, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
             if advice == "seq":
@@ -100,21 +106,21 @@ def copy_all(tensors, keep):
     return n
 
 
-def do_st_load(dirs, advice):
+def do_st_load(files, advice):
     from safetensors.torch import load_file
     keep, total = [], 0
-    for d in dirs:
-        sd = load_file(os.path.join(d, "model.safetensors"))
+    for p in files:
+        sd = load_file(p)
         total += copy_all(sd.values(), keep)
         del sd
     return total
 
 
-def do_st_open(dirs, advice):
+def do_st_open(files, advice):
     from safetensors import safe_open
     keep, total = [], 0
-    for d in dirs:
-        with safe_open(os.path.join(d, "model.safetensors"), framework="pt") as f:
+    for p in files:
+        with safe_open(p, framework="pt") as f:
             total += copy_all((f.get_tensor(k) for k in f.keys()), keep)
     return total
 
@@ -132,23 +138,31 @@ def do_pt_mmap(dirs, advice):
 MODES = dict(read=do_read, mmap=do_mmap, npy=do_npy, st_load=do_st_load,
              st_open=do_st_open, pt_mmap=do_pt_mmap)
 TORCH_MODES = ("st_load", "st_open", "pt_mmap")
+FILE_MODES = ("read", "mmap", "st_load", "st_open")  # take safetensors files
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mode", choices=sorted(MODES), required=True)
-    ap.add_argument("--dir", required=True)
+    ap.add_argument("--dir")
+    ap.add_argument("--file", action="append", help="a safetensors file (repeatable)")
     ap.add_argument("--tp", type=int, default=2)
     ap.add_argument("--advice", choices=("none", "seq", "huge"), default="none")
     args = ap.parse_args(argv)
+    if bool(args.dir) == bool(args.file) or (args.file and args.mode not in FILE_MODES):
+        ap.error("one of --dir or --file (modes %s)" % ", ".join(FILE_MODES))
     if args.mode in TORCH_MODES:
         import torch  # noqa: F401  (imports are not timed)
         import safetensors.torch  # noqa: F401
     elif args.mode == "npy":
         import numpy  # noqa: F401
-    dirs = rank_dirs(args.dir, args.tp)
+    if args.file:
+        what = args.file
+    else:
+        dirs = rank_dirs(args.dir, args.tp)
+        what = st_files(dirs) if args.mode in FILE_MODES else dirs
     t0 = time.monotonic()
-    n = MODES[args.mode](dirs, args.advice)
+    n = MODES[args.mode](what, args.advice)
     t1 = time.monotonic()
     print(json.dumps(dict(mode=args.mode, advice=args.advice, seconds=t1 - t0, bytes=n)))
 
