@@ -115,3 +115,28 @@ megatron_teardown() {
 	done
 	MEG_ALL=()
 }
+
+# copy_common SRC DIR STATEMENT: SRC (an iteration directory) copied to
+# DIR, its common.pt rewritten after the Python STATEMENT acts on c, the
+# loaded dict (the stub modules stand for Megatron's classes).
+copy_common() {
+	cp -r "$1" "$2"
+	PYTHONPATH=$MEG_STUB /usr/bin/python3 -c '
+import sys, torch
+p = sys.argv[1] + "/common.pt"
+c = torch.load(p, map_location="cpu")
+exec(sys.argv[2])
+torch.save(c, p)' "$2" "$3"
+}
+
+# megatron_unavailable WHY: the mount at $MNT serves megatron/ as only
+# unavailable.txt, which says WHY (a glob)
+megatron_unavailable() {
+	run ls "$MNT/megatron"
+	echo "$output"
+	[ "$output" = "unavailable.txt" ]
+	run cat "$MNT/megatron/unavailable.txt"
+	echo "$output"
+	# shellcheck disable=SC2053 # a glob on purpose
+	[[ $output == $1 ]]
+}

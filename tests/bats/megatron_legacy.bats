@@ -173,12 +173,7 @@ PY
 
 @test "megatron/: a target the legacy format cannot express says why in unavailable.txt" {
 	mount_ff "$FX/megatron-untied/$ITER" "$MNT" "tp=2,pp=3"
-	run ls "$MNT/megatron"
-	echo "$output"
-	[ "$output" = "unavailable.txt" ]
-	run cat "$MNT/megatron/unavailable.txt"
-	echo "$output"
-	[[ $output == *"num_layers: megatron/: 4 layers do not divide into pp=3 stages"* ]]
+	megatron_unavailable "*num_layers: megatron/: 4 layers do not divide into pp=3 stages*"
 	[ -d "$MNT/ranks/tp01_pp02" ]
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
@@ -187,19 +182,10 @@ PY
 @test "megatron/: a singleton_local_shards checkpoint says why in unavailable.txt, never guesses its keys" {
 	# spec 3.2/8: fc1 saved as weight_w/weight_v, experts per global index
 	local d=$BATS_TEST_TMPDIR/sls
-	cp -r "$FX/megatron-untied/$ITER" "$d"
-	PYTHONPATH=$MEG_STUB /usr/bin/python3 -c '
-import sys, torch
-p = sys.argv[1] + "/common.pt"
-c = torch.load(p, map_location="cpu")
-c["content_metadata"]["singleton_local_shards"] = True
-torch.save(c, p)' "$d"
+	copy_common "$FX/megatron-untied/$ITER" "$d" \
+		'c["content_metadata"]["singleton_local_shards"] = True'
 	mount_ff "$d" "$MNT" "tp=2,pp=2"
-	run ls "$MNT/megatron"
-	[ "$output" = "unavailable.txt" ]
-	run cat "$MNT/megatron/unavailable.txt"
-	echo "$output"
-	[[ $output == *"content_metadata.singleton_local_shards: megatron/: a singleton_local_shards checkpoint has no legacy layout here"* ]]
+	megatron_unavailable "*content_metadata.singleton_local_shards: megatron/: a singleton_local_shards checkpoint has no legacy layout here*"
 	[ -f "$MNT/ranks/tp01_pp01/model.safetensors" ]
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
@@ -207,14 +193,9 @@ torch.save(c, p)' "$d"
 
 @test "megatron: args saved as a plain dict (a reduced state dict) mount; megatron/ writes them as a Namespace" {
 	local d=$BATS_TEST_TMPDIR/dictargs m2=$BATS_TEST_TMPDIR/m2 pid
-	cp -r "$FX/megatron-untied/$ITER" "$d"
+	copy_common "$FX/megatron-untied/$ITER" "$d" \
+		'c["args"] = dict(vars(c["args"]))'
 	mkdir -p "$m2"
-	PYTHONPATH=$MEG_STUB /usr/bin/python3 -c '
-import sys, torch
-p = sys.argv[1] + "/common.pt"
-c = torch.load(p, map_location="cpu")
-c["args"] = dict(vars(c["args"]))
-torch.save(c, p)' "$d"
 	mount_ff "$d" "$MNT" "tp=4,pp=2"
 	pid=$FF_PID
 	mount_ff "$FX/megatron-untied/$ITER" "$m2" "tp=4,pp=2"

@@ -116,13 +116,7 @@ refused() {
 	# Megatron's read_metadata() asserts "iteration > 0 or release": a
 	# tracker saying 0 would stop its loader
 	local d=$BATS_TEST_TMPDIR/it0
-	cp -r "$FX/megatron-untied/ckpt/$ITER" "$d"
-	PYTHONPATH=$MEG_STUB /usr/bin/python3 -c '
-import sys, torch
-p = sys.argv[1] + "/common.pt"
-c = torch.load(p, map_location="cpu")
-c["iteration"] = 0
-torch.save(c, p)' "$d"
+	copy_common "$FX/megatron-untied/ckpt/$ITER" "$d" 'c["iteration"] = 0'
 	mount_ff "$d" "$MNT" "tp=2,pp=2"
 	run ls "$MNT/megatron"
 	[ "$output" = $'latest_checkpointed_iteration.txt\nrelease' ]
