@@ -43,20 +43,12 @@ import subprocess
 import sys
 import time
 
+from kfile import get, put
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY = os.environ.get("FLEXFS_BENCH_PYTHON", "/usr/bin/python3")
 LD = os.path.join(HERE, "loaders.py")
 TR = "/sys/kernel/tracing"
-
-
-def put(path, value):
-    with open(path, "w") as f:
-        f.write(value + "\n")
-
-
-def get(path):
-    with open(path) as f:
-        return f.read().strip()
 
 
 def kdev(path):
@@ -134,15 +126,6 @@ def resident(files):
     out = subprocess.run(["fincore", "-b", "-n", "-r", "-o", "RES,SIZE"] + files, check=True,
                          stdout=subprocess.PIPE, text=True).stdout.split()
     return sum(int(x) for x in out[0::2]), sum(int(x) for x in out[1::2])
-
-
-def run_loader(mode, d):
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run([PY, LD, "--mode", mode, "--dir", d, "--tp", "2"], check=True,
-                         stdout=subprocess.PIPE, text=True).stdout
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    j = json.loads(out.strip().splitlines()[-1])
-    return j["seconds"], (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime), j["bytes"]
 
 
 def fill(files, order0):

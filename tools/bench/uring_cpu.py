@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from kfile import get, put
+
 ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
 ap.add_argument("fusepass")
 ap.add_argument("views")
@@ -34,17 +36,6 @@ PY = os.environ.get("FLEXFS_BENCH_PYTHON", "/usr/bin/python3")
 LD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "loaders.py")
 files = [os.path.join(r, n) for r, _, ns in os.walk(V) for n in ns if n == "model.safetensors"]
 nbytes = sum(os.path.getsize(f) for f in files)
-
-
-
-def put(path, value):
-    with open(path, "w") as f:
-        f.write(value + "\n")
-
-
-def get(path):
-    with open(path) as f:
-        return f.read().strip()
 
 
 def cpu(pid):
