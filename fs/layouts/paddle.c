@@ -95,9 +95,12 @@ static int cmp_pair(const void *k, const void *p)
 /* Paddle's name of the tensor under key (key itself when unnamed). */
 static const char *static_name(const flx_paddle *pd, const char *key)
 {
-	const flx_name_pair *p =
-	    bsearch(key, pd->names, pd->nnames, sizeof(*pd->names), cmp_pair);
+	const flx_name_pair *p = NULL;
 
+	/* no table (names NULL): bsearch() must not be given a NULL array */
+	if (pd->nnames)
+		p = bsearch(key, pd->names, pd->nnames, sizeof(*pd->names),
+			    cmp_pair);
 	return p ? p->name : key;
 }
 
