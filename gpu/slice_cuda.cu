@@ -237,16 +237,17 @@ static int lane_fit(device *d, lane *l, size_t blk, size_t npc, size_t dst)
 	int rc = 0;
 
 	if (!l->ready) {
+		/* first, so that its failure leaves no streams behind */
+		l->held = (int32_t *)calloc(d->per_lane, sizeof(int32_t));
+		if (!l->held) {
+			rc = -ENOMEM;
+			goto out;
+		}
 		for (int s = 0; s < NSTREAMS; s++) {
 			CU(cudaStreamCreateWithFlags(&l->s[s],
 						     cudaStreamNonBlocking));
 			CU(cudaEventCreateWithFlags(&l->done[s],
 						    cudaEventDisableTiming));
-		}
-		l->held = (int32_t *)calloc(d->per_lane, sizeof(int32_t));
-		if (!l->held) {
-			rc = -ENOMEM;
-			goto out;
 		}
 		l->ready = true;
 	}
