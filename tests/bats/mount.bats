@@ -178,7 +178,10 @@ PY
 	done
 	echo "after: $res"
 	unmount_ff "$MNT"
-	((r[0] == 1048576 && r[1] == 0))
+	# WILLNEED is advice: the kernel may leave a few pages unread (CI once
+	# had 2 of 256 missing after 5 s), so "read ahead" is most of the file;
+	# the large file must not have been touched at all
+	((r[0] >= 1048576 * 3 / 4 && r[1] == 0))
 	[[ ! -s $FF_ERR ]]
 }
 
