@@ -23,3 +23,7 @@ add_test(NAME test_cases_walk COMMAND test_cases --walk
 # threads: the same outcome, every valid case's tensors read back exactly.
 add_test(NAME test_cases_fds COMMAND test_cases --keep-fds 2 --threads 3
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+# The committed corpus is what gen_invalid.py writes: a case edited by hand
+# and not in the generator (or the reverse) fails here.
+add_test(NAME cases_generated
+  COMMAND /usr/bin/python3 ${PROJECT_SOURCE_DIR}/tools/fixtures/gen_invalid.py --check)
