@@ -85,6 +85,20 @@ EOF
 	unmount_ff "$MNT"
 }
 
+@test "paddle arrays saved in pieces (UnpackBigParamInfor@@: protocol 2 latin-1 text, protocol 3 bytes; cuts mid-row and inside flattened shards): every view at tp 1,2,4 equals numpy's concatenation of the slices" {
+	local fx=$FX/paddle-flex-pieces
+
+	# the truth is the oracle's: gen_paddle.py check rebuilds every tensor
+	# from the files by an opcode walk with np.concatenate(slices).reshape(
+	# OriginShape) and by pickle.load, and compares it with truth/
+	run /usr/bin/python3 "$FLEXFS_SRC/tools/fixtures/gen_paddle.py" check "$fx"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	pd_mount paddle-flex-pieces "$fx/ckpt" "" "" 1x1 2x1 4x2
+	pd_mount paddle-flex-pieces "$fx/ckpt" "--id 0" paddle_id=0 1x1 2x1 4x1
+	views_check
+}
+
 @test "paddle: refused at mount in one line: a missing id, no checkpoint" {
 	mount_refused_line "$FX/paddle-multi-id/ckpt" "paddle_id=5" \
 		"*5.metadata: paddle_id: no such file (the highest id here is 10)*"
