@@ -1119,7 +1119,7 @@ static int decode_pieces(loader *L, pfile *pf, const named *ix, size_t nix,
 		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
 				     UNPACK_INFO ": the slices hold %" PRIu64
 						 " elements, OriginShape %s "
-						 "%" PRIu64,
+						 "needs %" PRIu64,
 				     sum, x, numel);
 	}
 	return array_bytes(L, pf->relpath, key, a, &(uint64_t){0});
