@@ -30,6 +30,14 @@
  * data file (decode_latin1(): bounded, refused in one line past
  * MAX_DECODED).
  *
+ * Under protocols 2 and 3 Paddle saves a large array in pieces (spec 3.1
+ * item 2: "UnpackBigParamInfor@@" lists, per key, its OriginShape and the
+ * 1-D slices whose concatenation is the array).  Each slice is read in
+ * place (or decoded, as above) as a run of the block's row-major order,
+ * that is as box chunks like a flattened shard's (nruns(), run_of()): a
+ * chunk is one strided byte range of one file, and a flat cut seldom
+ * falls on a row boundary.  Every entry is checked (read_pieces()).
+ *
  * Replicas (replica_id > 0) are skipped; only the files storage_metadata
  * names for the primary copies are read.  A PaddleFormers checkpoint-N/
  * (no metadata of its own) is read as its model_state/, optimizer_state/
