@@ -30,6 +30,14 @@
  * data file (decode_latin1(): bounded, refused in one line past
  * MAX_DECODED).
  *
+ * Under protocols 2 and 3 Paddle saves a large array in pieces (spec 3.1
+ * item 2: "UnpackBigParamInfor@@" lists, per key, its OriginShape and the
+ * 1-D slices whose concatenation is the array).  Each slice is read in
+ * place (or decoded, as above) as a run of the block's row-major order,
+ * that is as box chunks like a flattened shard's (nruns(), run_of()): a
+ * chunk is one strided byte range of one file, and a flat cut seldom
+ * falls on a row boundary.  Every entry is checked (read_pieces()).
+ *
  * Replicas (replica_id > 0) are skipped; only the files storage_metadata
  * names for the primary copies are read.  A PaddleFormers checkpoint-N/
  * (no metadata of its own) is read as its model_state/, optimizer_state/
@@ -93,6 +101,11 @@ typedef struct parr {
 	/* the storage entry (index + 1) the array is the shard of; 0: none
 	 * yet (a file holds one array per key, spec 2.2) */
 	size_t taken;
+	/* saved in pieces (protocol 2/3, UNPACK_INFO): the array is the
+	 * concatenation of the 1-D slices [slice0, slice0 + nslices) of the
+	 * file's slices, in order, and has no bytes of its own (off, len 0) */
+	size_t slice0, nslices;
+	int64_t first; /* a slice: the flat index of its first element */
 } parr;
 
 typedef struct pfile {
@@ -100,7 +113,8 @@ typedef struct pfile {
 	uint32_t idx; /* into c->files */
 	parr *arr;    /* sorted by key */
 	size_t narr;
-	bool unpacked; /* has protocol 2's "UnpackBigParamInfor@@" */
+	parr *slices; /* of the arrays saved in pieces, each list in order */
+	size_t nslices, capslices;
 } pfile;
 
 /* One storage_metadata entry with replica_id 0 or None. */
@@ -975,6 +989,253 @@ static int add_names(loader *L, const char *file, const flx_pv *tab)
 	return 0;
 }
 
+/* ---- arrays saved in pieces (spec 3.1 item 2) ---- */
+
+/* A name of a file's dict: a key with its value, or a slice name with the
+ * key it is a piece of (owner; NULL for a key saved in pieces). */
+typedef struct named {
+	const char *name;
+	const flx_pv *v;
+	const char *owner;
+} named;
+
+static int cmp_named(const void *a, const void *b)
+{
+	return strcmp(((const named *)a)->name, ((const named *)b)->name);
+}
+
+/* The entry of name in ix (sorted), or NULL; *twice when it is there more
+ * than once. */
+static const named *lookup(const named *ix, size_t n, const char *name,
+			   bool *twice)
+{
+	named k = {.name = name};
+	const named *e = bsearch(&k, ix, n, sizeof(named), cmp_named);
+
+	*twice = e && ((e > ix && !strcmp(e[-1].name, name)) ||
+		       (e + 1 < ix + n && !strcmp(e[1].name, name)));
+	return e;
+}
+
+/* Slice i (named nv) of key's list, appended to pf->slices: a 1-D array of
+ * the file of the dtype of the slices before it (*dt), holding elements
+ * [*sum, *sum + its length) of the key's array, at most numel. */
+static int decode_slice(loader *L, pfile *pf, const named *ix, size_t nix,
+			const char *key, size_t i, const flx_pv *nv,
+			uint64_t numel, flx_dtype *dt, uint64_t *sum)
+{
+	const char *name = cstr(nv);
+	const named *e;
+	bool twice;
+	parr *s;
+	char x[96];
+	int rc;
+
+	if (!name)
+		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
+				     UNPACK_INFO ": slice %zu is not a string "
+						 "without NUL bytes",
+				     i);
+	e = lookup(ix, nix, name, &twice);
+	if (!e)
+		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
+				     UNPACK_INFO ": slice '%s' is not in the "
+						 "file",
+				     name);
+	if (twice)
+		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
+				     UNPACK_INFO ": slice '%s' appears twice "
+						 "in the file",
+				     name);
+	if (flx_grow((void **)&pf->slices, &pf->capslices, pf->nslices + 1,
+		     sizeof(parr)))
+		return -ENOMEM;
+	s = &pf->slices[pf->nslices];
+	if ((rc = decode_array(L, pf->relpath, name, e->v, s)))
+		return rc;
+	if (s->ndim != 1) {
+		flx_fmt_dims(x, sizeof(x), s->ndim, s->shape);
+		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
+				     UNPACK_INFO ": slice '%s' has shape %s, "
+						 "not one dimension",
+				     name, x);
+	}
+	if (i && s->dtype != *dt)
+		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
+				     UNPACK_INFO ": slice '%s' is %s, the "
+						 "slices before it %s",
+				     name, flx_dtype_name(s->dtype),
+				     flx_dtype_name(*dt));
+	*dt = s->dtype;
+	if ((uint64_t)s->shape[0] > numel - *sum)
+		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
+				     UNPACK_INFO ": the slices up to '%s' hold "
+						 "more than the %" PRIu64
+						 " elements of OriginShape",
+				     name, numel);
+	s->first = (int64_t)*sum;
+	*sum += (uint64_t)s->shape[0];
+	if (!(s->key = pool_str(&L->c->pool, name)))
+		return -ENOMEM;
+	pf->nslices++;
+	return 0;
+}
+
+/* Entry key -> {"OriginShape": shape, "slices": [names]} of UNPACK_INFO:
+ * *a becomes key's array, paddle.load's np.concatenate(slices).reshape(
+ * OriginShape) (_pack_loaded_dict): the listed 1-D arrays of one dtype,
+ * in order, holding together the elements of OriginShape in row-major
+ * order (as ndarray.flatten() cut them).  Their lengths are taken as
+ * they are (the writer's threshold is never assumed). */
+static int decode_pieces(loader *L, pfile *pf, const named *ix, size_t nix,
+			 const char *key, const flx_pv *v, parr *a)
+{
+	const flx_pv *os = flx_pv_dict_get(v, "OriginShape"),
+		     *sl = flx_pv_dict_get(v, "slices");
+	uint64_t numel, sum = 0;
+	size_t n;
+	char x[96];
+	int rc;
+
+	memset(a, 0, sizeof(*a));
+	a->key = key;
+	if (!os || !sl)
+		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
+				     UNPACK_INFO " entry is not a dict with "
+						 "OriginShape and slices");
+	if ((rc = dims_of(L, pf->relpath, key, UNPACK_INFO " OriginShape", os,
+			  &a->ndim, a->shape)))
+		return rc;
+	n = flx_pv_len(sl);
+	if ((sl->kind != FLX_PV_LIST && sl->kind != FLX_PV_TUPLE) || !n)
+		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
+				     UNPACK_INFO ": slices is not a non-empty "
+						 "list of names");
+	if (flx_shape_bytes(a->ndim, a->shape, 1, NULL, &numel))
+		return flx_error_set(L->err, -EOVERFLOW, pf->relpath, key,
+				     UNPACK_INFO ": OriginShape overflows 64 "
+						 "bits");
+	a->slice0 = pf->nslices;
+	for (size_t i = 0; i < n; i++)
+		if ((rc = decode_slice(L, pf, ix, nix, key, i,
+				       flx_pv_item(sl, i), numel, &a->dtype,
+				       &sum)))
+			return rc;
+	a->nslices = n;
+	if (sum != numel) {
+		flx_fmt_dims(x, sizeof(x), a->ndim, a->shape);
+		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
+				     UNPACK_INFO ": the slices hold %" PRIu64
+						 " elements, OriginShape %s "
+						 "needs %" PRIu64,
+				     sum, x, numel);
+	}
+	return array_bytes(L, pf->relpath, key, a, &(uint64_t){0});
+}
+
+/* A name listed twice in *names (sorted): two keys saved in pieces, a
+ * slice of two lists, or a slice that is itself saved in pieces. */
+static int check_names(loader *L, const pfile *pf, const named *nm, size_t n)
+{
+	for (size_t i = 1; i < n; i++) {
+		const named *a = &nm[i - 1], *b = &nm[i];
+
+		if (strcmp(a->name, b->name))
+			continue;
+		if (!a->owner && !b->owner)
+			return flx_error_set(
+			    L->err, -EINVAL, pf->relpath, a->name,
+			    UNPACK_INFO " lists the key twice");
+		if (!a->owner || !b->owner)
+			return flx_error_set(L->err, -EINVAL, pf->relpath,
+					     a->owner ? a->owner : b->owner,
+					     UNPACK_INFO ": slice '%s' is "
+							 "itself a key saved "
+							 "in pieces",
+					     a->name);
+		return flx_error_set(L->err, -EINVAL, pf->relpath, b->owner,
+				     UNPACK_INFO ": slice '%s' is listed "
+						 "twice (for '%s' and '%s')",
+				     a->name, a->owner, b->owner);
+	}
+	return 0;
+}
+
+/* A file's UNPACK_INFO: every entry checked and its slices recorded; the
+ * arrays of the keys want marks appended to pf->arr at *n.  *names: the
+ * keys saved in pieces (owner NULL) and every slice, sorted (the caller
+ * frees it). */
+static int read_pieces(loader *L, pfile *pf, const flx_pv *root,
+		       const flx_pv *info, const bool *want, size_t *n,
+		       named **names, size_t *nnames)
+{
+	size_t nr = root->u.dict.n, nix = 0, nn = 0, capnm = 0;
+	named *ix = malloc((nr ? nr : 1) * sizeof(named)), *nm = NULL;
+	int rc = 0;
+
+	*names = NULL;
+	*nnames = 0;
+	if (!ix)
+		return -ENOMEM;
+	if (info->kind != FLX_PV_DICT) {
+		rc = flx_error_set(L->err, -EINVAL, pf->relpath, UNPACK_INFO,
+				   "not a dict");
+		goto out;
+	}
+	for (size_t i = 0; i < nr; i++)
+		if (cstr(root->u.dict.kv[2 * i]))
+			ix[nix++] = (named){cstr(root->u.dict.kv[2 * i]),
+					    root->u.dict.kv[2 * i + 1], NULL};
+	qsort(ix, nix, sizeof(named), cmp_named);
+	for (size_t i = 0; i < info->u.dict.n; i++) {
+		const char *key = cstr(info->u.dict.kv[2 * i]);
+		const flx_pv *v = info->u.dict.kv[2 * i + 1];
+		size_t s0 = pf->nslices;
+		long ki;
+		parr a;
+
+		if (!key) {
+			rc = flx_error_set(L->err, -EINVAL, pf->relpath,
+					   UNPACK_INFO,
+					   "entry %zu: key is not a string "
+					   "without NUL bytes",
+					   i);
+			goto out;
+		}
+		if ((rc = decode_pieces(L, pf, ix, nix, key,
+					v && v->kind == FLX_PV_DICT ? v : NULL,
+					&a)))
+			goto out;
+		if (flx_grow((void **)&nm, &capnm, nn + 1 + a.nslices,
+			     sizeof(named))) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		nm[nn++] = (named){key, NULL, NULL};
+		for (size_t j = s0; j < pf->nslices; j++)
+			nm[nn++] = (named){pf->slices[j].key, NULL, key};
+		ki = find_key(L, key);
+		if (ki < 0 || !want[ki])
+			continue;
+		if (!(a.key = pool_str(&L->c->pool, key))) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		pf->arr[(*n)++] = a;
+	}
+	qsort(nm, nn, sizeof(named), cmp_named);
+	rc = check_names(L, pf, nm, nn);
+out:
+	free(ix);
+	if (rc)
+		free(nm);
+	else {
+		*names = nm;
+		*nnames = nn;
+	}
+	return rc;
+}
+
 /* Decode file pf: its name table, and the arrays of the keys want marks
  * (those a primary storage entry names; other values are passed over
  * undecoded), sorted by key into pf->arr. */
@@ -988,9 +1249,10 @@ static int read_distcp(loader *L, pfile *pf, const bool *want)
 	flx_file_reader rctx;
 	flx_reader r;
 	flx_pickle *pk = NULL;
-	const flx_pv *root;
+	const flx_pv *root, *info;
 	unsigned char magic = 0;
-	size_t n = 0;
+	named *pieces = NULL;
+	size_t n = 0, npieces = 0;
 	int fd = -1, rc;
 
 	/* a file another node holds (-o mpi) has no descriptor: its bytes
@@ -1020,11 +1282,15 @@ static int read_distcp(loader *L, pfile *pf, const bool *want)
 				   "not a pickled dict of arrays");
 		goto out;
 	}
-	pf->arr = calloc(root->u.dict.n ? root->u.dict.n : 1, sizeof(parr));
+	info = flx_pv_dict_get(root, UNPACK_INFO);
+	pf->arr = calloc(root->u.dict.n + flx_pv_len(info) + 1, sizeof(parr));
 	if (!pf->arr) {
 		rc = -ENOMEM;
 		goto out;
 	}
+	if (info &&
+	    (rc = read_pieces(L, pf, root, info, want, &n, &pieces, &npieces)))
+		goto out;
 	for (size_t i = 0; i < root->u.dict.n; i++) {
 		const char *k = cstr(root->u.dict.kv[2 * i]);
 		const flx_pv *v = root->u.dict.kv[2 * i + 1];
@@ -1042,13 +1308,32 @@ static int read_distcp(loader *L, pfile *pf, const bool *want)
 				goto out;
 			continue;
 		}
-		if (!strcmp(k, UNPACK_INFO)) {
-			pf->unpacked = true;
+		if (!strcmp(k, UNPACK_INFO))
 			continue;
-		}
 		ki = find_key(L, k);
 		if (ki < 0 || !want[ki])
 			continue;
+		if (npieces) {
+			bool twice;
+			const named *p = lookup(pieces, npieces, k, &twice);
+
+			if (p && !p->owner) {
+				rc = flx_error_set(L->err, -EINVAL, pf->relpath,
+						   k,
+						   "saved both whole and in "
+						   "pieces (" UNPACK_INFO ")");
+				goto out;
+			}
+			if (p) {
+				rc = flx_error_set(
+				    L->err, -EINVAL, pf->relpath, k,
+				    "is a slice of '%s' "
+				    "(" UNPACK_INFO "), which paddle.load "
+				    "removes",
+				    p->owner);
+				goto out;
+			}
+		}
 		if ((rc = decode_array(L, pf->relpath, k, v, &pf->arr[n])))
 			goto out;
 		pf->arr[n].key = pool_str(&L->c->pool, k);
@@ -1068,6 +1353,7 @@ static int read_distcp(loader *L, pfile *pf, const bool *want)
 			goto out;
 		}
 out:
+	free(pieces);
 	flx_pickle_free(pk);
 	if (fd >= 0)
 		flx_file_release(L->c, pf->idx);
@@ -1181,11 +1467,21 @@ static int decode_texts(loader *L)
 	int rc;
 
 	for (size_t i = 0; i < L->nfiles; i++)
-		for (size_t k = 0; k < L->files[i].narr; k++)
-			if (L->files[i].arr[k].latin1 &&
+		for (size_t k = 0; k < L->files[i].narr; k++) {
+			const parr *a = &L->files[i].arr[k];
+
+			if (a->latin1 &&
 			    (rc = decode_latin1(L, &L->files[i],
 						&L->files[i].arr[k])))
 				return rc;
+			for (size_t j = a->slice0; j < a->slice0 + a->nslices;
+			     j++)
+				if (L->files[i].slices[j].latin1 &&
+				    (rc =
+					 decode_latin1(L, &L->files[i],
+						       &L->files[i].slices[j])))
+					return rc;
+		}
 	if (L->memfd < 0)
 		return 0;
 	rc = flx_build_decoded_file(L->b, "(protocol-2 arrays, decoded)",
@@ -1287,15 +1583,6 @@ static int load_files(loader *L)
 		e->pf = (uint32_t)(pf - L->files);
 		e->file = pf->relpath;
 		e->arr = find_arr(pf, L->keys[e->key].fqn);
-		if (!e->arr && pf->unpacked) {
-			rc = flx_error_set(L->err, -ENOTSUP, e->file,
-					   L->keys[e->key].fqn,
-					   "the array is saved in pieces "
-					   "(protocol 2's " UNPACK_INFO
-					   "), which is not supported; re-save "
-					   "with protocol 4 or 5");
-			goto out;
-		}
 		if (!e->arr) {
 			rc = flx_error_set(L->err, -EINVAL, e->file,
 					   L->keys[e->key].fqn,
@@ -1542,6 +1829,39 @@ static int split_of(const loader *L, const flx_tensor *t, const uint32_t *es,
 	return axis < 0 ? -1 : axis + 1;
 }
 
+/*
+ * A shard's array as runs of its block's row-major flattening: elements
+ * [*start, *stop) at byte *at of file *file, laid out with the block's
+ * row-major strides.  A flattened shard's array is one run; an array saved
+ * in pieces one run per slice, wherever its cuts fall (the slices of a
+ * flattened shard continue its range).  A whole block not in pieces has
+ * none: it is one chunk with its own strides (C or Fortran order).
+ *
+ * Runs become box chunks (flx_flat_boxes()), which the index, its
+ * coverage checks and every view read like any chunk; a chunk stays one
+ * strided byte range of one file, so a run is never a chunk of its own
+ * unless it falls on row boundaries.
+ */
+static size_t nruns(const loader *L, const sent *e)
+{
+	return e->arr->nslices ? e->arr->nslices : L->ltms[e->ltm].flat;
+}
+
+static void run_of(const loader *L, const sent *e, size_t i, int64_t *start,
+		   int64_t *stop, uint32_t *file, uint64_t *at)
+{
+	const ltm *m = &L->ltms[e->ltm];
+	const parr *a = e->arr;
+	int64_t base = m->flat ? m->start : 0;
+
+	if (a->nslices)
+		a = &L->files[e->pf].slices[a->slice0 + i];
+	*start = base + a->first;
+	*stop = *start + (e->arr->nslices ? a->shape[0] : m->stop - m->start);
+	*file = a->latin1 ? L->memfile : L->files[e->pf].idx;
+	*at = a->off;
+}
+
 static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 			flx_tensor *t)
 {
@@ -1597,17 +1917,20 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 			return rc;
 	}
 	for (size_t i = 0; i < n; i++) {
-		const ltm *m = &L->ltms[L->se[es[i]].ltm];
+		const sent *e = &L->se[es[i]];
+		const ltm *m = &L->ltms[e->ltm];
 		int64_t lo[MAX_BOXES][FLX_MAX_DIMS],
-		    sz[MAX_BOXES][FLX_MAX_DIMS];
+		    sz[MAX_BOXES][FLX_MAX_DIMS], a, z;
+		uint64_t at0;
+		uint32_t f;
+		unsigned nb;
 
-		if (!m->flat)
+		if (!nruns(L, e))
 			nch++;
-		else {
-			unsigned nb;
-
-			flx_flat_boxes(m->ndim, L->dims + m->dims + m->ndim,
-				       m->start, m->stop, lo, sz, first, &nb);
+		for (size_t r = 0; r < nruns(L, e); r++) {
+			run_of(L, e, r, &a, &z, &f, &at0);
+			flx_flat_boxes(m->ndim, L->dims + m->dims + m->ndim, a,
+				       z, lo, sz, first, &nb);
 			nch += nb;
 		}
 	}
@@ -1617,30 +1940,34 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 		const sent *e = &L->se[es[i]];
 		const ltm *m = &L->ltms[e->ltm];
 		const int64_t *off = L->dims + m->dims, *blk = off + m->ndim;
-		uint32_t file =
-		    e->arr->latin1 ? L->memfile : L->files[e->pf].idx;
 		unsigned esz = flx_dtype_size(t->dtype);
 		int64_t st[FLX_MAX_DIMS], lo[MAX_BOXES][FLX_MAX_DIMS],
-		    sz[MAX_BOXES][FLX_MAX_DIMS], g[FLX_MAX_DIMS];
+		    sz[MAX_BOXES][FLX_MAX_DIMS], g[FLX_MAX_DIMS], a, z;
+		uint64_t data;
+		uint32_t file;
 		unsigned nb;
 
-		if (!m->flat) {
+		if (!nruns(L, e)) {
 			strides_of(t->ndim, blk, e->arr->fortran, st);
-			set_chunk(&t->chunks[at++], t, file, off, blk, st,
-				  e->arr->off);
+			set_chunk(&t->chunks[at++], t,
+				  e->arr->latin1 ? L->memfile
+						 : L->files[e->pf].idx,
+				  off, blk, st, e->arr->off);
 			continue;
 		}
-		if (m->stop == m->start)
-			continue;
 		strides_of(t->ndim, blk, false, st);
-		flx_flat_boxes(m->ndim, blk, m->start, m->stop, lo, sz, first,
-			       &nb);
-		for (unsigned b = 0; b < nb; b++) {
-			for (int d = 0; d < t->ndim; d++)
-				g[d] = off[d] + lo[b][d];
-			set_chunk(&t->chunks[at++], t, file, g, sz[b], st,
-				  e->arr->off +
-				      (uint64_t)(first[b] - m->start) * esz);
+		for (size_t r = 0; r < nruns(L, e); r++) {
+			run_of(L, e, r, &a, &z, &file, &data);
+			if (z == a)
+				continue;
+			flx_flat_boxes(m->ndim, blk, a, z, lo, sz, first, &nb);
+			for (unsigned b = 0; b < nb; b++) {
+				for (int d = 0; d < t->ndim; d++)
+					g[d] = off[d] + lo[b][d];
+				set_chunk(
+				    &t->chunks[at++], t, file, g, sz[b], st,
+				    data + (uint64_t)(first[b] - a) * esz);
+			}
 		}
 	}
 	t->saved_split = split_of(L, t, es, n);
@@ -1772,8 +2099,10 @@ static int interpret(loader *L, const flx_pv *root)
 /* What one metadata's load holds; the loader is ready for the next. */
 static void part_release(loader *L)
 {
-	for (size_t i = 0; i < L->nfiles; i++)
+	for (size_t i = 0; i < L->nfiles; i++) {
 		free(L->files[i].arr);
+		free(L->files[i].slices);
+	}
 	free(L->files);
 	free(L->dims);
 	free(L->ltms);

@@ -85,6 +85,61 @@ EOF
 	unmount_ff "$MNT"
 }
 
+@test "paddle arrays saved in pieces (UnpackBigParamInfor@@: protocol 2 latin-1 text, protocol 3 bytes; cuts mid-row and inside flattened shards): every view at tp 1,2,4 equals numpy's concatenation of the slices" {
+	local fx=$FX/paddle-flex-pieces
+
+	# the truth is the oracle's: gen_paddle.py check rebuilds every tensor
+	# from the files by an opcode walk with np.concatenate(slices).reshape(
+	# OriginShape) and by pickle.load, and compares it with truth/
+	run /usr/bin/python3 "$FLEXFS_SRC/tools/fixtures/gen_paddle.py" check "$fx"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	pd_mount paddle-flex-pieces "$fx/ckpt" "" "" 1x1 2x1 4x2
+	pd_mount paddle-flex-pieces "$fx/ckpt" "--id 0" paddle_id=0 1x1 2x1 4x1
+	views_check
+}
+
+@test "paddle arrays saved in pieces re-cut anywhere (uneven and empty slices, other names, the info first, slices in reverse): every view equals the truth" {
+	local d=$BATS_TEST_TMPDIR/recut
+
+	# paddle.load only concatenates the listed slices: their lengths,
+	# names and places in the dict are not the reader's business
+	cp -r "$FX/paddle-flex-pieces/ckpt" "$d"
+	run /usr/bin/python3 - "$d" <<'PY'
+import glob, pickle, random, sys
+import numpy as np
+INFO = "UnpackBigParamInfor@@"
+rnd = random.Random(5)
+n = 0
+for f in sorted(glob.glob(sys.argv[1] + "/*_1.distcp")):
+    with open(f, "rb") as h:
+        d = pickle.load(h)
+    info, new, parts = d.pop(INFO), {}, {}
+    for k, v in info.items():
+        flat = np.concatenate([d.pop(s) for s in v["slices"]])
+        cuts = sorted(rnd.randrange(0, flat.size + 1) for _ in range(3))
+        cuts = [0] + cuts[:1] * 2 + cuts[1:] + [flat.size]   # one empty slice
+        names = [f"{k}/piece-{chr(97 + j)}" for j in range(len(cuts) - 1)]
+        for j, nm in enumerate(names):
+            parts[nm] = flat[cuts[j]:cuts[j + 1]]
+        new[k] = {"slices": names, "OriginShape": list(v["OriginShape"])}
+        want = flat.reshape(v["OriginShape"])
+        got = np.concatenate([parts[x] for x in names]).reshape(new[k]["OriginShape"])
+        assert got.tobytes() == want.tobytes()
+        n += 1
+    out = {INFO: new}
+    out.update(reversed(list(parts.items())))
+    out.update(d)
+    with open(f, "wb") as h:
+        pickle.dump(out, h, protocol=3)
+print("ok", n, "arrays re-cut")
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	pd_mount paddle-flex-pieces "$d" "" "" 1x1 2x1
+	views_check
+}
+
 @test "paddle: refused at mount in one line: a missing id, no checkpoint" {
 	mount_refused_line "$FX/paddle-multi-id/ckpt" "paddle_id=5" \
 		"*5.metadata: paddle_id: no such file (the highest id here is 10)*"

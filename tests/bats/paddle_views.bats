@@ -88,6 +88,13 @@ check_files() {
 	check_files paddle-multi-id "$d" 1 1 paddle_id=3 --id 3
 }
 
+@test "paddle/ of arrays saved in pieces (UnpackBigParamInfor@@, protocol 3 and 2)" {
+	local d=$FX/paddle-flex-pieces/ckpt
+
+	check_files paddle-flex-pieces "$d" 2 1
+	check_files paddle-flex-pieces "$d" 4 1 paddle_id=0 --id 0
+}
+
 @test "paddle/ only for a Paddle checkpoint" {
 	mount_ff "$FIXTURE" "$MNT"
 	[ ! -e "$MNT/paddle" ]

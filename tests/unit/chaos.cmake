@@ -21,3 +21,8 @@ add_test(NAME test_chaos_paddle COMMAND test_chaos
   fixtures/paddle-flex-np2-sharding/ckpt unit/data/paddle/chaos-rules.json
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(test_chaos_paddle PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# The same over Paddle arrays saved in pieces (protocol 3, UnpackBigParamInfor@@).
+add_test(NAME test_chaos_paddle_pieces COMMAND test_chaos
+  fixtures/paddle-flex-pieces/ckpt unit/data/paddle/chaos-rules.json
+  WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_chaos_paddle_pieces PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)

@@ -8,14 +8,18 @@
  * tensors and their dtypes and shapes, flx_ckpt.paddle's id and its name
  * table (sorted by key, one static name per key, each the one the key's
  * .distcp files carry), and the saved split axis (flx_tensor.saved_split:
- * the one axis the shards' blocks differ along).  Runs with tests/ as the
- * working directory.
+ * the one axis the shards' blocks differ along).  The tensors of
+ * paddle-flex-pieces (arrays saved in pieces) are also read whole through
+ * a view and compared with the truth's .npy files.  Runs with tests/ as
+ * the working directory.
  */
 #include "check.h"
 #include "ckpt.h"
+#include "view.h"
 
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The manifest's axis the blocks of e's primary shards differ along, -1
@@ -162,6 +166,111 @@ static void check_fixture(const char *fx, const char *dir, const char *opt_id,
 	json_decref(man);
 }
 
+/* The data of a .npy file (version 1-3 header, little-endian, C order as
+ * gen_paddle.py writes it): malloc'd into *out, *n bytes, or NULL. */
+static char *npy_data(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	unsigned char h[12];
+	size_t hl, at, len;
+	char *buf = NULL;
+	long end;
+
+	if (!f)
+		return NULL;
+	if (fread(h, 1, sizeof(h), f) != sizeof(h) || memcmp(h, "\x93NUMPY", 6))
+		goto out;
+	hl = h[6] == 1 ? (size_t)h[8] | (size_t)h[9] << 8
+		       : (size_t)h[8] | (size_t)h[9] << 8 |
+			     (size_t)h[10] << 16 | (size_t)h[11] << 24;
+	at = (h[6] == 1 ? 10 : 12) + hl;
+	if (fseek(f, 0, SEEK_END) || (end = ftell(f)) < (long)at)
+		goto out;
+	len = (size_t)end - at;
+	buf = malloc(len + 1);
+	if (!buf || fseek(f, (long)at, SEEK_SET) ||
+	    fread(buf, 1, len, f) != len) {
+		free(buf);
+		buf = NULL;
+		goto out;
+	}
+	*n = len;
+out:
+	fclose(f);
+	return buf;
+}
+
+/* Every tensor of fixture fx's id (in dir) reads back, whole, as its truth
+ * .npy: the index's chunks of arrays saved in pieces put each slice's
+ * bytes where numpy's concatenation puts them. */
+static void check_bytes(const char *fx, const char *dir, int64_t id)
+{
+	char path[1024];
+	json_error_t je;
+	json_t *man, *ck;
+	flx_ckpt *c = NULL;
+	flx_error err;
+	flx_ckpt_opts o = {.has_paddle_id = true, .paddle_id = (uint64_t)id};
+	size_t i, nread = 0;
+
+	snprintf(path, sizeof(path), "fixtures/%s/truth/manifest.json", fx);
+	man = json_load_file(path, 0, &je);
+	snprintf(path, sizeof(path), "fixtures/%s/%s", fx, dir);
+	flx_error_init(&err);
+	CHECK(man != NULL);
+	CHECK_EQ(flx_ckpt_open_with(path, &o, &c, &err), 0);
+	if (!man || !c) {
+		json_decref(man);
+		return;
+	}
+	json_array_foreach(json_object_get(man, "checkpoints"), i, ck)
+	{
+		const char *key,
+		    *tdir = json_string_value(json_object_get(ck, "truth"));
+		json_t *e;
+
+		if (json_integer_value(json_object_get(ck, "unique_id")) != id)
+			continue;
+		json_object_foreach(json_object_get(ck, "tensors"), key, e)
+		{
+			const flx_tensor *t = flx_ckpt_find(c, key);
+			flx_view *v = NULL;
+			flx_box box = {0};
+			size_t n = 0;
+			char *truth, *buf;
+
+			snprintf(path, sizeof(path), "fixtures/%s/%s/%s", fx,
+				 tdir,
+				 json_string_value(json_object_get(e, "npy")));
+			truth = npy_data(path, &n);
+			CHECK(truth != NULL && t != NULL);
+			if (!truth || !t) {
+				free(truth);
+				continue;
+			}
+			memcpy(box.size, t->shape, sizeof(box.size));
+			CHECK_EQ(flx_view_new(c, t, &box, &v, &err), 0);
+			buf = malloc(n + 1);
+			if (v && buf) {
+				CHECK_EQ(flx_view_read(v, buf, n + 1, 0, NULL),
+					 (ssize_t)n);
+				if (memcmp(buf, truth, n))
+					fprintf(stderr,
+						"%s id %lld: %s differs\n", fx,
+						(long long)id, key);
+				CHECK(memcmp(buf, truth, n) == 0);
+				nread++;
+			}
+			flx_view_free(v);
+			free(buf);
+			free(truth);
+		}
+	}
+	CHECK_EQ(nread, c->ntensors);
+	flx_ckpt_close(c);
+	json_decref(man);
+}
+
 int main(void)
 {
 	static const char *const model[] = {"model_state", NULL};
@@ -189,5 +298,10 @@ int main(void)
 		      all);
 	check_fixture("paddle-formers-master-p3",
 		      "ckpt/checkpoint-5/master_weight", NULL, master);
+	/* arrays saved in pieces: protocol 2 (latin-1 text) and 3 */
+	check_fixture("paddle-flex-pieces", "ckpt", "0", NULL);
+	check_fixture("paddle-flex-pieces", "ckpt", NULL, NULL);
+	check_bytes("paddle-flex-pieces", "ckpt", 0);
+	check_bytes("paddle-flex-pieces", "ckpt", 1);
 	return CHECK_RESULT();
 }
