@@ -203,11 +203,13 @@ static ssize_t flx_ll_writev(int fd, struct iovec *iov, int count,
 		o.open_flags |= FOPEN_PASSTHROUGH;
 		FLX_LL_BACKING_ID(&o) = reply_bid;
 		patched[0] = iov[0];
-		patched[1] = (struct iovec){.iov_base = &o, .iov_len = sizeof(o)};
+		patched[1] =
+		    (struct iovec){.iov_base = &o, .iov_len = sizeof(o)};
 		return writev(fd, patched, 2);
 	}
 	if (!__atomic_load_n(&ll->init_patch, __ATOMIC_ACQUIRE) ||
-	    !(patch = __atomic_exchange_n(&ll->init_patch, 0, __ATOMIC_ACQ_REL)))
+	    !(patch =
+		  __atomic_exchange_n(&ll->init_patch, 0, __ATOMIC_ACQ_REL)))
 		return writev(fd, iov, count);
 	/* libfuse's INIT reply: header, then the whole fuse_init_out (the
 	 * kernel is >= 7.39, so libfuse sends every field).  Anything else

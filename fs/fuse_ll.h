@@ -42,9 +42,9 @@ typedef struct flx_ll {
 	/* -o passthrough: a file that is the whole of one backing file
 	 * (flx_fs_whole_file(), after flx_fs_mark_whole()) is opened FUSE
 	 * passthrough; cleared at INIT when the kernel or the process cannot
-	 * (see the block above pass_open() in fuse_ll.c); read atomically */
+	 * (see the block above pass_get() in fuse_ll.c); read atomically */
 	bool passthrough;
-	struct flx_pass *pass; /* the adapter's: from INIT to destroy */
+	struct flx_pass *pass;	/* the adapter's: from INIT to destroy */
 	uint32_t kernel_flags2; /* the kernel's INIT flags2 (0: none) */
 	/* what the INIT reply must add (FLX_LL_PATCH_*, see
 	 * flx_ll_session_mounted()); 0 once sent */
@@ -79,8 +79,10 @@ struct fuse_session *flx_ll_session_new(struct fuse_args *args, flx_ll *ll);
  * flexfs (fuse_session_custom_io(); reads are unchanged), so that a reply
  * that came out short is answered with EIO instead, and, with -o direct_io
  * and a libfuse that cannot ask the kernel to allow mmap of direct-io files
- * (before 3.17), so that the INIT reply can ask for it.  The hooks get the
- * session's flx_ll as their userdata (flx_ll_session_new()).
+ * (before 3.17), so that the INIT reply can ask for it; with -o passthrough,
+ * so that the kernel's INIT offer is seen and the INIT and open replies can
+ * carry what libfuse 3.14 cannot (FUSE_PASSTHROUGH, backing ids).  The hooks
+ * get the session's flx_ll as their userdata (flx_ll_session_new()).
  * @return 0, or -errno (out of memory) after libfuse printed why.
  */
 int flx_ll_session_mounted(struct fuse_session *se);

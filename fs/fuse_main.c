@@ -705,7 +705,8 @@ static void fuse_stats(const flx_ll *ll)
 
 	if (!on || strcmp(on, "1"))
 		return;
-	fprintf(stderr, "flexfs: fuse stats: reads %lu opens %lu passthrough %lu\n",
+	fprintf(stderr,
+		"flexfs: fuse stats: reads %lu opens %lu passthrough %lu\n",
 		__atomic_load_n(&ll->n_reads, __ATOMIC_RELAXED),
 		__atomic_load_n(&ll->n_opens, __ATOMIC_RELAXED),
 		__atomic_load_n(&ll->n_pass_opens, __ATOMIC_RELAXED));

@@ -1375,7 +1375,8 @@ static bool gen_equal(const flx_fs *fs, const flx_seg *s, uint64_t len,
 	uint64_t n = src->kind == SEG_GEN ? len : src->idx;
 
 	for (uint64_t at = 0; at < n; at += WHOLE_CHUNK) {
-		size_t k = n - at < WHOLE_CHUNK ? (size_t)(n - at) : WHOLE_CHUNK;
+		size_t k =
+		    n - at < WHOLE_CHUNK ? (size_t)(n - at) : WHOLE_CHUNK;
 		int rc = src->kind == SEG_GEN
 			     ? gen_bytes(fs, src->gen, src->u.arg, src->idx,
 					 len, a, k, at)
@@ -1403,11 +1404,11 @@ static bool gen_equal(const flx_fs *fs, const flx_seg *s, uint64_t len,
  *    WHOLE_GEN_MAX bytes a file): a header flexfs wrote itself into a
  *    checkpoint it now reads is generated again identically.
  * Decided from the segments and the backing file's bytes at build, never
- * from a name.  @return 0 and *whole (an unreadable or changed backing
- * file: false).
+ * from a name; a backing file that cannot be read or changed is not.
+ * @return whether nd is whole, with *file.
  */
-static int whole_of(const flx_fs *fs, const node *nd, unsigned char *a,
-		    unsigned char *b, bool *whole, uint32_t *file)
+static bool whole_of(const flx_fs *fs, const node *nd, unsigned char *a,
+		     unsigned char *b, uint32_t *file)
 {
 	const flx_seg *segs;
 	flx_seg one;
@@ -1416,10 +1417,9 @@ static int whole_of(const flx_fs *fs, const node *nd, unsigned char *a,
 	const flx_file *bf;
 	bool ok = true;
 
-	*whole = false;
 	*file = UINT32_MAX;
 	if (nd->type == N_DIR || size == 0)
-		return 0;
+		return false;
 	segs = segs_of(fs, nd, &one, &n);
 	for (size_t i = 0; i < n && ok; i++) {
 		uint64_t end = i + 1 < n ? segs[i + 1].start : size;
@@ -1427,42 +1427,38 @@ static int whole_of(const flx_fs *fs, const node *nd, unsigned char *a,
 		whole_seg(&segs[i], end - segs[i].start, file, &ok, &gen);
 	}
 	if (!ok || *file == UINT32_MAX || gen > WHOLE_GEN_MAX)
-		return 0;
+		return false;
 	bf = &fs->ckpt->files[*file];
 	if (bf->size != size || bf->remote || bf->decoded)
-		return 0;
+		return false;
 	for (size_t i = 0; i < n && ok; i++) {
 		uint64_t end = i + 1 < n ? segs[i + 1].start : size;
 
 		if (segs[i].src.kind == SEG_GEN ||
 		    (segs[i].src.kind == SEG_VIEW && segs[i].src.idx))
-			ok = gen_equal(fs, &segs[i], end - segs[i].start,
-				       *file, a, b);
+			ok = gen_equal(fs, &segs[i], end - segs[i].start, *file,
+				       a, b);
 	}
-	*whole = ok;
-	return 0;
+	return ok;
 }
 
 int flx_fs_mark_whole(flx_fs *fs)
 {
 	unsigned char *a = malloc(2 * (size_t)WHOLE_CHUNK);
 	uint32_t *w = calloc(fs->n, sizeof(*w));
-	int rc = a && w ? 0 : -ENOMEM;
 
-	for (size_t i = 0; i < fs->n && !rc; i++) {
-		bool whole;
+	if (!a || !w) {
+		free(a);
+		free(w);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < fs->n; i++) {
 		uint32_t f;
 
-		rc = whole_of(fs, &fs->nodes[i], a, a + WHOLE_CHUNK, &whole,
-			      &f);
-		if (!rc && whole)
+		if (whole_of(fs, &fs->nodes[i], a, a + WHOLE_CHUNK, &f))
 			w[i] = f + 1;
 	}
 	free(a);
-	if (rc) {
-		free(w);
-		return rc;
-	}
 	free(fs->whole);
 	fs->whole = w;
 	return 0;

@@ -69,8 +69,7 @@ static int build(const char *dir, const char *tp, flx_spec *sp, flx_stack *st)
 }
 
 /* The bytes of file path of fs (malloc'd, *n). */
-static unsigned char *view_bytes(const flx_fs *fs, const char *path,
-				 size_t *n)
+static unsigned char *view_bytes(const flx_fs *fs, const char *path, size_t *n)
 {
 	flx_stat s;
 	unsigned char *b;
