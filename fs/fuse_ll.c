@@ -469,6 +469,16 @@ static int32_t pass_get(flx_ll *ll, fuse_ino_t ino)
 		pi->nopen++;
 	bid = pi->bid;
 	pthread_mutex_unlock(&p->mu);
+	/* refused for want of a permission the capability check could not
+	 * see (CAP_SYS_ADMIN in a user namespace): the same for every file */
+	if (rc == -EPERM &&
+	    __atomic_exchange_n(&ll->passthrough, false, __ATOMIC_RELAXED)) {
+		warn(ll,
+		     "passthrough not applied: the kernel refused to register "
+		     "a backing file (%s); files are served by the daemon",
+		     strerror(-rc));
+		return bid;
+	}
 	if (rc && !__atomic_exchange_n(&p->logged, 1, __ATOMIC_RELAXED)) {
 		char path[1024];
 
