@@ -215,3 +215,44 @@ open(p, "wb").write(b)' "$OWN/model.safetensors"
 	stats_of
 	[ "$PASS" -gt 0 ]
 }
+
+@test "passthrough: opens, reads, maps and closes of the same files from 8 threads race the backing id's life, and every byte is right" {
+	own_hf
+	mount_pass "$OWN" ""
+	run /usr/bin/python3 -c '
+import mmap, sys, threading
+mnt, own = sys.argv[1], sys.argv[2]
+names = ("model.safetensors", "config.json")
+want = {f: open(own + "/" + f, "rb").read() for f in names}
+errs = []
+def worker(k):
+    for i in range(300):
+        f = names[(i + k) % 3 == 0]
+        try:
+            with open(mnt + "/hf/" + f, "rb") as h:
+                if i % 2:
+                    m = mmap.mmap(h.fileno(), 0, access=mmap.ACCESS_READ)
+                    ok = m[:] == want[f]
+                    m.close()
+                else:
+                    ok = h.read() == want[f]
+            if not ok:
+                errs.append("%d %d %s: other bytes" % (k, i, f))
+        except OSError as e:
+            errs.append("%d %d %s: %s" % (k, i, f, e))
+ts = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+print("%d errors" % len(errs), errs[:5])
+' "$MNT" "$OWN"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == "0 errors []" ]]
+	unmount_ff "$MNT"
+	stats_of
+	[ "$OPENS" -eq 2400 ]
+	[ "$PASS" -eq 2400 ]
+	[ "$READS" -eq 0 ]
+}
