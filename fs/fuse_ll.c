@@ -18,20 +18,25 @@
  * Caching: since nothing changes, entries and attributes are cached "for
  * ever", file pages are kept across opens (keep_cache) and directory
  * listings are cached (cache_readdir).  -o direct_io opens files
- * FOPEN_DIRECT_IO instead (see the block above flx_ll_writev()).
+ * FOPEN_DIRECT_IO instead (see the block above flx_ll_writev()); -o
+ * passthrough opens the files that are one backing file FOPEN_PASSTHROUGH
+ * (the block above pass_get()).
  */
 #include "fuse_ll.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/fuse.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <syslog.h>
@@ -112,6 +117,45 @@ __attribute__((format(printf, 2, 3))) static void warn(const flx_ll *ll,
 #define FLX_LL_DIO_MMAP_MINOR 39
 
 /*
+ * FUSE passthrough (protocol 7.40, Linux 6.9, CONFIG_FUSE_PASSTHROUGH):
+ * the kernel ABI, which Debian 12's headers and libfuse 3.14 lack (3.17
+ * has an API for it).  The INIT reply asks for it in flags2 with a stack
+ * depth (the mount then stacks over its backing files: 1, files on a
+ * plain filesystem); a backing file is registered on /dev/fuse for an id;
+ * an open reply carrying FOPEN_PASSTHROUGH and that id makes the kernel
+ * read the backing file for every read and mmap of the open file.
+ */
+#ifdef FUSE_PASSTHROUGH
+#define FLX_LL_STACK_DEPTH(o) ((o)->max_stack_depth)
+#define FLX_LL_BACKING_ID(o)  ((o)->backing_id)
+#else
+#define FUSE_PASSTHROUGH      (1ULL << 37)
+#define FOPEN_PASSTHROUGH     (1u << 7)
+#define FLX_LL_STACK_DEPTH(o) ((o)->unused[0])
+#define FLX_LL_BACKING_ID(o)  ((o)->padding)
+#endif
+#ifndef FUSE_DEV_IOC_BACKING_OPEN
+struct fuse_backing_map {
+	int32_t fd;
+	uint32_t flags;
+	uint64_t padding;
+};
+#define FUSE_DEV_IOC_BACKING_OPEN  _IOW(229, 1, struct fuse_backing_map)
+#define FUSE_DEV_IOC_BACKING_CLOSE _IOW(229, 2, uint32_t)
+#endif
+#define FLX_LL_PASS_MINOR 40
+
+/* What the INIT reply must add (flx_ll.init_patch). */
+#define FLX_LL_PATCH_DIO  1 /* FUSE_DIRECT_IO_ALLOW_MMAP */
+#define FLX_LL_PATCH_PASS 2 /* FUSE_PASSTHROUGH, stack depth 1 */
+
+/* An open file's fh: opened passthrough (released in flx_ll_release). */
+#define FLX_LL_FH_PASS 1
+
+/* The backing id an open reply of this thread is to carry (0: none). */
+static _Thread_local int32_t reply_bid;
+
+/*
  * Short replies.  A backing file that shrinks between the check before a
  * reply (flx_file_verify()) and the splice of its bytes makes the splice
  * end early; libfuse then sends the bytes it got as a short reply.  The
@@ -142,6 +186,7 @@ static ssize_t flx_ll_writev(int fd, struct iovec *iov, int count,
 	const struct fuse_out_header *oh = iov[0].iov_base;
 	struct fuse_init_out out;
 	struct iovec patched[2];
+	int patch;
 
 	if (reply_expect && count > 0 && iov[0].iov_len >= sizeof(*oh) &&
 	    oh->error == 0 && oh->len != reply_expect) {
@@ -150,8 +195,21 @@ static ssize_t flx_ll_writev(int fd, struct iovec *iov, int count,
 		send_eio(ll, fd, oh->unique);
 		return (ssize_t)len; /* libfuse needs no error of its own */
 	}
+	if (reply_bid && count == 2 && iov[0].iov_len == sizeof(*oh) &&
+	    oh->error == 0 && iov[1].iov_len == sizeof(struct fuse_open_out)) {
+		struct fuse_open_out o;
+
+		memcpy(&o, iov[1].iov_base, sizeof(o));
+		o.open_flags |= FOPEN_PASSTHROUGH;
+		FLX_LL_BACKING_ID(&o) = reply_bid;
+		patched[0] = iov[0];
+		patched[1] =
+		    (struct iovec){.iov_base = &o, .iov_len = sizeof(o)};
+		return writev(fd, patched, 2);
+	}
 	if (!__atomic_load_n(&ll->init_patch, __ATOMIC_ACQUIRE) ||
-	    !__atomic_exchange_n(&ll->init_patch, 0, __ATOMIC_ACQ_REL))
+	    !(patch =
+		  __atomic_exchange_n(&ll->init_patch, 0, __ATOMIC_ACQ_REL)))
 		return writev(fd, iov, count);
 	/* libfuse's INIT reply: header, then the whole fuse_init_out (the
 	 * kernel is >= 7.39, so libfuse sends every field).  Anything else
@@ -161,16 +219,36 @@ static ssize_t flx_ll_writev(int fd, struct iovec *iov, int count,
 		return writev(fd, iov, count);
 	memcpy(&out, iov[1].iov_base, sizeof(out));
 	out.flags |= FUSE_INIT_EXT; /* flags2 is read only with it */
-	out.flags2 |= (uint32_t)(FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
+	if (patch & FLX_LL_PATCH_DIO)
+		out.flags2 |= (uint32_t)(FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
+	if (patch & FLX_LL_PATCH_PASS) {
+		out.flags2 |= (uint32_t)(FUSE_PASSTHROUGH >> 32);
+		FLX_LL_STACK_DEPTH(&out) = 1;
+	}
 	patched[0] = iov[0];
 	patched[1] = (struct iovec){.iov_base = &out, .iov_len = sizeof(out)};
 	return writev(fd, patched, 2);
 }
 
+/* Requests as they come; the kernel's INIT is looked at for what it
+ * offers in flags2, which libfuse 3.14 does not pass on (passthrough). */
 static ssize_t flx_ll_readfd(int fd, void *buf, size_t len, void *userdata)
 {
-	(void)userdata;
-	return read(fd, buf, len);
+	flx_ll *ll = userdata;
+	ssize_t n = read(fd, buf, len);
+	struct fuse_in_header h;
+	struct fuse_init_in in;
+
+	if (n < (ssize_t)(sizeof(h) + sizeof(in)))
+		return n;
+	memcpy(&h, buf, sizeof(h));
+	if (h.opcode != FUSE_INIT)
+		return n;
+	memcpy(&in, (const char *)buf + sizeof(h), sizeof(in));
+	__atomic_store_n(&ll->kernel_flags2,
+			 (in.flags & FUSE_INIT_EXT) ? in.flags2 : 0,
+			 __ATOMIC_RELAXED);
+	return n;
 }
 
 static ssize_t flx_ll_splice(int fdin, off_t *offin, int fdout, off_t *offout,
@@ -242,7 +320,8 @@ static void init_direct_io(flx_ll *ll, struct fuse_conn_info *conn)
 #else
 	if (conn->proto_major > 7 ||
 	    conn->proto_minor >= FLX_LL_DIO_MMAP_MINOR) {
-		__atomic_store_n(&ll->init_patch, 1, __ATOMIC_RELEASE);
+		__atomic_or_fetch(&ll->init_patch, FLX_LL_PATCH_DIO,
+				  __ATOMIC_RELEASE);
 		return;
 	}
 #endif
@@ -251,6 +330,207 @@ static void init_direct_io(flx_ll *ll, struct fuse_conn_info *conn)
 	     "direct_io not applied: FUSE protocol %u.%u cannot mmap "
 	     "direct-io files (7.%u, Linux 6.6, can); pages are cached",
 	     conn->proto_major, conn->proto_minor, FLX_LL_DIO_MMAP_MINOR);
+}
+
+/*
+ * Passthrough (-o passthrough).  A file that is the whole of one backing
+ * file (the core's decision, flx_fs_whole_file()) is opened
+ * FOPEN_PASSTHROUGH: the kernel then serves its reads and mmap from the
+ * backing file itself, with no request to the daemon and none of the FUSE
+ * page cache's cost.  The open still runs the identity check
+ * (flx_fs_open_check()); what is given up is the check before each reply:
+ * a backing file rewritten in place after the open is served as it then
+ * is, not answered EIO; hence an option, off by default.
+ *
+ * The kernel's rules (fs/fuse/iomode.c, backing.c): registering a backing
+ * file (FUSE_DEV_IOC_BACKING_OPEN) needs CAP_SYS_ADMIN and gives an id the
+ * kernel looks up after the open reply, so the id must outlive the reply;
+ * every open of an inode must name the same backing object while any is
+ * open (another id of the same file is refused, EIO to the opener), and
+ * passthrough and cached opens of one inode exclude each other; a
+ * passthrough open takes no FOPEN_KEEP_CACHE.  So each inode is
+ * registered once, at its first open, its id kept while the daemon has
+ * opens of it not yet released (the kernel lets go of the inode's backing
+ * file before it sends the last RELEASE), and closed with the last; an
+ * inode whose registration failed is served by the daemon for the mount's
+ * life (logged once), so its opens never mix.  Opens are rare: one lock.
+ */
+typedef struct flx_pass_ino {
+	int32_t bid;	/* the registered backing id, 0: none */
+	uint32_t nopen; /* opens answered with bid, not yet released */
+	bool daemon;	/* registration failed: served by the daemon */
+} flx_pass_ino;
+
+typedef struct flx_pass {
+	pthread_mutex_t mu;
+	uint64_t n; /* inodes + 1 */
+	flx_pass_ino *ino;
+	int devfd; /* /dev/fuse */
+	int logged;
+} flx_pass;
+
+static bool has_sys_admin(void)
+{
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[_LINUX_CAPABILITY_U32S_3];
+
+	if (syscall(SYS_capget, &h, d))
+		return false;
+	return d[CAP_SYS_ADMIN / 32].effective & (1u << (CAP_SYS_ADMIN % 32));
+}
+
+/* At INIT: ask for passthrough where the kernel offers it and this
+ * process may register backing files; else one line saying why, and
+ * every file is served by the daemon. */
+static void init_passthrough(flx_ll *ll, const struct fuse_conn_info *conn)
+{
+	uint32_t f2 = __atomic_load_n(&ll->kernel_flags2, __ATOMIC_RELAXED);
+	const char *why = NULL;
+	flx_pass *p = NULL;
+
+	if (!ll->passthrough)
+		return;
+	if (!ll->se)
+		why = "no session";
+	else if ((conn->proto_major == 7 &&
+		  conn->proto_minor < FLX_LL_PASS_MINOR) ||
+		 !(f2 & (uint32_t)(FUSE_PASSTHROUGH >> 32)))
+		why = "the kernel does not offer FUSE_PASSTHROUGH (Linux 6.9 "
+		      "with CONFIG_FUSE_PASSTHROUGH does)";
+	else if (!has_sys_admin())
+		why = "registering backing files (FUSE_DEV_IOC_BACKING_OPEN) "
+		      "needs CAP_SYS_ADMIN";
+	else if (!(p = calloc(1, sizeof(*p))) ||
+		 !(p->ino = calloc(flx_fs_inode_count(ll->fs) + 1,
+				   sizeof(*p->ino))) ||
+		 pthread_mutex_init(&p->mu, NULL))
+		why = "out of memory";
+	if (why) {
+		if (p)
+			free(p->ino);
+		free(p);
+		__atomic_store_n(&ll->passthrough, false, __ATOMIC_RELAXED);
+		warn(ll,
+		     "passthrough not applied: %s (FUSE protocol %u.%u); "
+		     "files are served by the daemon",
+		     why, conn->proto_major, conn->proto_minor);
+		return;
+	}
+	p->n = flx_fs_inode_count(ll->fs) + 1;
+	p->devfd = fuse_session_fd(ll->se);
+	ll->pass = p;
+	__atomic_or_fetch(&ll->init_patch, FLX_LL_PATCH_PASS, __ATOMIC_RELEASE);
+}
+
+/* Register backing file `file` of ino.  @return 0 and *bid, or -errno. */
+static int pass_register(flx_ll *ll, uint32_t file, int32_t *bid)
+{
+	struct fuse_backing_map map = {0};
+	int fd, id, rc = flx_fs_backing_acquire(ll->fs, file, &fd);
+
+	if (rc)
+		return rc;
+	map.fd = fd;
+	id = ioctl(ll->pass->devfd, FUSE_DEV_IOC_BACKING_OPEN, &map);
+	rc = id > 0 ? 0 : (id < 0 ? -errno : -EIO);
+	/* the kernel holds the file itself: the descriptor may go */
+	flx_fs_backing_release(ll->fs, file);
+	if (!rc)
+		*bid = id;
+	return rc;
+}
+
+/*
+ * The backing id to answer an open of ino with, counted as one open of
+ * it until pass_put(); 0: the daemon serves this open (no passthrough
+ * for the mount, a file that is not one backing file, or a registration
+ * that failed).
+ */
+static int32_t pass_get(flx_ll *ll, fuse_ino_t ino)
+{
+	flx_pass *p = ll->pass;
+	flx_pass_ino *pi;
+	bool whole = false;
+	uint32_t file = 0;
+	int32_t bid;
+	int rc = 0;
+
+	if (!p || ino >= p->n ||
+	    !__atomic_load_n(&ll->passthrough, __ATOMIC_RELAXED) ||
+	    flx_fs_whole_file(ll->fs, ino, &whole, &file) || !whole)
+		return 0;
+	pthread_mutex_lock(&p->mu);
+	pi = &p->ino[ino];
+	if (!pi->bid && !pi->daemon) {
+		rc = pass_register(ll, file, &pi->bid);
+		pi->daemon = rc != 0;
+	}
+	if (pi->bid)
+		pi->nopen++;
+	bid = pi->bid;
+	pthread_mutex_unlock(&p->mu);
+	/* refused for want of a permission the capability check could not
+	 * see (CAP_SYS_ADMIN in a user namespace): the same for every file */
+	if (rc == -EPERM &&
+	    __atomic_exchange_n(&ll->passthrough, false, __ATOMIC_RELAXED)) {
+		warn(ll,
+		     "passthrough not applied: the kernel refused to register "
+		     "a backing file (%s); files are served by the daemon",
+		     strerror(-rc));
+		return bid;
+	}
+	if (rc && !__atomic_exchange_n(&p->logged, 1, __ATOMIC_RELAXED)) {
+		char path[1024];
+
+		if (flx_fs_path(ll->fs, ino, path, sizeof(path)))
+			snprintf(path, sizeof(path), "inode %lu",
+				 (unsigned long)ino);
+		warn(ll,
+		     "passthrough not applied to %s: its backing file cannot "
+		     "be registered (%s); served by the daemon (said once)",
+		     path, strerror(-rc));
+	}
+	return bid;
+}
+
+/* An open of ino answered with its backing id is released: the last one
+ * closes the id. */
+static void pass_put(flx_ll *ll, fuse_ino_t ino)
+{
+	flx_pass *p = ll->pass;
+	flx_pass_ino *pi;
+
+	if (!p || ino >= p->n)
+		return;
+	pthread_mutex_lock(&p->mu);
+	pi = &p->ino[ino];
+	if (pi->nopen && !--pi->nopen) {
+		uint32_t id = (uint32_t)pi->bid;
+
+		(void)ioctl(p->devfd, FUSE_DEV_IOC_BACKING_CLOSE, &id);
+		pi->bid = 0;
+	}
+	pthread_mutex_unlock(&p->mu);
+}
+
+/* At destroy: the ids still registered go (the kernel drops them at
+ * unmount anyway), then the table. */
+static void pass_stop(flx_ll *ll)
+{
+	flx_pass *p = ll->pass;
+
+	if (!p)
+		return;
+	ll->pass = NULL;
+	for (uint64_t i = 0; i < p->n; i++) {
+		uint32_t id = (uint32_t)p->ino[i].bid;
+
+		if (id)
+			(void)ioctl(p->devfd, FUSE_DEV_IOC_BACKING_CLOSE, &id);
+	}
+	pthread_mutex_destroy(&p->mu);
+	free(p->ino);
+	free(p);
 }
 
 /*
@@ -422,6 +702,7 @@ static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 	if (conn->max_background < FLX_LL_MAX_BACKGROUND)
 		conn->max_background = FLX_LL_MAX_BACKGROUND;
 	init_direct_io(ll, conn);
+	init_passthrough(ll, conn);
 	push_start(ll, conn);
 }
 
@@ -540,6 +821,7 @@ static void flx_ll_open(fuse_req_t req, fuse_ino_t ino,
 			struct fuse_file_info *fi)
 {
 	flx_ll *ll = fuse_req_userdata(req);
+	int32_t bid;
 	int rc;
 
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
@@ -554,9 +836,35 @@ static void flx_ll_open(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, -rc);
 		return;
 	}
+	__atomic_add_fetch(&ll->n_opens, 1, __ATOMIC_RELAXED);
+	bid = pass_get(ll, ino);
+	if (bid) {
+		/* the kernel's rules: no keep_cache (there is no page cache
+		 * of the view to keep), and reads go to the backing file */
+		fi->keep_cache = 0;
+		fi->direct_io = 0;
+		fi->fh = FLX_LL_FH_PASS;
+		reply_bid = bid;
+		rc = fuse_reply_open(req, fi);
+		reply_bid = 0;
+		if (rc) /* never opened: no RELEASE will come */
+			pass_put(ll, ino);
+		else
+			__atomic_add_fetch(&ll->n_pass_opens, 1,
+					   __ATOMIC_RELAXED);
+		return;
+	}
 	fi->keep_cache = 1; /* contents are fixed: reuse pages across opens */
 	fi->direct_io = __atomic_load_n(&ll->direct_io, __ATOMIC_RELAXED);
 	fuse_reply_open(req, fi);
+}
+
+static void flx_ll_release(fuse_req_t req, fuse_ino_t ino,
+			   struct fuse_file_info *fi)
+{
+	if (fi->fh == FLX_LL_FH_PASS)
+		pass_put(fuse_req_userdata(req), ino);
+	fuse_reply_err(req, 0);
 }
 
 /*
@@ -838,9 +1146,8 @@ static void push_start(flx_ll *ll, const struct fuse_conn_info *conn)
 	}
 }
 
-static void flx_ll_destroy(void *userdata)
+static void push_stop(flx_ll *ll)
 {
-	flx_ll *ll = userdata;
 	flx_pusher *p = ll->push;
 
 	if (!p)
@@ -855,6 +1162,12 @@ static void flx_ll_destroy(void *userdata)
 	pthread_mutex_destroy(&p->mu);
 	free(p->last);
 	free(p);
+}
+
+static void flx_ll_destroy(void *userdata)
+{
+	push_stop(userdata);
+	pass_stop(userdata);
 }
 
 /* After a read of [off, off+n) of ino: queue what the core says to push,
@@ -915,6 +1228,7 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	int rc;
 
 	(void)fi;
+	__atomic_add_fetch(&ll->n_reads, 1, __ATOMIC_RELAXED);
 	buf = reply_buf(size ? size : 1);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
@@ -1085,6 +1399,7 @@ static const struct fuse_lowlevel_ops flx_ll_ops = {
     .opendir = flx_ll_opendir,
     .readdir = flx_ll_readdir,
     .open = flx_ll_open,
+    .release = flx_ll_release,
     .read = flx_ll_read,
     .statfs = flx_ll_statfs,
     .access = flx_ll_access,

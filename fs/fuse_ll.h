@@ -15,13 +15,15 @@
 #include <limits.h>
 #include <stdbool.h>
 
+#include <stdint.h>
 #include <sys/types.h>
 
 #define FLX_LL_RA_AUTO UINT_MAX
 
 /* Per-mount context, the session's userdata.  Read-only while mounted,
- * except ra_done, and push (set at INIT, before any other request, and
- * cleared when the session is destroyed). */
+ * except ra_done, the counters, and push, pass and kernel_flags2 (set at
+ * INIT, before any other request, and cleared when the session is
+ * destroyed). */
 typedef struct flx_ll {
 	const flx_fs *fs;      /* borrowed; outlives the session */
 	bool foreground;       /* log to stderr (else syslog) */
@@ -37,7 +39,19 @@ typedef struct flx_ll {
 	/* Open files FOPEN_DIRECT_IO (-o direct_io).  Cleared at INIT when
 	 * the kernel could not mmap such files; read atomically. */
 	bool direct_io;
-	int init_patch; /* INIT reply to patch (see flx_ll_session_mounted) */
+	/* -o passthrough: a file that is the whole of one backing file
+	 * (flx_fs_whole_file(), after flx_fs_mark_whole()) is opened FUSE
+	 * passthrough; cleared at INIT when the kernel or the process cannot
+	 * (see the block above pass_get() in fuse_ll.c); read atomically */
+	bool passthrough;
+	struct flx_pass *pass;	/* the adapter's: from INIT to destroy */
+	uint32_t kernel_flags2; /* the kernel's INIT flags2 (0: none) */
+	/* what the INIT reply must add (FLX_LL_PATCH_*, see
+	 * flx_ll_session_mounted()); 0 once sent */
+	int init_patch;
+	/* requests served, for FLEXFS_FUSE_STATS (updated atomically):
+	 * reads, opens, and the opens answered passthrough */
+	unsigned long n_reads, n_opens, n_pass_opens;
 	/* NULL, or: into buf (len bytes) the cause of the last failed read
 	 * when the mount knows it (the distributed mount: which rank, and
 	 * why), "" otherwise; called from any thread */
@@ -65,8 +79,10 @@ struct fuse_session *flx_ll_session_new(struct fuse_args *args, flx_ll *ll);
  * flexfs (fuse_session_custom_io(); reads are unchanged), so that a reply
  * that came out short is answered with EIO instead, and, with -o direct_io
  * and a libfuse that cannot ask the kernel to allow mmap of direct-io files
- * (before 3.17), so that the INIT reply can ask for it.  The hooks get the
- * session's flx_ll as their userdata (flx_ll_session_new()).
+ * (before 3.17), so that the INIT reply can ask for it; with -o passthrough,
+ * so that the kernel's INIT offer is seen and the INIT and open replies can
+ * carry what libfuse 3.14 cannot (FUSE_PASSTHROUGH, backing ids).  The hooks
+ * get the session's flx_ll as their userdata (flx_ll_session_new()).
  * @return 0, or -errno (out of memory) after libfuse printed why.
  */
 int flx_ll_session_mounted(struct fuse_session *se);

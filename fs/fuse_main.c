@@ -697,6 +697,21 @@ static void zstd_stats(flx_zcache *z)
 		(unsigned long long)st.ahead_peak);
 }
 
+/* FLEXFS_FUSE_STATS=1 (tests, benchmarks): the requests served, one
+ * line: READ requests, opens, and opens answered passthrough. */
+static void fuse_stats(const flx_ll *ll)
+{
+	const char *on = getenv("FLEXFS_FUSE_STATS");
+
+	if (!on || strcmp(on, "1"))
+		return;
+	fprintf(stderr,
+		"flexfs: fuse stats: reads %lu opens %lu passthrough %lu\n",
+		__atomic_load_n(&ll->n_reads, __ATOMIC_RELAXED),
+		__atomic_load_n(&ll->n_opens, __ATOMIC_RELAXED),
+		__atomic_load_n(&ll->n_pass_opens, __ATOMIC_RELAXED));
+}
+
 int main(int argc, char **argv)
 {
 	struct fuse_cmdline_opts fo;
@@ -743,10 +758,16 @@ int main(int argc, char **argv)
 		       &zcache))
 		goto err_out1;
 	dmount_cache(cache);
+	/* which files the kernel may read from their backing file */
+	if (cl.mo.passthrough && flx_fs_mark_whole(st.fs)) {
+		fprintf(stderr, "flexfs: out of memory\n");
+		goto err_out1;
+	}
 
 	ll = (flx_ll){.fs = st.fs,
 		      .foreground = fo.foreground,
 		      .direct_io = cl.mo.direct_io,
+		      .passthrough = cl.mo.passthrough,
 		      .push_kb = cl.mo.push_ahead_kb,
 		      .logged = calloc(flx_fs_inode_count(st.fs) + 1, 1),
 		      .why = dmount_why};
@@ -767,6 +788,7 @@ int main(int argc, char **argv)
 		rc = loop(se, &fo);
 		ret = loop_failed(rc) ? 1 : 0;
 		zstd_stats(zcache);
+		fuse_stats(&ll);
 	}
 err_out4:
 	fuse_session_unmount(se);

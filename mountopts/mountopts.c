@@ -91,6 +91,17 @@ const char flx_mo_help[] =
     "                           no second cached copy of the data; mmap "
     "still\n"
     "                           works (Linux >= 6.6); for large reads\n"
+    "    -o passthrough[=0|1]   files that are one backing file byte for "
+    "byte (hf/\n"
+    "                           of a checkpoint flexfs wrote, verbatim "
+    "files) are\n"
+    "                           read by the kernel from it once open "
+    "(FUSE\n"
+    "                           passthrough, Linux >= 6.9, root); a "
+    "backing file\n"
+    "                           rewritten in place after open is then "
+    "served as it\n"
+    "                           is, not refused (default: 0, off)\n"
     "    -o push_ahead_kb=N     after a read lands in a tensor, store up to "
     "N KiB\n"
     "                           more of it in the page cache ahead of the "
@@ -130,6 +141,7 @@ static const char *const ours[] = {
     "hf_shard_size",
     "read_ahead_kb",
     "direct_io",
+    "passthrough",
     "push_ahead_kb",
     "cache_size",
     "source_format",
@@ -590,6 +602,9 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 		if (key_is(tok, "direct_io"))
 			return flx_parse_flag("direct_io", option_value(tok),
 					      &mo->direct_io, err);
+		if (key_is(tok, "passthrough"))
+			return flx_parse_flag("passthrough", option_value(tok),
+					      &mo->passthrough, err);
 		if (key_is(tok, "push_ahead_kb"))
 			return parse_kb("push_ahead_kb", option_value(tok),
 					FLX_MO_PUSH_AHEAD_KB_MAX,

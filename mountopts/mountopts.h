@@ -13,7 +13,8 @@
  *          hf_shard_size: applied to the spec with flx_spec_set();
  *          source_format, paddle_id: how the checkpoint is opened
  *          (ckpt.h's flx_ckpt_opts); read_ahead_kb, direct_io,
- *          push_ahead_kb, cache_size, gpu, gpu_min, gpu_device: kept
+ *          passthrough, push_ahead_kb, cache_size, gpu, gpu_min,
+ *          gpu_device: kept
  * in flx_mountopts for the FUSE adapter; fstab  auto, noauto, user, nouser,
  * users, _netdev, nofail, defaults, user=*, comment=*, x-*: bookkeeping of
  * mount(8)/fstab/systemd that libfuse would reject ("unknown option"), dropped;
@@ -92,6 +93,12 @@ typedef struct flx_mountopts {
 	/* direct_io[=0|1]: files are opened FOPEN_DIRECT_IO (read() bypasses
 	 * the kernel's page cache; mmap still goes through it). */
 	bool direct_io;
+	/* passthrough[=0|1]: an open file that is the whole of one backing
+	 * file (flx_fs_whole_file()) is read by the kernel from that file
+	 * (FUSE passthrough): no request reaches the daemon, and a backing
+	 * file rewritten in place after the open is served as it then is
+	 * instead of failing, hence off by default. */
+	bool passthrough;
 	/* push_ahead_kb=N: after a read that lands in a tensor, the daemon
 	 * stores up to N KiB more of that tensor in the kernel's page cache
 	 * (0: off). */

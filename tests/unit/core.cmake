@@ -18,3 +18,5 @@ flx_unit(test_pdparams flx_fs flx_test_synth)
 flx_unit(test_msckpt flx_fs)
 # The CUDA backend's table of kept blocks (gpu/slice_slots.h), on the host.
 flx_unit(test_slots flx_gpu)
+# The passthrough decision: which files are the whole of one backing file.
+flx_unit(test_whole flx_fs)

@@ -44,6 +44,8 @@ static void test_classify(void)
 	CHECK_EQ(flx_mo_classify("pp_renumber"), FLX_MO_OURS);
 	CHECK_EQ(flx_mo_classify("direct_io"), FLX_MO_OURS);
 	CHECK_EQ(flx_mo_classify("direct_io=1"), FLX_MO_OURS);
+	CHECK_EQ(flx_mo_classify("passthrough"), FLX_MO_OURS);
+	CHECK_EQ(flx_mo_classify("passthrough=0"), FLX_MO_OURS);
 	CHECK_EQ(flx_mo_classify("hf_shard_size=1G"), FLX_MO_OURS);
 	CHECK_EQ(flx_mo_classify("tp"), FLX_MO_OURS);
 	for (const char *const *f =
@@ -116,6 +118,8 @@ static void test_values(void)
 	check_bad("direct_io=yes", "direct_io");
 	check_bad("direct_io=", "direct_io");
 	check_bad("direct_io=10", "direct_io");
+	check_bad("passthrough=yes", "passthrough");
+	check_bad("passthrough=", "passthrough");
 	check_bad("read_ahead_kb=-1", "read_ahead_kb");
 	check_bad("read_ahead_kb=4k", "read_ahead_kb");
 	check_bad("read_ahead_kb=", "read_ahead_kb");
@@ -206,6 +210,11 @@ static void test_values(void)
 	CHECK(!mo.direct_io);
 	CHECK_EQ(flx_mo_option(&mo, "direct_io=true", &err), 0);
 	CHECK(mo.direct_io);
+	CHECK(!mo.passthrough); /* off by default: it weakens a guarantee */
+	CHECK_EQ(flx_mo_option(&mo, "passthrough", &err), 0);
+	CHECK(mo.passthrough);
+	CHECK_EQ(flx_mo_option(&mo, "passthrough=0", &err), 0);
+	CHECK(!mo.passthrough);
 	/* unset: sized to the largest strided chunk, within bounds */
 	CHECK(mo.cache_size == FLX_MO_CACHE_AUTO);
 	CHECK_EQ(flx_mo_cache_bytes(&mo, 0, 0), 64u << 20);

@@ -61,6 +61,12 @@ against a baseline taken in the same run (median of --runs, min and max):
            throughput through MPI against local reads, and the mount of
            the 10,000-tensor checkpoint spread over 2..16 ranks
            (mpi_fetch.py)
+  passthrough
+           -o passthrough: hf/ (TP1) of a checkpoint flexfs wrote (its own
+           hf/ copied out: every file the whole of one backing file), read()
+           in 1 MiB and an mmap copy, first read on fresh mounts with and
+           without the option, vs the same files in page cache; the
+           daemon's counters (FLEXFS_FUSE_STATS) must show no READ request
   zstd     the checkpoint re-written as torch 2.7's ZStandard extension
            would (zstd_ckpt.py): first read of hf/ (TP1) and ranks/* (TP2,
            1 and 2 readers) vs zstd -d of the same frames to /dev/null;
@@ -1594,6 +1600,139 @@ LOADER_DESC = {"read": "read() 1 MiB", "mmap": "mmap copy", "npy": "np.load(mmap
 LOADER_TARGETS = ("floor", "pass", "kpass", "flexfs", "flexfs_dio")
 
 
+def ensure_own_hf(ctx, info):
+    """A Hugging Face checkpoint flexfs wrote: hf/ of a tp=1 mount of the
+    benchmark checkpoint copied out once, one model.safetensors (shards
+    would not do: a mount of a sharded source orders its tensors by the
+    index's names, so other shards).  hf/ of a mount of it is byte for
+    byte its files: what -o passthrough serves from the files themselves."""
+    d = os.path.join(ctx.workdir, os.path.basename(info["dir"]) + "-own-hf")
+    stamp = os.path.join(d, ".complete")
+    if os.path.exists(stamp):
+        return d
+    shutil.rmtree(d, ignore_errors=True)
+    with Mount(ctx, info["dir"], "tp=1", name="cp") as m:
+        shutil.copytree(m.path("hf"), d)
+    open(stamp, "w").close()
+    return d
+
+
+_MMAP_DST = []
+
+
+def mmap_copy(paths, chunk=64 * MiB):
+    """Every file mapped (MAP_SHARED, read-only) and copied out chunk by
+    chunk into one reused buffer (allocated and touched once, outside the
+    timing), as a loader moving tensors does.  -> (bytes, seconds)."""
+    import mmap
+    import numpy as np
+    if not _MMAP_DST:
+        _MMAP_DST.append(np.ones(chunk, np.uint8))
+    dst = _MMAP_DST[0]
+    total = 0
+    t0 = time.perf_counter()
+    for p in paths:
+        with open(p, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if not size:
+                continue
+            m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            src = np.frombuffer(m, np.uint8)
+            for off in range(0, size, chunk):
+                k = min(chunk, size - off)
+                dst[:k] = src[off:off + k]
+            total += size
+            del src
+            m.close()
+    return total, time.perf_counter() - t0
+
+
+# the daemon's counters (FLEXFS_FUSE_STATS=1) and its INIT fallback line
+FUSE_STATS = re.compile(r"flexfs: fuse stats: |passthrough not applied")
+
+
+def fig_passthrough(ctx, info):
+    """-o passthrough (#24): hf/ of a checkpoint flexfs wrote (every file
+    the whole of one backing file) read through flexfs with and without
+    the option, against the same files read directly in page cache (the
+    floor), in the same run, read() and an mmap copy, first read on fresh
+    mounts; the targets' order alternates between runs.  The daemon's own
+    counters must show no READ request for the passthrough mount."""
+    d = ensure_own_hf(ctx, info)
+    plain = sorted(os.path.join(d, n) for n in os.listdir(d) if n.endswith(".safetensors"))
+    ready = os.path.join("hf", os.path.basename(plain[0]))  # a passthrough open
+    ways = (("read", readers.seq_read, "read() 1 MiB"), ("mmap", mmap_copy, "mmap copy"))
+    rows = {}
+    for w, _f, label in ways:
+        rows[w] = (Row("passthrough_" + w, "passthrough hf/ (own, TP1), %s, first read" % label,
+                       "GB/s", "plain warm", 0.9),
+                   Row("passthrough_" + w + "_off", "  same without -o passthrough (flexfs)",
+                       "GB/s", "plain warm", None),
+                   Row("passthrough_" + w + "_cpu", "  reader CPU s/GB: passthrough / plain",
+                       None, "plain", None, better="lower"))
+
+    def timed(f, files):
+        r0 = os.times()
+        n, t = f(files)
+        r1 = os.times()
+        return n, t, ((r1.user - r0.user) + (r1.system - r0.system)) / (n / GB)
+    mmap_copy([])  # its buffer, outside the timing
+    old = os.environ.get("FLEXFS_FUSE_STATS")
+    os.environ["FLEXFS_FUSE_STATS"] = "1"
+    diag = []
+    try:
+        for i in range(ctx.runs):
+            for w, f, _label in ways:
+                warm(plain)
+                nb, tb, cb = timed(f, plain)
+                got = {}
+                order = ("pt", "off") if i % 2 == 0 else ("off", "pt")
+                for t in order:
+                    opts = "tp=1" + (",passthrough" if t == "pt" else "")
+                    m = Mount(ctx, d, opts, name="pt-" + t, stderr_ok=FUSE_STATS,
+                              ready=ready)
+                    with m:
+                        files = [m.path("hf", os.path.basename(p)) for p in plain]
+                        got[t] = timed(f, files)
+                        if i == 0 and w == "read" and ctx.check != "none":
+                            bad = [p for p, q in zip(plain, files)
+                                   if subprocess.run(["cmp", "-s", p, q]).returncode]
+                            record_check(ctx, "hf/ of own checkpoint -o %s" % opts,
+                                         dict(ok=not bad, errors=bad, tensors_checked=0,
+                                              bytes_checked=sum(map(os.path.getsize, plain))))
+                    st = daemon_stats(m.warnings, "fuse").get(None, {})
+                    fell = [x for x in m.warnings if "not applied" in x]
+                    diag.append(dict(run=i, way=w, target=t, stats=st, fallback=fell))
+                    if t == "pt" and fell:
+                        # the kernel or this process cannot (Linux < 6.9, no
+                        # CAP_SYS_ADMIN, a work dir on a stacked filesystem)
+                        log("passthrough: skipped: %s" % fell[0])
+                        ctx.diag["passthrough"] = diag
+                        return []
+                    if t == "pt" and st.get("reads", 1) != 0:
+                        ctx.problems.append("passthrough: %s: %s READ requests reached the "
+                                            "daemon" % (w, st.get("reads")))
+                    if got[t][0] != nb:
+                        ctx.problems.append("passthrough: %s %s: %d bytes, not %d" % (
+                            w, t, got[t][0], nb))
+                base = tput(nb, tb)
+                for t, row in zip(("pt", "off"), rows[w]):
+                    v = tput(*got[t][:2])
+                    row.add(base, v, v / base)
+                rows[w][2].add(cb, got["pt"][2], got["pt"][2] / cb if cb else None)
+                log("passthrough run %d %s: plain %.2f, passthrough %.2f, flexfs %.2f GB/s; "
+                    "reader CPU s/GB %.3f / %.3f / %.3f" % (
+                        i, w, base / GB, tput(*got["pt"][:2]) / GB, tput(*got["off"][:2]) / GB,
+                        cb, got["pt"][2], got["off"][2]))
+    finally:
+        if old is None:
+            os.environ.pop("FLEXFS_FUSE_STATS", None)
+        else:
+            os.environ["FLEXFS_FUSE_STATS"] = old
+    ctx.diag["passthrough"] = diag
+    return [r for w, _f, _l in ways for r in rows[w]]
+
+
 def find_fusepass(ctx):
     """flexfs-fusepass, built by CMake next to flexfs (tools/bench/)."""
     build = os.path.dirname(os.path.dirname(ctx.flexfs))
@@ -1887,7 +2026,7 @@ def main(argv=None):
     ap.add_argument("--flexfs", help="the flexfs binary (default $FLEXFS_BIN, build-bench/, build/)")
     ap.add_argument("--only",
                     default="contig,contig_dio,strided,strided_dio,transposed,e2e,mount,memory,"
-                          "parallel,zstd",
+                          "parallel,zstd,passthrough",
                     help="comma-separated figures to run")
     ap.add_argument("--no-torch26", action="store_true", help="skip the torch 2.6 chroot")
     ap.add_argument("--check", choices=("none", "sample", "all"),
@@ -2011,6 +2150,8 @@ def main(argv=None):
             rows += fig_parallel(ctx, big)
         if "zstd" in only:
             rows += fig_zstd(ctx, big)
+        if "passthrough" in only:
+            rows += fig_passthrough(ctx, big)
         if "loaders" in only:
             rows += fig_loaders(ctx, big, big26)
         if "mpi" in only:

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: MIT
 """The counters a flexfs daemon prints on stderr at exit when asked
-(FLEXFS_ZSTD_STATS=1, FLEXFS_MPI_STATS=1; fs/fuse_main.c), one line each:
-"flexfs: WHAT stats: [rank N] name value name value ...".  Read by
-bench.py (zstd) and mpi_fetch.py (mpi)."""
+(FLEXFS_ZSTD_STATS=1, FLEXFS_MPI_STATS=1, FLEXFS_FUSE_STATS=1; fs/fuse_main.c),
+one line each: "flexfs: WHAT stats: [rank N] name value name value ...".
+Read by bench.py (zstd, fuse) and mpi_fetch.py (mpi)."""
 
 import re
 

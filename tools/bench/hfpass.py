@@ -19,6 +19,10 @@ loader a fresh process (loaders.py --file):
   passthrough  flexfs-fusepass with FLEXFS_FUSEPASS_PASSTHROUGH=1: every
                open answered with the kernel's FUSE_PASSTHROUGH
                (Linux >= 6.9), reads and mmap served by the backing file
+  flexfs-pt    flexfs W/src -o tp=1,passthrough: hf/model.safetensors, when
+               it is byte-identical to SRC's (else the row is flexfs's own
+               path again); its daemon's counters (FLEXFS_FUSE_STATS) are
+               checked for no READ request
 
 Loaders: read, mmap (python3 on the host); st_load, st_open in the torch
 2.6 chroot (/opt/trixie) when it exists.  Printed: plain time / target
@@ -29,6 +33,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import resource
 import shutil
 import statistics
@@ -39,7 +44,10 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY = os.environ.get("FLEXFS_BENCH_PYTHON", "/usr/bin/python3")
 CHROOT = "/opt/trixie"
-TARGETS = ("plain", "flexfs", "fuse", "passthrough")
+TARGETS = ("plain", "flexfs", "fuse", "passthrough", "flexfs-pt")
+# flexfs -o passthrough must serve no READ (set once hf/ is known to be SRC's
+# file byte for byte)
+CHECK_PT = [False]
 
 
 def cpu(pid):
@@ -75,6 +83,12 @@ class Daemon:
     def stop(self):
         subprocess.run(["fusermount3", "-u", self.mnt], check=True)
         self.p.wait()
+        # flexfs -o passthrough: its counters (FLEXFS_FUSE_STATS=1)
+        for line in open(self.err):
+            m = re.match(r"flexfs: fuse stats: reads (\d+) opens (\d+) passthrough (\d+)", line)
+            if m and CHECK_PT[0] and (int(m.group(1)) or not int(m.group(3))):
+                sys.exit("hfpass: flexfs -o passthrough served %s READs, %s passthrough opens"
+                         % (m.group(1), m.group(3)))
 
 
 def bdi(path):
@@ -109,16 +123,19 @@ def main():
     mnt = {t: os.path.join(w, "mnt-" + t) for t in TARGETS[1:]}
     path = {"plain": plain, "flexfs": os.path.join(mnt["flexfs"], "hf", "model.safetensors"),
             "fuse": os.path.join(mnt["fuse"], "model.safetensors"),
-            "passthrough": os.path.join(mnt["passthrough"], "model.safetensors")}
+            "passthrough": os.path.join(mnt["passthrough"], "model.safetensors"),
+            "flexfs-pt": os.path.join(mnt["flexfs-pt"], "hf", "model.safetensors")}
 
     def mount_all():
         d = {"flexfs": Daemon([a.flexfs, src, "-o", "tp=1"], mnt["flexfs"], "index.json"),
              "fuse": Daemon([a.fusepass, src], mnt["fuse"], "model.safetensors"),
              "passthrough": Daemon([a.fusepass, src], mnt["passthrough"], "model.safetensors",
-                                   {"FLEXFS_FUSEPASS_PASSTHROUGH": "1"})}
+                                   {"FLEXFS_FUSEPASS_PASSTHROUGH": "1"}),
+             "flexfs-pt": Daemon([a.flexfs, src, "-o", "tp=1,passthrough"], mnt["flexfs-pt"],
+                                 "index.json", {"FLEXFS_FUSE_STATS": "1"})}
         # flexfs raised its bdi's readahead at its first request (the
         # lookup of index.json): the FUSE targets get the same
-        for t in ("fuse", "passthrough"):
+        for t in ("fuse", "passthrough", "flexfs-pt"):
             with open(bdi(mnt["flexfs"])) as f, open(bdi(mnt[t]), "w") as g:
                 g.write(f.read())
         return d
@@ -132,7 +149,8 @@ def main():
     warm([plain])
     ds = mount_all()
     same = subprocess.run(["cmp", "-s", path["flexfs"], plain]).returncode == 0
-    for t in ("fuse", "passthrough"):
+    CHECK_PT[0] = same
+    for t in ("fuse", "passthrough") + (("flexfs-pt",) if same else ()):
         if subprocess.run(["cmp", "-s", path[t], plain]).returncode != 0:
             sys.exit("hfpass: %s serves other bytes than %s" % (t, plain))
     for d in ds.values():
@@ -146,7 +164,8 @@ def main():
         for mode in loaders:
             warm([plain])
             ds = mount_all()
-            order = TARGETS[rnd % 4:] + TARGETS[:rnd % 4]
+            k = rnd % len(TARGETS)
+            order = TARGETS[k:] + TARGETS[:k]
             for ph in ("first", "re-read"):
                 for t in order:
                     c0 = cpu(ds[t].p.pid) if t in ds else 0.0
@@ -172,17 +191,18 @@ def main():
           "target time, median [min, max]; CPU s per GB: reader / daemon (medians)" % (
               load0, load1, a.rounds))
     print("| loader, phase | plain (s) | flexfs hf/ | FUSE limit | FUSE_PASSTHROUGH proto | "
-          "passthrough / flexfs | CPU s/GB plain | flexfs | FUSE | passthrough |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "flexfs -o passthrough | flexfs -o passthrough / flexfs | CPU s/GB plain | flexfs | "
+          "FUSE | passthrough proto | flexfs -o passthrough |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for mode in loaders:
         for ph in ("first", "re-read"):
             pl = res[(mode, ph, "plain")]
             cells = []
-            for t in ("flexfs", "fuse", "passthrough"):
+            for t in ("flexfs", "fuse", "passthrough", "flexfs-pt"):
                 r = [p[0] / x[0] for p, x in zip(pl, res[(mode, ph, t)])]
                 cells.append("%.2f [%.2f, %.2f]" % (med(r), min(r), max(r)))
             g = [f[0] / p[0] for f, p in zip(res[(mode, ph, "flexfs")],
-                                             res[(mode, ph, "passthrough")])]
+                                             res[(mode, ph, "flexfs-pt")])]
             cells.append("%.2f [%.2f, %.2f]" % (med(g), min(g), max(g)))
             for t in TARGETS:
                 v = res[(mode, ph, t)]
