@@ -230,3 +230,27 @@ $1")
 	[ "$status" -eq 0 ]
 	[[ $output == *"9 tensors"*", 20 objects"* ]]
 }
+
+@test "megatron zarr: chunks that do not divide the shape (Zarr pads the edge chunks) are read without the padding" {
+	local d=$BATS_TEST_TMPDIR/edge
+	mkdir "$d"
+	cp -r "$ZARR/iter_0000100" "$d/iter_0000100"
+	# output_layer.weight [256, 16] bf16 as chunks of 100 rows: the third
+	# holds rows 200-255 and 44 rows of padding (0xff bytes)
+	(cd "$d/iter_0000100/output_layer.weight" && /usr/bin/python3 -c "
+import json, os
+m = json.load(open('.zarray'))
+rows = open('0.0', 'rb').read() + open('1.0', 'rb').read()
+row = 16 * 2
+for n in ('0.0', '1.0'):
+    os.remove(n)
+for i in range(3):
+    c = rows[i * 100 * row:(i + 1) * 100 * row]
+    open('%d.0' % i, 'wb').write(c + b'\xff' * (100 * row - len(c)))
+m['chunks'] = [100, 16]
+open('.zarray', 'w').write(json.dumps(m))")
+	cp "$ZARR/latest_checkpointed_iteration.txt" "$d/"
+	same_views "$d" "$FX/megatron-untied/$ITER" tp=2 hf
+	# ranks/: each rank's rows cross the chunks' edges
+	zarr_views "$FX/megatron-untied" "$d" 2
+}
