@@ -52,25 +52,36 @@ static const struct {
     {"common_backend_version", JSON_INTEGER},
 };
 
-/* What to say when metadata.json names the other backend, whose files this
- * directory lacks (each source's probe looks for its own). */
-static int other_backend(const char *backend, const char *v, flx_error *err)
+/* What to say when metadata.json names v, the other backend than this
+ * source's: each source's probe looks for its own files (.metadata or
+ * none), but -o source_format may name either. */
+static int other_backend(int dirfd, const char *backend, const char *v,
+			 flx_error *err)
 {
-	if (!strcmp(backend, "zarr"))
-		return flx_error_set(err, -ENOENT, ".metadata", NULL,
-				     "no such file (a torch_dist checkpoint "
-				     "has one)");
+	bool meta = flx_mcore_exists(dirfd, ".metadata");
+
+	if (meta == !strcmp(backend, "torch_dist"))
+		return meta
+			   ? flx_error_set(err, -EINVAL, CONFIG_NAME,
+					   "sharded_backend",
+					   "'%s', but the directory has a "
+					   ".metadata (a torch_dist "
+					   "checkpoint's; a zarr one has none)",
+					   v)
+			   : flx_error_set(err, -ENOENT, ".metadata", NULL,
+					   "no such file (a torch_dist "
+					   "checkpoint has one)");
 	return flx_error_set(err, -EINVAL, CONFIG_NAME, "sharded_backend",
-			     "'%s', but the directory has a .metadata (a "
-			     "torch_dist checkpoint's, a zarr one has none)",
-			     v);
+			     "'%s': read it as format megatron-%s, not "
+			     "megatron-%s",
+			     v, v, backend);
 }
 
 /* metadata.json parsed from buf[0..len): an object whose sharded_backend
  * is backend.  @return 0, -ENOMEM, -ENOTSUP (a backend no source reads)
  * or -EINVAL / -ENOENT (other_backend()), with err naming the key. */
-static int check_config(const char *buf, size_t len, const char *backend,
-			flx_error *err)
+static int check_config(int dirfd, const char *buf, size_t len,
+			const char *backend, flx_error *err)
 {
 	json_error_t je;
 	const json_t *v;
@@ -108,7 +119,7 @@ static int check_config(const char *buf, size_t len, const char *backend,
 		goto out;
 	}
 	if (strcmp(json_string_value(v), backend) != 0) {
-		rc = other_backend(backend, json_string_value(v), err);
+		rc = other_backend(dirfd, backend, json_string_value(v), err);
 		goto out;
 	}
 	for (size_t i = 0; i < sizeof(config_keys) / sizeof(config_keys[0]);
@@ -138,7 +149,7 @@ int flx_mcore_config(flx_build *b, const char *backend, int64_t *mtime_ns,
 	rc = flx_build_read_whole(b, CONFIG_NAME, MAX_CONFIG_BYTES, NULL, &buf,
 				  &len, mtime_ns, err);
 	if (!rc)
-		rc = check_config(buf, len, backend, err);
+		rc = check_config(flx_build_dirfd(b), buf, len, backend, err);
 	free(buf);
 	return rc;
 }

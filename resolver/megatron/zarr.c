@@ -355,8 +355,14 @@ static int grid(zs *z, const char *rel, const zarray *za, size_t files,
 	uint64_t total = 1;
 
 	for (int d = 0; d < za->ndim; d++) {
-		per[d] = (za->shape[d] + za->chunks[d] - 1) / za->chunks[d];
-		total = per[d] == 0 ? 0 : total * (uint64_t)per[d];
+		per[d] = za->shape[d] / za->chunks[d] +
+			 (za->shape[d] % za->chunks[d] != 0);
+		total = per[d] ? total : 0;
+	}
+	for (int d = 0; d < za->ndim && total; d++) {
+		/* total <= files before, per[d] <= files: no overflow */
+		total = (uint64_t)per[d] > files ? UINT64_MAX
+						 : total * (uint64_t)per[d];
 		if (total > files)
 			return flx_error_set(
 			    z->err, -ENOENT, rel, "chunks",
