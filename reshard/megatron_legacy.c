@@ -348,6 +348,26 @@ static int prm_rank(const char *prm)
 	return 4;
 }
 
+/* The object named key, a ShardedObject's unique key
+ * "<key>/shard_<offsets>_<shape>", else its legacy variant whose shape
+ * lacks the last entry (spec 2.2: Megatron pads it with -1; the zarr
+ * backend's older with_suffix names), which only a shape of two or more
+ * entries has.  NULL: neither. */
+static const flx_object *find_object(const flx_ckpt *c, const char *key)
+{
+	const char *shape = strrchr(key, '_'), *dot = strrchr(key, '.');
+	size_t n = dot && shape && dot > shape ? (size_t)(dot - key) : 0;
+
+	for (size_t i = 0; i < c->nobjects; i++)
+		if (!strcmp(c->objects[i].fqn, key))
+			return &c->objects[i];
+	for (size_t i = 0; n && i < c->nobjects; i++)
+		if (!strncmp(c->objects[i].fqn, key, n) &&
+		    !c->objects[i].fqn[n])
+			return &c->objects[i];
+	return NULL;
+}
+
 /* The source's bytes item of layer module mod's _extra_state at global
  * layer g: "decoder.layers.<mod>._extra_state/shard_<g>_<L>", or for
  * expert e (of E; mod the expert's module, "linear_fc1")
@@ -383,10 +403,7 @@ static const flx_object *extra_object(const ctx *x, const char *mod, int64_t g,
 			     (long long)x->nlayers, (long long)E);
 	if (n < 0 || (size_t)n >= sizeof(key))
 		return NULL;
-	for (size_t i = 0; i < x->c->nobjects; i++)
-		if (!strcmp(x->c->objects[i].fqn, key))
-			return &x->c->objects[i];
-	return NULL;
+	return find_object(x->c, key);
 }
 
 /* An _extra_state item after module mod's parameters: None, or an empty

@@ -216,6 +216,9 @@ typedef struct flx_megatron {
 	/* content_metadata.distrib_optim_sharding_type, else
 	 * optimizer.param_state_sharding_type */
 	char optim_sharding[48];
+	/* neither says: optim_sharding is what Megatron assumes (spec 1.5),
+	 * from args.ckpt_fully_parallel_save */
+	bool optim_assumed;
 	/* content_metadata.singleton_local_shards (spec 3.2: per-layer,
 	 * per-expert keys, fc1 as weight_w / weight_v): 0, 1, or -1 absent */
 	int singleton_local_shards;
@@ -225,6 +228,9 @@ typedef struct flx_megatron {
 	uint64_t pkl_off;
 	uint64_t pkl_len;
 	bool common_item; /* from the common_state item, not common.pt */
+	/* the source's ShardedObject values are torch.save(value) files
+	 * (zarr), not torch.save([value]) bytes items (torch_dist) */
+	bool objects_bare;
 	/* mounted through a save directory whose
 	 * latest_checkpointed_iteration.txt says "release" (its release/) */
 	bool release;

@@ -7,16 +7,23 @@
 #include "source.h"
 
 extern const flx_source flx_source_megatron;
+extern const flx_source flx_source_megatron_zarr;
 extern const flx_source flx_source_dcp;
 extern const flx_source flx_source_hf;
 extern const flx_source flx_source_paddle;
 extern const flx_source flx_source_mindspore;
 
 /* Megatron's torch_dist is a DCP directory with a metadata.json: asked
- * first, so that DCP does not claim it. */
+ * first, so that DCP does not claim it.  Its zarr backend (metadata.json
+ * and common.pt, no .metadata) is a variant too, named after it. */
 const flx_source *const flx_sources[] = {
-    &flx_source_megatron, &flx_source_dcp,	 &flx_source_paddle,
-    &flx_source_hf,	  &flx_source_mindspore, NULL,
+    &flx_source_megatron,
+    &flx_source_megatron_zarr,
+    &flx_source_dcp,
+    &flx_source_paddle,
+    &flx_source_hf,
+    &flx_source_mindspore,
+    NULL,
 };
 
 const char *flx_ckpt_format_name(size_t i)

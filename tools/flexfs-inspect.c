@@ -308,7 +308,7 @@ static void print_megatron(const flx_ckpt *c)
 	printf("Megatron-Core: iteration %lld, checkpoint_version %.1f "
 	       "(from %s); num_layers %lld, hidden %lld, heads %lld, "
 	       "query groups %lld, ffn %lld%s, padded vocab %lld, experts "
-	       "%lld; saved at tp=%lld pp=%lld; optimizer %s\n"
+	       "%lld; saved at tp=%lld pp=%lld; optimizer %s%s\n"
 	       "%zu stacked tensor(s): axis 0 indexes layers (and axis 1 "
 	       "experts under experts.experts.), never split by TP; each pp "
 	       "stage holds its layers' range\n",
@@ -321,7 +321,11 @@ static void print_megatron(const flx_ckpt *c)
 	       (long long)m->padded_vocab_size, (long long)m->num_experts,
 	       (long long)m->tensor_model_parallel_size,
 	       (long long)m->pipeline_model_parallel_size,
-	       m->optim_sharding[0] ? m->optim_sharding : "-", stacked);
+	       m->optim_sharding[0] ? m->optim_sharding : "-",
+	       m->optim_assumed ? " (assumed: no format named; from "
+				  "args.ckpt_fully_parallel_save)"
+				: "",
+	       stacked);
 }
 
 /* Natural order: runs of digits compare as numbers ("layers.2." before

@@ -18,7 +18,8 @@
  * source's Namespace written again with the target's parallel sizes
  * (spec 6.2).  No optimizer or rng state, as Megatron's own converter.
  * A TE FP8 _extra_state (spec 3.7) is the uint8 tensor that is the first
- * element of the source's bytes item, a torch.save of a list: checked at
+ * element of the source's bytes item, a torch.save of a list (of a zarr
+ * checkpoint, flx_megatron.objects_bare: the value itself): checked at
  * mount (a 1-D contiguous uint8 tensor inside its storage record), its
  * bytes served from the item's storage record; None or an empty tensor
  * there gives the empty tensor.  Anything else (an io.BytesIO of older
@@ -268,11 +269,14 @@ static int extra_blob(flx_build *b, const flx_object *o, flx_pt_tensor *t,
 	if (rc)
 		goto out;
 	root = flx_pickle_root(pk);
-	if (root->kind != FLX_PV_LIST || root->u.seq.n < 1) {
+	if (b->ckpt->megatron->objects_bare) {
+		v = root; /* a zarr object file holds the value alone */
+	} else if (root->kind != FLX_PV_LIST || root->u.seq.n < 1) {
 		rc = extra_fail(b, o, "not a non-empty list", NULL);
 		goto out;
+	} else {
+		v = root->u.seq.v[0];
 	}
-	v = root->u.seq.v[0];
 	if (v->kind == FLX_PV_NONE)
 		goto out;
 	if (flx_pv_obj_class(v) &&

@@ -14,6 +14,7 @@
  * Spec: megatron-format.md sections 1-4.
  */
 #include "dcp_internal.h"
+#include "megatron_internal.h"
 #include "json_guard.h"
 #include "pickle.h"
 #include "reader.h"
@@ -29,10 +30,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define CONFIG_NAME	  "metadata.json"
+#define CONFIG_NAME	  FLX_MCORE_CONFIG
 #define TRACKER_NAME	  FLX_MEGATRON_TRACKER
 #define MAX_TRACKER_BYTES (1u << 12)
-#define COMMON_NAME	  "common.pt"
+#define COMMON_NAME	  FLX_MCORE_COMMON
 #define COMMON_ITEM	  "common_state/shard_0_1"
 #define MCORE_MODULE	  "megatron.core.dist_checkpointing.strategies.torch"
 #define MAX_CONFIG_BYTES  (1u << 20)
@@ -51,10 +52,36 @@ static const struct {
     {"common_backend_version", JSON_INTEGER},
 };
 
+/* What to say when metadata.json names v, the other backend than this
+ * source's: each source's probe looks for its own files (.metadata or
+ * none), but -o source_format may name either. */
+static int other_backend(int dirfd, const char *backend, const char *v,
+			 flx_error *err)
+{
+	bool meta = flx_mcore_exists(dirfd, ".metadata");
+
+	if (meta == !strcmp(backend, "torch_dist"))
+		return meta
+			   ? flx_error_set(err, -EINVAL, CONFIG_NAME,
+					   "sharded_backend",
+					   "'%s', but the directory has a "
+					   ".metadata (a torch_dist "
+					   "checkpoint's; a zarr one has none)",
+					   v)
+			   : flx_error_set(err, -ENOENT, ".metadata", NULL,
+					   "no such file (a torch_dist "
+					   "checkpoint has one)");
+	return flx_error_set(err, -EINVAL, CONFIG_NAME, "sharded_backend",
+			     "'%s': read it as format megatron-%s, not "
+			     "megatron-%s",
+			     v, v, backend);
+}
+
 /* metadata.json parsed from buf[0..len): an object whose sharded_backend
- * is "torch_dist".  @return 0, -ENOMEM, -ENOTSUP (another backend) or
- * -EINVAL, with err naming the key. */
-static int check_config(const char *buf, size_t len, flx_error *err)
+ * is backend.  @return 0, -ENOMEM, -ENOTSUP (a backend no source reads)
+ * or -EINVAL / -ENOENT (other_backend()), with err naming the key. */
+static int check_config(int dirfd, const char *buf, size_t len,
+			const char *backend, flx_error *err)
 {
 	json_error_t je;
 	const json_t *v;
@@ -82,12 +109,17 @@ static int check_config(const char *buf, size_t len, flx_error *err)
 				   v ? "not a string" : "missing");
 		goto out;
 	}
-	if (strcmp(json_string_value(v), "torch_dist") != 0) {
+	if (strcmp(json_string_value(v), "torch_dist") != 0 &&
+	    strcmp(json_string_value(v), "zarr") != 0) {
 		rc =
 		    flx_error_set(err, -ENOTSUP, CONFIG_NAME, "sharded_backend",
 				  "'%.64s' is not supported (only torch_dist "
-				  "checkpoints mount)",
+				  "and zarr checkpoints mount)",
 				  json_string_value(v));
+		goto out;
+	}
+	if (strcmp(json_string_value(v), backend) != 0) {
+		rc = other_backend(dirfd, backend, json_string_value(v), err);
 		goto out;
 	}
 	for (size_t i = 0; i < sizeof(config_keys) / sizeof(config_keys[0]);
@@ -104,6 +136,21 @@ static int check_config(const char *buf, size_t len, flx_error *err)
 	}
 out:
 	json_decref(root);
+	return rc;
+}
+
+int flx_mcore_config(flx_build *b, const char *backend, int64_t *mtime_ns,
+		     flx_error *err)
+{
+	void *buf = NULL;
+	size_t len = 0;
+	int rc;
+
+	rc = flx_build_read_whole(b, CONFIG_NAME, MAX_CONFIG_BYTES, NULL, &buf,
+				  &len, mtime_ns, err);
+	if (!rc)
+		rc = check_config(flx_build_dirfd(b), buf, len, backend, err);
+	free(buf);
 	return rc;
 }
 
@@ -282,6 +329,31 @@ static int interpret_optim(const common_src *cs, const flx_pv *st,
 		       sizeof(m->optim_sharding), err);
 }
 
+/*
+ * Older checkpoints name no optimizer format: Megatron then assumes
+ * fully_sharded_model_space when the saving run had
+ * args.ckpt_fully_parallel_save, else dp_zero_gather_scatter (spec 1.5).
+ * args was checked by interpret_args().
+ */
+static int assume_optim(const common_src *cs, const flx_pv *args,
+			flx_megatron *m, flx_error *err)
+{
+	const flx_pv *ns =
+	    args && args->kind == FLX_PV_OBJ ? args->u.obj.state : args;
+	int fps = -1;
+	int rc = get_flag(cs, ns && ns->kind == FLX_PV_DICT ? ns : NULL,
+			  "ckpt_fully_parallel_save",
+			  "args.ckpt_fully_parallel_save", &fps, err);
+
+	if (rc)
+		return rc;
+	snprintf(m->optim_sharding, sizeof(m->optim_sharding), "%s",
+		 fps == 1 ? "fully_sharded_model_space"
+			  : "dp_zero_gather_scatter");
+	m->optim_assumed = true;
+	return 0;
+}
+
 /* The common state's pickle root: the dict (inside its one-element list
  * for the item). */
 static int interpret_common(const common_src *cs, const flx_pv *root,
@@ -318,6 +390,8 @@ static int interpret_common(const common_src *cs, const flx_pv *root,
 	rc = interpret_args(cs, flx_pv_dict_get(st, "args"), m, err);
 	if (!rc)
 		rc = interpret_optim(cs, st, m, err);
+	if (!rc && !m->optim_sharding[0])
+		rc = assume_optim(cs, flx_pv_dict_get(st, "args"), m, err);
 	return rc;
 }
 
@@ -384,7 +458,7 @@ static int read_window(const flx_ckpt *c, uint32_t idx, uint64_t off,
 	return 0;
 }
 
-static bool exists(int dirfd, const char *name)
+bool flx_mcore_exists(int dirfd, const char *name)
 {
 	struct stat st;
 
@@ -406,7 +480,7 @@ static int load_common(flx_build *b, flx_megatron *m, flx_error *err)
 	uint32_t idx;
 	int rc;
 
-	if (exists(flx_build_dirfd(b), COMMON_NAME) ||
+	if (flx_mcore_exists(flx_build_dirfd(b), COMMON_NAME) ||
 	    flx_build_remote(b, COMMON_NAME)) {
 		rc = flx_build_data_file(b, COMMON_NAME, &ref, &idx);
 		if (rc)
@@ -743,8 +817,8 @@ int flx_megatron_tracker_sub(const char *buf, size_t len, char *sub, size_t cap,
  * directory -o megatron_iter=N names, else the one its
  * latest_checkpointed_iteration.txt names, is the checkpoint.
  */
-static int enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
-		 flx_error *err)
+int flx_mcore_enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
+		    flx_error *err)
 {
 	int dirfd = flx_build_dirfd(b);
 	void *buf = NULL;
@@ -762,7 +836,8 @@ static int enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
 					     "the save directory");
 		return 0;
 	}
-	if (exists(dirfd, CONFIG_NAME) || !exists(dirfd, TRACKER_NAME))
+	if (flx_mcore_exists(dirfd, CONFIG_NAME) ||
+	    !flx_mcore_exists(dirfd, TRACKER_NAME))
 		return 0;
 	rc = flx_build_read_whole(b, TRACKER_NAME, MAX_TRACKER_BYTES, NULL,
 				  &buf, &len, &mtime, err);
@@ -786,27 +861,47 @@ static bool owns(const char *name)
 	       strcmp(name, COMMON_NAME) == 0 || flx_dcp_owns(name);
 }
 
-/* metadata.json beside a .metadata or a common.pt: load says what is
- * wrong with it (a zarr checkpoint, say). */
+/* metadata.json beside a .metadata: load says what is wrong with it.  A
+ * zarr checkpoint has none (zarr.c). */
 static int probe(int dirfd, bool *yes)
 {
-	*yes = exists(dirfd, CONFIG_NAME) &&
-	       (exists(dirfd, ".metadata") || exists(dirfd, COMMON_NAME));
+	*yes = flx_mcore_exists(dirfd, CONFIG_NAME) &&
+	       flx_mcore_exists(dirfd, ".metadata");
 	return 0;
 }
 
-static int set_writer(flx_ckpt *c)
+static int set_writer(flx_ckpt *c, const char *kind)
 {
-	const char *dcp = c->writer ? c->writer : "";
-	size_t n = strlen(dcp) + 64;
-	char *w = malloc(n);
+	const char *w = c->writer;
+	size_t n = strlen(kind) + (w ? strlen(w) : 0) + 32;
+	char *s = malloc(n);
 
-	if (!w)
+	if (!s)
 		return -ENOMEM;
-	snprintf(w, n, "Megatron-Core torch_dist, %s", dcp);
+	snprintf(s, n, "Megatron-Core %s%s%s", kind, w ? ", " : "", w ? w : "");
 	free(c->writer);
-	c->writer = w;
+	c->writer = s;
 	return 0;
+}
+
+int flx_mcore_finish(flx_build *b, const char *kind, bool objects_bare,
+		     flx_error *err)
+{
+	flx_ckpt *c = flx_build_ckpt(b);
+	flx_megatron *m = flx_pool_alloc(&c->pool, sizeof(*m));
+	int rc;
+
+	if (!m)
+		return -ENOMEM;
+	rc = load_common(b, m, err);
+	if (rc)
+		return rc;
+	m->release =
+	    flx_build_entered(b) && !strcmp(flx_build_entered(b), "release");
+	m->objects_bare = objects_bare;
+	c->megatron = m;
+	mark_stacked(c);
+	return set_writer(c, kind);
 }
 
 static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
@@ -817,33 +912,14 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	    .missing = "no such file (a torch_dist checkpoint has one)",
 	    .attrs = reformulated,
 	};
-	flx_ckpt *c = flx_build_ckpt(b);
-	flx_megatron *m;
-	void *buf = NULL;
-	size_t len = 0;
 	int64_t mtime;
-	int rc;
+	int rc = flx_mcore_config(b, "torch_dist", &mtime, err);
 
-	rc = flx_build_read_whole(b, CONFIG_NAME, MAX_CONFIG_BYTES, NULL, &buf,
-				  &len, &mtime, err);
-	if (!rc)
-		rc = check_config(buf, len, err);
-	free(buf);
 	if (!rc)
 		rc = flx_dcp_load(b, o, &dopts, err);
-	if (rc)
-		return rc;
-	m = flx_pool_alloc(&c->pool, sizeof(*m));
-	if (!m)
-		return -ENOMEM;
-	rc = load_common(b, m, err);
-	if (rc)
-		return rc;
-	m->release =
-	    flx_build_entered(b) && !strcmp(flx_build_entered(b), "release");
-	c->megatron = m;
-	mark_stacked(c);
-	return set_writer(c);
+	if (!rc)
+		rc = flx_mcore_finish(b, "torch_dist", false, err);
+	return rc;
 }
 
 const flx_source flx_source_megatron = {
@@ -854,5 +930,5 @@ const flx_source flx_source_megatron = {
     .probe = probe,
     .owns = owns,
     .load = load,
-    .enter = enter,
+    .enter = flx_mcore_enter,
 };

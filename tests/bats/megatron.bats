@@ -93,13 +93,25 @@ EOF
 	done
 }
 
-@test "megatron: a zarr metadata.json is refused at mount with one line" {
+@test "megatron: metadata.json naming zarr beside a .metadata, or another backend, is refused at mount with one line" {
 	local d=$BATS_TEST_TMPDIR/zarr
 	cp -a "$FX/megatron-untied/$ITER" "$d"
 	printf '{"sharded_backend": "zarr", "sharded_backend_version": 1}' \
 		>"$d/metadata.json"
 	mount_refused_line "$d" "" \
-		"*metadata.json: sharded_backend: 'zarr' is not supported*"
+		"*metadata.json: sharded_backend: 'zarr', but the directory has a .metadata*"
+	printf '{"sharded_backend": "tensorstore"}' >"$d/metadata.json"
+	mount_refused_line "$d" "" \
+		"*metadata.json: sharded_backend: 'tensorstore' is not supported (only torch_dist and zarr checkpoints mount)"
+	# -o source_format names either Megatron format: the other's says so
+	mount_refused_line "$d" source_format=megatron-zarr \
+		"*metadata.json: sharded_backend: 'tensorstore' is not supported*"
+	printf '{"sharded_backend": "torch_dist"}' >"$d/metadata.json"
+	mount_refused_line "$d" source_format=megatron-zarr \
+		"*metadata.json: sharded_backend: 'torch_dist': read it as format megatron-torch_dist, not megatron-zarr"
+	mount_refused_line "$FX/megatron-zarr/ckpt/iter_0000100" \
+		source_format=megatron-torch_dist \
+		"*metadata.json: sharded_backend: 'zarr': read it as format megatron-zarr, not megatron-torch_dist"
 }
 
 @test "megatron: flexfs-inspect shows the common state and the stacked tensors" {

@@ -136,3 +136,18 @@ unavailable() {
 		"*__0_2.distcp@0: decoder.layers.self_attention.linear_qkv._extra_state/shard_1_2: megatron/: TE _extra_state: an io.BytesIO (older TE) is not supported*"
 	megatron_legacy "$d|tp=2,pp=2|$BATS_FILE_TMPDIR/exp-megatron-te-fp8-2-2-local"
 }
+
+@test "megatron/ te spec: the legacy bytes-key variant (shape one entry short, spec 2.2) finds the experts' FP8 blobs" {
+	# tests/unit/data/megatron-legacy-keys: tools/fixtures/gen_megatron_legacy_keys.py's
+	# overlay on megatron-moe-fp8 (every shard_<l>.<e>_<L>.<E> key saved as
+	# shard_<l>.<e>_<L>, rng_state's likewise)
+	local d=$BATS_TEST_TMPDIR/src
+	cp -r "$FX/megatron-moe-fp8/$ITER" "$d"
+	cp -a "$FLEXFS_SRC/tests/unit/data/megatron-legacy-keys/." "$d/"
+	megatron_legacy "$d|tp=2,pp=2,megatron_spec=te|$BATS_FILE_TMPDIR/exp-megatron-moe-fp8-2-2-te" \
+		"$d|tp=1,pp=2,megatron_spec=te|$BATS_FILE_TMPDIR/exp-megatron-moe-fp8-1-2-te"
+	mount_ff "$d" "$MNT" "tp=2"
+	[ -f "$MNT/objects/decoder.layers.mlp.experts.experts.linear_fc1._extra_state%2Fshard_1.3_2.pt" ]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+}

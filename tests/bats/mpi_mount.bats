@@ -483,3 +483,17 @@ passes() {
 	dm_start 3 "tp=2,rules=$RULES"
 	dm_stop 1
 }
+
+@test "a Megatron-Core zarr save directory (key directories split file by file) over 2 and 3 ranks equals one mount of it" {
+	SRC=$FLEXFS_SRC/tests/fixtures/megatron-zarr/ckpt
+	spread_files 2
+	# every key directory is split between the ranks
+	[[ -f $T/src0/iter_0000100/output_layer.weight/.zarray ||
+		-f $T/src1/iter_0000100/output_layer.weight/.zarray ]]
+	[[ -d $T/src0/iter_0000100/output_layer.weight &&
+		-d $T/src1/iter_0000100/output_layer.weight ]]
+	dm_equal 2 "tp=2"
+	rm -rf "$T"/src* "$T"/mnt*
+	spread_files 3
+	dm_equal 3 "tp=4,pp=2"
+}

@@ -26,3 +26,9 @@ add_test(NAME test_chaos_paddle_pieces COMMAND test_chaos
   fixtures/paddle-flex-pieces/ckpt unit/data/paddle/chaos-rules.json
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(test_chaos_paddle_pieces PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# The same over the Megatron-Core zarr backend (a directory of arrays and
+# object files per key, listed and opened at mount).
+add_test(NAME test_chaos_megatron_zarr COMMAND test_chaos
+  fixtures/megatron-zarr/ckpt unit/data/megatron/chaos-rules.json
+  WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_chaos_megatron_zarr PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)

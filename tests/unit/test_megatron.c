@@ -6,7 +6,8 @@
  * "config", an independent record) says; the recorded data.pkl window is
  * a whole pickle; stacked keys are marked per the spec's key convention;
  * a metadata.json with only sharded_backend and unknown extra keys is
- * accepted.  Runs with tests/ as the working directory.
+ * accepted; the zarr backend's fixture opens with torch_dist's tensors.  Runs
+ * with tests/ as the working directory.
  */
 #include "check.h"
 #include "ckpt.h"
@@ -279,6 +280,82 @@ static void test_common_item(void)
 	discard(bad);
 }
 
+/* Whether t has a chunk with ch's box. */
+static bool has_box(const flx_tensor *t, const flx_chunk *ch)
+{
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		const flx_chunk *o = &t->chunks[i];
+		bool same = true;
+
+		for (int d = 0; d < t->ndim; d++)
+			same &= o->off[d] == ch->off[d] &&
+				o->size[d] == ch->size[d];
+		if (same)
+			return true;
+	}
+	return false;
+}
+
+/* The zarr backend (spec 1.6): tests/fixtures/megatron-zarr, the model of
+ * megatron-untied, opens as "megatron-zarr" with the torch_dist
+ * fixture's tensors (names, dtypes, shapes, chunk boxes, stacked axes) and
+ * as many objects, each a whole .pt file; its common state names no
+ * optimizer format, so Megatron's assumption is recorded (spec 1.5). */
+static void test_zarr(void)
+{
+	flx_ckpt *z = NULL, *t = NULL;
+	flx_error err = {0};
+	const flx_megatron *m;
+
+	CHECK_EQ(flx_ckpt_open("fixtures/megatron-zarr/ckpt", &z, &err), 0);
+	CHECK_EQ(flx_ckpt_open("fixtures/megatron-untied/" ITER, &t, &err), 0);
+	if (!z || !t)
+		goto out;
+	CHECK_STR(z->format, "megatron-zarr");
+	CHECK_STR(z->writer, "Megatron-Core zarr");
+	m = z->megatron;
+	CHECK(m && m->objects_bare && !t->megatron->objects_bare);
+	CHECK(m && m->optim_assumed && !t->megatron->optim_assumed);
+	if (m) {
+		CHECK_STR(m->optim_sharding, "dp_zero_gather_scatter");
+		CHECK_EQ(m->num_layers, 4);
+		CHECK_EQ(m->iteration, 100);
+	}
+	CHECK_EQ(z->ntensors, t->ntensors);
+	CHECK_EQ(z->nobjects, t->nobjects);
+	for (size_t i = 0; i < z->ntensors; i++) {
+		const flx_tensor *a = &z->tensors[i];
+		const flx_tensor *b = flx_ckpt_find(t, a->fqn);
+
+		CHECK(b != NULL);
+		if (!b)
+			continue;
+		CHECK_EQ(a->dtype, b->dtype);
+		CHECK_EQ(a->ndim, b->ndim);
+		CHECK(!memcmp(a->shape, b->shape, sizeof(a->shape)));
+		CHECK_EQ(a->stacked, want_stacked(a->fqn));
+		CHECK_EQ(a->nchunks, b->nchunks);
+		for (uint32_t k = 0; k < a->nchunks; k++) {
+			const flx_chunk *ch = &a->chunks[k];
+
+			CHECK(has_box(b, ch));
+			CHECK_EQ(ch->data_off, 0);
+			CHECK_EQ(z->files[ch->file].size,
+				 flx_numel(a->ndim, ch->size) *
+				     flx_dtype_size(a->dtype));
+		}
+	}
+	for (size_t i = 0; i < z->nobjects; i++) {
+		const flx_object *o = &z->objects[i];
+
+		CHECK(strstr(o->fqn, "/shard_") != NULL);
+		CHECK(o->off == 0 && o->len == z->files[o->file].size);
+	}
+out:
+	flx_ckpt_close(z);
+	flx_ckpt_close(t);
+}
+
 /* Plan megatron-untied with options opts ("tp=2,pp=2") and, when rules is
  * set, a rules file of that text.  @return flx_plan_build()'s value, the
  * error line in line. */
@@ -400,6 +477,7 @@ int main(void)
 		test_fixture(fixtures[i]);
 	test_config_subset();
 	test_common_item();
+	test_zarr();
 	test_plan_stacked();
 	return CHECK_RESULT();
 }

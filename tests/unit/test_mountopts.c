@@ -273,8 +273,8 @@ static void test_values(void)
 	flx_error_init(&err);
 	CHECK_EQ(flx_mo_option(&mo, "source_format=zarr", &err), -EINVAL);
 	CHECK_STR(err.text, "'zarr' is not a checkpoint format "
-			    "(megatron-torch_dist, torch-dcp, paddle-dcp, "
-			    "hf-safetensors, mindspore)");
+			    "(megatron-torch_dist, megatron-zarr, torch-dcp, "
+			    "paddle-dcp, hf-safetensors, mindspore)");
 	CHECK_STR(mo.source_format, "hf-safetensors");
 	/* paddle_id: a decimal id as Paddle names its files */
 	CHECK(!mo.has_paddle_id);

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef FLX_RESOLVER_MEGATRON_INTERNAL_H
+#define FLX_RESOLVER_MEGATRON_INTERNAL_H
+
+/*
+ * Internal to resolver/megatron/: what the two Megatron-Core sources share.
+ * A Megatron-Core distributed checkpoint is metadata.json (which sharded
+ * backend holds the tensors), the common state (common.pt) and the sharded
+ * part, a DCP directory (torch_dist, megatron.c) or one Zarr v2 array or
+ * torch.save file per key (zarr, zarr.c).  Spec: megatron-format.md 1.
+ * Thread-safety: as a source's load (one builder, one thread).
+ */
+
+#include "source.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define FLX_MCORE_CONFIG "metadata.json"
+#define FLX_MCORE_COMMON "common.pt"
+
+/** Whether name exists in dirfd (a failing look other than ENOENT counts
+ * as existing, so that the load reports it). */
+bool flx_mcore_exists(int dirfd, const char *name);
+
+/**
+ * Read metadata.json whole and check it: a JSON object whose
+ * sharded_backend is backend ("torch_dist" or "zarr"), with the documented
+ * keys of their types.  Into *mtime_ns its mtime.
+ * @return 0, or -errno with err naming the file and key: -ENOTSUP (a
+ *         backend neither source reads), -EINVAL (the other source's
+ *         backend where this directory lacks its files, malformed), or
+ *         the read's error.
+ */
+int flx_mcore_config(flx_build *b, const char *backend, int64_t *mtime_ns,
+		     flx_error *err);
+
+/**
+ * Once the tensors and objects are in the index: read the common state
+ * (common.pt, else the common_state/shard_0_1 object) into
+ * flx_build_ckpt(b)->megatron, mark the stacked axes of every tensor and
+ * prefix the writer with "Megatron-Core <kind>, " (writer NULL: kind
+ * alone).  objects_bare: the source's ShardedObject values are
+ * torch.save(value), not torch.save([value]) (flx_megatron.objects_bare).
+ * @return 0, or -errno with err.
+ */
+int flx_mcore_finish(flx_build *b, const char *kind, bool objects_bare,
+		     flx_error *err);
+
+/** The sources' enter hook (a save directory: source.h). */
+int flx_mcore_enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
+		    flx_error *err);
+
+#endif
