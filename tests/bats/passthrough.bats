@@ -96,13 +96,19 @@ with open(view, "rb") as c:
 ' "$1" "$2"
 }
 
+# hf_equal DIR: the mount's hf/ files are DIR's, by read() and by mmap.
+hf_equal() {
+	local f
+	for f in config.json model.safetensors tokenizer.json; do
+		cmp "$1/$f" "$MNT/hf/$f"
+		mmap_equal "$MNT/hf/$f" "$1/$f"
+	done
+}
+
 @test "passthrough: hf/ of a checkpoint flexfs wrote is its files, by read() and mmap, and the daemon serves no READ" {
 	own_hf
 	mount_pass "$OWN" "tp=2,rules=$HF_RULES"
-	for f in config.json model.safetensors tokenizer.json; do
-		cmp "$OWN/$f" "$MNT/hf/$f"
-		mmap_equal "$MNT/hf/$f" "$OWN/$f"
-	done
+	hf_equal "$OWN"
 	unmount_ff "$MNT"
 	stats_of
 	[ "$READS" -eq 0 ]
@@ -113,10 +119,7 @@ with open(view, "rb") as c:
 @test "passthrough: without the option the same files are served by the daemon" {
 	own_hf
 	mount_ff "$OWN" "$MNT" "tp=2,rules=$HF_RULES"
-	for f in config.json model.safetensors tokenizer.json; do
-		cmp "$OWN/$f" "$MNT/hf/$f"
-		mmap_equal "$MNT/hf/$f" "$OWN/$f"
-	done
+	hf_equal "$OWN"
 	unmount_ff "$MNT"
 	stats_of
 	[ "$READS" -gt 0 ]
@@ -199,10 +202,7 @@ open(p, "wb").write(b)' "$OWN/model.safetensors"
 	mount_pass "$HF/single" "" "$inner"
 	inner_pid=$FF_PID inner_err=$FF_ERR
 	mount_pass "$inner/hf" ""
-	for f in config.json model.safetensors tokenizer.json; do
-		cmp "$inner/hf/$f" "$MNT/hf/$f"
-		mmap_equal "$MNT/hf/$f" "$inner/hf/$f"
-	done
+	hf_equal "$inner/hf"
 	unmount_ff "$MNT"
 	[ "$(grep -c 'passthrough not applied to hf/' "$FF_ERR")" -eq 1 ]
 	grep -q "(Too many levels of symbolic links); served by the daemon" "$FF_ERR"
