@@ -12,3 +12,10 @@ flx_unit(test_megatron flx_reshard)
 flx_unit(test_paddle flx_reshard)
 flx_unit(test_mindspore_strategy flx_resolver)
 flx_unit(test_mindspore flx_resolver)
+# A real torch 2.6 dcp.save of the dtypes and view forms the other fixtures
+# lack (tools/fixtures/gen_dcp_dtypes.py): every tensor's digest equals
+# torch's own load (docs/spec-audit-dcp.md).
+add_test(NAME dcp_t26_dtypes
+  COMMAND sh ${CMAKE_CURRENT_SOURCE_DIR}/unit/check_dcp_digest.sh
+    $<TARGET_FILE:flexfs-inspect>
+    ${CMAKE_CURRENT_SOURCE_DIR}/fixtures/dcp-t26-dtypes)
