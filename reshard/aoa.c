@@ -92,9 +92,11 @@ typedef struct lexer {
 	flx_error *err;
 } lexer;
 
+/* VAR := [A-Za-z_][A-Za-z.$_*0-9^]* (Paddle's lexer): a macro such as
+ * $LAYER_ID never starts a name. */
 static bool ident_first(int c)
 {
-	return isalpha(c) || c == '_' || c == '$';
+	return isalpha(c) || c == '_';
 }
 
 static bool ident_rest(int c)
@@ -545,6 +547,20 @@ static int take_macros(lexer *l, astmt *st, size_t pos)
 		return lex_fail(l, pos,
 				"num_heads or num_key_value_groups without "
 				"fused_qkv or fused_qkv_old");
+	/* shard counts only matter to the per-rank layouts */
+	if ((st->src_tp || st->dst_tp) && st->macro != M_FUSED_FFN &&
+	    st->macro != M_FUSED_QKV_OLD)
+		return lex_fail(l, pos,
+				"src_tp or dst_tp without fused_ffn or "
+				"fused_qkv_old");
+	/* a fused macro expands into splits and concatenations, which take
+	 * one attribute, axis: a cast or transpose there would be lost */
+	if (st->macro && (st->has_dtype || st->has_permute))
+		return lex_fail(l, pos,
+				"%s takes no dtype or permute (cast or "
+				"transpose in a statement of its own, or "
+				"with ^T)",
+				macro_names[st->macro]);
 	return 0;
 }
 
