@@ -337,12 +337,12 @@ static flx_dtype dtype_named(const char *s, size_t n)
 		const char *name;
 		flx_dtype dt;
 	} names[] = {
-	    {"float32", FLX_DT_F32},   {"fp32", FLX_DT_F32},
-	    {"float", FLX_DT_F32},     {"float16", FLX_DT_F16},
-	    {"fp16", FLX_DT_F16},      {"half", FLX_DT_F16},
-	    {"bfloat16", FLX_DT_BF16}, {"bf16", FLX_DT_BF16},
-	    {"float64", FLX_DT_F64},   {"fp64", FLX_DT_F64},
-	    {"double", FLX_DT_F64},
+	    /* not "float": numpy and paddle.cast read it as float64 */
+	    {"float32", FLX_DT_F32}, {"fp32", FLX_DT_F32},
+	    {"float16", FLX_DT_F16}, {"fp16", FLX_DT_F16},
+	    {"half", FLX_DT_F16},    {"bfloat16", FLX_DT_BF16},
+	    {"bf16", FLX_DT_BF16},   {"float64", FLX_DT_F64},
+	    {"fp64", FLX_DT_F64},    {"double", FLX_DT_F64},
 	};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)

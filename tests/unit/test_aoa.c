@@ -102,6 +102,8 @@ static const struct {
     {"a -> b, axis='1'", "statement 2 column 14: axis must be a number"},
     {"a -> b, axis=1, axis=0", "statement 2 column 17: axis given twice"},
     {"a -> b, dtype='int3'", "statement 2 column 15: dtype must be"},
+    /* 'float' is float64 to numpy and paddle.cast: ambiguous, refused */
+    {"a -> b, dtype='float'", "statement 2 column 15: dtype must be"},
     {"a -> b, permute='[1,1]'", "statement 2 column 17: permute must be"},
     {"a -> b, permute='1,0'", "statement 2 column 17: permute must be"},
     {"a -> b, color=1", "statement 2 column 9: unknown attribute 'color'"},
