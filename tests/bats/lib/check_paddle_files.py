@@ -11,7 +11,9 @@ Each is read whole (its size must be st_size) and loaded with pickle.load
 file's pickle.load: the same dicts with the same keys in the same order,
 the same Paddle names, (name, ndarray) tuples where paddle.save writes
 them, and every ndarray of the same numpy dtype and shape with the same
-bytes (bf16 as uint16 bits).  Prints "N files equal" or the first
+bytes (bf16 as uint16 bits).  The mount's files are also loaded strictly:
+protocol 4, well formed to pickletools, nothing after STOP, and no global
+but the four paddle.save writes.  Prints "N files equal" or the first
 difference (exit 1).  /usr/bin/python3 (numpy)."""
 
 import io
