@@ -92,9 +92,11 @@ typedef struct lexer {
 	flx_error *err;
 } lexer;
 
+/* VAR := [A-Za-z_][A-Za-z.$_*0-9^]* (Paddle's lexer): a macro such as
+ * $LAYER_ID never starts a name. */
 static bool ident_first(int c)
 {
-	return isalpha(c) || c == '_' || c == '$';
+	return isalpha(c) || c == '_';
 }
 
 static bool ident_rest(int c)
@@ -335,12 +337,12 @@ static flx_dtype dtype_named(const char *s, size_t n)
 		const char *name;
 		flx_dtype dt;
 	} names[] = {
-	    {"float32", FLX_DT_F32},   {"fp32", FLX_DT_F32},
-	    {"float", FLX_DT_F32},     {"float16", FLX_DT_F16},
-	    {"fp16", FLX_DT_F16},      {"half", FLX_DT_F16},
-	    {"bfloat16", FLX_DT_BF16}, {"bf16", FLX_DT_BF16},
-	    {"float64", FLX_DT_F64},   {"fp64", FLX_DT_F64},
-	    {"double", FLX_DT_F64},
+	    /* not "float": numpy and paddle.cast read it as float64 */
+	    {"float32", FLX_DT_F32}, {"fp32", FLX_DT_F32},
+	    {"float16", FLX_DT_F16}, {"fp16", FLX_DT_F16},
+	    {"half", FLX_DT_F16},    {"bfloat16", FLX_DT_BF16},
+	    {"bf16", FLX_DT_BF16},   {"float64", FLX_DT_F64},
+	    {"fp64", FLX_DT_F64},    {"double", FLX_DT_F64},
 	};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
@@ -545,6 +547,20 @@ static int take_macros(lexer *l, astmt *st, size_t pos)
 		return lex_fail(l, pos,
 				"num_heads or num_key_value_groups without "
 				"fused_qkv or fused_qkv_old");
+	/* shard counts only matter to the per-rank layouts */
+	if ((st->src_tp || st->dst_tp) && st->macro != M_FUSED_FFN &&
+	    st->macro != M_FUSED_QKV_OLD)
+		return lex_fail(l, pos,
+				"src_tp or dst_tp without fused_ffn or "
+				"fused_qkv_old");
+	/* a fused macro expands into splits and concatenations, which take
+	 * one attribute, axis: a cast or transpose there would be lost */
+	if (st->macro && (st->has_dtype || st->has_permute))
+		return lex_fail(l, pos,
+				"%s takes no dtype or permute (cast or "
+				"transpose in a statement of its own, or "
+				"with ^T)",
+				macro_names[st->macro]);
 	return 0;
 }
 

@@ -20,7 +20,9 @@
  * statement writes them again); the others pass through.
  *
  * Not supported (refused with a clear error): `_ -> B` (a view cannot
- * invent data) and reshape=.
+ * invent data).  A fused macro's statement takes axis, its head and shard
+ * counts only (no dtype=, permute=); src_tp= and dst_tp= need fused_ffn
+ * or fused_qkv_old (docs/spec-audit-aoa-pdparams.md).
  *
  * Thread-safety: a parsed list and a compiled program are immutable; any
  * number of threads may read them.  Parsing and compiling are reentrant.

@@ -93,6 +93,18 @@ teardown() {
 	echo '{"aoa_statements": ["a -> b, axis=1, colour=2"]}' >"$r"
 	run "$FLEXFS_INSPECT" "$SRC" -o "rules=$r"
 	[[ $output == *"statement 1 column 17: unknown attribute 'colour'"* ]]
+	# a fused macro with a cast: refused (it was dropped, serving bf16)
+	cat >"$r" <<'JSON'
+{"aoa_statements": ["model.layers.0.mlp.gate_proj.weight, model.layers.0.mlp.up_proj.weight -> gu, fused_ffn, dtype='float32'"]}
+JSON
+	run "$FLEXFS_INSPECT" "$SRC" -o "rules=$r"
+	[ "$status" -ne 0 ]
+	[[ $output == *"r.json: aoa_statements: statement 1 column 72: fused_ffn takes no dtype or permute"* ]]
+	[ "${#lines[@]}" -eq 1 ]
+	echo '{"aoa_statements": ["a -> b, src_tp=2"]}' >"$r"
+	run "$FLEXFS_INSPECT" "$SRC" -o "rules=$r"
+	[ "$status" -ne 0 ]
+	[[ $output == *"statement 1 column 3: src_tp or dst_tp without fused_ffn or fused_qkv_old"* ]]
 	echo '{"aoa_statements": ["a -> b"], "rule": []}' >"$r"
 	run "$FLEXFS_INSPECT" "$SRC" -o "rules=$r"
 	[[ $output == *"rule: unknown key of the rules object"* ]]

@@ -102,6 +102,8 @@ static const struct {
     {"a -> b, axis='1'", "statement 2 column 14: axis must be a number"},
     {"a -> b, axis=1, axis=0", "statement 2 column 17: axis given twice"},
     {"a -> b, dtype='int3'", "statement 2 column 15: dtype must be"},
+    /* 'float' is float64 to numpy and paddle.cast: ambiguous, refused */
+    {"a -> b, dtype='float'", "statement 2 column 15: dtype must be"},
     {"a -> b, permute='[1,1]'", "statement 2 column 17: permute must be"},
     {"a -> b, permute='1,0'", "statement 2 column 17: permute must be"},
     {"a -> b, color=1", "statement 2 column 9: unknown attribute 'color'"},
@@ -121,6 +123,27 @@ static const struct {
     {"a -> b, reshape='[2,0]'", "column 17: reshape must be a list"},
     {"a -> b, reshape=3", "column 17: reshape must be a string"},
     {"a*b*c*d*e*f -> b", "column 1: more than 4 '*' and '$' macros in a name"},
+    /* VAR := [A-Za-z_][A-Za-z.$_*0-9^T]*: no '$' first */
+    {"$LAYER_ID.w -> b", "statement 2 column 1: expected a name, found an "
+			 "invalid character"},
+    {"a -> b, $EXPERT_ID.c, axis=0", "statement 2 column 9: expected a name"},
+    /* a fused macro is splits and concatenations: axis only (a cast or a
+     * transpose would be dropped, serving the source's bytes) */
+    {"a, b -> c, fused_ffn, dtype='float32'",
+     "statement 2 column 6: fused_ffn takes no dtype or permute"},
+    {"a, b, c -> d, fused_qkv, num_heads=4, num_key_value_groups=2, "
+     "permute='[1,0]'",
+     "statement 2 column 9: fused_qkv takes no dtype or permute"},
+    {"q -> q, fused_qkv_old, num_heads=4, num_key_value_groups=2, "
+     "dtype='bfloat16'",
+     "fused_qkv_old takes no dtype or permute"},
+    /* shard counts belong to the per-rank fused layouts only */
+    {"a -> b, src_tp=2", "statement 2 column 3: src_tp or dst_tp without "
+			 "fused_ffn or fused_qkv_old"},
+    {"a, b -> c, axis=0, dst_tp=2", "src_tp or dst_tp without fused_ffn"},
+    {"a -> b, c, d, fused_qkv, num_heads=4, num_key_value_groups=2, "
+     "src_tp=2",
+     "src_tp or dst_tp without fused_ffn or fused_qkv_old"},
 };
 
 static void test_malformed(void)

@@ -290,6 +290,30 @@ def rand_case(seed, tp):
     exp["tied_a"] = exp["tied_b"] = x
     n, x = t((2, 2))
     st.append(f"{n} -> _")
+    # the rest of the grammar (paddle-format.md 5): permute="[]" reverses
+    # every axis; axis= on a 1->1 statement is ignored; the old syntax
+    # "dst <- src"; ^T then a cast in one statement; '*' expands sorted
+    # numerically (10 after 9, not after 1); $EXPERT_ID over the ids
+    n, x = t((ext(), ext(), ext(tp)))
+    st.append(f'{n} -> rev, permute="[]"'); exp["rev"] = x.permute(2, 1, 0)
+    n, x = t((ext(), ext(tp)))
+    st.append(f"{n} -> idn, axis=1"); exp["idn"] = x
+    n, x = t((ext(), ext(tp)))
+    st.append(f"old <- {n}"); exp["old"] = x
+    n, x = t((ext(tp), ext()), torch.bfloat16)
+    st.append(f"{n}^T -> tcast, dtype='float32'")
+    exp["tcast"] = x.T.to(torch.float32)
+    rows, cols, parts = ext(), ext(tp), []
+    for i in range(12):
+        parts.append((torch.randn(rows, cols, generator=g) * 9).to(
+            torch.float16))
+        src[f"ex.{i}.w"] = parts[-1]
+    st.append("ex.*.w -> star, axis=0"); exp["star"] = torch.cat(parts, 0)
+    for i in range(3):
+        src[f"moe.{i}.w"] = (torch.randn(ext(), ext(tp), generator=g)).to(
+            torch.float32)
+        exp[f"moeT.{i}.w"] = src[f"moe.{i}.w"].T
+    st.append("moe.$EXPERT_ID.w^T -> moeT.$EXPERT_ID.w")
     return src, st, exp
 
 
