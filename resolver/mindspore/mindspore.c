@@ -149,8 +149,84 @@ static bool owns(const char *name)
 	       ends_with(name, ".meta") || strcmp(name, "meta.json") == 0;
 }
 
-/* The data file of a rank directory: the last .ckpt, else the last
- * .safetensors, by name.  *best NULL when none. */
+/* The last two runs of decimal digits met by scan_digits(). */
+typedef struct last_two {
+	const char *p[2]; /* p[1] the last, p[0] the one before */
+	size_t n[2];
+	unsigned count;
+} last_two;
+
+static void scan_digits(last_two *k, const char *s)
+{
+	while (*s) {
+		size_t n = 0;
+
+		if (*s < '0' || *s > '9') {
+			s++;
+			continue;
+		}
+		while (s[n] >= '0' && s[n] <= '9')
+			n++;
+		k->p[0] = k->p[1];
+		k->n[0] = k->n[1];
+		k->p[1] = s;
+		k->n[1] = n;
+		k->count += k->count < 2;
+		s += n;
+	}
+}
+
+/* numeric order of two digit runs of any length */
+static int cmp_run(const char *a, size_t na, const char *b, size_t nb)
+{
+	while (na > 1 && *a == '0')
+		a++, na--;
+	while (nb > 1 && *b == '0')
+		b++, nb--;
+	if (na != nb)
+		return na < nb ? -1 : 1;
+	return memcmp(a, b, na);
+}
+
+/*
+ * Whether safetensors file dir/a sorts after dir/b as MindSpore picks a
+ * rank's file (§1.8: the last after sorting on the last two integers of
+ * the path, a Python list: element by element, a shorter prefix first;
+ * _extract_last_two_numbers); equal keys: the later name.
+ */
+static bool st_later(const char *dir, const char *a, const char *b)
+{
+	last_two x = {0}, y = {0};
+	unsigned nx, ny;
+
+	scan_digits(&x, dir);
+	scan_digits(&y, dir);
+	scan_digits(&x, a);
+	scan_digits(&y, b);
+	for (nx = 2 - x.count, ny = 2 - y.count; nx < 2 && ny < 2; nx++, ny++) {
+		int c = cmp_run(x.p[nx], x.n[nx], y.p[ny], y.n[ny]);
+		if (c)
+			return c > 0;
+	}
+	if (x.count != y.count)
+		return x.count > y.count;
+	return strcmp(a, b) > 0;
+}
+
+/* Whether file a of rank directory dir is a better data file than b: a
+ * .ckpt over a .safetensors; .ckpt files the last by name (the
+ * transform's glob sorted), .safetensors by st_later(). */
+static bool better_in_dir(const char *dir, const char *a, const char *b)
+{
+	bool ca = ends_with(a, ".ckpt"), cb = ends_with(b, ".ckpt");
+
+	if (ca != cb)
+		return ca;
+	return ca ? strcmp(a, b) > 0 : st_later(dir, a, b);
+}
+
+/* The data file of a rank directory (better_in_dir()'s best).  *best
+ * NULL when none. */
 static int pick_in_dir(int dirfd, const char *sub, char **best)
 {
 	int fd = openat(dirfd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -171,7 +247,7 @@ static int pick_in_dir(int dirfd, const char *sub, char **best)
 								      : NULL;
 		if (!slot || de->d_name[0] == '.')
 			continue;
-		if (!*slot || strcmp(de->d_name, *slot) > 0) {
+		if (!*slot || better_in_dir(sub, de->d_name, *slot)) {
 			char *x = strdup(de->d_name);
 			if (!x) {
 				closedir(d);
@@ -301,15 +377,6 @@ static int scan_dir(loader *L, int dirfd)
 	return scan_end(L, single, rc);
 }
 
-/* Whether a is the better data file of a rank directory than b: a .ckpt
- * over a .safetensors, else the last by name (pick_in_dir()'s rule). */
-static bool better_in_dir(const char *a, const char *b)
-{
-	bool ca = ends_with(a, ".ckpt"), cb = ends_with(b, ".ckpt");
-
-	return ca != cb ? ca : strcmp(a, b) > 0;
-}
-
 /* "rank_<N>/<data file>" (no further '/', no hidden file): N. */
 static bool rank_dir_file(const char *n, uint32_t *r)
 {
@@ -345,9 +412,11 @@ static int scan_names(loader *L)
 		for (k = 0; k < L->nrf && L->rf[k].rank != r; k++)
 			;
 		if (k < L->nrf) {
-			char *x;
+			char *x, dir[32];
 
-			if (!better_in_dir(strchr(n, '/') + 1,
+			memcpy(dir, n, (size_t)(strchr(n, '/') - n));
+			dir[strchr(n, '/') - n] = '\0';
+			if (!better_in_dir(dir, strchr(n, '/') + 1,
 					   strchr(L->rf[k].relpath, '/') + 1))
 				continue;
 			if (!(x = strdup(n))) {
@@ -503,9 +572,12 @@ static int parse_tensor(frd *r, uint64_t pos, uint64_t end, record *rec)
 		if ((rc = frd_field(r, &pos, end, &field, &wt, &sub)))
 			return rc;
 		if (field == 1 && (wt == 0 || wt == 2)) {
+			/* unpacked: one varint; packed: varints that end
+			 * inside the payload */
 			uint64_t stop = wt == 0 ? pos + 1 : sub;
 			while (pos < stop) {
-				if ((rc = frd_varint(r, &pos, end, &v)))
+				if ((rc = frd_varint(r, &pos,
+						     wt == 0 ? end : sub, &v)))
 					return rc;
 				if (rec->ndim == FLX_MAX_DIMS ||
 				    v > (uint64_t)INT64_MAX)
@@ -627,9 +699,11 @@ static int finish_entry(loader *L, const char *file, entry *cur)
 	cur->dtype = dt;
 	for (uint32_t i = 0; i < cur->npieces; i++)
 		total += cur->pieces[i].len;
-	/* ≤ 2.2 scalars: dims [0] holding one element */
+	/* ≤ 2.2 scalars: dims [0] holding one element (a BFloat16 one as
+	 * the float32 that version wrote, §1.3) */
 	if (cur->ndim == 1 && cur->dims[0] == 0 &&
-	    total == flx_dtype_size(dt)) {
+	    (total == flx_dtype_size(dt) ||
+	     (dt == FLX_DT_BF16 && total == 4))) {
 		cur->ndim = 0;
 	}
 	numel = flx_numel(cur->ndim, cur->dims);
@@ -669,8 +743,19 @@ static int check_crc(loader *L, const char *file, frd *r, uint64_t end,
 {
 	uint64_t want = 0;
 	uint32_t crc = 0;
-	for (int i = 0; i < 10; i++)
-		want = want << 8 | be[i];
+	unsigned high = 0;
+	/* the CRC-32 as a 10-byte big-endian integer (§1.1): MindSpore
+	 * compares the whole integer, so a non-zero high byte matches none */
+	for (int i = 0; i < 10; i++) {
+		if (i < 6)
+			high |= be[i];
+		else
+			want = want << 8 | be[i];
+	}
+	if (high)
+		return flx_error_set(L->err, -EINVAL, file, "crc_num",
+				     "the trailer's 10-byte CRC-32 is above "
+				     "32 bits");
 	for (uint64_t pos = 0; pos < end;) {
 		size_t n = WINDOW;
 		if (n > end - pos)
@@ -896,7 +981,7 @@ static int load_safetensors(loader *L, uint32_t rank, uint32_t idx,
 	uint64_t size = L->c->files[idx].size, n = 0;
 	uint8_t h8[8];
 	char *buf = NULL;
-	json_t *root = NULL, *v;
+	json_t *root = NULL, *v, *meta;
 	json_error_t je;
 	const char *k;
 	int rc = 0;
@@ -928,10 +1013,23 @@ static int load_safetensors(loader *L, uint32_t rank, uint32_t idx,
 				   "safetensors header is not a JSON object");
 		goto out;
 	}
+	meta = json_object_get(root, "__metadata__");
 	json_object_foreach(root, k, v)
 	{
+		const char *mk;
+
 		if (strcmp(k, "__metadata__") == 0)
 			continue;
+		/* §1.7: an int4 parameter is stored packed two per byte and
+		 * named in the metadata; its dtype says otherwise (§1.3:
+		 * refused, as in a .ckpt) */
+		mk = json_string_value(json_object_get(meta, k));
+		if (mk && strcmp(mk, "Int4") == 0) {
+			rc = flx_error_set(L->err, -EINVAL, file, k,
+					   "an Int4 parameter (__metadata__) "
+					   "is not supported");
+			goto out;
+		}
 		if ((rc = st_entry(L, file, rank, idx, 8 + n, size - 8 - n, k,
 				   v)))
 			goto out;
