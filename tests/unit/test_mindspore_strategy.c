@@ -375,6 +375,29 @@ static void test_refusals(void)
 	REFUSED("[1", 2, true, NULL, "not JSON");
 }
 
+/* §2.2: repeated scalars may also come packed; ex53 with dev_matrix
+ * "08 02 08 04" as "0a 02 02 04" and tensor_map "08 01 08 <-1>" as
+ * "0a 0b 01 <-1>" (the same lengths) parses to the same layout. */
+static void test_packed(void)
+{
+	unsigned char b[sizeof(ex53)];
+	flx_error e;
+	flx_ms_strategy *s;
+
+	memcpy(b, ex53, sizeof(b));
+	b[0x29] = 0x0a, b[0x2a] = 0x02, b[0x2b] = 0x02, b[0x2c] = 0x04;
+	b[0x2f] = 0x0a, b[0x30] = 0x0b, b[0x31] = 0x01;
+	s = parse(b, sizeof(b), false, &e);
+	CHECK(s != NULL);
+	if (s) {
+		const flx_ms_layout *l = &s->layouts[0];
+		CHECK(l->ndev == 2 && l->dev[0] == 2 && l->dev[1] == 4);
+		CHECK(l->ndim == 2 && l->nmap[0] == 1 && l->map[0][0] == 1 &&
+		      l->nmap[1] == 0 && !l->nested);
+	}
+	flx_ms_strategy_free(s);
+}
+
 /* What protobuf-c (node_strategy.proto) accepts and refuses: §2.2's
  * required fields, but opt_weight_shard_* absent (files before 2021) as
  * 0; lists past FLX_MS_MAX_DIMS; a file costing more memory unpacked than
@@ -552,6 +575,7 @@ int main(void)
 	test_fold();
 	test_refusals();
 	test_protobuf_c();
+	test_packed();
 	test_fixtures();
 	return CHECK_RESULT();
 }
