@@ -975,6 +975,85 @@ static int st_entry(loader *L, const char *file, uint32_t rank, uint32_t idx,
 	return 0;
 }
 
+static int cmp_str_p(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/*
+ * The __metadata__ crc_num of a safetensors file (§1.7), the decimal
+ * string s: the CRC-32 chained over the tensors in sorted name order, of
+ * each its UTF-8 name then its bytes (data at base + data_offsets; the
+ * entries were checked by st_entry()).  Verified once at mount, as a
+ * .ckpt trailer is.  @return 0 or -errno with L->err set.
+ */
+static int check_st_crc(loader *L, const char *file, uint32_t idx, json_t *root,
+			uint64_t base, const char *s)
+{
+	size_t n = json_object_size(root), nk = 0;
+	const char **keys = malloc((n ? n : 1) * sizeof(*keys));
+	unsigned char *buf = malloc(WINDOW);
+	uint64_t want = 0;
+	uint32_t crc = 0;
+	const char *k;
+	json_t *v;
+	int rc = 0;
+
+	if (!keys || !buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; s[i]; i++)
+		if (s[i] < '0' || s[i] > '9' || i >= 10) {
+			rc =
+			    flx_error_set(L->err, -EINVAL, file, "crc_num",
+					  "__metadata__ crc_num '%.20s' is not "
+					  "a decimal CRC-32",
+					  s);
+			goto out;
+		} else {
+			want = want * 10 + (uint64_t)(s[i] - '0');
+		}
+	json_object_foreach(root, k, v)
+	{
+		if (strcmp(k, "__metadata__") != 0)
+			keys[nk++] = k;
+	}
+	qsort(keys, nk, sizeof(*keys), cmp_str_p);
+	for (size_t i = 0; i < nk; i++) {
+		json_t *of = json_object_get(json_object_get(root, keys[i]),
+					     "data_offsets");
+		uint64_t at = base + (uint64_t)json_integer_value(
+					 json_array_get(of, 0)),
+			 end = base + (uint64_t)json_integer_value(
+					  json_array_get(of, 1));
+
+		crc = flx_crc32(crc, keys[i], strlen(keys[i]));
+		while (at < end) {
+			size_t m =
+			    end - at < WINDOW ? (size_t)(end - at) : WINDOW;
+
+			if ((rc = flx_file_pread(L->c, idx, buf, m, at))) {
+				rc = flx_error_set(L->err, rc, file, keys[i],
+						   "cannot read: %s",
+						   strerror(-rc));
+				goto out;
+			}
+			crc = flx_crc32(crc, buf, m);
+			at += m;
+		}
+	}
+	if (want != crc)
+		rc = flx_error_set(L->err, -EINVAL, file, "crc_num",
+				   "CRC-32 of the tensors is %u, __metadata__ "
+				   "says %llu",
+				   crc, (unsigned long long)want);
+out:
+	free(keys);
+	free(buf);
+	return rc;
+}
+
 static int load_safetensors(loader *L, uint32_t rank, uint32_t idx,
 			    const char *file)
 {
@@ -1034,6 +1113,10 @@ static int load_safetensors(loader *L, uint32_t rank, uint32_t idx,
 				   v)))
 			goto out;
 	}
+	if (json_is_string(json_object_get(meta, "crc_num")))
+		rc = check_st_crc(
+		    L, file, idx, root, 8 + n,
+		    json_string_value(json_object_get(meta, "crc_num")));
 out:
 	json_decref(root);
 	free(buf);
