@@ -7,7 +7,9 @@
  * Directory: rank_<N>/ folders, each with .ckpt files (the last in
  * lexicographic order wins, as transform_checkpoints picks) or, from
  * MindSpore 2.4, .safetensors files; or flat files "..rank_<N>.." in the
- * directory itself (§1.8); a single unnumbered .ckpt is rank 0.  The
+ * directory itself (§1.8); a single unnumbered .ckpt is rank 0; the part
+ * files of a unified_safetensors directory (param_name_map.json beside
+ * them, §1.7: whole tensors) are all rank 0's.  The
  * strategy file comes from -o src_strategy=FILE (flx_ckpt_opts.
  * ms_strategy; JSON when its name ends in ".json").  Without one only a
  * single rank is read (all of it replicated).
@@ -54,6 +56,8 @@
 #define MAX_ST_HEADER	   100000000ull
 #define WINDOW		   65536u
 #define MAX_RANKS	   FLX_MS_MAX_DEVICES
+/* what unified_safetensors writes beside its part files (§1.7) */
+#define UNIFIED_MAP "param_name_map.json"
 
 static const uint32_t enc_magic[] = {0x7F3A5ED8u, 0x7F3A5ED9u, 0x7F3A5EDAu};
 
@@ -90,6 +94,12 @@ typedef struct loader {
 	entry *e;
 	size_t ne, cape;
 	bool safetensors;
+	/* unnumbered top-level .safetensors names (owned), and whether
+	 * param_name_map.json is beside them: a unified_safetensors output
+	 * (§1.7), whose files together are one whole checkpoint */
+	char **flat_st;
+	size_t nflat, capflat;
+	bool unified;
 } loader;
 
 /* ---- directory ---- */
@@ -146,7 +156,8 @@ static bool flat_rank(const char *s, uint32_t *r)
 static bool owns(const char *name)
 {
 	return is_data_name(name) || ends_with(name, ".tmp") ||
-	       ends_with(name, ".meta") || strcmp(name, "meta.json") == 0;
+	       ends_with(name, ".meta") || strcmp(name, "meta.json") == 0 ||
+	       strcmp(name, UNIFIED_MAP) == 0;
 }
 
 /* The last two runs of decimal digits met by scan_digits(). */
@@ -273,6 +284,17 @@ static int pick_in_dir(int dirfd, const char *sub, char **best)
 	return 0;
 }
 
+/* Append (rank, relpath) (relpath owned, freed on failure). */
+static int push_rankfile(loader *L, uint32_t rank, char *relpath)
+{
+	if (flx_grow((void **)&L->rf, &L->caprf, L->nrf + 1, sizeof(*L->rf))) {
+		free(relpath);
+		return -ENOMEM;
+	}
+	L->rf[L->nrf++] = (rankfile){rank, relpath};
+	return 0;
+}
+
 static int add_rankfile(loader *L, uint32_t rank, char *relpath)
 {
 	for (size_t i = 0; i < L->nrf; i++)
@@ -286,25 +308,36 @@ static int add_rankfile(loader *L, uint32_t rank, char *relpath)
 			}
 			return 0;
 		}
-	if (flx_grow((void **)&L->rf, &L->caprf, L->nrf + 1, sizeof(*L->rf))) {
-		free(relpath);
-		return -ENOMEM;
-	}
-	L->rf[L->nrf++] = (rankfile){rank, relpath};
-	return 0;
+	return push_rankfile(L, rank, relpath);
 }
 
 static int cmp_rankfile(const void *a, const void *b)
 {
 	const rankfile *x = a, *y = b;
-	return (x->rank > y->rank) - (x->rank < y->rank);
+	if (x->rank != y->rank)
+		return x->rank > y->rank ? 1 : -1;
+	return strcmp(x->relpath, y->relpath);
 }
 
-/* The end of a scan for rank files, whose outcome so far is rc: a lone
- * unnumbered file (single, owned; NULL: none) is rank 0 when no numbered
- * one was found; the rank files sorted.  @return 0 or -errno. */
+/* The end of a scan for rank files, whose outcome so far is rc: when no
+ * numbered file was found, the unnumbered .safetensors of a unified
+ * directory are all rank 0's, else a lone unnumbered file (single,
+ * owned; NULL: none) is rank 0; the rank files sorted.  @return 0 or
+ * -errno. */
 static int scan_end(loader *L, char *single, int rc)
 {
+	bool unified = !rc && L->nrf == 0 && L->unified && L->nflat;
+
+	for (size_t i = 0; i < L->nflat; i++) {
+		if (unified && !rc)
+			rc = push_rankfile(L, 0, L->flat_st[i]);
+		else
+			free(L->flat_st[i]);
+	}
+	free(L->flat_st);
+	L->flat_st = NULL;
+	L->nflat = 0;
+	L->unified = unified;
 	if (!rc && L->nrf == 0 && single) {
 		rc = add_rankfile(L, 0, single);
 		single = NULL;
@@ -333,6 +366,16 @@ static int add_flat(loader *L, const char *name, char **single)
 		return -ENOMEM;
 	if (flat_rank(name, &r))
 		return add_rankfile(L, r, rel);
+	if (ends_with(name, ".safetensors")) {
+		char *x = strdup(name);
+		if (!x || flx_grow((void **)&L->flat_st, &L->capflat,
+				   L->nflat + 1, sizeof(*L->flat_st))) {
+			free(x);
+			free(rel);
+			return -ENOMEM;
+		}
+		L->flat_st[L->nflat++] = x;
+	}
 	if (!*single || strcmp(rel, *single) > 0) {
 		free(*single);
 		*single = rel;
@@ -371,6 +414,8 @@ static int scan_dir(loader *L, int dirfd)
 				rc = add_rankfile(L, r, rel);
 		} else if (is_data_name(de->d_name)) {
 			rc = add_flat(L, de->d_name, &single);
+		} else if (strcmp(de->d_name, UNIFIED_MAP) == 0) {
+			L->unified = true;
 		}
 	}
 	closedir(d);
@@ -433,6 +478,8 @@ static int scan_names(loader *L)
 	}
 	/* then flat files, as scan_dir() takes them */
 	for (uint32_t i = 0; !rc && (n = flx_build_remote_name(L->b, i)); i++) {
+		if (strcmp(n, UNIFIED_MAP) == 0)
+			L->unified = true;
 		if (n[0] == '.' || strchr(n, '/') || !is_data_name(n))
 			continue;
 		rc = add_flat(L, n, &single);
@@ -1616,9 +1663,16 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 
 	rc = flx_build_remote_name(b, 0) ? scan_names(&L)
 					 : scan_dir(&L, flx_build_dirfd(b));
+	/* a unified directory's tensors are whole: a layout would slice them
+	 * again */
+	if (!rc && o->ms_strategy && L.unified)
+		rc =
+		    flx_error_set(err, -EINVAL, UNIFIED_MAP, "src_strategy",
+				  "a unified_safetensors directory holds whole "
+				  "tensors: mount it without a strategy");
 	/* without a layout, ranks' equal dims would pass for replicas even
 	 * when they are slices: serving one as the whole would be wrong */
-	if (!rc && !o->ms_strategy && L.nrf > 1)
+	if (!rc && !o->ms_strategy && L.nrf > 1 && !L.unified)
 		rc = flx_error_set(
 		    err, -EINVAL, L.rf[1].relpath, "src_strategy",
 		    "a checkpoint of %zu ranks needs its strategy "
@@ -1646,9 +1700,10 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 		rc = build_index(&L);
 	if (!rc) {
 		L.c->mtime_ns = L.c->files[0].mtime_ns;
-		if (asprintf(&L.c->writer, "MindSpore (%s, %zu ranks%s)",
+		if (asprintf(&L.c->writer, "MindSpore (%s, %zu %s%s)",
 			     L.safetensors ? "safetensors" : "ckpt", L.nrf,
-			     L.st ? "" : ", no strategy") < 0) {
+			     L.unified ? "unified files" : "ranks",
+			     L.st || L.unified ? "" : ", no strategy") < 0) {
 			L.c->writer = NULL;
 			rc = -ENOMEM;
 		}

@@ -317,6 +317,81 @@ static void put_st(const char *name, float x)
 	write_bytes(path, b, 8 + n + 4);
 }
 
+/* dir/<name>: a safetensors file of F32 tensors names[i] = {x[i]} */
+static void put_st_flat(const char *name, int n, const char *const *names,
+			const float *x)
+{
+	char hdr[512], path[192];
+	uint8_t b[640];
+	size_t h = 1;
+
+	hdr[0] = '{';
+	for (int i = 0; i < n; i++)
+		h +=
+		    (size_t)snprintf(hdr + h, sizeof(hdr) - h,
+				     "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[],"
+				     "\"data_offsets\":[%d,%d]}",
+				     i ? "," : "", names[i], 4 * i, 4 * i + 4);
+	hdr[h++] = '}';
+	for (int i = 0; i < 8; i++)
+		b[i] = (uint8_t)((uint64_t)h >> (8 * i));
+	memcpy(b + 8, hdr, h);
+	memcpy(b + 8 + h, x, 4 * (size_t)n);
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	write_bytes(path, b, 8 + h + 4 * (size_t)n);
+}
+
+/* §1.7: unified_safetensors writes whole tensors as part{i}.safetensors,
+ * the others as hyper_param.safetensors, and param_name_map.json; every
+ * file's tensors are served (not only the last file's, as for a lone
+ * unnumbered file), and no strategy is asked for. */
+static void test_unified(void)
+{
+	static const char *const p0[] = {"a", "c"}, *const p1[] = {"b"},
+				 *const hp[] = {"global_step"};
+	static const float v0[] = {1, 3}, v1[] = {2}, vh[] = {7};
+	static const char *const files[] = {
+	    "part0.safetensors", "part1.safetensors", "hyper_param.safetensors",
+	    "param_name_map.json"};
+	const char *map = "{\"metadata\":{\"total_size\":12},\"weight_map\":"
+			  "{\"a\":\"part0.safetensors\",\"c\":\"part0."
+			  "safetensors\",\"b\":\"part1.safetensors\"}}";
+	const char *want[] = {"a", "b", "c", "global_step"};
+	const float wv[] = {1, 2, 3, 7};
+	char path[192];
+	flx_ckpt *c = NULL;
+	flx_error e;
+
+	put_st_flat(files[0], 2, p0, v0);
+	put_st_flat(files[1], 1, p1, v1);
+	put_st_flat(files[2], 1, hp, vh);
+	snprintf(path, sizeof(path), "%s/%s", dir, files[3]);
+	write_bytes(path, map, strlen(map));
+	flx_error_init(&e);
+	CHECK_EQ(flx_ckpt_open(dir, &c, &e), 0);
+	if (c) {
+		CHECK_EQ(c->ntensors, 4);
+		for (int i = 0; i < 4; i++) {
+			const flx_tensor *x = flx_ckpt_find(c, want[i]);
+			float got = 0;
+			CHECK(x && x->ndim == 0 && x->nchunks == 1);
+			if (x && x->nchunks == 1)
+				CHECK_EQ(flx_file_pread(c, x->chunks[0].file,
+							&got, 4,
+							x->chunks[0].data_off),
+					 0);
+			CHECK(got == wv[i]);
+		}
+		flx_ckpt_close(c);
+	} else {
+		fprintf(stderr, "  %s\n", e.text);
+	}
+	for (int i = 0; i < 4; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+		unlink(path);
+	}
+}
+
 /* §1.8: of a rank directory's .safetensors files MindSpore takes the last
  * after sorting on the last two integers of the name (epoch, step), not
  * the last by name: net-10_2 over net-9_2 and net-10_1. */
@@ -367,6 +442,7 @@ int main(void)
 	snprintf(p, sizeof(p), "%s/m.ckpt", dir);
 	unlink(p);
 	test_safetensors_pick();
+	test_unified();
 	snprintf(p, sizeof(p), "%s/m.ckpt", dir);
 	unlink(p);
 	rmdir(dir);
