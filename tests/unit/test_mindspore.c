@@ -421,6 +421,39 @@ static void test_safetensors_pick(void)
 		CHECK(got == 10.2f);
 		flx_ckpt_close(c);
 	}
+	/* .ckpt files over .safetensors, the last by name (x-9_2 after
+	 * x-10_2: transform_checkpoints' glob sorted, §1.8) */
+	{
+		static const uint8_t v9[] = {
+		    0x0a, 0x16, 0x0a, 0x01, 0x77, 0x12, 0x11, 0x08,
+		    0x01, 0x12, 0x07, 'F',  'l',  'o',	'a',  't',
+		    '3',  '2',	0x1a, 0x04, 0,	  0,	0x80, 0x3f};
+		uint8_t v10[sizeof(v9)];
+
+		memcpy(v10, v9, sizeof(v9));
+		v10[sizeof(v9) - 1] = 0x40; /* 2.0f */
+		snprintf(path, sizeof(path), "%s/x-9_2.ckpt", sub);
+		write_bytes(path, v9, sizeof(v9));
+		snprintf(path, sizeof(path), "%s/x-10_2.ckpt", sub);
+		write_bytes(path, v10, sizeof(v10));
+		c = NULL;
+		got = 0;
+		flx_error_init(&e);
+		CHECK_EQ(flx_ckpt_open(dir, &c, &e), 0);
+		if (c) {
+			const flx_tensor *x = flx_ckpt_find(c, "w");
+			if (x && x->nchunks == 1)
+				CHECK_EQ(flx_file_pread(c, x->chunks[0].file,
+							&got, 4,
+							x->chunks[0].data_off),
+					 0);
+			CHECK(got == 1.0f);
+			flx_ckpt_close(c);
+		}
+		unlink(path);
+		snprintf(path, sizeof(path), "%s/x-9_2.ckpt", sub);
+		unlink(path);
+	}
 	for (int i = 0; i < 3; i++) {
 		snprintf(path, sizeof(path), "%s/%s", sub, names[i]);
 		unlink(path);
