@@ -210,6 +210,56 @@ static flx_ckpt *open_bytes(const void *p, size_t n, flx_error *e)
 	return c;
 }
 
+/* §1.3: each of the 13 tensor_type names load_checkpoint maps, two
+ * elements of its size (the spec's table), read as its dtype. */
+static void test_all_types(void)
+{
+	static const struct {
+		const char *name;
+		flx_dtype dt;
+		unsigned size;
+	} t[] = {{"Bool", FLX_DT_BOOL, 1},    {"Int8", FLX_DT_I8, 1},
+		 {"UInt8", FLX_DT_U8, 1},     {"Int16", FLX_DT_I16, 2},
+		 {"UInt16", FLX_DT_U16, 2},   {"Int32", FLX_DT_I32, 4},
+		 {"UInt32", FLX_DT_U32, 4},   {"Int64", FLX_DT_I64, 8},
+		 {"UInt64", FLX_DT_U64, 8},   {"Float16", FLX_DT_F16, 2},
+		 {"Float32", FLX_DT_F32, 4},  {"Float64", FLX_DT_F64, 8},
+		 {"BFloat16", FLX_DT_BF16, 2}};
+	enum { NT = sizeof(t) / sizeof(t[0]) };
+	static uint8_t f[NT * 64];
+	size_t nf = 0;
+	flx_error e;
+	flx_ckpt *c;
+
+	for (size_t i = 0; i < NT; i++) {
+		uint8_t tp[48], v[64], tag[2] = {(uint8_t)('a' + i), 0},
+				       data[16] = {0};
+		size_t nt = 0, nv;
+
+		tp[nt++] = 0x08; /* dims [2] */
+		tp[nt++] = 0x02;
+		nt += put_len(tp + nt, 2, t[i].name, strlen(t[i].name));
+		nt += put_len(tp + nt, 3, data, 2 * t[i].size);
+		nv = put_len(v, 1, tag, 1);
+		nv += put_len(v + nv, 2, tp, nt);
+		nf += put_len(f + nf, 1, v, nv);
+	}
+	c = open_bytes(f, nf, &e);
+	CHECK(c != NULL);
+	if (!c) {
+		fprintf(stderr, "  %s\n", e.text);
+		return;
+	}
+	CHECK_EQ(c->ntensors, NT);
+	for (size_t i = 0; i < NT; i++) {
+		char tag[2] = {(char)('a' + i), 0};
+		const flx_tensor *x = flx_ckpt_find(c, tag);
+		CHECK(x && x->dtype == t[i].dt && !x->stored && x->ndim == 1 &&
+		      x->shape[0] == 2);
+	}
+	flx_ckpt_close(c);
+}
+
 /* §1.3 + §1.4: a <= 2.2 BFloat16 scalar is dims [0] and the float32 that
  * version wrote (4 bytes): a 0-d BFloat16 tensor stored as float32. */
 static void test_legacy_bf16_scalar(void)
@@ -470,6 +520,7 @@ int main(void)
 	test_scalar_str();
 	test_zero_element();
 	test_legacy_bf16_scalar();
+	test_all_types();
 	test_wire_variants();
 	char p[128];
 	snprintf(p, sizeof(p), "%s/m.ckpt", dir);
