@@ -388,25 +388,21 @@ static void test_manual_split(void)
 			"\"t\":{\"dev_matrix\":[2,2],\"tensor_map\":[0,-1],"
 			"\"field\":0,\"param_split_shape\":[3,5],"
 			"\"indices_offset\":[0,3],\"tensor_shape\":[8,4]},"
-			"\"u\":{\"dev_matrix\":[2,2],\"tensor_map\":[0,-1],"
-			"\"field\":0,\"param_split_shape\":[2,2,4],"
-			"\"indices_offset\":[0,2,4]},"
+
 			"\"v\":{\"dev_matrix\":[2,2],\"tensor_map\":[0,-1],"
 			"\"field\":0,\"param_split_shape\":[4,4]}}}";
 	static const unsigned char scalar[] = {0x0a, 0x01, 0x73, 0x12, 0x0a,
 					       0x0a, 0x02, 0x08, 0x04, 0x12,
 					       0x00, 0x28, 0x00, 0x30, 0x00};
-	uint64_t S[2] = {8, 4}, f[2], st[2], ln[2];
+	uint64_t S[2] = {8, 4}, f[2];
 	flx_error e;
 	flx_ms_strategy *s = parse(j, strlen(j), true, &e);
 
 	CHECK(s != NULL);
 	if (s) {
 		const flx_ms_layout *t = flx_ms_strategy_find(s, "t", 0),
-				    *u = flx_ms_strategy_find(s, "u", 0),
 				    *v = flx_ms_strategy_find(s, "v", 0);
-		CHECK(t && t->nsplit == 2 && u && u->nsplit == 3 && v &&
-		      v->nsplit == 0);
+		CHECK(t && t->nsplit == 2 && v && v->nsplit == 0);
 		if (t) {
 			for (uint64_t r = 0; r < 4; r++)
 				BOX(t, S, r, r % 2 ? 3 : 0, r % 2 ? 5 : 3, 0,
@@ -414,12 +410,18 @@ static void test_manual_split(void)
 			flx_ms_factors(t, f);
 			CHECK_EQ(f[0], 0); /* dim 0 not by multiplication */
 		}
-		if (u)
-			CHECK_EQ(flx_ms_box(u, S, 0, st, ln), -EINVAL);
 		if (v) /* no offsets: no manual split (§3) */
 			BOX(v, S, 1, 4, 4, 0, 4);
 	}
 	flx_ms_strategy_free(s);
+	/* three pairs for two dim-0 blocks */
+	const char *u = "{\"parallel_layout_item\":{"
+			"\"u\":{\"dev_matrix\":[2,2],\"tensor_map\":[0,-1],"
+			"\"field\":0,\"param_split_shape\":[2,2,4],"
+			"\"indices_offset\":[0,2,4]}}}";
+	REFUSED(u, strlen(u), true, "u",
+		"param_split_shape and indices_offset have 3 entries, dim 0 "
+		"is split 2 ways");
 	s = parse_item(0, scalar, sizeof(scalar), &e);
 	CHECK(s != NULL);
 	if (s) {
