@@ -7,7 +7,9 @@
  * Directory: rank_<N>/ folders, each with .ckpt files (the last in
  * lexicographic order wins, as transform_checkpoints picks) or, from
  * MindSpore 2.4, .safetensors files; or flat files "..rank_<N>.." in the
- * directory itself (§1.8); a single unnumbered .ckpt is rank 0.  The
+ * directory itself (§1.8); a single unnumbered .ckpt is rank 0; the part
+ * files of a unified_safetensors directory (param_name_map.json beside
+ * them, §1.7: whole tensors) are all rank 0's.  The
  * strategy file comes from -o src_strategy=FILE (flx_ckpt_opts.
  * ms_strategy; JSON when its name ends in ".json").  Without one only a
  * single rank is read (all of it replicated).
@@ -54,6 +56,8 @@
 #define MAX_ST_HEADER	   100000000ull
 #define WINDOW		   65536u
 #define MAX_RANKS	   FLX_MS_MAX_DEVICES
+/* what unified_safetensors writes beside its part files (§1.7) */
+#define UNIFIED_MAP "param_name_map.json"
 
 static const uint32_t enc_magic[] = {0x7F3A5ED8u, 0x7F3A5ED9u, 0x7F3A5EDAu};
 
@@ -90,6 +94,12 @@ typedef struct loader {
 	entry *e;
 	size_t ne, cape;
 	bool safetensors;
+	/* unnumbered top-level .safetensors names (owned), and whether
+	 * param_name_map.json is beside them: a unified_safetensors output
+	 * (§1.7), whose files together are one whole checkpoint */
+	char **flat_st;
+	size_t nflat, capflat;
+	bool unified;
 } loader;
 
 /* ---- directory ---- */
@@ -146,11 +156,88 @@ static bool flat_rank(const char *s, uint32_t *r)
 static bool owns(const char *name)
 {
 	return is_data_name(name) || ends_with(name, ".tmp") ||
-	       ends_with(name, ".meta") || strcmp(name, "meta.json") == 0;
+	       ends_with(name, ".meta") || strcmp(name, "meta.json") == 0 ||
+	       strcmp(name, UNIFIED_MAP) == 0;
 }
 
-/* The data file of a rank directory: the last .ckpt, else the last
- * .safetensors, by name.  *best NULL when none. */
+/* The last two runs of decimal digits met by scan_digits(). */
+typedef struct last_two {
+	const char *p[2]; /* p[1] the last, p[0] the one before */
+	size_t n[2];
+	unsigned count;
+} last_two;
+
+static void scan_digits(last_two *k, const char *s)
+{
+	while (*s) {
+		size_t n = 0;
+
+		if (*s < '0' || *s > '9') {
+			s++;
+			continue;
+		}
+		while (s[n] >= '0' && s[n] <= '9')
+			n++;
+		k->p[0] = k->p[1];
+		k->n[0] = k->n[1];
+		k->p[1] = s;
+		k->n[1] = n;
+		k->count += k->count < 2;
+		s += n;
+	}
+}
+
+/* numeric order of two digit runs of any length */
+static int cmp_run(const char *a, size_t na, const char *b, size_t nb)
+{
+	while (na > 1 && *a == '0')
+		a++, na--;
+	while (nb > 1 && *b == '0')
+		b++, nb--;
+	if (na != nb)
+		return na < nb ? -1 : 1;
+	return memcmp(a, b, na);
+}
+
+/*
+ * Whether safetensors file dir/a sorts after dir/b as MindSpore picks a
+ * rank's file (§1.8: the last after sorting on the last two integers of
+ * the path, a Python list: element by element, a shorter prefix first;
+ * _extract_last_two_numbers); equal keys: the later name.
+ */
+static bool st_later(const char *dir, const char *a, const char *b)
+{
+	last_two x = {0}, y = {0};
+	unsigned nx, ny;
+
+	scan_digits(&x, dir);
+	scan_digits(&y, dir);
+	scan_digits(&x, a);
+	scan_digits(&y, b);
+	for (nx = 2 - x.count, ny = 2 - y.count; nx < 2 && ny < 2; nx++, ny++) {
+		int c = cmp_run(x.p[nx], x.n[nx], y.p[ny], y.n[ny]);
+		if (c)
+			return c > 0;
+	}
+	if (x.count != y.count)
+		return x.count > y.count;
+	return strcmp(a, b) > 0;
+}
+
+/* Whether file a of rank directory dir is a better data file than b: a
+ * .ckpt over a .safetensors; .ckpt files the last by name (the
+ * transform's glob sorted), .safetensors by st_later(). */
+static bool better_in_dir(const char *dir, const char *a, const char *b)
+{
+	bool ca = ends_with(a, ".ckpt"), cb = ends_with(b, ".ckpt");
+
+	if (ca != cb)
+		return ca;
+	return ca ? strcmp(a, b) > 0 : st_later(dir, a, b);
+}
+
+/* The data file of a rank directory (better_in_dir()'s best).  *best
+ * NULL when none. */
 static int pick_in_dir(int dirfd, const char *sub, char **best)
 {
 	int fd = openat(dirfd, sub, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -171,7 +258,7 @@ static int pick_in_dir(int dirfd, const char *sub, char **best)
 								      : NULL;
 		if (!slot || de->d_name[0] == '.')
 			continue;
-		if (!*slot || strcmp(de->d_name, *slot) > 0) {
+		if (!*slot || better_in_dir(sub, de->d_name, *slot)) {
 			char *x = strdup(de->d_name);
 			if (!x) {
 				closedir(d);
@@ -197,6 +284,17 @@ static int pick_in_dir(int dirfd, const char *sub, char **best)
 	return 0;
 }
 
+/* Append (rank, relpath) (relpath owned, freed on failure). */
+static int push_rankfile(loader *L, uint32_t rank, char *relpath)
+{
+	if (flx_grow((void **)&L->rf, &L->caprf, L->nrf + 1, sizeof(*L->rf))) {
+		free(relpath);
+		return -ENOMEM;
+	}
+	L->rf[L->nrf++] = (rankfile){rank, relpath};
+	return 0;
+}
+
 static int add_rankfile(loader *L, uint32_t rank, char *relpath)
 {
 	for (size_t i = 0; i < L->nrf; i++)
@@ -210,25 +308,36 @@ static int add_rankfile(loader *L, uint32_t rank, char *relpath)
 			}
 			return 0;
 		}
-	if (flx_grow((void **)&L->rf, &L->caprf, L->nrf + 1, sizeof(*L->rf))) {
-		free(relpath);
-		return -ENOMEM;
-	}
-	L->rf[L->nrf++] = (rankfile){rank, relpath};
-	return 0;
+	return push_rankfile(L, rank, relpath);
 }
 
 static int cmp_rankfile(const void *a, const void *b)
 {
 	const rankfile *x = a, *y = b;
-	return (x->rank > y->rank) - (x->rank < y->rank);
+	if (x->rank != y->rank)
+		return x->rank > y->rank ? 1 : -1;
+	return strcmp(x->relpath, y->relpath);
 }
 
-/* The end of a scan for rank files, whose outcome so far is rc: a lone
- * unnumbered file (single, owned; NULL: none) is rank 0 when no numbered
- * one was found; the rank files sorted.  @return 0 or -errno. */
+/* The end of a scan for rank files, whose outcome so far is rc: when no
+ * numbered file was found, the unnumbered .safetensors of a unified
+ * directory are all rank 0's, else a lone unnumbered file (single,
+ * owned; NULL: none) is rank 0; the rank files sorted.  @return 0 or
+ * -errno. */
 static int scan_end(loader *L, char *single, int rc)
 {
+	bool unified = !rc && L->nrf == 0 && L->unified && L->nflat;
+
+	for (size_t i = 0; i < L->nflat; i++) {
+		if (unified && !rc)
+			rc = push_rankfile(L, 0, L->flat_st[i]);
+		else
+			free(L->flat_st[i]);
+	}
+	free(L->flat_st);
+	L->flat_st = NULL;
+	L->nflat = 0;
+	L->unified = unified;
 	if (!rc && L->nrf == 0 && single) {
 		rc = add_rankfile(L, 0, single);
 		single = NULL;
@@ -257,6 +366,16 @@ static int add_flat(loader *L, const char *name, char **single)
 		return -ENOMEM;
 	if (flat_rank(name, &r))
 		return add_rankfile(L, r, rel);
+	if (ends_with(name, ".safetensors")) {
+		char *x = strdup(name);
+		if (!x || flx_grow((void **)&L->flat_st, &L->capflat,
+				   L->nflat + 1, sizeof(*L->flat_st))) {
+			free(x);
+			free(rel);
+			return -ENOMEM;
+		}
+		L->flat_st[L->nflat++] = x;
+	}
 	if (!*single || strcmp(rel, *single) > 0) {
 		free(*single);
 		*single = rel;
@@ -295,19 +414,12 @@ static int scan_dir(loader *L, int dirfd)
 				rc = add_rankfile(L, r, rel);
 		} else if (is_data_name(de->d_name)) {
 			rc = add_flat(L, de->d_name, &single);
+		} else if (strcmp(de->d_name, UNIFIED_MAP) == 0) {
+			L->unified = true;
 		}
 	}
 	closedir(d);
 	return scan_end(L, single, rc);
-}
-
-/* Whether a is the better data file of a rank directory than b: a .ckpt
- * over a .safetensors, else the last by name (pick_in_dir()'s rule). */
-static bool better_in_dir(const char *a, const char *b)
-{
-	bool ca = ends_with(a, ".ckpt"), cb = ends_with(b, ".ckpt");
-
-	return ca != cb ? ca : strcmp(a, b) > 0;
 }
 
 /* "rank_<N>/<data file>" (no further '/', no hidden file): N. */
@@ -345,9 +457,11 @@ static int scan_names(loader *L)
 		for (k = 0; k < L->nrf && L->rf[k].rank != r; k++)
 			;
 		if (k < L->nrf) {
-			char *x;
+			char *x, dir[32];
 
-			if (!better_in_dir(strchr(n, '/') + 1,
+			memcpy(dir, n, (size_t)(strchr(n, '/') - n));
+			dir[strchr(n, '/') - n] = '\0';
+			if (!better_in_dir(dir, strchr(n, '/') + 1,
 					   strchr(L->rf[k].relpath, '/') + 1))
 				continue;
 			if (!(x = strdup(n))) {
@@ -364,6 +478,8 @@ static int scan_names(loader *L)
 	}
 	/* then flat files, as scan_dir() takes them */
 	for (uint32_t i = 0; !rc && (n = flx_build_remote_name(L->b, i)); i++) {
+		if (strcmp(n, UNIFIED_MAP) == 0)
+			L->unified = true;
 		if (n[0] == '.' || strchr(n, '/') || !is_data_name(n))
 			continue;
 		rc = add_flat(L, n, &single);
@@ -503,9 +619,12 @@ static int parse_tensor(frd *r, uint64_t pos, uint64_t end, record *rec)
 		if ((rc = frd_field(r, &pos, end, &field, &wt, &sub)))
 			return rc;
 		if (field == 1 && (wt == 0 || wt == 2)) {
+			/* unpacked: one varint; packed: varints that end
+			 * inside the payload */
 			uint64_t stop = wt == 0 ? pos + 1 : sub;
 			while (pos < stop) {
-				if ((rc = frd_varint(r, &pos, end, &v)))
+				if ((rc = frd_varint(r, &pos,
+						     wt == 0 ? end : sub, &v)))
 					return rc;
 				if (rec->ndim == FLX_MAX_DIMS ||
 				    v > (uint64_t)INT64_MAX)
@@ -627,9 +746,11 @@ static int finish_entry(loader *L, const char *file, entry *cur)
 	cur->dtype = dt;
 	for (uint32_t i = 0; i < cur->npieces; i++)
 		total += cur->pieces[i].len;
-	/* ≤ 2.2 scalars: dims [0] holding one element */
+	/* ≤ 2.2 scalars: dims [0] holding one element (a BFloat16 one as
+	 * the float32 that version wrote, §1.3) */
 	if (cur->ndim == 1 && cur->dims[0] == 0 &&
-	    total == flx_dtype_size(dt)) {
+	    (total == flx_dtype_size(dt) ||
+	     (dt == FLX_DT_BF16 && total == 4))) {
 		cur->ndim = 0;
 	}
 	numel = flx_numel(cur->ndim, cur->dims);
@@ -669,8 +790,19 @@ static int check_crc(loader *L, const char *file, frd *r, uint64_t end,
 {
 	uint64_t want = 0;
 	uint32_t crc = 0;
-	for (int i = 0; i < 10; i++)
-		want = want << 8 | be[i];
+	unsigned high = 0;
+	/* the CRC-32 as a 10-byte big-endian integer (§1.1): MindSpore
+	 * compares the whole integer, so a non-zero high byte matches none */
+	for (int i = 0; i < 10; i++) {
+		if (i < 6)
+			high |= be[i];
+		else
+			want = want << 8 | be[i];
+	}
+	if (high)
+		return flx_error_set(L->err, -EINVAL, file, "crc_num",
+				     "the trailer's 10-byte CRC-32 is above "
+				     "32 bits");
 	for (uint64_t pos = 0; pos < end;) {
 		size_t n = WINDOW;
 		if (n > end - pos)
@@ -890,13 +1022,92 @@ static int st_entry(loader *L, const char *file, uint32_t rank, uint32_t idx,
 	return 0;
 }
 
+static int cmp_str_p(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/*
+ * The __metadata__ crc_num of a safetensors file (§1.7), the decimal
+ * string s: the CRC-32 chained over the tensors in sorted name order, of
+ * each its UTF-8 name then its bytes (data at base + data_offsets; the
+ * entries were checked by st_entry()).  Verified once at mount, as a
+ * .ckpt trailer is.  @return 0 or -errno with L->err set.
+ */
+static int check_st_crc(loader *L, const char *file, uint32_t idx, json_t *root,
+			uint64_t base, const char *s)
+{
+	size_t n = json_object_size(root), nk = 0;
+	const char **keys = malloc((n ? n : 1) * sizeof(*keys));
+	unsigned char *buf = malloc(WINDOW);
+	uint64_t want = 0;
+	uint32_t crc = 0;
+	const char *k;
+	json_t *v;
+	int rc = 0;
+
+	if (!keys || !buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; s[i]; i++)
+		if (s[i] < '0' || s[i] > '9' || i >= 10) {
+			rc =
+			    flx_error_set(L->err, -EINVAL, file, "crc_num",
+					  "__metadata__ crc_num '%.20s' is not "
+					  "a decimal CRC-32",
+					  s);
+			goto out;
+		} else {
+			want = want * 10 + (uint64_t)(s[i] - '0');
+		}
+	json_object_foreach(root, k, v)
+	{
+		if (strcmp(k, "__metadata__") != 0)
+			keys[nk++] = k;
+	}
+	qsort(keys, nk, sizeof(*keys), cmp_str_p);
+	for (size_t i = 0; i < nk; i++) {
+		json_t *of = json_object_get(json_object_get(root, keys[i]),
+					     "data_offsets");
+		uint64_t at = base + (uint64_t)json_integer_value(
+					 json_array_get(of, 0)),
+			 end = base + (uint64_t)json_integer_value(
+					  json_array_get(of, 1));
+
+		crc = flx_crc32(crc, keys[i], strlen(keys[i]));
+		while (at < end) {
+			size_t m =
+			    end - at < WINDOW ? (size_t)(end - at) : WINDOW;
+
+			if ((rc = flx_file_pread(L->c, idx, buf, m, at))) {
+				rc = flx_error_set(L->err, rc, file, keys[i],
+						   "cannot read: %s",
+						   strerror(-rc));
+				goto out;
+			}
+			crc = flx_crc32(crc, buf, m);
+			at += m;
+		}
+	}
+	if (want != crc)
+		rc = flx_error_set(L->err, -EINVAL, file, "crc_num",
+				   "CRC-32 of the tensors is %u, __metadata__ "
+				   "says %llu",
+				   crc, (unsigned long long)want);
+out:
+	free(keys);
+	free(buf);
+	return rc;
+}
+
 static int load_safetensors(loader *L, uint32_t rank, uint32_t idx,
 			    const char *file)
 {
 	uint64_t size = L->c->files[idx].size, n = 0;
 	uint8_t h8[8];
 	char *buf = NULL;
-	json_t *root = NULL, *v;
+	json_t *root = NULL, *v, *meta;
 	json_error_t je;
 	const char *k;
 	int rc = 0;
@@ -928,14 +1139,31 @@ static int load_safetensors(loader *L, uint32_t rank, uint32_t idx,
 				   "safetensors header is not a JSON object");
 		goto out;
 	}
+	meta = json_object_get(root, "__metadata__");
 	json_object_foreach(root, k, v)
 	{
+		const char *mk;
+
 		if (strcmp(k, "__metadata__") == 0)
 			continue;
+		/* §1.7: an int4 parameter is stored packed two per byte and
+		 * named in the metadata; its dtype says otherwise (§1.3:
+		 * refused, as in a .ckpt) */
+		mk = json_string_value(json_object_get(meta, k));
+		if (mk && strcmp(mk, "Int4") == 0) {
+			rc = flx_error_set(L->err, -EINVAL, file, k,
+					   "an Int4 parameter (__metadata__) "
+					   "is not supported");
+			goto out;
+		}
 		if ((rc = st_entry(L, file, rank, idx, 8 + n, size - 8 - n, k,
 				   v)))
 			goto out;
 	}
+	if (json_is_string(json_object_get(meta, "crc_num")))
+		rc = check_st_crc(
+		    L, file, idx, root, 8 + n,
+		    json_string_value(json_object_get(meta, "crc_num")));
 out:
 	json_decref(root);
 	free(buf);
@@ -1435,9 +1663,16 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 
 	rc = flx_build_remote_name(b, 0) ? scan_names(&L)
 					 : scan_dir(&L, flx_build_dirfd(b));
+	/* a unified directory's tensors are whole: a layout would slice them
+	 * again */
+	if (!rc && o->ms_strategy && L.unified)
+		rc =
+		    flx_error_set(err, -EINVAL, UNIFIED_MAP, "src_strategy",
+				  "a unified_safetensors directory holds whole "
+				  "tensors: mount it without a strategy");
 	/* without a layout, ranks' equal dims would pass for replicas even
 	 * when they are slices: serving one as the whole would be wrong */
-	if (!rc && !o->ms_strategy && L.nrf > 1)
+	if (!rc && !o->ms_strategy && L.nrf > 1 && !L.unified)
 		rc = flx_error_set(
 		    err, -EINVAL, L.rf[1].relpath, "src_strategy",
 		    "a checkpoint of %zu ranks needs its strategy "
@@ -1465,9 +1700,10 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 		rc = build_index(&L);
 	if (!rc) {
 		L.c->mtime_ns = L.c->files[0].mtime_ns;
-		if (asprintf(&L.c->writer, "MindSpore (%s, %zu ranks%s)",
+		if (asprintf(&L.c->writer, "MindSpore (%s, %zu %s%s)",
 			     L.safetensors ? "safetensors" : "ckpt", L.nrf,
-			     L.st ? "" : ", no strategy") < 0) {
+			     L.unified ? "unified files" : "ranks",
+			     L.st || L.unified ? "" : ", no strategy") < 0) {
 			L.c->writer = NULL;
 			rc = -ENOMEM;
 		}

@@ -176,6 +176,16 @@ static int layout_finish(builder *b, raw_layout *r)
 					   "negative or huge "
 					   "param_split_shape or "
 					   "indices_offset");
+		uint64_t blocks = 1;
+		for (uint32_t j = 0; j < l.nmap[0]; j++)
+			blocks *= l.dev[l.ndev - 1 - l.map[0][j]];
+		if (blocks != r->nsplit)
+			return flx_error_set(
+			    b->err, -EINVAL, b->file, key,
+			    "param_split_shape and indices_offset have %u "
+			    "entries, dim 0 is split %llu ways (a manual "
+			    "split has one per block)",
+			    r->nsplit, (unsigned long long)blocks);
 		l.nsplit = r->nsplit;
 		l.split_rows = r->split;
 		l.split_off = r->off;

@@ -1,14 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /* The MindSpore .ckpt reader (resolver/mindspore/mindspore.c) on the byte
  * strings of shared/specs/mindspore-format.md §5.1-5.2, whose offsets the
- * spec's tables give: each file is the one rank of a scratch directory,
+ * spec's tables give, and on byte strings written here by the spec's wire
+ * rules (§1.2-1.4, 1.8): each file is the one rank of a scratch directory,
  * opened as a mount opens it; the chunks must point at the documented
  * tensor_content offsets, and the bytes there must be the values. */
 #include "check.h"
 #include "ckpt.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -163,6 +166,351 @@ static void test_zero_element(void)
 	}
 }
 
+/* ---- byte strings written here by the spec's wire rules (§1.2) ---- */
+
+static size_t put_varint(uint8_t *o, uint64_t v)
+{
+	size_t n = 0;
+	while (v >= 0x80) {
+		o[n++] = (uint8_t)(v | 0x80);
+		v >>= 7;
+	}
+	o[n++] = (uint8_t)v;
+	return n;
+}
+
+/* field (wire type 2) holding p[0, n) */
+static size_t put_len(uint8_t *o, unsigned field, const void *p, size_t n)
+{
+	size_t k = put_varint(o, field << 3 | 2);
+	k += put_varint(o + k, n);
+	memcpy(o + k, p, n);
+	return k + n;
+}
+
+static void write_bytes(const char *path, const void *p, size_t n)
+{
+	FILE *f = fopen(path, "wb");
+	if (!f || fwrite(p, 1, n, f) != n)
+		abort();
+	fclose(f);
+}
+
+/* dir/m.ckpt := p[0, n), opened as a mount opens it */
+static flx_ckpt *open_bytes(const void *p, size_t n, flx_error *e)
+{
+	char to[128];
+	flx_ckpt *c = NULL;
+
+	snprintf(to, sizeof(to), "%s/m.ckpt", dir);
+	write_bytes(to, p, n);
+	flx_error_init(e);
+	if (flx_ckpt_open(dir, &c, e) < 0)
+		return NULL;
+	return c;
+}
+
+/* §1.3: each of the 13 tensor_type names load_checkpoint maps, two
+ * elements of its size (the spec's table), read as its dtype. */
+static void test_all_types(void)
+{
+	static const struct {
+		const char *name;
+		flx_dtype dt;
+		unsigned size;
+	} t[] = {{"Bool", FLX_DT_BOOL, 1},    {"Int8", FLX_DT_I8, 1},
+		 {"UInt8", FLX_DT_U8, 1},     {"Int16", FLX_DT_I16, 2},
+		 {"UInt16", FLX_DT_U16, 2},   {"Int32", FLX_DT_I32, 4},
+		 {"UInt32", FLX_DT_U32, 4},   {"Int64", FLX_DT_I64, 8},
+		 {"UInt64", FLX_DT_U64, 8},   {"Float16", FLX_DT_F16, 2},
+		 {"Float32", FLX_DT_F32, 4},  {"Float64", FLX_DT_F64, 8},
+		 {"BFloat16", FLX_DT_BF16, 2}};
+	enum { NT = sizeof(t) / sizeof(t[0]) };
+	static uint8_t f[NT * 64];
+	size_t nf = 0;
+	flx_error e;
+	flx_ckpt *c;
+
+	for (size_t i = 0; i < NT; i++) {
+		uint8_t tp[48], v[64], tag[2] = {(uint8_t)('a' + i), 0},
+				       data[16] = {0};
+		size_t nt = 0, nv;
+
+		tp[nt++] = 0x08; /* dims [2] */
+		tp[nt++] = 0x02;
+		nt += put_len(tp + nt, 2, t[i].name, strlen(t[i].name));
+		nt += put_len(tp + nt, 3, data, 2 * t[i].size);
+		nv = put_len(v, 1, tag, 1);
+		nv += put_len(v + nv, 2, tp, nt);
+		nf += put_len(f + nf, 1, v, nv);
+	}
+	c = open_bytes(f, nf, &e);
+	CHECK(c != NULL);
+	if (!c) {
+		fprintf(stderr, "  %s\n", e.text);
+		return;
+	}
+	CHECK_EQ(c->ntensors, NT);
+	for (size_t i = 0; i < NT; i++) {
+		char tag[2] = {(char)('a' + i), 0};
+		const flx_tensor *x = flx_ckpt_find(c, tag);
+		CHECK(x && x->dtype == t[i].dt && !x->stored && x->ndim == 1 &&
+		      x->shape[0] == 2);
+	}
+	flx_ckpt_close(c);
+}
+
+/* §1.3 + §1.4: a <= 2.2 BFloat16 scalar is dims [0] and the float32 that
+ * version wrote (4 bytes): a 0-d BFloat16 tensor stored as float32. */
+static void test_legacy_bf16_scalar(void)
+{
+	uint8_t t[64], v[96], rec[128], got[4];
+	const uint8_t f15[4] = {0x00, 0x00, 0xc0, 0x3f}; /* 1.5f */
+	size_t nt = 0, nv, nr;
+	flx_error e;
+	flx_ckpt *c;
+
+	t[nt++] = 0x08; /* dims: [0] */
+	t[nt++] = 0x00;
+	nt += put_len(t + nt, 2, "BFloat16", 8);
+	nt += put_len(t + nt, 3, f15, 4);
+	nv = put_len(v, 1, "loss_scale", 10);
+	nv += put_len(v + nv, 2, t, nt);
+	nr = put_len(rec, 1, v, nv);
+	c = open_bytes(rec, nr, &e);
+	CHECK(c != NULL);
+	if (!c) {
+		fprintf(stderr, "  %s\n", e.text);
+		return;
+	}
+	const flx_tensor *x = flx_ckpt_find(c, "loss_scale");
+	CHECK(x != NULL);
+	if (x) {
+		CHECK_EQ(x->ndim, 0);
+		CHECK_EQ(x->dtype, FLX_DT_BF16);
+		CHECK_EQ(x->stored, FLX_DT_F32);
+		CHECK_EQ(x->nchunks, 1);
+		CHECK_EQ(flx_file_pread(c, x->chunks[0].file, got, 4,
+					x->chunks[0].data_off),
+			 0);
+		CHECK(memcmp(got, f15, 4) == 0);
+	}
+	flx_ckpt_close(c);
+}
+
+/* §1.2: fields in any order, unknown fields of every wire type skipped,
+ * dims packed; a top-level field other than 1 skipped (§1.9). */
+static void test_wire_variants(void)
+{
+	const float w[6] = {1, 2, 3, 4, 5, 6};
+	const uint8_t unk[] = {0x38, 0x05,		 /* 7: varint */
+			       0x35, 1,	   2,	 3,   4, /* 6: fixed32 */
+			       0x29, 1,	   2,	 3,   4,
+			       5,    6,	   7,	 8,	/* 5: fixed64 */
+			       0x4a, 0x02, 0xaa, 0xbb}; /* 9: LEN */
+	const uint8_t dims[] = {0x02, 0x03};
+	uint8_t t[128], v[192], f[256];
+	size_t nt = 0, nv = 0, nf = 0;
+	flx_error e;
+	flx_ckpt *c;
+
+	nt += put_len(t + nt, 3, w, sizeof(w)); /* content first */
+	memcpy(t + nt, unk, sizeof(unk));
+	nt += sizeof(unk);
+	nt += put_len(t + nt, 2, "Float32", 7);
+	nt += put_len(t + nt, 1, dims, sizeof(dims)); /* packed dims */
+	nv += put_len(v + nv, 2, t, nt);	      /* tensor before tag */
+	v[nv++] = 0x20; /* Value field 4: varint */
+	v[nv++] = 0x01;
+	nv += put_len(v + nv, 1, "w", 1);
+	f[nf++] = 0x10; /* Checkpoint field 2: varint, skipped */
+	f[nf++] = 0x07;
+	nf += put_len(f + nf, 1, v, nv);
+	c = open_bytes(f, nf, &e);
+	CHECK(c != NULL);
+	if (!c) {
+		fprintf(stderr, "  %s\n", e.text);
+		return;
+	}
+	const flx_tensor *x = flx_ckpt_find(c, "w");
+	CHECK(x && x->ndim == 2 && x->shape[0] == 2 && x->shape[1] == 3 &&
+	      x->dtype == FLX_DT_F32 && x->nchunks == 1);
+	if (x && x->nchunks == 1) {
+		size_t at = 0;
+		float got[6];
+		while (at + sizeof(w) <= nf && memcmp(f + at, w, sizeof(w)))
+			at++;
+		CHECK(at + sizeof(w) <= nf && x->chunks[0].data_off == at);
+		CHECK_EQ(flx_file_pread(c, x->chunks[0].file, got, sizeof(got),
+					x->chunks[0].data_off),
+			 0);
+		CHECK(memcmp(got, w, sizeof(w)) == 0);
+	}
+	CHECK_EQ(c->ntensors, 1);
+	flx_ckpt_close(c);
+}
+
+/* rank_0/<name>: a safetensors file of one F32 [1] tensor "w" = x */
+static void put_st(const char *name, float x)
+{
+	const char hdr[] = "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],"
+			   "\"data_offsets\":[0,4]}}";
+	uint8_t b[128];
+	uint64_t n = sizeof(hdr) - 1;
+	char path[192];
+
+	for (int i = 0; i < 8; i++)
+		b[i] = (uint8_t)(n >> (8 * i));
+	memcpy(b + 8, hdr, n);
+	memcpy(b + 8 + n, &x, 4);
+	snprintf(path, sizeof(path), "%s/rank_0/%s", dir, name);
+	write_bytes(path, b, 8 + n + 4);
+}
+
+/* dir/<name>: a safetensors file of F32 tensors names[i] = {x[i]} */
+static void put_st_flat(const char *name, int n, const char *const *names,
+			const float *x)
+{
+	char hdr[512], path[192];
+	uint8_t b[640];
+	size_t h = 1;
+
+	hdr[0] = '{';
+	for (int i = 0; i < n; i++)
+		h +=
+		    (size_t)snprintf(hdr + h, sizeof(hdr) - h,
+				     "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[],"
+				     "\"data_offsets\":[%d,%d]}",
+				     i ? "," : "", names[i], 4 * i, 4 * i + 4);
+	hdr[h++] = '}';
+	for (int i = 0; i < 8; i++)
+		b[i] = (uint8_t)((uint64_t)h >> (8 * i));
+	memcpy(b + 8, hdr, h);
+	memcpy(b + 8 + h, x, 4 * (size_t)n);
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	write_bytes(path, b, 8 + h + 4 * (size_t)n);
+}
+
+/* §1.7: unified_safetensors writes whole tensors as part{i}.safetensors,
+ * the others as hyper_param.safetensors, and param_name_map.json; every
+ * file's tensors are served (not only the last file's, as for a lone
+ * unnumbered file), and no strategy is asked for. */
+static void test_unified(void)
+{
+	static const char *const p0[] = {"a", "c"}, *const p1[] = {"b"},
+				 *const hp[] = {"global_step"};
+	static const float v0[] = {1, 3}, v1[] = {2}, vh[] = {7};
+	static const char *const files[] = {
+	    "part0.safetensors", "part1.safetensors", "hyper_param.safetensors",
+	    "param_name_map.json"};
+	const char *map = "{\"metadata\":{\"total_size\":12},\"weight_map\":"
+			  "{\"a\":\"part0.safetensors\",\"c\":\"part0."
+			  "safetensors\",\"b\":\"part1.safetensors\"}}";
+	const char *want[] = {"a", "b", "c", "global_step"};
+	const float wv[] = {1, 2, 3, 7};
+	char path[192];
+	flx_ckpt *c = NULL;
+	flx_error e;
+
+	put_st_flat(files[0], 2, p0, v0);
+	put_st_flat(files[1], 1, p1, v1);
+	put_st_flat(files[2], 1, hp, vh);
+	snprintf(path, sizeof(path), "%s/%s", dir, files[3]);
+	write_bytes(path, map, strlen(map));
+	flx_error_init(&e);
+	CHECK_EQ(flx_ckpt_open(dir, &c, &e), 0);
+	if (c) {
+		CHECK_EQ(c->ntensors, 4);
+		for (int i = 0; i < 4; i++) {
+			const flx_tensor *x = flx_ckpt_find(c, want[i]);
+			float got = 0;
+			CHECK(x && x->ndim == 0 && x->nchunks == 1);
+			if (x && x->nchunks == 1)
+				CHECK_EQ(flx_file_pread(c, x->chunks[0].file,
+							&got, 4,
+							x->chunks[0].data_off),
+					 0);
+			CHECK(got == wv[i]);
+		}
+		flx_ckpt_close(c);
+	} else {
+		fprintf(stderr, "  %s\n", e.text);
+	}
+	for (int i = 0; i < 4; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+		unlink(path);
+	}
+}
+
+/* §1.8: of a rank directory's .safetensors files MindSpore takes the last
+ * after sorting on the last two integers of the name (epoch, step), not
+ * the last by name: net-10_2 over net-9_2 and net-10_1. */
+static void test_safetensors_pick(void)
+{
+	const char *names[] = {"net-9_2.safetensors", "net-10_2.safetensors",
+			       "net-10_1.safetensors"};
+	const float val[] = {9.2f, 10.2f, 10.1f};
+	char sub[128], path[192];
+	flx_ckpt *c = NULL;
+	flx_error e;
+	float got = 0;
+
+	snprintf(sub, sizeof(sub), "%s/rank_0", dir);
+	CHECK_EQ(mkdir(sub, 0755), 0);
+	for (int i = 0; i < 3; i++)
+		put_st(names[i], val[i]);
+	flx_error_init(&e);
+	CHECK_EQ(flx_ckpt_open(dir, &c, &e), 0);
+	if (c) {
+		const flx_tensor *x = flx_ckpt_find(c, "w");
+		CHECK(x && x->nchunks == 1);
+		if (x && x->nchunks == 1)
+			CHECK_EQ(flx_file_pread(c, x->chunks[0].file, &got, 4,
+						x->chunks[0].data_off),
+				 0);
+		CHECK(got == 10.2f);
+		flx_ckpt_close(c);
+	}
+	/* .ckpt files over .safetensors, the last by name (x-9_2 after
+	 * x-10_2: transform_checkpoints' glob sorted, §1.8) */
+	{
+		static const uint8_t v9[] = {
+		    0x0a, 0x16, 0x0a, 0x01, 0x77, 0x12, 0x11, 0x08,
+		    0x01, 0x12, 0x07, 'F',  'l',  'o',	'a',  't',
+		    '3',  '2',	0x1a, 0x04, 0,	  0,	0x80, 0x3f};
+		uint8_t v10[sizeof(v9)];
+
+		memcpy(v10, v9, sizeof(v9));
+		v10[sizeof(v9) - 1] = 0x40; /* 2.0f */
+		snprintf(path, sizeof(path), "%s/x-9_2.ckpt", sub);
+		write_bytes(path, v9, sizeof(v9));
+		snprintf(path, sizeof(path), "%s/x-10_2.ckpt", sub);
+		write_bytes(path, v10, sizeof(v10));
+		c = NULL;
+		got = 0;
+		flx_error_init(&e);
+		CHECK_EQ(flx_ckpt_open(dir, &c, &e), 0);
+		if (c) {
+			const flx_tensor *x = flx_ckpt_find(c, "w");
+			if (x && x->nchunks == 1)
+				CHECK_EQ(flx_file_pread(c, x->chunks[0].file,
+							&got, 4,
+							x->chunks[0].data_off),
+					 0);
+			CHECK(got == 1.0f);
+			flx_ckpt_close(c);
+		}
+		unlink(path);
+		snprintf(path, sizeof(path), "%s/x-9_2.ckpt", sub);
+		unlink(path);
+	}
+	for (int i = 0; i < 3; i++) {
+		snprintf(path, sizeof(path), "%s/%s", sub, names[i]);
+		unlink(path);
+	}
+	rmdir(sub);
+}
+
 int main(void)
 {
 	snprintf(dir, sizeof(dir), "/tmp/flx-ms-unit.XXXXXX");
@@ -171,7 +519,14 @@ int main(void)
 	test_plain_and_chunked();
 	test_scalar_str();
 	test_zero_element();
+	test_legacy_bf16_scalar();
+	test_all_types();
+	test_wire_variants();
 	char p[128];
+	snprintf(p, sizeof(p), "%s/m.ckpt", dir);
+	unlink(p);
+	test_safetensors_pick();
+	test_unified();
 	snprintf(p, sizeof(p), "%s/m.ckpt", dir);
 	unlink(p);
 	rmdir(dir);

@@ -7,6 +7,7 @@
 #include "strategy.h"
 
 #include <errno.h>
+#include <string.h>
 
 static flx_ms_strategy *parse(const void *b, size_t n, bool json, flx_error *e)
 {
@@ -375,6 +376,84 @@ static void test_refusals(void)
 	REFUSED("[1", 2, true, NULL, "not JSON");
 }
 
+/* §2.4(g): a manual split (param_split_shape with indices_offset of the
+ * same length, one pair per dim-0 block): Gather-style rows 3 and 5 of
+ * an [8,4] table over D=[2], T=[0,-1]; rank 0 rows 0:3, rank 1 rows 3:8,
+ * with a replicated 2-fold DP dim on the left (D=[2,2]) the same per
+ * block; a pair count other than the block count has no box.  §3: a
+ * scalar's empty TensorMap (MindFormers) is a 0-d replicated layout. */
+static void test_manual_split(void)
+{
+	const char *j = "{\"parallel_layout_item\":{"
+			"\"t\":{\"dev_matrix\":[2,2],\"tensor_map\":[0,-1],"
+			"\"field\":0,\"param_split_shape\":[3,5],"
+			"\"indices_offset\":[0,3],\"tensor_shape\":[8,4]},"
+
+			"\"v\":{\"dev_matrix\":[2,2],\"tensor_map\":[0,-1],"
+			"\"field\":0,\"param_split_shape\":[4,4]}}}";
+	static const unsigned char scalar[] = {0x0a, 0x01, 0x73, 0x12, 0x0a,
+					       0x0a, 0x02, 0x08, 0x04, 0x12,
+					       0x00, 0x28, 0x00, 0x30, 0x00};
+	uint64_t S[2] = {8, 4}, f[2];
+	flx_error e;
+	flx_ms_strategy *s = parse(j, strlen(j), true, &e);
+
+	CHECK(s != NULL);
+	if (s) {
+		const flx_ms_layout *t = flx_ms_strategy_find(s, "t", 0),
+				    *v = flx_ms_strategy_find(s, "v", 0);
+		CHECK(t && t->nsplit == 2 && v && v->nsplit == 0);
+		if (t) {
+			for (uint64_t r = 0; r < 4; r++)
+				BOX(t, S, r, r % 2 ? 3 : 0, r % 2 ? 5 : 3, 0,
+				    4);
+			flx_ms_factors(t, f);
+			CHECK_EQ(f[0], 0); /* dim 0 not by multiplication */
+		}
+		if (v) /* no offsets: no manual split (§3) */
+			BOX(v, S, 1, 4, 4, 0, 4);
+	}
+	flx_ms_strategy_free(s);
+	/* three pairs for two dim-0 blocks */
+	const char *u = "{\"parallel_layout_item\":{"
+			"\"u\":{\"dev_matrix\":[2,2],\"tensor_map\":[0,-1],"
+			"\"field\":0,\"param_split_shape\":[2,2,4],"
+			"\"indices_offset\":[0,2,4]}}}";
+	REFUSED(u, strlen(u), true, "u",
+		"param_split_shape and indices_offset have 3 entries, dim 0 "
+		"is split 2 ways");
+	s = parse_item(0, scalar, sizeof(scalar), &e);
+	CHECK(s != NULL);
+	if (s) {
+		CHECK_EQ(s->layouts[0].ndim, 0);
+		CHECK_EQ(s->devices, 4);
+	}
+	flx_ms_strategy_free(s);
+}
+
+/* §2.2: repeated scalars may also come packed; ex53 with dev_matrix
+ * "08 02 08 04" as "0a 02 02 04" and tensor_map "08 01 08 <-1>" as
+ * "0a 0b 01 <-1>" (the same lengths) parses to the same layout. */
+static void test_packed(void)
+{
+	unsigned char b[sizeof(ex53)];
+	flx_error e;
+	flx_ms_strategy *s;
+
+	memcpy(b, ex53, sizeof(b));
+	b[0x29] = 0x0a, b[0x2a] = 0x02, b[0x2b] = 0x02, b[0x2c] = 0x04;
+	b[0x2f] = 0x0a, b[0x30] = 0x0b, b[0x31] = 0x01;
+	s = parse(b, sizeof(b), false, &e);
+	CHECK(s != NULL);
+	if (s) {
+		const flx_ms_layout *l = &s->layouts[0];
+		CHECK(l->ndev == 2 && l->dev[0] == 2 && l->dev[1] == 4);
+		CHECK(l->ndim == 2 && l->nmap[0] == 1 && l->map[0][0] == 1 &&
+		      l->nmap[1] == 0 && !l->nested);
+	}
+	flx_ms_strategy_free(s);
+}
+
 /* What protobuf-c (node_strategy.proto) accepts and refuses: §2.2's
  * required fields, but opt_weight_shard_* absent (files before 2021) as
  * 0; lists past FLX_MS_MAX_DIMS; a file costing more memory unpacked than
@@ -552,6 +631,8 @@ int main(void)
 	test_fold();
 	test_refusals();
 	test_protobuf_c();
+	test_packed();
+	test_manual_split();
 	test_fixtures();
 	return CHECK_RESULT();
 }

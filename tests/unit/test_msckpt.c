@@ -62,11 +62,26 @@ static void test_varint(void)
 
 static void test_types(void)
 {
-	CHECK_STR(flx_ms_type(FLX_DT_F32), "Float32");
-	CHECK_STR(flx_ms_type(FLX_DT_BF16), "BFloat16");
-	CHECK_STR(flx_ms_type(FLX_DT_BOOL), "Bool");
-	CHECK_STR(flx_ms_type(FLX_DT_U8), "UInt8");
-	CHECK_STR(flx_ms_type(FLX_DT_I64), "Int64");
+	/* the 13 names of mindspore-format.md §1.3's table */
+	static const struct {
+		flx_dtype dt;
+		const char *name;
+	} t[] = {{FLX_DT_BOOL, "Bool"},	   {FLX_DT_I8, "Int8"},
+		 {FLX_DT_U8, "UInt8"},	   {FLX_DT_I16, "Int16"},
+		 {FLX_DT_U16, "UInt16"},   {FLX_DT_I32, "Int32"},
+		 {FLX_DT_U32, "UInt32"},   {FLX_DT_I64, "Int64"},
+		 {FLX_DT_U64, "UInt64"},   {FLX_DT_F16, "Float16"},
+		 {FLX_DT_F32, "Float32"},  {FLX_DT_F64, "Float64"},
+		 {FLX_DT_BF16, "BFloat16"}};
+	const char bad[] = {'w', (char)0xff, 0};
+	flx_ms_param p = {bad, NULL};
+	size_t k = 99;
+
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+		CHECK_STR(flx_ms_type(t[i].dt), t[i].name);
+	/* a tag that is not UTF-8 cannot be a protobuf string */
+	CHECK_EQ(flx_ms_check(&p, 1, &k), -EINVAL);
+	CHECK_EQ(k, 0);
 	CHECK(flx_ms_type(FLX_DT_C64) == NULL);
 	CHECK(flx_ms_type(FLX_DT_F8_E4M3FN) == NULL);
 	CHECK(flx_ms_type(FLX_DT_INVALID) == NULL);
@@ -322,5 +337,5 @@ int main(void)
 	test_file(FLX_MS_CHUNK, 2); /* one record a parameter */
 	test_file(64, 2);	    /* most cut in pieces */
 	test_file(200, 1);
-	CHECK_RESULT();
+	return CHECK_RESULT();
 }
