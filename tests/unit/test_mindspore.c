@@ -197,16 +197,22 @@ static void write_bytes(const char *path, const void *p, size_t n)
 }
 
 /* dir/m.ckpt := p[0, n), opened as a mount opens it */
-static flx_ckpt *open_bytes(const void *p, size_t n, flx_error *e)
+/* The checkpoint of one rank file holding p[0..n): opened, or a failed
+ * check with the error printed and NULL. */
+static flx_ckpt *open_bytes(const void *p, size_t n)
 {
 	char to[128];
 	flx_ckpt *c = NULL;
+	flx_error e;
 
 	snprintf(to, sizeof(to), "%s/m.ckpt", dir);
 	write_bytes(to, p, n);
-	flx_error_init(e);
-	if (flx_ckpt_open(dir, &c, e) < 0)
+	flx_error_init(&e);
+	if (flx_ckpt_open(dir, &c, &e) < 0) {
+		CHECK(c != NULL);
+		fprintf(stderr, "  %s\n", e.text);
 		return NULL;
+	}
 	return c;
 }
 
@@ -228,7 +234,6 @@ static void test_all_types(void)
 	enum { NT = sizeof(t) / sizeof(t[0]) };
 	static uint8_t f[NT * 64];
 	size_t nf = 0;
-	flx_error e;
 	flx_ckpt *c;
 
 	for (size_t i = 0; i < NT; i++) {
@@ -244,12 +249,9 @@ static void test_all_types(void)
 		nv += put_len(v + nv, 2, tp, nt);
 		nf += put_len(f + nf, 1, v, nv);
 	}
-	c = open_bytes(f, nf, &e);
-	CHECK(c != NULL);
-	if (!c) {
-		fprintf(stderr, "  %s\n", e.text);
+	c = open_bytes(f, nf);
+	if (!c)
 		return;
-	}
 	CHECK_EQ(c->ntensors, NT);
 	for (size_t i = 0; i < NT; i++) {
 		char tag[2] = {(char)('a' + i), 0};
@@ -267,7 +269,6 @@ static void test_legacy_bf16_scalar(void)
 	uint8_t t[64], v[96], rec[128], got[4];
 	const uint8_t f15[4] = {0x00, 0x00, 0xc0, 0x3f}; /* 1.5f */
 	size_t nt = 0, nv, nr;
-	flx_error e;
 	flx_ckpt *c;
 
 	t[nt++] = 0x08; /* dims: [0] */
@@ -277,12 +278,9 @@ static void test_legacy_bf16_scalar(void)
 	nv = put_len(v, 1, "loss_scale", 10);
 	nv += put_len(v + nv, 2, t, nt);
 	nr = put_len(rec, 1, v, nv);
-	c = open_bytes(rec, nr, &e);
-	CHECK(c != NULL);
-	if (!c) {
-		fprintf(stderr, "  %s\n", e.text);
+	c = open_bytes(rec, nr);
+	if (!c)
 		return;
-	}
 	const flx_tensor *x = flx_ckpt_find(c, "loss_scale");
 	CHECK(x != NULL);
 	if (x) {
@@ -311,7 +309,6 @@ static void test_wire_variants(void)
 	const uint8_t dims[] = {0x02, 0x03};
 	uint8_t t[128], v[192], f[256];
 	size_t nt = 0, nv = 0, nf = 0;
-	flx_error e;
 	flx_ckpt *c;
 
 	nt += put_len(t + nt, 3, w, sizeof(w)); /* content first */
@@ -326,12 +323,9 @@ static void test_wire_variants(void)
 	f[nf++] = 0x10; /* Checkpoint field 2: varint, skipped */
 	f[nf++] = 0x07;
 	nf += put_len(f + nf, 1, v, nv);
-	c = open_bytes(f, nf, &e);
-	CHECK(c != NULL);
-	if (!c) {
-		fprintf(stderr, "  %s\n", e.text);
+	c = open_bytes(f, nf);
+	if (!c)
 		return;
-	}
 	const flx_tensor *x = flx_ckpt_find(c, "w");
 	CHECK(x && x->ndim == 2 && x->shape[0] == 2 && x->shape[1] == 3 &&
 	      x->dtype == FLX_DT_F32 && x->nchunks == 1);
