@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * flexfs: mount a PyTorch DCP checkpoint read-only as resharded views.
+ * flexfs: mount a checkpoint read-only as resharded views.
  *
  *   flexfs [options] CHECKPOINT MOUNTPOINT
  *   mount -t flexfs CHECKPOINT MOUNTPOINT -o tp=4   (via /sbin/mount.flexfs)

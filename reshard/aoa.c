@@ -2749,3 +2749,34 @@ flx_aoa_opts flx_aoa_opts_from(const flx_opt_vals *vals, int tp)
 		o.src_tp = (int64_t)v;
 	return o;
 }
+
+/* ---- statements of a rules file ---- */
+
+static int stmt_parse(const char *const *v, size_t n, const char *origin,
+		      void **out, flx_error *err)
+{
+	flx_aoa *a = NULL;
+	int rc = flx_aoa_parse(v, n, origin, &a, err);
+
+	*out = a;
+	return rc;
+}
+
+static void stmt_free(void *stmts)
+{
+	flx_aoa_free(stmts);
+}
+
+const flx_stmt_kind flx_aoa_stmt_kind = {
+    .key = "aoa_statements",
+    .parse = stmt_parse,
+    .free = stmt_free,
+};
+
+const flx_aoa *flx_aoa_of_spec(const flx_spec *s)
+{
+	for (int i = 0; i < FLX_MAX_STMT_KINDS && flx_stmt_kinds[i]; i++)
+		if (flx_stmt_kinds[i] == &flx_aoa_stmt_kind)
+			return s->stmts[i];
+	return NULL;
+}

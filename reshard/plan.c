@@ -8,7 +8,6 @@
 
 #include "arena_internal.h"
 #include "boxindex_internal.h"
-#include "megatron_legacy.h"
 #include "transform.h"
 #include "view_internal.h"
 

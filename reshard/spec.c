@@ -3,7 +3,6 @@
 
 #include "source.h"
 
-#include "aoa.h"
 #include "json_guard.h"
 #include "transform.h"
 
@@ -50,6 +49,8 @@ static void free_strings(char **v, size_t n)
 	free(v);
 }
 
+static void stmts_free(void **stmts);
+
 void flx_spec_release(flx_spec *s)
 {
 	if (!s)
@@ -66,7 +67,7 @@ void flx_spec_release(flx_spec *s)
 	free(s->embed_regex);
 	free_rules(s->rules, s->nrules);
 	flx_xform_free(s->xform);
-	flx_aoa_free(s->aoa);
+	stmts_free(s->stmts);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -592,30 +593,34 @@ static int parse_rule(flx_spec *s, json_t *o, flx_rule *r, const char *name,
 	return 0;
 }
 
-/* Rules file v2: {"aoa_statements": [strings], "rules": [v1 rules]},
- * both optional; *arr is the rules array (NULL when absent). */
-static int parse_v2(json_t *root, struct flx_aoa **aoa, json_t **arr,
-		    const char *name, flx_error *err)
+/* The kind whose key k is, or -1. */
+static int stmt_kind(const char *k)
 {
-	json_t *st = json_object_get(root, "aoa_statements");
+	for (int i = 0; flx_stmt_kinds[i]; i++)
+		if (!strcmp(flx_stmt_kinds[i]->key, k))
+			return i;
+	return -1;
+}
+
+static void stmts_free(void **stmts)
+{
+	for (int i = 0; i < FLX_MAX_STMT_KINDS && flx_stmt_kinds[i]; i++) {
+		if (stmts[i])
+			flx_stmt_kinds[i]->free(stmts[i]);
+		stmts[i] = NULL;
+	}
+}
+
+/* One kind's statements, the array st under key k, into *out. */
+static int parse_stmts(const flx_stmt_kind *kind, json_t *st, void **out,
+		       const char *name, flx_error *err)
+{
 	const char **v = NULL;
-	const char *k;
-	json_t *val;
 	size_t n;
 	int rc = 0;
 
-	json_object_foreach(root, k, val)
-	{
-		if (strcmp(k, "aoa_statements") && strcmp(k, "rules") &&
-		    strcmp(k, "note"))
-			return flx_error_set(err, -EINVAL, name, k,
-					     "unknown key of the rules object");
-	}
-	*arr = json_object_get(root, "rules");
-	if (!st)
-		return 0;
 	if (!json_is_array(st))
-		return flx_error_set(err, -EINVAL, name, "aoa_statements",
+		return flx_error_set(err, -EINVAL, name, kind->key,
 				     "expected an array of strings");
 	n = json_array_size(st);
 	v = calloc(n ? n : 1, sizeof(*v));
@@ -624,12 +629,39 @@ static int parse_v2(json_t *root, struct flx_aoa **aoa, json_t **arr,
 	for (size_t i = 0; i < n && !rc; i++) {
 		v[i] = json_string_value(json_array_get(st, i));
 		if (!v[i])
-			rc = flx_error_set(err, -EINVAL, name, "aoa_statements",
+			rc = flx_error_set(err, -EINVAL, name, kind->key,
 					   "element %zu is not a string", i);
 	}
 	if (!rc)
-		rc = flx_aoa_parse(v, n, name, aoa, err);
+		rc = kind->parse(v, n, name, out, err);
 	free(v);
+	return rc;
+}
+
+/* Rules file v2: {"<kind>": [strings], "rules": [v1 rules]}, each
+ * optional; *arr is the rules array (NULL when absent). */
+static int parse_v2(json_t *root, void **stmts, json_t **arr,
+		    const char *name, flx_error *err)
+{
+	const char *k;
+	json_t *val;
+	int rc = 0;
+
+	json_object_foreach(root, k, val)
+	{
+		if (stmt_kind(k) < 0 && strcmp(k, "rules") &&
+		    strcmp(k, "note"))
+			return flx_error_set(err, -EINVAL, name, k,
+					     "unknown key of the rules object");
+	}
+	*arr = json_object_get(root, "rules");
+	for (int i = 0; !rc && flx_stmt_kinds[i]; i++) {
+		json_t *st = json_object_get(root, flx_stmt_kinds[i]->key);
+
+		if (st)
+			rc = parse_stmts(flx_stmt_kinds[i], st, &stmts[i],
+					 name, err);
+	}
 	return rc;
 }
 
@@ -639,7 +671,7 @@ int flx_spec_rules_parse(flx_spec *s, const char *json, size_t len,
 	json_error_t je;
 	json_t *root, *arr;
 	flx_rule *rules = NULL;
-	struct flx_aoa *aoa = NULL;
+	void *stmts[FLX_MAX_STMT_KINDS] = {NULL};
 	size_t n = 0;
 	int rc = 0;
 
@@ -658,15 +690,16 @@ int flx_spec_rules_parse(flx_spec *s, const char *json, size_t len,
 				     je.line, je.column, je.text);
 	arr = root;
 	if (json_is_object(root)) {
-		rc = parse_v2(root, &aoa, &arr, name, err);
+		rc = parse_v2(root, stmts, &arr, name, err);
 		if (rc)
 			goto out;
 	}
 	if (arr && !json_is_array(arr)) {
 		rc = flx_error_set(err, -EINVAL, name, "rules",
 				   "expected a JSON array of rule objects "
-				   "or an object with \"aoa_statements\" "
-				   "and \"rules\"");
+				   "or an object with \"%s\" and \"rules\"",
+				   flx_stmt_kinds[0] ? flx_stmt_kinds[0]->key
+						     : "rules");
 		goto out;
 	}
 	n = arr ? json_array_size(arr) : 0;
@@ -685,11 +718,11 @@ int flx_spec_rules_parse(flx_spec *s, const char *json, size_t len,
 	free_rules(s->rules, s->nrules);
 	s->rules = rules;
 	s->nrules = n;
-	flx_aoa_free(s->aoa);
-	s->aoa = aoa;
-	aoa = NULL;
+	stmts_free(s->stmts);
+	memcpy(s->stmts, stmts, sizeof(stmts));
+	memset(stmts, 0, sizeof(stmts));
 out:
-	flx_aoa_free(aoa);
+	stmts_free(stmts);
 	json_decref(root);
 	return flx_error_default(err, rc, name);
 }

@@ -12,18 +12,19 @@
  *     "stage": "first" | "last" | "all" | <n>,   (absent: default rule)
  *     "groups": <G>,   (2-64; with "split": the axis is G equal
  *                      consecutive parts, each split over TP: rank r
- *                      holds [part0_r; part1_r; ...], as Megatron's
- *                      SwiGLU fc1 [gate_r; up_r]; absent: one part)
+ *                      holds [part0_r; part1_r; ...], as a gated
+ *                      MLP's fused fc1 [gate_r; up_r]; absent: one part)
  *     "when": "<fact>", (the rule applies only to a source whose model
  *                      has that fact, flx_ckpt_fact(); else the next rule is
  *                      tried)
  *     "note": "<free text, ignored>" }
  * Unknown keys are errors (a typo must not be silently ignored).
  *
- * Rules file v2: an object {"aoa_statements": [ "<statement>", ... ],
+ * Rules file v2: an object {"<kind>": [ "<statement>", ... ],
  * "rules": [ v1 rule objects ], "note": "<ignored>"}, each key optional:
- * Paddle's AOA statements (aoa.h) transform the tensors first, then the
- * rules place the result.
+ * a transform's statements (one key per kind of statements,
+ * flx_stmt_kinds[]) transform the tensors first, then the rules place the
+ * result.
  */
 
 #include "error.h"
@@ -49,6 +50,22 @@ typedef enum flx_stage_kind {
 	FLX_STAGE_ALL,
 	FLX_STAGE_N,
 } flx_stage_kind;
+
+/* A transform whose statements a rules file may carry (v2): the key of
+ * the rules object it owns and its parse of that key's strings. */
+typedef struct flx_stmt_kind {
+	const char *key;
+	/* Parse n statement strings; origin names them in errors.
+	 * @return 0 and *out (owned, free()), or -EINVAL / -ENOMEM with
+	 *         err. */
+	int (*parse)(const char *const *v, size_t n, const char *origin,
+		     void **out, flx_error *err);
+	void (*free)(void *stmts);
+} flx_stmt_kind;
+
+/* The kinds of statements, NULL-terminated (reshard/stmt_kinds.c). */
+#define FLX_MAX_STMT_KINDS 4
+extern const flx_stmt_kind *const flx_stmt_kinds[];
 
 /* At most this many distinct facts in the rules' "when". */
 #define FLX_SPEC_MAX_FACTS 32
@@ -79,10 +96,11 @@ typedef struct flx_spec {
 	/* the transform stage's list (transform.h), owned; NULL: the
 	 * source's tensors are served as they are */
 	struct flx_xform *xform;
-	/* the rules file's AOA statements (aoa.h), owned; NULL: none.  At
-	 * mount they are compiled against the source into the transform
-	 * list that replaces xform */
-	struct flx_aoa *aoa;
+	/* the rules file's statements, per kind (stmts[k] of
+	 * flx_stmt_kinds[k], parsed by it, owned); NULL: none.  At mount they
+	 * are compiled against the source into the transform list that
+	 * replaces xform */
+	void *stmts[FLX_MAX_STMT_KINDS];
 	/* include=, exclude= (fnmatch globs on the names as saved, owned):
 	 * a tensor or object is served when it matches an include glob (or
 	 * there is none) and no exclude glob; strip_prefix= (owned, NULL:

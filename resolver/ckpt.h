@@ -6,8 +6,9 @@
  * The global index of a source checkpoint: every tensor (FQN, dtype, global
  * shape, saved chunks and where each chunk's raw storage sits on disk), the
  * non-tensor values (objects), and the other files of the directory.  The
- * format it was read from (a source: PyTorch DCP, Hugging Face safetensors)
- * shows only in flx_ckpt.format and .writer.
+ * format it was read from (a source, resolver/sources.c) shows only in
+ * flx_ckpt.format and .writer, and in the source's facts
+ * (flx_ckpt_fact()).
  *
  * flx_ckpt_open() validates everything that can be validated without
  * reading tensor payloads; after it succeeds every chunk's bytes are known
@@ -118,13 +119,13 @@ typedef struct flx_chunk {
 	/* dims [contig_from, ndim) are dense row-major in storage (ndim:
 	 * even the innermost is strided); see flx_chunk_contig_from() */
 	int32_t contig_from;
-	/* the chunk's window in that file: its item (a DCP torch.save zip)
-	 * or its data; the order in which items are read */
+	/* the chunk's window in that file: its item (a record holding it,
+	 * such as a zip) or its data; the order in which items are read */
 	uint64_t item_off;
 	uint64_t item_len;
 	uint64_t data_off;	/* absolute file offset of storage element 0 */
 	int64_t storage_offset; /* elements, from data.pkl (0: none) */
-	/* the item is one zstd frame (DCP's "stream.zstd/1" transform):
+	/* the item is one zstd frame (a "stream.zstd/1" transform):
 	 * item_off/item_len are the frame's window in the file, and data_off
 	 * is an offset into the frame's decompressed content, not the file.
 	 * Such a chunk is read through reshard/zcache.h, never spliced. */
@@ -142,17 +143,17 @@ typedef struct flx_tensor {
 	int64_t shape[FLX_MAX_DIMS];
 	/* leading axes that stack modules rather than hold a parameter's
 	 * elements: axis 0 indexes layers, the next (if any) experts.  Set by
-	 * a source whose key convention says so (Megatron's "decoder.layers."
-	 * keys); 0 for every other tensor.  TP never splits these axes. */
+	 * a source whose key convention says so ("decoder.layers." keys of
+	 * one stacked module); 0 for every other tensor.  TP never splits these axes. */
 	int stacked;
 	/* the stacked axes start at the experts: one layer's key of a
-	 * non-homogeneous Megatron model ("decoder.layers.<N>.mlp.experts.
-	 * experts."), axis 0 indexes experts and no axis indexes layers */
+	 * non-homogeneous model ("decoder.layers.<N>.mlp.experts.experts."),
+	 * axis 0 indexes experts and no axis indexes layers */
 	bool stacked_experts;
 	/* the axis the source says the tensor was saved split along, plus
 	 * one; -1: saved whole or replicated; 0: unknown, inferred from the
 	 * chunks' offsets (reshard/plan.c).  Set where the chunks do not
-	 * show the split: a Paddle flattened shard is several box chunks
+	 * show the split: a flattened shard saved as several box chunks
 	 * whose offsets differ along more than the split axis. */
 	int saved_split;
 	uint32_t nchunks;
@@ -163,7 +164,7 @@ typedef struct flx_tensor {
 	int64_t *dims;
 } flx_tensor;
 
-/* A non-tensor value (DCP's BYTE_IO): opaque bytes, a torch.save zip in
+/* A non-tensor value (saved as bytes): opaque bytes, a pickle archive in
  * practice. */
 typedef struct flx_object {
 	char *fqn;
@@ -203,8 +204,7 @@ typedef struct flx_fact {
 
 typedef struct flx_ckpt {
 	char *dir;	  /* as given */
-	char *format;	  /* the source: "torch-dcp", "hf-safetensors",
-			   * "megatron-torch_dist" */
+	char *format;	  /* the source's name (flx_ckpt_format_name()) */
 	char *writer;	  /* what wrote it: "torch >= 2.0 (...)" */
 	int64_t mtime_ns; /* of its metadata file (.metadata, ...) */
 	/* what everything served needs besides its own files: search on the
@@ -250,7 +250,7 @@ typedef struct flx_ckpt {
 
 /* Options of an open; zero-initialise, then set what differs. */
 typedef struct flx_ckpt_opts {
-	/* the source to read it as ("torch-dcp", "hf-safetensors"); NULL:
+	/* the source to read it as (flx_ckpt_format_name()); NULL:
 	 * the first source that recognises the directory */
 	const char *format;
 	/* threads that decode the metadata and read the items: 0 by size
@@ -270,7 +270,7 @@ typedef struct flx_ckpt_opts {
 	/* the plugins' option values (the sources' own options, opt.h),
 	 * read by the source by name; NULL: none given.  Borrowed. */
 	const struct flx_opt_vals *vals;
-	/* symlinks that lead outside the directory (a Hugging Face cache
+	/* symlinks that lead outside the directory (a model cache
 	 * snapshot's links into ../../blobs/) are followed too; without
 	 * it such a data file is an error and such an extra is skipped
 	 * (flx_ckpt.skipped_links) */
@@ -296,7 +296,7 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *o, flx_ckpt **out,
 		       flx_error *err);
 
 /** The name of source i, in probe order (the values flx_ckpt_opts.format
- * accepts: "torch-dcp", ...), or NULL past the last.  Thread-safe. */
+ * accepts), or NULL past the last.  Thread-safe. */
 const char *flx_ckpt_format_name(size_t i);
 
 /** flx_ckpt_open_with() with the default options. */

@@ -1361,8 +1361,8 @@ void flx_run_parts(void *parts, size_t size, unsigned n, void *(*fn)(void *))
 }
 
 /*
- * Reading the items.  Every chunk's item is read (for DCP: its torch.save
- * zip directory and data.pkl) to check it against the metadata and to find
+ * Reading the items.  Every chunk's item is read (a record of the
+ * source's format, such as a zip directory and its pickle) to check it against the metadata and to find
  * its data.  A checkpoint can hold tens of thousands of small items, so
  * they are visited in file order (the source's reads of neighbouring items
  * then share blocks) and, past ITEMS_PER_THREAD items, on several threads,

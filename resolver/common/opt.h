@@ -62,7 +62,7 @@ typedef int (*flx_opt_check_fn)(const flx_opt *o, const char *value,
 				uint64_t *num, flx_error *err);
 
 struct flx_opt {
-	const char *name; /* "tp", "paddle_id" */
+	const char *name; /* "tp", "rules" */
 	flx_opt_type type;
 	const char *metavar; /* "N", "FILE", "SIZE"; NULL for a flag */
 	const char *def;     /* the default, as help shows it; NULL: none */
