@@ -13,6 +13,7 @@
  */
 #include "fuse_ll.h"
 #include "mountopts.h"
+#include "optdoc.h"
 
 #include "ckpt.h"
 #include "error.h"
@@ -264,17 +265,7 @@ static int opt_proc(void *data, const char *arg, int key,
 
 static void usage(const char *prog)
 {
-	printf("usage: %s [options] CHECKPOINT MOUNTPOINT\n"
-	       "       mount -t flexfs CHECKPOINT MOUNTPOINT -o tp=N[,...]\n"
-	       "\n"
-	       "Mount the checkpoint directory CHECKPOINT read-only at "
-	       "MOUNTPOINT, resharded\n"
-	       "into per-rank views for tp x pp ranks.\n"
-	       "\n",
-	       prog);
-	flx_mo_print_formats(stdout);
-	printf("\n");
-	flx_mo_print_help(stdout, FLX_PROG_MOUNT);
+	flx_doc_usage(stdout, &flx_doc_flexfs, prog);
 	printf("\nlibfuse options:\n");
 	fuse_cmdline_help();
 	fuse_lowlevel_help();

@@ -640,8 +640,8 @@ static int parse_stmts(const flx_stmt_kind *kind, json_t *st, void **out,
 
 /* Rules file v2: {"<kind>": [strings], "rules": [v1 rules]}, each
  * optional; *arr is the rules array (NULL when absent). */
-static int parse_v2(json_t *root, void **stmts, json_t **arr,
-		    const char *name, flx_error *err)
+static int parse_v2(json_t *root, void **stmts, json_t **arr, const char *name,
+		    flx_error *err)
 {
 	const char *k;
 	json_t *val;
@@ -649,8 +649,7 @@ static int parse_v2(json_t *root, void **stmts, json_t **arr,
 
 	json_object_foreach(root, k, val)
 	{
-		if (stmt_kind(k) < 0 && strcmp(k, "rules") &&
-		    strcmp(k, "note"))
+		if (stmt_kind(k) < 0 && strcmp(k, "rules") && strcmp(k, "note"))
 			return flx_error_set(err, -EINVAL, name, k,
 					     "unknown key of the rules object");
 	}
@@ -659,8 +658,8 @@ static int parse_v2(json_t *root, void **stmts, json_t **arr,
 		json_t *st = json_object_get(root, flx_stmt_kinds[i]->key);
 
 		if (st)
-			rc = parse_stmts(flx_stmt_kinds[i], st, &stmts[i],
-					 name, err);
+			rc = parse_stmts(flx_stmt_kinds[i], st, &stmts[i], name,
+					 err);
 	}
 	return rc;
 }

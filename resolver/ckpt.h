@@ -144,7 +144,8 @@ typedef struct flx_tensor {
 	/* leading axes that stack modules rather than hold a parameter's
 	 * elements: axis 0 indexes layers, the next (if any) experts.  Set by
 	 * a source whose key convention says so ("decoder.layers." keys of
-	 * one stacked module); 0 for every other tensor.  TP never splits these axes. */
+	 * one stacked module); 0 for every other tensor.  TP never splits these
+	 * axes. */
 	int stacked;
 	/* the stacked axes start at the experts: one layer's key of a
 	 * non-homogeneous model ("decoder.layers.<N>.mlp.experts.experts."),

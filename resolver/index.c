@@ -1362,13 +1362,13 @@ void flx_run_parts(void *parts, size_t size, unsigned n, void *(*fn)(void *))
 
 /*
  * Reading the items.  Every chunk's item is read (a record of the
- * source's format, such as a zip directory and its pickle) to check it against the metadata and to find
- * its data.  A checkpoint can hold tens of thousands of small items, so
- * they are visited in file order (the source's reads of neighbouring items
- * then share blocks) and, past ITEMS_PER_THREAD items, on several threads,
- * each over a contiguous run of that order with its own scratch.  Each
- * thread stops at its first failure; the failure reported is the first in
- * file order, as a single thread would find it.
+ * source's format, such as a zip directory and its pickle) to check it against
+ * the metadata and to find its data.  A checkpoint can hold tens of thousands
+ * of small items, so they are visited in file order (the source's reads of
+ * neighbouring items then share blocks) and, past ITEMS_PER_THREAD items, on
+ * several threads, each over a contiguous run of that order with its own
+ * scratch.  Each thread stops at its first failure; the failure reported is the
+ * first in file order, as a single thread would find it.
  */
 #define ITEMS_PER_THREAD 4096
 

@@ -21,6 +21,7 @@
 #include "inspect_svg.h"
 #include "megatron_legacy.h"
 #include "mountopts.h"
+#include "optdoc.h"
 #include "plan.h"
 #include "sha256.h"
 #include "stack.h"
@@ -698,50 +699,7 @@ static int write_svg(const flx_plan *p, const char *path, flx_error *err)
 
 static void usage(FILE *f, const char *prog)
 {
-	fprintf(
-	    f,
-	    "usage: %s CHECKPOINT [-o OPTIONS] [--json]\n"
-	    "\n"
-	    "Show how flexfs would reshard the checkpoint "
-	    "CHECKPOINT: every\n"
-	    "tensor's dtype, global shape, saved chunks (and their split "
-	    "axes), target\n"
-	    "split axis (AxG: G parts of axis A, each split), pipeline "
-	    "stage(s)\n"
-	    "and local shape per TP rank.\n"
-	    "\n"
-	    "    -o OPTIONS   mount options, as for flexfs (repeatable)\n"
-	    "    -j, --json   print the mount's index.json instead\n"
-	    "    --digest     print, per tensor, the sha256 of its canonical "
-	    "bytes (the\n"
-	    "                 global tensor, C order, little-endian, its "
-	    "dtype): the\n"
-	    "                 same whatever layout it was saved in\n"
-	    "    --compare OTHER\n"
-	    "                 compare with the checkpoint OTHER (any format) "
-	    "tensor by\n"
-	    "                 tensor: names, dtypes, shapes, digests; exit 1 "
-	    "on a difference\n"
-	    "    --svg FILE   draw which source files feed which target rank, "
-	    "per tensor\n"
-	    "                 group, scaled by bytes, as SVG (FILE, or - for "
-	    "stdout)\n"
-	    "    --list-presets\n"
-	    "                 list the shipped rules presets "
-	    "(-o rules=@NAME) and exit\n"
-	    "    --rules-template=FILE\n"
-	    "                 write a rules file (FILE, or - for stdout) "
-	    "for the tensors\n"
-	    "                 whose split cannot be decided (SPLIT ?): each "
-	    "replicated,\n"
-	    "                 its saved axes in \"note\"; it mounts as is\n"
-	    "    -h, --help   print this help\n"
-	    "    -V, --version\n"
-	    "\n",
-	    prog);
-	flx_mo_print_formats(f);
-	fprintf(f, "\n");
-	flx_mo_print_help(f, FLX_PROG_INSPECT);
+	flx_doc_usage(f, &flx_doc_inspect, prog);
 }
 
 static void report(const flx_error *e)

@@ -364,7 +364,7 @@ const char *flx_opt_synopsis(const flx_opt *o, char *buf, size_t cap)
 const char *flx_opt_help_text(const flx_opt *o, char *buf, size_t cap)
 {
 	if (o->def)
-		snprintf(buf, cap, "%s (default %s)", o->help, o->def);
+		snprintf(buf, cap, "%s (default: %s)", o->help, o->def);
 	else
 		snprintf(buf, cap, "%s", o->help);
 	return buf;
@@ -418,6 +418,8 @@ void flx_opt_print_help(FILE *f, const flx_opt_group *g, unsigned prog)
 		}
 		wrap(f, flx_opt_help_text(o, help, sizeof(help)), 30);
 	}
+	if (head)
+		fputc('\n', f);
 }
 
 int flx_parse_flag(const char *key, const char *value, bool *out,

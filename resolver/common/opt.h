@@ -160,7 +160,7 @@ static inline bool flx_opt_for(const flx_opt *o, unsigned prog)
 const char *flx_opt_synopsis(const flx_opt *o, char *buf, size_t cap);
 
 /**
- * o's help sentence with its default appended ("(default 1)"), into buf.
+ * o's help sentence with its default appended ("(default: 1)"), into buf.
  * @return buf.
  */
 const char *flx_opt_help_text(const flx_opt *o, char *buf, size_t cap);
@@ -168,7 +168,7 @@ const char *flx_opt_help_text(const flx_opt *o, char *buf, size_t cap);
 /**
  * Print group g's options that prog accepts as help text: a heading line
  * "<title>:" then each option as "    -o SYNOPSIS  HELP", the help wrapped
- * at 79 columns.  Nothing when g has none for prog.
+ * at 79 columns, then an empty line.  Nothing when g has none for prog.
  */
 void flx_opt_print_help(FILE *f, const flx_opt_group *g, unsigned prog);
 

@@ -225,7 +225,7 @@ static void test_help(void)
 	CHECK(strstr(buf, "Test options:\n") == buf);
 	CHECK(strstr(buf, "-o flag[=0|1]") != NULL);
 	CHECK(strstr(buf, "-o count=N") != NULL);
-	CHECK(strstr(buf, "a count (default 3)") != NULL);
+	CHECK(strstr(buf, "a count (default: 3)") != NULL);
 	CHECK(strstr(buf, "-o colour=red|green|blue") != NULL);
 	CHECK(strstr(buf, "-o glob=G[:...]") != NULL);
 	/* another program's option is not in this one's help */
