@@ -13,7 +13,7 @@
  *   tp=/pp= (the plan)   rank N = stage * tp + tp rank (MindSpore's global
  *                        rank, stage-major); the placements of its stage
  *                        under their names there, each its TP rank's box
- *   dst_strategy=FILE    reshard/mstarget.h: the strategy's layouts
+ *   dst_strategy=FILE    reshard/mindspore/mstarget.h: the strategy's layouts
  *
  * Each file is a .ckpt of those (tag, box) in that order
  * (fs/formats/msckpt.h).
