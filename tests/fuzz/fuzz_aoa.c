@@ -1,10 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Fuzz target: the AOA statement parser and compiler (reshard/aoa.h).  The
- * input is the statements' text (newlines separate statements); what
- * parses is compiled against tests/fixtures/hf-tiny/single when that is
- * found from the working directory (the source root under ctest), and
- * applied by the transform stage.  The TP degree is the first byte's low
- * bits (1..8). */
+/* Fuzz target: the AOA statement parser and compiler (reshard/paddle/aoa.h).
+ * The input is the statements' text (newlines separate statements); what parses
+ * is compiled against tests/fixtures/hf-tiny/single when that is found from the
+ * working directory (the source root under ctest), and applied by the transform
+ * stage.  The TP degree is the first byte's low bits (1..8). */
 #include "aoa.h"
 #include "ckpt.h"
 #include "transform.h"
