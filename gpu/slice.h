@@ -16,7 +16,7 @@
  *           of one backing file, written densely to the request's buffer;
  *   blocks  every block of the backing files those elements start in, each
  *           listed once, in file order, with its length, and how to pin
- *           it (through the mount's block cache, reshard/bcache.h).
+ *           it (through the mount's block cache, resolver/cache/bcache.h).
  *
  * A backend fetches each block once, copies the elements that start in it
  * to their places, and releases it.  The CPU backend (slice_cpu.c) does it

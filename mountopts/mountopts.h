@@ -104,7 +104,7 @@ typedef struct flx_mountopts {
 	 * (0: off). */
 	unsigned push_ahead_kb;
 	/* cache_size=: bytes of backing-file blocks kept for strided gathers
-	 * (reshard/bcache.h); 0 disables, FLX_MO_CACHE_AUTO (unset): see
+	 * (resolver/cache/bcache.h); 0 disables, FLX_MO_CACHE_AUTO (unset): see
 	 * flx_mo_cache_bytes(). */
 	uint64_t cache_size;
 	/* follow_symlinks[=0|1]: flx_ckpt_opts.follow_symlinks */

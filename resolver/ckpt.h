@@ -126,7 +126,8 @@ typedef struct flx_chunk {
 	/* the item is one zstd frame (DCP's "stream.zstd/1" transform):
 	 * item_off/item_len are the frame's window in the file, and data_off
 	 * is an offset into the frame's decompressed content, not the file.
-	 * Such a chunk is read through reshard/zcache.h, never spliced. */
+	 * Such a chunk is read through resolver/cache/zcache.h, never spliced.
+	 */
 	bool zstd;
 } flx_chunk;
 
