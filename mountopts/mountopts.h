@@ -116,8 +116,8 @@ typedef struct flx_mountopts {
 	 * opens (gpu/slice.h, flx_slicer_open(); library stays NULL) */
 	flx_slicer_opts gpu;
 	/* mpi[=0|1]: one daemon of a distributed mount per MPI rank
-	 * (fs/mpi_mount.h); mpi_timeout=SECONDS: how long a read waits for
-	 * another rank before EIO (0: the default) */
+	 * (resolver/remote/mpi_mount.h); mpi_timeout=SECONDS: how long a read
+	 * waits for another rank before EIO (0: the default) */
 	bool mpi;
 	unsigned mpi_timeout;
 } flx_mountopts;

@@ -80,8 +80,8 @@ typedef struct flx_file_span {
 
 /*
  * Where the files a checkpoint names come from when the directory lacks
- * them: the distributed mount's other nodes (fs/mpi_mount.h).  Files found
- * in the directory are always read from it.  Every function is
+ * them: the distributed mount's other nodes (resolver/remote/mpi_mount.h).
+ * Files found in the directory are always read from it.  Every function is
  * thread-safe; the backend outlives every index opened with it.
  */
 typedef struct flx_file_backend {
@@ -475,6 +475,13 @@ int flx_ckpt_probe(const char *dir, const char **format);
 /* A Megatron save directory's tracker file, in the directory above its
  * iter_NNNNNNN/ directories. */
 #define FLX_MEGATRON_TRACKER "latest_checkpointed_iteration.txt"
+/* The most bytes of a tracker file the source reads. */
+#define FLX_MEGATRON_TRACKER_MAX 4096
+
+/** Into sub (cap bytes) the name of iteration iter's directory in a
+ * Megatron save directory, as Megatron names it ("iter_0000100").
+ * Thread-safe. */
+void flx_megatron_iter_sub(uint64_t iter, char *sub, size_t cap);
 
 /**
  * The subdirectory a Megatron save directory's tracker text names, as the

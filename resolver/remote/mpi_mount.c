@@ -901,7 +901,7 @@ static int broadcast(flx_dm *m, flx_error *err)
 
 /* ---- a Megatron save directory ---- */
 
-#define TRACKER_MAX 4096 /* bytes of a tracker file, as the source reads */
+#define TRACKER_MAX FLX_MEGATRON_TRACKER_MAX
 
 static int cmp_name(const void *key, const void *elt);
 
@@ -928,8 +928,7 @@ static int save_sub(flx_dm *m, const flx_ckpt_opts *o, char *sub, size_t cap,
 	if (find_file(m, "metadata.json"))
 		return 0;
 	if (o && o->has_megatron_iter) {
-		snprintf(sub, cap, "iter_%07llu",
-			 (unsigned long long)o->megatron_iter);
+		flx_megatron_iter_sub(o->megatron_iter, sub, cap);
 		return 0;
 	}
 	t = find_file(m, FLX_MEGATRON_TRACKER);
