@@ -43,9 +43,10 @@ if(FLEXFS_MOUNT_HELPER_DIR)
   ")
 endif()
 
-# The distributed mount (-o mpi): its MPI side in its own file, only here.
+# The distributed mount (-o mpi): its MPI side (resolver/remote/, a remote
+# file backend of the checkpoint, ckpt.h) is linked into the daemon only.
 if(FLEXFS_WITH_MPI)
-  target_sources(flexfs PRIVATE mpi_mount.c)
+  target_sources(flexfs PRIVATE ${PROJECT_SOURCE_DIR}/resolver/remote/mpi_mount.c)
   target_compile_definitions(flexfs PRIVATE FLEXFS_WITH_MPI=1)
   target_link_libraries(flexfs PRIVATE PkgConfig::MPI PkgConfig::XXHASH)
 endif()

@@ -1035,6 +1035,26 @@ typedef struct flx_pusher {
 	struct push_job *last; /* per inode: the range last queued */
 } flx_pusher;
 
+/* Bytes [off, off+n) of ino copied into buf for a reply that cannot send
+ * pieces pc[0..np) of flx_fs_pieces(ino, off, n, buf) as they are: from
+ * the pieces when there are some, without walking the file again, else
+ * read (np 0: a gather, or more pieces than a reply takes).  Releases the
+ * pieces.  @return as flx_fs_read(). */
+static ssize_t reply_copy(const flx_fs *fs, fuse_ino_t ino, const flx_piece *pc,
+			  size_t np, char *buf, size_t n, uint64_t off)
+{
+	ssize_t got;
+
+	if (!np)
+		return flx_fs_read(fs, ino, buf, n, off, NULL);
+	got = flx_fs_pieces_copy(fs, pc, np, buf);
+	if (got < 0)
+		flx_fs_pieces_release(fs, pc, np);
+	else
+		flx_fs_pieces_sent(fs, pc, np);
+	return got;
+}
+
 /* Store bytes [off, off+len) of ino (len <= the request size) in the
  * kernel's page cache.  @return 0 or -errno. */
 static int push_chunk(flx_ll *ll, fuse_ino_t ino, uint64_t off, size_t len)
@@ -1061,8 +1081,7 @@ static int push_chunk(flx_ll *ll, fuse_ino_t ino, uint64_t off, size_t len)
 		flx_fs_pieces_release(ll->fs, pc, np);
 		return rc;
 	}
-	flx_fs_pieces_release(ll->fs, pc, np);
-	n = flx_fs_read(ll->fs, ino, buf, len, off, NULL);
+	n = reply_copy(ll->fs, ino, pc, np, buf, len, off);
 	if (n < 0)
 		return (int)n;
 	if ((size_t)n != len)
@@ -1265,13 +1284,13 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		push_after(ll, ino, (uint64_t)off, len);
 		return;
 	}
-	flx_fs_pieces_release(fs, pc, np);
 	if (rc < 0) {
+		flx_fs_pieces_release(fs, pc, np);
 		log_once(fuse_req_userdata(req), ino, "read", -rc);
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	n = flx_fs_read(fs, ino, buf, size, (uint64_t)off, NULL);
+	n = reply_copy(fs, ino, pc, np, buf, np ? len : size, (uint64_t)off);
 	if (n < 0) {
 		log_once(fuse_req_userdata(req), ino, "read", (int)-n);
 		fuse_reply_err(req, (int)-n);

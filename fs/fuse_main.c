@@ -70,10 +70,10 @@ static void report(const flx_error *e)
 }
 
 /*
- * The distributed mount (-o mpi, fs/mpi_mount.h): MPI starts before the
- * paths are looked at ({rank} in them is this rank), every rank agrees on
- * each step that can fail (one rank's failure fails all, with its line),
- * and the mount of any rank ending ends all of them.  Without MPI in the
+ * The distributed mount (-o mpi, resolver/remote/mpi_mount.h): MPI starts
+ * before the paths are looked at ({rank} in them is this rank), every rank
+ * agrees on each step that can fail (one rank's failure fails all, with its
+ * line), and the mount of any rank ending ends all of them.  Without MPI in the
  * build, -o mpi is an error.
  */
 #ifdef FLEXFS_WITH_MPI

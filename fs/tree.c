@@ -1148,6 +1148,27 @@ void flx_fs_pieces_sent(const flx_fs *fs, const flx_piece *p, size_t n)
 	release_pieces(fs, p, n, true);
 }
 
+ssize_t flx_fs_pieces_copy(const flx_fs *fs, const flx_piece *p, size_t n,
+			   void *buf)
+{
+	unsigned char *dst = buf;
+	size_t done = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (p[i].fd >= 0) {
+			int rc = flx_file_pread(fs->ckpt, p[i].file, dst + done,
+						p[i].len, p[i].src);
+
+			if (rc)
+				return rc == -ENOMEM ? rc : -EIO;
+		} else if (p[i].mem != dst + done) {
+			memmove(dst + done, p[i].mem, p[i].len);
+		}
+		done += p[i].len;
+	}
+	return (ssize_t)done;
+}
+
 ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 		    uint64_t off, flx_read_stats *stats)
 {

@@ -149,6 +149,18 @@ void flx_fs_pieces_release(const flx_fs *fs, const flx_piece *p, size_t n);
 void flx_fs_pieces_sent(const flx_fs *fs, const flx_piece *p, size_t n);
 
 /**
+ * Copy the bytes of pieces p[0..n) from flx_fs_pieces() into buf, back to
+ * back: for a reply that cannot send them as they are, the bytes
+ * flx_fs_read() of the same range gives, without walking the file's
+ * segments again.  buf must be the lit given to flx_fs_pieces() (literal
+ * pieces are there already).  The pieces stay pinned: release them after.
+ * @return the bytes copied, or -EIO (a backing file read short or failed),
+ *         -ENOMEM.  Thread-safe.
+ */
+ssize_t flx_fs_pieces_copy(const flx_fs *fs, const flx_piece *p, size_t n,
+			   void *buf);
+
+/**
  * Check, when a file is opened, that every backing file it reads is still
  * the one validated at mount (same inode at the same path, same size and
  * mtime); see flx_file_verify().  Directories always pass.

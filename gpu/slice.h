@@ -16,7 +16,7 @@
  *           of one backing file, written densely to the request's buffer;
  *   blocks  every block of the backing files those elements start in, each
  *           listed once, in file order, with its length, and how to pin
- *           it (through the mount's block cache, reshard/bcache.h).
+ *           it (through the mount's block cache, resolver/cache/bcache.h).
  *
  * A backend fetches each block once, copies the elements that start in it
  * to their places, and releases it.  The CPU backend (slice_cpu.c) does it
@@ -159,6 +159,10 @@ typedef struct flx_slicer {
 	 * false: there the read path converts after reading, contiguous
 	 * runs with preadv (reshard/view.c). */
 	bool casts;
+	/* The table entry that opened it (flx_slicer_open()), which starts
+	 * and closes it; NULL: a static slicer (the CPU one, tests' own),
+	 * nothing to start or close. */
+	const struct flx_slicer_backend *backend;
 } flx_slicer;
 
 /** The CPU backend (always available; static, never freed). */
@@ -196,6 +200,30 @@ typedef struct flx_slicer_opts {
 	uint64_t cache_bytes;
 } flx_slicer_opts;
 
+/*
+ * An entry of the table of device backends flx_slicer_open() chooses from
+ * (slice_load.c: "cuda", the dlopen()ed libflexfs-cuda.so; tests open
+ * their own tables with flx_slicer_open_from()).  The CPU backend is the
+ * table's implicit last entry: it needs no open, start or close.
+ */
+typedef struct flx_slicer_backend {
+	const char *name;   /* "cuda": the log's "slicer: cuda on ..." */
+	const char *device; /* "CUDA": "gpu=on: no usable CUDA device" */
+	/**
+	 * Open the backend for options o: 0 and *out (its backend field
+	 * pointing at this entry), why[0..n) naming the device ("device 0
+	 * (NVIDIA H100)"); or -errno (-ENODEV: no device, no library;
+	 * -EIO: a driver error; -ENOMEM) and why[0..n) saying why.
+	 */
+	int (*open)(const struct flx_slicer_backend *be,
+		    const flx_slicer_opts *o, const flx_slicer **out, char *why,
+		    size_t n);
+	/* flx_slicer_start() and flx_slicer_close() of what open() gave;
+	 * NULL: nothing to do. */
+	void (*start)(const flx_slicer *s);
+	void (*close)(const flx_slicer *s);
+} flx_slicer_backend;
+
 /**
  * The slicer a mount with options o uses: the CUDA backend, or the CPU
  * one (mode off, or auto and the backend not loaded, no device, a driver
@@ -207,6 +235,18 @@ typedef struct flx_slicer_opts {
  */
 int flx_slicer_open(const flx_slicer_opts *o, const flx_slicer **out,
 		    char *line, size_t n);
+
+/**
+ * flx_slicer_open() choosing from table instead of the built-in one:
+ * device backends best first, up to a NULL, the CPU one after them.
+ * gpu=off opens none; otherwise the first that opens is the slicer, and
+ * when none does, line gives the first one's reason.  table and its
+ * entries must outlive what it returns.
+ * @return as flx_slicer_open().
+ */
+int flx_slicer_open_from(const flx_slicer_backend *const *table,
+			 const flx_slicer_opts *o, const flx_slicer **out,
+			 char *line, size_t n);
 
 /** Make s's device ready before the first batch (slice_cuda.h, start):
  * once, from one thread, before any batch, after the process forked for

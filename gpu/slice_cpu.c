@@ -472,7 +472,7 @@ static int cpu_run(const flx_slicer *self, const flx_slice_batch *b)
 	return b->cast ? cast_batch(b) : copy_batch(b);
 }
 
-static const flx_slicer cpu_slicer = {"cpu", NULL, cpu_run, false};
+static const flx_slicer cpu_slicer = {"cpu", NULL, cpu_run, false, NULL};
 
 const flx_slicer *flx_slicer_cpu(void)
 {

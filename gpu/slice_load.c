@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Choosing a mount's slicer: the CUDA backend when libflexfs-cuda.so loads
- * and finds its device, else the CPU one (slice.h, slice_cuda.h).
+ * Choosing a mount's slicer from the table of device backends: the CUDA
+ * backend when libflexfs-cuda.so loads and finds its device, else the CPU
+ * one (slice.h, slice_cuda.h).
  */
 #include "slice.h"
 #include "slice_cuda.h"
@@ -79,8 +80,23 @@ static void *open_library(const char *path, char *tried, size_t n)
 	return NULL;
 }
 
-/* The device backend of o, or -ENODEV/-EIO/-ENOMEM with line saying why. */
-static int load(const flx_slicer_opts *o, dl_slicer **out, char *line, size_t n)
+static void dl_start(const flx_slicer *s)
+{
+	((const dl_slicer *)s)->api->start(((const dl_slicer *)s)->dev);
+}
+
+static void dl_close(const flx_slicer *s)
+{
+	dl_slicer *d = (dl_slicer *)s;
+
+	d->api->close(d->dev);
+	dlclose(d->dl);
+	free(d);
+}
+
+/* The CUDA backend for o, or -ENODEV/-EIO/-ENOMEM with line saying why. */
+static int dl_open(const flx_slicer_backend *be, const flx_slicer_opts *o,
+		   const flx_slicer **out, char *line, size_t n)
 {
 	char tried[PATH_MAX + 64] = "", what[256] = "";
 	const char *env = getenv("FLEXFS_CUDA_LIB");
@@ -115,61 +131,83 @@ static int load(const flx_slicer_opts *o, dl_slicer **out, char *line, size_t n)
 		dlclose(dl);
 		return rc;
 	}
-	s->base = (flx_slicer){"cuda", dl_accepts, dl_run, true};
+	s->base = (flx_slicer){be->name, dl_accepts, dl_run, true, be};
 	s->api = entry();
 	s->dl = dl;
 	s->min_bytes = o->min_bytes;
 	snprintf(line, n, "device %d (%s)", o->device, what);
-	*out = s;
+	*out = &s->base;
 	return 0;
 }
 
-int flx_slicer_open(const flx_slicer_opts *o, const flx_slicer **out,
-		    char *line, size_t n)
+static const flx_slicer_backend cuda_backend = {"cuda", "CUDA", dl_open,
+						dl_start, dl_close};
+
+/* The device backends, best first; the CPU one comes after them. */
+static const flx_slicer_backend *const backends[] = {&cuda_backend, NULL};
+
+int flx_slicer_open_from(const flx_slicer_backend *const *table,
+			 const flx_slicer_opts *o, const flx_slicer **out,
+			 char *line, size_t n)
 {
-	char why[PATH_MAX + 512] = "";
-	dl_slicer *s = NULL;
-	int rc = 0;
+	char why[PATH_MAX + 512] = "", next[PATH_MAX + 512];
+	const flx_slicer_backend *first = table[0];
+	int rc = 0, first_rc = 0;
 
 	*out = flx_slicer_cpu();
 	if (o->mode == FLX_GPU_OFF) {
 		snprintf(line, n, "slicer: cpu (gpu=off)");
 		return 0;
 	}
-	rc = load(o, &s, why, sizeof(why));
-	if (!rc) {
-		*out = &s->base;
-		snprintf(line, n,
-			 "slicer: cuda on %s for strided gathers and casts "
-			 "of %llu bytes or more, cpu below",
-			 why, (unsigned long long)o->min_bytes);
-		return 0;
+	for (size_t i = 0; table[i]; i++) {
+		const flx_slicer *s = NULL;
+
+		next[0] = '\0';
+		rc = table[i]->open(table[i], o, &s, next, sizeof(next));
+		if (!rc) {
+			*out = s;
+			snprintf(line, n,
+				 "slicer: %s on %s for strided gathers and "
+				 "casts of %llu bytes or more, cpu below",
+				 table[i]->name, next,
+				 (unsigned long long)o->min_bytes);
+			return 0;
+		}
+		if (i == 0) {
+			memcpy(why, next, sizeof(why));
+			first_rc = rc;
+		}
+		if (rc == -ENOMEM)
+			first_rc = rc;
 	}
+	if (!first)
+		snprintf(why, sizeof(why), "no device backend");
+	rc = first ? first_rc : -ENODEV;
 	if (o->mode == FLX_GPU_ON) {
-		snprintf(line, n, "gpu=on: no usable CUDA device: %s", why);
+		snprintf(line, n, "gpu=on: no usable %s device: %s",
+			 first ? first->device : "GPU", why);
 		return rc == -ENOMEM ? rc : -ENODEV;
 	}
 	snprintf(line, n, "slicer: cpu (gpu=auto: %s)", why);
 	return rc == -ENOMEM ? rc : 0;
 }
 
+int flx_slicer_open(const flx_slicer_opts *o, const flx_slicer **out,
+		    char *line, size_t n)
+{
+	return flx_slicer_open_from(backends, o, out, line, n);
+}
+
 void flx_slicer_start(const flx_slicer *s)
 {
-	if (!s || s == flx_slicer_cpu())
-		return;
-	((const dl_slicer *)s)->api->start(((const dl_slicer *)s)->dev);
+	if (s && s->backend && s->backend->start)
+		s->backend->start(s);
 }
 
 void flx_slicer_close(const flx_slicer *s)
 {
-	dl_slicer *d;
-
-	if (!s || s == flx_slicer_cpu())
-		return;
-	d = (dl_slicer *)s;
-	d->api->close(d->dev);
-	dlclose(d->dl);
-	free(d);
+	if (s && s->backend && s->backend->close)
+		s->backend->close(s);
 }
 
 static const flx_slicer *auto_slicer;

@@ -95,7 +95,7 @@ typedef struct flx_mountopts {
 	 * (0: off). */
 	unsigned push_ahead_kb;
 	/* cache_size=: bytes of backing-file blocks kept for strided gathers
-	 * (reshard/bcache.h); 0 disables, FLX_MO_CACHE_AUTO (unset): see
+	 * (resolver/cache/bcache.h); 0 disables, FLX_MO_CACHE_AUTO (unset): see
 	 * flx_mo_cache_bytes(). */
 	uint64_t cache_size;
 	/* follow_symlinks[=0|1]: flx_ckpt_opts.follow_symlinks */
@@ -107,8 +107,8 @@ typedef struct flx_mountopts {
 	 * opens (gpu/slice.h, flx_slicer_open(); library stays NULL) */
 	flx_slicer_opts gpu;
 	/* mpi[=0|1]: one daemon of a distributed mount per MPI rank
-	 * (fs/mpi_mount.h); mpi_timeout=SECONDS: how long a read waits for
-	 * another rank before EIO (0: the default) */
+	 * (resolver/remote/mpi_mount.h); mpi_timeout=SECONDS: how long a read
+	 * waits for another rank before EIO (0: the default) */
 	bool mpi;
 	unsigned mpi_timeout;
 } flx_mountopts;

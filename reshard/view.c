@@ -599,6 +599,68 @@ static uint64_t src_offset(const flx_view *v, const piece *p, const int64_t *g)
 	return ch->data_off + (uint64_t)e * v->esz;
 }
 
+static void unravel(const flx_view *v, uint64_t e, int64_t *g)
+{
+	for (int d = v->ndim - 1; d >= 0; d--) {
+		uint64_t sz = (uint64_t)v->box->size[d];
+
+		g[d] = v->box->off[d] + (int64_t)(e % sz);
+		e /= sz;
+	}
+}
+
+/*
+ * Walking view bytes [off, end) run by run, the one walk of every read
+ * path (read_stored(), flx_view_ranges(), flx_view_zrun()): a run is the
+ * bytes [pos, stop) from element e on that stay inside one piece and
+ * contiguous in its chunk's storage (run_elems()), or, when the chunk's
+ * innermost axis is strided, the piece's elements to the end of its row
+ * (the caller gathers them).
+ */
+typedef struct cursor {
+	const flx_view *v;
+	const piece *p; /* the piece holding pos (the next one's hint) */
+	int64_t g[FLX_MAX_DIMS]; /* global coordinates of element e */
+	uint64_t e;		 /* the element holding pos */
+	uint64_t pos, stop, end; /* the run [pos, stop); stop <= end */
+	uint64_t src;		 /* file (zstd: content) offset of element e */
+	bool strided;		 /* innermost axis strided: gather */
+	bool zstd;		 /* src is in the chunk's zstd content */
+} cursor;
+
+/* Start k before view bytes [off, end) (off < end <= v->bytes). */
+static void cursor_init(cursor *k, const flx_view *v, uint64_t off,
+			uint64_t end)
+{
+	k->v = v;
+	k->p = NULL;
+	k->pos = k->stop = off;
+	k->end = end;
+}
+
+/* Move k to its next run.  @return 1 on it, 0 at end, -EIO when no piece
+ * holds its first element (the pieces tile the box: a bug). */
+static int cursor_next(cursor *k)
+{
+	const flx_view *v = k->v;
+
+	if (k->stop >= k->end)
+		return 0;
+	k->pos = k->stop;
+	k->e = k->pos / v->esz;
+	unravel(v, k->e, k->g);
+	k->p = find_piece(v, k->p, k->g);
+	if (!k->p)
+		return -EIO;
+	k->stop = (k->e + run_elems(v, k->p, k->g)) * v->esz;
+	if (k->stop > k->end)
+		k->stop = k->end;
+	k->src = src_offset(v, k->p, k->g);
+	k->strided = v->ndim > 0 && k->p->ch->contig_from >= v->ndim;
+	k->zstd = k->p->ch->zstd;
+	return 1;
+}
+
 /*
  * Strided gathers.  The strided runs of a call are queued, then handed to
  * the mount's slicer as one batch (gpu/slice.h) with the blocks their
@@ -855,32 +917,20 @@ static int gather(rdctx *r, uint32_t file, uint64_t src, uint64_t sstride,
 	return 0;
 }
 
-/* View bytes [pos, stop) from piece p of a zstd chunk (element e holds
- * pos, at global coordinates g): the chunk's content through the mount's
- * window cache (zcache.h), strided or not. */
-static int zstd_run(rdctx *r, const piece *p, const int64_t *g, uint64_t e,
-		    uint64_t pos, uint64_t stop)
+/* The run of cursor k, from a zstd chunk: the chunk's content through
+ * the mount's window cache (zcache.h), strided or not. */
+static int zstd_run(rdctx *r, const cursor *k)
 {
 	const flx_view *v = r->v;
-	const flx_chunk *ch = p->ch;
+	const flx_chunk *ch = k->p->ch;
 	const flx_zitem it = {ch->file, ch->item_off, ch->item_len};
-	uint64_t stride = v->ndim > 0 && ch->contig_from >= v->ndim
-			      ? (uint64_t)ch->stride[v->ndim - 1] * v->esz
-			      : v->esz;
+	uint64_t stride =
+	    k->strided ? (uint64_t)ch->stride[v->ndim - 1] * v->esz : v->esz;
 
-	return flx_zcache_read(r->zcache, v->ckpt, &it, src_offset(v, p, g),
-			       stride, v->esz, pos - e * v->esz,
-			       r->buf + (pos - r->off), (size_t)(stop - pos));
-}
-
-static void unravel(const flx_view *v, uint64_t e, int64_t *g)
-{
-	for (int d = v->ndim - 1; d >= 0; d--) {
-		uint64_t sz = (uint64_t)v->box->size[d];
-
-		g[d] = v->box->off[d] + (int64_t)(e % sz);
-		e /= sz;
-	}
+	return flx_zcache_read(r->zcache, v->ckpt, &it, k->src, stride, v->esz,
+			       k->pos - k->e * v->esz,
+			       r->buf + (k->pos - r->off),
+			       (size_t)(k->stop - k->pos));
 }
 
 uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which)
@@ -932,9 +982,7 @@ static ssize_t read_stored(const flx_view *v, const flx_view_io *io,
 		   .zcache = io ? io->zcache : NULL,
 		   .block = cache ? flx_bcache_block(cache) : FLX_BCACHE_BLOCK,
 		   .cast = cast};
-	const piece *p = NULL;
-	uint64_t pos, end;
-	int64_t g[FLX_MAX_DIMS];
+	cursor k;
 	int rc = 0;
 
 	if (off >= v->bytes || n == 0)
@@ -942,37 +990,24 @@ static ssize_t read_stored(const flx_view *v, const flx_view_io *io,
 	if (n > v->bytes - off)
 		n = (size_t)(v->bytes - off);
 	r.len = (size_t)out_bytes(&r, n);
-	end = off + n;
-	for (pos = off; pos < end && !rc;) {
-		uint64_t e = pos / v->esz, within = pos % v->esz;
-		uint64_t elems, stop;
+	for (cursor_init(&k, v, off, off + n); (rc = cursor_next(&k)) > 0;) {
+		const flx_chunk *ch = k.p->ch;
 
-		unravel(v, e, g);
-		p = find_piece(v, p, g);
-		if (!p) {
-			rc = -EIO;
+		if (k.zstd)
+			rc = cast ? -EIO : zstd_run(&r, &k);
+		else if (cast && !k.strided)
+			rc = gather(&r, ch->file, k.src, v->esz, k.e * v->esz,
+				    k.pos, k.stop);
+		else if (!k.strided)
+			rc = emit(&r, ch->file, k.src + k.pos % v->esz,
+				  (size_t)(k.pos - off),
+				  (size_t)(k.stop - k.pos));
+		else
+			rc = gather(&r, ch->file, k.src,
+				    (uint64_t)ch->stride[v->ndim - 1] * v->esz,
+				    k.e * v->esz, k.pos, k.stop);
+		if (rc)
 			break;
-		}
-		elems = run_elems(v, p, g);
-		stop = (e + elems) * v->esz;
-		if (stop > end)
-			stop = end;
-		if (p->ch->zstd) {
-			rc = cast ? -EIO : zstd_run(&r, p, g, e, pos, stop);
-		} else if (cast &&
-			   (p->ch->contig_from < v->ndim || v->ndim == 0)) {
-			rc = gather(&r, p->ch->file, src_offset(v, p, g),
-				    v->esz, e * v->esz, pos, stop);
-		} else if (p->ch->contig_from < v->ndim || v->ndim == 0) {
-			rc = emit(&r, p->ch->file, src_offset(v, p, g) + within,
-				  (size_t)(pos - off), (size_t)(stop - pos));
-		} else {
-			rc = gather(&r, p->ch->file, src_offset(v, p, g),
-				    (uint64_t)p->ch->stride[v->ndim - 1] *
-					v->esz,
-				    e * v->esz, pos, stop);
-		}
-		pos = stop;
 	}
 	if (!rc)
 		rc = flush(&r);
@@ -1071,38 +1106,31 @@ ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
 		    size_t max, size_t *nout)
 {
-	int64_t g[FLX_MAX_DIMS] = {0};
-	const piece *p = NULL;
-	uint64_t pos = off, end;
+	cursor c;
 	size_t k = 0;
+	int rc;
 
 	*nout = 0;
 	if (n == 0 || off >= v->bytes || n > v->bytes - off || max == 0 ||
 	    v->t->stored) /* a cast: converted bytes, not the file's */
 		return 0;
-	end = off + n;
-	while (pos < end) {
-		uint64_t e = pos / v->esz, stop, src;
+	for (cursor_init(&c, v, off, off + n); (rc = cursor_next(&c)) > 0;) {
+		uint64_t src = c.src + c.pos % v->esz;
+		uint32_t file = c.p->ch->file;
 
-		unravel(v, e, g);
-		p = find_piece(v, p, g);
-		if (!p || (v->ndim > 0 && p->ch->contig_from >= v->ndim) ||
-		    p->ch->zstd) /* its content is not the file's bytes */
+		if (c.strided || c.zstd) /* not the file's bytes in order */
 			return 0;
-		stop = (e + run_elems(v, p, g)) * v->esz;
-		if (stop > end)
-			stop = end;
-		src = src_offset(v, p, g) + pos % v->esz;
-		if (k && out[k - 1].file == p->ch->file &&
+		if (k && out[k - 1].file == file &&
 		    out[k - 1].src + out[k - 1].len == src) {
-			out[k - 1].len += stop - pos;
+			out[k - 1].len += c.stop - c.pos;
 		} else {
 			if (k == max)
 				return 0;
-			out[k++] = (flx_range){p->ch->file, src, stop - pos};
+			out[k++] = (flx_range){file, src, c.stop - c.pos};
 		}
-		pos = stop;
 	}
+	if (rc)
+		return 0;
 	for (size_t i = 0; i < k; i++)
 		if (flx_file_verify(v->ckpt, &v->ckpt->files[out[i].file],
 				    false))
@@ -1114,34 +1142,28 @@ int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
 int flx_view_zrun(const flx_view *v, uint64_t off, size_t n, flx_zitem *it,
 		  uint64_t *a, bool *found)
 {
-	int64_t g[FLX_MAX_DIMS] = {0};
-	const piece *p = NULL;
 	const flx_chunk *ch = NULL;
-	uint64_t pos = off, end = off + n, next = 0;
+	uint64_t next = 0;
+	cursor k;
+	int rc;
 
 	*found = false;
 	if (n == 0 || off >= v->bytes || n > v->bytes - off || v->t->stored)
 		return 0; /* a cast: converted bytes, not the content's */
-	while (pos < end) {
-		uint64_t e = pos / v->esz, stop, src;
+	for (cursor_init(&k, v, off, off + n); (rc = cursor_next(&k)) > 0;) {
+		uint64_t src = k.src + k.pos % v->esz;
 
-		unravel(v, e, g);
-		p = find_piece(v, p, g);
-		if (!p || !p->ch->zstd || (ch && p->ch != ch) ||
-		    (v->ndim > 0 && p->ch->contig_from >= v->ndim))
+		if (!k.zstd || (ch && k.p->ch != ch) || k.strided)
 			return 0;
-		stop = (e + run_elems(v, p, g)) * v->esz;
-		if (stop > end)
-			stop = end;
-		src = src_offset(v, p, g) + pos % v->esz;
 		if (ch && src != next)
 			return 0; /* the next run is elsewhere in the content */
 		if (!ch)
 			*a = src;
-		ch = p->ch;
-		next = src + (stop - pos);
-		pos = stop;
+		ch = k.p->ch;
+		next = src + (k.stop - k.pos);
 	}
+	if (rc)
+		return 0;
 	*it = (flx_zitem){ch->file, ch->item_off, ch->item_len};
 	*found = true;
 	return 0;

@@ -82,8 +82,8 @@ typedef struct flx_file_span {
 
 /*
  * Where the files a checkpoint names come from when the directory lacks
- * them: the distributed mount's other nodes (fs/mpi_mount.h).  Files found
- * in the directory are always read from it.  Every function is
+ * them: the distributed mount's other nodes (resolver/remote/mpi_mount.h).
+ * Files found in the directory are always read from it.  Every function is
  * thread-safe; the backend outlives every index opened with it.
  */
 typedef struct flx_file_backend {
@@ -128,7 +128,8 @@ typedef struct flx_chunk {
 	/* the item is one zstd frame (a "stream.zstd/1" transform):
 	 * item_off/item_len are the frame's window in the file, and data_off
 	 * is an offset into the frame's decompressed content, not the file.
-	 * Such a chunk is read through reshard/zcache.h, never spliced. */
+	 * Such a chunk is read through resolver/cache/zcache.h, never spliced.
+	 */
 	bool zstd;
 } flx_chunk;
 

@@ -32,7 +32,7 @@
 
 #define CONFIG_NAME	  FLX_MCORE_CONFIG
 #define TRACKER_NAME	  FLX_MEGATRON_TRACKER
-#define MAX_TRACKER_BYTES (1u << 12)
+#define MAX_TRACKER_BYTES FLX_MEGATRON_TRACKER_MAX
 #define COMMON_NAME	  FLX_MCORE_COMMON
 #define COMMON_ITEM	  "common_state/shard_0_1"
 #define MCORE_MODULE	  "megatron.core.dist_checkpointing.strategies.torch"
@@ -797,13 +797,18 @@ static int parse_tracker(const char *buf, size_t len, char *sub, size_t cap,
 			goto bad;
 		it = it * 10 + (uint64_t)(buf[i] - '0');
 	}
-	snprintf(sub, cap, "iter_%07llu", (unsigned long long)it);
+	flx_megatron_iter_sub(it, sub, cap);
 	return 0;
 bad:
 	return flx_error_set(err, -EINVAL, TRACKER_NAME, NULL,
 			     "'%.*s' is neither an iteration number nor "
 			     "'release'",
 			     (int)(n - a > 32 ? 32 : n - a), buf + a);
+}
+
+void flx_megatron_iter_sub(uint64_t iter, char *sub, size_t cap)
+{
+	snprintf(sub, cap, "iter_%07llu", (unsigned long long)iter);
 }
 
 int flx_megatron_tracker_sub(const char *buf, size_t len, char *sub, size_t cap,
@@ -829,7 +834,7 @@ int flx_mcore_enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
 
 	sub[0] = '\0';
 	if (!flx_opt_u64(o->vals, "megatron_iter", &it)) {
-		snprintf(sub, cap, "iter_%07llu", (unsigned long long)it);
+		flx_megatron_iter_sub(it, sub, cap);
 		if (!is_dir(dirfd, sub))
 			return flx_error_set(err, -ENOENT, sub, "megatron_iter",
 					     "no such iteration directory in "

@@ -90,6 +90,13 @@ static inline const flx_megatron *flx_megatron_of(const flx_ckpt *c)
 /* A Megatron save directory's tracker file, in the directory above its
  * iter_NNNNNNN/ directories. */
 #define FLX_MEGATRON_TRACKER "latest_checkpointed_iteration.txt"
+/* The most bytes of a tracker file the source reads. */
+#define FLX_MEGATRON_TRACKER_MAX 4096
+
+/** Into sub (cap bytes) the name of iteration iter's directory in a
+ * Megatron save directory, as Megatron names it ("iter_0000100").
+ * Thread-safe. */
+void flx_megatron_iter_sub(uint64_t iter, char *sub, size_t cap);
 
 /**
  * The subdirectory a Megatron save directory's tracker text names, as the

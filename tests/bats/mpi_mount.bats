@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # SPDX-License-Identifier: MIT
-# The distributed mount (-o mpi, fs/mpi_mount.h): N ranks of mpirun on this
+# The distributed mount (-o mpi, resolver/remote/mpi_mount.h): N ranks of mpirun on this
 # machine, each with its own directory holding part of the checkpoint; every
 # rank's tree must equal a single-machine mount of the whole checkpoint.
 # mpirun runs with --enable-recovery so that a killed rank leaves the others

@@ -5,7 +5,7 @@ flx_unit(test_formats flx_fs flx_test_synth)
 # The hand matcher of the default layer regex against regexec().
 flx_unit(test_spec flx_reshard)
 # The block cache of strided gathers: replacement, pins, errors, threads.
-flx_unit(test_bcache flx_reshard)
+flx_unit(test_bcache flx_resolver)
 # The CPU slicer (the tiled transpose too) against a naive oracle.
 flx_unit(test_slice flx_reshard)
 # The transform stage and its casts against formula and vector oracles.

@@ -529,11 +529,106 @@ static int plan_run(const flx_slicer *self, const flx_slice_batch *b)
 	return rc;
 }
 
+/*
+ * The plan emulator is an entry of a backend table (slice.h,
+ * flx_slicer_backend), opened through flx_slicer_open_from() like the
+ * CUDA backend is from the built-in one; an entry without a device
+ * before it.
+ */
+static unsigned plan_opens, plan_starts, plan_closes;
+static const flx_slicer_backend plan_backend;
 static const flx_slicer plan_emu = {"cuda plan on the host", NULL, plan_run,
-				    true};
-static const flx_slicer declining = {"declining", big_only, counting_run, true};
-static const flx_slicer busy = {"busy", NULL, busy_run, true};
-static const flx_slicer failing = {"failing", NULL, failing_run, true};
+				    true, &plan_backend};
+
+static int plan_open(const flx_slicer_backend *be, const flx_slicer_opts *o,
+		     const flx_slicer **out, char *why, size_t n)
+{
+	(void)be;
+	plan_opens++;
+	snprintf(why, n, "the host (device %d)", o->device);
+	*out = &plan_emu;
+	return 0;
+}
+
+static void plan_start(const flx_slicer *s)
+{
+	CHECK(s == &plan_emu);
+	plan_starts++;
+}
+
+static void plan_close(const flx_slicer *s)
+{
+	CHECK(s == &plan_emu);
+	plan_closes++;
+}
+
+static int nodev_open(const flx_slicer_backend *be, const flx_slicer_opts *o,
+		      const flx_slicer **out, char *why, size_t n)
+{
+	(void)be;
+	(void)o;
+	(void)out;
+	snprintf(why, n, "no test device");
+	return -ENODEV;
+}
+
+static const flx_slicer_backend plan_backend = {"plan", "host", plan_open,
+						plan_start, plan_close};
+static const flx_slicer_backend nodev_backend = {"nodev", "TEST", nodev_open,
+						 NULL, NULL};
+
+static const flx_slicer declining = {"declining", big_only, counting_run, true,
+				     NULL};
+static const flx_slicer busy = {"busy", NULL, busy_run, true, NULL};
+static const flx_slicer failing = {"failing", NULL, failing_run, true, NULL};
+
+/* flx_slicer_open_from(): the first entry that opens, the CPU one after
+ * them, gpu=off opening none, gpu=on failing with the first's reason. */
+static void test_backend_table(void)
+{
+	static const flx_slicer_backend
+	    *const plan_only[] = {&plan_backend, NULL},
+		   *const nodev_first[] = {&nodev_backend, &plan_backend, NULL},
+		   *const nodev_only[] = {&nodev_backend, NULL},
+		   *const empty[] = {NULL};
+	flx_slicer_opts o = {FLX_GPU_AUTO, 4096, 3, NULL, 0};
+	const flx_slicer *s = NULL;
+	char line[256];
+
+	CHECK_EQ(flx_slicer_open_from(plan_only, &o, &s, line, sizeof(line)),
+		 0);
+	CHECK(s == &plan_emu && plan_opens == 1);
+	CHECK(!strcmp(line, "slicer: plan on the host (device 3) for strided "
+			    "gathers and casts of 4096 bytes or more, cpu "
+			    "below"));
+	flx_slicer_start(s);
+	flx_slicer_close(s);
+	CHECK(plan_starts == 1 && plan_closes == 1);
+	CHECK_EQ(flx_slicer_open_from(nodev_first, &o, &s, line, sizeof(line)),
+		 0);
+	CHECK(s == &plan_emu && plan_opens == 2);
+	CHECK_EQ(flx_slicer_open_from(nodev_only, &o, &s, line, sizeof(line)),
+		 0);
+	CHECK(s == flx_slicer_cpu());
+	CHECK(!strcmp(line, "slicer: cpu (gpu=auto: no test device)"));
+	o.mode = FLX_GPU_ON;
+	CHECK_EQ(flx_slicer_open_from(nodev_only, &o, &s, line, sizeof(line)),
+		 -ENODEV);
+	CHECK(s == flx_slicer_cpu());
+	CHECK(!strcmp(line, "gpu=on: no usable TEST device: no test device"));
+	CHECK_EQ(flx_slicer_open_from(empty, &o, &s, line, sizeof(line)),
+		 -ENODEV);
+	o.mode = FLX_GPU_OFF;
+	CHECK_EQ(flx_slicer_open_from(plan_only, &o, &s, line, sizeof(line)),
+		 0);
+	CHECK(s == flx_slicer_cpu() && plan_opens == 2);
+	CHECK(!strcmp(line, "slicer: cpu (gpu=off)"));
+	/* the CPU slicer and static ones: nothing to start or close */
+	flx_slicer_start(flx_slicer_cpu());
+	flx_slicer_close(flx_slicer_cpu());
+	flx_slicer_close(&busy);
+	CHECK(plan_starts == 1 && plan_closes == 1);
+}
 
 static unsigned batches, batch_bytes, transposes, slice_batches;
 
@@ -913,6 +1008,7 @@ int main(void)
 	static const size_t esz[] = {1, 2, 3, 4, 8, 16};
 	unsigned seed = 12345;
 
+	test_backend_table();
 	open_cuda();
 	for (size_t e = 0; e < sizeof(esz) / sizeof(esz[0]); e++) {
 		check_transpose(1, 1, esz[e], 1, 1);

@@ -611,6 +611,12 @@ static void check_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
 		}
 		at += pc[i].len;
 	}
+	if (k > 0 && k <= max && at == n) {
+		/* what a reply that cannot send them copies: lit is the
+		 * reply's buffer, literal pieces in place already */
+		CHECK_EQ(flx_fs_pieces_copy(fs, pc, k, lit), (ssize_t)n);
+		CHECK(!memcmp(lit, want, n));
+	}
 	if (k > 0) {
 		pieced++;
 		pieced_mixed += nfd && nlit;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The zstd window cache (reshard/zcache.h) against the content it was
+ * The zstd window cache (resolver/cache/zcache.h) against the content it was
  * compressed from: sequential reads decode each byte once, random and
  * strided reads equal the content, many threads (more than the streams)
  * over several items with and without cached windows, the private-stream

@@ -109,7 +109,7 @@ const char *flx_dm_format(const flx_dm *m);
 
 /**
  * Keep the other ranks' bytes that reads fetch in cache (the mount's
- * block cache, reshard/bcache.h: one budget, cache_size=), whole blocks,
+ * block cache, resolver/cache/bcache.h: one budget, cache_size=), whole blocks,
  * so that a re-read does not fetch them again; NULL: none.  Cached bytes
  * are never stale: a holder serves only its copy unchanged since the
  * start, the copy every holder agreed on.  Call before the first read;

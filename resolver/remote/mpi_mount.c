@@ -903,7 +903,7 @@ static int broadcast(flx_dm *m, flx_error *err)
 
 /* ---- a Megatron save directory ---- */
 
-#define TRACKER_MAX 4096 /* bytes of a tracker file, as the source reads */
+#define TRACKER_MAX FLX_MEGATRON_TRACKER_MAX
 
 static int cmp_name(const void *key, const void *elt);
 
@@ -931,7 +931,7 @@ static int save_sub(flx_dm *m, const flx_ckpt_opts *o, char *sub, size_t cap,
 	if (find_file(m, "metadata.json"))
 		return 0;
 	if (o && !flx_opt_u64(o->vals, "megatron_iter", &it)) {
-		snprintf(sub, cap, "iter_%07llu", (unsigned long long)it);
+		flx_megatron_iter_sub(it, sub, cap);
 		return 0;
 	}
 	t = find_file(m, FLX_MEGATRON_TRACKER);
