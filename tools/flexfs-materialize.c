@@ -363,7 +363,8 @@ static int prepare_out(const char *src, const char *out, const char *key,
 		goto out;
 	}
 	snprintf(want, sizeof(want), "flexfs-materialize run %s\n", key);
-	rfd = openat(fd, RECORD_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	rfd = openat(fd, RECORD_NAME,
+		     O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (rfd >= 0) {
 		got = read(rfd, rec, sizeof(rec) - 1);
 		rec[got > 0 ? got : 0] = '\0';
