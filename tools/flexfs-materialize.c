@@ -18,6 +18,7 @@
 #include "mountopts.h"
 #include "sha256.h"
 #include "stack.h"
+#include "within.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -333,12 +334,13 @@ static int prepare_out(const char *src, const char *out, const char *key,
 			      strerror(-rc));
 		return rc;
 	}
-	if (flx_mat_within(rsrc, rout) || flx_mat_within(rout, rsrc)) {
+	if (flx_mat_within(rsrc, rout) || flx_mat_within(rout, rsrc) ||
+	    flx_path_within_dir(rsrc, rout)) {
 		flx_error_set(err, -EINVAL, out, NULL,
 			      "%s the checkpoint directory %s: refused (the "
 			      "checkpoint is never written)",
-			      flx_mat_within(rsrc, rout) ? "is inside"
-							 : "contains",
+			      !flx_mat_within(rout, rsrc) ? "is inside"
+							  : "contains",
 			      rsrc);
 		return -EINVAL;
 	}

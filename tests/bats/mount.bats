@@ -409,6 +409,19 @@ PY
 	unmount_ff "$MNT"
 }
 
+@test "a mount point inside the checkpoint reached through another name (a bind mount) is refused" {
+	local ck=$BATS_TEST_TMPDIR/ckpt alias=$BATS_TEST_TMPDIR/alias
+	cp -a "$FIXTURE" "$ck"
+	mkdir "$ck/sub" "$alias"
+	if ! mount --bind "$ck" "$alias" 2>/dev/null; then
+		skip "mount --bind is not allowed here"
+	fi
+	run --separate-stderr "$FLEXFS_BIN" "$alias" "$ck/sub" -o "tp=2,rules=$RULES" 3>&-
+	umount "$alias" || true
+	not_mounted "$ck/sub"
+	assert_one_line_error "flexfs: " "$ck/sub: the mount point is inside the checkpoint directory $alias"
+}
+
 @test "a bad rules file is an error naming the file and the problem" {
 	local bad=$BATS_TEST_TMPDIR/bad.json typo=$BATS_TEST_TMPDIR/typo.json
 	echo '[{"match": "block.weight", "split": 1,]' >"$bad"
