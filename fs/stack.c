@@ -40,6 +40,13 @@ int flx_stack_build(const char *source, const flx_ckpt_opts *o,
 	memset(s, 0, sizeof(*s));
 	oo.defer_items = true;
 	rc = flx_ckpt_open_with(source, &oo, &s->ckpt, err);
+	/* only the MindSpore source reads a strategy file: elsewhere the
+	 * option would be ignored without a word */
+	if (!rc && oo.ms_strategy && strcmp(s->ckpt->format, "mindspore"))
+		rc = flx_error_set(err, -EINVAL, source, "src_strategy",
+				   "src_strategy= is given but the source is "
+				   "%s, which takes no strategy file",
+				   s->ckpt->format);
 	if (!rc && spec->aoa) {
 		flx_aoa_opts ao = {.tp = spec->tp,
 				   .num_heads = spec->aoa_num_heads,

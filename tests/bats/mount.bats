@@ -459,3 +459,13 @@ PY
 	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" -o "tp=2,pp=0"
 	assert_one_line_error "flexfs-inspect: " "pp"
 }
+
+@test "src_strategy= on a source that takes no strategy file is refused, not ignored" {
+	local st=$FLEXFS_SRC/tests/fixtures/mindspore-pp2/strategy/ckpt_strategy_rank_0.ckpt
+	run --separate-stderr "$FLEXFS_INSPECT" "$FLEXFS_SRC/tests/fixtures/hf-tiny/single" -o "src_strategy=$st"
+	[ "$status" -eq 1 ]
+	[[ $stderr == *"src_strategy: src_strategy= is given but the source is hf-safetensors, which takes no strategy file" ]]
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" -f -o "src_strategy=$st" 3>&-
+	assert_one_line_error "flexfs: " "src_strategy= is given but the source is torch-dcp, which takes no strategy file"
+	not_mounted "$MNT"
+}
