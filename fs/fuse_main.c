@@ -21,6 +21,7 @@
 #include "stack.h"
 #include "transform.h"
 #include "tree.h"
+#include "within.h"
 #include "zcache.h"
 
 #ifdef FLEXFS_WITH_MPI
@@ -301,6 +302,8 @@ static bool inside_source(const char *source, const char *mnt)
 		return false;
 	in = strncmp(real, source, n) == 0 &&
 	     (real[n] == '\0' || real[n] == '/' || source[n - 1] == '/');
+	/* another name for the same directory (a bind mount) */
+	in = in || flx_path_within_dir(source, real);
 	free(real);
 	return in;
 }

@@ -5,6 +5,30 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The layout's tree, estimated from the ranks and the tensor slices it
+ * will hold, must fit FLX_TREE_MAX_BYTES: tp=4096,pp=1024 made 4 M rank
+ * directories (3.3 GB), tp=4096 over 200k tensors ran out of memory. */
+static int check_tree_cost(const char *source, const flx_ckpt *c,
+			   const flx_spec *spec, flx_error *err)
+{
+	uint64_t ranks = (uint64_t)spec->tp * (uint64_t)spec->pp;
+	uint64_t slices = (uint64_t)c->ntensors * (uint64_t)spec->tp;
+	uint64_t bytes =
+	    ranks * FLX_TREE_RANK_BYTES + slices * FLX_TREE_SLICE_BYTES;
+
+	if (bytes <= FLX_TREE_MAX_BYTES)
+		return 0;
+	return flx_error_set(
+	    err, -E2BIG, source, "tp",
+	    "tp=%d x pp=%d over %zu tensors: %llu rank "
+	    "directories and %llu tensor slices would take "
+	    "about %.1f GiB of metadata, past the %llu GiB "
+	    "bound",
+	    spec->tp, spec->pp, c->ntensors, (unsigned long long)ranks,
+	    (unsigned long long)slices, (double)bytes / (1 << 30),
+	    (unsigned long long)(FLX_TREE_MAX_BYTES >> 30));
+}
+
 int flx_stack_build(const char *source, const flx_ckpt_opts *o,
 		    const flx_spec *spec, bool all, flx_stack *s,
 		    flx_error *err)
@@ -29,6 +53,8 @@ int flx_stack_build(const char *source, const flx_ckpt_opts *o,
 	if (!rc)
 		rc =
 		    flx_filter_apply(spec, flx_xindex_ckpt(s->xi), &s->fi, err);
+	if (!rc)
+		rc = check_tree_cost(source, flx_stack_ckpt(s), spec, err);
 	if (!rc)
 		rc = (all ? flx_plan_build_all : flx_plan_build)(
 		    flx_stack_ckpt(s), spec, &s->plan, err);

@@ -893,6 +893,15 @@ int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
 		goto out;
 	pc.matches = matches;
 	p->nlayers = lm.n;
+	/* the layers, the embedding's stage and the head's: more stages can
+	 * only be empty */
+	if (lm.n > 0 && spec->pp > lm.n + 2) {
+		rc = flx_error_set(err, -EINVAL, ckpt->dir, "pp",
+				   "pp=%d but the checkpoint has %d layer(s): "
+				   "at most %d stages can hold a tensor",
+				   spec->pp, lm.n, lm.n + 2);
+		goto out;
+	}
 	dp0 = malloc(ckpt->ntensors ? ckpt->ntensors : 1);
 	rc = dp0 ? dp_scan(ckpt, &p->dp_degree, dp0) : -ENOMEM;
 	if (rc)

@@ -184,7 +184,7 @@ static int set_string(char **dst, const char *v)
 
 static int load_rules_file(flx_spec *s, const char *path, flx_error *err)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	struct stat st;
 	char *buf = NULL;
 	ssize_t got;

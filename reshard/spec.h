@@ -36,6 +36,13 @@
 
 #define FLX_MAX_TP 4096
 #define FLX_MAX_PP 1024
+/* The metadata a mount's tree takes, about: per rank directory (its
+ * entries in every view) and per tensor slice (a tensor on one TP rank:
+ * its plan box, entries and headers), measured on hf-tiny at tp 64..4096;
+ * a layout past the bound is refused before the plan is built. */
+#define FLX_TREE_RANK_BYTES  1024
+#define FLX_TREE_SLICE_BYTES 160
+#define FLX_TREE_MAX_BYTES   (2ULL << 30)
 
 typedef enum flx_split_kind {
 	FLX_SPLIT_INFER = 0, /* from the source chunks */

@@ -151,6 +151,11 @@ void flx_xindex_finish(flx_xindex *xi);
  * until flx_xindex_free(). */
 const flx_ckpt *flx_xindex_ckpt(const flx_xindex *xi);
 
+/** The pairs of placed pieces compared for overlap while building xi: a
+ * cost counter for tests (about n log n for a tiling of n pieces, where
+ * every pair would be n^2 / 2). */
+uint64_t flx_xindex_overlap_tests(const flx_xindex *xi);
+
 /** Free the transformed index (not the source); NULL is fine. */
 void flx_xindex_free(flx_xindex *xi);
 

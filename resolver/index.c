@@ -254,6 +254,29 @@ static void build_release(flx_build *b)
 		close(b->dirfd);
 }
 
+/* An option only its owner reads (FLX_OPT_OWN), given while another
+ * source reads the checkpoint: refused, not ignored. */
+static int check_foreign_opts(const flx_source *src, const flx_ckpt_opts *o,
+			      const char *dir, flx_error *err)
+{
+	for (const flx_source *const *s = flx_sources; *s && o->vals; s++) {
+		const flx_opt_group *g = (*s)->opts;
+
+		if (*s == src || !g)
+			continue;
+		for (size_t i = 0; i < g->nopts; i++)
+			if ((g->opts[i].flags & FLX_OPT_OWN) &&
+			    flx_opt_given(o->vals, g->opts[i].name))
+				return flx_error_set(
+				    err, -EINVAL, dir, g->opts[i].name,
+				    "%s= is given but the source is %s, "
+				    "which does not read it (an option of "
+				    "the %s source)",
+				    g->opts[i].name, src->name, (*s)->name);
+	}
+	return 0;
+}
+
 /* flx_ckpt.uid: the last one given */
 static uint64_t next_uid;
 
@@ -305,6 +328,8 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 	rc = enter_sub(&b, o);
 	if (!rc)
 		rc = pick_source(&b, o, &b.src);
+	if (!rc)
+		rc = check_foreign_opts(b.src, o, dir, err);
 	if (rc)
 		goto out;
 	b.c->format = strdup(b.src->name);

@@ -19,6 +19,7 @@
 #include "optdoc.h"
 #include "sha256.h"
 #include "stack.h"
+#include "within.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -316,12 +317,13 @@ static int prepare_out(const char *src, const char *out, const char *key,
 			      strerror(-rc));
 		return rc;
 	}
-	if (flx_mat_within(rsrc, rout) || flx_mat_within(rout, rsrc)) {
+	if (flx_mat_within(rsrc, rout) || flx_mat_within(rout, rsrc) ||
+	    flx_path_within_dir(rsrc, rout)) {
 		flx_error_set(err, -EINVAL, out, NULL,
 			      "%s the checkpoint directory %s: refused (the "
 			      "checkpoint is never written)",
-			      flx_mat_within(rsrc, rout) ? "is inside"
-							 : "contains",
+			      !flx_mat_within(rout, rsrc) ? "is inside"
+							  : "contains",
 			      rsrc);
 		return -EINVAL;
 	}
@@ -346,7 +348,8 @@ static int prepare_out(const char *src, const char *out, const char *key,
 		goto out;
 	}
 	snprintf(want, sizeof(want), "flexfs-materialize run %s\n", key);
-	rfd = openat(fd, RECORD_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	rfd = openat(fd, RECORD_NAME,
+		     O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (rfd >= 0) {
 		got = read(rfd, rec, sizeof(rec) - 1);
 		rec[got > 0 ? got : 0] = '\0';

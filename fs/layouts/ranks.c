@@ -111,9 +111,15 @@ static int rank_npy(flx_build *b, int tdir, int tp, int pp, int *npy_node)
 		if (!on_stage(pl, pp))
 			continue;
 		if (!tp && flx_file_name(tname, ".npy", fname))
-			return flx_error_set(b->err, -ENAMETOOLONG, NULL, tname,
-					     "tensor name too long for a file "
-					     "name");
+			return flx_error_set(
+			    b->err, -ENAMETOOLONG,
+			    pl->src->nchunks
+				? b->ckpt->files[pl->src->chunks[0].file]
+				      .relpath
+				: b->ckpt->dir,
+			    tname,
+			    "tensor name too long for a file name (the "
+			    "tensor is read from this file)");
 		rc = flx_npy_add_file(
 		    b->fs, tdir, tp ? NULL : fname, tp ? npy_node[i] : -1,
 		    flx_placement_view(pl, pp, tp, b->plan->spec->tp), &node);

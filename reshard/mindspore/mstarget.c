@@ -144,7 +144,7 @@ static int check_layout(const flx_ms_layout *l, const flx_tensor *t,
 /* The file's bytes (owned, free()). */
 static int read_file(const char *path, char **out, size_t *len, flx_error *err)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	struct stat st;
 	ssize_t got = -1;
 	int rc = 0;

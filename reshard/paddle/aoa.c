@@ -721,7 +721,7 @@ typedef struct var {
 	int ndim;
 	int64_t shape[FLX_MAX_DIMS];
 	cpiece *p;
-	size_t np;
+	size_t np, capp;
 	bool live;   /* an output unless a later statement consumes it */
 	bool keep;   /* its name is a source key's: never a temporary */
 	size_t stmt; /* the statement that wrote it */
@@ -748,13 +748,30 @@ typedef struct cc {
 	flx_aoa_prog *p;
 	var *v; /* every variable written, in order */
 	size_t nv, capv;
+	size_t *slot; /* open addressing: name -> index in v of its latest
+		       * variable, SIZE_MAX: empty */
+	size_t capslot, nslot;
 	const astmt *st; /* the statement being compiled */
 	flx_error *err;
 	size_t instances;
+	uint64_t boxbytes; /* bytes of boxes copied or written, in all */
+	uint64_t scanned;  /* keys matched against templates, in all */
 } cc;
+
+/* The most of a statement's text an error quotes. */
+#define STMT_QUOTE 64
 
 static int cfail(cc *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* The error of the current statement: its number, why, and its text. */
+static int stmt_error(cc *c, int code, const char *why)
+{
+	return flx_error_set(c->err, code, c->a->origin, "aoa_statements",
+			     "statement %zu: %s (in \"%.*s%s\")", c->st->no,
+			     why, STMT_QUOTE, c->st->text,
+			     strlen(c->st->text) > STMT_QUOTE ? "..." : "");
+}
 
 static int cfail(cc *c, const char *fmt, ...)
 {
@@ -764,8 +781,7 @@ static int cfail(cc *c, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
-	return flx_error_set(c->err, -EINVAL, c->a->origin, "aoa_statements",
-			     "statement %zu: %s", c->st->no, why);
+	return stmt_error(c, -EINVAL, why);
 }
 
 static void var_release(var *v)
@@ -812,11 +828,14 @@ static int add_piece(var *v, const cpiece *p)
 
 	if (v->np >= MAX_PIECES)
 		return -E2BIG;
-	n = realloc(v->p, (v->np + 1) * sizeof(*n));
+	if (v->np == v->capp) {
+		size_t cap = v->capp ? 2 * v->capp : 4;
 
-	if (!n)
-		return -ENOMEM;
-	v->p = n;
+		if (!(n = realloc(v->p, cap * sizeof(*n))))
+			return -ENOMEM;
+		v->p = n;
+		v->capp = cap;
+	}
 	if (piece_copy(&v->p[v->np], p))
 		return -ENOMEM;
 	v->np++;
@@ -841,9 +860,12 @@ static int var_copy(const var *from, var *to)
 	to->dtype = from->dtype;
 	to->ndim = from->ndim;
 	memcpy(to->shape, from->shape, sizeof(to->shape));
-	for (size_t i = 0; i < from->np; i++)
-		if (add_piece(to, &from->p[i]))
-			return -ENOMEM;
+	for (size_t i = 0; i < from->np; i++) {
+		int rc = add_piece(to, &from->p[i]);
+
+		if (rc)
+			return rc;
+	}
 	if (from->chain && !(to->chain = strdup(from->chain)))
 		return -ENOMEM;
 	return 0;
@@ -903,6 +925,7 @@ static int var_slice(const var *v, int a, int64_t start, int64_t len, var *out)
 	memcpy(out->shape, v->shape, sizeof(out->shape));
 	out->shape[a] = len;
 	for (size_t i = 0; i < v->np; i++) {
+		int rc;
 		const cpiece *p = &v->p[i];
 		int64_t lo = p->at[a] > start ? p->at[a] : start;
 		int64_t e1 = p->at[a] + p->shape[a], e2 = start + len;
@@ -923,11 +946,10 @@ static int var_slice(const var *v, int a, int64_t start, int64_t len, var *out)
 			free(q.st);
 			return -ENOMEM;
 		}
-		if (add_piece(out, &q)) {
-			free(q.st);
-			return -ENOMEM;
-		}
+		rc = add_piece(out, &q);
 		free(q.st);
+		if (rc)
+			return rc;
 	}
 	return 0;
 }
@@ -965,14 +987,15 @@ static int var_concat(cc *c, var *const *in, size_t n, int a, var *out)
 		for (size_t i = 0; i < v->np; i++) {
 			cpiece q;
 
+			int rc;
+
 			if (piece_copy(&q, &v->p[i]))
 				return -ENOMEM;
 			q.at[a] += shift;
-			if (add_piece(out, &q)) {
-				free(q.st);
-				return -ENOMEM;
-			}
+			rc = add_piece(out, &q);
 			free(q.st);
+			if (rc)
+				return rc;
 		}
 		if (__builtin_add_overflow(shift, v->shape[a], &shift))
 			return cfail(c, "concatenated extent overflows");
@@ -1174,12 +1197,83 @@ static int var_reshape(cc *c, var *v)
 
 /* ---- the compiler: names ---- */
 
+/* FNV-1a of a name. */
+static size_t name_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ULL;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+	return (size_t)(h ^ (h >> 29));
+}
+
+/* The slot of name in the variable table: its own, or the empty one where
+ * it would go (the table is never full). */
+static size_t *var_slot(cc *c, const char *name)
+{
+	size_t mask = c->capslot - 1, i = name_hash(name) & mask;
+
+	while (c->slot[i] != SIZE_MAX &&
+	       strcmp(c->v[c->slot[i]].name, name) != 0)
+		i = (i + 1) & mask;
+	return &c->slot[i];
+}
+
+/* The latest variable of that name, or NULL: one hash probe. */
 static var *find_var(cc *c, const char *name)
 {
-	for (size_t i = c->nv; i-- > 0;)
-		if (strcmp(c->v[i].name, name) == 0)
-			return &c->v[i];
-	return NULL;
+	size_t k;
+
+	if (!c->capslot)
+		return NULL;
+	k = *var_slot(c, name);
+	return k == SIZE_MAX ? NULL : &c->v[k];
+}
+
+/* Variable k (named) becomes the latest of its name. */
+static int index_var(cc *c, size_t k)
+{
+	size_t *sl;
+
+	if (2 * (c->nslot + 1) > c->capslot) {
+		size_t cap = c->capslot ? 2 * c->capslot : 64, *old = c->slot,
+		       oldcap = c->capslot;
+
+		if (!(c->slot = malloc(cap * sizeof(*c->slot)))) {
+			c->slot = old;
+			return -ENOMEM;
+		}
+		for (size_t i = 0; i < cap; i++)
+			c->slot[i] = SIZE_MAX;
+		c->capslot = cap;
+		for (size_t i = 0; i < oldcap; i++)
+			if (old[i] != SIZE_MAX)
+				*var_slot(c, c->v[old[i]].name) = old[i];
+		free(old);
+	}
+	sl = var_slot(c, c->v[k].name);
+	c->nslot += *sl == SIZE_MAX;
+	*sl = k;
+	return 0;
+}
+
+/* The boxes of a variable about to be copied or kept count against one
+ * bound on the whole compilation: statements that copy a big variable
+ * many times are refused before they take the memory. */
+static int charge(cc *c, const var *v)
+{
+	uint64_t b = v->np * sizeof(cpiece);
+
+	for (size_t i = 0; i < v->np; i++)
+		b += v->p[i].nst * sizeof(cstep);
+	c->boxbytes += b;
+	if (c->boxbytes > FLX_AOA_MAX_BOX_BYTES)
+		return cfail(c,
+			     "the statements copy more than %d MiB of "
+			     "boxes in all (this one: '%s', %zu boxes)",
+			     FLX_AOA_MAX_BOX_BYTES >> 20,
+			     v->name ? v->name : "input", v->np);
+	return 0;
 }
 
 static bool name_exists(cc *c, const char *name)
@@ -1304,6 +1398,20 @@ static const char *key_at(const cc *c, size_t i)
 				    : c->v[i - c->src->ntensors].name;
 }
 
+/* A template statement is about to match every key: the scans of all
+ * statements together are bounded. */
+static int charge_scan(cc *c)
+{
+	c->scanned += nkeys(c);
+	if (c->scanned > FLX_AOA_MAX_SCAN)
+		return cfail(c,
+			     "the templates ($LAYER_ID, $EXPERT_ID, '*') of "
+			     "the statements so far were matched against "
+			     "more than %llu names in all",
+			     (unsigned long long)FLX_AOA_MAX_SCAN);
+	return 0;
+}
+
 typedef struct combo {
 	int64_t ids[2];
 	char *star; /* the '*' match (owned), NULL: none */
@@ -1342,7 +1450,10 @@ static int find_combos(cc *c, const char *tmpl, combo **out, size_t *nout)
 {
 	combo *v = NULL;
 	size_t n = 0, cap = 0;
+	int rc = charge_scan(c);
 
+	if (rc)
+		return rc;
 	for (size_t i = 0; i < nkeys(c); i++) {
 		int64_t ids[2] = {-1, -1};
 		const char *star = NULL;
@@ -1425,7 +1536,7 @@ static int expand_star(cc *c, const char *name, bool t, names *ns)
 {
 	combo *m = NULL;
 	size_t n = 0, cap = 0;
-	int rc = 0;
+	int rc = charge_scan(c);
 
 	for (size_t i = 0; i < nkeys(c) && !rc; i++) {
 		int64_t ids[2] = {-1, -1};
@@ -1521,19 +1632,27 @@ static int instance_names(cc *c, const avar *v, size_t n, const int64_t *ids,
 
 /* ---- the compiler: statements ---- */
 
+/* A chain is cut past this many bytes, " ..." appended: long enough to
+ * tell where a target comes from, short enough that a chain of renames
+ * stays linear. */
+#define CHAIN_MAX 200
+
 static int append_chain(char **chain, const char *more)
 {
 	size_t a = *chain ? strlen(*chain) : 0, b = strlen(more);
 	char *n;
 
-	if (a > 200)
-		return 0; /* long enough to tell where it comes from */
+	if (a > CHAIN_MAX)
+		return 0;
+	if (b > CHAIN_MAX + 4)
+		b = CHAIN_MAX + 4; /* more is a cut chain itself */
 	n = realloc(*chain, a + b + 3);
 	if (!n)
 		return -ENOMEM;
 	if (a)
 		memcpy(n + a, ", ", 2), a += 2;
-	memcpy(n + a, more, b + 1);
+	memcpy(n + a, more, b);
+	n[a + b] = 0;
 	*chain = n;
 	return 0;
 }
@@ -1564,20 +1683,32 @@ static int define(cc *c, const char *name, var *v, const char *inchain)
 		 inchain && *inchain ? " <- " : "");
 	rc = append_chain(&nv->chain, buf);
 	if (!rc && inchain && *inchain) {
-		size_t l = strlen(nv->chain);
-		char *n = realloc(nv->chain, l + strlen(inchain) + 1);
+		size_t l = strlen(nv->chain), m = strlen(inchain);
+		size_t keep = m;
+		char *n;
 
-		if (!n)
+		if (m > CHAIN_MAX) { /* cut before a whole "stmt K" */
+			keep = CHAIN_MAX;
+			while (keep > 0 && strncmp(inchain + keep, "stmt ", 5))
+				keep--;
+		}
+		n = realloc(nv->chain, l + keep + 4 + 1);
+		if (!n) {
 			rc = -ENOMEM;
-		else
-			strcpy((nv->chain = n) + l, inchain);
+		} else {
+			nv->chain = n;
+			memcpy(n + l, inchain, keep);
+			strcpy(n + l + keep, keep < m ? "..." : "");
+		}
 	}
 	if (!rc && !(nv->name = strdup(name)))
 		rc = -ENOMEM;
 	c->nv++;
-	if (rc)
-		return rc;
-	return 0;
+	if (!rc)
+		rc = index_var(c, c->nv - 1);
+	if (!rc)
+		rc = charge(c, nv);
+	return rc;
 }
 
 /* Input name of the current instance, as a new variable; a source read
@@ -1589,7 +1720,9 @@ static int resolve(cc *c, const char *name, bool t, var *out, char **chain)
 	int rc;
 
 	if (v) {
-		rc = var_copy(v, out);
+		rc = charge(c, v);
+		if (!rc)
+			rc = var_copy(v, out);
 		if (!rc && !v->keep)
 			v->live = false; /* a temporary, consumed */
 		if (!rc && v->chain)
@@ -2583,6 +2716,8 @@ int flx_aoa_compile(const flx_aoa *a, const flx_ckpt *src,
 	for (size_t i = 0; i < a->n && !rc; i++) {
 		c.st = &a->st[i];
 		rc = compile_statement(&c);
+		if (rc && err && !err->code) /* -ENOMEM from deep inside */
+			stmt_error(&c, rc, strerror(-rc));
 	}
 	for (size_t i = 0; i < c.nv; i++)
 		nout += c.v[i].live;
@@ -2614,6 +2749,7 @@ int flx_aoa_compile(const flx_aoa *a, const flx_ckpt *src,
 	for (size_t i = 0; i < c.nv; i++)
 		var_release(&c.v[i]);
 	free(c.v);
+	free(c.slot);
 	if (rc) {
 		flx_error_default(err, rc, a->origin);
 		flx_aoa_prog_free(c.p);

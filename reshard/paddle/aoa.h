@@ -41,6 +41,13 @@
 #define FLX_AOA_MAX_NAME       1024
 #define FLX_AOA_MAX_VARS       4096    /* per side of one statement */
 #define FLX_AOA_MAX_EXPANSION  1000000 /* statement instances in all */
+/* Bounds on the cost of compiling: the bytes of boxes the statements copy
+ * or write in all (a box is about 300 bytes: 512 MiB is some 1.7 million
+ * boxes, where a real model's statements copy a few per tensor), and the
+ * keys matched against the templates of macro and '*' statements in all
+ * (each statement scans every name). */
+#define FLX_AOA_MAX_BOX_BYTES (512 << 20)
+#define FLX_AOA_MAX_SCAN      (1ULL << 27)
 
 typedef struct flx_aoa flx_aoa;
 typedef struct flx_aoa_prog flx_aoa_prog;

@@ -48,6 +48,10 @@ typedef enum flx_opt_type {
 /* the value may be absent ("-o name"): check() is called with NULL
  * (without it: "needs a value (name=...)" for any type but a flag) */
 #define FLX_OPT_BARE 1u
+/* read only by the source that owns the option's group: given when
+ * another source reads the checkpoint, the open is refused rather than
+ * the option ignored without a word */
+#define FLX_OPT_OWN 2u
 
 typedef struct flx_opt flx_opt;
 

@@ -21,7 +21,9 @@
  * another dtype or dimension separator) refuses the mount, naming it.
  * Keys, prepended axes and the chunk grid are torch_dist's, so the
  * stacked axes and every view follow unchanged.  Directories with neither
- * a .zarray nor a shard_*.pt (tokenizer/) are not the checkpoint's.
+ * a .zarray nor a shard_*.pt (tokenizer/) are not the checkpoint's; one
+ * holding chunk files ("0.1.0") without a .zarray is a tensor whose
+ * metadata is missing, and refuses the mount.
  */
 #include "json_guard.h"
 #include "megatron_internal.h"
@@ -536,6 +538,17 @@ static int load_object(zs *z, const char *rel, size_t klen, flx_object *o)
 
 /* ---- the source ---- */
 
+/* Whether name is a chunk file's ("0", "0.1.0": grid indices). */
+static bool is_chunk(const char *name)
+{
+	if (!(*name >= '0' && *name <= '9'))
+		return false;
+	for (; *name; name++)
+		if (!(*name >= '0' && *name <= '9') && *name != '.')
+			return false;
+	return name[-1] != '.';
+}
+
 /* Each key directory's tensor (a .zarray) and objects (shard_*.pt), in
  * name order. */
 static int load_keys(zs *z)
@@ -573,6 +586,24 @@ static int load_keys(zs *z)
 					     "a key longer than 255 bytes");
 		memcpy(key, z->l.v[i], klen);
 		key[klen] = '\0';
+		for (size_t k = i, arr = 0; k < j; k++) {
+			const char *name = z->l.v[k] + klen + 1;
+
+			arr += !strcmp(name, ZARRAY);
+			if (!arr && k + 1 == j) {
+				/* a tensor whose metadata is missing would be
+				 * dropped silently */
+				for (size_t m = i; m < j; m++)
+					if (is_chunk(z->l.v[m] + klen + 1))
+						return flx_error_set(
+						    z->err, -ENOENT, z->l.v[m],
+						    NULL,
+						    "a chunk file, but no "
+						    "%s/%s "
+						    "describes its array",
+						    key, ZARRAY);
+			}
+		}
 		for (size_t k = i; !rc && k < j; k++) {
 			const char *name = z->l.v[k] + klen + 1;
 

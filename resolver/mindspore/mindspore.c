@@ -912,6 +912,22 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, const char *file)
 			rc = -E2BIG;
 			goto bad;
 		}
+		/* a tensor saved in several records repeats its dims and
+		 * tensor_type in each: one that differs is no part of it */
+		if (cur.npieces &&
+		    (strcmp(cur.type, rec->type) || cur.ndim != rec->ndim ||
+		     memcmp(cur.dims, rec->dims,
+			    (size_t)rec->ndim * sizeof(int64_t)))) {
+			rc = flx_error_set(
+			    L->err, -EINVAL, file, rec->tag,
+			    "record %u of the tensor (at byte %llu) differs "
+			    "from the one before in tensor_type ('%s', then "
+			    "'%s') or dims (%d, then %d of them): not one "
+			    "tensor",
+			    cur.npieces + 1, (unsigned long long)at, cur.type,
+			    rec->type, cur.ndim, rec->ndim);
+			goto out;
+		}
 		piece *p = realloc(cur.pieces,
 				   (cur.npieces + 1) * sizeof(*cur.pieces));
 		if (!p) {
@@ -1740,7 +1756,7 @@ static const flx_opt ms_opts[] = {
      .help = "a MindSpore checkpoint's parallel strategy file (protobuf, "
 	     "or JSON when named *.json)",
      .check = check_strategy,
-     .flags = FLX_OPT_BARE},
+     .flags = FLX_OPT_BARE | FLX_OPT_OWN},
 };
 
 static const flx_opt_group ms_group = {

@@ -427,13 +427,19 @@ static int dims_of(loader *L, const char *file, const char *key,
 		return flx_error_set(L->err, -EINVAL, file, key,
 				     "%s: %zu dimensions (at most %d)", what, k,
 				     FLX_MAX_DIMS);
-	for (size_t i = 0; i < k; i++)
-		if (!flx_pv_int(flx_pv_item(v, i), &out[i]) || out[i] < 0 ||
-		    out[i] > (INT64_C(1) << 62))
+	for (size_t i = 0; i < k; i++) {
+		if (!flx_pv_int(flx_pv_item(v, i), &out[i]) || out[i] < 0)
 			return flx_error_set(L->err, -EINVAL, file, key,
 					     "%s: item %zu is not a "
 					     "non-negative integer",
 					     what, i);
+		if (out[i] > (INT64_C(1) << 62))
+			return flx_error_set(L->err, -EFBIG, file, key,
+					     "%s: item %zu is %lld, past 2^62 "
+					     "(the largest extent or offset "
+					     "taken)",
+					     what, i, (long long)out[i]);
+	}
 	*n = (int)k;
 	return 0;
 }
@@ -455,10 +461,10 @@ static int range_of(loader *L, const char *key, const flx_pv *v, int64_t *start,
 		    int64_t *stop)
 {
 	int64_t r[FLX_MAX_DIMS];
-	int n = 0;
+	int n = 0, rc = dims_of(L, L->meta, key, "flattened_range", v, &n, r);
 
-	if (dims_of(L, L->meta, key, "flattened_range", v, &n, r))
-		return -EINVAL;
+	if (rc)
+		return rc;
 	if (n != 2 || r[0] > r[1])
 		return flx_error_set(L->err, -EINVAL, L->meta, key,
 				     "flattened_range is not a pair "

@@ -152,3 +152,28 @@ print("ok")' "$output"
 		[ ! -s "$FF_ERR" ]
 	done
 }
+
+@test "aoa: a 65,536-statement chain of renames and a 65,536-way fan-out inspect under 1 GiB and 60 s; a 17th concat doubling is refused naming the statement" {
+	local e=model.layers.0.mlp.up_proj.weight
+	/usr/bin/python3 - "$BATS_TEST_TMPDIR" "$e" <<'PY'
+import json, sys
+d, e = sys.argv[1], sys.argv[2]
+n = 65536
+json.dump({"aoa_statements": [f"{e} -> t0"] + [f"t{i} -> t{i+1}" for i in range(n - 1)]}, open(f"{d}/chain.json", "w"))
+json.dump({"aoa_statements": [f"{e} -> f{i}" for i in range(n)]}, open(f"{d}/fan.json", "w"))
+json.dump({"aoa_statements": [f"{e}, {e} -> d0, axis=0"] + [f"d{i}, d{i} -> d{i+1}, axis=0" for i in range(17)]}, open(f"{d}/double.json", "w"))
+PY
+	# before: 50 GB and minutes (quadratic in the statements)
+	run bash -c "ulimit -v 1048576; timeout 60 '$FLEXFS_INSPECT' '$SRC' -o 'rules=$BATS_TEST_TMPDIR/chain.json' | grep -c '^t65535 .*(stmt 65536 <- stmt 65535 <- .* \\.\\.\\.)\$'"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = 1 ]
+	run bash -c "ulimit -v 1048576; timeout 60 '$FLEXFS_INSPECT' '$SRC' -o 'rules=$BATS_TEST_TMPDIR/fan.json' | grep -c '^f[0-9]*  (stmt [0-9]*)\$'"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[ "$output" = 65536 ]
+	run bash -c "ulimit -v 1048576; timeout 60 '$FLEXFS_INSPECT' '$SRC' -o 'rules=$BATS_TEST_TMPDIR/double.json'"
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[[ $output == *'statement 17: a tensor made of more than 65536 boxes (in "d15, d15 -> d16, axis=0")'* ]]
+}

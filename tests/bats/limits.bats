@@ -48,3 +48,25 @@ PY
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
 }
+
+@test "absurd layouts: refused before the plan, in one line with the figure; pp past the layers + 2 stages refused" {
+	local src=$FLEXFS_SRC/tests/fixtures/hf-tiny/single
+
+	# before: 16 s and 3.3 GB building 4 M rank directories
+	run bash -c "ulimit -v 1048576; timeout 20 '$FLEXFS_INSPECT' '$src' -o tp=4096,pp=1024 2>&1 >/dev/null"
+	echo "$output"
+	[ "$status" -eq 1 ]
+	[[ $output == *"tp: tp=4096 x pp=1024 over 44 tensors: 4194304 rank directories and 180224 tensor slices would take about 4.0 GiB of metadata, past the 2 GiB bound" ]]
+	[ "${#lines[@]}" -eq 1 ]
+	run timeout 20 "$FLEXFS_BIN" "$src" "$MNT" -f -o tp=4096,pp=1024
+	[ "$status" -eq 1 ]
+	[[ $output == *"past the 2 GiB bound" ]]
+	not_mounted "$MNT"
+	# 3 layers: 5 stages at most (the embedding's, the layers', the head's)
+	run "$FLEXFS_INSPECT" "$src" -o pp=6
+	echo "$output"
+	[ "$status" -eq 1 ]
+	[[ $output == *"pp: pp=6 but the checkpoint has 3 layer(s): at most 5 stages can hold a tensor" ]]
+	run "$FLEXFS_INSPECT" "$src" -o tp=4096,pp=5
+	[ "$status" -eq 0 ]
+}

@@ -215,6 +215,8 @@ $1")
 	refused "os.truncate(K + '/3.0.0', 0)" "*/$k/3.0.0: $k: 0 bytes, not a chunk's 1024"
 	refused "open('rng_state/shard_x_1.pt', 'wb')" "*/rng_state/shard_x_1.pt: not a ShardedObject file name*"
 	refused "open('rng_state/shard_1.0.0_2.pt', 'wb')" "*/rng_state/shard_1.0.0_2.pt: not a ShardedObject file name*"
+	# a tensor directory whose .zarray is gone: refused, not dropped
+	refused "os.remove(K + '/.zarray')" "*/$k/0.0.0: a chunk file, but no $k/.zarray describes its array"
 	# the grid is larger than the files the directory has
 	refused "za(shape=[400, 64, 16])" "*/$k/.zarray: chunks: a grid of more chunks than the directory has files*"
 }

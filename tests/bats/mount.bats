@@ -409,6 +409,19 @@ PY
 	unmount_ff "$MNT"
 }
 
+@test "a mount point inside the checkpoint reached through another name (a bind mount) is refused" {
+	local ck=$BATS_TEST_TMPDIR/ckpt alias=$BATS_TEST_TMPDIR/alias
+	cp -a "$FIXTURE" "$ck"
+	mkdir "$ck/sub" "$alias"
+	if ! mount --bind "$ck" "$alias" 2>/dev/null; then
+		skip "mount --bind is not allowed here"
+	fi
+	run --separate-stderr "$FLEXFS_BIN" "$alias" "$ck/sub" -o "tp=2,rules=$RULES" 3>&-
+	umount "$alias" || true
+	not_mounted "$ck/sub"
+	assert_one_line_error "flexfs: " "$ck/sub: the mount point is inside the checkpoint directory $alias"
+}
+
 @test "a bad rules file is an error naming the file and the problem" {
 	local bad=$BATS_TEST_TMPDIR/bad.json typo=$BATS_TEST_TMPDIR/typo.json
 	echo '[{"match": "block.weight", "split": 1,]' >"$bad"
@@ -445,4 +458,14 @@ PY
 	# the mount's errors, one line
 	run --separate-stderr "$FLEXFS_INSPECT" "$FIXTURE" -o "tp=2,pp=0"
 	assert_one_line_error "flexfs-inspect: " "pp"
+}
+
+@test "src_strategy= on a source that takes no strategy file is refused, not ignored" {
+	local st=$FLEXFS_SRC/tests/fixtures/mindspore-pp2/strategy/ckpt_strategy_rank_0.ckpt
+	run --separate-stderr "$FLEXFS_INSPECT" "$FLEXFS_SRC/tests/fixtures/hf-tiny/single" -o "src_strategy=$st"
+	[ "$status" -eq 1 ]
+	[[ $stderr == *"src_strategy: src_strategy= is given but the source is hf-safetensors, which does not read it (an option of the mindspore source)" ]]
+	run --separate-stderr "$FLEXFS_BIN" "$FIXTURE" "$MNT" -f -o "src_strategy=$st" 3>&-
+	assert_one_line_error "flexfs: " "src_strategy= is given but the source is torch-dcp, which does not read it (an option of the mindspore source)"
+	not_mounted "$MNT"
 }

@@ -296,6 +296,25 @@ except OSError as e:
 # A FIFO (or a device) where a data file or .metadata should be: refused by
 # its type in one line, without ever being opened for reading; it used to
 # block the mount and flexfs-inspect forever in open().
+@test "a FIFO given as rules=, dst_strategy= or src_strategy=: refused at once by the mount and inspect, no hang in open()" {
+	local fifo=$BATS_TEST_TMPDIR/fifo opt src fx=$FLEXFS_SRC/tests/fixtures
+
+	mkfifo "$fifo"
+	for opt in rules dst_strategy src_strategy; do
+		src=$fx/hf-tiny/single
+		[[ $opt == src_strategy ]] && src=$fx/mindspore-pp2/ckpt
+		run timeout 10 "$FLEXFS_INSPECT" "$src" -o "$opt=$fifo"
+		echo "inspect $opt: $status: $output"
+		[ "$status" -ne 124 ] && [ "$status" -ne 0 ]
+		[[ $output == *"fifo"*"not a regular file"* ]]
+		run timeout 10 "$FLEXFS_BIN" "$src" "$MNT" -f -o "$opt=$fifo"
+		echo "mount $opt: $status: $output"
+		[ "$status" -ne 124 ] && [ "$status" -ne 0 ]
+		[[ $output == *"fifo"*"not a regular file"* ]]
+		not_mounted "$MNT"
+	done
+}
+
 @test "a FIFO or device named like a data file or .metadata: refused at once, no hang" {
 	local name kind
 

@@ -17,8 +17,12 @@
 #include "transform.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static const char *const examples[] = {
     "model.norm.weight -> model.norm.weight",
@@ -345,6 +349,182 @@ static void test_refused(void)
 	}
 }
 
+/* ---- the cost of compiling ---- */
+
+#define NSTMT 65536
+#define E     "model.embed_tokens.weight"
+
+enum { CHAIN, FAN, DOUBLE };
+
+/* A generated list, each statement its own string: CHAIN E -> t0, t0 ->
+ * t1, ...; FAN E -> f0, E -> f1, ...; DOUBLE E, E -> d0, then d0, d0 ->
+ * d1, ... (axis 0). */
+static char **gen(size_t n, int kind)
+{
+	char **v = calloc(n, sizeof(char *));
+
+	for (size_t i = 0; v && i < n; i++) {
+		char b[160];
+
+		if (kind == FAN)
+			snprintf(b, sizeof(b), E " -> f%zu", i);
+		else if (i == 0)
+			snprintf(b, sizeof(b), "%s -> %s",
+				 kind == CHAIN ? E : E ", " E,
+				 kind == CHAIN ? "t0" : "d0, axis=0");
+		else if (kind == CHAIN)
+			snprintf(b, sizeof(b), "t%zu -> t%zu", i - 1, i);
+		else
+			snprintf(b, sizeof(b), "d%zu, d%zu -> d%zu, axis=0",
+				 i - 1, i - 1, i);
+		v[i] = strdup(b);
+	}
+	return v;
+}
+
+static void gen_free(char **v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* Parse and compile v in a child limited to 1 GiB of address space and
+ * 60 s (a generous bound for a loaded machine: the list compiles in about
+ * a second); the child checks the last target's name and chain.  The rule
+ * compiler was quadratic in time and memory here (a 65,536-statement
+ * chain of renames took some 50 GB). */
+static void compile_bounded(char **v, size_t n, const char *last)
+{
+	pid_t pid = fork();
+	int st = 0;
+
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		struct rlimit rl = {1UL << 30, 1UL << 30};
+		flx_ckpt *c = NULL;
+		flx_aoa *a = NULL;
+		flx_aoa_prog *p = NULL;
+		flx_error err;
+		const char *name = NULL, *chain = NULL;
+		size_t ns = 0, nt = 0;
+		int rc;
+
+		setrlimit(RLIMIT_AS, &rl);
+		alarm(60);
+		flx_error_init(&err);
+		rc = flx_ckpt_open("fixtures/hf-tiny/single", &c, &err);
+		if (!rc)
+			rc = flx_aoa_parse((const char *const *)v, n, "t", &a,
+					   &err);
+		if (!rc)
+			rc = flx_aoa_compile(a, c, NULL, &p, &err);
+		if (rc) {
+			fprintf(stderr, "compile: %s\n", err.text);
+			_exit(2);
+		}
+		while (!flx_aoa_prog_target(p, nt, &name, &chain, &ns))
+			nt++;
+		flx_aoa_prog_target(p, nt - 1, &name, &chain, &ns);
+		/* a chain of renames names its first statements, then is cut */
+		if (strcmp(name, last) || ns != 1 || strlen(chain) > 420 ||
+		    (nt == 1 && !strstr(chain, " ..."))) {
+			fprintf(stderr, "last target %s (%zu of %zu): %s\n",
+				name, nt, ns, chain);
+			_exit(3);
+		}
+		flx_aoa_prog_free(p);
+		flx_aoa_free(a);
+		flx_ckpt_close(c);
+		_exit(0);
+	}
+	CHECK(waitpid(pid, &st, 0) == pid);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		fprintf(stderr, "%s: child status %#x (signal %d)\n", last, st,
+			WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void test_cost(void)
+{
+	static char buf[1 << 16];
+	char **v;
+	flx_ckpt *c = NULL;
+	flx_aoa *a = NULL;
+	flx_aoa_prog *p = NULL;
+	flx_xindex *xi = NULL;
+	flx_error err;
+	int rc;
+
+	/* E -> t0, t0 -> t1, ..., t65534 -> t65535 */
+	v = gen(NSTMT, CHAIN);
+	compile_bounded(v, NSTMT, "t65535");
+	gen_free(v, NSTMT);
+	/* E -> f0, E -> f1, ..., E -> f65535 */
+	v = gen(NSTMT, FAN);
+	compile_bounded(v, NSTMT, "f65535");
+	gen_free(v, NSTMT);
+
+	/* d{i}, d{i} -> d{i+1}: 2^16 boxes in d15, whose placement is
+	 * checked in about n log n pair tests, not n^2 / 2 */
+	v = gen(16, DOUBLE);
+	flx_error_init(&err);
+	rc = flx_ckpt_open("fixtures/hf-tiny/single", &c, &err);
+	if (!rc)
+		rc = flx_aoa_parse((const char *const *)v, 16, "t", &a, &err);
+	if (!rc)
+		rc = flx_aoa_compile(a, c, NULL, &p, &err);
+	if (!rc)
+		rc = flx_xform_apply(flx_aoa_prog_xform(p), c, &xi, &err);
+	CHECK(rc == 0);
+	if (rc)
+		fprintf(stderr, "d15: %s\n", err.text);
+	if (!rc) {
+		const flx_tensor *t = flx_ckpt_find(flx_xindex_ckpt(xi), "d15");
+
+		CHECK(flx_xindex_overlap_tests(xi) < 16 * 65536);
+		CHECK(t && t->shape[0] == 37 * 65536);
+	}
+	flx_xindex_free(xi);
+	flx_aoa_prog_free(p);
+	flx_aoa_free(a);
+	flx_ckpt_close(c);
+	gen_free(v, 16);
+
+	/* one more doubling: refused naming the statement, its number and
+	 * text (it was a bare "Cannot allocate memory") */
+	v = gen(17, DOUBLE);
+	rc = compile((const char *const *)v, 17, 1, buf, sizeof(buf));
+	CHECK(rc == -EINVAL);
+	CHECK(strstr(buf, "statement 17: a tensor made of more than 65536 "
+			  "boxes (in \"d15, d15 -> d16, axis=0\")"));
+	gen_free(v, 17);
+
+	/* d15 (65,536 boxes) copied over and over: refused when the copies
+	 * pass the bound on boxes in all, before they take the memory */
+	v = gen(16 + 64, DOUBLE);
+	for (size_t i = 16; v && i < 16 + 64; i++) {
+		free(v[i]);
+		snprintf(buf, 64, "d15 -> copy%zu", i);
+		v[i] = strdup(buf);
+	}
+	rc = compile((const char *const *)v, 16 + 64, 1, buf, sizeof(buf));
+	CHECK(rc == -EINVAL);
+	CHECK(strstr(buf, "MiB of boxes in all"));
+	CHECK(strstr(buf, "(in \"d15 -> copy"));
+	if (!strstr(buf, "MiB of boxes"))
+		fprintf(stderr, "copies: %s\n", buf);
+	gen_free(v, 16 + 64);
+
+	/* a short chain is shown whole */
+	{
+		const char *s[] = {E " -> a", "a -> b", "b -> c"};
+
+		CHECK(compile(s, 3, 1, buf, sizeof(buf)) == 0);
+		CHECK(strstr(buf, "c = stmt 3 <- stmt 2 <- stmt 1: " E));
+	}
+}
+
 int main(void)
 {
 	/* AOA_DUMP=statement [AOA_TP=n]: print what it compiles to */
@@ -360,5 +540,6 @@ int main(void)
 	test_malformed();
 	test_compile();
 	test_refused();
+	test_cost();
 	return CHECK_RESULT();
 }

@@ -299,6 +299,49 @@ static void test_legacy_bf16_scalar(void)
 	flx_ckpt_close(c);
 }
 
+/* A tensor saved in two records whose first has another tensor_type and
+ * dims (Complex128 [1], then Float32 [4], 8 bytes each: 16 bytes, as the
+ * last record's type and dims need) is refused naming the record: only
+ * the last record's were read before. */
+static void test_records_differ(void)
+{
+	static const struct {
+		const char *type0;
+		uint8_t dim0;
+	} cases[] = {{"Complex128", 1}, {"Float32", 2}};
+
+	for (size_t k = 0; k < 2; k++) {
+		uint8_t t[64], v[96], f[256], data[8] = {0};
+		size_t nf = 0, nt, nv;
+		char to[128];
+		flx_ckpt *c = NULL;
+		flx_error e;
+
+		for (int r = 0; r < 2; r++) {
+			const char *ty = r ? "Float32" : cases[k].type0;
+
+			nt = 0;
+			t[nt++] = 0x08; /* dims: [dim] */
+			t[nt++] = r ? 4 : cases[k].dim0;
+			nt += put_len(t + nt, 2, ty, strlen(ty));
+			nt += put_len(t + nt, 3, data, 8);
+			nv = put_len(v, 1, "w", 1);
+			nv += put_len(v + nv, 2, t, nt);
+			nf += put_len(f + nf, 1, v, nv);
+		}
+		snprintf(to, sizeof(to), "%s/m.ckpt", dir);
+		write_bytes(to, f, nf);
+		flx_error_init(&e);
+		CHECK(flx_ckpt_open(dir, &c, &e) == -EINVAL);
+		CHECK(strstr(e.text, "record 2 of the tensor") &&
+		      strstr(e.text, "not one tensor"));
+		CHECK(!strcmp(e.key, "w"));
+		if (!strstr(e.text, "not one tensor"))
+			fprintf(stderr, "  %s\n", e.text);
+		flx_ckpt_close(c);
+	}
+}
+
 /* §1.2: fields in any order, unknown fields of every wire type skipped,
  * dims packed; a top-level field other than 1 skipped (§1.9). */
 static void test_wire_variants(void)
@@ -518,6 +561,7 @@ int main(void)
 	test_zero_element();
 	test_legacy_bf16_scalar();
 	test_all_types();
+	test_records_differ();
 	test_wire_variants();
 	char p[128];
 	snprintf(p, sizeof(p), "%s/m.ckpt", dir);
