@@ -54,6 +54,9 @@ const char flx_mo_help[] =
     "                           CHECKPOINT (a Hugging Face cache "
     "snapshot)\n"
     "    -o nonempty[=0|1]      mount over a non-empty MOUNTPOINT\n"
+    "    -o log=FILE            once mounted, also append every message "
+    "(each\n"
+    "                           failed read's file and reason) to FILE\n"
     "    -o mpi[=0|1]           one daemon per rank of mpirun: the ranks' "
     "CHECKPOINT\n"
     "                           directories ({rank}: the rank) together "
@@ -152,6 +155,7 @@ static const char *const ours[] = {
     "strip_prefix",
     "follow_symlinks",
     "nonempty",
+    "log",
     "megatron_spec",
     "megatron_true_vocab",
     "megatron_iter",
@@ -210,6 +214,7 @@ void flx_mo_release(flx_mountopts *mo)
 	free(mo->source);
 	free(mo->source_format);
 	free(mo->src_strategy);
+	free(mo->log_file);
 	memset(mo, 0, sizeof(*mo));
 }
 
@@ -461,6 +466,31 @@ static int apply_src_strategy(flx_mountopts *mo, const char *value,
 	return 0;
 }
 
+/* log=FILE, made absolute (the daemon changes to / when it detaches) */
+static int apply_log(flx_mountopts *mo, const char *value, flx_error *err)
+{
+	char *p = NULL, cwd[4096];
+
+	if (!value || !*value)
+		return flx_error_set(err, -EINVAL, NULL, "log",
+				     "needs a file's path");
+	if (value[0] == '/')
+		p = strdup(value);
+	else if (!getcwd(cwd, sizeof(cwd)))
+		return flx_error_set(err, -errno, NULL, "log",
+				     "a relative path, and no working "
+				     "directory: %s",
+				     strerror(errno));
+	else if (asprintf(&p, "%s/%s", cwd, value) < 0)
+		p = NULL;
+	if (!p)
+		return flx_error_set(err, -ENOMEM, NULL, "log",
+				     "out of memory");
+	free(mo->log_file);
+	mo->log_file = p;
+	return 0;
+}
+
 static int apply_cache_size(flx_mountopts *mo, const char *value,
 			    flx_error *err)
 {
@@ -634,6 +664,8 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 			return apply_megatron_iter(mo, option_value(tok), err);
 		if (key_is(tok, "src_strategy"))
 			return apply_src_strategy(mo, option_value(tok), err);
+		if (key_is(tok, "log"))
+			return apply_log(mo, option_value(tok), err);
 		return apply_ours(&mo->spec, tok, err);
 	case FLX_MO_FSTAB:
 	case FLX_MO_RWRO:

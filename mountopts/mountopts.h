@@ -81,6 +81,9 @@ typedef struct flx_mountopts {
 	/* src_strategy=: a MindSpore strategy file, made absolute (owned;
 	 * flx_ckpt_opts.ms_strategy); NULL: none */
 	char *src_strategy;
+	/* log=: a file, made absolute (owned), that the mounted daemon
+	 * appends its messages to besides syslog; NULL: none */
+	char *log_file;
 	char **fuse; /* "fuse" tokens in order, unescaped (owned) */
 	size_t nfuse;
 	bool has_fsname;  /* the user gave fsname= */
