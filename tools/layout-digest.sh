@@ -20,13 +20,13 @@ trap 'fusermount3 -u "$mnt" 2>/dev/null; rmdir "$mnt"' EXIT
 one() { # name ckpt opts
 	local name=$1 ck=$2 opts=$3 f=$out/$1.txt
 	if ! "$bin" "$ck" "$mnt" -o "$opts" 2>"$f.err"; then
-		{ echo "REFUSED: $opts"; cat "$f.err"; } >"$f"
+		{ echo "REFUSED: $opts"; sed "s|$src|SRC|g" "$f.err"; } >"$f"
 		rm -f "$f.err"
 		return
 	fi
 	rm -f "$f.err"
 	{
-		echo "OPTS: $opts"
+		echo "OPTS: ${opts//$src/SRC}"
 		(cd "$mnt" && ls -lR --time-style=+ . | sed -E 's/^([^ ]+ +)[0-9]+ /\1/')
 		(cd "$mnt" && find . -type f | LC_ALL=C sort | xargs -r -d '\n' sha256sum)
 	} >"$f" 2>&1
@@ -37,10 +37,15 @@ for d in "$src"/tests/fixtures/$glob/; do
 	fx=$(basename "$d")
 	ck=$d/ckpt
 	[[ -d $ck ]] || continue
+	# a PaddleFormers output directory: its checkpoint-N/
+	for c in "$ck"/checkpoint-*/; do [[ -d $c ]] && ck=${c%/}; done
+	# MindSpore: the strategy file beside the checkpoint
+	extra=
+	for s in "$d"/strategy/*; do [[ -f $s ]] && extra=",src_strategy=$s"; done
 	for tp in 1 2 4; do
 		for pp in 1 2; do
-			one "${fx}_tp${tp}_pp${pp}" "$ck" "tp=$tp,pp=$pp"
+			one "${fx}_tp${tp}_pp${pp}" "$ck" "tp=$tp,pp=$pp$extra"
 		done
 	done
-	one "${fx}_tp2_pp2_ms" "$ck" "tp=2,pp=2,mindspore"
+	one "${fx}_tp2_pp2_ms" "$ck" "tp=2,pp=2,mindspore$extra"
 done
