@@ -866,6 +866,7 @@ static void flx_ll_open(fuse_req_t req, fuse_ino_t ino,
 	}
 	/* refuse to open a view whose backing files were replaced or
 	 * rewritten since mount: it would no longer be the checkpoint */
+	flx_file_changed_why(NULL, 0); /* this request's finding only */
 	rc = flx_fs_open_check(fs_of(req), ino);
 	if (rc) {
 		log_once(fuse_req_userdata(req), ino, "open", -rc, NULL);
@@ -1265,6 +1266,7 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	(void)fi;
 	__atomic_add_fetch(&ll->n_reads, 1, __ATOMIC_RELAXED);
+	flx_file_changed_why(NULL, 0); /* this request's finding only */
 	buf = reply_buf(size ? size : 1);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
