@@ -39,6 +39,10 @@ if(FLEXFS_MOUNT_HELPER_DIR)
     foreach(_name mount.flexfs mount.fuse.flexfs)
       message(STATUS \"Installing: \${_dir}/\${_name} -> \${_rel}\")
       file(CREATE_LINK \"\${_rel}\" \"\${_dir}/\${_name}\" SYMBOLIC)
+      # listed in install_manifest.txt (as file(INSTALL) lists its files:
+      # without DESTDIR), so that the uninstall target removes them
+      list(APPEND CMAKE_INSTALL_MANIFEST_FILES
+        \"${FLEXFS_MOUNT_HELPER_DIR}/\${_name}\")
     endforeach()
   ")
 endif()

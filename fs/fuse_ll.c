@@ -40,6 +40,7 @@
 #include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 
 /* About 31 years: "never expires" while staying far from the overflow
@@ -48,32 +49,70 @@
 
 #define FLX_LL_BSIZE 4096
 
+/* One message of the mounted daemon: on stderr with -f, else to syslog;
+ * and with -o log=FILE appended there too, one write() per line (whole
+ * lines even from several threads, O_APPEND). */
+static void emit(const flx_ll *ll, int prio, const char *msg)
+{
+	char line[1024], stamp[32];
+	struct tm tm;
+	time_t now;
+	int n;
+
+	if (ll->foreground)
+		fprintf(stderr, "flexfs: %s\n", msg);
+	else
+		syslog(prio, "flexfs: %s", msg);
+	if (ll->log_fd < 0)
+		return;
+	now = time(NULL);
+	if (!gmtime_r(&now, &tm) ||
+	    !strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%SZ", &tm))
+		stamp[0] = '\0';
+	n = snprintf(line, sizeof(line), "%s flexfs[%ld]: %s\n", stamp,
+		     (long)getpid(), msg);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(line)) {
+		n = sizeof(line) - 1;
+		line[n - 1] = '\n';
+	}
+	(void)!write(ll->log_fd, line, (size_t)n);
+}
+
 /* A file that fails (a backing file changed or vanished after mount) is
  * reported once, so a loader retrying every page cannot flood the log; the
- * other files keep being served. */
-static void log_once(const flx_ll *ll, fuse_ino_t ino, const char *op, int rc)
+ * other files keep being served.  The reason: the given one, else the
+ * distributed mount's, else the backing file this thread found changed. */
+static void log_once(const flx_ll *ll, fuse_ino_t ino, const char *op, int rc,
+		     const char *reason)
 {
-	char path[1024], why[256] = "";
+	char path[1024], why[320] = "", msg[1400];
 
 	if (!ll->logged || ino > flx_fs_inode_count(ll->fs) ||
-	    __atomic_exchange_n(&ll->logged[ino], 1, __ATOMIC_RELAXED))
+	    __atomic_exchange_n(&ll->logged[ino], 1, __ATOMIC_RELAXED)) {
+		flx_file_changed_why(why, 0); /* consumed either way */
 		return;
+	}
 	if (flx_fs_path(ll->fs, ino, path, sizeof(path)))
 		snprintf(path, sizeof(path), "inode %lu", (unsigned long)ino);
-	if (ll->why)
+	if (reason)
+		snprintf(why, sizeof(why), "%s", reason);
+	if (!why[0] && ll->why)
 		ll->why(ll->why_arg, why, sizeof(why));
+	if (!why[0])
+		flx_file_changed_why(why, sizeof(why));
+	else
+		flx_file_changed_why(msg, 0);
 	if (!why[0])
 		snprintf(why, sizeof(why),
 			 "a backing file changed after mount?");
-	if (ll->foreground)
-		fprintf(stderr, "flexfs: %s: %s failed: %s (%s)\n", path, op,
-			strerror(rc), why);
-	else
-		syslog(LOG_ERR, "flexfs: %s: %s failed: %s (%s)", path, op,
-		       strerror(rc), why);
+	snprintf(msg, sizeof(msg), "%s: %s failed: %s (%s)", path, op,
+		 strerror(rc), why);
+	emit(ll, LOG_ERR, msg);
 }
 
-/* A warning: the mount goes on.  stderr with -f, else syslog. */
+/* A warning: the mount goes on. */
 __attribute__((format(printf, 2, 3))) static void warn(const flx_ll *ll,
 						       const char *fmt, ...)
 {
@@ -83,10 +122,7 @@ __attribute__((format(printf, 2, 3))) static void warn(const flx_ll *ll,
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	if (ll->foreground)
-		fprintf(stderr, "flexfs: %s\n", msg);
-	else
-		syslog(LOG_WARNING, "flexfs: %s", msg);
+	emit(ll, LOG_WARNING, msg);
 }
 
 /*
@@ -165,18 +201,18 @@ static _Thread_local int32_t reply_bid;
  * spliced with another length is replaced by EIO (flx_ll_writev(),
  * flx_ll_splice_send()), logged once per mount.
  */
-static _Thread_local size_t reply_expect; /* header + bytes; 0: any */
+static _Thread_local size_t reply_expect;  /* header + bytes; 0: any */
+static _Thread_local fuse_ino_t reply_ino; /* the file read */
 
 static void send_eio(flx_ll *ll, int fd, uint64_t unique)
 {
-	static int logged;
 	struct fuse_out_header eh = {
 	    .len = sizeof(eh), .error = -EIO, .unique = unique};
 
 	(void)!write(fd, &eh, sizeof(eh));
-	if (!__atomic_exchange_n(&logged, 1, __ATOMIC_RELAXED))
-		warn(ll, "a backing file ended early while a read was "
-			 "served (changed under the mount): answered EIO");
+	log_once(ll, reply_ino, "read", EIO,
+		 "a backing file ended early while the reply was sent: "
+		 "changed under the mount");
 }
 
 static ssize_t flx_ll_writev(int fd, struct iovec *iov, int count,
@@ -830,9 +866,10 @@ static void flx_ll_open(fuse_req_t req, fuse_ino_t ino,
 	}
 	/* refuse to open a view whose backing files were replaced or
 	 * rewritten since mount: it would no longer be the checkpoint */
+	flx_file_changed_why(NULL, 0); /* this request's finding only */
 	rc = flx_fs_open_check(fs_of(req), ino);
 	if (rc) {
-		log_once(fuse_req_userdata(req), ino, "open", -rc);
+		log_once(fuse_req_userdata(req), ino, "open", -rc, NULL);
 		fuse_reply_err(req, -rc);
 		return;
 	}
@@ -1248,6 +1285,7 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	(void)fi;
 	__atomic_add_fetch(&ll->n_reads, 1, __ATOMIC_RELAXED);
+	flx_file_changed_why(NULL, 0); /* this request's finding only */
 	buf = reply_buf(size ? size : 1);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
@@ -1266,6 +1304,7 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		piece_vec v;
 
 		reply_expect = sizeof(struct fuse_out_header) + len;
+		reply_ino = ino;
 		fuse_reply_data(req, bufvec_of(&v, pc, np), 0);
 		reply_expect = 0;
 		flx_fs_pieces_release(fs, pc, np);
@@ -1278,6 +1317,7 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		for (size_t i = 0; i < np; i++)
 			iov[i] = (struct iovec){(void *)pc[i].mem, pc[i].len};
 		reply_expect = sizeof(struct fuse_out_header) + len;
+		reply_ino = ino;
 		fuse_reply_iov(req, iov, (int)np);
 		reply_expect = 0;
 		flx_fs_pieces_sent(fs, pc, np); /* the windows' pins */
@@ -1286,13 +1326,13 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	if (rc < 0) {
 		flx_fs_pieces_release(fs, pc, np);
-		log_once(fuse_req_userdata(req), ino, "read", -rc);
+		log_once(fuse_req_userdata(req), ino, "read", -rc, NULL);
 		fuse_reply_err(req, -rc);
 		return;
 	}
 	n = reply_copy(fs, ino, pc, np, buf, np ? len : size, (uint64_t)off);
 	if (n < 0) {
-		log_once(fuse_req_userdata(req), ino, "read", (int)-n);
+		log_once(fuse_req_userdata(req), ino, "read", (int)-n, NULL);
 		fuse_reply_err(req, (int)-n);
 	} else {
 		fuse_reply_buf(req, buf, (size_t)n);

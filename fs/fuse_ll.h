@@ -25,8 +25,11 @@
  * INIT, before any other request, and cleared when the session is
  * destroyed). */
 typedef struct flx_ll {
-	const flx_fs *fs;      /* borrowed; outlives the session */
-	bool foreground;       /* log to stderr (else syslog) */
+	const flx_fs *fs; /* borrowed; outlives the session */
+	bool foreground;  /* log to stderr (else syslog) */
+	/* -o log=FILE: its descriptor (O_APPEND, borrowed), every message
+	 * appended there too; -1: none */
+	int log_fd;
 	unsigned char *logged; /* per inode: a failure was logged (owned by
 				* the caller; NULL disables logging) */
 	/* Readahead to set on the mount's bdi ("MAJ:MIN", empty: none) once

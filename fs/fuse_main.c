@@ -29,6 +29,7 @@
 #endif
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -68,6 +69,24 @@ static void report(const flx_error *e)
 	char line[4 * FLX_ERR_FIELD];
 
 	fprintf(stderr, "flexfs: %s\n", flx_error_line(e, line, sizeof(line)));
+}
+
+/* -o log=FILE: opened (created 0640 when missing, appended to) before
+ * mounting, so that a path that cannot be written fails the mount.
+ * @return 0 and *fd (owned), or -errno after saying why. */
+static int open_log(const char *path, int *fd)
+{
+	flx_error e;
+
+	*fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY,
+		   0640);
+	if (*fd >= 0)
+		return 0;
+	flx_error_init(&e);
+	flx_error_set(&e, -errno, path, "log", "cannot open: %s",
+		      strerror(errno));
+	report(&e);
+	return e.code;
 }
 
 /*
@@ -718,7 +737,7 @@ int main(int argc, char **argv)
 	flx_zcache *zcache = NULL;
 	const flx_slicer *slicer = NULL;
 	char **av = NULL;
-	int ac, ret = 1, rc;
+	int ac, ret = 1, rc, log_fd = -1;
 	flx_ll ll = {0};
 
 	malloc_thp(argv);
@@ -759,8 +778,11 @@ int main(int argc, char **argv)
 		goto err_out1;
 	}
 
+	if (cl.mo.log_file && open_log(cl.mo.log_file, &log_fd))
+		goto err_out1;
 	ll = (flx_ll){.fs = st.fs,
 		      .foreground = fo.foreground,
+		      .log_fd = log_fd,
 		      .direct_io = cl.mo.direct_io,
 		      .passthrough = cl.mo.passthrough,
 		      .push_kb = cl.mo.push_ahead_kb,
@@ -792,6 +814,8 @@ err_out3:
 err_out2:
 	fuse_session_destroy(se);
 err_out1:
+	if (log_fd >= 0)
+		close(log_fd);
 	free(ll.logged);
 	flx_bcache_free(cache);
 	flx_zcache_free(zcache);

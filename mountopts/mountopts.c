@@ -32,6 +32,12 @@ static const flx_opt fuse_opts[] = {
     {.name = "nonempty",
      .type = FLX_OPT_FLAG,
      .help = "mount over a non-empty MOUNTPOINT"},
+    {.name = "log",
+     .type = FLX_OPT_PATH,
+     .metavar = "FILE",
+     .help = "once mounted, also append every message (each failed read's "
+	     "file and reason) to FILE",
+     .progs = FLX_PROG_MOUNT},
     {.name = "read_ahead_kb",
      .type = FLX_OPT_UINT,
      .metavar = "N",
@@ -230,6 +236,7 @@ void flx_mo_release(flx_mountopts *mo)
 	flx_mo_tokens_free(mo->fuse, mo->nfuse);
 	free(mo->source);
 	free(mo->source_format);
+	free(mo->log_file);
 	memset(mo, 0, sizeof(*mo));
 }
 
@@ -521,6 +528,31 @@ static int apply_ours(flx_spec *spec, const char *tok, flx_error *err)
 	return e.code;
 }
 
+/* log=FILE, made absolute (the daemon changes to / when it detaches) */
+static int apply_log(flx_mountopts *mo, const char *value, flx_error *err)
+{
+	char *p = NULL, cwd[4096];
+
+	if (!value || !*value)
+		return flx_error_set(err, -EINVAL, NULL, "log",
+				     "needs a file's path");
+	if (value[0] == '/')
+		p = strdup(value);
+	else if (!getcwd(cwd, sizeof(cwd)))
+		return flx_error_set(err, -errno, NULL, "log",
+				     "a relative path, and no working "
+				     "directory: %s",
+				     strerror(errno));
+	else if (asprintf(&p, "%s/%s", cwd, value) < 0)
+		p = NULL;
+	if (!p)
+		return flx_error_set(err, -ENOMEM, NULL, "log",
+				     "out of memory");
+	free(mo->log_file);
+	mo->log_file = p;
+	return 0;
+}
+
 /* mpi_timeout=SECONDS: 1 to 86400. */
 static int apply_mpi_timeout(flx_mountopts *mo, const char *v, flx_error *err)
 {
@@ -574,6 +606,8 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 					      &mo->mpi, err);
 		if (key_is(tok, "mpi_timeout"))
 			return apply_mpi_timeout(mo, option_value(tok), err);
+		if (key_is(tok, "log"))
+			return apply_log(mo, option_value(tok), err);
 		if (key_is(tok, "cache_size"))
 			return apply_cache_size(mo, option_value(tok), err);
 		if (key_is(tok, "gpu") || key_is(tok, "gpu_min") ||

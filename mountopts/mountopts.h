@@ -103,6 +103,9 @@ typedef struct flx_mountopts {
 	/* nonempty[=0|1]: a MOUNTPOINT with entries is mounted over (it is
 	 * refused otherwise; libfuse 3 no longer checks) */
 	bool nonempty;
+	/* log=: a file, made absolute (owned), that the mounted daemon
+	 * appends its messages to besides syslog; NULL: none */
+	char *log_file;
 	/* gpu=auto|on|off, gpu_min=SIZE, gpu_device=N: the slicer the mount
 	 * opens (gpu/slice.h, flx_slicer_open(); library stays NULL) */
 	flx_slicer_opts gpu;

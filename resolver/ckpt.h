@@ -461,6 +461,16 @@ const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn);
  */
 int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path);
 
+/**
+ * How a backing file differed the last time the calling thread found one
+ * changed (flx_file_verify() or a reopen past the descriptor budget
+ * returning -ESTALE): "RELPATH: REASON" into buf (len bytes, cut to fit),
+ * "" when none since the last call, which it clears (len 0, buf
+ * NULL: only clears).  Thread-safe (one
+ * record per thread).
+ */
+void flx_file_changed_why(char *buf, size_t len);
+
 struct stat;
 
 /**

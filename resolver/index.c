@@ -22,6 +22,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,92 @@ static void name_by_path(flx_error *err, const char *dir)
 	}
 }
 
+/* Append to buf[cap] at *n, never past its end (a message cut short). */
+static void append(char *buf, size_t cap, size_t *n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t cap, size_t *n, const char *fmt, ...)
+{
+	va_list ap;
+	int k;
+
+	if (*n >= cap)
+		return;
+	va_start(ap, fmt);
+	k = vsnprintf(buf + *n, cap - *n, fmt, ap);
+	va_end(ap);
+	*n = k < 0 ? cap : *n + (size_t)k;
+}
+
+/* ", no MARKER (KIND)" for the sources from s on that share s's marker
+ * (adjacent in flx_sources), their kinds shortened to the words they
+ * share ("Megatron-Core torch_dist", "Megatron-Core zarr": "Megatron-Core").
+ * @return the first source past the group. */
+static const flx_source *const *list_marker(const flx_source *const *s,
+					    char *buf, size_t cap, size_t *n)
+{
+	const flx_source *const *t = s + 1;
+	size_t common = strlen((*s)->kind);
+
+	for (; *t && strcmp((*t)->marker, (*s)->marker) == 0; t++) {
+		size_t k = 0;
+
+		while (k < common && (*t)->kind[k] == (*s)->kind[k])
+			k++;
+		if (k < common)
+			while (k && (*s)->kind[k] != ' ')
+				k--;
+		common = k;
+	}
+	if (t - s > 1 && common) {
+		append(buf, cap, n, ", no %s (%.*s)", (*s)->marker, (int)common,
+		       (*s)->kind);
+		return t;
+	}
+	append(buf, cap, n, ", no %s (", (*s)->marker);
+	for (const flx_source *const *u = s; u < t; u++)
+		append(buf, cap, n, "%s%s", u == s ? "" : " or ", (*u)->kind);
+	append(buf, cap, n, ")");
+	return t;
+}
+
+/* Whether dir holds training output directories "checkpoint-<step>"
+ * (Hugging Face's and PaddleFormers' Trainer): *count of them and the
+ * highest step into *latest. */
+static void find_step_dirs(int dirfd, size_t *count, unsigned long long *latest)
+{
+	int fd = dup(dirfd);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	struct dirent *e;
+
+	*count = 0;
+	*latest = 0;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	rewinddir(d); /* the duplicate shares the probes' position */
+	while ((e = readdir(d))) {
+		const char *p = e->d_name;
+		char *end;
+		unsigned long long step;
+		struct stat st;
+
+		if (strncmp(p, "checkpoint-", 11) || p[11] < '0' || p[11] > '9')
+			continue;
+		errno = 0;
+		step = strtoull(p + 11, &end, 10);
+		if (*end || errno ||
+		    fstatat(dirfd, p, &st, AT_SYMLINK_NOFOLLOW) ||
+		    !S_ISDIR(st.st_mode))
+			continue;
+		if (!*count || step > *latest)
+			*latest = step;
+		(*count)++;
+	}
+	closedir(d);
+}
+
 /* The source named by o->format, else the first whose probe recognises
  * the directory. */
 static int pick_source(flx_build *b, const flx_ckpt_opts *o,
@@ -86,7 +173,8 @@ static int pick_source(flx_build *b, const flx_ckpt_opts *o,
 	const flx_source *const *f = flx_sources;
 	const flx_source *first;
 	char others[FLX_ERR_FIELD] = "";
-	size_t n = 0;
+	unsigned long long latest;
+	size_t n = 0, steps;
 
 	while (f[0]->variant && f[1])
 		f++;
@@ -110,15 +198,25 @@ static int pick_source(flx_build *b, const flx_ckpt_opts *o,
 			*out = *s;
 			return 0;
 		}
-		if (*s != first && !(*s)->variant && n < sizeof(others))
-			n += (size_t)snprintf(others + n, sizeof(others) - n,
-					      ", no %s (%s)", (*s)->marker,
-					      (*s)->kind);
 	}
 	if (o->format)
 		return flx_error_set(b->err, -EINVAL, b->c->dir, "format",
 				     "unknown checkpoint format '%s'",
 				     o->format);
+	find_step_dirs(b->dirfd, &steps, &latest);
+	if (steps)
+		return flx_error_set(
+		    b->err, -ENOENT, b->c->dir, NULL,
+		    "a training output directory, not a "
+		    "checkpoint: it holds %zu checkpoint-<step>/ "
+		    "director%s; mount one of them (the latest: "
+		    "checkpoint-%llu)",
+		    steps, steps == 1 ? "y" : "ies", latest);
+	for (const flx_source *const *s = flx_sources; *s;)
+		if (*s == first)
+			s++;
+		else
+			s = list_marker(s, others, sizeof(others), &n);
 	/* named after the first plain source's marker: the usual
 	 * checkpoint */
 	return flx_error_set(b->err, -ENOENT, first->marker, NULL,

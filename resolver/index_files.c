@@ -155,6 +155,7 @@ static uint32_t fdt_slot(flx_fdtable *t)
 }
 
 static bool same_identity(const flx_file *f, const struct stat *st);
+static void note_changed(const flx_file *f, const struct stat *st);
 
 /* Open file i of c into its entry (closed), in a slot if one is free. */
 static int fdt_open(flx_fdtable *t, const flx_ckpt *c, uint32_t i)
@@ -165,8 +166,10 @@ static int fdt_open(flx_fdtable *t, const flx_ckpt *c, uint32_t i)
 	int fd = -1, rc = open_beneath(t->dirfd, t->realdir, t->walk_only,
 				       f->relpath, &fd, &st);
 
-	if (!rc && (fd < 0 || !same_identity(f, &st)))
+	if (!rc && (fd < 0 || !same_identity(f, &st))) {
+		note_changed(f, &st);
 		rc = -ESTALE;
+	}
 	if (rc) {
 		if (fd >= 0)
 			close(fd);
@@ -552,6 +555,49 @@ void flx_file_identity(flx_file *f, const struct stat *st)
 	    (int64_t)st->st_ctim.tv_sec * 1000000000 + st->st_ctim.tv_nsec;
 }
 
+/* The calling thread's last finding that a backing file changed, for
+ * flx_file_changed_why(). */
+static _Thread_local char changed_why[FLX_ERR_FIELD + 64];
+
+/* Record how f differs from st (NULL: the path names nothing now). */
+static void note_changed(const flx_file *f, const struct stat *st)
+{
+	flx_file now;
+
+	if (!st || st->st_nlink == 0) {
+		/* no path, or the open file has no name left */
+		snprintf(changed_why, sizeof(changed_why),
+			 "%s: removed or replaced since mount", f->relpath);
+		return;
+	}
+	flx_file_identity(&now, st);
+	if (!S_ISREG(st->st_mode))
+		snprintf(changed_why, sizeof(changed_why),
+			 "%s: no longer a regular file", f->relpath);
+	else if (now.dev != f->dev || now.ino != f->ino)
+		snprintf(changed_why, sizeof(changed_why),
+			 "%s: replaced since mount (the path names another "
+			 "file)",
+			 f->relpath);
+	else if (now.size != f->size)
+		snprintf(changed_why, sizeof(changed_why),
+			 "%s: %llu bytes at mount, %llu now", f->relpath,
+			 (unsigned long long)f->size,
+			 (unsigned long long)now.size);
+	else
+		snprintf(changed_why, sizeof(changed_why),
+			 "%s: rewritten since mount (its modification or "
+			 "change time moved)",
+			 f->relpath);
+}
+
+void flx_file_changed_why(char *buf, size_t len)
+{
+	if (len)
+		snprintf(buf, len, "%s", changed_why);
+	changed_why[0] = '\0';
+}
+
 /* st (an fstat of f's descriptor) is still the identity of f at mount. */
 static bool same_identity(const flx_file *f, const struct stat *st)
 {
@@ -588,8 +634,10 @@ int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
 		flx_file_release(c, i);
 		if (rc)
 			return rc;
-		if (!same_identity(f, &st))
+		if (!same_identity(f, &st)) {
+			note_changed(f, &st);
 			return -ESTALE;
+		}
 	}
 	if (!by_path || f->decoded)
 		return 0;
@@ -603,8 +651,10 @@ int flx_file_verify(const flx_ckpt *c, const flx_file *f, bool by_path)
 	free(path);
 	if (rc == -ENOENT ||
 	    (!rc && (st.st_dev != f->dev || st.st_ino != f->ino)) ||
-	    (!rc && !opened && !same_identity(f, &st)))
+	    (!rc && !opened && !same_identity(f, &st))) {
+		note_changed(f, rc ? NULL : &st);
 		return -ESTALE;
+	}
 	if (!rc)
 		__atomic_store_n(checked, now, __ATOMIC_RELAXED);
 	return rc;

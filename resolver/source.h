@@ -48,8 +48,10 @@ typedef struct flx_source {
 	const char *kind;   /* for messages: "PyTorch DCP" */
 	const char *marker; /* what probe looks for, for messages */
 	/* a variant of another source (a DCP directory with files of its
-	 * own): probed before it, and not named when no source recognises a
-	 * directory, whose message names the plain formats */
+	 * own): probed before it; when no source recognises a directory the
+	 * message is named after the first plain source and lists the
+	 * others' markers (sources sharing a marker, adjacent in the table,
+	 * once) */
 	bool variant;
 	/* Whether the directory dirfd holds this source's checkpoint; looks,
 	 * never reads a payload.  @return 0 and *yes, or -errno. */

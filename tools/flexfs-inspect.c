@@ -743,20 +743,23 @@ static int tensor_digest(const flx_placement *pl, unsigned char *buf,
 {
 	uint64_t total = flx_view_bytes(pl->whole), off = 0;
 	flx_sha256 s;
+	int rc = flx_sha256_init(&s);
 
-	flx_sha256_init(&s);
+	if (rc)
+		return rc;
 	while (off < total) {
 		size_t want =
 		    total - off < DIGEST_BLOCK ? total - off : DIGEST_BLOCK;
 		ssize_t got = flx_view_read(pl->whole, buf, want, off, NULL);
 
-		if (got <= 0)
+		if (got <= 0) {
+			flx_sha256_free(&s);
 			return got < 0 ? (int)got : -EIO;
+		}
 		flx_sha256_update(&s, buf, (size_t)got);
 		off += (uint64_t)got;
 	}
-	flx_sha256_hex(&s, hex);
-	return 0;
+	return flx_sha256_hex(&s, hex);
 }
 
 static int cmp_digest(const void *a, const void *b)

@@ -246,8 +246,10 @@ static int run_key(const flx_stack *st, const char *src, const list *l,
 	flx_sha256 s;
 	flx_stat is;
 	char line[64];
+	int rc = flx_sha256_init(&s);
 
-	flx_sha256_init(&s);
+	if (rc)
+		return rc;
 	flx_sha256_update(&s, "flexfs-materialize 1\n", 21);
 	flx_sha256_update(&s, src, strlen(src) + 1);
 	for (size_t i = 0; i < ck->nfiles; i++) {
@@ -269,14 +271,15 @@ static int run_key(const flx_stack *st, const char *src, const list *l,
 			ssize_t got =
 			    flx_fs_read(st->fs, is.ino, buf, BLOCK, off, NULL);
 
-			if (got <= 0)
+			if (got <= 0) {
+				flx_sha256_free(&s);
 				return got < 0 ? (int)got : -EIO;
+			}
 			flx_sha256_update(&s, buf, (size_t)got);
 			off += (uint64_t)got;
 		}
 	}
-	flx_sha256_hex(&s, hex);
-	return 0;
+	return flx_sha256_hex(&s, hex);
 }
 
 static bool empty_dir(int fd)
@@ -629,11 +632,13 @@ static int compare_range(job *j, const entry *e, int fd, uint64_t off,
 			 uint64_t len, bool sums, bool *same, char a[65],
 			 char b[65])
 {
-	flx_sha256 sa, sb;
+	flx_sha256 sa = {0}, sb = {0};
+	int rc = 0;
 
 	*same = true;
-	flx_sha256_init(&sa);
-	flx_sha256_init(&sb);
+	if (sums &&
+	    ((rc = flx_sha256_init(&sa)) || (rc = flx_sha256_init(&sb))))
+		goto out;
 	for (uint64_t at = off; at < off + len;) {
 		size_t want =
 		    off + len - at < BLOCK ? (size_t)(off + len - at) : BLOCK;
@@ -641,10 +646,14 @@ static int compare_range(job *j, const entry *e, int fd, uint64_t off,
 		ssize_t ref =
 		    flx_fs_read(j->fs, e->ino, j->buf2, want, at, NULL);
 
-		if (got < 0 || ref < 0)
-			return got < 0 ? -errno : (int)ref;
-		if ((size_t)got != want || (size_t)ref != want)
-			return -EIO;
+		if (got < 0 || ref < 0) {
+			rc = got < 0 ? -errno : (int)ref;
+			goto out;
+		}
+		if ((size_t)got != want || (size_t)ref != want) {
+			rc = -EIO;
+			goto out;
+		}
 		if (memcmp(j->buf, j->buf2, want))
 			*same = false;
 		if (sums) {
@@ -655,11 +664,14 @@ static int compare_range(job *j, const entry *e, int fd, uint64_t off,
 		}
 		at += want;
 	}
-	if (sums) {
-		flx_sha256_hex(&sa, a);
-		flx_sha256_hex(&sb, b);
-	}
-	return poll_round(j);
+	if (sums &&
+	    ((rc = flx_sha256_hex(&sa, a)) || (rc = flx_sha256_hex(&sb, b))))
+		goto out;
+	rc = poll_round(j);
+out:
+	flx_sha256_free(&sa);
+	flx_sha256_free(&sb);
+	return rc;
 }
 
 /* Check file i against the tree, one segment (a tensor, or generated

@@ -7,16 +7,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Build: compiler, CMake, pkg-config, the libraries flexfs links.
+# Build: compiler, CMake, pkg-config, the libraries flexfs links (zlib for
+# zip CRCs, libcrypto for the tools' SHA-256).
 # Run/test: fuse3 (fusermount3, mount.fuse3), bats, numpy and torch for the
 # oracle checks (real loaders read the views back).  OpenMPI and xxhash for
 # the distributed mount and the materializer; protobuf-c (library and
 # protoc-c, required by the build) for MindSpore's strategy files.
+# chromium: tests/bats/svg.bats takes a headless screenshot of --svg.
 PKGS=(build-essential cmake pkg-config libfuse3-dev fuse3 libjansson-dev
-      libzstd-dev bats clang-format python3 python3-numpy python3-torch
+      libzstd-dev zlib1g-dev libssl-dev bats clang-format python3 python3-numpy python3-torch
       python3-zstandard python3-protobuf protobuf-compiler util-linux valgrind
       openmpi-bin libopenmpi-dev libxxhash-dev libprotobuf-c-dev
-      protobuf-c-compiler)
+      protobuf-c-compiler chromium)
 
 missing=()
 for p in "${PKGS[@]}"; do

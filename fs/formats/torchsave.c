@@ -15,6 +15,7 @@
  */
 #include "torchsave.h"
 
+#include "crc32.h"
 #include "json_internal.h"
 #include "names.h"
 #include "pickle_internal.h"
@@ -45,24 +46,6 @@ typedef struct pt_file {
 
 static const char byteorder[] = "little";
 static const char version[] = "3\n";
-
-/* CRC-32 (IEEE, reflected), continued from crc, a nibble at a time. */
-static uint32_t crc32_update(uint32_t crc, const unsigned char *p, size_t n)
-{
-	static const uint32_t t[16] = {
-	    0x00000000, 0x1db71064, 0x3b6e20c8, 0x26d930ac,
-	    0x76dc4190, 0x6b6b51f4, 0x4db26158, 0x5005713c,
-	    0xedb88320, 0xf00f9344, 0xd6d6a3e8, 0xcb61b38c,
-	    0x9b64c2b0, 0x86d3d2d4, 0xa00ae278, 0xbdbdf21c};
-
-	crc = ~crc;
-	for (size_t i = 0; i < n; i++) {
-		crc ^= p[i];
-		crc = (crc >> 4) ^ t[crc & 15];
-		crc = (crc >> 4) ^ t[crc & 15];
-	}
-	return ~crc;
-}
 
 static size_t nrec(const pt_file *f)
 {
@@ -123,11 +106,11 @@ static uint32_t rec_crc(const pt_file *f, size_t r)
 	if (r == 0)
 		return f->crc;
 	if (r == 1)
-		return crc32_update(0, (const unsigned char *)byteorder,
-				    sizeof(byteorder) - 1);
+		return flx_crc32(0, (const unsigned char *)byteorder,
+				 sizeof(byteorder) - 1);
 	if (r == nrec(f) - 1)
-		return crc32_update(0, (const unsigned char *)version,
-				    sizeof(version) - 1);
+		return flx_crc32(0, (const unsigned char *)version,
+				 sizeof(version) - 1);
 	return 0; /* tensors: never checked by torch.load */
 }
 
@@ -526,7 +509,7 @@ static int piece_crc(const flx_gen_ops *ops, const pt_file *f, uint32_t idx,
 		return -ENOMEM;
 	rc = ops->gen(f, idx, buf, 0, *len, len);
 	if (!rc)
-		*crc = crc32_update(*crc, buf, *len);
+		*crc = flx_crc32(*crc, buf, *len);
 	free(buf);
 	return rc;
 }

@@ -766,6 +766,23 @@ int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 	x.first = pp == 0 && vc == 0;
 	x.last = pp == tgt->pp - 1 && vc == vp - 1;
 	x.swiglu = flx_mlg_swiglu(c);
+	if (flx_megatron_of(c)->swiglu < 0) {
+		for (size_t i = 0; i < c->ntensors; i++) {
+			const char *f = c->tensors[i].fqn;
+			size_t len = strlen(f);
+
+			if (flx_mlg_is_model_key(f) && len >= 17 &&
+			    !strcmp(f + len - 17, "linear_fc1.weight"))
+				return flx_error_set(
+				    err, -EINVAL, NULL, "args.swiglu",
+				    "megatron/: absent from common.pt, and "
+				    "the saved chunks of %s do not show "
+				    "whether fc1 is SwiGLU (its split would "
+				    "differ): a common.pt whose args state it "
+				    "is needed",
+				    f);
+		}
+	}
 	x.moe = !flx_ckpt_find(c, LAYERS "mlp.linear_fc1.weight") &&
 		(flx_megatron_of(c)->num_experts > 0 ||
 		 flx_ckpt_find(c, LAYERS "mlp.router.weight"));

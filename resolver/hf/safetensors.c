@@ -605,7 +605,7 @@ out:
 const flx_source flx_source_hf = {
     .name = "hf-safetensors",
     .kind = "Hugging Face safetensors",
-    .marker = SINGLE_NAME " or " INDEX_NAME,
+    .marker = SINGLE_NAME "[.index.json]",
     .probe = probe,
     .owns = owns,
     .load = load,

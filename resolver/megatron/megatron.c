@@ -948,6 +948,91 @@ static int set_writer(flx_ckpt *c, const char *kind)
 	return 0;
 }
 
+/* ---- args.swiglu, when common.pt does not state it ---- */
+
+/* What fc1's saved chunks say of SwiGLU (Megatron-Core's
+ * apply_swiglu_sharded_factory() in megatron/core/transformer/mlp.py
+ * saves a SwiGLU fc1 as two sharded tensors per TP rank, its rows of the
+ * first half (W) and of the second (V); a plain fc1 is one, a contiguous
+ * range of the rows): 1, 0, or -1 when they do not tell.  rows: fc1's
+ * rows axis (past the stacked ones); tp: args.tensor_model_parallel_size
+ * or -1. */
+static int fc1_verdict(const flx_tensor *t, int64_t tp)
+{
+	int axis = t->stacked, pair = 0, n = t->ndim;
+	int64_t rows, half;
+
+	if (axis >= n || t->shape[axis] < 2 || t->shape[axis] % 2)
+		return -1;
+	rows = t->shape[axis];
+	half = rows / 2;
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		const flx_chunk *a = &t->chunks[i];
+		int64_t lo = a->off[axis], hi = lo + a->size[axis];
+
+		/* a range across the middle: no SwiGLU half */
+		if (lo < half && hi > half)
+			return 0;
+		/* another chunk of the same file at the same place but
+		 * half the rows further: W and V of one rank */
+		for (uint32_t j = 0; j < t->nchunks && !pair; j++) {
+			const flx_chunk *c = &t->chunks[j];
+			bool same = c->file == a->file && j != i &&
+				    c->off[axis] == lo + half &&
+				    c->size[axis] == a->size[axis];
+
+			for (int d = 0; d < n && same; d++)
+				same = d == axis || (c->off[d] == a->off[d] &&
+						     c->size[d] == a->size[d]);
+			pair = same;
+		}
+	}
+	if (pair)
+		return 1;
+	/* one sharded tensor per rank: rows / tp each, or two: rows / 2tp */
+	if (tp >= 1 && rows % (2 * tp) == 0) {
+		int64_t want1 = rows / (2 * tp), want0 = rows / tp;
+		bool all1 = true, all0 = true;
+
+		for (uint32_t i = 0; i < t->nchunks; i++) {
+			all1 &= t->chunks[i].size[axis] == want1;
+			all0 &= t->chunks[i].size[axis] == want0;
+		}
+		if (all1 != all0)
+			return all1 ? 1 : 0;
+	}
+	return -1;
+}
+
+/* args.swiglu absent: decided from every model fc1 weight's chunks when
+ * they all tell the same; else left absent (-1), and megatron/ says why
+ * (reshard/megatron_legacy.c). */
+static void infer_swiglu(flx_ckpt *c, flx_megatron *m)
+{
+	static const char suf[] = "linear_fc1.weight";
+	const size_t k = sizeof(suf) - 1;
+	int verdict = -2;
+
+	for (size_t i = 0; i < c->ntensors; i++) {
+		const flx_tensor *t = &c->tensors[i];
+		size_t len = strlen(t->fqn);
+		int v;
+
+		if (len < k || strcmp(t->fqn + len - k, suf) ||
+		    !strncmp(t->fqn, "optimizer.", 10) ||
+		    !strncmp(t->fqn, "chained_", 8))
+			continue;
+		v = fc1_verdict(t, m->tensor_model_parallel_size);
+		if (v < 0 || (verdict != -2 && v != verdict))
+			return;
+		verdict = v;
+	}
+	if (verdict >= 0) {
+		m->swiglu = verdict;
+		m->swiglu_inferred = true;
+	}
+}
+
 int flx_mcore_finish(flx_build *b, const char *kind, bool objects_bare,
 		     flx_error *err)
 {
@@ -965,6 +1050,10 @@ int flx_mcore_finish(flx_build *b, const char *kind, bool objects_bare,
 	m->objects_bare = objects_bare;
 	c->src_state = m;
 	mark_stacked(c);
+	/* torch_dist: each saved chunk is one sharded tensor of one rank
+	 * (zarr's are its own grid's) */
+	if (m->swiglu < 0 && !strcmp(kind, "torch_dist"))
+		infer_swiglu(c, m);
 	return set_writer(c, kind);
 }
 

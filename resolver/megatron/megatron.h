@@ -45,6 +45,9 @@ typedef struct flx_megatron {
 	int64_t expert_model_parallel_size;
 	int64_t expert_tensor_parallel_size;
 	int swiglu; /* flags: 0, 1, or -1 absent */
+	/* swiglu was absent from args and decided from fc1's saved chunks
+	 * (torch_dist: each TP rank's W and V row ranges) */
+	bool swiglu_inferred;
 	int group_query_attention;
 	int untie_embeddings_and_output_weights;
 	int add_bias_linear;

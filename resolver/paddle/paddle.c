@@ -2254,6 +2254,8 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 		if (m)
 			flx_build_names_from(b, m, "state_dict_metadata");
 	} else {
+		size_t parts = 0;
+
 		for (size_t i = 0; i < NPARTS && !rc; i++) {
 			char prefix[32];
 			int sub = open_part(dirfd, formers_parts[i]);
@@ -2265,7 +2267,15 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 			snprintf(prefix, sizeof(prefix), "%s/",
 				 formers_parts[i]);
 			rc = load_part(&L, o, prefix);
+			parts++;
 		}
+		/* reached with -o source_format=paddle-dcp only: the probe
+		 * found neither */
+		if (!rc && !parts)
+			rc = flx_error_set(err, -ENOENT, "<id>.metadata", NULL,
+					   "no such file, nor %s/ (is this a "
+					   "Paddle Flex Checkpoint directory?)",
+					   formers_parts[0]);
 	}
 	if (!rc)
 		rc = set_paddle(&L);

@@ -17,6 +17,7 @@ if(FLEXFS_WITH_FUSE AND TARGET flexfs)
     "FLEXFS_SHORT_READ=$<TARGET_FILE:flx_short_read>"
     "FLEXFS_CUDA_STUB_LIB=$<TARGET_FILE:flx_stub_cuda>"
     "FLEXFS_SRC=${CMAKE_SOURCE_DIR}"
+    "FLEXFS_BUILD_ROOT=${CMAKE_BINARY_DIR}"
     "FLEXFS_MPI=${FLEXFS_WITH_MPI}")
   set(flx_bats_disabled OFF)
 else()

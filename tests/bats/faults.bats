@@ -64,9 +64,41 @@ PY
 	[[ $output == "ok "* ]]
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
-	# one line for the failing file, however often it failed
+	# one line for the failing file, however often it failed, naming
+	# the backing file and what changed
 	[ "$(grep -c 'objects/extra.step.pt' "$FF_ERR")" -eq 1 ]
 	[ "$(wc -l <"$FF_ERR")" -eq 1 ]
+	grep -Eq "objects/extra.step.pt: read failed: Input/output error \($WQ_FILE: [0-9]+ bytes at mount, 10 now\)$" "$FF_ERR"
+}
+
+@test "daemonized with -o log=FILE (relative): each failing file's one line, with the backing file and reason, lands in FILE" {
+	local log=$BATS_TEST_TMPDIR/logs/flexfs.log
+	unmount_ff "$MNT"
+	mkdir "$BATS_TEST_TMPDIR/logs"
+	# a log that cannot be opened fails the mount, on stderr
+	run "$FLEXFS_BIN" "$CK" "$MNT" -o "tp=1,rules=$RULES,log=$BATS_TEST_TMPDIR/none/x.log" 3>&-
+	echo "$output"
+	[ "$status" -ne 0 ]
+	[[ $output == "flexfs: $BATS_TEST_TMPDIR/none/x.log: log: cannot open: No such file or directory" ]]
+	not_mounted "$MNT"
+	# no -f: the daemon detaches, its stderr is gone
+	(cd "$BATS_TEST_TMPDIR/logs" && "$FLEXFS_BIN" "$CK" "$MNT" -o "tp=1,rules=$RULES,log=flexfs.log" 3>&-)
+	mountpoint -q "$MNT"
+	rm "$CK/config.json"
+	run read_file "$MNT/hf/config.json"
+	[ "$output" = ESTALE ]
+	run read_file "$MNT/hf/config.json"
+	[ "$output" = ESTALE ]
+	truncate -s 10 "$CK/$WQ_FILE"
+	run read_file "$MNT/objects/extra.step.pt"
+	[ "$output" = ESTALE ]
+	run read_file "$MNT/index.json"
+	[[ $output == "ok "* ]]
+	fusermount3 -u "$MNT"
+	cat "$log"
+	[ "$(wc -l <"$log")" -eq 2 ]
+	grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z flexfs\[[0-9]+\]: hf/config.json: open failed: Stale file handle \(config.json: removed or replaced since mount\)$' "$log"
+	grep -Eq "flexfs\[[0-9]+\]: objects/extra.step.pt: open failed: Stale file handle \($WQ_FILE: [0-9]+ bytes at mount, 10 now\)$" "$log"
 }
 
 @test "rewritten in place (same size, new mtime): EIO, never mixed bytes" {
@@ -184,6 +216,6 @@ PY
 		run read_file "$MNT/hf/config.json"
 		[[ $output == "ok "* ]]
 		unmount_ff "$MNT"
-		grep -q 'a backing file ended early while a read was served' "$FF_ERR"
+		grep -q 'hf/weights.bin: read failed: Input/output error (a backing file ended early while the reply was sent: changed under the mount)' "$FF_ERR"
 	done
 }

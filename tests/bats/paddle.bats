@@ -145,7 +145,26 @@ PY
 		"*5.metadata: paddle_id: no such file (the highest id here is 10)*"
 	mkdir "$BATS_TEST_TMPDIR/empty"
 	mount_refused_line "$BATS_TEST_TMPDIR/empty" "" \
-		"*no <id>.metadata (Paddle Flex Checkpoint)*"
+		"*no <id>.metadata (Paddle Flex Checkpoint)*" \
+		"*no metadata.json (Megatron-Core)*" \
+		"*(Hugging Face safetensors)*" "*(MindSpore)*"
+}
+
+@test "paddle: -o source_format=paddle-dcp on a DCP checkpoint names the missing file; a PaddleFormers output directory names its checkpoint-N/" {
+	mount_refused_line "$FX/fsdp2/ckpt" "source_format=paddle-dcp" \
+		"*/fsdp2/ckpt/<id>.metadata: no such file, nor model_state/ (is this a Paddle Flex Checkpoint directory?)"
+	run --separate-stderr "$FLEXFS_INSPECT" "$FX/fsdp2/ckpt" -o source_format=paddle-dcp
+	[ "$status" -ne 0 ]
+	[[ $stderr == *"<id>.metadata: no such file"* && $stderr != *"building file"* ]]
+	# the directory PaddleFormers' Trainer writes checkpoint-5/ into
+	mount_refused_line "$FX/paddle-formers-np2-p4/ckpt" "" \
+		"*/paddle-formers-np2-p4/ckpt: a training output directory, not a checkpoint: it holds 1 checkpoint-<step>/ directory; mount one of them (the latest: checkpoint-5)"
+	local d=$BATS_TEST_TMPDIR/out
+	mkdir -p "$d/checkpoint-20" "$d/checkpoint-300" "$d/checkpoint-x" "$d/runs"
+	ln -s /nonexistent "$d/checkpoint-9000"
+	mount_refused_line "$d" "" "*it holds 2 checkpoint-<step>/ directories; mount one of them (the latest: checkpoint-300)"
+	run "$FLEXFS_INSPECT" "$FX/paddle-formers-np2-p4/ckpt/checkpoint-5"
+	[ "$status" -eq 0 ]
 }
 
 @test "paddle protocol 5 with read-only arrays (_frombuffer over SHORT_BINBYTES/BINBYTES instead of BYTEARRAY8): every view equals the truth" {

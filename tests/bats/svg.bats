@@ -3,7 +3,8 @@
 # Issue 18 item 6: flexfs-inspect --svg FILE draws which source files feed
 # which target rank, per tensor group, scaled by bytes.  Checked against
 # the plan's index.json (flexfs-inspect --json) and the checkpoint's files
-# by tests/bats/lib/check_svg.py.
+# by tests/bats/lib/check_svg.py, and as headless Chromium shows it in a
+# 1000 x 800 window by tests/bats/lib/check_png.py.
 
 load helpers
 
@@ -67,4 +68,34 @@ PY
 		texts = [t.text for t in ET.parse(sys.argv[1]).getroot().iter("{http://www.w3.org/2000/svg}text")]
 		assert any(t.startswith("a<&\"'b%E2%80%AEc.weight: ") for t in texts), texts
 	EOF2
+}
+
+# svg_png SVG PNG: headless Chromium's screenshot of SVG in a 1000 x 800
+# window (tools/setup.sh --deps installs chromium).
+svg_png() {
+	command -v chromium >/dev/null ||
+		{ echo "chromium not found: tools/setup.sh --deps installs it" >&2; return 1; }
+	local prof
+	prof=$(mktemp -d "$BATS_TEST_TMPDIR/chromium.XXXXXX")
+	timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic \
+		--no-first-run --disable-background-networking --disable-component-update \
+		--disable-sync --user-data-dir="$prof" --screenshot="$2" \
+		--window-size=1000,800 "file://$1" 3>&- >/dev/null 2>&1
+	[ -s "$2" ]
+}
+
+@test "svg: distinct hues per group, legend and band labels visible in a 1000 x 800 window (headless Chromium screenshot)" {
+	local ck=$FLEXFS_SRC/tests/fixtures/dcp-t26/ckpt out=$BATS_TEST_TMPDIR/p.svg
+	"$FLEXFS_INSPECT" "$ck" -o tp=1,pp=2 --json >"$BATS_TEST_TMPDIR/index.json"
+	"$FLEXFS_INSPECT" "$ck" -o tp=1,pp=2 --svg "$out"
+	# 17 groups (wq, wo, w2, output among them): their hues apart
+	run python3 "$CHECK" "$out" "$BATS_TEST_TMPDIR/index.json" "$ck"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == *"ok: 17 groups, distinct hues"* ]]
+	svg_png "$out" "$BATS_TEST_TMPDIR/p.png"
+	run python3 "$FLEXFS_SRC/tests/bats/lib/check_png.py" "$BATS_TEST_TMPDIR/p.png" "$out"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == "ok: 1000x800 screenshot shows every legend swatch" ]]
 }

@@ -130,7 +130,12 @@ static void test_detection(void)
 	CHECK_EQ(open_fails(tmp, NULL, &err), -ENOENT);
 	CHECK(strstr(err.file, "/.metadata") != NULL);
 	CHECK(strstr(err.text, "PyTorch DCP") != NULL);
-	CHECK(strstr(err.text, "model.safetensors.index.json") != NULL);
+	CHECK(strstr(err.text, "no model.safetensors[.index.json] (Hugging "
+			       "Face safetensors)") != NULL);
+	CHECK(strstr(err.text, "no metadata.json (Megatron-Core)") != NULL);
+	CHECK(strstr(err.text, "no <id>.metadata (Paddle Flex Checkpoint)") !=
+	      NULL);
+	CHECK(strstr(err.text, "no rank_<N>/*.ckpt (MindSpore)") != NULL);
 	CHECK_EQ(rmdir(tmp), 0);
 }
 

@@ -5,6 +5,7 @@
 #include "mountopts.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -475,6 +476,30 @@ static void test_aoa_src_tp(void)
 	flx_mo_release(&mo);
 }
 
+/* log=FILE: ours, made absolute against the working directory, never
+ * passed to libfuse; an empty value is refused */
+static void test_log(void)
+{
+	flx_mountopts mo;
+	flx_error err;
+	char cwd[4096], want[4200];
+
+	check_bad("log", "log");
+	check_bad("log=", "log");
+	CHECK_EQ(flx_mo_classify("log=/tmp/x.log"), FLX_MO_OURS);
+	CHECK_EQ(flx_mo_init(&mo), 0);
+	flx_error_init(&err);
+	CHECK(mo.log_file == NULL);
+	CHECK_EQ(flx_mo_option(&mo, "log=/var/log/flexfs.log", &err), 0);
+	CHECK_STR(mo.log_file, "/var/log/flexfs.log");
+	CHECK(getcwd(cwd, sizeof(cwd)) != NULL);
+	snprintf(want, sizeof(want), "%s/rel.log", cwd);
+	CHECK_EQ(flx_mo_option(&mo, "log=rel.log", &err), 0);
+	CHECK_STR(mo.log_file, want);
+	CHECK_EQ(mo.nfuse, 0);
+	flx_mo_release(&mo);
+}
+
 int main(void)
 {
 	test_split();
@@ -484,5 +509,6 @@ int main(void)
 	test_mountinfo();
 	test_argv();
 	test_aoa_src_tp();
+	test_log();
 	return CHECK_RESULT();
 }

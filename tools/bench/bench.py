@@ -67,6 +67,10 @@ against a baseline taken in the same run (median of --runs, min and max):
            in 1 MiB and an mmap copy, first read on fresh mounts with and
            without the option, vs the same files in page cache; the
            daemon's counters (FLEXFS_FUSE_STATS) must show no READ request
+  digest   flexfs-inspect --digest of a safetensors file holding one tensor
+           (256 MiB, 4 MiB with --quick) vs openssl dgst -sha256 of the same
+           bytes in a plain file, both in the page cache: throughput ratio
+           (goal >= 0.8); the two digests must be equal
   zstd     the checkpoint re-written as torch 2.7's ZStandard extension
            would (zstd_ckpt.py): first read of hf/ (TP1) and ranks/* (TP2,
            1 and 2 readers) vs zstd -d of the same frames to /dev/null;
@@ -1191,6 +1195,75 @@ def fig_mount(ctx, many, big):
     return rows + extra
 
 
+def find_inspect(ctx):
+    for p in (os.environ.get("FLEXFS_INSPECT"),
+              os.path.join(os.path.dirname(os.path.dirname(ctx.flexfs)), "tools",
+                           "flexfs-inspect")):
+        if p and os.access(p, os.X_OK):
+            return os.path.abspath(p)
+    return None
+
+
+def ensure_digest_input(ctx, nbytes):
+    """A directory holding model.safetensors with one float32 tensor "w" of
+    nbytes random bytes, and the same bytes alone in a file beside it.
+    @return (checkpoint dir, raw file)."""
+    d = os.path.join(ctx.workdir, "digest-%d" % nbytes)
+    st, raw = os.path.join(d, "ckpt", "model.safetensors"), os.path.join(d, "raw.bin")
+    if os.path.exists(raw) and os.path.getsize(raw) == nbytes:
+        return os.path.dirname(st), raw
+    os.makedirs(os.path.dirname(st), exist_ok=True)
+    head = json.dumps({"w": {"dtype": "F32", "shape": [nbytes // 4],
+                             "data_offsets": [0, nbytes]}}).encode()
+    head += b" " * (-len(head) % 8)
+    with open(st + ".tmp", "wb") as f, open(raw + ".tmp", "wb") as g:
+        f.write(len(head).to_bytes(8, "little") + head)
+        for off in range(0, nbytes, 16 * MiB):
+            b = os.urandom(min(16 * MiB, nbytes - off))
+            f.write(b)
+            g.write(b)
+    os.rename(st + ".tmp", st)
+    os.rename(raw + ".tmp", raw)
+    return os.path.dirname(st), raw
+
+
+def fig_digest(ctx):
+    """flexfs-inspect --digest against openssl dgst -sha256 over the same
+    bytes, alternated within each run, both warm."""
+    inspect, openssl = find_inspect(ctx), shutil.which("openssl")
+    if not inspect or not openssl:
+        log("digest: skipped: %s not found" % ("flexfs-inspect" if not inspect else "openssl"))
+        return []
+    nbytes = (4 if ctx.args.quick else 256) * MiB
+    ck, raw = ensure_digest_input(ctx, nbytes)
+    r = Row("digest", "flexfs-inspect --digest, one tensor of %d MiB" % (nbytes // MiB),
+            "GB/s", "openssl dgst -sha256", 0.8,
+            note="whole process each: index, view read and SHA-256 vs openssl reading the "
+                 "same bytes from a plain file; page cache warm")
+    for i in range(ctx.runs + 1):  # the first pass warms both, untimed
+        warm([os.path.join(ck, "model.safetensors"), raw])
+        t0 = time.monotonic()
+        a = subprocess.run([inspect, ck, "--digest"], capture_output=True, text=True)
+        t1 = time.monotonic()
+        b = subprocess.run([openssl, "dgst", "-sha256", "-r", raw], capture_output=True,
+                           text=True)
+        t2 = time.monotonic()
+        if a.returncode or b.returncode:
+            ctx.problems.append("digest: %s" % (a.stderr or b.stderr).strip())
+            return [r]
+        ha, hb = a.stdout.split()[0], b.stdout.split()[0]
+        if ha != hb:
+            ctx.problems.append("digest: flexfs-inspect says %s, openssl %s" % (ha, hb))
+            return [r]
+        if i == 0:
+            continue
+        fa, fb = tput(nbytes, t1 - t0), tput(nbytes, t2 - t1)
+        r.add(fb, fa, fa / fb)
+        log("digest run %d: flexfs-inspect %.2f GB/s, openssl %.2f GB/s" % (
+            i, fa / GB, fb / GB))
+    return [r]
+
+
 def fig_memory(ctx, info):
     ck = info["dir"]
     row = Row("memory", "peak RSS of the daemon, full read of every view (tp=4)", "MiB", "",
@@ -2026,7 +2099,7 @@ def main(argv=None):
     ap.add_argument("--flexfs", help="the flexfs binary (default $FLEXFS_BIN, build-bench/, build/)")
     ap.add_argument("--only",
                     default="contig,contig_dio,strided,strided_dio,transposed,e2e,mount,memory,"
-                          "parallel,zstd,passthrough",
+                          "parallel,zstd,passthrough,digest",
                     help="comma-separated figures to run")
     ap.add_argument("--no-torch26", action="store_true", help="skip the torch 2.6 chroot")
     ap.add_argument("--check", choices=("none", "sample", "all"),
@@ -2109,7 +2182,7 @@ def main(argv=None):
         if args.quick:
             big = ensure_ckpt(ctx, "t113", "mini", layers=3, full_check=True)
             many = ensure_ckpt(ctx, "t113", "many", layers=12, layout="tp8pp8")
-        elif only - {"transposed", "gpu"}:
+        elif only - {"transposed", "gpu", "digest"}:
             # (transposed and gpu read the transposed checkpoint only: a
             # device session's tools/gpu-check.sh builds nothing else)
             big = ensure_ckpt(ctx, "t113", "tinyllama", size=model.parse_size(args.size))
@@ -2154,6 +2227,8 @@ def main(argv=None):
             rows += fig_passthrough(ctx, big)
         if "loaders" in only:
             rows += fig_loaders(ctx, big, big26)
+        if "digest" in only:
+            rows += fig_digest(ctx)
         if "mpi" in only:
             rows += fig_materialize(ctx, big)
             # the distributed mount's remote fetch (mpi_fetch.py)

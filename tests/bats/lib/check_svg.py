@@ -49,3 +49,48 @@ for g in file_boxes:
 print("ok: %d ranks, %d files, %d bands, %d bytes" %
       (len(ranks), len(data), sum(1 for _ in root.iter(NS + "path")),
        sum(want.values())))
+
+# The picture's legibility: each tensor group its own hue (n hues at least
+# 360/n degrees apart) and every band in its group's legend colour; the
+# width used (at least 980 units, more only where the labels need it, the
+# bands then at their minimum span of 300; the legend inside it); the
+# legend at the top, inside an 800-unit window up to 52 groups; every band at least 12 units thick labelled with its group.
+def hsl(c):
+    m = re.fullmatch(r"hsl\((\d+),(\d+)%,(\d+)%\)", c)
+    assert m, c
+    return tuple(int(x) for x in m.groups())
+
+
+W = float(root.get("width"))
+H = float(root.get("height"))
+legend = {int(g.get("data-group")): g for g in root.iter(NS + "g")
+          if g.get("class") == "group"}
+colour = {k: g.find(NS + "rect").get("fill") for k, g in legend.items()}
+n = len(colour)
+assert len(set(colour.values())) == n, colour
+hues = sorted(hsl(c)[0] for c in colour.values())
+if n > 1:
+    gaps = [(hues[(i + 1) % n] - hues[i]) % 360 for i in range(n)]
+    assert len(set(hues)) == n and min(gaps) >= 360 / n - 1, hues
+assert W >= 980, W
+spans = []
+for b in root.iter(NS + "path"):
+    assert b.get("fill") == colour[int(b.get("data-group"))], b.attrib
+    d = [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?", b.get("d"))]
+    spans.append(d[6] - d[0])
+    b.set("thick", d[9] - d[7])
+# wider than 980 only where the labels leave the bands their minimum span
+assert min(spans) >= 299 and (W <= 981 or min(spans) <= 301), (min(spans), W)
+for g in legend.values():
+    r = g.find(NS + "rect")
+    x, y = float(r.get("x")), float(r.get("y"))
+    assert x + 12 <= W and y + 12 <= H, g.attrib
+    if n <= 52:
+        assert y + 12 <= 800, (y, g.attrib)
+labelled = {int(t.get("data-group")) for t in root.iter(NS + "text")
+            if t.get("class") == "band-label"}
+thick = {int(b.get("data-group")) for b in root.iter(NS + "path")
+         if b.get("thick") >= 12}
+assert thick <= labelled, (thick, labelled)
+print("ok: %d groups, distinct hues; %.0f x %.0f; %d groups' bands labelled"
+      % (n, W, H, len(labelled)))

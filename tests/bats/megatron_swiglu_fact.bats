@@ -1,0 +1,89 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# args.swiglu absent from common.pt (a minimal args): whether fc1 is SwiGLU
+# decides how megatron/ splits linear_fc1, so flexfs takes it from the
+# saved chunks where they show it (each TP rank of a SwiGLU fc1 saved its W
+# and V row ranges, one in each half, as two chunks of one file; a plain
+# fc1's ranges are contiguous, rows / tp each), and otherwise serves
+# megatron/ as unavailable.txt naming args.swiglu, never a guessed split.
+# Oracle: the same fixture with its full args (tools/fixtures/
+# gen_megatron.py; megatron/ of those is checked against Megatron's own
+# layout by megatron_legacy.bats): megatron/'s tensors must be equal.
+
+load helpers
+load megatron_helpers
+
+FX=$FLEXFS_SRC/tests/fixtures
+ITER=iter_0000100
+
+setup() {
+	setup_ff
+}
+
+teardown() {
+	megatron_teardown
+	teardown_ff
+}
+
+# same_model MNT_A MNT_B TP PP: every rank's model tensors of megatron/
+# equal in both mounts
+same_model() {
+	run env PYTHONPATH="$MEG_STUB" /usr/bin/python3 - "$1" "$2" "$3" "$4" <<'PY'
+import sys, torch
+a_root, b_root, tp, pp = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+n = 0
+for t in range(tp):
+    for p in range(pp):
+        d = "mp_rank_%02d" % t + ("_%03d" % p if pp > 1 else "")
+        f = "/megatron/iter_0000100/%s/model_optim_rng.pt" % d
+        a = torch.load(a_root + f, map_location="cpu")["model"]
+        b = torch.load(b_root + f, map_location="cpu")["model"]
+        assert list(a) == list(b), (d, list(a), list(b))
+        for k, v in a.items():
+            if v is None or not torch.is_tensor(v):
+                continue
+            assert torch.equal(v, b[k]), (d, k)
+            n += 1
+print("ok", n)
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == "ok "* ]]
+}
+
+@test "megatron: args without swiglu: a SwiGLU fc1 is known by its chunks (W and V of each rank), megatron/ splits it as Megatron does" {
+	local d=$BATS_TEST_TMPDIR/noswiglu m2=$BATS_TEST_TMPDIR/full
+	copy_common "$FX/megatron-untied/ckpt/$ITER" "$d" \
+		'del c["args"].swiglu; del c["args"].tensor_model_parallel_size'
+	grep -q swiglu "$FX/megatron-untied/ckpt/$ITER/common.pt"
+	! grep -q swiglu "$d/common.pt"
+	mkdir -p "$m2"
+	for tp in 1 2 4; do
+		mount_ff "$d" "$MNT" "tp=$tp,pp=2"
+		local pid=$FF_PID
+		mount_ff "$FX/megatron-untied/ckpt/$ITER" "$m2" "tp=$tp,pp=2"
+		same_model "$MNT" "$m2" "$tp" 2
+		unmount_ff "$m2"
+		FF_PID=$pid
+		unmount_ff "$MNT"
+	done
+}
+
+@test "megatron: args without swiglu, with biases (pretrain_gpt defaults): SwiGLU known by its chunks; a zarr checkpoint (chunks of its own grid) gets megatron/unavailable.txt naming args.swiglu" {
+	local d=$BATS_TEST_TMPDIR/bias z=$BATS_TEST_TMPDIR/zarr m2=$BATS_TEST_TMPDIR/full
+	copy_common "$FX/megatron-gpt-bias/ckpt/$ITER" "$d" 'del c["args"].swiglu'
+	mkdir -p "$m2"
+	mount_ff "$d" "$MNT" "tp=4"
+	local pid=$FF_PID
+	mount_ff "$FX/megatron-gpt-bias/ckpt/$ITER" "$m2" "tp=4"
+	same_model "$MNT" "$m2" 4 1
+	unmount_ff "$m2"
+	FF_PID=$pid
+	unmount_ff "$MNT"
+	# nothing tells: refused for megatron/ only, the rest served
+	copy_common "$FX/megatron-zarr/ckpt/$ITER" "$z" 'del c["args"].swiglu'
+	mount_ff "$z" "$MNT" "tp=2"
+	megatron_unavailable "*args.swiglu: megatron/: absent from common.pt, and the saved chunks of decoder.layers.mlp.linear_fc1.weight do not show whether fc1 is SwiGLU*"
+	[ -f "$MNT/index.json" ]
+	unmount_ff "$MNT"
+}
