@@ -5,7 +5,7 @@
 # shard_<l>.<e>_<L>.<E>", tests/fixtures/megatron-moe-fp8), and
 # TEGroupedMLP names (args.moe_grouped_gemm: "mlp.experts.linear_fc1.weight<e>",
 # "_extra_state" for expert 0, "_extra_state<e>" for the others; docs/formats/megatron.md#moe-experts,
-# 6.3).  Oracle: tools/fixtures/gen_megatron.py legacy, compared by
+# docs/formats/megatron.md#stage-local-layer-numbering).  Oracle: tools/fixtures/gen_megatron.py legacy, compared by
 # tests/bats/lib/check_megatron_legacy.py.
 
 load helpers
