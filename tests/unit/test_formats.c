@@ -61,7 +61,7 @@ static const tdef plain_defs[] = {
     {"output.weight", FLX_DT_BF16, 2, {10, 4}},
 };
 
-/* The file name the tree must give a tensor name, by the rule README.md
+/* The file name the tree must give a tensor name, by the rule docs/usage.md
  * states (percent-escaped bytes: '/', '%', C0 controls, DEL, and the UTF-8
  * of the C1 and bidi controls, listed here one by one); returns the end. */
 static char *oracle_escape(const char *f, char *q)
