@@ -101,7 +101,7 @@ static const flx_opt gpu_opts[] = {
      .help = "device memory keeping blocks across reads"},
 };
 
-/* The distributed mount (fs/mpi_mount.h). */
+/* The distributed mount (resolver/remote/mpi_mount.h). */
 static const flx_opt mpi_opts[] = {
     {.name = "mpi",
      .type = FLX_OPT_FLAG,

@@ -3,8 +3,9 @@
 #define FLX_FS_FORMATS_MSCKPT_H
 
 /*
- * MindSpore's .ckpt (mindspore-format.md 1.1-1.5): a protobuf Checkpoint
- * message, written as MindSpore >= 2.3 writes it, a run of records
+ * MindSpore's .ckpt (docs/formats/mindspore.md#ckpt-file-layout,
+ * docs/formats/mindspore.md#large-tensors): a protobuf Checkpoint message,
+ * written as MindSpore >= 2.3 writes it, a run of records
  *
  *   0x0A len(Value)  Value = 0x0A len(tag) tag
  *                            0x12 len(TensorProto) TensorProto

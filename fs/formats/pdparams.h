@@ -5,7 +5,7 @@
 /*
  * Paddle's paddle.save of a dict of tensors (.pdparams, .pdopt): a pickle,
  * protocol 4, that pickle.load and paddle.load read unchanged
- * (target-formats.md section 6, paddle-format.md 6.2).  Each tensor is a
+ * (docs/formats/paddle.md#paddlenlp-per-rank-files).  Each tensor is a
  * numpy array rebuilt by numpy.core.multiarray._reconstruct (a name numpy
  * 1.x and 2.x both import) with its C-order bytes in one BINBYTES
  * (BINBYTES8 from 4 GiB); bfloat16 is numpy uint16 holding the raw bits,

@@ -6,12 +6,13 @@
  *
  * where storage k is the k-th entry holding a tensor (ns of them; a None
  * has none) *
- * and every offset follows from the record sizes (target-formats.md 4.3),
- * computed once at build.  Pieces: the header of data.pkl, the pickle (its
- * head, its entries by batches, its tail), what lies between data.pkl and
- * the first tensor, after each tensor what lies up to the next one (its
- * data descriptor, the next local header, and the small records between),
- * the central directory by batches, and the end records.
+ * and every offset follows from the record sizes
+ * (docs/formats/torch-save.md#entry-layout), computed once at build.  Pieces:
+ * the header of data.pkl, the pickle (its head, its entries by batches, its
+ * tail), what lies between data.pkl and the first tensor, after each tensor
+ * what lies up to the next one (its data descriptor, the next local header, and
+ * the small records between), the central directory by batches, and the end
+ * records.
  */
 #include "torchsave.h"
 

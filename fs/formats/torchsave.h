@@ -5,7 +5,7 @@
 /*
  * torch.save zip files of a state dict (torch.load gives an OrderedDict of
  * name -> tensor, in set order), laid out as PyTorch's miniz writer lays
- * them out (docs: target-formats.md section 4):
+ * them out (docs: docs/formats/torch-save.md):
  *
  *   archive/data.pkl      pickle protocol 2 without memo opcodes
  *   archive/byteorder     "little"

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * megatron/: the legacy per-rank files Megatron's --ckpt-format torch
- * loader reads (megatron-format.md 6), present when the source is
- * Megatron-Core torch_dist, for the mount's tp x pp:
+ * loader reads (docs/formats/megatron.md#legacy-target), present when the
+ * source is Megatron-Core torch_dist, for the mount's tp x pp:
  *
  *   megatron/latest_checkpointed_iteration.txt   "100" (no newline)
  *   megatron/iter_0000100/mp_rank_TT/model_optim_rng.pt        (pp 1)
@@ -14,11 +14,12 @@
  * saying why.  Each
  * file is torch.save({'args': Namespace, 'checkpoint_version': 3.0,
  * 'iteration': N, 'model': OrderedDict}); the keys of 'model' and where
- * their bytes lie are reshard/megatron/megatron_legacy.h's decision, 'args' is
- * the source's Namespace written again with the target's parallel sizes
- * (spec 6.2).  No optimizer or rng state, as Megatron's own converter.
- * A TE FP8 _extra_state (spec 3.7) is the uint8 tensor that is the first
- * element of the source's bytes item, a torch.save of a list (of a zarr
+ * their bytes lie are reshard/megatron/megatron_legacy.h's decision, 'args' is the
+ * source's Namespace written again with the target's parallel sizes
+ * (docs/formats/megatron.md#legacy-file-content).  No optimizer or rng state,
+ * as Megatron's own converter. A TE FP8 _extra_state
+ * (docs/formats/megatron.md#te-extra-state) is the uint8 tensor that is the
+ * first element of the source's bytes item, a torch.save of a list (of a zarr
  * checkpoint, flx_megatron.objects_bare: the value itself): checked at
  * mount (a 1-D contiguous uint8 tensor inside its storage record), its
  * bytes served from the item's storage record; None or an empty tensor

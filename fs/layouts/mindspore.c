@@ -2,7 +2,7 @@
 /*
  * mindspore/: the per-rank checkpoint files MindSpore's load_checkpoint
  * reads, named as transform_checkpoints writes them with the docs' prefix
- * "checkpoint_" (mindspore-format.md 1.8, 4):
+ * "checkpoint_" (docs/formats/mindspore.md#file-names):
  *
  *   mindspore/rank_N/checkpoint_N.ckpt
  *

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * paddle/: a Paddle checkpoint (flx_ckpt.paddle) as PaddleNLP's per-rank
- * files (paddle-format.md 6.1, 6.2),
+ * files (docs/formats/paddle.md#paddlenlp-per-rank-files),
  *
  *   paddle/model_state<sfx>.pdparams   the rank's model weights,
  *                                      {key: ndarray} + the name table

@@ -18,7 +18,8 @@
 #define WORD_EMB	     "embedding.word_embeddings.weight"
 #define DEFAULT_DIVISIBLE_BY 128
 
-/* How TP splits a parameter (spec 5, 7). */
+/* How TP splits a parameter (docs/formats/megatron.md#tp-splits,
+ * docs/formats/megatron.md#vocabulary-padding). */
 typedef enum split_rule {
 	R_REPL,	 /* replicated */
 	R_COL,	 /* axis 0 */
@@ -206,8 +207,9 @@ static int64_t div_by(const ctx *x)
 	return m > 0 ? m : DEFAULT_DIVISIBLE_BY;
 }
 
-/* The vocab the tables are padded from (spec 7): megatron_true_vocab, else
- * the source's args.vocab_size, else 0 (unknown: the saved rows). */
+/* The vocab the tables are padded from
+ * (docs/formats/megatron.md#vocabulary-padding): megatron_true_vocab, else the
+ * source's args.vocab_size, else 0 (unknown: the saved rows). */
 static int64_t true_vocab(const flx_ckpt *c, const flx_mlg_target *tgt)
 {
 	if (tgt->true_vocab > 0)
@@ -352,9 +354,9 @@ static int prm_rank(const char *prm)
 
 /* The object named key, a ShardedObject's unique key
  * "<key>/shard_<offsets>_<shape>", else its legacy variant whose shape
- * lacks the last entry (spec 2.2: Megatron pads it with -1; the zarr
- * backend's older with_suffix names), which only a shape of two or more
- * entries has.  NULL: neither. */
+ * lacks the last entry (docs/formats/megatron.md#key-namespaces: Megatron pads
+ * it with -1; the zarr backend's older with_suffix names), which only a shape
+ * of two or more entries has.  NULL: neither. */
 static const flx_object *find_object(const flx_ckpt *c, const char *key)
 {
 	const char *shape = strrchr(key, '_'), *dot = strrchr(key, '.');
@@ -374,8 +376,9 @@ static const flx_object *find_object(const flx_ckpt *c, const char *key)
  * layer g: "decoder.layers.<mod>._extra_state/shard_<g>_<L>", or for
  * expert e (of E; mod the expert's module, "linear_fc1")
  * "decoder.layers.mlp.experts.experts.<mod>._extra_state/
- * shard_<g>.<e>_<L>.<E>"; a layer's own keys (!stacked, spec 3.2) have
- * no layer offset: "decoder.layers.<g>.<mod>._extra_state/shard_0_1",
+ * shard_<g>.<e>_<L>.<E>"; a layer's own keys (!stacked,
+ * docs/formats/megatron.md#stacked-layers) have no layer offset:
+ * "decoder.layers.<g>.<mod>._extra_state/shard_0_1",
  * "decoder.layers.<g>.mlp.experts.experts.<mod>._extra_state/
  * shard_<e>_<E>".  NULL: none. */
 static const flx_object *extra_object(const ctx *x, const char *mod, int64_t g,
@@ -436,9 +439,9 @@ static int add_extra(ctx *x, const item *like, const char *prefix,
 }
 
 /*
- * The legacy name of a layer key's rest (torch_dist names, spec 3.3):
- * module path into mod, parameter into prm.  moe: the layer is a MoE
- * layer.
+ * The legacy name of a layer key's rest (torch_dist names,
+ * docs/formats/megatron.md#norm-naming): module path into mod, parameter into
+ * prm.  moe: the layer is a MoE layer.
  */
 static int layer_name(ctx *x, const flx_tensor *t, const char *rest, bool moe,
 		      char *mod, size_t cap, const char **prm)
@@ -471,7 +474,8 @@ static int layer_name(ctx *x, const flx_tensor *t, const char *rest, bool moe,
  * (a linear), and for TE the core attention's before linear_proj.  A
  * TEGroupedMLP's linear (mod "linear_fc1", tgt "mlp.experts.linear_fc1")
  * has one per expert e: "_extra_state" for e 0, "_extra_state<e>" for the
- * others (spec 3.5), which Megatron's load hook merges. */
+ * others (docs/formats/megatron.md#moe-experts), which Megatron's load hook
+ * merges. */
 static int layer_extras(ctx *x, const item *w, const char *mod, const char *tgt,
 			int64_t ge, int64_t E, bool stacked)
 {
@@ -499,9 +503,10 @@ static int layer_extras(ctx *x, const item *w, const char *mod, const char *tgt,
 }
 
 /* Whether layer g is a MoE layer.  Stacked keys share one structure
- * (x->moe); a non-homogeneous model (its layers' own keys, spec 3.2) may
- * mix dense and MoE layers (moe_layer_freq): g is MoE when it has no dense
- * fc1 but a router, or the model has experts. */
+ * (x->moe); a non-homogeneous model (its layers' own keys,
+ * docs/formats/megatron.md#stacked-layers) may mix dense and MoE layers
+ * (moe_layer_freq): g is MoE when it has no dense fc1 but a router, or the
+ * model has experts. */
 static bool layer_moe(const ctx *x, int64_t g, bool stacked)
 {
 	char key[96];
@@ -745,8 +750,10 @@ int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 	int64_t per;
 
 	x.nep = tgt->ep > 1 ? tgt->ep : 1;
-	/* spec 3.2, 8: its keys (fc1 as weight_w / weight_v, experts per
-	 * global index) have no legacy rule here: refused, never guessed */
+	/* docs/formats/megatron.md#stacked-layers,
+	 * docs/formats/megatron.md#legacy-recipe: its keys (fc1 as weight_w /
+	 * weight_v, experts per global index) have no legacy rule here:
+	 * refused, never guessed */
 	if (flx_megatron_of(c)->singleton_local_shards == 1)
 		return flx_error_set(err, -EINVAL, NULL,
 				     "content_metadata.singleton_local_shards",

@@ -3,10 +3,12 @@
 #define FLX_RESHARD_MEGATRON_LEGACY_H
 
 /*
- * Megatron's legacy per-rank state dicts (megatron-format.md 6-8) from a
- * torch_dist index: which keys rank (tp, pp) of a target TP x PP holds, in
- * module registration order, and where each one's bytes lie in the source
- * tensors.  The decision only; fs/layouts/megatron.c turns it into files.
+ * Megatron's legacy per-rank state dicts
+ * (docs/formats/megatron.md#legacy-target,
+ * docs/formats/megatron.md#legacy-recipe) from a torch_dist index: which keys
+ * rank (tp, pp) of a target TP x PP holds, in module registration order, and
+ * where each one's bytes lie in the source tensors.  The decision only;
+ * fs/layouts/megatron.c turns it into files.
  *
  * The rules, written here once:
  *  - stage p holds global layers [p L/PP, (p+1) L/PP), numbered from 0
@@ -45,7 +47,8 @@
  *    layer linear (not an expert's) whose source has the bytes item
  *    "decoder.layers.<mod>._extra_state/shard_<g>_<L>" (g global, L the
  *    layer count) takes that item's first list element (FLX_MLG_OBJECT),
- *    the same on every TP rank (spec 6.3).
+ *    the same on every TP rank
+ * (docs/formats/megatron.md#stage-local-layer-numbering).
  *
  * Thread-safety: pure; any number of threads.
  */
@@ -123,7 +126,8 @@ int flx_mlg_padded_vocab(const flx_ckpt *c, const flx_mlg_target *tgt,
 /**
  * The state dict of target rank (tp, pp, ep), virtual chunk vc (0 without
  * a virtual pipeline; chunk vc of stage pp holds global layers from
- * vc L/VP + pp L/(PP VP), L/(PP VP) of them, spec 6.3): *n entries in *out
+ * vc L/VP + pp L/(PP VP), L/(PP VP) of them,
+ * docs/formats/megatron.md#stage-local-layer-numbering): *n entries in *out
  * (owned; flx_mlg_free()), in module registration order.  c must be a
  * Megatron index (flx_megatron_of(c) set).
  * @return 0, or -EINVAL with err naming the key that has no legacy place
@@ -137,9 +141,9 @@ int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 void flx_mlg_free(flx_mlg_entry *e, size_t n);
 
 /**
- * The path scheme (spec 6.1): into out (cap bytes) the iteration's
- * directory, "iter_%07d" or "release" (iteration < 0), when tp < 0; else
- * rank (tp, pp, ep)'s directory of npp stages and nep expert ranks,
+ * The path scheme (docs/formats/megatron.md#legacy-paths): into out (cap bytes)
+ * the iteration's directory, "iter_%07d" or "release" (iteration < 0), when tp
+ * < 0; else rank (tp, pp, ep)'s directory of npp stages and nep expert ranks,
  * "mp_rank_%02d", "_%03d" (pp) appended when npp > 1, "_%03d" (ep) when
  * nep > 1.  Truncated to cap.
  */

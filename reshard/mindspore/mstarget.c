@@ -94,10 +94,10 @@ static const flx_tensor *find(const flx_ckpt *c, const char *name)
 }
 
 /* A JSON layout of a Layout-API parameter is stored expanded (more dims
- * than the tensor, spec 2.3): folded back in place by the source's rule,
- * flx_ms_layout_fold(), which keeps l's name and arrays (so freeing the
- * strategy stays as it was).  A layout that does not fold is left as it
- * is for check_layout() to refuse. */
+ * than the tensor, docs/formats/mindspore.md#strategy-json): folded back in
+ * place by the source's rule, flx_ms_layout_fold(), which keeps l's name and
+ * arrays (so freeing the strategy stays as it was).  A layout that does not
+ * fold is left as it is for check_layout() to refuse. */
 static void fold_layout(flx_ms_layout *l, const flx_tensor *t)
 {
 	flx_ms_layout f;

@@ -5,8 +5,9 @@
 /*
  * The mindspore/ target of a MindSpore strategy file (-o dst_strategy):
  * how many ranks it has and which box of each tensor a rank holds
- * (mindspore-format.md 2.4-2.7, the box itself computed by the strategy
- * module, resolver/mindspore/strategy.h).  A decision only: the layout
+ * (docs/formats/mindspore.md#rank-boxes,
+ * docs/formats/mindspore.md#box-algorithm, the box itself computed by the
+ * strategy module, resolver/mindspore/strategy.h).  A decision only: the layout
  * (fs/layouts/mindspore.c) makes the views.
  *
  * Rank r is of stage r / N (N = the devices of a stage, the product of

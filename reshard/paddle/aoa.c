@@ -1908,9 +1908,10 @@ static int64_t saved_pieces(const flx_tensor *t, int a)
  * src_tp= (stmt), else -o aoa_src_tp= (opt), else 1.  When neither is
  * given and the source is saved in pieces > 1 equal pieces along the
  * fused axis, -EINVAL: a PaddleNLP checkpoint saved at TP N holds
- * [gate_0 | up_0 | gate_1 | up_1 | ...] there (paddle-format.md 5, 6.5),
- * which 1 would read as one merged [gate | up] and serve wrong bytes.
- * A value given is trusted.
+ * [gate_0 | up_0 | gate_1 | up_1 | ...] there
+ * (docs/formats/paddle.md#aoa-statements,
+ * docs/formats/paddle.md#paddlenlp-per-rank-files), which 1 would read as one
+ * merged [gate | up] and serve wrong bytes. A value given is trusted.
  */
 static int fused_src_tp(int64_t stmt, int64_t opt, int64_t pieces, int64_t *src)
 {
@@ -2092,10 +2093,11 @@ out:
 }
 
 /*
- * Optimizer states follow their parameter (paddle-format.md section 5):
- * the state of parameter X is saved under prefix + X + suffix, by torch
- * DCP (optim.state.X.exp_avg), Megatron-Core (optimizer.state.exp_avg.X)
- * and Paddle (X.moment1_0, X.w_0 the master weight, X.beta1_pow_acc_0).
+ * Optimizer states follow their parameter
+ * (docs/formats/paddle.md#aoa-statements): the state of parameter X is saved
+ * under prefix + X + suffix, by torch DCP (optim.state.X.exp_avg),
+ * Megatron-Core (optimizer.state.exp_avg.X) and Paddle (X.moment1_0, X.w_0 the
+ * master weight, X.beta1_pow_acc_0).
  */
 static const struct {
 	const char *prefix, *suffix;

@@ -4,7 +4,7 @@
 
 /*
  * Paddle's AOA ("All-in-One-Arrow") statements: the rule language of
- * Paddle's Flex Checkpoint (../shared/specs/paddle-format.md section 5),
+ * Paddle's Flex Checkpoint (docs/formats/paddle.md#aoa-statements),
  * compiled into the transform stage's list (transform.h).
  *
  * Parsing needs no checkpoint: flx_aoa_parse() lexes and parses every

@@ -4,8 +4,8 @@
 
 /*
  * zstd-transformed DCP items (torch >= 2.7's ZStandard extension,
- * dcp-format.md 3.3): the item's bytes are one zstd frame whose content is
- * the ordinary item (a torch.save zip, or a BYTE_IO value).
+ * docs/formats/dcp.md#zstd-items): the item's bytes are one zstd frame whose
+ * content is the ordinary item (a torch.save zip, or a BYTE_IO value).
  *
  * At mount an item is validated in two steps.  flx_zstd_frame_check()
  * looks at the frame header only (magic, header, window bounded, content

@@ -508,8 +508,8 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 	return 0;
 }
 
-/* Whether entry e's item is zstd-transformed (dcp-format.md 3.3): one
- * descriptor, "stream.zstd" of major version 1; any other list is refused.
+/* Whether entry e's item is zstd-transformed (docs/formats/dcp.md#zstd-items):
+ * one descriptor, "stream.zstd" of major version 1; any other list is refused.
  * @return 0 and *zstd, or -ENOTSUP with L->err. */
 static int item_transform(loader *L, const sentry *e, const char *key,
 			  bool *zstd)

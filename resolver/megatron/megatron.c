@@ -11,7 +11,8 @@
  * "...experts.experts..." the experts along axis 1): flx_tensor.stacked.
  * The fully_sharded_model_space optimizer tensors are presented under
  * their original shapes (section 4.4; see unflatten()).
- * Spec: megatron-format.md sections 1-4.
+ * Spec: docs/formats/megatron.md#save-directory,
+ * docs/formats/megatron.md#optimizer-layouts.
  */
 #include "dcp_internal.h"
 #include "megatron_internal.h"
@@ -256,7 +257,8 @@ static const struct arg_field {
 #undef INT_ARG
 
 /* args: an argparse.Namespace (NEWOBJ + BUILD of its __dict__), or the
- * plain dict of its fields that reduced state dicts carry (spec 10). */
+ * plain dict of its fields that reduced state dicts carry
+ * (docs/formats/megatron.md#unverified-points). */
 static int interpret_args(const common_src *cs, const flx_pv *args,
 			  flx_megatron *m, flx_error *err)
 {
@@ -332,8 +334,9 @@ static int interpret_optim(const common_src *cs, const flx_pv *st,
 /*
  * Older checkpoints name no optimizer format: Megatron then assumes
  * fully_sharded_model_space when the saving run had
- * args.ckpt_fully_parallel_save, else dp_zero_gather_scatter (spec 1.5).
- * args was checked by interpret_args().
+ * args.ckpt_fully_parallel_save, else dp_zero_gather_scatter
+ * (docs/formats/megatron.md#optimizer-format-detection). args was checked by
+ * interpret_args().
  */
 static int assume_optim(const common_src *cs, const flx_pv *args,
 			flx_megatron *m, flx_error *err)
@@ -514,13 +517,14 @@ static int load_common(flx_build *b, flx_megatron *m, flx_error *err)
 
 /* ---- stacked tensors ---- */
 
-/* Leading axes of a key that stack modules (spec 3.2, 3.5): "decoder.
- * layers." (at the start or after a '.', as optimizer keys carry a
- * prefix) directly followed by a non-digit stacks layers on axis 0;
- * "experts.experts." after it stacks the experts on axis 1.
- * "decoder.layers.<N>." names one layer (a non-homogeneous model): no
- * layer axis, but "experts.experts." after it still stacks the experts,
- * on axis 0 (*experts set). */
+/* Leading axes of a key that stack modules
+ * (docs/formats/megatron.md#stacked-layers,
+ * docs/formats/megatron.md#moe-experts): "decoder. layers." (at the start or
+ * after a '.', as optimizer keys carry a prefix) directly followed by a
+ * non-digit stacks layers on axis 0; "experts.experts." after it stacks the
+ * experts on axis 1. "decoder.layers.<N>." names one layer (a non-homogeneous
+ * model): no layer axis, but "experts.experts." after it still stacks the
+ * experts, on axis 0 (*experts set). */
 static int stacked_axes(const char *fqn, bool *experts)
 {
 	static const char tag[] = "decoder.layers.";
@@ -557,10 +561,10 @@ static void mark_stacked(flx_ckpt *c)
 
 /*
  * A tensor of the distributed optimizer's fully_sharded_model_space layout
- * is saved reformulated (megatron-format.md 4.4): its DCP shape is the
- * grid counts f of the original tensor's chunk grid plus one axis of
- * prod(s) elements, s = orig / f the TP-local shard shape, and each chunk
- * (g, a) -> (1, ..., 1, len) is elements [a, a + len) of the flattened
+ * is saved reformulated (docs/formats/megatron.md#fully-sharded-model-space):
+ * its DCP shape is the grid counts f of the original tensor's chunk grid plus
+ * one axis of prod(s) elements, s = orig / f the TP-local shard shape, and each
+ * chunk (g, a) -> (1, ..., 1, len) is elements [a, a + len) of the flattened
  * shard at grid index g.  mcore_data[key]['nd_reformulated_orig_global_
  * shape'] gives orig.  The tensor is presented under orig: each chunk
  * becomes the boxes of its range inside the block at g * s
@@ -771,9 +775,10 @@ static bool is_dir(int dirfd, const char *name)
 }
 
 /*
- * The tracker's text (spec 1.1), read as Megatron's read_metadata() does:
- * stripped of white space, an iteration (decimal digits) or "release".
- * Into sub the directory it names: "iter_%07d" or "release".
+ * The tracker's text (docs/formats/megatron.md#save-directory), read as
+ * Megatron's read_metadata() does: stripped of white space, an iteration
+ * (decimal digits) or "release". Into sub the directory it names: "iter_%07d"
+ * or "release".
  */
 static int parse_tracker(const char *buf, size_t len, char *sub, size_t cap,
 			 flx_error *err)
@@ -1006,7 +1011,7 @@ static int fc1_verdict(const flx_tensor *t, int64_t tp)
 
 /* args.swiglu absent: decided from every model fc1 weight's chunks when
  * they all tell the same; else left absent (-1), and megatron/ says why
- * (reshard/megatron_legacy.c). */
+ * (reshard/megatron/megatron_legacy.c). */
 static void infer_swiglu(flx_ckpt *c, flx_megatron *m)
 {
 	static const char suf[] = "linear_fc1.weight";

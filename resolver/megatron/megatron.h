@@ -60,11 +60,13 @@ typedef struct flx_megatron {
 	/* content_metadata.distrib_optim_sharding_type, else
 	 * optimizer.param_state_sharding_type */
 	char optim_sharding[48];
-	/* neither says: optim_sharding is what Megatron assumes (spec 1.5),
-	 * from args.ckpt_fully_parallel_save */
+	/* neither says: optim_sharding is what Megatron assumes
+	 * (docs/formats/megatron.md#optimizer-format-detection), from
+	 * args.ckpt_fully_parallel_save */
 	bool optim_assumed;
-	/* content_metadata.singleton_local_shards (spec 3.2: per-layer,
-	 * per-expert keys, fc1 as weight_w / weight_v): 0, 1, or -1 absent */
+	/* content_metadata.singleton_local_shards
+	 * (docs/formats/megatron.md#stacked-layers: per-layer, per-expert keys,
+	 * fc1 as weight_w / weight_v): 0, 1, or -1 absent */
 	int singleton_local_shards;
 	/* where the common state's data.pkl lies: files[common_file],
 	 * bytes [pkl_off, pkl_off + pkl_len) */

@@ -7,8 +7,9 @@
  * A Megatron-Core distributed checkpoint is metadata.json (which sharded
  * backend holds the tensors), the common state (common.pt) and the sharded
  * part, a DCP directory (torch_dist, megatron.c) or one Zarr v2 array or
- * torch.save file per key (zarr, zarr.c).  Spec: megatron-format.md 1.
- * Thread-safety: as a source's load (one builder, one thread).
+ * torch.save file per key (zarr, zarr.c).  Spec:
+ * docs/formats/megatron.md#save-directory. Thread-safety: as a source's load
+ * (one builder, one thread).
  */
 
 #include "megatron/megatron.h"

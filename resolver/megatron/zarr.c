@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The Megatron-Core zarr source (megatron-format.md 1.6): metadata.json
- * saying "sharded_backend": "zarr", common.pt (read as for torch_dist,
- * megatron_internal.h), and one directory per key:
+ * The Megatron-Core zarr source (docs/formats/megatron.md#zarr-backend):
+ * metadata.json saying "sharded_backend": "zarr", common.pt (read as for
+ * torch_dist, megatron_internal.h), and one directory per key:
  *
  *   <key>/.zarray            a Zarr v2 array: shape (global), chunks (the
  *                            local shard's shape), dtype "<f4", "<f2" or
@@ -13,7 +13,8 @@
  *   <key>/shard_<o>_<s>.pt   a ShardedObject: torch.save of its value
  *                            ("<key>/shard_<o>_<s>" is its unique key; the
  *                            older with_suffix naming drops the shape's
- *                            last entry, spec 2.2)
+ *                            last entry,
+ * docs/formats/megatron.md#key-namespaces)
  *
  * Every chunk of the grid must exist (fill_value null: Megatron writes
  * them all), each of exactly a chunk's bytes; its elements are served in
@@ -485,7 +486,8 @@ static int numbers(const char **p, char stop, int *n)
 
 /* An object file's name (within its key directory) is
  * shard_<offsets>_<shape>.pt: the shape as many entries as the offsets,
- * or one fewer (the older with_suffix naming, spec 2.2). */
+ * or one fewer (the older with_suffix naming,
+ * docs/formats/megatron.md#key-namespaces). */
 static bool object_name_ok(const char *name)
 {
 	char stem[256];

@@ -2,26 +2,28 @@
 /*
  * The MindSpore source (source.h): per-rank checkpoint files and the
  * parallel strategy file that says which box of each parameter every rank
- * holds (shared/specs/mindspore-format.md).
+ * holds (docs/formats/mindspore.md).
  *
  * Directory: rank_<N>/ folders, each with .ckpt files (the last in
  * lexicographic order wins, as transform_checkpoints picks) or, from
  * MindSpore 2.4, .safetensors files; or flat files "..rank_<N>.." in the
- * directory itself (§1.8); a single unnumbered .ckpt is rank 0; the part
- * files of a unified_safetensors directory (param_name_map.json beside
- * them, §1.7: whole tensors) are all rank 0's.  The
- * strategy file comes from -o src_strategy=FILE (the source's option;
+ * directory itself (docs/formats/mindspore.md#file-names); a single unnumbered
+ * .ckpt is rank 0; the part files of a unified_safetensors directory
+ * (param_name_map.json beside them,
+ * docs/formats/mindspore.md#safetensors-saves: whole tensors) are all rank 0's.
+ * The strategy file comes from -o src_strategy=FILE (the source's option;
  * JSON when its name ends in ".json").  Without one only a
  * single rank is read (all of it replicated).
  *
- * A .ckpt file is a run of Checkpoint messages (§1.1).  It is scanned with
- * a bounded wire decoder reading through a small pread window, never the
- * whole file: each tensor_content's file offset and length are recorded,
- * and chunks point at them, so payloads are served in place.  (protobuf-c
- * unpacks whole messages into memory and reports no offsets, which is
- * why it is not used here; the strategy file, small and read whole, is
- * unpacked by protobuf-c, strategy.h.)  Encrypted files are refused; a CRC
- * trailer is verified by reading the file once at mount.
+ * A .ckpt file is a run of Checkpoint messages
+ * (docs/formats/mindspore.md#ckpt-file-layout).  It is scanned with a bounded
+ * wire decoder reading through a small pread window, never the whole file: each
+ * tensor_content's file offset and length are recorded, and chunks point at
+ * them, so payloads are served in place.  (protobuf-c unpacks whole messages
+ * into memory and reports no offsets, which is why it is not used here; the
+ * strategy file, small and read whole, is unpacked by protobuf-c, strategy.h.)
+ * Encrypted files are refused; a CRC trailer is verified by reading the file
+ * once at mount.
  *
  * Global index: the box of each (rank, parameter) from the strategy
  * (strategy.h), stored dims checked against it, replicas dropped (the
@@ -29,12 +31,13 @@
  * range (a parameter over several Values gives several chunks), coverage
  * checked by the builder.  A parameter without a layout is replicated.
  * An optimizer shard a JSON layout leaves out is inferred from the stored
- * dims against the JSON global shape (flx_ms_opt_infer(), §2.4(f)).
- * Zero-element parameters have no record from 2.3 on (§1.4) and are not
- * in the index, layout or not: the strategy gives no dtype to serve them
- * with (MindSpore's loader keeps the network's value).  A <= 2.2 record
- * with empty content is indexed as DCP indexes a zero-element tensor: one
- * chunk of no bytes per distinct box.
+ * dims against the JSON global shape (flx_ms_opt_infer(),
+ * docs/formats/mindspore.md#optimizer-shard). Zero-element parameters have no
+ * record from 2.3 on (docs/formats/mindspore.md#dims) and are not in the index,
+ * layout or not: the strategy gives no dtype to serve them with (MindSpore's
+ * loader keeps the network's value).  A <= 2.2 record with empty content is
+ * indexed as DCP indexes a zero-element tensor: one chunk of no bytes per
+ * distinct box.
  */
 #include "crc32.h"
 #include "json_guard.h"
@@ -56,7 +59,8 @@
 #define MAX_ST_HEADER	   100000000ull
 #define WINDOW		   65536u
 #define MAX_RANKS	   FLX_MS_MAX_DEVICES
-/* what unified_safetensors writes beside its part files (§1.7) */
+/* what unified_safetensors writes beside its part files
+ * (docs/formats/mindspore.md#safetensors-saves) */
 #define UNIFIED_MAP "param_name_map.json"
 
 static const uint32_t enc_magic[] = {0x7F3A5ED8u, 0x7F3A5ED9u, 0x7F3A5EDAu};
@@ -96,7 +100,8 @@ typedef struct loader {
 	bool safetensors;
 	/* unnumbered top-level .safetensors names (owned), and whether
 	 * param_name_map.json is beside them: a unified_safetensors output
-	 * (§1.7), whose files together are one whole checkpoint */
+	 * (docs/formats/mindspore.md#safetensors-saves), whose files together
+	 * are one whole checkpoint */
 	char **flat_st;
 	size_t nflat, capflat;
 	bool unified;
@@ -201,9 +206,9 @@ static int cmp_run(const char *a, size_t na, const char *b, size_t nb)
 
 /*
  * Whether safetensors file dir/a sorts after dir/b as MindSpore picks a
- * rank's file (§1.8: the last after sorting on the last two integers of
- * the path, a Python list: element by element, a shorter prefix first;
- * _extract_last_two_numbers); equal keys: the later name.
+ * rank's file (docs/formats/mindspore.md#file-names: the last after sorting on
+ * the last two integers of the path, a Python list: element by element, a
+ * shorter prefix first; _extract_last_two_numbers); equal keys: the later name.
  */
 static bool st_later(const char *dir, const char *a, const char *b)
 {
@@ -724,7 +729,9 @@ static int push_entry(loader *L, entry *x)
 }
 
 /* Close the run of same-tag records in *cur: dtype and dims from the last
- * record (§1.5), legacy rules (§1.3/§1.4), total length checked. */
+ * record (docs/formats/mindspore.md#large-tensors), legacy rules
+ * (docs/formats/mindspore.md#tensor-types, docs/formats/mindspore.md#dims),
+ * total length checked. */
 static int finish_entry(loader *L, const char *file, entry *cur)
 {
 	uint64_t total = 0, numel;
@@ -747,7 +754,8 @@ static int finish_entry(loader *L, const char *file, entry *cur)
 	for (uint32_t i = 0; i < cur->npieces; i++)
 		total += cur->pieces[i].len;
 	/* ≤ 2.2 scalars: dims [0] holding one element (a BFloat16 one as
-	 * the float32 that version wrote, §1.3) */
+	 * the float32 that version wrote,
+	 * docs/formats/mindspore.md#tensor-types) */
 	if (cur->ndim == 1 && cur->dims[0] == 0 &&
 	    (total == flx_dtype_size(dt) ||
 	     (dt == FLX_DT_BF16 && total == 4))) {
@@ -791,8 +799,9 @@ static int check_crc(loader *L, const char *file, frd *r, uint64_t end,
 	uint64_t want = 0;
 	uint32_t crc = 0;
 	unsigned high = 0;
-	/* the CRC-32 as a 10-byte big-endian integer (§1.1): MindSpore
-	 * compares the whole integer, so a non-zero high byte matches none */
+	/* the CRC-32 as a 10-byte big-endian integer
+	 * (docs/formats/mindspore.md#ckpt-file-layout): MindSpore compares the
+	 * whole integer, so a non-zero high byte matches none */
 	for (int i = 0; i < 10; i++) {
 		if (i < 6)
 			high |= be[i];
@@ -936,7 +945,8 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, const char *file)
 		}
 		cur.pieces = p;
 		cur.pieces[cur.npieces++] = (piece){rec->off, rec->len};
-		/* the run's dtype and dims: its last record's (§1.5) */
+		/* the run's dtype and dims: its last record's
+		 * (docs/formats/mindspore.md#large-tensors) */
 		memcpy(cur.dims, rec->dims, sizeof(cur.dims));
 		cur.ndim = rec->ndim;
 		memcpy(cur.type, rec->type, sizeof(cur.type));
@@ -971,7 +981,8 @@ out:
 	return rc;
 }
 
-/* ---- safetensors variant (§1.7) ---- */
+/* ---- safetensors variant (docs/formats/mindspore.md#safetensors-saves) ----
+ */
 
 static flx_dtype st_dtype(const char *s)
 {
@@ -1044,11 +1055,12 @@ static int cmp_str_p(const void *a, const void *b)
 }
 
 /*
- * The __metadata__ crc_num of a safetensors file (§1.7), the decimal
- * string s: the CRC-32 chained over the tensors in sorted name order, of
- * each its UTF-8 name then its bytes (data at base + data_offsets; the
- * entries were checked by st_entry()).  Verified once at mount, as a
- * .ckpt trailer is.  @return 0 or -errno with L->err set.
+ * The __metadata__ crc_num of a safetensors file
+ * (docs/formats/mindspore.md#safetensors-saves), the decimal string s: the
+ * CRC-32 chained over the tensors in sorted name order, of each its UTF-8 name
+ * then its bytes (data at base + data_offsets; the entries were checked by
+ * st_entry()).  Verified once at mount, as a .ckpt trailer is.  @return 0 or
+ * -errno with L->err set.
  */
 static int check_st_crc(loader *L, const char *file, uint32_t idx, json_t *root,
 			uint64_t base, const char *s)
@@ -1162,9 +1174,11 @@ static int load_safetensors(loader *L, uint32_t rank, uint32_t idx,
 
 		if (strcmp(k, "__metadata__") == 0)
 			continue;
-		/* §1.7: an int4 parameter is stored packed two per byte and
-		 * named in the metadata; its dtype says otherwise (§1.3:
-		 * refused, as in a .ckpt) */
+		/* docs/formats/mindspore.md#safetensors-saves: an int4
+		 * parameter is stored packed two per byte and named in the
+		 * metadata; its dtype says otherwise
+		 * (docs/formats/mindspore.md#tensor-types: refused, as in a
+		 * .ckpt) */
 		mk = json_string_value(json_object_get(meta, k));
 		if (mk && strcmp(mk, "Int4") == 0) {
 			rc = flx_error_set(L->err, -EINVAL, file, k,
@@ -1282,8 +1296,9 @@ typedef struct held {
  * sample of their bytes (the first and last up to 64 of their data) into
  * *same.  Data-parallel replicas are bit-identical; slices that only look
  * like replicas (an optimizer shard a protobuf strategy does not record,
- * §2.4(f): no global shape tells it) differ, and serving one of them as
- * the whole would be wrong bytes.  @return 0 or -errno. */
+ * docs/formats/mindspore.md#optimizer-shard: no global shape tells it) differ,
+ * and serving one of them as the whole would be wrong bytes.  @return 0 or
+ * -errno. */
 static int same_sample(loader *L, const entry *a, const entry *b, bool *same)
 {
 	unsigned char x[64], y[64];
@@ -1327,7 +1342,8 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 	t->ndim = e0->ndim;
 	t->dtype = e0->dtype;
 	t->stored = e0->stored;
-	/* the global shape: from the first rank with a layout (§2.4(i)) */
+	/* the global shape: from the first rank with a layout
+	 * (docs/formats/mindspore.md#global-shape) */
 	const flx_ms_layout *lay0 = NULL;
 	flx_ms_layout fold;
 	for (size_t i = 0; i < g->n && L->st && !lay0; i++)
@@ -1403,7 +1419,8 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 				E[d] = (uint64_t)e->dims[d];
 			}
 			/* an optimizer shard the strategy does not record
-			 * (§2.4(f)); only a JSON shape tells it */
+			 * (docs/formats/mindspore.md#optimizer-shard); only a
+			 * JSON shape tells it */
 			if (lay->has_shape &&
 			    !flx_ms_opt_infer(lay, S, e->rank % devices, E,
 					      &p) &&
@@ -1548,8 +1565,8 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 		}
 		if (flx_numel(e->ndim, e->dims) == 0) {
 			/* a zero-element box (a <= 2.2 record with empty
-			 * content, §1.4) is one chunk of no bytes, as DCP
-			 * stores a zero-element tensor */
+			 * content, docs/formats/mindspore.md#dims) is one chunk
+			 * of no bytes, as DCP stores a zero-element tensor */
 			flx_chunk *ch = &t->chunks[at++];
 			for (int d = 0; d < e->ndim; d++) {
 				ch->off[d] = h[i].off[d];

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * MindSpore strategy files: protobuf and JSON into flx_ms_strategy, and
- * the box arithmetic of shared/specs/mindspore-format.md §2.4-2.7.
+ * the box arithmetic of docs/formats/mindspore.md#rank-boxes,
+ * docs/formats/mindspore.md#box-algorithm.
  *
  * The protobuf is unpacked by protobuf-c (node_strategy.pb-c.h, generated
  * at build time from node_strategy.proto), JSON by jansson.  Both parsers
@@ -116,8 +117,9 @@ static int layout_finish(builder *b, raw_layout *r)
 					     "devices",
 					     FLX_MS_MAX_DEVICES);
 	}
-	/* §2.4(e): one entry is the classic flat map; several are one list
-	 * per tensor dim once empty entries are dropped. */
+	/* docs/formats/mindspore.md#layout-api: one entry is the classic flat
+	 * map; several are one list per tensor dim once empty entries are
+	 * dropped. */
 	if (r->nent == 1) {
 		l.ndim = r->entlen[0];
 		for (uint32_t i = 0; i < l.ndim; i++) {
@@ -167,7 +169,8 @@ static int layout_finish(builder *b, raw_layout *r)
 		}
 		l.has_shape = true;
 	}
-	/* §2.4(g): a manual split only with offsets of the same count. */
+	/* docs/formats/mindspore.md#manual-split: a manual split only with
+	 * offsets of the same count. */
 	if (r->nsplit > 0 && r->nsplit == r->noff && l.ndim > 0) {
 		for (uint32_t j = 0; j < r->nsplit; j++)
 			if (r->split[j] < 0 || r->off[j] < 0 ||
@@ -274,7 +277,8 @@ static int pb_i64_dup(const int64_t *v, size_t n, int64_t **out, uint32_t *nout)
 }
 
 /* One unpacked ParallelLayoutItem into a raw layout, then validated.
- * dev_matrix, param_split_shape and indices_offset: entry [0] (§2.2). */
+ * dev_matrix, param_split_shape and indices_offset: entry [0]
+ * (docs/formats/mindspore.md#strategy-schema). */
 static int pb_layout(builder *b,
 		     const Mindspore__Straspb__ParallelLayoutItem *it)
 {
@@ -338,7 +342,8 @@ too_long:
 
 /* The file is one ParallelStrategyMap, unpacked whole by protobuf-c from
  * node_strategy.proto (the spec's schema, compiled at build time).  The
- * file's stage is that of the first strategy item that has one (§2.5). */
+ * file's stage is that of the first strategy item that has one
+ * (docs/formats/mindspore.md#merged-strategies). */
 static int parse_proto(builder *b, const void *buf, size_t len)
 {
 	pb_arena arena = {.budget = PB_BUDGET_CAP};
@@ -714,9 +719,11 @@ const flx_ms_layout *flx_ms_strategy_find(const flx_ms_strategy *s,
 	return NULL;
 }
 
-/* ---- box arithmetic (§2.4, §2.7) ---- */
+/* ---- box arithmetic (docs/formats/mindspore.md#rank-boxes,
+ * docs/formats/mindspore.md#box-algorithm) ---- */
 
-/* c[j]: the mixed-radix digits of local over D, last fastest (§2.4(a)) */
+/* c[j]: the mixed-radix digits of local over D, last fastest
+ * (docs/formats/mindspore.md#coordinates-and-blocks) */
 static void coords(const flx_ms_layout *l, uint64_t local, uint64_t *c)
 {
 	for (uint32_t j = l->ndev; j-- > 0;) {
@@ -740,7 +747,8 @@ static bool opt_active(const flx_ms_layout *l)
 	return l->opt_step != 0 && l->opt_size != 0 && l->ndim > 0;
 }
 
-/* R = devices / ∏(referenced dims): the replica group's size (§2.4(d)) */
+/* R = devices / ∏(referenced dims): the replica group's size
+ * (docs/formats/mindspore.md#replicas) */
 static uint64_t replicas(const flx_ms_layout *l)
 {
 	uint64_t r = l->devices;
@@ -797,7 +805,8 @@ int flx_ms_box(const flx_ms_layout *l, const uint64_t *shape, uint64_t local,
 			idx = idx * l->dev[d] + c[d];
 		}
 		if (i == 0 && l->nsplit) {
-			/* §2.4(g): one rows/offset pair per dim-0 block */
+			/* docs/formats/mindspore.md#manual-split: one
+			 * rows/offset pair per dim-0 block */
 			if (l->nsplit != s ||
 			    (uint64_t)l->split_off[idx] >
 				shape[0] - (uint64_t)l->split_rows[idx] ||
@@ -814,8 +823,9 @@ int flx_ms_box(const flx_ms_layout *l, const uint64_t *shape, uint64_t local,
 	}
 	uint64_t p = flx_ms_opt_parts(l);
 	if (p > 1) {
-		/* §2.4(f): G = the ranks agreeing with local on every
-		 * referenced device dim, ascending; q = index in G mod P */
+		/* docs/formats/mindspore.md#optimizer-shard: G = the ranks
+		 * agreeing with local on every referenced device dim,
+		 * ascending; q = index in G mod P */
 		/* G's members differ only in the unreferenced dims and
 		 * ranks order coordinates lexicographically, so local's index
 		 * in G is the mixed-radix number of those coordinates. */
@@ -860,7 +870,8 @@ void flx_ms_layout_opt(const flx_ms_layout *l, uint64_t parts,
 		       flx_ms_layout *out)
 {
 	*out = *l;
-	/* step only marks the shard active (§2.4(f): a consistency value) */
+	/* step only marks the shard active
+	 * (docs/formats/mindspore.md#optimizer-shard: a consistency value) */
 	out->opt_step = 1;
 	out->opt_size = (int32_t)parts;
 }

@@ -3,22 +3,25 @@
 #define FLX_RESOLVER_MS_STRATEGY_H
 
 /*
- * MindSpore parallel strategy files (shared/specs/mindspore-format.md §2):
+ * MindSpore parallel strategy files (docs/formats/mindspore.md#strategy-file):
  * which box of each parameter every rank holds.
  *
  * A strategy file is a protobuf ParallelStrategyMap (package
  * mindspore.straspb) or, when its name ends in ".json", the C++ writer's
  * JSON.  flx_ms_strategy_parse() turns either into a flx_ms_strategy: one
  * flx_ms_layout per (parameter, pipeline stage).  Merged pipeline files
- * (merge_pipeline_strategys, §2.5) name parameters "<stage>-<name>"; the
- * prefix is split off (only when it is all decimal digits) and becomes the
- * layout's stage.  An unmerged file's stage is the stage of its first
- * strategy item (0 when it has none).
+ * (merge_pipeline_strategys, docs/formats/mindspore.md#merged-strategies) name
+ * parameters "<stage>-<name>"; the prefix is split off (only when it is all
+ * decimal digits) and becomes the layout's stage.  An unmerged file's stage is
+ * the stage of its first strategy item (0 when it has none).
  *
- * flx_ms_box() is the pure layout arithmetic of §2.7: the box (start and
- * length per dimension) of a parameter held by a stage-local rank, from
- * dev_matrix, tensor_map (classic or nested, §2.4(b)(e)), manual split
- * (§2.4(g)) and optimizer shard (§2.4(f)).  Ranks: stage s owns global
+ * flx_ms_box() is the pure layout arithmetic of
+ * docs/formats/mindspore.md#box-algorithm: the box (start and length per
+ * dimension) of a parameter held by a stage-local rank, from dev_matrix,
+ * tensor_map (classic or nested,
+ * docs/formats/mindspore.md#coordinates-and-blocks(e)), manual split
+ * (docs/formats/mindspore.md#manual-split) and optimizer shard
+ * (docs/formats/mindspore.md#optimizer-shard).  Ranks: stage s owns global
  * ranks [s * devices, (s + 1) * devices); the local rank is rank % devices.
  *
  * The protobuf is unpacked by protobuf-c, with code protoc-c generates at
@@ -49,7 +52,8 @@
 typedef struct flx_ms_layout {
 	char *name;	/* parameter name, "<stage>-" prefix removed */
 	uint32_t stage; /* pipeline stage this layout is for */
-	/* dev_matrix D (§2.4(a)): ndev entries, each >= 1; devices = ∏D */
+	/* dev_matrix D (docs/formats/mindspore.md#coordinates-and-blocks): ndev
+	 * entries, each >= 1; devices = ∏D */
 	uint32_t ndev;
 	uint32_t dev[FLX_MS_MAX_DIMS];
 	uint64_t devices;
@@ -62,13 +66,15 @@ typedef struct flx_ms_layout {
 	uint8_t nmap[FLX_MS_MAX_DIMS];
 	uint8_t map[FLX_MS_MAX_DIMS][FLX_MS_MAX_DIMS];
 	bool nested; /* the Layout-API (>= 2.6) per-dimension form */
-	/* optimizer shard (§2.4(f)): active when both are non-zero */
+	/* optimizer shard (docs/formats/mindspore.md#optimizer-shard): active
+	 * when both are non-zero */
 	int32_t opt_step, opt_size;
 	/* global shape, from JSON's tensor_shape only (has_shape) */
 	bool has_shape;
 	uint64_t shape[FLX_MS_MAX_DIMS];
-	/* manual split along dim 0 (§2.4(g)): nsplit rows/offset pairs, one
-	 * per dim-0 block; 0 when absent or ignored (MindFormers' writer) */
+	/* manual split along dim 0 (docs/formats/mindspore.md#manual-split):
+	 * nsplit rows/offset pairs, one per dim-0 block; 0 when absent or
+	 * ignored (MindFormers' writer) */
 	uint32_t nsplit;
 	int64_t *split_rows, *split_off;
 } flx_ms_layout;
@@ -114,9 +120,11 @@ const flx_ms_layout *flx_ms_strategy_find(const flx_ms_strategy *s,
 					  const char *name, uint32_t stage);
 
 /**
- * Per-dimension split factors of a layout: out[i] = s_i (§2.4(c)), with
- * dim 0 also multiplied by the optimizer-shard factor P (§2.4(f)); the
- * global shape is local dims times these (§2.4(i)).  With a manual split
+ * Per-dimension split factors of a layout: out[i] = s_i
+ * (docs/formats/mindspore.md#coordinates-and-blocks), with dim 0 also
+ * multiplied by the optimizer-shard factor P
+ * (docs/formats/mindspore.md#optimizer-shard); the global shape is local dims
+ * times these (docs/formats/mindspore.md#global-shape).  With a manual split
  * out[0] is 0 (dim 0 cannot be derived by multiplication).
  * out has ndim entries.  @return 0.
  */
@@ -128,7 +136,7 @@ uint64_t flx_ms_opt_parts(const flx_ms_layout *l);
 /**
  * The box of a parameter of global shape shape (l->ndim dims) held by
  * stage-local rank local (< l->devices): start[i], len[i] for each dim
- * (§2.7).  Pure.
+ * (docs/formats/mindspore.md#box-algorithm).  Pure.
  * @return 0, or -EINVAL when local is out of range, a dimension does not
  *         divide by its split factor, or a manual split does not fit.
  */
@@ -137,15 +145,15 @@ int flx_ms_box(const flx_ms_layout *l, const uint64_t *shape, uint64_t local,
 
 /**
  * The optimizer-shard factor a stored slice implies where its layout has
- * none (§2.4(f): from 2.6 a file may hold optimizer-sharded data while its
- * strategy says step = size = 0).  With shape the global shape (known
- * only from a JSON tensor_shape: a protobuf layout's global shape is
- * derived from the slices themselves, so there is nothing to compare) and
- * stored the slice's dims (l->ndim of them) on stage-local rank local:
- * *parts = P > 1 when l has no active optimizer shard and no manual split,
- * stored equals local's box but for dim 0, and dim 0 is the box's divided
- * by P with P dividing R, the replica group's size; else *parts = 1 (the
- * caller checks the dims as they are).  Pure; a decision only
+ * none (docs/formats/mindspore.md#optimizer-shard: from 2.6 a file may hold
+ * optimizer-sharded data while its strategy says step = size = 0).  With shape
+ * the global shape (known only from a JSON tensor_shape: a protobuf layout's
+ * global shape is derived from the slices themselves, so there is nothing to
+ * compare) and stored the slice's dims (l->ndim of them) on stage-local rank
+ * local: *parts = P > 1 when l has no active optimizer shard and no manual
+ * split, stored equals local's box but for dim 0, and dim 0 is the box's
+ * divided by P with P dividing R, the replica group's size; else *parts = 1
+ * (the caller checks the dims as they are).  Pure; a decision only
  * (flx_ms_layout_opt() applies it).
  * @return 0, or -EINVAL when the box itself fails (as flx_ms_box()).
  */
@@ -161,12 +169,12 @@ void flx_ms_layout_opt(const flx_ms_layout *l, uint64_t parts,
 
 /**
  * Fold a JSON layout of a Layout-API parameter, which the C++ writer
- * stores expanded (§2.3: [8,6] split ((2,1),0) as tensor_shape [2,4,6],
- * map [2,1,0]), back into ndim dimensions: a run of expanded dims of
- * local size 1 (size equal to a split by one device dim) joins the dim
- * after it, leftmost runs first, until ndim remain; the joined dim's map
- * lists the device dims in order (most significant first) and its size is
- * the product.  Needs l->has_shape and ndim < l->ndim.  Pure.
+ * stores expanded (docs/formats/mindspore.md#strategy-json: [8,6] split
+ * ((2,1),0) as tensor_shape [2,4,6], map [2,1,0]), back into ndim dimensions: a
+ * run of expanded dims of local size 1 (size equal to a split by one device
+ * dim) joins the dim after it, leftmost runs first, until ndim remain; the
+ * joined dim's map lists the device dims in order (most significant first) and
+ * its size is the product.  Needs l->has_shape and ndim < l->ndim.  Pure.
  * @return 0 and *out (sharing l's manual-split arrays), or -EINVAL when l
  *         cannot be folded into ndim dims.
  */

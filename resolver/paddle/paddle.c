@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The Paddle Flex Checkpoint source (source.h, shared/specs/paddle-format.md
+ * The Paddle Flex Checkpoint source (source.h, docs/formats/paddle.md
  * sections 1-4): "{id}.metadata" (a pickle of Paddle's Metadata dataclass,
  * from paddle.distributed.flex_checkpoint.dcp.metadata or the older
  * paddle.distributed.checkpoint.metadata, interpreted by class name and
@@ -30,13 +30,14 @@
  * data file (decode_latin1(): bounded, refused in one line past
  * MAX_DECODED).
  *
- * Under protocols 2 and 3 Paddle saves a large array in pieces (spec 3.1
- * item 2: "UnpackBigParamInfor@@" lists, per key, its OriginShape and the
- * 1-D slices whose concatenation is the array).  Each slice is read in
- * place (or decoded, as above) as a run of the block's row-major order,
- * that is as box chunks like a flattened shard's (nruns(), run_of()): a
- * chunk is one strided byte range of one file, and a flat cut seldom
- * falls on a row boundary.  Every entry is checked (read_pieces()).
+ * Under protocols 2 and 3 Paddle saves a large array in pieces
+ * (docs/formats/paddle.md#arrays-saved-in-pieces item 2:
+ * "UnpackBigParamInfor@@" lists, per key, its OriginShape and the 1-D slices
+ * whose concatenation is the array).  Each slice is read in place (or decoded,
+ * as above) as a run of the block's row-major order, that is as box chunks like
+ * a flattened shard's (nruns(), run_of()): a chunk is one strided byte range of
+ * one file, and a flat cut seldom falls on a row boundary.  Every entry is
+ * checked (read_pieces()).
  *
  * Replicas (replica_id > 0) are skipped; only the files storage_metadata
  * names for the primary copies are read.  A PaddleFormers checkpoint-N/
@@ -100,7 +101,8 @@ typedef struct parr {
 	bool latin1;
 	uint64_t off, len;
 	/* the storage entry (index + 1) the array is the shard of; 0: none
-	 * yet (a file holds one array per key, spec 2.2) */
+	 * yet (a file holds one array per key,
+	 * docs/formats/paddle.md#metadata-semantics) */
 	size_t taken;
 	/* saved in pieces (protocol 2/3, UNPACK_INFO): the array is the
 	 * concatenation of the 1-D slices [slice0, slice0 + nslices) of the
@@ -157,8 +159,8 @@ typedef struct loader {
 } loader;
 
 /* The DCP directories of a PaddleFormers "flex_checkpoint" save
- * (checkpoint-N/, spec 1), in the order their tensors are listed;
- * ema_state/ has no metadata and is not one. */
+ * (checkpoint-N/, docs/formats/paddle.md#checkpoint-files), in the order their
+ * tensors are listed; ema_state/ has no metadata and is not one. */
 static const char *const formers_parts[] = {"model_state", "optimizer_state",
 					    "master_weight"};
 #define NPARTS (sizeof(formers_parts) / sizeof(formers_parts[0]))
@@ -633,7 +635,8 @@ static long find_key(const loader *L, const char *fqn)
 /* ---- storage_metadata ---- */
 
 /* The LTM of key k that a LocalTensorIndex names: the same global_offset,
- * flattened range and, when the index has one, local_shape (spec 2.2). */
+ * flattened range and, when the index has one, local_shape
+ * (docs/formats/paddle.md#metadata-semantics). */
 static long match_ltm(const loader *L, const pkey *k, int na,
 		      const int64_t *off, bool flat, int64_t start,
 		      int64_t stop, int ns, const int64_t *shape)
@@ -792,7 +795,8 @@ static flx_dtype np_dtype(const char *s)
 }
 
 /* Whether a numpy array of type np holds elements of the metadata's type
- * md (spec 3.3: bf16 as uint16 bits, float8 as uint8 bits). */
+ * md (docs/formats/paddle.md#bfloat16-and-float8: bf16 as uint16 bits, float8
+ * as uint8 bits). */
 static bool dtype_fits(flx_dtype md, flx_dtype np)
 {
 	if (md == np)
@@ -998,7 +1002,8 @@ static int add_names(loader *L, const char *file, const flx_pv *tab)
 	return 0;
 }
 
-/* ---- arrays saved in pieces (spec 3.1 item 2) ---- */
+/* ---- arrays saved in pieces (docs/formats/paddle.md#arrays-saved-in-pieces)
+ * ---- */
 
 /* A name of a file's dict: a key with its value, or a slice name with the
  * key it is a piece of (owner; NULL for a key saved in pieces). */
@@ -1730,7 +1735,8 @@ static int tensor_type(loader *L, const pkey *k, const uint32_t *es, size_t n,
 	if (t->ndim < 0)
 		return flx_error_set(L->err, -EINVAL, L->meta, k->fqn,
 				     "no LocalTensorMetadata for the key");
-	if (!have_g) /* spec 2.2: max(global_offset + local_shape) */
+	if (!have_g) /* docs/formats/paddle.md#metadata-semantics:
+			max(global_offset + local_shape) */
 		for (size_t j = k->lo; j < k->lo + k->n; j++) {
 			const ltm *m = &L->ltms[j];
 			const int64_t *d = L->dims + m->dims;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # SPDX-License-Identifier: MIT
-# AOA statements (rules file v2, reshard/aoa.h) through real mounts: an
+# AOA statements (rules file v2, reshard/paddle/aoa.h) through real mounts: an
 # HF-named checkpoint written with torch (lib/aoa_oracle.py gen) is served
 # in PaddleNLP's layout (transposed linears, interleaved GQA qkv, per-rank
 # [gate_r | up_r] that depends on the TP degree, router cast to fp32, tied

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Tensors torch saved transposed (a .t() view, stride (1, rows)) are served
 # by strided gathers through the daemon's block cache (-o cache_size=,
-# reshard/bcache.h).  Real torch 1.13 writes the checkpoint once for this
+# resolver/cache/bcache.h).  Real torch 1.13 writes the checkpoint once for this
 # file (tools/fixtures/gen_dcp.py --model transposed: TP2 x PP2, 1.25 MiB
 # transposed chunks, row-parallel transposed chunks, plain ones beside
 # them), and every byte of every view is checked against its truth by

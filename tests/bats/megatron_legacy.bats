@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # SPDX-License-Identifier: MIT
-# megatron/: the legacy per-rank files (megatron-format.md 6-8) served from
+# megatron/: the legacy per-rank files (docs/formats/megatron.md#legacy-target, docs/formats/megatron.md#legacy-recipe) served from
 # the tests/fixtures/megatron-* torch_dist fixtures, torch.load-ed and
 # compared key by key (tensors bitwise, args, iteration, version) with the
 # files tools/fixtures/gen_megatron.py legacy writes for the same target
@@ -180,7 +180,7 @@ PY
 }
 
 @test "megatron/: a singleton_local_shards checkpoint says why in unavailable.txt, never guesses its keys" {
-	# spec 3.2/8: fc1 saved as weight_w/weight_v, experts per global index
+	# docs/formats/megatron.md#stacked-layers, docs/formats/megatron.md#legacy-recipe: fc1 saved as weight_w/weight_v, experts per global index
 	local d=$BATS_TEST_TMPDIR/sls
 	copy_common "$FX/megatron-untied/$ITER" "$d" \
 		'c["content_metadata"]["singleton_local_shards"] = True'

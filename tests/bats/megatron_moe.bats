@@ -4,8 +4,8 @@
 # _extra_state blobs (items "...experts.experts.<fc>._extra_state/
 # shard_<l>.<e>_<L>.<E>", tests/fixtures/megatron-moe-fp8), and
 # TEGroupedMLP names (args.moe_grouped_gemm: "mlp.experts.linear_fc1.weight<e>",
-# "_extra_state" for expert 0, "_extra_state<e>" for the others; spec 3.5,
-# 6.3).  Oracle: tools/fixtures/gen_megatron.py legacy, compared by
+# "_extra_state" for expert 0, "_extra_state<e>" for the others; docs/formats/megatron.md#moe-experts,
+# docs/formats/megatron.md#stage-local-layer-numbering).  Oracle: tools/fixtures/gen_megatron.py legacy, compared by
 # tests/bats/lib/check_megatron_legacy.py.
 
 load helpers
@@ -137,7 +137,7 @@ unavailable() {
 	megatron_legacy "$d|tp=2,pp=2|$BATS_FILE_TMPDIR/exp-megatron-te-fp8-2-2-local"
 }
 
-@test "megatron/ te spec: the legacy bytes-key variant (shape one entry short, spec 2.2) finds the experts' FP8 blobs" {
+@test "megatron/ te spec: the legacy bytes-key variant (shape one entry short, docs/formats/megatron.md#key-namespaces) finds the experts' FP8 blobs" {
 	# tests/unit/data/megatron-legacy-keys: tools/fixtures/gen_megatron_legacy_keys.py's
 	# overlay on megatron-moe-fp8 (every shard_<l>.<e>_<L>.<E> key saved as
 	# shard_<l>.<e>_<L>, rng_state's likewise)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bats
 # SPDX-License-Identifier: MIT
-# A Megatron save directory as the source (megatron-format.md 1.1): the
+# A Megatron save directory as the source (docs/formats/megatron.md#save-directory): the
 # iteration latest_checkpointed_iteration.txt names, or -o megatron_iter=N,
 # mounts; a "release" tracker serves megatron/release/ again.  And the
-# source's args.vocab_size as the true vocab of megatron/ (spec 7).
+# source's args.vocab_size as the true vocab of megatron/ (docs/formats/megatron.md#vocabulary-padding).
 # Oracle: tools/fixtures/gen_megatron.py legacy (numpy slices of the
 # fixtures' truth), compared by tests/bats/lib/check_megatron_legacy.py.
 
@@ -102,7 +102,7 @@ refused() {
 }
 
 @test "megatron: the iteration's other entries (integrity.json, tokenizer/, modelopt_state/) leave every view as it was" {
-	# spec 1.2: written beside the DCP files by newer versions and options
+	# docs/formats/megatron.md#iteration-directory: written beside the DCP files by newer versions and options
 	local d=$BATS_TEST_TMPDIR/extras
 	cp -r "$FX/megatron-untied/ckpt/$ITER" "$d"
 	mkdir -p "$d/tokenizer" "$d/modelopt_state"

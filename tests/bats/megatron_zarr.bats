@@ -1,10 +1,10 @@
 #!/usr/bin/env bats
 # SPDX-License-Identifier: MIT
-# The Megatron-Core zarr backend (megatron-format.md 1.6), format
+# The Megatron-Core zarr backend (docs/formats/megatron.md#zarr-backend), format
 # megatron-zarr: tests/fixtures/megatron-zarr (megatron-untied's model,
 # bf16, written by tools/fixtures/gen_megatron.py zarr) and two checkpoints
 # the same writer makes here from other fixtures: megatron-moe-fp8 with the
-# older with_suffix object names (the spec 2.2 key variant) and its
+# older with_suffix object names (the docs/formats/megatron.md#key-namespaces key variant) and its
 # common.pt byte for byte, and the fully_sharded_model_space optimizer
 # fixture, whose zarr arrays hold the optimizer state at the model's
 # shape.  Oracles: the numpy truth (lib/check_views.py), the torch_dist
@@ -125,7 +125,7 @@ EOF
 
 @test "megatron zarr, FP8 MoE with with_suffix object names: hf/ and megatron/ are the torch_dist mount's" {
 	local z=$BATS_FILE_TMPDIR/zarr-moe-fp8 o
-	# the expert _extra_states' keys lack the shape's last entry (spec 2.2)
+	# the expert _extra_states' keys lack the shape's last entry (docs/formats/megatron.md#key-namespaces)
 	[ -f "$z/iter_0000100/decoder.layers.mlp.experts.experts.linear_fc1._extra_state/shard_1.3_2.pt" ]
 	for o in tp=2,pp=2,megatron_spec=te tp=1,megatron_spec=te tp=4,pp=2; do
 		same_views "$z" "$FX/megatron-moe-fp8/$ITER" "$o" hf megatron
@@ -149,7 +149,7 @@ inspect_optim() {
 	[[ $output == *"; optimizer $2"$'\n'* ]]
 }
 
-@test "spec 1.5: no optimizer format named: fully_sharded_model_space with ckpt_fully_parallel_save, else dp_zero_gather_scatter" {
+@test "docs/formats/megatron.md#optimizer-format-detection: no optimizer format named: fully_sharded_model_space with ckpt_fully_parallel_save, else dp_zero_gather_scatter" {
 	local assumed=" (assumed: no format named; from args.ckpt_fully_parallel_save)"
 	local src=$FX/megatron-untied/$ITER d=$BATS_TEST_TMPDIR
 	inspect_optim "$BATS_FILE_TMPDIR/zarr-fsms" "fully_sharded_model_space$assumed"

@@ -54,7 +54,7 @@ ms_mount() {
 	views_check
 }
 
-@test "mindspore tp2dp2 with a JSON strategy that omits the optimizer shard (>= 2.6, spec 2.4(f)): the shard is inferred from the stored dims, every view equals the truth" {
+@test "mindspore tp2dp2 with a JSON strategy that omits the optimizer shard (>= 2.6, docs/formats/mindspore.md#optimizer-shard): the shard is inferred from the stored dims, every view equals the truth" {
 	local t=$FX/mindspore-tp2dp2
 
 	MS_TRUTH_STRATEGY=$t/strategy/ckpt_strategy_rank_0.ckpt \
@@ -62,7 +62,7 @@ ms_mount() {
 	views_check
 }
 
-@test "mindspore tp2dp2 with a protobuf strategy that omits the optimizer shard (spec 2.4(f), no global shape to tell it): refused in one line, never the first slice served as the whole" {
+@test "mindspore tp2dp2 with a protobuf strategy that omits the optimizer shard (docs/formats/mindspore.md#optimizer-shard, no global shape to tell it): refused in one line, never the first slice served as the whole" {
 	local t=$FX/mindspore-tp2dp2
 
 	mount_refused_line "$t/ckpt" \
@@ -83,7 +83,7 @@ ms_mount() {
 	views_check
 }
 
-@test "mindspore zero-element tensors (spec 1.4): a <= 2.2 empty record is served in every view, indexed as DCP indexes one (a chunk per box), and mindspore/ writes no record for it; >= 2.3 writes none and a layout without a record is left out" {
+@test "mindspore zero-element tensors (docs/formats/mindspore.md#dims): a <= 2.2 empty record is served in every view, indexed as DCP indexes one (a chunk per box), and mindspore/ writes no record for it; >= 2.3 writes none and a layout without a record is left out" {
 	local z=$FX/mindspore-zero
 
 	ms_mount "$z/ckpt-legacy22" "$z/strategy/ckpt_strategy_rank_0.ckpt" 1x1 2x1

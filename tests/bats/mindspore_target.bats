@@ -96,7 +96,7 @@ check_strategy() {
 }
 
 @test "mindspore/ from dst_strategy: a merged JSON strategy with expanded Layout-API maps is folded as the protobuf twin" {
-	# JSON writes Layout-API maps expanded (spec 2.3): lm_head.weight has 3
+	# JSON writes Layout-API maps expanded (docs/formats/mindspore.md#strategy-json): lm_head.weight has 3
 	check_strategy "$FX/mindspore-pp2/merged/merged_ckpt_strategy.json" \
 		"$FX/mindspore-pp2/merged/merged_ckpt_strategy.ckpt"
 }

@@ -170,7 +170,7 @@ PY
 @test "paddle protocol 5 with read-only arrays (_frombuffer over SHORT_BINBYTES/BINBYTES instead of BYTEARRAY8): every view equals the truth" {
 	local d=$BATS_TEST_TMPDIR/readonly
 
-	# pickle writes a read-only buffer as bytes (spec 3.2: "_frombuffer +
+	# pickle writes a read-only buffer as bytes (docs/formats/paddle.md#numpy-arrays-in-pickles: "_frombuffer +
 	# BYTEARRAY8/BINBYTES8"); p5's files re-saved so, name table last
 	cp -r "$FX/paddle-flex-p5/ckpt" "$d"
 	run /usr/bin/python3 - "$d" <<'PY'

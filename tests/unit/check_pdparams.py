@@ -2,7 +2,7 @@
 """Check the Paddle pickles test_pdparams wrote into DIR against
 DIR/expected.json: each file is loaded with pickle.load (as paddle.load
 does, encoding='latin1') and must be exactly the dict paddle.save writes
-(target-formats.md 6, paddle-format.md 6.2):
+(docs/formats/paddle.md#paddlenlp-per-rank-files):
 
   state_dict: {key: ndarray, ..., ["master_weights": {},]
                "StructuredToParameterName@@": {key: name}}, keys in order;

@@ -2,7 +2,7 @@
 /*
  * AOA statements (aoa.h).
  *
- * Parser: every example statement of paddle-format.md section 5 (the
+ * Parser: every example statement of docs/formats/paddle.md#aoa-statements (the
  * documentation's placeholders {i}, H, G, E filled in) parses; malformed
  * statements fail with one line naming the statement and the column.
  *

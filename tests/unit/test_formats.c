@@ -5,7 +5,7 @@
  * byte for byte with what jansson's json_dumps() (and snprintf, for .npy)
  * writes for the same values, built here as the tree used to be built;
  * every ranks/<rank>/model.pt, whole, with a torch.save zip written here
- * from target-formats.md section 4 (a second writer, bitwise CRC-32).
+ * from docs/formats/torch-save.md (a second writer, bitwise CRC-32).
  * Names exercise every escape (quotes, backslashes, controls, DEL, 2- to
  * 4-byte UTF-8, '/', '%', "." and ".."), dtypes safetensors cannot name,
  * 0-d tensors, empty shards, stages "all", renumbering and hf/ shards.
@@ -61,7 +61,7 @@ static const tdef plain_defs[] = {
     {"output.weight", FLX_DT_BF16, 2, {10, 4}},
 };
 
-/* The file name the tree must give a tensor name, by the rule README.md
+/* The file name the tree must give a tensor name, by the rule docs/usage.md
  * states (percent-escaped bytes: '/', '%', C0 controls, DEL, and the UTF-8
  * of the C1 and bidi controls, listed here one by one); returns the end. */
 static char *oracle_escape(const char *f, char *q)
@@ -467,7 +467,7 @@ static unsigned char *ref_npy(const flx_view *v, size_t *len)
 static void append_view(unsigned char *buf, size_t *at, const flx_ckpt *c,
 			const flx_view *v);
 
-/* ---- the reference torch.save zip (target-formats.md section 4) ---- */
+/* ---- the reference torch.save zip (docs/formats/torch-save.md) ---- */
 
 static uint32_t ref_crc32(const unsigned char *p, size_t n)
 {

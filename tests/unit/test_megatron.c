@@ -46,8 +46,8 @@ static int64_t cfg_int(const json_t *cfg, const char *key)
 		   : -1;
 }
 
-/* The spec's rule (megatron-format.md 3.2, 3.5), written apart from the
- * source's. */
+/* The spec's rule (docs/formats/megatron.md#stacked-layers,
+ * docs/formats/megatron.md#moe-experts), written apart from the source's. */
 static int want_stacked(const char *fqn)
 {
 	const char *p = strstr(fqn, "decoder.layers.");
@@ -297,11 +297,12 @@ static bool has_box(const flx_tensor *t, const flx_chunk *ch)
 	return false;
 }
 
-/* The zarr backend (spec 1.6): tests/fixtures/megatron-zarr, the model of
- * megatron-untied, opens as "megatron-zarr" with the torch_dist
- * fixture's tensors (names, dtypes, shapes, chunk boxes, stacked axes) and
- * as many objects, each a whole .pt file; its common state names no
- * optimizer format, so Megatron's assumption is recorded (spec 1.5). */
+/* The zarr backend (docs/formats/megatron.md#zarr-backend):
+ * tests/fixtures/megatron-zarr, the model of megatron-untied, opens as
+ * "megatron-zarr" with the torch_dist fixture's tensors (names, dtypes, shapes,
+ * chunk boxes, stacked axes) and as many objects, each a whole .pt file; its
+ * common state names no optimizer format, so Megatron's assumption is recorded
+ * (docs/formats/megatron.md#optimizer-format-detection). */
 static void test_zarr(void)
 {
 	flx_ckpt *z = NULL, *t = NULL;

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* The MindSpore .ckpt reader (resolver/mindspore/mindspore.c) on the byte
- * strings of shared/specs/mindspore-format.md §5.1-5.2, whose offsets the
+ * strings of docs/formats/mindspore.md#byte-examples, whose offsets the
  * spec's tables give, and on byte strings written here by the spec's wire
- * rules (§1.2-1.4, 1.8): each file is the one rank of a scratch directory,
- * opened as a mount opens it; the chunks must point at the documented
- * tensor_content offsets, and the bytes there must be the values. */
+ * rules (docs/formats/mindspore.md#ckpt-schema, docs/formats/mindspore.md#dims,
+ * docs/formats/mindspore.md#file-names): each file is the one rank of a scratch
+ * directory, opened as a mount opens it; the chunks must point at the
+ * documented tensor_content offsets, and the bytes there must be the values. */
 #include "check.h"
 #include "ckpt.h"
 
@@ -57,7 +58,8 @@ static void test_plain_and_chunked(void)
 			CHECK_EQ(t->shape[0], 2);
 			CHECK_EQ(t->shape[1], 3);
 			CHECK_EQ(t->nchunks, 1);
-			CHECK_EQ(t->chunks[0].data_off, 22); /* §5.1 table */
+			/* docs/formats/mindspore.md#byte-examples */
+			CHECK_EQ(t->chunks[0].data_off, 22);
 			CHECK_EQ(flx_file_pread(c, t->chunks[0].file, v, 24,
 						t->chunks[0].data_off),
 				 0);
@@ -66,7 +68,8 @@ static void test_plain_and_chunked(void)
 		}
 		flx_ckpt_close(c);
 	}
-	/* §5.2 chunked: two Values of 12 bytes, contents at 22 and 56 */
+	/* docs/formats/mindspore.md#byte-examples chunked: two Values of 12
+	 * bytes, contents at 22 and 56 */
 	c = open_one("ex5.2-chunked.ckpt", &e);
 	CHECK(c != NULL);
 	if (c) {
@@ -82,7 +85,8 @@ static void test_plain_and_chunked(void)
 		}
 		flx_ckpt_close(c);
 	}
-	/* §5.2 CRC trailer: verified, stripped; the tensor as in §5.1 */
+	/* docs/formats/mindspore.md#byte-examples CRC trailer: verified,
+	 * stripped; the tensor as in docs/formats/mindspore.md#byte-examples */
 	c = open_one("ex5.2-crc.ckpt", &e);
 	CHECK(c != NULL);
 	if (c) {
@@ -115,11 +119,11 @@ static void test_scalar_str(void)
 	flx_ckpt_close(c);
 }
 
-/* Zero-element tensors (§1.4) in the mindspore-zero fixture: the <= 2.2
- * writer's empty records are indexed as DCP indexes a zero-element tensor
- * (one chunk of no bytes per box: [0,4] whole, [8,0] as two [4,0] rows);
- * the >= 2.3 files have no record, and the layout the strategy still has
- * for [8,0] is left out without error. */
+/* Zero-element tensors (docs/formats/mindspore.md#dims) in the mindspore-zero
+ * fixture: the <= 2.2 writer's empty records are indexed as DCP indexes a
+ * zero-element tensor (one chunk of no bytes per box: [0,4] whole, [8,0] as two
+ * [4,0] rows); the >= 2.3 files have no record, and the layout the strategy
+ * still has for [8,0] is left out without error. */
 static void test_zero_element(void)
 {
 	const char *fx = "fixtures/mindspore-zero/";
@@ -169,7 +173,8 @@ static void test_zero_element(void)
 	flx_opt_vals_release(&vals);
 }
 
-/* ---- byte strings written here by the spec's wire rules (§1.2) ---- */
+/* ---- byte strings written here by the spec's wire rules
+ * (docs/formats/mindspore.md#ckpt-schema) ---- */
 
 static size_t put_varint(uint8_t *o, uint64_t v)
 {
@@ -219,8 +224,9 @@ static flx_ckpt *open_bytes(const void *p, size_t n)
 	return c;
 }
 
-/* §1.3: each of the 13 tensor_type names load_checkpoint maps, two
- * elements of its size (the spec's table), read as its dtype. */
+/* docs/formats/mindspore.md#tensor-types: each of the 13 tensor_type names
+ * load_checkpoint maps, two elements of its size (the spec's table), read as
+ * its dtype. */
 static void test_all_types(void)
 {
 	static const struct {
@@ -265,8 +271,9 @@ static void test_all_types(void)
 	flx_ckpt_close(c);
 }
 
-/* §1.3 + §1.4: a <= 2.2 BFloat16 scalar is dims [0] and the float32 that
- * version wrote (4 bytes): a 0-d BFloat16 tensor stored as float32. */
+/* docs/formats/mindspore.md#tensor-types + docs/formats/mindspore.md#dims: a
+ * <= 2.2 BFloat16 scalar is dims [0] and the float32 that version wrote (4
+ * bytes): a 0-d BFloat16 tensor stored as float32. */
 static void test_legacy_bf16_scalar(void)
 {
 	uint8_t t[64], v[96], rec[128], got[4];
@@ -342,8 +349,9 @@ static void test_records_differ(void)
 	}
 }
 
-/* §1.2: fields in any order, unknown fields of every wire type skipped,
- * dims packed; a top-level field other than 1 skipped (§1.9). */
+/* docs/formats/mindspore.md#ckpt-schema: fields in any order, unknown fields of
+ * every wire type skipped, dims packed; a top-level field other than 1 skipped
+ * (docs/formats/mindspore.md#ckpt-schema). */
 static void test_wire_variants(void)
 {
 	const float w[6] = {1, 2, 3, 4, 5, 6};
@@ -431,10 +439,10 @@ static void put_st_flat(const char *name, int n, const char *const *names,
 	write_bytes(path, b, 8 + h + 4 * (size_t)n);
 }
 
-/* §1.7: unified_safetensors writes whole tensors as part{i}.safetensors,
- * the others as hyper_param.safetensors, and param_name_map.json; every
- * file's tensors are served (not only the last file's, as for a lone
- * unnumbered file), and no strategy is asked for. */
+/* docs/formats/mindspore.md#safetensors-saves: unified_safetensors writes whole
+ * tensors as part{i}.safetensors, the others as hyper_param.safetensors, and
+ * param_name_map.json; every file's tensors are served (not only the last
+ * file's, as for a lone unnumbered file), and no strategy is asked for. */
 static void test_unified(void)
 {
 	static const char *const p0[] = {"a", "c"}, *const p1[] = {"b"},
@@ -482,9 +490,10 @@ static void test_unified(void)
 	}
 }
 
-/* §1.8: of a rank directory's .safetensors files MindSpore takes the last
- * after sorting on the last two integers of the name (epoch, step), not
- * the last by name: net-10_2 over net-9_2 and net-10_1. */
+/* docs/formats/mindspore.md#file-names: of a rank directory's .safetensors
+ * files MindSpore takes the last after sorting on the last two integers of the
+ * name (epoch, step), not the last by name: net-10_2 over net-9_2 and net-10_1.
+ */
 static void test_safetensors_pick(void)
 {
 	const char *names[] = {"net-9_2.safetensors", "net-10_2.safetensors",
@@ -512,7 +521,8 @@ static void test_safetensors_pick(void)
 		flx_ckpt_close(c);
 	}
 	/* .ckpt files over .safetensors, the last by name (x-9_2 after
-	 * x-10_2: transform_checkpoints' glob sorted, §1.8) */
+	 * x-10_2: transform_checkpoints' glob sorted,
+	 * docs/formats/mindspore.md#file-names) */
 	{
 		static const uint8_t v9[] = {
 		    0x0a, 0x16, 0x0a, 0x01, 0x77, 0x12, 0x11, 0x08,

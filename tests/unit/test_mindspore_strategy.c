@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* MindSpore strategy parser and box arithmetic (resolver/mindspore/
  * strategy.h) against the byte strings and worked examples of
- * shared/specs/mindspore-format.md §2.8, §3, §5.3 (tables copied by hand:
- * the oracle is the spec, not the code). */
+ * docs/formats/mindspore.md#worked-examples,
+ * docs/formats/mindspore.md#mindformers-strategies,
+ * docs/formats/mindspore.md#byte-examples (tables copied by hand: the oracle is
+ * the spec, not the code). */
 #include "check.h"
 #include "strategy.h"
 
@@ -34,7 +36,8 @@ static flx_ms_strategy *parse_item(unsigned stage, const unsigned char *item,
 	return parse(buf, 4 + n, false, e);
 }
 
-/* §5.3: 70 bytes, D=[2,4], T=[1,-1], stage 0 */
+/* docs/formats/mindspore.md#byte-examples: 70 bytes, D=[2,4], T=[1,-1], stage 0
+ */
 static const unsigned char ex53[] = {
     0x08, 0x01, 0x12, 0x1c, 0x0a, 0x0a, 0x4d, 0x61, 0x74, 0x4d, 0x75, 0x6c,
     0x2d, 0x6f, 0x70, 0x30, 0x12, 0x0e, 0x08, 0x00, 0x12, 0x04, 0x08, 0x02,
@@ -152,7 +155,8 @@ static void test_ex53_and_examples(void)
 	flx_ms_strategy_free(s);
 }
 
-/* §3 layout item (Example 4): shard (2,1), local (512,512), 8 ranks */
+/* docs/formats/mindspore.md#mindformers-strategies layout item (Example 4):
+ * shard (2,1), local (512,512), 8 ranks */
 static const unsigned char ex3item[] = {
     0x0a, 0x01, 0x77, 0x12, 0x1c, 0x0a, 0x06, 0x08, 0x04, 0x08, 0x02,
     0x08, 0x01, 0x12, 0x04, 0x08, 0x01, 0x08, 0x00, 0x1a, 0x06, 0x08,
@@ -179,8 +183,9 @@ static void test_ex4_mindformers(void)
 	flx_ms_strategy_free(s);
 }
 
-/* §2.4(f) from the stored dims: Example 4 (TP2 x DP4, R = 4, S =
- * [1024,512]) saved with ZeRO while its strategy says step = size = 0 */
+/* docs/formats/mindspore.md#optimizer-shard from the stored dims: Example 4
+ * (TP2 x DP4, R = 4, S = [1024,512]) saved with ZeRO while its strategy says
+ * step = size = 0 */
 static void test_opt_infer(void)
 {
 	flx_error e;
@@ -227,8 +232,9 @@ static void test_opt_infer(void)
 	flx_ms_strategy_free(s);
 }
 
-/* §5.3 Layout-API 1-D item D=[2,2,2], map [[2,1]] (+ empty entry), and
- * Example 6 (nested [[2,1],[0]], S=[8,6]) through JSON lists of lists */
+/* docs/formats/mindspore.md#byte-examples Layout-API 1-D item D=[2,2,2], map
+ * [[2,1]] (+ empty entry), and Example 6 (nested [[2,1],[0]], S=[8,6]) through
+ * JSON lists of lists */
 static const unsigned char ex53item1d[] = {
     0x0a, 0x01, 0x62, 0x12, 0x1a, 0x0a, 0x06, 0x08, 0x02, 0x08, 0x02,
     0x08, 0x02, 0x12, 0x04, 0x08, 0x02, 0x08, 0x01, 0x12, 0x00, 0x1a,
@@ -263,7 +269,8 @@ static void test_nested(void)
 	}
 }
 
-/* Example 6 as the C++ JSON writer stores it, expanded (§2.3): [8,6] with
+/* Example 6 as the C++ JSON writer stores it, expanded
+ * (docs/formats/mindspore.md#strategy-json): [8,6] with
  * ((2,1),0) as tensor_shape [2,4,6], map [2,1,0]; folded back to 2 dims it
  * gives Example 6's boxes */
 static void test_fold(void)
@@ -376,12 +383,13 @@ static void test_refusals(void)
 	REFUSED("[1", 2, true, NULL, "not JSON");
 }
 
-/* §2.4(g): a manual split (param_split_shape with indices_offset of the
- * same length, one pair per dim-0 block): Gather-style rows 3 and 5 of
- * an [8,4] table over D=[2], T=[0,-1]; rank 0 rows 0:3, rank 1 rows 3:8,
- * with a replicated 2-fold DP dim on the left (D=[2,2]) the same per
- * block; a pair count other than the block count has no box.  §3: a
- * scalar's empty TensorMap (MindFormers) is a 0-d replicated layout. */
+/* docs/formats/mindspore.md#manual-split: a manual split (param_split_shape
+ * with indices_offset of the same length, one pair per dim-0 block):
+ * Gather-style rows 3 and 5 of an [8,4] table over D=[2], T=[0,-1]; rank 0 rows
+ * 0:3, rank 1 rows 3:8, with a replicated 2-fold DP dim on the left (D=[2,2])
+ * the same per block; a pair count other than the block count has no box.
+ * docs/formats/mindspore.md#mindformers-strategies: a scalar's empty TensorMap
+ * (MindFormers) is a 0-d replicated layout. */
 static void test_manual_split(void)
 {
 	const char *j = "{\"parallel_layout_item\":{"
@@ -410,7 +418,8 @@ static void test_manual_split(void)
 			flx_ms_factors(t, f);
 			CHECK_EQ(f[0], 0); /* dim 0 not by multiplication */
 		}
-		if (v) /* no offsets: no manual split (§3) */
+		if (v) /* no offsets: no manual split
+			  (docs/formats/mindspore.md#mindformers-strategies) */
 			BOX(v, S, 1, 4, 4, 0, 4);
 	}
 	flx_ms_strategy_free(s);
@@ -431,9 +440,10 @@ static void test_manual_split(void)
 	flx_ms_strategy_free(s);
 }
 
-/* §2.2: repeated scalars may also come packed; ex53 with dev_matrix
- * "08 02 08 04" as "0a 02 02 04" and tensor_map "08 01 08 <-1>" as
- * "0a 0b 01 <-1>" (the same lengths) parses to the same layout. */
+/* docs/formats/mindspore.md#strategy-schema: repeated scalars may also come
+ * packed; ex53 with dev_matrix "08 02 08 04" as "0a 02 02 04" and tensor_map
+ * "08 01 08 <-1>" as "0a 0b 01 <-1>" (the same lengths) parses to the same
+ * layout. */
 static void test_packed(void)
 {
 	unsigned char b[sizeof(ex53)];
@@ -454,10 +464,11 @@ static void test_packed(void)
 	flx_ms_strategy_free(s);
 }
 
-/* What protobuf-c (node_strategy.proto) accepts and refuses: §2.2's
- * required fields, but opt_weight_shard_* absent (files before 2021) as
- * 0; lists past FLX_MS_MAX_DIMS; a file costing more memory unpacked than
- * its size allows (PB_BUDGET_*: 32 times, plus 1 MiB). */
+/* What protobuf-c (node_strategy.proto) accepts and refuses:
+ * docs/formats/mindspore.md#strategy-schema's required fields, but
+ * opt_weight_shard_* absent (files before 2021) as 0; lists past
+ * FLX_MS_MAX_DIMS; a file costing more memory unpacked than its size allows
+ * (PB_BUDGET_*: 32 times, plus 1 MiB). */
 static void test_protobuf_c(void)
 {
 	unsigned char b[sizeof(ex53)];
@@ -531,8 +542,8 @@ static void test_protobuf_c(void)
 	flx_ms_strategy_free(s);
 
 	/* 400000 empty strategy items ("12 00": 2 bytes, about 120 while
-	 * unpacking) after the §5.3 file: over the budget, refused before any
-	 * layout is read */
+	 * unpacking) after the docs/formats/mindspore.md#byte-examples file:
+	 * over the budget, refused before any layout is read */
 	size_t big = 2 * 400000 + sizeof(ex53);
 	unsigned char *p = malloc(big);
 	CHECK(p != NULL);

@@ -62,7 +62,7 @@ static void test_varint(void)
 
 static void test_types(void)
 {
-	/* the 13 names of mindspore-format.md §1.3's table */
+	/* the 13 names of docs/formats/mindspore.md#tensor-types's table */
 	static const struct {
 		flx_dtype dt;
 		const char *name;

@@ -4,10 +4,10 @@
  * against an expectation written here: for tp x pp in {1, 2, 4} x {1, 2}
  * and three checkpoints (bf16 weights with fp32 master weights, pure fp32
  * training, weights only), the directory holds exactly PaddleNLP's file
- * names (paddle-format.md 6.1), each file reads the same whole and in
- * steps without allocating, and tests/unit/check_pdparams.py, given every
- * file and what it must hold (keys in order, Paddle names, numpy dtype,
- * shape and bytes, the latter taken here element by element from the
+ * names (docs/formats/paddle.md#paddlenlp-per-rank-files), each file reads the
+ * same whole and in steps without allocating, and tests/unit/check_pdparams.py,
+ * given every file and what it must hold (keys in order, Paddle names, numpy
+ * dtype, shape and bytes, the latter taken here element by element from the
  * backing file), loads each with pickle.load as paddle.load does and
  * compares.  Keys without a Paddle name, uneven and empty TP shards, a 0-d
  * tensor and a stage without master weights are included.  Two optimizer
@@ -495,10 +495,10 @@ static void fs_bytes(const flx_fs *fs, uint64_t ino, uint64_t off, void *buf,
 
 /*
  * A tensor of 4 GiB and more (2^30 + 1 float32, in a sparse data file):
- * its bytes follow BINBYTES8's u64 length (target-formats.md 6), then the
- * next tensor's key and its BINBYTES.  The head is written out here by
- * hand; marks at the ends of each tensor's bytes show where they are
- * served.
+ * its bytes follow BINBYTES8's u64 length
+ * (docs/formats/paddle.md#paddlenlp-per-rank-files), then the next tensor's key
+ * and its BINBYTES.  The head is written out here by hand; marks at the ends of
+ * each tensor's bytes show where they are served.
  */
 static void binbytes8(const char *dir)
 {

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""flexfs-bench --only mpi, the distributed mount's half (fs/mpi_mount.h).
+"""flexfs-bench --only mpi, the distributed mount's half (resolver/remote/mpi_mount.h).
 
 fig_mpi_fetch(): remote-fetch throughput.  The benchmark checkpoint (TP2,
 two .distcp files) is split over two ranks of mpirun on this machine: rank

@@ -4,7 +4,7 @@
 # 1 GiB of disk per test and up to 6 GiB of memory for the writer): Paddle
 # Flex Checkpoints saved by tools/fixtures/gen_paddle.py at Paddle's real
 # threshold, (2**30 - 1) // itemsize elements, so that a uint8 [32770,
-# 32768] tensor is saved in two pieces cut mid-row (spec 3.1 item 2:
+# 32768] tensor is saved in two pieces cut mid-row (docs/formats/paddle.md#arrays-saved-in-pieces:
 # 1,073,741,823 + 65,537 elements).  The mount at tp 1 and 2 (rows split)
 # and its hf/ view are read at sampled byte ranges (both sides of the cut,
 # the ends, random places) and compared with the formula the writer filled

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """Oracle for aoa.bats: writes HF-named checkpoints (safetensors) and checks
 what a mount with AOA statements serves against numpy/torch computing each
-operation independently (paddle-format.md section 5).
+operation independently (docs/formats/paddle.md#aoa-statements).
 
   aoa_oracle.py gen DIR SEED         an HF Llama-like checkpoint + truth.npz
   aoa_oracle.py check MNT DIR CASE TP  the mount's ranks/ against CASE's truth
@@ -290,7 +290,7 @@ def rand_case(seed, tp):
     exp["tied_a"] = exp["tied_b"] = x
     n, x = t((2, 2))
     st.append(f"{n} -> _")
-    # the rest of the grammar (paddle-format.md 5): permute="[]" reverses
+    # the rest of the grammar (docs/formats/paddle.md#aoa-statements): permute="[]" reverses
     # every axis; axis= on a 1->1 statement is ignored; the old syntax
     # "dst <- src"; ^T then a cast in one statement; '*' expands sorted
     # numerically (10 after 9, not after 1); $EXPERT_ID over the ids

@@ -15,7 +15,7 @@ independent implementation of the target layout:
       TRUTH: a DCP fixture's truth dir (manifest.json + .bin files); rank
       N = pp * TP + tp holds, under its stage name, the box that
       check_views.expected_plan gives rank (tp, pp); a zero-element tensor
-      has no record (spec 1.4, the >= 2.3 writer).
+      has no record (docs/formats/mindspore.md#dims, the >= 2.3 writer).
   same MNT REF
       REF: what transform_checkpoints writes for the same source and
       strategies (rank_<r>/checkpoint_<r>.ckpt); each rank file must hold
@@ -26,7 +26,7 @@ independent implementation of the target layout:
   strategy MNT TRUTH STRATEGY
       TRUTH: tests/fixtures/mindspore-truth (model/<name>.npy, manifest);
       STRATEGY: the destination strategy file; rank r holds, of every
-      parameter with a layout on its stage, the spec 2.7 box
+      parameter with a layout on its stage, the docs/formats/mindspore.md#box-algorithm box
       (gen_mindspore.spec_box), and every parameter without a layout whole.
 
 Output: one line per problem, then "N files equal"; exit 0 only when every
@@ -117,7 +117,7 @@ def plan_mode(mnt, truth_dir, T, P, rules_path=None):
             for fqn, x in plan.items():
                 pl = x["placement"].get(check_views.rank_dir(t, p))
                 if 0 in x["shape"]:
-                    continue  # spec 1.4: >= 2.3 writes no record for a zero-element tensor
+                    continue  # docs/formats/mindspore.md#dims: >= 2.3 writes no record for a zero-element tensor
                 if pl is not None:
                     want[pl["name"]] = (MS_TYPE[x["dtype"]], pl["shape"],
                                         truth.box_bytes(fqn, pl["offset"], pl["shape"]))

@@ -52,8 +52,7 @@ def same(a, b, where):
         raise Differ(f"{where}: {a!r} != {b!r}")
 
 
-# The only globals a paddle.save pickle of arrays names (target-formats.md
-# 6): numpy 1.x and 2.x both import numpy.core.multiarray._reconstruct
+# The only globals a paddle.save pickle of arrays names (docs/formats/paddle.md#paddlenlp-per-rank-files): numpy 1.x and 2.x both import numpy.core.multiarray._reconstruct
 # (numpy._core.* would fail on numpy 1.x); builtins.tuple for the
 # (name, ndarray) form.
 ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy", "ndarray"),

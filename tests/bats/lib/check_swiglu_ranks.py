@@ -54,7 +54,7 @@ KEYS = (
 )
 
 
-# a layer's own key (spec 3.2) -> (number of stacked axes, per-layer name)
+# a layer's own key (docs/formats/megatron.md#stacked-layers) -> (number of stacked axes, per-layer name)
 PER_LAYER = (
     (re.compile(r"decoder\.layers\.(\d+)\.mlp\.linear_fc1"), 0,
      "decoder.layers.{L}.mlp.linear_fc1"),

@@ -97,7 +97,7 @@ def load_rules(path):
 
 
 def file_name(name):
-    """A tensor's or object's name as one file name (README: '/' and '%'
+    """A tensor's or object's name as one file name (docs/usage.md: '/' and '%'
     percent-encoded, a leading '.' of "." or ".." too)."""
     lead = ""
     if name in (".", ".."):

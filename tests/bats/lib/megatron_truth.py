@@ -5,7 +5,7 @@ The fixture's own truth holds every model tensor per global layer (and
 expert) under its legacy name (truth/manifest.json "model", with the
 torch_dist key and its index along the stacked axes); the optimizer truth
 comes from `gen_megatron.py truth` (numpy only).  This stacks them into the
-torch_dist global tensors (megatron-format.md 3.2: layers on axis 0,
+torch_dist global tensors (docs/formats/megatron.md#stacked-layers: layers on axis 0,
 experts on axis 1), takes each tensor's chunk offsets and every bytes item
 from the fixture's .metadata (unpickled here by class name, with Python's
 own unpickler: nothing executed, nothing of flexfs used), and writes
@@ -81,7 +81,7 @@ def load_metadata(path):
 
 
 def stacked_axes(key):
-    # spec 3.5: prepended [layer, expert]; a layer's own key (3.2) keeps the expert axis only
+    # docs/formats/megatron.md#moe-experts: prepended [layer, expert]; a layer's own key (3.2) keeps the expert axis only
     m = re.search(r"(^|\.)decoder\.layers\.(.)", key)
     if not m:
         return 0
@@ -126,7 +126,7 @@ def main():
             a[idx] = v
         assert len(ps) == int(np.prod(size[:n])), key
         arrays[key] = a
-    # fully_sharded_model_space (megatron-format.md 4.4): a reformulated
+    # fully_sharded_model_space (docs/formats/megatron.md#fully-sharded-model-space): a reformulated
     # optimizer tensor is expected under its original shape, saved split
     # as its model tensor (whose chunks stand for it here)
     mcore = getattr(md, "mcore_data", None) or {}

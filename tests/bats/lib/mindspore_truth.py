@@ -6,7 +6,7 @@ decoded by tools/fixtures/gen_mindspore.py's own readers, less `str` values
 and zero-element tensors, which have no record) with its full value from
 gen_mindspore.py's truth (the values the stand-in writer sliced), and as
 saved chunks the distinct model-parallel boxes of its layout in STRATEGY
-(spec 2.7 without the optimizer shard, which is no tensor-parallel split),
+(docs/formats/mindspore.md#box-algorithm without the optimizer shard, which is no tensor-parallel split),
 computed by gen_mindspore.py's spec_box.  Nothing of flexfs is used.
 
   OUT/manifest.json   {"tensors": {name: {dtype, shape, file, itemsize,

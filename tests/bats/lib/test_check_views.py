@@ -151,7 +151,7 @@ def pk_str(s):
 
 def write_model_pt(path, tensors):
     """tensors: list of (name, dtype, shape, bytes); a torch.save zip of an
-    OrderedDict written from target-formats.md section 4 (no zip64: small)."""
+    OrderedDict written from docs/formats/torch-save.md (no zip64: small)."""
     odict = b"ccollections\nOrderedDict\n)R"
     pk = b"\x80\x02" + odict + (b"(" if tensors else b"")
     for k, (name, dt, shape, b) in enumerate(tensors):

@@ -349,7 +349,7 @@ def numpy_payloads(pdir):
 
 def patch_dataclasses():
     """torch 1.13's _shard modules use a mutable dataclass default that
-    CPython 3.11 refuses (dcp-format.md section 6, item 1)."""
+    CPython 3.11 refuses (docs/formats/dcp.md, item 1)."""
     orig = dataclasses._get_field
 
     def patched(cls, a_name, a_type, *rest):
