@@ -14,8 +14,8 @@
  * saying why.  Each
  * file is torch.save({'args': Namespace, 'checkpoint_version': 3.0,
  * 'iteration': N, 'model': OrderedDict}); the keys of 'model' and where
- * their bytes lie are reshard/megatron/megatron_legacy.h's decision, 'args' is the
- * source's Namespace written again with the target's parallel sizes
+ * their bytes lie are reshard/megatron/megatron_legacy.h's decision, 'args' is
+ * the source's Namespace written again with the target's parallel sizes
  * (docs/formats/megatron.md#legacy-file-content).  No optimizer or rng state,
  * as Megatron's own converter. A TE FP8 _extra_state
  * (docs/formats/megatron.md#te-extra-state) is the uint8 tensor that is the
