@@ -277,6 +277,19 @@ static int walk(struct walk *w, const flx_pv *v, unsigned depth)
 	case FLX_PV_OBJ:
 		if (flx_torchfile_is_tensor(v))
 			return add_ref(w, v);
+		for (size_t i = 0; i < flx_pv_len(v->u.obj.args); i++) {
+			const flx_pv *a = flx_pv_item(v->u.obj.args, i);
+			const flx_pv *cls = flx_pv_obj_class(v);
+
+			if (a && a->kind == FLX_PV_PERSID)
+				return tf_fail(
+				    w->err, -EINVAL, w->name, w->path,
+				    "a storage passed to %s%s%s, not to a "
+				    "tensor rebuild function",
+				    cls ? cls->u.global.module : "an object",
+				    cls ? "." : "",
+				    cls ? cls->u.global.name : "");
+		}
 		if ((rc = walk(w, v->u.obj.args, depth + 1)))
 			return rc;
 		return walk(w, v->u.obj.state, depth + 1);
