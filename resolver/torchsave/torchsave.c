@@ -24,11 +24,15 @@
  *    lists inside it) under their dotted keys.
  * Each tensor is one chunk located in place: the storage's file offset,
  * the storage offset and the saved strides (a transposed tensor is served
- * contiguous by the view layer); tied tensors share bytes.  Values that are
- * not tensors are not served (the writer string names where the state
- * dict was found; docs say which values are left).  A tensor inside any
- * other object (a custom class) is refused: it would be dropped.
+ * contiguous by the view layer); tied tensors share bytes.  A value with
+ * no tensor below it (step, config, param_groups) is an object: a legacy
+ * torch.save file of it, re-pickled from the inert tree into one memory
+ * file; one that cannot be re-pickled is counted in the writer string.
+ * The writer string also names where the state dict was found.  A tensor
+ * inside any other object (a custom class) is refused: it would be
+ * dropped.
  */
+#include "grow.h"
 #include "reader.h"
 #include "source.h"
 #include "torchfile.h"
@@ -38,6 +42,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +75,13 @@ typedef struct ts {
 	bool under_mixed; /* several files disagree */
 	bool legacy, zip;
 	char path[MAX_NAME];
+	/* the objects' files, one after the other (objects.fqn/off/len
+	 * recorded as they are written; file set at the end) */
+	unsigned char *ob;
+	size_t obn, obcap;
+	size_t objcap;	  /* room in c->objects */
+	size_t unencoded; /* values not served: no encoding for them */
+	int emit_err;	  /* -ENOMEM while emitting, sticky */
 } ts;
 
 /* ---- names ---- */
@@ -217,8 +229,10 @@ static int add_tensor(ts *s, const char *name, const flx_pv *v)
 /* Whether v holds a tensor anywhere (bounded as the torchfile walk). */
 static bool holds_tensor(const flx_pv *v, unsigned depth, uint64_t *budget)
 {
-	if (!v || depth > FLX_PV_MAX_WALK_DEPTH || !*budget)
+	if (!v || depth > FLX_PV_MAX_WALK_DEPTH)
 		return false;
+	if (!*budget)
+		return true; /* not known: look further down */
 	--*budget;
 	switch (v->kind) {
 	case FLX_PV_TUPLE:
@@ -242,6 +256,299 @@ static bool holds_tensor(const flx_pv *v, unsigned depth, uint64_t *budget)
 	default:
 		return false;
 	}
+}
+
+/* ---- non-tensor values: objects ----
+ *
+ * Each is served as a file torch.load reads: the legacy layout
+ * (torch/serialization.py _legacy_save) with no storage, its object pickle
+ * re-written from the inert tree (protocol 2, no memo: a shared node is
+ * written again where it recurs).  docs/formats/torch-save-source.md.
+ */
+
+/* The magic number, the protocol version, sys_info (as _legacy_save
+ * writes them, protocol 2). */
+static const unsigned char obj_head[] = {
+    0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a,
+    0xa8, 0x50, 0x19, 0x2e, 0x80, 0x02, 0x4d, 0xe9, 0x03, 0x2e, 0x80,
+    0x02, 0x7d, 0x28, 0x58, 0x10, 0x00, 0x00, 0x00, 'p',  'r',	'o',
+    't',  'o',	'c',  'o',  'l',  '_',	'v',  'e',  'r',  's',	'i',
+    'o',  'n',	0x4d, 0xe9, 0x03, 0x58, 0x0d, 0x00, 0x00, 0x00, 'l',
+    'i',  't',	't',  'l',  'e',  '_',	'e',  'n',  'd',  'i',	'a',
+    'n',  0x88, 0x58, 0x0a, 0x00, 0x00, 0x00, 't',  'y',  'p',	'e',
+    '_',  's',	'i',  'z',  'e',  's',	0x7d, 0x28, 0x58, 0x05, 0x00,
+    0x00, 0x00, 's',  'h',  'o',  'r',	't',  0x4b, 0x02, 0x58, 0x03,
+    0x00, 0x00, 0x00, 'i',  'n',  't',	0x4b, 0x04, 0x58, 0x04, 0x00,
+    0x00, 0x00, 'l',  'o',  'n',  'g',	0x4b, 0x08, 0x75, 0x75, 0x2e};
+/* the storage key list: an empty list */
+static const unsigned char obj_tail[] = {0x80, 0x02, 0x5d, 0x2e};
+
+#define MAX_OBJECT_NODES (1u << 20)
+#define MAX_OBJECT_BYTES (256u << 20)
+
+static void ob_raw(ts *s, const void *p, size_t n)
+{
+	void *b = s->ob;
+
+	if (s->emit_err)
+		return;
+	if (s->obn + n > MAX_OBJECT_BYTES) {
+		s->emit_err = -EFBIG;
+		return;
+	}
+	if (flx_grow(&b, &s->obcap, s->obn + n, 1)) {
+		s->emit_err = -ENOMEM;
+		return;
+	}
+	s->ob = b;
+	memcpy(s->ob + s->obn, p, n);
+	s->obn += n;
+}
+
+static void ob_byte(ts *s, unsigned char c)
+{
+	ob_raw(s, &c, 1);
+}
+
+static void ob_le(ts *s, uint64_t v, int n)
+{
+	unsigned char b[8];
+
+	for (int i = 0; i < n; i++)
+		b[i] = (unsigned char)(v >> (8 * i));
+	ob_raw(s, b, (size_t)n);
+}
+
+/* As Python's pickler writes an int under protocol 2. */
+static void ob_int(ts *s, int64_t v)
+{
+	if (v >= 0 && v < 256) {
+		ob_byte(s, 'K');
+		ob_le(s, (uint64_t)v, 1);
+	} else if (v >= 0 && v < 65536) {
+		ob_byte(s, 'M');
+		ob_le(s, (uint64_t)v, 2);
+	} else if (v >= INT32_MIN && v <= INT32_MAX) {
+		ob_byte(s, 'J');
+		ob_le(s, (uint64_t)v, 4);
+	} else {
+		/* LONG1: the fewest little-endian two's-complement bytes */
+		int n = 8;
+
+		while (n > 1 && ((v >> (8 * (n - 1) - 1)) == 0 ||
+				 (v >> (8 * (n - 1) - 1)) == -1))
+			n--;
+		ob_byte(s, 0x8a);
+		ob_byte(s, (unsigned char)n);
+		ob_le(s, (uint64_t)v, n);
+	}
+}
+
+static void ob_str(ts *s, const char *p, size_t n)
+{
+	ob_byte(s, 'X');
+	ob_le(s, n, 4);
+	ob_raw(s, p, n);
+}
+
+/* Append the opcodes that rebuild v: false when v holds something
+ * without an encoding here (a payload left in the file, an int wider
+ * than 64 bits, a persistent id). */
+static bool ob_emit(ts *s, const flx_pv *v, unsigned depth, uint64_t *budget)
+{
+	static const unsigned char tupn[] = {')', 0x85, 0x86, 0x87};
+
+	if (!v || depth > FLX_PV_MAX_WALK_DEPTH || !*budget)
+		return false;
+	--*budget;
+	switch (v->kind) {
+	case FLX_PV_NONE:
+		ob_byte(s, 'N');
+		return true;
+	case FLX_PV_BOOL:
+		ob_byte(s, v->u.b ? 0x88 : 0x89);
+		return true;
+	case FLX_PV_INT:
+		ob_int(s, v->u.i);
+		return true;
+	case FLX_PV_FLOAT: {
+		uint64_t bits;
+
+		memcpy(&bits, &v->u.f, 8);
+		ob_byte(s, 'G');
+		for (int i = 7; i >= 0; i--)
+			ob_byte(s, (unsigned char)(bits >> (8 * i)));
+		return true;
+	}
+	case FLX_PV_STR:
+		if (!v->u.str.s)
+			return false;
+		ob_str(s, v->u.str.s, v->u.str.len);
+		return true;
+	case FLX_PV_BYTES: {
+		/* protocol 2: _codecs.encode(<latin-1 text>, 'latin1') */
+		const unsigned char *p = (const unsigned char *)v->u.str.s;
+		size_t n = 0;
+
+		if (!p)
+			return false;
+		for (size_t i = 0; i < v->u.str.len; i++)
+			n += p[i] < 0x80 ? 1 : 2;
+		ob_raw(s, "c_codecs\nencode\n", 16);
+		ob_byte(s, 'X');
+		ob_le(s, n, 4);
+		for (size_t i = 0; i < v->u.str.len; i++) {
+			if (p[i] < 0x80) {
+				ob_byte(s, p[i]);
+			} else {
+				ob_byte(s, (unsigned char)(0xc0 | p[i] >> 6));
+				ob_byte(s,
+					(unsigned char)(0x80 | (p[i] & 0x3f)));
+			}
+		}
+		ob_str(s, "latin1", 6);
+		ob_byte(s, 0x86);
+		ob_byte(s, 'R');
+		return true;
+	}
+	case FLX_PV_TUPLE:
+		if (v->u.seq.n > 3)
+			ob_byte(s, '(');
+		for (size_t i = 0; i < v->u.seq.n; i++)
+			if (!ob_emit(s, v->u.seq.v[i], depth + 1, budget))
+				return false;
+		ob_byte(s, v->u.seq.n > 3 ? 't' : tupn[v->u.seq.n]);
+		return true;
+	case FLX_PV_LIST:
+	case FLX_PV_SET:
+		if (v->kind == FLX_PV_SET)
+			ob_raw(s, "cbuiltins\nset\n", 14);
+		ob_byte(s, ']');
+		if (v->u.seq.n) {
+			ob_byte(s, '(');
+			for (size_t i = 0; i < v->u.seq.n; i++)
+				if (!ob_emit(s, v->u.seq.v[i], depth + 1,
+					     budget))
+					return false;
+			ob_byte(s, 'e');
+		}
+		if (v->kind == FLX_PV_SET) {
+			ob_byte(s, 0x85);
+			ob_byte(s, 'R');
+		}
+		return true;
+	case FLX_PV_DICT:
+		ob_byte(s, '}');
+		if (v->u.dict.n) {
+			ob_byte(s, '(');
+			for (size_t i = 0; i < 2 * v->u.dict.n; i++)
+				if (!ob_emit(s, v->u.dict.kv[i], depth + 1,
+					     budget))
+					return false;
+			ob_byte(s, 'u');
+		}
+		return true;
+	case FLX_PV_GLOBAL:
+		if (strchr(v->u.global.module, '\n') ||
+		    strchr(v->u.global.name, '\n'))
+			return false;
+		ob_byte(s, 'c');
+		ob_raw(s, v->u.global.module, strlen(v->u.global.module));
+		ob_byte(s, '\n');
+		ob_raw(s, v->u.global.name, strlen(v->u.global.name));
+		ob_byte(s, '\n');
+		return true;
+	case FLX_PV_OBJ:
+		if (!ob_emit(s, v->u.obj.cls, depth + 1, budget) ||
+		    !ob_emit(s, v->u.obj.args, depth + 1, budget))
+			return false;
+		ob_byte(s, v->u.obj.newobj ? 0x81 : 'R');
+		if (v->u.obj.state) {
+			if (!ob_emit(s, v->u.obj.state, depth + 1, budget))
+				return false;
+			ob_byte(s, 'b');
+		}
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* Serve v (no tensor below) as object s->path. */
+static int add_object(ts *s, const flx_pv *v)
+{
+	flx_ckpt *c = s->c;
+	size_t start = s->obn, len = strlen(s->path) + 1;
+	uint64_t budget = MAX_OBJECT_NODES;
+	flx_object *o;
+	void *arr = c->objects;
+	bool ok;
+
+	ob_raw(s, obj_head, sizeof(obj_head));
+	ob_raw(s, "\x80\x02", 2);
+	ok = ob_emit(s, v, 0, &budget);
+	ob_byte(s, '.');
+	ob_raw(s, obj_tail, sizeof(obj_tail));
+	if (s->emit_err == -EFBIG)
+		return flx_error_set(s->err, -EINVAL, s->relpath, s->path,
+				     "values other than tensors take more than "
+				     "%u MiB",
+				     MAX_OBJECT_BYTES >> 20);
+	if (s->emit_err)
+		return s->emit_err;
+	if (!ok) {
+		s->obn = start;
+		s->unencoded++;
+		return 0;
+	}
+	if (flx_grow(&arr, &s->objcap, c->nobjects + 1, sizeof(*o)))
+		return -ENOMEM;
+	c->objects = arr;
+	o = &c->objects[c->nobjects];
+	memset(o, 0, sizeof(*o));
+	o->fqn = flx_pool_alloc(&c->pool, len);
+	if (!o->fqn)
+		return -ENOMEM;
+	memcpy(o->fqn, s->path, len);
+	o->off = start;
+	o->len = s->obn - start;
+	c->nobjects++;
+	return 0;
+}
+
+/* The objects' bytes into one memory file of the index. */
+static int finish_objects(ts *s)
+{
+	uint32_t idx;
+	int fd, rc;
+
+	if (!s->c->nobjects)
+		return 0;
+	fd = memfd_create("flexfs-torchsave-objects", MFD_CLOEXEC);
+	if (fd < 0)
+		return flx_error_set(s->err, -errno, s->relpath, NULL,
+				     "memfd_create: %s", strerror(errno));
+	for (size_t done = 0; done < s->obn;) {
+		ssize_t w = write(fd, s->ob + done, s->obn - done);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			rc = w < 0 ? -errno : -EIO;
+			close(fd);
+			return flx_error_set(s->err, rc, s->relpath, NULL,
+					     "writing the objects: %s",
+					     strerror(-rc));
+		}
+		done += (size_t)w;
+	}
+	rc = flx_build_decoded_file(s->b, "(torch.save values, re-pickled)", fd,
+				    &idx);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < s->c->nobjects; i++)
+		s->c->objects[i].file = idx;
+	return 0;
 }
 
 static int walk(ts *s, const flx_pv *v, unsigned depth);
@@ -275,6 +582,13 @@ static int walk(ts *s, const flx_pv *v, unsigned depth)
 		return flx_error_set(s->err, -EINVAL, s->relpath, s->path,
 				     "nested deeper than %d",
 				     FLX_PV_MAX_WALK_DEPTH);
+	if (s->path[0] && !flx_torchfile_is_tensor(v)) {
+		uint64_t budget = 1u << 20;
+
+		/* a value with no tensor below: one object */
+		if (!holds_tensor(v, depth, &budget))
+			return add_object(s, v);
+	}
 	switch (v->kind) {
 	case FLX_PV_TUPLE:
 	case FLX_PV_LIST:
@@ -306,8 +620,10 @@ static int walk(ts *s, const flx_pv *v, unsigned depth)
 			if (!ks) {
 				uint64_t budget = 1u << 20;
 
-				if (!holds_tensor(val, depth + 1, &budget))
+				if (!holds_tensor(val, depth + 1, &budget)) {
+					s->unencoded++; /* no name for it */
 					continue;
+				}
 				return flx_error_set(
 				    s->err, -EINVAL, s->relpath, s->path,
 				    "a key that is a %s (not a str or int) "
@@ -597,14 +913,19 @@ static int set_writer(ts *s)
 	const char *fmt = s->legacy && s->zip ? "zip and legacy"
 			  : s->legacy	      ? "legacy (before torch 1.6)"
 					      : "zip (torch >= 1.6)";
+	char left[80] = "";
 	int n;
 
+	if (s->unencoded)
+		snprintf(left, sizeof(left),
+			 "; %zu value%s not served (no encoding)", s->unencoded,
+			 s->unencoded == 1 ? "" : "s");
 	if (s->under && *s->under && !s->under_mixed)
 		n = asprintf(&s->c->writer,
-			     "torch.save %s; state dict under '%s'", fmt,
-			     s->under);
+			     "torch.save %s; state dict under '%s'%s", fmt,
+			     s->under, left);
 	else
-		n = asprintf(&s->c->writer, "torch.save %s", fmt);
+		n = asprintf(&s->c->writer, "torch.save %s%s", fmt, left);
 	if (n < 0) {
 		s->c->writer = NULL;
 		return -ENOMEM;
@@ -658,8 +979,11 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 			s.c->mtime_ns = s.c->files[s.file].mtime_ns;
 	}
 	if (!rc)
+		rc = finish_objects(&s);
+	if (!rc)
 		rc = set_writer(&s);
 out:
+	free(s.ob);
 	free(files);
 	free(single);
 	json_decref(s.index);

@@ -136,3 +136,21 @@ EOF
 	[ "$status" -ne 0 ]
 	[[ $output == *"pytorch_model.bin.index.json: ghost.weight: weight_map lists it in pytorch_model-00001-of-00003.bin, which has no such tensor"* ]]
 }
+
+@test "training checkpoint: values that are not tensors are objects/ files torch.load reads back equal" {
+	mount_ff "$FX/ts-t113-train/ckpt" "$MNT" "tp=1"
+	[ "$(ls "$MNT/objects" | tr '\n' ' ')" = "config.pt optimizer.param_groups.pt step.pt " ]
+	run /usr/bin/python3 -c '
+import sys, torch
+m, ck = sys.argv[1], torch.load(sys.argv[2])
+want = {"step": ck["step"], "config": ck["config"],
+        "optimizer.param_groups": ck["optimizer"]["param_groups"]}
+for k, v in want.items():
+    got = torch.load("%s/objects/%s.pt" % (m, k))
+    assert got == v and type(got) is type(v), (k, got, v)
+print("ok")' "$MNT" "$FX/ts-t113-train/ckpt/checkpoint.pt"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	unmount_ff "$MNT"
+	[ ! -s "$FF_ERR" ]
+}
