@@ -100,7 +100,7 @@ __attribute__((format(printf, 2, 3))) static void warn(const flx_ll *ll,
  * daemon again, and every small read() is a round trip, so it is an
  * option, not the default (docs/performance.md has the figures).
  *
- * Loaders mmap() these files (numpy, safetensors).  A MAP_SHARED mapping
+ * Loaders mmap() these files (numpy's, and others).  A MAP_SHARED mapping
  * of a direct-io file fails with ENODEV unless the INIT reply carries
  * FUSE_DIRECT_IO_ALLOW_MMAP (protocol 7.39, Linux 6.6); the mapping then
  * goes through the page cache as usual.  libfuse 3.17 asks for it with

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * flexfs: mount a PyTorch DCP checkpoint read-only as resharded views.
+ * flexfs: mount a checkpoint read-only as resharded views.
  *
  *   flexfs [options] CHECKPOINT MOUNTPOINT
  *   mount -t flexfs CHECKPOINT MOUNTPOINT -o tp=4   (via /sbin/mount.flexfs)
@@ -13,6 +13,7 @@
  */
 #include "fuse_ll.h"
 #include "mountopts.h"
+#include "optdoc.h"
 
 #include "ckpt.h"
 #include "error.h"
@@ -264,17 +265,8 @@ static int opt_proc(void *data, const char *arg, int key,
 
 static void usage(const char *prog)
 {
-	printf("usage: %s [options] CHECKPOINT MOUNTPOINT\n"
-	       "       mount -t flexfs CHECKPOINT MOUNTPOINT -o tp=N[,...]\n"
-	       "\n"
-	       "Mount the PyTorch Distributed Checkpoint directory CHECKPOINT "
-	       "read-only at\n"
-	       "MOUNTPOINT, resharded into per-rank views for tp x pp "
-	       "ranks.\n"
-	       "\n"
-	       "%s\n"
-	       "libfuse options:\n",
-	       prog, flx_mo_help);
+	flx_doc_usage(stdout, &flx_doc_flexfs, prog);
+	printf("\nlibfuse options:\n");
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
 }

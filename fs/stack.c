@@ -16,13 +16,11 @@ int flx_stack_build(const char *source, const flx_ckpt_opts *o,
 	memset(s, 0, sizeof(*s));
 	oo.defer_items = true;
 	rc = flx_ckpt_open_with(source, &oo, &s->ckpt, err);
-	if (!rc && spec->aoa) {
-		flx_aoa_opts ao = {.tp = spec->tp,
-				   .num_heads = spec->aoa_num_heads,
-				   .num_kv_groups = spec->aoa_num_kv_groups,
-				   .src_tp = spec->aoa_src_tp};
+	if (!rc && flx_aoa_of_spec(spec)) {
+		flx_aoa_opts ao = flx_aoa_opts_from(&spec->opts, spec->tp);
 
-		rc = flx_aoa_compile(spec->aoa, s->ckpt, &ao, &s->aoa, err);
+		rc = flx_aoa_compile(flx_aoa_of_spec(spec), s->ckpt, &ao,
+				     &s->aoa, err);
 	}
 	if (!rc)
 		rc = flx_xform_apply(s->aoa ? flx_aoa_prog_xform(s->aoa)

@@ -1361,14 +1361,14 @@ void flx_run_parts(void *parts, size_t size, unsigned n, void *(*fn)(void *))
 }
 
 /*
- * Reading the items.  Every chunk's item is read (for DCP: its torch.save
- * zip directory and data.pkl) to check it against the metadata and to find
- * its data.  A checkpoint can hold tens of thousands of small items, so
- * they are visited in file order (the source's reads of neighbouring items
- * then share blocks) and, past ITEMS_PER_THREAD items, on several threads,
- * each over a contiguous run of that order with its own scratch.  Each
- * thread stops at its first failure; the failure reported is the first in
- * file order, as a single thread would find it.
+ * Reading the items.  Every chunk's item is read (a record of the
+ * source's format, such as a zip directory and its pickle) to check it against
+ * the metadata and to find its data.  A checkpoint can hold tens of thousands
+ * of small items, so they are visited in file order (the source's reads of
+ * neighbouring items then share blocks) and, past ITEMS_PER_THREAD items, on
+ * several threads, each over a contiguous run of that order with its own
+ * scratch.  Each thread stops at its first failure; the failure reported is the
+ * first in file order, as a single thread would find it.
  */
 #define ITEMS_PER_THREAD 4096
 
@@ -1690,6 +1690,29 @@ out:
 	return rc;
 }
 
+int flx_ckpt_fact(const flx_ckpt *c, const char *name, flx_fact *out)
+{
+	if (!c || !c->src_fact)
+		return -ENOENT;
+	return c->src_fact(c, name, out);
+}
+
+bool flx_ckpt_fact_true(const flx_ckpt *c, const char *name)
+{
+	flx_fact f;
+
+	return !flx_ckpt_fact(c, name, &f) && f.type == FLX_FACT_BOOL && f.v.b;
+}
+
+const void *flx_ckpt_fact_ptr(const flx_ckpt *c, const char *name)
+{
+	flx_fact f;
+
+	if (flx_ckpt_fact(c, name, &f) || f.type != FLX_FACT_PTR)
+		return NULL;
+	return f.v.p;
+}
+
 const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn)
 {
 	size_t lo = 0, hi = c->ntensors;
@@ -1829,6 +1852,9 @@ static int enter_sub(flx_build *b, const flx_ckpt_opts *o)
 {
 	char sub[256];
 
+	/* a caller that entered the subdirectory itself has done this */
+	if (o->entered)
+		return 0;
 	for (const flx_source *const *s = flx_sources; *s; s++) {
 		int rc;
 
@@ -1954,6 +1980,7 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 		goto out;
 	}
 	rc = b.src->load(&b, o, err);
+	b.c->src_fact = b.src->fact;
 	if (!rc)
 		rc = finish_load(&b, !o->defer_items);
 out:
