@@ -11,7 +11,8 @@
  *  2. "pytorch_model.bin";
  *  3. otherwise the one regular file whose name ends in ".pt", ".pth" or
  *     ".bin"; several are refused, naming them (nothing would tell which).
- * Both 1 and 2 present are refused too.  Other files are extras.
+ * Both 1 and 2 present are refused too.  -o torch_file=NAME reads that
+ * file instead of all this.  Other files are extras.
  *
  * What is served, from the file's root object:
  *  - a dict with a key "model", "state_dict" or "module" (looked for in
@@ -868,8 +869,8 @@ static int find_single(ts *s, char **out)
 					      "%s%s", k ? ", " : "", names[k]);
 		rc = flx_error_set(s->err, -EINVAL, names[0], NULL,
 				   "%zu torch.save files in the directory "
-				   "(%s%s): which one is the checkpoint? Mount "
-				   "a directory holding only it",
+				   "(%s%s): which one is the checkpoint? Name "
+				   "it with -o torch_file=NAME",
 				   n, list, n > m ? ", ..." : "");
 	}
 	if (!rc) {
@@ -937,12 +938,24 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 {
 	ts s = {.b = b, .c = flx_build_ckpt(b), .err = err};
 	int dirfd = flx_build_dirfd(b);
-	const char **files = NULL;
+	const char **files = NULL, *named = NULL;
 	char *single = NULL;
 	size_t nfiles = 0;
 	int rc = 0;
 
-	(void)o;
+	if (flx_opt_text(o->vals, "torch_file", &named) == 0) {
+		const flx_file_ref ref = {"-o torch_file", "file name", NULL};
+
+		single = strdup(named);
+		rc = single ? 0 : -ENOMEM;
+		if (!rc) {
+			flx_build_names_from(b, single, "the saved object");
+			rc = load_file(&s, single, &ref);
+		}
+		if (!rc)
+			s.c->mtime_ns = s.c->files[s.file].mtime_ns;
+		goto done;
+	}
 	if (has(b, dirfd, SINGLE_NAME) && has(b, dirfd, INDEX_NAME)) {
 		rc = flx_error_set(err, -EINVAL, INDEX_NAME, NULL,
 				   "beside " SINGLE_NAME
@@ -978,6 +991,7 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 		if (!rc)
 			s.c->mtime_ns = s.c->files[s.file].mtime_ns;
 	}
+done:
 	if (!rc)
 		rc = finish_objects(&s);
 	if (!rc)
@@ -990,6 +1004,36 @@ out:
 	return rc;
 }
 
+/* A plain file name of the directory: no '/', not "." or "..". */
+static int check_file(const flx_opt *o, const char *value, uint64_t *num,
+		      flx_error *err)
+{
+	(void)num;
+	if (!value || !*value || strchr(value, '/') || !strcmp(value, ".") ||
+	    !strcmp(value, ".."))
+		return flx_error_set(err, -EINVAL, NULL, o->name,
+				     "needs a file name of the checkpoint "
+				     "directory (no '/')");
+	return 0;
+}
+
+static const flx_opt ts_opts[] = {
+    {.name = "torch_file",
+     .type = FLX_OPT_TEXT,
+     .metavar = "NAME",
+     .help = "the torch.save file of the directory to read (when it holds "
+	     "several *.pt, *.pth or *.bin files, or to read another than "
+	     "pytorch_model.bin)",
+     .check = check_file},
+};
+
+static const flx_opt_group ts_group = {
+    .owner = "torch-save",
+    .title = "torch.save source",
+    .opts = ts_opts,
+    .nopts = FLX_OPT_COUNT(ts_opts),
+};
+
 const flx_source flx_source_torchsave = {
     .name = "torch-save",
     .kind = "torch.save",
@@ -997,4 +1041,5 @@ const flx_source flx_source_torchsave = {
     .probe = probe,
     .owns = owns,
     .load = load,
+    .opts = &ts_group,
 };

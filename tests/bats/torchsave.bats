@@ -118,8 +118,18 @@ print("ok")' "$MNT"
 	run "$FLEXFS_INSPECT" "$d"
 	echo "$output"
 	[ "$status" -ne 0 ]
-	[[ $output == *"2 torch.save files in the directory (a.pt, b.pth)"* ]]
+	[[ $output == *"2 torch.save files in the directory (a.pt, b.pth): which one is the checkpoint? Name it with -o torch_file=NAME"* ]]
 	[ "$(printf '%s\n' "$output" | wc -l)" -eq 1 ]
+	# named: that one is read, the other passed through unchanged
+	cp "$FX/ts-t113-train/rules.json" "$d/../rules.json"
+	mount_ff "$d" "$MNT" "tp=2,pp=2,torch_file=a.pt,rules=$d/../rules.json"
+	run /usr/bin/python3 "$CHECK" -q --mount "$MNT" --truth "$FX/ts-t113-train/truth" \
+		--tp 2 --pp 2 --rules "$d/../rules.json"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	cmp "$d/b.pth" "$MNT/hf/b.pth"
+	unmount_ff "$MNT"
+	[ ! -s "$FF_ERR" ]
 }
 
 @test "torch.save: an index naming a tensor its shard lacks is refused" {
