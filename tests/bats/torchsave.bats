@@ -87,7 +87,7 @@ print("real safetensors: %d tensors ok" % len(seen))' "/tmp/$(basename "$tmp")"
 	for tp in 1 2; do for pp in 1 2; do check_ts ts-t113-train "$tp" "$pp"; done; done
 }
 
-@test "torch 2.6 files (zip with byteorder, float8): every view" {
+@test "torch 2.6 files (zip with byteorder, float8, uint16/32/64 through _rebuild_tensor_v3): every view" {
 	for tp in 1 2; do for pp in 1 2; do
 		check_ts ts-t26-zip "$tp" "$pp"
 		check_ts ts-t26-train "$tp" "$pp"

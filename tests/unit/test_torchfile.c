@@ -365,6 +365,9 @@ int main(void)
 	check_fixture("ts-t113-train", train, true, FLX_TORCHFILE_ZIP);
 	check_fixture("ts-t26-zip", single, false, FLX_TORCHFILE_ZIP);
 	check_fixture("ts-t26-train", train, true, FLX_TORCHFILE_ZIP);
+	/* complex128 (plain and transposed): no safetensors view holds it */
+	check_fixture("ts-t113-c128", single, false, FLX_TORCHFILE_ZIP);
+	check_fixture("ts-t26-c128", single, false, FLX_TORCHFILE_ZIP);
 	test_refusals();
 	return CHECK_RESULT();
 }
