@@ -21,7 +21,7 @@
  * paths multiply, and this is what a hostile DAG can cost at most. */
 #define MAX_VISITS (1u << 24)
 /* Longest key path kept for messages. */
-#define PATH_MAX_LEN 200
+#define PATH_MAX_LEN 120
 /* byteorder / version records are a few bytes. */
 #define SMALL_RECORD 64
 
@@ -176,26 +176,10 @@ static int add_ref(struct walk *w, const flx_pv *node)
 	/* the key string lives in the tree: find it there */
 	key = flx_pv_str(
 	    flx_pv_item(inner->u.obj.args, 0)->u.persid.pid->u.seq.v[2]);
-	for (size_t i = 0; i < w->n; i++) {
-		struct ref *r = &w->refs[i];
-
-		if (strcmp(r->key, key) != 0)
-			continue;
-		if (r->bytes != t.storage_bytes || r->esize != t.storage_esize)
-			return tf_fail(w->err, -EINVAL, w->name, w->path,
-				       "storage '%s' is stated as %" PRIu64
-				       " bytes of %u-byte elements here but as "
-				       "%" PRIu64 " bytes of %u-byte elements "
-				       "by '%s'",
-				       key, t.storage_bytes, t.storage_esize,
-				       r->bytes, r->esize, r->path);
-		if (need > r->need)
-			r->need = need;
-		return 0;
-	}
+	/* one ref per tensor; make_table() merges those of one storage */
 	if (w->n == FLX_TORCHFILE_MAX_STORAGES)
 		return tf_fail(w->err, -EINVAL, w->name, w->path,
-			       "more than %u storages",
+			       "more than %u tensors",
 			       FLX_TORCHFILE_MAX_STORAGES);
 	if (w->n == w->cap) {
 		size_t nc = w->cap ? w->cap * 2 : 64;
@@ -318,10 +302,34 @@ static int cmp_ref(const void *a, const void *b)
  * still 0. */
 static int make_table(flx_torchfile *f, struct walk *w)
 {
-	size_t klen = 0;
+	size_t klen = 0, m = 0;
 	char *p;
 
+	/* one ref per storage: merge the tensors' (sorted by key), which
+	 * must state the same storage */
 	qsort(w->refs, w->n, sizeof(*w->refs), cmp_ref);
+	for (size_t i = 0; i < w->n; i++) {
+		struct ref *r = &w->refs[i], *prev = m ? &w->refs[m - 1] : NULL;
+
+		if (prev && strcmp(prev->key, r->key) == 0) {
+			if (prev->bytes != r->bytes || prev->esize != r->esize)
+				return tf_fail(
+				    w->err, -EINVAL, w->name, r->path,
+				    "storage '%s' is stated as %" PRIu64
+				    " bytes of %u-byte elements here but as "
+				    "%" PRIu64 " bytes of %u-byte elements "
+				    "by '%s'",
+				    r->key, r->bytes, r->esize, prev->bytes,
+				    prev->esize, prev->path);
+			if (r->need > prev->need)
+				prev->need = r->need;
+			continue;
+		}
+		if (m != i)
+			w->refs[m] = *r;
+		m++;
+	}
+	w->n = m;
 	for (size_t i = 0; i < w->n; i++)
 		klen += strlen(w->refs[i].key) + 1;
 	f->st = calloc(w->n ? w->n : 1, sizeof(*f->st));
