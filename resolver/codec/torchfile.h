@@ -28,7 +28,8 @@
  *
  * Bounds: the file size comes from the reader; the object pickle is read
  * through a bounded window with the pickle VM's limits; at most
- * FLX_TORCHFILE_MAX_STORAGES storages (zip records or legacy keys); every
+ * FLX_TORCHFILE_MAX_STORAGES tensor nodes and as many storages (zip
+ * records or legacy keys); every
  * storage lies inside the file (record inside the archive, legacy payload
  * before EOF) and is at least as long as every tensor viewing it needs.
  * Refused: a big-endian byteorder or sys_info, a legacy storage key no
