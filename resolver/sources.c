@@ -8,6 +8,7 @@
 
 extern const flx_source flx_source_megatron;
 extern const flx_source flx_source_megatron_zarr;
+extern const flx_source flx_source_megatron_legacy;
 extern const flx_source flx_source_dcp;
 extern const flx_source flx_source_hf;
 extern const flx_source flx_source_paddle;
@@ -19,6 +20,11 @@ extern const flx_source flx_source_mindspore;
 const flx_source *const flx_sources[] = {
     &flx_source_megatron,
     &flx_source_megatron_zarr,
+    /* Megatron-LM's legacy per-rank files (mp_rank_TT[_PPP] directories,
+     * no metadata of their own): no other source claims such a
+     * directory; its enter hook is torch_dist's (the same save
+     * directory layout) */
+    &flx_source_megatron_legacy,
     &flx_source_dcp,
     &flx_source_paddle,
     &flx_source_hf,
