@@ -889,6 +889,9 @@ static int build_tensor(ld *x, size_t a, size_t e, flx_tensor *t,
 	if (rule == FLX_MLG_CHUNKS && x->TP > 1)
 		return fail(x, r0->rk->rel, r0->local,
 			    "no tensor-parallel rule for this key");
+	/* at tp 1 a rank's tensor is the global one, [gate; up] too */
+	if (rule == FLX_MLG_GLU && x->TP == 1)
+		rule = FLX_MLG_COL;
 	if (axis >= r0->p.ndim)
 		return fail(x, r0->rk->rel, r0->local,
 			    "%d axes: its split axis %d is missing",
