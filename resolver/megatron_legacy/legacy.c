@@ -1093,7 +1093,7 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 		if (!x.c->writer)
 			rc = -ENOMEM;
 		x.c->mtime_ns = x.c->files[x.rk[0].file].mtime_ns;
-		x.c->megatron = x.m;
+		x.c->src_state = x.m;
 	}
 	for (size_t i = 0; i < x.nr; i++) {
 		free(x.r[i].key);
@@ -1117,4 +1117,8 @@ const flx_source flx_source_megatron_legacy = {
     .owns = owns,
     .load = load,
     .enter = flx_mcore_enter,
+    /* megatron_iter; the facts "megatron" (the args) and "swiglu" */
+    .opts = &flx_mcore_opts,
+    .fact = flx_mcore_fact,
+    .facts = flx_mcore_facts,
 };
