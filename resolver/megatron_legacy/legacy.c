@@ -45,22 +45,22 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define RANK_FILE "model_optim_rng.pt"
-#define LAYERS	  "decoder.layers."
-#define WORD_EMB  "embedding.word_embeddings.weight"
-#define OUT_W	  "output_layer.weight"
-#define MAX_TP	  1024
-#define MAX_PP	  1024
-#define MAX_RANKS 65536
-#define MAX_VP	  64
-#define MAX_PKL	  (1u << 28) /* data.pkl bytes of one rank file */
+#define RANK_FILE	 "model_optim_rng.pt"
+#define LAYERS		 "decoder.layers."
+#define WORD_EMB	 "embedding.word_embeddings.weight"
+#define OUT_W		 "output_layer.weight"
+#define MAX_TP		 1024
+#define MAX_PP		 1024
+#define MAX_RANKS	 65536
+#define MAX_VP		 64
+#define MAX_PKL		 (1u << 28) /* data.pkl bytes of one rank file */
 #define MAX_LOCAL_LAYERS 100000
 #define CMP_BUF		 (1u << 20)
 
 /* A rank file. */
 typedef struct rank {
 	int tp, pp;
-	char rel[80]; /* "mp_rank_00_000/model_optim_rng.pt" */
+	char rel[80];  /* "mp_rank_00_000/model_optim_rng.pt" */
 	char name[64]; /* "mp_rank_00_000" */
 	uint32_t file;
 	uint64_t pkl_off, pkl_len;
@@ -96,8 +96,8 @@ typedef struct ld {
 	int swiglu, untie;
 } ld;
 
-static int fail(ld *x, const char *file, const char *key, const char *fmt,
-		...) __attribute__((format(printf, 4, 5)));
+static int fail(ld *x, const char *file, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 static int fail(ld *x, const char *file, const char *key, const char *fmt, ...)
 {
@@ -177,7 +177,8 @@ static int probe(int dirfd, bool *yes)
 			close(fd);
 		return 0;
 	}
-	if (exists_at(dirfd, ".metadata") || exists_at(dirfd, "metadata.json")) {
+	if (exists_at(dirfd, ".metadata") ||
+	    exists_at(dirfd, "metadata.json")) {
 		closedir(d);
 		return 0;
 	}
@@ -331,8 +332,8 @@ static int read_rank(ld *x, rank *k)
 		rc = flx_error_set(x->err, rc, k->rel, "data.pkl",
 				   "cannot read: %s", strerror(-rc));
 	else
-		rc = flx_pickle_load(buf, zr.size, k->rel, &lim, &k->pk,
-				     x->err);
+		rc =
+		    flx_pickle_load(buf, zr.size, k->rel, &lim, &k->pk, x->err);
 	free(buf);
 	if (rc)
 		return rc;
@@ -340,7 +341,8 @@ static int read_rank(ld *x, rank *k)
 	k->pkl_len = zr.size;
 	k->root = flx_pickle_root(k->pk);
 	if (!k->root || k->root->kind != FLX_PV_DICT)
-		return fail(x, k->rel, NULL, "the saved value is a %s, not a dict",
+		return fail(x, k->rel, NULL,
+			    "the saved value is a %s, not a dict",
 			    flx_pv_kind_name(k->root));
 	return 0;
 }
@@ -367,14 +369,14 @@ static int model_dicts(ld *x, const rank *k, const flx_pv **md)
 		return fail(x, k->rel, "model",
 			    "no model state dict ('model' or 'model0')");
 	if (x->VP && n != x->VP)
-		return fail(x, k->rel, "model",
-			    "%d model chunks, %s has %d", n, x->rk[0].rel,
-			    x->VP);
+		return fail(x, k->rel, "model", "%d model chunks, %s has %d", n,
+			    x->rk[0].rel, x->VP);
 	x->VP = n;
 	for (int i = 0; i < n; i++)
 		if (md[i]->kind != FLX_PV_DICT)
 			return fail(x, k->rel, n > 1 ? "model0" : "model",
-				    "a %s, not a dict", flx_pv_kind_name(md[i]));
+				    "a %s, not a dict",
+				    flx_pv_kind_name(md[i]));
 	return 0;
 }
 
@@ -438,7 +440,8 @@ static int global_key(ld *x, const rank *k, const char *key, char *out,
 			    "a MoE layer: MoE legacy saves are not read");
 	*layer = l;
 	if (!strncmp(rest, "input_layernorm.", 16))
-		snprintf(out, cap, LAYERS "self_attention.linear_qkv.layer_norm_%s",
+		snprintf(out, cap,
+			 LAYERS "self_attention.linear_qkv.layer_norm_%s",
 			 rest + 16);
 	else if (!strncmp(rest, "pre_mlp_layernorm.", 18))
 		snprintf(out, cap, LAYERS "mlp.linear_fc1.layer_norm_%s",
@@ -493,7 +496,8 @@ static int add_entry(ld *x, rank *k, int vc, const char *key, const flx_pv *v)
 		char rel[96];
 
 		snprintf(rel, sizeof(rel), "data/%s", r->p.key);
-		if (flx_zip_find(k->z, rel, &zr) || r->p.storage_bytes > zr.size)
+		if (flx_zip_find(k->z, rel, &zr) ||
+		    r->p.storage_bytes > zr.size)
 			return fail(x, k->rel, what,
 				    "storage record data/%s is missing or "
 				    "shorter than the storage",
@@ -550,24 +554,28 @@ static int read_models(ld *x)
 /* ---- the facts ---- */
 
 /* The args fields every rank must agree on. */
-#define AGREE(f) {#f, offsetof(flx_megatron, f)}
+#define AGREE(f)                                                               \
+	{                                                                      \
+#f, offsetof(flx_megatron, f)                                  \
+	}
 static const struct {
 	const char *name;
 	size_t off;
-} agree64[] = {
-    AGREE(iteration),
-    AGREE(num_layers),
-    AGREE(hidden_size),
-    AGREE(num_attention_heads),
-    AGREE(num_query_groups),
-    AGREE(kv_channels),
-    AGREE(ffn_hidden_size),
-    AGREE(padded_vocab_size),
-    AGREE(make_vocab_size_divisible_by),
-    AGREE(tensor_model_parallel_size),
-    AGREE(pipeline_model_parallel_size),
-    AGREE(virtual_pipeline_model_parallel_size),
-    AGREE(vocab_size),
+} agree64[] =
+    {
+	AGREE(iteration),
+	AGREE(num_layers),
+	AGREE(hidden_size),
+	AGREE(num_attention_heads),
+	AGREE(num_query_groups),
+	AGREE(kv_channels),
+	AGREE(ffn_hidden_size),
+	AGREE(padded_vocab_size),
+	AGREE(make_vocab_size_divisible_by),
+	AGREE(tensor_model_parallel_size),
+	AGREE(pipeline_model_parallel_size),
+	AGREE(virtual_pipeline_model_parallel_size),
+	AGREE(vocab_size),
 },
   agree32[] = {
       AGREE(swiglu),
@@ -596,26 +604,24 @@ static int read_facts(ld *x)
 		     !rc && f < sizeof(agree64) / sizeof(agree64[0]); f++)
 			if (*(int64_t *)((char *)x->m + agree64[f].off) !=
 			    *(int64_t *)((char *)&other + agree64[f].off))
-				rc = fail(x, at, agree64[f].name,
-					  "%lld, but %s says %lld",
-					  (long long)*(int64_t *)((char *)&other +
-								 agree64[f]
-								     .off),
-					  x->rk[0].rel,
-					  (long long)*(int64_t *)((char *)x->m +
-								 agree64[f]
-								     .off));
+				rc = fail(
+				    x, at, agree64[f].name,
+				    "%lld, but %s says %lld",
+				    (long long)*(int64_t *)((char *)&other +
+							    agree64[f].off),
+				    x->rk[0].rel,
+				    (long long)*(int64_t *)((char *)x->m +
+							    agree64[f].off));
 		for (size_t f = 0;
 		     !rc && f < sizeof(agree32) / sizeof(agree32[0]); f++)
 			if (*(int *)((char *)x->m + agree32[f].off) !=
 			    *(int *)((char *)&other + agree32[f].off))
-				rc = fail(x, at, agree32[f].name,
-					  "%d, but %s says %d",
-					  *(int *)((char *)&other +
-						   agree32[f].off),
-					  x->rk[0].rel,
-					  *(int *)((char *)x->m +
-						   agree32[f].off));
+				rc = fail(
+				    x, at, agree32[f].name,
+				    "%d, but %s says %d",
+				    *(int *)((char *)&other + agree32[f].off),
+				    x->rk[0].rel,
+				    *(int *)((char *)x->m + agree32[f].off));
 	}
 	if (rc)
 		return rc;
@@ -627,18 +633,18 @@ static int read_facts(ld *x)
 			    (long long)x->m->tensor_model_parallel_size, x->TP);
 	if (x->m->pipeline_model_parallel_size > 0 &&
 	    x->m->pipeline_model_parallel_size != x->PP)
-		return fail(x, x->rk[0].rel,
-			    "args.pipeline_model_parallel_size",
-			    "%lld, but the rank directories make pp %d",
-			    (long long)x->m->pipeline_model_parallel_size,
-			    x->PP);
+		return fail(
+		    x, x->rk[0].rel, "args.pipeline_model_parallel_size",
+		    "%lld, but the rank directories make pp %d",
+		    (long long)x->m->pipeline_model_parallel_size, x->PP);
 	if (x->m->virtual_pipeline_model_parallel_size > 1 &&
 	    x->m->virtual_pipeline_model_parallel_size != x->VP)
-		return fail(x, x->rk[0].rel,
-			    "args.virtual_pipeline_model_parallel_size",
-			    "%lld, but the files hold %d model chunks",
-			    (long long)x->m->virtual_pipeline_model_parallel_size,
-			    x->VP);
+		return fail(
+		    x, x->rk[0].rel,
+		    "args.virtual_pipeline_model_parallel_size",
+		    "%lld, but the files hold %d model chunks",
+		    (long long)x->m->virtual_pipeline_model_parallel_size,
+		    x->VP);
 	x->m->tensor_model_parallel_size = x->TP;
 	x->m->pipeline_model_parallel_size = x->PP;
 	x->m->virtual_pipeline_model_parallel_size = x->VP > 1 ? x->VP : -1;
@@ -781,17 +787,17 @@ static int same_bytes(ld *x, const rec *a, const rec *b, unsigned char *buf,
 			    "a replicated tensor saved with strides: not "
 			    "compared, not read");
 	for (uint64_t at = 0; !rc && *same && at < n; at += CMP_BUF / 2) {
-		size_t k = n - at < CMP_BUF / 2 ? (size_t)(n - at) : CMP_BUF / 2;
+		size_t k =
+		    n - at < CMP_BUF / 2 ? (size_t)(n - at) : CMP_BUF / 2;
 
 		rc = flx_file_pread(x->c, a->rk->file, buf, k, oa + at);
 		if (!rc)
-			rc = flx_file_pread(x->c, b->rk->file, buf + CMP_BUF / 2,
-					    k, ob + at);
+			rc = flx_file_pread(x->c, b->rk->file,
+					    buf + CMP_BUF / 2, k, ob + at);
 		if (rc)
-			return flx_error_set(x->err, rc, rc == -EIO ? b->rk->rel
-								    : a->rk->rel,
-					     b->local, "cannot read: %s",
-					     strerror(-rc));
+			return flx_error_set(
+			    x->err, rc, rc == -EIO ? b->rk->rel : a->rk->rel,
+			    b->local, "cannot read: %s", strerror(-rc));
 		*same = !memcmp(buf, buf + CMP_BUF / 2, k);
 	}
 	return rc;
@@ -894,8 +900,8 @@ static int build_tensor(ld *x, size_t a, size_t e, flx_tensor *t,
 		rule = FLX_MLG_COL;
 	if (axis >= r0->p.ndim)
 		return fail(x, r0->rk->rel, r0->local,
-			    "%d axes: its split axis %d is missing",
-			    r0->p.ndim, axis);
+			    "%d axes: its split axis %d is missing", r0->p.ndim,
+			    axis);
 	if (rule == FLX_MLG_GLU && r0->p.size[0] % 2)
 		return fail(x, r0->rk->rel, r0->local,
 			    "SwiGLU: %lld rows do not halve into gate and up",
@@ -925,7 +931,8 @@ static int build_tensor(ld *x, size_t a, size_t e, flx_tensor *t,
 	if (tied_out) {
 		/* the last stage's copy of its slice of the embedding */
 		for (i = a; i < e; i++) {
-			const rec *emb = find_rec(x, WORD_EMB, x->r[i].rk->tp, 0);
+			const rec *emb =
+			    find_rec(x, WORD_EMB, x->r[i].rk->tp, 0);
 			bool same = false;
 
 			if (!emb || emb->p.dtype != x->r[i].p.dtype ||
