@@ -32,3 +32,18 @@ add_test(NAME test_chaos_megatron_zarr COMMAND test_chaos
   fixtures/megatron-zarr/ckpt unit/data/megatron/chaos-rules.json
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(test_chaos_megatron_zarr PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# The same over the torch.save source: a training checkpoint (zip, nested
+# state dict, optimizer tensors), transformers' sharded .bin + index, and
+# a legacy (pre-1.6) file.
+add_test(NAME test_chaos_torchsave COMMAND test_chaos
+  fixtures/ts-t113-train/ckpt fixtures/ts-t113-train/rules.json
+  WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_chaos_torchsave PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+add_test(NAME test_chaos_torchsave_sharded COMMAND test_chaos
+  fixtures/ts-t113-sharded/ckpt fixtures/ts-t113-sharded/rules.json
+  WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_chaos_torchsave_sharded PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+add_test(NAME test_chaos_torchsave_legacy COMMAND test_chaos
+  fixtures/ts-t113-legacy/ckpt fixtures/ts-t113-legacy/rules.json
+  WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_chaos_torchsave_legacy PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
