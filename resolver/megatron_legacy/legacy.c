@@ -31,8 +31,7 @@
 #include "pickle.h"
 #include "reader.h"
 #include "source.h"
-#include "torchpkl.h"
-#include "zipitem.h"
+#include "torchfile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -53,7 +52,6 @@
 #define MAX_PP		 1024
 #define MAX_RANKS	 65536
 #define MAX_VP		 64
-#define MAX_PKL		 (1u << 28) /* data.pkl bytes of one rank file */
 #define MAX_LOCAL_LAYERS 100000
 #define CMP_BUF		 (1u << 20)
 
@@ -64,8 +62,7 @@ typedef struct rank {
 	char name[64]; /* "mp_rank_00_000" */
 	uint32_t file;
 	uint64_t pkl_off, pkl_len;
-	flx_pickle *pk;
-	flx_zip *z;
+	flx_torchfile *tf;
 	const flx_pv *root;
 	int nlocal; /* local layers per virtual chunk (-1: none seen) */
 } rank;
@@ -301,45 +298,24 @@ out:
 	return rc;
 }
 
-/* Open rank file k, locate data.pkl and decode it (inertly). */
+/* Open rank file k: a torch.save file (zip or pre-1.6), its object
+ * pickle decoded inertly and every tensor in it located. */
 static int read_rank(ld *x, rank *k)
 {
 	static const flx_file_ref ref = {
 	    .from = "mp_rank_*", .field = "directory", .key = NULL};
-	static const flx_pickle_limits lim = {0};
 	flx_file_reader fr;
 	flx_reader r;
-	flx_zip_rec zr;
-	unsigned char *buf = NULL;
 	int rc = flx_build_data_file(x->b, k->rel, &ref, &k->file);
 
 	if (rc)
 		return rc;
 	flx_reader_file(&r, &fr, x->c, k->file, 0, x->c->files[k->file].size);
-	rc = flx_zip_open(&r, k->rel, &k->z, x->err);
+	rc = flx_torchfile_open(&r, k->rel, &k->tf, x->err);
 	if (rc)
 		return rc;
-	if (flx_zip_find(k->z, "data.pkl", &zr))
-		return fail(x, k->rel, NULL, "no data.pkl record in the zip");
-	if (zr.size > MAX_PKL)
-		return fail(x, k->rel, "data.pkl", "larger than %u MiB",
-			    MAX_PKL >> 20);
-	buf = malloc(zr.size ? zr.size : 1);
-	if (!buf)
-		return -ENOMEM;
-	rc = flx_file_pread(x->c, k->file, buf, zr.size, zr.data_off);
-	if (rc)
-		rc = flx_error_set(x->err, rc, k->rel, "data.pkl",
-				   "cannot read: %s", strerror(-rc));
-	else
-		rc =
-		    flx_pickle_load(buf, zr.size, k->rel, &lim, &k->pk, x->err);
-	free(buf);
-	if (rc)
-		return rc;
-	k->pkl_off = zr.data_off;
-	k->pkl_len = zr.size;
-	k->root = flx_pickle_root(k->pk);
+	flx_torchfile_pickle_span(k->tf, &k->pkl_off, &k->pkl_len);
+	k->root = flx_torchfile_root(k->tf);
 	if (!k->root || k->root->kind != FLX_PV_DICT)
 		return fail(x, k->rel, NULL,
 			    "the saved value is a %s, not a dict",
@@ -382,20 +358,21 @@ static int model_dicts(ld *x, const rank *k, const flx_pv **md)
 
 /* An _extra_state value that holds nothing: None, or an empty tensor
  * (Transformer Engine's when FP8 is off). */
-static bool empty_extra(const flx_pv *v, const char *key)
+static bool empty_extra(const rank *k, const flx_pv *v, const char *key)
 {
-	flx_tensor_pkl p;
+	flx_torchfile_tensor tt;
 	flx_error e;
 
 	if (v->kind == FLX_PV_NONE)
 		return true;
 	flx_error_init(&e);
-	if (flx_tensor_pkl_from_pv(v, key, &p, &e))
+	if (!flx_torchfile_is_tensor(v) ||
+	    flx_torchfile_resolve(k->tf, v, key, &tt, &e))
 		return false;
-	for (int d = 0; d < p.ndim; d++)
-		if (!p.size[d])
+	for (int d = 0; d < tt.t.ndim; d++)
+		if (!tt.t.size[d])
 			return true;
-	return p.ndim == 1 && p.size[0] == 0;
+	return false;
 }
 
 static bool ends_with(const char *s, const char *suf)
@@ -455,7 +432,7 @@ static int global_key(ld *x, const rank *k, const char *key, char *out,
 static int add_entry(ld *x, rank *k, int vc, const char *key, const flx_pv *v)
 {
 	char gk[512], what[560];
-	flx_zip_rec zr;
+	flx_torchfile_tensor tt;
 	int64_t layer;
 	rec *r;
 	int rc;
@@ -465,7 +442,7 @@ static int add_entry(ld *x, rank *k, int vc, const char *key, const flx_pv *v)
 	else
 		snprintf(what, sizeof(what), "%s", key);
 	if (ends_with(key, "._extra_state")) {
-		if (empty_extra(v, key))
+		if (empty_extra(k, v, key))
 			return 0;
 		return fail(x, k->rel, what,
 			    "a non-empty _extra_state (Transformer Engine FP8 "
@@ -487,22 +464,13 @@ static int add_entry(ld *x, rank *k, int vc, const char *key, const flx_pv *v)
 	}
 	r = &x->r[x->nr];
 	memset(r, 0, sizeof(*r));
-	rc = flx_tensor_pkl_from_pv(v, what, &r->p, x->err);
-	if (rc) {
-		flx_error_file(x->err, k->rel);
+	rc = flx_torchfile_is_tensor(v)
+		 ? flx_torchfile_resolve(k->tf, v, what, &tt, x->err)
+		 : fail(x, k->rel, what, "a %s, not a tensor",
+			flx_pv_kind_name(v));
+	if (rc)
 		return rc;
-	}
-	{
-		char rel[96];
-
-		snprintf(rel, sizeof(rel), "data/%s", r->p.key);
-		if (flx_zip_find(k->z, rel, &zr) ||
-		    r->p.storage_bytes > zr.size)
-			return fail(x, k->rel, what,
-				    "storage record data/%s is missing or "
-				    "shorter than the storage",
-				    r->p.key);
-	}
+	r->p = tt.t;
 	r->key = strdup(gk);
 	r->local = strdup(what);
 	if (!r->key || !r->local) {
@@ -514,7 +482,7 @@ static int add_entry(ld *x, rank *k, int vc, const char *key, const flx_pv *v)
 	r->rk = k;
 	r->vc = vc;
 	r->layer = layer;
-	r->data_off = zr.data_off;
+	r->data_off = tt.data_off;
 	if (layer >= 0 && layer + 1 > k->nlocal)
 		k->nlocal = (int)(layer + 1);
 	return 0;
@@ -1108,8 +1076,7 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	}
 	free(x.r);
 	for (int i = 0; i < x.nrk; i++) {
-		flx_pickle_free(x.rk[i].pk);
-		flx_zip_close(x.rk[i].z);
+		flx_torchfile_close(x.rk[i].tf);
 	}
 	free(x.rk);
 	return rc;
