@@ -67,6 +67,22 @@ views() {
 	[ ! -s "$FF_ERR" ]
 }
 
+# views_changed NAME TP PP DIR: views NAME TP PP DIR, whose rank files
+# (the objects) differ from NAME's: the truth's objects are DIR's files.
+views_changed() {
+	rm -rf "$BATS_TEST_TMPDIR/$1"
+	cp -r "$BATS_FILE_TMPDIR/$1" "$BATS_TEST_TMPDIR/$1"
+	/usr/bin/python3 - "$4" "$BATS_TEST_TMPDIR/$1/truth/manifest.json" <<'PY'
+import hashlib, json, os, sys
+man = json.load(open(sys.argv[2]))
+for r in man["objects"]:
+    b = open(os.path.join(sys.argv[1], r, "model_optim_rng.pt"), "rb").read()
+    man["objects"][r] = {"length": len(b), "sha256": hashlib.sha256(b).hexdigest()}
+json.dump(man, open(sys.argv[2], "w"))
+PY
+	BATS_FILE_TMPDIR=$BATS_TEST_TMPDIR views "$@"
+}
+
 # legacy NAME OPTS EXPECTED: megatron/ of save NAME mounted with OPTS equals
 # the files in EXPECTED.
 legacy() {
@@ -213,19 +229,20 @@ PY
 	local d
 	d=$(mutate u21 'for r in ("mp_rank_00", "mp_rank_01"):
     sd = load(r); del sd["args"].swiglu; save(r, sd)')
-	# a wrong guess would put fc1's rows in another order; the truth's
-	# objects are the changed rank files
-	cp -r "$BATS_FILE_TMPDIR/u21" "$BATS_TEST_TMPDIR/u21"
-	/usr/bin/python3 - "$d" "$BATS_TEST_TMPDIR/u21/truth/manifest.json" <<'PY'
-import hashlib, json, os, sys
-man = json.load(open(sys.argv[2]))
-for r in man["objects"]:
-    b = open(os.path.join(sys.argv[1], r, "model_optim_rng.pt"), "rb").read()
-    man["objects"][r] = {"length": len(b), "sha256": hashlib.sha256(b).hexdigest()}
-json.dump(man, open(sys.argv[2], "w"))
-PY
-	BATS_FILE_TMPDIR=$BATS_TEST_TMPDIR views u21 2 1 "$d"
+	# a wrong guess would put fc1's rows in another order
+	views_changed u21 2 1 "$d"
 	d=$(mutate t12 'for r in ("mp_rank_00_000", "mp_rank_00_001"):
     sd = load(r); del sd["args"].untie_embeddings_and_output_weights; save(r, sd)')
 	refused "$d" "" "*args.untie_embeddings_and_output_weights*absent*"
+}
+
+@test "megatron-legacy: rank files in torch's pre-1.6 format mount the same" {
+	local d
+	d=$(mutate u22v 'import glob
+for f in glob.glob(os.path.join(d, "*", "model_optim_rng.pt")):
+    torch.save(torch.load(f), f, _use_new_zipfile_serialization=False)')
+	run head -c 2 "$d/mp_rank_00_000/model_optim_rng.pt"
+	[[ $output != PK ]]
+	views_changed u22v 2 2 "$d"
+	views_changed u22v 1 1 "$d"
 }
