@@ -170,9 +170,11 @@ static int probe(int dirfd, bool *yes)
 
 	*yes = false;
 	if (!d) {
+		int no = errno;
+
 		if (fd >= 0)
 			close(fd);
-		return 0;
+		return -no; /* cannot look: the open reports it */
 	}
 	if (exists_at(dirfd, ".metadata") ||
 	    exists_at(dirfd, "metadata.json")) {
