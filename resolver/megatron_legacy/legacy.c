@@ -10,9 +10,9 @@
  *      'model' (or 'model0' .. under a virtual pipeline): state dict,
  *      'optimizer', 'opt_param_scheduler', 'rng_state', ...}
  *
- * Every saved model tensor is located in place (its storage record in the
- * rank file's zip) and becomes one box of a global tensor (two for
- * SwiGLU's [gate_r; up_r]): layer keys stacked on a layer axis under
+ * Every saved model tensor is located in place (its storage in the rank
+ * file, zip or pre-1.6, by torchfile.h) and becomes one box of a global tensor
+ * (two for SwiGLU's [gate_r; up_r]): layer keys stacked on a layer axis under
  * their torch_dist names ("decoder.layers.self_attention.linear_qkv.
  * weight" [L, ...]; the local spec's input_layernorm / pre_mlp_layernorm
  * under their fused names), layer numbers made global from the stage and
