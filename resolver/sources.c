@@ -11,6 +11,7 @@
 
 extern const flx_source flx_source_megatron;
 extern const flx_source flx_source_megatron_zarr;
+extern const flx_source flx_source_megatron_legacy;
 extern const flx_source flx_source_dcp;
 extern const flx_source flx_source_hf;
 extern const flx_source flx_source_paddle;
@@ -27,6 +28,12 @@ const flx_source *const flx_sources[] = {
     &flx_source_paddle,
     &flx_source_hf,
     &flx_source_mindspore,
+    /* Megatron-LM's legacy per-rank files (mp_rank_TT[_PPP] directories
+     * holding model_optim_rng.pt, no metadata of their own): no source
+     * above claims such a directory; before torchsave, whose probe would
+     * (.pt files); after the plain formats, which "no source recognises
+     * it" names first.  Its enter hook is torch_dist's. */
+    &flx_source_megatron_legacy,
     /* last: other formats' directories hold .pt/.bin files too */
     &flx_source_torchsave,
     NULL,

@@ -6,6 +6,7 @@
  * order at the end.
  */
 #include "megatron_legacy.h"
+#include "megatron_legacy/mlg_rules.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -18,16 +19,7 @@
 #define WORD_EMB	     "embedding.word_embeddings.weight"
 #define DEFAULT_DIVISIBLE_BY 128
 
-/* How TP splits a parameter (docs/formats/megatron.md#tp-splits,
- * docs/formats/megatron.md#vocabulary-padding). */
-typedef enum split_rule {
-	R_REPL,	 /* replicated */
-	R_COL,	 /* axis 0 */
-	R_ROW,	 /* axis 1 */
-	R_GLU,	 /* [gate_r; up_r] of [gate; up] */
-	R_VOCAB, /* re-padded rows */
-	R_CHUNKS /* the one axis the saved chunks split */
-} split_rule;
+typedef flx_mlg_split split_rule;
 
 /* Modules of a transformer layer in registration order (TransformerLayer,
  * SelfAttention: core_attention, linear_proj, then linear_qkv; MoELayer:
@@ -103,13 +95,6 @@ bool flx_mlg_swiglu(const flx_ckpt *c)
 	return flx_ckpt_fact_true(c, "swiglu");
 }
 
-static bool ends_with(const char *s, const char *suf)
-{
-	size_t n = strlen(s), k = strlen(suf);
-
-	return n >= k && !strcmp(s + n - k, suf);
-}
-
 /* The last component of module path mod ("self_attention.linear_qkv" ->
  * "linear_qkv"). */
 static const char *last_comp(const char *mod)
@@ -123,27 +108,7 @@ static const char *last_comp(const char *mod)
  * without the layer prefix; a global key's module is its path). */
 static split_rule decide_split(const char *mod, const char *prm, bool swiglu)
 {
-	const char *m = last_comp(mod);
-	bool w = !strcmp(prm, "weight"), b = !strcmp(prm, "bias");
-
-	if ((!strcmp(mod, "embedding.word_embeddings") && w) ||
-	    (!strcmp(mod, "output_layer") && (w || b)))
-		return R_VOCAB;
-	if (!strncmp(prm, "layer_norm_", 11) || ends_with(m, "layernorm") ||
-	    !strcmp(m, "router") ||
-	    !strcmp(mod, "embedding.position_embeddings"))
-		return R_REPL;
-	if (!strcmp(m, "linear_qkv") && (w || b))
-		return R_COL;
-	if (!strcmp(m, "linear_fc1") && (w || b))
-		return swiglu ? R_GLU : R_COL;
-	if ((!strcmp(m, "linear_proj") || !strcmp(m, "linear_fc2")) && w)
-		return R_ROW;
-	if ((!strcmp(m, "linear_proj") || !strcmp(m, "linear_fc2")) && b)
-		return R_REPL;
-	if (!strcmp(m, "core_attention") && !strcmp(prm, "softmax_offset"))
-		return R_COL;
-	return R_CHUNKS;
+	return flx_mlg_split_rule(mod, prm, swiglu);
 }
 
 /* Whether module mod (legacy path without the layer prefix) is a linear
@@ -261,7 +226,7 @@ static int tp_slice(ctx *x, flx_mlg_entry *e, const flx_tensor *t,
 		e->shape[d] = t->shape[lead + d];
 	e->nparts = 1;
 	e->part[0] = (flx_mlg_part){.src = t, .box = *box};
-	if (r == R_CHUNKS) {
+	if (r == FLX_MLG_CHUNKS) {
 		ax = chunk_axis(t, lead);
 		if (ax == -2)
 			return fail(x, t->fqn,
@@ -270,14 +235,14 @@ static int tp_slice(ctx *x, flx_mlg_entry *e, const flx_tensor *t,
 		if (ax < 0)
 			return 0;
 	}
-	if (r == R_REPL)
+	if (r == FLX_MLG_REPL)
 		return 0;
-	if (r == R_ROW)
+	if (r == FLX_MLG_ROW)
 		ax = 1;
 	if (ax >= nd)
 		return fail(x, t->fqn, "no axis %d to split", ax);
 	n = e->shape[ax];
-	if (r == R_GLU) {
+	if (r == FLX_MLG_GLU) {
 		int64_t f;
 
 		if (n % (2 * T))
@@ -295,7 +260,7 @@ static int tp_slice(ctx *x, flx_mlg_entry *e, const flx_tensor *t,
 		e->shape[0] = 2 * f;
 		return 0;
 	}
-	if (r == R_VOCAB) {
+	if (r == FLX_MLG_VOCAB) {
 		int64_t V =
 		    true_vocab(x->c, x->tgt) ? true_vocab(x->c, x->tgt) : n;
 		int64_t P = repad(V, div_by(x), T), R = P / T, a = x->tp * R;

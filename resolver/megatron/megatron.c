@@ -398,6 +398,15 @@ static int interpret_common(const common_src *cs, const flx_pv *root,
 	return rc;
 }
 
+int flx_mcore_interpret_state(const char *file, const flx_pv *state,
+			      flx_megatron *m, flx_error *err)
+{
+	common_src cs = {.item = false};
+
+	snprintf(cs.file, sizeof(cs.file), "%s", file);
+	return interpret_common(&cs, state, m, err);
+}
+
 /* Decode the torch.save zip buf[0..len) (the file's bytes [base, base +
  * len)) of the common state: locate data.pkl, decode it inertly,
  * interpret it, and record where it lies. */

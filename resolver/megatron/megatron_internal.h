@@ -13,6 +13,7 @@
  */
 
 #include "megatron/megatron.h"
+#include "pickle.h"
 #include "source.h"
 
 #include <stdbool.h>
@@ -48,6 +49,16 @@ int flx_mcore_config(flx_build *b, const char *backend, int64_t *mtime_ns,
  */
 int flx_mcore_finish(flx_build *b, const char *kind, bool objects_bare,
 		     flx_error *err);
+
+/**
+ * Interpret a Megatron state dict (a dict: iteration, checkpoint_version,
+ * args, optimizer leftovers) into *m as the common state is read; file
+ * names it in messages.  For the megatron-legacy source, whose rank 0
+ * file holds the same fields.  Sets no file or pickle location.
+ * @return 0, or -EINVAL with err naming file and key.
+ */
+int flx_mcore_interpret_state(const char *file, const flx_pv *state,
+			      flx_megatron *m, flx_error *err);
 
 /* The sources' options (megatron_iter), facts and fact hook. */
 extern const flx_opt_group flx_mcore_opts;

@@ -47,3 +47,9 @@ add_test(NAME test_chaos_torchsave_legacy COMMAND test_chaos
   fixtures/ts-t113-legacy/ckpt fixtures/ts-t113-legacy/rules.json
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(test_chaos_torchsave_legacy PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# The same over the megatron-legacy source (per-rank torch.save files:
+# rank directories listed, replicated tensors compared at open).
+add_test(NAME test_chaos_megatron_legacy COMMAND test_chaos
+  fixtures/megatron-legacy-tp2pp2/ckpt/iter_0000100 unit/data/megatron/chaos-rules.json
+  WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_chaos_megatron_legacy PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
