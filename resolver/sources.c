@@ -12,6 +12,7 @@ extern const flx_source flx_source_dcp;
 extern const flx_source flx_source_hf;
 extern const flx_source flx_source_paddle;
 extern const flx_source flx_source_mindspore;
+extern const flx_source flx_source_deepspeed;
 
 /* Megatron's torch_dist is a DCP directory with a metadata.json: asked
  * first, so that DCP does not claim it.  Its zarr backend (metadata.json
@@ -23,6 +24,7 @@ const flx_source *const flx_sources[] = {
     &flx_source_paddle,
     &flx_source_hf,
     &flx_source_mindspore,
+    &flx_source_deepspeed, /* its *_model_states.pt + *_optim_states.pt are no other source's */
     NULL,
 };
 
