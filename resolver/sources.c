@@ -24,7 +24,7 @@ const flx_source *const flx_sources[] = {
     &flx_source_paddle,
     &flx_source_hf,
     &flx_source_mindspore,
-    &flx_source_deepspeed, /* its *_model_states.pt + *_optim_states.pt are no other source's */
+    &flx_source_deepspeed, /* its *_states.pt files are no one else's */
     NULL,
 };
 
