@@ -42,14 +42,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define LATEST_NAME	  "latest"
-#define MAX_LATEST_BYTES  4096u
-#define MAX_RANKS	  65536u
-#define MAX_PKL_BYTES	  (256ull << 20)
-#define MODEL12_NAME	  "mp_rank_00_model_states.pt"
-#define MODEL_SUFFIX	  "_model_states.pt"
-#define OPTIM_SUFFIX	  "_optim_states.pt"
-#define MOMENT_PREFIX	  "optimizer.state."
+#define LATEST_NAME	 "latest"
+#define MAX_LATEST_BYTES 4096u
+#define MAX_RANKS	 65536u
+#define MAX_PKL_BYTES	 (256ull << 20)
+#define MODEL12_NAME	 "mp_rank_00_model_states.pt"
+#define MODEL_SUFFIX	 "_model_states.pt"
+#define OPTIM_SUFFIX	 "_optim_states.pt"
+#define MOMENT_PREFIX	 "optimizer.state."
 
 /* One torch.save file: its zip directory and decoded pickle. */
 typedef struct ds_file {
@@ -63,7 +63,7 @@ typedef struct ds_file {
 /* A saved tensor located in its file. */
 typedef struct ds_saved {
 	const ds_file *f;
-	const char *key; /* for messages */
+	const char *key;   /* for messages */
 	uint64_t data_off; /* the storage record's offset in the file */
 	flx_tensor_pkl p;
 } ds_saved;
@@ -172,10 +172,11 @@ static bool is_dir(int dirfd, const char *name)
  * (either stage's names). */
 static int probe(int dirfd, bool *yes)
 {
-	*yes = (exists_reg(dirfd, MODEL12_NAME) ||
-		exists_reg(dirfd, "zero_pp_rank_0_mp_rank_00" MODEL_SUFFIX)) &&
-	       (exists_reg(dirfd, "zero_pp_rank_0_mp_rank_00" OPTIM_SUFFIX) ||
-		exists_reg(dirfd, "bf16_zero_pp_rank_0_mp_rank_00" OPTIM_SUFFIX));
+	*yes =
+	    (exists_reg(dirfd, MODEL12_NAME) ||
+	     exists_reg(dirfd, "zero_pp_rank_0_mp_rank_00" MODEL_SUFFIX)) &&
+	    (exists_reg(dirfd, "zero_pp_rank_0_mp_rank_00" OPTIM_SUFFIX) ||
+	     exists_reg(dirfd, "bf16_zero_pp_rank_0_mp_rank_00" OPTIM_SUFFIX));
 	return 0;
 }
 
@@ -508,8 +509,8 @@ static int finish_tensor(ds *d, flx_tensor *t, const char *from)
 
 /* The elements [e0, e0 + count) of t (row-major) lie at [at, at + count)
  * of the flat vector fl: one run per piece they meet, as boxes. */
-static int map_range(ds *d, const flx_tensor *t, const ds_flat *fl,
-		     uint64_t at, uint64_t count, int64_t e0)
+static int map_range(ds *d, const flx_tensor *t, const ds_flat *fl, uint64_t at,
+		     uint64_t count, int64_t e0)
 {
 	int64_t off[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS];
 	int64_t size[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS];
@@ -527,7 +528,8 @@ static int map_range(ds *d, const flx_tensor *t, const ds_flat *fl,
 		uint64_t len = (uint64_t)s->p.size[0];
 		uint64_t a = at > cs ? at : cs;
 		uint64_t z = at + count < cs + len ? at + count : cs + len;
-		int64_t p0 = e0 + (int64_t)(a - at), p1 = e0 + (int64_t)(z - at);
+		int64_t p0 = e0 + (int64_t)(a - at),
+			p1 = e0 + (int64_t)(z - at);
 		unsigned nb = 0;
 
 		if (a < z) {
@@ -565,8 +567,9 @@ static int whole(ds *d, const ds_file *f, const flx_pv *v, const char *name,
 
 	if (rc)
 		return rc;
-	if (ndim >= 0 && (s.p.ndim != ndim ||
-			  memcmp(s.p.size, shape, sizeof(int64_t) * (size_t)ndim)))
+	if (ndim >= 0 &&
+	    (s.p.ndim != ndim ||
+	     memcmp(s.p.size, shape, sizeof(int64_t) * (size_t)ndim)))
 		return flx_error_set(d->err, -EINVAL, f->name, name,
 				     "saved with %lld elements in %d dims, "
 				     "its recorded shape has %lld in %d",
@@ -619,9 +622,8 @@ static const flx_pv *get_kind(ds *d, const ds_file *f, const flx_pv *dict,
 
 	if (!v || (v->kind != kind &&
 		   !(kind == FLX_PV_LIST && v->kind == FLX_PV_TUPLE))) {
-		flx_error_set(d->err, -EINVAL, f->name, key,
-			      "%s, not %s", v ? flx_pv_kind_name(v) : "missing",
-			      what);
+		flx_error_set(d->err, -EINVAL, f->name, key, "%s, not %s",
+			      v ? flx_pv_kind_name(v) : "missing", what);
 		return NULL;
 	}
 	return v;
@@ -706,8 +708,7 @@ static int read_params(ds *d, const ds_file *m, ds_param **out, size_t *n,
 	return 0;
 }
 
-static int moment_name(ds *d, const char *which, const char *param,
-		       char **out)
+static int moment_name(ds *d, const char *which, const char *param, char **out)
 {
 	size_t n = strlen(MOMENT_PREFIX) + strlen(which) + strlen(param) + 2;
 
@@ -798,14 +799,14 @@ static int load_stage12(ds *d, ds_param *ps, size_t np, size_t ng)
 				used += (uint64_t)ps[i].numel;
 		if (used > fp[g].total ||
 		    !zero2_adds_up(used, fp[g].total, d->noptim))
-			rc = flx_error_set(d->err, -EINVAL, d->optim[0].name,
-					   "single_partition_of_fp32_groups",
-					   "group %zu: the parameters need %llu "
-					   "elements, the %zu partitions hold "
-					   "%llu: they do not add up",
-					   g, (unsigned long long)used,
-					   d->noptim,
-					   (unsigned long long)fp[g].total);
+			rc = flx_error_set(
+			    d->err, -EINVAL, d->optim[0].name,
+			    "single_partition_of_fp32_groups",
+			    "group %zu: the parameters need %llu "
+			    "elements, the %zu partitions hold "
+			    "%llu: they do not add up",
+			    g, (unsigned long long)used, d->noptim,
+			    (unsigned long long)fp[g].total);
 		for (int k = 0; !rc && have_m && k < 2; k++)
 			if (mm[2 * g + (size_t)k].total < used)
 				rc = flx_error_set(
@@ -842,8 +843,8 @@ static int load_stage12(ds *d, ds_param *ps, size_t np, size_t ng)
 				    pass ? &mm[2 * g + (size_t)pass - 1]
 					 : &fp[g];
 
-				if (pass && fl->n && fl->t[0].p.dtype !=
-							 FLX_DT_F32) {
+				if (pass && fl->n &&
+				    fl->t[0].p.dtype != FLX_DT_F32) {
 					t->dtype = fl->t[0].p.dtype;
 				}
 				rc = map_range(d, t, fl, off,
@@ -921,9 +922,9 @@ static int load_stage3(ds *d, ds_param *ps, size_t np)
 				    d->err, -EINVAL, f->name, mom[k],
 				    "%llu elements, the parameters' "
 				    "partitions need %llu",
-				    (unsigned long long)fl[3 * r + 1 +
-							   (size_t)k]
-					.total,
+				    (unsigned long long)
+					fl[3 * r + 1 + (size_t)k]
+					    .total,
 				    (unsigned long long)need);
 	}
 	for (int pass = 0; !rc && pass < 3; pass++) {
@@ -976,8 +977,8 @@ static int load_buffers(ds *d, const ds_file *m)
 {
 	const flx_pv *names = get_kind(d, m, m->root, "buffer_names",
 				       FLX_PV_LIST, "a list of names");
-	const flx_pv *mod = get_kind(d, m, m->root, "module", FLX_PV_DICT,
-				     "a state dict");
+	const flx_pv *mod =
+	    get_kind(d, m, m->root, "module", FLX_PV_DICT, "a state dict");
 	int rc = 0;
 
 	if (!names || !mod)
@@ -1171,8 +1172,7 @@ static int list_files(ds *d, ds_name **om, size_t *nom, ds_name **mm,
 			}
 			bf16 = b16;
 			arr = om, n = nom, cap = &capo;
-		} else if (zero_name(e->d_name, MODEL_SUFFIX, &b16, &dr,
-				     &mp) &&
+		} else if (zero_name(e->d_name, MODEL_SUFFIX, &b16, &dr, &mp) &&
 			   !b16) {
 			arr = mm, n = nmm, cap = &capm;
 		} else if (model12_name(e->d_name, &mp)) {
@@ -1227,7 +1227,8 @@ static int check_count(ds *d)
 	if (!o)
 		return -EINVAL;
 	if (flx_pv_int(pc, &ws)) {
-	} else if (pc && (pc->kind == FLX_PV_LIST || pc->kind == FLX_PV_TUPLE)) {
+	} else if (pc &&
+		   (pc->kind == FLX_PV_LIST || pc->kind == FLX_PV_TUPLE)) {
 		for (size_t i = 0; i < flx_pv_len(pc); i++)
 			if (flx_pv_int(flx_pv_item(pc, i), &x) && x > ws)
 				ws = x;
@@ -1247,8 +1248,8 @@ static int check_count(ds *d)
 
 static int set_writer(ds *d)
 {
-	const char *v = flx_pv_str(flx_pv_dict_get(d->model[0].root,
-						   "ds_version"));
+	const char *v =
+	    flx_pv_str(flx_pv_dict_get(d->model[0].root, "ds_version"));
 	char vb[40];
 
 	snprintf(vb, sizeof(vb), "%s", v ? v : "?");
@@ -1279,8 +1280,9 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	if (!nom) {
 		rc = flx_error_set(err, -ENOENT,
 				   "zero_pp_rank_0_mp_rank_00" OPTIM_SUFFIX,
-				   NULL, "no optimizer states files: not a "
-					 "ZeRO checkpoint");
+				   NULL,
+				   "no optimizer states files: not a "
+				   "ZeRO checkpoint");
 		goto out;
 	}
 	d.optim = calloc(nom, sizeof(ds_file));
@@ -1300,7 +1302,8 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 		const flx_pv *os = osd_of(&d, &d.optim[0]);
 		const flx_pv *zs = flx_pv_dict_get(os, "zero_stage");
 
-		if (!zs && flx_pv_dict_get(os, "single_partition_of_fp32_groups")) {
+		if (!zs &&
+		    flx_pv_dict_get(os, "single_partition_of_fp32_groups")) {
 			d.bf16opt = true;
 			d.stage = 1;
 		} else {
@@ -1308,8 +1311,8 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 		}
 	}
 	for (size_t i = 1; !rc && i < nom; i++) {
-		const flx_pv *zs = flx_pv_dict_get(osd_of(&d, &d.optim[i]),
-						   "zero_stage");
+		const flx_pv *zs =
+		    flx_pv_dict_get(osd_of(&d, &d.optim[i]), "zero_stage");
 		int s = 1;
 
 		if (zs || !d.bf16opt)
@@ -1323,13 +1326,14 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 		goto out;
 	if (d.stage == 3) {
 		if (nmm != nom) {
-			rc = flx_error_set(err, -ENOENT,
-					   nmm ? mm[0].s
-					       : "zero_pp_rank_0_mp_rank_00" MODEL_SUFFIX,
-					   NULL,
-					   "ZeRO stage 3 keeps one model states "
-					   "file per rank: %zu for %zu ranks",
-					   nmm, nom);
+			rc = flx_error_set(
+			    err, -ENOENT,
+			    nmm ? mm[0].s
+				: "zero_pp_rank_0_mp_rank_00" MODEL_SUFFIX,
+			    NULL,
+			    "ZeRO stage 3 keeps one model states "
+			    "file per rank: %zu for %zu ranks",
+			    nmm, nom);
 			goto out;
 		}
 		for (size_t i = 0; i < nmm; i++)
