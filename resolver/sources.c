@@ -13,6 +13,7 @@ extern const flx_source flx_source_hf;
 extern const flx_source flx_source_paddle;
 extern const flx_source flx_source_mindspore;
 extern const flx_source flx_source_deepspeed;
+extern const flx_source flx_source_torchsave;
 
 /* Megatron's torch_dist is a DCP directory with a metadata.json: asked
  * first, so that DCP does not claim it.  Its zarr backend (metadata.json
@@ -24,7 +25,9 @@ const flx_source *const flx_sources[] = {
     &flx_source_paddle,
     &flx_source_hf,
     &flx_source_mindspore,
-    &flx_source_deepspeed, /* its *_states.pt files are no one else's */
+    &flx_source_deepspeed, /* before torchsave: its files are .pt too */
+    /* last: other formats' directories hold .pt/.bin files too */
+    &flx_source_torchsave,
     NULL,
 };
 

@@ -91,6 +91,7 @@ struct flx_pickle {
 	size_t left;		  /* cur[0..left) */
 	size_t next_size;	  /* of the next ordinary block, header too */
 	flx_pv *root;
+	uint64_t end; /* input offset just past STOP */
 };
 
 /* No hold on the window (see struct vm). */
@@ -1769,6 +1770,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		if ((rc = pop(vm, &a)))
 			return rc;
 		vm->p->root = a;
+		vm->p->end = at(vm);
 		*stop = true;
 		return 0;
 
@@ -2135,6 +2137,11 @@ int flx_pickle_load_reader(const flx_reader *r, const char *name,
 const flx_pv *flx_pickle_root(const flx_pickle *p)
 {
 	return p ? p->root : NULL;
+}
+
+uint64_t flx_pickle_end(const flx_pickle *p)
+{
+	return p ? p->end : 0;
 }
 
 void flx_pickle_free(flx_pickle *p)

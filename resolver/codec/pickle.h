@@ -173,6 +173,10 @@ int flx_pickle_load_reader(const flx_reader *r, const char *name,
 /** The decoded root value; borrowed, valid until flx_pickle_free(). */
 const flx_pv *flx_pickle_root(const flx_pickle *p);
 
+/** Input offset just past the STOP opcode that ended the pickle (where a
+ * stream of consecutive pickles continues); 0 for NULL. */
+uint64_t flx_pickle_end(const flx_pickle *p);
+
 /** Free everything; NULL is fine. */
 void flx_pickle_free(flx_pickle *p);
 

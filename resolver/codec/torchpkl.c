@@ -80,8 +80,16 @@ static int parse_persid(struct tctx *c, const flx_pv *st, flx_tensor_pkl *t,
 		return tfail(c, "storage argument is a %s, not a persistent id",
 			     flx_pv_kind_name(st));
 	pid = st->u.persid.pid;
-	if (!pid || pid->kind != FLX_PV_TUPLE || flx_pv_len(pid) != 5)
+	/* torch.serialization._legacy_save adds a sixth field, the storage
+	 * view's metadata, None since storages stopped having views */
+	if (!pid || pid->kind != FLX_PV_TUPLE ||
+	    (flx_pv_len(pid) != 5 && flx_pv_len(pid) != 6))
 		return tfail(c, "storage persistent id is not a 5-tuple");
+	if (flx_pv_len(pid) == 6 && flx_pv_item(pid, 5)->kind != FLX_PV_NONE)
+		return tfail(c,
+			     "storage persistent id names a storage view "
+			     "(%s): not supported",
+			     flx_pv_kind_name(flx_pv_item(pid, 5)));
 	tag = flx_pv_str(flx_pv_item(pid, 0));
 	if (!tag || strcmp(tag, "storage") != 0)
 		return tfail(c, "persistent id tag is not 'storage'");
@@ -101,6 +109,7 @@ static int parse_persid(struct tctx *c, const flx_pv *st, flx_tensor_pkl *t,
 	    !flx_pv_int(flx_pv_item(pid, 4), &numel) || numel < 0)
 		return tfail(c, "storage size is not a non-negative int");
 	esize = *untyped ? 1 : flx_dtype_size(*sdt);
+	t->storage_esize = esize;
 	if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)esize,
 				   &t->storage_bytes))
 		return tfail(c, "storage size overflows");

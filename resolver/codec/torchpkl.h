@@ -8,8 +8,9 @@
  *                                   requires_grad, backward_hooks[, meta])
  *   torch._utils._rebuild_tensor_v3(..., backward_hooks, dtype[, meta])
  * with storage = BINPERSID ('storage', <torch.XStorage | UntypedStorage>,
- * key, location, numel).  numel counts elements for typed storages and
- * bytes for UntypedStorage; both are normalised to bytes here.
+ * key, location, numel) (the legacy format adds a sixth field, the view
+ * metadata, which must be None).  numel counts elements for typed storages
+ * and bytes for UntypedStorage; both are normalised to bytes here.
  */
 
 #include "dtype.h"
@@ -23,6 +24,8 @@ typedef struct flx_tensor_pkl {
 	flx_dtype dtype;
 	char key[64];		/* storage record name under data/ */
 	uint64_t storage_bytes; /* storage size in bytes */
+	/* bytes per element of the storage class (1 for UntypedStorage) */
+	unsigned storage_esize;
 	int64_t storage_offset; /* elements */
 	int ndim;
 	int64_t size[FLX_MAX_DIMS];

@@ -75,7 +75,15 @@ struct zctx {
 	const flx_reader *r;
 	const char *name;
 	flx_error *err;
+	uint64_t max_entries; /* FLX_ZIP_MAX_ENTRIES unless raised */
 };
+
+/* The central directory's size limit for an archive of up to max entries:
+ * MAX_CD_SIZE, or 256 bytes per entry when more are allowed. */
+static uint64_t cd_limit(uint64_t max)
+{
+	return max > FLX_ZIP_MAX_ENTRIES ? max * 256 : MAX_CD_SIZE;
+}
 
 static int zfail(struct zctx *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -255,19 +263,20 @@ static int read_end(struct zctx *c, struct cdinfo *ci)
 			     ent_disk, ent);
 	if (ent == 0)
 		return zfail(c, -EINVAL, "EOCD: the archive has no entries");
-	if (ent > FLX_ZIP_MAX_ENTRIES)
-		return zfail(c, -EINVAL, "EOCD: %" PRIu64 " entries (limit %d)",
-			     ent, FLX_ZIP_MAX_ENTRIES);
+	if (ent > c->max_entries)
+		return zfail(c, -EINVAL,
+			     "EOCD: %" PRIu64 " entries (limit %" PRIu64 ")",
+			     ent, c->max_entries);
 	if (cd_size < ent * CDH_LEN)
 		return zfail(c, -EINVAL,
 			     "EOCD: central directory of %" PRIu64
 			     " bytes cannot hold %" PRIu64 " entries",
 			     cd_size, ent);
-	if (cd_size > MAX_CD_SIZE)
+	if (cd_size > cd_limit(c->max_entries))
 		return zfail(c, -EINVAL,
 			     "central directory of %" PRIu64
-			     " bytes (limit %d)",
-			     cd_size, MAX_CD_SIZE);
+			     " bytes (limit %" PRIu64 ")",
+			     cd_size, cd_limit(c->max_entries));
 	if (cd_off > ci->end || cd_size > ci->end - cd_off)
 		return zfail(c, -EINVAL,
 			     "central directory [%" PRIu64 ", +%" PRIu64
@@ -510,10 +519,11 @@ static int parse(flx_zip *z, struct zctx *cx)
 	return 0;
 }
 
-int flx_zip_parse(flx_zip *z, const flx_reader *r, const char *name,
-		  flx_error *err)
+static int parse_max(flx_zip *z, const flx_reader *r, const char *name,
+		     uint64_t max_entries, flx_error *err)
 {
-	struct zctx c = {.r = r, .name = name, .err = err};
+	struct zctx c = {
+	    .r = r, .name = name, .err = err, .max_entries = max_entries};
 	int rc;
 
 	z->n = 0;
@@ -524,6 +534,32 @@ int flx_zip_parse(flx_zip *z, const flx_reader *r, const char *name,
 		z->prefix = NULL;
 	}
 	return rc;
+}
+
+int flx_zip_parse(flx_zip *z, const flx_reader *r, const char *name,
+		  flx_error *err)
+{
+	return parse_max(z, r, name, FLX_ZIP_MAX_ENTRIES, err);
+}
+
+int flx_zip_open_max(const flx_reader *r, const char *name,
+		     uint32_t max_entries, flx_zip **out, flx_error *err)
+{
+	flx_zip *z = flx_zip_new();
+	int rc;
+
+	if (!z)
+		return flx_error_set(err, -ENOMEM, name, NULL,
+				     "zip: out of memory");
+	if (max_entries < FLX_ZIP_MAX_ENTRIES)
+		max_entries = FLX_ZIP_MAX_ENTRIES;
+	rc = parse_max(z, r, name, max_entries, err);
+	if (rc) {
+		flx_zip_close(z);
+		return rc;
+	}
+	*out = z;
+	return 0;
 }
 
 int flx_zip_open(const flx_reader *r, const char *name, flx_zip **out,

@@ -41,6 +41,15 @@ int flx_zip_open(const flx_reader *r, const char *name, flx_zip **out,
 		 flx_error *err);
 
 /**
+ * flx_zip_open() for an archive of up to max_entries records (at least
+ * FLX_ZIP_MAX_ENTRIES), its central directory up to 256 bytes per record:
+ * a whole torch.save file holds one record per storage.
+ * @return as flx_zip_open().
+ */
+int flx_zip_open_max(const flx_reader *r, const char *name,
+		     uint32_t max_entries, flx_zip **out, flx_error *err);
+
+/**
  * The same as a reusable object: flx_zip_new() makes an empty one (NULL:
  * out of memory), flx_zip_parse() parses r into it, replacing what it
  * held and reusing its memory (no allocation once it has grown to the

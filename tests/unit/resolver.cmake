@@ -5,6 +5,7 @@
 flx_unit(test_pickle flx_resolver)
 flx_unit(test_zipitem flx_resolver)
 flx_unit(test_torchpkl flx_resolver)
+flx_unit(test_torchfile flx_resolver)
 flx_unit(test_reader flx_resolver)
 flx_unit(test_index flx_resolver)
 flx_unit(test_flatbox flx_resolver)
