@@ -267,14 +267,15 @@ static void usage(const char *prog)
 	printf("usage: %s [options] CHECKPOINT MOUNTPOINT\n"
 	       "       mount -t flexfs CHECKPOINT MOUNTPOINT -o tp=N[,...]\n"
 	       "\n"
-	       "Mount the PyTorch Distributed Checkpoint directory CHECKPOINT "
-	       "read-only at\n"
-	       "MOUNTPOINT, resharded into per-rank views for tp x pp "
-	       "ranks.\n"
-	       "\n"
-	       "%s\n"
-	       "libfuse options:\n",
-	       prog, flx_mo_help);
+	       "Mount the checkpoint directory CHECKPOINT read-only at "
+	       "MOUNTPOINT, resharded\n"
+	       "into per-rank views for tp x pp ranks.\n"
+	       "\n",
+	       prog);
+	flx_mo_print_formats(stdout);
+	printf("\n");
+	flx_mo_print_help(stdout, FLX_PROG_MOUNT);
+	printf("\nlibfuse options:\n");
 	fuse_cmdline_help();
 	fuse_lowlevel_help();
 }

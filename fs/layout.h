@@ -27,6 +27,7 @@
 
 #include "formats/gen.h"
 #include "names.h"
+#include "opt.h"
 #include "tree_internal.h"
 
 #include <stddef.h>
@@ -59,6 +60,9 @@ typedef struct flx_layout {
 	int (*object_file)(const flx_object *o, char *out);
 	/** File k (from 0) of n shards (n > 1) of the whole model. */
 	int (*shard_file)(size_t k, size_t n, char *out);
+	/* NULL, or the layout's own options ("-o NAME=VALUE"), read at
+	 * build time from b->plan->spec->opts by name (opt.h) */
+	const flx_opt_group *opts;
 } flx_layout;
 
 /* What a build shares with its layouts (they fill fs). */

@@ -21,6 +21,8 @@
  */
 #include "mpi_mount.h"
 
+#include "megatron/megatron.h"
+
 #include "bcache.h"
 #include "grow.h"
 #include "reader.h"
@@ -922,14 +924,14 @@ static int save_sub(flx_dm *m, const flx_ckpt_opts *o, char *sub, size_t cap,
 {
 	char buf[TRACKER_MAX];
 	const dm_file *t;
+	uint64_t it;
 	int rc = 0;
 
 	sub[0] = '\0';
 	if (find_file(m, "metadata.json"))
 		return 0;
-	if (o && o->has_megatron_iter) {
-		snprintf(sub, cap, "iter_%07llu",
-			 (unsigned long long)o->megatron_iter);
+	if (o && !flx_opt_u64(o->vals, "megatron_iter", &it)) {
+		snprintf(sub, cap, "iter_%07llu", (unsigned long long)it);
 		return 0;
 	}
 	t = find_file(m, FLX_MEGATRON_TRACKER);
@@ -979,7 +981,7 @@ static int enter_sub(flx_dm *m, const char *dir, const char *sub,
 	}
 	m->nfiles = n;
 	if (!n)
-		return o && o->has_megatron_iter
+		return o && flx_opt_given(o->vals, "megatron_iter")
 			   ? flx_error_set(err, -ENOENT, sub, "megatron_iter",
 					   "no rank holds this iteration "
 					   "directory")
@@ -1125,10 +1127,8 @@ int flx_dm_exchange(flx_dm *m, const char *dir, flx_ckpt_opts *o,
 	 * and serves it as entered (a release/ is named release/ again) */
 	if (!rc && sub[0] && !(m->entered = strdup(sub)))
 		rc = flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
-	if (!rc && sub[0] && o) {
-		o->has_megatron_iter = false;
+	if (!rc && sub[0] && o)
 		o->entered = m->entered;
-	}
 	if (!rc && !sub[0] && !(m->dir = strdup(dir)))
 		rc = flx_error_set(err, -ENOMEM, NULL, NULL, "out of memory");
 	if (!rc)

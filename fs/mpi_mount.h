@@ -74,9 +74,8 @@ int flx_dm_agree(flx_dm *m, int rc, flx_error *err);
  * the checkpoint, its files named from there on, wherever they lie (each
  * rank may hold any subset; every holder's tracker must be the same).
  * @param o  the open's options (megatron_iter), or NULL; when a save
- *           directory is entered, o->has_megatron_iter is cleared and
- *           o->entered names it, owned by m (the open then reads
- *           flx_dm_dir() as the checkpoint itself).
+ *           directory is entered, o->entered names it, owned by m (the open
+ * then reads flx_dm_dir() as the checkpoint itself).
  * @return 0, or -errno with the same one-line err on every rank.
  */
 int flx_dm_exchange(flx_dm *m, const char *dir, flx_ckpt_opts *o,

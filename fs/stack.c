@@ -17,10 +17,7 @@ int flx_stack_build(const char *source, const flx_ckpt_opts *o,
 	oo.defer_items = true;
 	rc = flx_ckpt_open_with(source, &oo, &s->ckpt, err);
 	if (!rc && spec->aoa) {
-		flx_aoa_opts ao = {.tp = spec->tp,
-				   .num_heads = spec->aoa_num_heads,
-				   .num_kv_groups = spec->aoa_num_kv_groups,
-				   .src_tp = spec->aoa_src_tp};
+		flx_aoa_opts ao = flx_aoa_opts_from(&spec->opts, spec->tp);
 
 		rc = flx_aoa_compile(spec->aoa, s->ckpt, &ao, &s->aoa, err);
 	}

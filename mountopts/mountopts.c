@@ -2,6 +2,7 @@
 #include "mountopts.h"
 
 #include "ckpt.h"
+#include "plugins.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -10,165 +11,189 @@
 #include <string.h>
 #include <unistd.h>
 
-const char flx_mo_help[] =
-    "flexfs options:\n"
-    "    -o tp=N                tensor-parallel ranks of the view "
-    "(default 1)\n"
-    "    -o pp=N                pipeline stages of the view (default 1)\n"
-    "    -o rules=FILE          JSON placement rules (split axis, stage) "
-    "per FQN glob\n"
-    "    -o rules=@NAME         a shipped preset (flexfs-inspect "
-    "--list-presets)\n"
-    "    -o layer_regex=ERE     finds the layer index of an FQN (last "
-    "group)\n"
-    "    -o embed_regex=ERE     FQNs that belong to the first stage\n"
-    "    -o pp_renumber[=0|1]   stage-local layer numbers in stage "
-    "views\n"
-    "    -o hf_shard_size=SIZE  bytes per hf/ shard, K/M/G/T suffixes "
-    "(default 5G)\n"
-    "    -o include=GLOB[:GLOB...]  serve only the tensors and objects "
-    "matching\n"
-    "                           one (fnmatch, names as saved; repeatable)\n"
-    "    -o exclude=GLOB[:GLOB...]  leave out those matching one\n"
-    "    -o strip_prefix=PREFIX cut PREFIX (e.g. model.) from the served "
-    "names\n"
-    "    -o source_format=NAME  read the checkpoint as torch-dcp or "
-    "hf-safetensors\n"
-    "                           (default: detected from the directory)\n"
-    "    -o paddle_id=N         the unique id of a Paddle checkpoint to "
-    "read\n"
-    "                           (default: the highest in the directory)\n"
-    "    -o megatron_ep=N       megatron/ legacy files for expert "
-    "parallel size N\n"
-    "    -o megatron_vp=N       megatron/ legacy files with N virtual "
-    "pipeline chunks\n"
-    "    -o megatron_iter=N     the iteration of a Megatron save "
-    "directory to read\n"
-    "                           (default: the one "
-    "latest_checkpointed_iteration.txt names)\n"
-    "    -o src_strategy=FILE   a MindSpore checkpoint's parallel strategy "
-    "file\n"
-    "                           (protobuf, or JSON when named *.json)\n"
-    "    -o follow_symlinks[=0|1]  serve files that are symlinks "
-    "leading outside\n"
-    "                           CHECKPOINT (a Hugging Face cache "
-    "snapshot)\n"
-    "    -o nonempty[=0|1]      mount over a non-empty MOUNTPOINT\n"
-    "    -o mpi[=0|1]           one daemon per rank of mpirun: the ranks' "
-    "CHECKPOINT\n"
-    "                           directories ({rank}: the rank) together "
-    "hold the\n"
-    "                           checkpoint; every rank serves all of it\n"
-    "    -o mpi_timeout=SECONDS how long a read waits for another rank "
-    "(default 30)\n"
-    "    -o megatron_spec=SPEC  names in megatron/ legacy files: local "
-    "or te\n"
-    "                           (Transformer Engine; default local)\n"
-    "    -o megatron_true_vocab=V  the tokenizer's vocab size: megatron/ "
-    "pads\n"
-    "                           the vocab to a multiple of it (default: the "
-    "saved rows)\n"
-    "    -o aoa_num_heads=H,aoa_num_key_value_groups=G  fused_qkv's heads "
-    "where\n"
-    "                           an AOA statement omits them\n"
-    "    -o aoa_src_tp=N        fused_ffn's and fused_qkv_old's src_tp "
-    "where an AOA\n"
-    "                           statement omits it (the source's TP "
-    "degree)\n"
-    "    -o mindspore[=0|1]     mindspore/rank_N/checkpoint_N.ckpt: the "
-    "tp x pp\n"
-    "                           ranks as MindSpore .ckpt files\n"
-    "    -o dst_strategy=FILE   their layout from a MindSpore strategy "
-    "file instead\n"
-    "                           (protobuf, or JSON if FILE ends in .json)\n"
-    "    -o read_ahead_kb=N     readahead of the mount in KiB: the size of "
-    "FUSE\n"
-    "                           read requests in flight (default: 4 "
-    "requests,\n"
-    "                           about 4 MiB; 0: the kernel's; needs root)\n"
-    "    -o direct_io[=0|1]     read() bypasses the page cache: one copy "
-    "less and\n"
-    "                           no second cached copy of the data; mmap "
-    "still\n"
-    "                           works (Linux >= 6.6); for large reads\n"
-    "    -o passthrough[=0|1]   files that are one backing file byte for "
-    "byte (hf/\n"
-    "                           of a checkpoint flexfs wrote, verbatim "
-    "files) are\n"
-    "                           read by the kernel from it once open "
-    "(FUSE\n"
-    "                           passthrough, Linux >= 6.9, root); a "
-    "backing file\n"
-    "                           rewritten in place after open is then "
-    "served as it\n"
-    "                           is, not refused (default: 0, off)\n"
-    "    -o push_ahead_kb=N     after a read lands in a tensor, store up to "
-    "N KiB\n"
-    "                           more of it in the page cache ahead of the "
-    "reader\n"
-    "                           (default: 0, off)\n"
-    "    -o cache_size=SIZE     memory for backing-file blocks of tensors "
-    "saved\n"
-    "                           transposed (strided), K/M/G/T suffixes "
-    "(default:\n"
-    "                           the largest such chunk, 64M to 4G and 1/8 "
-    "of\n"
-    "                           memory; 0: none, each read re-reads "
-    "them)\n"
-    "    -o gpu=auto|on|off     strided gathers on the GPU (CUDA, "
-    "libflexfs-cuda.so):\n"
-    "                           when a device is found (auto), or fail "
-    "the mount\n"
-    "                           without one (on), or never (off)\n"
-    "    -o gpu_min=SIZE        the GPU takes gathers of SIZE bytes or "
-    "more (1M)\n"
-    "    -o gpu_device=N        the CUDA device to use (0)\n"
-    "    -o gpu_cache=SIZE      device memory keeping blocks across reads "
-    "(1G;\n"
-    "                           0: none)\n"
-    "    Always added: ro, default_permissions, subtype=flexfs,\n"
-    "    fsname=CHECKPOINT.  Ignored: auto, noauto, user, nouser, users,\n"
-    "    _netdev, nofail, defaults, rw, comment=*, x-*.  Other -o options\n"
-    "    go to libfuse (listed below); use \\, for a comma in a value.\n";
+static const char *const gpu_modes[] = {"auto", "on", "off", NULL};
 
-static const char *const ours[] = {
-    "tp",
-    "pp",
-    "rules",
-    "layer_regex",
-    "embed_regex",
-    "pp_renumber",
-    "hf_shard_size",
-    "read_ahead_kb",
-    "direct_io",
-    "passthrough",
-    "push_ahead_kb",
-    "cache_size",
-    "source_format",
-    "paddle_id",
-    "src_strategy",
-    "include",
-    "exclude",
-    "strip_prefix",
-    "follow_symlinks",
-    "nonempty",
-    "megatron_spec",
-    "megatron_true_vocab",
-    "megatron_iter",
-    "megatron_ep",
-    "megatron_vp",
-    "aoa_num_heads",
-    "aoa_num_key_value_groups",
-    "aoa_src_tp",
-    "gpu",
-    "gpu_min",
-    "gpu_device",
-    "gpu_cache",
-    "mpi",
-    "mpi_timeout",
-    "mindspore",
-    "dst_strategy",
+/* The checkpoint's open (flx_ckpt_opts). */
+static const flx_opt open_opts[] = {
+    {.name = "source_format",
+     .type = FLX_OPT_TEXT,
+     .metavar = "NAME",
+     .def = "detected from the directory",
+     .help = "read the checkpoint as NAME, one of the checkpoint formats "
+	     "listed above"},
+    {.name = "follow_symlinks",
+     .type = FLX_OPT_FLAG,
+     .help = "serve files that are symlinks leading outside CHECKPOINT (a "
+	     "cache snapshot whose files link into a shared blob store)"},
 };
+
+/* How the kernel and the daemon read and cache (the FUSE adapter). */
+static const flx_opt fuse_opts[] = {
+    {.name = "nonempty",
+     .type = FLX_OPT_FLAG,
+     .help = "mount over a non-empty MOUNTPOINT"},
+    {.name = "read_ahead_kb",
+     .type = FLX_OPT_UINT,
+     .metavar = "N",
+     .def = "4 requests, about 4 MiB; 0: the kernel's",
+     .help = "readahead of the mount in KiB: the size of FUSE read "
+	     "requests in flight (needs root)",
+     .max = FLX_MO_READ_AHEAD_KB_MAX},
+    {.name = "direct_io",
+     .type = FLX_OPT_FLAG,
+     .help = "read() bypasses the page cache: one copy less and no second "
+	     "cached copy of the data; mmap still works (Linux >= 6.6); for "
+	     "large reads"},
+    {.name = "passthrough",
+     .type = FLX_OPT_FLAG,
+     .def = "0, off",
+     .help = "files that are one backing file byte for byte (hf/ of a "
+	     "checkpoint flexfs wrote, verbatim files) are read by the kernel "
+	     "from it once open (FUSE passthrough, Linux >= 6.9, root); a "
+	     "backing file rewritten in place after open is then served as it "
+	     "is, not refused"},
+    {.name = "push_ahead_kb",
+     .type = FLX_OPT_UINT,
+     .metavar = "N",
+     .def = "0, off",
+     .help = "after a read lands in a tensor, store up to N KiB more of it "
+	     "in the page cache ahead of the reader",
+     .max = FLX_MO_PUSH_AHEAD_KB_MAX},
+    {.name = "cache_size",
+     .type = FLX_OPT_SIZE,
+     .metavar = "SIZE",
+     .def = "the largest such chunk, 64M to 4G and 1/8 of memory; 0: none, "
+	    "each read re-reads them",
+     .help = "memory for backing-file blocks of tensors saved transposed "
+	     "(strided), K/M/G/T suffixes"},
+};
+
+/* The slicer (gpu/slice.h). */
+static const flx_opt gpu_opts[] = {
+    {.name = "gpu",
+     .type = FLX_OPT_CHOICE,
+     .def = "auto",
+     .help = "strided gathers on the GPU (CUDA, libflexfs-cuda.so): when a "
+	     "device is found (auto), or fail the mount without one (on), or "
+	     "never (off)",
+     .choices = gpu_modes},
+    {.name = "gpu_min",
+     .type = FLX_OPT_SIZE,
+     .metavar = "SIZE",
+     .def = "1M",
+     .help = "the GPU takes gathers of SIZE bytes or more"},
+    {.name = "gpu_device",
+     .type = FLX_OPT_UINT,
+     .metavar = "N",
+     .def = "0",
+     .help = "the CUDA device to use",
+     .max = 1023},
+    {.name = "gpu_cache",
+     .type = FLX_OPT_SIZE,
+     .metavar = "SIZE",
+     .def = "1G; 0: none",
+     .help = "device memory keeping blocks across reads"},
+};
+
+/* The distributed mount (fs/mpi_mount.h). */
+static const flx_opt mpi_opts[] = {
+    {.name = "mpi",
+     .type = FLX_OPT_FLAG,
+     .help = "one daemon per rank of mpirun: the ranks' CHECKPOINT "
+	     "directories ({rank}: the rank) together hold the checkpoint; "
+	     "every rank serves all of it"},
+    {.name = "mpi_timeout",
+     .type = FLX_OPT_UINT,
+     .metavar = "SECONDS",
+     .def = "30",
+     .help = "how long a read waits for another rank",
+     .min = 1,
+     .max = 86400},
+};
+
+static const flx_opt_group core_groups[] = {
+    {.owner = "open",
+     .title = "Checkpoint options",
+     .opts = open_opts,
+     .nopts = FLX_OPT_COUNT(open_opts),
+     .core = true},
+    {.owner = "fuse",
+     .title = "Mount options (the FUSE adapter)",
+     .opts = fuse_opts,
+     .nopts = FLX_OPT_COUNT(fuse_opts),
+     .core = true},
+    {.owner = "gpu",
+     .title = "GPU slicer options",
+     .opts = gpu_opts,
+     .nopts = FLX_OPT_COUNT(gpu_opts),
+     .core = true},
+    {.owner = "mpi",
+     .title = "Distributed mount options",
+     .opts = mpi_opts,
+     .nopts = FLX_OPT_COUNT(mpi_opts),
+     .core = true},
+};
+
+const char flx_mo_help_tail[] =
+    "Always added: ro, default_permissions, subtype=flexfs,\n"
+    "fsname=CHECKPOINT.  Ignored: auto, noauto, user, nouser, users,\n"
+    "_netdev, nofail, defaults, rw, comment=*, x-*.  Other -o options go\n"
+    "to libfuse; use \\, for a comma in a value.\n";
+
+const flx_opt_group *flx_mo_group(size_t i)
+{
+	size_t ncore = FLX_OPT_COUNT(core_groups);
+
+	if (i == 0)
+		return &flx_spec_opt_group;
+	if (i - 1 < ncore)
+		return &core_groups[i - 1];
+	return flx_plugin_group(i - 1 - ncore);
+}
+
+const flx_opt *flx_mo_find(const char *name, size_t len,
+			   const flx_opt_group **group)
+{
+	const flx_opt_group *g;
+
+	for (size_t i = 0; (g = flx_mo_group(i)); i++)
+		for (size_t k = 0; k < g->nopts; k++)
+			if (strlen(g->opts[k].name) == len &&
+			    !strncmp(g->opts[k].name, name, len)) {
+				if (group)
+					*group = g;
+				return &g->opts[k];
+			}
+	return NULL;
+}
+
+void flx_mo_print_formats(FILE *f)
+{
+	const char *name;
+	int col = fprintf(f, "Checkpoint formats:");
+
+	for (size_t i = 0; (name = flx_ckpt_format_name(i)); i++) {
+		int w = (int)strlen(name) + 2;
+
+		if (col + w > 79) {
+			fprintf(f, "\n   ");
+			col = 3;
+		}
+		col += fprintf(f, " %s%s", name,
+			       flx_ckpt_format_name(i + 1) ? "," : "");
+	}
+	fprintf(f, "\n");
+}
+
+void flx_mo_print_help(FILE *f, unsigned prog)
+{
+	const flx_opt_group *g;
+
+	for (size_t i = 0; (g = flx_mo_group(i)); i++) {
+		flx_opt_print_help(f, g, prog);
+	}
+	fprintf(f, "%s", flx_mo_help_tail);
+}
 
 static const char *const fstab_exact[] = {
     "auto",    "noauto", "user",     "nouser", "users",
@@ -182,11 +207,7 @@ static const char *const fstab_keyed[] = {"comment", "user"};
 flx_ckpt_opts flx_mo_ckpt_opts(const flx_mountopts *mo)
 {
 	return (flx_ckpt_opts){.format = mo->source_format,
-			       .has_paddle_id = mo->has_paddle_id,
-			       .paddle_id = mo->paddle_id,
-			       .has_megatron_iter = mo->has_megatron_iter,
-			       .megatron_iter = mo->megatron_iter,
-			       .ms_strategy = mo->src_strategy,
+			       .vals = &mo->spec.opts,
 			       .follow_symlinks = mo->follow_symlinks};
 }
 
@@ -209,7 +230,6 @@ void flx_mo_release(flx_mountopts *mo)
 	flx_mo_tokens_free(mo->fuse, mo->nfuse);
 	free(mo->source);
 	free(mo->source_format);
-	free(mo->src_strategy);
 	memset(mo, 0, sizeof(*mo));
 }
 
@@ -321,7 +341,7 @@ flx_mo_class flx_mo_classify(const char *tok)
 {
 	size_t nfx = sizeof(fstab_exact) / sizeof(fstab_exact[0]);
 
-	if (key_in(tok, ours, sizeof(ours) / sizeof(ours[0])))
+	if (flx_mo_find(tok, key_len(tok), NULL))
 		return FLX_MO_OURS;
 	for (size_t i = 0; i < nfx; i++)
 		if (!strcmp(tok, fstab_exact[i]))
@@ -389,75 +409,6 @@ found:
 		return -ENOMEM;
 	free(mo->source_format);
 	mo->source_format = copy;
-	return 0;
-}
-
-/* A decimal id as Paddle names its files ("{id}.metadata"): digits
- * only, no sign, no leading zero but in "0". */
-static int apply_paddle_id(flx_mountopts *mo, const char *value, flx_error *err)
-{
-	uint64_t v = 0;
-	const char *p = value ? value : "";
-
-	if (!*p || (p[0] == '0' && p[1]) || strlen(p) > 19)
-		goto bad;
-	for (; *p; p++) {
-		if (*p < '0' || *p > '9')
-			goto bad;
-		v = v * 10 + (uint64_t)(*p - '0');
-	}
-	mo->paddle_id = v;
-	mo->has_paddle_id = true;
-	return 0;
-bad:
-	return flx_error_set(err, -EINVAL, NULL, "paddle_id",
-			     "'%s' is not a checkpoint id (a decimal number)",
-			     value ? value : "");
-}
-
-/* An iteration number as Megatron writes it in its tracker file: digits
- * only, no sign, at most 18. */
-static int apply_megatron_iter(flx_mountopts *mo, const char *value,
-			       flx_error *err)
-{
-	uint64_t v = 0;
-	const char *p = value ? value : "";
-
-	if (!*p || strlen(p) > 18)
-		goto bad;
-	for (; *p; p++) {
-		if (*p < '0' || *p > '9')
-			goto bad;
-		v = v * 10 + (uint64_t)(*p - '0');
-	}
-	mo->megatron_iter = v;
-	mo->has_megatron_iter = true;
-	return 0;
-bad:
-	return flx_error_set(err, -EINVAL, NULL, "megatron_iter",
-			     "'%s' is not an iteration (a decimal number)",
-			     value ? value : "");
-}
-
-/* A path kept absolute: the daemon changes directory after the parse. */
-static int apply_src_strategy(flx_mountopts *mo, const char *value,
-			      flx_error *err)
-{
-	char *p = NULL, cwd[4096];
-
-	if (!value || !*value)
-		return flx_error_set(err, -EINVAL, NULL, "src_strategy",
-				     "needs a strategy file's path");
-	if (value[0] == '/')
-		p = strdup(value);
-	else if (getcwd(cwd, sizeof(cwd)) &&
-		 asprintf(&p, "%s/%s", cwd, value) < 0)
-		p = NULL;
-	if (!p)
-		return flx_error_set(err, -ENOMEM, NULL, "src_strategy",
-				     "out of memory");
-	free(mo->src_strategy);
-	mo->src_strategy = p;
 	return 0;
 }
 
@@ -550,8 +501,7 @@ static int apply_ours(flx_spec *spec, const char *tok, flx_error *err)
 	int rc;
 
 	snprintf(key, sizeof(key), "%.*s", (int)kl, tok);
-	if (!value && strcmp(key, "pp_renumber") != 0 &&
-	    strcmp(key, "mindspore") != 0)
+	if (!value && strcmp(key, "pp_renumber") != 0)
 		return flx_error_set(err, -EINVAL, NULL, key,
 				     "needs a value (%s=...)", key);
 	/* A local error tells "unknown key" (-ENOENT, nothing recorded) from
@@ -589,10 +539,13 @@ static int apply_mpi_timeout(flx_mountopts *mo, const char *v, flx_error *err)
 
 int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 {
+	const flx_opt_group *group = NULL;
+	const flx_opt *opt;
 	char *copy;
 
 	switch (flx_mo_classify(tok)) {
 	case FLX_MO_OURS:
+		opt = flx_mo_find(tok, key_len(tok), &group);
 		/* read_ahead_kb, direct_io and cache_size are the mount's,
 		 * not the view's: how the kernel and the daemon read and
 		 * cache, so they never reach the spec (flexfs-inspect has
@@ -628,12 +581,9 @@ int flx_mo_option(flx_mountopts *mo, const char *tok, flx_error *err)
 			return apply_gpu(mo, tok, err);
 		if (key_is(tok, "source_format"))
 			return apply_source_format(mo, option_value(tok), err);
-		if (key_is(tok, "paddle_id"))
-			return apply_paddle_id(mo, option_value(tok), err);
-		if (key_is(tok, "megatron_iter"))
-			return apply_megatron_iter(mo, option_value(tok), err);
-		if (key_is(tok, "src_strategy"))
-			return apply_src_strategy(mo, option_value(tok), err);
+		if (!group->core)
+			return flx_opt_vals_set(&mo->spec.opts, opt,
+						option_value(tok), err);
 		return apply_ours(&mo->spec, tok, err);
 	case FLX_MO_FSTAB:
 	case FLX_MO_RWRO:

@@ -9,15 +9,15 @@
  * flexfs-inspect.
  *
  * Every "-o" token falls in exactly one class:
- *   ours   tp, pp, rules, layer_regex, embed_regex, pp_renumber,
- *          hf_shard_size: applied to the spec with flx_spec_set();
- *          source_format, paddle_id: how the checkpoint is opened
- *          (ckpt.h's flx_ckpt_opts); read_ahead_kb, direct_io,
- *          passthrough, push_ahead_kb, cache_size, gpu, gpu_min,
- *          gpu_device: kept
- * in flx_mountopts for the FUSE adapter; fstab  auto, noauto, user, nouser,
- * users, _netdev, nofail, defaults, user=*, comment=*, x-*: bookkeeping of
- * mount(8)/fstab/systemd that libfuse would reject ("unknown option"), dropped;
+ *   ours   an option of a table (flx_mo_group()): the view's (tp, pp,
+ *          rules, ...: applied to the spec with flx_spec_set()), the
+ *          open's (source_format, follow_symlinks: flx_ckpt_opts), the
+ *          mount's (read_ahead_kb, direct_io, ..., gpu*, mpi*: kept in
+ *          flx_mountopts for the FUSE adapter), or a plugin's (stored in
+ *          spec.opts, read by the plugin by name: opt.h);
+ *   fstab  auto, noauto, user, nouser, users, _netdev, nofail, defaults,
+ *          user=*, comment=*, x-*: bookkeeping of mount(8)/fstab/systemd
+ *          that libfuse would reject ("unknown option"), dropped;
  *   rw/ro  accepted (fstab "defaults" reaches helpers as "rw") and dropped:
  *          the mount is always read-only;
  *   fuse   everything else, handed to libfuse, which owns the error for
@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define FLX_MO_SUBTYPE "flexfs"
 
@@ -65,22 +66,12 @@ typedef enum flx_mo_class {
 } flx_mo_class;
 
 typedef struct flx_mountopts {
-	flx_spec spec; /* what "ours" tokens set */
+	flx_spec spec; /* what "ours" tokens set; the plugins' options in
+			* spec.opts */
 	char *source;  /* checkpoint directory (owned), NULL until set */
 	/* source_format=: the source to read it as (a flx_ckpt_opts.format,
 	 * owned); NULL: detected from the directory */
 	char *source_format;
-	/* paddle_id=: the unique id of a Paddle Flex Checkpoint to read
-	 * (flx_ckpt_opts.paddle_id) when has_paddle_id */
-	bool has_paddle_id;
-	uint64_t paddle_id;
-	/* megatron_iter=: the iteration of a Megatron save directory to read
-	 * (flx_ckpt_opts.megatron_iter) when has_megatron_iter */
-	bool has_megatron_iter;
-	uint64_t megatron_iter;
-	/* src_strategy=: a MindSpore strategy file, made absolute (owned;
-	 * flx_ckpt_opts.ms_strategy); NULL: none */
-	char *src_strategy;
 	char **fuse; /* "fuse" tokens in order, unescaped (owned) */
 	size_t nfuse;
 	bool has_fsname;  /* the user gave fsname= */
@@ -129,8 +120,8 @@ int flx_mo_init(flx_mountopts *mo);
 /** Free everything; safe after a failed or partial init. */
 void flx_mo_release(flx_mountopts *mo);
 
-/** The open options mo gives (source_format, paddle_id,
- * follow_symlinks; borrowed from mo), the rest zero.  Pure. */
+/** The open options mo gives (source_format, follow_symlinks, the
+ * plugins' values; borrowed from mo), the rest zero.  Pure. */
 flx_ckpt_opts flx_mo_ckpt_opts(const flx_mountopts *mo);
 
 /**
@@ -230,7 +221,33 @@ int flx_mo_mountinfo_dev(const char *mountinfo, const char *mnt, char *dev,
 int flx_mo_mountinfo_type(const char *mountinfo, const char *mnt, char *type,
 			  size_t len);
 
-/** One line per option we own, for --help (static text). */
-extern const char flx_mo_help[];
+/**
+ * The i-th (from 0) group of the options we own: the view's
+ * (flx_spec_opt_group), the open's, the mount's, the slicer's, the
+ * distributed mount's, then the plugins' (flx_plugin_group()).
+ * @return the group (static), or NULL past the last.  Pure.
+ */
+const flx_opt_group *flx_mo_group(size_t i);
+
+/**
+ * The option we own named by the len bytes at name, and its group in
+ * *group (may be NULL).  @return the option (static), or NULL.  Pure.
+ */
+const flx_opt *flx_mo_find(const char *name, size_t len,
+			   const flx_opt_group **group);
+
+/**
+ * Print the help of every option program prog (FLX_PROG_*) accepts,
+ * group by group (flx_opt_print_help()), then what the mount adds and
+ * ignores (flx_mo_help_tail).
+ */
+void flx_mo_print_help(FILE *f, unsigned prog);
+
+/** Print "Checkpoint formats: a, b, ..." (every source's name, as
+ * source_format= takes it), wrapped at 79 columns. */
+void flx_mo_print_formats(FILE *f);
+
+/* What every mount adds, ignores and hands on (static text). */
+extern const char flx_mo_help_tail[];
 
 #endif

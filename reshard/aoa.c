@@ -14,6 +14,7 @@
  * byte is read before a reader asks for it.
  */
 #include "aoa.h"
+#include "megatron/megatron.h"
 
 #include "grow.h"
 
@@ -2557,6 +2558,7 @@ int flx_aoa_compile(const flx_aoa *a, const flx_ckpt *src,
 		    const flx_aoa_opts *o, flx_aoa_prog **out, flx_error *err)
 {
 	cc c = {.a = a, .src = src, .err = err};
+	const flx_megatron *mg = flx_megatron_of(src);
 	size_t nout = 0;
 	int rc;
 
@@ -2564,10 +2566,10 @@ int flx_aoa_compile(const flx_aoa *a, const flx_ckpt *src,
 	c.heads = o ? o->num_heads : 0;
 	c.groups = o ? o->num_kv_groups : 0;
 	c.src_tp = o && o->src_tp > 0 ? o->src_tp : 0;
-	if (src->megatron && !c.heads && src->megatron->num_attention_heads > 0)
-		c.heads = src->megatron->num_attention_heads;
-	if (src->megatron && !c.groups) {
-		const flx_megatron *m = src->megatron;
+	if (mg && !c.heads && mg->num_attention_heads > 0)
+		c.heads = mg->num_attention_heads;
+	if (mg && !c.groups) {
+		const flx_megatron *m = mg;
 
 		c.groups =
 		    m->group_query_attention == 1 && m->num_query_groups > 0
@@ -2675,4 +2677,75 @@ void flx_aoa_prog_free(flx_aoa_prog *p)
 	free(p->tsrc);
 	free(p->tnsrc);
 	free(p);
+}
+
+/* ---- options ---- */
+
+/* A strict decimal in [1, 2^20] (heads, groups) or [1, 2^16] (src_tp). */
+static int check_count(const flx_opt *o, const char *value, uint64_t *num,
+		       flx_error *err)
+{
+	uint64_t v = 0;
+	const char *p = value;
+	bool ok = p && *p && strlen(p) <= 19;
+
+	for (; ok && *p; p++) {
+		ok = *p >= '0' && *p <= '9';
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (!ok || v < 1 || v > o->max)
+		return flx_error_set(err, -EINVAL, NULL, o->name,
+				     "expected an integer in [1, 2^%d], "
+				     "got '%s'",
+				     o->max == (1u << 16) ? 16 : 20,
+				     value ? value : "");
+	*num = v;
+	return 0;
+}
+
+static const flx_opt aoa_opts[] = {
+    {.name = "aoa_num_heads",
+     .type = FLX_OPT_UINT,
+     .metavar = "H",
+     .help = "fused_qkv's number of heads where an AOA statement omits it",
+     .min = 1,
+     .max = 1u << 20,
+     .check = check_count},
+    {.name = "aoa_num_key_value_groups",
+     .type = FLX_OPT_UINT,
+     .metavar = "G",
+     .help = "fused_qkv's number of key-value groups where an AOA "
+	     "statement omits it",
+     .min = 1,
+     .max = 1u << 20,
+     .check = check_count},
+    {.name = "aoa_src_tp",
+     .type = FLX_OPT_UINT,
+     .metavar = "N",
+     .help = "fused_ffn's and fused_qkv_old's src_tp where an AOA "
+	     "statement omits it (the source's TP degree)",
+     .min = 1,
+     .max = 1u << 16,
+     .check = check_count},
+};
+
+const flx_opt_group flx_aoa_opt_group = {
+    .owner = "aoa",
+    .title = "AOA transform (aoa_statements of a rules file)",
+    .opts = aoa_opts,
+    .nopts = FLX_OPT_COUNT(aoa_opts),
+};
+
+flx_aoa_opts flx_aoa_opts_from(const flx_opt_vals *vals, int tp)
+{
+	flx_aoa_opts o = {.tp = tp};
+	uint64_t v;
+
+	if (!flx_opt_u64(vals, "aoa_num_heads", &v))
+		o.num_heads = (int64_t)v;
+	if (!flx_opt_u64(vals, "aoa_num_key_value_groups", &v))
+		o.num_kv_groups = (int64_t)v;
+	if (!flx_opt_u64(vals, "aoa_src_tp", &v))
+		o.src_tp = (int64_t)v;
+	return o;
 }

@@ -30,6 +30,7 @@
 
 #include "ckpt.h"
 #include "error.h"
+#include "opt.h"
 #include "transform.h"
 
 #include <stddef.h>
@@ -73,6 +74,13 @@ typedef struct flx_aoa_opts {
 	 * per-rank [gate_0 | up_0 | gate_1 | ...] of TP k) */
 	int64_t src_tp;
 } flx_aoa_opts;
+
+/* The transform's options (aoa_num_heads, aoa_num_key_value_groups,
+ * aoa_src_tp), read from a value store by flx_aoa_opts_from(). */
+extern const flx_opt_group flx_aoa_opt_group;
+
+/** The options vals gives (NULL: none) at the mount's TP degree tp. */
+flx_aoa_opts flx_aoa_opts_from(const flx_opt_vals *vals, int tp);
 
 /**
  * Compile a against src (its names, dtypes, shapes and saved chunks:

@@ -99,7 +99,7 @@ bool flx_mlg_is_model_key(const char *fqn)
 
 bool flx_mlg_swiglu(const flx_ckpt *c)
 {
-	return c->megatron && c->megatron->swiglu == 1;
+	return flx_ckpt_fact_true(c, "swiglu");
 }
 
 static bool ends_with(const char *s, const char *suf)
@@ -201,7 +201,7 @@ static int add_item(ctx *x, item **out, const char *fmt, ...)
 
 static int64_t div_by(const ctx *x)
 {
-	int64_t m = x->c->megatron->make_vocab_size_divisible_by;
+	int64_t m = flx_megatron_of(x->c)->make_vocab_size_divisible_by;
 
 	return m > 0 ? m : DEFAULT_DIVISIBLE_BY;
 }
@@ -212,7 +212,9 @@ static int64_t true_vocab(const flx_ckpt *c, const flx_mlg_target *tgt)
 {
 	if (tgt->true_vocab > 0)
 		return tgt->true_vocab;
-	return c->megatron->vocab_size > 0 ? c->megatron->vocab_size : 0;
+	return flx_megatron_of(c)->vocab_size > 0
+		   ? flx_megatron_of(c)->vocab_size
+		   : 0;
 }
 
 static int64_t repad(int64_t rows, int64_t m, int tp)
@@ -512,7 +514,8 @@ static bool layer_moe(const ctx *x, int64_t g, bool stacked)
 		return false;
 	snprintf(key, sizeof(key), LAYERS "%lld.mlp.router.weight",
 		 (long long)g);
-	return flx_ckpt_find(x->c, key) || x->c->megatron->num_experts > 0;
+	return flx_ckpt_find(x->c, key) ||
+	       flx_megatron_of(x->c)->num_experts > 0;
 }
 
 /* Items of layer key t: its layers on this stage, its experts, the TP
@@ -669,8 +672,8 @@ static int cmp_item(const void *a, const void *b)
 
 int64_t flx_mlg_layer_count(const flx_ckpt *c)
 {
-	if (c->megatron->num_layers > 0)
-		return c->megatron->num_layers;
+	if (flx_megatron_of(c)->num_layers > 0)
+		return flx_megatron_of(c)->num_layers;
 	for (size_t i = 0; i < c->ntensors; i++)
 		if (c->tensors[i].stacked && !c->tensors[i].stacked_experts &&
 		    flx_mlg_is_model_key(c->tensors[i].fqn))
@@ -682,7 +685,7 @@ int flx_mlg_padded_vocab(const flx_ckpt *c, const flx_mlg_target *tgt,
 			 int64_t *out, flx_error *err)
 {
 	const flx_tensor *t = flx_ckpt_find(c, WORD_EMB);
-	int64_t m = c->megatron->make_vocab_size_divisible_by;
+	int64_t m = flx_megatron_of(c)->make_vocab_size_divisible_by;
 
 	if (!t || t->ndim < 1)
 		return flx_error_set(err, -EINVAL, NULL, WORD_EMB,
@@ -744,7 +747,7 @@ int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 	x.nep = tgt->ep > 1 ? tgt->ep : 1;
 	/* spec 3.2, 8: its keys (fc1 as weight_w / weight_v, experts per
 	 * global index) have no legacy rule here: refused, never guessed */
-	if (c->megatron->singleton_local_shards == 1)
+	if (flx_megatron_of(c)->singleton_local_shards == 1)
 		return flx_error_set(err, -EINVAL, NULL,
 				     "content_metadata.singleton_local_shards",
 				     "megatron/: a singleton_local_shards "
@@ -764,9 +767,9 @@ int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 	x.last = pp == tgt->pp - 1 && vc == vp - 1;
 	x.swiglu = flx_mlg_swiglu(c);
 	x.moe = !flx_ckpt_find(c, LAYERS "mlp.linear_fc1.weight") &&
-		(c->megatron->num_experts > 0 ||
+		(flx_megatron_of(c)->num_experts > 0 ||
 		 flx_ckpt_find(c, LAYERS "mlp.router.weight"));
-	x.grouped = tgt->te && c->megatron->moe_grouped_gemm == 1;
+	x.grouped = tgt->te && flx_megatron_of(c)->moe_grouped_gemm == 1;
 	if (x.nep > 1 && !x.moe)
 		return flx_error_set(err, -EINVAL, NULL, "megatron_ep",
 				     "megatron/: expert parallel size %d, but "
@@ -797,4 +800,90 @@ void flx_mlg_free(flx_mlg_entry *e, size_t n)
 	for (size_t i = 0; e && i < n; i++)
 		free(e[i].name);
 	free(e);
+}
+
+/* ---- the megatron/ layout's options ---- */
+
+/* megatron_true_vocab: a positive vocab size up to 2^40. */
+static int check_vocab(const flx_opt *o, const char *value, uint64_t *num,
+		       flx_error *err)
+{
+	char *end = NULL;
+	long long v = value ? strtoll(value, &end, 10) : 0;
+
+	if (!value || !*value || *end || v <= 0 || v > (1ll << 40))
+		return flx_error_set(err, -EINVAL, NULL, o->name,
+				     "expected a positive vocab size, "
+				     "got '%s'",
+				     value ? value : "");
+	*num = (uint64_t)v;
+	return 0;
+}
+
+/* megatron_ep, megatron_vp: 1 to 1024. */
+static int check_size(const flx_opt *o, const char *value, uint64_t *num,
+		      flx_error *err)
+{
+	char *end = NULL;
+	long v = value ? strtol(value, &end, 10) : 0;
+
+	if (!value || !*value || *end || v <= 0 || v > 1024)
+		return flx_error_set(err, -EINVAL, NULL, o->name,
+				     "expected a size from 1 to 1024, "
+				     "got '%s'",
+				     value ? value : "");
+	*num = (uint64_t)v;
+	return 0;
+}
+
+static const char *const spec_choices[] = {"local", "te", NULL};
+
+static const flx_opt mlg_opts[] = {
+    {.name = "megatron_spec",
+     .type = FLX_OPT_CHOICE,
+     .metavar = "SPEC",
+     .def = "local",
+     .help = "names in megatron/ legacy files: local, or te (Transformer "
+	     "Engine)",
+     .choices = spec_choices},
+    {.name = "megatron_true_vocab",
+     .type = FLX_OPT_UINT,
+     .metavar = "V",
+     .def = "the saved rows",
+     .help = "the tokenizer's vocab size: megatron/ pads the vocab to a "
+	     "multiple of it",
+     .check = check_vocab},
+    {.name = "megatron_ep",
+     .type = FLX_OPT_UINT,
+     .metavar = "N",
+     .help = "megatron/ legacy files for expert parallel size N",
+     .check = check_size},
+    {.name = "megatron_vp",
+     .type = FLX_OPT_UINT,
+     .metavar = "N",
+     .help = "megatron/ legacy files with N virtual pipeline chunks",
+     .check = check_size},
+};
+
+const flx_opt_group flx_mlg_opt_group = {
+    .owner = "megatron",
+    .title = "megatron/ layout (Megatron-LM legacy per-rank files)",
+    .opts = mlg_opts,
+    .nopts = FLX_OPT_COUNT(mlg_opts),
+};
+
+flx_mlg_target flx_mlg_target_of(const flx_spec *s)
+{
+	flx_mlg_target t = {.tp = s->tp, .pp = s->pp};
+	uint64_t v;
+
+	if (!flx_opt_u64(&s->opts, "megatron_ep", &v))
+		t.ep = (int)v;
+	if (!flx_opt_u64(&s->opts, "megatron_vp", &v))
+		t.vp = (int)v;
+	if (!flx_opt_u64(&s->opts, "megatron_spec", &v))
+		t.te = v == 1;
+	if (!flx_opt_u64(&s->opts, "megatron_true_vocab", &v))
+		t.true_vocab = (int64_t)v;
+	return t;
 }

@@ -51,6 +51,9 @@
  */
 
 #include "ckpt.h"
+#include "megatron/megatron.h"
+#include "opt.h"
+#include "spec.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -101,6 +104,14 @@ typedef struct flx_mlg_target {
 	int64_t true_vocab;
 } flx_mlg_target;
 
+/* The megatron/ layout's options: megatron_spec, megatron_true_vocab,
+ * megatron_ep, megatron_vp. */
+extern const flx_opt_group flx_mlg_opt_group;
+
+/** The target the spec's tp, pp and the layout's options (in s->opts)
+ * describe.  Pure. */
+flx_mlg_target flx_mlg_target_of(const flx_spec *s);
+
 /**
  * The padded vocab size of the target (what args.padded_vocab_size says):
  * the source's word embedding rows re-padded for tgt->tp.
@@ -114,7 +125,7 @@ int flx_mlg_padded_vocab(const flx_ckpt *c, const flx_mlg_target *tgt,
  * a virtual pipeline; chunk vc of stage pp holds global layers from
  * vc L/VP + pp L/(PP VP), L/(PP VP) of them, spec 6.3): *n entries in *out
  * (owned; flx_mlg_free()), in module registration order.  c must be a
- * Megatron index (c->megatron set).
+ * Megatron index (flx_megatron_of(c) set).
  * @return 0, or -EINVAL with err naming the key that has no legacy place
  *         or split (a layer count PP does not divide, a split axis TP does
  *         not divide, a key outside the catalogue), -ENOMEM.

@@ -909,7 +909,10 @@ int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
 		rc = -ENOMEM;
 		goto out;
 	}
-	p->facts = flx_mlg_swiglu(ckpt) ? FLX_FACT_SWIGLU : 0;
+	p->facts = 0;
+	for (size_t i = 0; i < spec->nfacts; i++)
+		if (flx_ckpt_fact_true(ckpt, spec->facts[i]))
+			p->facts |= 1u << i;
 	rc = spec->tp > 1 && any_groups(spec) ? build_regroup(p, &pc, err) : 0;
 	if (rc)
 		goto out;

@@ -61,7 +61,7 @@ typedef struct flx_plan {
 	 * one split along another axis too is split along that one. */
 	int dp_degree;
 	bool *rule_used; /* per spec rule: a tensor took it */
-	unsigned facts;	 /* FLX_FACT_* of the source's model */
+	unsigned facts;	 /* the rules' facts the source has (flx_spec.facts) */
 	/* internal: the grouped tensors' rank order (transform.h), whose
 	 * views the grouped placements' rank views are; NULL: none */
 	struct flx_xindex *regroup;

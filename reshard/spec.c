@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "spec.h"
 
+#include "source.h"
+
 #include "aoa.h"
 #include "json_guard.h"
 #include "transform.h"
@@ -55,7 +57,10 @@ void flx_spec_release(flx_spec *s)
 	free_strings(s->include, s->ninclude);
 	free_strings(s->exclude, s->nexclude);
 	free(s->strip_prefix);
-	free(s->dst_strategy);
+	flx_opt_vals_release(&s->opts);
+	for (size_t i = 0; i < s->nfacts; i++)
+		free(s->facts[i]);
+	free(s->facts);
 	free(s->rules_path);
 	free(s->layer_regex);
 	free(s->embed_regex);
@@ -78,66 +83,6 @@ static int parse_int(const char *v, long lo, long hi, long *out)
 	if (errno || *end || n < lo || n > hi)
 		return -EINVAL;
 	*out = n;
-	return 0;
-}
-
-int flx_parse_flag(const char *key, const char *value, bool *out,
-		   flx_error *err)
-{
-	if (!value || !strcmp(value, "1") || !strcmp(value, "true"))
-		*out = true;
-	else if (!strcmp(value, "0") || !strcmp(value, "false"))
-		*out = false;
-	else
-		return flx_error_set(err, -EINVAL, NULL, key,
-				     "expected 0/1/true/false, got '%s'",
-				     value);
-	return 0;
-}
-
-int flx_parse_size(const char *text, uint64_t *out)
-{
-	unsigned long long n;
-	char *end;
-	unsigned shift = 0;
-
-	if (!text || *text < '0' || *text > '9')
-		return -EINVAL;
-	errno = 0;
-	n = strtoull(text, &end, 10);
-	if (errno)
-		return -EINVAL;
-	switch (*end) {
-	case '\0':
-		break;
-	case 'k':
-	case 'K':
-		shift = 10;
-		end++;
-		break;
-	case 'm':
-	case 'M':
-		shift = 20;
-		end++;
-		break;
-	case 'g':
-	case 'G':
-		shift = 30;
-		end++;
-		break;
-	case 't':
-	case 'T':
-		shift = 40;
-		end++;
-		break;
-	default:
-		return -EINVAL;
-	}
-	if (*end == 'i' || *end == 'B') /* accept 5GiB / 5GB spellings */
-		end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-	if (*end || (shift && n > (~0ull >> shift)) || n == 0)
-		return -EINVAL;
-	*out = (uint64_t)n << shift;
 	return 0;
 }
 
@@ -430,75 +375,6 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 	}
 	if (strcmp(key, "pp_renumber") == 0)
 		return flx_parse_flag(key, value, &s->pp_renumber, err);
-	if (strcmp(key, "megatron_spec") == 0) {
-		if (!value || (strcmp(value, "local") && strcmp(value, "te")))
-			return flx_error_set(err, -EINVAL, NULL, key,
-					     "expected local or te, got '%s'",
-					     value ? value : "");
-		s->megatron_te = value[0] == 't';
-		return 0;
-	}
-	if (strcmp(key, "aoa_num_heads") == 0 ||
-	    strcmp(key, "aoa_num_key_value_groups") == 0) {
-		long v;
-
-		if (!value || parse_int(value, 1, 1 << 20, &v))
-			return flx_error_set(
-			    err, -EINVAL, NULL, key,
-			    "expected an integer in [1, 2^20], "
-			    "got '%s'",
-			    value ? value : "");
-		*(key[8] == 'h' ? &s->aoa_num_heads : &s->aoa_num_kv_groups) =
-		    v;
-		return 0;
-	}
-	if (strcmp(key, "aoa_src_tp") == 0) {
-		long v;
-
-		if (!value || parse_int(value, 1, 1 << 16, &v))
-			return flx_error_set(
-			    err, -EINVAL, NULL, key,
-			    "expected an integer in [1, 2^16], "
-			    "got '%s'",
-			    value ? value : "");
-		s->aoa_src_tp = v;
-		return 0;
-	}
-	if (strcmp(key, "mindspore") == 0)
-		return flx_parse_flag(key, value, &s->mindspore, err);
-	if (strcmp(key, "dst_strategy") == 0) {
-		if (!value || !*value)
-			return flx_error_set(err, -EINVAL, NULL, key,
-					     "expected a MindSpore strategy "
-					     "file");
-		s->mindspore = true;
-		return set_string(&s->dst_strategy, value);
-	}
-	if (strcmp(key, "megatron_true_vocab") == 0) {
-		char *end = NULL;
-		long long v = value ? strtoll(value, &end, 10) : 0;
-
-		if (!value || !*value || *end || v <= 0 || v > (1ll << 40))
-			return flx_error_set(err, -EINVAL, NULL, key,
-					     "expected a positive vocab size, "
-					     "got '%s'",
-					     value ? value : "");
-		s->megatron_true_vocab = v;
-		return 0;
-	}
-	if (strcmp(key, "megatron_ep") == 0 ||
-	    strcmp(key, "megatron_vp") == 0) {
-		char *end = NULL;
-		long v = value ? strtol(value, &end, 10) : 0;
-
-		if (!value || !*value || *end || v <= 0 || v > 1024)
-			return flx_error_set(err, -EINVAL, NULL, key,
-					     "expected a size from 1 to 1024, "
-					     "got '%s'",
-					     value ? value : "");
-		*(key[9] == 'e' ? &s->megatron_ep : &s->megatron_vp) = (int)v;
-		return 0;
-	}
 	if (strcmp(key, "hf_shard_size") == 0) {
 		if (flx_parse_size(value, &s->hf_shard_size))
 			return flx_error_set(err, -EINVAL, NULL, key,
@@ -509,6 +385,65 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 	}
 	return -ENOENT;
 }
+
+static const flx_opt spec_opts[] = {
+    {.name = "tp",
+     .type = FLX_OPT_UINT,
+     .metavar = "N",
+     .def = "1",
+     .help = "tensor-parallel ranks of the view",
+     .min = 1,
+     .max = FLX_MAX_TP},
+    {.name = "pp",
+     .type = FLX_OPT_UINT,
+     .metavar = "N",
+     .def = "1",
+     .help = "pipeline stages of the view",
+     .min = 1,
+     .max = FLX_MAX_PP},
+    {.name = "rules",
+     .type = FLX_OPT_TEXT,
+     .metavar = "FILE|@NAME",
+     .help = "JSON placement rules (split axis, stage) per FQN glob, or "
+	     "@NAME, a shipped preset (flexfs-inspect --list-presets)"},
+    {.name = "layer_regex",
+     .type = FLX_OPT_TEXT,
+     .metavar = "ERE",
+     .help = "finds the layer index of an FQN (its last group)"},
+    {.name = "embed_regex",
+     .type = FLX_OPT_TEXT,
+     .metavar = "ERE",
+     .help = "FQNs that belong to the first stage"},
+    {.name = "pp_renumber",
+     .type = FLX_OPT_FLAG,
+     .help = "stage-local layer numbers in stage views"},
+    {.name = "hf_shard_size",
+     .type = FLX_OPT_SIZE,
+     .metavar = "SIZE",
+     .def = "5G",
+     .help = "bytes per hf/ shard, K/M/G/T suffixes"},
+    {.name = "include",
+     .type = FLX_OPT_GLOBS,
+     .metavar = "GLOB",
+     .help = "serve only the tensors and objects matching one (fnmatch, "
+	     "names as saved; repeatable)"},
+    {.name = "exclude",
+     .type = FLX_OPT_GLOBS,
+     .metavar = "GLOB",
+     .help = "leave out those matching one (repeatable)"},
+    {.name = "strip_prefix",
+     .type = FLX_OPT_TEXT,
+     .metavar = "PREFIX",
+     .help = "cut PREFIX (e.g. model.) from the served names"},
+};
+
+const flx_opt_group flx_spec_opt_group = {
+    .owner = "spec",
+    .title = "View options",
+    .opts = spec_opts,
+    .nopts = FLX_OPT_COUNT(spec_opts),
+    .core = true,
+};
 
 int flx_spec_set(flx_spec *s, const char *key, const char *value,
 		 flx_error *err)
@@ -528,8 +463,40 @@ static int rule_error(flx_error *err, const char *name, size_t i,
 	return flx_error_set(err, -EINVAL, name, key, "%s", why);
 }
 
-static int parse_rule(json_t *o, flx_rule *r, const char *name, size_t i,
-		      flx_error *err)
+/* The facts a rule may name, "\"a\", \"b\"", into buf. */
+static void fact_list(char *buf, size_t cap)
+{
+	const char *f;
+	size_t n = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; (f = flx_fact_name(i)) && n < cap; i++)
+		n += (size_t)snprintf(buf + n, cap - n, "%s\"%s\"",
+				      i ? ", " : "", f);
+}
+
+/* fact's bit in s's fact table (added when new): 0..FLX_SPEC_MAX_FACTS-1,
+ * -E2BIG when the table is full, or -ENOMEM. */
+static int fact_bit(flx_spec *s, const char *fact)
+{
+	char **nf;
+
+	for (size_t i = 0; i < s->nfacts; i++)
+		if (!strcmp(s->facts[i], fact))
+			return (int)i;
+	if (s->nfacts == FLX_SPEC_MAX_FACTS)
+		return -E2BIG;
+	nf = realloc(s->facts, (s->nfacts + 1) * sizeof(*nf));
+	if (!nf)
+		return -ENOMEM;
+	s->facts = nf;
+	if (!(nf[s->nfacts] = strdup(fact)))
+		return -ENOMEM;
+	return (int)s->nfacts++;
+}
+
+static int parse_rule(flx_spec *s, json_t *o, flx_rule *r, const char *name,
+		      size_t i, flx_error *err)
 {
 	const char *k;
 	json_t *v;
@@ -586,12 +553,25 @@ static int parse_rule(json_t *o, flx_rule *r, const char *name, size_t i,
 			r->groups = (int)json_integer_value(v);
 		} else if (strcmp(k, "when") == 0) {
 			const char *sv = json_string_value(v);
+			int bit;
 
-			if (!sv || strcmp(sv, "swiglu"))
-				return rule_error(err, name, i, k,
-						  "expected a model fact "
-						  "(\"swiglu\")");
-			r->when |= FLX_FACT_SWIGLU;
+			if (!sv || !flx_fact_known(sv)) {
+				char list[FLX_ERR_FIELD / 2];
+				char why[FLX_ERR_FIELD];
+
+				fact_list(list, sizeof(list));
+				snprintf(why, sizeof(why),
+					 "expected a model fact (%s)", list);
+				return rule_error(err, name, i, k, why);
+			}
+			bit = fact_bit(s, sv);
+			if (bit < 0)
+				return bit == -ENOMEM
+					   ? bit
+					   : rule_error(err, name, i, k,
+							"too many distinct "
+							"facts");
+			r->when |= 1u << bit;
 		} else if (strcmp(k, "note") == 0) {
 			/* free text for the reader (flexfs-inspect's
 			 * templates record the saved axes in it) */
@@ -696,8 +676,8 @@ int flx_spec_rules_parse(flx_spec *s, const char *json, size_t len,
 		goto out;
 	}
 	for (size_t i = 0; i < n && !rc; i++)
-		rc =
-		    parse_rule(json_array_get(arr, i), &rules[i], name, i, err);
+		rc = parse_rule(s, json_array_get(arr, i), &rules[i], name, i,
+				err);
 	if (rc) {
 		free_rules(rules, n);
 		goto out;

@@ -15,7 +15,7 @@
  *                      holds [part0_r; part1_r; ...], as Megatron's
  *                      SwiGLU fc1 [gate_r; up_r]; absent: one part)
  *     "when": "<fact>", (the rule applies only to a source whose model
- *                      has that fact, FLX_FACT_*; else the next rule is
+ *                      has that fact, flx_ckpt_fact(); else the next rule is
  *                      tried)
  *     "note": "<free text, ignored>" }
  * Unknown keys are errors (a typo must not be silently ignored).
@@ -27,6 +27,7 @@
  */
 
 #include "error.h"
+#include "opt.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -49,15 +50,17 @@ typedef enum flx_stage_kind {
 	FLX_STAGE_N,
 } flx_stage_kind;
 
-/* Facts of a source's model that a rule may require ("when"). */
-#define FLX_FACT_SWIGLU 1u /* "swiglu": gated fc1 [gate; up] */
+/* At most this many distinct facts in the rules' "when". */
+#define FLX_SPEC_MAX_FACTS 32
 
 typedef struct flx_rule {
 	char *match;
 	flx_split_kind split;
 	int axis;
-	int groups;    /* equal parts of axis, each split over TP; 0: one */
-	unsigned when; /* FLX_FACT_* the source must have; 0: any source */
+	int groups; /* equal parts of axis, each split over TP; 0: one */
+	/* the facts the source must have (bit i: flx_spec.facts[i]); 0: any
+	 * source */
+	unsigned when;
 	flx_stage_kind stage;
 	int stage_n;
 } flx_rule;
@@ -73,20 +76,6 @@ typedef struct flx_spec {
 	char *embed_regex; /* POSIX ERE for first-stage tensors */
 	bool pp_renumber;  /* stage-local layer indices */
 	uint64_t hf_shard_size; /* bytes per hf/ shard before splitting */
-	/* megatron/ legacy files with Transformer Engine names
-	 * (megatron_spec=te); false: the local spec's */
-	bool megatron_te;
-	/* the tokenizer's vocab size for megatron/'s re-padded tables
-	 * (megatron_true_vocab=V); 0: unknown, the saved table's rows */
-	int64_t megatron_true_vocab;
-	/* megatron/'s expert parallel size (megatron_ep=N) and virtual
-	 * pipeline size (megatron_vp=N); 0: none */
-	int megatron_ep, megatron_vp;
-	/* mindspore/: per-rank .ckpt files (-o mindspore, or set by
-	 * dst_strategy); dst_strategy (owned, NULL: none): the MindSpore
-	 * strategy file giving their layout instead of tp x pp */
-	bool mindspore;
-	char *dst_strategy;
 	/* the transform stage's list (transform.h), owned; NULL: the
 	 * source's tensors are served as they are */
 	struct flx_xform *xform;
@@ -94,13 +83,6 @@ typedef struct flx_spec {
 	 * mount they are compiled against the source into the transform
 	 * list that replaces xform */
 	struct flx_aoa *aoa;
-	/* fused_qkv's num_heads and num_key_value_groups where a statement
-	 * omits them (aoa_num_heads=, aoa_num_key_value_groups=; 0: unset) */
-	int64_t aoa_num_heads, aoa_num_kv_groups;
-	/* fused_ffn's and fused_qkv_old's src_tp where a statement omits it
-	 * (aoa_src_tp=; 0: unset, read as 1 unless the saved chunks show
-	 * another degree: aoa.h) */
-	int64_t aoa_src_tp;
 	/* include=, exclude= (fnmatch globs on the names as saved, owned):
 	 * a tensor or object is served when it matches an include glob (or
 	 * there is none) and no exclude glob; strip_prefix= (owned, NULL:
@@ -110,6 +92,13 @@ typedef struct flx_spec {
 	char **exclude;
 	size_t nexclude;
 	char *strip_prefix;
+	/* the plugins' options (the layouts' and the transforms' own, opt.h):
+	 * read by their owners by name at build time; owned */
+	flx_opt_vals opts;
+	/* the facts the rules' "when" name (flx_ckpt_fact()), owned; a
+	 * rule's when is a bit set over these, bit i for facts[i] */
+	char **facts;
+	size_t nfacts;
 	/* the mount's slicer backend ("cpu", "cuda": gpu/slice.h; borrowed),
 	 * which index.json records; NULL: not recorded */
 	const char *slicer;
@@ -119,6 +108,10 @@ typedef struct flx_spec {
 #define FLX_DEFAULT_EMBED_REGEX                                                \
 	"(^|\\.)(tok_embeddings|embed_tokens|word_embeddings|wte)(\\.|$)"
 #define FLX_DEFAULT_HF_SHARD_SIZE (5ull << 30)
+
+/* The options flx_spec_set() applies (tp, pp, rules, ...): the view's
+ * own, every one of them core (flx_opt_group.core). */
+extern const flx_opt_group flx_spec_opt_group;
 
 /** Defaults: tp=1 pp=1, default regexes, 5 GiB hf shards.
  * @return 0 or -ENOMEM. */
@@ -133,12 +126,10 @@ void flx_spec_release(flx_spec *s);
  * (loads and validates the file now; "@NAME" is the preset NAME.json of
  * flx_spec_preset_dir()), layer_regex, embed_regex,
  * pp_renumber (value NULL, "1", "0", "true", "false"), hf_shard_size
- * (bytes with optional K/M/G/T suffix, binary), megatron_spec (local, te),
- * megatron_true_vocab (a positive integer), aoa_num_heads,
- * aoa_num_key_value_groups and aoa_src_tp (positive integers), mindspore
- * (a flag),
- * dst_strategy (a path, read when the tree is built), include and exclude
- * (globs separated by ':'; each option adds to the list), strip_prefix.
+ * (bytes with optional K/M/G/T suffix, binary), include and exclude
+ * (globs separated by ':'; each option adds to the list), strip_prefix:
+ * flx_spec_opt_group.  A plugin's option is not one of these: the parser
+ * stores it in s->opts (flx_opt_vals_set()).
  * @return 0, -EINVAL (bad value; err names the key) or -ENOENT (unknown key,
  *         err untouched so callers can pass it on).
  */
@@ -164,7 +155,7 @@ int flx_spec_rules_parse(flx_spec *s, const char *json, size_t len,
 const flx_rule *flx_spec_match(const flx_spec *s, const char *fqn);
 
 /** First rule whose glob matches fqn and whose facts ("when") are all in
- * facts (FLX_FACT_* of the source), or NULL. */
+ * facts (bit i: the source has flx_spec.facts[i]), or NULL. */
 const flx_rule *flx_spec_match_facts(const flx_spec *s, const char *fqn,
 				     unsigned facts);
 
@@ -176,17 +167,5 @@ const flx_rule *flx_spec_match_facts(const flx_spec *s, const char *fqn,
  * checkpoint (docs/performance.md).
  */
 bool flx_default_layer_match(const char *fqn, size_t *so, size_t *eo);
-
-/** Parse a size "5G", "512M", "1048576".  @return 0 or -EINVAL. */
-int flx_parse_size(const char *text, uint64_t *out);
-
-/**
- * Parse the value of a flag option: absent (NULL, "-o flag"), "1" or
- * "true" set it, "0" or "false" clear it.  Every flag of the mount
- * (pp_renumber, direct_io) takes this one grammar.
- * @return 0 and *out, or -EINVAL with err naming key.
- */
-int flx_parse_flag(const char *key, const char *value, bool *out,
-		   flx_error *err);
 
 #endif

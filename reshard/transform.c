@@ -989,8 +989,8 @@ static void borrow(flx_ckpt *c, const flx_ckpt *src)
 	c->backend = src->backend;
 	c->nobjects = src->nobjects;
 	c->objects = src->objects;
-	c->megatron = src->megatron;
-	c->paddle = src->paddle;
+	c->src_state = src->src_state;
+	c->src_fact = src->src_fact;
 }
 
 int flx_xform_apply(const flx_xform *x, const flx_ckpt *src, flx_xindex **out,

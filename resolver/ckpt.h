@@ -21,6 +21,7 @@
 #include "dtype.h"
 #include "error.h"
 #include "grow.h"
+#include "opt.h"
 #include "shape.h"
 
 #include <stdbool.h>
@@ -177,83 +178,28 @@ typedef struct flx_object {
 } flx_object;
 
 /*
- * What a Megatron-Core checkpoint's common state says (common.pt, or from
- * 0.19 the bytes item common_state/shard_0_1): the iteration and the
- * arguments of the saving run that a legacy per-rank view needs.  Integer
- * fields are -1, flags -1 and strings "" where the state lacks them.  The
- * pickle itself stays where it is (common_file, pkl_off, pkl_len), to be
- * re-read by whoever re-emits the arguments.
+ * A fact of the source about its checkpoint, asked for by name
+ * (flx_ckpt_fact()): whether the model has gated MLPs, a saving run's
+ * setting, or the source's own description of the checkpoint (a pointer
+ * whose type the source's plugin header names).  The core never knows
+ * which facts exist; rules ("when") and layouts ask for them.
  */
-typedef struct flx_megatron {
-	int64_t iteration;
-	double checkpoint_version;
-	/* args (an argparse.Namespace, or a dict of its fields) */
-	int64_t num_layers;
-	int64_t hidden_size;
-	int64_t num_attention_heads;
-	int64_t num_query_groups;
-	int64_t kv_channels;
-	int64_t ffn_hidden_size;
-	int64_t padded_vocab_size;
-	int64_t make_vocab_size_divisible_by;
-	int64_t tensor_model_parallel_size;
-	int64_t pipeline_model_parallel_size;
-	int64_t virtual_pipeline_model_parallel_size;
-	int64_t num_experts;
-	int64_t moe_ffn_hidden_size;
-	int64_t expert_model_parallel_size;
-	int64_t expert_tensor_parallel_size;
-	int swiglu; /* flags: 0, 1, or -1 absent */
-	int group_query_attention;
-	int untie_embeddings_and_output_weights;
-	int add_bias_linear;
-	int add_qkv_bias;
-	int moe_grouped_gemm; /* TE spec experts: TEGroupedMLP */
-	int64_t vocab_size; /* args.vocab_size (the tokenizer's); -1: unknown */
-	char transformer_impl[32];	  /* "local", "transformer_engine" */
-	char normalization[32];		  /* "RMSNorm", "LayerNorm" */
-	char position_embedding_type[32]; /* "rope", "learned_absolute" */
-	/* content_metadata.distrib_optim_sharding_type, else
-	 * optimizer.param_state_sharding_type */
-	char optim_sharding[48];
-	/* neither says: optim_sharding is what Megatron assumes (spec 1.5),
-	 * from args.ckpt_fully_parallel_save */
-	bool optim_assumed;
-	/* content_metadata.singleton_local_shards (spec 3.2: per-layer,
-	 * per-expert keys, fc1 as weight_w / weight_v): 0, 1, or -1 absent */
-	int singleton_local_shards;
-	/* where the common state's data.pkl lies: files[common_file],
-	 * bytes [pkl_off, pkl_off + pkl_len) */
-	uint32_t common_file;
-	uint64_t pkl_off;
-	uint64_t pkl_len;
-	bool common_item; /* from the common_state item, not common.pt */
-	/* the source's ShardedObject values are torch.save(value) files
-	 * (zarr), not torch.save([value]) bytes items (torch_dist) */
-	bool objects_bare;
-	/* mounted through a save directory whose
-	 * latest_checkpointed_iteration.txt says "release" (its release/) */
-	bool release;
-} flx_megatron;
+typedef enum flx_fact_type {
+	FLX_FACT_BOOL = 1,
+	FLX_FACT_INT,
+	FLX_FACT_TEXT,
+	FLX_FACT_PTR,
+} flx_fact_type;
 
-/*
- * What a Paddle Flex Checkpoint says beyond its tensors: the checkpoint id
- * that was read and the static parameter name Paddle gave each key (the
- * "StructuredToParameterName@@" tables of its .distcp files, merged:
- * "llama.embed_tokens.weight" -> "embedding_0.w_0",
- * "....q_proj.weight.moment1_0" -> "linear_0.w_0_fp32_master_0_moment1_0"),
- * which per-rank .pdparams/.pdopt files carry again.  Strings in pool.
- */
-typedef struct flx_name_pair {
-	const char *key;  /* a tensor FQN of the index */
-	const char *name; /* Paddle's static name for it */
-} flx_name_pair;
-
-typedef struct flx_paddle {
-	int64_t unique_id;
-	size_t nnames;
-	flx_name_pair *names; /* sorted by key, keys unique */
-} flx_paddle;
+typedef struct flx_fact {
+	flx_fact_type type;
+	union {
+		bool b;
+		int64_t i;
+		const char *s; /* valid for the life of the index */
+		const void *p; /* valid for the life of the index */
+	} v;
+} flx_fact;
 
 typedef struct flx_ckpt {
 	char *dir;	  /* as given */
@@ -271,12 +217,13 @@ typedef struct flx_ckpt {
 	flx_tensor *tensors; /* in the source's order (.metadata's) */
 	size_t nobjects;
 	flx_object *objects;
-	/* the source's common state when it is Megatron-Core's torch_dist
-	 * ("megatron-torch_dist"), in pool; NULL otherwise */
-	const flx_megatron *megatron;
-	/* the same for a Paddle Flex Checkpoint ("paddle-dcp"); NULL
-	 * otherwise */
-	const flx_paddle *paddle;
+	/* the source's own state (its description of the checkpoint beyond
+	 * the tensors), in pool; and its answer to flx_ckpt_fact() (NULL: no
+	 * facts).  An index derived from another (transformed, filtered) shares
+	 * both. */
+	const void *src_state;
+	int (*src_fact)(const struct flx_ckpt *c, const char *name,
+			flx_fact *out);
 	/* internal: the files past the descriptor budget (fd -1), opened on
 	 * use; NULL when every file keeps its descriptor from the open */
 	struct flx_fdtable *fdt;
@@ -315,24 +262,14 @@ typedef struct flx_ckpt_opts {
 	/* resolve paths by the component walk alone, never openat2(), as
 	 * on a kernel without it (tests: the outcome must not depend on it) */
 	bool walk_only;
-	/* a Paddle Flex Checkpoint's unique id to read (-o paddle_id=N)
-	 * when has_paddle_id; otherwise the highest in the directory */
-	bool has_paddle_id;
-	uint64_t paddle_id;
-	/* a Megatron save directory's iteration to read (-o megatron_iter=N:
-	 * its iter_NNNNNNN/) when has_megatron_iter; otherwise the one its
-	 * latest_checkpointed_iteration.txt names */
-	bool has_megatron_iter;
-	uint64_t megatron_iter;
 	/* the save directory's subdirectory the caller already entered and
 	 * opens as the checkpoint (the distributed mount enters it itself),
 	 * or NULL: flx_build_entered() reports it as if entered here; not
 	 * owned */
 	const char *entered;
-	/* a MindSpore checkpoint's parallel strategy file (-o
-	 * src_strategy=FILE; JSON when it ends in ".json"): a path, absolute
-	 * or relative to the working directory; NULL: none */
-	const char *ms_strategy;
+	/* the plugins' option values (the sources' own options, opt.h),
+	 * read by the source by name; NULL: none given.  Borrowed. */
+	const struct flx_opt_vals *vals;
 	/* symlinks that lead outside the directory (a Hugging Face cache
 	 * snapshot's links into ../../blobs/) are followed too; without
 	 * it such a data file is an error and such an extra is skipped
@@ -471,18 +408,31 @@ static inline bool flx_file_is_remote(const flx_ckpt *c, uint32_t i)
  */
 int flx_ckpt_probe(const char *dir, const char **format);
 
-/* A Megatron save directory's tracker file, in the directory above its
- * iter_NNNNNNN/ directories. */
-#define FLX_MEGATRON_TRACKER "latest_checkpointed_iteration.txt"
+/**
+ * Store value for the option name of one of the sources (flx_source.opts)
+ * in vals, as the option parser does: for callers that open a checkpoint
+ * without the registry (tests, tools).
+ * @return 0, -ENOENT (no source has that option; err untouched), or as
+ *         flx_opt_vals_set().
+ */
+int flx_ckpt_opt_set(flx_opt_vals *vals, const char *name, const char *value,
+		     flx_error *err);
 
 /**
- * The subdirectory a Megatron save directory's tracker text names, as the
- * source's own open enters it ("iter_0000100", "release"), for a caller
- * that holds the text elsewhere (the distributed mount).  Thread-safe.
- * @return 0 and sub (cap bytes), or -EINVAL with err naming the tracker.
+ * The fact name of c's source (flx_fact), asked of the source's hook.
+ * Thread-safe.
+ * @return 0 and *out, or -ENOENT when the source does not know it (or
+ *         has no facts).
  */
-int flx_megatron_tracker_sub(const char *buf, size_t len, char *sub, size_t cap,
-			     flx_error *err);
+int flx_ckpt_fact(const flx_ckpt *c, const char *name, flx_fact *out);
+
+/** Whether c's source says fact name is a true bool (false when it
+ * does not know it).  Thread-safe. */
+bool flx_ckpt_fact_true(const flx_ckpt *c, const char *name);
+
+/** The pointer fact name of c (the source's own description), or NULL
+ * when the source has none by that name.  Thread-safe. */
+const void *flx_ckpt_fact_ptr(const flx_ckpt *c, const char *name);
 
 /** Release everything (closes fds); NULL is fine. */
 void flx_ckpt_close(flx_ckpt *c);

@@ -1690,6 +1690,29 @@ out:
 	return rc;
 }
 
+int flx_ckpt_fact(const flx_ckpt *c, const char *name, flx_fact *out)
+{
+	if (!c || !c->src_fact)
+		return -ENOENT;
+	return c->src_fact(c, name, out);
+}
+
+bool flx_ckpt_fact_true(const flx_ckpt *c, const char *name)
+{
+	flx_fact f;
+
+	return !flx_ckpt_fact(c, name, &f) && f.type == FLX_FACT_BOOL && f.v.b;
+}
+
+const void *flx_ckpt_fact_ptr(const flx_ckpt *c, const char *name)
+{
+	flx_fact f;
+
+	if (flx_ckpt_fact(c, name, &f) || f.type != FLX_FACT_PTR)
+		return NULL;
+	return f.v.p;
+}
+
 const flx_tensor *flx_ckpt_find(const flx_ckpt *c, const char *fqn)
 {
 	size_t lo = 0, hi = c->ntensors;
@@ -1829,6 +1852,9 @@ static int enter_sub(flx_build *b, const flx_ckpt_opts *o)
 {
 	char sub[256];
 
+	/* a caller that entered the subdirectory itself has done this */
+	if (o->entered)
+		return 0;
 	for (const flx_source *const *s = flx_sources; *s; s++) {
 		int rc;
 
@@ -1954,6 +1980,7 @@ int flx_ckpt_open_with(const char *dir, const flx_ckpt_opts *opts,
 		goto out;
 	}
 	rc = b.src->load(&b, o, err);
+	b.c->src_fact = b.src->fact;
 	if (!rc)
 		rc = finish_load(&b, !o->defer_items);
 out:

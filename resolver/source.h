@@ -33,6 +33,7 @@
  */
 
 #include "ckpt.h"
+#include "opt.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -72,10 +73,30 @@ typedef struct flx_source {
 	 * set (a tracker that names nothing readable). */
 	int (*enter)(flx_build *b, const flx_ckpt_opts *o, char *sub,
 		     size_t cap, flx_error *err);
+	/* NULL, or the source's own options ("-o NAME=VALUE"): their
+	 * values reach load in o->vals, read by name (flx_opt_u64() ...).
+	 * Sources that share options point at the same group. */
+	const flx_opt_group *opts;
+	/* NULL, or the source's facts: load sets flx_ckpt.src_state, and
+	 * the builder sets flx_ckpt.src_fact to this hook.  @return 0 and
+	 * *out, or -ENOENT for a name the source does not know.
+	 * Thread-safe. */
+	int (*fact)(const flx_ckpt *c, const char *name, flx_fact *out);
+	/* NULL, or the names of the source's bool facts, NULL-terminated:
+	 * what a rule's "when" may name (flx_fact_known()) */
+	const char *const *facts;
 } flx_source;
 
 /* The sources, in probe order, NULL-terminated (sources.c). */
 extern const flx_source *const flx_sources[];
+
+/** Whether some source declares a bool fact named name (flx_source.facts).
+ * Thread-safe. */
+bool flx_fact_known(const char *name);
+
+/** The n-th fact name (from 0) that some source declares, each once, or
+ * NULL past the last; for messages listing them.  Thread-safe. */
+const char *flx_fact_name(size_t n);
 
 /** The index being built (format already set): the source fills the
  * rest.  Tensors' and objects' names and chunks go in its pool

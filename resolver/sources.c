@@ -6,6 +6,9 @@
  */
 #include "source.h"
 
+#include <errno.h>
+#include <string.h>
+
 extern const flx_source flx_source_megatron;
 extern const flx_source flx_source_megatron_zarr;
 extern const flx_source flx_source_dcp;
@@ -37,4 +40,48 @@ const char *flx_ckpt_format_name(size_t i)
 		if (k == i)
 			return flx_sources[k]->name;
 	return NULL;
+}
+
+/* Whether the k-th source's fact name first appears there. */
+static bool first_decl(size_t k, const char *name)
+{
+	for (size_t j = 0; j < k; j++)
+		for (size_t i = 0;
+		     flx_sources[j]->facts && flx_sources[j]->facts[i]; i++)
+			if (!strcmp(flx_sources[j]->facts[i], name))
+				return false;
+	return true;
+}
+
+const char *flx_fact_name(size_t n)
+{
+	for (size_t k = 0; flx_sources[k]; k++)
+		for (size_t i = 0;
+		     flx_sources[k]->facts && flx_sources[k]->facts[i]; i++)
+			if (first_decl(k, flx_sources[k]->facts[i]) && !n--)
+				return flx_sources[k]->facts[i];
+	return NULL;
+}
+
+bool flx_fact_known(const char *name)
+{
+	const char *f;
+
+	for (size_t n = 0; (f = flx_fact_name(n)); n++)
+		if (!strcmp(f, name))
+			return true;
+	return false;
+}
+
+int flx_ckpt_opt_set(flx_opt_vals *vals, const char *name, const char *value,
+		     flx_error *err)
+{
+	for (size_t k = 0; flx_sources[k]; k++) {
+		const flx_opt *o =
+		    flx_opt_group_find(flx_sources[k]->opts, name);
+
+		if (o)
+			return flx_opt_vals_set(vals, o, value, err);
+	}
+	return -ENOENT;
 }

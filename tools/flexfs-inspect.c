@@ -296,7 +296,7 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 /* A Megatron-Core checkpoint's common state, and its stacked tensors. */
 static void print_megatron(const flx_ckpt *c)
 {
-	const flx_megatron *m = c->megatron;
+	const flx_megatron *m = flx_megatron_of(c);
 	size_t stacked = 0;
 
 	if (!m)
@@ -408,13 +408,8 @@ static void print_part(const flx_mlg_part *pt, bool named)
  */
 static int print_megatron_legacy(const flx_ckpt *c, const flx_spec *s)
 {
-	flx_mlg_target tgt = {.tp = s->tp,
-			      .pp = s->pp,
-			      .ep = s->megatron_ep,
-			      .vp = s->megatron_vp,
-			      .te = s->megatron_te,
-			      .true_vocab = s->megatron_true_vocab};
-	int nvc = s->megatron_vp > 1 ? s->megatron_vp : 1;
+	flx_mlg_target tgt = flx_mlg_target_of(s);
+	int nvc = tgt.vp > 1 ? tgt.vp : 1;
 	flx_error err;
 
 	flx_error_init(&err);
@@ -433,18 +428,18 @@ static int print_megatron_legacy(const flx_ckpt *c, const flx_spec *s)
 		}
 		if (rc)
 			return rc;
-		flx_mlg_dir_name(c->megatron->release ? -1
-						      : c->megatron->iteration,
+		flx_mlg_dir_name(flx_megatron_of(c)->release
+				     ? -1
+				     : flx_megatron_of(c)->iteration,
 				 -1, 0, 1, 0, 1, it, sizeof(it));
-		flx_mlg_dir_name(0, 0, pp, s->pp, 0,
-				 s->megatron_ep > 1 ? s->megatron_ep : 1, rank,
-				 sizeof(rank));
+		flx_mlg_dir_name(0, 0, pp, s->pp, 0, tgt.ep > 1 ? tgt.ep : 1,
+				 rank, sizeof(rank));
 		chunk[0] = '\0';
 		if (nvc > 1)
 			snprintf(chunk, sizeof(chunk), " model%d", vc);
 		printf("megatron/%s/%s/" FLX_MLG_FILE "%s (%s spec; tp rank 0 "
 		       "of %d, the others hold the same keys, their slices):\n",
-		       it, rank, chunk, s->megatron_te ? "te" : "local", s->tp);
+		       it, rank, chunk, tgt.te ? "te" : "local", s->tp);
 		for (size_t i = 0; i < n; i++) {
 			printf("  %s  ", e[i].name);
 			if (e[i].kind == FLX_MLG_NONE)
@@ -497,7 +492,7 @@ static int print_table(const flx_ckpt *c, const flx_plan *p)
 			print_row(cells + i * NCOLS, w);
 		rc = print_totals(c, p);
 		print_megatron(c);
-		if (!rc && c->megatron)
+		if (!rc && flx_megatron_of(c))
 			rc = print_megatron_legacy(c, p->spec);
 	}
 	for (size_t i = 0; cells && i < p->n * NCOLS; i++)
@@ -707,7 +702,7 @@ static void usage(FILE *f, const char *prog)
 	    f,
 	    "usage: %s CHECKPOINT [-o OPTIONS] [--json]\n"
 	    "\n"
-	    "Show how flexfs would reshard the PyTorch DCP checkpoint "
+	    "Show how flexfs would reshard the checkpoint "
 	    "CHECKPOINT: every\n"
 	    "tensor's dtype, global shape, saved chunks (and their split "
 	    "axes), target\n"
@@ -742,8 +737,11 @@ static void usage(FILE *f, const char *prog)
 	    "                 its saved axes in \"note\"; it mounts as is\n"
 	    "    -h, --help   print this help\n"
 	    "    -V, --version\n"
-	    "\n%s",
-	    prog, flx_mo_help);
+	    "\n",
+	    prog);
+	flx_mo_print_formats(f);
+	fprintf(f, "\n");
+	flx_mo_print_help(f, FLX_PROG_INSPECT);
 }
 
 static void report(const flx_error *e)

@@ -83,7 +83,7 @@ static int nep(const flx_mlg_target *tgt)
 /* The common state's pickle, decoded. */
 static int load_common(flx_build *b, flx_pickle **pk, flx_error *err)
 {
-	const flx_megatron *m = b->ckpt->megatron;
+	const flx_megatron *m = flx_megatron_of(b->ckpt);
 	const flx_file *f = &b->ckpt->files[m->common_file];
 	unsigned char *buf;
 	int rc;
@@ -116,7 +116,7 @@ static int load_common(flx_build *b, flx_pickle **pk, flx_error *err)
 static int wrapper(flx_build *b, const flx_mlg_target *tgt, flx_pk_buf *pre,
 		   flx_error *err)
 {
-	const flx_megatron *m = b->ckpt->megatron;
+	const flx_megatron *m = flx_megatron_of(b->ckpt);
 	const flx_pv *root, *args;
 	flx_pickle *pk = NULL;
 	int64_t vocab;
@@ -269,7 +269,7 @@ static int extra_blob(flx_build *b, const flx_object *o, flx_pt_tensor *t,
 	if (rc)
 		goto out;
 	root = flx_pickle_root(pk);
-	if (b->ckpt->megatron->objects_bare) {
+	if (flx_megatron_of(b->ckpt)->objects_bare) {
 		v = root; /* a zarr object file holds the value alone */
 	} else if (root->kind != FLX_PV_LIST || root->u.seq.n < 1) {
 		rc = extra_fail(b, o, "not a non-empty list", NULL);
@@ -518,12 +518,7 @@ static int check_target(flx_build *b, const flx_mlg_target *tgt,
 static int megatron_build(flx_build *b, void *state)
 {
 	const flx_spec *s = b->plan->spec;
-	flx_mlg_target tgt = {.tp = s->tp,
-			      .pp = s->pp,
-			      .ep = s->megatron_ep,
-			      .vp = s->megatron_vp,
-			      .te = s->megatron_te,
-			      .true_vocab = s->megatron_true_vocab};
+	flx_mlg_target tgt = flx_mlg_target_of(s);
 	flx_pk_buf pre = {0};
 	char name[64];
 	int top, iter, rc;
@@ -531,7 +526,7 @@ static int megatron_build(flx_build *b, void *state)
 	int64_t it;
 
 	(void)state;
-	if (!b->ckpt->megatron)
+	if (!flx_megatron_of(b->ckpt))
 		return 0;
 	rc = check_target(b, &tgt, &pre, &top, &ok);
 	if (rc || !ok)
@@ -539,7 +534,9 @@ static int megatron_build(flx_build *b, void *state)
 	/* a save directory's release/ is served as release/ again; so is
 	 * iteration 0, which Megatron's read_metadata() refuses unless the
 	 * tracker says release (it asserts iteration > 0 or release) */
-	it = b->ckpt->megatron->release ? -1 : b->ckpt->megatron->iteration;
+	it = flx_megatron_of(b->ckpt)->release
+		 ? -1
+		 : flx_megatron_of(b->ckpt)->iteration;
 	if (it == 0)
 		it = -1;
 	if (it < 0)
@@ -591,4 +588,5 @@ out:
 const flx_layout flx_layout_megatron = {
     .name = dir_name,
     .build = megatron_build,
+    .opts = &flx_mlg_opt_group,
 };

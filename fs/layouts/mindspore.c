@@ -45,11 +45,21 @@ static bool on_stage(const flx_placement *pl, int pp)
 	return pp >= pl->stage_lo && pp <= pl->stage_hi;
 }
 
+/* -o mindspore[=0|1], or dst_strategy= (which sets it) given later */
+static bool asked(const flx_spec *s)
+{
+	bool on = false;
+
+	if (flx_opt_order(&s->opts, "dst_strategy") >
+	    flx_opt_order(&s->opts, "mindspore"))
+		return true;
+	flx_opt_flag(&s->opts, "mindspore", &on);
+	return on;
+}
+
 static bool wanted(const flx_build *b)
 {
-	const flx_spec *s = b->plan->spec;
-
-	return s->mindspore ||
+	return asked(b->plan->spec) ||
 	       (b->ckpt->format && !strncmp(b->ckpt->format, "mindspore", 9));
 }
 
@@ -214,7 +224,7 @@ static int rank_files(flx_build *b, int dir, int64_t ranks,
 
 static int ms_build(flx_build *b, void *state)
 {
-	const char *path = b->plan->spec->dst_strategy;
+	const char *path = NULL;
 	flx_mst *m = NULL;
 	const flx_view **v = NULL;
 	int dir, rc;
@@ -222,6 +232,7 @@ static int ms_build(flx_build *b, void *state)
 	(void)state;
 	if (!wanted(b))
 		return 0;
+	flx_opt_text(&b->plan->spec->opts, "dst_strategy", &path);
 	rc = flx_fs_mkdir(b->fs, 0, dir_name, &dir);
 	if (rc)
 		return flx_build_fail(b, rc, dir_name, "creating directory");
@@ -239,8 +250,39 @@ static int ms_build(flx_build *b, void *state)
 	return rc;
 }
 
+static int check_strategy(const flx_opt *o, const char *value, uint64_t *num,
+			  flx_error *err)
+{
+	(void)num;
+	if (!value || !*value)
+		return flx_error_set(err, -EINVAL, NULL, o->name,
+				     "expected a MindSpore strategy file");
+	return 0;
+}
+
+static const flx_opt ms_opts[] = {
+    {.name = "mindspore",
+     .type = FLX_OPT_FLAG,
+     .help = "mindspore/rank_N/checkpoint_N.ckpt: the tp x pp ranks as "
+	     "MindSpore .ckpt files"},
+    {.name = "dst_strategy",
+     .type = FLX_OPT_TEXT,
+     .metavar = "FILE",
+     .help = "their layout from a MindSpore strategy file instead "
+	     "(protobuf, or JSON if FILE ends in .json)",
+     .check = check_strategy},
+};
+
+static const flx_opt_group ms_group = {
+    .owner = "mindspore",
+    .title = "mindspore/ layout (MindSpore per-rank .ckpt files)",
+    .opts = ms_opts,
+    .nopts = FLX_OPT_COUNT(ms_opts),
+};
+
 const flx_layout flx_layout_mindspore = {
     .name = dir_name,
     .size = ms_size,
     .build = ms_build,
+    .opts = &ms_group,
 };

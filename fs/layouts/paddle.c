@@ -28,6 +28,7 @@
 #include "layout.h"
 
 #include "formats/pdparams.h"
+#include "paddle/paddle.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -160,7 +161,8 @@ static int model_set(flx_build *b, int pp, flx_pd_set **out)
 		if (on_stage(pl, pp) && opt_state(pl->src->fqn) == N_STATES)
 			(*out)->e[(*out)->n++] = (flx_pd_entry){
 			    .key = flx_placement_name(pl, pp),
-			    .name = static_name(b->ckpt->paddle, pl->src->fqn),
+			    .name = static_name(flx_paddle_of(b->ckpt),
+						pl->src->fqn),
 			    .pl = pl};
 	}
 	(*out)->ntop = (*out)->n;
@@ -192,7 +194,8 @@ static int opt_set(flx_build *b, int pp, bool master, flx_pd_set **out)
 
 			if (!on_stage(pl, pp) || opt_state(pl->src->fqn) != s)
 				continue;
-			name = static_name(b->ckpt->paddle, pl->src->fqn);
+			name =
+			    static_name(flx_paddle_of(b->ckpt), pl->src->fqn);
 			key = s == N_ACC ? master_key(b, name) : name;
 			if (!key)
 				return -ENOMEM;
@@ -235,7 +238,7 @@ static int paddle_size(flx_build *b, void **state, flx_fs_size *sz)
 	size_t ranks = (size_t)p->spec->tp * (size_t)p->spec->pp, views = 0;
 
 	(void)state;
-	if (!b->ckpt->paddle)
+	if (!flx_paddle_of(b->ckpt))
 		return 0;
 	for (size_t i = 0; i < p->n; i++)
 		views += (size_t)p->spec->tp *
@@ -255,7 +258,7 @@ static int paddle_build(flx_build *b, void *state)
 	int dir, rc;
 
 	(void)state;
-	if (!b->ckpt->paddle)
+	if (!flx_paddle_of(b->ckpt))
 		return 0;
 	opt_kinds(p, &opt, &master);
 	rc = flx_fs_mkdir(b->fs, 0, dir_name, &dir);

@@ -823,13 +823,13 @@ int flx_mcore_enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
 	int dirfd = flx_build_dirfd(b);
 	void *buf = NULL;
 	size_t len = 0;
+	uint64_t it;
 	int64_t mtime;
 	int rc;
 
 	sub[0] = '\0';
-	if (o->has_megatron_iter) {
-		snprintf(sub, cap, "iter_%07llu",
-			 (unsigned long long)o->megatron_iter);
+	if (!flx_opt_u64(o->vals, "megatron_iter", &it)) {
+		snprintf(sub, cap, "iter_%07llu", (unsigned long long)it);
 		if (!is_dir(dirfd, sub))
 			return flx_error_set(err, -ENOENT, sub, "megatron_iter",
 					     "no such iteration directory in "
@@ -851,6 +851,65 @@ int flx_mcore_enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
 		sub[0] = '\0';
 	}
 	return rc;
+}
+
+/* An iteration number as Megatron writes it in its tracker file: digits
+ * only, no sign, at most 18. */
+static int check_iter(const flx_opt *o, const char *value, uint64_t *num,
+		      flx_error *err)
+{
+	uint64_t v = 0;
+	const char *p = value ? value : "";
+
+	if (!*p || strlen(p) > 18)
+		goto bad;
+	for (; *p; p++) {
+		if (*p < '0' || *p > '9')
+			goto bad;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	*num = v;
+	return 0;
+bad:
+	return flx_error_set(err, -EINVAL, NULL, o->name,
+			     "'%s' is not an iteration (a decimal number)",
+			     value ? value : "");
+}
+
+static const flx_opt mcore_opts[] = {
+    {.name = "megatron_iter",
+     .type = FLX_OPT_UINT,
+     .metavar = "N",
+     .def = "the one latest_checkpointed_iteration.txt names",
+     .help = "the iteration of a Megatron save directory to read",
+     .check = check_iter,
+     .flags = FLX_OPT_BARE},
+};
+
+const flx_opt_group flx_mcore_opts = {
+    .owner = "megatron",
+    .title = "Megatron-Core sources (torch_dist, zarr)",
+    .opts = mcore_opts,
+    .nopts = FLX_OPT_COUNT(mcore_opts),
+};
+
+const char *const flx_mcore_facts[] = {"swiglu", NULL};
+
+int flx_mcore_fact(const flx_ckpt *c, const char *name, flx_fact *out)
+{
+	const flx_megatron *m = c->src_state;
+
+	if (!m)
+		return -ENOENT;
+	if (!strcmp(name, FLX_FACT_MEGATRON)) {
+		*out = (flx_fact){.type = FLX_FACT_PTR, .v.p = m};
+		return 0;
+	}
+	if (!strcmp(name, "swiglu")) {
+		*out = (flx_fact){.type = FLX_FACT_BOOL, .v.b = m->swiglu == 1};
+		return 0;
+	}
+	return -ENOENT;
 }
 
 /* ---- the source ---- */
@@ -899,7 +958,7 @@ int flx_mcore_finish(flx_build *b, const char *kind, bool objects_bare,
 	m->release =
 	    flx_build_entered(b) && !strcmp(flx_build_entered(b), "release");
 	m->objects_bare = objects_bare;
-	c->megatron = m;
+	c->src_state = m;
 	mark_stacked(c);
 	return set_writer(c, kind);
 }
@@ -931,4 +990,7 @@ const flx_source flx_source_megatron = {
     .owns = owns,
     .load = load,
     .enter = flx_mcore_enter,
+    .opts = &flx_mcore_opts,
+    .fact = flx_mcore_fact,
+    .facts = flx_mcore_facts,
 };

@@ -11,6 +11,7 @@
  * Thread-safety: as a source's load (one builder, one thread).
  */
 
+#include "megatron/megatron.h"
 #include "source.h"
 
 #include <stdbool.h>
@@ -38,14 +39,19 @@ int flx_mcore_config(flx_build *b, const char *backend, int64_t *mtime_ns,
 /**
  * Once the tensors and objects are in the index: read the common state
  * (common.pt, else the common_state/shard_0_1 object) into
- * flx_build_ckpt(b)->megatron, mark the stacked axes of every tensor and
- * prefix the writer with "Megatron-Core <kind>, " (writer NULL: kind
- * alone).  objects_bare: the source's ShardedObject values are
+ * the index's "megatron" fact (flx_megatron_of()), mark the stacked axes of
+ * every tensor and prefix the writer with "Megatron-Core <kind>, " (writer
+ * NULL: kind alone).  objects_bare: the source's ShardedObject values are
  * torch.save(value), not torch.save([value]) (flx_megatron.objects_bare).
  * @return 0, or -errno with err.
  */
 int flx_mcore_finish(flx_build *b, const char *kind, bool objects_bare,
 		     flx_error *err);
+
+/* The sources' options (megatron_iter), facts and fact hook. */
+extern const flx_opt_group flx_mcore_opts;
+extern const char *const flx_mcore_facts[];
+int flx_mcore_fact(const flx_ckpt *c, const char *name, flx_fact *out);
 
 /** The sources' enter hook (a save directory: source.h). */
 int flx_mcore_enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,

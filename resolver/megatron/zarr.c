@@ -633,4 +633,7 @@ const flx_source flx_source_megatron_zarr = {
     .owns = owns,
     .load = load,
     .enter = flx_mcore_enter,
+    .opts = &flx_mcore_opts,
+    .fact = flx_mcore_fact,
+    .facts = flx_mcore_facts,
 };

@@ -10,8 +10,8 @@
  * directory itself (§1.8); a single unnumbered .ckpt is rank 0; the part
  * files of a unified_safetensors directory (param_name_map.json beside
  * them, §1.7: whole tensors) are all rank 0's.  The
- * strategy file comes from -o src_strategy=FILE (flx_ckpt_opts.
- * ms_strategy; JSON when its name ends in ".json").  Without one only a
+ * strategy file comes from -o src_strategy=FILE (the source's option;
+ * JSON when its name ends in ".json").  Without one only a
  * single rank is read (all of it replicated).
  *
  * A .ckpt file is a run of Checkpoint messages (§1.1).  It is scanned with
@@ -1659,28 +1659,30 @@ static int load_rank(loader *L, const rankfile *rf)
 static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 {
 	loader L = {.b = b, .c = flx_build_ckpt(b), .err = err};
+	const char *strategy = NULL;
 	int rc;
 
+	flx_opt_text(o->vals, "src_strategy", &strategy);
 	rc = flx_build_remote_name(b, 0) ? scan_names(&L)
 					 : scan_dir(&L, flx_build_dirfd(b));
 	/* a unified directory's tensors are whole: a layout would slice them
 	 * again */
-	if (!rc && o->ms_strategy && L.unified)
+	if (!rc && strategy && L.unified)
 		rc =
 		    flx_error_set(err, -EINVAL, UNIFIED_MAP, "src_strategy",
 				  "a unified_safetensors directory holds whole "
 				  "tensors: mount it without a strategy");
 	/* without a layout, ranks' equal dims would pass for replicas even
 	 * when they are slices: serving one as the whole would be wrong */
-	if (!rc && !o->ms_strategy && L.nrf > 1 && !L.unified)
+	if (!rc && !strategy && L.nrf > 1 && !L.unified)
 		rc = flx_error_set(
 		    err, -EINVAL, L.rf[1].relpath, "src_strategy",
 		    "a checkpoint of %zu ranks needs its strategy "
 		    "file: -o src_strategy=FILE",
 		    L.nrf);
-	if (!rc && o->ms_strategy) {
-		L.st_path = o->ms_strategy;
-		rc = load_strategy(&L, o->ms_strategy);
+	if (!rc && strategy) {
+		L.st_path = strategy;
+		rc = load_strategy(&L, strategy);
 	}
 	if (!rc && L.st) {
 		uint64_t world = (uint64_t)L.st->nstages * L.st->devices;
@@ -1720,6 +1722,34 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	return rc;
 }
 
+/* A path kept absolute: the daemon changes directory after the parse. */
+static int check_strategy(const flx_opt *o, const char *value, uint64_t *num,
+			  flx_error *err)
+{
+	(void)num;
+	if (!value || !*value)
+		return flx_error_set(err, -EINVAL, NULL, o->name,
+				     "needs a strategy file's path");
+	return 0;
+}
+
+static const flx_opt ms_opts[] = {
+    {.name = "src_strategy",
+     .type = FLX_OPT_PATH,
+     .metavar = "FILE",
+     .help = "a MindSpore checkpoint's parallel strategy file (protobuf, "
+	     "or JSON when named *.json)",
+     .check = check_strategy,
+     .flags = FLX_OPT_BARE},
+};
+
+static const flx_opt_group ms_group = {
+    .owner = "mindspore",
+    .title = "MindSpore source",
+    .opts = ms_opts,
+    .nopts = FLX_OPT_COUNT(ms_opts),
+};
+
 const flx_source flx_source_mindspore = {
     .name = "mindspore",
     .kind = "MindSpore",
@@ -1727,4 +1757,5 @@ const flx_source flx_source_mindspore = {
     .probe = probe,
     .owns = owns,
     .load = load,
+    .opts = &ms_group,
 };

@@ -46,6 +46,7 @@
 #include "grow.h"
 #include "pickle.h"
 #include "reader.h"
+#include "paddle/paddle.h"
 #include "source.h"
 
 #include <dirent.h>
@@ -324,6 +325,8 @@ static int pick_id(loader *L, const flx_ckpt_opts *o)
 {
 	int dirfd = flx_build_dirfd(L->b), rc;
 	char part[64];
+	uint64_t want = 0;
+	bool has_want = !flx_opt_u64(o->vals, "paddle_id", &want);
 	ids s;
 
 	if (*L->prefix) {
@@ -336,25 +339,25 @@ static int pick_id(loader *L, const flx_ckpt_opts *o)
 					     strerror(errno));
 	}
 	/* a part only other nodes hold (-o mpi) has no local entries */
-	rc = dirfd < 0 ? 0 : scan_ids(dirfd, o->paddle_id, &s);
+	rc = dirfd < 0 ? 0 : scan_ids(dirfd, want, &s);
 	if (dirfd < 0)
 		memset(&s, 0, sizeof(s));
 	if (*L->prefix && dirfd >= 0)
 		close(dirfd);
 	if (!rc)
-		scan_remote(L->b, L->prefix, o->paddle_id, &s);
+		scan_remote(L->b, L->prefix, want, &s);
 
 	if (rc)
 		return flx_error_set(L->err, rc, NULL, NULL,
 				     "cannot list the directory: %s",
 				     strerror(-rc));
-	if (o->has_paddle_id)
-		L->id = o->paddle_id;
+	if (has_want)
+		L->id = want;
 	else
 		L->id = s.any_data ? s.max_data : s.max_meta;
 	snprintf(L->meta, sizeof(L->meta), "%s%" PRIu64 ".metadata", L->prefix,
 		 L->id);
-	if (o->has_paddle_id && !s.has_want)
+	if (has_want && !s.has_want)
 		return flx_error_set(L->err, -ENOENT, L->meta, "paddle_id",
 				     "no such file (the highest id here is "
 				     "%" PRIu64 ")",
@@ -2062,11 +2065,65 @@ static int set_paddle(loader *L)
 		return -ENOMEM;
 	if (n)
 		memcpy(p->names, L->names, n * sizeof(*p->names));
-	L->c->paddle = p;
+	L->c->src_state = p;
 	return 0;
 }
 
 /* ---- the source ---- */
+
+/* A decimal id as Paddle names its files ("{id}.metadata"): digits
+ * only, no sign, no leading zero but in "0". */
+static int check_id(const flx_opt *o, const char *value, uint64_t *num,
+		    flx_error *err)
+{
+	uint64_t v = 0;
+	const char *p = value ? value : "";
+
+	if (!*p || (p[0] == '0' && p[1]) || strlen(p) > 19)
+		goto bad;
+	for (; *p; p++) {
+		if (*p < '0' || *p > '9')
+			goto bad;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	*num = v;
+	return 0;
+bad:
+	return flx_error_set(err, -EINVAL, NULL, o->name,
+			     "'%s' is not a checkpoint id (a decimal number)",
+			     value ? value : "");
+}
+
+static const flx_opt paddle_opts[] = {
+    {.name = "paddle_id",
+     .type = FLX_OPT_UINT,
+     .metavar = "N",
+     .def = "the highest in the directory",
+     .help = "the unique id of a Paddle checkpoint to read",
+     .check = check_id,
+     .flags = FLX_OPT_BARE},
+};
+
+static const flx_opt_group paddle_group = {
+    .owner = "paddle-dcp",
+    .title = "Paddle Flex Checkpoint source",
+    .opts = paddle_opts,
+    .nopts = FLX_OPT_COUNT(paddle_opts),
+};
+
+static int paddle_fact(const flx_ckpt *c, const char *name, flx_fact *out)
+{
+	if (!c->src_state || strcmp(name, FLX_FACT_PADDLE))
+		return -ENOENT;
+	*out = (flx_fact){.type = FLX_FACT_PTR, .v.p = c->src_state};
+	return 0;
+}
+
+void flx_paddle_attach(flx_ckpt *c, const flx_paddle *pd)
+{
+	c->src_state = pd;
+	c->src_fact = pd ? paddle_fact : NULL;
+}
 
 static int interpret(loader *L, const flx_pv *root)
 {
@@ -2217,4 +2274,6 @@ const flx_source flx_source_paddle = {
     .probe = probe,
     .owns = owns,
     .load = load,
+    .opts = &paddle_group,
+    .fact = paddle_fact,
 };

@@ -898,6 +898,7 @@ static int run_case(const char *kind, const char *name, const char *tmproot)
 	char rel[PATH_MAX], basedir[PATH_MAX], base[PATH_MAX], truth[PATH_MAX];
 	char strategy[PATH_MAX];
 	flx_ckpt_opts opts = open_opts;
+	flx_opt_vals vals = {0};
 	char why[512] = "", line[4 * FLX_ERR_FIELD];
 	flx_ckpt *c = NULL;
 	flx_plan *p = NULL;
@@ -943,7 +944,13 @@ static int run_case(const char *kind, const char *name, const char *tmproot)
 	if (e.src_strategy[0]) {
 		fmt_path(strategy, sizeof(strategy), "%s/%s", dir,
 			 e.src_strategy);
-		opts.ms_strategy = strategy;
+		if (flx_ckpt_opt_set(&vals, "src_strategy", strategy, NULL)) {
+			printf("FAIL %s/%s: harness: src_strategy\n", kind,
+			       name);
+			bad = 1;
+			goto out;
+		}
+		opts.vals = &vals;
 	}
 	rc = flx_ckpt_open_with(dir, &opts, &c, &err);
 	if (!rc && (e.plan || async)) {
@@ -995,6 +1002,7 @@ static int run_case(const char *kind, const char *name, const char *tmproot)
 		printf("ok %s/%s%s%s\n", kind, name, rc ? ": " : "", line);
 out:
 	flx_ckpt_close(c);
+	flx_opt_vals_release(&vals);
 	if (!keep_dir && rm_tree(dir) && errno != ENOENT) {
 		printf("FAIL %s/%s: harness: cannot remove %s\n", kind, name,
 		       dir);

@@ -11,6 +11,7 @@
  */
 #include "check.h"
 #include "ckpt.h"
+#include "megatron/megatron.h"
 #include "plan.h"
 #include "spec.h"
 
@@ -85,7 +86,7 @@ static void test_fixture(const char *fx)
 	}
 	CHECK_STR(c->format, "megatron-torch_dist");
 	CHECK(strncmp(c->writer, "Megatron-Core torch_dist, ", 26) == 0);
-	m = c->megatron;
+	m = flx_megatron_of(c);
 	CHECK(m != NULL);
 	if (m) {
 		unsigned char head[2], tail;
@@ -220,7 +221,7 @@ static void test_config_subset(void)
 		fclose(f);
 	}
 	CHECK_EQ(flx_ckpt_open(dir, &c, &err), 0);
-	CHECK(c && c->megatron && c->megatron->iteration == 100);
+	CHECK(c && flx_megatron_of(c) && flx_megatron_of(c)->iteration == 100);
 	flx_ckpt_close(c);
 	c = NULL;
 	err = (flx_error){0};
@@ -250,7 +251,7 @@ static void test_common_item(void)
 
 	assemble(dir, "megatron-common-item/good");
 	CHECK_EQ(flx_ckpt_open(dir, &c, &err), 0);
-	m = c ? c->megatron : NULL;
+	m = c ? flx_megatron_of(c) : NULL;
 	CHECK(m != NULL);
 	if (m) {
 		const flx_file *f = &c->files[m->common_file];
@@ -313,9 +314,9 @@ static void test_zarr(void)
 		goto out;
 	CHECK_STR(z->format, "megatron-zarr");
 	CHECK_STR(z->writer, "Megatron-Core zarr");
-	m = z->megatron;
-	CHECK(m && m->objects_bare && !t->megatron->objects_bare);
-	CHECK(m && m->optim_assumed && !t->megatron->optim_assumed);
+	m = flx_megatron_of(z);
+	CHECK(m && m->objects_bare && !flx_megatron_of(t)->objects_bare);
+	CHECK(m && m->optim_assumed && !flx_megatron_of(t)->optim_assumed);
 	if (m) {
 		CHECK_STR(m->optim_sharding, "dp_zero_gather_scatter");
 		CHECK_EQ(m->num_layers, 4);

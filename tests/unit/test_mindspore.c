@@ -125,13 +125,15 @@ static void test_zero_element(void)
 	const char *fx = "fixtures/mindspore-zero/";
 	char d22[128], d23[128], st[128];
 	flx_ckpt_opts o = {0};
+	flx_opt_vals vals = {0};
 	flx_ckpt *c = NULL;
 	flx_error e;
 
 	snprintf(d22, sizeof(d22), "%sckpt-legacy22", fx);
 	snprintf(d23, sizeof(d23), "%sckpt", fx);
 	snprintf(st, sizeof(st), "%sstrategy/ckpt_strategy_rank_0.ckpt", fx);
-	o.ms_strategy = st;
+	CHECK_EQ(flx_ckpt_opt_set(&vals, "src_strategy", st, NULL), 0);
+	o.vals = &vals;
 	flx_error_init(&e);
 	CHECK_EQ(flx_ckpt_open_with(d22, &o, &c, &e), 0);
 	if (c) {
@@ -164,6 +166,7 @@ static void test_zero_element(void)
 		CHECK_EQ(c->ntensors, 21);
 		flx_ckpt_close(c);
 	}
+	flx_opt_vals_release(&vals);
 }
 
 /* ---- byte strings written here by the spec's wire rules (§1.2) ---- */

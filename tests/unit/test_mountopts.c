@@ -68,6 +68,15 @@ static void test_classify(void)
 }
 
 /* Apply tok to fresh options; expect rc and an error naming key. */
+/* A plugin option's stored number (UINT64_MAX: not given). */
+static uint64_t opt_u64(const flx_mountopts *mo, const char *name)
+{
+	uint64_t v = UINT64_MAX;
+
+	flx_opt_u64(&mo->spec.opts, name, &v);
+	return v;
+}
+
 static void check_bad(const char *tok, const char *key)
 {
 	flx_mountopts mo;
@@ -277,12 +286,12 @@ static void test_values(void)
 			    "paddle-dcp, hf-safetensors, mindspore)");
 	CHECK_STR(mo.source_format, "hf-safetensors");
 	/* paddle_id: a decimal id as Paddle names its files */
-	CHECK(!mo.has_paddle_id);
+	CHECK(!flx_opt_given(&mo.spec.opts, "paddle_id"));
 	CHECK_EQ(flx_mo_option(&mo, "paddle_id=0", &err), 0);
-	CHECK(mo.has_paddle_id);
-	CHECK_EQ(mo.paddle_id, 0);
+	CHECK(flx_opt_given(&mo.spec.opts, "paddle_id"));
+	CHECK_EQ(opt_u64(&mo, "paddle_id"), 0);
 	CHECK_EQ(flx_mo_option(&mo, "paddle_id=10", &err), 0);
-	CHECK_EQ(mo.paddle_id, 10);
+	CHECK_EQ(opt_u64(&mo, "paddle_id"), 10);
 	for (const char *const *v =
 		 (const char *const[]){"paddle_id=", "paddle_id=-1",
 				       "paddle_id=010", "paddle_id=1x",
@@ -293,7 +302,7 @@ static void test_values(void)
 		CHECK_EQ(flx_mo_option(&mo, *v, &err), -EINVAL);
 		CHECK_STR(err.key, "paddle_id");
 	}
-	CHECK_EQ(mo.paddle_id, 10);
+	CHECK_EQ(opt_u64(&mo, "paddle_id"), 10);
 	CHECK_EQ(mo.nfuse, 0); /* ours: libfuse never sees it */
 	flx_mo_release(&mo);
 	flx_mo_release(&mo); /* idempotent */
@@ -455,13 +464,13 @@ static void test_aoa_src_tp(void)
 	CHECK_EQ(flx_mo_classify("aoa_src_tp=2"), FLX_MO_OURS);
 	CHECK_EQ(flx_mo_init(&mo), 0);
 	flx_error_init(&err);
-	CHECK_EQ(mo.spec.aoa_src_tp, 0); /* unset */
+	CHECK(!flx_opt_given(&mo.spec.opts, "aoa_src_tp")); /* unset */
 	CHECK_EQ(flx_mo_option(&mo, "aoa_src_tp=2", &err), 0);
-	CHECK_EQ(mo.spec.aoa_src_tp, 2);
+	CHECK_EQ(opt_u64(&mo, "aoa_src_tp"), 2);
 	CHECK_EQ(flx_mo_option(&mo, "aoa_src_tp=65536", &err), 0);
-	CHECK_EQ(mo.spec.aoa_src_tp, 65536);
+	CHECK_EQ(opt_u64(&mo, "aoa_src_tp"), 65536);
 	CHECK_EQ(flx_mo_option(&mo, "aoa_src_tp=1", &err), 0);
-	CHECK_EQ(mo.spec.aoa_src_tp, 1);
+	CHECK_EQ(opt_u64(&mo, "aoa_src_tp"), 1);
 	CHECK_EQ(mo.nfuse, 0);
 	flx_mo_release(&mo);
 }

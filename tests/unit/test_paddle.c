@@ -15,6 +15,7 @@
  */
 #include "check.h"
 #include "ckpt.h"
+#include "paddle/paddle.h"
 #include "view.h"
 
 #include <jansson.h>
@@ -89,9 +90,9 @@ static void check_ckpt(const flx_ckpt *c, const json_t *ck, size_t *seen)
 		CHECK_EQ(t->saved_split, axis == -2 ? 0
 					 : axis < 0 ? -1
 						    : axis + 1);
-		for (size_t i = 0; i < c->paddle->nnames; i++)
-			if (!strcmp(c->paddle->names[i].key, key))
-				p = &c->paddle->names[i];
+		for (size_t i = 0; i < flx_paddle_of(c)->nnames; i++)
+			if (!strcmp(flx_paddle_of(c)->names[i].key, key))
+				p = &flx_paddle_of(c)->names[i];
 		CHECK(p != NULL);
 		if (p && want)
 			CHECK_STR(p->name, want);
@@ -106,6 +107,7 @@ static void check_fixture(const char *fx, const char *dir, const char *opt_id,
 	json_t *man;
 	flx_ckpt *c = NULL;
 	flx_error err;
+	flx_opt_vals vals = {0};
 	flx_ckpt_opts o = {0};
 	int64_t id;
 	size_t seen = 0, want = 0, i;
@@ -118,8 +120,8 @@ static void check_fixture(const char *fx, const char *dir, const char *opt_id,
 		return;
 	id = json_integer_value(json_object_get(man, "default_id"));
 	if (opt_id) {
-		o.has_paddle_id = true;
-		o.paddle_id = (uint64_t)atoll(opt_id);
+		CHECK_EQ(flx_ckpt_opt_set(&vals, "paddle_id", opt_id, NULL), 0);
+		o.vals = &vals;
 		id = atoll(opt_id);
 	}
 	snprintf(path, sizeof(path), "fixtures/%s/%s", fx, dir);
@@ -129,16 +131,17 @@ static void check_fixture(const char *fx, const char *dir, const char *opt_id,
 		fprintf(stderr, "%s: %s %s %s\n", path, err.file, err.key,
 			err.text);
 		json_decref(man);
+		flx_opt_vals_release(&vals);
 		return;
 	}
 	CHECK_STR(c->format, "paddle-dcp");
-	CHECK(c->paddle != NULL);
-	CHECK_EQ(c->paddle->unique_id, id);
-	for (i = 1; i < c->paddle->nnames; i++)
-		CHECK(strcmp(c->paddle->names[i - 1].key,
-			     c->paddle->names[i].key) < 0);
-	for (i = 0; i < c->paddle->nnames; i++)
-		CHECK(flx_ckpt_find(c, c->paddle->names[i].key) != NULL);
+	CHECK(flx_paddle_of(c) != NULL);
+	CHECK_EQ(flx_paddle_of(c)->unique_id, id);
+	for (i = 1; i < flx_paddle_of(c)->nnames; i++)
+		CHECK(strcmp(flx_paddle_of(c)->names[i - 1].key,
+			     flx_paddle_of(c)->names[i].key) < 0);
+	for (i = 0; i < flx_paddle_of(c)->nnames; i++)
+		CHECK(flx_ckpt_find(c, flx_paddle_of(c)->names[i].key) != NULL);
 	json_array_foreach(json_object_get(man, "checkpoints"), i, ck)
 	{
 		const char *part =
@@ -161,8 +164,9 @@ static void check_fixture(const char *fx, const char *dir, const char *opt_id,
 	CHECK(want > 0);
 	CHECK_EQ(seen, want);
 	CHECK_EQ(c->ntensors, want);
-	CHECK_EQ(c->paddle->nnames, want);
+	CHECK_EQ(flx_paddle_of(c)->nnames, want);
 	flx_ckpt_close(c);
+	flx_opt_vals_release(&vals);
 	json_decref(man);
 }
 
@@ -210,9 +214,13 @@ static void check_bytes(const char *fx, const char *dir, int64_t id)
 	json_t *man, *ck;
 	flx_ckpt *c = NULL;
 	flx_error err;
-	flx_ckpt_opts o = {.has_paddle_id = true, .paddle_id = (uint64_t)id};
+	flx_opt_vals vals = {0};
+	flx_ckpt_opts o = {.vals = &vals};
 	size_t i, nread = 0;
+	char idtext[24];
 
+	snprintf(idtext, sizeof(idtext), "%lld", (long long)id);
+	CHECK_EQ(flx_ckpt_opt_set(&vals, "paddle_id", idtext, NULL), 0);
 	snprintf(path, sizeof(path), "fixtures/%s/truth/manifest.json", fx);
 	man = json_load_file(path, 0, &je);
 	snprintf(path, sizeof(path), "fixtures/%s/%s", fx, dir);
@@ -221,6 +229,7 @@ static void check_bytes(const char *fx, const char *dir, int64_t id)
 	CHECK_EQ(flx_ckpt_open_with(path, &o, &c, &err), 0);
 	if (!man || !c) {
 		json_decref(man);
+		flx_opt_vals_release(&vals);
 		return;
 	}
 	json_array_foreach(json_object_get(man, "checkpoints"), i, ck)
@@ -268,6 +277,7 @@ static void check_bytes(const char *fx, const char *dir, int64_t id)
 	}
 	CHECK_EQ(nread, c->ntensors);
 	flx_ckpt_close(c);
+	flx_opt_vals_release(&vals);
 	json_decref(man);
 }
 

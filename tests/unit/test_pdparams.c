@@ -17,6 +17,7 @@
  */
 #include "check.h"
 #include "ckpt.h"
+#include "paddle/paddle.h"
 #include "plan.h"
 #include "spec.h"
 #include "synth_ckpt.h"
@@ -179,14 +180,14 @@ static flx_ckpt *make_ckpt(const char *dir, const tdef *defs, size_t n)
 			    .key = defs[i].fqn, .name = defs[i].name};
 	}
 	qsort(pd.names, pd.nnames, sizeof(*pd.names), cmp_pair);
-	c->paddle = &pd;
+	flx_paddle_attach(c, &pd);
 	CHECK(synth_ckpt_fill(c, &synth, at) == 0);
 	return c;
 }
 
 static void free_ckpt(flx_ckpt *c)
 {
-	c->paddle = NULL;
+	flx_paddle_attach(c, NULL);
 	flx_ckpt_close(c);
 	free(pd.names);
 	pd.names = NULL;
@@ -539,7 +540,7 @@ static void binbytes8(const char *dir)
 	flx_file_identity(&c->files[0], &fst);
 	pd.names = NULL;
 	pd.nnames = 0;
-	c->paddle = &pd;
+	flx_paddle_attach(c, &pd);
 	flx_spec_init(&s);
 	flx_error_init(&err);
 	CHECK_EQ(flx_plan_build(c, &s, &p, &err), 0);
@@ -635,7 +636,7 @@ int main(void)
 		flx_error err;
 		flx_stat st;
 
-		c->paddle = NULL;
+		flx_paddle_attach(c, NULL);
 		flx_spec_init(&s);
 		CHECK_EQ(flx_plan_build(c, &s, &p, &err), 0);
 		CHECK_EQ(flx_fs_build(c, p, &fs, &err), 0);
