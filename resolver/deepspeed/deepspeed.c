@@ -27,6 +27,7 @@
  */
 #include "deepspeed.h"
 
+#include "opt.h"
 #include "pickle.h"
 #include "reader.h"
 #include "source.h"
@@ -95,6 +96,7 @@ typedef struct ds {
 	size_t noptim;
 	int stage;
 	bool bf16opt; /* BF16_Optimizer's files (no zero_stage) */
+	bool lp;      /* ds_weights=module: the module's weights in hf/ */
 	/* tensors of the index being made */
 	flx_tensor *t;
 	size_t nt, capt;
@@ -218,10 +220,22 @@ static int enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
 	size_t len = 0;
 	int64_t mtime;
 	bool here = false;
+	const char *tag;
 	int rc;
 
-	(void)o;
 	sub[0] = '\0';
+	if (!flx_opt_text(o->vals, "ds_tag", &tag)) {
+		rc = flx_ds_latest_tag(tag, strlen(tag), sub, cap, err);
+		if (!rc && !is_dir(dirfd, sub)) {
+			rc = flx_error_set(err, -ENOENT, sub, "ds_tag",
+					   "no such tag directory in the save "
+					   "directory");
+			sub[0] = '\0';
+		}
+		if (rc)
+			flx_error_key(err, "ds_tag");
+		return rc;
+	}
 	probe(dirfd, &here);
 	if (here || !exists_reg(dirfd, LATEST_NAME))
 		return 0;
@@ -729,6 +743,24 @@ static void flats_free(ds_flat *f, size_t n)
 
 static int load_shared(ds *d);
 
+static int whole(ds *d, const ds_file *f, const flx_pv *v, const char *name,
+		 bool to_f32, int ndim, const int64_t *shape);
+
+/* ds_weights=module: parameter p from the module state dict, as saved
+ * (the low-precision weights), in place of its fp32 master. */
+static int module_weight(ds *d, const ds_param *p)
+{
+	const ds_file *m = &d->model[0];
+	const flx_pv *v =
+	    flx_pv_dict_get(flx_pv_dict_get(m->root, "module"), p->name);
+
+	if (!v)
+		return flx_error_set(d->err, -EINVAL, m->name, p->name,
+				     "ds_weights=module: the module state "
+				     "dict has no such parameter");
+	return whole(d, m, v, p->name, false, p->ndim, p->shape);
+}
+
 /* zero_to_fp32's sanity check of stages 1 and 2: the parameters consume
  * the group but for the alignment padding (to 2 x world size). */
 static bool zero2_adds_up(uint64_t used, uint64_t avail, uint64_t ws)
@@ -838,6 +870,11 @@ static int load_stage12(ds *d, ds_param *ps, size_t np, size_t ng)
 				rc = new_tensor(d, nm ? nm : ps[i].name,
 						FLX_DT_F32, ps[i].ndim,
 						ps[i].shape, &t);
+			if (!rc && !pass && d->lp) {
+				rc = module_weight(d, &ps[i]);
+				off += (uint64_t)ps[i].numel;
+				continue;
+			}
 			if (!rc) {
 				const ds_flat *fl =
 				    pass ? &mm[2 * g + (size_t)pass - 1]
@@ -1273,7 +1310,12 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	bool has12;
 	int rc;
 
-	(void)o;
+	{
+		const char *w = NULL;
+
+		d.lp = !flx_opt_text(o->vals, "ds_weights", &w) &&
+		       !strcmp(w, "module");
+	}
 	rc = list_files(&d, &om, &nom, &mm, &nmm, &has12);
 	if (rc)
 		goto out;
@@ -1351,6 +1393,13 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 				   d.stage);
 		goto out;
 	}
+	if (d.lp && d.stage == 3) {
+		rc = flx_error_set(err, -EINVAL, mm[0].s, "ds_weights",
+				   "ZeRO stage 3 saves no module weights "
+				   "(placeholders of no elements): "
+				   "ds_weights=module needs stage 1 or 2");
+		goto out;
+	}
 	d.nmodel = d.stage == 3 ? nmm : 1;
 	d.model = calloc(d.nmodel, sizeof(ds_file));
 	if (!d.model) {
@@ -1397,6 +1446,31 @@ out:
 	return rc;
 }
 
+static const char *const weights_choices[] = {"fp32", "module", NULL};
+
+static const flx_opt ds_opts[] = {
+    {.name = "ds_weights",
+     .type = FLX_OPT_CHOICE,
+     .metavar = "W",
+     .def = "fp32",
+     .help = "DeepSpeed ZeRO: the weights under the parameter names, the "
+	     "fp32 masters or the module's low-precision ones (stages 1, 2)",
+     .choices = weights_choices},
+    {.name = "ds_tag",
+     .type = FLX_OPT_TEXT,
+     .metavar = "TAG",
+     .def = "the one `latest` names",
+     .help = "DeepSpeed ZeRO: the tag directory of a save directory to "
+	     "mount"},
+};
+
+static const flx_opt_group ds_group = {
+    .owner = "deepspeed-zero",
+    .title = "DeepSpeed ZeRO source",
+    .opts = ds_opts,
+    .nopts = FLX_OPT_COUNT(ds_opts),
+};
+
 const flx_source flx_source_deepspeed = {
     .name = "deepspeed-zero",
     .kind = "DeepSpeed ZeRO",
@@ -1405,4 +1479,5 @@ const flx_source flx_source_deepspeed = {
     .owns = owns,
     .load = load,
     .enter = enter,
+    .opts = &ds_group,
 };
