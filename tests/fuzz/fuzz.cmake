@@ -13,6 +13,7 @@ list(APPEND flx_fuzz_targets zstditem)
 list(APPEND flx_fuzz_targets aoa)
 list(APPEND flx_fuzz_targets ms_ckpt ms_strategy)
 list(APPEND flx_fuzz_targets megatron_zarr)
+list(APPEND flx_fuzz_targets deepspeed)
 set(flx_fuzz_libs_pickle flx_resolver)
 set(flx_fuzz_libs_pickle_window flx_resolver)
 # any pickle is a seed of pickle_window: it replays pickle's corpus too
@@ -29,6 +30,7 @@ set(flx_fuzz_libs_paddle_distcp flx_fs)
 set(flx_fuzz_libs_options flx_mountopts)
 set(flx_fuzz_libs_ms_ckpt flx_fs)
 set(flx_fuzz_libs_ms_strategy flx_resolver)
+set(flx_fuzz_libs_deepspeed flx_fs)
 
 foreach(t ${flx_fuzz_targets})
   add_executable(regress_${t} ${flx_fuzz_dir}/regression_driver.c
