@@ -6,7 +6,8 @@
  *   mp_rank_00_model_states.pt                      (stages 1, 2)
  *   zero_pp_rank_D_mp_rank_00_model_states.pt       (stage 3, per DP rank)
  *   [bf16_]zero_pp_rank_D_mp_rank_00_optim_states.pt (per DP rank)
- * all torch.save zips (docs/formats/deepspeed.md).
+ * all torch.save files (docs/formats/deepspeed.md), read in place by
+ * resolver/codec/torchfile.h.
  *
  * The index holds what deepspeed/utils/zero_to_fp32.py returns
  * (get_fp32_state_dict_from_zero_checkpoint), in its order: the buffers of
@@ -31,8 +32,7 @@
 #include "pickle.h"
 #include "reader.h"
 #include "source.h"
-#include "torchpkl.h"
-#include "zipitem.h"
+#include "torchfile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -46,18 +46,16 @@
 #define LATEST_NAME	 "latest"
 #define MAX_LATEST_BYTES 4096u
 #define MAX_RANKS	 65536u
-#define MAX_PKL_BYTES	 (256ull << 20)
 #define MODEL12_NAME	 "mp_rank_00_model_states.pt"
 #define MODEL_SUFFIX	 "_model_states.pt"
 #define OPTIM_SUFFIX	 "_optim_states.pt"
 #define MOMENT_PREFIX	 "optimizer.state."
 
-/* One torch.save file: its zip directory and decoded pickle. */
+/* One torch.save file, parsed in place (torchfile.h). */
 typedef struct ds_file {
 	char *name;   /* relative to the checkpoint directory */
 	uint32_t idx; /* in c->files */
-	flx_zip *zip;
-	flx_pickle *pk;
+	flx_torchfile *tf;
 	const flx_pv *root;
 } ds_file;
 
@@ -260,7 +258,6 @@ static int open_file(ds *d, ds_file *f, const char *name, const char *why)
 	const flx_file_ref ref = {LATEST_NAME, "tag directory", why};
 	flx_fd_reader fr;
 	flx_reader r;
-	flx_zip_rec rec;
 	struct stat st;
 	int fd = -1, rc;
 
@@ -278,26 +275,10 @@ static int open_file(ds *d, ds_file *f, const char *name, const char *why)
 		goto out;
 	}
 	flx_reader_fd(&r, &fr, fd, 0, (uint64_t)st.st_size);
-	rc = flx_zip_open(&r, name, &f->zip, d->err);
+	rc = flx_torchfile_open(&r, name, &f->tf, d->err);
 	if (rc)
 		goto out;
-	if (flx_zip_find(f->zip, "data.pkl", &rec)) {
-		rc = flx_error_set(d->err, -EINVAL, name, "data.pkl",
-				   "no such record: not a torch.save zip");
-		goto out;
-	}
-	if (rec.size > MAX_PKL_BYTES) {
-		rc = flx_error_set(d->err, -EINVAL, name, "data.pkl",
-				   "%llu bytes, more than %llu MiB",
-				   (unsigned long long)rec.size,
-				   MAX_PKL_BYTES >> 20);
-		goto out;
-	}
-	flx_reader_fd(&r, &fr, fd, rec.data_off, rec.size);
-	rc = flx_pickle_load_reader(&r, name, NULL, &f->pk, d->err);
-	if (rc)
-		goto out;
-	f->root = flx_pickle_root(f->pk);
+	f->root = flx_torchfile_root(f->tf);
 	if (!f->root || f->root->kind != FLX_PV_DICT)
 		rc = flx_error_set(d->err, -EINVAL, name, NULL,
 				   "the saved object is a %s, not a dict",
@@ -311,38 +292,28 @@ out:
 static void close_file(ds_file *f)
 {
 	free(f->name);
-	flx_zip_close(f->zip);
-	flx_pickle_free(f->pk);
+	flx_torchfile_close(f->tf);
 }
 
-/* v, a tensor of f, located: its storage record must hold its storage. */
+/* v, a tensor of f, located (flx_torchfile_resolve(): its storage lies in
+ * the file and holds it). */
 static int saved_tensor(ds *d, const ds_file *f, const flx_pv *v,
 			const char *key, ds_saved *out)
 {
-	char rel[96];
-	flx_zip_rec rec;
+	flx_torchfile_tensor tt;
 	int rc;
 
 	memset(out, 0, sizeof(*out));
-	rc = flx_tensor_pkl_from_pv(v, f->name, &out->p, d->err);
-	if (rc) {
-		flx_error_key(d->err, key);
+	if (!flx_torchfile_is_tensor(v))
+		return flx_error_set(d->err, -EINVAL, f->name, key,
+				     "a %s, not a tensor", flx_pv_kind_name(v));
+	rc = flx_torchfile_resolve(f->tf, v, key, &tt, d->err);
+	if (rc)
 		return rc;
-	}
-	snprintf(rel, sizeof(rel), "data/%s", out->p.key);
-	if (flx_zip_find(f->zip, rel, &rec))
-		return flx_error_set(d->err, -EINVAL, f->name, key,
-				     "storage record %s is not in the file",
-				     rel);
-	if (rec.size < out->p.storage_bytes)
-		return flx_error_set(d->err, -EINVAL, f->name, key,
-				     "storage %s holds %llu bytes, its tensor "
-				     "needs %llu",
-				     out->p.key, (unsigned long long)rec.size,
-				     (unsigned long long)out->p.storage_bytes);
+	out->p = tt.t;
 	out->f = f;
 	out->key = key;
-	out->data_off = rec.data_off;
+	out->data_off = tt.data_off;
 	return 0;
 }
 
