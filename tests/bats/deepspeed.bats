@@ -7,7 +7,9 @@
 # lib/check_views.py against the truth, the fp32 masters and Adam moments
 # computed unpartitioned, which tools/fixtures/zero_to_fp32_oracle.py (an
 # independent re-implementation of zero_to_fp32) reproduces from the files;
-# hf/ is also read back with torch and compared with the oracle's output.
+# hf/ is also read back with torch and compared with the oracle's output,
+# ds_weights=module is checked against the module state dict, and the
+# views are read by torch 2.6 and the real safetensors in the chroot.
 
 load helpers
 
@@ -85,4 +87,42 @@ PY
 	[ "$status" -ne 0 ]
 	not_mounted "$MNT"
 	[[ $output == *"latest: names global_step6, which is not a directory here"* ]]
+}
+
+@test "deepspeed ds_weights=module: the module's low-precision weights under the parameter names (torch); refused for stage 3" {
+	local fx=$FX/zero2-bf16-dp4
+
+	mount_ff "$fx/ckpt" "$MNT" "ds_weights=module"
+	run /usr/bin/python3 - "$MNT" "$fx/ckpt/global_step5/mp_rank_00_model_states.pt" "$FLEXFS_SRC/tools/fixtures" <<'PY'
+import sys
+import torch
+mnt, model, tools = sys.argv[1:]
+sys.path.insert(0, tools)
+import gen_deepspeed  # noqa: F401 (the stand-in classes, to torch.load the file)
+ms = torch.load(model)
+sd = torch.load(mnt + "/ranks/tp00_pp00/model.pt")
+names = [n for g in ms["param_shapes"] for n in g] + ["head.weight"]
+for n in names:
+    assert sd[n].dtype == torch.bfloat16, (n, sd[n].dtype)
+    assert torch.equal(sd[n], ms["module"][n]), n
+# the moments stay the optimizer's fp32 ones
+assert sd["optimizer.state.exp_avg.embed.weight"].dtype == torch.float32
+print("ok", len(names))
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == "ok 10" ]]
+	unmount_ff "$MNT"
+	[ "$FF_RC" -eq 0 ]
+	mount_refused_line "$FX/zero3-bf16-dp2/ckpt" "ds_weights=module" \
+		"*ds_weights: ZeRO stage 3 saves no module weights*"
+}
+
+@test "deepspeed: every view read by torch 2.6 and the real safetensors (chroot)" {
+	local fx=$FX/zero3-bf16-dp4 rules=$BATS_TEST_TMPDIR/rules.json
+
+	echo '[]' >"$rules"
+	chroot_dir "$rules"
+	cp "$fx"/truth/* "$CHROOT$CHROOT_IN/truth/"
+	chroot_views "$fx/ckpt" 2 2 "" --real-safetensors
 }
