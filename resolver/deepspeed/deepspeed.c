@@ -209,6 +209,44 @@ bad:
 			     (int)(n - a > 32 ? 32 : n - a), buf + a);
 }
 
+/* Whether some subdirectory (among the first MAX_SCAN entries) is a tag
+ * directory (holds model and optimizer states) or is named as DeepSpeed's
+ * default tags are (global_step<N>): a `latest` beside none is not a
+ * DeepSpeed save directory's, and is left to the other sources. */
+#define MAX_SCAN 4096
+
+static bool has_tag_dir(int dirfd)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+	bool yes = false;
+
+	if (!dir) {
+		if (fd >= 0)
+			close(fd);
+		return false;
+	}
+	for (unsigned n = 0; !yes && n < MAX_SCAN && (e = readdir(dir)); n++) {
+		int sub;
+
+		if (e->d_name[0] == '.' || !is_dir(dirfd, e->d_name))
+			continue;
+		if (!strncmp(e->d_name, "global_step", 11)) {
+			yes = true; /* DeepSpeed's default tag */
+			break;
+		}
+		sub = openat(dirfd, e->d_name,
+			     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub < 0)
+			continue;
+		probe(sub, &yes);
+		close(sub);
+	}
+	closedir(dir);
+	return yes;
+}
+
 /* A save directory: `latest` names the tag directory to read. */
 static int enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
 		 flx_error *err)
@@ -235,7 +273,7 @@ static int enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
 		return rc;
 	}
 	probe(dirfd, &here);
-	if (here || !exists_reg(dirfd, LATEST_NAME))
+	if (here || !exists_reg(dirfd, LATEST_NAME) || !has_tag_dir(dirfd))
 		return 0;
 	rc = flx_build_read_whole(b, LATEST_NAME, MAX_LATEST_BYTES, NULL, &buf,
 				  &len, &mtime, err);
