@@ -378,6 +378,8 @@ static int flat_add(ds *d, ds_flat *fl, const ds_file *f, const flx_pv *v,
 				     "a flat partition must be one "
 				     "contiguous dimension (%d dims)",
 				     s.p.ndim);
+	if (!want && fl->n)
+		want = fl->t[0].p.dtype;
 	if (want && s.p.dtype != want)
 		return flx_error_set(d->err, -EINVAL, f->name, key,
 				     "dtype %s, the partitions before it %s",
@@ -786,6 +788,7 @@ static int load_stage12(ds *d, ds_param *ps, size_t np, size_t ng)
 	static const char *const mom[] = {"exp_avg", "exp_avg_sq"};
 	ds_flat *fp = calloc(ng ? ng : 1, sizeof(ds_flat));
 	ds_flat *mm = calloc(ng ? 2 * ng : 1, sizeof(ds_flat));
+	size_t n_m = 0, no_m = 0;
 	bool have_m = true;
 	int rc = 0;
 
@@ -823,14 +826,20 @@ static int load_stage12(ds *d, ds_param *ps, size_t np, size_t ng)
 				const flx_pv *v = flx_pv_dict_get(st, mom[k]);
 
 				if (!v) {
-					have_m = false;
+					no_m++;
 					continue;
 				}
+				n_m++;
 				rc = flat_add(d, &mm[2 * g + (size_t)k], f, v,
 					      mom[k], FLX_DT_INVALID);
 			}
 		}
 	}
+	have_m = !no_m;
+	if (!rc && n_m && no_m)
+		rc = flx_error_set(d->err, -EINVAL, d->optim[0].name, mom[0],
+				   "the base optimizer keeps moments for some "
+				   "partitions only");
 	/* every group consumed but for the padding */
 	for (size_t g = 0; !rc && g < ng; g++) {
 		uint64_t used = 0;
@@ -917,6 +926,7 @@ static int load_stage3(ds *d, ds_param *ps, size_t np)
 	static const char *const mom[] = {"exp_avg", "exp_avg_sq"};
 	size_t ws = d->noptim;
 	ds_flat *fl = calloc(3 * ws, sizeof(ds_flat));
+	size_t n_m = 0, no_m = 0;
 	bool have_m = true;
 	uint64_t need = 0;
 	int rc = 0;
@@ -947,9 +957,10 @@ static int load_stage3(ds *d, ds_param *ps, size_t np)
 				const flx_pv *v = flx_pv_dict_get(st, mom[k]);
 
 				if (!v) {
-					have_m = false;
+					no_m++;
 					continue;
 				}
+				n_m++;
 				rc = flat_add(d, &fl[3 * r + 1 + (size_t)k], f,
 					      v, mom[k], FLX_DT_INVALID);
 			}
@@ -962,7 +973,7 @@ static int load_stage3(ds *d, ds_param *ps, size_t np)
 					   "%llu: they do not add up",
 					   (unsigned long long)fl[3 * r].total,
 					   ws, (unsigned long long)need);
-		for (int k = 0; !rc && have_m && k < 2; k++)
+		for (int k = 0; !rc && !no_m && k < 2; k++)
 			if (fl[3 * r + 1 + (size_t)k].total < need)
 				rc = flx_error_set(
 				    d->err, -EINVAL, f->name, mom[k],
@@ -973,6 +984,11 @@ static int load_stage3(ds *d, ds_param *ps, size_t np)
 					    .total,
 				    (unsigned long long)need);
 	}
+	have_m = !no_m;
+	if (!rc && n_m && no_m)
+		rc = flx_error_set(d->err, -EINVAL, d->optim[0].name, mom[0],
+				   "the base optimizer keeps moments for some "
+				   "partitions only");
 	for (int pass = 0; !rc && pass < 3; pass++) {
 		uint64_t off = 0;
 
