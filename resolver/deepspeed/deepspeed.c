@@ -294,10 +294,9 @@ static int enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
 static int open_file(ds *d, ds_file *f, const char *name, const char *why)
 {
 	const flx_file_ref ref = {LATEST_NAME, "tag directory", why};
-	flx_fd_reader fr;
+	flx_file_reader fr;
 	flx_reader r;
-	struct stat st;
-	int fd = -1, rc;
+	int rc;
 
 	f->name = strdup(name);
 	if (!f->name)
@@ -305,26 +304,16 @@ static int open_file(ds *d, ds_file *f, const char *name, const char *why)
 	rc = flx_build_data_file(d->b, name, &ref, &f->idx);
 	if (rc)
 		return rc;
-	rc = flx_build_open(d->b, name, &fd, &st);
-	if (rc || fd < 0) {
-		rc = flx_error_set(d->err, rc ? rc : -EINVAL, name, NULL,
-				   "cannot open: %s",
-				   rc ? strerror(-rc) : "not a regular file");
-		goto out;
-	}
-	flx_reader_fd(&r, &fr, fd, 0, (uint64_t)st.st_size);
+	flx_reader_file(&r, &fr, d->c, f->idx, 0, d->c->files[f->idx].size);
 	rc = flx_torchfile_open(&r, name, &f->tf, d->err);
 	if (rc)
-		goto out;
+		return rc;
 	f->root = flx_torchfile_root(f->tf);
 	if (!f->root || f->root->kind != FLX_PV_DICT)
-		rc = flx_error_set(d->err, -EINVAL, name, NULL,
-				   "the saved object is a %s, not a dict",
-				   flx_pv_kind_name(f->root));
-out:
-	if (fd >= 0)
-		close(fd);
-	return rc;
+		return flx_error_set(d->err, -EINVAL, name, NULL,
+				     "the saved object is a %s, not a dict",
+				     flx_pv_kind_name(f->root));
+	return 0;
 }
 
 static void close_file(ds_file *f)
