@@ -215,7 +215,7 @@ bad:
  * DeepSpeed save directory's, and is left to the other sources. */
 #define MAX_SCAN 4096
 
-static bool has_tag_dir(int dirfd)
+static int has_tag_dir(int dirfd)
 {
 	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
@@ -223,9 +223,11 @@ static bool has_tag_dir(int dirfd)
 	bool yes = false;
 
 	if (!dir) {
+		int rc = -errno;
+
 		if (fd >= 0)
 			close(fd);
-		return false;
+		return rc;
 	}
 	for (unsigned n = 0; !yes && n < MAX_SCAN && (e = readdir(dir)); n++) {
 		int sub;
@@ -273,7 +275,14 @@ static int enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
 		return rc;
 	}
 	probe(dirfd, &here);
-	if (here || !exists_reg(dirfd, LATEST_NAME) || !has_tag_dir(dirfd))
+	if (here || !exists_reg(dirfd, LATEST_NAME))
+		return 0;
+	rc = has_tag_dir(dirfd);
+	if (rc < 0)
+		return flx_error_set(err, rc, ".", NULL,
+				     "cannot list the save directory: %s",
+				     strerror(-rc));
+	if (!rc)
 		return 0;
 	rc = flx_build_read_whole(b, LATEST_NAME, MAX_LATEST_BYTES, NULL, &buf,
 				  &len, &mtime, err);
@@ -1202,9 +1211,11 @@ static int list_files(ds *d, ds_name **om, size_t *nom, ds_name **mm,
 
 	*has12 = false;
 	if (!dir) {
+		int e = errno;
+
 		if (fd >= 0)
 			close(fd);
-		return flx_error_set(d->err, -errno, ".", NULL,
+		return flx_error_set(d->err, -e, ".", NULL,
 				     "cannot list the tag directory");
 	}
 	while (!rc && (e = readdir(dir))) {
