@@ -1211,11 +1211,11 @@ static int list_files(ds *d, ds_name **om, size_t *nom, ds_name **mm,
 
 	*has12 = false;
 	if (!dir) {
-		int e = errno;
+		int en = errno;
 
 		if (fd >= 0)
 			close(fd);
-		return flx_error_set(d->err, -e, ".", NULL,
+		return flx_error_set(d->err, -en, ".", NULL,
 				     "cannot list the tag directory");
 	}
 	while (!rc && (e = readdir(dir))) {
