@@ -16,6 +16,7 @@ extern const flx_source flx_source_dcp;
 extern const flx_source flx_source_hf;
 extern const flx_source flx_source_paddle;
 extern const flx_source flx_source_mindspore;
+extern const flx_source flx_source_deepspeed;
 extern const flx_source flx_source_torchsave;
 
 /* Megatron's torch_dist is a DCP directory with a metadata.json: asked
@@ -34,6 +35,7 @@ const flx_source *const flx_sources[] = {
      * (.pt files); after the plain formats, which "no source recognises
      * it" names first.  Its enter hook is torch_dist's. */
     &flx_source_megatron_legacy,
+    &flx_source_deepspeed, /* before torchsave: its files are .pt too */
     /* last: other formats' directories hold .pt/.bin files too */
     &flx_source_torchsave,
     NULL,

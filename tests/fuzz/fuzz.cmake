@@ -15,6 +15,7 @@ list(APPEND flx_fuzz_targets ms_ckpt ms_strategy)
 list(APPEND flx_fuzz_targets megatron_zarr)
 list(APPEND flx_fuzz_targets torchfile)
 list(APPEND flx_fuzz_targets megatron_legacy)
+list(APPEND flx_fuzz_targets deepspeed)
 set(flx_fuzz_libs_pickle flx_resolver)
 set(flx_fuzz_libs_pickle_window flx_resolver)
 # any pickle is a seed of pickle_window: it replays pickle's corpus too
@@ -33,6 +34,7 @@ set(flx_fuzz_libs_ms_ckpt flx_fs)
 set(flx_fuzz_libs_ms_strategy flx_resolver)
 set(flx_fuzz_libs_torchfile flx_resolver)
 set(flx_fuzz_libs_megatron_legacy flx_fs)
+set(flx_fuzz_libs_deepspeed flx_fs)
 
 foreach(t ${flx_fuzz_targets})
   add_executable(regress_${t} ${flx_fuzz_dir}/regression_driver.c

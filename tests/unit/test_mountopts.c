@@ -285,7 +285,7 @@ static void test_values(void)
 	CHECK_STR(err.text, "'zarr' is not a checkpoint format "
 			    "(megatron-torch_dist, megatron-zarr, torch-dcp, "
 			    "paddle-dcp, hf-safetensors, mindspore, "
-			    "torch-save)");
+			    "deepspeed-zero, torch-save)");
 	CHECK_STR(mo.source_format, "hf-safetensors");
 	/* paddle_id: a decimal id as Paddle names its files */
 	CHECK(!flx_opt_given(&mo.spec.opts, "paddle_id"));
