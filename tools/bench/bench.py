@@ -55,6 +55,11 @@ against a baseline taken in the same run (median of --runs, min and max):
            cold pass per loader: the daemon's read_bytes per byte served;
            --fuse-uring adds flexfs-fusepass on FUSE over io_uring
            (prototype; sets the fuse module's enable_uring for its INIT)
+  scale    (not in the default list) mounts of DCP checkpoints of 100k
+           and 1M chunks (6M with FLEXFS_BENCH_SCALE_6M=1) vs Python's
+           pickle.load of the same .metadata; metadata MB/s; peak RSS per
+           chunk; a rank file of 1 KiB items vs the same bytes in 4 MiB
+           items (scale.py, gen_scale.py)
   mpi      (not in the default list) flexfs-materialize of ranks/ at tp=4:
            one process vs mpirun -np 1, 2, 4 (GB/s written, per-rank rate)
   mpi      (not in the default list) the distributed mount: remote-fetch
@@ -106,6 +111,7 @@ import model  # noqa: E402
 from daemon_stats import daemon_stats  # noqa: E402
 import readers  # noqa: E402
 import mpi_fetch  # noqa: E402
+import scale  # noqa: E402
 
 PY = os.environ.get("FLEXFS_BENCH_PYTHON", "/usr/bin/python3")
 CHROOT = os.environ.get("FLEXFS_TORCH2_CHROOT", "/opt/trixie")
@@ -2182,7 +2188,7 @@ def main(argv=None):
         if args.quick:
             big = ensure_ckpt(ctx, "t113", "mini", layers=3, full_check=True)
             many = ensure_ckpt(ctx, "t113", "many", layers=12, layout="tp8pp8")
-        elif only - {"transposed", "gpu", "digest"}:
+        elif only - {"transposed", "gpu", "digest", "scale"}:
             # (transposed and gpu read the transposed checkpoint only: a
             # device session's tools/gpu-check.sh builds nothing else)
             big = ensure_ckpt(ctx, "t113", "tinyllama", size=model.parse_size(args.size))
@@ -2229,6 +2235,8 @@ def main(argv=None):
             rows += fig_loaders(ctx, big, big26)
         if "digest" in only:
             rows += fig_digest(ctx)
+        if "scale" in only:
+            rows += scale.fig_scale(ctx, sys.modules[__name__])
         if "mpi" in only:
             rows += fig_materialize(ctx, big)
             # the distributed mount's remote fetch (mpi_fetch.py)

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Write the scale figure's DCP checkpoints: many chunks, few bytes.
+
+    gen_scale.py --out DIR --tensors T --ranks R [--cols C] [--items repeat|real]
+
+T tensors of shape [R, C] float32, each row-split over R simulated ranks:
+T x R chunks.  The .metadata is torch's own: the Metadata,
+TensorStorageMetadata, ChunkStorageMetadata, MetadataIndex and
+_StorageInfo objects of whichever torch runs this (1.13's
+torch.distributed._shard.checkpoint, 2.x's torch.distributed.checkpoint),
+pickled as FileSystemWriter.finish() pickles them (pickle.dump, the
+default protocol).
+
+--items repeat (the default): the data file __0_0.distcp holds T real
+items, torch.save of a [1, C] float32 tensor each, written as torch's
+FileSystemWriter writes a tensor item (torch.save into the file at the
+item's offset); every rank's chunk of tensor t names item t.  The bytes a
+view serves are then repeated, which is all a mount-time figure needs,
+and the data stays T items whatever R is.
+
+--items real: one __r_0.distcp per rank, one item per chunk, row r of
+tensor t holding the float32 values t * R * C + r * C + [0, C): the
+read-rate figure's checkpoints (many small items against few large ones,
+the same bytes) and a checkable view.
+
+Writes DIR/.metadata, the data files and, last, DIR/scale.json (the
+geometry, torch's version, the seconds spent pickling, and the seconds
+pickle.load takes to read the .metadata back in this interpreter: the
+figure's baseline, "Python unpickles the same .metadata").
+"""
+
+import argparse
+import io
+import json
+import os
+import pickle
+import sys
+import time
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "fixtures"))
+
+import gen_dcp  # noqa: E402  (tools/fixtures/gen_dcp.py: torch's DCP names)
+
+
+def storage_info_class(api):
+    try:
+        from torch.distributed.checkpoint.filesystem import _StorageInfo
+    except ImportError:
+        from torch.distributed._shard.checkpoint.filesystem import _StorageInfo
+    return _StorageInfo
+
+
+def item_bytes(torch, t):
+    b = io.BytesIO()
+    torch.save(t, b)
+    return b.getvalue()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--tensors", type=int, required=True)
+    ap.add_argument("--ranks", type=int, required=True)
+    ap.add_argument("--cols", type=int, default=4)
+    ap.add_argument("--items", choices=("repeat", "real"), default="repeat")
+    a = ap.parse_args()
+    api = gen_dcp.TorchAPI()
+    torch, md = api.torch, api.md
+    SI = storage_info_class(api)
+    T, R, C = a.tensors, a.ranks, a.cols
+    os.makedirs(a.out, exist_ok=True)
+    props = api.TensorProperties(dtype=torch.float32)
+    t0 = time.monotonic()
+    sdm, storage = {}, {}
+    if a.items == "repeat":
+        with open(os.path.join(a.out, "__0_0.distcp"), "wb") as f:
+            where = []
+            for t in range(T):
+                blob = item_bytes(torch, torch.arange(C, dtype=torch.float32).reshape(1, C) + t)
+                where.append((f.tell(), len(blob)))
+                f.write(blob)
+    size_row = torch.Size([1, C])
+    files = []
+    for r in range(R) if a.items == "real" else ():
+        files.append(open(os.path.join(a.out, "__%d_0.distcp" % r), "wb"))
+    for t in range(T):
+        fqn = "layers.%d.w" % t
+        chunks = []
+        for r in range(R):
+            off = torch.Size([r, 0])
+            chunks.append(md.ChunkStorageMetadata(offsets=off, sizes=size_row))
+            if a.items == "repeat":
+                o, n = where[t]
+                storage[md.MetadataIndex(fqn, off)] = SI("__0_0.distcp", o, n)
+            else:
+                f = files[r]
+                v = torch.arange(C, dtype=torch.float32).reshape(1, C) + (t * R * C + r * C)
+                blob = item_bytes(torch, v)
+                storage[md.MetadataIndex(fqn, off)] = SI("__%d_0.distcp" % r, f.tell(), len(blob))
+                f.write(blob)
+        sdm[fqn] = md.TensorStorageMetadata(
+            properties=props, size=torch.Size([R, C]), chunks=chunks)
+    for f in files:
+        f.close()
+    meta = md.Metadata(state_dict_metadata=sdm, storage_data=storage)
+    path = os.path.join(a.out, ".metadata")
+    with open(path, "wb") as f:
+        pickle.dump(meta, f)
+    t_write = time.monotonic() - t0
+    del meta, sdm, storage
+    t0 = time.monotonic()
+    with open(path, "rb") as f:
+        back = pickle.load(f)
+    t_load = time.monotonic() - t0
+    assert len(back.state_dict_metadata) == T
+    del back
+    stamp = dict(tensors=T, ranks=R, cols=C, chunks=T * R, items=a.items,
+                 metadata_bytes=os.path.getsize(path), torch=torch.__version__,
+                 write_s=t_write, pickle_load_s=t_load)
+    with open(os.path.join(a.out, "scale.json"), "w") as f:
+        json.dump(stamp, f, indent=1)
+    print(json.dumps(stamp))
+
+
+if __name__ == "__main__":
+    main()
