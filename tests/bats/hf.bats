@@ -199,6 +199,6 @@ print("fixture ok")' "$CHROOT_IN"
 	not_mounted "$MNT"
 	run --separate-stderr "$FLEXFS_BIN" "$both" "$MNT" -o source_format=zarr 3>&-
 	[[ $status -ne 0 ]]
-	[[ ${stderr_lines[0]} == *"source_format"*"'zarr' is not a checkpoint format (megatron-torch_dist, megatron-zarr, torch-dcp, paddle-dcp, hf-safetensors, mindspore, torch-save)"* ]]
+	[[ ${stderr_lines[0]} == *"source_format"*"'zarr' is not a checkpoint format (megatron-torch_dist, megatron-zarr, torch-dcp, paddle-dcp, hf-safetensors, mindspore, "*"torch-save)" ]]
 	not_mounted "$MNT"
 }

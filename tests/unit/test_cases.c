@@ -58,7 +58,7 @@
 #define FIXTURES  "fixtures"
 #define BASE_DIR  "dcp-t113/ckpt" /* the default base, under FIXTURES */
 #define FIELD	  256
-#define MAX_BASES 16
+#define MAX_BASES 64
 
 /* ---- small file helpers ---- */
 
