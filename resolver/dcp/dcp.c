@@ -1293,37 +1293,68 @@ static void loader_release(loader *L)
 		free(L->offpool[k]);
 }
 
+/* Decode the .metadata pickle.  A local file is read forward through a
+ * window (flx_pickle_load_reader()), so that its bytes never sit in memory
+ * whole next to the tree: at a million chunks they are over 100 MB.  Every
+ * payload is copied, as a buffer load copies it, so the tree and the
+ * messages are the ones of a buffer load.  A file the remote backend
+ * serves is read whole. */
+static int load_metadata(loader *L, flx_pickle **pk)
+{
+	static const flx_pickle_limits buf_lim = {0};
+	static const flx_pickle_limits win_lim = {
+	    .max_copy = MAX_METADATA_BYTES,
+	    .max_str = MAX_METADATA_BYTES,
+	};
+	const char *missing = L->dopts->missing
+				  ? L->dopts->missing
+				  : "no such file (is this a PyTorch DCP "
+				    "checkpoint directory?)";
+	flx_fd_reader fctx;
+	flx_reader r;
+	void *meta = NULL;
+	size_t meta_len = 0;
+	uint64_t size = 0;
+	int fd = -1;
+	int rc = flx_build_open_whole(L->b, META_NAME, MAX_METADATA_BYTES,
+				      missing, &fd, &size, &L->c->mtime_ns,
+				      L->err);
+
+	if (rc == -EREMOTE) {
+		rc = flx_build_read_whole(L->b, META_NAME, MAX_METADATA_BYTES,
+					  missing, &meta, &meta_len,
+					  &L->c->mtime_ns, L->err);
+		if (!rc)
+			rc = flx_pickle_load(meta, meta_len, META_NAME,
+					     &buf_lim, pk, L->err);
+		goto out;
+	}
+	if (rc)
+		goto out;
+	flx_reader_fd(&r, &fctx, fd, 0, size);
+	rc = flx_pickle_load_reader(&r, META_NAME, &win_lim, pk, L->err);
+out:
+	free(meta);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
 int flx_dcp_load(flx_build *b, const flx_ckpt_opts *o, const flx_dcp_opts *d,
 		 flx_error *err)
 {
-	static const flx_pickle_limits lim = {0};
 	static const flx_dcp_opts plain = {0};
 	loader L = {.b = b,
 		    .dopts = d ? d : &plain,
 		    .c = flx_build_ckpt(b),
 		    .err = err};
 	flx_pickle *pk = NULL;
-	void *meta = NULL;
-	size_t meta_len = 0;
 	int rc;
 
 	L.threads = o->threads;
 	flx_build_prefetch(b, is_distcp);
 	flx_build_names_from(b, META_NAME, "state_dict_metadata");
-	rc = flx_build_read_whole(b, META_NAME, MAX_METADATA_BYTES,
-				  L.dopts->missing
-				      ? L.dopts->missing
-				      : "no such file (is this a PyTorch DCP "
-					"checkpoint directory?)",
-				  &meta, &meta_len, &L.c->mtime_ns, err);
-	if (rc)
-		goto out;
-	rc = flx_pickle_load(meta, meta_len, META_NAME, &lim, &pk, err);
-	/* The tree holds copies of every string: the raw bytes can go
-	 * before the tree is interpreted, and the tree before the items
-	 * are read, so no two of them count together in peak memory. */
-	free(meta);
-	meta = NULL;
+	rc = load_metadata(&L, &pk);
 	if (rc)
 		goto out;
 	rc = interpret(&L, flx_pickle_root(pk));
@@ -1331,7 +1362,6 @@ int flx_dcp_load(flx_build *b, const flx_ckpt_opts *o, const flx_dcp_opts *d,
 		flx_build_items(b, &item_ops);
 out:
 	flx_pickle_free(pk);
-	free(meta);
 	loader_release(&L);
 	return rc;
 }
