@@ -429,8 +429,8 @@ int flx_build_open_whole(flx_build *b, const char *relpath, uint64_t max,
 			 const char *missing, int *fd, uint64_t *size,
 			 int64_t *mtime_ns, flx_error *err)
 {
-	return open_whole(b, relpath, max, missing, false, NULL, NULL, fd,
-			  size, mtime_ns, err);
+	return open_whole(b, relpath, max, missing, false, NULL, NULL, fd, size,
+			  mtime_ns, err);
 }
 
 int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,

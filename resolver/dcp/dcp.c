@@ -1316,9 +1316,9 @@ static int load_metadata(loader *L, flx_pickle **pk)
 	size_t meta_len = 0;
 	uint64_t size = 0;
 	int fd = -1;
-	int rc = flx_build_open_whole(L->b, META_NAME, MAX_METADATA_BYTES,
-				      missing, &fd, &size, &L->c->mtime_ns,
-				      L->err);
+	int rc =
+	    flx_build_open_whole(L->b, META_NAME, MAX_METADATA_BYTES, missing,
+				 &fd, &size, &L->c->mtime_ns, L->err);
 
 	if (rc == -EREMOTE) {
 		rc = flx_build_read_whole(L->b, META_NAME, MAX_METADATA_BYTES,
