@@ -5,7 +5,7 @@
  * model Megatron-Core's torch_dist source gives (docs/formats/
  * megatron-legacy.md):
  *
- *   iter_NNNNNNN/mp_rank_TT[_PPP]/model_optim_rng.pt
+ *   iter_NNNNNNN/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt
  *     {'args': Namespace, 'checkpoint_version': 3.0, 'iteration': N,
  *      'model' (or 'model0' .. under a virtual pipeline): state dict,
  *      'optimizer', 'opt_param_scheduler', 'rng_state', ...}
@@ -17,8 +17,11 @@
  * weight" [L, ...]; the local spec's input_layernorm / pre_mlp_layernorm
  * under their fused names), layer numbers made global from the stage and
  * virtual chunk; the split of each parameter is Megatron's own
- * (mlg_rules.h).  Replicated tensors are compared byte for byte across
- * the TP ranks at mount.  Rank 0's args become flx_ckpt.megatron, so
+ * (mlg_rules.h).  A MoE layer's experts (local_experts.<e>, or
+ * TEGroupedMLP's <prm><e>) are stacked on an expert axis after the layer
+ * axis, numbered globally from the expert rank.  Replicated tensors are
+ * compared byte for byte across the TP ranks, everything outside the
+ * experts across the expert ranks, at mount.  Rank 0's args become flx_ckpt.megatron, so
  * megatron/ serves this model again at any tp x pp.  Each rank file is
  * also an object (objects/mp_rank_TT_PPP.pt), verbatim: its optimizer,
  * scheduler and rng state, exactly as saved.
