@@ -21,10 +21,10 @@
  * TEGroupedMLP's <prm><e>) are stacked on an expert axis after the layer
  * axis, numbered globally from the expert rank.  Replicated tensors are
  * compared byte for byte across the TP ranks, everything outside the
- * experts across the expert ranks, at mount.  Rank 0's args become flx_ckpt.megatron, so
- * megatron/ serves this model again at any tp x pp.  Each rank file is
- * also an object (objects/mp_rank_TT_PPP.pt), verbatim: its optimizer,
- * scheduler and rng state, exactly as saved.
+ * experts across the expert ranks, at mount.  Rank 0's args become
+ * flx_ckpt.megatron, so megatron/ serves this model again at any tp x pp.  Each
+ * rank file is also an object (objects/mp_rank_TT_PPP.pt), verbatim: its
+ * optimizer, scheduler and rng state, exactly as saved.
  *
  * Upstream: Megatron-LM megatron/training/checkpointing.py
  * (get_checkpoint_name, generate_state_dict, save_checkpoint).
