@@ -53,6 +53,12 @@ add_test(NAME test_chaos_megatron_legacy COMMAND test_chaos
   fixtures/megatron-legacy-tp2pp2/ckpt/iter_0000100 unit/data/megatron/chaos-rules.json
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(test_chaos_megatron_legacy PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# The same over an expert-parallel legacy save (mp_rank_TT_EEE: experts
+# merged across expert ranks, everything else compared between them).
+add_test(NAME test_chaos_megatron_legacy_ep COMMAND test_chaos
+  fixtures/megatron-legacy-moe-ep2/ckpt/iter_0000100 unit/data/megatron/chaos-rules.json
+  WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_chaos_megatron_legacy_ep PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 # The same over the DeepSpeed ZeRO source (stage 3, through the save
 # directory's `latest`: per-rank model and optimizer states).
 add_test(NAME test_chaos_deepspeed COMMAND test_chaos
