@@ -29,20 +29,6 @@ static int check_tree_cost(const char *source, const flx_ckpt *c,
 	    (unsigned long long)(FLX_TREE_MAX_BYTES >> 30));
 }
 
-/* flx_ckpt_opts.split_rule over the spec's rules (those that need no
- * fact: the source's facts are not known while it loads). */
-static int spec_split_rule(const void *ctx, const char *fqn, int *axis)
-{
-	const flx_rule *r = flx_spec_match(ctx, fqn);
-
-	if (!r || r->split == FLX_SPLIT_INFER)
-		return -ENOENT;
-	if (r->groups > 1)
-		return -EOPNOTSUPP;
-	*axis = r->split == FLX_SPLIT_AXIS ? r->axis : -1;
-	return 0;
-}
-
 int flx_stack_build(const char *source, const flx_ckpt_opts *o,
 		    const flx_spec *spec, bool all, flx_stack *s,
 		    flx_error *err)
@@ -54,7 +40,7 @@ int flx_stack_build(const char *source, const flx_ckpt_opts *o,
 	memset(s, 0, sizeof(*s));
 	oo.defer_items = true;
 	if (spec->nrules && !oo.split_rule) {
-		oo.split_rule = spec_split_rule;
+		oo.split_rule = flx_spec_split_rule;
 		oo.split_ctx = spec;
 	}
 	rc = flx_ckpt_open_with(source, &oo, &s->ckpt, err);
