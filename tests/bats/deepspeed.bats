@@ -10,6 +10,8 @@
 # hf/ is also read back with torch and compared with the oracle's output,
 # ds_weights=module is checked against the module state dict, and the
 # views are read by torch 2.6 and the real safetensors in the chroot.
+# zero{2,3}-fp16-tp2-dp2 are tensor-parallel ZeRO (2 model-parallel ranks),
+# mounted with the rules that state their split axes (ds_tp_rules).
 
 load helpers
 
@@ -30,6 +32,7 @@ ds_views() {
 	local stage=$1 fx
 
 	for fx in "$FX"/zero"$stage"-*; do
+		[[ $fx != *-tp* ]] || continue # below, with their rules
 		views_add "$fx/ckpt" "$fx/truth" "" 1x1 2x1 1x2 2x2
 	done
 	views_check
