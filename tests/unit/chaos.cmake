@@ -65,3 +65,9 @@ add_test(NAME test_chaos_deepspeed COMMAND test_chaos
   fixtures/deepspeed/zero3-bf16-dp2/ckpt unit/data/deepspeed/chaos-rules.json
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(test_chaos_deepspeed PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# Tensor-parallel ZeRO: two model-parallel ranks merged, the replicated
+# tensors compared at open.
+add_test(NAME test_chaos_deepspeed_tp COMMAND test_chaos
+  fixtures/deepspeed/zero2-fp16-tp2-dp2/ckpt unit/data/deepspeed/chaos-tp-rules.json
+  WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_chaos_deepspeed_tp PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
