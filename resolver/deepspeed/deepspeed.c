@@ -1651,8 +1651,8 @@ static int same_elems(ds *d, const flx_tensor *a, const flx_tensor *b,
 
 /* The global tensor i from every model-parallel rank's tensor i: the
  * slices concatenated along the axis a rule states or the one axis
- * their shapes differ in, or rank 0's when the bytes are the same on
- * every rank (replicated). */
+ * their shapes differ in, or rank 0's when a rule replicates it (its
+ * bytes checked equal on every rank). */
 static int merge_one(ds *d, const flx_ckpt_opts *o, const ds_mp *mp, size_t nmp,
 		     size_t i, unsigned char *buf)
 {
@@ -1702,8 +1702,16 @@ static int merge_one(ds *d, const flx_ckpt_opts *o, const ds_mp *mp, size_t nmp,
 			    "the tensor-parallel ranks' shapes differ in %d "
 			    "axes: not slices of one tensor",
 			    ndiff);
+		/* equal shapes: replicated, or evenly split (a zero-filled
+		 * bias split in two has equal bytes too); the files do not
+		 * say which, so it is never guessed */
 		if (!ndiff)
-			axis = -1;
+			return flx_error_set(
+			    d->err, -EINVAL, mp[nmp > 1].file, t0->fqn,
+			    "the same shape on every tensor-parallel rank: "
+			    "replicated or split, the files do not say; state "
+			    "it with rules= (a rule's \"split\": an axis, or "
+			    "null for replicated)");
 	}
 	memcpy(shape, t0->shape, sizeof(int64_t) * (size_t)t0->ndim);
 	for (size_t m = 1; m < nmp; m++) {
@@ -1731,17 +1739,11 @@ static int merge_one(ds *d, const flx_ckpt_opts *o, const ds_mp *mp, size_t nmp,
 			    "rules= (a rule's \"split\")");
 		if (rc)
 			return rc;
-		if (!same && rule)
+		if (!same)
 			return flx_error_set(
 			    d->err, -EINVAL, mp[m].file, t0->fqn,
 			    "rules= replicate it, but its bytes differ from "
 			    "model-parallel rank 0's");
-		if (!same)
-			return flx_error_set(
-			    d->err, -EINVAL, mp[m].file, t0->fqn,
-			    "the same shape on every tensor-parallel rank and "
-			    "different bytes: split along which axis? state "
-			    "it with rules= (a rule's \"split\")");
 	}
 	if (flx_grow((void **)&d->t, &d->capt, d->nt + 1, sizeof(flx_tensor)))
 		return -ENOMEM;

@@ -132,14 +132,18 @@ PY
 
 # Tensor-parallel ZeRO (tools/fixtures/gen_deepspeed.py's zero{2,3}-fp16-
 # tp2-dp2: 2 model-parallel x 2 data-parallel ranks).  The files record no
-# split axis: the evenly split ones are stated here, the replicated ones
-# (equal bytes) and frozen.weight (7 columns cut 4 + 3) are inferred.
+# split axis: the evenly split and the replicated ones (bytes checked equal)
+# are stated here; frozen.weight (7 columns cut 4 + 3) is inferred.
 ds_tp_rules() {
 	cat >"$1" <<'JSON'
 [{"match": "*embed.weight", "split": 0},
  {"match": "*head.weight", "split": 0},
  {"match": "*layers.0.fc.*", "split": 0},
- {"match": "*layers.1.fc.weight", "split": 1}]
+ {"match": "*layers.1.fc.weight", "split": 1},
+ {"match": "*ln.*", "split": null},
+ {"match": "*layers.1.fc.bias", "split": null},
+ {"match": "counts", "split": null},
+ {"match": "running", "split": null}]
 JSON
 }
 
@@ -217,11 +221,11 @@ PY
 	done
 }
 
-@test "deepspeed tensor-parallel ZeRO: an evenly split tensor without a rule, or a rule replicating a split one, is refused in one line" {
+@test "deepspeed tensor-parallel ZeRO: a tensor of one shape on every rank without a rule, or a rule replicating a split one, is refused in one line" {
 	local fx=$FX/zero2-fp16-tp2-dp2/ckpt rules=$BATS_TEST_TMPDIR/rules.json
 
 	mount_refused_line "$fx" "" \
-		"*mp_rank_01_model_states.pt: embed.weight: *state it with rules=*"
+		"*mp_rank_01_model_states.pt: running: *replicated or split, the files do not say; state it with rules=*"
 	ds_tp_rules "$rules"
 	sed -i 's/"\*embed.weight", "split": 0/"*embed.weight", "split": null/' "$rules"
 	mount_refused_line "$fx" "rules=$rules" \
