@@ -29,11 +29,13 @@ setup() {
 	SRC=$FLEXFS_SRC/tests/fixtures/dcp-t113/ckpt
 	DM_PID=
 	DM_NP=0
+	DM_STOPPED=
 }
 
 teardown() {
 	local r
 
+	[[ -z $DM_STOPPED ]] || kill -CONT "$DM_STOPPED" 2>/dev/null || true
 	for ((r = 0; r < DM_NP; r++)); do
 		[[ -n $(mountinfo_of "$T/mnt$r") ]] || continue
 		fusermount3 -u -z "$T/mnt$r" 2>/dev/null || umount -l "$T/mnt$r"
@@ -380,16 +382,26 @@ dm_stop() {
 	dm_fails 2 "tp=2,rules=$RULES" "__1_0.distcp.*held by no node"
 }
 
+# rank_pid RANK: the process id of rank RANK's daemon.
+rank_pid() {
+	local p
+
+	for p in $(pgrep -P "$DM_PID") $(pgrep -x exe) $(pgrep -x flexfs); do
+		if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
+			grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+			echo "$p"
+			return 0
+		fi
+	done
+	return 1
+}
+
 @test "a rank killed during reads: the others get EIO after the timeout, never hang or serve wrong bytes" {
 	split 2 spread
 	dm_start 2 "tp=2,rules=$RULES"
 	ref_mount "tp=2,rules=$RULES"
-	local victim p start
-	for p in $(pgrep -P "$DM_PID") $(pgrep -x exe) $(pgrep -x flexfs); do
-		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
-			grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p && break
-	done
-	[[ -n $victim ]]
+	local victim start
+	victim=$(rank_pid 1)
 	# reads in flight when it dies
 	(cat "$T"/mnt0/ranks/*/model.safetensors >/dev/null 2>&1 || true) 3>&- &
 	kill -KILL "$victim"
@@ -406,6 +418,23 @@ dm_stop() {
 	wait_gone "$DM_PID" 150
 	DM_PID=
 	not_mounted "$T/mnt0"
+}
+
+@test "a rank stopped past mpi_timeout during reads, then resumed: unmounting ends every rank, mpirun exits 0" {
+	split 2 spread
+	dm_start 2 "tp=2,rules=$RULES"
+	ref_mount "tp=2,rules=$RULES"
+	local victim
+	victim=$(rank_pid 1)
+	DM_STOPPED=$victim
+	kill -STOP "$victim"
+	# its bytes time out on rank 0 (requests left unanswered in its
+	# queue, answered once it runs again)
+	equal_or_eio
+	grep -E "failed: Input/output error \(rank 1: [^:]+: timed out" "$DM_LOG"
+	kill -CONT "$victim"
+	unmount_ff "$T/ref"
+	dm_stop
 }
 
 @test "a file changed on its holder after the start: EIO on the others, never its new bytes" {
