@@ -13,7 +13,8 @@
  *   reply (rep, the request's tag): i32 status (0 or -errno), u32 the
  *       failed file's id + 1 (0: none or unknown), then the spans' bytes
  *       in order (status 0 only)
- *   end (req, TAG_END): no payload
+ *   end (req, TAG_END): no payload; then two barriers on coll decide
+ *       whether every rank finalizes (flx_dm_end())
  *
  * Waits never block in MPI: they poll (MPI_Test, MPI_Iprobe) with a short
  * sleep that grows while nothing comes, so that an idle daemon costs no
@@ -1946,8 +1947,8 @@ void flx_dm_set_cache(flx_dm *m, flx_bcache *cache)
  *      common: a rank that gave up on the first never enters it, so no
  *      rank's second completes and none finalizes; once the first has
  *      completed anywhere, every rank enters the second at once.
- *   3. MPI_Finalize when both completed, else none (mpirun then reports
- *      the rank that exited without it: exit status 1).
+ *   3. MPI_Finalize when both completed, else none (plain mpirun then
+ *      fails the job, exit status 1).
  */
 #define POLL_END 2000 /* us between polls of the end's waits */
 
@@ -2006,7 +2007,8 @@ void flx_dm_end(flx_dm *m)
 	if (m->up) {
 		if (!atomic_load(&m->told))
 			tell_end(m);
-		/* the service thread still answers while the others end */
+		/* the service thread keeps taking messages meanwhile (end
+		 * messages; requests, dropped unanswered) */
 		fin = all_ending(m);
 	}
 	atomic_store(&m->stop, true);
