@@ -474,12 +474,14 @@ rank_pid() {
 		((SECONDS - start <= TIMEOUT + 10))
 		not_mounted "$T/mnt0"
 		if [[ -z $DM_RECOVERY ]]; then
-			# plain mpirun ends the job then, the stopped rank too:
-			# status 1
+			# plain mpirun ends the job then, the stopped rank too
+			# (killed, its mount point may stay dead until the
+			# teardown): status 1
 			rc=0
 			wait_gone "$DM_PID" 100
 			wait "$DM_PID" || rc=$?
 			[[ $rc -eq 1 ]]
+			wait_gone "$victim" 50
 		else
 			# mpirun waits for the stopped rank; resumed, it takes
 			# the end, waits mpi_timeout for rank 0 in vain and exits
@@ -492,10 +494,10 @@ rank_pid() {
 			wait "$DM_PID" || rc=$?
 			((SECONDS - start <= 2 * TIMEOUT + 10))
 			[[ $rc -eq 0 ]]
+			not_mounted "$T/mnt1"
 		fi
 		DM_STOPPED=
 		DM_PID=
-		not_mounted "$T/mnt1"
 	done
 }
 
