@@ -13,7 +13,8 @@
  *   reply (rep, the request's tag): i32 status (0 or -errno), u32 the
  *       failed file's id + 1 (0: none or unknown), then the spans' bytes
  *       in order (status 0 only)
- *   end (req, TAG_END): no payload
+ *   end (req, TAG_END): no payload; then two barriers on coll decide
+ *       whether every rank finalizes (flx_dm_end())
  *
  * Waits never block in MPI: they poll (MPI_Test, MPI_Iprobe) with a short
  * sleep that grows while nothing comes, so that an idle daemon costs no
@@ -80,11 +81,12 @@ struct flx_dm {
 	    *cache; /* remote blocks kept (flx_dm_set_cache()), or NULL */
 	pthread_t svc;
 	bool svc_started;
-	atomic_bool stop;     /* the service thread returns */
-	atomic_bool ending;   /* the mount ends: reads fail at once */
-	atomic_bool told;     /* another rank said the mount ends */
-	atomic_bool any_dead; /* a rank stopped answering */
-	atomic_uchar *dead;   /* per rank: 0 alive, else a DEAD_* reason */
+	atomic_bool stop;   /* the service thread returns */
+	atomic_bool ending; /* the mount ends: reads fail at once */
+	atomic_bool told;   /* another rank said the mount ends */
+	bool up; /* the exchange succeeded on every rank: the end protocol
+		  * runs (flx_dm_end()) */
+	atomic_uchar *dead; /* per rank: 0 alive, else a DEAD_* reason */
 	/* per rank: answered a read with an error: the file's id + 1 it
 	 * named, UINT32_MAX when it named none; 0: never */
 	atomic_uint *refused;
@@ -111,7 +113,6 @@ static void mark_dead(flx_dm *m, int rank, unsigned char why)
 	unsigned char alive = 0;
 
 	atomic_compare_exchange_strong(&m->dead[rank], &alive, why);
-	atomic_store(&m->any_dead, true);
 }
 
 /* ---- small helpers ---- */
@@ -1147,7 +1148,9 @@ int flx_dm_exchange(flx_dm *m, const char *dir, flx_ckpt_opts *o,
 	if (rc)
 		flx_error_set(err, rc, NULL, "mpi",
 			      "cannot start the service thread");
-	return flx_dm_agree(m, rc, err);
+	rc = flx_dm_agree(m, rc, err);
+	m->up = rc == 0;
+	return rc;
 }
 
 void flx_dm_stats_get(const flx_dm *m, flx_dm_stats *out)
@@ -1256,8 +1259,9 @@ static int serve_spans(flx_dm *m, const unsigned char *q, int count,
 	return 0;
 }
 
-/* Wait for req until the deadline: 0, or -ETIMEDOUT (req still pending). */
-static int wait_until(MPI_Request *req, int64_t deadline)
+/* Wait for req until the deadline, polling at least every cap us: 0,
+ * -EIO (MPI failed it), or -ETIMEDOUT (req still pending). */
+static int wait_until(MPI_Request *req, int64_t deadline, unsigned cap)
 {
 	unsigned us = 2;
 	int done = 0;
@@ -1269,7 +1273,7 @@ static int wait_until(MPI_Request *req, int64_t deadline)
 			return 0;
 		if (now_ns() > deadline)
 			return -ETIMEDOUT;
-		backoff(&us, POLL_READ);
+		backoff(&us, cap);
 	}
 }
 
@@ -1287,6 +1291,12 @@ static void serve(flx_dm *m, const MPI_Status *st)
 			   MPI_STATUS_IGNORE) != MPI_SUCCESS) {
 		free(q);
 		return; /* the asker times out */
+	}
+	/* the mount ends: the asker's read fails as its own mount ends
+	 * (every rank is told), so nothing is sent that nobody takes */
+	if (atomic_load(&m->ending)) {
+		free(q);
+		return;
 	}
 	tag = count >= 8 ? get32(q + 4) : 0;
 	rc = serve_spans(m, q, count, &reply, &rlen, &bad);
@@ -1309,7 +1319,8 @@ static void serve(flx_dm *m, const MPI_Status *st)
 	}
 	/* half the readers' timeout: while this waits nobody else is
 	 * served, and the others must not take this rank for dead */
-	if (wait_until(&sreq, now_ns() + (int64_t)m->timeout_s * 500000000)) {
+	if (wait_until(&sreq, now_ns() + (int64_t)m->timeout_s * 500000000,
+		       POLL_READ)) {
 		/* the asker is gone: its send stays pending, and so does its
 		 * buffer (leaked: freeing it under MPI would be worse) */
 		mark_dead(m, src, DEAD_NOREAD);
@@ -1334,6 +1345,18 @@ static void *service(void *arg)
 			continue;
 		}
 		us = 2;
+		/* an end queued behind requests goes first: requests are
+		 * then dropped (serve()), so that a rank resumed after a
+		 * stop ends at once rather than answering stale reads */
+		if (st.MPI_TAG == TAG_REQ && !atomic_load(&m->ending)) {
+			MPI_Status est;
+			int e = 0;
+
+			if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_END, m->req, &e,
+				       &est) == MPI_SUCCESS &&
+			    e)
+				st = est;
+		}
 		if (st.MPI_TAG == TAG_REQ) {
 			serve(m, &st);
 			continue;
@@ -1906,27 +1929,88 @@ void flx_dm_set_cache(flx_dm *m, flx_bcache *cache)
 
 /* ---- the end ---- */
 
+/*
+ * The end protocol (docs/reliability.md#the-end-of-a-distributed-mount).
+ * MPI_Finalize waits for every rank of the job, forever for one that died
+ * or never calls it; a rank that exits without it makes mpirun fail.  So
+ * a rank finalizes only once every rank has shown it is alive and ending
+ * too, and otherwise exits without: each wait below is bounded by
+ * mpi_timeout, and a rank taken for dead during reads (timed out, or
+ * stopped taking replies) counts as alive again if it takes part.
+ *
+ *   1. A rank that ends on its own (not told) sends the end message to
+ *      every other rank but those MPI reported gone: a rank taken for
+ *      dead by a timeout may only have been slow, and it must end too.
+ *   2. Two barriers (MPI_Ibarrier on coll), each awaited at most
+ *      mpi_timeout.  The first completes once every rank has entered its
+ *      end: proof of life of all.  The second makes the decision
+ *      common: a rank that gave up on the first never enters it, so no
+ *      rank's second completes and none finalizes; once the first has
+ *      completed anywhere, every rank enters the second at once.
+ *   3. MPI_Finalize when both completed, else none (plain mpirun then
+ *      fails the job, exit status 1).
+ */
+#define POLL_END 2000 /* us between polls of the end's waits */
+
+/* Step 1: the end message to every rank not gone; the sends are given
+ * 2 s in all (a rank that takes none will not take part in step 2). */
+static void tell_end(flx_dm *m)
+{
+	MPI_Request *r = calloc((size_t)m->size, sizeof(*r));
+	int64_t deadline = now_ns() + 2000000000ll;
+	int n = 0;
+
+	if (!r)
+		return;
+	for (int k = 0; k < m->size; k++)
+		if (k != m->rank && atomic_load(&m->dead[k]) != DEAD_GONE &&
+		    MPI_Isend(NULL, 0, MPI_BYTE, k, TAG_END, m->req, &r[n]) ==
+			MPI_SUCCESS)
+			n++;
+	for (int k = 0; k < n; k++)
+		if (wait_until(&r[k], deadline, POLL_END))
+			MPI_Request_free(&r[k]);
+	free(r);
+}
+
+/* Step 2: whether every rank is alive and ending (both barriers done
+ * within mpi_timeout each).  A barrier left pending is never freed: the
+ * process exits without MPI_Finalize. */
+static bool all_ending(flx_dm *m)
+{
+	for (int k = 0; k < m->size; k++)
+		if (atomic_load(&m->dead[k]) == DEAD_GONE)
+			return false;
+	for (int phase = 0; phase < 2; phase++) {
+		MPI_Request b;
+
+		if (MPI_Ibarrier(m->coll, &b) != MPI_SUCCESS ||
+		    wait_until(&b,
+			       now_ns() + (int64_t)m->timeout_s * 1000000000,
+			       POLL_END))
+			return false;
+	}
+	return true;
+}
+
 void flx_dm_end(flx_dm *m)
 {
-	MPI_Request *r;
-	int n = 0;
+	bool fin = true;
 
 	if (!m)
 		return;
 	atomic_store(&m->ending, true);
-	r = calloc((size_t)m->size, sizeof(*r));
-	if (r && m->files && !atomic_load(&m->told))
-		for (int k = 0; k < m->size; k++)
-			if (k != m->rank && !m->dead[k] &&
-			    MPI_Isend(NULL, 0, MPI_BYTE, k, TAG_END, m->req,
-				      &r[n]) == MPI_SUCCESS)
-				n++;
-	for (int k = 0; k < n; k++)
-		if (wait_until(&r[k], now_ns() + 2000000000ll)) {
-			MPI_Request_free(&r[k]);
-			atomic_store(&m->any_dead, true);
-		}
-	free(r);
+	/* an end message from now on must not signal this rank again */
+	pthread_mutex_lock(&m->mu);
+	m->on_end = NULL;
+	pthread_mutex_unlock(&m->mu);
+	if (m->up) {
+		if (!atomic_load(&m->told))
+			tell_end(m);
+		/* the service thread keeps taking messages meanwhile (end
+		 * messages; requests, dropped unanswered) */
+		fin = all_ending(m);
+	}
 	atomic_store(&m->stop, true);
 	if (m->svc_started)
 		pthread_join(m->svc, NULL);
@@ -1936,8 +2020,7 @@ void flx_dm_end(flx_dm *m)
 	free(m->tmpdir);
 	free(m->dir);
 	free(m->entered);
-	/* MPI_Finalize waits for every rank: not with one gone */
-	if (!atomic_load(&m->any_dead))
+	if (fin)
 		MPI_Finalize();
 	free(m->dead);
 	free(m->refused);

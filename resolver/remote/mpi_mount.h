@@ -141,10 +141,15 @@ void flx_dm_on_end(flx_dm *m, void (*fn)(void *), void *arg);
 bool flx_dm_told(const flx_dm *m);
 
 /**
- * This rank's mount is over: tell every other rank to end (unless they
- * told this one), stop the service thread, MPI_Finalize (skipped when a
- * rank was found dead, where it could wait forever), free m.  NULL is
- * fine.
+ * This rank's mount is over: tell every other rank MPI has not reported
+ * gone to end (unless one told this rank), ranks taken for dead by a
+ * timeout too; wait, at most mpi_timeout for each of two barriers, for
+ * every rank to end as well; stop the service thread; MPI_Finalize only
+ * when both barriers completed (every rank alive: all finalize), else
+ * exit MPI without it (a rank killed or still stopped would make it wait
+ * forever); free m.  Its waits take at most 2 s + 2.5 x mpi_timeout in
+ * all (the service thread may be finishing a reply).  Called once, by the
+ * main thread, after the FUSE session ended; NULL is fine.
  */
 void flx_dm_end(flx_dm *m);
 

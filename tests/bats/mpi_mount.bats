@@ -3,8 +3,8 @@
 # The distributed mount (-o mpi, resolver/remote/mpi_mount.h): N ranks of mpirun on this
 # machine, each with its own directory holding part of the checkpoint; every
 # rank's tree must equal a single-machine mount of the whole checkpoint.
-# mpirun runs with --enable-recovery so that a killed rank leaves the others
-# running (otherwise mpirun itself ends them all).
+# mpirun runs with --enable-recovery (DM_RECOVERY) so that a killed rank
+# leaves the others running (otherwise mpirun itself ends them all).
 
 load helpers
 
@@ -29,11 +29,14 @@ setup() {
 	SRC=$FLEXFS_SRC/tests/fixtures/dcp-t113/ckpt
 	DM_PID=
 	DM_NP=0
+	DM_STOPPED=
+	DM_RECOVERY=--enable-recovery
 }
 
 teardown() {
 	local r
 
+	[[ -z $DM_STOPPED ]] || kill -CONT "$DM_STOPPED" 2>/dev/null || true
 	for ((r = 0; r < DM_NP; r++)); do
 		[[ -n $(mountinfo_of "$T/mnt$r") ]] || continue
 		fusermount3 -u -z "$T/mnt$r" 2>/dev/null || umount -l "$T/mnt$r"
@@ -111,7 +114,8 @@ dm_start() {
 
 	DM_NP=$np
 	DM_LOG=$T/mpirun.log
-	mpirun --oversubscribe --allow-run-as-root --enable-recovery -np "$np" \
+	# shellcheck disable=SC2086 # DM_RECOVERY: one option or none
+	mpirun --oversubscribe --allow-run-as-root $DM_RECOVERY -np "$np" \
 		"$FLEXFS_BIN" -f "$T/src{rank}" "$T/mnt{rank}" \
 		-o "$opts,mpi,mpi_timeout=$TIMEOUT" >"$DM_LOG" 2>&1 3>&- &
 	DM_PID=$!
@@ -380,16 +384,26 @@ dm_stop() {
 	dm_fails 2 "tp=2,rules=$RULES" "__1_0.distcp.*held by no node"
 }
 
+# rank_pid RANK: the process id of rank RANK's daemon.
+rank_pid() {
+	local p
+
+	for p in $(pgrep -P "$DM_PID") $(pgrep -x exe) $(pgrep -x flexfs); do
+		if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
+			grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+			echo "$p"
+			return 0
+		fi
+	done
+	return 1
+}
+
 @test "a rank killed during reads: the others get EIO after the timeout, never hang or serve wrong bytes" {
 	split 2 spread
 	dm_start 2 "tp=2,rules=$RULES"
 	ref_mount "tp=2,rules=$RULES"
-	local victim p start
-	for p in $(pgrep -P "$DM_PID") $(pgrep -x exe) $(pgrep -x flexfs); do
-		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null |
-			grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p && break
-	done
-	[[ -n $victim ]]
+	local victim start
+	victim=$(rank_pid 1)
 	# reads in flight when it dies
 	(cat "$T"/mnt0/ranks/*/model.safetensors >/dev/null 2>&1 || true) 3>&- &
 	kill -KILL "$victim"
@@ -402,10 +416,89 @@ dm_stop() {
 	! grep -q "backing file changed" "$DM_LOG"
 	unmount_ff "$T/ref"
 	fusermount3 -u -z "$T/mnt1"
+	start=$SECONDS
 	fusermount3 -u "$T/mnt0"
+	# rank 0 waits mpi_timeout for a proof of life from rank 1, then
+	# exits without MPI_Finalize (which would wait for rank 1 forever);
+	# under --enable-recovery OpenMPI 4.1 counts neither that nor the
+	# killed rank against the job: status 0
+	local rc=0
 	wait_gone "$DM_PID" 150
+	wait "$DM_PID" || rc=$?
 	DM_PID=
+	((SECONDS - start <= TIMEOUT + 10))
+	[[ $rc -eq 0 ]]
 	not_mounted "$T/mnt0"
+}
+
+@test "a rank stopped past mpi_timeout during reads, then resumed: unmounting ends every rank, mpirun exits 0" {
+	split 2 spread
+	ref_mount "tp=2,rules=$RULES"
+	local victim
+	# plain mpirun (as documented: a rank that exits without
+	# MPI_Finalize fails the job) and with --enable-recovery (a rank
+	# not told the end stays mounted)
+	for DM_RECOVERY in "" --enable-recovery; do
+		dm_start 2 "tp=2,rules=$RULES"
+		victim=$(rank_pid 1)
+		DM_STOPPED=$victim
+		kill -STOP "$victim"
+		# its bytes time out on rank 0 (requests left in its
+		# queue, seen once it runs again)
+		equal_or_eio
+		grep -E "failed: Input/output error \(rank 1: [^:]+: timed out" "$DM_LOG"
+		kill -CONT "$victim"
+		DM_STOPPED=
+		dm_stop
+	done
+	unmount_ff "$T/ref"
+}
+
+@test "a rank still stopped at the unmount: rank 0 ends within mpi_timeout, the stopped rank when resumed" {
+	split 2 spread
+	local victim r0 start rc
+	# plain mpirun last: it kills the stopped rank, whose mount point
+	# stays dead until the teardown
+	for DM_RECOVERY in --enable-recovery ""; do
+		dm_start 2 "tp=2,rules=$RULES"
+		victim=$(rank_pid 1)
+		r0=$(rank_pid 0)
+		DM_STOPPED=$victim
+		kill -STOP "$victim"
+		run -1 timeout $((TIMEOUT + 20)) cat "$T"/mnt0/ranks/tp00_pp00/model.safetensors
+		start=$SECONDS
+		fusermount3 -u "$T/mnt0"
+		# no proof of life from rank 1 within mpi_timeout: rank 0
+		# exits without MPI_Finalize
+		wait_gone "$r0" $(((TIMEOUT + 10) * 10))
+		((SECONDS - start <= TIMEOUT + 10))
+		not_mounted "$T/mnt0"
+		if [[ -z $DM_RECOVERY ]]; then
+			# plain mpirun ends the job then, the stopped rank too
+			# (killed, its mount point may stay dead until the
+			# teardown): status 1
+			rc=0
+			wait_gone "$DM_PID" 100
+			wait "$DM_PID" || rc=$?
+			[[ $rc -eq 1 ]]
+			wait_gone "$victim" 50
+		else
+			# mpirun waits for the stopped rank; resumed, it takes
+			# the end, waits mpi_timeout for rank 0 in vain and exits
+			# without MPI_Finalize too: status 0 under recovery
+			kill -0 "$DM_PID"
+			kill -CONT "$victim"
+			start=$SECONDS
+			rc=0
+			wait_gone "$DM_PID" $(((2 * TIMEOUT + 10) * 10))
+			wait "$DM_PID" || rc=$?
+			((SECONDS - start <= 2 * TIMEOUT + 10))
+			[[ $rc -eq 0 ]]
+			not_mounted "$T/mnt1"
+		fi
+		DM_STOPPED=
+		DM_PID=
+	done
 }
 
 @test "a file changed on its holder after the start: EIO on the others, never its new bytes" {
