@@ -750,8 +750,8 @@ int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 				    "megatron/: absent from common.pt, and "
 				    "the saved chunks of %s do not show "
 				    "whether fc1 is SwiGLU (its split would "
-				    "differ): a common.pt whose args state it "
-				    "is needed",
+				    "differ): state it with -o "
+				    "megatron_swiglu=on|off",
 				    f);
 		}
 	}

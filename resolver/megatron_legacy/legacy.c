@@ -673,32 +673,42 @@ static const rec *find_rec(const ld *x, const char *key, int tp, int pp)
 	return NULL;
 }
 
-/* SwiGLU: args.swiglu, else fc1's rows against args.ffn_hidden_size;
- * tied embeddings: args, else (pp 1) whether output_layer.weight exists. */
-static int shape_facts(ld *x)
+/* SwiGLU: args.swiglu, else fc1's rows against args.ffn_hidden_size,
+ * else -o megatron_swiglu= (a stated value that contradicts the first
+ * two is refused); no fc1 (no MoE legacy save is read): nothing it could
+ * split, 0.  Tied embeddings: args, else (pp 1) whether
+ * output_layer.weight exists. */
+static int shape_facts(ld *x, const flx_opt_vals *vals)
 {
 	const rec *fc1 = NULL, *out = NULL;
+	const char *proof = "args.swiglu";
+	int rc;
 
 	for (size_t i = 0; i < x->nr && !fc1; i++)
 		if (!strcmp(x->r[i].key, LAYERS "mlp.linear_fc1.weight"))
 			fc1 = &x->r[i];
-	x->swiglu = x->m->swiglu;
-	if (x->swiglu < 0 && fc1) {
+	if (x->m->swiglu < 0 && fc1) {
 		int64_t rows = fc1->p.size[0] * x->TP;
 
+		proof = "linear_fc1's rows against args.ffn_hidden_size";
 		if (x->m->ffn_hidden_size > 0 &&
 		    rows == 2 * x->m->ffn_hidden_size)
-			x->swiglu = 1;
+			x->m->swiglu = 1;
 		else if (x->m->ffn_hidden_size > 0 &&
 			 rows == x->m->ffn_hidden_size)
-			x->swiglu = 0;
-		else
-			return fail(x, x->rk[0].rel, "args.swiglu",
-				    "absent, and linear_fc1's %lld rows do not "
-				    "tell (args.ffn_hidden_size %lld)",
-				    (long long)rows,
-				    (long long)x->m->ffn_hidden_size);
+			x->m->swiglu = 0;
 	}
+	rc = flx_mcore_state_swiglu(vals, x->m, proof, x->err);
+	if (rc)
+		return rc;
+	x->swiglu = x->m->swiglu;
+	if (x->swiglu < 0 && fc1)
+		return fail(x, x->rk[0].rel, "args.swiglu",
+			    "absent, and linear_fc1's %lld rows do not "
+			    "tell (args.ffn_hidden_size %lld): state it "
+			    "with -o megatron_swiglu=on|off",
+			    (long long)(fc1->p.size[0] * x->TP),
+			    (long long)x->m->ffn_hidden_size);
 	if (x->swiglu < 0)
 		x->swiglu = 0;
 	x->m->swiglu = x->swiglu;
@@ -1046,7 +1056,6 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	ld x = {.b = b, .c = flx_build_ckpt(b), .err = err};
 	int rc;
 
-	(void)o;
 	rc = list_ranks(&x);
 	if (!rc)
 		rc = read_models(&x);
@@ -1055,7 +1064,7 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	if (!rc)
 		rc = layer_layout(&x);
 	if (!rc)
-		rc = shape_facts(&x);
+		rc = shape_facts(&x, o ? o->vals : NULL);
 	if (!rc)
 		rc = build_tensors(&x);
 	if (!rc)
