@@ -739,6 +739,41 @@ static int collect(ctx *x)
 	return rc;
 }
 
+/* Whether te names give the experts as TEGroupedMLP's: args.moe_grouped_gemm,
+ * else -o megatron_grouped_gemm= (contradicting the args: refused); neither
+ * with expert tensors to name: refused, the keys are the same either way
+ * (docs/facts.md). */
+static int grouped_experts(const flx_ckpt *c, const flx_mlg_target *tgt,
+			   bool *out, flx_error *err)
+{
+	int a = flx_megatron_of(c)->moe_grouped_gemm;
+	bool experts = false;
+
+	*out = false;
+	if (!tgt->te)
+		return 0;
+	if (a >= 0 && tgt->grouped >= 0 && a != tgt->grouped)
+		return flx_error_set(
+		    err, -EINVAL, NULL, "megatron_grouped_gemm",
+		    "megatron/: '%s' contradicts "
+		    "args.moe_grouped_gemm (%s)",
+		    tgt->grouped ? "on" : "off", a ? "True" : "False");
+	if (a < 0)
+		a = tgt->grouped;
+	for (size_t i = 0; i < c->ntensors && a < 0 && !experts; i++)
+		experts = flx_mlg_is_model_key(c->tensors[i].fqn) &&
+			  strstr(c->tensors[i].fqn, EXPERTS);
+	if (experts)
+		return flx_error_set(err, -EINVAL, NULL,
+				     "args.moe_grouped_gemm",
+				     "megatron/: absent from common.pt, and "
+				     "the experts' te names depend on it: "
+				     "state it with -o "
+				     "megatron_grouped_gemm=on|off");
+	*out = a == 1;
+	return 0;
+}
+
 int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 		 int ep, int vc, flx_mlg_entry **out, size_t *n, flx_error *err)
 {
@@ -790,7 +825,9 @@ int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 	x.moe = !flx_ckpt_find(c, LAYERS "mlp.linear_fc1.weight") &&
 		(flx_megatron_of(c)->num_experts > 0 ||
 		 flx_ckpt_find(c, LAYERS "mlp.router.weight"));
-	x.grouped = tgt->te && flx_megatron_of(c)->moe_grouped_gemm == 1;
+	rc = grouped_experts(c, tgt, &x.grouped, err);
+	if (rc)
+		return rc;
 	if (x.nep > 1 && !x.moe)
 		return flx_error_set(err, -EINVAL, NULL, "megatron_ep",
 				     "megatron/: expert parallel size %d, but "
@@ -858,6 +895,7 @@ static int check_size(const flx_opt *o, const char *value, uint64_t *num,
 }
 
 static const char *const spec_choices[] = {"local", "te", NULL};
+static const char *const onoff_choices[] = {"off", "on", NULL};
 
 static const flx_opt mlg_opts[] = {
     {.name = "megatron_spec",
@@ -881,6 +919,13 @@ static const flx_opt mlg_opts[] = {
      .help = "make_vocab_size_divisible_by of the saving run, for "
 	     "megatron/'s vocab padding when its args do not say",
      .check = check_vocab},
+    {.name = "megatron_grouped_gemm",
+     .type = FLX_OPT_CHOICE,
+     .metavar = "on|off",
+     .def = "args.moe_grouped_gemm",
+     .help = "whether the experts are TEGroupedMLP's, for megatron_spec=te "
+	     "when the args do not say",
+     .choices = onoff_choices},
     {.name = "megatron_ep",
      .type = FLX_OPT_UINT,
      .metavar = "N",
@@ -902,7 +947,7 @@ const flx_opt_group flx_mlg_opt_group = {
 
 flx_mlg_target flx_mlg_target_of(const flx_spec *s)
 {
-	flx_mlg_target t = {.tp = s->tp, .pp = s->pp};
+	flx_mlg_target t = {.tp = s->tp, .pp = s->pp, .grouped = -1};
 	uint64_t v;
 
 	if (!flx_opt_u64(&s->opts, "megatron_ep", &v))
@@ -915,5 +960,7 @@ flx_mlg_target flx_mlg_target_of(const flx_spec *s)
 		t.true_vocab = (int64_t)v;
 	if (!flx_opt_u64(&s->opts, "megatron_vocab_divisible_by", &v))
 		t.div_by = (int64_t)v;
+	if (!flx_opt_u64(&s->opts, "megatron_grouped_gemm", &v))
+		t.grouped = (int)v;
 	return t;
 }

@@ -108,10 +108,14 @@ typedef struct flx_mlg_target {
 	/* make_vocab_size_divisible_by (megatron_vocab_divisible_by); 0: the
 	 * source's args */
 	int64_t div_by;
+	/* TEGroupedMLP experts (megatron_grouped_gemm): 0, 1, -1 the
+	 * source's args.moe_grouped_gemm */
+	int grouped;
 } flx_mlg_target;
 
 /* The megatron/ layout's options: megatron_spec, megatron_true_vocab,
- * megatron_vocab_divisible_by, megatron_ep, megatron_vp. */
+ * megatron_vocab_divisible_by, megatron_grouped_gemm, megatron_ep,
+ * megatron_vp. */
 extern const flx_opt_group flx_mlg_opt_group;
 
 /** The target the spec's tp, pp and the layout's options (in s->opts)

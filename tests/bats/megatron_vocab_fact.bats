@@ -89,3 +89,49 @@ both() {
 	unmount_ff "$MNT"
 	both "$FX/megatron-untied/ckpt/$ITER" 4 megatron_vocab_divisible_by=128
 }
+
+# same_moe MNT_A MNT_B: megatron/ of tp=2,pp=1 mounts, every rank's model
+# keys and tensors equal
+same_moe() {
+	run env PYTHONPATH="$MEG_STUB" /usr/bin/python3 - "$1" "$2" <<'PY'
+import sys, torch
+n = 0
+for t in range(2):
+    f = "/megatron/iter_0000100/mp_rank_%02d/model_optim_rng.pt" % t
+    a = torch.load(sys.argv[1] + f, map_location="cpu")["model"]
+    b = torch.load(sys.argv[2] + f, map_location="cpu")["model"]
+    assert list(a) == list(b), (t, list(a), list(b))
+    assert any(".local_experts." in k for k in a), list(a)
+    for k, v in a.items():
+        if torch.is_tensor(v):
+            assert torch.equal(v, b[k]), (t, k)
+            n += 1
+print("ok", n)
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == "ok "* ]]
+}
+
+@test "megatron: megatron_spec=te, MoE, args without moe_grouped_gemm: refused naming megatron_grouped_gemm, which states it; contradicting the args: refused" {
+	local src=$FX/megatron-moe/ckpt/$ITER d=$BATS_TEST_TMPDIR/nogg m2=$BATS_TEST_TMPDIR/full
+	copy_common "$src" "$d" 'del c["args"].moe_grouped_gemm'
+	mount_ff "$d" "$MNT" "tp=2,pp=1,megatron_spec=te"
+	megatron_unavailable "*args.moe_grouped_gemm: megatron/: absent from common.pt, and the experts' te names depend on it: state it with -o megatron_grouped_gemm=on|off*"
+	unmount_ff "$MNT"
+	# the local spec does not depend on it
+	mount_ff "$d" "$MNT" "tp=2,pp=1"
+	[ -f "$MNT/megatron/latest_checkpointed_iteration.txt" ]
+	unmount_ff "$MNT"
+	mkdir -p "$m2"
+	mount_ff "$d" "$MNT" "tp=2,pp=1,megatron_spec=te,megatron_grouped_gemm=off"
+	local pid=$FF_PID
+	mount_ff "$src" "$m2" "tp=2,pp=1,megatron_spec=te"
+	same_moe "$MNT" "$m2"
+	unmount_ff "$m2"
+	FF_PID=$pid
+	unmount_ff "$MNT"
+	mount_ff "$src" "$MNT" "tp=2,pp=1,megatron_spec=te,megatron_grouped_gemm=on"
+	megatron_unavailable "*megatron_grouped_gemm: megatron/: 'on' contradicts args.moe_grouped_gemm (False)*"
+	unmount_ff "$MNT"
+}
