@@ -105,6 +105,9 @@ same_tree() {
 	# the preset's fc1 rule depends on it: refused, not taken as GELU
 	mount_refused_line "$z" "tp=2,rules=@megatron-gpt" \
 		"*swiglu*when*absent from the args*-o megatron_swiglu=on|off*"
+	run "$FLEXFS_INSPECT" "$z" -o megatron_swiglu=on
+	[ "$status" -eq 0 ]
+	[[ $output == *"(SwiGLU, from -o megatron_swiglu)"* ]]
 	mount_ff "$z" "$MNT" "tp=2,pp=2,megatron_swiglu=on,rules=@megatron-gpt"
 	local pid=$FF_PID
 	mount_ff "$full" "$m2" "tp=2,pp=2,rules=@megatron-gpt"
@@ -131,6 +134,9 @@ same_tree() {
 	copy_common "$FX/megatron-untied/ckpt/$ITER" "$d" 'del c["args"].swiglu'
 	mount_refused_line "$d" "megatron_swiglu=off" \
 		"*megatron_swiglu*'off' contradicts what linear_fc1's saved chunks show (SwiGLU)*"
+	run "$FLEXFS_INSPECT" "$d"
+	[ "$status" -eq 0 ]
+	[[ $output == *"(SwiGLU, from fc1's saved chunks)"* ]]
 	# agreeing is fine
 	mount_ff "$d" "$MNT" "megatron_swiglu=on"
 	[ -f "$MNT/index.json" ]
