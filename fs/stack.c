@@ -39,6 +39,10 @@ int flx_stack_build(const char *source, const flx_ckpt_opts *o,
 
 	memset(s, 0, sizeof(*s));
 	oo.defer_items = true;
+	if (spec->nrules && !oo.split_rule) {
+		oo.split_rule = flx_spec_split_rule;
+		oo.split_ctx = spec;
+	}
 	rc = flx_ckpt_open_with(source, &oo, &s->ckpt, err);
 	if (!rc && flx_aoa_of_spec(spec)) {
 		flx_aoa_opts ao = flx_aoa_opts_from(&spec->opts, spec->tp);

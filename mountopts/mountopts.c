@@ -36,8 +36,7 @@ static const flx_opt fuse_opts[] = {
      .type = FLX_OPT_PATH,
      .metavar = "FILE",
      .help = "once mounted, also append every message (each failed read's "
-	     "file and reason) to FILE",
-     .progs = FLX_PROG_MOUNT},
+	     "file and reason) to FILE"},
     {.name = "read_ahead_kb",
      .type = FLX_OPT_UINT,
      .metavar = "N",

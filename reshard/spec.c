@@ -741,6 +741,18 @@ const flx_rule *flx_spec_match(const flx_spec *s, const char *fqn)
 	return flx_spec_match_facts(s, fqn, 0);
 }
 
+int flx_spec_split_rule(const void *ctx, const char *fqn, int *axis)
+{
+	const flx_rule *r = flx_spec_match(ctx, fqn);
+
+	if (!r || r->split == FLX_SPLIT_INFER)
+		return -ENOENT;
+	if (r->groups > 1)
+		return -EOPNOTSUPP;
+	*axis = r->split == FLX_SPLIT_AXIS ? r->axis : -1;
+	return 0;
+}
+
 /*
  * (^|\.)layers\.([0-9]+)\. by hand.  POSIX picks the leftmost match:
  * the first "layers." that starts the name or follows a '.', and whose

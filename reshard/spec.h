@@ -185,6 +185,15 @@ const flx_rule *flx_spec_match_facts(const flx_spec *s, const char *fqn,
 				     unsigned facts);
 
 /**
+ * flx_ckpt_opts.split_rule over s's rules (ctx: the flx_spec): the first
+ * rule matching fqn that needs no fact (a source's facts are not known
+ * while it loads).  @return 0 and *axis (-1: "split": null), -ENOENT (no
+ * rule, or one without "split"), -EOPNOTSUPP (a rule with "groups").
+ * Thread-safe over a spec no one changes.
+ */
+int flx_spec_split_rule(const void *ctx, const char *fqn, int *axis);
+
+/**
  * The default layer regex, FLX_DEFAULT_LAYER_REGEX, without regexec():
  * true when fqn matches it, with [*so, *eo) the layer digits (its last
  * group), exactly as regexec() reports them.  glibc's regexec() with

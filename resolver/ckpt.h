@@ -285,6 +285,15 @@ typedef struct flx_ckpt_opts {
 	 * here (flx_file.remote), and so does a metadata file the source
 	 * reads whole; NULL: a missing file is an error */
 	const flx_file_backend *backend;
+	/* the placement rules' word on a tensor's split, asked by a source
+	 * that merges saved tensor-parallel slices of one tensor (NULL: no
+	 * rules): 0 and *axis (-1: replicated; else the axis the slices are
+	 * concatenated along, in rank order), -ENOENT when no rule states a
+	 * split for fqn, -EOPNOTSUPP when the rule places the axis in parts
+	 * ("groups").  Called on the loading thread during the load only;
+	 * ctx is split_ctx, borrowed. */
+	int (*split_rule)(const void *ctx, const char *fqn, int *axis);
+	const void *split_ctx;
 } flx_ckpt_opts;
 
 /**

@@ -377,13 +377,16 @@ static int read_whole_remote(flx_build *b, const char *relpath, uint64_t max,
 	return 0;
 }
 
-int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
-			 const char *missing, void **buf_out, size_t *len_out,
-			 int64_t *mtime_ns, flx_error *err)
+/* flx_build_open_whole(); remote: whether a file the remote backend
+ * serves is read from it (flx_build_read_whole()) or left to the caller
+ * (-EREMOTE, nothing in err). */
+static int open_whole(flx_build *b, const char *relpath, uint64_t max,
+		      const char *missing, bool remote, void **buf_out,
+		      size_t *len_out, int *fd_out, uint64_t *size_out,
+		      int64_t *mtime_ns, flx_error *err)
 {
 	struct stat st;
 	flx_access access;
-	unsigned char *buf = NULL;
 	char most[32];
 	int fd = -1, rc = flx_build_open(b, relpath, &fd, &st);
 
@@ -392,10 +395,12 @@ int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 				     "resolves outside the checkpoint "
 				     "directory (symlink)");
 	if (rc == -ENOENT && b->c->backend) {
+		if (!remote)
+			return -EREMOTE;
 		rc = read_whole_remote(b, relpath, max, buf_out, len_out,
 				       mtime_ns, err);
 		if (rc != -ENOENT)
-			return rc;
+			return rc ? rc : 1;
 	}
 	if (rc == -ENOENT && missing)
 		return flx_error_set(err, rc, relpath, NULL, "%s", missing);
@@ -406,32 +411,59 @@ int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 		fmt_pow2(most, sizeof(most), max);
 		rc = flx_error_set(err, -EINVAL, relpath, NULL,
 				   "not a regular file of at most %s", most);
-		goto out;
+		if (fd >= 0)
+			close(fd);
+		return rc;
 	}
-	buf = whole_alloc((size_t)st.st_size + 1);
-	if (!buf) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	rc = flx_pread_full(fd, buf, (size_t)st.st_size, 0);
-	if (rc) {
-		rc = flx_error_set(err, rc, relpath, NULL, "read failed: %s",
-				   strerror(-rc));
-		goto out;
-	}
-	buf[st.st_size] = '\0';
-	*buf_out = buf;
-	*len_out = (size_t)st.st_size;
+	*fd_out = fd;
+	*size_out = (uint64_t)st.st_size;
 	*mtime_ns = flx_mtime_ns(&st);
 	/* the metadata file's owner and group rather than the directory's */
 	access = flx_access_of(&st);
 	flx_access_meet(&access, &b->c->access);
 	b->c->access = access;
+	return 0;
+}
+
+int flx_build_open_whole(flx_build *b, const char *relpath, uint64_t max,
+			 const char *missing, int *fd, uint64_t *size,
+			 int64_t *mtime_ns, flx_error *err)
+{
+	return open_whole(b, relpath, max, missing, false, NULL, NULL, fd, size,
+			  mtime_ns, err);
+}
+
+int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
+			 const char *missing, void **buf_out, size_t *len_out,
+			 int64_t *mtime_ns, flx_error *err)
+{
+	unsigned char *buf = NULL;
+	uint64_t size = 0;
+	int64_t mt = 0;
+	int fd = -1, rc = open_whole(b, relpath, max, missing, true, buf_out,
+				     len_out, &fd, &size, &mt, err);
+
+	if (rc)
+		return rc > 0 ? 0 : rc;
+	buf = whole_alloc((size_t)size + 1);
+	if (!buf) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	rc = flx_pread_full(fd, buf, (size_t)size, 0);
+	if (rc) {
+		rc = flx_error_set(err, rc, relpath, NULL, "read failed: %s",
+				   strerror(-rc));
+		goto out;
+	}
+	buf[size] = '\0';
+	*buf_out = buf;
+	*len_out = (size_t)size;
+	*mtime_ns = mt;
 	buf = NULL;
 out:
 	free(buf);
-	if (fd >= 0)
-		close(fd);
+	close(fd);
 	return rc;
 }
 

@@ -148,6 +148,20 @@ int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 			 const char *missing, void **buf, size_t *len,
 			 int64_t *mtime_ns, flx_error *err);
 
+/**
+ * Open a source's own metadata file for a parser that reads it forward
+ * through a reader (flx_reader_fd()) instead of whole: the same lookup,
+ * checks and messages as flx_build_read_whole(), and the same effect on
+ * the index (the file's owner and group), without reading a byte.
+ * @return 0 with *fd (open, owned by the caller), *size (<= max) and
+ *         *mtime_ns; -EREMOTE, nothing in err, when the file is one the
+ *         remote backend serves (read it with flx_build_read_whole());
+ *         or flx_build_read_whole()'s -errno with err.
+ */
+int flx_build_open_whole(flx_build *b, const char *relpath, uint64_t max,
+			 const char *missing, int *fd, uint64_t *size,
+			 int64_t *mtime_ns, flx_error *err);
+
 /* Who names a data file, for its error messages. */
 typedef struct flx_file_ref {
 	const char *from;  /* the file that names it: ".metadata" */

@@ -290,7 +290,7 @@ static int value(emit *e, const flx_pv *v, int depth, const flx_pk_patch *pt,
 		rc = value(e, v->u.obj.cls, depth + 1, NULL, 0);
 		if (!rc)
 			rc = value(e, v->u.obj.args, depth + 1, NULL, 0);
-		flx_pkb_raw(e->b, v->u.obj.newobj ? "\x81" : "R", 1);
+		flx_pkb_raw(e->b, v->newobj ? "\x81" : "R", 1);
 		if (!rc && v->u.obj.state) {
 			if (v->u.obj.state->kind == FLX_PV_DICT)
 				rc = dict(e, v->u.obj.state, depth + 1, pt, np);

@@ -74,6 +74,8 @@
  * is a multiple of its alignment, which covers a pointer's. */
 #define ARENA_ALIGN ((size_t)8)
 _Static_assert(alignof(flx_pv) <= ARENA_ALIGN, "arena alignment");
+/* Nodes are most of a large tree's memory (several per DCP chunk). */
+_Static_assert(sizeof(void *) != 8 || sizeof(flx_pv) == 32, "node size");
 
 /* Tuples up to this length are hash-consed; longer ones rarely repeat. */
 #define TUPLE_SHARE_MAX 16
@@ -1506,7 +1508,7 @@ static flx_pv *shared_size(struct vm *vm, flx_pv *cls, flx_pv *args)
 	if (v) {
 		v->u.obj.cls = cls;
 		v->u.obj.args = args;
-		v->u.obj.shared_ = true;
+		v->shared_ = true;
 		vm->sizes[s] = v;
 		vm->sizes_n++;
 	}
@@ -1542,7 +1544,7 @@ static flx_pv *new_obj(struct vm *vm, flx_pv *cls, flx_pv *args, bool newobj)
 	if (v) {
 		v->u.obj.cls = cls;
 		v->u.obj.args = args;
-		v->u.obj.newobj = newobj;
+		v->newobj = newobj;
 	}
 	return v;
 }
@@ -1554,7 +1556,7 @@ static int op_build(struct vm *vm)
 
 	if ((rc = pop(vm, &state)) || (rc = top(vm, &o)))
 		return rc;
-	if (o->kind == FLX_PV_OBJ && o->u.obj.shared_)
+	if (o->kind == FLX_PV_OBJ && o->shared_)
 		return vm_fail(vm, -EINVAL, "BUILD on a torch.Size");
 	if (o->kind == FLX_PV_OBJ) {
 		o->u.obj.state = state;

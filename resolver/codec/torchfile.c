@@ -103,7 +103,7 @@ bool flx_torchfile_is_tensor(const flx_pv *v)
 {
 	const flx_pv *fn = flx_pv_obj_class(v);
 
-	if (!fn || v->u.obj.newobj ||
+	if (!fn || v->newobj ||
 	    strcmp(fn->u.global.module, "torch._utils") != 0)
 		return false;
 	if (strcmp(fn->u.global.name, "_rebuild_tensor_v2") == 0 ||
@@ -114,7 +114,7 @@ bool flx_torchfile_is_tensor(const flx_pv *v)
 		const flx_pv *inner = flx_pv_item(v->u.obj.args, 0);
 		const flx_pv *ifn = flx_pv_obj_class(inner);
 
-		return ifn && !inner->u.obj.newobj &&
+		return ifn && !inner->newobj &&
 		       strcmp(ifn->u.global.module, "torch._utils") == 0 &&
 		       (strcmp(ifn->u.global.name, "_rebuild_tensor_v2") == 0 ||
 			strcmp(ifn->u.global.name, "_rebuild_tensor_v3") == 0);

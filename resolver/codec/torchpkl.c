@@ -189,7 +189,7 @@ static int interpret(struct tctx *c, const flx_pv *root, flx_tensor_pkl *t)
 	int nstride;
 	int rc;
 
-	if (!fn || root->u.obj.newobj)
+	if (!fn || root->newobj)
 		return tfail(c, "root is a %s, not a tensor rebuild call",
 			     flx_pv_kind_name(root));
 	if (strcmp(fn->u.global.module, "torch._utils") != 0 ||

@@ -139,7 +139,7 @@ static char *absolute(const char *value)
 static int parse(const flx_opt *o, const char *value, flx_opt_val *v,
 		 flx_error *err)
 {
-	bool flag;
+	bool flag = false;
 	int rc;
 
 	if (!value && o->type != FLX_OPT_FLAG && !(o->flags & FLX_OPT_BARE))

@@ -37,7 +37,10 @@
 #define PATH_MEMO 64
 #define MAX_PARTS FLX_MAX_THREADS /* threads interpreting the metadata */
 
-/* One storage_data entry: (fqn, chunk offsets or none) -> item location. */
+/* One storage_data entry: (fqn, chunk offsets or none) -> item location.
+ * One per chunk, so kept small: its transform_descriptors are looked up
+ * again in the tree (sentry_transforms()) and its hash lives in a
+ * temporary array while the index is built. */
 typedef struct sentry {
 	const char *fqn;
 	int ndim; /* -1: no offset key (BYTE_IO) */
@@ -50,8 +53,6 @@ typedef struct sentry {
 	const char *relpath;
 	uint64_t offset;
 	uint64_t length;
-	const flx_pv *transforms; /* list or NULL */
-	uint64_t h;		  /* sentry_hash() */
 } sentry;
 
 typedef struct sentry_ref {
@@ -67,6 +68,8 @@ typedef struct loader {
 	unsigned threads; /* flx_ckpt_opts.threads */
 	sentry *se;
 	size_t nse;
+	const flx_pv *sd; /* storage_data: se[i] is its entry i */
+	uint64_t *sh;	  /* sentry_hash() of se[i], while smap is built */
 	int64_t *offpool[MAX_PARTS]; /* storage_data offsets, see sentry */
 	sentry_ref *smap;	     /* open-addressing index of se */
 	struct path_memo {
@@ -347,7 +350,7 @@ static int decode_sentry(part *p, size_t i, sentry *e)
 	loader *L = &p->L;
 	const flx_pv *k = p->dict->u.dict.kv[2 * i];
 	const flx_pv *v = p->dict->u.dict.kv[2 * i + 1];
-	const flx_pv *off;
+	const flx_pv *off, *tr;
 	int rc;
 
 	if (!is_dcp_obj(k, "MetadataIndex") || !cstr(attr(k, "fqn")))
@@ -389,13 +392,12 @@ static int decode_sentry(part *p, size_t i, sentry *e)
 		rc = get_u64(L, v, "length", e->fqn, &e->length);
 	if (rc)
 		return rc;
-	e->transforms = attr(v, "transform_descriptors");
-	if (e->transforms && e->transforms->kind != FLX_PV_NONE) {
-		bool ok = e->transforms->kind == FLX_PV_LIST ||
-			  e->transforms->kind == FLX_PV_TUPLE;
+	tr = attr(v, "transform_descriptors");
+	if (tr && tr->kind != FLX_PV_NONE) {
+		bool ok = tr->kind == FLX_PV_LIST || tr->kind == FLX_PV_TUPLE;
 
-		for (size_t j = 0; ok && j < flx_pv_len(e->transforms); j++)
-			ok = cstr(flx_pv_item(e->transforms, j)) != NULL;
+		for (size_t j = 0; ok && j < flx_pv_len(tr); j++)
+			ok = cstr(flx_pv_item(tr, j)) != NULL;
 		if (!ok)
 			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
 					     "transform_descriptors is not a "
@@ -424,8 +426,8 @@ static void *sd_part_run(void *arg)
 			last = e->fqn;
 			nh = name_hash(last);
 		}
-		e->h = sentry_hash(nh, e->ndim,
-				   e->ndim > 0 ? p->offs + e->offi : NULL);
+		p->L.sh[i] = sentry_hash(
+		    nh, e->ndim, e->ndim > 0 ? p->offs + e->offi : NULL);
 	}
 	return NULL;
 }
@@ -483,8 +485,10 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 		return flx_error_set(L->err, -EOVERFLOW, META_NAME,
 				     "storage_data", "%zu entries", n);
 	L->se = calloc(n ? n : 1, sizeof(sentry));
-	if (!L->se)
+	L->sh = malloc((n ? n : 1) * sizeof(*L->sh));
+	if (!L->se || !L->sh)
 		return -ENOMEM;
+	L->sd = sd;
 	rc = decode_storage_data(L, sd, n);
 	if (rc)
 		return rc;
@@ -497,15 +501,26 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 	memset(L->smap, 0xff, (L->smap_mask + 1) * sizeof(*L->smap));
 	for (size_t i = 0; i < L->nse; i++) {
 		sentry *e = &L->se[i];
-		sentry_ref *r = sentry_slot(L, e->h, e->fqn, e->ndim, e->off);
+		uint64_t h = L->sh[i];
+		sentry_ref *r = sentry_slot(L, h, e->fqn, e->ndim, e->off);
 
 		if (r->idx != UINT32_MAX)
 			return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
 					     "duplicate storage_data entry "
 					     "for one chunk");
-		*r = (sentry_ref){(uint32_t)i, (uint32_t)(e->h >> 32)};
+		*r = (sentry_ref){(uint32_t)i, (uint32_t)(h >> 32)};
 	}
+	free(L->sh);
+	L->sh = NULL;
 	return 0;
+}
+
+/* Entry e's transform_descriptors (checked by decode_sentry()), or NULL. */
+static const flx_pv *sentry_transforms(const loader *L, const sentry *e)
+{
+	size_t i = (size_t)(e - L->se);
+
+	return attr(L->sd->u.dict.kv[2 * i + 1], "transform_descriptors");
 }
 
 /* Whether entry e's item is zstd-transformed (docs/formats/dcp.md#zstd-items):
@@ -514,8 +529,9 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 static int item_transform(loader *L, const sentry *e, const char *key,
 			  bool *zstd)
 {
-	size_t n = e->transforms ? flx_pv_len(e->transforms) : 0;
-	const char *t = n ? flx_pv_str(flx_pv_item(e->transforms, 0)) : NULL;
+	const flx_pv *tr = sentry_transforms(L, e);
+	size_t n = tr ? flx_pv_len(tr) : 0;
+	const char *t = n ? flx_pv_str(flx_pv_item(tr, 0)) : NULL;
 
 	*zstd = n > 0;
 	if (n == 0 || (n == 1 && flx_zstd_descriptor_ok(t)))
@@ -1288,42 +1304,74 @@ static void loader_release(loader *L)
 {
 	flx_zstd_item_release(&L->zobj);
 	free(L->se);
+	free(L->sh);
 	free(L->smap);
 	for (unsigned k = 0; k < MAX_PARTS; k++)
 		free(L->offpool[k]);
 }
 
+/* Decode the .metadata pickle.  A local file is read forward through a
+ * window (flx_pickle_load_reader()), so that its bytes never sit in memory
+ * whole next to the tree: at a million chunks they are over 100 MB.  Every
+ * payload is copied, as a buffer load copies it, so the tree and the
+ * messages are the ones of a buffer load.  A file the remote backend
+ * serves is read whole. */
+static int load_metadata(loader *L, flx_pickle **pk)
+{
+	static const flx_pickle_limits buf_lim = {0};
+	static const flx_pickle_limits win_lim = {
+	    .max_copy = MAX_METADATA_BYTES,
+	    .max_str = MAX_METADATA_BYTES,
+	};
+	const char *missing = L->dopts->missing
+				  ? L->dopts->missing
+				  : "no such file (is this a PyTorch DCP "
+				    "checkpoint directory?)";
+	flx_fd_reader fctx;
+	flx_reader r;
+	void *meta = NULL;
+	size_t meta_len = 0;
+	uint64_t size = 0;
+	int fd = -1;
+	int rc =
+	    flx_build_open_whole(L->b, META_NAME, MAX_METADATA_BYTES, missing,
+				 &fd, &size, &L->c->mtime_ns, L->err);
+
+	if (rc == -EREMOTE) {
+		rc = flx_build_read_whole(L->b, META_NAME, MAX_METADATA_BYTES,
+					  missing, &meta, &meta_len,
+					  &L->c->mtime_ns, L->err);
+		if (!rc)
+			rc = flx_pickle_load(meta, meta_len, META_NAME,
+					     &buf_lim, pk, L->err);
+		goto out;
+	}
+	if (rc)
+		goto out;
+	flx_reader_fd(&r, &fctx, fd, 0, size);
+	rc = flx_pickle_load_reader(&r, META_NAME, &win_lim, pk, L->err);
+out:
+	free(meta);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
 int flx_dcp_load(flx_build *b, const flx_ckpt_opts *o, const flx_dcp_opts *d,
 		 flx_error *err)
 {
-	static const flx_pickle_limits lim = {0};
 	static const flx_dcp_opts plain = {0};
 	loader L = {.b = b,
 		    .dopts = d ? d : &plain,
 		    .c = flx_build_ckpt(b),
 		    .err = err};
 	flx_pickle *pk = NULL;
-	void *meta = NULL;
-	size_t meta_len = 0;
 	int rc;
 
 	L.threads = o->threads;
 	flx_build_prefetch(b, is_distcp);
 	flx_build_names_from(b, META_NAME, "state_dict_metadata");
-	rc = flx_build_read_whole(b, META_NAME, MAX_METADATA_BYTES,
-				  L.dopts->missing
-				      ? L.dopts->missing
-				      : "no such file (is this a PyTorch DCP "
-					"checkpoint directory?)",
-				  &meta, &meta_len, &L.c->mtime_ns, err);
-	if (rc)
-		goto out;
-	rc = flx_pickle_load(meta, meta_len, META_NAME, &lim, &pk, err);
-	/* The tree holds copies of every string: the raw bytes can go
-	 * before the tree is interpreted, and the tree before the items
-	 * are read, so no two of them count together in peak memory. */
-	free(meta);
-	meta = NULL;
+	rc = load_metadata(&L, &pk);
 	if (rc)
 		goto out;
 	rc = interpret(&L, flx_pickle_root(pk));
@@ -1331,7 +1379,6 @@ int flx_dcp_load(flx_build *b, const flx_ckpt_opts *o, const flx_dcp_opts *d,
 		flx_build_items(b, &item_ops);
 out:
 	flx_pickle_free(pk);
-	free(meta);
 	loader_release(&L);
 	return rc;
 }

@@ -3,9 +3,10 @@
  * The DeepSpeed ZeRO source (source.h), stages 1, 2 and 3, fp16 and bf16:
  * a save directory whose `latest` names a tag directory, or the tag
  * directory itself, holding
- *   mp_rank_00_model_states.pt                      (stages 1, 2)
- *   zero_pp_rank_D_mp_rank_00_model_states.pt       (stage 3, per DP rank)
- *   [bf16_]zero_pp_rank_D_mp_rank_00_optim_states.pt (per DP rank)
+ *   mp_rank_MM_model_states.pt                      (stages 1, 2)
+ *   zero_pp_rank_D_mp_rank_MM_model_states.pt       (stage 3, per DP rank)
+ *   [bf16_]zero_pp_rank_D_mp_rank_MM_optim_states.pt (per DP rank)
+ * for model-parallel (tensor-parallel) ranks MM = 00, 01, ...
  * all torch.save files (docs/formats/deepspeed.md), read in place by
  * resolver/codec/torchfile.h.
  *
@@ -23,8 +24,17 @@
  * The pickles are decoded by the inert pickle VM and only read: the
  * DeepSpeed names they hold (ZeroStageEnum, the loss scalers, fragment
  * addresses) are recognised by name where a value is needed (the stage),
- * never resolved.  Tensor-parallel ZeRO (mp_rank_01 and up) is refused:
- * the files do not say along which axis each parameter was split.
+ * never resolved.
+ *
+ * Tensor-parallel ZeRO (mp_rank_01 and up): each model-parallel rank's
+ * files are read as above into that rank's state dict (its slices), then
+ * every tensor becomes one global tensor (merge_one()): the ranks' slices
+ * as box chunks one after the other along the axis a rules= rule states
+ * (flx_ckpt_opts.split_rule), or along the one axis their shapes differ
+ * in; with equal shapes and no rule, rank 0's tensor when every rank
+ * holds the same bytes (compared at mount), else refused naming the
+ * tensor and rules=.  The files record no split axis
+ * (docs/formats/deepspeed.md#tensor-parallel-zero).
  */
 #include "deepspeed.h"
 
@@ -46,6 +56,7 @@
 #define LATEST_NAME	 "latest"
 #define MAX_LATEST_BYTES 4096u
 #define MAX_RANKS	 65536u
+#define MAX_MP		 4096u
 #define MODEL12_NAME	 "mp_rank_00_model_states.pt"
 #define MODEL_SUFFIX	 "_model_states.pt"
 #define OPTIM_SUFFIX	 "_optim_states.pt"
@@ -1188,6 +1199,7 @@ static int load_shared(ds *d)
 
 typedef struct ds_name {
 	char *s;
+	unsigned long mp;
 	unsigned long rank;
 } ds_name;
 
@@ -1195,21 +1207,35 @@ static int cmp_rank(const void *a, const void *b)
 {
 	const ds_name *x = a, *y = b;
 
+	if (x->mp != y->mp)
+		return x->mp < y->mp ? -1 : 1;
 	return x->rank < y->rank ? -1 : x->rank > y->rank;
 }
 
-/* The files, by rank; tensor-parallel ones refused. */
+static int name_add(ds_name **arr, size_t *n, size_t *cap, const char *s,
+		    unsigned long mp, unsigned long rank)
+{
+	if (flx_grow((void **)arr, cap, *n + 1, sizeof(ds_name)))
+		return -ENOMEM;
+	(*arr)[*n].s = strdup(s);
+	(*arr)[*n].mp = mp;
+	(*arr)[*n].rank = rank;
+	return (*arr)[(*n)++].s ? 0 : -ENOMEM;
+}
+
+/* The files, sorted by model-parallel rank, then data-parallel rank:
+ * optimizer states (om), stage 3 model states (mm), stages 1 and 2 model
+ * states (m12). */
 static int list_files(ds *d, ds_name **om, size_t *nom, ds_name **mm,
-		      size_t *nmm, bool *has12)
+		      size_t *nmm, ds_name **m12, size_t *nm12)
 {
 	int dirfd = flx_build_dirfd(d->b);
 	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
-	size_t capo = 0, capm = 0;
+	size_t capo = 0, capm = 0, cap12 = 0;
 	int bf16 = -1, rc = 0;
 	struct dirent *e;
 
-	*has12 = false;
 	if (!dir) {
 		int en = errno;
 
@@ -1221,8 +1247,6 @@ static int list_files(ds *d, ds_name **om, size_t *nom, ds_name **mm,
 	while (!rc && (e = readdir(dir))) {
 		unsigned long dr, mp;
 		bool b16;
-		ds_name **arr = NULL;
-		size_t *n = NULL, *cap = NULL;
 
 		if (zero_name(e->d_name, OPTIM_SUFFIX, &b16, &dr, &mp)) {
 			if (bf16 >= 0 && bf16 != (int)b16) {
@@ -1233,49 +1257,57 @@ static int list_files(ds *d, ds_name **om, size_t *nom, ds_name **mm,
 				break;
 			}
 			bf16 = b16;
-			arr = om, n = nom, cap = &capo;
+			if (mp < MAX_MP)
+				rc =
+				    name_add(om, nom, &capo, e->d_name, mp, dr);
 		} else if (zero_name(e->d_name, MODEL_SUFFIX, &b16, &dr, &mp) &&
 			   !b16) {
-			arr = mm, n = nmm, cap = &capm;
+			if (mp < MAX_MP)
+				rc =
+				    name_add(mm, nmm, &capm, e->d_name, mp, dr);
 		} else if (model12_name(e->d_name, &mp)) {
-			if (mp == 0)
-				*has12 = true;
-			dr = 0;
+			if (mp < MAX_MP)
+				rc = name_add(m12, nm12, &cap12, e->d_name, mp,
+					      0);
 		} else {
 			continue;
 		}
-		if (mp != 0) {
-			rc = flx_error_set(
-			    d->err, -EOPNOTSUPP, e->d_name, NULL,
-			    "tensor-parallel ZeRO (model-parallel rank %lu): "
-			    "the files do not say along which axis each "
-			    "parameter is split; not supported",
-			    mp);
-			break;
-		}
-		if (!arr)
-			continue;
-		if (flx_grow((void **)arr, cap, *n + 1, sizeof(ds_name))) {
-			rc = -ENOMEM;
-			break;
-		}
-		(*arr)[*n].s = strdup(e->d_name);
-		(*arr)[*n].rank = dr;
-		if (!(*arr)[(*n)++].s)
-			rc = -ENOMEM;
+		if (!rc && mp >= MAX_MP)
+			rc = flx_error_set(d->err, -EOPNOTSUPP, e->d_name, NULL,
+					   "model-parallel rank %lu: at most "
+					   "%u ranks",
+					   mp, MAX_MP);
 	}
 	closedir(dir);
 	if (rc)
 		return rc;
 	qsort(*om, *nom, sizeof(ds_name), cmp_rank);
 	qsort(*mm, *nmm, sizeof(ds_name), cmp_rank);
-	for (size_t i = 0; i < *nom; i++)
-		if ((*om)[i].rank != i)
-			return flx_error_set(d->err, -ENOENT, (*om)[0].s, NULL,
-					     "the optimizer states of data "
-					     "parallel rank %zu are missing "
-					     "(%zu files)",
-					     i, *nom);
+	qsort(*m12, *nm12, sizeof(ds_name), cmp_rank);
+	return 0;
+}
+
+/* The files of model-parallel rank mp among n sorted names: [*a, *z). */
+static void mp_range(const ds_name *v, size_t n, unsigned long mp, size_t *a,
+		     size_t *z)
+{
+	*a = 0;
+	while (*a < n && v[*a].mp < mp)
+		(*a)++;
+	*z = *a;
+	while (*z < n && v[*z].mp == mp)
+		(*z)++;
+}
+
+/* Data-parallel ranks 0..n-1, each once. */
+static int check_ranks(ds *d, const ds_name *v, size_t n, const char *what)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i].rank != i)
+			return flx_error_set(d->err, -ENOENT, v[0].s, NULL,
+					     "the %s of data parallel rank %zu "
+					     "are missing (%zu files)",
+					     what, i, n);
 	return 0;
 }
 
@@ -1308,31 +1340,483 @@ static int check_count(ds *d)
 	return 0;
 }
 
-static int set_writer(ds *d)
+static int set_writer(ds *d, size_t nmp)
 {
 	const char *v =
 	    flx_pv_str(flx_pv_dict_get(d->model[0].root, "ds_version"));
-	char vb[40];
+	char vb[40], mp[48] = "";
 
 	snprintf(vb, sizeof(vb), "%s", v ? v : "?");
 	for (char *p = vb; *p; p++)
 		if ((unsigned char)*p < 0x20 || *p == 0x7f)
 			*p = '?';
-	if (asprintf(&d->c->writer, "DeepSpeed %s ZeRO stage %d%s", vb,
-		     d->stage, d->bf16opt ? " (bf16 optimizer)" : "") < 0) {
+	if (nmp > 1)
+		snprintf(mp, sizeof(mp), ", %zu model-parallel ranks", nmp);
+	if (asprintf(&d->c->writer, "DeepSpeed %s ZeRO stage %d%s%s", vb,
+		     d->stage, d->bf16opt ? " (bf16 optimizer)" : "", mp) < 0) {
 		d->c->writer = NULL;
 		return -ENOMEM;
 	}
 	return 0;
 }
 
+/* What one model-parallel rank's files make: zero_to_fp32's state dict
+ * of that rank (its slices of the split parameters). */
+typedef struct ds_mp {
+	flx_tensor *t;
+	size_t nt;
+	char *file; /* its (first) model states file, for messages */
+} ds_mp;
+
+static void close_files(ds *d)
+{
+	for (size_t i = 0; d->optim && i < d->noptim; i++)
+		close_file(&d->optim[i]);
+	for (size_t i = 0; d->model && i < d->nmodel; i++)
+		close_file(&d->model[i]);
+	free(d->optim);
+	free(d->model);
+	d->optim = d->model = NULL;
+	d->noptim = d->nmodel = 0;
+}
+
+/* Model-parallel rank mp's files (om, mm: its optimizer and stage 3 model
+ * states, sorted by data-parallel rank; m12: its stages 1, 2 model states
+ * file or NULL) into out; its stage must be that of rank 0 (stage0 > 0). */
+static int load_mp(ds *d, unsigned long mp, size_t nmp, const ds_name *om,
+		   size_t nom, const ds_name *mm, size_t nmm, const char *m12,
+		   int stage0, bool bf16opt0, ds_mp *out)
+{
+	size_t np = 0, ng = 0;
+	ds_param *ps = NULL;
+	int rc;
+
+	d->nt = 0;
+	if (!nom) {
+		rc = flx_error_set(d->err, -ENOENT,
+				   nmm	 ? mm[0].s
+				   : m12 ? m12
+					 : ".",
+				   NULL,
+				   "model-parallel rank %lu has no optimizer "
+				   "states files",
+				   mp);
+		goto out;
+	}
+	rc = check_ranks(d, om, nom, "optimizer states");
+	if (rc)
+		goto out;
+	d->optim = calloc(nom, sizeof(ds_file));
+	if (!d->optim) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; !rc && i < nom; i++) {
+		rc = open_file(d, &d->optim[i], om[i].s, "optimizer states");
+		d->noptim = i + 1;
+	}
+	if (!rc)
+		rc = check_count(d);
+	if (rc)
+		goto out;
+	{
+		const flx_pv *os = osd_of(d, &d->optim[0]);
+		const flx_pv *zs = flx_pv_dict_get(os, "zero_stage");
+
+		if (!zs &&
+		    flx_pv_dict_get(os, "single_partition_of_fp32_groups")) {
+			d->bf16opt = true;
+			d->stage = 1;
+		} else {
+			d->bf16opt = false;
+			rc = stage_of(d, &d->optim[0], zs, &d->stage);
+		}
+	}
+	if (!rc && stage0 > 0 && (d->stage != stage0 || d->bf16opt != bf16opt0))
+		rc = flx_error_set(d->err, -EINVAL, d->optim[0].name,
+				   "optimizer_state_dict.zero_stage",
+				   "differs from model-parallel rank 0's");
+	for (size_t i = 1; !rc && i < nom; i++) {
+		const flx_pv *zs =
+		    flx_pv_dict_get(osd_of(d, &d->optim[i]), "zero_stage");
+		int s = 1;
+
+		if (zs || !d->bf16opt)
+			rc = stage_of(d, &d->optim[i], zs, &s);
+		if (!rc && (s != d->stage || (!zs) != d->bf16opt))
+			rc = flx_error_set(d->err, -EINVAL, d->optim[i].name,
+					   "optimizer_state_dict.zero_stage",
+					   "differs from rank 0's");
+	}
+	if (rc)
+		goto out;
+	if (d->stage == 3) {
+		if (nmm != nom) {
+			rc = flx_error_set(
+			    d->err, -ENOENT,
+			    nmm ? mm[0].s
+				: "zero_pp_rank_0_mp_rank_00" MODEL_SUFFIX,
+			    NULL,
+			    "ZeRO stage 3 keeps one model states "
+			    "file per rank: %zu for %zu ranks",
+			    nmm, nom);
+			goto out;
+		}
+		rc = check_ranks(d, mm, nmm, "model states");
+		if (rc)
+			goto out;
+	} else if (!m12) {
+		char want[64];
+
+		snprintf(want, sizeof(want), "mp_rank_%02lu" MODEL_SUFFIX, mp);
+		rc = flx_error_set(d->err, -ENOENT, want, NULL,
+				   "no such file (ZeRO stage %d keeps the "
+				   "model states there)",
+				   d->stage);
+		goto out;
+	}
+	if (d->lp && d->stage == 3) {
+		rc = flx_error_set(d->err, -EINVAL, mm[0].s, "ds_weights",
+				   "ZeRO stage 3 saves no module weights "
+				   "(placeholders of no elements): "
+				   "ds_weights=module needs stage 1 or 2");
+		goto out;
+	}
+	d->nmodel = d->stage == 3 ? nmm : 1;
+	d->model = calloc(d->nmodel, sizeof(ds_file));
+	if (!d->model) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; !rc && i < d->nmodel; i++)
+		rc = open_file(d, &d->model[i], d->stage == 3 ? mm[i].s : m12,
+			       "model states");
+	if (!rc)
+		rc = read_params(d, &d->model[0], &ps, &np, &ng);
+	if (!rc)
+		rc = load_buffers(d, &d->model[0]);
+	if (!rc)
+		rc = load_frozen(d);
+	if (!rc)
+		rc = d->stage == 3 ? load_stage3(d, ps, np)
+				   : load_stage12(d, ps, np, ng);
+	if (!rc && mp == 0) {
+		rc = set_writer(d, nmp);
+		d->c->mtime_ns = d->c->files[d->model[0].idx].mtime_ns;
+	}
+	if (!rc) {
+		out->file = strdup(d->model[0].name);
+		if (!out->file)
+			rc = -ENOMEM;
+	}
+	if (!rc) {
+		out->t = d->t;
+		out->nt = d->nt;
+		d->t = NULL;
+		d->nt = d->capt = 0;
+	}
+out:
+	free(ps);
+	close_files(d);
+	return rc;
+}
+
+/* ---- tensor-parallel ranks merged ---- */
+
+/* The rules' split of fqn, or of the parameter a moment belongs to:
+ * flx_ckpt_opts.split_rule's answer. */
+static int rule_split(const flx_ckpt_opts *o, const char *fqn, int *axis)
+{
+	static const char *const mom[] = {MOMENT_PREFIX "exp_avg.",
+					  MOMENT_PREFIX "exp_avg_sq."};
+	int rc;
+
+	if (!o->split_rule)
+		return -ENOENT;
+	rc = o->split_rule(o->split_ctx, fqn, axis);
+	for (int k = 0; rc == -ENOENT && k < 2; k++)
+		if (!strncmp(fqn, mom[k], strlen(mom[k])) &&
+		    fqn[strlen(mom[k])])
+			rc = o->split_rule(o->split_ctx, fqn + strlen(mom[k]),
+					   axis);
+	return rc;
+}
+
+/* A chunk whose elements, in row-major order, are one run of the
+ * tensor's row-major order and one run of its storage. */
+typedef struct ds_run {
+	uint64_t at, n; /* elements of the tensor */
+	uint32_t file;
+	uint64_t off; /* bytes */
+} ds_run;
+
+static int cmp_run(const void *a, const void *b)
+{
+	const ds_run *x = a, *y = b;
+
+	return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* t's chunks as runs, sorted; a chunk that is not one run: -EOPNOTSUPP. */
+static int runs_of(const flx_tensor *t, uint64_t es, ds_run **out)
+{
+	int64_t rs[FLX_MAX_DIMS], step = 1;
+
+	*out = calloc(t->nchunks ? t->nchunks : 1, sizeof(ds_run));
+	if (!*out)
+		return -ENOMEM;
+	for (int k = t->ndim - 1; k >= 0; k--) {
+		rs[k] = step;
+		step *= t->shape[k];
+	}
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		const flx_chunk *ch = &t->chunks[i];
+		int k0 = 0;
+		int64_t s = 1, at = 0;
+
+		while (k0 < t->ndim && ch->size[k0] == 1)
+			k0++;
+		for (int k = t->ndim - 1; k >= 0; k--) {
+			if (k > k0 &&
+			    (ch->off[k] != 0 || ch->size[k] != t->shape[k]))
+				return -EOPNOTSUPP;
+			if (ch->size[k] > 1 && ch->stride[k] != s)
+				return -EOPNOTSUPP;
+			s *= ch->size[k];
+			at += ch->off[k] * rs[k];
+		}
+		(*out)[i] = (ds_run){.at = (uint64_t)at,
+				     .n = (uint64_t)s,
+				     .file = ch->file,
+				     .off = ch->data_off +
+					    (uint64_t)ch->storage_offset * es};
+	}
+	qsort(*out, t->nchunks, sizeof(ds_run), cmp_run);
+	return 0;
+}
+
+#define CMP_BUF (1u << 20)
+
+/* Whether a and b (same dtype and shape, chunks covering them) hold the
+ * same elements; -EOPNOTSUPP when one's chunks are not runs. */
+static int same_elems(ds *d, const flx_tensor *a, const flx_tensor *b,
+		      const char *file, unsigned char *buf, bool *same)
+{
+	uint64_t es =
+	    flx_dtype_size(a->stored != FLX_DT_INVALID ? a->stored : a->dtype);
+	uint64_t numel = (uint64_t)numel_of(a->ndim, a->shape), pos = 0;
+	uint64_t cap = CMP_BUF / 2 / es;
+	ds_run *ra = NULL, *rb = NULL;
+	size_t ia = 0, ib = 0;
+	int rc = runs_of(a, es, &ra);
+
+	*same = true;
+	if (!rc)
+		rc = runs_of(b, es, &rb);
+	while (!rc && *same && pos < numel) {
+		uint64_t ea, eb, n;
+
+		while (ia < a->nchunks && ra[ia].at + ra[ia].n <= pos)
+			ia++;
+		while (ib < b->nchunks && rb[ib].at + rb[ib].n <= pos)
+			ib++;
+		if (ia == a->nchunks || ib == b->nchunks || ra[ia].at > pos ||
+		    rb[ib].at > pos) {
+			rc = -EIO; /* the chunks were checked to cover it */
+			break;
+		}
+		ea = ra[ia].at + ra[ia].n;
+		eb = rb[ib].at + rb[ib].n;
+		n = (ea < eb ? ea : eb) - pos;
+		if (n > cap)
+			n = cap;
+		rc = flx_file_pread(d->c, ra[ia].file, buf, n * es,
+				    ra[ia].off + (pos - ra[ia].at) * es);
+		if (!rc)
+			rc = flx_file_pread(
+			    d->c, rb[ib].file, buf + CMP_BUF / 2, n * es,
+			    rb[ib].off + (pos - rb[ib].at) * es);
+		if (rc) {
+			rc = flx_error_set(d->err, rc, file, b->fqn,
+					   "cannot read: %s", strerror(-rc));
+			break;
+		}
+		*same = !memcmp(buf, buf + CMP_BUF / 2, n * es);
+		pos += n;
+	}
+	free(ra);
+	free(rb);
+	return rc;
+}
+
+/* The global tensor i from every model-parallel rank's tensor i: the
+ * slices concatenated along the axis a rule states or the one axis
+ * their shapes differ in, or rank 0's when the bytes are the same on
+ * every rank (replicated). */
+static int merge_one(ds *d, const flx_ckpt_opts *o, const ds_mp *mp, size_t nmp,
+		     size_t i, unsigned char *buf)
+{
+	const flx_tensor *t0 = &mp[0].t[i];
+	int64_t shape[FLX_MAX_DIMS];
+	flx_tensor *t;
+	int axis = -1, rc;
+	bool rule, same = true;
+
+	for (size_t m = 1; m < nmp; m++) {
+		const flx_tensor *tm = &mp[m].t[i];
+
+		if (tm->dtype != t0->dtype || tm->stored != t0->stored ||
+		    tm->ndim != t0->ndim)
+			return flx_error_set(
+			    d->err, -EINVAL, mp[m].file, tm->fqn,
+			    "%s in %d dims here, %s in %d dims on "
+			    "model-parallel rank 0 (%s)",
+			    flx_dtype_name(tm->dtype), tm->ndim,
+			    flx_dtype_name(t0->dtype), t0->ndim, mp[0].file);
+	}
+	rc = rule_split(o, t0->fqn, &axis);
+	if (rc == -EOPNOTSUPP)
+		return flx_error_set(d->err, -EOPNOTSUPP, mp[0].file, t0->fqn,
+				     "rules: a split in \"groups\" cannot "
+				     "merge tensor-parallel ZeRO slices");
+	rule = !rc;
+	if (rc && rc != -ENOENT)
+		return rc;
+	if (rule && axis >= t0->ndim)
+		return flx_error_set(d->err, -EINVAL, mp[0].file, t0->fqn,
+				     "rules: split axis %d of a %d-dim tensor",
+				     axis, t0->ndim);
+	if (!rule) {
+		int ndiff = 0;
+
+		for (int k = 0; k < t0->ndim; k++)
+			for (size_t m = 1; m < nmp; m++)
+				if (mp[m].t[i].shape[k] != t0->shape[k]) {
+					ndiff++;
+					axis = k;
+					break;
+				}
+		if (ndiff > 1)
+			return flx_error_set(
+			    d->err, -EINVAL, mp[0].file, t0->fqn,
+			    "the tensor-parallel ranks' shapes differ in %d "
+			    "axes: not slices of one tensor",
+			    ndiff);
+		if (!ndiff)
+			axis = -1;
+	}
+	memcpy(shape, t0->shape, sizeof(int64_t) * (size_t)t0->ndim);
+	for (size_t m = 1; m < nmp; m++) {
+		const flx_tensor *tm = &mp[m].t[i];
+
+		for (int k = 0; k < t0->ndim; k++)
+			if (k != axis && tm->shape[k] != t0->shape[k])
+				return flx_error_set(
+				    d->err, -EINVAL, mp[m].file, tm->fqn,
+				    "dimension %d is %lld here, %lld on "
+				    "model-parallel rank 0: not slices of one "
+				    "tensor along axis %d",
+				    k, (long long)tm->shape[k],
+				    (long long)t0->shape[k], axis);
+		if (axis >= 0)
+			shape[axis] += tm->shape[axis];
+	}
+	for (size_t m = 1; axis < 0 && same && m < nmp; m++) {
+		rc = same_elems(d, t0, &mp[m].t[i], mp[m].file, buf, &same);
+		if (rc == -EOPNOTSUPP)
+			return flx_error_set(
+			    d->err, -EINVAL, mp[m].file, t0->fqn,
+			    "saved with strides: not compared across the "
+			    "tensor-parallel ranks; state its split with "
+			    "rules= (a rule's \"split\")");
+		if (rc)
+			return rc;
+		if (!same && rule)
+			return flx_error_set(
+			    d->err, -EINVAL, mp[m].file, t0->fqn,
+			    "rules= replicate it, but its bytes differ from "
+			    "model-parallel rank 0's");
+		if (!same)
+			return flx_error_set(
+			    d->err, -EINVAL, mp[m].file, t0->fqn,
+			    "the same shape on every tensor-parallel rank and "
+			    "different bytes: split along which axis? state "
+			    "it with rules= (a rule's \"split\")");
+	}
+	if (flx_grow((void **)&d->t, &d->capt, d->nt + 1, sizeof(flx_tensor)))
+		return -ENOMEM;
+	t = &d->t[d->nt++];
+	*t = *t0;
+	memcpy(t->shape, shape, sizeof(shape));
+	t->saved_split = axis >= 0 ? axis + 1 : -1;
+	t->nchunks = 0;
+	t->chunks = NULL;
+	t->dims = NULL;
+	d->nboxes = 0;
+	for (size_t m = 0, at = 0; m < (axis >= 0 ? nmp : 1); m++) {
+		const flx_tensor *tm = &mp[m].t[i];
+
+		for (uint32_t c = 0; c < tm->nchunks; c++) {
+			const flx_chunk *ch = &tm->chunks[c];
+			ds_box bx = {.file = ch->file,
+				     .data_off = ch->data_off,
+				     .storage_offset = ch->storage_offset};
+
+			for (int k = 0; k < tm->ndim; k++) {
+				bx.off[k] = ch->off[k];
+				bx.size[k] = ch->size[k];
+				bx.stride[k] = ch->stride[k];
+			}
+			if (axis >= 0)
+				bx.off[axis] += (int64_t)at;
+			rc = add_box(d, &bx);
+			if (rc)
+				return rc;
+		}
+		if (axis >= 0)
+			at += (size_t)tm->shape[axis];
+	}
+	return finish_tensor(d, t, mp[0].file);
+}
+
+/* The model-parallel ranks' state dicts as one: the same names in the
+ * same order on every rank, each merged by merge_one(). */
+static int merge_mp(ds *d, const flx_ckpt_opts *o, const ds_mp *mp, size_t nmp)
+{
+	unsigned char *buf = malloc(CMP_BUF);
+	int rc = buf ? 0 : -ENOMEM;
+
+	for (size_t m = 1; !rc && m < nmp; m++) {
+		size_t n = mp[m].nt < mp[0].nt ? mp[m].nt : mp[0].nt;
+
+		for (size_t i = 0; !rc && i < n; i++)
+			if (strcmp(mp[m].t[i].fqn, mp[0].t[i].fqn))
+				rc = flx_error_set(
+				    d->err, -EINVAL, mp[m].file, mp[m].t[i].fqn,
+				    "tensor %zu here, model-parallel rank 0 "
+				    "(%s) has %s there: the ranks' parameter "
+				    "lists differ",
+				    i, mp[0].file, mp[0].t[i].fqn);
+		if (!rc && mp[m].nt != mp[0].nt)
+			rc = flx_error_set(
+			    d->err, -EINVAL, mp[m].file, NULL,
+			    "%zu tensors, model-parallel rank 0 (%s) %zu: the "
+			    "ranks' parameter lists differ",
+			    mp[m].nt, mp[0].file, mp[0].nt);
+	}
+	d->nt = 0;
+	for (size_t i = 0; !rc && i < mp[0].nt; i++)
+		rc = merge_one(d, o, mp, nmp, i, buf);
+	free(buf);
+	return rc;
+}
+
 static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 {
 	ds d = {.b = b, .c = flx_build_ckpt(b), .err = err};
-	ds_name *om = NULL, *mm = NULL;
-	size_t nom = 0, nmm = 0, np = 0, ng = 0;
-	ds_param *ps = NULL;
-	bool has12;
+	ds_name *om = NULL, *mm = NULL, *m12 = NULL;
+	size_t nom = 0, nmm = 0, nm12 = 0, nmp = 0;
+	ds_mp *mp = NULL;
 	int rc;
 
 	{
@@ -1341,7 +1825,7 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 		d.lp = !flx_opt_text(o->vals, "ds_weights", &w) &&
 		       !strcmp(w, "module");
 	}
-	rc = list_files(&d, &om, &nom, &mm, &nmm, &has12);
+	rc = list_files(&d, &om, &nom, &mm, &nmm, &m12, &nm12);
 	if (rc)
 		goto out;
 	if (!nom) {
@@ -1352,122 +1836,56 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 				   "ZeRO checkpoint");
 		goto out;
 	}
-	d.optim = calloc(nom, sizeof(ds_file));
-	if (!d.optim) {
+	nmp = om[nom - 1].mp + 1;
+	if (nmm && mm[nmm - 1].mp + 1 > nmp)
+		nmp = mm[nmm - 1].mp + 1;
+	if (nm12 && m12[nm12 - 1].mp + 1 > nmp)
+		nmp = m12[nm12 - 1].mp + 1;
+	mp = calloc(nmp, sizeof(ds_mp));
+	if (!mp) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	for (size_t i = 0; !rc && i < nom; i++) {
-		rc = open_file(&d, &d.optim[i], om[i].s, "optimizer states");
-		d.noptim = i + 1;
-	}
-	if (!rc)
-		rc = check_count(&d);
-	if (rc)
-		goto out;
-	{
-		const flx_pv *os = osd_of(&d, &d.optim[0]);
-		const flx_pv *zs = flx_pv_dict_get(os, "zero_stage");
+	for (size_t m = 0; !rc && m < nmp; m++) {
+		size_t oa, oz, ma, mz, ta, tz;
 
-		if (!zs &&
-		    flx_pv_dict_get(os, "single_partition_of_fp32_groups")) {
-			d.bf16opt = true;
-			d.stage = 1;
-		} else {
-			rc = stage_of(&d, &d.optim[0], zs, &d.stage);
-		}
+		mp_range(om, nom, m, &oa, &oz);
+		mp_range(mm, nmm, m, &ma, &mz);
+		mp_range(m12, nm12, m, &ta, &tz);
+		rc = load_mp(&d, m, nmp, om + oa, oz - oa, mm + ma, mz - ma,
+			     tz > ta ? m12[ta].s : NULL, m ? d.stage : 0,
+			     d.bf16opt, &mp[m]);
 	}
-	for (size_t i = 1; !rc && i < nom; i++) {
-		const flx_pv *zs =
-		    flx_pv_dict_get(osd_of(&d, &d.optim[i]), "zero_stage");
-		int s = 1;
-
-		if (zs || !d.bf16opt)
-			rc = stage_of(&d, &d.optim[i], zs, &s);
-		if (!rc && (s != d.stage || (!zs) != d.bf16opt))
-			rc = flx_error_set(err, -EINVAL, d.optim[i].name,
-					   "optimizer_state_dict.zero_stage",
-					   "differs from rank 0's");
-	}
-	if (rc)
-		goto out;
-	if (d.stage == 3) {
-		if (nmm != nom) {
-			rc = flx_error_set(
-			    err, -ENOENT,
-			    nmm ? mm[0].s
-				: "zero_pp_rank_0_mp_rank_00" MODEL_SUFFIX,
-			    NULL,
-			    "ZeRO stage 3 keeps one model states "
-			    "file per rank: %zu for %zu ranks",
-			    nmm, nom);
-			goto out;
-		}
-		for (size_t i = 0; i < nmm; i++)
-			if (mm[i].rank != i) {
-				rc = flx_error_set(err, -ENOENT, mm[0].s, NULL,
-						   "the model states of rank "
-						   "%zu are missing",
-						   i);
-				goto out;
-			}
-	} else if (!has12) {
-		rc = flx_error_set(err, -ENOENT, MODEL12_NAME, NULL,
-				   "no such file (ZeRO stage %d keeps the "
-				   "model states there)",
-				   d.stage);
-		goto out;
-	}
-	if (d.lp && d.stage == 3) {
-		rc = flx_error_set(err, -EINVAL, mm[0].s, "ds_weights",
-				   "ZeRO stage 3 saves no module weights "
-				   "(placeholders of no elements): "
-				   "ds_weights=module needs stage 1 or 2");
-		goto out;
-	}
-	d.nmodel = d.stage == 3 ? nmm : 1;
-	d.model = calloc(d.nmodel, sizeof(ds_file));
-	if (!d.model) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	for (size_t i = 0; !rc && i < d.nmodel; i++)
-		rc = open_file(&d, &d.model[i],
-			       d.stage == 3 ? mm[i].s : MODEL12_NAME,
-			       "model states");
-	if (!rc)
-		rc = read_params(&d, &d.model[0], &ps, &np, &ng);
-	if (!rc)
-		rc = load_buffers(&d, &d.model[0]);
-	if (!rc)
-		rc = load_frozen(&d);
-	if (!rc)
-		rc = d.stage == 3 ? load_stage3(&d, ps, np)
-				  : load_stage12(&d, ps, np, ng);
-	if (!rc)
-		rc = set_writer(&d);
+	if (!rc && nmp > 1)
+		rc = merge_mp(&d, o, mp, nmp);
 	if (!rc) {
-		d.c->mtime_ns = d.c->files[d.model[0].idx].mtime_ns;
+		if (nmp == 1) {
+			d.t = mp[0].t;
+			d.nt = mp[0].nt;
+			mp[0].t = NULL;
+		}
 		d.c->tensors = d.t;
 		d.c->ntensors = d.nt;
 		d.t = NULL;
 	}
 out:
-	free(ps);
 	free(d.t);
 	free(d.boxes);
-	for (size_t i = 0; d.optim && i < d.noptim; i++)
-		close_file(&d.optim[i]);
-	for (size_t i = 0; d.model && i < d.nmodel; i++)
-		close_file(&d.model[i]);
-	free(d.optim);
-	free(d.model);
+	close_files(&d);
+	for (size_t m = 0; mp && m < nmp; m++) {
+		free(mp[m].t);
+		free(mp[m].file);
+	}
+	free(mp);
 	for (size_t i = 0; i < nom; i++)
 		free(om[i].s);
 	for (size_t i = 0; i < nmm; i++)
 		free(mm[i].s);
+	for (size_t i = 0; i < nm12; i++)
+		free(m12[i].s);
 	free(om);
 	free(mm);
+	free(m12);
 	return rc;
 }
 

@@ -5,7 +5,7 @@
  * model Megatron-Core's torch_dist source gives (docs/formats/
  * megatron-legacy.md):
  *
- *   iter_NNNNNNN/mp_rank_TT[_PPP]/model_optim_rng.pt
+ *   iter_NNNNNNN/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt
  *     {'args': Namespace, 'checkpoint_version': 3.0, 'iteration': N,
  *      'model' (or 'model0' .. under a virtual pipeline): state dict,
  *      'optimizer', 'opt_param_scheduler', 'rng_state', ...}
@@ -17,11 +17,14 @@
  * weight" [L, ...]; the local spec's input_layernorm / pre_mlp_layernorm
  * under their fused names), layer numbers made global from the stage and
  * virtual chunk; the split of each parameter is Megatron's own
- * (mlg_rules.h).  Replicated tensors are compared byte for byte across
- * the TP ranks at mount.  Rank 0's args become flx_ckpt.megatron, so
- * megatron/ serves this model again at any tp x pp.  Each rank file is
- * also an object (objects/mp_rank_TT_PPP.pt), verbatim: its optimizer,
- * scheduler and rng state, exactly as saved.
+ * (mlg_rules.h).  A MoE layer's experts (local_experts.<e>, or
+ * TEGroupedMLP's <prm><e>) are stacked on an expert axis after the layer
+ * axis, numbered globally from the expert rank.  Replicated tensors are
+ * compared byte for byte across the TP ranks, everything outside the
+ * experts across the expert ranks, at mount.  Rank 0's args become
+ * flx_ckpt.megatron, so megatron/ serves this model again at any tp x pp.  Each
+ * rank file is also an object (objects/mp_rank_TT_PPP.pt), verbatim: its
+ * optimizer, scheduler and rng state, exactly as saved.
  *
  * Upstream: Megatron-LM megatron/training/checkpointing.py
  * (get_checkpoint_name, generate_state_dict, save_checkpoint).
@@ -53,11 +56,14 @@
 #define MAX_RANKS	 65536
 #define MAX_VP		 64
 #define MAX_LOCAL_LAYERS 100000
+#define MAX_EXPERTS	 65536
+#define EXPERTS		 "mlp.experts.experts."
 #define CMP_BUF		 (1u << 20)
 
 /* A rank file. */
 typedef struct rank {
-	int tp, pp;
+	int tp, pp, ep;
+	int nv, v[3];  /* the numbers of its directory's name */
 	char rel[80];  /* "mp_rank_00_000/model_optim_rng.pt" */
 	char name[64]; /* "mp_rank_00_000" */
 	uint32_t file;
@@ -75,6 +81,9 @@ typedef struct rec {
 	int vc;
 	int64_t layer; /* local layer number, -1: not a layer key */
 	int64_t g;     /* global layer */
+	int64_t lex;   /* local expert number, -1: not an expert's key */
+	int64_t ex;    /* global expert: the rank's ep x local experts + lex */
+	bool pre_mlp;  /* saved as pre_mlp_layernorm.* */
 	flx_mlg_split rule;
 	flx_tensor_pkl p;
 	uint64_t data_off; /* storage record's first byte in the file */
@@ -85,7 +94,8 @@ typedef struct ld {
 	flx_ckpt *c;
 	flx_error *err;
 	rank *rk;
-	int nrk, TP, PP, VP;
+	int nrk, TP, PP, VP, EP;
+	int64_t NLE, E; /* local experts per rank; experts (0: no MoE) */
 	int64_t L, per; /* layers; per virtual chunk */
 	rec *r;
 	size_t nr, cap;
@@ -107,15 +117,17 @@ static int fail(ld *x, const char *file, const char *key, const char *fmt, ...)
 	return flx_error_set(x->err, -EINVAL, file, key, "%s", msg);
 }
 
-/* "mp_rank_TT" or "mp_rank_TT_PPP" (2 and 3 digits, as Megatron's
- * get_checkpoint_name() writes them): 1 or 2 numbers, or 0.  A third
- * ("_EEE", expert parallel) is counted, to be refused. */
-static int parse_rank_dir(const char *s, int *tp, int *pp)
+/* "mp_rank_TT", "mp_rank_TT_NNN" or "mp_rank_TT_PPP_EEE" (2 and 3 digits,
+ * as Megatron's get_checkpoint_name() writes them: the pipeline rank when
+ * the pipeline has stages, then the expert rank under expert parallelism;
+ * NNN is either): its 1 to 3 numbers into v, or 0. */
+static int parse_rank_dir(const char *s, int v[3])
 {
 	static const char pre[] = "mp_rank_";
-	int n = 0, v[3] = {0, 0, 0};
+	int n = 0;
 	const char *p = s + sizeof(pre) - 1;
 
+	v[0] = v[1] = v[2] = 0;
 	if (strncmp(s, pre, sizeof(pre) - 1))
 		return 0;
 	while (n < 3) {
@@ -136,8 +148,6 @@ static int parse_rank_dir(const char *s, int *tp, int *pp)
 	}
 	if (*p)
 		return 0;
-	*tp = v[0];
-	*pp = n > 1 ? v[1] : 0;
 	return n;
 }
 
@@ -166,7 +176,7 @@ static int probe(int dirfd, bool *yes)
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
 	struct dirent *e;
 	char path[300];
-	int tp, pp;
+	int v[3];
 
 	*yes = false;
 	if (!d) {
@@ -183,7 +193,7 @@ static int probe(int dirfd, bool *yes)
 	}
 	rewinddir(d); /* a dup shares the offset another reader left */
 	while (!*yes && (e = readdir(d))) {
-		if (!parse_rank_dir(e->d_name, &tp, &pp) ||
+		if (!parse_rank_dir(e->d_name, v) ||
 		    !is_dir_at(dirfd, e->d_name))
 			continue;
 		snprintf(path, sizeof(path), "%s/" RANK_FILE, e->d_name);
@@ -195,20 +205,26 @@ static int probe(int dirfd, bool *yes)
 
 static bool owns(const char *name)
 {
-	int tp, pp;
+	int v[3];
 
-	return parse_rank_dir(name, &tp, &pp) > 0;
+	return parse_rank_dir(name, v) > 0;
 }
 
+/* By the second number, the first, the third: mp_rank_00[_000[_000]]
+ * first. */
 static int cmp_rank(const void *a, const void *b)
 {
 	const rank *x = a, *y = b;
+	static const int ord[3] = {1, 0, 2};
 
-	return x->pp != y->pp ? (x->pp < y->pp ? -1 : 1)
-			      : (x->tp < y->tp ? -1 : x->tp > y->tp);
+	for (int i = 0; i < 3; i++)
+		if (x->v[ord[i]] != y->v[ord[i]])
+			return x->v[ord[i]] < y->v[ord[i]] ? -1 : 1;
+	return 0;
 }
 
-/* The rank directories: a full TP x PP grid. */
+/* The rank directories, sorted (cmp_rank); their numbers are read as tp,
+ * pp and ep by assign_grid() once rank 0's args are known. */
 static int list_ranks(ld *x)
 {
 	int fd = dup(flx_build_dirfd(x->b));
@@ -224,26 +240,23 @@ static int list_ranks(ld *x)
 	}
 	rewinddir(d); /* a dup shares the offset another reader left */
 	while ((e = readdir(d))) {
-		int tp, pp, n = parse_rank_dir(e->d_name, &tp, &pp);
+		int v[3], n = parse_rank_dir(e->d_name, v);
 
 		if (!n || !is_dir_at(flx_build_dirfd(x->b), e->d_name))
 			continue;
-		if (n == 3) {
-			rc = fail(x, e->d_name, NULL,
-				  "an expert-parallel rank directory: MoE "
-				  "legacy saves are not read");
-			goto out;
-		}
 		if (nsuf >= 0 && n != nsuf) {
 			rc = fail(x, e->d_name, NULL,
-				  "rank directories both with and without "
-				  "a pipeline rank");
+				  "rank directories with %d and with %d "
+				  "numbers in their names",
+				  nsuf, n);
 			goto out;
 		}
 		nsuf = n;
-		if (tp >= MAX_TP || pp >= MAX_PP || x->nrk >= MAX_RANKS) {
+		if (v[0] >= MAX_TP || v[1] >= MAX_PP || v[2] >= MAX_PP ||
+		    x->nrk >= MAX_RANKS) {
 			rc = fail(x, e->d_name, NULL,
-				  "past %d TP x %d PP ranks", MAX_TP, MAX_PP);
+				  "past %d TP x %d PP (or EP) ranks", MAX_TP,
+				  MAX_PP);
 			goto out;
 		}
 		if (x->nrk == cap) {
@@ -258,45 +271,113 @@ static int list_ranks(ld *x)
 			cap = nc;
 		}
 		if (strlen(e->d_name) >= sizeof(x->rk[0].name))
-			continue; /* parse_rank_dir() takes at most 16 */
+			continue; /* parse_rank_dir() takes at most 20 */
 		memset(&x->rk[x->nrk], 0, sizeof(rank));
-		x->rk[x->nrk].tp = tp;
-		x->rk[x->nrk].pp = pp;
+		x->rk[x->nrk].nv = n;
+		memcpy(x->rk[x->nrk].v, v, sizeof(v));
 		x->rk[x->nrk].nlocal = -1;
 		memcpy(x->rk[x->nrk].name, e->d_name, strlen(e->d_name) + 1);
 		memcpy(x->rk[x->nrk].rel, e->d_name, strlen(e->d_name));
 		memcpy(x->rk[x->nrk].rel + strlen(e->d_name), "/" RANK_FILE,
 		       sizeof("/" RANK_FILE));
 		x->nrk++;
-		if (tp >= x->TP)
-			x->TP = tp + 1;
-		if (pp >= x->PP)
-			x->PP = pp + 1;
 	}
 	if (!x->nrk) {
 		rc = fail(x, ".", NULL, "no mp_rank_* directory");
 		goto out;
 	}
 	qsort(x->rk, (size_t)x->nrk, sizeof(rank), cmp_rank);
-	for (int p = 0, i = 0; p < x->PP; p++)
-		for (int t = 0; t < x->TP; t++, i++)
-			if (i >= x->nrk || x->rk[i].tp != t ||
-			    x->rk[i].pp != p) {
-				char name[64];
-
-				snprintf(name, sizeof(name),
-					 nsuf > 1 ? "mp_rank_%02d_%03d"
-						  : "mp_rank_%02d",
-					 t, p);
-				rc = flx_error_set(
-				    x->err, -ENOENT, name, NULL,
-				    "missing: the rank directories make a "
-				    "%d x %d (tp x pp) grid",
-				    x->TP, x->PP);
-				goto out;
-			}
 out:
 	closedir(d);
+	return rc;
+}
+
+/* The name Megatron gives rank (t, p, e) of the directories' scheme. */
+static void rank_dir_name(const ld *x, int t, int p, int e, char *out,
+			  size_t cap)
+{
+	int nv = x->rk[0].nv;
+
+	if (nv == 3)
+		snprintf(out, cap, "mp_rank_%02d_%03d_%03d", t, p, e);
+	else if (nv == 2)
+		snprintf(out, cap, "mp_rank_%02d_%03d", t, x->EP > 1 ? e : p);
+	else
+		snprintf(out, cap, "mp_rank_%02d", t);
+}
+
+/*
+ * Each directory's numbers as (tp, pp, ep), and the grid they must fill.
+ * Three numbers are tp, pp, ep; two are tp and pp, or tp and ep when
+ * rank 0's args.expert_model_parallel_size is above 1 (Megatron writes the
+ * pipeline rank only when the pipeline has stages); a third number with
+ * args saying the expert parallel size is 1 is refused.
+ */
+static int assign_grid(ld *x)
+{
+	const flx_megatron *m = x->m;
+	bool ep_args = m->expert_model_parallel_size > 1;
+	int nv = x->rk[0].nv, rc = 0;
+	unsigned char *seen = NULL;
+
+	if (nv == 2 && ep_args && m->pipeline_model_parallel_size > 1)
+		return fail(x, x->rk[0].rel, "args.expert_model_parallel_size",
+			    "%lld with pipeline size %lld, but the rank "
+			    "directories' names hold two numbers, not "
+			    "mp_rank_TT_PPP_EEE's three",
+			    (long long)m->expert_model_parallel_size,
+			    (long long)m->pipeline_model_parallel_size);
+	if (nv == 3 && m->expert_model_parallel_size == 1)
+		return fail(x, x->rk[0].rel, "args.expert_model_parallel_size",
+			    "1, but the rank directories' names hold an "
+			    "expert rank (mp_rank_TT_PPP_EEE)");
+	x->TP = x->PP = x->EP = 0;
+	for (int i = 0; i < x->nrk; i++) {
+		rank *k = &x->rk[i];
+
+		k->tp = k->v[0];
+		k->pp = nv == 3 || (nv == 2 && !ep_args) ? k->v[1] : 0;
+		k->ep = nv == 3 ? k->v[2] : nv == 2 && ep_args ? k->v[1] : 0;
+		if (k->tp >= x->TP)
+			x->TP = k->tp + 1;
+		if (k->pp >= x->PP)
+			x->PP = k->pp + 1;
+		if (k->ep >= x->EP)
+			x->EP = k->ep + 1;
+	}
+	if ((int64_t)x->TP * x->PP * x->EP > MAX_RANKS)
+		return fail(x, x->rk[0].rel, NULL,
+			    "a %d x %d x %d (tp x pp x ep) grid: past %d "
+			    "ranks",
+			    x->TP, x->PP, x->EP, MAX_RANKS);
+	seen = calloc((size_t)x->TP * x->PP * x->EP, 1);
+	if (!seen)
+		return -ENOMEM;
+	for (int i = 0; i < x->nrk; i++)
+		seen[((size_t)x->rk[i].pp * x->TP + x->rk[i].tp) * x->EP +
+		     x->rk[i].ep] = 1;
+	for (int p = 0; !rc && p < x->PP; p++)
+		for (int t = 0; !rc && t < x->TP; t++)
+			for (int e = 0; !rc && e < x->EP; e++) {
+				char name[64];
+
+				if (seen[((size_t)p * x->TP + t) * x->EP + e])
+					continue;
+				rank_dir_name(x, t, p, e, name, sizeof(name));
+				rc = x->EP > 1
+					 ? flx_error_set(
+					       x->err, -ENOENT, name, NULL,
+					       "missing: the rank directories "
+					       "make a %d x %d x %d (tp x pp x "
+					       "ep) grid",
+					       x->TP, x->PP, x->EP)
+					 : flx_error_set(
+					       x->err, -ENOENT, name, NULL,
+					       "missing: the rank directories "
+					       "make a %d x %d (tp x pp) grid",
+					       x->TP, x->PP);
+			}
+	free(seen);
 	return rc;
 }
 
@@ -377,23 +458,77 @@ static bool empty_extra(const rank *k, const flx_pv *v, const char *key)
 	return false;
 }
 
-static bool ends_with(const char *s, const char *suf)
+/* A local expert's number: digits at *p (advanced past them). */
+static int expert_number(ld *x, const rank *k, const char *key, const char **p,
+			 int64_t *e)
 {
-	size_t n = strlen(s), k = strlen(suf);
-
-	return n >= k && !strcmp(s + n - k, suf);
+	if (**p < '0' || **p > '9')
+		return fail(x, k->rel, key, "no expert number");
+	for (*e = 0; **p >= '0' && **p <= '9'; (*p)++) {
+		*e = *e * 10 + (**p - '0');
+		if (*e >= MAX_EXPERTS)
+			return fail(x, k->rel, key, "expert number too large");
+	}
+	return 0;
 }
 
-/* The global key of a saved key and its local layer (-1: none):
- * torch_dist names (the local spec's norms fused into the linear after
- * them, as Megatron-Core's sharded_state_dict_keys_map names them). */
+/*
+ * An expert's key (rest: after "mlp.experts."), as torch_dist names it:
+ * SequentialMLP's "local_experts.<e>.<linear>.<prm>" and TEGroupedMLP's
+ * "<linear>.<prm><e>" (Megatron-Core megatron/core/transformer/moe/
+ * experts.py; docs/formats/megatron.md#moe-experts) are both
+ * "mlp.experts.experts.<linear>.<prm>" of local expert e.
+ */
+static int expert_key(ld *x, const rank *k, const char *key, const char *rest,
+		      char *out, size_t cap, int64_t *lex)
+{
+	const char *p = rest, *dot;
+	size_t n;
+	int rc;
+
+	if (!strncmp(p, "local_experts.", 14)) {
+		p += 14;
+		rc = expert_number(x, k, key, &p, lex);
+		if (rc)
+			return rc;
+		if (*p != '.' || !p[1])
+			return fail(x, k->rel, key,
+				    "no module after the expert");
+		snprintf(out, cap, LAYERS EXPERTS "%s", p + 1);
+		return 0;
+	}
+	dot = strrchr(p, '.');
+	if (!dot)
+		return fail(x, k->rel, key, "an expert key of no known form");
+	n = strlen(dot + 1);
+	while (n && dot[n] >= '0' && dot[n] <= '9')
+		n--;
+	p = dot + 1 + n;
+	if (!n || !*p)
+		return fail(x, k->rel, key,
+			    "an expert key of no known form (neither "
+			    "local_experts.<e>. nor a grouped <prm><e>)");
+	rc = expert_number(x, k, key, &p, lex);
+	if (rc)
+		return rc;
+	snprintf(out, cap, LAYERS EXPERTS "%.*s%.*s", (int)(dot - rest), rest,
+		 (int)(n + 1), dot);
+	return 0;
+}
+
+/* The global key of a saved key, its local layer (-1: none) and local
+ * expert (-1: none): torch_dist names (the local spec's norms fused into
+ * the linear after them, as Megatron-Core's sharded_state_dict_keys_map
+ * names them; a MoE layer's pre_mlp_layernorm is renamed back by
+ * moe_layout()). */
 static int global_key(ld *x, const rank *k, const char *key, char *out,
-		      size_t cap, int64_t *layer)
+		      size_t cap, int64_t *layer, int64_t *lex)
 {
 	const char *rest = key + sizeof(LAYERS) - 1;
 	int64_t l = 0;
 
 	*layer = -1;
+	*lex = -1;
 	if (strncmp(key, LAYERS, sizeof(LAYERS) - 1)) {
 		if (strncmp(key, "embedding.", 10) &&
 		    strncmp(key, "decoder.final_layernorm.", 24) &&
@@ -413,11 +548,9 @@ static int global_key(ld *x, const rank *k, const char *key, char *out,
 	}
 	if (*rest++ != '.')
 		return fail(x, k->rel, key, "no layer number");
-	if (!strncmp(rest, "mlp.experts.", 12) ||
-	    !strncmp(rest, "mlp.router.", 11))
-		return fail(x, k->rel, key,
-			    "a MoE layer: MoE legacy saves are not read");
 	*layer = l;
+	if (!strncmp(rest, "mlp.experts.", 12))
+		return expert_key(x, k, key, rest + 12, out, cap, lex);
 	if (!strncmp(rest, "input_layernorm.", 16))
 		snprintf(out, cap,
 			 LAYERS "self_attention.linear_qkv.layer_norm_%s",
@@ -435,7 +568,8 @@ static int add_entry(ld *x, rank *k, int vc, const char *key, const flx_pv *v)
 {
 	char gk[512], what[560];
 	flx_torchfile_tensor tt;
-	int64_t layer;
+	int64_t layer, lex;
+	const char *xs = strstr(key, "._extra_state");
 	rec *r;
 	int rc;
 
@@ -443,7 +577,8 @@ static int add_entry(ld *x, rank *k, int vc, const char *key, const flx_pv *v)
 		snprintf(what, sizeof(what), "model%d/%s", vc, key);
 	else
 		snprintf(what, sizeof(what), "%s", key);
-	if (ends_with(key, "._extra_state")) {
+	/* TEGroupedMLP's are _extra_state<e> for the experts past the first */
+	if (xs && !xs[13 + strspn(xs + 13, "0123456789")]) {
 		if (empty_extra(k, v, key))
 			return 0;
 		return fail(x, k->rel, what,
@@ -452,7 +587,7 @@ static int add_entry(ld *x, rank *k, int vc, const char *key, const flx_pv *v)
 	}
 	if (strlen(key) > 400)
 		return fail(x, k->rel, what, "key too long");
-	rc = global_key(x, k, key, gk, sizeof(gk), &layer);
+	rc = global_key(x, k, key, gk, sizeof(gk), &layer, &lex);
 	if (rc)
 		return rc;
 	if (x->nr == x->cap) {
@@ -484,6 +619,9 @@ static int add_entry(ld *x, rank *k, int vc, const char *key, const flx_pv *v)
 	r->rk = k;
 	r->vc = vc;
 	r->layer = layer;
+	r->lex = lex;
+	r->ex = -1;
+	r->pre_mlp = layer >= 0 && strstr(key, ".pre_mlp_layernorm.");
 	r->data_off = tt.data_off;
 	if (layer >= 0 && layer + 1 > k->nlocal)
 		k->nlocal = (int)(layer + 1);
@@ -546,6 +684,10 @@ static const struct {
 	AGREE(pipeline_model_parallel_size),
 	AGREE(virtual_pipeline_model_parallel_size),
 	AGREE(vocab_size),
+	AGREE(num_experts),
+	AGREE(moe_ffn_hidden_size),
+	AGREE(expert_model_parallel_size),
+	AGREE(expert_tensor_parallel_size),
 },
   agree32[] = {
       AGREE(swiglu),
@@ -564,6 +706,8 @@ static int read_facts(ld *x)
 	memset(x->m, 0, sizeof(*x->m));
 	rc = flx_mcore_interpret_state(x->rk[0].rel, x->rk[0].root, x->m,
 				       x->err);
+	if (!rc)
+		rc = assign_grid(x);
 	for (int i = 1; !rc && i < x->nrk; i++) {
 		const char *at = x->rk[i].rel;
 
@@ -615,8 +759,14 @@ static int read_facts(ld *x)
 		    "%lld, but the files hold %d model chunks",
 		    (long long)x->m->virtual_pipeline_model_parallel_size,
 		    x->VP);
+	if (x->m->expert_model_parallel_size > 0 &&
+	    x->m->expert_model_parallel_size != x->EP)
+		return fail(x, x->rk[0].rel, "args.expert_model_parallel_size",
+			    "%lld, but the rank directories make ep %d",
+			    (long long)x->m->expert_model_parallel_size, x->EP);
 	x->m->tensor_model_parallel_size = x->TP;
 	x->m->pipeline_model_parallel_size = x->PP;
+	x->m->expert_model_parallel_size = x->EP;
 	x->m->virtual_pipeline_model_parallel_size = x->VP > 1 ? x->VP : -1;
 	x->m->optim_sharding[0] = '\0';
 	x->m->optim_assumed = false;
@@ -664,38 +814,124 @@ static int layer_layout(ld *x)
 	return 0;
 }
 
-static const rec *find_rec(const ld *x, const char *key, int tp, int pp)
+/*
+ * The experts: local experts per rank (the same on every rank: the count
+ * checks of build_tensor() find one missing), each record's global expert
+ * ep x local + e (Megatron-Core megatron/core/transformer/moe/experts.py,
+ * the local-to-global offset of its sharded_state_dict), the count against
+ * args.num_experts.  A MoE model keeps pre_mlp_layernorm (no fc1 to fuse
+ * it into); dense and MoE layers mixed (args.moe_layer_freq) are refused.
+ */
+static int moe_layout(ld *x)
+{
+	const rec *dense = NULL, *moe = NULL;
+
+	for (size_t i = 0; i < x->nr; i++) {
+		const rec *r = &x->r[i];
+
+		if (r->lex >= 0 && r->lex + 1 > x->NLE)
+			x->NLE = r->lex + 1;
+		if (r->lex >= 0 ||
+		    !strncmp(r->key, LAYERS "mlp.router.", sizeof(LAYERS) + 10))
+			moe = moe ? moe : r;
+		if (!strncmp(r->key, LAYERS "mlp.linear_fc1.weight",
+			     sizeof(LAYERS) + 20))
+			dense = dense ? dense : r;
+	}
+	if (moe && dense)
+		return fail(x, moe->rk->rel, moe->local,
+			    "a MoE layer beside dense ones (%s): mixed "
+			    "layers are not read",
+			    dense->local);
+	if (!x->NLE && x->EP > 1)
+		return fail(x, x->rk[0].rel, "args.expert_model_parallel_size",
+			    "expert-parallel rank directories (ep %d), but no "
+			    "expert in the rank files",
+			    x->EP);
+	if (x->NLE && x->m->expert_tensor_parallel_size > 0 &&
+	    x->m->expert_tensor_parallel_size != x->TP)
+		return fail(x, x->rk[0].rel, "args.expert_tensor_parallel_size",
+			    "%lld, but tp is %d: an expert tensor-parallel "
+			    "size of its own is not read",
+			    (long long)x->m->expert_tensor_parallel_size,
+			    x->TP);
+	x->E = x->NLE * x->EP;
+	if (x->NLE && x->m->num_experts > 0 && x->m->num_experts != x->E)
+		return fail(x, x->rk[0].rel, "args.num_experts",
+			    "%lld, but the files hold %lld (%lld per rank x "
+			    "ep %d)",
+			    (long long)x->m->num_experts, (long long)x->E,
+			    (long long)x->NLE, x->EP);
+	if (x->NLE)
+		x->m->num_experts = x->E;
+	for (size_t i = 0; i < x->nr; i++) {
+		rec *r = &x->r[i];
+		const char *dot;
+		char prm[512];
+
+		if (r->lex >= 0)
+			r->ex = (int64_t)r->rk->ep * x->NLE + r->lex;
+		if (!moe || !r->pre_mlp)
+			continue;
+		dot = strrchr(r->key, '.');
+		if (!dot || strncmp(dot + 1, "layer_norm_", 11))
+			continue;
+		/* "mlp.linear_fc1.layer_norm_<p>": "pre_mlp_layernorm.<p>",
+		 * shorter, in place */
+		snprintf(prm, sizeof(prm), "%s", dot + 12);
+		snprintf(r->key + sizeof(LAYERS) - 1,
+			 strlen(r->key) - sizeof(LAYERS) + 2,
+			 "pre_mlp_layernorm.%s", prm);
+	}
+	return 0;
+}
+
+static const rec *find_rec(const ld *x, const char *key, int tp, int pp, int ep)
 {
 	for (size_t i = 0; i < x->nr; i++)
 		if (x->r[i].rk->tp == tp && x->r[i].rk->pp == pp &&
-		    !strcmp(x->r[i].key, key))
+		    x->r[i].rk->ep == ep && !strcmp(x->r[i].key, key))
 			return &x->r[i];
 	return NULL;
 }
 
-/* SwiGLU: args.swiglu, else fc1's rows against args.ffn_hidden_size,
- * else -o megatron_swiglu= (a stated value that contradicts the first
- * two is refused); no fc1 (no MoE legacy save is read): nothing it could
- * split, 0.  Tied embeddings: args, else (pp 1) whether
- * output_layer.weight exists. */
+/* SwiGLU: args.swiglu, else fc1's rows (a dense fc1's, else an expert's)
+ * against args.ffn_hidden_size (args.moe_ffn_hidden_size), else
+ * -o megatron_swiglu= (a stated value that contradicts the first two is
+ * refused); no fc1: nothing it could split, 0.  Tied embeddings: args,
+ * else (pp 1) whether output_layer.weight exists. */
 static int shape_facts(ld *x, const flx_opt_vals *vals)
 {
 	const rec *fc1 = NULL, *out = NULL;
 	const char *proof = "args.swiglu";
 	int rc;
 
+	int64_t ffn = x->m->ffn_hidden_size;
+	const char *ffn_arg = "args.ffn_hidden_size";
+
 	for (size_t i = 0; i < x->nr && !fc1; i++)
 		if (!strcmp(x->r[i].key, LAYERS "mlp.linear_fc1.weight"))
 			fc1 = &x->r[i];
+	/* a MoE model: its experts' fc1 against args.moe_ffn_hidden_size
+	 * (Megatron's default for it is ffn_hidden_size) */
+	for (size_t i = 0; i < x->nr && !fc1; i++)
+		if (!strcmp(x->r[i].key, LAYERS EXPERTS "linear_fc1.weight")) {
+			fc1 = &x->r[i];
+			if (x->m->moe_ffn_hidden_size > 0) {
+				ffn = x->m->moe_ffn_hidden_size;
+				ffn_arg = "args.moe_ffn_hidden_size";
+			}
+		}
 	if (x->m->swiglu < 0 && fc1) {
 		int64_t rows = fc1->p.size[0] * x->TP;
 
-		proof = "linear_fc1's rows against args.ffn_hidden_size";
-		if (x->m->ffn_hidden_size > 0 &&
-		    rows == 2 * x->m->ffn_hidden_size)
+		proof = ffn == x->m->ffn_hidden_size
+			    ? "linear_fc1's rows against args.ffn_hidden_size"
+			    : "the experts' linear_fc1 rows against "
+			      "args.moe_ffn_hidden_size";
+		if (ffn > 0 && rows == 2 * ffn)
 			x->m->swiglu = 1;
-		else if (x->m->ffn_hidden_size > 0 &&
-			 rows == x->m->ffn_hidden_size)
+		else if (ffn > 0 && rows == ffn)
 			x->m->swiglu = 0;
 	}
 	rc = flx_mcore_state_swiglu(vals, x->m, proof, x->err);
@@ -705,10 +941,10 @@ static int shape_facts(ld *x, const flx_opt_vals *vals)
 	if (x->swiglu < 0 && fc1)
 		return fail(x, x->rk[0].rel, "args.swiglu",
 			    "absent, and linear_fc1's %lld rows do not "
-			    "tell (args.ffn_hidden_size %lld): state it "
-			    "with -o megatron_swiglu=on|off",
-			    (long long)(fc1->p.size[0] * x->TP),
-			    (long long)x->m->ffn_hidden_size);
+			    "tell (%s %lld): state it with -o "
+			    "megatron_swiglu=on|off",
+			    (long long)(fc1->p.size[0] * x->TP), ffn_arg,
+			    (long long)ffn);
 	if (x->swiglu < 0)
 		x->swiglu = 0;
 	x->m->swiglu = x->swiglu;
@@ -794,8 +1030,12 @@ static int cmp_rec(const void *pa, const void *pb)
 		return c;
 	if (a->g != b->g)
 		return a->g < b->g ? -1 : 1;
+	if (a->ex != b->ex)
+		return a->ex < b->ex ? -1 : 1;
 	if (a->rk->tp != b->rk->tp)
 		return a->rk->tp < b->rk->tp ? -1 : 1;
+	if (a->rk->ep != b->rk->ep)
+		return a->rk->ep < b->rk->ep ? -1 : 1;
 	return a->rk->pp < b->rk->pp ? -1 : a->rk->pp > b->rk->pp;
 }
 
@@ -816,17 +1056,19 @@ static flx_mlg_split key_rule(const ld *x, const char *key, int *axis)
 	return r;
 }
 
-static void set_chunk(flx_chunk *ch, const rec *r, int lead, int64_t g,
-		      int axis, int64_t off, int64_t size, int64_t soff)
+/* lead: the stacked axes before the parameter's (layer, then expert),
+ * each of extent 1 at the record's layer r->g and expert r->ex. */
+static void set_chunk(flx_chunk *ch, const rec *r, int lead, int axis,
+		      int64_t off, int64_t size, int64_t soff)
 {
 	int nd = lead + r->p.ndim;
 
-	if (lead) {
-		ch->off[0] = g;
-		ch->size[0] = 1;
-		ch->stride[0] = 1;
-		for (int d = 0; d < r->p.ndim; d++)
-			ch->stride[0] *= r->p.size[d] ? r->p.size[d] : 1;
+	for (int d = 0; d < lead; d++) {
+		ch->off[d] = d ? r->ex : r->g;
+		ch->size[d] = 1;
+		ch->stride[d] = 1;
+		for (int k = 0; k < r->p.ndim; k++)
+			ch->stride[d] *= r->p.size[k] ? r->p.size[k] : 1;
 	}
 	for (int d = 0; d < r->p.ndim; d++) {
 		ch->off[lead + d] = 0;
@@ -845,26 +1087,31 @@ static void set_chunk(flx_chunk *ch, const rec *r, int lead, int64_t g,
 	ch->contig_from = flx_chunk_contig_from(nd, ch);
 }
 
-/* Records [a, e) of one key: checks, then one tensor. */
+/* Records [a, e) of one key: checks, then one tensor.  Sorted (cmp_rec),
+ * they are per group (layer, or layer and expert), per tp rank, per
+ * expert rank copy: R copies of each (group, tp), R = EP for a tensor
+ * outside the experts (each expert rank holds it), 1 for an expert's. */
 static int build_tensor(ld *x, size_t a, size_t e, flx_tensor *t,
 			unsigned char *buf)
 {
 	const rec *r0 = &x->r[a];
-	bool layer = r0->layer >= 0, tied_out = false;
-	int axis, lead = layer ? 1 : 0, rc;
+	bool layer = r0->layer >= 0, expert = r0->lex >= 0, tied_out = false;
+	int axis, lead = layer ? (expert ? 2 : 1) : 0, rc;
+	int R = expert ? 1 : x->EP;
 	flx_mlg_split rule = key_rule(x, r0->key, &axis);
-	int64_t groups = layer ? x->L : 1;
+	int64_t groups = layer ? x->L * (expert ? x->E : 1) : 1;
 	uint32_t nch = 0, k;
-	size_t i;
+	size_t i, per = (size_t)x->TP * (size_t)R;
 
 	if (!strcmp(r0->key, OUT_W) && !x->untie)
 		tied_out = true;
 	for (i = a; i < e; i++) {
 		const rec *r = &x->r[i];
 
-		if ((r->layer >= 0) != layer)
+		if ((r->layer >= 0) != layer || (r->lex >= 0) != expert)
 			return fail(x, r->rk->rel, r->local,
-				    "both a layer key and a global key");
+				    "both a layer (or expert) key and a global "
+				    "one");
 		if (r->p.dtype != r0->p.dtype || r->p.ndim != r0->p.ndim ||
 		    memcmp(r->p.size, r0->p.size,
 			   (size_t)r0->p.ndim * sizeof(int64_t)))
@@ -886,33 +1133,48 @@ static int build_tensor(ld *x, size_t a, size_t e, flx_tensor *t,
 		return fail(x, r0->rk->rel, r0->local,
 			    "SwiGLU: %lld rows do not halve into gate and up",
 			    (long long)r0->p.size[0]);
-	/* each (layer, tp) once: sorted by layer, tp, pp */
+	/* each (group, tp, expert rank copy) once */
 	for (i = a; i < e; i++) {
 		const rec *r = &x->r[i];
-		int64_t want_g = layer ? (int64_t)((i - a) / (size_t)x->TP) : 0;
-		int want_t = (int)((i - a) % (size_t)x->TP);
+		int64_t want = (int64_t)((i - a) / per), got = 0;
+		int want_t = (int)((i - a) / (size_t)R % (size_t)x->TP);
+		int want_e = (int)((i - a) % (size_t)R);
 
-		if ((int64_t)(i - a) >= groups * x->TP)
+		if ((int64_t)(i - a) >= groups * (int64_t)per)
 			return fail(x, r->rk->rel, r->local,
 				    "saved twice (also in another rank file "
 				    "of tp rank %d)",
 				    r->rk->tp);
-		if ((layer ? r->g : 0) != want_g || r->rk->tp != want_t)
+		if (layer)
+			got = expert ? r->g * x->E + r->ex : r->g;
+		if (got != want || r->rk->tp != want_t ||
+		    (R > 1 && r->rk->ep != want_e)) {
+			char ep[32] = "";
+
+			if (R > 1)
+				snprintf(ep, sizeof(ep), " and ep rank %d",
+					 want_e);
 			return fail(x, r0->rk->rel, r0->local,
-				    "missing in the rank files of tp rank %d%s",
-				    want_t, layer ? " for a layer" : "");
+				    "missing in the rank files of tp rank "
+				    "%d%s%s",
+				    want_t, ep,
+				    expert  ? " for an expert of a layer"
+				    : layer ? " for a layer"
+					    : "");
+		}
 	}
-	if ((int64_t)(e - a) != groups * x->TP)
-		return fail(x, r0->rk->rel, r0->local,
-			    "missing in %lld of the %lld rank files that "
-			    "should hold it",
-			    (long long)(groups * x->TP - (int64_t)(e - a)),
-			    (long long)(groups * x->TP));
+	if ((int64_t)(e - a) != groups * (int64_t)per)
+		return fail(
+		    x, r0->rk->rel, r0->local,
+		    "missing in %lld of the %lld rank files that "
+		    "should hold it",
+		    (long long)(groups * (int64_t)per - (int64_t)(e - a)),
+		    (long long)(groups * (int64_t)per));
 	if (tied_out) {
 		/* the last stage's copy of its slice of the embedding */
 		for (i = a; i < e; i++) {
-			const rec *emb =
-			    find_rec(x, WORD_EMB, x->r[i].rk->tp, 0);
+			const rec *emb = find_rec(x, WORD_EMB, x->r[i].rk->tp,
+						  0, x->r[i].rk->ep);
 			bool same = false;
 
 			if (!emb || emb->p.dtype != x->r[i].p.dtype ||
@@ -931,24 +1193,30 @@ static int build_tensor(ld *x, size_t a, size_t e, flx_tensor *t,
 		}
 		return 1; /* no tensor of its own */
 	}
-	if (rule == FLX_MLG_REPL || (rule == FLX_MLG_CHUNKS && x->TP == 1)) {
-		for (i = a; i < e; i++) {
-			const rec *r = &x->r[i],
-				  *base = &x->r[a + (i - a) / (size_t)x->TP *
-							(size_t)x->TP];
-			bool same = true;
+	/* replicated copies: across tp ranks (a replicated rule) and across
+	 * expert ranks (everything outside the experts), each compared with
+	 * its first */
+	for (i = a; i < e; i++) {
+		bool repl = rule == FLX_MLG_REPL ||
+			    (rule == FLX_MLG_CHUNKS && x->TP == 1);
+		size_t grp = (i - a) / per * per;
+		const rec
+		    *r = &x->r[i],
+		    *base = &x->r[a + (repl ? grp
+					    : grp + (i - a - grp) / (size_t)R *
+							(size_t)R)];
+		bool same = true;
 
-			if (r->rk->tp == 0)
-				continue;
-			rc = same_bytes(x, base, r, buf, &same);
-			if (rc)
-				return rc;
-			if (!same)
-				return fail(x, r->rk->rel, r->local,
-					    "replicated, but its bytes differ "
-					    "from %s's",
-					    base->rk->rel);
-		}
+		if (r == base)
+			continue;
+		rc = same_bytes(x, base, r, buf, &same);
+		if (rc)
+			return rc;
+		if (!same)
+			return fail(
+			    x, r->rk->rel, r->local,
+			    "replicated, but its bytes differ from %s's",
+			    base->rk->rel);
 	}
 	/* the tensor */
 	t->fqn = flx_pool_alloc(&x->c->pool, strlen(r0->key) + 1);
@@ -962,6 +1230,8 @@ static int build_tensor(ld *x, size_t a, size_t e, flx_tensor *t,
 	t->stacked = lead;
 	if (lead)
 		t->shape[0] = x->L;
+	if (lead > 1)
+		t->shape[1] = x->E;
 	for (int d = 0; d < r0->p.ndim; d++)
 		t->shape[lead + d] = r0->p.size[d];
 	if (axis >= 0)
@@ -969,7 +1239,8 @@ static int build_tensor(ld *x, size_t a, size_t e, flx_tensor *t,
 	if (rule == FLX_MLG_REPL || rule == FLX_MLG_CHUNKS)
 		nch = (uint32_t)groups;
 	else
-		nch = (uint32_t)((e - a) * (rule == FLX_MLG_GLU ? 2 : 1));
+		nch =
+		    (uint32_t)(groups * x->TP * (rule == FLX_MLG_GLU ? 2 : 1));
 	rc = flx_tensor_pool_chunks(&x->c->pool, t, nch);
 	if (rc)
 		return rc;
@@ -978,21 +1249,23 @@ static int build_tensor(ld *x, size_t a, size_t e, flx_tensor *t,
 		const rec *r = &x->r[i];
 		int64_t n = r->p.size[axis >= 0 ? axis : 0];
 
+		if ((i - a) % (size_t)R)
+			continue; /* another expert rank's copy */
 		if (rule == FLX_MLG_REPL || rule == FLX_MLG_CHUNKS) {
 			if (r->rk->tp == 0)
-				set_chunk(&t->chunks[k++], r, lead, r->g, -1, 0,
-					  0, r->p.storage_offset);
+				set_chunk(&t->chunks[k++], r, lead, -1, 0, 0,
+					  r->p.storage_offset);
 		} else if (rule == FLX_MLG_GLU) {
 			int64_t f = n / 2;
 
-			set_chunk(&t->chunks[k++], r, lead, r->g, 0,
-				  r->rk->tp * f, f, r->p.storage_offset);
-			set_chunk(&t->chunks[k++], r, lead, r->g, 0,
+			set_chunk(&t->chunks[k++], r, lead, 0, r->rk->tp * f, f,
+				  r->p.storage_offset);
+			set_chunk(&t->chunks[k++], r, lead, 0,
 				  (int64_t)x->TP * f + r->rk->tp * f, f,
 				  r->p.storage_offset + f * r->p.stride[0]);
 		} else {
-			set_chunk(&t->chunks[k++], r, lead, r->g, axis,
-				  r->rk->tp * n, n, r->p.storage_offset);
+			set_chunk(&t->chunks[k++], r, lead, axis, r->rk->tp * n,
+				  n, r->p.storage_offset);
 		}
 	}
 	return 0;
@@ -1063,6 +1336,8 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 		rc = read_facts(&x);
 	if (!rc)
 		rc = layer_layout(&x);
+	if (!rc)
+		rc = moe_layout(&x);
 	if (!rc)
 		rc = shape_facts(&x, o ? o->vals : NULL);
 	if (!rc)

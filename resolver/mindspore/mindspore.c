@@ -1330,9 +1330,46 @@ static int same_sample(loader *L, const entry *a, const entry *b, bool *same)
 	return rc;
 }
 
+/* The boxes place() holds, by (offset, dims): an open-addressing table of
+ * cap slots (a power of two above twice the group's entries), each 0 or
+ * the index + 1 of a held box. */
+typedef struct boxset {
+	size_t *slot;
+	size_t cap;
+} boxset;
+
+static size_t box_hash(const int64_t *off, const int64_t *dims, int ndim)
+{
+	uint64_t x = 1469598103934665603ull; /* FNV-1a over the coordinates */
+
+	for (int d = 0; d < ndim; d++) {
+		x = (x ^ (uint64_t)off[d]) * 1099511628211ull;
+		x = (x ^ (uint64_t)dims[d]) * 1099511628211ull;
+	}
+	return (size_t)(x ^ (x >> 29));
+}
+
+/* The slot of the box (x.off, e->dims) in bs: the one that holds it, or
+ * the empty one it goes to. */
+static size_t *box_slot(const boxset *bs, const held *h, const held *x,
+			int ndim)
+{
+	size_t n = sizeof(int64_t) * (size_t)ndim;
+	size_t i = box_hash(x->off, x->e->dims, ndim) & (bs->cap - 1);
+
+	for (;; i = (i + 1) & (bs->cap - 1)) {
+		size_t k = bs->slot[i];
+
+		if (!k || (memcmp(h[k - 1].off, x->off, n) == 0 &&
+			   memcmp(h[k - 1].e->dims, x->e->dims, n) == 0))
+			return &bs->slot[i];
+	}
+}
+
 /* The box each entry of g holds, into h (replicas dropped): *nh kept. */
 static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
-		 const flx_ms_layout **layout, flx_ms_layout *fold0)
+		 const boxset *bs, const flx_ms_layout **layout,
+		 flx_ms_layout *fold0)
 {
 	const entry *e0 = g->e[0];
 	uint64_t devices = L->st ? L->st->devices : 0;
@@ -1443,17 +1480,13 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 		}
 		/* replicas: keep the first (lowest rank) of each box, once
 		 * a sample of their bytes agrees */
-		size_t k = 0;
-		for (; k < *nh; k++)
-			if (memcmp(h[k].off, x.off,
-				   sizeof(int64_t) * (size_t)t->ndim) == 0 &&
-			    memcmp(h[k].e->dims, e->dims,
-				   sizeof(int64_t) * (size_t)t->ndim) == 0)
-				break;
-		if (k == *nh) {
-			h[(*nh)++] = x;
+		size_t *slot = box_slot(bs, h, &x, t->ndim);
+		if (!*slot) {
+			h[*nh] = x;
+			*slot = ++*nh;
 			continue;
 		}
+		size_t k = *slot - 1;
 		bool same;
 		int rc = same_sample(L, h[k].e, e, &same);
 		if (rc)
@@ -1514,15 +1547,21 @@ static int split_axis(const flx_ms_layout *l)
 static int build_tensor(loader *L, const group *g, flx_tensor *t)
 {
 	held *h = malloc(g->n * sizeof(*h));
+	boxset bs = {.cap = 2};
 	const flx_ms_layout *lay = NULL;
 	flx_ms_layout fold0;
 	size_t nch = 0;
 	uint32_t at = 0;
 	int rc;
 
-	if (!h)
-		return -ENOMEM;
-	if ((rc = place(L, g, t, h, &nch, &lay, &fold0)))
+	while (bs.cap < 2 * g->n)
+		bs.cap *= 2;
+	bs.slot = calloc(bs.cap, sizeof(*bs.slot));
+	if (!h || !bs.slot) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if ((rc = place(L, g, t, h, &nch, &bs, &lay, &fold0)))
 		goto out;
 	t->saved_split = split_axis(lay);
 	/* chunks: each piece of a kept entry as the boxes of its elements */
@@ -1609,6 +1648,7 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 	if (rc == -EINVAL && L->err)
 		flx_error_key(L->err, t->fqn);
 out:
+	free(bs.slot);
 	free(h);
 	return rc;
 }

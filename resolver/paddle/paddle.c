@@ -144,6 +144,10 @@ typedef struct loader {
 	pkey *keys;
 	size_t nkeys;
 	uint32_t *by_name; /* key indices sorted by fqn */
+	/* LTM indices: within each key's [lo, lo + n), sorted by (ndim,
+	 * global_offset, index), so that a storage entry finds its LTM by
+	 * binary search (a key has one LTM per rank) */
+	size_t *ltm_ord;
 	sent *se;
 	size_t nse, capse;
 	pfile *files;
@@ -634,20 +638,69 @@ static long find_key(const loader *L, const char *fqn)
 
 /* ---- storage_metadata ---- */
 
+/* LTM j against (na, off): <0, 0, >0 as (ndim, global_offset) orders. */
+static int cmp_ltm_off(const loader *L, size_t j, int na, const int64_t *off)
+{
+	const ltm *m = &L->ltms[j];
+	const int64_t *mo = L->dims + m->dims;
+
+	if (m->ndim != na)
+		return m->ndim < na ? -1 : 1;
+	for (int d = 0; d < na; d++)
+		if (mo[d] != off[d])
+			return mo[d] < off[d] ? -1 : 1;
+	return 0;
+}
+
+static int cmp_ltm_ord(const void *a, const void *b, void *arg)
+{
+	const loader *L = arg;
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+	const ltm *q = &L->ltms[y];
+	int c = cmp_ltm_off(L, x, q->ndim, L->dims + q->dims);
+
+	return c ? c : (x > y) - (x < y);
+}
+
+/* L->ltm_ord for the keys load_sdm read. */
+static int sort_ltms(loader *L)
+{
+	L->ltm_ord = malloc((L->nltms ? L->nltms : 1) * sizeof(*L->ltm_ord));
+	if (!L->ltm_ord)
+		return -ENOMEM;
+	for (size_t j = 0; j < L->nltms; j++)
+		L->ltm_ord[j] = j;
+	for (size_t i = 0; i < L->nkeys; i++)
+		qsort_r(L->ltm_ord + L->keys[i].lo, L->keys[i].n,
+			sizeof(*L->ltm_ord), cmp_ltm_ord, L);
+	return 0;
+}
+
 /* The LTM of key k that a LocalTensorIndex names: the same global_offset,
  * flattened range and, when the index has one, local_shape
- * (docs/formats/paddle.md#metadata-semantics). */
+ * (docs/formats/paddle.md#metadata-semantics); the first in the metadata's
+ * order when several are. */
 static long match_ltm(const loader *L, const pkey *k, int na,
 		      const int64_t *off, bool flat, int64_t start,
 		      int64_t stop, int ns, const int64_t *shape)
 {
-	for (size_t j = k->lo; j < k->lo + k->n; j++) {
+	size_t lo = k->lo, hi = k->lo + k->n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (cmp_ltm_off(L, L->ltm_ord[mid], na, off) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo;
+	     i < k->lo + k->n && !cmp_ltm_off(L, L->ltm_ord[i], na, off); i++) {
+		size_t j = L->ltm_ord[i];
 		const ltm *m = &L->ltms[j];
 		const int64_t *mo = L->dims + m->dims;
 
-		if (m->ndim != na ||
-		    (na && memcmp(mo, off, sizeof(int64_t) * (size_t)na)) ||
-		    m->flat != flat ||
+		if (m->flat != flat ||
 		    (flat && (m->start != start || m->stop != stop)))
 			continue;
 		if (ns >= 0 && (ns != m->ndim ||
@@ -2158,6 +2211,7 @@ static int interpret(loader *L, const flx_pv *root)
 		return -ENOMEM;
 	}
 	if ((rc = load_sdm(L, field(root, "state_dict_metadata"))) ||
+	    (rc = sort_ltms(L)) ||
 	    (rc = load_storage(L, field(root, "storage_metadata"))) ||
 	    (rc = check_flat_mapping(L, field(root, "flat_mapping"))) ||
 	    (rc = load_files(L)))
@@ -2177,12 +2231,14 @@ static void part_release(loader *L)
 	free(L->ltms);
 	free(L->keys);
 	free(L->by_name);
+	free(L->ltm_ord);
 	free(L->se);
 	L->files = NULL;
 	L->dims = NULL;
 	L->ltms = NULL;
 	L->keys = NULL;
 	L->by_name = NULL;
+	L->ltm_ord = NULL;
 	L->se = NULL;
 	L->nfiles = L->ndims = L->capdims = L->nltms = L->capltms = 0;
 	L->nkeys = L->nse = L->capse = 0;

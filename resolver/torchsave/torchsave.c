@@ -463,7 +463,7 @@ static bool ob_emit(ts *s, const flx_pv *v, unsigned depth, uint64_t *budget)
 		if (!ob_emit(s, v->u.obj.cls, depth + 1, budget) ||
 		    !ob_emit(s, v->u.obj.args, depth + 1, budget))
 			return false;
-		ob_byte(s, v->u.obj.newobj ? 0x81 : 'R');
+		ob_byte(s, v->newobj ? 0x81 : 'R');
 		if (v->u.obj.state) {
 			if (!ob_emit(s, v->u.obj.state, depth + 1, budget))
 				return false;

@@ -7,7 +7,11 @@
 # of tests/fixtures/megatron-{untied,tied,gpt-bias} split as Megatron does
 # (gen_megatron.py's legacy writer), plus the optimizer, scheduler and rng
 # state; written here at tp2 pp1, tp1 pp2 (tied), tp2 pp2 with a virtual
-# pipeline of 2, and tp2 pp2 with Transformer Engine names and biases.
+# pipeline of 2, and tp2 pp2 with Transformer Engine names and biases; and
+# tests/fixtures/megatron-moe's MoE model (4 experts) with expert
+# parallelism 2: tp2 pp1 (mp_rank_TT_EEE), tp2 pp2 with TE names
+# (mp_rank_TT_PPP_EEE), and tp2 pp1 as TEGroupedMLP (args.moe_grouped_gemm:
+# experts.linear_fc1.weight<e>).
 # Oracles: every view against the global tensors (lib/check_views.py), and
 # megatron/ (torch.load-ed, key by key: lib/check_megatron_legacy.py)
 # against the files as saved (at the saved layout) or gen_megatron.py's
@@ -21,25 +25,48 @@ GEN=$FLEXFS_SRC/tools/fixtures/gen_megatron_legacy_src.py
 ORACLES=$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py
 ITER=iter_0000100
 
-# NAME:FIXTURE:TP:PP:VP:SPEC of the legacy saves
+# NAME:FIXTURE:TP:PP:VP:SPEC[:EP] of the legacy saves (FIXTURE under
+# tests/fixtures, else under the file's temporary directory)
 saves() {
 	echo "u21:megatron-untied:2:1:1:local"
 	echo "t12:megatron-tied:1:2:1:local"
 	echo "u22v:megatron-untied:2:2:2:local"
 	echo "b22te:megatron-gpt-bias:2:2:1:te"
+	echo "e21:megatron-moe:2:1:1:local:2"
+	echo "e22te:megatron-moe:2:2:1:te:2"
+	echo "g21te:megatron-moe-grouped:2:1:1:te:2"
 }
 
 setup_file() {
-	local d=$BATS_FILE_TMPDIR s n fx tp pp vp sp
+	local d=$BATS_FILE_TMPDIR s n fx tp pp vp sp ep src
+	# megatron-moe as a run with --moe-grouped-gemm saved it
+	cp -r "$FX/megatron-moe" "$d/megatron-moe-grouped"
+	/usr/bin/python3 - "$FLEXFS_SRC/tools/fixtures/gen_megatron.py" "$MEG_STUB" \
+		"$d/megatron-moe-grouped" <<'PY'
+import importlib.util, os, sys
+sys.path.insert(0, sys.argv[2])
+spec = importlib.util.spec_from_file_location("g", sys.argv[1])
+g = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(g)
+import torch
+c = g.load_common(sys.argv[3])
+c["args"].moe_grouped_gemm = True
+torch.save(c, os.path.join(sys.argv[3], "ckpt", g.ITER_DIR, "common.pt"))
+PY
 	for s in $(saves); do
-		IFS=: read -r n fx tp pp vp sp <<<"$s"
-		/usr/bin/python3 "$GEN" --src "$FX/$fx" --tp "$tp" --pp "$pp" \
-			--vp "$vp" --spec "$sp" --out "$d/$n" >/dev/null
+		IFS=: read -r n fx tp pp vp sp ep <<<"$s"
+		src=$FX/$fx
+		[ -d "$src" ] || src=$d/$fx
+		/usr/bin/python3 "$GEN" --src "$src" --tp "$tp" --pp "$pp" \
+			--vp "$vp" --ep "${ep:-1}" --spec "$sp" --out "$d/$n" >/dev/null
 	done
 	/usr/bin/python3 "$ORACLES" "$FLEXFS_SRC/tools/fixtures/gen_megatron.py" \
 		"$FX" "$d" megatron-tied:2:2:local megatron-untied:1:2:local \
 		megatron-gpt-bias:1:2:te megatron-gpt-bias:2:1:local \
-		megatron-untied:2:1:local:vp2
+		megatron-untied:2:1:local:vp2 megatron-moe:1:2:local \
+		megatron-moe:1:1:local:ep4 megatron-moe:2:2:te
+	/usr/bin/python3 "$ORACLES" "$FLEXFS_SRC/tools/fixtures/gen_megatron.py" \
+		"$d" "$d" megatron-moe-grouped:1:1:te:ep4
 }
 
 setup() {
@@ -148,6 +175,12 @@ PY
 	legacy b22te tp=2,pp=2,megatron_spec=te "$BATS_FILE_TMPDIR/b22te/model-only"
 }
 
+@test "megatron-legacy: an expert-parallel save's megatron/ at its layout gives back its files" {
+	legacy e21 tp=2,pp=1,megatron_ep=2 "$BATS_FILE_TMPDIR/e21/model-only"
+	legacy e22te tp=2,pp=2,megatron_ep=2,megatron_spec=te "$BATS_FILE_TMPDIR/e22te/model-only"
+	legacy g21te tp=2,pp=1,megatron_ep=2,megatron_spec=te "$BATS_FILE_TMPDIR/g21te/model-only"
+}
+
 @test "megatron-legacy: megatron/ at another layout equals Megatron's legacy writer" {
 	local e=$BATS_FILE_TMPDIR
 	legacy t12 tp=2,pp=2 "$e/exp-megatron-tied-2-2-local"
@@ -155,6 +188,10 @@ PY
 	legacy b22te tp=1,pp=2,megatron_spec=te "$e/exp-megatron-gpt-bias-1-2-te"
 	legacy b22te tp=2,pp=1 "$e/exp-megatron-gpt-bias-2-1-local"
 	legacy u22v tp=2,pp=1,megatron_vp=2 "$e/exp-megatron-untied-2-1-local-vp2"
+	legacy e21 tp=1,pp=2 "$e/exp-megatron-moe-1-2-local"
+	legacy e22te tp=1,pp=1,megatron_ep=4 "$e/exp-megatron-moe-1-1-local-ep4"
+	legacy e21 tp=2,pp=2,megatron_spec=te "$e/exp-megatron-moe-2-2-te"
+	legacy g21te tp=1,pp=1,megatron_spec=te,megatron_ep=4 "$e/exp-megatron-moe-grouped-1-1-te-ep4"
 }
 
 @test "megatron-legacy: objects/ holds each rank file verbatim, optimizer and rng state included" {
@@ -245,4 +282,35 @@ for f in glob.glob(os.path.join(d, "*", "model_optim_rng.pt")):
 	[[ $output != PK ]]
 	views_changed u22v 2 2 "$d"
 	views_changed u22v 1 1 "$d"
+}
+
+@test "megatron-legacy: expert parallelism: refusals name the rank file, the key or the args field" {
+	local d
+	# the router is replicated on every tp and expert rank
+	d=$(mutate e21 'sd = load("mp_rank_01_001"); k = "decoder.layers.1.mlp.router.weight"; sd["model"][k] = sd["model"][k] + 1; save("mp_rank_01_001", sd)')
+	refused "$d" "" "*mp_rank_01_001/model_optim_rng.pt*decoder.layers.1.mlp.router.weight*replicated, but its bytes differ from mp_rank_00_000/model_optim_rng.pt*"
+	# an expert rank short of one local expert
+	d=$(mutate e21 'sd = load("mp_rank_00_001")
+for k in [k for k in sd["model"] if ".local_experts.1." in k]:
+    del sd["model"][k]
+save("mp_rank_00_001", sd)')
+	refused "$d" "" "*mlp.experts.local_experts.*missing in the rank files of tp rank 0*expert*"
+	d=$(mutate e21 'for r in ("mp_rank_00_000", "mp_rank_00_001", "mp_rank_01_000", "mp_rank_01_001"):
+    sd = load(r); sd["args"].num_experts = 8; save(r, sd)')
+	refused "$d" "" "*mp_rank_00_000/model_optim_rng.pt*args.num_experts*8, but the files hold 4 (2 per rank x ep 2)*"
+	d=$(mutate e21 'pass')
+	rm -r "$d/mp_rank_01_001"
+	refused "$d" "" "*mp_rank_01_001*missing*2 x 1 x 2 (tp x pp x ep) grid*"
+	# args silent on the expert parallel size: mp_rank_TT_NNN reads as a
+	# pipeline rank, which args.pipeline_model_parallel_size contradicts
+	d=$(mutate e21 'for r in ("mp_rank_00_000", "mp_rank_00_001", "mp_rank_01_000", "mp_rank_01_001"):
+    sd = load(r); del sd["args"].expert_model_parallel_size; save(r, sd)')
+	refused "$d" "" "*args.pipeline_model_parallel_size*1, but the rank directories make pp 2*"
+}
+
+@test "megatron-legacy: expert parallelism, args silent on SwiGLU: inferred from the experts' fc1 rows" {
+	local d
+	d=$(mutate e21 'for r in ("mp_rank_00_000", "mp_rank_00_001", "mp_rank_01_000", "mp_rank_01_001"):
+    sd = load(r); del sd["args"].swiglu; save(r, sd)')
+	views_changed e21 2 1 "$d"
 }

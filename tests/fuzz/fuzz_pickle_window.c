@@ -76,7 +76,7 @@ static bool same(const flx_pv *a, const flx_pv *b, const uint8_t *src, size_t n,
 		return strcmp(a->u.global.module, b->u.global.module) == 0 &&
 		       strcmp(a->u.global.name, b->u.global.name) == 0;
 	case FLX_PV_OBJ:
-		return a->u.obj.newobj == b->u.obj.newobj &&
+		return a->newobj == b->newobj &&
 		       same(a->u.obj.cls, b->u.obj.cls, src, n, depth + 1) &&
 		       same(a->u.obj.args, b->u.obj.args, src, n, depth + 1) &&
 		       same(a->u.obj.state, b->u.obj.state, src, n, depth + 1);

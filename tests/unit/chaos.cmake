@@ -53,9 +53,21 @@ add_test(NAME test_chaos_megatron_legacy COMMAND test_chaos
   fixtures/megatron-legacy-tp2pp2/ckpt/iter_0000100 unit/data/megatron/chaos-rules.json
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(test_chaos_megatron_legacy PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# The same over an expert-parallel legacy save (mp_rank_TT_EEE: experts
+# merged across expert ranks, everything else compared between them).
+add_test(NAME test_chaos_megatron_legacy_ep COMMAND test_chaos
+  fixtures/megatron-legacy-moe-ep2/ckpt/iter_0000100 unit/data/megatron/chaos-rules.json
+  WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_chaos_megatron_legacy_ep PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
 # The same over the DeepSpeed ZeRO source (stage 3, through the save
 # directory's `latest`: per-rank model and optimizer states).
 add_test(NAME test_chaos_deepspeed COMMAND test_chaos
   fixtures/deepspeed/zero3-bf16-dp2/ckpt unit/data/deepspeed/chaos-rules.json
   WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(test_chaos_deepspeed PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)
+# Tensor-parallel ZeRO: two model-parallel ranks merged, the replicated
+# tensors compared at open.
+add_test(NAME test_chaos_deepspeed_tp COMMAND test_chaos
+  fixtures/deepspeed/zero2-fp16-tp2-dp2/ckpt unit/data/deepspeed/chaos-tp-rules.json
+  WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_chaos_deepspeed_tp PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600)

@@ -5,8 +5,10 @@
  * Every directory under cases/invalid and cases/valid is one case: the base
  * fixture (fixtures/dcp-t113/ckpt, or the one its "base" file names) is
  * hard-linked from this run's own copy of it (never from the fixture: a
- * link moves the linked file's ctime) into a fresh temporary directory, the
- * case's files are overlaid, its "setup" is applied, and the result is opened
+ * link moves the linked file's ctime) into a fresh temporary directory, its
+ * subdirectories recreated; the case's files are overlaid (a subdirectory of
+ * the case overlays the one of its name), its "setup" is applied (names may
+ * be relative paths into subdirectories), and the result is opened
  * with flx_ckpt_open() (and planned with tp=2, or its "tp=", and no rules for
  * "stage=plan").
  * The outcome must match "expected": "ok", or the errno, and substrings of the
@@ -254,25 +256,39 @@ static uint64_t fnv1a(const char *p, size_t n)
 	return h;
 }
 
-static int take_snapshot(const char *dir, snapshot *s)
+/* Append the entries under dir/sub (sub "" at the top) to s, names
+ * relative to dir, each directory before what it holds. */
+static int snapshot_tree(const char *dir, const char *sub, snapshot *s,
+			 size_t *cap)
 {
+	char at[PATH_MAX];
 	names l;
-	int rc = list_dir(dir, &l);
+	int rc;
 
-	s->f = NULL;
-	s->n = 0;
+	fmt_path(at, sizeof(at), "%s%s%s", dir, *sub ? "/" : "", sub);
+	rc = list_dir(at, &l);
 	if (rc)
 		return rc;
-	s->f = calloc(l.n ? l.n : 1, sizeof(*s->f));
-	if (!s->f)
-		abort();
-	for (size_t i = 0; i < l.n; i++) {
-		char path[PATH_MAX];
+	for (size_t i = 0; i < l.n && !rc; i++) {
+		char path[PATH_MAX], rel[PATH_MAX];
 		struct stat st;
-		fsnap *e = &s->f[s->n++];
+		fsnap *e;
 
-		fmt_path(path, sizeof(path), "%s/%s", dir, l.v[i]);
-		e->name = strdup(l.v[i]);
+		if (s->n == *cap) {
+			fsnap *nf;
+
+			*cap = *cap ? 2 * *cap : 32;
+			nf = realloc(s->f, *cap * sizeof(*nf));
+			if (!nf)
+				abort();
+			s->f = nf;
+		}
+		e = &s->f[s->n++];
+		memset(e, 0, sizeof(*e));
+		fmt_path(rel, sizeof(rel), "%s%s%s", sub, *sub ? "/" : "",
+			 l.v[i]);
+		fmt_path(path, sizeof(path), "%s/%s", dir, rel);
+		e->name = strdup(rel);
 		if (!e->name || lstat(path, &st))
 			abort();
 		e->mode = st.st_mode;
@@ -286,10 +302,22 @@ static int take_snapshot(const char *dir, snapshot *s)
 				abort();
 			e->hash = fnv1a(buf, n);
 			free(buf);
+		} else if (S_ISDIR(st.st_mode)) {
+			rc = snapshot_tree(dir, rel, s, cap);
 		}
 	}
 	names_free(&l);
-	return 0;
+	return rc;
+}
+
+/* Every entry under dir, subdirectories included. */
+static int take_snapshot(const char *dir, snapshot *s)
+{
+	size_t cap = 0;
+
+	s->f = NULL;
+	s->n = 0;
+	return snapshot_tree(dir, "", s, &cap);
 }
 
 static void snapshot_free(snapshot *s)
@@ -567,9 +595,25 @@ static int parse_expect(const char *path, expect *e, char *why, size_t whylen)
 
 /* ---- assembling a case directory ---- */
 
+/* A relative path inside the case directory: one or more components
+ * joined by '/', none empty, "." or "..". */
 static bool plain_name(const char *n)
 {
-	return n[0] && !strchr(n, '/') && strcmp(n, ".") && strcmp(n, "..");
+	const char *p = n;
+
+	if (!*n)
+		return false;
+	for (;;) {
+		const char *e = strchr(p, '/');
+		size_t k = e ? (size_t)(e - p) : strlen(p);
+
+		if (!k || (k == 1 && p[0] == '.') ||
+		    (k == 2 && p[0] == '.' && p[1] == '.'))
+			return false;
+		if (!e)
+			return true;
+		p = e + 1;
+	}
 }
 
 /* Where the base fixtures' files are copied once per run ("" before). */
@@ -717,52 +761,90 @@ static int apply_setup(const char *path, const char *dir, const char *base,
 	return rc;
 }
 
-/* dir := base fixture (basedir; base: its absolute path) + the case's
- * files; then setup. */
-static int assemble(const char *casedir, const char *dir, const char *basedir,
-		    const char *base, char *why, size_t whylen)
+/* dst (created) := src's files as copy_in() links them, subdirectories
+ * recreated and filled the same way. */
+static int link_tree(const char *src, const char *dst, char *why, size_t whylen)
 {
-	char src[PATH_MAX], dst[PATH_MAX];
+	char from[PATH_MAX], to[PATH_MAX];
+	struct stat st;
 	names l;
 	int rc;
 
-	if (mkdir(dir, 0755)) {
-		say(why, whylen, "mkdir %s: %s", dir, strerror(errno));
+	if (mkdir(dst, 0755)) {
+		say(why, whylen, "mkdir %s: %s", dst, strerror(errno));
 		return -1;
 	}
-	if ((rc = list_dir(basedir, &l))) {
-		say(why, whylen, "cannot list %s: %s", basedir, strerror(-rc));
+	if ((rc = list_dir(src, &l))) {
+		say(why, whylen, "cannot list %s: %s", src, strerror(-rc));
 		return -1;
 	}
 	for (size_t i = 0; i < l.n && !rc; i++) {
-		fmt_path(src, sizeof(src), "%s/%s", basedir, l.v[i]);
-		fmt_path(dst, sizeof(dst), "%s/%s", dir, l.v[i]);
-		if ((rc = copy_in(src, dst)))
-			say(why, whylen, "link %s: %s", src, strerror(-rc));
+		fmt_path(from, sizeof(from), "%s/%s", src, l.v[i]);
+		fmt_path(to, sizeof(to), "%s/%s", dst, l.v[i]);
+		if (!lstat(from, &st) && S_ISDIR(st.st_mode)) {
+			rc = link_tree(from, to, why, whylen);
+			continue;
+		}
+		if ((rc = copy_in(from, to)))
+			say(why, whylen, "link %s: %s", from, strerror(-rc));
 	}
 	names_free(&l);
-	if (rc)
-		return -1;
-	if ((rc = list_dir(casedir, &l))) {
-		say(why, whylen, "cannot list %s", casedir);
+	return rc ? -1 : 0;
+}
+
+/* Overlay the files under src on dst, each as a new file (never written
+ * through a link into the base); a subdirectory of src overlays the
+ * directory of its name, created when the base has none.  top: src is the
+ * case directory, whose expected, setup and base are not overlaid. */
+static int overlay_tree(const char *src, const char *dst, bool top, char *why,
+			size_t whylen)
+{
+	char from[PATH_MAX], to[PATH_MAX];
+	struct stat st;
+	names l;
+	int rc;
+
+	if ((rc = list_dir(src, &l))) {
+		say(why, whylen, "cannot list %s", src);
 		return -1;
 	}
 	for (size_t i = 0; i < l.n && !rc; i++) {
-		if (!strcmp(l.v[i], "expected") || !strcmp(l.v[i], "setup") ||
-		    !strcmp(l.v[i], "base"))
+		if (top &&
+		    (!strcmp(l.v[i], "expected") || !strcmp(l.v[i], "setup") ||
+		     !strcmp(l.v[i], "base")))
 			continue;
-		fmt_path(src, sizeof(src), "%s/%s", casedir, l.v[i]);
-		fmt_path(dst, sizeof(dst), "%s/%s", dir, l.v[i]);
-		/* a new inode: the base's file stays untouched */
-		if (unlink(dst) && errno != ENOENT)
+		fmt_path(from, sizeof(from), "%s/%s", src, l.v[i]);
+		fmt_path(to, sizeof(to), "%s/%s", dst, l.v[i]);
+		if (!lstat(from, &st) && S_ISDIR(st.st_mode)) {
+			if (mkdir(to, 0755) && errno != EEXIST) {
+				say(why, whylen, "mkdir %s: %s", to,
+				    strerror(errno));
+				rc = -1;
+			} else {
+				rc = overlay_tree(from, to, false, why, whylen);
+			}
+			continue;
+		}
+		if (unlink(to) && errno != ENOENT)
 			rc = -errno;
 		if (!rc)
-			rc = copy_file(src, dst);
+			rc = copy_file(from, to);
 		if (rc)
-			say(why, whylen, "overlay %s: %s", src, strerror(-rc));
+			say(why, whylen, "overlay %s: %s", from, strerror(-rc));
 	}
 	names_free(&l);
-	if (rc)
+	return rc ? -1 : 0;
+}
+
+/* dir := base fixture (basedir; base: its absolute path) + the case's
+ * files, subdirectories included; then setup. */
+static int assemble(const char *casedir, const char *dir, const char *basedir,
+		    const char *base, char *why, size_t whylen)
+{
+	char src[PATH_MAX];
+
+	if (link_tree(basedir, dir, why, whylen) ||
+	    overlay_tree(casedir, dir, true, why, whylen))
 		return -1;
 	fmt_path(src, sizeof(src), "%s/setup", casedir);
 	return apply_setup(src, dir, base, why, whylen);

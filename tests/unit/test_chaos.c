@@ -412,7 +412,11 @@ static void run_path(struct outcome *o)
 	}
 	if (!rc) {
 		o->stage = ST_OPEN;
-		rc = flx_ckpt_open(ckpt_dir, &c, &o->err);
+		rc = flx_ckpt_open_with(
+		    ckpt_dir,
+		    &(flx_ckpt_opts){.split_rule = flx_spec_split_rule,
+				     .split_ctx = &s},
+		    &c, &o->err);
 	}
 	if (!rc) {
 		o->stage = ST_PLAN;

@@ -171,7 +171,7 @@ static void dump(struct sbuf *b, const flx_pv *v, int depth)
 		puts_(b, ")");
 		break;
 	case FLX_PV_OBJ:
-		puts_(b, v->u.obj.newobj ? "O(" : "R(");
+		puts_(b, v->newobj ? "O(" : "R(");
 		dump(b, v->u.obj.cls, depth + 1);
 		puts_(b, ";");
 		dump(b, v->u.obj.args, depth + 1);
@@ -242,7 +242,7 @@ static const flx_pv *args(const flx_pv *v)
 
 static bool is_newobj(const flx_pv *v)
 {
-	return v && v->kind == FLX_PV_OBJ && v->u.obj.newobj;
+	return v && v->kind == FLX_PV_OBJ && v->newobj;
 }
 
 static int load(const void *buf, size_t len, flx_pickle **p, flx_error *e)
@@ -615,7 +615,7 @@ static void test_binary_opcodes(void)
 	r = ROOT("\x80\x04\x8c\x01m\x8c\x01"
 		 "c\x93)}\x92.",
 		 &p);
-	CHECK(flx_pv_is_obj_of(r, "c") && r->u.obj.newobj);
+	CHECK(flx_pv_is_obj_of(r, "c") && r->newobj);
 	flx_pickle_free(p);
 	/* a list that contains itself (memo cycle) stays a plain graph */
 	r = ROOT("\x80\x04]\x94h\x00"

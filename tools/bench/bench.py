@@ -58,8 +58,12 @@ against a baseline taken in the same run (median of --runs, min and max):
   scale    (not in the default list) mounts of DCP checkpoints of 100k
            and 1M chunks (6M with FLEXFS_BENCH_SCALE_6M=1) vs Python's
            pickle.load of the same .metadata; metadata MB/s; peak RSS per
-           chunk; a rank file of 1 KiB items vs the same bytes in 4 MiB
-           items (scale.py, gen_scale.py)
+           chunk; the same for a Paddle Flex and a Megatron torch_dist
+           checkpoint of 1M chunks (vs pickle.load of their metadata) and a
+           MindSpore checkpoint of 4,096 ranks (vs python3-protobuf's parse
+           of its strategy, and of the strategy plus every rank file;
+           scale_fmt.py, gen_scale_fmt.py); a rank file of 1 KiB items vs
+           the same bytes in 4 MiB items (scale.py, gen_scale.py)
   mpi      (not in the default list) flexfs-materialize of ranks/ at tp=4:
            one process vs mpirun -np 1, 2, 4 (GB/s written, per-rank rate)
   mpi      (not in the default list) the distributed mount: remote-fetch

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+import scale_fmt
+
 here = os.path.dirname(os.path.abspath(__file__))
 GEN = os.path.join(here, "gen_scale.py")
 PY = "/usr/bin/python3"
@@ -133,6 +135,7 @@ def fig_scale(ctx, b):
     for name, t, r in sizes:
         info = ensure(ctx, b, name, t, r, 4, "repeat")
         rows += fig_mounts(ctx, b, info)
+    rows += scale_fmt.fig_scale_fmt(ctx, b)
     rows += fig_items(ctx, b)
     return rows
 
