@@ -918,9 +918,24 @@ int flx_plan_build_all(const flx_ckpt *ckpt, const flx_spec *spec,
 		goto out;
 	}
 	p->facts = 0;
-	for (size_t i = 0; i < spec->nfacts; i++)
-		if (flx_ckpt_fact_true(ckpt, spec->facts[i]))
+	for (size_t i = 0; i < spec->nfacts; i++) {
+		flx_fact f;
+		int r = flx_ckpt_fact(ckpt, spec->facts[i], &f);
+
+		/* a rule's "when" names a fact the checkpoint does not tell:
+		 * refused, never taken as false (docs/facts.md) */
+		if (r == -ENODATA) {
+			rc = flx_error_set(err, -EINVAL, NULL, spec->facts[i],
+					   "a rule's \"when\" names it: %s",
+					   f.type == FLX_FACT_TEXT && f.v.s
+					       ? f.v.s
+					       : "the checkpoint does not "
+						 "tell it");
+			goto out;
+		}
+		if (!r && f.type == FLX_FACT_BOOL && f.v.b)
 			p->facts |= 1u << i;
+	}
 	rc = spec->tp > 1 && any_groups(spec) ? build_regroup(p, &pc, err) : 0;
 	if (rc)
 		goto out;

@@ -433,12 +433,14 @@ int flx_ckpt_opt_set(flx_opt_vals *vals, const char *name, const char *value,
  * The fact name of c's source (flx_fact), asked of the source's hook.
  * Thread-safe.
  * @return 0 and *out, or -ENOENT when the source does not know it (or
- *         has no facts).
+ *         has no facts), or -ENODATA when it is a fact of the source that
+ *         this checkpoint does not tell: *out is then a FLX_FACT_TEXT
+ *         saying why and which option states it (docs/facts.md).
  */
 int flx_ckpt_fact(const flx_ckpt *c, const char *name, flx_fact *out);
 
 /** Whether c's source says fact name is a true bool (false when it
- * does not know it).  Thread-safe. */
+ * does not know it or the checkpoint does not tell it).  Thread-safe. */
 bool flx_ckpt_fact_true(const flx_ckpt *c, const char *name);
 
 /** The pointer fact name of c (the source's own description), or NULL

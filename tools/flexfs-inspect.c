@@ -318,7 +318,10 @@ static void print_megatron(const flx_ckpt *c)
 	       (long long)m->num_layers, (long long)m->hidden_size,
 	       (long long)m->num_attention_heads,
 	       (long long)m->num_query_groups, (long long)m->ffn_hidden_size,
-	       m->swiglu == 1 ? " (SwiGLU)" : "",
+	       m->swiglu != 1	    ? ""
+	       : m->swiglu_inferred ? " (SwiGLU, from fc1's saved chunks)"
+	       : m->swiglu_stated   ? " (SwiGLU, from -o megatron_swiglu)"
+				    : " (SwiGLU)",
 	       (long long)m->padded_vocab_size, (long long)m->num_experts,
 	       (long long)m->tensor_model_parallel_size,
 	       (long long)m->pipeline_model_parallel_size,

@@ -14,10 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LAYERS		     "decoder.layers."
-#define EXPERTS		     "mlp.experts.experts."
-#define WORD_EMB	     "embedding.word_embeddings.weight"
-#define DEFAULT_DIVISIBLE_BY 128
+#define LAYERS	 "decoder.layers."
+#define EXPERTS	 "mlp.experts.experts."
+#define WORD_EMB "embedding.word_embeddings.weight"
 
 typedef flx_mlg_split split_rule;
 
@@ -165,13 +164,6 @@ static int add_item(ctx *x, item **out, const char *fmt, ...)
 	return 0;
 }
 
-static int64_t div_by(const ctx *x)
-{
-	int64_t m = flx_megatron_of(x->c)->make_vocab_size_divisible_by;
-
-	return m > 0 ? m : DEFAULT_DIVISIBLE_BY;
-}
-
 /* The vocab the tables are padded from
  * (docs/formats/megatron.md#vocabulary-padding): megatron_true_vocab, else the
  * source's args.vocab_size, else 0 (unknown: the saved rows). */
@@ -189,6 +181,43 @@ static int64_t repad(int64_t rows, int64_t m, int tp)
 	int64_t q = m * tp;
 
 	return (rows + q - 1) / q * q;
+}
+
+/*
+ * The target's padded rows from the n saved ones (key names the table):
+ * repad() of the true vocab, else of n, by make_vocab_size_divisible_by
+ * (the option, else args).  Neither stating it: the saved rows are the
+ * saving run's padding (a multiple of the unknown m x the saving tp), so
+ * at that tp with no true vocab they are the answer; anything else would
+ * be a guessed multiple (docs/facts.md).
+ */
+static int padded_rows(const flx_ckpt *c, const flx_mlg_target *tgt, int64_t n,
+		       int64_t *out, flx_error *err)
+{
+	const flx_megatron *mg = flx_megatron_of(c);
+	int64_t v = true_vocab(c, tgt), m = mg->make_vocab_size_divisible_by;
+
+	if (tgt->div_by > 0 && m > 0 && tgt->div_by != m)
+		return flx_error_set(err, -EINVAL, NULL,
+				     "megatron_vocab_divisible_by",
+				     "megatron/: %lld contradicts "
+				     "args.make_vocab_size_divisible_by %lld",
+				     (long long)tgt->div_by, (long long)m);
+	if (tgt->div_by > 0)
+		m = tgt->div_by;
+	if (m <= 0 && !v && mg->tensor_model_parallel_size == tgt->tp) {
+		*out = n;
+		return 0;
+	}
+	if (m <= 0)
+		return flx_error_set(
+		    err, -EINVAL, NULL, "args.make_vocab_size_divisible_by",
+		    "megatron/: absent from common.pt, and the vocab padding "
+		    "at tp=%d depends on it: state it with -o "
+		    "megatron_vocab_divisible_by=M",
+		    tgt->tp);
+	*out = repad(v ? v : n, m, tgt->tp);
+	return 0;
 }
 
 /* The one parameter axis (from lead) along which t's chunks are split,
@@ -263,15 +292,21 @@ static int tp_slice(ctx *x, flx_mlg_entry *e, const flx_tensor *t,
 	if (r == FLX_MLG_VOCAB) {
 		int64_t V =
 		    true_vocab(x->c, x->tgt) ? true_vocab(x->c, x->tgt) : n;
-		int64_t P = repad(V, div_by(x), T), R = P / T, a = x->tp * R;
-		int64_t have = a < n ? (a + R < n ? R : n - a) : 0;
+		int64_t P, R, a, have;
 		uint64_t row = flx_dtype_size(t->dtype);
+		int rc;
 
 		if (V > n)
 			return fail(x, t->fqn,
 				    "true vocab %lld is larger than the saved "
 				    "%lld rows",
 				    (long long)V, (long long)n);
+		rc = padded_rows(x->c, x->tgt, n, &P, x->err);
+		if (rc)
+			return rc;
+		R = P / T;
+		a = x->tp * R;
+		have = a < n ? (a + R < n ? R : n - a) : 0;
 		for (int d = 1; d < nd; d++)
 			row *= (uint64_t)e->shape[d];
 		e->shape[0] = R;
@@ -655,14 +690,11 @@ int flx_mlg_padded_vocab(const flx_ckpt *c, const flx_mlg_target *tgt,
 			 int64_t *out, flx_error *err)
 {
 	const flx_tensor *t = flx_ckpt_find(c, WORD_EMB);
-	int64_t m = flx_megatron_of(c)->make_vocab_size_divisible_by;
 
 	if (!t || t->ndim < 1)
 		return flx_error_set(err, -EINVAL, NULL, WORD_EMB,
 				     "megatron/: no word embedding");
-	*out = repad(true_vocab(c, tgt) ? true_vocab(c, tgt) : t->shape[0],
-		     m > 0 ? m : DEFAULT_DIVISIBLE_BY, tgt->tp);
-	return 0;
+	return padded_rows(c, tgt, t->shape[0], out, err);
 }
 
 /* Items of every model key, then the tied output layer. */
@@ -705,6 +737,41 @@ static int collect(ctx *x)
 		}
 	}
 	return rc;
+}
+
+/* Whether te names give the experts as TEGroupedMLP's: args.moe_grouped_gemm,
+ * else -o megatron_grouped_gemm= (contradicting the args: refused); neither
+ * with expert tensors to name: refused, the keys are the same either way
+ * (docs/facts.md). */
+static int grouped_experts(const flx_ckpt *c, const flx_mlg_target *tgt,
+			   bool *out, flx_error *err)
+{
+	int a = flx_megatron_of(c)->moe_grouped_gemm;
+	bool experts = false;
+
+	*out = false;
+	if (!tgt->te)
+		return 0;
+	if (a >= 0 && tgt->grouped >= 0 && a != tgt->grouped)
+		return flx_error_set(
+		    err, -EINVAL, NULL, "megatron_grouped_gemm",
+		    "megatron/: '%s' contradicts "
+		    "args.moe_grouped_gemm (%s)",
+		    tgt->grouped ? "on" : "off", a ? "True" : "False");
+	if (a < 0)
+		a = tgt->grouped;
+	for (size_t i = 0; i < c->ntensors && a < 0 && !experts; i++)
+		experts = flx_mlg_is_model_key(c->tensors[i].fqn) &&
+			  strstr(c->tensors[i].fqn, EXPERTS);
+	if (experts)
+		return flx_error_set(err, -EINVAL, NULL,
+				     "args.moe_grouped_gemm",
+				     "megatron/: absent from common.pt, and "
+				     "the experts' te names depend on it: "
+				     "state it with -o "
+				     "megatron_grouped_gemm=on|off");
+	*out = a == 1;
+	return 0;
 }
 
 int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
@@ -750,15 +817,17 @@ int flx_mlg_rank(const flx_ckpt *c, const flx_mlg_target *tgt, int tp, int pp,
 				    "megatron/: absent from common.pt, and "
 				    "the saved chunks of %s do not show "
 				    "whether fc1 is SwiGLU (its split would "
-				    "differ): a common.pt whose args state it "
-				    "is needed",
+				    "differ): state it with -o "
+				    "megatron_swiglu=on|off",
 				    f);
 		}
 	}
 	x.moe = !flx_ckpt_find(c, LAYERS "mlp.linear_fc1.weight") &&
 		(flx_megatron_of(c)->num_experts > 0 ||
 		 flx_ckpt_find(c, LAYERS "mlp.router.weight"));
-	x.grouped = tgt->te && flx_megatron_of(c)->moe_grouped_gemm == 1;
+	rc = grouped_experts(c, tgt, &x.grouped, err);
+	if (rc)
+		return rc;
 	if (x.nep > 1 && !x.moe)
 		return flx_error_set(err, -EINVAL, NULL, "megatron_ep",
 				     "megatron/: expert parallel size %d, but "
@@ -793,7 +862,7 @@ void flx_mlg_free(flx_mlg_entry *e, size_t n)
 
 /* ---- the megatron/ layout's options ---- */
 
-/* megatron_true_vocab: a positive vocab size up to 2^40. */
+/* megatron_true_vocab, megatron_vocab_divisible_by: 1 to 2^40. */
 static int check_vocab(const flx_opt *o, const char *value, uint64_t *num,
 		       flx_error *err)
 {
@@ -802,7 +871,7 @@ static int check_vocab(const flx_opt *o, const char *value, uint64_t *num,
 
 	if (!value || !*value || *end || v <= 0 || v > (1ll << 40))
 		return flx_error_set(err, -EINVAL, NULL, o->name,
-				     "expected a positive vocab size, "
+				     "expected a number from 1 to 2^40, "
 				     "got '%s'",
 				     value ? value : "");
 	*num = (uint64_t)v;
@@ -826,6 +895,7 @@ static int check_size(const flx_opt *o, const char *value, uint64_t *num,
 }
 
 static const char *const spec_choices[] = {"local", "te", NULL};
+static const char *const onoff_choices[] = {"off", "on", NULL};
 
 static const flx_opt mlg_opts[] = {
     {.name = "megatron_spec",
@@ -842,6 +912,20 @@ static const flx_opt mlg_opts[] = {
      .help = "the tokenizer's vocab size: megatron/ pads the vocab to a "
 	     "multiple of it",
      .check = check_vocab},
+    {.name = "megatron_vocab_divisible_by",
+     .type = FLX_OPT_UINT,
+     .metavar = "M",
+     .def = "args.make_vocab_size_divisible_by",
+     .help = "make_vocab_size_divisible_by of the saving run, for "
+	     "megatron/'s vocab padding when its args do not say",
+     .check = check_vocab},
+    {.name = "megatron_grouped_gemm",
+     .type = FLX_OPT_CHOICE,
+     .metavar = "on|off",
+     .def = "args.moe_grouped_gemm",
+     .help = "whether the experts are TEGroupedMLP's, for megatron_spec=te "
+	     "when the args do not say",
+     .choices = onoff_choices},
     {.name = "megatron_ep",
      .type = FLX_OPT_UINT,
      .metavar = "N",
@@ -863,7 +947,7 @@ const flx_opt_group flx_mlg_opt_group = {
 
 flx_mlg_target flx_mlg_target_of(const flx_spec *s)
 {
-	flx_mlg_target t = {.tp = s->tp, .pp = s->pp};
+	flx_mlg_target t = {.tp = s->tp, .pp = s->pp, .grouped = -1};
 	uint64_t v;
 
 	if (!flx_opt_u64(&s->opts, "megatron_ep", &v))
@@ -874,5 +958,9 @@ flx_mlg_target flx_mlg_target_of(const flx_spec *s)
 		t.te = v == 1;
 	if (!flx_opt_u64(&s->opts, "megatron_true_vocab", &v))
 		t.true_vocab = (int64_t)v;
+	if (!flx_opt_u64(&s->opts, "megatron_vocab_divisible_by", &v))
+		t.div_by = (int64_t)v;
+	if (!flx_opt_u64(&s->opts, "megatron_grouped_gemm", &v))
+		t.grouped = (int)v;
 	return t;
 }

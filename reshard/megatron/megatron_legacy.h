@@ -105,10 +105,17 @@ typedef struct flx_mlg_target {
 	 * args.vocab_size, or when that is unknown too the saved table's
 	 * rows stand for it */
 	int64_t true_vocab;
+	/* make_vocab_size_divisible_by (megatron_vocab_divisible_by); 0: the
+	 * source's args */
+	int64_t div_by;
+	/* TEGroupedMLP experts (megatron_grouped_gemm): 0, 1, -1 the
+	 * source's args.moe_grouped_gemm */
+	int grouped;
 } flx_mlg_target;
 
 /* The megatron/ layout's options: megatron_spec, megatron_true_vocab,
- * megatron_ep, megatron_vp. */
+ * megatron_vocab_divisible_by, megatron_grouped_gemm, megatron_ep,
+ * megatron_vp. */
 extern const flx_opt_group flx_mlg_opt_group;
 
 /** The target the spec's tp, pp and the layout's options (in s->opts)
@@ -117,8 +124,13 @@ flx_mlg_target flx_mlg_target_of(const flx_spec *s);
 
 /**
  * The padded vocab size of the target (what args.padded_vocab_size says):
- * the source's word embedding rows re-padded for tgt->tp.
- * @return 0 and *out, or -EINVAL with err (no word embedding).
+ * the source's word embedding rows re-padded for tgt->tp.  The multiple
+ * is tgt->div_by, else args.make_vocab_size_divisible_by; with neither,
+ * only a target at the saving run's tp with no true vocab is certain (the
+ * saved rows), any other is refused naming megatron_vocab_divisible_by
+ * (docs/facts.md); so is a tgt->div_by that contradicts the args.
+ * @return 0 and *out, or -EINVAL with err (no word embedding, a fact
+ *         absent or contradicted).
  */
 int flx_mlg_padded_vocab(const flx_ckpt *c, const flx_mlg_target *tgt,
 			 int64_t *out, flx_error *err);

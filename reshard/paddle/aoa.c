@@ -2689,6 +2689,42 @@ static int emit(cc *c, const var *v)
 	return rc;
 }
 
+/*
+ * The key-value groups of a Megatron source's attention for fused_qkv
+ * (docs/facts.md): args.num_query_groups under group_query_attention,
+ * the heads without it; group_query_attention absent: whichever of the
+ * two linear_qkv's rows ((heads + 2 groups) x kv_channels) fit, when
+ * exactly one does; else 0 (unknown: a statement that needs it is
+ * refused, naming -o aoa_num_key_value_groups=).
+ */
+static int64_t megatron_groups(const flx_ckpt *src, const flx_megatron *m,
+			       int64_t heads)
+{
+	static const char suf[] = "self_attention.linear_qkv.weight";
+	const size_t k = sizeof(suf) - 1;
+	int64_t g = m->num_query_groups, kv = m->kv_channels, rows = -1;
+
+	if (m->group_query_attention == 0)
+		return heads;
+	if (m->group_query_attention == 1)
+		return g > 0 ? g : 0;
+	if (heads <= 0 || g <= 0 || kv <= 0)
+		return 0;
+	if (g == heads)
+		return g;
+	for (size_t i = 0; i < src->ntensors && rows < 0; i++) {
+		const flx_tensor *t = &src->tensors[i];
+		size_t len = strlen(t->fqn);
+
+		if (len >= k && !strcmp(t->fqn + len - k, suf) && t->ndim >= 2)
+			rows = t->shape[t->ndim - 2];
+	}
+	if (rows < 0 ||
+	    (rows == (heads + 2 * g) * kv) == (rows == 3 * heads * kv))
+		return 0;
+	return rows == 3 * heads * kv ? heads : g;
+}
+
 int flx_aoa_compile(const flx_aoa *a, const flx_ckpt *src,
 		    const flx_aoa_opts *o, flx_aoa_prog **out, flx_error *err)
 {
@@ -2703,14 +2739,8 @@ int flx_aoa_compile(const flx_aoa *a, const flx_ckpt *src,
 	c.src_tp = o && o->src_tp > 0 ? o->src_tp : 0;
 	if (mg && !c.heads && mg->num_attention_heads > 0)
 		c.heads = mg->num_attention_heads;
-	if (mg && !c.groups) {
-		const flx_megatron *m = mg;
-
-		c.groups =
-		    m->group_query_attention == 1 && m->num_query_groups > 0
-			? m->num_query_groups
-			: c.heads;
-	}
+	if (mg && !c.groups)
+		c.groups = megatron_groups(src, mg, c.heads);
 	c.p = calloc(1, sizeof(*c.p));
 	if (!c.p)
 		return flx_error_default(err, -ENOMEM, a->origin);

@@ -895,6 +895,8 @@ bad:
 			     value ? value : "");
 }
 
+static const char *const swiglu_choices[] = {"off", "on", NULL};
+
 static const flx_opt mcore_opts[] = {
     {.name = "megatron_iter",
      .type = FLX_OPT_UINT,
@@ -903,6 +905,13 @@ static const flx_opt mcore_opts[] = {
      .help = "the iteration of a Megatron save directory to read",
      .check = check_iter,
      .flags = FLX_OPT_BARE},
+    {.name = FLX_MEGATRON_SWIGLU_OPT,
+     .type = FLX_OPT_CHOICE,
+     .metavar = "on|off",
+     .def = "args.swiglu, else what fc1's saved chunks show",
+     .help = "whether linear_fc1 is SwiGLU ([gate; up]), for a checkpoint "
+	     "whose args do not say; refused when it contradicts them",
+     .choices = swiglu_choices},
 };
 
 const flx_opt_group flx_mcore_opts = {
@@ -923,6 +932,15 @@ int flx_mcore_fact(const flx_ckpt *c, const char *name, flx_fact *out)
 	if (!strcmp(name, FLX_FACT_MEGATRON)) {
 		*out = (flx_fact){.type = FLX_FACT_PTR, .v.p = m};
 		return 0;
+	}
+	if (!strcmp(name, "swiglu") && m->swiglu < 0 && m->has_fc1) {
+		/* docs/facts.md: never a guessed split */
+		*out =
+		    (flx_fact){.type = FLX_FACT_TEXT,
+			       .v.s = "absent from the args and not shown by "
+				      "fc1's saved chunks: state it with "
+				      "-o " FLX_MEGATRON_SWIGLU_OPT "=on|off"};
+		return -ENODATA;
 	}
 	if (!strcmp(name, "swiglu")) {
 		*out = (flx_fact){.type = FLX_FACT_BOOL, .v.b = m->swiglu == 1};
@@ -1047,9 +1065,46 @@ static void infer_swiglu(flx_ckpt *c, flx_megatron *m)
 	}
 }
 
-int flx_mcore_finish(flx_build *b, const char *kind, bool objects_bare,
-		     flx_error *err)
+int flx_mcore_state_swiglu(const flx_opt_vals *vals, flx_megatron *m,
+			   const char *proof, flx_error *err)
 {
+	uint64_t v;
+
+	if (flx_opt_u64(vals, FLX_MEGATRON_SWIGLU_OPT, &v))
+		return 0;
+	if (m->swiglu >= 0 && (uint64_t)m->swiglu != v)
+		return flx_error_set(
+		    err, -EINVAL, NULL, FLX_MEGATRON_SWIGLU_OPT,
+		    "'%s' contradicts %s (%s)", swiglu_choices[v], proof,
+		    m->swiglu ? "SwiGLU" : "not SwiGLU");
+	if (m->swiglu < 0) {
+		m->swiglu = (int)v;
+		m->swiglu_stated = true;
+	}
+	return 0;
+}
+
+/* Whether c has a model linear_fc1 weight (dense or an expert's). */
+static bool any_fc1(const flx_ckpt *c)
+{
+	static const char suf[] = "linear_fc1.weight";
+	const size_t k = sizeof(suf) - 1;
+
+	for (size_t i = 0; i < c->ntensors; i++) {
+		const char *f = c->tensors[i].fqn;
+		size_t len = strlen(f);
+
+		if (len >= k && !strcmp(f + len - k, suf) &&
+		    strncmp(f, "optimizer.", 10) && strncmp(f, "chained_", 8))
+			return true;
+	}
+	return false;
+}
+
+int flx_mcore_finish(flx_build *b, const char *kind, bool objects_bare,
+		     const flx_ckpt_opts *o, flx_error *err)
+{
+	bool from_args;
 	flx_ckpt *c = flx_build_ckpt(b);
 	flx_megatron *m = flx_pool_alloc(&c->pool, sizeof(*m));
 	int rc;
@@ -1064,10 +1119,19 @@ int flx_mcore_finish(flx_build *b, const char *kind, bool objects_bare,
 	m->objects_bare = objects_bare;
 	c->src_state = m;
 	mark_stacked(c);
+	m->has_fc1 = any_fc1(c);
+	from_args = m->swiglu >= 0;
 	/* torch_dist: each saved chunk is one sharded tensor of one rank
 	 * (zarr's are its own grid's) */
 	if (m->swiglu < 0 && !strcmp(kind, "torch_dist"))
 		infer_swiglu(c, m);
+	rc = flx_mcore_state_swiglu(o ? o->vals : NULL, m,
+				    from_args
+					? "args.swiglu of the common state"
+					: "what linear_fc1's saved chunks show",
+				    err);
+	if (rc)
+		return rc;
 	return set_writer(c, kind);
 }
 
@@ -1085,7 +1149,7 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	if (!rc)
 		rc = flx_dcp_load(b, o, &dopts, err);
 	if (!rc)
-		rc = flx_mcore_finish(b, "torch_dist", false, err);
+		rc = flx_mcore_finish(b, "torch_dist", false, o, err);
 	return rc;
 }
 

@@ -8,7 +8,10 @@
  * facts (flx_megatron_of()), and the save directory's tracker file.
  *
  * Facts of these sources: "megatron" (a pointer to flx_megatron),
- * "swiglu" (bool: args.swiglu is set).
+ * "swiglu" (bool: whether linear_fc1 is SwiGLU, from args.swiglu, else
+ * fc1's saved chunks, else -o megatron_swiglu=; when none of them tells
+ * and the model has an fc1 the hook answers -ENODATA with a text naming
+ * the option, see flx_ckpt_fact()).
  */
 
 #include "ckpt.h"
@@ -48,6 +51,12 @@ typedef struct flx_megatron {
 	/* swiglu was absent from args and decided from fc1's saved chunks
 	 * (torch_dist: each TP rank's W and V row ranges) */
 	bool swiglu_inferred;
+	/* swiglu was absent from args, the chunks did not tell, and
+	 * -o megatron_swiglu= stated it */
+	bool swiglu_stated;
+	/* the model has a linear_fc1 weight (dense or expert): swiglu
+	 * decides how it splits */
+	bool has_fc1;
 	int group_query_attention;
 	int untie_embeddings_and_output_weights;
 	int add_bias_linear;
@@ -81,6 +90,9 @@ typedef struct flx_megatron {
 	 * latest_checkpointed_iteration.txt says "release" (its release/) */
 	bool release;
 } flx_megatron;
+
+/* The option that states args.swiglu when the checkpoint does not. */
+#define FLX_MEGATRON_SWIGLU_OPT "megatron_swiglu"
 
 /* The name of the pointer fact that is a flx_megatron. */
 #define FLX_FACT_MEGATRON "megatron"

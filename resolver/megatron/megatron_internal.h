@@ -48,7 +48,18 @@ int flx_mcore_config(flx_build *b, const char *backend, int64_t *mtime_ns,
  * @return 0, or -errno with err.
  */
 int flx_mcore_finish(flx_build *b, const char *kind, bool objects_bare,
-		     flx_error *err);
+		     const flx_ckpt_opts *o, flx_error *err);
+
+/**
+ * -o megatron_swiglu= against what the checkpoint says of SwiGLU:
+ * m->swiglu (0 or 1 from proof, a phrase naming where it was read or
+ * inferred, or -1 unknown).  Not given: nothing.  Given and m->swiglu
+ * unknown: m->swiglu takes it (m->swiglu_stated).  Given and different
+ * from m->swiglu: refused (docs/facts.md).  Thread-safe on distinct m.
+ * @return 0, or -EINVAL with err naming the option and proof.
+ */
+int flx_mcore_state_swiglu(const flx_opt_vals *vals, flx_megatron *m,
+			   const char *proof, flx_error *err);
 
 /**
  * Interpret a Megatron state dict (a dict: iteration, checkpoint_version,
@@ -60,7 +71,8 @@ int flx_mcore_finish(flx_build *b, const char *kind, bool objects_bare,
 int flx_mcore_interpret_state(const char *file, const flx_pv *state,
 			      flx_megatron *m, flx_error *err);
 
-/* The sources' options (megatron_iter), facts and fact hook. */
+/* The sources' options (megatron_iter, megatron_swiglu), facts and fact
+ * hook. */
 extern const flx_opt_group flx_mcore_opts;
 extern const char *const flx_mcore_facts[];
 int flx_mcore_fact(const flx_ckpt *c, const char *name, flx_fact *out);

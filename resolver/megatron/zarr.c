@@ -627,7 +627,6 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	zs z = {.b = b, .c = flx_build_ckpt(b), .err = err};
 	int rc;
 
-	(void)o;
 	rc = flx_mcore_config(b, KIND, &z.c->mtime_ns, err);
 	if (!rc)
 		rc = list_all(&z);
@@ -635,7 +634,7 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 		rc = load_keys(&z);
 	flx_build_names_from(b, "the key directories", "the key directories");
 	if (!rc)
-		rc = flx_mcore_finish(b, KIND, true, err);
+		rc = flx_mcore_finish(b, KIND, true, o, err);
 	for (size_t i = 0; i < z.l.n; i++)
 		free(z.l.v[i]);
 	free(z.l.v);

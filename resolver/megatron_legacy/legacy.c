@@ -895,11 +895,16 @@ static const rec *find_rec(const ld *x, const char *key, int tp, int pp, int ep)
 	return NULL;
 }
 
-/* SwiGLU: args.swiglu, else fc1's rows against args.ffn_hidden_size;
- * tied embeddings: args, else (pp 1) whether output_layer.weight exists. */
-static int shape_facts(ld *x)
+/* SwiGLU: args.swiglu, else fc1's rows (a dense fc1's, else an expert's)
+ * against args.ffn_hidden_size (args.moe_ffn_hidden_size), else
+ * -o megatron_swiglu= (a stated value that contradicts the first two is
+ * refused); no fc1: nothing it could split, 0.  Tied embeddings: args,
+ * else (pp 1) whether output_layer.weight exists. */
+static int shape_facts(ld *x, const flx_opt_vals *vals)
 {
 	const rec *fc1 = NULL, *out = NULL;
+	const char *proof = "args.swiglu";
+	int rc;
 
 	int64_t ffn = x->m->ffn_hidden_size;
 	const char *ffn_arg = "args.ffn_hidden_size";
@@ -917,20 +922,29 @@ static int shape_facts(ld *x)
 				ffn_arg = "args.moe_ffn_hidden_size";
 			}
 		}
-	x->swiglu = x->m->swiglu;
-	if (x->swiglu < 0 && fc1) {
+	if (x->m->swiglu < 0 && fc1) {
 		int64_t rows = fc1->p.size[0] * x->TP;
 
+		proof = ffn == x->m->ffn_hidden_size
+			    ? "linear_fc1's rows against args.ffn_hidden_size"
+			    : "the experts' linear_fc1 rows against "
+			      "args.moe_ffn_hidden_size";
 		if (ffn > 0 && rows == 2 * ffn)
-			x->swiglu = 1;
+			x->m->swiglu = 1;
 		else if (ffn > 0 && rows == ffn)
-			x->swiglu = 0;
-		else
-			return fail(x, x->rk[0].rel, "args.swiglu",
-				    "absent, and linear_fc1's %lld rows do not "
-				    "tell (%s %lld)",
-				    (long long)rows, ffn_arg, (long long)ffn);
+			x->m->swiglu = 0;
 	}
+	rc = flx_mcore_state_swiglu(vals, x->m, proof, x->err);
+	if (rc)
+		return rc;
+	x->swiglu = x->m->swiglu;
+	if (x->swiglu < 0 && fc1)
+		return fail(x, x->rk[0].rel, "args.swiglu",
+			    "absent, and linear_fc1's %lld rows do not "
+			    "tell (%s %lld): state it with -o "
+			    "megatron_swiglu=on|off",
+			    (long long)(fc1->p.size[0] * x->TP), ffn_arg,
+			    (long long)ffn);
 	if (x->swiglu < 0)
 		x->swiglu = 0;
 	x->m->swiglu = x->swiglu;
@@ -1315,7 +1329,6 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	ld x = {.b = b, .c = flx_build_ckpt(b), .err = err};
 	int rc;
 
-	(void)o;
 	rc = list_ranks(&x);
 	if (!rc)
 		rc = read_models(&x);
@@ -1326,7 +1339,7 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	if (!rc)
 		rc = moe_layout(&x);
 	if (!rc)
-		rc = shape_facts(&x);
+		rc = shape_facts(&x, o ? o->vals : NULL);
 	if (!rc)
 		rc = build_tensors(&x);
 	if (!rc)

@@ -87,3 +87,83 @@ PY
 	[ -f "$MNT/index.json" ]
 	unmount_ff "$MNT"
 }
+
+# same_tree A B DIR: every file under A/DIR and B/DIR, byte for byte
+same_tree() {
+	run diff -r "$1/$3" "$2/$3"
+	echo "$output"
+	[ "$status" -eq 0 ]
+	run find "$1/$3" -type f
+	[ -n "$output" ]
+}
+
+@test "megatron: args without swiglu, chunks that do not show it (zarr): -o megatron_swiglu=on states it; megatron/ and rules=@megatron-gpt's ranks/ as with args.swiglu; without it the preset is refused naming the option" {
+	local z=$BATS_TEST_TMPDIR/zarr m2=$BATS_TEST_TMPDIR/full
+	local full=$FX/megatron-zarr/ckpt/$ITER
+	copy_common "$full" "$z" 'del c["args"].swiglu'
+	mkdir -p "$m2"
+	# the preset's fc1 rule depends on it: refused, not taken as GELU
+	mount_refused_line "$z" "tp=2,rules=@megatron-gpt" \
+		"*swiglu*when*absent from the args*-o megatron_swiglu=on|off*"
+	run "$FLEXFS_INSPECT" "$z" -o megatron_swiglu=on
+	[ "$status" -eq 0 ]
+	[[ $output == *"(SwiGLU, from -o megatron_swiglu)"* ]]
+	mount_ff "$z" "$MNT" "tp=2,pp=2,megatron_swiglu=on,rules=@megatron-gpt"
+	local pid=$FF_PID
+	mount_ff "$full" "$m2" "tp=2,pp=2,rules=@megatron-gpt"
+	same_model "$MNT" "$m2" 2 2
+	same_tree "$MNT" "$m2" ranks
+	unmount_ff "$m2"
+	FF_PID=$pid
+	unmount_ff "$MNT"
+	# off: fc1 split as a plain column-parallel linear, which differs
+	mount_ff "$z" "$MNT" "tp=2,megatron_swiglu=off,rules=@megatron-gpt"
+	pid=$FF_PID
+	mount_ff "$full" "$m2" "tp=2,rules=@megatron-gpt"
+	run cmp "$MNT/ranks/tp00/model.safetensors" "$m2/ranks/tp00/model.safetensors"
+	[ "$status" -ne 0 ]
+	unmount_ff "$m2"
+	FF_PID=$pid
+	unmount_ff "$MNT"
+}
+
+@test "megatron: -o megatron_swiglu= that contradicts args.swiglu or fc1's saved chunks is refused at mount" {
+	local d=$BATS_TEST_TMPDIR/noswiglu
+	mount_refused_line "$FX/megatron-untied/ckpt/$ITER" "megatron_swiglu=off" \
+		"*megatron_swiglu*'off' contradicts args.swiglu of the common state (SwiGLU)*"
+	copy_common "$FX/megatron-untied/ckpt/$ITER" "$d" 'del c["args"].swiglu'
+	mount_refused_line "$d" "megatron_swiglu=off" \
+		"*megatron_swiglu*'off' contradicts what linear_fc1's saved chunks show (SwiGLU)*"
+	run "$FLEXFS_INSPECT" "$d"
+	[ "$status" -eq 0 ]
+	[[ $output == *"(SwiGLU, from fc1's saved chunks)"* ]]
+	# agreeing is fine
+	mount_ff "$d" "$MNT" "megatron_swiglu=on"
+	[ -f "$MNT/index.json" ]
+	unmount_ff "$MNT"
+}
+
+@test "megatron-legacy source: args without swiglu or ffn_hidden_size: refused naming megatron_swiglu; stated, hf/ as with the args; contradicting the args: refused" {
+	local src=$FX/megatron-legacy-tp2pp2/ckpt/$ITER d=$BATS_TEST_TMPDIR/legacy
+	local m2=$BATS_TEST_TMPDIR/full
+	mount_refused_line "$src" "megatron_swiglu=off" \
+		"*megatron_swiglu*'off' contradicts args.swiglu*"
+	cp -r "$src" "$d"
+	PYTHONPATH=$MEG_STUB /usr/bin/python3 -c '
+import glob, sys, torch
+for f in glob.glob(sys.argv[1] + "/*/model_optim_rng.pt"):
+    sd = torch.load(f, map_location="cpu")
+    del sd["args"].swiglu
+    del sd["args"].ffn_hidden_size
+    torch.save(sd, f)' "$d"
+	mount_refused_line "$d" "" \
+		"*args.swiglu*absent*do not tell*-o megatron_swiglu=on|off*"
+	mkdir -p "$m2"
+	mount_ff "$d" "$MNT" "megatron_swiglu=on"
+	local pid=$FF_PID
+	mount_ff "$src" "$m2" ""
+	same_tree "$MNT" "$m2" hf
+	unmount_ff "$m2"
+	FF_PID=$pid
+	unmount_ff "$MNT"
+}

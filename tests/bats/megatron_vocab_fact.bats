@@ -1,0 +1,137 @@
+#!/usr/bin/env bats
+# SPDX-License-Identifier: MIT
+# args.make_vocab_size_divisible_by absent from common.pt (a minimal args):
+# megatron/ re-pads the vocab tables to a multiple of it x tp, so without it
+# only a target at the saving run's tp (2 here, args.vocab_size unknown) is
+# certain (the saved rows); any other gets megatron/unavailable.txt naming
+# the arg and -o megatron_vocab_divisible_by=, never a guessed 128.  A value
+# stated that contradicts the args is refused too (docs/facts.md).
+# Oracle: megatron/ of the same fixture with its full args, whose files
+# megatron_legacy.bats checks against Megatron's own layout
+# (tools/fixtures/gen_megatron.py legacy): the tensors must be equal.
+
+load helpers
+load megatron_helpers
+
+FX=$FLEXFS_SRC/tests/fixtures
+ITER=iter_0000100
+
+setup() {
+	setup_ff
+}
+
+teardown() {
+	megatron_teardown
+	teardown_ff
+}
+
+# same_model MNT_A MNT_B TP: every rank's model tensors of megatron/ equal
+# in both mounts (pp 1), and args.padded_vocab_size
+same_model() {
+	run env PYTHONPATH="$MEG_STUB" /usr/bin/python3 - "$1" "$2" "$3" <<'PY'
+import sys, torch
+a_root, b_root, tp = sys.argv[1], sys.argv[2], int(sys.argv[3])
+n = 0
+for t in range(tp):
+    f = "/megatron/iter_0000100/mp_rank_%02d/model_optim_rng.pt" % t
+    a = torch.load(a_root + f, map_location="cpu")
+    b = torch.load(b_root + f, map_location="cpu")
+    assert a["args"].padded_vocab_size == b["args"].padded_vocab_size
+    a, b = a["model"], b["model"]
+    assert list(a) == list(b), (t, list(a), list(b))
+    for k, v in a.items():
+        if v is None or not torch.is_tensor(v):
+            continue
+        assert torch.equal(v, b[k]), (t, k)
+        n += 1
+print("ok", n)
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == "ok "* ]]
+}
+
+# both D TP OPTS: megatron/ of D at tp=TP with OPTS equals the full
+# fixture's at tp=TP
+both() {
+	local m2=$BATS_TEST_TMPDIR/full
+	mkdir -p "$m2"
+	mount_ff "$1" "$MNT" "tp=$2${3:+,$3}"
+	local pid=$FF_PID
+	mount_ff "$FX/megatron-untied/ckpt/$ITER" "$m2" "tp=$2"
+	same_model "$MNT" "$m2" "$2"
+	unmount_ff "$m2"
+	FF_PID=$pid
+	unmount_ff "$MNT"
+}
+
+@test "megatron: args without make_vocab_size_divisible_by: the saving tp keeps the saved rows; another tp is refused naming megatron_vocab_divisible_by, which states it" {
+	local d=$BATS_TEST_TMPDIR/nodiv
+	copy_common "$FX/megatron-untied/ckpt/$ITER" "$d" \
+		'del c["args"].make_vocab_size_divisible_by'
+	! grep -q make_vocab_size_divisible_by "$d/common.pt"
+	both "$d" 2
+	mount_ff "$d" "$MNT" "tp=4"
+	megatron_unavailable "*args.make_vocab_size_divisible_by: megatron/: absent from common.pt, and the vocab padding at tp=4 depends on it: state it with -o megatron_vocab_divisible_by=M*"
+	[ -f "$MNT/index.json" ]
+	unmount_ff "$MNT"
+	both "$d" 4 megatron_vocab_divisible_by=128
+	both "$d" 1 megatron_vocab_divisible_by=128
+	# a true vocab needs the multiple too, even at the saving tp
+	mount_ff "$d" "$MNT" "tp=2,megatron_true_vocab=100"
+	megatron_unavailable "*args.make_vocab_size_divisible_by*megatron_vocab_divisible_by=M*"
+	unmount_ff "$MNT"
+}
+
+@test "megatron: megatron_vocab_divisible_by that contradicts args.make_vocab_size_divisible_by is refused" {
+	mount_ff "$FX/megatron-untied/ckpt/$ITER" "$MNT" "tp=2,megatron_vocab_divisible_by=64"
+	megatron_unavailable "*megatron_vocab_divisible_by: megatron/: 64 contradicts args.make_vocab_size_divisible_by 128*"
+	unmount_ff "$MNT"
+	both "$FX/megatron-untied/ckpt/$ITER" 4 megatron_vocab_divisible_by=128
+}
+
+# same_moe MNT_A MNT_B: megatron/ of tp=2,pp=1 mounts, every rank's model
+# keys and tensors equal
+same_moe() {
+	run env PYTHONPATH="$MEG_STUB" /usr/bin/python3 - "$1" "$2" <<'PY'
+import sys, torch
+n = 0
+for t in range(2):
+    f = "/megatron/iter_0000100/mp_rank_%02d/model_optim_rng.pt" % t
+    a = torch.load(sys.argv[1] + f, map_location="cpu")["model"]
+    b = torch.load(sys.argv[2] + f, map_location="cpu")["model"]
+    assert list(a) == list(b), (t, list(a), list(b))
+    assert any(".local_experts." in k for k in a), list(a)
+    for k, v in a.items():
+        if torch.is_tensor(v):
+            assert torch.equal(v, b[k]), (t, k)
+            n += 1
+print("ok", n)
+PY
+	echo "$output"
+	[ "$status" -eq 0 ]
+	[[ $output == "ok "* ]]
+}
+
+@test "megatron: megatron_spec=te, MoE, args without moe_grouped_gemm: refused naming megatron_grouped_gemm, which states it; contradicting the args: refused" {
+	local src=$FX/megatron-moe/ckpt/$ITER d=$BATS_TEST_TMPDIR/nogg m2=$BATS_TEST_TMPDIR/full
+	copy_common "$src" "$d" 'del c["args"].moe_grouped_gemm'
+	mount_ff "$d" "$MNT" "tp=2,pp=1,megatron_spec=te"
+	megatron_unavailable "*args.moe_grouped_gemm: megatron/: absent from common.pt, and the experts' te names depend on it: state it with -o megatron_grouped_gemm=on|off*"
+	unmount_ff "$MNT"
+	# the local spec does not depend on it
+	mount_ff "$d" "$MNT" "tp=2,pp=1"
+	[ -f "$MNT/megatron/latest_checkpointed_iteration.txt" ]
+	unmount_ff "$MNT"
+	mkdir -p "$m2"
+	mount_ff "$d" "$MNT" "tp=2,pp=1,megatron_spec=te,megatron_grouped_gemm=off"
+	local pid=$FF_PID
+	mount_ff "$src" "$m2" "tp=2,pp=1,megatron_spec=te"
+	same_moe "$MNT" "$m2"
+	unmount_ff "$m2"
+	FF_PID=$pid
+	unmount_ff "$MNT"
+	mount_ff "$src" "$MNT" "tp=2,pp=1,megatron_spec=te,megatron_grouped_gemm=on"
+	megatron_unavailable "*megatron_grouped_gemm: megatron/: 'on' contradicts args.moe_grouped_gemm (False)*"
+	unmount_ff "$MNT"
+}
