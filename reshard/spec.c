@@ -3,7 +3,6 @@
 
 #include "source.h"
 
-#include "dtype.h"
 #include "json_guard.h"
 #include "transform.h"
 
@@ -317,44 +316,6 @@ static int add_globs(char ***v, size_t *n, const char *key, const char *value,
 	}
 }
 
-_Static_assert(FLX_DT_COUNT <= 32, "exclude_dtypes is a 32-bit set");
-
-/* Add the ':'-separated dtype names of value (flx_dtype_from_name()) to
- * the bit set *set.  @return 0 or -EINVAL (an unknown or empty name). */
-static int add_dtypes(uint32_t *set, const char *key, const char *value,
-		      flx_error *err)
-{
-	const char *p = value;
-	char name[32];
-
-	if (!value || !*value)
-		return flx_error_set(
-		    err, -EINVAL, NULL, key,
-		    "expected dtypes separated by ':' "
-		    "(complex64:float8_e4m3fn or C64:F8_E4M3)");
-	for (;;) {
-		size_t len = strcspn(p, ":");
-		flx_dtype dt = FLX_DT_INVALID;
-
-		if (len > 0 && len < sizeof(name)) {
-			memcpy(name, p, len);
-			name[len] = '\0';
-			dt = flx_dtype_from_name(name);
-		}
-		if (dt == FLX_DT_INVALID)
-			return flx_error_set(err, -EINVAL, NULL, key,
-					     "'%.*s' is no dtype (names as "
-					     "index.json prints them, "
-					     "complex64, or as safetensors "
-					     "does, C64)",
-					     (int)(len < 64 ? len : 64), p);
-		*set |= 1u << dt;
-		if (!p[len])
-			return 0;
-		p += len + 1;
-	}
-}
-
 static int spec_set(flx_spec *s, const char *key, const char *value,
 		    flx_error *err)
 {
@@ -415,10 +376,6 @@ static int spec_set(flx_spec *s, const char *key, const char *value,
 	}
 	if (strcmp(key, "pp_renumber") == 0)
 		return flx_parse_flag(key, value, &s->pp_renumber, err);
-	if (strcmp(key, "new_dtypes") == 0)
-		return flx_parse_flag(key, value, &s->new_dtypes, err);
-	if (strcmp(key, "exclude_dtypes") == 0)
-		return add_dtypes(&s->exclude_dtypes, key, value, err);
 	if (strcmp(key, "hf_shard_size") == 0) {
 		if (flx_parse_size(value, &s->hf_shard_size))
 			return flx_error_set(err, -EINVAL, NULL, key,
@@ -479,16 +436,6 @@ static const flx_opt spec_opts[] = {
      .type = FLX_OPT_TEXT,
      .metavar = "PREFIX",
      .help = "cut PREFIX (e.g. model.) from the served names"},
-    {.name = "new_dtypes",
-     .type = FLX_OPT_FLAG,
-     .help = "keep the tensors only newer readers of a file's format "
-	     "hold (complex64 in safetensors: 0.7; uint16/32/64, float8 "
-	     "in model.pt: torch 2.1/2.3), left out by default"},
-    {.name = "exclude_dtypes",
-     .type = FLX_OPT_TEXT,
-     .metavar = "DT:DT",
-     .help = "leave the tensors of these dtypes (complex64 or C64, as "
-	     "index.json or safetensors name them) out of every file"},
 };
 
 const flx_opt_group flx_spec_opt_group = {

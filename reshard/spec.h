@@ -117,11 +117,6 @@ typedef struct flx_spec {
 	char **exclude;
 	size_t nexclude;
 	char *strip_prefix;
-	/* new_dtypes=: keep in every file the dtypes only newer readers of
-	 * its format hold (fs/formats/compat.h); exclude_dtypes=: a bit set
-	 * over flx_dtype (bit dt) of dtypes left out of every file */
-	bool new_dtypes;
-	uint32_t exclude_dtypes;
 	/* the plugins' options (the layouts' and the transforms' own, opt.h):
 	 * read by their owners by name at build time; owned */
 	flx_opt_vals opts;
@@ -157,10 +152,7 @@ void flx_spec_release(flx_spec *s);
  * flx_spec_preset_dir()), layer_regex, embed_regex,
  * pp_renumber (value NULL, "1", "0", "true", "false"), hf_shard_size
  * (bytes with optional K/M/G/T suffix, binary), include and exclude
- * (globs separated by ':'; each option adds to the list), strip_prefix,
- * new_dtypes (a flag, as pp_renumber), exclude_dtypes (dtype names as
- * index.json prints them, "complex64", or as safetensors spells them,
- * "C64", separated by ':'; each option adds to the set):
+ * (globs separated by ':'; each option adds to the list), strip_prefix:
  * flx_spec_opt_group.  A plugin's option is not one of these: the parser
  * stores it in s->opts (flx_opt_vals_set()).
  * @return 0, -EINVAL (bad value; err names the key) or -ENOENT (unknown key,

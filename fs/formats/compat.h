@@ -24,6 +24,7 @@
  */
 
 #include "dtype.h"
+#include "opt.h"
 #include "plan.h"
 #include "spec.h"
 
@@ -57,13 +58,17 @@ typedef struct flx_fmt_dtypes {
 extern const flx_fmt_dtypes flx_st_dtypes, flx_pt_dtypes, flx_npy_dtypes,
     flx_pd_dtypes, flx_ms_dtypes;
 
+/* The options of this table (-o new_dtypes, -o exclude_dtypes=DT:DT),
+ * registered in fs/plugins.c, read from flx_spec.opts by name. */
+extern const flx_opt_group flx_fmt_opt_group;
+
 /** Format f's row (f < FLX_FMT_COUNT). */
 const flx_fmt_dtypes *flx_fmt_row(flx_fmt f);
 
 /**
  * Why the files of format f leave out a tensor of dtype dt under spec s
- * (its new_dtypes= and exclude_dtypes=): a constant one-line reason, or
- * NULL when they hold it.
+ * (its new_dtypes= and exclude_dtypes=, in s->opts): a constant one-line
+ * reason, or NULL when they hold it.
  */
 const char *flx_fmt_left_out(const flx_spec *s, flx_fmt f, flx_dtype dt);
 
