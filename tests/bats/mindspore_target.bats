@@ -87,7 +87,7 @@ check_strategy() {
 	[[ $output == *" files equal" ]]
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
-	[ ! -s "$FF_ERR" ]
+	ff_quiet
 }
 
 @test "mindspore/ from dst_strategy: TP4 x DP2 with optimizer shard, protobuf and JSON" {
