@@ -124,7 +124,7 @@ static void formats_of(const flx_spec *s, flx_dtype dt, char *buf, size_t len)
 int flx_fmt_note(const flx_plan *p, char *buf, size_t len)
 {
 	const flx_spec *s = p->spec;
-	char list[240], fmts[64];
+	char list[240], fmts[64], name[80];
 	size_t count = 0, n = 0, shown = 0;
 	bool older = false, newer = false;
 
@@ -141,10 +141,12 @@ int flx_fmt_note(const flx_plan *p, char *buf, size_t len)
 		if (count++ >= 3)
 			continue;
 		formats_of(s, t->dtype, fmts, sizeof(fmts));
+		/* one printable line, as error lines are (cut if long) */
+		(void)flx_escape(t->fqn, false, name, sizeof(name));
 		if (n < sizeof(list))
 			n += (size_t)snprintf(list + n, sizeof(list) - n,
 					      "%s%s (%s: not in %s)",
-					      shown ? ", " : "", t->fqn,
+					      shown ? ", " : "", name,
 					      flx_dtype_name(t->dtype), fmts);
 		shown++;
 	}
