@@ -207,8 +207,10 @@ typedef struct flx_slicer_opts {
  * table's implicit last entry: it needs no open, start or close.
  */
 typedef struct flx_slicer_backend {
-	const char *name;   /* "cuda": the log's "slicer: cuda on ..." */
-	const char *device; /* "CUDA": "gpu=on: no usable CUDA device" */
+	const char *name; /* "cuda": the log's "slicer: cuda on ..." */
+	/* "CUDA": "gpu=on: no usable CUDA device"; NULL: the host's backend,
+	 * the fallback when no device backend opens (never tried first) */
+	const char *device;
 	/**
 	 * Open the backend for options o: 0 and *out (its backend field
 	 * pointing at this entry), why[0..n) naming the device ("device 0

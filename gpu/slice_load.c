@@ -143,16 +143,35 @@ static int dl_open(const flx_slicer_backend *be, const flx_slicer_opts *o,
 static const flx_slicer_backend cuda_backend = {"cuda", "CUDA", dl_open,
 						dl_start, dl_close};
 
-/* The device backends, best first; the CPU one comes after them. */
-static const flx_slicer_backend *const backends[] = {&cuda_backend, NULL};
+/* The CPU backend as an entry: always there, static. */
+static int cpu_open(const flx_slicer_backend *be, const flx_slicer_opts *o,
+		    const flx_slicer **out, char *line, size_t n)
+{
+	(void)be, (void)o;
+	*out = flx_slicer_cpu();
+	snprintf(line, n, "the host");
+	return 0;
+}
+
+static const flx_slicer_backend cpu_backend = {"cpu", NULL, cpu_open, NULL,
+					       NULL};
+
+/* The backends, best first: the device ones, then the host's (device
+ * NULL), which is what a mount gets when no device backend opens. */
+static const flx_slicer_backend *const backends[] = {&cuda_backend,
+						     &cpu_backend, NULL};
 
 int flx_slicer_open_from(const flx_slicer_backend *const *table,
 			 const flx_slicer_opts *o, const flx_slicer **out,
 			 char *line, size_t n)
 {
 	char why[PATH_MAX + 512] = "", next[PATH_MAX + 512];
-	const flx_slicer_backend *first = table[0];
+	const flx_slicer_backend *first = NULL;
 	int rc = 0, first_rc = 0;
+
+	for (size_t i = 0; table[i] && !first; i++)
+		if (table[i]->device)
+			first = table[i];
 
 	*out = flx_slicer_cpu();
 	if (o->mode == FLX_GPU_OFF) {
@@ -162,6 +181,9 @@ int flx_slicer_open_from(const flx_slicer_backend *const *table,
 	for (size_t i = 0; table[i]; i++) {
 		const flx_slicer *s = NULL;
 
+		/* the host's entry is the fallback below, not a device */
+		if (!table[i]->device)
+			continue;
 		next[0] = '\0';
 		rc = table[i]->open(table[i], o, &s, next, sizeof(next));
 		if (!rc) {
@@ -173,7 +195,7 @@ int flx_slicer_open_from(const flx_slicer_backend *const *table,
 				 (unsigned long long)o->min_bytes);
 			return 0;
 		}
-		if (i == 0) {
+		if (table[i] == first) {
 			memcpy(why, next, sizeof(why));
 			first_rc = rc;
 		}

@@ -97,7 +97,7 @@ static void append(char *buf, size_t cap, size_t *n, const char *fmt, ...)
 
 /* ", no MARKER (KIND)" for the sources from s on that share s's marker
  * (adjacent in flx_sources), their kinds shortened to the words they
- * share ("Megatron-Core torch_dist", "Megatron-Core zarr": "Megatron-Core").
+ * share ("Maker fmt-a", "Maker fmt-b": "Maker").
  * @return the first source past the group. */
 static const flx_source *const *list_marker(const flx_source *const *s,
 					    char *buf, size_t cap, size_t *n)
@@ -128,7 +128,7 @@ static const flx_source *const *list_marker(const flx_source *const *s,
 }
 
 /* Whether dir holds training output directories "checkpoint-<step>"
- * (Hugging Face's and PaddleFormers' Trainer): *count of them and the
+ * (as common trainers write them): *count of them and the
  * highest step into *latest. */
 static void find_step_dirs(int dirfd, size_t *count, unsigned long long *latest)
 {

@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # The core names no framework: the checkpoint index (resolver/ckpt.h,
-# resolver/index.c), the target spec and its plan and views
+# resolver/index.c and its parts resolver/index_*), the target spec and its plan and views
 # (reshard/spec.*, plan.c, view.c), the tree (fs/tree.c), the FUSE
 # adapter (fs/fuse_*.c), the option layer (mountopts/) and the option
 # tables (resolver/common/opt.*).  A framework's facts and options live in
@@ -32,7 +32,7 @@ words="$words|swiglu|aoa|flx_mlg_|flx_ms_|flx_pd_|hf_|mst_"
 files="resolver/ckpt.h resolver/index.c reshard/spec.c reshard/spec.h
 reshard/plan.c reshard/view.c fs/tree.c resolver/common/opt.c
 resolver/common/opt.h"
-files="$files $(ls fs/fuse_*.c mountopts/*)"
+files="$files $(ls fs/fuse_*.c mountopts/* resolver/index_*.[ch])"
 hits=$(for f in $files; do
 	[ -f "$f" ] || { echo "$f: missing (the list is out of date)"; continue; }
 	sed -e 's/hf_shard_size//g; s/HF_SHARD_SIZE//g' "$f" |

@@ -15,6 +15,7 @@ for f in resolver/ckpt.h resolver/index.c reshard/spec.c reshard/spec.h \
 done
 cp "$src"/fs/fuse_*.c "$tmp/fs/"
 cp "$src"/mountopts/* "$tmp/mountopts/"
+cp "$src"/resolver/index_*.[ch] "$tmp/resolver/"
 sh "$here/arch_grep.sh" "$tmp" >/dev/null
 echo '/* read as MindSpore does */' >>"$tmp/fs/tree.c"
 if sh "$here/arch_grep.sh" "$tmp" >"$tmp/out"; then
