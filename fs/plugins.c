@@ -2,6 +2,7 @@
 #include "plugins.h"
 
 #include "aoa.h"
+#include "formats/compat.h"
 #include "layout.h"
 #include "source.h"
 
@@ -9,6 +10,10 @@
 
 /* The transforms' option groups, NULL-terminated. */
 static const flx_opt_group *const flx_transforms[] = {&flx_aoa_opt_group, NULL};
+
+/* The file formats' options (which dtypes their files hold), after the
+ * layouts'. */
+static const flx_opt_group *const flx_formats[] = {&flx_fmt_opt_group, NULL};
 
 /* Every group in registry order, duplicates included (NULL: none at i);
  * *end set past the last index. */
@@ -26,6 +31,9 @@ static const flx_opt_group *nth(size_t i, bool *end)
 	for (size_t k = 0; k < flx_nlayouts; k++, n++)
 		if (n == i)
 			return flx_layouts[k]->opts;
+	for (size_t k = 0; flx_formats[k]; k++, n++)
+		if (n == i)
+			return flx_formats[k];
 	*end = true;
 	return NULL;
 }

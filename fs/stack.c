@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 #include "stack.h"
 
+#include "formats/compat.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -104,8 +106,16 @@ int flx_stack_note(const flx_stack *s, size_t i, char *buf, size_t len)
 	}
 	if (flx_aoa_prog_note(s->aoa, i, buf, len) == 0)
 		return 0;
-	return flx_plan_note(s->plan, i - flx_aoa_prog_nnotes(s->aoa), buf,
-			     len);
+	i -= flx_aoa_prog_nnotes(s->aoa);
+	for (size_t k = 0;; k++) {
+		if (flx_plan_note(s->plan, k, buf, len) == 0) {
+			if (k == i)
+				return 0;
+			continue;
+		}
+		/* k plan notes; then the tensors some formats leave out */
+		return i == k ? flx_fmt_note(s->plan, buf, len) : -ENOENT;
+	}
 }
 
 void flx_stack_free(flx_stack *s)

@@ -59,7 +59,8 @@ static inline const flx_ckpt *flx_stack_ckpt(const flx_stack *s)
  * Note i (0, 1, ... in turn) of what a built stack says once, one line
  * without a newline in buf (len bytes): the symlinked files of the source
  * that are not served, then the AOA statements that matched nothing
- * (flx_aoa_prog_note()), then the plan's notes (flx_plan_note()).
+ * (flx_aoa_prog_note()), then the plan's notes (flx_plan_note()), then
+ * the tensors some formats' files leave out (flx_fmt_note()).
  * @return 0 and buf, or -ENOENT past the last.
  */
 int flx_stack_note(const flx_stack *s, size_t i, char *buf, size_t len);

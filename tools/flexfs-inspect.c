@@ -18,6 +18,7 @@
 #include "ckpt.h"
 #include "error.h"
 #include "filter.h"
+#include "formats/compat.h"
 #include "inspect_svg.h"
 #include "megatron_legacy.h"
 #include "mountopts.h"
@@ -164,8 +165,27 @@ static void sb_local(sbuf *b, const flx_placement *pl, int tp)
 	}
 }
 
-static int fill_row(const flx_placement *pl, int tp, char **row)
+/* The DTYPE cell: the dtype, then the formats whose files leave the
+ * tensor out, "complex64 (not in safetensors)" (formats/compat.h). */
+static void sb_dtype(sbuf *b, const flx_spec *s, flx_dtype dt)
 {
+	bool any = false;
+
+	sb_printf(b, "%s", flx_dtype_name(dt));
+	for (int f = 0; f < FLX_FMT_CORE; f++) {
+		if (!flx_fmt_left_out(s, (flx_fmt)f, dt))
+			continue;
+		sb_printf(b, "%s%s", any ? ", " : " (not in ",
+			  flx_fmt_row((flx_fmt)f)->name);
+		any = true;
+	}
+	if (any)
+		sb_printf(b, ")");
+}
+
+static int fill_row(const flx_placement *pl, const flx_spec *s, char **row)
+{
+	int tp = s->tp;
 	const flx_tensor *t = pl->src;
 	size_t cap = 3 * strlen(t->fqn) + 1;
 	char *name = malloc(cap);
@@ -181,7 +201,7 @@ static int fill_row(const flx_placement *pl, int tp, char **row)
 	(void)flx_escape(t->fqn, false, name, cap);
 	sb_printf(&b[COL_FQN], "%s", name);
 	free(name);
-	sb_printf(&b[COL_DTYPE], "%s", flx_dtype_name(t->dtype));
+	sb_dtype(&b[COL_DTYPE], s, t->dtype);
 	sb_shape(&b[COL_SHAPE], t->ndim, t->shape);
 	sb_chunks(&b[COL_CHUNKS], t);
 	if (pl->undecided)
@@ -278,6 +298,8 @@ static int print_totals(const flx_ckpt *c, const flx_plan *p)
 	       p->spec->rules_path ? p->spec->rules_path : "none", h2, lo % tp,
 	       lo / tp, h3, hi % tp, hi / tp);
 	for (size_t i = 0; !flx_plan_note(p, i, note, sizeof(note)); i++)
+		printf("%s\n", note);
+	if (!flx_fmt_note(p, note, sizeof(note)))
 		printf("%s\n", note);
 	/* what the mount's cache_size= must hold for full speed */
 	span = flx_ckpt_gather_span(c, &st);
@@ -485,7 +507,7 @@ static int print_table(const flx_ckpt *c, const flx_plan *p)
 	for (int k = 0; k < NCOLS; k++)
 		w[k] = strlen(col_names[k]);
 	for (size_t i = 0; i < p->n && !rc; i++) {
-		rc = fill_row(rows[i], p->spec->tp, cells + i * NCOLS);
+		rc = fill_row(rows[i], p->spec, cells + i * NCOLS);
 		for (int k = 0; k < NCOLS && !rc; k++)
 			if (strlen(cells[i * NCOLS + k]) > w[k])
 				w[k] = strlen(cells[i * NCOLS + k]);

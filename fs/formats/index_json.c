@@ -6,10 +6,10 @@
  */
 #include "index_json.h"
 
+#include "compat.h"
 #include "json_internal.h"
 #include "layout.h"
 #include "names.h"
-#include "safetensors.h"
 
 #include <errno.h>
 #include <string.h>
@@ -109,6 +109,29 @@ static void grouped_parts(flx_jw *w, const flx_placement *pl, const flx_box *b)
 	flx_jw_close(w, ']');
 }
 
+/* "left_out": {format: reason} for the core formats whose files leave
+ * out a tensor of dtype dt (compat.h); nothing when none does. */
+static void left_out(flx_jw *w, const flx_spec *s, flx_dtype dt)
+{
+	bool any = false;
+
+	for (int f = 0; f < FLX_FMT_CORE; f++) {
+		const char *why = flx_fmt_left_out(s, (flx_fmt)f, dt);
+
+		if (!why)
+			continue;
+		if (!any) {
+			flx_jw_key(w, "left_out");
+			flx_jw_open(w, '{');
+		}
+		any = true;
+		flx_jw_key(w, flx_fmt_row((flx_fmt)f)->name);
+		flx_jw_str(w, why);
+	}
+	if (any)
+		flx_jw_close(w, '}');
+}
+
 /* Tensor idx's member of "tensors". */
 static int index_tensor(const void *arg, uint32_t idx, unsigned char *dst,
 			uint64_t lo, uint64_t hi, uint64_t *len)
@@ -143,7 +166,10 @@ static int index_tensor(const void *arg, uint32_t idx, unsigned char *dst,
 	flx_jw_key(&w, "npy_dtype");
 	flx_jw_str(&w, flx_dtype_get(t->dtype)->npy);
 	flx_jw_key(&w, "in_safetensors");
-	flx_jw_lit(&w, flx_st_representable(t->dtype) ? "true" : "false");
+	flx_jw_lit(&w, flx_fmt_left_out(p->spec, FLX_FMT_SAFETENSORS, t->dtype)
+			   ? "false"
+			   : "true");
+	left_out(&w, p->spec, t->dtype);
 	flx_jw_key(&w, "placement");
 	flx_jw_open(&w, '{');
 	/* ranks in the order their directories are built: stage, then rank */

@@ -7,6 +7,7 @@
  */
 #include "msckpt.h"
 
+#include "compat.h"
 #include "json_internal.h"
 #include "pickle_internal.h"
 
@@ -62,6 +63,22 @@ const char *flx_ms_type(flx_dtype dt)
 {
 	return (unsigned)dt < FLX_DT_COUNT ? ms_types[dt] : NULL;
 }
+
+/* The dtypes ms_types lacks: load_checkpoint maps no tensor_type to them.
+ * docs/formats/mindspore.md#flexfs-behaviour */
+#define MS_NONE "MindSpore's load_checkpoint has no tensor_type for it"
+const flx_fmt_dtypes flx_ms_dtypes = {
+    .name = "mindspore",
+    .never =
+	{
+	    [FLX_DT_C64] = MS_NONE,
+	    [FLX_DT_C128] = MS_NONE,
+	    [FLX_DT_F8_E4M3FN] = MS_NONE,
+	    [FLX_DT_F8_E5M2] = MS_NONE,
+	    [FLX_DT_F8_E4M3FNUZ] = MS_NONE,
+	    [FLX_DT_F8_E5M2FNUZ] = MS_NONE,
+	},
+};
 
 /* A key and a length (or a varint value). */
 static void put_key(flx_jw *w, unsigned char key, uint64_t v)

@@ -3,10 +3,16 @@
 #include "npy.h"
 
 #include "json_internal.h"
+#include "compat.h"
 #include "names.h"
 
 #include <errno.h>
 #include <string.h>
+
+/* Every descr flx_dtype_info.npy names is a numpy type of numpy 1.24 and
+ * 2.x (bfloat16 and float8 as their bits): np.load reads them all.
+ * docs/formats/npy.md */
+const flx_fmt_dtypes flx_npy_dtypes = {.name = "npy"};
 
 /* The header of view arg, as one piece. */
 static int npy_header(const void *arg, uint32_t idx, unsigned char *dst,

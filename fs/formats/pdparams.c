@@ -16,9 +16,14 @@
 #include "pdparams.h"
 
 #include "pickle_internal.h"
+#include "compat.h"
 
 #include <errno.h>
 #include <stdlib.h>
+
+/* The arrays are numpy's (flx_dtype_info.npy): paddle.load and pickle
+ * with numpy 1.24 or 2.x read them all.  docs/formats/paddle.md */
+const flx_fmt_dtypes flx_pd_dtypes = {.name = "pdparams"};
 #include <string.h>
 
 /* the keys paddle.save adds */

@@ -8,6 +8,7 @@
  */
 #include "safetensors.h"
 
+#include "compat.h"
 #include "json_internal.h"
 
 #include <errno.h>
@@ -25,10 +26,26 @@ typedef struct st_file {
 	uint64_t pad;	/* spaces after the closing brace */
 } st_file;
 
-bool flx_st_representable(flx_dtype dtype)
-{
-	return flx_dtype_get(dtype)->safetensors != NULL;
-}
+/* Checked against safetensors 0.4.5 (Debian's python3-safetensors): its
+ * Dtype enum (safetensors/src/tensor.rs) parses BOOL, U8, I8, F8_E5M2,
+ * F8_E4M3, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64 and refuses
+ * a header naming any other ("InvalidHeaderDeserialization": the whole
+ * file).  C64 came with safetensors 0.7 (pull request #660), the FNUZ
+ * float8 names later still; complex128 it never names.
+ * docs/formats/hf-safetensors.md#dtypes-older-readers-cannot-read */
+const flx_fmt_dtypes flx_st_dtypes = {
+    .name = "safetensors",
+    .older =
+	{
+	    [FLX_DT_C64] = "safetensors before 0.7 (0.4.5) cannot read C64",
+	    [FLX_DT_F8_E4M3FNUZ] = "safetensors 0.4.5 cannot read F8_E4M3FNUZ",
+	    [FLX_DT_F8_E5M2FNUZ] = "safetensors 0.4.5 cannot read F8_E5M2FNUZ",
+	},
+    .never =
+	{
+	    [FLX_DT_C128] = "safetensors has no complex128 dtype",
+	},
+};
 
 /* The view entry e stands for in file f. */
 static const flx_view *st_view(const st_file *f, const flx_st_entry *e)

@@ -8,7 +8,8 @@
  * carries its placement as the "flexfs" metadata, itself a JSON_COMPACT
  * text), spaces to a multiple of 64, then every tensor's bytes in data
  * order (element size descending, then name, as the safetensors writer
- * orders them).
+ * orders them).  Which dtypes the files hold is this writer's row of
+ * formats/compat.h (flx_st_dtypes); the layouts leave the others out.
  *
  * Thread-safety: sets and files are built single-threaded with their
  * tree; once built they are immutable and read by any number of threads.
@@ -20,10 +21,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-/** Whether safetensors has a name for dtype (the others are left out of
- * every safetensors file and marked so in index.json). */
-bool flx_st_representable(flx_dtype dtype);
 
 /* One tensor of safetensors files. */
 typedef struct flx_st_entry {

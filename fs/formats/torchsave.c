@@ -17,6 +17,7 @@
 #include "torchsave.h"
 
 #include "crc32.h"
+#include "compat.h"
 #include "json_internal.h"
 #include "names.h"
 #include "pickle_internal.h"
@@ -47,6 +48,30 @@ typedef struct pt_file {
 
 static const char byteorder[] = "little";
 static const char version[] = "3\n";
+
+/* torch 1.13's unpickler knows the typed storage classes of
+ * torch/storage.py (_rebuild_tensor_v2) and no _rebuild_tensor_v3
+ * (torch/_utils.py, from 2.1), so it loads no file holding a dtype without
+ * a storage class; those dtypes came with torch 2.1 (float8_e4m3fn,
+ * float8_e5m2), 2.2 (the FNUZ float8s) and 2.3 (uint16/32/64).
+ * docs/formats/torch-save.md#dtypes-older-readers-cannot-load */
+const flx_fmt_dtypes flx_pt_dtypes = {
+    .name = "torch.save",
+    .older =
+	{
+	    [FLX_DT_U16] = "torch 1.13 has no uint16 (torch >= 2.3 loads it)",
+	    [FLX_DT_U32] = "torch 1.13 has no uint32 (torch >= 2.3 loads it)",
+	    [FLX_DT_U64] = "torch 1.13 has no uint64 (torch >= 2.3 loads it)",
+	    [FLX_DT_F8_E4M3FN] = "torch 1.13 has no float8_e4m3fn (torch >= "
+				 "2.1 loads it)",
+	    [FLX_DT_F8_E5M2] = "torch 1.13 has no float8_e5m2 (torch >= 2.1 "
+			       "loads it)",
+	    [FLX_DT_F8_E4M3FNUZ] = "torch 1.13 has no float8_e4m3fnuz (torch "
+				   ">= 2.2 loads it)",
+	    [FLX_DT_F8_E5M2FNUZ] = "torch 1.13 has no float8_e5m2fnuz (torch "
+				   ">= 2.2 loads it)",
+	},
+};
 
 static size_t nrec(const pt_file *f)
 {

@@ -13,6 +13,7 @@
  */
 #include "layout.h"
 
+#include "formats/compat.h"
 #include "formats/hf_index.h"
 #include "formats/safetensors.h"
 
@@ -54,7 +55,8 @@ static int hf_size(flx_build *b, void **state, flx_fs_size *sz)
 	size_t n = 0;
 
 	for (size_t i = 0; i < p->n; i++)
-		n += flx_st_representable(p->p[i].src->dtype);
+		n += !flx_fmt_left_out(p->spec, FLX_FMT_SAFETENSORS,
+				       p->p[i].src->dtype);
 	if (!h || flx_st_set_new(b->fs, n, &h->all))
 		return flx_build_fail(b, -ENOMEM, dir_name, "");
 	for (size_t i = 0; i < p->n; i++) {
@@ -62,7 +64,8 @@ static int hf_size(flx_build *b, void **state, flx_fs_size *sz)
 		flx_st_entry *e = &h->all->e[h->all->n];
 		uint64_t bytes;
 
-		if (!flx_st_representable(pl->src->dtype))
+		if (flx_fmt_left_out(p->spec, FLX_FMT_SAFETENSORS,
+				     pl->src->dtype))
 			continue;
 		bytes = flx_view_bytes(pl->whole);
 		if (h->all->n == 0 ||

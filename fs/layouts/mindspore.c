@@ -20,6 +20,7 @@
  */
 #include "layout.h"
 
+#include "formats/compat.h"
 #include "formats/msckpt.h"
 #include "mstarget.h"
 
@@ -63,6 +64,14 @@ static bool wanted(const flx_build *b)
 	       (b->ckpt->format && !strncmp(b->ckpt->format, "mindspore", 9));
 }
 
+/* Whether the .ckpt files hold placement i: a dtype load_checkpoint has
+ * no tensor_type for is left out of them (formats/compat.h), as are those
+ * exclude_dtypes= names. */
+static bool holds(const flx_plan *p, size_t i)
+{
+	return !flx_fmt_left_out(p->spec, FLX_FMT_MSCKPT, p->p[i].src->dtype);
+}
+
 /* The parameters of rank r under the plan, into fs. */
 static int plan_params(flx_build *b, int64_t r, flx_ms_param **out, size_t *n)
 {
@@ -72,7 +81,7 @@ static int plan_params(flx_build *b, int64_t r, flx_ms_param **out, size_t *n)
 
 	*n = 0;
 	for (size_t i = 0; i < p->n; i++)
-		*n += on_stage(&p->p[i], pp);
+		*n += on_stage(&p->p[i], pp) && holds(p, i);
 	e = flx_fs_alloc(b->fs, *n * sizeof(*e) + 1);
 	if (!e)
 		return -ENOMEM;
@@ -80,7 +89,7 @@ static int plan_params(flx_build *b, int64_t r, flx_ms_param **out, size_t *n)
 	for (size_t i = 0; i < p->n; i++) {
 		const flx_placement *pl = &p->p[i];
 
-		if (on_stage(pl, pp))
+		if (on_stage(pl, pp) && holds(p, i))
 			e[(*n)++] =
 			    (flx_ms_param){flx_placement_name(pl, pp),
 					   flx_placement_view(pl, pp, tp, ntp)};
@@ -153,7 +162,7 @@ static int mst_params(flx_build *b, const flx_view *const *v, int64_t nr,
 		return -ENOMEM;
 	*n = 0;
 	for (size_t i = 0; i < p->n; i++)
-		if (v[i * (size_t)nr + r])
+		if (v[i * (size_t)nr + r] && holds(p, i))
 			e[(*n)++] = (flx_ms_param){p->p[i].src->fqn,
 						   v[i * (size_t)nr + r]};
 	*out = e;

@@ -27,6 +27,7 @@
  */
 #include "layout.h"
 
+#include "formats/compat.h"
 #include "formats/pdparams.h"
 #include "paddle/paddle.h"
 
@@ -123,9 +124,13 @@ static const char *master_key(flx_build *b, const char *name)
 	return out;
 }
 
-static bool on_stage(const flx_placement *pl, int pp)
+/* Whether the files of stage pp hold pl: on the stage, and of a dtype
+ * the .pdparams files hold (formats/compat.h: all but those
+ * exclude_dtypes= names). */
+static bool on_stage_held(const flx_plan *p, const flx_placement *pl, int pp)
 {
-	return pp >= pl->stage_lo && pp <= pl->stage_hi;
+	return pp >= pl->stage_lo && pp <= pl->stage_hi &&
+	       !flx_fmt_left_out(p->spec, FLX_FMT_PDPARAMS, pl->src->dtype);
 }
 
 /* Whether the checkpoint has optimizer states, and master weights. */
@@ -148,7 +153,7 @@ static int model_set(flx_build *b, int pp, flx_pd_set **out)
 	int rc;
 
 	for (size_t i = 0; i < p->n; i++)
-		n += on_stage(&p->p[i], pp) &&
+		n += on_stage_held(p, &p->p[i], pp) &&
 		     opt_state(p->p[i].src->fqn) == N_STATES;
 	rc = flx_pd_set_new(b->fs, n, out);
 	if (rc)
@@ -158,7 +163,8 @@ static int model_set(flx_build *b, int pp, flx_pd_set **out)
 	for (size_t i = 0; i < p->n; i++) {
 		const flx_placement *pl = &p->p[i];
 
-		if (on_stage(pl, pp) && opt_state(pl->src->fqn) == N_STATES)
+		if (on_stage_held(p, pl, pp) &&
+		    opt_state(pl->src->fqn) == N_STATES)
 			(*out)->e[(*out)->n++] = (flx_pd_entry){
 			    .key = flx_placement_name(pl, pp),
 			    .name = static_name(flx_paddle_of(b->ckpt),
@@ -178,7 +184,7 @@ static int opt_set(flx_build *b, int pp, bool master, flx_pd_set **out)
 	int rc;
 
 	for (size_t i = 0; i < p->n; i++)
-		n += on_stage(&p->p[i], pp) &&
+		n += on_stage_held(p, &p->p[i], pp) &&
 		     opt_state(p->p[i].src->fqn) < N_STATES;
 	rc = flx_pd_set_new(b->fs, n, out);
 	if (rc)
@@ -192,7 +198,8 @@ static int opt_set(flx_build *b, int pp, bool master, flx_pd_set **out)
 			const flx_placement *pl = &p->p[i];
 			const char *name, *key;
 
-			if (!on_stage(pl, pp) || opt_state(pl->src->fqn) != s)
+			if (!on_stage_held(p, pl, pp) ||
+			    opt_state(pl->src->fqn) != s)
 				continue;
 			name =
 			    static_name(flx_paddle_of(b->ckpt), pl->src->fqn);

@@ -4,16 +4,18 @@
  *
  *   ranks/tpTT_ppPP/model.safetensors   that rank's shards
  *   ranks/tpTT_ppPP/model.pt            the same as a torch.save state
- *                                       dict (every dtype, plan order)
+ *                                       dict (plan order)
  *   ranks/tpTT_ppPP/tensors/<name>.npy  one file per shard
  *
  * built stage by stage, rank by rank.  The ranks of a stage hold the same
  * tensors under the same names, so a stage's names (shared between its
  * .npy files), its safetensors data order and its torch.save entries are
- * made once.
+ * made once.  Each format holds the tensors its readers can
+ * (formats/compat.h).
  */
 #include "layout.h"
 
+#include "formats/compat.h"
 #include "formats/npy.h"
 #include "formats/safetensors.h"
 #include "formats/torchsave.h"
@@ -43,8 +45,14 @@ static bool on_stage(const flx_placement *pl, int pp)
 	return pp >= pl->stage_lo && pp <= pl->stage_hi;
 }
 
-/* The safetensors set of stage pp: its tensors safetensors can hold, in
- * plan order, under their names on that stage. */
+/* Whether the files of format f hold placement i (compat.h). */
+static bool holds(const flx_plan *p, flx_fmt f, size_t i)
+{
+	return !flx_fmt_left_out(p->spec, f, p->p[i].src->dtype);
+}
+
+/* The safetensors set of stage pp: its tensors safetensors files hold,
+ * in plan order, under their names on that stage. */
 static int stage_set(flx_build *b, int pp, flx_st_set **out)
 {
 	const flx_plan *p = b->plan;
@@ -53,15 +61,14 @@ static int stage_set(flx_build *b, int pp, flx_st_set **out)
 	int rc;
 
 	for (size_t i = 0; i < p->n; i++)
-		n += on_stage(&p->p[i], pp) &&
-		     flx_st_representable(p->p[i].src->dtype);
+		n += on_stage(&p->p[i], pp) && holds(p, FLX_FMT_SAFETENSORS, i);
 	rc = flx_st_set_new(b->fs, n, &set);
 	if (rc)
 		return flx_build_fail(b, rc, dir_name, "");
 	for (size_t i = 0; i < p->n; i++) {
 		const flx_placement *pl = &p->p[i];
 
-		if (on_stage(pl, pp) && flx_st_representable(pl->src->dtype))
+		if (on_stage(pl, pp) && holds(p, FLX_FMT_SAFETENSORS, i))
 			set->e[set->n++] =
 			    flx_st_entry_of(flx_placement_name(pl, pp), pl);
 	}
@@ -70,8 +77,8 @@ static int stage_set(flx_build *b, int pp, flx_st_set **out)
 	return 0;
 }
 
-/* The torch.save entries of stage pp: all its tensors, in plan order,
- * under their names on that stage. */
+/* The torch.save entries of stage pp: its tensors torch.save files hold,
+ * in plan order, under their names on that stage. */
 static int stage_pt_set(flx_build *b, int pp, flx_pt_set **out)
 {
 	const flx_plan *p = b->plan;
@@ -80,14 +87,14 @@ static int stage_pt_set(flx_build *b, int pp, flx_pt_set **out)
 	int rc;
 
 	for (size_t i = 0; i < p->n; i++)
-		n += on_stage(&p->p[i], pp);
+		n += on_stage(&p->p[i], pp) && holds(p, FLX_FMT_TORCHSAVE, i);
 	rc = flx_pt_set_new(b->fs, n, &set);
 	if (rc)
 		return flx_build_fail(b, rc, dir_name, "");
 	set->stage = pp;
 	set->ntp = p->spec->tp;
 	for (size_t i = 0; i < p->n; i++)
-		if (on_stage(&p->p[i], pp))
+		if (on_stage(&p->p[i], pp) && holds(p, FLX_FMT_TORCHSAVE, i))
 			set->e[set->n++] = (flx_pt_entry){
 			    .name = flx_placement_name(&p->p[i], pp),
 			    .pl = &p->p[i]};
@@ -108,7 +115,7 @@ static int rank_npy(flx_build *b, int tdir, int tp, int pp, int *npy_node)
 		char fname[FLX_NAME_MAX + 1];
 		int node, rc = 0;
 
-		if (!on_stage(pl, pp))
+		if (!on_stage(pl, pp) || !holds(p, FLX_FMT_NPY, i))
 			continue;
 		if (!tp && flx_file_name(tname, ".npy", fname))
 			return flx_error_set(

@@ -49,3 +49,14 @@ flx_dtype flx_dtype_from_storage(const char *name)
 			return (flx_dtype)i;
 	return FLX_DT_INVALID;
 }
+
+flx_dtype flx_dtype_from_name(const char *name)
+{
+	flx_dtype dt = flx_dtype_from_torch(name);
+
+	for (int i = 1; i < FLX_DT_COUNT && dt == FLX_DT_INVALID; i++)
+		if (name && table[i].safetensors &&
+		    strcmp(table[i].safetensors, name) == 0)
+			dt = (flx_dtype)i;
+	return dt;
+}

@@ -54,6 +54,10 @@ flx_dtype flx_dtype_from_torch(const char *name);
  * unknown. */
 flx_dtype flx_dtype_from_storage(const char *name);
 
+/** Lookup by torch attribute name or safetensors string ("C64");
+ * FLX_DT_INVALID if neither. */
+flx_dtype flx_dtype_from_name(const char *name);
+
 static inline unsigned flx_dtype_size(flx_dtype dt)
 {
 	return flx_dtype_get(dt)->size;

@@ -37,7 +37,7 @@ teardown() {
 		[ "$status" -eq 0 ]
 		[[ $output == *"checked 21 tensors, 0 wrong"* ]]
 		unmount_ff "$MNT"
-		[ ! -s "$FF_ERR" ]
+		ff_quiet
 	done
 }
 
@@ -149,7 +149,7 @@ print("ok")' "$output"
 		[ "$status" -eq 0 ]
 		[[ $output == *" tensors, 0 wrong"* ]]
 		unmount_ff "$MNT"
-		[ ! -s "$FF_ERR" ]
+		ff_quiet
 	done
 }
 

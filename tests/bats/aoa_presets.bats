@@ -44,7 +44,7 @@ round_trip() {
 	[ "$status" -eq 0 ]
 	[[ $output == *"checked 39 tensors (4 layers, 8 heads, 4 groups), 0 wrong"* ]]
 	unmount_ff "$MNT"
-	[ ! -s "$FF_ERR" ]
+	ff_quiet
 	run "$FLEXFS_INSPECT" "$MEG" -o "tp=2,rules=@megatron-gpt-to-hf-llama"
 	[ "$status" -eq 0 ]
 	[[ $output == *"model.layers.3.self_attn.k_proj.weight  "*"16x16  "*" 0  "*"r0-1: 8x16"* ]]

@@ -44,7 +44,7 @@ check_tposed() {
 		for pp in 1 2; do
 			check_tposed "$tp" "$pp"
 			# the cache is sized to hold them: nothing to say
-			[ ! -s "$FF_ERR" ]
+			ff_quiet
 		done
 	done
 }

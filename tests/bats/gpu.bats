@@ -46,7 +46,7 @@ quiet() {
 	grep -qx ' "slicer": "cpu",' "$MNT/index.json"
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
-	[ ! -s "$FF_ERR" ]
+	ff_quiet
 }
 
 # views OPTS: mount, check every view of tp 3 x pp 2; $output: the report
@@ -110,7 +110,7 @@ views() {
 	# gpu=auto takes the device as well, and says nothing
 	views "gpu_min=0"
 	[[ $output == *" passed, 0 failed"* ]]
-	[ ! -s "$FF_ERR" ]
+	ff_quiet
 	# the bytes did come from the backend: corrupted there, seen here
 	export FLEXFS_CUDA_STUB=corrupt
 	views "gpu_min=0"

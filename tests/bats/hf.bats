@@ -37,7 +37,7 @@ check_hf() {
 	[[ $output == *" passed, 0 failed"* ]]
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
-	[ ! -s "$FF_ERR" ]
+	ff_quiet
 }
 
 @test "hf single file: every view at tp 1,2,4 x pp 1,2 equals the original tensors" {

@@ -91,7 +91,7 @@ views() {
 	[[ $output == *" passed, 0 failed"* ]]
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
-	[ ! -s "$FF_ERR" ]
+	ff_quiet
 }
 
 # views_changed NAME TP PP DIR: views NAME TP PP DIR, whose rank files

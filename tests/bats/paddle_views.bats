@@ -43,7 +43,7 @@ check_files() {
 	[[ $output == *" files equal" ]]
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
-	[ ! -s "$FF_ERR" ]
+	ff_quiet
 }
 
 @test "paddle/ of paddle-flex-p4 (bf16, dtype zoo, uneven splits) at tp 1,2,4 x pp 1,2, and p5" {

@@ -170,7 +170,7 @@ stress_fixture() {
 	[ "$threads" -gt 2 ]
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
-	[ ! -s "$FF_ERR" ]
+	ff_quiet
 }
 
 @test "stress dcp-t26 tp=3 pp=2: concurrent pread/O_DIRECT/mmap readers see the verified bytes" {

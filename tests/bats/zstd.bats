@@ -95,7 +95,7 @@ zstd_matrix() {
 	done
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
-	[ ! -s "$FF_ERR" ]
+	ff_quiet
 }
 
 # Each case of dcp-zstd-bad has one fault in norm.weight's item (rank 3):

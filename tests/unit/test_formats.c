@@ -22,6 +22,7 @@
 #include "check.h"
 #include "ckpt.h"
 #include "data/pickle_emit_vec.h"
+#include "formats/compat.h"
 #include "formats/pickle_emit.h"
 #include "layout.h"
 #include "plan.h"
@@ -177,9 +178,19 @@ static json_t *ints(int n, const int64_t *v)
 	return a;
 }
 
+/* Whether the safetensors files hold t by default: the names safetensors
+ * 0.4.5 parses (docs/formats/hf-safetensors.md). */
 static bool in_st(const flx_tensor *t)
 {
-	return flx_dtype_get(t->dtype)->safetensors != NULL;
+	static const char *const held[] = {
+	    "BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3", "I16", "U16", "F16",
+	    "BF16", "I32", "U32", "F32",     "F64",	"I64", "U64"};
+	const char *n = flx_dtype_get(t->dtype)->safetensors;
+
+	for (size_t i = 0; n && i < sizeof(held) / sizeof(held[0]); i++)
+		if (!strcmp(n, held[i]))
+			return true;
+	return false;
 }
 
 static char *dir_name(int tp, int pp)
@@ -202,7 +213,7 @@ static char *ref_index(const flx_ckpt *c, const flx_plan *p)
 	for (size_t i = 0; i < p->n; i++) {
 		const flx_placement *pl = &p->p[i];
 		const flx_tensor *t = pl->src;
-		json_t *place = json_object();
+		json_t *place = json_object(), *te;
 
 		for (int pp = pl->stage_lo; pp <= pl->stage_hi; pp++)
 			for (int tp = 0; tp < s->tp; tp++) {
@@ -215,18 +226,35 @@ static char *ref_index(const flx_ckpt *c, const flx_plan *p)
 					      "offset", ints(t->ndim, b->off),
 					      "shape", ints(t->ndim, b->size)));
 			}
-		json_object_set_new(
-		    tensors, t->fqn,
-		    json_pack(
-			"{s:s,s:o,s:o,s:I,s:o,s:i,s:i,s:s,s:b,s:o}", "dtype",
-			flx_dtype_name(t->dtype), "shape",
-			ints(t->ndim, t->shape), "split_axis",
-			pl->split < 0 ? json_null() : json_integer(pl->split),
-			"source_chunks", (json_int_t)t->nchunks, "layer",
-			pl->layer < 0 ? json_null() : json_integer(pl->layer),
-			"stage_lo", pl->stage_lo, "stage_hi", pl->stage_hi,
-			"npy_dtype", flx_dtype_get(t->dtype)->npy,
-			"in_safetensors", in_st(t), "placement", place));
+		te = json_pack(
+		    "{s:s,s:o,s:o,s:I,s:o,s:i,s:i,s:s,s:b}", "dtype",
+		    flx_dtype_name(t->dtype), "shape", ints(t->ndim, t->shape),
+		    "split_axis",
+		    pl->split < 0 ? json_null() : json_integer(pl->split),
+		    "source_chunks", (json_int_t)t->nchunks, "layer",
+		    pl->layer < 0 ? json_null() : json_integer(pl->layer),
+		    "stage_lo", pl->stage_lo, "stage_hi", pl->stage_hi,
+		    "npy_dtype", flx_dtype_get(t->dtype)->npy, "in_safetensors",
+		    in_st(t));
+		/* left out of safetensors (in_st) and of model.pt (no storage
+		 * class torch 1.13 knows); the reasons are the table's */
+		if (!in_st(t) || !flx_dtype_get(t->dtype)->storage) {
+			json_t *lo = json_object();
+
+			if (!in_st(t))
+				json_object_set_new(
+				    lo, "safetensors",
+				    json_string(flx_fmt_left_out(
+					s, FLX_FMT_SAFETENSORS, t->dtype)));
+			if (!flx_dtype_get(t->dtype)->storage)
+				json_object_set_new(
+				    lo, "torch.save",
+				    json_string(flx_fmt_left_out(
+					s, FLX_FMT_TORCHSAVE, t->dtype)));
+			json_object_set_new(te, "left_out", lo);
+		}
+		json_object_set_new(te, "placement", place);
+		json_object_set_new(tensors, t->fqn, te);
 	}
 	for (size_t i = 0; i < c->nobjects; i++) {
 		const flx_object *o = &c->objects[i];

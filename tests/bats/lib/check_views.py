@@ -64,6 +64,23 @@ ST_DTYPE = {
     "bool": "BOOL", "uint16": "U16", "uint32": "U32", "uint64": "U64",
     "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "complex64": "C64",
 }
+# Which dtypes the files of each format hold (docs/usage.md, "Dtypes older
+# readers cannot hold"): safetensors those safetensors 0.4.5 parses, model.pt
+# those torch 1.13 has a storage class for (PT_STORAGE below); with
+# --new-dtypes (the mount's new_dtypes=1) also complex64 in safetensors and
+# every dtype in model.pt.
+ST_045 = set(ST_DTYPE) - {"complex64"}
+NEW_DTYPES = False
+
+
+def st_holds(dtype):
+    return dtype in ST_DTYPE if NEW_DTYPES else dtype in ST_045
+
+
+def pt_holds(dtype):
+    return NEW_DTYPES or dtype in PT_STORAGE
+
+
 ST_SIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1,
            "U8": 1, "BOOL": 1, "U16": 2, "U32": 4, "U64": 8, "F8_E4M3": 1, "F8_E5M2": 1,
            "C64": 8}
@@ -856,15 +873,20 @@ def check_ranks(mnt, plan, truth, T, P, rep, real):
                 want[pl["name"]] = (fqn, pl["offset"], pl["shape"])
                 fmeta[pl["name"]] = {"source": fqn, "global_shape": x["shape"],
                                      "global_offset": pl["offset"], "split_axis": x["split_axis"]}
+            dt = {n: truth.manifest["tensors"][w[0]]["dtype"] for n, w in want.items()}
+            want_st = {n: w for n, w in want.items() if st_holds(dt[n])}
             rel = "ranks/%s/model.safetensors" % rd
             rep.begin(rel)
-            check_safetensors(os.path.join(mnt, rel), want, truth, rep,
-                              {"tp": T, "pp": P, "rank": {"tp": t, "pp": p}, "tensors": fmeta},
+            check_safetensors(os.path.join(mnt, rel), want_st, truth, rep,
+                              {"tp": T, "pp": P, "rank": {"tp": t, "pp": p},
+                               "tensors": {n: m for n, m in fmeta.items() if n in want_st}},
                               real)
             rep.end()
             rel = "ranks/%s/model.pt" % rd
             rep.begin(rel)
-            check_model_pt(os.path.join(mnt, rel), want, _st_names(mnt, rd), truth, rep)
+            check_model_pt(os.path.join(mnt, rel),
+                           {n: w for n, w in want.items() if pt_holds(dt[n])},
+                           _st_names(mnt, rd), truth, rep)
             rep.end()
             tdir = os.path.join(mnt, "ranks", rd, "tensors")
             rep.begin("ranks/%s/tensors/" % rd)
@@ -903,7 +925,7 @@ _SHARD_RE = re.compile(r"^model-(\d{5})-of-(\d{5})\.safetensors$")
 
 def check_hf(mnt, truth, rep, real):
     hf = os.path.join(mnt, "hf")
-    tens = truth.manifest["tensors"]
+    tens = {k: e for k, e in truth.manifest["tensors"].items() if st_holds(e["dtype"])}
     full = {fqn: (fqn, [0] * len(e["shape"]), e["shape"]) for fqn, e in tens.items()}
     ipath = os.path.join(hf, "model.safetensors.index.json")
     if os.path.exists(ipath):
@@ -998,6 +1020,8 @@ def main(argv=None):
     ap.add_argument("--pp-renumber", action="store_true", help="mounted with pp_renumber")
     ap.add_argument("--layer-regex", default=DEFAULT_LAYER_REGEX)
     ap.add_argument("--embed-regex", default=DEFAULT_EMBED_REGEX)
+    ap.add_argument("--new-dtypes", action="store_true",
+                    help="mounted with new_dtypes=1")
     ap.add_argument("--real-safetensors", action="store_true",
                     help="also load with the real safetensors package")
     ap.add_argument("--print-plan", action="store_true",
@@ -1009,6 +1033,8 @@ def main(argv=None):
     if not args.print_plan and not args.mount:
         ap.error("--mount is required")
 
+    global NEW_DTYPES
+    NEW_DTYPES = args.new_dtypes
     truth = Truth(args.truth)
     rules = load_rules(args.rules)
     plan, errors = expected_plan(truth.manifest, args.tp, args.pp, rules, args.pp_renumber,
