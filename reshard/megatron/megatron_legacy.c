@@ -292,7 +292,7 @@ static int tp_slice(ctx *x, flx_mlg_entry *e, const flx_tensor *t,
 	if (r == FLX_MLG_VOCAB) {
 		int64_t V =
 		    true_vocab(x->c, x->tgt) ? true_vocab(x->c, x->tgt) : n;
-		int64_t P, R, a, have;
+		int64_t P = 0, R, a, have;
 		uint64_t row = flx_dtype_size(t->dtype);
 		int rc;
 
