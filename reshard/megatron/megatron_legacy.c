@@ -183,19 +183,45 @@ static int64_t repad(int64_t rows, int64_t m, int tp)
 	return (rows + q - 1) / q * q;
 }
 
+/* The saving run's tp: args.tensor_model_parallel_size, else the number of
+ * distinct row offsets of the table t's saved chunks (its lead axes
+ * skipped); at least 1. */
+static int64_t saved_tp(const flx_ckpt *c, const flx_tensor *t, int lead)
+{
+	int64_t k = 0;
+
+	if (flx_megatron_of(c)->tensor_model_parallel_size > 0)
+		return flx_megatron_of(c)->tensor_model_parallel_size;
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		uint32_t j = 0;
+
+		while (j < i &&
+		       t->chunks[j].off[lead] != t->chunks[i].off[lead])
+			j++;
+		k += j == i;
+	}
+	return k > 0 ? k : 1;
+}
+
 /*
- * The target's padded rows from the n saved ones (key names the table):
- * repad() of the true vocab, else of n, by make_vocab_size_divisible_by
- * (the option, else args).  Neither stating it: the saved rows are the
- * saving run's padding (a multiple of the unknown m x the saving tp), so
- * at that tp with no true vocab they are the answer; anything else would
- * be a guessed multiple (docs/facts.md).
+ * The target's padded rows of the table t (its n rows on axis lead):
+ * repad() of the true vocab by make_vocab_size_divisible_by m (the option,
+ * else args).  Neither stating it: the saved rows are the saving run's
+ * padding (a multiple of the unknown m x the saving tp), so at that tp
+ * with no true vocab they are the answer; anything else would be a guessed
+ * multiple.  With m but no true vocab V: the saved rows are repad(V) at
+ * the saving tp, so V lies in (n - m tp_saved, n], and the target's rows
+ * are certain when repad() is the same over that range (always when tp is
+ * a multiple of tp_saved); otherwise refused naming megatron_true_vocab
+ * (docs/facts.md, docs/formats/megatron.md#vocabulary-padding).
  */
-static int padded_rows(const flx_ckpt *c, const flx_mlg_target *tgt, int64_t n,
-		       int64_t *out, flx_error *err)
+static int padded_rows(const flx_ckpt *c, const flx_mlg_target *tgt,
+		       const flx_tensor *t, int lead, int64_t *out,
+		       flx_error *err)
 {
 	const flx_megatron *mg = flx_megatron_of(c);
 	int64_t v = true_vocab(c, tgt), m = mg->make_vocab_size_divisible_by;
+	int64_t n = t->shape[lead], q, lo, hi;
 
 	if (tgt->div_by > 0 && m > 0 && tgt->div_by != m)
 		return flx_error_set(err, -EINVAL, NULL,
@@ -216,7 +242,30 @@ static int padded_rows(const flx_ckpt *c, const flx_mlg_target *tgt, int64_t n,
 		    "at tp=%d depends on it: state it with -o "
 		    "megatron_vocab_divisible_by=M",
 		    tgt->tp);
-	*out = repad(v ? v : n, m, tgt->tp);
+	if (v) {
+		*out = repad(v, m, tgt->tp);
+		return 0;
+	}
+	q = m * saved_tp(c, t, lead);
+	if (n < 1 || n % q)
+		return flx_error_set(
+		    err, -EINVAL, NULL, "args.vocab_size",
+		    "megatron/: absent, and the saved %lld rows of %s are "
+		    "not a multiple of make_vocab_size_divisible_by %lld x "
+		    "the saving tp %lld: state the vocab with -o "
+		    "megatron_true_vocab=V",
+		    (long long)n, t->fqn, (long long)m, (long long)(q / m));
+	lo = repad(n - q + 1, m, tgt->tp);
+	hi = repad(n, m, tgt->tp);
+	if (lo != hi)
+		return flx_error_set(
+		    err, -EINVAL, NULL, "args.vocab_size",
+		    "megatron/: absent, and the padded rows at tp=%d depend "
+		    "on it (%lld or %lld for a vocab in (%lld, %lld]): state "
+		    "it with -o megatron_true_vocab=V",
+		    tgt->tp, (long long)lo, (long long)hi, (long long)(n - q),
+		    (long long)n);
+	*out = hi;
 	return 0;
 }
 
@@ -301,7 +350,7 @@ static int tp_slice(ctx *x, flx_mlg_entry *e, const flx_tensor *t,
 				    "true vocab %lld is larger than the saved "
 				    "%lld rows",
 				    (long long)V, (long long)n);
-		rc = padded_rows(x->c, x->tgt, n, &P, x->err);
+		rc = padded_rows(x->c, x->tgt, t, lead, &P, x->err);
 		if (rc)
 			return rc;
 		R = P / T;
@@ -694,7 +743,7 @@ int flx_mlg_padded_vocab(const flx_ckpt *c, const flx_mlg_target *tgt,
 	if (!t || t->ndim < 1)
 		return flx_error_set(err, -EINVAL, NULL, WORD_EMB,
 				     "megatron/: no word embedding");
-	return padded_rows(c, tgt, t->shape[0], out, err);
+	return padded_rows(c, tgt, t, 0, out, err);
 }
 
 /* Items of every model key, then the tied output layer. */

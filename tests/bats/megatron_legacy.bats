@@ -15,36 +15,49 @@ FX=$FLEXFS_SRC/tests/fixtures
 GEN=$FLEXFS_SRC/tools/fixtures/gen_megatron.py
 ITER=ckpt/iter_0000100
 
-# grid: FIXTURE:TP:PP of the three models at tp 1, 2, 4 x pp 1, 2.
+# grid: FIXTURE:TP:PP[:V] of the three models at tp 1, 2, 4 x pp 1, 2; tp 1
+# (not a multiple of the saving tp 2) with the fixtures' true vocab 200,
+# which the padding there depends on (docs/facts.md).
 grid() {
 	local fx tp pp
 	for fx in megatron-untied megatron-tied megatron-moe; do
 		for tp in 1 2 4; do
 			for pp in 1 2; do
-				echo "$fx:$tp:$pp"
+				if ((tp == 1)); then
+					echo "$fx:$tp:$pp:200"
+				else
+					echo "$fx:$tp:$pp"
+				fi
 			done
 		done
 	done
 }
 
+# oracle SPEC FIXTURE:TP:PP[:V]: megatron_oracles.py's FIXTURE:TP:PP:SPEC[:V].
+oracle() {
+	local fx tp pp v
+	IFS=: read -r fx tp pp v <<<"$2"
+	echo "$fx:$tp:$pp:$1${v:+:$v}"
+}
+
 setup_file() {
 	local t=() x
-	for x in $(grid); do
-		t+=("$x:local")
+	for x in $(grid) megatron-gpt-bias:1:1:200 megatron-gpt-bias:2:2 \
+		megatron-gpt-bias:4:1 megatron-moe-mixed:1:1:200 \
+		megatron-moe-mixed:2:2 megatron-te-fp8:2:2 \
+		megatron-optim-fully-reshardable:2:2 \
+		megatron-optim-dp-reshardable:2:2 \
+		megatron-optim-fully-sharded-model-space:1:1:40 \
+		megatron-optim-fully-sharded-model-space:2:1 \
+		megatron-optim-fully-sharded-model-space:2:2 \
+		megatron-optim-fsms-unaligned:2:2; do
+		t+=("$(oracle local "$x")")
 	done
 	t+=("megatron-untied:2:2:te" "megatron-tied:2:2:te" "megatron-moe:2:2:te"
-		"megatron-untied:4:1:te" "megatron-optim-fully-reshardable:2:2:local"
-		"megatron-optim-dp-reshardable:2:2:local"
-		"megatron-optim-fully-sharded-model-space:1:1:local"
-		"megatron-optim-fully-sharded-model-space:2:1:local"
-		"megatron-optim-fully-sharded-model-space:2:2:local"
-		"megatron-optim-fsms-unaligned:2:2:local"
+		"megatron-untied:4:1:te"
 		"megatron-untied:1:2:local:100" "megatron-tied:1:2:local:100"
-		"megatron-te-fp8:1:1:te" "megatron-te-fp8:2:2:te"
-		"megatron-te-fp8:1:2:te" "megatron-te-fp8:2:2:local"
-		"megatron-gpt-bias:1:1:local" "megatron-gpt-bias:2:2:local"
-		"megatron-gpt-bias:4:1:local" "megatron-gpt-bias:2:2:te"
-		"megatron-moe-mixed:1:1:local" "megatron-moe-mixed:2:2:local"
+		"megatron-te-fp8:1:1:te:40" "megatron-te-fp8:2:2:te"
+		"megatron-te-fp8:1:2:te:40" "megatron-gpt-bias:2:2:te"
 		"megatron-moe-mixed:2:1:te")
 	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
 		"$GEN" "$FX" "$BATS_FILE_TMPDIR" "${t[@]}"
@@ -59,14 +72,15 @@ teardown() {
 	teardown_ff
 }
 
-# check_legacy SPEC FIXTURE:TP:PP...: every target mounted at once, each
-# megatron/ compared with its oracle (megatron_legacy).
+# check_legacy SPEC FIXTURE:TP:PP[:V]...: every target mounted at once (V:
+# with megatron_true_vocab=V), each megatron/ compared with its oracle
+# (megatron_legacy).
 check_legacy() {
-	local spec=$1 t fx tp pp args=()
+	local spec=$1 t fx tp pp v args=()
 	shift
 	for t in "$@"; do
-		IFS=: read -r fx tp pp <<<"$t"
-		args+=("$FX/$fx/$ITER|tp=$tp,pp=$pp,megatron_spec=$spec|$BATS_FILE_TMPDIR/exp-$fx-$tp-$pp-$spec")
+		IFS=: read -r fx tp pp v <<<"$t"
+		args+=("$FX/$fx/$ITER|tp=$tp,pp=$pp,megatron_spec=$spec${v:+,megatron_true_vocab=$v}|$BATS_FILE_TMPDIR/exp-$fx-$tp-$pp-$spec${v:+-$v}")
 	done
 	megatron_legacy "${args[@]}"
 }
@@ -77,13 +91,13 @@ check_legacy() {
 }
 
 @test "megatron/ legacy files of pretrain_gpt's defaults: biases, LayerNorm biases, position embeddings, QK norms" {
-	check_legacy local megatron-gpt-bias:1:1 megatron-gpt-bias:2:2 \
+	check_legacy local megatron-gpt-bias:1:1:200 megatron-gpt-bias:2:2 \
 		megatron-gpt-bias:4:1
 	check_legacy te megatron-gpt-bias:2:2
 }
 
 @test "megatron/ legacy files of a MoE with a dense first layer (per-layer keys, no layer axis)" {
-	check_legacy local megatron-moe-mixed:1:1 megatron-moe-mixed:2:2
+	check_legacy local megatron-moe-mixed:1:1:200 megatron-moe-mixed:2:2
 	check_legacy te megatron-moe-mixed:2:1
 }
 
@@ -93,7 +107,9 @@ check_legacy() {
 }
 
 @test "megatron/ with FP8 TE extra states: each layer's blob on every TP rank, stage-local layers" {
-	check_legacy te megatron-te-fp8:1:1 megatron-te-fp8:2:2 megatron-te-fp8:1:2
+	# tp 1 from the saving tp 2: the padding depends on the true vocab 40
+	check_legacy te megatron-te-fp8:1:1:40 megatron-te-fp8:2:2 \
+		megatron-te-fp8:1:2:40
 	# the local spec has no TE blobs: None everywhere
 	check_legacy local megatron-te-fp8:2:2
 }
@@ -129,7 +145,7 @@ PY
 @test "megatron/ legacy files of the three optimizer layouts: the model only" {
 	check_legacy local megatron-optim-fully-reshardable:2:2 \
 		megatron-optim-dp-reshardable:2:2 \
-		megatron-optim-fully-sharded-model-space:1:1 \
+		megatron-optim-fully-sharded-model-space:1:1:40 \
 		megatron-optim-fully-sharded-model-space:2:1 \
 		megatron-optim-fully-sharded-model-space:2:2 \
 		megatron-optim-fsms-unaligned:2:2
@@ -151,15 +167,16 @@ PY
 @test "megatron/ legacy files load in torch 2.6 (trixie chroot), weights_only and mmap" {
 	[[ -x $CHROOT/usr/bin/python3 ]] ||
 		skip "no torch 2.6 chroot at $CHROOT (tools/fixtures/README.md)"
-	local inner=/tmp/flexfs-bats-mlg-$$ t fx tp pp d args=() rc=0
+	local inner=/tmp/flexfs-bats-mlg-$$ t fx tp pp v d args=() rc=0
 	mkdir -p "$CHROOT$inner"
 	cp "$MEG_LEGACY" "$CHROOT$inner/"
 	cp -r "$MEG_STUB" "$CHROOT$inner/stub"
-	for t in megatron-untied:1:2 megatron-tied:4:1 megatron-moe:2:2; do
-		IFS=: read -r fx tp pp <<<"$t"
+	for t in megatron-untied:1:2:200 megatron-tied:4:1 megatron-moe:2:2; do
+		IFS=: read -r fx tp pp v <<<"$t"
 		d=$inner/m-$fx
-		cp -r "$BATS_FILE_TMPDIR/exp-$fx-$tp-$pp-local" "$CHROOT$d-exp"
-		megatron_mount "$FX/$fx/$ITER" "$CHROOT$d" "tp=$tp,pp=$pp"
+		cp -r "$BATS_FILE_TMPDIR/exp-$fx-$tp-$pp-local${v:+-$v}" "$CHROOT$d-exp"
+		megatron_mount "$FX/$fx/$ITER" "$CHROOT$d" \
+			"tp=$tp,pp=$pp${v:+,megatron_true_vocab=$v}"
 		args+=(--mount "$d/megatron" --expected "$d-exp")
 	done
 	run chroot "$CHROOT" python3 "$inner/check_megatron_legacy.py" \

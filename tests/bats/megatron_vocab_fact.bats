@@ -51,14 +51,14 @@ PY
 	[[ $output == "ok "* ]]
 }
 
-# both D TP OPTS: megatron/ of D at tp=TP with OPTS equals the full
-# fixture's at tp=TP
+# both D TP OPTS [FULL_OPTS]: megatron/ of D at tp=TP with OPTS equals the
+# full fixture's at tp=TP with FULL_OPTS
 both() {
 	local m2=$BATS_TEST_TMPDIR/full
 	mkdir -p "$m2"
 	mount_ff "$1" "$MNT" "tp=$2${3:+,$3}"
 	local pid=$FF_PID
-	mount_ff "$FX/megatron-untied/ckpt/$ITER" "$m2" "tp=$2"
+	mount_ff "$FX/megatron-untied/ckpt/$ITER" "$m2" "tp=$2${4:+,$4}"
 	same_model "$MNT" "$m2" "$2"
 	unmount_ff "$m2"
 	FF_PID=$pid
@@ -76,7 +76,9 @@ both() {
 	[ -f "$MNT/index.json" ]
 	unmount_ff "$MNT"
 	both "$d" 4 megatron_vocab_divisible_by=128
-	both "$d" 1 megatron_vocab_divisible_by=128
+	# tp 1 from the saving tp 2 depends on the true vocab too (200)
+	both "$d" 1 megatron_vocab_divisible_by=128,megatron_true_vocab=200 \
+		megatron_true_vocab=200
 	# a true vocab needs the multiple too, even at the saving tp
 	mount_ff "$d" "$MNT" "tp=2,megatron_true_vocab=100"
 	megatron_unavailable "*args.make_vocab_size_divisible_by*megatron_vocab_divisible_by=M*"
@@ -133,5 +135,41 @@ PY
 	unmount_ff "$MNT"
 	mount_ff "$src" "$MNT" "tp=2,pp=1,megatron_spec=te,megatron_grouped_gemm=on"
 	megatron_unavailable "*megatron_grouped_gemm: megatron/: 'on' contradicts args.moe_grouped_gemm (False)*"
+	unmount_ff "$MNT"
+}
+
+@test "megatron: the tokenizer's vocab absent: a multiple of the saving tp keeps one padding; tp 1 from tp 2 is refused naming megatron_true_vocab, which states it (bytes equal Megatron's layout)" {
+	# docs/formats/megatron.md#vocabulary-padding: vocab 40 padded to 64 at
+	# tp 2 (m 16); a vocab in (32, 64] pads to 48 or 64 at tp 1
+	local src=$FX/megatron-te-fp8/ckpt/$ITER d=$BATS_TEST_TMPDIR/v40 o=$BATS_TEST_TMPDIR/exp
+	local args
+	/usr/bin/python3 "$FLEXFS_SRC/tests/bats/lib/megatron_oracles.py" \
+		"$FLEXFS_SRC/tools/fixtures/gen_megatron.py" "$FX" "$o" \
+		megatron-te-fp8:1:1:local:40 megatron-te-fp8:2:1:local
+	# the oracle at tp 1 pads the true vocab 40 to 48 rows, not the saved 64
+	run env PYTHONPATH="$MEG_STUB" /usr/bin/python3 -c '
+import sys, torch
+a = torch.load(sys.argv[1] + "/iter_0000100/mp_rank_00/model_optim_rng.pt", map_location="cpu")
+print(a["args"].padded_vocab_size, a["model"]["embedding.word_embeddings.weight"].shape[0])' \
+		"$o/exp-megatron-te-fp8-1-1-local-40"
+	echo "$output"
+	[ "$output" = "48 48" ]
+	mount_ff "$src" "$MNT" "tp=1,pp=1"
+	megatron_unavailable "*args.vocab_size: megatron/: absent, and the padded rows at tp=1 depend on it (48 or 64 for a vocab in (32, 64]): state it with -o megatron_true_vocab=V*"
+	[ -f "$MNT/index.json" ]
+	unmount_ff "$MNT"
+	# stated by the option; the saving tp needs none
+	args=("$src|tp=1,pp=1,megatron_true_vocab=40|$o/exp-megatron-te-fp8-1-1-local-40"
+		"$src|tp=2,pp=1|$o/exp-megatron-te-fp8-2-1-local")
+	megatron_legacy "${args[@]}"
+	# or by args.vocab_size: the same tensors as with the option
+	copy_common "$src" "$d" 'c["args"].vocab_size = 40'
+	mkdir -p "$BATS_TEST_TMPDIR/m2"
+	mount_ff "$d" "$MNT" "tp=1,pp=1"
+	local pid=$FF_PID
+	mount_ff "$src" "$BATS_TEST_TMPDIR/m2" "tp=1,pp=1,megatron_true_vocab=40"
+	same_model "$MNT" "$BATS_TEST_TMPDIR/m2" 1
+	unmount_ff "$BATS_TEST_TMPDIR/m2"
+	FF_PID=$pid
 	unmount_ff "$MNT"
 }
