@@ -7,6 +7,9 @@
 # "_extra_state" for expert 0, "_extra_state<e>" for the others; docs/formats/megatron.md#moe-experts,
 # docs/formats/megatron.md#stage-local-layer-numbering).  Oracle: tools/fixtures/gen_megatron.py legacy, compared by
 # tests/bats/lib/check_megatron_legacy.py.
+# tp 1 targets of these tp 2 saves state the fixtures' true vocab 200
+# (megatron_true_vocab; the padding at tp 1 depends on it, docs/facts.md): 256
+# rows, as the oracle's re-padding of the saved 256.
 
 load helpers
 load megatron_helpers
@@ -78,7 +81,7 @@ unavailable() {
 	local e=$BATS_FILE_TMPDIR/exp-megatron-moe-fp8 src=$FX/megatron-moe-fp8/$ITER
 	# the local spec has no TE blobs: None everywhere
 	megatron_legacy "$src|tp=2,pp=2,megatron_spec=te|$e-2-2-te" \
-		"$src|tp=1,pp=2,megatron_spec=te|$e-1-2-te" \
+		"$src|tp=1,pp=2,megatron_spec=te,megatron_true_vocab=200|$e-1-2-te" \
 		"$src|tp=4,pp=1,megatron_spec=te|$e-4-1-te" \
 		"$src|tp=2,pp=2|$e-2-2-local"
 }
@@ -88,13 +91,13 @@ unavailable() {
 	# the local spec keeps SequentialMLP's names
 	megatron_legacy "$d/megatron-moe-grouped/$ITER|tp=2,pp=2,megatron_spec=te|$d/exp-megatron-moe-grouped-2-2-te" \
 		"$d/megatron-moe-fp8-grouped/$ITER|tp=2,pp=2,megatron_spec=te|$d/exp-megatron-moe-fp8-grouped-2-2-te" \
-		"$d/megatron-moe-fp8-grouped/$ITER|tp=1,pp=1,megatron_spec=te|$d/exp-megatron-moe-fp8-grouped-1-1-te" \
+		"$d/megatron-moe-fp8-grouped/$ITER|tp=1,pp=1,megatron_spec=te,megatron_true_vocab=200|$d/exp-megatron-moe-fp8-grouped-1-1-te" \
 		"$d/megatron-moe-fp8-grouped/$ITER|tp=2,pp=2|$d/exp-megatron-moe-fp8-grouped-2-2-local"
 }
 
 @test "megatron/ with megatron_ep: mp_rank_TT[_PPP]_EEE files of the rank's local experts" {
 	local d=$BATS_FILE_TMPDIR
-	megatron_legacy "$FX/megatron-moe/$ITER|tp=1,pp=1,megatron_ep=2|$d/exp-megatron-moe-1-1-local-ep2" \
+	megatron_legacy "$FX/megatron-moe/$ITER|tp=1,pp=1,megatron_ep=2,megatron_true_vocab=200|$d/exp-megatron-moe-1-1-local-ep2" \
 		"$FX/megatron-moe/$ITER|tp=2,pp=2,megatron_ep=4|$d/exp-megatron-moe-2-2-local-ep4" \
 		"$FX/megatron-moe-fp8/$ITER|tp=2,pp=1,megatron_spec=te,megatron_ep=2|$d/exp-megatron-moe-fp8-2-1-te-ep2" \
 		"$d/megatron-moe-fp8-grouped/$ITER|tp=2,pp=1,megatron_spec=te,megatron_ep=2|$d/exp-megatron-moe-fp8-grouped-2-1-te-ep2"
@@ -107,11 +110,11 @@ unavailable() {
 @test "megatron/ with megatron_vp: model0, model1, ... chunks of Megatron's interleaved layers" {
 	local d=$BATS_FILE_TMPDIR
 	megatron_legacy "$FX/megatron-untied/$ITER|tp=2,pp=2,megatron_vp=2|$d/exp-megatron-untied-2-2-local-vp2" \
-		"$FX/megatron-untied/$ITER|tp=1,pp=2,megatron_spec=te,megatron_vp=2|$d/exp-megatron-untied-1-2-te-vp2" \
-		"$FX/megatron-tied/$ITER|tp=1,pp=1,megatron_vp=2|$d/exp-megatron-tied-1-1-local-vp2" \
+		"$FX/megatron-untied/$ITER|tp=1,pp=2,megatron_spec=te,megatron_vp=2,megatron_true_vocab=200|$d/exp-megatron-untied-1-2-te-vp2" \
+		"$FX/megatron-tied/$ITER|tp=1,pp=1,megatron_vp=2,megatron_true_vocab=200|$d/exp-megatron-tied-1-1-local-vp2" \
 		"$FX/megatron-tied/$ITER|tp=2,pp=1,megatron_vp=2|$d/exp-megatron-tied-2-1-local-vp2" \
 		"$FX/megatron-moe/$ITER|tp=2,pp=1,megatron_spec=te,megatron_vp=2,megatron_ep=2|$d/exp-megatron-moe-2-1-te-ep2-vp2"
-	unavailable "$FX/megatron-untied/$ITER" "tp=1,pp=2,megatron_vp=4" \
+	unavailable "$FX/megatron-untied/$ITER" "tp=1,pp=2,megatron_vp=4,megatron_true_vocab=200" \
 		"4 layers do not divide into pp=2 x vp=4 chunks"
 	mount_refused_line "$FX/megatron-untied/$ITER" megatron_vp=0 \
 		"*megatron_vp*expected a size from 1 to 1024, got '0'*"
@@ -123,7 +126,7 @@ unavailable() {
 		megatron_views "$FX/$fx" "$FX/$fx/$ITER" "$tp"
 	done
 	megatron_legacy "$FX/$fx/$ITER|tp=2,pp=2|$d/exp-$fx-2-2-local" \
-		"$FX/$fx/$ITER|tp=1,pp=1,megatron_spec=te,megatron_ep=2,megatron_vp=2|$d/exp-$fx-1-1-te-ep2-vp2"
+		"$FX/$fx/$ITER|tp=1,pp=1,megatron_spec=te,megatron_ep=2,megatron_vp=2,megatron_true_vocab=200|$d/exp-$fx-1-1-te-ep2-vp2"
 }
 
 @test "megatron/ te spec refuses an older TE's io.BytesIO _extra_state with one line; the local spec serves" {
@@ -145,7 +148,7 @@ unavailable() {
 	cp -r "$FX/megatron-moe-fp8/$ITER" "$d"
 	cp -a "$FLEXFS_SRC/tests/unit/data/megatron-legacy-keys/." "$d/"
 	megatron_legacy "$d|tp=2,pp=2,megatron_spec=te|$BATS_FILE_TMPDIR/exp-megatron-moe-fp8-2-2-te" \
-		"$d|tp=1,pp=2,megatron_spec=te|$BATS_FILE_TMPDIR/exp-megatron-moe-fp8-1-2-te"
+		"$d|tp=1,pp=2,megatron_spec=te,megatron_true_vocab=200|$BATS_FILE_TMPDIR/exp-megatron-moe-fp8-1-2-te"
 	mount_ff "$d" "$MNT" "tp=2"
 	[ -f "$MNT/objects/decoder.layers.mlp.experts.experts.linear_fc1._extra_state%2Fshard_1.3_2.pt" ]
 	unmount_ff "$MNT"

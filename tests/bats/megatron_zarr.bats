@@ -120,14 +120,15 @@ EOF
 @test "megatron zarr: megatron/ legacy files equal Megatron's (tp 2 pp 2 local, tp 1 te)" {
 	megatron_legacy \
 		"$ZARR|tp=2,pp=2|$BATS_FILE_TMPDIR/exp-megatron-untied-2-2-local" \
-		"$ZARR|tp=1,pp=1,megatron_spec=te|$BATS_FILE_TMPDIR/exp-megatron-untied-1-1-te"
+		"$ZARR|tp=1,pp=1,megatron_spec=te,megatron_true_vocab=200|$BATS_FILE_TMPDIR/exp-megatron-untied-1-1-te"
 }
 
 @test "megatron zarr, FP8 MoE with with_suffix object names: hf/ and megatron/ are the torch_dist mount's" {
 	local z=$BATS_FILE_TMPDIR/zarr-moe-fp8 o
 	# the expert _extra_states' keys lack the shape's last entry (docs/formats/megatron.md#key-namespaces)
 	[ -f "$z/iter_0000100/decoder.layers.mlp.experts.experts.linear_fc1._extra_state/shard_1.3_2.pt" ]
-	for o in tp=2,pp=2,megatron_spec=te tp=1,megatron_spec=te tp=4,pp=2; do
+	for o in tp=2,pp=2,megatron_spec=te tp=1,megatron_spec=te,megatron_true_vocab=200 \
+		tp=4,pp=2; do
 		same_views "$z" "$FX/megatron-moe-fp8/$ITER" "$o" hf megatron
 	done
 }
