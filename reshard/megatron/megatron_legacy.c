@@ -957,9 +957,9 @@ static const flx_opt mlg_opts[] = {
     {.name = "megatron_true_vocab",
      .type = FLX_OPT_UINT,
      .metavar = "V",
-     .def = "the saved rows",
-     .help = "the tokenizer's vocab size: megatron/ pads the vocab to a "
-	     "multiple of it",
+     .def = "args.vocab_size",
+     .help = "the tokenizer's vocab size: megatron/ pads the vocab from "
+	     "it; needed where the padding at tp depends on it",
      .check = check_vocab},
     {.name = "megatron_vocab_divisible_by",
      .type = FLX_OPT_UINT,

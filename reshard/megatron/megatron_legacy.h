@@ -33,7 +33,8 @@
  *    the [gate; up] global form, else column-parallel; the vocab tables
  *    (word and output embeddings, output bias) re-padded to
  *    ceil(V / (m TP)) (m TP) rows (V the true vocab when given, else
- *    the source's args.vocab_size, else the saved rows P; m =
+ *    the source's args.vocab_size, else any V the saved rows P allow
+ *    when all give the same rows, flx_mlg_padded_vocab(); m =
  * make_vocab_size_divisible_by, default 128): rows past P zero, rows past the
  * new size dropped, split on rows; norms, router, biases of row-parallel
  * linears, position embeddings replicated; another key split along the one
@@ -103,7 +104,7 @@ typedef struct flx_mlg_target {
 	bool te; /* Transformer Engine names (megatron_spec=te) */
 	/* the tokenizer's vocab V (megatron_true_vocab); 0: the source's
 	 * args.vocab_size, or when that is unknown too the saved table's
-	 * rows stand for it */
+	 * rows bound it (flx_mlg_padded_vocab()) */
 	int64_t true_vocab;
 	/* make_vocab_size_divisible_by (megatron_vocab_divisible_by); 0: the
 	 * source's args */
@@ -128,7 +129,12 @@ flx_mlg_target flx_mlg_target_of(const flx_spec *s);
  * is tgt->div_by, else args.make_vocab_size_divisible_by; with neither,
  * only a target at the saving run's tp with no true vocab is certain (the
  * saved rows), any other is refused naming megatron_vocab_divisible_by
- * (docs/facts.md); so is a tgt->div_by that contradicts the args.
+ * (docs/facts.md); so is a tgt->div_by that contradicts the args.  With
+ * the multiple m but no true vocab (tgt->true_vocab, args.vocab_size) the
+ * saved rows n bound it to (n - m tp_saved, n] (tp_saved from
+ * args.tensor_model_parallel_size, else the table's row chunks): the
+ * padding is served when the same for all of them, else refused naming
+ * megatron_true_vocab.
  * @return 0 and *out, or -EINVAL with err (no word embedding, a fact
  *         absent or contradicted).
  */

@@ -83,9 +83,9 @@ one_writer_each() {
 	"$MAT" "$t113" "$OUT.2" -o "tp=4,rules=$RULES" --views ranks,hf
 	same_as_mount "$t113" "tp=4,rules=$RULES" "$OUT.2" hf ranks
 
-	"$MAT" "$FX/megatron-untied/ckpt/iter_0000100" "$OUT.3" -o tp=1,pp=2 \
+	"$MAT" "$FX/megatron-untied/ckpt/iter_0000100" "$OUT.3" -o tp=1,pp=2,megatron_true_vocab=200 \
 		--views megatron,index
-	same_as_mount "$FX/megatron-untied/ckpt/iter_0000100" tp=1,pp=2 \
+	same_as_mount "$FX/megatron-untied/ckpt/iter_0000100" tp=1,pp=2,megatron_true_vocab=200 \
 		"$OUT.3" index.json megatron
 
 	"$MAT" "$FX/paddle-flex-p4/ckpt" "$OUT.4" -o tp=2 --views paddle,ranks

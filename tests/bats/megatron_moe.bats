@@ -101,9 +101,9 @@ unavailable() {
 		"$FX/megatron-moe/$ITER|tp=2,pp=2,megatron_ep=4|$d/exp-megatron-moe-2-2-local-ep4" \
 		"$FX/megatron-moe-fp8/$ITER|tp=2,pp=1,megatron_spec=te,megatron_ep=2|$d/exp-megatron-moe-fp8-2-1-te-ep2" \
 		"$d/megatron-moe-fp8-grouped/$ITER|tp=2,pp=1,megatron_spec=te,megatron_ep=2|$d/exp-megatron-moe-fp8-grouped-2-1-te-ep2"
-	unavailable "$FX/megatron-moe/$ITER" "megatron_ep=3" \
+	unavailable "$FX/megatron-moe/$ITER" "megatron_ep=3,megatron_true_vocab=200" \
 		"4 experts do not divide into megatron_ep=3 ranks"
-	unavailable "$FX/megatron-untied/$ITER" "megatron_ep=2" \
+	unavailable "$FX/megatron-untied/$ITER" "megatron_ep=2,megatron_true_vocab=200" \
 		"megatron_ep: megatron/: expert parallel size 2, but the model has no experts"
 }
 

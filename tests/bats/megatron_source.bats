@@ -73,7 +73,7 @@ refused() {
 	cp -r "$FX/megatron-untied/ckpt/$ITER" "$s/$ITER"
 	cp -r "$FX/megatron-tied/ckpt/$ITER" "$s/iter_0000200"
 	printf '200\n' >"$s/latest_checkpointed_iteration.txt"
-	megatron_legacy "$s|tp=1,pp=2|$BATS_FILE_TMPDIR/exp-megatron-tied-1-2-local" \
+	megatron_legacy "$s|tp=1,pp=2,megatron_true_vocab=200|$BATS_FILE_TMPDIR/exp-megatron-tied-1-2-local" \
 		"$s|tp=2,pp=2,megatron_iter=100|$BATS_FILE_TMPDIR/exp-megatron-untied-2-2-local"
 	refused "$s" megatron_iter=300 \
 		"save/iter_0000300: megatron_iter: no such iteration directory"

@@ -58,10 +58,15 @@ PY
 	grep -q swiglu "$FX/megatron-untied/ckpt/$ITER/common.pt"
 	! grep -q swiglu "$d/common.pt"
 	mkdir -p "$m2"
+	# tp 1 from the saving tp 2: the vocab padding depends on the true vocab
+	# (200), stated; tp 2 and 4 need none, the saving tp coming from the
+	# word embedding's chunks here
 	for tp in 1 2 4; do
-		mount_ff "$d" "$MNT" "tp=$tp,pp=2"
+		local v=
+		((tp != 1)) || v=,megatron_true_vocab=200
+		mount_ff "$d" "$MNT" "tp=$tp,pp=2$v"
 		local pid=$FF_PID
-		mount_ff "$FX/megatron-untied/ckpt/$ITER" "$m2" "tp=$tp,pp=2"
+		mount_ff "$FX/megatron-untied/ckpt/$ITER" "$m2" "tp=$tp,pp=2$v"
 		same_model "$MNT" "$m2" "$tp" 2
 		unmount_ff "$m2"
 		FF_PID=$pid

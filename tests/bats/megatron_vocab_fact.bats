@@ -158,6 +158,12 @@ print(a["args"].padded_vocab_size, a["model"]["embedding.word_embeddings.weight"
 	megatron_unavailable "*args.vocab_size: megatron/: absent, and the padded rows at tp=1 depend on it (48 or 64 for a vocab in (32, 64]): state it with -o megatron_true_vocab=V*"
 	[ -f "$MNT/index.json" ]
 	unmount_ff "$MNT"
+	# args without the saving tp: the word embedding's two row chunks give it
+	copy_common "$src" "$BATS_TEST_TMPDIR/notp" \
+		'del c["args"].tensor_model_parallel_size'
+	mount_ff "$BATS_TEST_TMPDIR/notp" "$MNT" "tp=1,pp=1"
+	megatron_unavailable "*args.vocab_size: megatron/: absent, and the padded rows at tp=1 depend on it (48 or 64 for a vocab in (32, 64])*"
+	unmount_ff "$MNT"
 	# stated by the option; the saving tp needs none
 	args=("$src|tp=1,pp=1,megatron_true_vocab=40|$o/exp-megatron-te-fp8-1-1-local-40"
 		"$src|tp=2,pp=1|$o/exp-megatron-te-fp8-2-1-local")
