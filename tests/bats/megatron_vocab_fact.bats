@@ -6,6 +6,10 @@
 # certain (the saved rows); any other gets megatron/unavailable.txt naming
 # the arg and -o megatron_vocab_divisible_by=, never a guessed 128.  A value
 # stated that contradicts the args is refused too (docs/facts.md).
+# The tokenizer's vocab (args.vocab_size, usually absent) likewise: the saved
+# rows bound it, and a target whose padding differs within that bound gets
+# megatron/unavailable.txt naming -o megatron_true_vocab=; stated, the files
+# equal tools/fixtures/gen_megatron.py legacy --true-vocab's.
 # Oracle: megatron/ of the same fixture with its full args, whose files
 # megatron_legacy.bats checks against Megatron's own layout
 # (tools/fixtures/gen_megatron.py legacy): the tensors must be equal.
