@@ -246,15 +246,17 @@ static int padded_rows(const flx_ckpt *c, const flx_mlg_target *tgt,
 		*out = repad(v, m, tgt->tp);
 		return 0;
 	}
-	q = m * saved_tp(c, t, lead);
-	if (n < 1 || n % q)
+	q = saved_tp(c, t, lead);
+	q = n >= 1 && m <= n && q <= n / m ? m * q : 0;
+	if (!q || n % q)
 		return flx_error_set(
 		    err, -EINVAL, NULL, "args.vocab_size",
 		    "megatron/: absent, and the saved %lld rows of %s are "
 		    "not a multiple of make_vocab_size_divisible_by %lld x "
 		    "the saving tp %lld: state the vocab with -o "
 		    "megatron_true_vocab=V",
-		    (long long)n, t->fqn, (long long)m, (long long)(q / m));
+		    (long long)n, t->fqn, (long long)m,
+		    (long long)saved_tp(c, t, lead));
 	lo = repad(n - q + 1, m, tgt->tp);
 	hi = repad(n, m, tgt->tp);
 	if (lo != hi)

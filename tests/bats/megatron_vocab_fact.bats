@@ -168,6 +168,12 @@ print(a["args"].padded_vocab_size, a["model"]["embedding.word_embeddings.weight"
 	mount_ff "$BATS_TEST_TMPDIR/notp" "$MNT" "tp=1,pp=1"
 	megatron_unavailable "*args.vocab_size: megatron/: absent, and the padded rows at tp=1 depend on it (48 or 64 for a vocab in (32, 64])*"
 	unmount_ff "$MNT"
+	# a multiple the saved rows are not a padding by: no bound, refused
+	copy_common "$src" "$BATS_TEST_TMPDIR/nodiv" \
+		'del c["args"].make_vocab_size_divisible_by'
+	mount_ff "$BATS_TEST_TMPDIR/nodiv" "$MNT" "tp=1,pp=1,megatron_vocab_divisible_by=24"
+	megatron_unavailable "*args.vocab_size: megatron/: absent, and the saved 64 rows of embedding.word_embeddings.weight are not a multiple of make_vocab_size_divisible_by 24 x the saving tp 2: state the vocab with -o megatron_true_vocab=V*"
+	unmount_ff "$MNT"
 	# stated by the option; the saving tp needs none
 	args=("$src|tp=1,pp=1,megatron_true_vocab=40|$o/exp-megatron-te-fp8-1-1-local-40"
 		"$src|tp=2,pp=1|$o/exp-megatron-te-fp8-2-1-local")
