@@ -351,8 +351,10 @@ class Runner:
         self.count = 0
 
     def run(self, mount, truth, T, P, rules, extra=()):
+        # build_tree() writes every tensor into every file, as a mount
+        # with new_dtypes=1 serves them
         cmd = [self.python, CHECKER, "--mount", mount, "--truth", truth,
-               "--tp", str(T), "--pp", str(P), "-q"]
+               "--tp", str(T), "--pp", str(P), "-q", "--new-dtypes"]
         if rules:
             cmd += ["--rules", rules]
         if self.real:
