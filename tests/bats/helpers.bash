@@ -389,6 +389,6 @@ PY
 		[ "$FF_RC" -eq 0 ]
 	done
 	for f in "${FF_ERRS[@]}"; do
-		[ ! -s "$f" ]
+		ff_quiet "$f"
 	done
 }

@@ -33,7 +33,7 @@ megatron_views() {
 	[[ $output == *" passed, 0 failed"* ]]
 	unmount_ff "$MNT"
 	[ "$FF_RC" -eq 0 ]
-	[ ! -s "$FF_ERR" ]
+	ff_quiet
 }
 
 # megatron_mount SRC DIR OPTS: mount SRC on DIR (created), one of the
