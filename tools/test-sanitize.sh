@@ -41,6 +41,15 @@ if ! command -v valgrind >/dev/null; then
 fi
 
 start=$SECONDS
+# Left out of the sanitized run: valgrind's own test, and the end-to-end
+# files of the newest sources and facts, whose many Python oracle runs
+# would double the suite's time; their parsers run sanitized here all the
+# same, through the fuzz regressions (fuzz_regress_torchfile,
+# _megatron_legacy, _deepspeed) and the allocation-failure tests
+# (test_chaos_torchsave*, _megatron_legacy*, _deepspeed*).
+asan_skip='^e2e_(valgrind|megatron_legacy_source|dtypes_compat|torchsave'
+asan_skip="$asan_skip|deepspeed|megatron_swiglu_fact|megatron_vocab_fact"
+asan_skip="$asan_skip|aoa_megatron_facts)$"
 echo "== ASan + UBSan build (build-asan)"
 # (libflexfs-cuda.so is built once, by the normal build)
 cmake -S . -B build-asan -DFLEXFS_SANITIZE=ON -DFLEXFS_WITH_CUDA=OFF >/dev/null
@@ -49,7 +58,7 @@ cmake --build build-asan -j"$jobs"
 	cd build-asan
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		ctest --output-on-failure -j"$jobs" -LE oracle -E "^e2e_valgrind$" \
+		ctest --output-on-failure -j"$jobs" -LE oracle -E "$asan_skip" \
 			--timeout 600
 )
 echo "== ASan + UBSan: passed in $((SECONDS - start)) s"
