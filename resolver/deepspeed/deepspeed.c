@@ -1281,9 +1281,13 @@ static int list_files(ds *d, ds_name **om, size_t *nom, ds_name **mm,
 	closedir(dir);
 	if (rc)
 		return rc;
-	qsort(*om, *nom, sizeof(ds_name), cmp_rank);
-	qsort(*mm, *nmm, sizeof(ds_name), cmp_rank);
-	qsort(*m12, *nm12, sizeof(ds_name), cmp_rank);
+	/* a list may be empty, and then NULL: qsort() wants neither */
+	if (*nom)
+		qsort(*om, *nom, sizeof(ds_name), cmp_rank);
+	if (*nmm)
+		qsort(*mm, *nmm, sizeof(ds_name), cmp_rank);
+	if (*nm12)
+		qsort(*m12, *nm12, sizeof(ds_name), cmp_rank);
 	return 0;
 }
 
@@ -1591,7 +1595,8 @@ static int runs_of(const flx_tensor *t, uint64_t es, ds_run **out)
 				     .off = ch->data_off +
 					    (uint64_t)ch->storage_offset * es};
 	}
-	qsort(*out, t->nchunks, sizeof(ds_run), cmp_run);
+	if (t->nchunks)
+		qsort(*out, t->nchunks, sizeof(ds_run), cmp_run);
 	return 0;
 }
 
