@@ -164,15 +164,15 @@ json.dump({"aoa_statements": [f"{e} -> f{i}" for i in range(n)]}, open(f"{d}/fan
 json.dump({"aoa_statements": [f"{e}, {e} -> d0, axis=0"] + [f"d{i}, d{i} -> d{i+1}, axis=0" for i in range(17)]}, open(f"{d}/double.json", "w"))
 PY
 	# before: 50 GB and minutes (quadratic in the statements)
-	run bash -c "ulimit -v 1048576; timeout 60 '$FLEXFS_INSPECT' '$SRC' -o 'rules=$BATS_TEST_TMPDIR/chain.json' | grep -c '^t65535 .*(stmt 65536 <- stmt 65535 <- .* \\.\\.\\.)\$'"
+	run bash -c "$(vm_limit 1048576)timeout 60 '$FLEXFS_INSPECT' '$SRC' -o 'rules=$BATS_TEST_TMPDIR/chain.json' | grep -c '^t65535 .*(stmt 65536 <- stmt 65535 <- .* \\.\\.\\.)\$'"
 	echo "$output"
 	[ "$status" -eq 0 ]
 	[ "$output" = 1 ]
-	run bash -c "ulimit -v 1048576; timeout 60 '$FLEXFS_INSPECT' '$SRC' -o 'rules=$BATS_TEST_TMPDIR/fan.json' | grep -c '^f[0-9]*  (stmt [0-9]*)\$'"
+	run bash -c "$(vm_limit 1048576)timeout 60 '$FLEXFS_INSPECT' '$SRC' -o 'rules=$BATS_TEST_TMPDIR/fan.json' | grep -c '^f[0-9]*  (stmt [0-9]*)\$'"
 	echo "$output"
 	[ "$status" -eq 0 ]
 	[ "$output" = 65536 ]
-	run bash -c "ulimit -v 1048576; timeout 60 '$FLEXFS_INSPECT' '$SRC' -o 'rules=$BATS_TEST_TMPDIR/double.json'"
+	run bash -c "$(vm_limit 1048576)timeout 60 '$FLEXFS_INSPECT' '$SRC' -o 'rules=$BATS_TEST_TMPDIR/double.json'"
 	echo "$output"
 	[ "$status" -ne 0 ]
 	[[ $output == *'statement 17: a tensor made of more than 65536 boxes (in "d15, d15 -> d16, axis=0")'* ]]

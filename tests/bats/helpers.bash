@@ -392,3 +392,13 @@ PY
 		ff_quiet "$f"
 	done
 }
+
+# vm_limit KIB: "ulimit -v KIB; " for a command line, or nothing for a
+# sanitized build (ASan reserves terabytes of shadow address space at
+# start; the plain build's run checks the bound).
+vm_limit() {
+	if grep -qa __asan_init "$FLEXFS_INSPECT" 2>/dev/null; then
+		return 0
+	fi
+	printf 'ulimit -v %s; ' "$1"
+}

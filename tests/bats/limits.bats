@@ -53,7 +53,7 @@ PY
 	local src=$FLEXFS_SRC/tests/fixtures/hf-tiny/single
 
 	# before: 16 s and 3.3 GB building 4 M rank directories
-	run bash -c "ulimit -v 1048576; timeout 20 '$FLEXFS_INSPECT' '$src' -o tp=4096,pp=1024 2>&1 >/dev/null"
+	run bash -c "$(vm_limit 1048576)timeout 20 '$FLEXFS_INSPECT' '$src' -o tp=4096,pp=1024 2>&1 >/dev/null"
 	echo "$output"
 	[ "$status" -eq 1 ]
 	[[ $output == *"tp: tp=4096 x pp=1024 over 44 tensors: 4194304 rank directories and 180224 tensor slices would take about 4.0 GiB of metadata, past the 2 GiB bound" ]]
