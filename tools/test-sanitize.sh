@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Memory and undefined-behaviour checking of the test suite (part of
-# tools/test.sh; about 5 minutes on 2 cores):
+# tools/test.sh; about 15 minutes on 2 cores):
 #
 #  1. build-asan (-DFLEXFS_SANITIZE=ON: ASan + UBSan, no recovery): ctest
-#     runs the unit tests, the fuzz regressions and every end-to-end bats
-#     file against the sanitized daemon, with leak detection on.  A report
+#     runs the unit tests, the fuzz regressions and the end-to-end bats
+#     files labelled "sanitized" (each source's daemon path, MPI, faults,
+#     limits, races; tests/bats/bats.cmake) against the sanitized daemon,
+#     with leak detection on.  A report
 #     fails the test that caused it: unit tests by their exit status;
 #     daemons through tests/bats/helpers.bash (each test's sanitizer
 #     log_path is checked in teardown, as is every -f daemon's stderr, and a
@@ -41,25 +43,21 @@ if ! command -v valgrind >/dev/null; then
 fi
 
 start=$SECONDS
-# Left out of the sanitized run: valgrind's own test, and the end-to-end
-# files of the newest sources and facts, whose many Python oracle runs
-# would double the suite's time; their parsers run sanitized here all the
-# same, through the fuzz regressions (fuzz_regress_torchfile,
-# _megatron_legacy, _deepspeed) and the allocation-failure tests
-# (test_chaos_torchsave*, _megatron_legacy*, _deepspeed*).
-asan_skip='^e2e_(valgrind|megatron_legacy_source|dtypes_compat|torchsave'
-asan_skip="$asan_skip|deepspeed|megatron_swiglu_fact|megatron_vocab_fact"
-asan_skip="$asan_skip|aoa_megatron_facts)$"
 echo "== ASan + UBSan build (build-asan)"
 # (libflexfs-cuda.so is built once, by the normal build)
 cmake -S . -B build-asan -DFLEXFS_SANITIZE=ON -DFLEXFS_WITH_CUDA=OFF >/dev/null
 cmake --build build-asan -j"$jobs"
+# Every unit test and fuzz regression, and the end-to-end files labelled
+# "sanitized" (tests/bats/bats.cmake says which and why); not the oracle's
+# self-test nor the benchmark, which test no flexfs code of their own.
 (
 	cd build-asan
+	names() { ctest -N "$@" | sed -n 's/^ *Test *#[0-9]*: //p' | sort; }
+	skip=$(comm -23 <(names -L '^e2e$') <(names -L '^sanitized$') | paste -sd'|')
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		ctest --output-on-failure -j"$jobs" -LE oracle -E "$asan_skip" \
-			--timeout 600
+		ctest --output-on-failure -j"$jobs" -LE '^(oracle|bench)$' \
+			-E "^(${skip:-none})\$" --timeout 600
 )
 echo "== ASan + UBSan: passed in $((SECONDS - start)) s"
 

@@ -29,11 +29,26 @@ if(NOT BATS_EXECUTABLE)
   set(flx_bats_disabled ON)
 endif()
 
+# The files run again by the sanitized build (tools/test-sanitize.sh,
+# label "sanitized"): each source's daemon path, the MPI backend, faults,
+# limits, races and permissions.  The others spend their time in Python
+# oracles over code that runs sanitized in the unit tests (test_cases*
+# serves the whole case corpus through the views; test_aoa, the fuzz
+# regressions and the chaos tests the compiler and the parsers); see
+# docs/testing.md.
+set(flx_bats_sanitized faults gather gpu hf limits manyfiles megatron
+  megatron_legacy megatron_source megatron_zarr mindspore mount mpi_mount
+  paddle passthrough perms push security stress usability zstd)
+
 foreach(file ${flx_bats_files})
   get_filename_component(name ${file} NAME_WE)
   add_test(NAME e2e_${name} COMMAND ${BATS_EXECUTABLE} --tap ${file})
+  set(labels e2e)
+  if(name IN_LIST flx_bats_sanitized)
+    list(APPEND labels sanitized)
+  endif()
   set_tests_properties(e2e_${name} PROPERTIES
     ENVIRONMENT "${flx_bats_env}"
-    LABELS e2e
+    LABELS "${labels}"
     DISABLED ${flx_bats_disabled})
 endforeach()

@@ -12,6 +12,9 @@ else()
   set(flx_real_cuda "")
 endif()
 add_dependencies(test_gpu_load flx_stub_cuda)
+# its content depends on the build (the real CUDA object where built):
+# the full build runs it again (tools/test.sh)
+set_tests_properties(test_gpu_load PROPERTIES LABELS features)
 target_compile_definitions(test_gpu_load PRIVATE
   "STUB_PATH=\"$<TARGET_FILE:flx_stub_cuda>\""
   "CUDA_PATH=\"${flx_real_cuda}\"")
