@@ -530,23 +530,11 @@ static int apply_ours(flx_spec *spec, const char *tok, flx_error *err)
 /* log=FILE, made absolute (the daemon changes to / when it detaches) */
 static int apply_log(flx_mountopts *mo, const char *value, flx_error *err)
 {
-	char *p = NULL, cwd[4096];
+	char *p;
+	int rc = flx_parse_path("log", value, &p, err);
 
-	if (!value || !*value)
-		return flx_error_set(err, -EINVAL, NULL, "log",
-				     "needs a file's path");
-	if (value[0] == '/')
-		p = strdup(value);
-	else if (!getcwd(cwd, sizeof(cwd)))
-		return flx_error_set(err, -errno, NULL, "log",
-				     "a relative path, and no working "
-				     "directory: %s",
-				     strerror(errno));
-	else if (asprintf(&p, "%s/%s", cwd, value) < 0)
-		p = NULL;
-	if (!p)
-		return flx_error_set(err, -ENOMEM, NULL, "log",
-				     "out of memory");
+	if (rc)
+		return rc;
 	free(mo->log_file);
 	mo->log_file = p;
 	return 0;

@@ -123,16 +123,26 @@ static int add_globs(flx_opt_val *v, const char *key, const char *value,
 	}
 }
 
-/* value as an absolute path (owned), or NULL when out of memory. */
-static char *absolute(const char *value)
+int flx_parse_path(const char *key, const char *value, char **out,
+		   flx_error *err)
 {
-	char cwd[4096], *p = NULL;
+	char cwd[4096];
 
+	*out = NULL;
+	if (!value || !*value)
+		return flx_error_set(err, -EINVAL, NULL, key,
+				     "needs a path (%s=...)", key);
 	if (value[0] == '/')
-		return strdup(value);
-	if (getcwd(cwd, sizeof(cwd)) && asprintf(&p, "%s/%s", cwd, value) < 0)
-		p = NULL;
-	return p;
+		*out = strdup(value);
+	else if (!getcwd(cwd, sizeof(cwd)))
+		return flx_error_set(err, -errno, NULL, key,
+				     "a relative path, and no working "
+				     "directory: %s",
+				     strerror(errno));
+	else if (asprintf(out, "%s/%s", cwd, value) < 0)
+		*out = NULL;
+	return *out ? 0
+		    : flx_error_set(err, -ENOMEM, NULL, key, "out of memory");
 }
 
 /* Parse value into v (empty before). */
@@ -177,13 +187,13 @@ static int parse(const flx_opt *o, const char *value, flx_opt_val *v,
 		}
 		return flx_error_set(err, -EINVAL, NULL, o->name,
 				     "'%s' is not a choice", value);
-	case FLX_OPT_TEXT:
 	case FLX_OPT_PATH:
+		return flx_parse_path(o->name, value, &v->text, err);
+	case FLX_OPT_TEXT:
 		if (!value || !*value)
 			return flx_error_set(err, -EINVAL, NULL, o->name,
 					     "needs a value (%s=...)", o->name);
-		v->text =
-		    o->type == FLX_OPT_PATH ? absolute(value) : strdup(value);
+		v->text = strdup(value);
 		return v->text ? 0
 			       : flx_error_set(err, -ENOMEM, NULL, o->name,
 					       "out of memory");

@@ -188,6 +188,15 @@ void flx_opt_print_help(FILE *f, const flx_opt_group *g, unsigned prog);
 int flx_parse_flag(const char *key, const char *value, bool *out,
 		   flx_error *err);
 
+/**
+ * The value of a path option made absolute against the working directory
+ * (the daemon changes to / when it detaches).  @return 0 and *out (owned
+ * by the caller), or -EINVAL (empty), -ENOMEM or getcwd()'s -errno, with
+ * err naming key.
+ */
+int flx_parse_path(const char *key, const char *value, char **out,
+		   flx_error *err);
+
 /** Parse a size "5G", "512M", "1048576" (binary suffixes, > 0).
  * @return 0 or -EINVAL. */
 int flx_parse_size(const char *text, uint64_t *out);

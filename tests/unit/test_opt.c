@@ -145,6 +145,7 @@ static void test_types(void)
 	CHECK_EQ(flx_opt_vals_set(&v, opt("file"), "/abs", NULL), 0);
 	CHECK_EQ(flx_opt_text(&v, "file", &t), 0);
 	CHECK_STR(t, "/abs");
+	bad("file", "", "needs a path (file=...)");
 
 	CHECK_EQ(flx_opt_vals_set(&v, opt("colour"), "blue", NULL), 0);
 	CHECK_EQ(flx_opt_u64(&v, "colour", &n), 0);
