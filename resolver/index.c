@@ -281,25 +281,16 @@ out:
  * when the directory is a save directory of several. */
 static int enter_sub(flx_build *b, const flx_ckpt_opts *o)
 {
+	flx_dirview v;
 	char sub[256];
+	int rc;
 
 	/* a caller that entered the subdirectory itself has done this */
 	if (o->entered)
 		return 0;
-	for (const flx_source *const *s = flx_sources; *s; s++) {
-		int rc;
-
-		if (!(*s)->enter ||
-		    (o->format && strcmp((*s)->name, o->format)))
-			continue;
-		sub[0] = '\0';
-		rc = (*s)->enter(b, o, sub, sizeof(sub), b->err);
-		if (rc)
-			return rc;
-		if (sub[0])
-			return descend(b, sub);
-	}
-	return 0;
+	flx_dirview_local(&v, b->dirfd, b);
+	rc = flx_source_enter(&v, o, sub, sizeof(sub), b->err);
+	return rc || !sub[0] ? rc : descend(b, sub);
 }
 
 /*

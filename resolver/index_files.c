@@ -458,6 +458,36 @@ const char *flx_build_remote_name(const flx_build *b, uint32_t id)
 	return be ? be->name(be->ctx, id) : NULL;
 }
 
+int flx_build_each_name(flx_build *b, int (*fn)(void *arg, const char *name),
+			void *arg)
+{
+	const char *n;
+	struct dirent *e;
+	DIR *dir;
+	int fd, rc = 0;
+
+	if (b->c->backend) {
+		for (uint32_t i = 0; !rc && (n = flx_build_remote_name(b, i));
+		     i++)
+			if (n[0] != '.' && !strchr(n, '/'))
+				rc = fn(arg, n);
+		return rc;
+	}
+	fd = openat(b->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	dir = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!dir) {
+		rc = -errno;
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	while (!rc && (e = readdir(dir)))
+		if (e->d_name[0] != '.')
+			rc = fn(arg, e->d_name);
+	closedir(dir);
+	return rc;
+}
+
 int flx_build_data_file(flx_build *b, const char *relpath,
 			const flx_file_ref *ref, uint32_t *idx)
 {

@@ -43,6 +43,56 @@ struct stat;
 
 typedef struct flx_build flx_build;
 
+/* What a path is, as an enter hook sees it (symlinks: see flx_dirview). */
+typedef enum flx_dv_kind {
+	FLX_DV_NONE,  /* absent */
+	FLX_DV_FILE,  /* a regular file (a symlink to one, locally) */
+	FLX_DV_DIR,   /* a directory, not a symlink */
+	FLX_DV_OTHER, /* present, neither, or not looked at (an error) */
+} flx_dv_kind;
+
+/*
+ * The directory an enter hook looks at: the local one (the builder's,
+ * flx_dirview_local()) or the union of the ranks' files
+ * (resolver/remote/mpi_mount.c), where a directory is any path some rank
+ * holds a file under.  Paths are relative, '/'-separated, plain.  The
+ * ranks' view is collective: every rank calls the same functions with
+ * the same arguments in the same order, which hooks do as long as they
+ * decide only from what the view gave them.
+ */
+typedef struct flx_dirview {
+	void *ctx;	   /* the ranks' view's state */
+	int dirfd;	   /* the local view's directory */
+	flx_build *b;	   /* the local view's builder, or NULL */
+	const char *where; /* for messages: "here", "on any rank" */
+	flx_dv_kind (*kind)(const struct flx_dirview *v, const char *path);
+	/* fn(arg, name) for each directory (not hidden) among the first max
+	 * entries of the top directory, until fn returns nonzero.
+	 * @return what fn returned last, or -errno */
+	int (*each_dir)(const struct flx_dirview *v, unsigned max,
+			int (*fn)(void *arg, const char *name), void *arg);
+	/* The regular file path whole, at most max bytes (a power of two),
+	 * as flx_build_read_whole() reads it.  @return 0 and *buf (owned;
+	 * free(), NUL past its end), *len; or -errno with err naming path */
+	int (*read)(const struct flx_dirview *v, const char *path, uint64_t max,
+		    void **buf, size_t *len, flx_error *err);
+} flx_dirview;
+
+/**
+ * The view of the builder's directory (b NULL: of dirfd alone, whose
+ * read fails with -ENOTSUP).  v borrows dirfd and b.
+ */
+void flx_dirview_local(flx_dirview *v, int dirfd, flx_build *b);
+
+/**
+ * The subdirectory holding the checkpoint when v is a save directory:
+ * the enter hooks of the sources (only the one o->format names, when
+ * set), in table order, the first that names one.  @return 0 and sub
+ * (cap bytes; "" when none), or -errno with err set.
+ */
+int flx_source_enter(const flx_dirview *v, const flx_ckpt_opts *o, char *sub,
+		     size_t cap, flx_error *err);
+
 typedef struct flx_source {
 	const char *name;   /* flx_ckpt.format: "torch-dcp" */
 	const char *kind;   /* for messages: "PyTorch DCP" */
@@ -64,16 +114,16 @@ typedef struct flx_source {
 	 * chunks from its pool), objects, through the builder's functions
 	 * below.  @return 0, or -errno with err set (the builder's err). */
 	int (*load)(flx_build *b, const flx_ckpt_opts *o, flx_error *err);
-	/* NULL, or: whether the directory holds the checkpoint one level
+	/* NULL, or: whether the directory v holds the checkpoint one level
 	 * down (a save directory whose tracker file names the iteration to
 	 * read), asked of every source with the hook (only the one
-	 * o->format names, when set) before any probe.  Into sub (cap
-	 * bytes) the subdirectory's name, a plain name that exists as a
-	 * directory (not a symlink), or "" when the directory is not such a
-	 * one.  The builder then reads the subdirectory as the checkpoint
-	 * directory (flx_build_entered()).  @return 0, or -errno with err
-	 * set (a tracker that names nothing readable). */
-	int (*enter)(flx_build *b, const flx_ckpt_opts *o, char *sub,
+	 * o->format names, when set) before any probe, locally or over the
+	 * ranks' files.  Into sub (cap bytes) the subdirectory's name, a
+	 * plain name that v has as a directory, or "" when the directory is
+	 * not such a one.  The builder then reads the subdirectory as the
+	 * checkpoint directory (flx_build_entered()).  @return 0, or -errno
+	 * with err set (a tracker that names nothing readable). */
+	int (*enter)(const flx_dirview *v, const flx_ckpt_opts *o, char *sub,
 		     size_t cap, flx_error *err);
 	/* NULL, or the source's own options ("-o NAME=VALUE"): their
 	 * values reach load in o->vals, read by name (flx_opt_u64() ...).
@@ -191,6 +241,17 @@ bool flx_build_remote(const flx_build *b, const char *relpath);
  * a backend: a source that picks its files by listing the directory
  * lists these too.  Valid for the life of the backend.  Thread-safe. */
 const char *flx_build_remote_name(const flx_build *b, uint32_t id);
+
+/**
+ * fn(arg, name) for each name at the top of the directory a source picks
+ * its files from by listing: with a file backend every node's files
+ * (flx_build_remote_name(), those at the top), else the directory's
+ * entries; hidden names never.  Until fn returns nonzero.  What a name is
+ * is found when it is opened (flx_build_data_file()).
+ * @return what fn returned last, or -errno (the directory's listing).
+ */
+int flx_build_each_name(flx_build *b, int (*fn)(void *arg, const char *name),
+			void *arg);
 
 /**
  * Record fd, a memory file (memfd) the source filled with bytes it decoded

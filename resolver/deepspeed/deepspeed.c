@@ -44,7 +44,6 @@
 #include "source.h"
 #include "torchfile.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -164,30 +163,38 @@ static bool owns(const char *name)
 	       ends_with(name, OPTIM_SUFFIX);
 }
 
-static bool exists_reg(int dirfd, const char *name)
+/* Whether dir ("" the top) of v is a tag directory: a model-states file
+ * and an optim-states file of rank 0 (either stage's names). */
+static bool tag_dir(const flx_dirview *v, const char *dir)
 {
-	struct stat st;
+	static const char *const model[] = {
+	    MODEL12_NAME, "zero_pp_rank_0_mp_rank_00" MODEL_SUFFIX, NULL};
+	static const char *const optim[] = {
+	    "zero_pp_rank_0_mp_rank_00" OPTIM_SUFFIX,
+	    "bf16_zero_pp_rank_0_mp_rank_00" OPTIM_SUFFIX, NULL};
+	const char *const *sets[] = {model, optim};
+	char path[512];
 
-	return fstatat(dirfd, name, &st, 0) == 0 && S_ISREG(st.st_mode);
+	for (size_t k = 0; k < 2; k++) {
+		bool any = false;
+
+		for (const char *const *n = sets[k]; *n && !any; n++) {
+			snprintf(path, sizeof(path), "%s%s%s", dir,
+				 *dir ? "/" : "", *n);
+			any = v->kind(v, path) == FLX_DV_FILE;
+		}
+		if (!any)
+			return false;
+	}
+	return true;
 }
 
-static bool is_dir(int dirfd, const char *name)
-{
-	struct stat st;
-
-	return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-	       S_ISDIR(st.st_mode);
-}
-
-/* A tag directory: a model-states file and an optim-states file of rank 0
- * (either stage's names). */
 static int probe(int dirfd, bool *yes)
 {
-	*yes =
-	    (exists_reg(dirfd, MODEL12_NAME) ||
-	     exists_reg(dirfd, "zero_pp_rank_0_mp_rank_00" MODEL_SUFFIX)) &&
-	    (exists_reg(dirfd, "zero_pp_rank_0_mp_rank_00" OPTIM_SUFFIX) ||
-	     exists_reg(dirfd, "bf16_zero_pp_rank_0_mp_rank_00" OPTIM_SUFFIX));
+	flx_dirview v;
+
+	flx_dirview_local(&v, dirfd, NULL);
+	*yes = tag_dir(&v, "");
 	return 0;
 }
 
@@ -226,56 +233,30 @@ bad:
  * DeepSpeed save directory's, and is left to the other sources. */
 #define MAX_SCAN 4096
 
-static int has_tag_dir(int dirfd)
+static int is_tag_dir(void *arg, const char *name)
 {
-	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
-	struct dirent *e;
-	bool yes = false;
+	/* DeepSpeed's default tag, or a directory holding a tag's files */
+	return !strncmp(name, "global_step", 11) || tag_dir(arg, name);
+}
 
-	if (!dir) {
-		int rc = -errno;
-
-		if (fd >= 0)
-			close(fd);
-		return rc;
-	}
-	for (unsigned n = 0; !yes && n < MAX_SCAN && (e = readdir(dir)); n++) {
-		int sub;
-
-		if (e->d_name[0] == '.' || !is_dir(dirfd, e->d_name))
-			continue;
-		if (!strncmp(e->d_name, "global_step", 11)) {
-			yes = true; /* DeepSpeed's default tag */
-			break;
-		}
-		sub = openat(dirfd, e->d_name,
-			     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-		if (sub < 0)
-			continue;
-		probe(sub, &yes);
-		close(sub);
-	}
-	closedir(dir);
-	return yes;
+static int has_tag_dir(const flx_dirview *v)
+{
+	return v->each_dir(v, MAX_SCAN, is_tag_dir, (void *)v);
 }
 
 /* A save directory: `latest` names the tag directory to read. */
-static int enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
-		 flx_error *err)
+static int enter(const flx_dirview *v, const flx_ckpt_opts *o, char *sub,
+		 size_t cap, flx_error *err)
 {
-	int dirfd = flx_build_dirfd(b);
 	void *buf = NULL;
 	size_t len = 0;
-	int64_t mtime;
-	bool here = false;
 	const char *tag;
 	int rc;
 
 	sub[0] = '\0';
 	if (!flx_opt_text(o->vals, "ds_tag", &tag)) {
 		rc = flx_ds_latest_tag(tag, strlen(tag), sub, cap, err);
-		if (!rc && !is_dir(dirfd, sub)) {
+		if (!rc && v->kind(v, sub) != FLX_DV_DIR) {
 			rc = flx_error_set(err, -ENOENT, sub, "ds_tag",
 					   "no such tag directory in the save "
 					   "directory");
@@ -285,25 +266,23 @@ static int enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
 			flx_error_key(err, "ds_tag");
 		return rc;
 	}
-	probe(dirfd, &here);
-	if (here || !exists_reg(dirfd, LATEST_NAME))
+	if (tag_dir(v, "") || v->kind(v, LATEST_NAME) != FLX_DV_FILE)
 		return 0;
-	rc = has_tag_dir(dirfd);
+	rc = has_tag_dir(v);
 	if (rc < 0)
 		return flx_error_set(err, rc, ".", NULL,
 				     "cannot list the save directory: %s",
 				     strerror(-rc));
 	if (!rc)
 		return 0;
-	rc = flx_build_read_whole(b, LATEST_NAME, MAX_LATEST_BYTES, NULL, &buf,
-				  &len, &mtime, err);
+	rc = v->read(v, LATEST_NAME, MAX_LATEST_BYTES, &buf, &len, err);
 	if (!rc)
 		rc = flx_ds_latest_tag(buf, len, sub, cap, err);
 	free(buf);
-	if (!rc && !is_dir(dirfd, sub)) {
+	if (!rc && v->kind(v, sub) != FLX_DV_DIR) {
 		rc = flx_error_set(err, -ENOENT, LATEST_NAME, NULL,
-				   "names %s, which is not a directory here",
-				   sub);
+				   "names %s, which is not a directory %s", sub,
+				   v->where);
 		sub[0] = '\0';
 	}
 	return rc;
@@ -1223,62 +1202,70 @@ static int name_add(ds_name **arr, size_t *n, size_t *cap, const char *s,
 	return (*arr)[(*n)++].s ? 0 : -ENOMEM;
 }
 
+/* The lists list_files() fills, one name at a time. */
+typedef struct ds_lists {
+	ds *d;
+	ds_name **om, **mm, **m12;
+	size_t *nom, *nmm, *nm12;
+	size_t capo, capm, cap12;
+	int bf16;
+} ds_lists;
+
+static int list_one(void *arg, const char *name)
+{
+	ds_lists *l = arg;
+	unsigned long dr, mp;
+	bool b16;
+	int rc;
+
+	if (zero_name(name, OPTIM_SUFFIX, &b16, &dr, &mp)) {
+		if (l->bf16 >= 0 && l->bf16 != (int)b16)
+			return flx_error_set(
+			    l->d->err, -EINVAL, name, NULL,
+			    "optimizer states files with and without "
+			    "the bf16_ prefix: two runs in one tag");
+		l->bf16 = b16;
+		rc = mp < MAX_MP
+			 ? name_add(l->om, l->nom, &l->capo, name, mp, dr)
+			 : 0;
+	} else if (zero_name(name, MODEL_SUFFIX, &b16, &dr, &mp) && !b16) {
+		rc = mp < MAX_MP
+			 ? name_add(l->mm, l->nmm, &l->capm, name, mp, dr)
+			 : 0;
+	} else if (model12_name(name, &mp)) {
+		rc = mp < MAX_MP
+			 ? name_add(l->m12, l->nm12, &l->cap12, name, mp, 0)
+			 : 0;
+	} else {
+		return 0;
+	}
+	if (!rc && mp >= MAX_MP)
+		rc = flx_error_set(l->d->err, -EOPNOTSUPP, name, NULL,
+				   "model-parallel rank %lu: at most %u ranks",
+				   mp, MAX_MP);
+	return rc;
+}
+
 /* The files, sorted by model-parallel rank, then data-parallel rank:
  * optimizer states (om), stage 3 model states (mm), stages 1 and 2 model
- * states (m12). */
+ * states (m12): the tag directory's, or every node's under -o mpi. */
 static int list_files(ds *d, ds_name **om, size_t *nom, ds_name **mm,
 		      size_t *nmm, ds_name **m12, size_t *nm12)
 {
-	int dirfd = flx_build_dirfd(d->b);
-	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
-	size_t capo = 0, capm = 0, cap12 = 0;
-	int bf16 = -1, rc = 0;
-	struct dirent *e;
+	ds_lists l = {.d = d,
+		      .om = om,
+		      .mm = mm,
+		      .m12 = m12,
+		      .nom = nom,
+		      .nmm = nmm,
+		      .nm12 = nm12,
+		      .bf16 = -1};
+	int rc = flx_build_each_name(d->b, list_one, &l);
 
-	if (!dir) {
-		int en = errno;
-
-		if (fd >= 0)
-			close(fd);
-		return flx_error_set(d->err, -en, ".", NULL,
-				     "cannot list the tag directory");
-	}
-	while (!rc && (e = readdir(dir))) {
-		unsigned long dr, mp;
-		bool b16;
-
-		if (zero_name(e->d_name, OPTIM_SUFFIX, &b16, &dr, &mp)) {
-			if (bf16 >= 0 && bf16 != (int)b16) {
-				rc = flx_error_set(
-				    d->err, -EINVAL, e->d_name, NULL,
-				    "optimizer states files with and without "
-				    "the bf16_ prefix: two runs in one tag");
-				break;
-			}
-			bf16 = b16;
-			if (mp < MAX_MP)
-				rc =
-				    name_add(om, nom, &capo, e->d_name, mp, dr);
-		} else if (zero_name(e->d_name, MODEL_SUFFIX, &b16, &dr, &mp) &&
-			   !b16) {
-			if (mp < MAX_MP)
-				rc =
-				    name_add(mm, nmm, &capm, e->d_name, mp, dr);
-		} else if (model12_name(e->d_name, &mp)) {
-			if (mp < MAX_MP)
-				rc = name_add(m12, nm12, &cap12, e->d_name, mp,
-					      0);
-		} else {
-			continue;
-		}
-		if (!rc && mp >= MAX_MP)
-			rc = flx_error_set(d->err, -EOPNOTSUPP, e->d_name, NULL,
-					   "model-parallel rank %lu: at most "
-					   "%u ranks",
-					   mp, MAX_MP);
-	}
-	closedir(dir);
+	if (rc < 0 && rc != -ENOMEM && !d->err->code)
+		return flx_error_set(d->err, rc, ".", NULL,
+				     "cannot list the tag directory: %s",
+				     strerror(-rc));
 	if (rc)
 		return rc;
 	/* a list may be empty, and then NULL: qsort() wants neither */

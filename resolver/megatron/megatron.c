@@ -31,9 +31,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define CONFIG_NAME	  FLX_MCORE_CONFIG
-#define TRACKER_NAME	  FLX_MEGATRON_TRACKER
-#define MAX_TRACKER_BYTES FLX_MEGATRON_TRACKER_MAX
+#define CONFIG_NAME FLX_MCORE_CONFIG
+/* a save directory's tracker file, beside its iter_NNNNNNN/ directories,
+ * and the most bytes of it read */
+#define TRACKER_NAME	  "latest_checkpointed_iteration.txt"
+#define MAX_TRACKER_BYTES 4096
 #define COMMON_NAME	  FLX_MCORE_COMMON
 #define COMMON_ITEM	  "common_state/shard_0_1"
 #define MCORE_MODULE	  "megatron.core.dist_checkpointing.strategies.torch"
@@ -775,12 +777,11 @@ static int reformulated(flx_build *b, const flx_pv *attrs, flx_error *err)
 
 /* ---- the save directory ---- */
 
-static bool is_dir(int dirfd, const char *name)
+/* Into sub (cap bytes) iteration iter's directory, as Megatron names it
+ * ("iter_0000100"). */
+static void iter_sub(uint64_t iter, char *sub, size_t cap)
 {
-	struct stat st;
-
-	return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-	       S_ISDIR(st.st_mode);
+	snprintf(sub, cap, "iter_%07llu", (unsigned long long)iter);
 }
 
 /*
@@ -811,7 +812,7 @@ static int parse_tracker(const char *buf, size_t len, char *sub, size_t cap,
 			goto bad;
 		it = it * 10 + (uint64_t)(buf[i] - '0');
 	}
-	flx_megatron_iter_sub(it, sub, cap);
+	iter_sub(it, sub, cap);
 	return 0;
 bad:
 	return flx_error_set(err, -EINVAL, TRACKER_NAME, NULL,
@@ -820,53 +821,39 @@ bad:
 			     (int)(n - a > 32 ? 32 : n - a), buf + a);
 }
 
-void flx_megatron_iter_sub(uint64_t iter, char *sub, size_t cap)
-{
-	snprintf(sub, cap, "iter_%07llu", (unsigned long long)iter);
-}
-
-int flx_megatron_tracker_sub(const char *buf, size_t len, char *sub, size_t cap,
-			     flx_error *err)
-{
-	return parse_tracker(buf, len, sub, cap, err);
-}
-
 /*
  * A Megatron save directory (no metadata.json of its own): the iteration
  * directory -o megatron_iter=N names, else the one its
  * latest_checkpointed_iteration.txt names, is the checkpoint.
  */
-int flx_mcore_enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
-		    flx_error *err)
+int flx_mcore_enter(const flx_dirview *v, const flx_ckpt_opts *o, char *sub,
+		    size_t cap, flx_error *err)
 {
-	int dirfd = flx_build_dirfd(b);
 	void *buf = NULL;
 	size_t len = 0;
 	uint64_t it;
-	int64_t mtime;
 	int rc;
 
 	sub[0] = '\0';
 	if (!flx_opt_u64(o->vals, "megatron_iter", &it)) {
-		flx_megatron_iter_sub(it, sub, cap);
-		if (!is_dir(dirfd, sub))
+		iter_sub(it, sub, cap);
+		if (v->kind(v, sub) != FLX_DV_DIR)
 			return flx_error_set(err, -ENOENT, sub, "megatron_iter",
 					     "no such iteration directory in "
 					     "the save directory");
 		return 0;
 	}
-	if (flx_mcore_exists(dirfd, CONFIG_NAME) ||
-	    !flx_mcore_exists(dirfd, TRACKER_NAME))
+	if (v->kind(v, CONFIG_NAME) != FLX_DV_NONE ||
+	    v->kind(v, TRACKER_NAME) == FLX_DV_NONE)
 		return 0;
-	rc = flx_build_read_whole(b, TRACKER_NAME, MAX_TRACKER_BYTES, NULL,
-				  &buf, &len, &mtime, err);
+	rc = v->read(v, TRACKER_NAME, MAX_TRACKER_BYTES, &buf, &len, err);
 	if (!rc)
 		rc = parse_tracker(buf, len, sub, cap, err);
 	free(buf);
-	if (!rc && !is_dir(dirfd, sub)) {
+	if (!rc && v->kind(v, sub) != FLX_DV_DIR) {
 		rc = flx_error_set(err, -ENOENT, TRACKER_NAME, NULL,
-				   "names %s, which is not a directory here",
-				   sub);
+				   "names %s, which is not a directory %s", sub,
+				   v->where);
 		sub[0] = '\0';
 	}
 	return rc;

@@ -104,24 +104,4 @@ static inline const flx_megatron *flx_megatron_of(const flx_ckpt *c)
 	return (const flx_megatron *)flx_ckpt_fact_ptr(c, FLX_FACT_MEGATRON);
 }
 
-/* A Megatron save directory's tracker file, in the directory above its
- * iter_NNNNNNN/ directories. */
-#define FLX_MEGATRON_TRACKER "latest_checkpointed_iteration.txt"
-/* The most bytes of a tracker file the source reads. */
-#define FLX_MEGATRON_TRACKER_MAX 4096
-
-/** Into sub (cap bytes) the name of iteration iter's directory in a
- * Megatron save directory, as Megatron names it ("iter_0000100").
- * Thread-safe. */
-void flx_megatron_iter_sub(uint64_t iter, char *sub, size_t cap);
-
-/**
- * The subdirectory a Megatron save directory's tracker text names, as the
- * source's own open enters it ("iter_0000100", "release"), for a caller
- * that holds the text elsewhere (the distributed mount).  Thread-safe.
- * @return 0 and sub (cap bytes), or -EINVAL with err naming the tracker.
- */
-int flx_megatron_tracker_sub(const char *buf, size_t len, char *sub, size_t cap,
-			     flx_error *err);
-
 #endif

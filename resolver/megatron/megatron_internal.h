@@ -78,7 +78,7 @@ extern const char *const flx_mcore_facts[];
 int flx_mcore_fact(const flx_ckpt *c, const char *name, flx_fact *out);
 
 /** The sources' enter hook (a save directory: source.h). */
-int flx_mcore_enter(flx_build *b, const flx_ckpt_opts *o, char *sub, size_t cap,
-		    flx_error *err);
+int flx_mcore_enter(const flx_dirview *v, const flx_ckpt_opts *o, char *sub,
+		    size_t cap, flx_error *err);
 
 #endif

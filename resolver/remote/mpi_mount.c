@@ -22,7 +22,7 @@
  */
 #include "mpi_mount.h"
 
-#include "megatron/megatron.h"
+#include "source.h"
 
 #include "bcache.h"
 #include "grow.h"
@@ -902,9 +902,10 @@ static int broadcast(flx_dm *m, flx_error *err)
 	return 0;
 }
 
-/* ---- a Megatron save directory ---- */
+/* ---- a save directory: the sources' enter hooks over the ranks' files ---- */
 
-#define TRACKER_MAX FLX_MEGATRON_TRACKER_MAX
+/* The most bytes of a file an enter hook reads (a tracker file). */
+#define ENTER_READ_MAX (1u << 20)
 
 static int cmp_name(const void *key, const void *elt);
 
@@ -913,47 +914,128 @@ static dm_file *find_file(const flx_dm *m, const char *name)
 	return bsearch(name, m->files, m->nfiles, sizeof(dm_file), cmp_name);
 }
 
-/*
- * Into sub the iteration directory to serve when the ranks' files make a
- * Megatron save directory (no metadata.json of its own): the one -o
- * megatron_iter=N names, else the one the tracker file names, read from
- * its lowest holder (every holder's copy is the same: verify_copies());
- * "" when they make no save directory.  Collective.
- */
-static int save_sub(flx_dm *m, const flx_ckpt_opts *o, char *sub, size_t cap,
-		    flx_error *err)
+/* The first file at or after name in the table (sorted by name), or
+ * m->nfiles. */
+static size_t lower_bound(const flx_dm *m, const char *name)
 {
-	char buf[TRACKER_MAX];
-	const dm_file *t;
-	uint64_t it;
+	size_t lo = 0, hi = m->nfiles;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (strcmp(m->files[mid].name, name) < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static flx_dv_kind dv_kind(const flx_dirview *v, const char *path)
+{
+	const flx_dm *m = v->ctx;
+	size_t k = strlen(path), i;
+	char *pre;
+
+	if (find_file(m, path))
+		return FLX_DV_FILE;
+	/* a directory: some file named path/... */
+	pre = malloc(k + 2);
+	if (!pre)
+		return FLX_DV_OTHER;
+	memcpy(pre, path, k);
+	memcpy(pre + k, "/", 2);
+	i = lower_bound(m, pre);
+	free(pre);
+	return i < m->nfiles && !strncmp(m->files[i].name, path, k) &&
+		       m->files[i].name[k] == '/'
+		   ? FLX_DV_DIR
+		   : FLX_DV_NONE;
+}
+
+static int dv_each_dir(const flx_dirview *v, unsigned max,
+		       int (*fn)(void *arg, const char *name), void *arg)
+{
+	const flx_dm *m = v->ctx;
+	char last[NAME_MAX_WIRE] = "";
+	unsigned n = 0;
 	int rc = 0;
 
-	sub[0] = '\0';
-	if (find_file(m, "metadata.json"))
-		return 0;
-	if (o && !flx_opt_u64(o->vals, "megatron_iter", &it)) {
-		flx_megatron_iter_sub(it, sub, cap);
-		return 0;
+	/* sorted by name: a directory's files are adjacent */
+	for (size_t i = 0; !rc && n < max && i < m->nfiles; i++) {
+		const char *f = m->files[i].name, *sl = strchr(f, '/');
+		size_t k = sl ? (size_t)(sl - f) : 0;
+
+		if (!sl || f[0] == '.' || k >= sizeof(last) ||
+		    (!strncmp(last, f, k) && !last[k]))
+			continue;
+		memcpy(last, f, k);
+		last[k] = '\0';
+		n++;
+		rc = fn(arg, last);
 	}
-	t = find_file(m, FLX_MEGATRON_TRACKER);
+	return rc;
+}
+
+/* Collective: the lowest holder reads, every rank gets the bytes (every
+ * holder's copy is the same: verify_copies()). */
+static int dv_read(const flx_dirview *v, const char *path, uint64_t max,
+		   void **buf, size_t *len, flx_error *err)
+{
+	flx_dm *m = v->ctx;
+	const dm_file *t = find_file(m, path);
+	char *b;
+	int rc = 0;
+
+	*buf = NULL;
+	*len = 0;
 	if (!t)
-		return 0;
-	if (t->size > TRACKER_MAX)
-		return flx_error_set(err, -EINVAL, t->name, NULL,
-				     "not a regular file of at most 4 KiB");
-	if (m->rank == t->holders[0])
-		rc = flx_pread_full(t->fd, buf, (size_t)t->size, 0);
+		return flx_error_set(err, -ENOENT, path, NULL,
+				     "no rank holds it");
+	if (t->size > max || max > ENTER_READ_MAX)
+		return flx_error_set(err, -EINVAL, path, NULL,
+				     "not a regular file of at most %llu "
+				     "bytes",
+				     (unsigned long long)max);
+	b = malloc((size_t)t->size + 1);
+	if (!b)
+		rc = -ENOMEM;
+	if (!rc && m->rank == t->holders[0])
+		rc = flx_pread_full(t->fd, b, (size_t)t->size, 0);
 	rc = flx_dm_agree(m, rc, err);
-	if (!rc && MPI_Bcast(buf, (int)t->size, MPI_BYTE, t->holders[0],
+	if (!rc && MPI_Bcast(b, (int)t->size, MPI_BYTE, t->holders[0],
 			     m->coll) != MPI_SUCCESS)
 		rc = flx_error_set(err, -EIO, t->name, "mpi",
 				   "MPI_Bcast failed");
 	rc = flx_dm_agree(m, rc, err);
-	/* the same bytes on every rank: the same answer */
-	if (!rc)
-		rc = flx_megatron_tracker_sub(buf, (size_t)t->size, sub, cap,
-					      err);
-	return rc;
+	if (rc) {
+		free(b);
+		return rc;
+	}
+	b[t->size] = '\0';
+	*buf = b;
+	*len = (size_t)t->size;
+	return 0;
+}
+
+/*
+ * Into sub the subdirectory to serve when the ranks' files make a save
+ * directory (a tracker file naming an iteration or tag directory), as the
+ * sources' enter hooks decide over the union of the ranks' files; ""
+ * when they make none.  Collective.
+ */
+static int save_sub(flx_dm *m, const flx_ckpt_opts *o, char *sub, size_t cap,
+		    flx_error *err)
+{
+	static const flx_ckpt_opts none;
+	flx_dirview v = {.ctx = m,
+			 .dirfd = -1,
+			 .where = "on any rank",
+			 .kind = dv_kind,
+			 .each_dir = dv_each_dir,
+			 .read = dv_read};
+
+	return flx_source_enter(&v, o ? o : &none, sub, cap, err);
 }
 
 /*
@@ -963,7 +1045,7 @@ static int save_sub(flx_dm *m, const flx_ckpt_opts *o, char *sub, size_t cap,
  * comes from the others).  Deterministic: the same table on every rank.
  */
 static int enter_sub(flx_dm *m, const char *dir, const char *sub,
-		     const flx_ckpt_opts *o, flx_error *err)
+		     flx_error *err)
 {
 	size_t k = strlen(sub), n = 0;
 	bool mine = false;
@@ -981,14 +1063,10 @@ static int enter_sub(flx_dm *m, const char *dir, const char *sub,
 		m->files[n++] = *f;
 	}
 	m->nfiles = n;
+	/* the hooks name only a directory some rank holds a file under */
 	if (!n)
-		return o && flx_opt_given(o->vals, "megatron_iter")
-			   ? flx_error_set(err, -ENOENT, sub, "megatron_iter",
-					   "no rank holds this iteration "
-					   "directory")
-			   : flx_error_set(
-				 err, -ENOENT, FLX_MEGATRON_TRACKER, NULL,
-				 "names %s, which no rank holds", sub);
+		return flx_error_set(err, -ENOENT, sub, NULL,
+				     "no rank holds a file under it");
 	free(m->dir);
 	m->dir = NULL;
 	if (mine) {
@@ -1123,7 +1201,7 @@ int flx_dm_exchange(flx_dm *m, const char *dir, flx_ckpt_opts *o,
 	if (!rc)
 		rc = save_sub(m, o, sub, sizeof(sub), err);
 	if (!rc && sub[0])
-		rc = enter_sub(m, dir, sub, o, err);
+		rc = enter_sub(m, dir, sub, err);
 	/* the open reads the entered directory as the checkpoint itself,
 	 * and serves it as entered (a release/ is named release/ again) */
 	if (!rc && sub[0] && !(m->entered = strdup(sub)))

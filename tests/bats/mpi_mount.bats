@@ -321,6 +321,20 @@ dm_stop() {
 	[[ -z $(find /tmp -maxdepth 1 -name 'flexfs-mpi-*' -newer "$T/src2" 2>/dev/null) ]]
 }
 
+@test "a DeepSpeed save directory (latest, global_stepN/) split file by file over 2 ranks equals one mount of it" {
+	SRC=$FLEXFS_SRC/tests/fixtures/deepspeed/zero2-fp16-dp2/ckpt
+	spread_files 2
+	# latest on one rank only, the tag directory's files on both
+	[[ $(ls "$T"/src*/latest | wc -l) -eq 1 ]]
+	[[ -d $T/src0/global_step5 && -d $T/src1/global_step5 ]]
+	dm_equal 2 "tp=2"
+	# latest naming a tag no rank holds: one line on every rank
+	rm -rf "$T"/src* "$T"/mnt*
+	spread_files 2
+	printf 'global_step6' >"$(ls "$T"/src*/latest)"
+	dm_fails 2 "tp=2" "latest: names global_step6, which is not a directory on any rank"
+}
+
 @test "a Megatron save directory whose tracker names release is entered and served as release/ over 2 ranks" {
 	mkdir -p "$T/rel"
 	cp -rp "$FLEXFS_SRC/tests/fixtures/megatron-tied/ckpt/iter_0000100" "$T/rel/release"
@@ -345,7 +359,7 @@ dm_stop() {
 	# the same tracker naming an iteration no rank holds
 	printf '200' >"$T/src0/latest_checkpointed_iteration.txt"
 	dm_fails 2 "tp=2" \
-		"latest_checkpointed_iteration.txt: names iter_0000200, which no rank holds"
+		"latest_checkpointed_iteration.txt: names iter_0000200, which is not a directory on any rank"
 }
 
 @test "a file held differently by two ranks fails every rank with one line" {

@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The local directory as the sources' enter hooks see it (source.h), and
+ * the walk over the hooks shared by the local open and the ranks' one.
+ */
+#include "source.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static flx_dv_kind local_kind(const flx_dirview *v, const char *path)
+{
+	struct stat st;
+
+	if (fstatat(v->dirfd, path, &st, AT_SYMLINK_NOFOLLOW))
+		return errno == ENOENT ? FLX_DV_NONE : FLX_DV_OTHER;
+	if (S_ISDIR(st.st_mode))
+		return FLX_DV_DIR;
+	if (S_ISLNK(st.st_mode) && fstatat(v->dirfd, path, &st, 0))
+		return FLX_DV_OTHER;
+	return S_ISREG(st.st_mode) ? FLX_DV_FILE : FLX_DV_OTHER;
+}
+
+static int local_each_dir(const flx_dirview *v, unsigned max,
+			  int (*fn)(void *arg, const char *name), void *arg)
+{
+	int fd = openat(v->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	struct dirent *e;
+	int rc = 0;
+
+	if (!d) {
+		rc = -errno;
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	for (unsigned n = 0; !rc && n < max && (e = readdir(d)); n++)
+		if (e->d_name[0] != '.' &&
+		    local_kind(v, e->d_name) == FLX_DV_DIR)
+			rc = fn(arg, e->d_name);
+	closedir(d);
+	return rc;
+}
+
+static int local_read(const flx_dirview *v, const char *path, uint64_t max,
+		      void **buf, size_t *len, flx_error *err)
+{
+	int64_t mtime;
+
+	if (!v->b)
+		return flx_error_set(err, -ENOTSUP, path, NULL,
+				     "not read by a probe");
+	return flx_build_read_whole(v->b, path, max, NULL, buf, len, &mtime,
+				    err);
+}
+
+void flx_dirview_local(flx_dirview *v, int dirfd, flx_build *b)
+{
+	*v = (flx_dirview){.dirfd = dirfd,
+			   .b = b,
+			   .where = "here",
+			   .kind = local_kind,
+			   .each_dir = local_each_dir,
+			   .read = local_read};
+}
+
+int flx_source_enter(const flx_dirview *v, const flx_ckpt_opts *o, char *sub,
+		     size_t cap, flx_error *err)
+{
+	for (const flx_source *const *s = flx_sources; *s; s++) {
+		int rc;
+
+		if (!(*s)->enter ||
+		    (o->format && strcmp((*s)->name, o->format)))
+			continue;
+		sub[0] = '\0';
+		rc = (*s)->enter(v, o, sub, cap, err);
+		if (rc || sub[0])
+			return rc;
+	}
+	sub[0] = '\0';
+	return 0;
+}
