@@ -92,7 +92,8 @@ typedef struct flx_file_backend {
 	 * -ENOENT (nobody holds it) */
 	int (*lookup)(void *ctx, const char *relpath, uint32_t *id,
 		      uint64_t *size, int64_t *mtime_ns);
-	/* the relpath of file id, 0..; NULL past the last (extras) */
+	/* the relpath of file id, 0..; NULL past the last (extras); in
+	 * strcmp() order of relpaths */
 	const char *(*name)(void *ctx, uint32_t id);
 	/* every span whole (span.file is an id of lookup()), all spans of a
 	 * call at once, so that the backend can coalesce and overlap them:

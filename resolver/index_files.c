@@ -458,19 +458,37 @@ const char *flx_build_remote_name(const flx_build *b, uint32_t id)
 	return be ? be->name(be->ctx, id) : NULL;
 }
 
-int flx_build_each_name(flx_build *b, int (*fn)(void *arg, const char *name),
+int flx_build_each_name(flx_build *b,
+			int (*fn)(void *arg, const char *name, bool dir),
 			void *arg)
 {
-	const char *n;
+	char last[NAME_MAX + 1] = "";
+	const char *n, *sl;
 	struct dirent *e;
+	struct stat st;
 	DIR *dir;
 	int fd, rc = 0;
 
 	if (b->c->backend) {
+		/* in strcmp() order: a subdirectory's files are adjacent */
 		for (uint32_t i = 0; !rc && (n = flx_build_remote_name(b, i));
-		     i++)
-			if (n[0] != '.' && !strchr(n, '/'))
-				rc = fn(arg, n);
+		     i++) {
+			size_t k;
+
+			if (n[0] == '.')
+				continue;
+			if (!(sl = strchr(n, '/'))) {
+				rc = fn(arg, n, false);
+				continue;
+			}
+			k = (size_t)(sl - n);
+			if (k >= sizeof(last) ||
+			    (!strncmp(last, n, k) && !last[k]))
+				continue;
+			memcpy(last, n, k);
+			last[k] = '\0';
+			rc = fn(arg, last, true);
+		}
 		return rc;
 	}
 	fd = openat(b->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -483,7 +501,10 @@ int flx_build_each_name(flx_build *b, int (*fn)(void *arg, const char *name),
 	}
 	while (!rc && (e = readdir(dir)))
 		if (e->d_name[0] != '.')
-			rc = fn(arg, e->d_name);
+			rc = fn(arg, e->d_name,
+				!fstatat(b->dirfd, e->d_name, &st,
+					 AT_SYMLINK_NOFOLLOW) &&
+				    S_ISDIR(st.st_mode));
 	closedir(dir);
 	return rc;
 }

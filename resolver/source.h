@@ -243,14 +243,17 @@ bool flx_build_remote(const flx_build *b, const char *relpath);
 const char *flx_build_remote_name(const flx_build *b, uint32_t id);
 
 /**
- * fn(arg, name) for each name at the top of the directory a source picks
- * its files from by listing: with a file backend every node's files
- * (flx_build_remote_name(), those at the top), else the directory's
- * entries; hidden names never.  Until fn returns nonzero.  What a name is
- * is found when it is opened (flx_build_data_file()).
+ * fn(arg, name, dir) for each name at the top of the directory, for a
+ * source that picks its files by listing: with a file backend every
+ * node's files (flx_build_remote_name()): those at the top (dir false),
+ * and each subdirectory some node holds a file under, once (dir true);
+ * else the directory's entries, dir true for a directory (not a symlink).
+ * Hidden names never.  Until fn returns nonzero.  What a file is, is found
+ * when it is opened (flx_build_data_file()).
  * @return what fn returned last, or -errno (the directory's listing).
  */
-int flx_build_each_name(flx_build *b, int (*fn)(void *arg, const char *name),
+int flx_build_each_name(flx_build *b,
+			int (*fn)(void *arg, const char *name, bool dir),
 			void *arg);
 
 /**

@@ -1211,13 +1211,14 @@ typedef struct ds_lists {
 	int bf16;
 } ds_lists;
 
-static int list_one(void *arg, const char *name)
+static int list_one(void *arg, const char *name, bool dir)
 {
 	ds_lists *l = arg;
 	unsigned long dr, mp;
 	bool b16;
 	int rc;
 
+	(void)dir; /* what a name is, its open says */
 	if (zero_name(name, OPTIM_SUFFIX, &b16, &dr, &mp)) {
 		if (l->bf16 >= 0 && l->bf16 != (int)b16)
 			return flx_error_set(

@@ -223,73 +223,73 @@ static int cmp_rank(const void *a, const void *b)
 	return 0;
 }
 
+/* list_ranks()' walk. */
+typedef struct list_state {
+	ld *x;
+	int cap;  /* of x->rk */
+	int nsuf; /* numbers in the rank directories' names, -1: none yet */
+} list_state;
+
+/* One entry of the directory: a rank directory is added to x->rk. */
+static int list_one(void *arg, const char *name, bool dir)
+{
+	list_state *l = arg;
+	ld *x = l->x;
+	int v[3], n = parse_rank_dir(name, v);
+	size_t len = strlen(name);
+
+	if (!n || !dir)
+		return 0;
+	if (l->nsuf >= 0 && n != l->nsuf)
+		return fail(x, name, NULL,
+			    "rank directories with %d and with %d "
+			    "numbers in their names",
+			    l->nsuf, n);
+	l->nsuf = n;
+	if (v[0] >= MAX_TP || v[1] >= MAX_PP || v[2] >= MAX_PP ||
+	    x->nrk >= MAX_RANKS)
+		return fail(x, name, NULL, "past %d TP x %d PP (or EP) ranks",
+			    MAX_TP, MAX_PP);
+	if (x->nrk == l->cap) {
+		int nc = l->cap ? 2 * l->cap : 16;
+		rank *p = realloc(x->rk, (size_t)nc * sizeof(*p));
+
+		if (!p)
+			return -ENOMEM;
+		x->rk = p;
+		l->cap = nc;
+	}
+	if (len >= sizeof(x->rk[0].name))
+		return 0; /* parse_rank_dir() takes at most 20 */
+	memset(&x->rk[x->nrk], 0, sizeof(rank));
+	x->rk[x->nrk].nv = n;
+	memcpy(x->rk[x->nrk].v, v, sizeof(v));
+	x->rk[x->nrk].nlocal = -1;
+	memcpy(x->rk[x->nrk].name, name, len + 1);
+	memcpy(x->rk[x->nrk].rel, name, len);
+	memcpy(x->rk[x->nrk].rel + len, "/" RANK_FILE, sizeof("/" RANK_FILE));
+	x->nrk++;
+	return 0;
+}
+
 /* The rank directories, sorted (cmp_rank); their numbers are read as tp,
- * pp and ep by assign_grid() once rank 0's args are known. */
+ * pp and ep by assign_grid() once rank 0's args are known.  Under -o mpi,
+ * every node's (flx_build_each_name()). */
 static int list_ranks(ld *x)
 {
-	int fd = dup(flx_build_dirfd(x->b));
-	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-	struct dirent *e;
-	int rc = 0, cap = 0, nsuf = -1;
+	list_state l = {x, 0, -1};
+	int rc = flx_build_each_name(x->b, list_one, &l);
 
-	if (!d) {
-		if (fd >= 0)
-			close(fd);
-		return flx_error_set(x->err, -errno, ".", NULL,
-				     "cannot list the directory");
-	}
-	rewinddir(d); /* a dup shares the offset another reader left */
-	while ((e = readdir(d))) {
-		int v[3], n = parse_rank_dir(e->d_name, v);
-
-		if (!n || !is_dir_at(flx_build_dirfd(x->b), e->d_name))
-			continue;
-		if (nsuf >= 0 && n != nsuf) {
-			rc = fail(x, e->d_name, NULL,
-				  "rank directories with %d and with %d "
-				  "numbers in their names",
-				  nsuf, n);
-			goto out;
-		}
-		nsuf = n;
-		if (v[0] >= MAX_TP || v[1] >= MAX_PP || v[2] >= MAX_PP ||
-		    x->nrk >= MAX_RANKS) {
-			rc = fail(x, e->d_name, NULL,
-				  "past %d TP x %d PP (or EP) ranks", MAX_TP,
-				  MAX_PP);
-			goto out;
-		}
-		if (x->nrk == cap) {
-			int nc = cap ? 2 * cap : 16;
-			rank *p = realloc(x->rk, (size_t)nc * sizeof(*p));
-
-			if (!p) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			x->rk = p;
-			cap = nc;
-		}
-		if (strlen(e->d_name) >= sizeof(x->rk[0].name))
-			continue; /* parse_rank_dir() takes at most 20 */
-		memset(&x->rk[x->nrk], 0, sizeof(rank));
-		x->rk[x->nrk].nv = n;
-		memcpy(x->rk[x->nrk].v, v, sizeof(v));
-		x->rk[x->nrk].nlocal = -1;
-		memcpy(x->rk[x->nrk].name, e->d_name, strlen(e->d_name) + 1);
-		memcpy(x->rk[x->nrk].rel, e->d_name, strlen(e->d_name));
-		memcpy(x->rk[x->nrk].rel + strlen(e->d_name), "/" RANK_FILE,
-		       sizeof("/" RANK_FILE));
-		x->nrk++;
-	}
-	if (!x->nrk) {
-		rc = fail(x, ".", NULL, "no mp_rank_* directory");
-		goto out;
-	}
+	if (rc < 0 && rc != -ENOMEM && !x->err->code)
+		return flx_error_set(x->err, rc, ".", NULL,
+				     "cannot list the directory: %s",
+				     strerror(-rc));
+	if (rc)
+		return rc;
+	if (!x->nrk)
+		return fail(x, ".", NULL, "no mp_rank_* directory");
 	qsort(x->rk, (size_t)x->nrk, sizeof(rank), cmp_rank);
-out:
-	closedir(d);
-	return rc;
+	return 0;
 }
 
 /* The name Megatron gives rank (t, p, e) of the directories' scheme. */

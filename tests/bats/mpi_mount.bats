@@ -335,6 +335,15 @@ dm_stop() {
 	dm_fails 2 "tp=2" "latest: names global_step6, which is not a directory on any rank"
 }
 
+@test "a Megatron legacy save directory (mp_rank_TT_PPP/ split between ranks) over 2 ranks equals one mount of it" {
+	SRC=$FLEXFS_SRC/tests/fixtures/megatron-legacy-tp2pp2/ckpt
+	spread_files 2
+	# each rank holds some rank directories, none holds all
+	[[ -n $(ls -d "$T"/src0/iter_0000100/mp_rank_* 2>/dev/null) ]]
+	[[ -n $(ls -d "$T"/src1/iter_0000100/mp_rank_* 2>/dev/null) ]]
+	dm_equal 2 "tp=2"
+}
+
 @test "a Megatron save directory whose tracker names release is entered and served as release/ over 2 ranks" {
 	mkdir -p "$T/rel"
 	cp -rp "$FLEXFS_SRC/tests/fixtures/megatron-tied/ckpt/iter_0000100" "$T/rel/release"
