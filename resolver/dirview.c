@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The local directory as the sources' enter hooks see it (source.h), and
- * the walk over the hooks shared by the local open and the ranks' one.
+ * What the sources say of a directory before one opens it: the local
+ * directory as their enter hooks see it (source.h), the walk over the
+ * hooks shared by the local open and the ranks' one, and which files are
+ * metadata.
  */
 #include "source.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -85,4 +88,12 @@ int flx_source_enter(const flx_dirview *v, const flx_ckpt_opts *o, char *sub,
 	}
 	sub[0] = '\0';
 	return 0;
+}
+
+bool flx_source_metadata(const char *relpath)
+{
+	for (const flx_source *const *s = flx_sources; *s; s++)
+		if ((*s)->metadata && !fnmatch((*s)->metadata, relpath, 0))
+			return true;
+	return false;
 }

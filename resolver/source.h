@@ -93,6 +93,10 @@ void flx_dirview_local(flx_dirview *v, int dirfd, flx_build *b);
 int flx_source_enter(const flx_dirview *v, const flx_ckpt_opts *o, char *sub,
 		     size_t cap, flx_error *err);
 
+/** Whether relpath is some source's metadata file (flx_source.metadata).
+ * Thread-safe. */
+bool flx_source_metadata(const char *relpath);
+
 typedef struct flx_source {
 	const char *name;   /* flx_ckpt.format: "torch-dcp" */
 	const char *kind;   /* for messages: "PyTorch DCP" */
@@ -125,6 +129,10 @@ typedef struct flx_source {
 	 * with err set (a tracker that names nothing readable). */
 	int (*enter)(const flx_dirview *v, const flx_ckpt_opts *o, char *sub,
 		     size_t cap, flx_error *err);
+	/* NULL, or a glob (fnmatch(), no flags) of the relpaths of the
+	 * metadata files every open of the checkpoint reads whole: the
+	 * distributed mount broadcasts them at start (flx_source_metadata()) */
+	const char *metadata;
 	/* NULL, or the source's own options ("-o NAME=VALUE"): their
 	 * values reach load in o->vals, read by name (flx_opt_u64() ...).
 	 * Sources that share options point at the same group. */

@@ -1394,5 +1394,6 @@ const flx_source flx_source_dcp = {
     .marker = META_NAME,
     .probe = probe,
     .owns = flx_dcp_owns,
+    .metadata = "*.metadata",
     .load = load,
 };

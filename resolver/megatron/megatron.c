@@ -1148,6 +1148,7 @@ const flx_source flx_source_megatron = {
     .probe = probe,
     .owns = owns,
     .load = load,
+    .metadata = CONFIG_NAME,
     .enter = flx_mcore_enter,
     .opts = &flx_mcore_opts,
     .fact = flx_mcore_fact,

@@ -664,6 +664,7 @@ const flx_source flx_source_megatron_zarr = {
     .probe = probe,
     .owns = owns,
     .load = load,
+    .metadata = FLX_MCORE_CONFIG,
     .enter = flx_mcore_enter,
     .opts = &flx_mcore_opts,
     .fact = flx_mcore_fact,

@@ -2351,6 +2351,7 @@ const flx_source flx_source_paddle = {
     .marker = "<id>.metadata",
     .probe = probe,
     .owns = owns,
+    .metadata = "*.metadata",
     .load = load,
     .opts = &paddle_group,
     .fact = paddle_fact,

@@ -328,7 +328,7 @@ static void files_free(dm_file *f, size_t n, bool whole)
 
 /*
  * The files exchanged: regular files at most DEPTH_MAX components deep
- * (MindSpore's rank_N/, PaddleFormers' model_state/), FILES_MAX in all;
+ * (a source's per-rank or per-part subdirectories), FILES_MAX in all;
  * symlinks and other types are never followed or served.  A name, local or a
  * peer's, is a plain relative path (name_ok()).
  */
@@ -855,17 +855,12 @@ static int verify_copies(flx_dm *m, flx_error *err)
 
 /*
  * Whether every rank gets a copy of the file at start: a metadata file,
- * which every rank's open reads whole (DCP's .metadata, Paddle's
- * N.metadata, Megatron's metadata.json).  One broadcast (a tree: log2 N
- * rounds) instead of a request from each rank to its holder.
+ * which every rank's open reads whole (flx_source.metadata).  One broadcast (a
+ * tree: log2 N rounds) instead of a request from each rank to its holder.
  */
 static bool is_broadcast(const dm_file *f)
 {
-	size_t n = strlen(f->name);
-
-	return f->size <= BCAST_MAX &&
-	       ((n >= 9 && !strcmp(f->name + n - 9, ".metadata")) ||
-		!strcmp(f->name, "metadata.json"));
+	return f->size <= BCAST_MAX && flx_source_metadata(f->name);
 }
 
 /* The broadcast files, from their lowest holder, kept by the ranks that
@@ -1128,8 +1123,8 @@ static void probe_untouch(int dfd, const char *n)
 
 /*
  * The checkpoint's format: what the sources' probes say of the union of
- * the ranks' files, where one rank may hold .metadata and another
- * metadata.json (Megatron's), or rank_0/ and another rank_1/ (MindSpore).
+ * the ranks' files, where one rank may hold one of a source's marker
+ * files and another the rest, or one rank directory and another the next.
  * Probes look at names, never at payloads (resolver/source.h), so rank 0
  * probes a private directory of empty files of those names and broadcasts
  * the answer.

@@ -58,7 +58,7 @@ int flx_dm_subst(const char *s, int rank, char **out);
 int flx_dm_agree(flx_dm *m, int rc, flx_error *err);
 
 /**
- * Collective: list dir's regular files (hidden ones too: DCP's .metadata;
+ * Collective: list dir's regular files (hidden ones too: a .metadata;
  * in subdirectories too, named by relative path, at most 4 components
  * deep and 65536 files, symlinks never followed), exchange the lists, and check
  * them as one: two holders of a name must agree on its size, and then on
@@ -68,14 +68,14 @@ int flx_dm_agree(flx_dm *m, int rc, flx_error *err);
  * thread and agree on the checkpoint format (the sources' probes over the
  * union of the ranks' file names).
  *
- * A Megatron save directory (no metadata.json of its own, a tracker file
- * latest_checkpointed_iteration.txt held by any rank, or o's
- * megatron_iter) is entered as one: the iteration directory it names is
+ * A save directory (a tracker file naming the subdirectory that holds the
+ * checkpoint) is entered as one, as the sources' enter hooks decide over
+ * the union of the ranks' files (flx_source_enter()): the subdirectory is
  * the checkpoint, its files named from there on, wherever they lie (each
  * rank may hold any subset; every holder's tracker must be the same).
- * @param o  the open's options (megatron_iter), or NULL; when a save
- *           directory is entered, o->entered names it, owned by m (the open
- * then reads flx_dm_dir() as the checkpoint itself).
+ * @param o  the open's options (the hooks read theirs), or NULL; when a
+ *           save directory is entered, o->entered names it, owned by m
+ *           (the open then reads flx_dm_dir() as the checkpoint itself).
  * @return 0, or -errno with the same one-line err on every rank.
  */
 int flx_dm_exchange(flx_dm *m, const char *dir, flx_ckpt_opts *o,

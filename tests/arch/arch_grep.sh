@@ -3,8 +3,10 @@
 # The core names no framework: the checkpoint index (resolver/ckpt.h,
 # resolver/index.c and its parts resolver/index_*), the target spec and its plan and views
 # (reshard/spec.*, plan.c, view.c), the tree (fs/tree.c), the FUSE
-# adapter (fs/fuse_*.c), the option layer (mountopts/) and the option
-# tables (resolver/common/opt.*).  A framework's facts and options live in
+# adapter (fs/fuse_*.c), the option layer (mountopts/), the option
+# tables (resolver/common/opt.*), the sources' common hooks
+# (resolver/dirview.c) and the distributed mount's backend
+# (resolver/remote/mpi_mount.*).  A framework's facts and options live in
 # its plugin (resolver/<source>/, reshard/<transform>, fs/layouts/), reached
 # through flx_ckpt_fact() and the option registry (fs/plugins.h).
 #
@@ -32,6 +34,7 @@ words="$words|swiglu|aoa|flx_mlg_|flx_ms_|flx_pd_|hf_|mst_"
 files="resolver/ckpt.h resolver/index.c reshard/spec.c reshard/spec.h
 reshard/plan.c reshard/view.c fs/tree.c resolver/common/opt.c
 resolver/common/opt.h"
+files="$files resolver/dirview.c resolver/remote/mpi_mount.c resolver/remote/mpi_mount.h"
 files="$files $(ls fs/fuse_*.c mountopts/* resolver/index_*.[ch])"
 hits=$(for f in $files; do
 	[ -f "$f" ] || { echo "$f: missing (the list is out of date)"; continue; }

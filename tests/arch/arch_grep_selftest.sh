@@ -7,10 +7,12 @@ src=$1
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/resolver/common" "$tmp/reshard" "$tmp/fs" "$tmp/mountopts"
+mkdir -p "$tmp/resolver/common" "$tmp/resolver/remote" "$tmp/reshard" \
+	"$tmp/fs" "$tmp/mountopts"
 for f in resolver/ckpt.h resolver/index.c reshard/spec.c reshard/spec.h \
 	reshard/plan.c reshard/view.c fs/tree.c resolver/common/opt.c \
-	resolver/common/opt.h; do
+	resolver/common/opt.h resolver/dirview.c resolver/remote/mpi_mount.c \
+	resolver/remote/mpi_mount.h; do
 	cp "$src/$f" "$tmp/$f"
 done
 cp "$src"/fs/fuse_*.c "$tmp/fs/"
