@@ -47,9 +47,9 @@ teardown() {
 families() {
 	local d=$BATS_FILE_TMPDIR
 	echo "megatron-untied $FX/megatron-untied/ckpt $d/truth-megatron-untied/manifest.json megatron_true_vocab=200 $FX/megatron-untied"
-	echo "megatron-moe-fp8 $FX/megatron-moe-fp8/ckpt $d/truth-megatron-moe-fp8/manifest.json - -"
+	echo "megatron-moe-fp8 $FX/megatron-moe-fp8/ckpt $d/truth-megatron-moe-fp8/manifest.json megatron_true_vocab=200 $FX/megatron-moe-fp8"
 	echo "megatron-zarr $FX/megatron-zarr/ckpt $d/truth-megatron-untied/manifest.json megatron_true_vocab=200 $FX/megatron-untied"
-	echo "megatron-legacy $d/legacy/ckpt $d/legacy/truth/manifest.json - -"
+	echo "megatron-legacy $d/legacy/ckpt $d/legacy/truth/manifest.json megatron_true_vocab=200 $FX/megatron-untied"
 	echo "mindspore-tp2dp2 $FX/mindspore-tp2dp2/ckpt $d/truth-mindspore/manifest.json src_strategy=$MS_STRAT -"
 	echo "deepspeed-zero2 $FX/deepspeed/zero2-bf16-dp2/ckpt $FX/deepspeed/zero2-bf16-dp2/truth/manifest.json - -"
 	echo "fsdp2 $FX/fsdp2/ckpt $FX/fsdp2/truth/manifest.json - -"

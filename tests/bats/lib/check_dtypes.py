@@ -15,7 +15,11 @@ docs/usage.md ("Dtypes older readers cannot hold"):
   paddle/ (when DIR has it) every dtype; mindspore/ (when DIR has it) none
       MindSpore's load_checkpoint has no tensor_type for (complex64/128,
       the float8s): index.json's "left_out" names "pdparams" and
-      "mindspore" by this rule where the tree serves them;
+      "mindspore" by this rule where the tree serves them; every paddle/
+      file is pickle.load'ed as paddle.load does (numpy's own arrays: bf16
+      as uint16 bits, float8 as uint8) and its arrays compared by name
+      with the truth (a model without optimizer state: every tensor a
+      weight under its own name);
   megatron/ (--megatron FIXTURE, a tests/fixtures/megatron-* directory,
       tp=1) the torch.save rule: every model_optim_rng.pt torch.load'ed
       (with --stub, tools/fixtures/megatron_stub, on sys.path), its
@@ -158,7 +162,7 @@ def main():
     a = ap.parse_args()
     truth = load_truth(a.truth)
     excl = set(x for x in a.exclude.split(",") if x)
-    parts = set(a.only or ["safetensors", "pt", "npy", "index", "megatron"])
+    parts = set(a.only or ["safetensors", "pt", "npy", "index", "megatron", "pdparams"])
     st_set = (ST_NEW if a.new else ST_045) - excl
     pt_set = None if a.new else PT_113
     rep = Rep()
@@ -242,6 +246,28 @@ def main():
                 rep.check(False, "%s: np.load failed: %s: %s" % (k, type(e).__name__, e))
         rep.check(have == want["npy"], "tensors/: holds %s, expected %s"
                   % (sorted(have), sorted(want["npy"])))
+
+    pd_dir = os.path.join(a.root, "paddle")
+    if "pdparams" in parts and os.path.isdir(pd_dir):
+        import pickle
+        have = set()
+        for f in sorted(glob.glob(os.path.join(pd_dir, "*.pdparams"))):
+            rel = os.path.relpath(f, a.root)
+            try:
+                with open(f, "rb") as fh:
+                    d = pickle.load(fh, encoding="latin1")
+            except Exception as e:
+                rep.check(False, "%s: numpy %s cannot load it: %s: %s"
+                          % (rel, np.__version__, type(e).__name__, e))
+                continue
+            for k, v in d.items():
+                if not isinstance(v, np.ndarray):
+                    continue
+                have.add(k)
+                rep.check(k in truth and sha(np.ascontiguousarray(v).tobytes()) == truth[k][1],
+                          "%s: %s: other bytes" % (rel, k))
+        rep.check(have == want["pdparams"], "paddle/: holds %s, expected %s"
+                  % (sorted(have), sorted(want["pdparams"])))
 
     if "megatron" in parts and a.megatron and torch is not None:
         if a.stub:
