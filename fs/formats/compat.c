@@ -123,7 +123,7 @@ bool flx_fmt_served(const flx_plan *p, flx_fmt f)
 		return ms_asked(p->spec) ||
 		       (c && c->format && !strncmp(c->format, "mindspore", 9));
 	default:
-		return (unsigned)f < FLX_FMT_COUNT;
+		return (unsigned)f < FLX_FMT_CORE;
 	}
 }
 
