@@ -165,15 +165,17 @@ static void sb_local(sbuf *b, const flx_placement *pl, int tp)
 	}
 }
 
-/* The DTYPE cell: the dtype, then the formats whose files leave the
- * tensor out, "complex64 (not in safetensors)" (formats/compat.h). */
-static void sb_dtype(sbuf *b, const flx_spec *s, flx_dtype dt)
+/* The DTYPE cell: the dtype, then the formats the mount of p serves whose
+ * files leave the tensor out, "complex64 (not in safetensors)"
+ * (formats/compat.h). */
+static void sb_dtype(sbuf *b, const flx_plan *p, flx_dtype dt)
 {
 	bool any = false;
 
 	sb_printf(b, "%s", flx_dtype_name(dt));
-	for (int f = 0; f < FLX_FMT_CORE; f++) {
-		if (!flx_fmt_left_out(s, (flx_fmt)f, dt))
+	for (int f = 0; f < FLX_FMT_COUNT; f++) {
+		if (!flx_fmt_served(p, (flx_fmt)f) ||
+		    !flx_fmt_left_out(p->spec, (flx_fmt)f, dt))
 			continue;
 		sb_printf(b, "%s%s", any ? ", " : " (not in ",
 			  flx_fmt_row((flx_fmt)f)->name);
@@ -183,8 +185,9 @@ static void sb_dtype(sbuf *b, const flx_spec *s, flx_dtype dt)
 		sb_printf(b, ")");
 }
 
-static int fill_row(const flx_placement *pl, const flx_spec *s, char **row)
+static int fill_row(const flx_placement *pl, const flx_plan *p, char **row)
 {
+	const flx_spec *s = p->spec;
 	int tp = s->tp;
 	const flx_tensor *t = pl->src;
 	size_t cap = 3 * strlen(t->fqn) + 1;
@@ -201,7 +204,7 @@ static int fill_row(const flx_placement *pl, const flx_spec *s, char **row)
 	(void)flx_escape(t->fqn, false, name, cap);
 	sb_printf(&b[COL_FQN], "%s", name);
 	free(name);
-	sb_dtype(&b[COL_DTYPE], s, t->dtype);
+	sb_dtype(&b[COL_DTYPE], p, t->dtype);
 	sb_shape(&b[COL_SHAPE], t->ndim, t->shape);
 	sb_chunks(&b[COL_CHUNKS], t);
 	if (pl->undecided)
@@ -507,7 +510,7 @@ static int print_table(const flx_ckpt *c, const flx_plan *p)
 	for (int k = 0; k < NCOLS; k++)
 		w[k] = strlen(col_names[k]);
 	for (size_t i = 0; i < p->n && !rc; i++) {
-		rc = fill_row(rows[i], p->spec, cells + i * NCOLS);
+		rc = fill_row(rows[i], p, cells + i * NCOLS);
 		for (int k = 0; k < NCOLS && !rc; k++)
 			if (strlen(cells[i * NCOLS + k]) > w[k])
 				w[k] = strlen(cells[i * NCOLS + k]);

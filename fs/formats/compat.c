@@ -2,6 +2,8 @@
 /* The format x dtype table; see compat.h.  The rows are the writers'. */
 #include "compat.h"
 
+#include "paddle/paddle.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -98,24 +100,54 @@ const char *flx_fmt_left_out(const flx_spec *s, flx_fmt f, flx_dtype dt)
 	return newer ? NULL : r->older[dt];
 }
 
-bool flx_fmt_any_left_out(const flx_spec *s, flx_dtype dt)
+/* -o mindspore[=0|1], or dst_strategy= (which sets it) given later */
+static bool ms_asked(const flx_spec *s)
 {
-	if (excluded(s, dt))
+	bool on = false;
+
+	if (flx_opt_order(&s->opts, "dst_strategy") >
+	    flx_opt_order(&s->opts, "mindspore"))
+		return true;
+	(void)flx_opt_flag(&s->opts, "mindspore", &on);
+	return on;
+}
+
+bool flx_fmt_served(const flx_plan *p, flx_fmt f)
+{
+	const flx_ckpt *c = p->ckpt;
+
+	switch (f) {
+	case FLX_FMT_PDPARAMS:
+		return c && flx_paddle_of(c);
+	case FLX_FMT_MSCKPT:
+		return ms_asked(p->spec) ||
+		       (c && c->format && !strncmp(c->format, "mindspore", 9));
+	default:
+		return (unsigned)f < FLX_FMT_CORE;
+	}
+}
+
+bool flx_fmt_any_left_out(const flx_plan *p, flx_dtype dt)
+{
+	if (excluded(p->spec, dt))
 		return false;
-	for (int f = 0; f < FLX_FMT_CORE; f++)
-		if (flx_fmt_left_out(s, (flx_fmt)f, dt))
+	for (int f = 0; f < FLX_FMT_COUNT; f++)
+		if (flx_fmt_served(p, (flx_fmt)f) &&
+		    flx_fmt_left_out(p->spec, (flx_fmt)f, dt))
 			return true;
 	return false;
 }
 
-/* The core formats leaving out dt, "safetensors, torch.save", into buf. */
-static void formats_of(const flx_spec *s, flx_dtype dt, char *buf, size_t len)
+/* The served formats leaving out dt, "safetensors, torch.save", into
+ * buf. */
+static void formats_of(const flx_plan *p, flx_dtype dt, char *buf, size_t len)
 {
 	size_t n = 0;
 
 	buf[0] = '\0';
-	for (int f = 0; f < FLX_FMT_CORE; f++)
-		if (flx_fmt_left_out(s, (flx_fmt)f, dt) && n < len)
+	for (int f = 0; f < FLX_FMT_COUNT; f++)
+		if (flx_fmt_served(p, (flx_fmt)f) &&
+		    flx_fmt_left_out(p->spec, (flx_fmt)f, dt) && n < len)
 			n += (size_t)snprintf(buf + n, len - n, "%s%s",
 					      n ? ", " : "",
 					      flx_fmt_row((flx_fmt)f)->name);
@@ -133,14 +165,15 @@ int flx_fmt_note(const flx_plan *p, char *buf, size_t len)
 	for (size_t i = 0; i < p->n; i++) {
 		const flx_tensor *t = p->p[i].src;
 
-		if (!flx_fmt_any_left_out(s, t->dtype))
+		if (!flx_fmt_any_left_out(p, t->dtype))
 			continue;
-		for (int f = 0; f < FLX_FMT_CORE && !newer; f++)
-			older |= flx_fmt_row((flx_fmt)f)->older[t->dtype] &&
+		for (int f = 0; f < FLX_FMT_COUNT && !newer; f++)
+			older |= flx_fmt_served(p, (flx_fmt)f) &&
+				 flx_fmt_row((flx_fmt)f)->older[t->dtype] &&
 				 !flx_fmt_row((flx_fmt)f)->never[t->dtype];
 		if (count++ >= 3)
 			continue;
-		formats_of(s, t->dtype, fmts, sizeof(fmts));
+		formats_of(p, t->dtype, fmts, sizeof(fmts));
 		/* one printable line, as error lines are (cut if long) */
 		(void)flx_escape(t->fqn, false, name, sizeof(name));
 		if (n < sizeof(list))

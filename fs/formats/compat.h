@@ -17,8 +17,9 @@
  *   never[dt]  the format has no name for dt: always left out;
  *
  * and exclude_dtypes= leaves the dtypes it names out of every file.
- * index.json prints each left-out tensor's reasons ("left_out"), the
- * mount says them once (flx_fmt_note()), flexfs-inspect flags them.
+ * index.json prints each left-out tensor's reasons ("left_out", one key
+ * per format the mount serves: flx_fmt_served()), the mount says them
+ * once (flx_fmt_note()), flexfs-inspect flags them.
  *
  * Thread-safety: constant tables and pure functions.
  */
@@ -33,16 +34,15 @@
 
 typedef enum flx_fmt {
 	FLX_FMT_SAFETENSORS, /* ranks/tpTT_ppPP/model.safetensors, hf/ */
-	FLX_FMT_TORCHSAVE,   /* ranks/tpTT_ppPP/model.pt */
+	FLX_FMT_TORCHSAVE,   /* ranks/tpTT_ppPP/model.pt, megatron/ */
 	FLX_FMT_NPY,	     /* ranks/tpTT_ppPP/tensors/ */
 	FLX_FMT_PDPARAMS,    /* paddle/ */
 	FLX_FMT_MSCKPT,	     /* mindspore/ */
 	FLX_FMT_COUNT
 } flx_fmt;
 
-/* The formats every mount serves (ranks/, hf/): the ones index.json and
- * the mount's note speak of; paddle/ and mindspore/ apply their rows when
- * asked for. */
+/* The formats every mount serves (ranks/, hf/); paddle/ and mindspore/
+ * are served for some mounts only (flx_fmt_served()). */
 #define FLX_FMT_CORE 3
 
 /* One format's row. */
@@ -72,12 +72,22 @@ const flx_fmt_dtypes *flx_fmt_row(flx_fmt f);
  */
 const char *flx_fmt_left_out(const flx_spec *s, flx_fmt f, flx_dtype dt);
 
-/** Whether a tensor of dtype dt is left out of a file of some core format
- * (FLX_FMT_CORE) under s, but for exclude_dtypes= (asked for). */
-bool flx_fmt_any_left_out(const flx_spec *s, flx_dtype dt);
+/**
+ * Whether the mount of plan p serves files of format f: the core formats
+ * always; pdparams when the source is Paddle's (paddle/); mindspore when
+ * asked for (-o mindspore, dst_strategy=) or the source is MindSpore's
+ * (mindspore/).  torch.save covers megatron/ too, whose files follow its
+ * row.  index.json, the mount's note and flexfs-inspect speak of these.
+ */
+bool flx_fmt_served(const flx_plan *p, flx_fmt f);
+
+/** Whether a tensor of dtype dt is left out of the files of some format
+ * the mount of p serves (flx_fmt_served()), but for exclude_dtypes= (asked
+ * for). */
+bool flx_fmt_any_left_out(const flx_plan *p, flx_dtype dt);
 
 /**
- * The mount's one line about the tensors of plan p left out of some core
+ * The mount's one line about the tensors of plan p left out of some served
  * format's files but for those exclude_dtypes= names: how many, the first
  * ones with the formats, and the option that keeps them, into buf (len
  * bytes, no newline).  @return 0 and buf, or -ENOENT: none.

@@ -109,14 +109,18 @@ static void grouped_parts(flx_jw *w, const flx_placement *pl, const flx_box *b)
 	flx_jw_close(w, ']');
 }
 
-/* "left_out": {format: reason} for the core formats whose files leave
- * out a tensor of dtype dt (compat.h); nothing when none does. */
-static void left_out(flx_jw *w, const flx_spec *s, flx_dtype dt)
+/* "left_out": {format: reason} for the formats the mount serves whose
+ * files leave out a tensor of dtype dt (compat.h); nothing when none
+ * does. */
+static void left_out(flx_jw *w, const flx_plan *p, flx_dtype dt)
 {
 	bool any = false;
 
-	for (int f = 0; f < FLX_FMT_CORE; f++) {
-		const char *why = flx_fmt_left_out(s, (flx_fmt)f, dt);
+	for (int f = 0; f < FLX_FMT_COUNT; f++) {
+		const char *why =
+		    flx_fmt_served(p, (flx_fmt)f)
+			? flx_fmt_left_out(p->spec, (flx_fmt)f, dt)
+			: NULL;
 
 		if (!why)
 			continue;
@@ -169,7 +173,7 @@ static int index_tensor(const void *arg, uint32_t idx, unsigned char *dst,
 	flx_jw_lit(&w, flx_fmt_left_out(p->spec, FLX_FMT_SAFETENSORS, t->dtype)
 			   ? "false"
 			   : "true");
-	left_out(&w, p->spec, t->dtype);
+	left_out(&w, p, t->dtype);
 	flx_jw_key(&w, "placement");
 	flx_jw_open(&w, '{');
 	/* ranks in the order their directories are built: stage, then rank */

@@ -17,7 +17,10 @@
  * their bytes lie are reshard/megatron/megatron_legacy.h's decision, 'args' is
  * the source's Namespace written again with the target's parallel sizes
  * (docs/formats/megatron.md#legacy-file-content).  No optimizer or rng state,
- * as Megatron's own converter. A TE FP8 _extra_state
+ * as Megatron's own converter.  A tensor of a dtype torch.save's row of
+ * formats/compat.h leaves out (uint16/32/64 and float8 by default, which
+ * torch 1.13 cannot load; exclude_dtypes=) is left out of these files as
+ * of ranks/ model.pt.  A TE FP8 _extra_state
  * (docs/formats/megatron.md#te-extra-state) is the uint8 tensor that is the
  * first element of the source's bytes item, a torch.save of a list (of a zarr
  * checkpoint, flx_megatron.objects_bare: the value itself): checked at
@@ -29,6 +32,7 @@
  */
 #include "layout.h"
 
+#include "formats/compat.h"
 #include "formats/pickle_emit.h"
 #include "formats/torchsave.h"
 #include "megatron_legacy.h"
@@ -403,6 +407,17 @@ static int rank_entries(const flx_ckpt *c, const flx_mlg_target *tgt, int tp,
 	return rc;
 }
 
+/* Whether the files leave entry e out: a tensor of a dtype torch.save's
+ * row of formats/compat.h leaves out (torch 1.13 lacks it, or
+ * exclude_dtypes= names it), as ranks/ model.pt does; index.json's
+ * "torch.save" says why.  The _extra_state values (None, TE's uint8 blob)
+ * are no tensors of the checkpoint and stay. */
+static bool left_out(const flx_spec *s, const flx_mlg_entry *e)
+{
+	return e->kind == FLX_MLG_TENSOR &&
+	       flx_fmt_left_out(s, FLX_FMT_TORCHSAVE, e->dtype);
+}
+
 /* The file of rank (tp, pp, ep) in directory dir: one state dict, or with
  * a virtual pipeline model0, model1, ... */
 static int rank_file(flx_build *b, const flx_mlg_target *tgt, int dir,
@@ -433,7 +448,8 @@ static int rank_file(flx_build *b, const flx_mlg_target *tgt, int dir,
 			    (flx_pt_entry){.name = name, .next_dict = true};
 		}
 		for (size_t i = starts[vc]; !rc && i < end; i++)
-			rc = pt_value(b, &e[i], &set->e[set->n++]);
+			if (!left_out(b->plan->spec, &e[i]))
+				rc = pt_value(b, &e[i], &set->e[set->n++]);
 	}
 	if (!rc) {
 		set->pre = pre->p;

@@ -46,22 +46,11 @@ static bool on_stage(const flx_placement *pl, int pp)
 	return pp >= pl->stage_lo && pp <= pl->stage_hi;
 }
 
-/* -o mindspore[=0|1], or dst_strategy= (which sets it) given later */
-static bool asked(const flx_spec *s)
-{
-	bool on = false;
-
-	if (flx_opt_order(&s->opts, "dst_strategy") >
-	    flx_opt_order(&s->opts, "mindspore"))
-		return true;
-	flx_opt_flag(&s->opts, "mindspore", &on);
-	return on;
-}
-
+/* asked for, or a MindSpore source (formats/compat.h decides it once, for
+ * index.json and the mount's note too) */
 static bool wanted(const flx_build *b)
 {
-	return asked(b->plan->spec) ||
-	       (b->ckpt->format && !strncmp(b->ckpt->format, "mindspore", 9));
+	return flx_fmt_served(b->plan, FLX_FMT_MSCKPT);
 }
 
 /* Whether the .ckpt files hold placement i: a dtype load_checkpoint has

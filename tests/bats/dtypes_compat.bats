@@ -9,6 +9,8 @@
 # lib/check_dtypes.py holds the rule independently of flexfs (which
 # dtypes each reader parses) and compares every tensor a file holds with
 # the fixture's truth (sha256 of the bytes torch or the generator saved).
+# The other families (Megatron, MindSpore, DeepSpeed, FSDP2) and megatron/:
+# dtypes_compat_families.bats.
 
 load helpers
 

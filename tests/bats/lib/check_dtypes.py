@@ -12,10 +12,26 @@ docs/usage.md ("Dtypes older readers cannot hold"):
   model.pt holds every dtype torch 1.13 has a storage class for; with
       --new every dtype;
   .npy holds every dtype;
+  paddle/ (when DIR has it) every dtype; mindspore/ (when DIR has it) none
+      MindSpore's load_checkpoint has no tensor_type for (complex64/128,
+      the float8s): index.json's "left_out" names "pdparams" and
+      "mindspore" by this rule where the tree serves them; every paddle/
+      file is pickle.load'ed as paddle.load does (numpy's own arrays: bf16
+      as uint16 bits, float8 as uint8) and its arrays compared by name
+      with the truth (a model without optimizer state: every tensor a
+      weight under its own name);
+  megatron/ (--megatron FIXTURE, a tests/fixtures/megatron-* directory,
+      tp=1) the torch.save rule: every model_optim_rng.pt torch.load'ed
+      (with --stub, tools/fixtures/megatron_stub, on sys.path), its
+      "model" tensors compared by name with FIXTURE/truth/manifest.json
+      "model" (legacy names, per-layer .npy), their dtypes those of
+      "retyped" (tools/fixtures/gen_megatron_retype.py) where it names their
+      torch_dist key;
   --exclude DT,DT: those dtypes are in no file.
 
     check_dtypes.py --root DIR --truth FILE [--new] [--exclude a,b]
-                    [--only safetensors|pt|npy|index]...
+                    [--megatron FIXTURE --stub DIR]
+                    [--only safetensors|pt|npy|index|megatron]...
 
 FILE: a fixture's truth/manifest.json (tensors with dtype, shape, sha256;
 Paddle's: checkpoints[0].tensors with paddle_dtype) or a dcp digest.txt
@@ -57,6 +73,23 @@ SIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "
 # numpy types of the dtypes np.frombuffer / safetensors' numpy side know
 NP_OK = {"float64", "float32", "float16", "int64", "int32", "int16", "int8", "uint8",
          "bool", "uint16", "uint32", "uint64", "complex64", "complex128"}
+
+
+# MindSpore's tensor_type names (docs/formats/mindspore.md): none for these
+MS_NEVER = {"complex64", "complex128", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+            "float8_e5m2fnuz"}
+
+
+def megatron_truth(fix):
+    """{legacy name: (dtype, sha256)} of a Megatron fixture's per-layer
+    truth, under the dtypes of its "retyped" (the bytes are the same)."""
+    man = json.load(open(os.path.join(fix, "truth", "manifest.json")))
+    retyped = man.get("retyped", {}).get("tensors", {})
+    out = {}
+    for name, e in man["model"].items():
+        b = np.ascontiguousarray(np.load(os.path.join(fix, "truth", e["file"]))).tobytes()
+        out[name] = (retyped.get(e["dcp_key"], e["dtype"]), sha(b))
+    return out
 
 
 def load_truth(path):
@@ -124,10 +157,12 @@ def main():
     ap.add_argument("--new", action="store_true")
     ap.add_argument("--exclude", default="")
     ap.add_argument("--only", action="append")
+    ap.add_argument("--megatron")
+    ap.add_argument("--stub")
     a = ap.parse_args()
     truth = load_truth(a.truth)
     excl = set(x for x in a.exclude.split(",") if x)
-    parts = set(a.only or ["safetensors", "pt", "npy", "index"])
+    parts = set(a.only or ["safetensors", "pt", "npy", "index", "megatron", "pdparams"])
     st_set = (ST_NEW if a.new else ST_045) - excl
     pt_set = None if a.new else PT_113
     rep = Rep()
@@ -142,6 +177,10 @@ def main():
     want = {"safetensors": {k for k, (dt, _) in truth.items() if dt in st_set},
             "torch.save": {k for k, (dt, _) in truth.items() if pt_holds(dt)},
             "npy": {k for k, (dt, _) in truth.items() if dt not in excl}}
+    if os.path.isdir(os.path.join(a.root, "paddle")):
+        want["pdparams"] = set(want["npy"])
+    if os.path.isdir(os.path.join(a.root, "mindspore")):
+        want["mindspore"] = {k for k in want["npy"] if truth[k][0] not in MS_NEVER}
 
     if "safetensors" in parts:
         files = glob.glob(os.path.join(a.root, "hf", "*.safetensors")) + \
@@ -207,6 +246,53 @@ def main():
                 rep.check(False, "%s: np.load failed: %s: %s" % (k, type(e).__name__, e))
         rep.check(have == want["npy"], "tensors/: holds %s, expected %s"
                   % (sorted(have), sorted(want["npy"])))
+
+    pd_dir = os.path.join(a.root, "paddle")
+    if "pdparams" in parts and os.path.isdir(pd_dir):
+        import pickle
+        have = set()
+        for f in sorted(glob.glob(os.path.join(pd_dir, "*.pdparams"))):
+            rel = os.path.relpath(f, a.root)
+            try:
+                with open(f, "rb") as fh:
+                    d = pickle.load(fh, encoding="latin1")
+            except Exception as e:
+                rep.check(False, "%s: numpy %s cannot load it: %s: %s"
+                          % (rel, np.__version__, type(e).__name__, e))
+                continue
+            for k, v in d.items():
+                if not isinstance(v, np.ndarray):
+                    continue
+                have.add(k)
+                rep.check(k in truth and sha(np.ascontiguousarray(v).tobytes()) == truth[k][1],
+                          "%s: %s: other bytes" % (rel, k))
+        rep.check(have == want["pdparams"], "paddle/: holds %s, expected %s"
+                  % (sorted(have), sorted(want["pdparams"])))
+
+    if "megatron" in parts and a.megatron and torch is not None:
+        if a.stub:
+            sys.path.insert(0, a.stub)
+        mt = megatron_truth(a.megatron)
+        files = glob.glob(os.path.join(a.root, "megatron", "*", "*", "model_optim_rng.pt"))
+        rep.check(len(files) == 1, "megatron/: %d files at tp=1, pp=1" % len(files))
+        for f in files:
+            rel = os.path.relpath(f, a.root)
+            try:
+                # the args Namespace: weights_only=False (torch 2.6's default
+                # refuses it), as Megatron's own loader does
+                sd = torch.load(f, weights_only=False)["model"]
+            except Exception as e:
+                rep.check(False, "%s: torch %s cannot load it: %s: %s"
+                          % (rel, torch.__version__, type(e).__name__, e))
+                continue
+            have = {k for k, t in sd.items() if torch.is_tensor(t) and not k.endswith("_extra_state")}
+            exp = {k for k, (dt, _) in mt.items() if pt_holds(dt)}
+            rep.check(have == exp, "%s: holds %s, expected %s" % (rel, sorted(have), sorted(exp)))
+            for k in have & set(mt):
+                t = sd[k]
+                rep.check(str(t.dtype) == "torch." + mt[k][0] and
+                          sha(torch_bytes(torch, t)) == mt[k][1],
+                          "%s: %s: dtype or bytes differ" % (rel, k))
 
     if "index" in parts:
         idx = json.load(open(os.path.join(a.root, "index.json")))["tensors"]

@@ -94,7 +94,8 @@ def stacked_axes(key):
 def dtype_name(props):
     # TensorProperties pickles its state as (dtype, layout, ...)
     d = getattr(props, "dtype", None) or props.state[0]
-    return {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}[d]
+    return {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16",
+            "uint32": "uint32"}[d]
 
 
 def load_npy(path, dtype):
