@@ -55,7 +55,8 @@ static const flx_opt fmt_opts[] = {
      .type = FLX_OPT_FLAG,
      .help = "keep the tensors only newer readers of a file's format hold "
 	     "(complex64 in safetensors: 0.7; uint16/32/64 and float8 in "
-	     "model.pt: torch 2.3, 2.1), left out by default"},
+	     "model.pt and megatron/: torch 2.3, 2.1), left out by "
+	     "default"},
     {.name = "exclude_dtypes",
      .type = FLX_OPT_GLOBS,
      .metavar = "DT:DT",
