@@ -513,8 +513,20 @@ rank_pid() {
 			kill -CONT "$victim"
 			start=$SECONDS
 			rc=0
-			# bounded, with room for a loaded machine's mpirun teardown
-			wait_gone "$DM_PID" $(((2 * TIMEOUT + 40) * 10))
+			# bounded, with room for a loaded machine's mpirun teardown;
+			# past it, what every process of the job is doing
+			wait_gone "$DM_PID" $(((2 * TIMEOUT + 40) * 10)) || {
+				uptime >&2
+				ps -eo pid,ppid,stat,wchan:24,etime,args |
+					grep -E 'mpirun|prte|orted|flexfs' >&2
+				for p in $(pgrep -f "mpi_timeout=$TIMEOUT"); do
+					echo "== $p" >&2
+					cat "/proc/$p/task/"*/wchan >&2 2>/dev/null
+					echo >&2
+				done
+				cat "$DM_LOG" >&2
+				false
+			}
 			wait "$DM_PID" || rc=$?
 			((SECONDS - start <= 2 * TIMEOUT + 40))
 			[[ $rc -eq 0 ]]
