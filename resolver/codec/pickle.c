@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "pickle.h"
+#include "grow.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -93,7 +94,8 @@ struct flx_pickle {
 	size_t left;		  /* cur[0..left) */
 	size_t next_size;	  /* of the next ordinary block, header too */
 	flx_pv *root;
-	uint64_t end; /* input offset just past STOP */
+	uint64_t end;	   /* input offset just past STOP */
+	flx_pv *sink_dict; /* see flx_pickle_sink_dict() */
 };
 
 /* No hold on the window (see struct vm). */
@@ -149,7 +151,28 @@ struct vm {
 	flx_pv **tuples; /* open addressing, 1 << tuples_bits slots */
 	size_t tuples_n;
 	unsigned tuples_bits;
+
+	/* A sink load (see flx_pickle_load_sink()).  A batch is the span
+	 * from a MARK right above the sink dict to the SETITEMS closing it;
+	 * the values made in between are young: they lie in the arena from
+	 * y_cur on.  No cache takes a young value, so once the sink has the
+	 * pairs, only the memo can still point at them (ylog: the memo
+	 * indices written in the batch), unless an older container was
+	 * changed (young_dirty); then the arena is wound back to y_cur. */
+	const flx_pickle_sink *sink;
+	flx_pv *sink_dict;
+	bool young, young_dirty;
+	size_t young_nmarks; /* nmarks while the batch's mark is open */
+	struct arena_blk *y_blk, *y_next;
+	unsigned char *y_cur;
+	size_t *ylog;
+	size_t nylog, ylog_cap;
 };
+
+/* Memo slots of values a rewound batch held: referring to one again makes
+ * the load fail with -EAGAIN (decode again without a sink).  Never
+ * written; only its address is used. */
+static flx_pv consumed;
 
 /* ---------------------------------------------------------------- opcodes */
 
@@ -418,6 +441,22 @@ static bool arena_extend(flx_pickle *p, void *a, size_t old, size_t new)
 	return true;
 }
 
+/* Whether v was made in the open batch (meaningful while the arena's
+ * current block is the batch's: see rewind_batch()). */
+static bool is_young(const struct vm *vm, const void *v)
+{
+	const unsigned char *a = v;
+
+	return a >= vm->y_cur && a < vm->p->cur;
+}
+
+/* An older container changed in a batch: the batch is not wound back. */
+static void touch(struct vm *vm, const flx_pv *target)
+{
+	if (vm->young && !is_young(vm, target))
+		vm->young_dirty = true;
+}
+
 /* ------------------------------------------------------------------- nodes */
 
 /* Every value an opcode creates counts against max_nodes, also when it
@@ -607,15 +646,18 @@ static flx_pv *new_tuple(struct vm *vm, flx_pv *const *items, size_t n)
 		return items_node(vm, FLX_PV_TUPLE, items, n);
 	/* at most half full, so probes stay short and end at a NULL */
 	if (2 * (vm->tuples_n + 1) > ((size_t)1 << vm->tuples_bits) &&
-	    tuples_grow(vm))
+	    (vm->young || tuples_grow(vm))) {
+		if (vm->young) /* looked up, never added (see struct vm) */
+			return items_node(vm, FLX_PV_TUPLE, items, n);
 		return NULL;
+	}
 	mask = ((size_t)1 << vm->tuples_bits) - 1;
 	for (s = tuple_slot(vm, items, n); (t = vm->tuples[s]);
 	     s = (s + 1) & mask)
 		if (same_items(t, items, n))
 			return t;
 	t = items_node(vm, FLX_PV_TUPLE, items, n);
-	if (t) {
+	if (t && !vm->young) {
 		vm->tuples[s] = t;
 		vm->tuples_n++;
 	}
@@ -660,6 +702,7 @@ static int seq_add(struct vm *vm, flx_pv *seq, flx_pv *const *items, size_t n)
 
 	if (!n)
 		return 0;
+	touch(vm, seq);
 	rc = reserve(vm, &seq->u.seq.v, seq->u.seq.n, &seq->u.seq.cap_, n);
 	if (rc)
 		return rc;
@@ -677,6 +720,7 @@ static int dict_add(struct vm *vm, flx_pv *d, flx_pv *const *items,
 
 	if (!npairs)
 		return 0;
+	touch(vm, d);
 	rc = reserve(vm, &d->u.dict.kv, 2 * d->u.dict.n, &cap, 2 * npairs);
 	if (rc)
 		return rc;
@@ -739,6 +783,8 @@ static int pop_mark(struct vm *vm, size_t *start)
 	if (!vm->nmarks)
 		return vm_fail(vm, -EINVAL, "no MARK on the stack");
 	*start = vm->marks[--vm->nmarks];
+	if (vm->nmarks < vm->young_nmarks)
+		vm->young = false; /* the batch's mark is gone */
 	return 0;
 }
 
@@ -844,6 +890,12 @@ static int memo_put(struct vm *vm, uint64_t idx, flx_pv *v)
 			       idx, vm->max_memo);
 	if (idx >= vm->memo_len && (rc = memo_extend(vm, (size_t)idx + 1)))
 		return rc;
+	if (vm->young) {
+		if (flx_grow((void **)&vm->ylog, &vm->ylog_cap, vm->nylog + 1,
+			     sizeof(*vm->ylog)))
+			return vm_nomem(vm);
+		vm->ylog[vm->nylog++] = (size_t)idx;
+	}
 	slot = memo_slot(vm, (size_t)idx);
 	if (!*slot)
 		vm->memo_count++;
@@ -858,6 +910,11 @@ static int memo_get(struct vm *vm, uint64_t idx)
 	if (!v)
 		return vm_fail(vm, -EINVAL,
 			       "memo index %" PRIu64 " out of range", idx);
+	if (v == &consumed)
+		return vm_fail(vm, -EAGAIN,
+			       "memo index %" PRIu64 " names a value the sink "
+			       "took",
+			       idx);
 	return push(vm, v);
 }
 
@@ -1075,7 +1132,8 @@ static flx_pv *new_int(struct vm *vm, int64_t i)
 	v = alloc_node(vm, FLX_PV_INT, 0);
 	if (v) {
 		v->u.i = i;
-		*slot = v;
+		if (!vm->young)
+			*slot = v;
 	}
 	return v;
 }
@@ -1498,10 +1556,11 @@ static flx_pv *shared_size(struct vm *vm, flx_pv *cls, flx_pv *args)
 	if (!count_value(vm))
 		return NULL;
 	if (2 * (vm->sizes_n + 1) > ((size_t)1 << vm->sizes_bits) &&
-	    sizes_grow(vm))
+	    !vm->young && sizes_grow(vm))
 		return NULL;
 	mask = ((size_t)1 << vm->sizes_bits) - 1;
-	for (s = size_slot(vm, args); (v = vm->sizes[s]); s = (s + 1) & mask)
+	for (s = vm->sizes ? size_slot(vm, args) : 0;
+	     vm->sizes && (v = vm->sizes[s]); s = (s + 1) & mask)
 		if (v->u.obj.args == args && v->u.obj.cls == cls)
 			return v;
 	v = alloc_node(vm, FLX_PV_OBJ, 0);
@@ -1509,8 +1568,12 @@ static flx_pv *shared_size(struct vm *vm, flx_pv *cls, flx_pv *args)
 		v->u.obj.cls = cls;
 		v->u.obj.args = args;
 		v->shared_ = true;
-		vm->sizes[s] = v;
-		vm->sizes_n++;
+		/* looked up, never added while young (see struct vm) */
+		if (!vm->young &&
+		    2 * (vm->sizes_n + 1) <= ((size_t)1 << vm->sizes_bits)) {
+			vm->sizes[s] = v;
+			vm->sizes_n++;
+		}
 	}
 	return v;
 }
@@ -1559,6 +1622,7 @@ static int op_build(struct vm *vm)
 	if (o->kind == FLX_PV_OBJ && o->shared_)
 		return vm_fail(vm, -EINVAL, "BUILD on a torch.Size");
 	if (o->kind == FLX_PV_OBJ) {
+		touch(vm, o);
 		o->u.obj.state = state;
 		return 0;
 	}
@@ -1568,6 +1632,173 @@ static int op_build(struct vm *vm)
 	if (o->kind == FLX_PV_DICT)
 		return 0;
 	return vm_fail(vm, -EINVAL, "BUILD on a %s", flx_pv_kind_name(o));
+}
+
+/* ------------------------------------------------------------------- sink */
+
+/* A MARK right above the sink dict opens a batch.  The sink dict is the
+ * first empty dict found under the sink's key when a MARK follows it
+ * (torch pickles a dict as EMPTY_DICT, then batches of MARK, pairs,
+ * SETITEMS); whether it is the one the caller wanted, the caller checks
+ * (flx_pickle_sink_dict()). */
+static void batch_start(struct vm *vm)
+{
+	const flx_pv *k;
+	flx_pv *d;
+
+	if (!vm->sink || vm->young || vm->sp < 2 ||
+	    vm->marks[vm->nmarks - 1] != vm->sp)
+		return;
+	d = vm->stack[vm->sp - 1];
+	if (d->kind != FLX_PV_DICT)
+		return;
+	if (!vm->sink_dict) {
+		k = vm->stack[vm->sp - 2];
+		if (d->u.dict.n || k->kind != FLX_PV_STR || !k->u.str.s ||
+		    k->u.str.len != strlen(vm->sink->key) ||
+		    memcmp(k->u.str.s, vm->sink->key, k->u.str.len) != 0)
+			return;
+		vm->sink_dict = d;
+		vm->p->sink_dict = d;
+	} else if (d != vm->sink_dict) {
+		return;
+	}
+	vm->young = true;
+	vm->young_dirty = !vm->p->blocks;
+	vm->young_nmarks = vm->nmarks;
+	vm->y_blk = vm->p->blocks;
+	vm->y_next = vm->p->blocks ? vm->p->blocks->next : NULL;
+	vm->y_cur = vm->p->cur;
+	vm->nylog = 0;
+}
+
+/* Arena bytes a memoized young value takes when kept past its batch: the
+ * immutable scalars a later opcode may name (strings, class references,
+ * numbers); 0 for a container, which the batch's pairs alone may hold. */
+static size_t keep_size(const flx_pv *v)
+{
+	switch (v->kind) {
+	case FLX_PV_STR:
+	case FLX_PV_BYTES:
+		return round_up(sizeof(*v) +
+				(v->u.str.s ? v->u.str.len + 1 : 0));
+	case FLX_PV_GLOBAL:
+		return round_up(sizeof(*v) + strlen(v->u.global.module) + 1 +
+				strlen(v->u.global.name) + 1);
+	case FLX_PV_NONE:
+	case FLX_PV_BOOL:
+	case FLX_PV_INT:
+	case FLX_PV_BIGINT:
+	case FLX_PV_FLOAT:
+		return round_up(sizeof(*v));
+	default:
+		return 0;
+	}
+}
+
+/* Copy v (keep_size() bytes) to dst; its own pointers point into dst. */
+static void keep_copy(flx_pv *dst, const flx_pv *v)
+{
+	char *d = (char *)(dst + 1);
+
+	*dst = *v;
+	if ((v->kind == FLX_PV_STR || v->kind == FLX_PV_BYTES) && v->u.str.s) {
+		memcpy(d, v->u.str.s, v->u.str.len + 1);
+		dst->u.str.s = d;
+	} else if (v->kind == FLX_PV_GLOBAL) {
+		size_t ml = strlen(v->u.global.module) + 1;
+
+		memcpy(d, v->u.global.module, ml);
+		strcpy(d + ml, v->u.global.name);
+		dst->u.global.module = d;
+		dst->u.global.name = d + ml;
+	}
+}
+
+/* Re-point v's own pointers after a move (keep_copy()'s layout). */
+static void keep_fix(flx_pv *v)
+{
+	char *d = (char *)(v + 1);
+
+	if ((v->kind == FLX_PV_STR || v->kind == FLX_PV_BYTES) && v->u.str.s) {
+		v->u.str.s = d;
+	} else if (v->kind == FLX_PV_GLOBAL) {
+		v->u.global.module = d;
+		v->u.global.name = d + strlen(d) + 1;
+	}
+}
+
+static void forget_young(flx_pv **hint, const unsigned char *lo,
+			 const unsigned char *hi)
+{
+	if ((const unsigned char *)*hint >= lo &&
+	    (const unsigned char *)*hint < hi)
+		*hint = NULL;
+}
+
+/*
+ * After the sink took a batch's pairs: give the batch's arena room back.
+ * Nothing but memo slots can point at young values (no cache takes one,
+ * the stack is back below the mark, and no older container changed, or
+ * nothing is done); the memoized scalars are copied above the young
+ * values, slid down to y_cur, and every other memoized young value
+ * becomes &consumed.  Where the young values do not lie in one stretch of
+ * the current block (a new block, a dedicated one), they stay.
+ */
+static void rewind_batch(struct vm *vm)
+{
+	flx_pickle *p = vm->p;
+	unsigned char *lo = vm->y_cur, *hi = p->cur, *dst;
+	size_t need = 0, moved;
+
+	if (vm->young_dirty || !p->blocks || p->blocks != vm->y_blk ||
+	    p->blocks->next != vm->y_next)
+		return;
+	for (size_t i = 0; i < vm->nylog; i++) {
+		flx_pv *v = *memo_slot(vm, vm->ylog[i]);
+
+		if ((unsigned char *)v >= lo && (unsigned char *)v < hi)
+			need += keep_size(v);
+	}
+	if (need > p->left)
+		return;
+	dst = hi;
+	for (size_t i = 0; i < vm->nylog; i++) {
+		flx_pv **slot = memo_slot(vm, vm->ylog[i]);
+		size_t n;
+
+		if ((unsigned char *)*slot < lo || (unsigned char *)*slot >= hi)
+			continue;
+		n = keep_size(*slot);
+		if (!n) {
+			*slot = &consumed;
+			continue;
+		}
+		keep_copy((flx_pv *)dst, *slot);
+		*slot = (flx_pv *)dst;
+		dst += n;
+	}
+	moved = (size_t)(dst - hi);
+	if (moved)
+		memmove(lo, hi, moved);
+	for (size_t i = 0; i < vm->nylog; i++) {
+		flx_pv **slot = memo_slot(vm, vm->ylog[i]);
+
+		if ((unsigned char *)*slot >= hi &&
+		    (unsigned char *)*slot < dst) {
+			*slot = (flx_pv *)((unsigned char *)*slot - (hi - lo));
+			keep_fix(*slot);
+		}
+	}
+	forget_young(&vm->none, lo, hi);
+	forget_young(&vm->bools[0], lo, hi);
+	forget_young(&vm->bools[1], lo, hi);
+	forget_young(&vm->empty_tuple, lo, hi);
+	forget_young(&vm->not_odict, lo, hi);
+	forget_young(&vm->size_cls, lo, hi);
+	p->left += (size_t)(hi - lo);
+	p->cur = lo + moved;
+	vm->nylog = 0;
 }
 
 /* -------------------------------------------------------------- containers */
@@ -1609,12 +1840,27 @@ static int op_setitems(struct vm *vm)
 {
 	size_t start = 0;
 	flx_pv *d = NULL;
+	/* the innermost mark is the batch's (mark_target() pops it) */
+	bool batch = vm->young && vm->nmarks == vm->young_nmarks;
 	int rc = mark_target(vm, FLX_PV_DICT, "SETITEMS on", &start, &d);
 
 	if (rc)
 		return rc;
 	if ((vm->sp - start) & 1)
 		return vm_fail(vm, -EINVAL, "odd number of items");
+	if (batch && d == vm->sink_dict) {
+		rc = vm->sink->pairs(vm->sink->ctx, vm->stack + start,
+				     (vm->sp - start) / 2);
+		if (rc == -EAGAIN)
+			return vm_fail(vm, -EAGAIN, "the sink declined");
+		if (rc == -ENOMEM)
+			return vm_nomem(vm);
+		if (rc)
+			return vm_fail(vm, rc, "the sink failed");
+		vm->sp = start;
+		rewind_batch(vm);
+		return 0;
+	}
 	if ((rc = dict_add(vm, d, vm->stack + start, (vm->sp - start) / 2)))
 		return rc;
 	vm->sp = start;
@@ -1777,11 +2023,16 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		return 0;
 
 	case OP_MARK:
-		return push_mark(vm);
+		if ((rc = push_mark(vm)))
+			return rc;
+		batch_start(vm);
+		return 0;
 	case OP_POP:
 		/* CPython: POP right after MARK discards the mark. */
 		if (vm->nmarks && vm->marks[vm->nmarks - 1] == vm->sp) {
 			vm->nmarks--;
+			if (vm->nmarks < vm->young_nmarks)
+				vm->young = false;
 			return 0;
 		}
 		return pop(vm, &a);
@@ -2103,6 +2354,7 @@ static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
 	free(vm->ints);
 	free(vm->tuples);
 	free(vm->sizes);
+	free(vm->ylog);
 	if (vm->cloc)
 		freelocale(vm->cloc);
 	if (rc) {
@@ -2134,6 +2386,23 @@ int flx_pickle_load_reader(const flx_reader *r, const char *name,
 
 	set_limits(&vm, lim);
 	return load(&vm, NULL, out);
+}
+
+int flx_pickle_load_sink(const flx_reader *r, const char *name,
+			 const flx_pickle_limits *lim,
+			 const flx_pickle_sink *sink, flx_pickle **out,
+			 flx_error *err)
+{
+	struct vm vm = {
+	    .len = r->size, .r = r, .name = name, .err = err, .sink = sink};
+
+	set_limits(&vm, lim);
+	return load(&vm, NULL, out);
+}
+
+const flx_pv *flx_pickle_sink_dict(const flx_pickle *p)
+{
+	return p ? p->sink_dict : NULL;
 }
 
 const flx_pv *flx_pickle_root(const flx_pickle *p)

@@ -1869,6 +1869,281 @@ static void test_reader_str_limits(void)
 	}
 }
 
+/* ----------------------------------------------------------- sink loads */
+
+struct sink_rec {
+	struct sbuf pairs; /* every pair taken, dumped */
+	size_t calls, npairs;
+	bool decline;
+};
+
+static int rec_pairs(void *ctx, flx_pv *const *kv, size_t npairs)
+{
+	struct sink_rec *s = ctx;
+
+	s->calls++;
+	if (s->decline)
+		return -EAGAIN;
+	for (size_t i = 0; i < 2 * npairs; i++) {
+		s->pairs.budget = 100000;
+		dump(&s->pairs, kv[i], 0);
+		puts_(&s->pairs, i & 1 ? ";" : ":");
+	}
+	s->npairs += npairs;
+	return 0;
+}
+
+static int load_sink(const void *data, size_t n, size_t window, const char *key,
+		     struct sink_rec *s, flx_pickle **p, flx_error *e)
+{
+	const flx_pickle_limits lim = {.window = window,
+				       .max_copy = SIZE_MAX / 4,
+				       .max_str = SIZE_MAX / 4};
+	flx_pickle_sink sink = {key, rec_pairs, s};
+	flx_mem_reader m;
+	flx_reader r;
+
+	flx_error_init(e);
+	flx_reader_mem(&r, &m, data, n);
+	return flx_pickle_load_sink(&r, "t.pkl", &lim, &sink, p, e);
+}
+
+/* torch's own .metadata (1.13 and 2.6): storage_data streamed gives the
+ * pairs of the tree a plain load makes, in order, and the rest of that
+ * tree, with storage_data left empty; through windows of 7 bytes too. */
+static void test_sink_dcp(void)
+{
+	static const char *const files[] = {"pickle/t113_dcp_metadata.pkl",
+					    "pickle/t26_dcp_metadata.pkl"};
+
+	for (int i = 0; i < 2; i++) {
+		size_t len = 0;
+		unsigned char *buf = check_read_file(files[i], &len);
+		flx_pickle *p = NULL;
+		flx_error e;
+		flx_pv *sd;
+		struct sbuf want = {0}, rest = {0};
+
+		CHECK(buf != NULL);
+		if (!buf)
+			continue;
+		CHECK_EQ(load(buf, len, &p, &e), 0);
+		sd = (flx_pv *)flx_pv_dict_get(state(flx_pickle_root(p)),
+					       "storage_data");
+		CHECK(sd && flx_pv_len(sd) == 3);
+		for (size_t j = 0; sd && j < 2 * sd->u.dict.n; j++) {
+			want.budget = 100000;
+			dump(&want, sd->u.dict.kv[j], 0);
+			puts_(&want, j & 1 ? ";" : ":");
+		}
+		if (sd)
+			sd->u.dict.n = 0; /* what a sink load leaves */
+		rest.budget = 100000;
+		dump(&rest, flx_pickle_root(p), 0);
+		flx_pickle_free(p);
+		for (size_t w = 7; w <= 7u << 16; w <<= 16) {
+			struct sink_rec s = {0};
+			struct sbuf got = {.budget = 100000};
+			const flx_pv *r;
+
+			p = NULL;
+			CHECK_EQ(
+			    load_sink(buf, len, w, "storage_data", &s, &p, &e),
+			    0);
+			if (!p)
+				continue;
+			r = flx_pickle_root(p);
+			CHECK_EQ(s.npairs, 3);
+			CHECK(flx_pickle_sink_dict(p) ==
+			      flx_pv_dict_get(state(r), "storage_data"));
+			CHECK(s.pairs.p && want.p &&
+			      strcmp(s.pairs.p, want.p) == 0);
+			dump(&got, r, 0);
+			CHECK(got.p && rest.p && strcmp(got.p, rest.p) == 0);
+			flx_pickle_free(p);
+			free(s.pairs.p);
+			free(got.p);
+		}
+		free(want.p);
+		free(rest.p);
+		free(buf);
+	}
+}
+
+static void put_str(struct sbuf *b, const char *s)
+{
+	size_t n = strlen(s);
+
+	put_u8(b, 0x8c);
+	put_u8(b, (unsigned)n);
+	put(b, s, n);
+}
+
+static void put_binput(struct sbuf *b, uint32_t idx)
+{
+	put_u8(b, 'r');
+	put_le(b, idx, 4);
+}
+
+enum { SB_BATCHES = 60, SB_PER = 300 };
+enum { SB_PLAIN, SB_REFER_LIST, SB_DIRTY };
+
+/*
+ * {'sd': {...}, 'tail': ...} where 'sd' is filled in SB_BATCHES SETITEMS
+ * of SB_PER pairs 'k<b>_<i>': ['v<b>'], a list made in the batch.  Batch
+ * b memoizes its first key, list and 'v<b>' string; the second pair of
+ * the next batch holds [that key] instead, named through the memo after
+ * the batch's memory was reused.  tail: 'v<last>' (SB_PLAIN), batch 0's
+ * list (SB_REFER_LIST), or, where batch 0 appended 'x' to an older list
+ * (SB_DIRTY), (that list, batch 0's list).  *want gets the pairs the
+ * sink must see, dumped.
+ */
+static void sink_pickle(struct sbuf *b, struct sbuf *want, int mode)
+{
+	uint32_t keym[SB_BATCHES], valm[SB_BATCHES];
+	uint32_t memo = 0, lidx0 = 0, old = 0;
+	char key[32], val[32], t[96];
+
+	put(b, "\x80\x04", 2);
+	if (mode == SB_DIRTY) {
+		put(b, "]", 1);
+		put_binput(b, old = memo++);
+		put(b, "0", 1);
+	}
+	put(b, "}(", 2);
+	put_str(b, "sd");
+	put(b, "}", 1);
+	for (int k = 0; k < SB_BATCHES; k++) {
+		put(b, "(", 1);
+		for (int i = 0; i < SB_PER; i++) {
+			snprintf(key, sizeof(key), "k%d_%d", k, i);
+			put_str(b, key);
+			if (i == 0)
+				put_binput(b, keym[k] = memo++);
+			put(b, "]", 1);
+			if (k == 0 && i == 0)
+				put_binput(b, lidx0 = memo++);
+			if (k > 0 && i == 0) {
+				/* strings of the previous batch, its memory
+				 * since reused */
+				put_binget(b, keym[k - 1]);
+				snprintf(val, sizeof(val), "k%d_0", k - 1);
+			} else if (k > 0 && i == 1) {
+				put_binget(b, valm[k - 1]);
+				snprintf(val, sizeof(val), "v%d", k - 1);
+			} else {
+				snprintf(val, sizeof(val), "v%d", k);
+				put_str(b, val);
+				if (i == 2)
+					put_binput(b, valm[k] = memo++);
+			}
+			put(b, "a", 1);
+			if (k == 0 && i == 0 && mode == SB_DIRTY) {
+				/* an older list, changed in the batch */
+				put_binget(b, old);
+				put_str(b, "x");
+				put(b, "a0", 2);
+			}
+			snprintf(t, sizeof(t), "s\"%s\":[s\"%s\"];", key, val);
+			puts_(want, t);
+		}
+		put(b, "u", 1);
+	}
+	put_str(b, "tail");
+	if (mode == SB_PLAIN) {
+		put_binget(b, valm[SB_BATCHES - 1]);
+	} else if (mode == SB_REFER_LIST) {
+		put_binget(b, lidx0);
+	} else {
+		put(b, "(", 1);
+		put_binget(b, old);
+		put_binget(b, lidx0);
+		put(b, "t", 1);
+	}
+	put(b, "u.", 2);
+}
+
+/* Batches streamed one after another, the memory of each reused: the
+ * strings memoized in a batch keep their value in the next (a plain load's
+ * tree, dumped, is the oracle of what the sink sees); a memoized list of
+ * a reused batch named again fails the load with -EAGAIN; a batch that
+ * changed an older list is not reused, and what it made stays valid; a
+ * sink that declines fails the load with -EAGAIN. */
+static void test_sink_batches(void)
+{
+	static const char *const tails[] = {
+	    "<s\"sd\":<>,s\"tail\":s\"v59\">", NULL,
+	    "<s\"sd\":<>,s\"tail\":([s\"x\"],[s\"v0\"])>"};
+
+	for (int mode = SB_PLAIN; mode <= SB_DIRTY; mode++) {
+		for (size_t w = 7; w <= 7u << 16; w <<= 16) {
+			struct sbuf b = {0}, want = {0}, got = {.budget = 1000};
+			struct sink_rec s = {0};
+			flx_pickle *p = NULL;
+			flx_error e;
+			int rc;
+
+			sink_pickle(&b, &want, mode);
+			rc = load_sink(b.p, b.n, w, "sd", &s, &p, &e);
+			if (mode == SB_REFER_LIST) {
+				CHECK_EQ(rc, -EAGAIN);
+				CHECK(p == NULL);
+				CHECK(strstr(e.text, "sink") != NULL);
+			} else {
+				CHECK_EQ(rc, 0);
+				CHECK_EQ(s.calls, SB_BATCHES);
+				CHECK(s.pairs.p && want.p &&
+				      strcmp(s.pairs.p, want.p) == 0);
+				if (p)
+					dump(&got, flx_pickle_root(p), 0);
+				CHECK(got.p && strcmp(got.p, tails[mode]) == 0);
+				CHECK(
+				    flx_pickle_sink_dict(p) ==
+				    flx_pv_dict_get(flx_pickle_root(p), "sd"));
+			}
+			flx_pickle_free(p);
+			free(s.pairs.p);
+			free(got.p);
+			/* the tree of a plain load holds the same pairs */
+			p = NULL;
+			{
+				struct sbuf plain = {0};
+				const flx_pv *sd;
+
+				CHECK_EQ(load(b.p, b.n, &p, &e), 0);
+				sd = flx_pv_dict_get(flx_pickle_root(p), "sd");
+				for (size_t j = 0; sd && j < 2 * sd->u.dict.n;
+				     j++) {
+					plain.budget = 1000;
+					dump(&plain, sd->u.dict.kv[j], 0);
+					puts_(&plain, j & 1 ? ";" : ":");
+				}
+				CHECK(plain.p && want.p &&
+				      strcmp(plain.p, want.p) == 0);
+				free(plain.p);
+				flx_pickle_free(p);
+				p = NULL;
+			}
+			/* declined */
+			memset(&s, 0, sizeof(s));
+			s.decline = true;
+			CHECK_EQ(load_sink(b.p, b.n, w, "sd", &s, &p, &e),
+				 -EAGAIN);
+			CHECK(p == NULL);
+			CHECK_EQ(s.calls, 1);
+			/* no dict under that key: a plain load */
+			memset(&s, 0, sizeof(s));
+			CHECK_EQ(load_sink(b.p, b.n, w, "nothere", &s, &p, &e),
+				 0);
+			CHECK_EQ(s.calls, 0);
+			CHECK(flx_pickle_sink_dict(p) == NULL);
+			flx_pickle_free(p);
+			free(b.p);
+			free(want.p);
+		}
+	}
+}
+
 int main(void)
 {
 	test_vectors();
@@ -1894,5 +2169,7 @@ int main(void)
 	test_many_payloads();
 	test_file_payload();
 	test_reader_str_limits();
+	test_sink_dcp();
+	test_sink_batches();
 	return CHECK_RESULT();
 }
