@@ -809,6 +809,20 @@ static int push_mark(struct vm *vm)
 	return 0;
 }
 
+/* Push v named a second time (memo, DUP).  The sink dict must have one
+ * place in the tree, where its caller looks for it: its pairs are in no
+ * other, so a second reference to it fails the load with -EAGAIN, and a
+ * dict named again is never made the sink dict. */
+static int push_again(struct vm *vm, flx_pv *v)
+{
+	if (v == vm->sink_dict)
+		return vm_fail(vm, -EAGAIN,
+			       "the sink dict is named a second time");
+	if (v->kind == FLX_PV_DICT)
+		v->reref_ = true;
+	return push(vm, v);
+}
+
 /* -------------------------------------------------------------------- memo */
 
 static flx_pv **memo_slot(const struct vm *vm, size_t idx)
@@ -915,7 +929,7 @@ static int memo_get(struct vm *vm, uint64_t idx)
 			       "memo index %" PRIu64 " names a value the sink "
 			       "took",
 			       idx);
-	return push(vm, v);
+	return push_again(vm, v);
 }
 
 static void memo_free(struct vm *vm)
@@ -1654,8 +1668,8 @@ static void batch_start(struct vm *vm)
 		return;
 	if (!vm->sink_dict) {
 		k = vm->stack[vm->sp - 2];
-		if (d->u.dict.n || k->kind != FLX_PV_STR || !k->u.str.s ||
-		    k->u.str.len != strlen(vm->sink->key) ||
+		if (d->u.dict.n || d->reref_ || k->kind != FLX_PV_STR ||
+		    !k->u.str.s || k->u.str.len != strlen(vm->sink->key) ||
 		    memcmp(k->u.str.s, vm->sink->key, k->u.str.len) != 0)
 			return;
 		vm->sink_dict = d;
@@ -2047,7 +2061,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 	case OP_DUP:
 		if ((rc = top(vm, &a)))
 			return rc;
-		return push(vm, a);
+		return push_again(vm, a);
 
 	case OP_MEMOIZE:
 		if ((rc = top(vm, &a)))

@@ -82,6 +82,8 @@ struct flx_pv {
 	bool newobj;
 	bool shared_; /* internal (OBJ): one node for equal torch.Size
 		       * values; callers ignore */
+	bool reref_;  /* internal (DICT, LIST): named again through the memo
+		       * or DUP; callers ignore */
 	union {
 		bool b;
 		int64_t i;

@@ -2144,6 +2144,46 @@ static void test_sink_batches(void)
 	}
 }
 
+/* The sink dict named a second time (memo, DUP): after its pairs went to
+ * the sink, the load fails with -EAGAIN; before, it is not streamed. */
+static void test_sink_named_again(void)
+{
+	static const char after[] =
+	    "\x80\x04}(\x8c\x02sd}r\x00\x00\x00\x00(\x8c\x01k\x8c\x01vu"
+	    "\x8c\x04tailj\x00\x00\x00\x00u.";
+	static const char dup[] =
+	    "\x80\x04}(\x8c\x02sd}(\x8c\x01k\x8c\x01vu20u.";
+	static const char before[] =
+	    "\x80\x04}(\x8c\x02sd}r\x00\x00\x00\x00\x8c\x02sdj\x00\x00\x00\x00"
+	    "(\x8c\x01k\x8c\x01vuu.";
+	struct sink_rec s = {0};
+	struct sbuf got = {.budget = 100};
+	flx_pickle *p = NULL;
+	flx_error e;
+
+	CHECK_EQ(load_sink(after, sizeof(after) - 1, 1 << 16, "sd", &s, &p, &e),
+		 -EAGAIN);
+	CHECK(p == NULL);
+	CHECK_EQ(s.calls, 1);
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(load_sink(dup, sizeof(dup) - 1, 1 << 16, "sd", &s, &p, &e),
+		 -EAGAIN);
+	CHECK(p == NULL);
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(
+	    load_sink(before, sizeof(before) - 1, 1 << 16, "sd", &s, &p, &e),
+	    0);
+	CHECK_EQ(s.calls, 0);
+	CHECK(flx_pickle_sink_dict(p) == NULL);
+	if (p)
+		dump(&got, flx_pickle_root(p), 0);
+	CHECK(got.p && strcmp(got.p, "<s\"sd\":<s\"k\":s\"v\">,s\"sd\":<s\"k\":"
+				     "s\"v\">>") == 0);
+	flx_pickle_free(p);
+	free(got.p);
+	free(s.pairs.p);
+}
+
 int main(void)
 {
 	test_vectors();
@@ -2171,5 +2211,6 @@ int main(void)
 	test_reader_str_limits();
 	test_sink_dcp();
 	test_sink_batches();
+	test_sink_named_again();
 	return CHECK_RESULT();
 }
