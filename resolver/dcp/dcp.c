@@ -472,6 +472,19 @@ static const char *intern(loader *L, const char *s)
 	return c;
 }
 
+/* The interned copy of s (hash: name_hash(s)), or s when none: entries
+ * then find their name by pointer (find_sentry()).  Read only: safe on
+ * the parts' threads. */
+static const char *interned(const loader *L, const char *s, uint64_t hash)
+{
+	if (!L->itab)
+		return s;
+	for (size_t i = hash & L->imask; L->itab[i]; i = (i + 1) & L->imask)
+		if (strcmp(L->itab[i], s) == 0)
+			return L->itab[i];
+	return s;
+}
+
 /* Whether a decoded entry's transform_descriptors is none or exactly the
  * one item_transform() accepts (*ztr: it is). */
 static bool sink_transform(const flx_pv *v, bool *ztr)
@@ -1153,6 +1166,7 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 	uint64_t nh = name_hash(name);
 	int rc;
 
+	name = interned(L, name, nh);
 	*windows = 0;
 	rc = decode_dtype(L, attr(tsm, "properties"), t->fqn, &t->dtype);
 	if (!rc)
