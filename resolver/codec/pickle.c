@@ -167,6 +167,14 @@ struct vm {
 	unsigned char *y_cur;
 	size_t *ylog;
 	size_t nylog, ylog_cap;
+	/* memo chunks packed once a sink load has passed them (pack_memo()):
+	 * packed[c] set, memo[c] freed, its live slots in pk_idx/pk_v
+	 * (ascending indices) */
+	unsigned char *packed;
+	size_t memo_scan; /* the next chunk pack_memo() looks at */
+	size_t *pk_idx;
+	flx_pv **pk_v;
+	size_t npk, cap_idx, cap_v;
 };
 
 /* Memo slots of values a rewound batch held: referring to one again makes
@@ -904,6 +912,11 @@ static int memo_put(struct vm *vm, uint64_t idx, flx_pv *v)
 			       idx, vm->max_memo);
 	if (idx >= vm->memo_len && (rc = memo_extend(vm, (size_t)idx + 1)))
 		return rc;
+	if (vm->packed && vm->packed[idx / MEMO_CHUNK])
+		return vm_fail(vm, -EAGAIN,
+			       "memo index %" PRIu64 " set again after its "
+			       "chunk was packed",
+			       idx);
 	if (vm->young) {
 		if (flx_grow((void **)&vm->ylog, &vm->ylog_cap, vm->nylog + 1,
 			     sizeof(*vm->ylog)))
@@ -917,9 +930,28 @@ static int memo_put(struct vm *vm, uint64_t idx, flx_pv *v)
 	return 0;
 }
 
+/* Slot idx of a packed chunk: its value, or &consumed. */
+static flx_pv *packed_get(const struct vm *vm, size_t idx)
+{
+	size_t lo = 0, hi = vm->npk;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (vm->pk_idx[mid] < idx)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < vm->npk && vm->pk_idx[lo] == idx ? vm->pk_v[lo] : &consumed;
+}
+
 static int memo_get(struct vm *vm, uint64_t idx)
 {
-	flx_pv *v = idx < vm->memo_len ? *memo_slot(vm, (size_t)idx) : NULL;
+	flx_pv *v = idx >= vm->memo_len ? NULL
+		    : vm->packed && vm->packed[idx / MEMO_CHUNK]
+			? packed_get(vm, (size_t)idx)
+			: *memo_slot(vm, (size_t)idx);
 
 	if (!v)
 		return vm_fail(vm, -EINVAL,
@@ -1755,9 +1787,10 @@ static void forget_young(flx_pv **hint, const unsigned char *lo,
  * Nothing but memo slots can point at young values (no cache takes one,
  * the stack is back below the mark, and no older container changed, or
  * nothing is done); the memoized scalars are copied above the young
- * values, slid down to y_cur, and every other memoized young value
- * becomes &consumed.  Where the young values do not lie in one stretch of
- * the current block (a new block, a dedicated one), they stay.
+ * values, slid down to y_cur, and every other value memoized in the
+ * batch that is no such scalar becomes &consumed.  Where the young values do
+ * not lie in one stretch of the current block (a new block, a dedicated one),
+ * they stay.
  */
 static void rewind_batch(struct vm *vm)
 {
@@ -1781,8 +1814,17 @@ static void rewind_batch(struct vm *vm)
 		flx_pv **slot = memo_slot(vm, vm->ylog[i]);
 		size_t n;
 
-		if ((unsigned char *)*slot < lo || (unsigned char *)*slot >= hi)
+		if ((unsigned char *)*slot < lo ||
+		    (unsigned char *)*slot >= hi) {
+			/* an older container memoized in the batch (torch:
+			 * a tuple shared with an older equal one) goes too,
+			 * so that the memo chunks the batches filled can be
+			 * packed (pack_memo()); naming it again decodes
+			 * again, as for a young one */
+			if (*slot != &consumed && !keep_size(*slot))
+				*slot = &consumed;
 			continue;
+		}
 		n = keep_size(*slot);
 		if (!n) {
 			*slot = &consumed;
@@ -1813,6 +1855,49 @@ static void rewind_batch(struct vm *vm)
 	p->left += (size_t)(hi - lo);
 	p->cur = lo + moved;
 	vm->nylog = 0;
+}
+
+/*
+ * In a sink load, most memo slots behind the streamed dict's batches name
+ * values the sink took (&consumed): a memo chunk the load has passed
+ * (every slot index below memo_count) that holds at most 1/16 live slots
+ * is freed, its live slots kept in a sorted side table.  A packed slot
+ * set again fails the load with -EAGAIN (CPython numbers memo slots
+ * densely; only a hand-made pickle goes back).  Out of memory: the chunk
+ * simply stays.
+ */
+static void pack_memo(struct vm *vm)
+{
+	size_t nchunks = vm->max_memo / MEMO_CHUNK + 1;
+
+	while ((vm->memo_scan + 1) * MEMO_CHUNK <= vm->memo_count &&
+	       (vm->memo_scan + 1) * MEMO_CHUNK <= vm->memo_len) {
+		size_t c = vm->memo_scan++, live = 0;
+		flx_pv **m = vm->memo[c];
+
+		if (c == 0 || !m)
+			continue;
+		for (size_t i = 0; i < MEMO_CHUNK; i++)
+			live += m[i] && m[i] != &consumed;
+		if (live > MEMO_CHUNK / 16)
+			continue;
+		if (!vm->packed && !(vm->packed = calloc(nchunks, 1)))
+			return;
+		if (flx_grow((void **)&vm->pk_idx, &vm->cap_idx, vm->npk + live,
+			     sizeof(*vm->pk_idx)) ||
+		    flx_grow((void **)&vm->pk_v, &vm->cap_v, vm->npk + live,
+			     sizeof(*vm->pk_v)))
+			return;
+		for (size_t i = 0; i < MEMO_CHUNK; i++) {
+			if (!m[i] || m[i] == &consumed)
+				continue;
+			vm->pk_idx[vm->npk] = c * MEMO_CHUNK + i;
+			vm->pk_v[vm->npk++] = m[i];
+		}
+		free(m);
+		vm->memo[c] = NULL;
+		vm->packed[c] = 1;
+	}
 }
 
 /* -------------------------------------------------------------- containers */
@@ -1873,6 +1958,7 @@ static int op_setitems(struct vm *vm)
 			return vm_fail(vm, rc, "the sink failed");
 		vm->sp = start;
 		rewind_batch(vm);
+		pack_memo(vm);
 		return 0;
 	}
 	if ((rc = dict_add(vm, d, vm->stack + start, (vm->sp - start) / 2)))
@@ -2369,6 +2455,9 @@ static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
 	free(vm->tuples);
 	free(vm->sizes);
 	free(vm->ylog);
+	free(vm->packed);
+	free(vm->pk_idx);
+	free(vm->pk_v);
 	if (vm->cloc)
 		freelocale(vm->cloc);
 	if (rc) {

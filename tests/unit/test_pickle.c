@@ -1875,6 +1875,7 @@ struct sink_rec {
 	struct sbuf pairs; /* every pair taken, dumped */
 	size_t calls, npairs;
 	bool decline;
+	bool count_only; /* pairs counted, not dumped */
 };
 
 static int rec_pairs(void *ctx, flx_pv *const *kv, size_t npairs)
@@ -1884,7 +1885,7 @@ static int rec_pairs(void *ctx, flx_pv *const *kv, size_t npairs)
 	s->calls++;
 	if (s->decline)
 		return -EAGAIN;
-	for (size_t i = 0; i < 2 * npairs; i++) {
+	for (size_t i = 0; !s->count_only && i < 2 * npairs; i++) {
 		s->pairs.budget = 100000;
 		dump(&s->pairs, kv[i], 0);
 		puts_(&s->pairs, i & 1 ? ";" : ":");
@@ -2184,6 +2185,85 @@ static void test_sink_named_again(void)
 	free(s.pairs.p);
 }
 
+enum { PK_PAIRS = 600000, PK_PER = 1000, PK_REF = 300000 };
+enum { PK_KEY, PK_LIST, PK_SET };
+
+/* PK_PAIRS pairs 'k<j>': [] streamed in batches of PK_PER, every list
+ * memoized, every PK_PER-th key too; then tail: the key of pair PK_REF
+ * (PK_KEY), its list (PK_LIST), or the memo slot of that list set again
+ * (PK_SET): slots in the second memo chunk, packed by then. */
+static void packed_pickle(struct sbuf *b, int mode)
+{
+	uint32_t memo = 0, keyref = 0, listref = 0;
+	char key[32];
+
+	put(b, "\x80\x04}(", 4);
+	put_str(b, "sd");
+	put(b, "}", 1);
+	for (int j = 0; j < PK_PAIRS; j++) {
+		if (j % PK_PER == 0)
+			put(b, "(", 1);
+		snprintf(key, sizeof(key), "k%d", j);
+		put_str(b, key);
+		if (j % PK_PER == 0) {
+			if (j == PK_REF)
+				keyref = memo;
+			put_binput(b, memo++);
+		}
+		put(b, "]", 1);
+		if (j == PK_REF)
+			listref = memo;
+		put_binput(b, memo++);
+		if (j % PK_PER == PK_PER - 1)
+			put(b, "u", 1);
+	}
+	put_str(b, "tail");
+	if (mode == PK_KEY) {
+		put_binget(b, keyref);
+	} else if (mode == PK_LIST) {
+		put_binget(b, listref);
+	} else {
+		put_str(b, "x");
+		put_binput(b, listref);
+	}
+	put(b, "u.", 2);
+}
+
+/* Memo chunks that the batches filled with values the sink took are
+ * freed: the strings memoized there still read back, the values taken
+ * fail the load with -EAGAIN, and so does setting a packed slot again
+ * (which succeeds in a plain load). */
+static void test_sink_packed(void)
+{
+	for (int mode = PK_KEY; mode <= PK_SET; mode++) {
+		struct sbuf b = {0};
+		struct sink_rec s = {0};
+		flx_pickle *p = NULL;
+		flx_error e;
+		int rc;
+
+		packed_pickle(&b, mode);
+		s.count_only = true;
+		rc = load_sink(b.p, b.n, 1 << 18, "sd", &s, &p, &e);
+		if (mode == PK_KEY) {
+			CHECK_EQ(rc, 0);
+			CHECK_EQ(s.npairs, PK_PAIRS);
+			CHECK(
+			    str_is(flx_pv_dict_get(flx_pickle_root(p), "tail"),
+				   "k300000"));
+		} else {
+			CHECK_EQ(rc, -EAGAIN);
+			CHECK(p == NULL);
+		}
+		flx_pickle_free(p);
+		p = NULL;
+		CHECK_EQ(load(b.p, b.n, &p, &e), 0);
+		flx_pickle_free(p);
+		free(s.pairs.p);
+		free(b.p);
+	}
+}
+
 int main(void)
 {
 	test_vectors();
@@ -2212,5 +2292,6 @@ int main(void)
 	test_sink_dcp();
 	test_sink_batches();
 	test_sink_named_again();
+	test_sink_packed();
 	return CHECK_RESULT();
 }
