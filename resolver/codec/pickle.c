@@ -82,6 +82,9 @@ _Static_assert(sizeof(void *) != 8 || sizeof(flx_pv) == 32, "node size");
 #define TUPLE_SHARE_MAX 16
 /* Int cache slots: at most this many, fewer for small inputs. */
 #define INT_CACHE_MAX ((size_t)4096)
+/* ints a sink load's batches may share (new_int()) */
+#define SIDE_INT_MAX ((int64_t)1 << 24)
+#define SIDE_INTS    ((size_t)1 << 16)
 
 struct arena_blk {
 	struct arena_blk *next;
@@ -96,6 +99,9 @@ struct flx_pickle {
 	flx_pv *root;
 	uint64_t end;	   /* input offset just past STOP */
 	flx_pv *sink_dict; /* see flx_pickle_sink_dict() */
+	/* a sink load's side arena (its own blocks only): the values that
+	 * caches share, made while a batch is open (see struct vm) */
+	flx_pickle *side;
 };
 
 /* No hold on the window (see struct vm). */
@@ -161,7 +167,10 @@ struct vm {
 	 * changed (young_dirty); then the arena is wound back to y_cur. */
 	const flx_pickle_sink *sink;
 	flx_pv *sink_dict;
+	flx_pv *batch_target; /* the sink dict or a sink list */
 	bool young, young_dirty;
+	bool to_side;	     /* alloc_node() takes from p->side */
+	size_t side_ints;    /* ints made in p->side */
 	size_t young_nmarks; /* nmarks while the batch's mark is open */
 	struct arena_blk *y_blk, *y_next;
 	unsigned char *y_cur;
@@ -481,9 +490,18 @@ static bool count_value(struct vm *vm)
 }
 
 /* A zeroed node with extra bytes behind it (extra < SIZE_MAX / 4). */
+/* p->side, made on first use; NULL when out of memory. */
+static flx_pickle *side_arena(struct vm *vm)
+{
+	if (!vm->p->side && (vm->p->side = calloc(1, sizeof(*vm->p->side))))
+		vm->p->side->next_size = ARENA_FIRST_BLOCK;
+	return vm->p->side;
+}
+
 static flx_pv *alloc_node(struct vm *vm, flx_pv_kind kind, size_t extra)
 {
-	flx_pv *v = arena_alloc(vm->p, sizeof(*v) + extra);
+	flx_pickle *a = vm->to_side ? side_arena(vm) : vm->p;
+	flx_pv *v = a ? arena_alloc(a, sizeof(*v) + extra) : NULL;
 
 	if (!v) {
 		vm_nomem(vm);
@@ -504,8 +522,11 @@ static flx_pv *new_shared(struct vm *vm, flx_pv **slot, flx_pv_kind kind)
 {
 	if (!count_value(vm))
 		return NULL;
-	if (!*slot)
+	if (!*slot) {
+		vm->to_side = vm->young;
 		*slot = alloc_node(vm, kind, 0);
+		vm->to_side = false;
+	}
 	return *slot;
 }
 
@@ -638,6 +659,16 @@ static bool same_items(const flx_pv *t, flx_pv *const *items, size_t n)
 	return true;
 }
 
+/* Whether a tuple of items[0..n) may be shared: none of them is young
+ * (a shared value outlives the batch). */
+static bool items_old(const struct vm *vm, flx_pv *const *items, size_t n)
+{
+	for (size_t i = 0; vm->young && i < n; i++)
+		if (is_young(vm, items[i]))
+			return false;
+	return true;
+}
+
 /* A TUPLE of items[0..n): the existing node when an equal tuple (same item
  * nodes) was made before.  Tuples are immutable here as in Python, so the
  * sharing is invisible to callers. */
@@ -650,22 +681,22 @@ static flx_pv *new_tuple(struct vm *vm, flx_pv *const *items, size_t n)
 		return new_shared(vm, &vm->empty_tuple, FLX_PV_TUPLE);
 	if (!count_value(vm))
 		return NULL;
-	if (n > TUPLE_SHARE_MAX)
+	if (n > TUPLE_SHARE_MAX || !items_old(vm, items, n))
 		return items_node(vm, FLX_PV_TUPLE, items, n);
 	/* at most half full, so probes stay short and end at a NULL */
 	if (2 * (vm->tuples_n + 1) > ((size_t)1 << vm->tuples_bits) &&
-	    (vm->young || tuples_grow(vm))) {
-		if (vm->young) /* looked up, never added (see struct vm) */
-			return items_node(vm, FLX_PV_TUPLE, items, n);
+	    tuples_grow(vm))
 		return NULL;
-	}
 	mask = ((size_t)1 << vm->tuples_bits) - 1;
 	for (s = tuple_slot(vm, items, n); (t = vm->tuples[s]);
 	     s = (s + 1) & mask)
 		if (same_items(t, items, n))
 			return t;
+	/* shared: made in the side arena while a batch is open */
+	vm->to_side = vm->young;
 	t = items_node(vm, FLX_PV_TUPLE, items, n);
-	if (t && !vm->young) {
+	vm->to_side = false;
+	if (t) {
 		vm->tuples[s] = t;
 		vm->tuples_n++;
 	}
@@ -823,10 +854,11 @@ static int push_mark(struct vm *vm)
  * dict named again is never made the sink dict. */
 static int push_again(struct vm *vm, flx_pv *v)
 {
-	if (v == vm->sink_dict)
+	if (v == vm->sink_dict || (v->kind == FLX_PV_LIST && v->sunk_))
 		return vm_fail(vm, -EAGAIN,
-			       "the sink dict is named a second time");
-	if (v->kind == FLX_PV_DICT)
+			       "a %s streamed is named a second time",
+			       flx_pv_kind_name(v));
+	if (v->kind == FLX_PV_DICT || v->kind == FLX_PV_LIST)
 		v->reref_ = true;
 	return push(vm, v);
 }
@@ -1175,12 +1207,18 @@ static flx_pv *new_int(struct vm *vm, int64_t i)
 	slot = &vm->ints[(size_t)(mix((uint64_t)i) >> 40) & vm->ints_mask];
 	if (*slot && (*slot)->u.i == i)
 		return *slot;
+	/* in a batch, ints up to SIDE_INT_MAX (offsets, sizes) are still
+	 * shared, from the side arena, SIDE_INTS of them at most */
+	vm->to_side = vm->young && i >= 0 && i < SIDE_INT_MAX &&
+		      vm->side_ints < SIDE_INTS;
 	v = alloc_node(vm, FLX_PV_INT, 0);
 	if (v) {
 		v->u.i = i;
-		if (!vm->young)
+		if (!vm->young || vm->to_side)
 			*slot = v;
+		vm->side_ints += vm->to_side;
 	}
+	vm->to_side = false;
 	return v;
 }
 
@@ -1601,25 +1639,33 @@ static flx_pv *shared_size(struct vm *vm, flx_pv *cls, flx_pv *args)
 
 	if (!count_value(vm))
 		return NULL;
+	if (vm->young && (is_young(vm, cls) || is_young(vm, args))) {
+		/* not shared: it dies with the batch */
+		v = alloc_node(vm, FLX_PV_OBJ, 0);
+		if (v) {
+			v->u.obj.cls = cls;
+			v->u.obj.args = args;
+			v->shared_ = true;
+		}
+		return v;
+	}
 	if (2 * (vm->sizes_n + 1) > ((size_t)1 << vm->sizes_bits) &&
-	    !vm->young && sizes_grow(vm))
+	    sizes_grow(vm))
 		return NULL;
 	mask = ((size_t)1 << vm->sizes_bits) - 1;
-	for (s = vm->sizes ? size_slot(vm, args) : 0;
-	     vm->sizes && (v = vm->sizes[s]); s = (s + 1) & mask)
+	for (s = size_slot(vm, args); (v = vm->sizes[s]); s = (s + 1) & mask)
 		if (v->u.obj.args == args && v->u.obj.cls == cls)
 			return v;
+	/* shared: made in the side arena while a batch is open */
+	vm->to_side = vm->young;
 	v = alloc_node(vm, FLX_PV_OBJ, 0);
+	vm->to_side = false;
 	if (v) {
 		v->u.obj.cls = cls;
 		v->u.obj.args = args;
 		v->shared_ = true;
-		/* looked up, never added while young (see struct vm) */
-		if (!vm->young &&
-		    2 * (vm->sizes_n + 1) <= ((size_t)1 << vm->sizes_bits)) {
-			vm->sizes[s] = v;
-			vm->sizes_n++;
-		}
+		vm->sizes[s] = v;
+		vm->sizes_n++;
 	}
 	return v;
 }
@@ -1682,11 +1728,20 @@ static int op_build(struct vm *vm)
 
 /* ------------------------------------------------------------------- sink */
 
-/* A MARK right above the sink dict opens a batch.  The sink dict is the
- * first empty dict found under the sink's key when a MARK follows it
- * (torch pickles a dict as EMPTY_DICT, then batches of MARK, pairs,
- * SETITEMS); whether it is the one the caller wanted, the caller checks
- * (flx_pickle_sink_dict()). */
+static bool is_key(const flx_pv *k, const char *key)
+{
+	return key && k->kind == FLX_PV_STR && k->u.str.s &&
+	       k->u.str.len == strlen(key) &&
+	       memcmp(k->u.str.s, key, k->u.str.len) == 0;
+}
+
+/* A MARK right above the sink dict or a sink list opens a batch.  The
+ * sink dict is the first empty dict found under the sink's key when a
+ * MARK follows it (torch pickles a dict as EMPTY_DICT, then batches of
+ * MARK, pairs, SETITEMS); a sink list is any empty list under the sink's
+ * list key with a MARK above it (EMPTY_LIST, then MARK, items, APPENDS).
+ * Whether they are the ones the caller wanted, the caller checks
+ * (flx_pickle_sink_dict(), flx_pv_streamed()). */
 static void batch_start(struct vm *vm)
 {
 	const flx_pv *k;
@@ -1696,19 +1751,23 @@ static void batch_start(struct vm *vm)
 	    vm->marks[vm->nmarks - 1] != vm->sp)
 		return;
 	d = vm->stack[vm->sp - 1];
-	if (d->kind != FLX_PV_DICT)
+	k = vm->stack[vm->sp - 2];
+	if (d->kind == FLX_PV_LIST) {
+		if (!vm->sink->items || d->u.seq.n || d->reref_ ||
+		    !is_key(k, vm->sink->list_key))
+			return;
+		d->sunk_ = true;
+	} else if (d->kind != FLX_PV_DICT) {
 		return;
-	if (!vm->sink_dict) {
-		k = vm->stack[vm->sp - 2];
-		if (d->u.dict.n || d->reref_ || k->kind != FLX_PV_STR ||
-		    !k->u.str.s || k->u.str.len != strlen(vm->sink->key) ||
-		    memcmp(k->u.str.s, vm->sink->key, k->u.str.len) != 0)
+	} else if (!vm->sink_dict) {
+		if (d->u.dict.n || d->reref_ || !is_key(k, vm->sink->key))
 			return;
 		vm->sink_dict = d;
 		vm->p->sink_dict = d;
 	} else if (d != vm->sink_dict) {
 		return;
 	}
+	vm->batch_target = d;
 	vm->young = true;
 	vm->young_dirty = !vm->p->blocks;
 	vm->young_nmarks = vm->nmarks;
@@ -1821,7 +1880,9 @@ static void rewind_batch(struct vm *vm)
 			 * so that the memo chunks the batches filled can be
 			 * packed (pack_memo()); naming it again decodes
 			 * again, as for a young one */
-			if (*slot != &consumed && !keep_size(*slot))
+			if (*slot != &consumed && !keep_size(*slot) &&
+			    (*slot)->kind != FLX_PV_TUPLE &&
+			    !((*slot)->kind == FLX_PV_OBJ && (*slot)->shared_))
 				*slot = &consumed;
 			continue;
 		}
@@ -1852,7 +1913,7 @@ static void rewind_batch(struct vm *vm)
 	forget_young(&vm->empty_tuple, lo, hi);
 	forget_young(&vm->not_odict, lo, hi);
 	forget_young(&vm->size_cls, lo, hi);
-	p->left += (size_t)(hi - lo);
+	p->left += (size_t)(hi - lo) - moved;
 	p->cur = lo + moved;
 	vm->nylog = 0;
 }
@@ -1921,14 +1982,38 @@ static int mark_target(struct vm *vm, flx_pv_kind want, const char *op,
 }
 
 /* APPENDS (list) and ADDITEMS (set): add every item above the mark. */
+/* After the sink's call on a batch: its result, and the batch's memory
+ * given back. */
+static int batch_end(struct vm *vm, int rc, size_t start)
+{
+	if (rc == -EAGAIN)
+		return vm_fail(vm, -EAGAIN, "the sink declined");
+	if (rc == -ENOMEM)
+		return vm_nomem(vm);
+	if (rc)
+		return vm_fail(vm, rc, "the sink failed");
+	vm->sp = start;
+	rewind_batch(vm);
+	pack_memo(vm);
+	return 0;
+}
+
 static int op_add_seq(struct vm *vm, flx_pv_kind want, const char *op)
 {
 	size_t start = 0;
 	flx_pv *seq = NULL;
+	/* the innermost mark is the batch's (mark_target() pops it) */
+	bool batch = vm->young && vm->nmarks == vm->young_nmarks;
 	int rc = mark_target(vm, want, op, &start, &seq);
 
 	if (rc)
 		return rc;
+	if (batch && seq == vm->batch_target)
+		return batch_end(vm,
+				 vm->sink->items(vm->sink->ctx, seq,
+						 vm->stack + start,
+						 vm->sp - start),
+				 start);
 	if ((rc = seq_add(vm, seq, vm->stack + start, vm->sp - start)))
 		return rc;
 	vm->sp = start;
@@ -1947,20 +2032,12 @@ static int op_setitems(struct vm *vm)
 		return rc;
 	if ((vm->sp - start) & 1)
 		return vm_fail(vm, -EINVAL, "odd number of items");
-	if (batch && d == vm->sink_dict) {
-		rc = vm->sink->pairs(vm->sink->ctx, vm->stack + start,
-				     (vm->sp - start) / 2);
-		if (rc == -EAGAIN)
-			return vm_fail(vm, -EAGAIN, "the sink declined");
-		if (rc == -ENOMEM)
-			return vm_nomem(vm);
-		if (rc)
-			return vm_fail(vm, rc, "the sink failed");
-		vm->sp = start;
-		rewind_batch(vm);
-		pack_memo(vm);
-		return 0;
-	}
+	if (batch && d == vm->batch_target)
+		return batch_end(vm,
+				 vm->sink->pairs(vm->sink->ctx,
+						 vm->stack + start,
+						 (vm->sp - start) / 2),
+				 start);
 	if ((rc = dict_add(vm, d, vm->stack + start, (vm->sp - start) / 2)))
 		return rc;
 	vm->sp = start;
@@ -2508,6 +2585,11 @@ const flx_pv *flx_pickle_sink_dict(const flx_pickle *p)
 	return p ? p->sink_dict : NULL;
 }
 
+bool flx_pv_streamed(const flx_pv *v)
+{
+	return v && v->kind == FLX_PV_LIST && v->sunk_;
+}
+
 const flx_pv *flx_pickle_root(const flx_pickle *p)
 {
 	return p ? p->root : NULL;
@@ -2524,6 +2606,7 @@ void flx_pickle_free(flx_pickle *p)
 
 	if (!p)
 		return;
+	flx_pickle_free(p->side);
 	for (b = p->blocks; b; b = next) {
 		next = b->next;
 		free(b);

@@ -84,6 +84,7 @@ struct flx_pv {
 		       * values; callers ignore */
 	bool reref_;  /* internal (DICT, LIST): named again through the memo
 		       * or DUP; callers ignore */
+	bool sunk_;   /* internal (LIST): see flx_pv_streamed() */
 	union {
 		bool b;
 		int64_t i;
@@ -192,6 +193,12 @@ struct flx_pickle_sink {
 	 *         another -errno fails the load with it */
 	int (*pairs)(void *ctx, flx_pv *const *kv, size_t npairs);
 	void *ctx;
+	/* and the lists stored under this str key (NULL: none): items() is
+	 * called, as pairs() is, with each batch of items that an APPENDS
+	 * adds to one of them, and list says which (borrowed, valid as long
+	 * as the tree) */
+	const char *list_key;
+	int (*items)(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n);
 };
 
 /**
@@ -200,9 +207,11 @@ struct flx_pickle_sink {
  * with a MARK pushed right above it) go to sink->pairs() instead of the
  * tree, and the memory their values took is reused.  That dict stays in
  * the tree, without those pairs; flx_pickle_sink_dict() says which it is.
+ * The same for the items of the lists under sink->list_key, if set.
  * A later reference to a value the sink took (through the memo, to a
  * container, tuple or object; strings, numbers and class references stay
- * valid) fails the load with -EAGAIN, as does a decline: decode again
+ * valid), or to the sink dict or a list streamed, fails the load with
+ * -EAGAIN, as does a decline: decode again
  * without a sink (flx_pickle_load_reader()), which reads every pickle
  * this one reads.  Limits and messages otherwise as
  * flx_pickle_load_reader().
@@ -213,6 +222,10 @@ int flx_pickle_load_sink(const flx_reader *r, const char *name,
 			 const flx_pickle_limits *lim,
 			 const flx_pickle_sink *sink, flx_pickle **out,
 			 flx_error *err);
+
+/** Whether v is a list whose items (some batches of them, or all) a
+ * sink load streamed: the tree holds only what was added otherwise. */
+bool flx_pv_streamed(const flx_pv *v);
 
 /** The dict whose pairs a sink load streamed, or NULL (no such dict was
  * found, or p came from another load); borrowed. */

@@ -89,6 +89,23 @@ typedef struct loader {
 	flx_pool names;	   /* interned fqn and relative_path strings */
 	const char **itab; /* open addressing over names, imask + 1 slots */
 	size_t imask, in;
+	/* chunks lists streamed (ck_sink): the chunks of all, in order, their
+	 * offsets and sizes in ckd, and an open-addressing table of the
+	 * lists (clmask + 1 slots, list NULL: empty) */
+	struct ck_rec {
+		uint32_t dims; /* ckd[dims..): n1 offsets, then n2 sizes */
+		int8_t n1, n2;
+	} * ck;
+	size_t nck, capck;
+	int64_t *ckd;
+	size_t nckd, capckd;
+	struct ck_list {
+		const flx_pv *list;
+		uint32_t first, n; /* its chunks: ck[first, first + n) */
+		bool used;	   /* a tensor's chunks (load_streamed()) */
+	} * cl;
+	size_t clmask, ncl;
+	const flx_pv *cl_last; /* the list of the latest batch */
 } loader;
 
 /* ---- small interpretation helpers over the pickle tree ---- */
@@ -552,6 +569,132 @@ static int sd_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 	return 0;
 }
 
+/* ---- state_dict_metadata: chunks lists streamed ----
+ *
+ * The other per-chunk part of the metadata: each tensor's list of
+ * ChunkStorageMetadata objects.  Their offsets and sizes are kept (ck,
+ * ckd) and the objects' memory reused, as for storage_data; the list
+ * stays in the tree, empty, and decode_tensor() finds its chunks by the
+ * list's node.  A list none of the tensors holds (or two) decodes again
+ * as a tree (load_streamed()).
+ */
+
+static size_t cl_slot(const loader *L, const flx_pv *list)
+{
+	uint64_t h = (uint64_t)(uintptr_t)list * 0x9e3779b97f4a7c15ull;
+	size_t i = (size_t)(h >> 20) & L->clmask;
+
+	while (L->cl[i].list && L->cl[i].list != list)
+		i = (i + 1) & L->clmask;
+	return i;
+}
+
+/* The chunks of a streamed list, or NULL.  Read only: safe on the parts'
+ * threads. */
+static const struct ck_list *cl_find(const loader *L, const flx_pv *list)
+{
+	const struct ck_list *e;
+
+	if (!L->cl || !flx_pv_streamed(list))
+		return NULL;
+	e = &L->cl[cl_slot(L, list)];
+	return e->list ? e : NULL;
+}
+
+/* Room for one more list in the table: -ENOMEM or 0. */
+static int cl_room(loader *L)
+{
+	struct ck_list *old = L->cl, *nt;
+	size_t oldmask = L->clmask, nmask;
+
+	if (L->cl && 2 * (L->ncl + 1) <= L->clmask + 1)
+		return 0;
+	nmask = L->cl ? 2 * L->clmask + 1 : 255;
+	if (!(nt = calloc(nmask + 1, sizeof(*nt))))
+		return -ENOMEM;
+	L->cl = nt;
+	L->clmask = nmask;
+	for (size_t j = 0; old && j <= oldmask; j++)
+		if (old[j].list)
+			L->cl[cl_slot(L, old[j].list)] = old[j];
+	free(old);
+	return 0;
+}
+
+static int ck_sink(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
+{
+	loader *L = ctx, tmp = *L;
+	flx_error scratch;
+	size_t k;
+
+	flx_error_init(&scratch);
+	tmp.err = &scratch;
+	if (cl_room(L))
+		return -ENOMEM;
+	k = cl_slot(L, list);
+	if (!L->cl[k].list) {
+		if (L->nck > UINT32_MAX)
+			return -EAGAIN;
+		L->cl[k] = (struct ck_list){list, (uint32_t)L->nck, 0, false};
+		L->ncl++;
+	} else if (list != L->cl_last) {
+		return -EAGAIN; /* its chunks would not be contiguous */
+	}
+	L->cl_last = list;
+	if (n > UINT32_MAX - L->nck - 1 || n > UINT32_MAX - L->cl[k].n)
+		return -EAGAIN;
+	if (flx_grow((void **)&L->ck, &L->capck, L->nck + n, sizeof(*L->ck)))
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		int64_t at[FLX_MAX_DIMS], sz[FLX_MAX_DIMS];
+		int n1, n2;
+
+		if (!is_dcp_obj(v[i], "ChunkStorageMetadata") ||
+		    decode_size(&tmp, attr(v[i], "offsets"), "", "", &n1, at) ||
+		    decode_size(&tmp, attr(v[i], "sizes"), "", "", &n2, sz) ||
+		    L->nckd + (size_t)(n1 + n2) > UINT32_MAX)
+			return -EAGAIN;
+		if (flx_grow((void **)&L->ckd, &L->capckd,
+			     L->nckd + (size_t)(n1 + n2), sizeof(*L->ckd)))
+			return -ENOMEM;
+		L->ck[L->nck++] =
+		    (struct ck_rec){(uint32_t)L->nckd, (int8_t)n1, (int8_t)n2};
+		if (n1)
+			memcpy(L->ckd + L->nckd, at, sizeof(*at) * (size_t)n1);
+		if (n2)
+			memcpy(L->ckd + L->nckd + n1, sz,
+			       sizeof(*sz) * (size_t)n2);
+		L->nckd += (size_t)(n1 + n2);
+	}
+	L->cl[k].n += (uint32_t)n;
+	return 0;
+}
+
+/* Whether every streamed list is the chunks of exactly one tensor, and
+ * holds nothing in the tree (what was added to it otherwise). */
+static bool lists_placed(loader *L, const flx_pv *sdm)
+{
+	size_t used = 0;
+
+	for (size_t i = 0; sdm && sdm->kind == FLX_PV_DICT && i < sdm->u.dict.n;
+	     i++) {
+		const flx_pv *v = sdm->u.dict.kv[2 * i + 1], *ch;
+		struct ck_list *e;
+
+		if (!is_dcp_obj(v, "TensorStorageMetadata"))
+			continue;
+		ch = attr(v, "chunks");
+		if (!flx_pv_streamed(ch))
+			continue;
+		e = (struct ck_list *)cl_find(L, ch);
+		if (!e || e->used || flx_pv_len(ch))
+			return false;
+		e->used = true;
+		used++;
+	}
+	return used == L->ncl;
+}
+
 /* Forget what the sink took (before decoding again as a tree). */
 static void sink_reset(loader *L)
 {
@@ -560,6 +703,14 @@ static void sink_reset(loader *L)
 	free(L->offpool[0]);
 	free(L->itab);
 	flx_pool_free(&L->names);
+	free(L->ck);
+	free(L->ckd);
+	free(L->cl);
+	L->ck = NULL;
+	L->ckd = NULL;
+	L->cl = NULL;
+	L->nck = L->capck = L->nckd = L->capckd = L->clmask = L->ncl = 0;
+	L->cl_last = NULL;
 	L->se = NULL;
 	L->sh = NULL;
 	L->offpool[0] = NULL;
@@ -1163,6 +1314,8 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 			 const char *name, const flx_pv *tsm, uint32_t *windows)
 {
 	const flx_pv *chunks = attr(tsm, "chunks");
+	const struct ck_list *cl = cl_find(L, chunks);
+	size_t nch;
 	uint64_t nh = name_hash(name);
 	int rc;
 
@@ -1181,21 +1334,32 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 	if (!chunks || chunks->kind != FLX_PV_LIST)
 		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 				     "chunks is missing or not a list");
-	if (flx_pv_len(chunks) == 0 || flx_pv_len(chunks) > UINT32_MAX)
+	nch = cl ? cl->n : flx_pv_len(chunks);
+	if (nch == 0 || nch > UINT32_MAX)
 		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
-				     "tensor has %zu chunks",
-				     flx_pv_len(chunks));
-	rc = flx_tensor_pool_chunks(pool, t, (uint32_t)flx_pv_len(chunks));
+				     "tensor has %zu chunks", nch);
+	rc = flx_tensor_pool_chunks(pool, t, (uint32_t)nch);
 	if (rc)
 		return rc;
 	for (uint32_t i = 0; i < t->nchunks; i++) {
-		const flx_pv *cm = flx_pv_item(chunks, i);
+		const flx_pv *cm = cl ? NULL : flx_pv_item(chunks, i);
 		flx_chunk *ch = &t->chunks[i];
 		const sentry *e;
 		int64_t at[FLX_MAX_DIMS], sz[FLX_MAX_DIMS];
 		int n1, n2;
 
 		*windows = i;
+		if (cl) {
+			/* streamed: checked as below when taken */
+			const struct ck_rec *r = &L->ck[cl->first + i];
+
+			n1 = r->n1;
+			n2 = r->n2;
+			memcpy(at, L->ckd + r->dims, sizeof(*at) * (size_t)n1);
+			memcpy(sz, L->ckd + r->dims + n1,
+			       sizeof(*sz) * (size_t)n2);
+			goto decoded;
+		}
 		if (!is_dcp_obj(cm, "ChunkStorageMetadata"))
 			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 					     "chunk %u is not a "
@@ -1209,6 +1373,7 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 					 "chunk sizes", &n2, sz);
 		if (rc)
 			return rc;
+	decoded:
 		if (n1 != t->ndim || n2 != t->ndim)
 			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 					     "chunk %u has %d/%d dimensions, "
@@ -1495,6 +1660,9 @@ static void loader_release(loader *L)
 		free(L->offpool[k]);
 	free(L->itab);
 	flx_pool_free(&L->names);
+	free(L->ck);
+	free(L->ckd);
+	free(L->cl);
 }
 
 /* The .metadata decoded with storage_data streamed into L->se (sd_sink):
@@ -1504,7 +1672,7 @@ static void loader_release(loader *L)
 static int load_streamed(loader *L, const flx_reader *r,
 			 const flx_pickle_limits *lim, flx_pickle **pk)
 {
-	flx_pickle_sink sink = {"storage_data", sd_sink, L};
+	flx_pickle_sink sink = {"storage_data", sd_sink, L, "chunks", ck_sink};
 	const flx_pv *sd, *sunk;
 	int rc = flx_pickle_load_sink(r, META_NAME, lim, &sink, pk, L->err);
 
@@ -1512,10 +1680,10 @@ static int load_streamed(loader *L, const flx_reader *r,
 		return rc;
 	sunk = flx_pickle_sink_dict(*pk);
 	sd = attr(flx_pickle_root(*pk), "storage_data");
-	if (!sunk && !L->nse)
-		return 0;
-	if (sd == sunk && sd->u.dict.n == 0) {
-		L->streamed = true;
+	if ((!L->ncl || lists_placed(L, attr(flx_pickle_root(*pk),
+					     "state_dict_metadata"))) &&
+	    ((!sunk && !L->nse) || (sd == sunk && sd->u.dict.n == 0))) {
+		L->streamed = sunk != NULL;
 		return 0;
 	}
 	flx_pickle_free(*pk);

@@ -1875,7 +1875,9 @@ struct sink_rec {
 	struct sbuf pairs; /* every pair taken, dumped */
 	size_t calls, npairs;
 	bool decline;
-	bool count_only; /* pairs counted, not dumped */
+	bool count_only;      /* pairs counted, not dumped */
+	const char *list_key; /* lists streamed too (rec_items()) */
+	struct sbuf items;    /* every list's items taken, dumped */
 };
 
 static int rec_pairs(void *ctx, flx_pv *const *kv, size_t npairs)
@@ -1894,13 +1896,31 @@ static int rec_pairs(void *ctx, flx_pv *const *kv, size_t npairs)
 	return 0;
 }
 
+static int rec_items(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
+{
+	struct sink_rec *s = ctx;
+
+	CHECK(flx_pv_streamed(list));
+	for (size_t i = 0; i < n; i++) {
+		s->items.budget = 100000;
+		dump(&s->items, v[i], 0);
+		puts_(&s->items, ";");
+	}
+	puts_(&s->items, "|");
+	return 0;
+}
+
 static int load_sink(const void *data, size_t n, size_t window, const char *key,
 		     struct sink_rec *s, flx_pickle **p, flx_error *e)
 {
 	const flx_pickle_limits lim = {.window = window,
 				       .max_copy = SIZE_MAX / 4,
 				       .max_str = SIZE_MAX / 4};
-	flx_pickle_sink sink = {key, rec_pairs, s};
+	flx_pickle_sink sink = {.key = key,
+				.pairs = rec_pairs,
+				.ctx = s,
+				.list_key = s->list_key,
+				.items = rec_items};
 	flx_mem_reader m;
 	flx_reader r;
 
@@ -1909,21 +1929,27 @@ static int load_sink(const void *data, size_t n, size_t window, const char *key,
 	return flx_pickle_load_sink(&r, "t.pkl", &lim, &sink, p, e);
 }
 
-/* torch's own .metadata (1.13 and 2.6): storage_data streamed gives the
- * pairs of the tree a plain load makes, in order, and the rest of that
- * tree, with storage_data left empty; through windows of 7 bytes too. */
+/* torch's own .metadata (1.13 and 2.6): storage_data streamed, and each
+ * tensor's chunks list, give the pairs and items of the tree a plain load
+ * makes, in order, and the rest of that tree, with storage_data and the
+ * chunks lists left empty; through windows of 7 bytes too. */
 static void test_sink_dcp(void)
 {
-	static const char *const files[] = {"pickle/t113_dcp_metadata.pkl",
-					    "pickle/t26_dcp_metadata.pkl"};
+	/* the fixtures' own .metadata: chunks lists of several items */
+	static const char *const files[] = {
+	    "pickle/t113_dcp_metadata.pkl", "pickle/t26_dcp_metadata.pkl",
+	    "../../fixtures/dcp-t113/ckpt/.metadata",
+	    "../../fixtures/dcp-t26/ckpt/.metadata"};
+	static const size_t npairs[] = {3, 3, 0, 0};
 
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 4; i++) {
 		size_t len = 0;
 		unsigned char *buf = check_read_file(files[i], &len);
 		flx_pickle *p = NULL;
 		flx_error e;
-		flx_pv *sd;
-		struct sbuf want = {0}, rest = {0};
+		flx_pv *sd, *sdm;
+		size_t nsd = 0;
+		struct sbuf want = {0}, rest = {0}, witems = {0};
 
 		CHECK(buf != NULL);
 		if (!buf)
@@ -1931,19 +1957,39 @@ static void test_sink_dcp(void)
 		CHECK_EQ(load(buf, len, &p, &e), 0);
 		sd = (flx_pv *)flx_pv_dict_get(state(flx_pickle_root(p)),
 					       "storage_data");
-		CHECK(sd && flx_pv_len(sd) == 3);
+		CHECK(sd && (!npairs[i] || flx_pv_len(sd) == npairs[i]));
 		for (size_t j = 0; sd && j < 2 * sd->u.dict.n; j++) {
 			want.budget = 100000;
 			dump(&want, sd->u.dict.kv[j], 0);
 			puts_(&want, j & 1 ? ";" : ":");
 		}
+		nsd = flx_pv_len(sd);
 		if (sd)
 			sd->u.dict.n = 0; /* what a sink load leaves */
+		sdm = (flx_pv *)flx_pv_dict_get(state(flx_pickle_root(p)),
+						"state_dict_metadata");
+		for (size_t j = 0; sdm && j < sdm->u.dict.n; j++) {
+			flx_pv *ch = (flx_pv *)flx_pv_dict_get(
+			    state(sdm->u.dict.kv[2 * j + 1]), "chunks");
+
+			/* CPython appends a single item with APPEND: no
+			 * batch, nothing streamed */
+			if (!ch || ch->u.seq.n < 2)
+				continue;
+			for (size_t k = 0; k < ch->u.seq.n; k++) {
+				witems.budget = 100000;
+				dump(&witems, ch->u.seq.v[k], 0);
+				puts_(&witems, ";");
+			}
+			puts_(&witems, "|");
+			ch->u.seq.n = 0;
+		}
+		CHECK(i < 2 || witems.p != NULL);
 		rest.budget = 100000;
 		dump(&rest, flx_pickle_root(p), 0);
 		flx_pickle_free(p);
 		for (size_t w = 7; w <= 7u << 16; w <<= 16) {
-			struct sink_rec s = {0};
+			struct sink_rec s = {.list_key = "chunks"};
 			struct sbuf got = {.budget = 100000};
 			const flx_pv *r;
 
@@ -1954,18 +2000,23 @@ static void test_sink_dcp(void)
 			if (!p)
 				continue;
 			r = flx_pickle_root(p);
-			CHECK_EQ(s.npairs, 3);
+			CHECK_EQ(s.npairs, nsd);
 			CHECK(flx_pickle_sink_dict(p) ==
 			      flx_pv_dict_get(state(r), "storage_data"));
 			CHECK(s.pairs.p && want.p &&
 			      strcmp(s.pairs.p, want.p) == 0);
+			CHECK(s.items.p == witems.p ||
+			      (s.items.p && witems.p &&
+			       strcmp(s.items.p, witems.p) == 0));
 			dump(&got, r, 0);
 			CHECK(got.p && rest.p && strcmp(got.p, rest.p) == 0);
 			flx_pickle_free(p);
 			free(s.pairs.p);
+			free(s.items.p);
 			free(got.p);
 		}
 		free(want.p);
+		free(witems.p);
 		free(rest.p);
 		free(buf);
 	}
