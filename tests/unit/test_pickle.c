@@ -2315,6 +2315,64 @@ static void test_sink_packed(void)
 	}
 }
 
+/* Batches whose memoized strings are kept (slid down over the batch's
+ * other values) fill the arena's blocks to their end and move on to new
+ * ones: every kept string reads back. */
+static void test_sink_kept_strings(void)
+{
+	enum { BATCHES = 400, LONG = 3000 };
+	struct sbuf b = {0};
+	struct sink_rec s = {.count_only = true};
+	flx_pickle *p = NULL;
+	flx_error e;
+	char *text = malloc(LONG);
+	const flx_pv *r;
+	bool ok = true;
+
+	CHECK(text != NULL);
+	if (!text)
+		return;
+	put(&b, "\x80\x04}(", 4);
+	put_str(&b, "sd");
+	put(&b, "}", 1);
+	for (int k = 0; k < BATCHES; k++) {
+		memset(text, 'a' + k % 26, LONG);
+		snprintf(text, 16, "%d:", k);
+		text[strlen(text)] = 'x';
+		put(&b, "(", 1);
+		put_str(&b, "key");
+		put(&b, "]", 1);
+		put_u8(&b, 'X');
+		put_le(&b, LONG, 4);
+		put(&b, text, LONG);
+		put_binput(&b, (uint32_t)k);
+		put(&b, "a", 1);
+		put(&b, "u", 1);
+	}
+	put_str(&b, "all");
+	put(&b, "(", 1);
+	for (int k = 0; k < BATCHES; k++)
+		put_binget(&b, (uint32_t)k);
+	put(&b, "tu.", 3);
+	CHECK_EQ(load_sink(b.p, b.n, 1 << 16, "sd", &s, &p, &e), 0);
+	CHECK_EQ(s.npairs, BATCHES);
+	r = p ? flx_pv_dict_get(flx_pickle_root(p), "all") : NULL;
+	CHECK_EQ(flx_pv_len(r), BATCHES);
+	for (int k = 0; r && ok && k < BATCHES; k++) {
+		const flx_pv *v = flx_pv_item(r, (size_t)k);
+
+		memset(text, 'a' + k % 26, LONG);
+		snprintf(text, 16, "%d:", k);
+		text[strlen(text)] = 'x';
+		ok = v && v->kind == FLX_PV_STR && v->u.str.len == LONG &&
+		     memcmp(v->u.str.s, text, LONG) == 0;
+	}
+	CHECK(ok);
+	flx_pickle_free(p);
+	free(text);
+	free(b.p);
+}
+
 int main(void)
 {
 	test_vectors();
@@ -2344,5 +2402,6 @@ int main(void)
 	test_sink_batches();
 	test_sink_named_again();
 	test_sink_packed();
+	test_sink_kept_strings();
 	return CHECK_RESULT();
 }
