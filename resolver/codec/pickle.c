@@ -159,12 +159,14 @@ struct vm {
 	unsigned tuples_bits;
 
 	/* A sink load (see flx_pickle_load_sink()).  A batch is the span
-	 * from a MARK right above the sink dict to the SETITEMS closing it;
-	 * the values made in between are young: they lie in the arena from
-	 * y_cur on.  No cache takes a young value, so once the sink has the
-	 * pairs, only the memo can still point at them (ylog: the memo
-	 * indices written in the batch), unless an older container was
-	 * changed (young_dirty); then the arena is wound back to y_cur. */
+	 * from a MARK right above the sink dict (or a sink list) to the
+	 * SETITEMS (APPENDS) closing it; the values made in between are
+	 * young: they lie in the arena from y_cur on.  The caches take no
+	 * young value (what they share is made in p->side instead), so once
+	 * the sink has the batch, only the memo can still point at young
+	 * values (ylog: the memo indices written in the batch), unless an
+	 * older container was changed (young_dirty); then the arena is
+	 * wound back to y_cur (rewind_batch()). */
 	const flx_pickle_sink *sink;
 	flx_pv *sink_dict;
 	flx_pv *batch_target; /* the sink dict or a sink list */
