@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include "pickle.h"
+#include "grow.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -81,6 +82,9 @@ _Static_assert(sizeof(void *) != 8 || sizeof(flx_pv) == 32, "node size");
 #define TUPLE_SHARE_MAX 16
 /* Int cache slots: at most this many, fewer for small inputs. */
 #define INT_CACHE_MAX ((size_t)4096)
+/* ints a sink load's batches may share (new_int()) */
+#define SIDE_INT_MAX ((int64_t)1 << 24)
+#define SIDE_INTS    ((size_t)1 << 16)
 
 struct arena_blk {
 	struct arena_blk *next;
@@ -93,7 +97,11 @@ struct flx_pickle {
 	size_t left;		  /* cur[0..left) */
 	size_t next_size;	  /* of the next ordinary block, header too */
 	flx_pv *root;
-	uint64_t end; /* input offset just past STOP */
+	uint64_t end;	   /* input offset just past STOP */
+	flx_pv *sink_dict; /* see flx_pickle_sink_dict() */
+	/* a sink load's side arena (its own blocks only): the values that
+	 * caches share, made while a batch is open (see struct vm) */
+	flx_pickle *side;
 };
 
 /* No hold on the window (see struct vm). */
@@ -149,7 +157,41 @@ struct vm {
 	flx_pv **tuples; /* open addressing, 1 << tuples_bits slots */
 	size_t tuples_n;
 	unsigned tuples_bits;
+
+	/* A sink load (see flx_pickle_load_sink()).  A batch is the span
+	 * from a MARK right above the sink dict (or a sink list) to the
+	 * SETITEMS (APPENDS) closing it; the values made in between are
+	 * young: they lie in the arena from y_cur on.  The caches take no
+	 * young value (what they share is made in p->side instead), so once
+	 * the sink has the batch, only the memo can still point at young
+	 * values (ylog: the memo indices written in the batch), unless an
+	 * older container was changed (young_dirty); then the arena is
+	 * wound back to y_cur (rewind_batch()). */
+	const flx_pickle_sink *sink;
+	flx_pv *sink_dict;
+	flx_pv *batch_target; /* the sink dict or a sink list */
+	bool young, young_dirty;
+	bool to_side;	     /* alloc_node() takes from p->side */
+	size_t side_ints;    /* ints made in p->side */
+	size_t young_nmarks; /* nmarks while the batch's mark is open */
+	struct arena_blk *y_blk, *y_next;
+	unsigned char *y_cur;
+	size_t *ylog;
+	size_t nylog, ylog_cap;
+	/* memo chunks packed once a sink load has passed them (pack_memo()):
+	 * packed[c] set, memo[c] freed, its live slots in pk_idx/pk_v
+	 * (ascending indices) */
+	unsigned char *packed;
+	size_t memo_scan; /* the next chunk pack_memo() looks at */
+	size_t *pk_idx;
+	flx_pv **pk_v;
+	size_t npk, cap_idx, cap_v;
 };
+
+/* Memo slots of values a rewound batch held: referring to one again makes
+ * the load fail with -EAGAIN (decode again without a sink).  Never
+ * written; only its address is used. */
+static flx_pv consumed;
 
 /* ---------------------------------------------------------------- opcodes */
 
@@ -418,6 +460,22 @@ static bool arena_extend(flx_pickle *p, void *a, size_t old, size_t new)
 	return true;
 }
 
+/* Whether v was made in the open batch (meaningful while the arena's
+ * current block is the batch's: see rewind_batch()). */
+static bool is_young(const struct vm *vm, const void *v)
+{
+	const unsigned char *a = v;
+
+	return a >= vm->y_cur && a < vm->p->cur;
+}
+
+/* An older container changed in a batch: the batch is not wound back. */
+static void touch(struct vm *vm, const flx_pv *target)
+{
+	if (vm->young && !is_young(vm, target))
+		vm->young_dirty = true;
+}
+
 /* ------------------------------------------------------------------- nodes */
 
 /* Every value an opcode creates counts against max_nodes, also when it
@@ -434,9 +492,18 @@ static bool count_value(struct vm *vm)
 }
 
 /* A zeroed node with extra bytes behind it (extra < SIZE_MAX / 4). */
+/* p->side, made on first use; NULL when out of memory. */
+static flx_pickle *side_arena(struct vm *vm)
+{
+	if (!vm->p->side && (vm->p->side = calloc(1, sizeof(*vm->p->side))))
+		vm->p->side->next_size = ARENA_FIRST_BLOCK;
+	return vm->p->side;
+}
+
 static flx_pv *alloc_node(struct vm *vm, flx_pv_kind kind, size_t extra)
 {
-	flx_pv *v = arena_alloc(vm->p, sizeof(*v) + extra);
+	flx_pickle *a = vm->to_side ? side_arena(vm) : vm->p;
+	flx_pv *v = a ? arena_alloc(a, sizeof(*v) + extra) : NULL;
 
 	if (!v) {
 		vm_nomem(vm);
@@ -457,8 +524,11 @@ static flx_pv *new_shared(struct vm *vm, flx_pv **slot, flx_pv_kind kind)
 {
 	if (!count_value(vm))
 		return NULL;
-	if (!*slot)
+	if (!*slot) {
+		vm->to_side = vm->young;
 		*slot = alloc_node(vm, kind, 0);
+		vm->to_side = false;
+	}
 	return *slot;
 }
 
@@ -591,6 +661,16 @@ static bool same_items(const flx_pv *t, flx_pv *const *items, size_t n)
 	return true;
 }
 
+/* Whether a tuple of items[0..n) may be shared: none of them is young
+ * (a shared value outlives the batch). */
+static bool items_old(const struct vm *vm, flx_pv *const *items, size_t n)
+{
+	for (size_t i = 0; vm->young && i < n; i++)
+		if (is_young(vm, items[i]))
+			return false;
+	return true;
+}
+
 /* A TUPLE of items[0..n): the existing node when an equal tuple (same item
  * nodes) was made before.  Tuples are immutable here as in Python, so the
  * sharing is invisible to callers. */
@@ -603,7 +683,7 @@ static flx_pv *new_tuple(struct vm *vm, flx_pv *const *items, size_t n)
 		return new_shared(vm, &vm->empty_tuple, FLX_PV_TUPLE);
 	if (!count_value(vm))
 		return NULL;
-	if (n > TUPLE_SHARE_MAX)
+	if (n > TUPLE_SHARE_MAX || !items_old(vm, items, n))
 		return items_node(vm, FLX_PV_TUPLE, items, n);
 	/* at most half full, so probes stay short and end at a NULL */
 	if (2 * (vm->tuples_n + 1) > ((size_t)1 << vm->tuples_bits) &&
@@ -614,7 +694,10 @@ static flx_pv *new_tuple(struct vm *vm, flx_pv *const *items, size_t n)
 	     s = (s + 1) & mask)
 		if (same_items(t, items, n))
 			return t;
+	/* shared: made in the side arena while a batch is open */
+	vm->to_side = vm->young;
 	t = items_node(vm, FLX_PV_TUPLE, items, n);
+	vm->to_side = false;
 	if (t) {
 		vm->tuples[s] = t;
 		vm->tuples_n++;
@@ -660,6 +743,7 @@ static int seq_add(struct vm *vm, flx_pv *seq, flx_pv *const *items, size_t n)
 
 	if (!n)
 		return 0;
+	touch(vm, seq);
 	rc = reserve(vm, &seq->u.seq.v, seq->u.seq.n, &seq->u.seq.cap_, n);
 	if (rc)
 		return rc;
@@ -677,6 +761,7 @@ static int dict_add(struct vm *vm, flx_pv *d, flx_pv *const *items,
 
 	if (!npairs)
 		return 0;
+	touch(vm, d);
 	rc = reserve(vm, &d->u.dict.kv, 2 * d->u.dict.n, &cap, 2 * npairs);
 	if (rc)
 		return rc;
@@ -739,6 +824,8 @@ static int pop_mark(struct vm *vm, size_t *start)
 	if (!vm->nmarks)
 		return vm_fail(vm, -EINVAL, "no MARK on the stack");
 	*start = vm->marks[--vm->nmarks];
+	if (vm->nmarks < vm->young_nmarks)
+		vm->young = false; /* the batch's mark is gone */
 	return 0;
 }
 
@@ -761,6 +848,21 @@ static int push_mark(struct vm *vm)
 	}
 	vm->marks[vm->nmarks++] = vm->sp;
 	return 0;
+}
+
+/* Push v named a second time (memo, DUP).  The sink dict must have one
+ * place in the tree, where its caller looks for it: its pairs are in no
+ * other, so a second reference to it fails the load with -EAGAIN, and a
+ * dict named again is never made the sink dict. */
+static int push_again(struct vm *vm, flx_pv *v)
+{
+	if (v == vm->sink_dict || (v->kind == FLX_PV_LIST && v->sunk_))
+		return vm_fail(vm, -EAGAIN,
+			       "a %s streamed is named a second time",
+			       flx_pv_kind_name(v));
+	if (v->kind == FLX_PV_DICT || v->kind == FLX_PV_LIST)
+		v->reref_ = true;
+	return push(vm, v);
 }
 
 /* -------------------------------------------------------------------- memo */
@@ -844,6 +946,17 @@ static int memo_put(struct vm *vm, uint64_t idx, flx_pv *v)
 			       idx, vm->max_memo);
 	if (idx >= vm->memo_len && (rc = memo_extend(vm, (size_t)idx + 1)))
 		return rc;
+	if (vm->packed && vm->packed[idx / MEMO_CHUNK])
+		return vm_fail(vm, -EAGAIN,
+			       "memo index %" PRIu64 " set again after its "
+			       "chunk was packed",
+			       idx);
+	if (vm->young) {
+		if (flx_grow((void **)&vm->ylog, &vm->ylog_cap, vm->nylog + 1,
+			     sizeof(*vm->ylog)))
+			return vm_nomem(vm);
+		vm->ylog[vm->nylog++] = (size_t)idx;
+	}
 	slot = memo_slot(vm, (size_t)idx);
 	if (!*slot)
 		vm->memo_count++;
@@ -851,14 +964,38 @@ static int memo_put(struct vm *vm, uint64_t idx, flx_pv *v)
 	return 0;
 }
 
+/* Slot idx of a packed chunk: its value, or &consumed. */
+static flx_pv *packed_get(const struct vm *vm, size_t idx)
+{
+	size_t lo = 0, hi = vm->npk;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (vm->pk_idx[mid] < idx)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < vm->npk && vm->pk_idx[lo] == idx ? vm->pk_v[lo] : &consumed;
+}
+
 static int memo_get(struct vm *vm, uint64_t idx)
 {
-	flx_pv *v = idx < vm->memo_len ? *memo_slot(vm, (size_t)idx) : NULL;
+	flx_pv *v = idx >= vm->memo_len ? NULL
+		    : vm->packed && vm->packed[idx / MEMO_CHUNK]
+			? packed_get(vm, (size_t)idx)
+			: *memo_slot(vm, (size_t)idx);
 
 	if (!v)
 		return vm_fail(vm, -EINVAL,
 			       "memo index %" PRIu64 " out of range", idx);
-	return push(vm, v);
+	if (v == &consumed)
+		return vm_fail(vm, -EAGAIN,
+			       "memo index %" PRIu64 " names a value the sink "
+			       "took",
+			       idx);
+	return push_again(vm, v);
 }
 
 static void memo_free(struct vm *vm)
@@ -1072,11 +1209,18 @@ static flx_pv *new_int(struct vm *vm, int64_t i)
 	slot = &vm->ints[(size_t)(mix((uint64_t)i) >> 40) & vm->ints_mask];
 	if (*slot && (*slot)->u.i == i)
 		return *slot;
+	/* in a batch, ints up to SIDE_INT_MAX (offsets, sizes) are still
+	 * shared, from the side arena, SIDE_INTS of them at most */
+	vm->to_side = vm->young && i >= 0 && i < SIDE_INT_MAX &&
+		      vm->side_ints < SIDE_INTS;
 	v = alloc_node(vm, FLX_PV_INT, 0);
 	if (v) {
 		v->u.i = i;
-		*slot = v;
+		if (!vm->young || vm->to_side)
+			*slot = v;
+		vm->side_ints += vm->to_side;
 	}
+	vm->to_side = false;
 	return v;
 }
 
@@ -1497,6 +1641,16 @@ static flx_pv *shared_size(struct vm *vm, flx_pv *cls, flx_pv *args)
 
 	if (!count_value(vm))
 		return NULL;
+	if (vm->young && (is_young(vm, cls) || is_young(vm, args))) {
+		/* not shared: it dies with the batch */
+		v = alloc_node(vm, FLX_PV_OBJ, 0);
+		if (v) {
+			v->u.obj.cls = cls;
+			v->u.obj.args = args;
+			v->shared_ = true;
+		}
+		return v;
+	}
 	if (2 * (vm->sizes_n + 1) > ((size_t)1 << vm->sizes_bits) &&
 	    sizes_grow(vm))
 		return NULL;
@@ -1504,7 +1658,10 @@ static flx_pv *shared_size(struct vm *vm, flx_pv *cls, flx_pv *args)
 	for (s = size_slot(vm, args); (v = vm->sizes[s]); s = (s + 1) & mask)
 		if (v->u.obj.args == args && v->u.obj.cls == cls)
 			return v;
+	/* shared: made in the side arena while a batch is open */
+	vm->to_side = vm->young;
 	v = alloc_node(vm, FLX_PV_OBJ, 0);
+	vm->to_side = false;
 	if (v) {
 		v->u.obj.cls = cls;
 		v->u.obj.args = args;
@@ -1559,6 +1716,7 @@ static int op_build(struct vm *vm)
 	if (o->kind == FLX_PV_OBJ && o->shared_)
 		return vm_fail(vm, -EINVAL, "BUILD on a torch.Size");
 	if (o->kind == FLX_PV_OBJ) {
+		touch(vm, o);
 		o->u.obj.state = state;
 		return 0;
 	}
@@ -1568,6 +1726,241 @@ static int op_build(struct vm *vm)
 	if (o->kind == FLX_PV_DICT)
 		return 0;
 	return vm_fail(vm, -EINVAL, "BUILD on a %s", flx_pv_kind_name(o));
+}
+
+/* ------------------------------------------------------------------- sink */
+
+static bool is_key(const flx_pv *k, const char *key)
+{
+	return key && k->kind == FLX_PV_STR && k->u.str.s &&
+	       k->u.str.len == strlen(key) &&
+	       memcmp(k->u.str.s, key, k->u.str.len) == 0;
+}
+
+/* A MARK right above the sink dict or a sink list opens a batch.  The
+ * sink dict is the first empty dict found under the sink's key when a
+ * MARK follows it (torch pickles a dict as EMPTY_DICT, then batches of
+ * MARK, pairs, SETITEMS); a sink list is any empty list under the sink's
+ * list key with a MARK above it (EMPTY_LIST, then MARK, items, APPENDS).
+ * Whether they are the ones the caller wanted, the caller checks
+ * (flx_pickle_sink_dict(), flx_pv_streamed()). */
+static void batch_start(struct vm *vm)
+{
+	const flx_pv *k;
+	flx_pv *d;
+
+	if (!vm->sink || vm->young || vm->sp < 2 ||
+	    vm->marks[vm->nmarks - 1] != vm->sp)
+		return;
+	d = vm->stack[vm->sp - 1];
+	k = vm->stack[vm->sp - 2];
+	if (d->kind == FLX_PV_LIST) {
+		if (!vm->sink->items || d->u.seq.n || d->reref_ ||
+		    !is_key(k, vm->sink->list_key))
+			return;
+		d->sunk_ = true;
+	} else if (d->kind != FLX_PV_DICT) {
+		return;
+	} else if (!vm->sink_dict) {
+		if (d->u.dict.n || d->reref_ || !is_key(k, vm->sink->key))
+			return;
+		vm->sink_dict = d;
+		vm->p->sink_dict = d;
+	} else if (d != vm->sink_dict) {
+		return;
+	}
+	vm->batch_target = d;
+	vm->young = true;
+	vm->young_dirty = !vm->p->blocks;
+	vm->young_nmarks = vm->nmarks;
+	vm->y_blk = vm->p->blocks;
+	vm->y_next = vm->p->blocks ? vm->p->blocks->next : NULL;
+	vm->y_cur = vm->p->cur;
+	vm->nylog = 0;
+}
+
+/* Arena bytes a memoized young value takes when kept past its batch: the
+ * immutable scalars a later opcode may name (strings, class references,
+ * numbers); 0 for a container, which the batch's pairs alone may hold. */
+static size_t keep_size(const flx_pv *v)
+{
+	switch (v->kind) {
+	case FLX_PV_STR:
+	case FLX_PV_BYTES:
+		return round_up(sizeof(*v) +
+				(v->u.str.s ? v->u.str.len + 1 : 0));
+	case FLX_PV_GLOBAL:
+		return round_up(sizeof(*v) + strlen(v->u.global.module) + 1 +
+				strlen(v->u.global.name) + 1);
+	case FLX_PV_NONE:
+	case FLX_PV_BOOL:
+	case FLX_PV_INT:
+	case FLX_PV_BIGINT:
+	case FLX_PV_FLOAT:
+		return round_up(sizeof(*v));
+	default:
+		return 0;
+	}
+}
+
+/* Copy v (keep_size() bytes) to dst; its own pointers point into dst. */
+static void keep_copy(flx_pv *dst, const flx_pv *v)
+{
+	char *d = (char *)(dst + 1);
+
+	*dst = *v;
+	if ((v->kind == FLX_PV_STR || v->kind == FLX_PV_BYTES) && v->u.str.s) {
+		memcpy(d, v->u.str.s, v->u.str.len + 1);
+		dst->u.str.s = d;
+	} else if (v->kind == FLX_PV_GLOBAL) {
+		size_t ml = strlen(v->u.global.module) + 1;
+
+		memcpy(d, v->u.global.module, ml);
+		strcpy(d + ml, v->u.global.name);
+		dst->u.global.module = d;
+		dst->u.global.name = d + ml;
+	}
+}
+
+/* Re-point v's own pointers after a move (keep_copy()'s layout). */
+static void keep_fix(flx_pv *v)
+{
+	char *d = (char *)(v + 1);
+
+	if ((v->kind == FLX_PV_STR || v->kind == FLX_PV_BYTES) && v->u.str.s) {
+		v->u.str.s = d;
+	} else if (v->kind == FLX_PV_GLOBAL) {
+		v->u.global.module = d;
+		v->u.global.name = d + strlen(d) + 1;
+	}
+}
+
+static void forget_young(flx_pv **hint, const unsigned char *lo,
+			 const unsigned char *hi)
+{
+	if ((const unsigned char *)*hint >= lo &&
+	    (const unsigned char *)*hint < hi)
+		*hint = NULL;
+}
+
+/*
+ * After the sink took a batch's pairs: give the batch's arena room back.
+ * Nothing but memo slots can point at young values (no cache takes one,
+ * the stack is back below the mark, and no older container changed, or
+ * nothing is done); the memoized scalars are copied above the young
+ * values, slid down to y_cur, and every other value memoized in the
+ * batch that is no such scalar becomes &consumed.  Where the young values do
+ * not lie in one stretch of the current block (a new block, a dedicated one),
+ * they stay.
+ */
+static void rewind_batch(struct vm *vm)
+{
+	flx_pickle *p = vm->p;
+	unsigned char *lo = vm->y_cur, *hi = p->cur, *dst;
+	size_t need = 0, moved;
+
+	if (vm->young_dirty || !p->blocks || p->blocks != vm->y_blk ||
+	    p->blocks->next != vm->y_next)
+		return;
+	for (size_t i = 0; i < vm->nylog; i++) {
+		flx_pv *v = *memo_slot(vm, vm->ylog[i]);
+
+		if ((unsigned char *)v >= lo && (unsigned char *)v < hi)
+			need += keep_size(v);
+	}
+	if (need > p->left)
+		return;
+	dst = hi;
+	for (size_t i = 0; i < vm->nylog; i++) {
+		flx_pv **slot = memo_slot(vm, vm->ylog[i]);
+		size_t n;
+
+		if ((unsigned char *)*slot < lo ||
+		    (unsigned char *)*slot >= hi) {
+			/* an older container memoized in the batch (torch:
+			 * a tuple shared with an older equal one) goes too,
+			 * so that the memo chunks the batches filled can be
+			 * packed (pack_memo()); naming it again decodes
+			 * again, as for a young one */
+			if (*slot != &consumed && !keep_size(*slot) &&
+			    (*slot)->kind != FLX_PV_TUPLE &&
+			    !((*slot)->kind == FLX_PV_OBJ && (*slot)->shared_))
+				*slot = &consumed;
+			continue;
+		}
+		n = keep_size(*slot);
+		if (!n) {
+			*slot = &consumed;
+			continue;
+		}
+		keep_copy((flx_pv *)dst, *slot);
+		*slot = (flx_pv *)dst;
+		dst += n;
+	}
+	moved = (size_t)(dst - hi);
+	if (moved)
+		memmove(lo, hi, moved);
+	for (size_t i = 0; i < vm->nylog; i++) {
+		flx_pv **slot = memo_slot(vm, vm->ylog[i]);
+
+		if ((unsigned char *)*slot >= hi &&
+		    (unsigned char *)*slot < dst) {
+			*slot = (flx_pv *)((unsigned char *)*slot - (hi - lo));
+			keep_fix(*slot);
+		}
+	}
+	forget_young(&vm->none, lo, hi);
+	forget_young(&vm->bools[0], lo, hi);
+	forget_young(&vm->bools[1], lo, hi);
+	forget_young(&vm->empty_tuple, lo, hi);
+	forget_young(&vm->not_odict, lo, hi);
+	forget_young(&vm->size_cls, lo, hi);
+	p->left += (size_t)(hi - lo) - moved;
+	p->cur = lo + moved;
+	vm->nylog = 0;
+}
+
+/*
+ * In a sink load, most memo slots behind the streamed dict's batches name
+ * values the sink took (&consumed): a memo chunk the load has passed
+ * (every slot index below memo_count) that holds at most 1/16 live slots
+ * is freed, its live slots kept in a sorted side table.  A packed slot
+ * set again fails the load with -EAGAIN (CPython numbers memo slots
+ * densely; only a hand-made pickle goes back).  Out of memory: the chunk
+ * simply stays.
+ */
+static void pack_memo(struct vm *vm)
+{
+	size_t nchunks = vm->max_memo / MEMO_CHUNK + 1;
+
+	while ((vm->memo_scan + 1) * MEMO_CHUNK <= vm->memo_count &&
+	       (vm->memo_scan + 1) * MEMO_CHUNK <= vm->memo_len) {
+		size_t c = vm->memo_scan++, live = 0;
+		flx_pv **m = vm->memo[c];
+
+		if (c == 0 || !m)
+			continue;
+		for (size_t i = 0; i < MEMO_CHUNK; i++)
+			live += m[i] && m[i] != &consumed;
+		if (live > MEMO_CHUNK / 16)
+			continue;
+		if (!vm->packed && !(vm->packed = calloc(nchunks, 1)))
+			return;
+		if (flx_grow((void **)&vm->pk_idx, &vm->cap_idx, vm->npk + live,
+			     sizeof(*vm->pk_idx)) ||
+		    flx_grow((void **)&vm->pk_v, &vm->cap_v, vm->npk + live,
+			     sizeof(*vm->pk_v)))
+			return;
+		for (size_t i = 0; i < MEMO_CHUNK; i++) {
+			if (!m[i] || m[i] == &consumed)
+				continue;
+			vm->pk_idx[vm->npk] = c * MEMO_CHUNK + i;
+			vm->pk_v[vm->npk++] = m[i];
+		}
+		free(m);
+		vm->memo[c] = NULL;
+		vm->packed[c] = 1;
+	}
 }
 
 /* -------------------------------------------------------------- containers */
@@ -1591,14 +1984,38 @@ static int mark_target(struct vm *vm, flx_pv_kind want, const char *op,
 }
 
 /* APPENDS (list) and ADDITEMS (set): add every item above the mark. */
+/* After the sink's call on a batch: its result, and the batch's memory
+ * given back. */
+static int batch_end(struct vm *vm, int rc, size_t start)
+{
+	if (rc == -EAGAIN)
+		return vm_fail(vm, -EAGAIN, "the sink declined");
+	if (rc == -ENOMEM)
+		return vm_nomem(vm);
+	if (rc)
+		return vm_fail(vm, rc, "the sink failed");
+	vm->sp = start;
+	rewind_batch(vm);
+	pack_memo(vm);
+	return 0;
+}
+
 static int op_add_seq(struct vm *vm, flx_pv_kind want, const char *op)
 {
 	size_t start = 0;
 	flx_pv *seq = NULL;
+	/* the innermost mark is the batch's (mark_target() pops it) */
+	bool batch = vm->young && vm->nmarks == vm->young_nmarks;
 	int rc = mark_target(vm, want, op, &start, &seq);
 
 	if (rc)
 		return rc;
+	if (batch && seq == vm->batch_target)
+		return batch_end(vm,
+				 vm->sink->items(vm->sink->ctx, seq,
+						 vm->stack + start,
+						 vm->sp - start),
+				 start);
 	if ((rc = seq_add(vm, seq, vm->stack + start, vm->sp - start)))
 		return rc;
 	vm->sp = start;
@@ -1609,12 +2026,20 @@ static int op_setitems(struct vm *vm)
 {
 	size_t start = 0;
 	flx_pv *d = NULL;
+	/* the innermost mark is the batch's (mark_target() pops it) */
+	bool batch = vm->young && vm->nmarks == vm->young_nmarks;
 	int rc = mark_target(vm, FLX_PV_DICT, "SETITEMS on", &start, &d);
 
 	if (rc)
 		return rc;
 	if ((vm->sp - start) & 1)
 		return vm_fail(vm, -EINVAL, "odd number of items");
+	if (batch && d == vm->batch_target)
+		return batch_end(vm,
+				 vm->sink->pairs(vm->sink->ctx,
+						 vm->stack + start,
+						 (vm->sp - start) / 2),
+				 start);
 	if ((rc = dict_add(vm, d, vm->stack + start, (vm->sp - start) / 2)))
 		return rc;
 	vm->sp = start;
@@ -1777,11 +2202,16 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		return 0;
 
 	case OP_MARK:
-		return push_mark(vm);
+		if ((rc = push_mark(vm)))
+			return rc;
+		batch_start(vm);
+		return 0;
 	case OP_POP:
 		/* CPython: POP right after MARK discards the mark. */
 		if (vm->nmarks && vm->marks[vm->nmarks - 1] == vm->sp) {
 			vm->nmarks--;
+			if (vm->nmarks < vm->young_nmarks)
+				vm->young = false;
 			return 0;
 		}
 		return pop(vm, &a);
@@ -1796,7 +2226,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 	case OP_DUP:
 		if ((rc = top(vm, &a)))
 			return rc;
-		return push(vm, a);
+		return push_again(vm, a);
 
 	case OP_MEMOIZE:
 		if ((rc = top(vm, &a)))
@@ -2103,6 +2533,10 @@ static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
 	free(vm->ints);
 	free(vm->tuples);
 	free(vm->sizes);
+	free(vm->ylog);
+	free(vm->packed);
+	free(vm->pk_idx);
+	free(vm->pk_v);
 	if (vm->cloc)
 		freelocale(vm->cloc);
 	if (rc) {
@@ -2136,6 +2570,28 @@ int flx_pickle_load_reader(const flx_reader *r, const char *name,
 	return load(&vm, NULL, out);
 }
 
+int flx_pickle_load_sink(const flx_reader *r, const char *name,
+			 const flx_pickle_limits *lim,
+			 const flx_pickle_sink *sink, flx_pickle **out,
+			 flx_error *err)
+{
+	struct vm vm = {
+	    .len = r->size, .r = r, .name = name, .err = err, .sink = sink};
+
+	set_limits(&vm, lim);
+	return load(&vm, NULL, out);
+}
+
+const flx_pv *flx_pickle_sink_dict(const flx_pickle *p)
+{
+	return p ? p->sink_dict : NULL;
+}
+
+bool flx_pv_streamed(const flx_pv *v)
+{
+	return v && v->kind == FLX_PV_LIST && v->sunk_;
+}
+
 const flx_pv *flx_pickle_root(const flx_pickle *p)
 {
 	return p ? p->root : NULL;
@@ -2152,6 +2608,7 @@ void flx_pickle_free(flx_pickle *p)
 
 	if (!p)
 		return;
+	flx_pickle_free(p->side);
 	for (b = p->blocks; b; b = next) {
 		next = b->next;
 		free(b);

@@ -82,6 +82,9 @@ struct flx_pv {
 	bool newobj;
 	bool shared_; /* internal (OBJ): one node for equal torch.Size
 		       * values; callers ignore */
+	bool reref_;  /* internal (DICT, LIST): named again through the memo
+		       * or DUP; callers ignore */
+	bool sunk_;   /* internal (LIST): see flx_pv_streamed() */
 	union {
 		bool b;
 		int64_t i;
@@ -136,6 +139,7 @@ typedef struct flx_pickle_limits {
 } flx_pickle_limits;
 
 typedef struct flx_pickle flx_pickle;
+typedef struct flx_pickle_sink flx_pickle_sink;
 
 /**
  * Decode one pickle from buf[0..len).  Stops at the first STOP; bytes after
@@ -173,6 +177,59 @@ int flx_pickle_load(const void *buf, size_t len, const char *name,
 int flx_pickle_load_reader(const flx_reader *r, const char *name,
 			   const flx_pickle_limits *lim, flx_pickle **out,
 			   flx_error *err);
+
+/* A consumer of one dict's pairs while they are decoded (see
+ * flx_pickle_load_sink()). */
+struct flx_pickle_sink {
+	/* the dict stored under this str key (as the key of an enclosing
+	 * dict's pair) */
+	const char *key;
+	/* Called, on the loading thread, with each batch of pairs that a
+	 * SETITEMS adds to that dict, in order: kv[2*i] is a key, kv[2*i+1]
+	 * its value, both borrowed for the call only (their nodes are reused
+	 * once it returns: copy what is kept).  The pairs are then not added
+	 * to the dict.
+	 * @return 0; -EAGAIN to decline (the load fails with -EAGAIN);
+	 *         another -errno fails the load with it */
+	int (*pairs)(void *ctx, flx_pv *const *kv, size_t npairs);
+	void *ctx;
+	/* and the lists stored under this str key (NULL: none): items() is
+	 * called, as pairs() is, with each batch of items that an APPENDS
+	 * adds to one of them, and list says which (borrowed, valid as long
+	 * as the tree) */
+	const char *list_key;
+	int (*items)(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n);
+};
+
+/**
+ * flx_pickle_load_reader(), streaming one dict: the pairs added to the
+ * dict found under sink->key (the first empty dict stored under that key
+ * with a MARK pushed right above it) go to sink->pairs() instead of the
+ * tree, and the memory their values took is reused.  That dict stays in
+ * the tree, without those pairs; flx_pickle_sink_dict() says which it is.
+ * The same for the items of the lists under sink->list_key, if set.
+ * A later reference to a value the sink took (through the memo, to a
+ * container, tuple or object; strings, numbers and class references stay
+ * valid), or to the sink dict or a list streamed, fails the load with
+ * -EAGAIN, as does a decline: decode again
+ * without a sink (flx_pickle_load_reader()), which reads every pickle
+ * this one reads.  Limits and messages otherwise as
+ * flx_pickle_load_reader().
+ * @return as flx_pickle_load_reader(), or -EAGAIN (err set; a caller that
+ *         decodes again should discard it).
+ */
+int flx_pickle_load_sink(const flx_reader *r, const char *name,
+			 const flx_pickle_limits *lim,
+			 const flx_pickle_sink *sink, flx_pickle **out,
+			 flx_error *err);
+
+/** Whether v is a list whose items (some batches of them, or all) a
+ * sink load streamed: the tree holds only what was added otherwise. */
+bool flx_pv_streamed(const flx_pv *v);
+
+/** The dict whose pairs a sink load streamed, or NULL (no such dict was
+ * found, or p came from another load); borrowed. */
+const flx_pv *flx_pickle_sink_dict(const flx_pickle *p);
 
 /** The decoded root value; borrowed, valid until flx_pickle_free(). */
 const flx_pv *flx_pickle_root(const flx_pickle *p);

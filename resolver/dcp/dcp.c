@@ -44,6 +44,9 @@
 typedef struct sentry {
 	const char *fqn;
 	int ndim; /* -1: no offset key (BYTE_IO) */
+	/* streamed entries (see sd_sink): transform_descriptors is
+	 * ['stream.zstd/1'] (checked), else none */
+	bool ztr;
 	/* ndim offsets in a part's pool (an index while that array grows):
 	 * tens of thousands of entries, so no FLX_MAX_DIMS array each */
 	union {
@@ -78,6 +81,31 @@ typedef struct loader {
 	} paths[PATH_MEMO];
 	size_t smap_mask;
 	flx_zstd_item zobj; /* decodes zstd objects (resolve_windows()) */
+	/* storage_data streamed (sd_sink): se[0..nse) came from the sink,
+	 * offsets in offpool[0], names in names */
+	bool streamed;
+	size_t capse;
+	size_t noffs, capoffs;
+	flx_pool names;	   /* interned fqn and relative_path strings */
+	const char **itab; /* open addressing over names, imask + 1 slots */
+	size_t imask, in;
+	/* chunks lists streamed (ck_sink): the chunks of all, in order, their
+	 * offsets and sizes in ckd, and an open-addressing table of the
+	 * lists (clmask + 1 slots, list NULL: empty) */
+	struct ck_rec {
+		uint32_t dims; /* ckd[dims..): n1 offsets, then n2 sizes */
+		int8_t n1, n2;
+	} * ck;
+	size_t nck, capck;
+	int64_t *ckd;
+	size_t nckd, capckd;
+	struct ck_list {
+		const flx_pv *list;
+		uint32_t first, n; /* its chunks: ck[first, first + n) */
+		bool used;	   /* a tensor's chunks (load_streamed()) */
+	} * cl;
+	size_t clmask, ncl;
+	const flx_pv *cl_last; /* the list of the latest batch */
 } loader;
 
 /* ---- small interpretation helpers over the pickle tree ---- */
@@ -345,11 +373,11 @@ static int part_error(loader *L, const part *f)
 
 /* ---- storage_data: decoding ---- */
 
-static int decode_sentry(part *p, size_t i, sentry *e)
+/* Entry i (key k, value v) into e, its offsets appended to *offs. */
+static int decode_pair(loader *L, const flx_pv *k, const flx_pv *v, size_t i,
+		       sentry *e, int64_t **offs, size_t *noffs,
+		       size_t *capoffs)
 {
-	loader *L = &p->L;
-	const flx_pv *k = p->dict->u.dict.kv[2 * i];
-	const flx_pv *v = p->dict->u.dict.kv[2 * i + 1];
 	const flx_pv *off, *tr;
 	int rc;
 
@@ -369,14 +397,14 @@ static int decode_sentry(part *p, size_t i, sentry *e)
 				 &e->ndim, o);
 		if (rc)
 			return rc;
-		if (flx_grow((void **)&p->offs, &p->capoffs,
-			     p->noffs + (size_t)e->ndim, sizeof(int64_t)))
+		if (flx_grow((void **)offs, capoffs, *noffs + (size_t)e->ndim,
+			     sizeof(int64_t)))
 			return -ENOMEM;
 		if (e->ndim)
-			memcpy(p->offs + p->noffs, o,
+			memcpy(*offs + *noffs, o,
 			       sizeof(int64_t) * (size_t)e->ndim);
-		e->offi = p->noffs;
-		p->noffs += (size_t)e->ndim;
+		e->offi = *noffs;
+		*noffs += (size_t)e->ndim;
 	}
 	if (!is_dcp_obj(v, "_StorageInfo"))
 		return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
@@ -404,6 +432,291 @@ static int decode_sentry(part *p, size_t i, sentry *e)
 					     "list of strings");
 	}
 	return 0;
+}
+
+static int decode_sentry(part *p, size_t i, sentry *e)
+{
+	return decode_pair(&p->L, p->dict->u.dict.kv[2 * i],
+			   p->dict->u.dict.kv[2 * i + 1], i, e, &p->offs,
+			   &p->noffs, &p->capoffs);
+}
+
+/* ---- storage_data: streamed ----
+ *
+ * A million-chunk .metadata is mostly storage_data: two objects and two
+ * attribute dicts per chunk.  The pickle VM hands its pairs over as they
+ * are decoded (flx_pickle_load_sink()) and reuses their memory, so the
+ * tree never holds them.  Only entries that decode_pair() accepts, with
+ * no transform or ['stream.zstd/1'], are taken; on anything else the sink
+ * declines and the whole .metadata is decoded again as a tree, which
+ * reports what the tree path reports.  Names are copied once each
+ * (interned): the pairs' strings do not outlive the call.
+ */
+
+static const char *intern(loader *L, const char *s)
+{
+	size_t n = strlen(s), i;
+	uint64_t h = name_hash(s);
+	char *c;
+
+	if (2 * (L->in + 1) > L->imask + 1) {
+		size_t nmask = L->imask ? 2 * L->imask + 1 : 255;
+		const char **nt = calloc(nmask + 1, sizeof(*nt));
+
+		if (!nt)
+			return NULL;
+		for (size_t j = 0; L->itab && j <= L->imask; j++) {
+			if (!L->itab[j])
+				continue;
+			for (i = name_hash(L->itab[j]) & nmask; nt[i];
+			     i = (i + 1) & nmask)
+				;
+			nt[i] = L->itab[j];
+		}
+		free(L->itab);
+		L->itab = nt;
+		L->imask = nmask;
+	}
+	for (i = h & L->imask; L->itab[i]; i = (i + 1) & L->imask)
+		if (strcmp(L->itab[i], s) == 0)
+			return L->itab[i];
+	c = flx_pool_alloc(&L->names, n + 1);
+	if (!c)
+		return NULL;
+	memcpy(c, s, n + 1);
+	L->itab[i] = c;
+	L->in++;
+	return c;
+}
+
+/* The interned copy of s (hash: name_hash(s)), or s when none: entries
+ * then find their name by pointer (find_sentry()).  Read only: safe on
+ * the parts' threads. */
+static const char *interned(const loader *L, const char *s, uint64_t hash)
+{
+	if (!L->itab)
+		return s;
+	for (size_t i = hash & L->imask; L->itab[i]; i = (i + 1) & L->imask)
+		if (strcmp(L->itab[i], s) == 0)
+			return L->itab[i];
+	return s;
+}
+
+/* Whether a decoded entry's transform_descriptors is none or exactly the
+ * one item_transform() accepts (*ztr: it is). */
+static bool sink_transform(const flx_pv *v, bool *ztr)
+{
+	const flx_pv *tr = attr(v, "transform_descriptors");
+	size_t n = tr && tr->kind != FLX_PV_NONE ? flx_pv_len(tr) : 0;
+
+	*ztr = n > 0;
+	return n == 0 || (n == 1 && flx_zstd_descriptor_ok(
+					flx_pv_str(flx_pv_item(tr, 0))));
+}
+
+static int sd_sink(void *ctx, flx_pv *const *kv, size_t npairs)
+{
+	loader *L = ctx;
+	flx_error scratch;
+	const char *lastf = NULL, *lastr = NULL, *inf = NULL, *inr = NULL;
+	uint64_t nh = 0;
+	int rc;
+
+	flx_error_init(&scratch);
+	if (npairs > UINT32_MAX / 2 - L->nse)
+		return -EAGAIN;
+	if (flx_grow((void **)&L->se, &L->capse, L->nse + npairs,
+		     sizeof(*L->se)))
+		return -ENOMEM;
+	/* sh grows with se: same capacity */
+	{
+		uint64_t *nsh = realloc(L->sh, L->capse * sizeof(*L->sh));
+
+		if (!nsh)
+			return -ENOMEM;
+		L->sh = nsh;
+	}
+	for (size_t j = 0; j < npairs; j++) {
+		sentry *e = &L->se[L->nse];
+		loader tmp = *L;
+
+		memset(e, 0, sizeof(*e));
+		tmp.err = &scratch;
+		rc = decode_pair(&tmp, kv[2 * j], kv[2 * j + 1], L->nse, e,
+				 &L->offpool[0], &L->noffs, &L->capoffs);
+		if (rc == -ENOMEM)
+			return rc;
+		if (rc || !sink_transform(kv[2 * j + 1], &e->ztr))
+			return -EAGAIN;
+		/* consecutive entries share their strings' nodes */
+		if (e->fqn != lastf) {
+			lastf = e->fqn;
+			if (!(inf = intern(L, lastf)))
+				return -ENOMEM;
+			nh = name_hash(inf);
+		}
+		if (e->relpath != lastr) {
+			lastr = e->relpath;
+			if (!(inr = intern(L, lastr)))
+				return -ENOMEM;
+		}
+		e->fqn = inf;
+		e->relpath = inr;
+		L->sh[L->nse] = sentry_hash(
+		    nh, e->ndim, e->ndim > 0 ? L->offpool[0] + e->offi : NULL);
+		L->nse++;
+	}
+	return 0;
+}
+
+/* ---- state_dict_metadata: chunks lists streamed ----
+ *
+ * The other per-chunk part of the metadata: each tensor's list of
+ * ChunkStorageMetadata objects.  Their offsets and sizes are kept (ck,
+ * ckd) and the objects' memory reused, as for storage_data; the list
+ * stays in the tree, empty, and decode_tensor() finds its chunks by the
+ * list's node.  A list none of the tensors holds (or two) decodes again
+ * as a tree (load_streamed()).
+ */
+
+static size_t cl_slot(const loader *L, const flx_pv *list)
+{
+	uint64_t h = (uint64_t)(uintptr_t)list * 0x9e3779b97f4a7c15ull;
+	size_t i = (size_t)(h >> 20) & L->clmask;
+
+	while (L->cl[i].list && L->cl[i].list != list)
+		i = (i + 1) & L->clmask;
+	return i;
+}
+
+/* The chunks of a streamed list, or NULL.  Read only: safe on the parts'
+ * threads. */
+static const struct ck_list *cl_find(const loader *L, const flx_pv *list)
+{
+	const struct ck_list *e;
+
+	if (!L->cl || !flx_pv_streamed(list))
+		return NULL;
+	e = &L->cl[cl_slot(L, list)];
+	return e->list ? e : NULL;
+}
+
+/* Room for one more list in the table: -ENOMEM or 0. */
+static int cl_room(loader *L)
+{
+	struct ck_list *old = L->cl, *nt;
+	size_t oldmask = L->clmask, nmask;
+
+	if (L->cl && 2 * (L->ncl + 1) <= L->clmask + 1)
+		return 0;
+	nmask = L->cl ? 2 * L->clmask + 1 : 255;
+	if (!(nt = calloc(nmask + 1, sizeof(*nt))))
+		return -ENOMEM;
+	L->cl = nt;
+	L->clmask = nmask;
+	for (size_t j = 0; old && j <= oldmask; j++)
+		if (old[j].list)
+			L->cl[cl_slot(L, old[j].list)] = old[j];
+	free(old);
+	return 0;
+}
+
+static int ck_sink(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
+{
+	loader *L = ctx, tmp = *L;
+	flx_error scratch;
+	size_t k;
+
+	flx_error_init(&scratch);
+	tmp.err = &scratch;
+	if (cl_room(L))
+		return -ENOMEM;
+	k = cl_slot(L, list);
+	if (!L->cl[k].list) {
+		if (L->nck > UINT32_MAX)
+			return -EAGAIN;
+		L->cl[k] = (struct ck_list){list, (uint32_t)L->nck, 0, false};
+		L->ncl++;
+	} else if (list != L->cl_last) {
+		return -EAGAIN; /* its chunks would not be contiguous */
+	}
+	L->cl_last = list;
+	if (n > UINT32_MAX - L->nck - 1 || n > UINT32_MAX - L->cl[k].n)
+		return -EAGAIN;
+	if (flx_grow((void **)&L->ck, &L->capck, L->nck + n, sizeof(*L->ck)))
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		int64_t at[FLX_MAX_DIMS], sz[FLX_MAX_DIMS];
+		int n1, n2;
+
+		if (!is_dcp_obj(v[i], "ChunkStorageMetadata") ||
+		    decode_size(&tmp, attr(v[i], "offsets"), "", "", &n1, at) ||
+		    decode_size(&tmp, attr(v[i], "sizes"), "", "", &n2, sz) ||
+		    L->nckd + (size_t)(n1 + n2) > UINT32_MAX)
+			return -EAGAIN;
+		if (flx_grow((void **)&L->ckd, &L->capckd,
+			     L->nckd + (size_t)(n1 + n2), sizeof(*L->ckd)))
+			return -ENOMEM;
+		L->ck[L->nck++] =
+		    (struct ck_rec){(uint32_t)L->nckd, (int8_t)n1, (int8_t)n2};
+		if (n1)
+			memcpy(L->ckd + L->nckd, at, sizeof(*at) * (size_t)n1);
+		if (n2)
+			memcpy(L->ckd + L->nckd + n1, sz,
+			       sizeof(*sz) * (size_t)n2);
+		L->nckd += (size_t)(n1 + n2);
+	}
+	L->cl[k].n += (uint32_t)n;
+	return 0;
+}
+
+/* Whether every streamed list is the chunks of exactly one tensor, and
+ * holds nothing in the tree (what was added to it otherwise). */
+static bool lists_placed(loader *L, const flx_pv *sdm)
+{
+	size_t used = 0;
+
+	for (size_t i = 0; sdm && sdm->kind == FLX_PV_DICT && i < sdm->u.dict.n;
+	     i++) {
+		const flx_pv *v = sdm->u.dict.kv[2 * i + 1], *ch;
+		struct ck_list *e;
+
+		if (!is_dcp_obj(v, "TensorStorageMetadata"))
+			continue;
+		ch = attr(v, "chunks");
+		if (!flx_pv_streamed(ch))
+			continue;
+		e = (struct ck_list *)cl_find(L, ch);
+		if (!e || e->used || flx_pv_len(ch))
+			return false;
+		e->used = true;
+		used++;
+	}
+	return used == L->ncl;
+}
+
+/* Forget what the sink took (before decoding again as a tree). */
+static void sink_reset(loader *L)
+{
+	free(L->se);
+	free(L->sh);
+	free(L->offpool[0]);
+	free(L->itab);
+	flx_pool_free(&L->names);
+	free(L->ck);
+	free(L->ckd);
+	free(L->cl);
+	L->ck = NULL;
+	L->ckd = NULL;
+	L->cl = NULL;
+	L->nck = L->capck = L->nckd = L->capckd = L->clmask = L->ncl = 0;
+	L->cl_last = NULL;
+	L->se = NULL;
+	L->sh = NULL;
+	L->offpool[0] = NULL;
+	L->itab = NULL;
+	L->nse = L->capse = L->noffs = L->capoffs = L->imask = L->in = 0;
+	L->streamed = false;
 }
 
 static void *sd_part_run(void *arg)
@@ -480,6 +793,15 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 	if (!sd || sd->kind != FLX_PV_DICT)
 		return flx_error_set(L->err, -EINVAL, META_NAME, "storage_data",
 				     "missing or not a dict");
+	if (L->streamed) {
+		/* the offsets' block has stopped moving */
+		for (size_t i = 0; i < L->nse; i++) {
+			sentry *e = &L->se[i];
+
+			e->off = e->ndim > 0 ? L->offpool[0] + e->offi : NULL;
+		}
+		goto index;
+	}
 	n = sd->u.dict.n;
 	if (n > UINT32_MAX / 2)
 		return flx_error_set(L->err, -EOVERFLOW, META_NAME,
@@ -493,6 +815,7 @@ static int load_storage_data(loader *L, const flx_pv *sd)
 	if (rc)
 		return rc;
 	L->nse = n;
+index:
 	for (L->smap_mask = 15; L->smap_mask < 2 * L->nse;)
 		L->smap_mask = 2 * L->smap_mask + 1;
 	L->smap = malloc((L->smap_mask + 1) * sizeof(*L->smap));
@@ -523,15 +846,27 @@ static const flx_pv *sentry_transforms(const loader *L, const sentry *e)
 	return attr(L->sd->u.dict.kv[2 * i + 1], "transform_descriptors");
 }
 
+/* A streamed entry's transform (sd_sink() took only accepted ones). */
+static int item_transform(loader *L, const sentry *e, const char *key,
+			  bool *zstd);
+
 /* Whether entry e's item is zstd-transformed (docs/formats/dcp.md#zstd-items):
  * one descriptor, "stream.zstd" of major version 1; any other list is refused.
  * @return 0 and *zstd, or -ENOTSUP with L->err. */
 static int item_transform(loader *L, const sentry *e, const char *key,
 			  bool *zstd)
 {
-	const flx_pv *tr = sentry_transforms(L, e);
-	size_t n = tr ? flx_pv_len(tr) : 0;
-	const char *t = n ? flx_pv_str(flx_pv_item(tr, 0)) : NULL;
+	const flx_pv *tr;
+	size_t n;
+	const char *t;
+
+	if (L->streamed) {
+		*zstd = e->ztr;
+		return 0;
+	}
+	tr = sentry_transforms(L, e);
+	n = tr ? flx_pv_len(tr) : 0;
+	t = n ? flx_pv_str(flx_pv_item(tr, 0)) : NULL;
 
 	*zstd = n > 0;
 	if (n == 0 || (n == 1 && flx_zstd_descriptor_ok(t)))
@@ -979,9 +1314,12 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 			 const char *name, const flx_pv *tsm, uint32_t *windows)
 {
 	const flx_pv *chunks = attr(tsm, "chunks");
+	const struct ck_list *cl = cl_find(L, chunks);
+	size_t nch;
 	uint64_t nh = name_hash(name);
 	int rc;
 
+	name = interned(L, name, nh);
 	*windows = 0;
 	rc = decode_dtype(L, attr(tsm, "properties"), t->fqn, &t->dtype);
 	if (!rc)
@@ -996,21 +1334,32 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 	if (!chunks || chunks->kind != FLX_PV_LIST)
 		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 				     "chunks is missing or not a list");
-	if (flx_pv_len(chunks) == 0 || flx_pv_len(chunks) > UINT32_MAX)
+	nch = cl ? cl->n : flx_pv_len(chunks);
+	if (nch == 0 || nch > UINT32_MAX)
 		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
-				     "tensor has %zu chunks",
-				     flx_pv_len(chunks));
-	rc = flx_tensor_pool_chunks(pool, t, (uint32_t)flx_pv_len(chunks));
+				     "tensor has %zu chunks", nch);
+	rc = flx_tensor_pool_chunks(pool, t, (uint32_t)nch);
 	if (rc)
 		return rc;
 	for (uint32_t i = 0; i < t->nchunks; i++) {
-		const flx_pv *cm = flx_pv_item(chunks, i);
+		const flx_pv *cm = cl ? NULL : flx_pv_item(chunks, i);
 		flx_chunk *ch = &t->chunks[i];
 		const sentry *e;
 		int64_t at[FLX_MAX_DIMS], sz[FLX_MAX_DIMS];
 		int n1, n2;
 
 		*windows = i;
+		if (cl) {
+			/* streamed: checked as below when taken */
+			const struct ck_rec *r = &L->ck[cl->first + i];
+
+			n1 = r->n1;
+			n2 = r->n2;
+			memcpy(at, L->ckd + r->dims, sizeof(*at) * (size_t)n1);
+			memcpy(sz, L->ckd + r->dims + n1,
+			       sizeof(*sz) * (size_t)n2);
+			goto decoded;
+		}
 		if (!is_dcp_obj(cm, "ChunkStorageMetadata"))
 			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 					     "chunk %u is not a "
@@ -1024,6 +1373,7 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 					 "chunk sizes", &n2, sz);
 		if (rc)
 			return rc;
+	decoded:
 		if (n1 != t->ndim || n2 != t->ndim)
 			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 					     "chunk %u has %d/%d dimensions, "
@@ -1308,6 +1658,37 @@ static void loader_release(loader *L)
 	free(L->smap);
 	for (unsigned k = 0; k < MAX_PARTS; k++)
 		free(L->offpool[k]);
+	free(L->itab);
+	flx_pool_free(&L->names);
+	free(L->ck);
+	free(L->ckd);
+	free(L->cl);
+}
+
+/* The .metadata decoded with storage_data streamed into L->se (sd_sink):
+ * 0 with L->streamed when the dict streamed is the Metadata's
+ * storage_data and every pair of it went to the sink, 0 without when no
+ * dict streamed, -EAGAIN when the tree must be decoded instead. */
+static int load_streamed(loader *L, const flx_reader *r,
+			 const flx_pickle_limits *lim, flx_pickle **pk)
+{
+	flx_pickle_sink sink = {"storage_data", sd_sink, L, "chunks", ck_sink};
+	const flx_pv *sd, *sunk;
+	int rc = flx_pickle_load_sink(r, META_NAME, lim, &sink, pk, L->err);
+
+	if (rc)
+		return rc;
+	sunk = flx_pickle_sink_dict(*pk);
+	sd = attr(flx_pickle_root(*pk), "storage_data");
+	if ((!L->ncl || lists_placed(L, attr(flx_pickle_root(*pk),
+					     "state_dict_metadata"))) &&
+	    ((!sunk && !L->nse) || (sd == sunk && sd->u.dict.n == 0))) {
+		L->streamed = sunk != NULL;
+		return 0;
+	}
+	flx_pickle_free(*pk);
+	*pk = NULL;
+	return -EAGAIN;
 }
 
 /* Decode the .metadata pickle.  A local file is read forward through a
@@ -1349,7 +1730,14 @@ static int load_metadata(loader *L, flx_pickle **pk)
 	if (rc)
 		goto out;
 	flx_reader_fd(&r, &fctx, fd, 0, size);
-	rc = flx_pickle_load_reader(&r, META_NAME, &win_lim, pk, L->err);
+	rc = load_streamed(L, &r, &win_lim, pk);
+	if (rc == -EAGAIN) {
+		sink_reset(L);
+		if (L->err)
+			flx_error_init(L->err);
+		rc =
+		    flx_pickle_load_reader(&r, META_NAME, &win_lim, pk, L->err);
+	}
 out:
 	free(meta);
 	if (fd >= 0)

@@ -25,7 +25,10 @@ typedef struct flx_dcp_opts {
 	const char *missing;
 	/* called with the Metadata's attribute dict (its BUILD state) once
 	 * the tensors are decoded and before their items are read, to adjust
-	 * them (Megatron's flattened optimizer tensors); NULL: none.
+	 * them (Megatron's flattened optimizer tensors); NULL: none.  Its
+	 * storage_data dict and the tensors' chunks lists may be empty there:
+	 * the loader takes them out of the pickle as it decodes (dcp.c,
+	 * sd_sink() and ck_sink()).
 	 * @return 0, or -errno with err set */
 	int (*attrs)(flx_build *b, const flx_pv *attrs, flx_error *err);
 } flx_dcp_opts;

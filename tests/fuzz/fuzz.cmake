@@ -16,10 +16,15 @@ list(APPEND flx_fuzz_targets megatron_zarr)
 list(APPEND flx_fuzz_targets torchfile)
 list(APPEND flx_fuzz_targets megatron_legacy)
 list(APPEND flx_fuzz_targets deepspeed)
+list(APPEND flx_fuzz_targets pickle_sink)
 set(flx_fuzz_libs_pickle flx_resolver)
 set(flx_fuzz_libs_pickle_window flx_resolver)
 # any pickle is a seed of pickle_window: it replays pickle's corpus too
 set(flx_fuzz_more_pickle_window ${flx_fuzz_dir}/corpus/pickle)
+set(flx_fuzz_libs_pickle_sink flx_resolver)
+# DCP .metadata files are its seeds, any other pickle too
+set(flx_fuzz_more_pickle_sink ${flx_fuzz_dir}/corpus/metadata
+  ${flx_fuzz_dir}/corpus/pickle)
 set(flx_fuzz_libs_zipitem flx_resolver)
 set(flx_fuzz_libs_zstditem flx_resolver)
 set(flx_fuzz_libs_aoa flx_reshard)

@@ -1869,6 +1869,510 @@ static void test_reader_str_limits(void)
 	}
 }
 
+/* ----------------------------------------------------------- sink loads */
+
+struct sink_rec {
+	struct sbuf pairs; /* every pair taken, dumped */
+	size_t calls, npairs;
+	bool decline;
+	bool count_only;      /* pairs counted, not dumped */
+	const char *list_key; /* lists streamed too (rec_items()) */
+	struct sbuf items;    /* every list's items taken, dumped */
+};
+
+static int rec_pairs(void *ctx, flx_pv *const *kv, size_t npairs)
+{
+	struct sink_rec *s = ctx;
+
+	s->calls++;
+	if (s->decline)
+		return -EAGAIN;
+	for (size_t i = 0; !s->count_only && i < 2 * npairs; i++) {
+		s->pairs.budget = 100000;
+		dump(&s->pairs, kv[i], 0);
+		puts_(&s->pairs, i & 1 ? ";" : ":");
+	}
+	s->npairs += npairs;
+	return 0;
+}
+
+static int rec_items(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
+{
+	struct sink_rec *s = ctx;
+
+	CHECK(flx_pv_streamed(list));
+	for (size_t i = 0; i < n; i++) {
+		s->items.budget = 100000;
+		dump(&s->items, v[i], 0);
+		puts_(&s->items, ";");
+	}
+	puts_(&s->items, "|");
+	return 0;
+}
+
+static int load_sink(const void *data, size_t n, size_t window, const char *key,
+		     struct sink_rec *s, flx_pickle **p, flx_error *e)
+{
+	const flx_pickle_limits lim = {.window = window,
+				       .max_copy = SIZE_MAX / 4,
+				       .max_str = SIZE_MAX / 4};
+	flx_pickle_sink sink = {.key = key,
+				.pairs = rec_pairs,
+				.ctx = s,
+				.list_key = s->list_key,
+				.items = rec_items};
+	flx_mem_reader m;
+	flx_reader r;
+
+	flx_error_init(e);
+	flx_reader_mem(&r, &m, data, n);
+	return flx_pickle_load_sink(&r, "t.pkl", &lim, &sink, p, e);
+}
+
+/* torch's own .metadata (1.13 and 2.6): storage_data streamed, and each
+ * tensor's chunks list, give the pairs and items of the tree a plain load
+ * makes, in order, and the rest of that tree, with storage_data and the
+ * chunks lists left empty; through windows of 7 bytes too. */
+static void test_sink_dcp(void)
+{
+	/* the fixtures' own .metadata: chunks lists of several items */
+	static const char *const files[] = {
+	    "pickle/t113_dcp_metadata.pkl", "pickle/t26_dcp_metadata.pkl",
+	    "../../fixtures/dcp-t113/ckpt/.metadata",
+	    "../../fixtures/dcp-t26/ckpt/.metadata"};
+	static const size_t npairs[] = {3, 3, 0, 0};
+
+	for (int i = 0; i < 4; i++) {
+		size_t len = 0;
+		unsigned char *buf = check_read_file(files[i], &len);
+		flx_pickle *p = NULL;
+		flx_error e;
+		flx_pv *sd, *sdm;
+		size_t nsd = 0;
+		struct sbuf want = {0}, rest = {0}, witems = {0};
+
+		CHECK(buf != NULL);
+		if (!buf)
+			continue;
+		CHECK_EQ(load(buf, len, &p, &e), 0);
+		sd = (flx_pv *)flx_pv_dict_get(state(flx_pickle_root(p)),
+					       "storage_data");
+		CHECK(sd && (!npairs[i] || flx_pv_len(sd) == npairs[i]));
+		for (size_t j = 0; sd && j < 2 * sd->u.dict.n; j++) {
+			want.budget = 100000;
+			dump(&want, sd->u.dict.kv[j], 0);
+			puts_(&want, j & 1 ? ";" : ":");
+		}
+		nsd = flx_pv_len(sd);
+		if (sd)
+			sd->u.dict.n = 0; /* what a sink load leaves */
+		sdm = (flx_pv *)flx_pv_dict_get(state(flx_pickle_root(p)),
+						"state_dict_metadata");
+		for (size_t j = 0; sdm && j < sdm->u.dict.n; j++) {
+			flx_pv *ch = (flx_pv *)flx_pv_dict_get(
+			    state(sdm->u.dict.kv[2 * j + 1]), "chunks");
+
+			/* CPython appends a single item with APPEND: no
+			 * batch, nothing streamed */
+			if (!ch || ch->u.seq.n < 2)
+				continue;
+			for (size_t k = 0; k < ch->u.seq.n; k++) {
+				witems.budget = 100000;
+				dump(&witems, ch->u.seq.v[k], 0);
+				puts_(&witems, ";");
+			}
+			puts_(&witems, "|");
+			ch->u.seq.n = 0;
+		}
+		CHECK(i < 2 || witems.p != NULL);
+		rest.budget = 100000;
+		dump(&rest, flx_pickle_root(p), 0);
+		flx_pickle_free(p);
+		for (size_t w = 7; w <= 7u << 16; w <<= 16) {
+			struct sink_rec s = {.list_key = "chunks"};
+			struct sbuf got = {.budget = 100000};
+			const flx_pv *r;
+
+			p = NULL;
+			CHECK_EQ(
+			    load_sink(buf, len, w, "storage_data", &s, &p, &e),
+			    0);
+			if (!p)
+				continue;
+			r = flx_pickle_root(p);
+			CHECK_EQ(s.npairs, nsd);
+			CHECK(flx_pickle_sink_dict(p) ==
+			      flx_pv_dict_get(state(r), "storage_data"));
+			CHECK(s.pairs.p && want.p &&
+			      strcmp(s.pairs.p, want.p) == 0);
+			CHECK(s.items.p == witems.p ||
+			      (s.items.p && witems.p &&
+			       strcmp(s.items.p, witems.p) == 0));
+			dump(&got, r, 0);
+			CHECK(got.p && rest.p && strcmp(got.p, rest.p) == 0);
+			flx_pickle_free(p);
+			free(s.pairs.p);
+			free(s.items.p);
+			free(got.p);
+		}
+		free(want.p);
+		free(witems.p);
+		free(rest.p);
+		free(buf);
+	}
+}
+
+static void put_str(struct sbuf *b, const char *s)
+{
+	size_t n = strlen(s);
+
+	put_u8(b, 0x8c);
+	put_u8(b, (unsigned)n);
+	put(b, s, n);
+}
+
+static void put_binput(struct sbuf *b, uint32_t idx)
+{
+	put_u8(b, 'r');
+	put_le(b, idx, 4);
+}
+
+enum { SB_BATCHES = 60, SB_PER = 300 };
+enum { SB_PLAIN, SB_REFER_LIST, SB_DIRTY };
+
+/*
+ * {'sd': {...}, 'tail': ...} where 'sd' is filled in SB_BATCHES SETITEMS
+ * of SB_PER pairs 'k<b>_<i>': ['v<b>'], a list made in the batch.  Batch
+ * b memoizes its first key, list and 'v<b>' string; the second pair of
+ * the next batch holds [that key] instead, named through the memo after
+ * the batch's memory was reused.  tail: 'v<last>' (SB_PLAIN), batch 0's
+ * list (SB_REFER_LIST), or, where batch 0 appended 'x' to an older list
+ * (SB_DIRTY), (that list, batch 0's list).  *want gets the pairs the
+ * sink must see, dumped.
+ */
+static void sink_pickle(struct sbuf *b, struct sbuf *want, int mode)
+{
+	uint32_t keym[SB_BATCHES], valm[SB_BATCHES];
+	uint32_t memo = 0, lidx0 = 0, old = 0;
+	char key[32], val[32], t[96];
+
+	put(b, "\x80\x04", 2);
+	if (mode == SB_DIRTY) {
+		put(b, "]", 1);
+		put_binput(b, old = memo++);
+		put(b, "0", 1);
+	}
+	put(b, "}(", 2);
+	put_str(b, "sd");
+	put(b, "}", 1);
+	for (int k = 0; k < SB_BATCHES; k++) {
+		put(b, "(", 1);
+		for (int i = 0; i < SB_PER; i++) {
+			snprintf(key, sizeof(key), "k%d_%d", k, i);
+			put_str(b, key);
+			if (i == 0)
+				put_binput(b, keym[k] = memo++);
+			put(b, "]", 1);
+			if (k == 0 && i == 0)
+				put_binput(b, lidx0 = memo++);
+			if (k > 0 && i == 0) {
+				/* strings of the previous batch, its memory
+				 * since reused */
+				put_binget(b, keym[k - 1]);
+				snprintf(val, sizeof(val), "k%d_0", k - 1);
+			} else if (k > 0 && i == 1) {
+				put_binget(b, valm[k - 1]);
+				snprintf(val, sizeof(val), "v%d", k - 1);
+			} else {
+				snprintf(val, sizeof(val), "v%d", k);
+				put_str(b, val);
+				if (i == 2)
+					put_binput(b, valm[k] = memo++);
+			}
+			put(b, "a", 1);
+			if (k == 0 && i == 0 && mode == SB_DIRTY) {
+				/* an older list, changed in the batch */
+				put_binget(b, old);
+				put_str(b, "x");
+				put(b, "a0", 2);
+			}
+			snprintf(t, sizeof(t), "s\"%s\":[s\"%s\"];", key, val);
+			puts_(want, t);
+		}
+		put(b, "u", 1);
+	}
+	put_str(b, "tail");
+	if (mode == SB_PLAIN) {
+		put_binget(b, valm[SB_BATCHES - 1]);
+	} else if (mode == SB_REFER_LIST) {
+		put_binget(b, lidx0);
+	} else {
+		put(b, "(", 1);
+		put_binget(b, old);
+		put_binget(b, lidx0);
+		put(b, "t", 1);
+	}
+	put(b, "u.", 2);
+}
+
+/* Batches streamed one after another, the memory of each reused: the
+ * strings memoized in a batch keep their value in the next (a plain load's
+ * tree, dumped, is the oracle of what the sink sees); a memoized list of
+ * a reused batch named again fails the load with -EAGAIN; a batch that
+ * changed an older list is not reused, and what it made stays valid; a
+ * sink that declines fails the load with -EAGAIN. */
+static void test_sink_batches(void)
+{
+	static const char *const tails[] = {
+	    "<s\"sd\":<>,s\"tail\":s\"v59\">", NULL,
+	    "<s\"sd\":<>,s\"tail\":([s\"x\"],[s\"v0\"])>"};
+
+	for (int mode = SB_PLAIN; mode <= SB_DIRTY; mode++) {
+		for (size_t w = 7; w <= 7u << 16; w <<= 16) {
+			struct sbuf b = {0}, want = {0}, got = {.budget = 1000};
+			struct sink_rec s = {0};
+			flx_pickle *p = NULL;
+			flx_error e;
+			int rc;
+
+			sink_pickle(&b, &want, mode);
+			rc = load_sink(b.p, b.n, w, "sd", &s, &p, &e);
+			if (mode == SB_REFER_LIST) {
+				CHECK_EQ(rc, -EAGAIN);
+				CHECK(p == NULL);
+				CHECK(strstr(e.text, "sink") != NULL);
+			} else {
+				CHECK_EQ(rc, 0);
+				CHECK_EQ(s.calls, SB_BATCHES);
+				CHECK(s.pairs.p && want.p &&
+				      strcmp(s.pairs.p, want.p) == 0);
+				if (p)
+					dump(&got, flx_pickle_root(p), 0);
+				CHECK(got.p && strcmp(got.p, tails[mode]) == 0);
+				CHECK(
+				    flx_pickle_sink_dict(p) ==
+				    flx_pv_dict_get(flx_pickle_root(p), "sd"));
+			}
+			flx_pickle_free(p);
+			free(s.pairs.p);
+			free(got.p);
+			/* the tree of a plain load holds the same pairs */
+			p = NULL;
+			{
+				struct sbuf plain = {0};
+				const flx_pv *sd;
+
+				CHECK_EQ(load(b.p, b.n, &p, &e), 0);
+				sd = flx_pv_dict_get(flx_pickle_root(p), "sd");
+				for (size_t j = 0; sd && j < 2 * sd->u.dict.n;
+				     j++) {
+					plain.budget = 1000;
+					dump(&plain, sd->u.dict.kv[j], 0);
+					puts_(&plain, j & 1 ? ";" : ":");
+				}
+				CHECK(plain.p && want.p &&
+				      strcmp(plain.p, want.p) == 0);
+				free(plain.p);
+				flx_pickle_free(p);
+				p = NULL;
+			}
+			/* declined */
+			memset(&s, 0, sizeof(s));
+			s.decline = true;
+			CHECK_EQ(load_sink(b.p, b.n, w, "sd", &s, &p, &e),
+				 -EAGAIN);
+			CHECK(p == NULL);
+			CHECK_EQ(s.calls, 1);
+			/* no dict under that key: a plain load */
+			memset(&s, 0, sizeof(s));
+			CHECK_EQ(load_sink(b.p, b.n, w, "nothere", &s, &p, &e),
+				 0);
+			CHECK_EQ(s.calls, 0);
+			CHECK(flx_pickle_sink_dict(p) == NULL);
+			flx_pickle_free(p);
+			free(b.p);
+			free(want.p);
+		}
+	}
+}
+
+/* The sink dict named a second time (memo, DUP): after its pairs went to
+ * the sink, the load fails with -EAGAIN; before, it is not streamed. */
+static void test_sink_named_again(void)
+{
+	static const char after[] =
+	    "\x80\x04}(\x8c\x02sd}r\x00\x00\x00\x00(\x8c\x01k\x8c\x01vu"
+	    "\x8c\x04tailj\x00\x00\x00\x00u.";
+	static const char dup[] =
+	    "\x80\x04}(\x8c\x02sd}(\x8c\x01k\x8c\x01vu20u.";
+	static const char before[] =
+	    "\x80\x04}(\x8c\x02sd}r\x00\x00\x00\x00\x8c\x02sdj\x00\x00\x00\x00"
+	    "(\x8c\x01k\x8c\x01vuu.";
+	struct sink_rec s = {0};
+	struct sbuf got = {.budget = 100};
+	flx_pickle *p = NULL;
+	flx_error e;
+
+	CHECK_EQ(load_sink(after, sizeof(after) - 1, 1 << 16, "sd", &s, &p, &e),
+		 -EAGAIN);
+	CHECK(p == NULL);
+	CHECK_EQ(s.calls, 1);
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(load_sink(dup, sizeof(dup) - 1, 1 << 16, "sd", &s, &p, &e),
+		 -EAGAIN);
+	CHECK(p == NULL);
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(
+	    load_sink(before, sizeof(before) - 1, 1 << 16, "sd", &s, &p, &e),
+	    0);
+	CHECK_EQ(s.calls, 0);
+	CHECK(flx_pickle_sink_dict(p) == NULL);
+	if (p)
+		dump(&got, flx_pickle_root(p), 0);
+	CHECK(got.p && strcmp(got.p, "<s\"sd\":<s\"k\":s\"v\">,s\"sd\":<s\"k\":"
+				     "s\"v\">>") == 0);
+	flx_pickle_free(p);
+	free(got.p);
+	free(s.pairs.p);
+}
+
+enum { PK_PAIRS = 600000, PK_PER = 1000, PK_REF = 300000 };
+enum { PK_KEY, PK_LIST, PK_SET };
+
+/* PK_PAIRS pairs 'k<j>': [] streamed in batches of PK_PER, every list
+ * memoized, every PK_PER-th key too; then tail: the key of pair PK_REF
+ * (PK_KEY), its list (PK_LIST), or the memo slot of that list set again
+ * (PK_SET): slots in the second memo chunk, packed by then. */
+static void packed_pickle(struct sbuf *b, int mode)
+{
+	uint32_t memo = 0, keyref = 0, listref = 0;
+	char key[32];
+
+	put(b, "\x80\x04}(", 4);
+	put_str(b, "sd");
+	put(b, "}", 1);
+	for (int j = 0; j < PK_PAIRS; j++) {
+		if (j % PK_PER == 0)
+			put(b, "(", 1);
+		snprintf(key, sizeof(key), "k%d", j);
+		put_str(b, key);
+		if (j % PK_PER == 0) {
+			if (j == PK_REF)
+				keyref = memo;
+			put_binput(b, memo++);
+		}
+		put(b, "]", 1);
+		if (j == PK_REF)
+			listref = memo;
+		put_binput(b, memo++);
+		if (j % PK_PER == PK_PER - 1)
+			put(b, "u", 1);
+	}
+	put_str(b, "tail");
+	if (mode == PK_KEY) {
+		put_binget(b, keyref);
+	} else if (mode == PK_LIST) {
+		put_binget(b, listref);
+	} else {
+		put_str(b, "x");
+		put_binput(b, listref);
+	}
+	put(b, "u.", 2);
+}
+
+/* Memo chunks that the batches filled with values the sink took are
+ * freed: the strings memoized there still read back, the values taken
+ * fail the load with -EAGAIN, and so does setting a packed slot again
+ * (which succeeds in a plain load). */
+static void test_sink_packed(void)
+{
+	for (int mode = PK_KEY; mode <= PK_SET; mode++) {
+		struct sbuf b = {0};
+		struct sink_rec s = {0};
+		flx_pickle *p = NULL;
+		flx_error e;
+		int rc;
+
+		packed_pickle(&b, mode);
+		s.count_only = true;
+		rc = load_sink(b.p, b.n, 1 << 18, "sd", &s, &p, &e);
+		if (mode == PK_KEY) {
+			CHECK_EQ(rc, 0);
+			CHECK_EQ(s.npairs, PK_PAIRS);
+			CHECK(
+			    str_is(flx_pv_dict_get(flx_pickle_root(p), "tail"),
+				   "k300000"));
+		} else {
+			CHECK_EQ(rc, -EAGAIN);
+			CHECK(p == NULL);
+		}
+		flx_pickle_free(p);
+		p = NULL;
+		CHECK_EQ(load(b.p, b.n, &p, &e), 0);
+		flx_pickle_free(p);
+		free(s.pairs.p);
+		free(b.p);
+	}
+}
+
+/* Batches whose memoized strings are kept (slid down over the batch's
+ * other values) fill the arena's blocks to their end and move on to new
+ * ones: every kept string reads back. */
+static void test_sink_kept_strings(void)
+{
+	enum { BATCHES = 400, LONG = 3000 };
+	struct sbuf b = {0};
+	struct sink_rec s = {.count_only = true};
+	flx_pickle *p = NULL;
+	flx_error e;
+	char *text = malloc(LONG);
+	const flx_pv *r;
+	bool ok = true;
+
+	CHECK(text != NULL);
+	if (!text)
+		return;
+	put(&b, "\x80\x04}(", 4);
+	put_str(&b, "sd");
+	put(&b, "}", 1);
+	for (int k = 0; k < BATCHES; k++) {
+		memset(text, 'a' + k % 26, LONG);
+		snprintf(text, 16, "%d:", k);
+		text[strlen(text)] = 'x';
+		put(&b, "(", 1);
+		put_str(&b, "key");
+		put(&b, "]", 1);
+		put_u8(&b, 'X');
+		put_le(&b, LONG, 4);
+		put(&b, text, LONG);
+		put_binput(&b, (uint32_t)k);
+		put(&b, "a", 1);
+		put(&b, "u", 1);
+	}
+	put_str(&b, "all");
+	put(&b, "(", 1);
+	for (int k = 0; k < BATCHES; k++)
+		put_binget(&b, (uint32_t)k);
+	put(&b, "tu.", 3);
+	CHECK_EQ(load_sink(b.p, b.n, 1 << 16, "sd", &s, &p, &e), 0);
+	CHECK_EQ(s.npairs, BATCHES);
+	r = p ? flx_pv_dict_get(flx_pickle_root(p), "all") : NULL;
+	CHECK_EQ(flx_pv_len(r), BATCHES);
+	for (int k = 0; r && ok && k < BATCHES; k++) {
+		const flx_pv *v = flx_pv_item(r, (size_t)k);
+
+		memset(text, 'a' + k % 26, LONG);
+		snprintf(text, 16, "%d:", k);
+		text[strlen(text)] = 'x';
+		ok = v && v->kind == FLX_PV_STR && v->u.str.len == LONG &&
+		     memcmp(v->u.str.s, text, LONG) == 0;
+	}
+	CHECK(ok);
+	flx_pickle_free(p);
+	free(text);
+	free(b.p);
+}
+
 int main(void)
 {
 	test_vectors();
@@ -1894,5 +2398,10 @@ int main(void)
 	test_many_payloads();
 	test_file_payload();
 	test_reader_str_limits();
+	test_sink_dcp();
+	test_sink_batches();
+	test_sink_named_again();
+	test_sink_packed();
+	test_sink_kept_strings();
 	return CHECK_RESULT();
 }

@@ -56,7 +56,8 @@ against a baseline taken in the same run (median of --runs, min and max):
            --fuse-uring adds flexfs-fusepass on FUSE over io_uring
            (prototype; sets the fuse module's enable_uring for its INIT)
   scale    (not in the default list) mounts of DCP checkpoints of 100k
-           and 1M chunks (6M with FLEXFS_BENCH_SCALE_6M=1) vs Python's
+           and 1M chunks (6M with FLEXFS_BENCH_SCALE_6M=1; only these
+           with FLEXFS_BENCH_SCALE_DCP=1) vs Python's
            pickle.load of the same .metadata; metadata MB/s; peak RSS per
            chunk; the same for a Paddle Flex and a Megatron torch_dist
            checkpoint of 1M chunks (vs pickle.load of their metadata) and a

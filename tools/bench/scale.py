@@ -17,6 +17,8 @@ Rows, each against a baseline measured in the same run (medians of
     goal >= 0.5.
 Chunk counts: 100k and 1M; 6M with FLEXFS_BENCH_SCALE_6M=1 (its
 generator holds about 6 GB of Python objects and takes minutes).
+FLEXFS_BENCH_SCALE_DCP=1: the DCP mounts only (no other format, no
+small-items read).
 """
 
 import json
@@ -135,6 +137,8 @@ def fig_scale(ctx, b):
     for name, t, r in sizes:
         info = ensure(ctx, b, name, t, r, 4, "repeat")
         rows += fig_mounts(ctx, b, info)
+    if os.environ.get("FLEXFS_BENCH_SCALE_DCP") == "1":
+        return rows
     rows += scale_fmt.fig_scale_fmt(ctx, b)
     rows += fig_items(ctx, b)
     return rows
