@@ -2217,10 +2217,12 @@ static void test_sink_named_again(void)
 		 -EAGAIN);
 	CHECK(p == NULL);
 	CHECK_EQ(s.calls, 1);
+	free(s.pairs.p);
 	memset(&s, 0, sizeof(s));
 	CHECK_EQ(load_sink(dup, sizeof(dup) - 1, 1 << 16, "sd", &s, &p, &e),
 		 -EAGAIN);
 	CHECK(p == NULL);
+	free(s.pairs.p);
 	memset(&s, 0, sizeof(s));
 	CHECK_EQ(
 	    load_sink(before, sizeof(before) - 1, 1 << 16, "sd", &s, &p, &e),
