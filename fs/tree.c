@@ -619,7 +619,7 @@ static int view_header(const flx_fs *fs, const seg_src *s, unsigned char *buf,
 }
 
 /* The batch of the flx_fs_read() running on this thread: view segments'
- * remote runs wait there, so that a request's segments make one batch
+ * contiguous runs wait there, so that a request's segments make one batch
  * (flx_view_batch).  Only view_read() uses it: a generator reading view
  * bytes looks at them at once. */
 static _Thread_local flx_view_batch *read_batch;
@@ -1173,7 +1173,7 @@ ssize_t flx_fs_read(const flx_fs *fs, flx_ino ino, void *buf, size_t n,
 		    uint64_t off, flx_read_stats *stats)
 {
 	const node *f = get(fs, ino);
-	flx_view_batch batch = {0};
+	flx_view_batch batch = {.stats = stats};
 	uint64_t size;
 	int rc, frc;
 

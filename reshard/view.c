@@ -247,12 +247,9 @@ uint64_t flx_view_bytes(const flx_view *v)
 
 /* ---- reading ---- */
 
-typedef struct pending {
-	uint32_t file;
-	uint64_t src; /* file offset */
-	size_t dst;   /* offset in the caller's buffer */
-	size_t len;
-} pending;
+/* A contiguous run queued for reading: file, its offset there (off), its
+ * place in the caller's buffer (buf) and its length. */
+typedef flx_file_span pending;
 
 /* Blocks [lo, hi] of a file that the elements of queued runs start in. */
 typedef struct span {
@@ -336,7 +333,18 @@ static int cmp_run_src(const void *a, const void *b)
 
 	if (x->file != y->file)
 		return x->file < y->file ? -1 : 1;
-	return x->src < y->src ? -1 : x->src > y->src;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Sort runs[0..n) by file, then offset, unless they already are (runs are
+ * mostly queued in file order: skipping the sort saves its cost). */
+static void sort_runs(pending *runs, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		if (cmp_run_src(&runs[i - 1], &runs[i]) > 0) {
+			qsort(runs, n, sizeof(pending), cmp_run_src);
+			return;
+		}
 }
 
 /*
@@ -348,58 +356,129 @@ static int cmp_run_src(const void *a, const void *b)
  * destinations interleave with another chunk's (a column-split source
  * read row-wise): hundreds of small reads become one, copying each byte
  * once.  A gap is what another rank's slice of the same rows leaves (TP4
- * of a TP2 source keeps half of each saved row): reading it costs a copy
- * of under a page per run, far less than a syscall per run, and no extra
- * disk I/O, since a gap under a page lies in pages the runs around it
- * need anyway.
+ * of a TP2 source keeps half of each saved row), or the item header
+ * between two small tensors saved one after the other (a DCP file of
+ * many torch.save items): reading it costs a copy of under a page per
+ * run, far less than a syscall per run, and no extra disk I/O, since a
+ * gap under a page lies in pages the runs around it need anyway.
  */
 #define GAP_MAX 4095
 
-static int read_cluster(rdctx *r, size_t i, size_t j)
+/* Scatter lists of the clustered reads, grown on use. */
+typedef struct iolist {
+	struct iovec *iov;
+	size_t cap;
+} iolist;
+
+/* Runs s[i..j) of one local file, sorted by offset, each starting at or
+ * after the end of the one before with a gap under GAP_MAX: read with
+ * preadv()s of at most IOV_MAX entries. */
+static int read_cluster(const flx_ckpt *c, const pending *s, size_t i,
+			size_t j, iolist *io, flx_read_stats *stats)
 {
 	/* gap bytes land here, unread; one per thread (no shared writes) */
 	static _Thread_local unsigned char gap_sink[GAP_MAX];
-	uint32_t file = r->runs[i].file;
-	int rc = check_file(r, file);
+	uint32_t file = s[i].file;
+	int rc = 0;
 
-	if (rc)
-		return rc;
 	/* Each preadv starts at its first run and ends at its last: the
 	 * bytes it reads are at - src, gaps included. */
 	while (!rc && i < j) {
 		size_t k = 0;
-		uint64_t src = r->runs[i].src, at = src;
+		uint64_t src = s[i].off, at = src;
 
-		if (flx_grow((void **)&r->iov, &r->capiov, IOV_MAX,
+		if (flx_grow((void **)&io->iov, &io->cap, IOV_MAX,
 			     sizeof(struct iovec))) {
 			rc = -ENOMEM;
 			break;
 		}
 		/* A run and the gap before it take two entries. */
 		while (i < j && k + 2 <= IOV_MAX) {
-			const pending *p = &r->runs[i];
+			const pending *p = &s[i];
 
-			if (p->src > at) {
-				r->iov[k].iov_base = gap_sink;
-				r->iov[k++].iov_len = (size_t)(p->src - at);
+			if (p->off > at) {
+				io->iov[k].iov_base = gap_sink;
+				io->iov[k++].iov_len = (size_t)(p->off - at);
 			}
-			r->iov[k].iov_base = r->buf + p->dst;
-			r->iov[k++].iov_len = p->len;
-			at = p->src + p->len;
+			io->iov[k].iov_base = p->buf;
+			io->iov[k++].iov_len = p->len;
+			at = p->off + p->len;
 			i++;
 		}
-		rc = flx_file_preadv(r->v->ckpt, file, r->iov, (int)k, src);
+		rc = flx_file_preadv(c, file, io->iov, (int)k, src);
 		if (rc && rc != -EIO && rc != -ENOMEM)
 			rc = -EIO;
-		if (r->stats) {
-			r->stats->preads++;
-			r->stats->bytes_read += at - src;
+		if (stats) {
+			stats->preads++;
+			stats->bytes_read += at - src;
 		}
 	}
 	return rc;
 }
 
+/* Local runs s[0..n) of one file, sorted by offset (the file checked by
+ * the caller): clusters read by read_cluster(), a lone run by one pread. */
+static int read_file_runs(const flx_ckpt *c, const pending *s, size_t n,
+			  iolist *io, flx_read_stats *stats)
+{
+	size_t i = 0;
+	int rc = 0;
+
+	while (i < n && !rc) {
+		size_t j = i + 1;
+		uint64_t end = s[i].off + s[i].len;
+
+		while (j < n && s[j].off >= end && s[j].off - end <= GAP_MAX &&
+		       s[j].off + s[j].len - s[i].off <= CLUSTER_BYTES) {
+			end = s[j].off + s[j].len;
+			j++;
+		}
+		if (j == i + 1) {
+			rc = flx_file_pread(c, s[i].file, s[i].buf, s[i].len,
+					    s[i].off);
+			if (rc && rc != -EIO && rc != -ENOMEM)
+				rc = -EIO;
+			if (stats) {
+				stats->preads++;
+				stats->bytes_read += s[i].len;
+			}
+		} else {
+			rc = read_cluster(c, s, i, j, io, stats);
+		}
+		i = j;
+	}
+	return rc;
+}
+
 #define BATCH_MAX 65536 /* spans a batch holds before it is flushed */
+
+/* The local runs of b, sorted: each file checked once (flx_file_verify(),
+ * as check_file() does for one view read), then its runs read. */
+static int batch_read_local(flx_view_batch *b)
+{
+	const flx_ckpt *c = b->ckpt;
+	iolist io = {b->iov, b->capiov};
+	size_t i = 0;
+	int rc = 0;
+
+	sort_runs(b->local, b->nlocal);
+	while (i < b->nlocal && !rc) {
+		uint32_t file = b->local[i].file;
+		size_t j = i + 1;
+
+		while (j < b->nlocal && b->local[j].file == file)
+			j++;
+		if (flx_file_verify(c, &c->files[file], false))
+			rc = -EIO;
+		else
+			rc = read_file_runs(c, b->local + i, j - i, &io,
+					    b->stats);
+		i = j;
+	}
+	b->iov = io.iov;
+	b->capiov = io.cap;
+	return rc;
+}
 
 int flx_view_batch_flush(flx_view_batch *b)
 {
@@ -407,7 +486,10 @@ int flx_view_batch_flush(flx_view_batch *b)
 
 	if (!rc && b->n)
 		rc = flx_file_read_spans(b->ckpt, b->spans, b->n);
+	if (!rc && b->nlocal)
+		rc = batch_read_local(b);
 	b->n = 0;
+	b->nlocal = 0;
 	b->rc = 0;
 	return rc == -ENOMEM ? rc : rc ? -EIO : 0;
 }
@@ -415,27 +497,33 @@ int flx_view_batch_flush(flx_view_batch *b)
 void flx_view_batch_release(flx_view_batch *b)
 {
 	free(b->spans);
+	free(b->local);
+	free(b->iov);
 	memset(b, 0, sizeof(*b));
 }
 
-/* The k queued remote runs of r into its batch. */
+/* The queued runs of r into its batch: the remote ones (k of them) to
+ * go to the backend, the others to be read in file order. */
 static int batch_add(rdctx *r, size_t k)
 {
 	flx_view_batch *b = r->batch;
 	const flx_ckpt *c = r->v->ckpt;
 
-	if (b->n && b->ckpt != c && (b->rc = flx_view_batch_flush(b)))
+	if ((b->n || b->nlocal) && b->ckpt != c &&
+	    (b->rc = flx_view_batch_flush(b)))
 		return b->rc;
 	b->ckpt = c;
 	if (flx_grow((void **)&b->spans, &b->cap, b->n + k,
-		     sizeof(flx_file_span)))
+		     sizeof(flx_file_span)) ||
+	    flx_grow((void **)&b->local, &b->caplocal,
+		     b->nlocal + (r->nruns - k), sizeof(flx_file_span)))
 		return -ENOMEM;
 	for (size_t i = 0; i < r->nruns; i++)
 		if (flx_file_is_remote(c, r->runs[i].file))
-			b->spans[b->n++] = (flx_file_span){
-			    r->runs[i].file, r->runs[i].src,
-			    r->buf + r->runs[i].dst, r->runs[i].len};
-	if (b->n >= BATCH_MAX)
+			b->spans[b->n++] = r->runs[i];
+		else
+			b->local[b->nlocal++] = r->runs[i];
+	if (b->n + b->nlocal >= BATCH_MAX)
 		return flx_view_batch_flush(b);
 	return 0;
 }
@@ -453,17 +541,13 @@ static int flush_remote(rdctx *r)
 		k += flx_file_is_remote(c, r->runs[i].file);
 	if (!k)
 		return 0;
-	if (r->batch)
-		return batch_add(r, k);
 	sp = malloc(k * sizeof(*sp));
 	if (!sp)
 		return -ENOMEM;
 	k = 0;
 	for (size_t i = 0; i < r->nruns; i++)
 		if (flx_file_is_remote(c, r->runs[i].file))
-			sp[k++] = (flx_file_span){
-			    r->runs[i].file, r->runs[i].src,
-			    r->buf + r->runs[i].dst, r->runs[i].len};
+			sp[k++] = r->runs[i];
 	rc = flx_file_read_spans(c, sp, k);
 	if (r->stats) {
 		r->stats->preads++;
@@ -474,39 +558,47 @@ static int flush_remote(rdctx *r)
 	return rc == -ENOMEM ? rc : rc ? -EIO : 0;
 }
 
+/*
+ * Execute the queued runs: at once, or, with a batch, into it (every
+ * run, local or remote: the view reads of one request then share their
+ * file checks and their clustered reads, one preadv for the small tensors
+ * one after the other in a file rather than a pread each).
+ */
 static int flush(rdctx *r)
 {
+	const flx_ckpt *c = r->v->ckpt;
+	iolist io = {r->iov, r->capiov};
 	size_t i = 0;
 	int rc = 0;
 
-	if (r->nruns > 1)
-		qsort(r->runs, r->nruns, sizeof(pending), cmp_run_src);
+	if (r->batch && r->nruns) {
+		size_t k = 0;
+
+		for (size_t j = 0; j < r->nruns; j++)
+			k += flx_file_is_remote(c, r->runs[j].file);
+		rc = batch_add(r, k);
+		r->nruns = 0;
+		return rc;
+	}
+	sort_runs(r->runs, r->nruns);
 	rc = flush_remote(r);
 	while (i < r->nruns && !rc) {
 		size_t j = i + 1;
-		uint64_t end = r->runs[i].src + r->runs[i].len;
 
-		if (flx_file_is_remote(r->v->ckpt, r->runs[i].file)) {
+		if (flx_file_is_remote(c, r->runs[i].file)) {
 			i++;
 			continue;
 		}
-
-		while (j < r->nruns && r->runs[j].file == r->runs[i].file &&
-		       r->runs[j].src >= end &&
-		       r->runs[j].src - end <= GAP_MAX &&
-		       r->runs[j].src + r->runs[j].len - r->runs[i].src <=
-			   CLUSTER_BYTES) {
-			end = r->runs[j].src + r->runs[j].len;
+		while (j < r->nruns && r->runs[j].file == r->runs[i].file)
 			j++;
-		}
-		if (j == i + 1)
-			rc = do_pread(r, r->runs[i].file,
-				      r->buf + r->runs[i].dst, r->runs[i].len,
-				      r->runs[i].src);
-		else
-			rc = read_cluster(r, i, j);
+		rc = check_file(r, r->runs[i].file);
+		if (!rc)
+			rc = read_file_runs(c, r->runs + i, j - i, &io,
+					    r->stats);
 		i = j;
 	}
+	r->iov = io.iov;
+	r->capiov = io.cap;
 	r->nruns = 0;
 	return rc;
 }
@@ -516,10 +608,11 @@ static int flush(rdctx *r)
 static int emit(rdctx *r, uint32_t file, uint64_t src, size_t dst, size_t len)
 {
 	pending *last = r->nruns ? &r->runs[r->nruns - 1] : NULL;
+	unsigned char *to = r->buf + dst;
 	int rc;
 
-	if (last && last->file == file && last->src + last->len == src &&
-	    last->dst + last->len == dst) {
+	if (last && last->file == file && last->off + last->len == src &&
+	    (unsigned char *)last->buf + last->len == to) {
 		last->len += len;
 		return 0;
 	}
@@ -528,7 +621,7 @@ static int emit(rdctx *r, uint32_t file, uint64_t src, size_t dst, size_t len)
 	if (flx_grow((void **)&r->runs, &r->capruns, r->nruns + 1,
 		     sizeof(pending)))
 		return -ENOMEM;
-	r->runs[r->nruns++] = (pending){file, src, dst, len};
+	r->runs[r->nruns++] = (pending){file, src, to, len};
 	return 0;
 }
 

@@ -131,22 +131,32 @@ ssize_t flx_view_read_io(const flx_view *v, const flx_view_io *io, void *buf,
 			 size_t n, uint64_t off, flx_read_stats *stats);
 
 /*
- * The reads of remote files (flx_file_is_remote()) of several view reads,
- * collected to go to the file backend as one batch: the segments of one
- * request then cost one request per holder, not one per segment.  Zero-
- * initialise; one thread.
+ * The reads of several view reads (the segments of one request),
+ * collected to run together at flx_view_batch_flush(): the remote files'
+ * (flx_file_is_remote()) go to the file backend as one batch, one request
+ * per holder rather than one per segment; the local files' are sorted by
+ * place, each file checked unchanged once (flx_file_verify()) and read
+ * with clustered preadv()s, so that small tensors one after the other in
+ * a file cost a syscall per cluster, not a fstat and a pread each.
+ * Zero-initialise; one thread.
  */
 typedef struct flx_view_batch {
 	const struct flx_ckpt *ckpt;
-	struct flx_file_span *spans;
+	struct flx_file_span *spans; /* remote runs */
 	size_t n, cap;
-	int rc; /* the first failure of an early flush */
+	struct flx_file_span *local; /* local runs */
+	size_t nlocal, caplocal;
+	struct iovec *iov; /* the clustered reads' scatter list */
+	size_t capiov;
+	flx_read_stats *stats; /* the local reads counted here; or NULL */
+	int rc;		       /* the first failure of an early flush */
 } flx_view_batch;
 
 /**
- * flx_view_read_io() whose remote runs are appended to batch (NULL: read
- * at once), their bytes not in buf until flx_view_batch_flush(): the
- * caller must not look at buf before.  A cast tensor's view reads at once
+ * flx_view_read_io() whose contiguous runs (of local and remote files) are
+ * appended to batch (NULL: read at once), their bytes not in buf until
+ * flx_view_batch_flush(): the caller must not look at buf, nor free it,
+ * before.  A cast tensor's view reads at once
  * (its bytes are converted).  A batch that grows past a bound is flushed
  * early.  @return as flx_view_read_io().
  */
