@@ -373,8 +373,8 @@ typedef struct iolist {
 /* Runs s[i..j) of one local file, sorted by offset, each starting at or
  * after the end of the one before with a gap under GAP_MAX: read with
  * preadv()s of at most IOV_MAX entries. */
-static int read_cluster(const flx_ckpt *c, const pending *s, size_t i,
-			size_t j, iolist *io, flx_read_stats *stats)
+static int read_cluster(const flx_ckpt *c, const pending *s, size_t i, size_t j,
+			iolist *io, flx_read_stats *stats)
 {
 	/* gap bytes land here, unread; one per thread (no shared writes) */
 	static _Thread_local unsigned char gap_sink[GAP_MAX];
