@@ -1013,6 +1013,141 @@ static void test_random_layouts(const char *dir)
 	CHECK(boxes == 600 && gathered > 100);
 }
 
+/*
+ * A file of many small tensors saved one after the other, each behind a
+ * header of its own (a DCP file of small torch.save items): a read of the
+ * rank file that spans them all is one preadv, its flx_fs_read() batch
+ * having sorted the segments' runs and read the headers between them into
+ * scratch; the bytes are the tensors', each where the file's header says.
+ */
+#define SMALL_N	  200
+#define SMALL_GAP 48 /* an item's header: bytes between two tensors */
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+	return strcmp((*(flx_tensor *const *)a)->fqn,
+		      (*(flx_tensor *const *)b)->fqn);
+}
+
+static void test_small_items(const char *dir)
+{
+	flx_ckpt *c = calloc(1, sizeof(*c));
+	char path[512];
+	unsigned char junk[SMALL_GAP];
+	flx_spec s;
+	flx_plan *p = NULL;
+	flx_fs *fs = NULL;
+	flx_stat st;
+	flx_read_stats rs = {0};
+	unsigned char *got = NULL, *part = NULL;
+	uint64_t hlen = 0;
+	struct stat fst;
+	int fd;
+
+	memset(junk, 0xee, sizeof(junk));
+	snprintf(path, sizeof(path), "%s/f0", dir);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0);
+	c->dir = strdup(dir);
+	c->format = strdup("test");
+	c->writer = strdup("test");
+	c->nfiles = 1;
+	c->files = calloc(1, sizeof(flx_file));
+	c->files[0].relpath = strdup(path);
+	c->files[0].fd = fd;
+	c->files[0].data = true;
+	c->ntensors = SMALL_N;
+	c->tensors = calloc(SMALL_N, sizeof(flx_tensor));
+	c->by_name = calloc(SMALL_N, sizeof(flx_tensor *));
+	for (int i = 0; i < SMALL_N; i++) {
+		flx_tensor *t = &c->tensors[i];
+		uint64_t at = (uint64_t)i * (16 + SMALL_GAP);
+		int32_t v[4];
+		char name[32];
+
+		for (int k = 0; k < 4; k++)
+			v[k] = 1000 + i * 4 + k;
+		CHECK(pwrite(fd, junk, SMALL_GAP, (off_t)at) == SMALL_GAP);
+		CHECK(pwrite(fd, v, 16, (off_t)(at + SMALL_GAP)) == 16);
+		snprintf(name, sizeof(name), "layers.%d.w", i);
+		t->fqn = strdup(name);
+		t->dtype = FLX_DT_I32;
+		t->ndim = 1;
+		t->shape[0] = 4;
+		t->nchunks = 1;
+		CHECK(flx_tensor_alloc_chunks(t, 1) == 0);
+		t->chunks[0].size[0] = 4;
+		t->chunks[0].stride[0] = 1;
+		t->chunks[0].contig_from = flx_chunk_contig_from(1, t->chunks);
+		t->chunks[0].data_off = at + SMALL_GAP;
+		c->by_name[i] = t;
+	}
+	/* the rank file lists them by name (layers.0, layers.1, layers.10,
+	 * ...), not in file order */
+	qsort(c->by_name, SMALL_N, sizeof(flx_tensor *), cmp_tensor_name);
+	CHECK(fstat(fd, &fst) == 0);
+	flx_file_identity(&c->files[0], &fst);
+	p = plan_split(c, &s, 1, 0);
+	if (p)
+		CHECK_EQ(flx_fs_build(c, p, &fs, NULL), 0);
+	CHECK(fs && flx_fs_resolve(fs, "ranks/tp00_pp00/model.safetensors",
+				   &st) == 0);
+	if (fs)
+		got = malloc(st.size), part = malloc(st.size);
+	if (got && part && st.size > 8 + SMALL_N * 16) {
+		CHECK_EQ(flx_fs_read(fs, st.ino, got, st.size, 0, &rs),
+			 (ssize_t)st.size);
+		/* one clustered preadv over the whole run of items */
+		CHECK_EQ(rs.preads, 1);
+		CHECK_EQ(rs.bytes_read, SMALL_N * (16 + SMALL_GAP) - SMALL_GAP);
+		memcpy(&hlen, got, 8);
+		CHECK_EQ(8 + hlen + SMALL_N * 16, st.size);
+		for (int i = 0; i < SMALL_N && 8 + hlen < st.size; i++) {
+			char key[48], *h = (char *)got + 8, *at;
+			unsigned long long a = 0, b = 0;
+			int32_t v[4];
+
+			/* the header is JSON; got[8 + hlen] is a tensor's */
+			snprintf(key, sizeof(key), "\"layers.%d.w\"", i);
+			at = memmem(h, hlen, key, strlen(key));
+			CHECK(at != NULL);
+			at = at ? strstr(at, "\"data_offsets\"") : NULL;
+			CHECK(at && sscanf(at,
+					   "\"data_offsets\" : [ %llu , "
+					   "%llu ]",
+					   &a, &b) == 2);
+			CHECK(b == a + 16 && 8 + hlen + b <= st.size);
+			if (b != a + 16 || 8 + hlen + b > st.size)
+				continue;
+			memcpy(v, got + 8 + hlen + a, 16);
+			for (int k = 0; k < 4; k++)
+				CHECK_EQ(v[k], 1000 + i * 4 + k);
+		}
+		/* the same bytes in reads of every size and place */
+		for (uint64_t off = 0, n = 1; off < st.size;
+		     off += n, n = n * 3 % 997 + 1) {
+			size_t k =
+			    (size_t)(n < st.size - off ? n : st.size - off);
+
+			CHECK_EQ(
+			    flx_fs_read(fs, st.ino, part + off, k, off, NULL),
+			    (ssize_t)k);
+		}
+		CHECK(!memcmp(part, got, st.size));
+		/* a file changed since mount: EIO, however the runs are
+		 * batched */
+		CHECK(pwrite(fd, junk, 1, 0) == 1);
+		CHECK_EQ(flx_fs_read(fs, st.ino, got, st.size, 0, NULL), -EIO);
+	}
+	free(got);
+	free(part);
+	flx_fs_free(fs);
+	flx_plan_free(p);
+	flx_spec_release(&s);
+	unlink(path);
+	flx_ckpt_close(c);
+}
+
 static void remove_files(const char *dir)
 {
 	char path[600];
@@ -1065,6 +1200,7 @@ int main(void)
 	flx_ckpt_close(c);
 	test_gather_blocks(dir);
 	test_random_layouts(dir);
+	test_small_items(dir);
 	make_many();
 	c = make_ckpt(dir, many, 35, shape_7x10x3);
 	test_boxes(c);
