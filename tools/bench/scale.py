@@ -18,7 +18,8 @@ Rows, each against a baseline measured in the same run (medians of
 Chunk counts: 100k and 1M; 6M with FLEXFS_BENCH_SCALE_6M=1 (its
 generator holds about 6 GB of Python objects and takes minutes).
 FLEXFS_BENCH_SCALE_DCP=1: the DCP mounts only (no other format, no
-small-items read).
+small-items read).  FLEXFS_BENCH_SCALE_ITEMS=1: the small-items read
+only (no mount rows).
 """
 
 import json
@@ -130,6 +131,8 @@ def fig_items(ctx, b):
 
 
 def fig_scale(ctx, b):
+    if os.environ.get("FLEXFS_BENCH_SCALE_ITEMS") == "1":
+        return fig_items(ctx, b)
     rows = []
     sizes = [("100k", 1000, 100), ("1m", 1000, 1000)]
     if os.environ.get("FLEXFS_BENCH_SCALE_6M") == "1":
