@@ -129,6 +129,33 @@ typedef struct sent {
 	const parr *arr;  /* its array in that file */
 } sent;
 
+/* One storage_metadata entry as its LocalTensorIndex and value give it
+ * (parse_entry()), before it is matched with state_dict_metadata. */
+typedef struct lti {
+	const char *key, *file;
+	int na, ns; /* ns -1: no local_shape */
+	bool flat;
+	int64_t start, stop, rep;
+	int64_t off[FLX_MAX_DIMS], shape[FLX_MAX_DIMS];
+} lti;
+
+/* A primary storage entry streamed (se_sink()): its strings interned
+ * (L->istr), its offsets then local_shape at L->rdims[dims]. */
+typedef struct rawse {
+	uint32_t key, file;
+	size_t dims;
+	int8_t na, ns;
+	bool flat;
+	int64_t start, stop;
+} rawse;
+
+/* A state_dict_metadata list streamed (ltm_sink()): its LTMs
+ * [lo, lo + n) of L->ltms. */
+typedef struct sgroup {
+	const flx_pv *list;
+	size_t lo, n;
+} sgroup;
+
 typedef struct loader {
 	flx_build *b;
 	flx_ckpt *c;
@@ -160,6 +187,29 @@ typedef struct loader {
 	uint64_t memlen;
 	uint64_t memdone; /* bytes decoded into the memfds of earlier parts */
 	uint32_t memfile;
+	/* per key of the part: the name the .distcp files' name tables give
+	 * it, then the first other name one gives it (add_names()) */
+	const char **kname;
+	size_t t0; /* the part's first tensor in c->tensors */
+	/* the metadata's per-chunk parts streamed (load_metadata()): the
+	 * lists of state_dict_metadata (sg, their LTMs in L->ltms, in stream
+	 * order; usedsg: taken by load_sdm()), and the primary entries of
+	 * storage_metadata (raw, when streamed) */
+	sgroup *sg;
+	size_t nsg, capsg, usedsg;
+	bool streamed;
+	rawse *raw;
+	size_t nraw, capraw;
+	int64_t *rdims;
+	size_t nrdims, caprdims;
+	/* the strings of the streamed entries, interned: istr[i] (in spool),
+	 * found through the hash table itab (index + 1, 0: free) */
+	flx_pool spool;
+	const char **istr;
+	size_t nistr, capistr;
+	uint32_t *itab;
+	size_t imask;
+	long *kmap; /* per interned string: its key index, -1 none, -2 unknown */
 } loader;
 
 /* The DCP directories of a PaddleFormers "flex_checkpoint" save
@@ -571,7 +621,8 @@ static int load_sdm(loader *L, const flx_pv *sdm)
 				     "state_dict_metadata", "%zu keys", n);
 	L->keys = calloc(n ? n : 1, sizeof(*L->keys));
 	L->by_name = malloc((n ? n : 1) * sizeof(*L->by_name));
-	if (!L->keys || !L->by_name)
+	L->kname = calloc(2 * (n ? n : 1), sizeof(*L->kname));
+	if (!L->keys || !L->by_name || !L->kname)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		const char *key = cstr(sdm->u.dict.kv[2 * i]);
@@ -590,6 +641,13 @@ static int load_sdm(loader *L, const flx_pv *sdm)
 					     "state_dict_metadata value is not "
 					     "a list");
 		k->fqn = key;
+		L->by_name[i] = (uint32_t)i;
+		if (flx_pv_streamed(list)) {
+			/* its LTMs came from the stream (stream_placed()) */
+			k->lo = L->sg[L->usedsg].lo;
+			k->n = L->sg[L->usedsg++].n;
+			continue;
+		}
 		k->lo = L->nltms;
 		k->n = flx_pv_len(list);
 		if (flx_grow((void **)&L->ltms, &L->capltms, L->nltms + k->n,
@@ -603,7 +661,6 @@ static int load_sdm(loader *L, const flx_pv *sdm)
 				return rc;
 		}
 		L->nltms += k->n;
-		L->by_name[i] = (uint32_t)i;
 	}
 	L->nkeys = n;
 	qsort_r(L->by_name, n, sizeof(*L->by_name), cmp_key, L);
@@ -712,63 +769,70 @@ static long match_ltm(const loader *L, const pkey *k, int na,
 	return -1;
 }
 
-static int decode_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v)
+/* Entry i of storage_metadata (key k, value v) into *x. */
+static int parse_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v,
+		       lti *x)
 {
-	int64_t off[FLX_MAX_DIMS], shape[FLX_MAX_DIMS], start = 0, stop = 0,
-							rep = 0;
 	const flx_pv *ls, *r;
-	const char *key, *file;
-	int na, ns = -1, rc;
-	bool flat;
-	long ki, m;
-	sent *e;
+	int rc;
 
+	x->ns = -1;
+	x->start = x->stop = x->rep = 0;
 	if (!is_paddle_obj(k, "LocalTensorIndex") || !fields(k) ||
-	    !(key = cstr(field(k, "tensor_key"))))
+	    !(x->key = cstr(field(k, "tensor_key"))))
 		return flx_error_set(L->err, -EINVAL, L->meta,
 				     "storage_metadata",
 				     "entry %zu: key is not a Paddle "
 				     "LocalTensorIndex with a string "
 				     "tensor_key",
 				     i);
-	if ((rc = dims_of(L, L->meta, key, "LocalTensorIndex.global_offset",
-			  field(k, "global_offset"), &na, off)) ||
-	    (rc = flag_of(L, key, k, "is_flattened", &flat)))
+	if ((rc = dims_of(L, L->meta, x->key, "LocalTensorIndex.global_offset",
+			  field(k, "global_offset"), &x->na, x->off)) ||
+	    (rc = flag_of(L, x->key, k, "is_flattened", &x->flat)))
 		return rc;
-	if (flat &&
-	    (rc = range_of(L, key, field(k, "flattened_range"), &start, &stop)))
+	if (x->flat && (rc = range_of(L, x->key, field(k, "flattened_range"),
+				      &x->start, &x->stop)))
 		return rc;
 	ls = field(k, "local_shape");
 	if (!is_none(ls) &&
-	    (rc = dims_of(L, L->meta, key, "LocalTensorIndex.local_shape", ls,
-			  &ns, shape)))
+	    (rc = dims_of(L, L->meta, x->key, "LocalTensorIndex.local_shape",
+			  ls, &x->ns, x->shape)))
 		return rc;
 	r = field(k, "replica_id");
-	if (!is_none(r) && (!flx_pv_int(r, &rep) || rep < 0))
-		return flx_error_set(L->err, -EINVAL, L->meta, key,
+	if (!is_none(r) && (!flx_pv_int(r, &x->rep) || x->rep < 0))
+		return flx_error_set(L->err, -EINVAL, L->meta, x->key,
 				     "replica_id is not a non-negative "
 				     "integer");
-	if (!(file = cstr(v)))
-		return flx_error_set(L->err, -EINVAL, L->meta, key,
+	if (!(x->file = cstr(v)))
+		return flx_error_set(L->err, -EINVAL, L->meta, x->key,
 				     "storage_metadata value is not a file "
 				     "name");
-	/* replica_id > 0: a copy a loader ignores (save_replicas=True) */
-	if (rep > 0)
-		return 0;
-	ki = find_key(L, key);
+	return 0;
+}
+
+/* A primary entry (replica_id 0 or None) into L->se: its key (index ki,
+ * or -2: look it up) and LTM. */
+static int resolve_entry(loader *L, const lti *x, long ki)
+{
+	long m;
+	sent *e;
+
+	if (ki == -2)
+		ki = find_key(L, x->key);
 	if (ki < 0)
-		return flx_error_set(L->err, -EINVAL, L->meta, key,
+		return flx_error_set(L->err, -EINVAL, L->meta, x->key,
 				     "storage_metadata names a key that "
 				     "state_dict_metadata lacks");
-	m = match_ltm(L, &L->keys[ki], na, off, flat, start, stop, ns, shape);
+	m = match_ltm(L, &L->keys[ki], x->na, x->off, x->flat, x->start,
+		      x->stop, x->ns, x->shape);
 	if (m < 0) {
 		char o[96];
 
-		flx_fmt_dims(o, sizeof(o), na, off);
-		return flx_error_set(L->err, -EINVAL, L->meta, key,
+		flx_fmt_dims(o, sizeof(o), x->na, x->off);
+		return flx_error_set(L->err, -EINVAL, L->meta, x->key,
 				     "no LocalTensorMetadata for the shard at "
 				     "%s%s in %s",
-				     o, flat ? " (flattened)" : "", file);
+				     o, x->flat ? " (flattened)" : "", x->file);
 	}
 	if (flx_grow((void **)&L->se, &L->capse, L->nse + 1, sizeof(sent)))
 		return -ENOMEM;
@@ -776,13 +840,58 @@ static int decode_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v)
 	memset(e, 0, sizeof(*e));
 	e->key = (uint32_t)ki;
 	e->ltm = (size_t)m;
-	e->file = file;
+	e->file = x->file;
 	L->keys[ki].nse++;
+	return 0;
+}
+
+static int decode_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v)
+{
+	lti x;
+	int rc = parse_entry(L, i, k, v, &x);
+
+	/* replica_id > 0: a copy a loader ignores (save_replicas=True) */
+	if (rc || x.rep > 0)
+		return rc;
+	return resolve_entry(L, &x, -2);
+}
+
+/* The streamed entries, in storage_metadata order, as decode_entry() takes
+ * them from the tree; each key looked up once. */
+static int resolve_streamed(loader *L)
+{
+	L->kmap = malloc((L->nistr ? L->nistr : 1) * sizeof(*L->kmap));
+	if (!L->kmap)
+		return -ENOMEM;
+	for (size_t i = 0; i < L->nistr; i++)
+		L->kmap[i] = -2;
+	for (size_t i = 0; i < L->nraw; i++) {
+		const rawse *r = &L->raw[i];
+		lti x = {.key = L->istr[r->key],
+			 .file = L->istr[r->file],
+			 .na = r->na,
+			 .ns = r->ns,
+			 .flat = r->flat,
+			 .start = r->start,
+			 .stop = r->stop};
+		int rc;
+
+		memcpy(x.off, L->rdims + r->dims, sizeof(int64_t) * (size_t)r->na);
+		if (r->ns > 0)
+			memcpy(x.shape, L->rdims + r->dims + r->na,
+			       sizeof(int64_t) * (size_t)r->ns);
+		if (L->kmap[r->key] == -2)
+			L->kmap[r->key] = find_key(L, x.key);
+		if ((rc = resolve_entry(L, &x, L->kmap[r->key])))
+			return rc;
+	}
 	return 0;
 }
 
 static int load_storage(loader *L, const flx_pv *sm)
 {
+	if (L->streamed)
+		return resolve_streamed(L);
 	if (!sm || sm->kind != FLX_PV_DICT)
 		return flx_error_set(L->err, -EINVAL, L->meta,
 				     "storage_metadata",
@@ -1024,7 +1133,8 @@ static char *pool_str(flx_pool *p, const char *s)
 }
 
 /* Collect a file's "StructuredToParameterName@@" entries, for the keys
- * of the metadata only. */
+ * of the metadata only: per key the first name given and the first other
+ * one (set_paddle() refuses two), in the files' order (flush_names()). */
 static int add_names(loader *L, const char *file, const flx_pv *tab)
 {
 	if (!tab || tab->kind != FLX_PV_DICT)
@@ -1033,24 +1143,41 @@ static int add_names(loader *L, const char *file, const flx_pv *tab)
 	for (size_t i = 0; i < tab->u.dict.n; i++) {
 		const char *k = cstr(tab->u.dict.kv[2 * i]);
 		const char *n = cstr(tab->u.dict.kv[2 * i + 1]);
-		flx_name_pair *p;
+		const char **slot;
+		long ki;
 
 		if (!k || !n)
 			return flx_error_set(L->err, -EINVAL, file, NAME_TABLE,
 					     "entry %zu is not a string mapped "
 					     "to a string",
 					     i);
-		if (find_key(L, k) < 0)
+		if ((ki = find_key(L, k)) < 0)
+			continue;
+		slot = &L->kname[2 * ki];
+		if (slot[0] && (slot[1] || !strcmp(slot[0], n)))
+			continue;
+		slot += slot[0] != NULL;
+		if (!(*slot = pool_str(&L->c->pool, n)))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* The part's names (add_names()) into L->names, key by key, each key's
+ * first name first. */
+static int flush_names(loader *L)
+{
+	for (size_t i = 0; i < 2 * L->nkeys; i++) {
+		flx_name_pair *p;
+
+		if (!L->kname[i])
 			continue;
 		if (flx_grow((void **)&L->names, &L->capnames, L->nnames + 1,
 			     sizeof(*p)))
 			return -ENOMEM;
-		p = &L->names[L->nnames];
-		p->key = pool_str(&L->c->pool, k);
-		p->name = pool_str(&L->c->pool, n);
-		if (!p->key || !p->name)
-			return -ENOMEM;
-		L->nnames++;
+		p = &L->names[L->nnames++];
+		p->key = L->c->tensors[L->t0 + i / 2].fqn;
+		p->name = L->kname[i];
 	}
 	return 0;
 }
@@ -2052,6 +2179,7 @@ static int build_tensors(loader *L)
 	size_t t0 = c->ntensors;
 	flx_tensor *nt;
 
+	L->t0 = t0;
 	if (!start || !es)
 		goto nomem;
 	/* the parts' tensors one after another */
@@ -2190,6 +2318,206 @@ void flx_paddle_attach(flx_ckpt *c, const flx_paddle *pd)
 	c->src_fact = pd ? paddle_fact : NULL;
 }
 
+/* ---- the metadata's per-chunk parts streamed ----
+ *
+ * A metadata of many chunks is mostly its LocalTensorMetadata objects
+ * (the lists of state_dict_metadata) and its LocalTensorIndex -> file
+ * pairs (storage_metadata).  flx_pickle_load_sink() hands both to the
+ * sinks below batch by batch, which keep compact records (LTMs in L->ltms,
+ * entries as rawse with interned strings) while the VM reuses the
+ * objects' memory; load_sdm() and load_storage() then read those instead
+ * of the tree.  Anything the records cannot stand for exactly (an item
+ * or entry that does not decode, a list or pair also in the tree, a list
+ * met elsewhere) declines, and the metadata is decoded again as a tree,
+ * which gives the same index or the same message.
+ */
+
+/* Forget what the sinks took. */
+static void stream_reset(loader *L)
+{
+	free(L->sg);
+	free(L->raw);
+	free(L->rdims);
+	free(L->istr);
+	free(L->itab);
+	flx_pool_free(&L->spool);
+	L->sg = NULL;
+	L->raw = NULL;
+	L->rdims = NULL;
+	L->istr = NULL;
+	L->itab = NULL;
+	L->nsg = L->capsg = L->usedsg = L->nraw = L->capraw = 0;
+	L->nrdims = L->caprdims = L->nistr = L->capistr = L->imask = 0;
+	L->streamed = false;
+	/* the LTMs and their dims came from the stream only */
+	L->nltms = L->ndims = 0;
+}
+
+static uint64_t str_hash(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return h;
+}
+
+/* The interned index of s: 0 and *out, -ENOMEM, or -EAGAIN past 2^31
+ * strings. */
+static int intern(loader *L, const char *s, uint32_t *out)
+{
+	uint64_t h = str_hash(s);
+	size_t i, n;
+	char *c;
+
+	if (!L->itab || 2 * (L->nistr + 1) > L->imask + 1) {
+		size_t nmask = L->itab ? 2 * L->imask + 1 : 1023;
+		uint32_t *nt = calloc(nmask + 1, sizeof(*nt));
+
+		if (!nt)
+			return -ENOMEM;
+		for (size_t j = 0; j < L->nistr; j++) {
+			for (i = str_hash(L->istr[j]) & nmask; nt[i];
+			     i = (i + 1) & nmask)
+				;
+			nt[i] = (uint32_t)j + 1;
+		}
+		free(L->itab);
+		L->itab = nt;
+		L->imask = nmask;
+	}
+	for (i = h & L->imask; L->itab[i]; i = (i + 1) & L->imask)
+		if (!strcmp(L->istr[L->itab[i] - 1], s)) {
+			*out = L->itab[i] - 1;
+			return 0;
+		}
+	if (L->nistr >= INT32_MAX)
+		return -EAGAIN;
+	if (flx_grow((void **)&L->istr, &L->capistr, L->nistr + 1,
+		     sizeof(*L->istr)))
+		return -ENOMEM;
+	n = strlen(s) + 1;
+	if (!(c = flx_pool_alloc(&L->spool, n)))
+		return -ENOMEM;
+	memcpy(c, s, n);
+	L->istr[L->nistr] = c;
+	L->itab[i] = (uint32_t)L->nistr + 1;
+	*out = (uint32_t)L->nistr++;
+	return 0;
+}
+
+/* Items of a list of state_dict_metadata: its LTMs, appended to L->ltms
+ * (the list's batches must follow one another). */
+static int ltm_sink(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
+{
+	loader *L = ctx;
+	flx_error scratch, *keep = L->err;
+	int rc = 0;
+
+	if (!L->nsg || L->sg[L->nsg - 1].list != list) {
+		if (flx_grow((void **)&L->sg, &L->capsg, L->nsg + 1,
+			     sizeof(*L->sg)))
+			return -ENOMEM;
+		L->sg[L->nsg++] = (sgroup){list, L->nltms, 0};
+	}
+	if (flx_grow((void **)&L->ltms, &L->capltms, L->nltms + n, sizeof(ltm)))
+		return -ENOMEM;
+	flx_error_init(&scratch);
+	L->err = &scratch;
+	for (size_t i = 0; i < n && !rc; i++)
+		if (!(rc = decode_ltm(L, "", v[i], &L->ltms[L->nltms])))
+			L->nltms++;
+	L->err = keep;
+	if (rc)
+		return rc == -ENOMEM ? rc : -EAGAIN;
+	L->sg[L->nsg - 1].n += n;
+	return 0;
+}
+
+/* Pairs of storage_metadata: the primary entries, as rawse records. */
+static int se_sink(void *ctx, flx_pv *const *kv, size_t npairs)
+{
+	loader *L = ctx;
+	flx_error scratch, *keep = L->err;
+	/* strings a batch names twice share their node */
+	const char *lastk = NULL, *lastf = NULL;
+	uint32_t ik = 0, jf = 0;
+	int rc = 0;
+
+	flx_error_init(&scratch);
+	L->err = &scratch;
+	for (size_t j = 0; j < npairs && !rc; j++) {
+		lti x;
+		rawse *r;
+		size_t nd;
+
+		if ((rc = parse_entry(L, 0, kv[2 * j], kv[2 * j + 1], &x)))
+			break;
+		if (x.rep > 0)
+			continue;
+		if (x.key != lastk && !(rc = intern(L, x.key, &ik)))
+			lastk = x.key;
+		if (!rc && x.file != lastf && !(rc = intern(L, x.file, &jf)))
+			lastf = x.file;
+		nd = (size_t)x.na + (size_t)(x.ns > 0 ? x.ns : 0);
+		if (rc ||
+		    (rc = flx_grow((void **)&L->raw, &L->capraw, L->nraw + 1,
+				   sizeof(*L->raw))) ||
+		    (rc = flx_grow((void **)&L->rdims, &L->caprdims,
+				   L->nrdims + nd + 1, sizeof(*L->rdims))))
+			break;
+		r = &L->raw[L->nraw++];
+		*r = (rawse){.key = ik,
+			     .file = jf,
+			     .dims = L->nrdims,
+			     .na = (int8_t)x.na,
+			     .ns = (int8_t)x.ns,
+			     .flat = x.flat,
+			     .start = x.start,
+			     .stop = x.stop};
+		memcpy(L->rdims + L->nrdims, x.off, sizeof(int64_t) * (size_t)x.na);
+		if (x.ns > 0)
+			memcpy(L->rdims + L->nrdims + x.na, x.shape,
+			       sizeof(int64_t) * (size_t)x.ns);
+		L->nrdims += nd;
+	}
+	L->err = keep;
+	if (rc)
+		return rc == -ENOMEM ? rc : -EAGAIN;
+	return 0;
+}
+
+/* Whether what the sinks took stands for the metadata exactly: every pair
+ * of storage_metadata went to se_sink() (or none did, nor any other
+ * dict's), and each list ltm_sink() saw is, in order, a value of
+ * state_dict_metadata that holds nothing in the tree. */
+static bool stream_placed(loader *L, const flx_pickle *pk)
+{
+	const flx_pv *root = flx_pickle_root(pk), *sunk, *sm, *sdm;
+	size_t used = 0;
+
+	sunk = flx_pickle_sink_dict(pk);
+	sm = is_paddle_obj(root, "Metadata") ? field(root, "storage_metadata")
+					     : NULL;
+	if (sunk ? sm != sunk || sm->u.dict.n : L->nraw != 0)
+		return false;
+	sdm = is_paddle_obj(root, "Metadata")
+		  ? field(root, "state_dict_metadata")
+		  : NULL;
+	for (size_t i = 0; sdm && sdm->kind == FLX_PV_DICT && i < sdm->u.dict.n;
+	     i++) {
+		const flx_pv *v = sdm->u.dict.kv[2 * i + 1];
+
+		if (!flx_pv_streamed(v))
+			continue;
+		if (used == L->nsg || L->sg[used].list != v || flx_pv_len(v))
+			return false;
+		used++;
+	}
+	L->streamed = sunk != NULL;
+	return used == L->nsg;
+}
+
 static int interpret(loader *L, const flx_pv *root)
 {
 	const flx_pv *cls = flx_pv_obj_class(root);
@@ -2214,9 +2542,9 @@ static int interpret(loader *L, const flx_pv *root)
 	    (rc = sort_ltms(L)) ||
 	    (rc = load_storage(L, field(root, "storage_metadata"))) ||
 	    (rc = check_flat_mapping(L, field(root, "flat_mapping"))) ||
-	    (rc = load_files(L)))
+	    (rc = load_files(L)) || (rc = build_tensors(L)))
 		return rc;
-	return build_tensors(L);
+	return flush_names(L);
 }
 
 /* What one metadata's load holds; the loader is ready for the next. */
@@ -2233,6 +2561,11 @@ static void part_release(loader *L)
 	free(L->by_name);
 	free(L->ltm_ord);
 	free(L->se);
+	free(L->kname);
+	free(L->kmap);
+	L->kname = NULL;
+	L->kmap = NULL;
+	stream_reset(L);
 	L->files = NULL;
 	L->dims = NULL;
 	L->ltms = NULL;
@@ -2259,14 +2592,69 @@ static bool want_distcp(const char *name)
 	return is_distcp_name(name, &id);
 }
 
+/* Decode L->meta.  A local file is read forward through a window, its
+ * per-chunk parts streamed (stream_placed()), else decoded again as a
+ * tree; every payload is copied, as a buffer load copies it, so the tree
+ * and the messages are a buffer load's.  A file the remote backend serves
+ * is read whole. */
+static int load_metadata(loader *L, flx_pickle **pk, int64_t *mtime)
+{
+	static const flx_pickle_limits buf_lim = {0};
+	static const flx_pickle_limits win_lim = {
+	    .max_copy = MAX_METADATA_BYTES,
+	    .max_str = MAX_METADATA_BYTES,
+	};
+	static const char missing[] = "no such file (is this a Paddle "
+				      "checkpoint directory?)";
+	const flx_pickle_sink sink = {.key = "storage_metadata",
+				      .pairs = se_sink,
+				      .ctx = L,
+				      .items = ltm_sink,
+				      .list_parent = "state_dict_metadata"};
+	flx_fd_reader fctx;
+	flx_reader r;
+	void *meta = NULL;
+	size_t meta_len = 0;
+	uint64_t size = 0;
+	int fd = -1;
+	int rc = flx_build_open_whole(L->b, L->meta, MAX_METADATA_BYTES,
+				      missing, &fd, &size, mtime, L->err);
+
+	if (rc == -EREMOTE) {
+		rc = flx_build_read_whole(L->b, L->meta, MAX_METADATA_BYTES,
+					  missing, &meta, &meta_len, mtime,
+					  L->err);
+		if (!rc)
+			rc = flx_pickle_load(meta, meta_len, L->meta, &buf_lim,
+					     pk, L->err);
+		goto out;
+	}
+	if (rc)
+		goto out;
+	flx_reader_fd(&r, &fctx, fd, 0, size);
+	rc = flx_pickle_load_sink(&r, L->meta, &win_lim, &sink, pk, L->err);
+	if (!rc && !stream_placed(L, *pk)) {
+		flx_pickle_free(*pk);
+		*pk = NULL;
+		rc = -EAGAIN;
+	}
+	if (rc == -EAGAIN) {
+		stream_reset(L);
+		flx_error_init(L->err);
+		rc = flx_pickle_load_reader(&r, L->meta, &win_lim, pk, L->err);
+	}
+out:
+	free(meta);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
 /* Load one DCP directory: prefix "" (the checkpoint directory) or a
  * PaddleFormers part ("model_state/"). */
 static int load_part(loader *L, const flx_ckpt_opts *o, const char *prefix)
 {
-	static const flx_pickle_limits lim = {0};
 	flx_pickle *pk = NULL;
-	void *meta = NULL;
-	size_t meta_len = 0;
 	int64_t mtime;
 	int rc;
 
@@ -2274,14 +2662,7 @@ static int load_part(loader *L, const flx_ckpt_opts *o, const char *prefix)
 	rc = pick_id(L, o);
 	if (rc)
 		return rc;
-	rc = flx_build_read_whole(L->b, L->meta, MAX_METADATA_BYTES,
-				  "no such file (is this a Paddle checkpoint "
-				  "directory?)",
-				  &meta, &meta_len, &mtime, L->err);
-	if (!rc)
-		rc =
-		    flx_pickle_load(meta, meta_len, L->meta, &lim, &pk, L->err);
-	free(meta);
+	rc = load_metadata(L, &pk, &mtime);
 	if (!rc && !L->c->mtime_ns)
 		L->c->mtime_ns = mtime;
 	if (!rc)
