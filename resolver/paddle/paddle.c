@@ -209,7 +209,8 @@ typedef struct loader {
 	size_t nistr, capistr;
 	uint32_t *itab;
 	size_t imask;
-	long *kmap; /* per interned string: its key index, -1 none, -2 unknown */
+	long
+	    *kmap; /* per interned string: its key index, -1 none, -2 unknown */
 } loader;
 
 /* The DCP directories of a PaddleFormers "flex_checkpoint" save
@@ -876,7 +877,8 @@ static int resolve_streamed(loader *L)
 			 .stop = r->stop};
 		int rc;
 
-		memcpy(x.off, L->rdims + r->dims, sizeof(int64_t) * (size_t)r->na);
+		memcpy(x.off, L->rdims + r->dims,
+		       sizeof(int64_t) * (size_t)r->na);
 		if (r->ns > 0)
 			memcpy(x.shape, L->rdims + r->dims + r->na,
 			       sizeof(int64_t) * (size_t)r->ns);
@@ -2475,7 +2477,8 @@ static int se_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 			     .flat = x.flat,
 			     .start = x.start,
 			     .stop = x.stop};
-		memcpy(L->rdims + L->nrdims, x.off, sizeof(int64_t) * (size_t)x.na);
+		memcpy(L->rdims + L->nrdims, x.off,
+		       sizeof(int64_t) * (size_t)x.na);
 		if (x.ns > 0)
 			memcpy(L->rdims + L->nrdims + x.na, x.shape,
 			       sizeof(int64_t) * (size_t)x.ns);
