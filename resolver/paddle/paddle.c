@@ -93,7 +93,7 @@ typedef struct parr {
 	const char *key; /* in the tree while the file is read, then pool */
 	flx_dtype dtype; /* the numpy dtype's (bf16 shows as U16) */
 	int ndim;
-	int64_t shape[FLX_MAX_DIMS];
+	size_t sh; /* the shape: L->adims[sh, sh + ndim) */
 	bool fortran;
 	/* protocol 2's _codecs.encode(str, 'latin1') with bytes >= 0x80:
 	 * off, len first give the UTF-8 text in the file, then (decoded)
@@ -123,9 +123,9 @@ typedef struct pfile {
 /* One storage_metadata entry with replica_id 0 or None. */
 typedef struct sent {
 	uint32_t key;	  /* into L->keys */
+	uint32_t pf;	  /* into L->files */
 	size_t ltm;	  /* into L->ltms */
 	const char *file; /* the value: a file name */
-	uint32_t pf;	  /* into L->files */
 	const parr *arr;  /* its array in that file */
 } sent;
 
@@ -166,6 +166,8 @@ typedef struct loader {
 	const char *module;
 	int64_t *dims;
 	size_t ndims, capdims;
+	int64_t *adims; /* the shapes of the .distcp arrays (parr.sh) */
+	size_t nadims, capadims;
 	ltm *ltms;
 	size_t nltms, capltms;
 	pkey *keys;
@@ -510,6 +512,27 @@ static int push_dims(loader *L, int n, const int64_t *v, size_t *at)
 	if (n)
 		memcpy(L->dims + L->ndims, v, sizeof(int64_t) * (size_t)n);
 	L->ndims += (size_t)n;
+	return 0;
+}
+
+/* An array's shape (valid until the next array is decoded). */
+static const int64_t *ashape(const loader *L, const parr *a)
+{
+	return L->adims + a->sh;
+}
+
+/* shape[0..n) as the shape of array a. */
+static int set_ashape(loader *L, parr *a, int n, const int64_t *shape)
+{
+	if (flx_grow((void **)&L->adims, &L->capadims,
+		     L->nadims + (size_t)n + 1, sizeof(int64_t)))
+		return -ENOMEM;
+	a->ndim = n;
+	a->sh = L->nadims;
+	if (n)
+		memcpy(L->adims + L->nadims, shape,
+		       sizeof(int64_t) * (size_t)n);
+	L->nadims += (size_t)n;
 	return 0;
 }
 
@@ -887,6 +910,12 @@ static int resolve_streamed(loader *L)
 		if ((rc = resolve_entry(L, &x, L->kmap[r->key])))
 			return rc;
 	}
+	/* the entries are L->se now; the file names stay interned */
+	free(L->raw);
+	free(L->rdims);
+	L->raw = NULL;
+	L->rdims = NULL;
+	L->nraw = L->capraw = L->nrdims = L->caprdims = 0;
 	return 0;
 }
 
@@ -1057,8 +1086,8 @@ static int decode_raw(loader *L, const char *file, const char *key,
 static int array_bytes(loader *L, const char *file, const char *key, parr *a,
 		       uint64_t *bytes)
 {
-	if (flx_shape_bytes(a->ndim, a->shape, flx_dtype_size(a->dtype), NULL,
-			    bytes))
+	if (flx_shape_bytes(a->ndim, ashape(L, a), flx_dtype_size(a->dtype),
+			    NULL, bytes))
 		return flx_error_set(L->err, -EOVERFLOW, file, key,
 				     "array size overflows 64 bits");
 	return 0;
@@ -1071,8 +1100,9 @@ static int decode_array(loader *L, const char *file, const char *key,
 {
 	const flx_pv *cls = flx_pv_obj_class(v), *args, *st, *raw, *shape, *dt,
 		     *order;
+	int64_t shp[FLX_MAX_DIMS];
 	uint64_t want;
-	int rc;
+	int n, rc;
 
 	memset(a, 0, sizeof(*a));
 	a->key = key;
@@ -1111,8 +1141,8 @@ static int decode_array(loader *L, const char *file, const char *key,
 				     "value is not a numpy array "
 				     "(_reconstruct or _frombuffer)");
 	}
-	if ((rc = dims_of(L, file, key, "array shape", shape, &a->ndim,
-			  a->shape)) ||
+	if ((rc = dims_of(L, file, key, "array shape", shape, &n, shp)) ||
+	    (rc = set_ashape(L, a, n, shp)) ||
 	    (rc = decode_np_dtype(L, file, key, dt, &a->dtype)) ||
 	    (rc = array_bytes(L, file, key, a, &want)))
 		return rc;
@@ -1250,7 +1280,7 @@ static int decode_slice(loader *L, pfile *pf, const named *ix, size_t nix,
 	if ((rc = decode_array(L, pf->relpath, name, e->v, s)))
 		return rc;
 	if (s->ndim != 1) {
-		flx_fmt_dims(x, sizeof(x), s->ndim, s->shape);
+		flx_fmt_dims(x, sizeof(x), s->ndim, ashape(L, s));
 		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
 				     UNPACK_INFO ": slice '%s' has shape %s, "
 						 "not one dimension",
@@ -1263,14 +1293,14 @@ static int decode_slice(loader *L, pfile *pf, const named *ix, size_t nix,
 				     name, flx_dtype_name(s->dtype),
 				     flx_dtype_name(*dt));
 	*dt = s->dtype;
-	if ((uint64_t)s->shape[0] > numel - *sum)
+	if ((uint64_t)ashape(L, s)[0] > numel - *sum)
 		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
 				     UNPACK_INFO ": the slices up to '%s' hold "
 						 "more than the %" PRIu64
 						 " elements of OriginShape",
 				     name, numel);
 	s->first = (int64_t)*sum;
-	*sum += (uint64_t)s->shape[0];
+	*sum += (uint64_t)ashape(L, s)[0];
 	if (!(s->key = pool_str(&L->c->pool, name)))
 		return -ENOMEM;
 	pf->nslices++;
@@ -1288,10 +1318,11 @@ static int decode_pieces(loader *L, pfile *pf, const named *ix, size_t nix,
 {
 	const flx_pv *os = flx_pv_dict_get(v, "OriginShape"),
 		     *sl = flx_pv_dict_get(v, "slices");
+	int64_t shp[FLX_MAX_DIMS];
 	uint64_t numel, sum = 0;
 	size_t n;
 	char x[96];
-	int rc;
+	int nd, rc;
 
 	memset(a, 0, sizeof(*a));
 	a->key = key;
@@ -1300,14 +1331,15 @@ static int decode_pieces(loader *L, pfile *pf, const named *ix, size_t nix,
 				     UNPACK_INFO " entry is not a dict with "
 						 "OriginShape and slices");
 	if ((rc = dims_of(L, pf->relpath, key, UNPACK_INFO " OriginShape", os,
-			  &a->ndim, a->shape)))
+			  &nd, shp)) ||
+	    (rc = set_ashape(L, a, nd, shp)))
 		return rc;
 	n = flx_pv_len(sl);
 	if ((sl->kind != FLX_PV_LIST && sl->kind != FLX_PV_TUPLE) || !n)
 		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
 				     UNPACK_INFO ": slices is not a non-empty "
 						 "list of names");
-	if (flx_shape_bytes(a->ndim, a->shape, 1, NULL, &numel))
+	if (flx_shape_bytes(a->ndim, ashape(L, a), 1, NULL, &numel))
 		return flx_error_set(L->err, -EOVERFLOW, pf->relpath, key,
 				     UNPACK_INFO ": OriginShape overflows 64 "
 						 "bits");
@@ -1319,7 +1351,7 @@ static int decode_pieces(loader *L, pfile *pf, const named *ix, size_t nix,
 			return rc;
 	a->nslices = n;
 	if (sum != numel) {
-		flx_fmt_dims(x, sizeof(x), a->ndim, a->shape);
+		flx_fmt_dims(x, sizeof(x), a->ndim, ashape(L, a));
 		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
 				     UNPACK_INFO ": the slices hold %" PRIu64
 						 " elements, OriginShape %s "
@@ -1532,12 +1564,7 @@ static int read_distcp(loader *L, pfile *pf, const bool *want)
 		}
 		if ((rc = decode_array(L, pf->relpath, k, v, &pf->arr[n])))
 			goto out;
-		pf->arr[n].key = pool_str(&L->c->pool, k);
-		if (!pf->arr[n].key) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		n++;
+		pf->arr[n++].key = L->keys[ki].fqn;
 	}
 	pf->narr = n;
 	qsort(pf->arr, n, sizeof(parr), cmp_parr);
@@ -1956,9 +1983,9 @@ static int check_array(loader *L, const flx_tensor *t, const sent *e)
 	char x[96], y[96];
 
 	if (m->flat) {
-		if (a->ndim == 1 && a->shape[0] == m->stop - m->start)
+		if (a->ndim == 1 && ashape(L, a)[0] == m->stop - m->start)
 			return 0;
-		flx_fmt_dims(x, sizeof(x), a->ndim, a->shape);
+		flx_fmt_dims(x, sizeof(x), a->ndim, ashape(L, a));
 		return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
 				     "array shape %s is not that of the "
 				     "flattened range [%" PRId64 ", %" PRId64
@@ -1966,9 +1993,9 @@ static int check_array(loader *L, const flx_tensor *t, const sent *e)
 				     x, m->start, m->stop);
 	}
 	if (a->ndim == m->ndim &&
-	    !memcmp(a->shape, blk, sizeof(int64_t) * (size_t)m->ndim))
+	    !memcmp(ashape(L, a), blk, sizeof(int64_t) * (size_t)m->ndim))
 		return 0;
-	flx_fmt_dims(x, sizeof(x), a->ndim, a->shape);
+	flx_fmt_dims(x, sizeof(x), a->ndim, ashape(L, a));
 	flx_fmt_dims(y, sizeof(y), m->ndim, blk);
 	return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
 			     "array shape %s differs from local_shape %s", x,
@@ -2054,7 +2081,8 @@ static void run_of(const loader *L, const sent *e, size_t i, int64_t *start,
 	if (a->nslices)
 		a = &L->files[e->pf].slices[a->slice0 + i];
 	*start = base + a->first;
-	*stop = *start + (e->arr->nslices ? a->shape[0] : m->stop - m->start);
+	*stop =
+	    *start + (e->arr->nslices ? ashape(L, a)[0] : m->stop - m->start);
 	*file = a->latin1 ? L->memfile : L->files[e->pf].idx;
 	*at = a->off;
 }
@@ -2559,6 +2587,7 @@ static void part_release(loader *L)
 	}
 	free(L->files);
 	free(L->dims);
+	free(L->adims);
 	free(L->ltms);
 	free(L->keys);
 	free(L->by_name);
@@ -2571,6 +2600,8 @@ static void part_release(loader *L)
 	stream_reset(L);
 	L->files = NULL;
 	L->dims = NULL;
+	L->adims = NULL;
+	L->nadims = L->capadims = 0;
 	L->ltms = NULL;
 	L->keys = NULL;
 	L->by_name = NULL;
