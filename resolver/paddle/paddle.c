@@ -72,13 +72,14 @@
 
 /* One LocalTensorMetadata of state_dict_metadata. */
 typedef struct ltm {
-	int ndim;
-	size_t dims;	 /* off at L->dims[dims], shape at [dims + ndim] */
-	flx_dtype dtype; /* FLX_DT_INVALID: the metadata has none */
-	int gndim;	 /* -1: no global_shape */
-	size_t gdims;	 /* global_shape at L->dims[gdims] */
-	bool flat;
+	size_t dims;	     /* off at L->dims[dims], shape at [dims + ndim] */
+	size_t gdims;	     /* global_shape at L->dims[gdims] (shared by the
+			      * LTMs before it with the same one) */
 	int64_t start, stop; /* flattened_range when flat */
+	flx_dtype dtype;     /* FLX_DT_INVALID: the metadata has none */
+	int8_t ndim;
+	int8_t gndim; /* -1: no global_shape */
+	bool flat;
 } ltm;
 
 /* One key of state_dict_metadata: its LTMs [lo, lo + n) of L->ltms. */
@@ -594,7 +595,7 @@ static int decode_ltm(loader *L, const char *key, const flx_pv *v, ltm *m)
 				     "global_offset has %d dimensions, "
 				     "local_shape %d",
 				     na, ns);
-	m->ndim = na;
+	m->ndim = (int8_t)na;
 	if ((rc = push_dims(L, na, a, &m->dims)) ||
 	    (rc = push_dims(L, ns, s, &(size_t){0})))
 		return rc;
@@ -610,9 +611,18 @@ static int decode_ltm(loader *L, const char *key, const flx_pv *v, ltm *m)
 	gs = field(v, "global_shape");
 	m->gndim = -1;
 	if (!is_none(gs)) {
-		if ((rc = dims_of(L, L->meta, key, "global_shape", gs,
-				  &m->gndim, a)) ||
-		    (rc = push_dims(L, m->gndim, a, &m->gdims)))
+		const ltm *p = m > L->ltms ? m - 1 : NULL;
+		int ng;
+
+		if ((rc = dims_of(L, L->meta, key, "global_shape", gs, &ng, a)))
+			return rc;
+		m->gndim = (int8_t)ng;
+		/* a key's LTMs have one global shape: kept once */
+		if (p && p->gndim == ng &&
+		    !memcmp(L->dims + p->gdims, a,
+			    sizeof(int64_t) * (size_t)ng))
+			m->gdims = p->gdims;
+		else if ((rc = push_dims(L, ng, a, &m->gdims)))
 			return rc;
 	}
 	if ((rc = flag_of(L, key, v, "is_flattened", &m->flat)))
@@ -743,9 +753,30 @@ static int cmp_ltm_ord(const void *a, const void *b, void *arg)
 	return c ? c : (x > y) - (x < y);
 }
 
+/* Give back what the LTMs' arrays hold beyond their length. */
+static void fit(void **arr, size_t *cap, size_t n, size_t elem)
+{
+	void *p = n && n < *cap ? realloc(*arr, n * elem) : NULL;
+
+	if (p) {
+		*arr = p;
+		*cap = n;
+	}
+}
+
+/* After the entries found their LTMs: the order is not needed. */
+static int drop_ltm_ord(loader *L)
+{
+	free(L->ltm_ord);
+	L->ltm_ord = NULL;
+	return 0;
+}
+
 /* L->ltm_ord for the keys load_sdm read. */
 static int sort_ltms(loader *L)
 {
+	fit((void **)&L->ltms, &L->capltms, L->nltms, sizeof(ltm));
+	fit((void **)&L->dims, &L->capdims, L->ndims, sizeof(int64_t));
 	L->ltm_ord = malloc((L->nltms ? L->nltms : 1) * sizeof(*L->ltm_ord));
 	if (!L->ltm_ord)
 		return -ENOMEM;
@@ -885,8 +916,10 @@ static int decode_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v)
 static int resolve_streamed(loader *L)
 {
 	L->kmap = malloc((L->nistr ? L->nistr : 1) * sizeof(*L->kmap));
-	if (!L->kmap)
+	L->se = malloc((L->nraw ? L->nraw : 1) * sizeof(*L->se));
+	if (!L->kmap || !L->se)
 		return -ENOMEM;
+	L->capse = L->nraw ? L->nraw : 1;
 	for (size_t i = 0; i < L->nistr; i++)
 		L->kmap[i] = -2;
 	for (size_t i = 0; i < L->nraw; i++) {
@@ -2572,6 +2605,7 @@ static int interpret(loader *L, const flx_pv *root)
 	if ((rc = load_sdm(L, field(root, "state_dict_metadata"))) ||
 	    (rc = sort_ltms(L)) ||
 	    (rc = load_storage(L, field(root, "storage_metadata"))) ||
+	    (rc = drop_ltm_ord(L)) ||
 	    (rc = check_flat_mapping(L, field(root, "flat_mapping"))) ||
 	    (rc = load_files(L)) || (rc = build_tensors(L)))
 		return rc;
