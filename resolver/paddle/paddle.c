@@ -86,7 +86,8 @@ typedef struct ltm {
 typedef struct pkey {
 	const char *fqn;
 	size_t lo, n;
-	size_t nse; /* storage entries (primary copies) naming it */
+	size_t hint; /* where in ltm_ord the next entry's LTM likely is */
+	size_t nse;  /* storage entries (primary copies) naming it */
 } pkey;
 
 /* One array of a .distcp file. */
@@ -174,6 +175,8 @@ typedef struct loader {
 	pkey *keys;
 	size_t nkeys;
 	uint32_t *by_name; /* key indices sorted by fqn */
+	uint32_t *khash;   /* key index + 1 by str_hash(fqn), 0: free */
+	size_t kmask;
 	/* LTM indices: within each key's [lo, lo + n), sorted by (ndim,
 	 * global_offset, index), so that a storage entry finds its LTM by
 	 * binary search (a key has one LTM per rank) */
@@ -633,6 +636,36 @@ static int decode_ltm(loader *L, const char *key, const flx_pv *v, ltm *m)
 	return 0;
 }
 
+static uint64_t str_hash(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return h;
+}
+
+/* L->khash: the keys by the hash of their fqn (find_key()). */
+static int hash_keys(loader *L)
+{
+	size_t m = 1;
+
+	while (m < 2 * L->nkeys)
+		m <<= 1;
+	L->khash = calloc(m, sizeof(*L->khash));
+	if (!L->khash)
+		return -ENOMEM;
+	L->kmask = m - 1;
+	for (size_t i = 0; i < L->nkeys; i++) {
+		size_t j = str_hash(L->keys[i].fqn) & L->kmask;
+
+		while (L->khash[j])
+			j = (j + 1) & L->kmask;
+		L->khash[j] = (uint32_t)i + 1;
+	}
+	return 0;
+}
+
 static int cmp_key(const void *a, const void *b, void *arg)
 {
 	const loader *L = arg;
@@ -705,25 +738,16 @@ static int load_sdm(loader *L, const flx_pv *sdm)
 			    L->err, -EINVAL, L->meta,
 			    L->keys[L->by_name[i]].fqn,
 			    "listed twice in state_dict_metadata");
-	return 0;
+	return hash_keys(L);
 }
 
 /* The index of key fqn in L->keys, or -1. */
 static long find_key(const loader *L, const char *fqn)
 {
-	size_t lo = 0, hi = L->nkeys;
-
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		int c = strcmp(L->keys[L->by_name[mid]].fqn, fqn);
-
-		if (!c)
-			return L->by_name[mid];
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
+	for (size_t j = str_hash(fqn) & L->kmask; L->khash[j];
+	     j = (j + 1) & L->kmask)
+		if (!strcmp(L->keys[L->khash[j] - 1].fqn, fqn))
+			return (long)L->khash[j] - 1;
 	return -1;
 }
 
@@ -792,12 +816,16 @@ static int sort_ltms(loader *L)
  * flattened range and, when the index has one, local_shape
  * (docs/formats/paddle.md#metadata-semantics); the first in the metadata's
  * order when several are. */
-static long match_ltm(const loader *L, const pkey *k, int na,
-		      const int64_t *off, bool flat, int64_t start,
-		      int64_t stop, int ns, const int64_t *shape)
+static long match_ltm(const loader *L, pkey *k, int na, const int64_t *off,
+		      bool flat, int64_t start, int64_t stop, int ns,
+		      const int64_t *shape)
 {
-	size_t lo = k->lo, hi = k->lo + k->n;
+	size_t lo = k->lo, hi = k->lo + k->n, h = k->hint;
 
+	/* entries listed in the LTMs' order find theirs at once */
+	if (h > lo && h < hi && !cmp_ltm_off(L, L->ltm_ord[h], na, off) &&
+	    cmp_ltm_off(L, L->ltm_ord[h - 1], na, off) < 0)
+		lo = hi = h;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
@@ -819,6 +847,7 @@ static long match_ltm(const loader *L, const pkey *k, int na,
 				(ns && memcmp(mo + na, shape,
 					      sizeof(int64_t) * (size_t)ns))))
 			continue;
+		k->hint = i + 1;
 		return (long)j;
 	}
 	return -1;
@@ -2416,15 +2445,6 @@ static void stream_reset(loader *L)
 	L->nltms = L->ndims = 0;
 }
 
-static uint64_t str_hash(const char *s)
-{
-	uint64_t h = 0xcbf29ce484222325ull;
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
-	return h;
-}
-
 /* The interned index of s: 0 and *out, -ENOMEM, or -EAGAIN past 2^31
  * strings. */
 static int intern(loader *L, const char *s, uint32_t *out)
@@ -2625,6 +2645,8 @@ static void part_release(loader *L)
 	free(L->ltms);
 	free(L->keys);
 	free(L->by_name);
+	free(L->khash);
+	L->khash = NULL;
 	free(L->ltm_ord);
 	free(L->se);
 	free(L->kname);
