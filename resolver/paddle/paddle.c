@@ -7,6 +7,13 @@
  * field name) and the "{rank}_{id}.distcp" files, each a pickled dict of
  * numpy arrays plus a "StructuredToParameterName@@" table.
  *
+ * The metadata's per-chunk parts (the LocalTensorMetadata lists of
+ * state_dict_metadata, the pairs of storage_metadata) are streamed out of the
+ * pickle VM batch by batch (flx_pickle_load_sink()) into compact records,
+ * which load_sdm() and load_storage() read instead of the tree; whatever the
+ * records cannot stand for exactly is decoded again as a tree (see the
+ * streaming section).
+ *
  * Each .distcp is decoded once at mount by the inert pickle VM through a
  * bounded window: an array's bytes (BINBYTES/SHORT_BINBYTES/BINBYTES8 under
  * _reconstruct + BUILD, BYTEARRAY8 under protocol 5's _frombuffer) are
