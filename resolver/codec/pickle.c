@@ -1737,6 +1737,22 @@ static bool is_key(const flx_pv *k, const char *key)
 	       memcmp(k->u.str.s, key, k->u.str.len) == 0;
 }
 
+/* Whether the list at the stack's top, below a MARK, is a value of a dict
+ * under the sink's list_parent key: that dict, then its own MARK, then
+ * pairs, the list's key (a str) and the list. */
+static bool in_list_parent(const struct vm *vm)
+{
+	size_t m;
+
+	if (!vm->sink->list_parent || vm->nmarks < 2)
+		return false;
+	m = vm->marks[vm->nmarks - 2];
+	return m >= 2 && m + 2 <= vm->sp && (vm->sp - 2 - m) % 2 == 0 &&
+	       vm->stack[vm->sp - 2]->kind == FLX_PV_STR &&
+	       vm->stack[m - 1]->kind == FLX_PV_DICT &&
+	       is_key(vm->stack[m - 2], vm->sink->list_parent);
+}
+
 /* A MARK right above the sink dict or a sink list opens a batch.  The
  * sink dict is the first empty dict found under the sink's key when a
  * MARK follows it (torch pickles a dict as EMPTY_DICT, then batches of
@@ -1756,7 +1772,7 @@ static void batch_start(struct vm *vm)
 	k = vm->stack[vm->sp - 2];
 	if (d->kind == FLX_PV_LIST) {
 		if (!vm->sink->items || d->u.seq.n || d->reref_ ||
-		    !is_key(k, vm->sink->list_key))
+		    !(is_key(k, vm->sink->list_key) || in_list_parent(vm)))
 			return;
 		d->sunk_ = true;
 	} else if (d->kind != FLX_PV_DICT) {

@@ -199,6 +199,10 @@ struct flx_pickle_sink {
 	 * as the tree) */
 	const char *list_key;
 	int (*items)(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n);
+	/* and, to items() as well, the lists that are the values of the dict
+	 * stored under this str key (NULL: none), whatever their own keys
+	 * (a dict of str -> list, as Paddle's state_dict_metadata) */
+	const char *list_parent;
 };
 
 /**
@@ -207,7 +211,8 @@ struct flx_pickle_sink {
  * with a MARK pushed right above it) go to sink->pairs() instead of the
  * tree, and the memory their values took is reused.  That dict stays in
  * the tree, without those pairs; flx_pickle_sink_dict() says which it is.
- * The same for the items of the lists under sink->list_key, if set.
+ * The same for the items of the lists under sink->list_key, if set, and of
+ * the lists that are values of a dict under sink->list_parent, if set.
  * A later reference to a value the sink took (through the memo, to a
  * container, tuple or object; strings, numbers and class references stay
  * valid), or to the sink dict or a list streamed, fails the load with

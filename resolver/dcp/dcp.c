@@ -1672,7 +1672,8 @@ static void loader_release(loader *L)
 static int load_streamed(loader *L, const flx_reader *r,
 			 const flx_pickle_limits *lim, flx_pickle **pk)
 {
-	flx_pickle_sink sink = {"storage_data", sd_sink, L, "chunks", ck_sink};
+	flx_pickle_sink sink = {"storage_data", sd_sink, L,
+				"chunks",	ck_sink, NULL};
 	const flx_pv *sd, *sunk;
 	int rc = flx_pickle_load_sink(r, META_NAME, lim, &sink, pk, L->err);
 

@@ -7,6 +7,13 @@
  * field name) and the "{rank}_{id}.distcp" files, each a pickled dict of
  * numpy arrays plus a "StructuredToParameterName@@" table.
  *
+ * The metadata's per-chunk parts (the LocalTensorMetadata lists of
+ * state_dict_metadata, the pairs of storage_metadata) are streamed out of the
+ * pickle VM batch by batch (flx_pickle_load_sink()) into compact records,
+ * which load_sdm() and load_storage() read instead of the tree; whatever the
+ * records cannot stand for exactly is decoded again as a tree (see the
+ * streaming section).
+ *
  * Each .distcp is decoded once at mount by the inert pickle VM through a
  * bounded window: an array's bytes (BINBYTES/SHORT_BINBYTES/BINBYTES8 under
  * _reconstruct + BUILD, BYTEARRAY8 under protocol 5's _frombuffer) are
@@ -72,20 +79,22 @@
 
 /* One LocalTensorMetadata of state_dict_metadata. */
 typedef struct ltm {
-	int ndim;
-	size_t dims;	 /* off at L->dims[dims], shape at [dims + ndim] */
-	flx_dtype dtype; /* FLX_DT_INVALID: the metadata has none */
-	int gndim;	 /* -1: no global_shape */
-	size_t gdims;	 /* global_shape at L->dims[gdims] */
-	bool flat;
+	size_t dims;	     /* off at L->dims[dims], shape at [dims + ndim] */
+	size_t gdims;	     /* global_shape at L->dims[gdims] (shared by the
+			      * LTMs before it with the same one) */
 	int64_t start, stop; /* flattened_range when flat */
+	flx_dtype dtype;     /* FLX_DT_INVALID: the metadata has none */
+	int8_t ndim;
+	int8_t gndim; /* -1: no global_shape */
+	bool flat;
 } ltm;
 
 /* One key of state_dict_metadata: its LTMs [lo, lo + n) of L->ltms. */
 typedef struct pkey {
 	const char *fqn;
 	size_t lo, n;
-	size_t nse; /* storage entries (primary copies) naming it */
+	size_t hint; /* where in ltm_ord the next entry's LTM likely is */
+	size_t nse;  /* storage entries (primary copies) naming it */
 } pkey;
 
 /* One array of a .distcp file. */
@@ -93,7 +102,7 @@ typedef struct parr {
 	const char *key; /* in the tree while the file is read, then pool */
 	flx_dtype dtype; /* the numpy dtype's (bf16 shows as U16) */
 	int ndim;
-	int64_t shape[FLX_MAX_DIMS];
+	size_t sh; /* the shape: L->adims[sh, sh + ndim) */
 	bool fortran;
 	/* protocol 2's _codecs.encode(str, 'latin1') with bytes >= 0x80:
 	 * off, len first give the UTF-8 text in the file, then (decoded)
@@ -123,11 +132,38 @@ typedef struct pfile {
 /* One storage_metadata entry with replica_id 0 or None. */
 typedef struct sent {
 	uint32_t key;	  /* into L->keys */
+	uint32_t pf;	  /* into L->files */
 	size_t ltm;	  /* into L->ltms */
 	const char *file; /* the value: a file name */
-	uint32_t pf;	  /* into L->files */
 	const parr *arr;  /* its array in that file */
 } sent;
+
+/* One storage_metadata entry as its LocalTensorIndex and value give it
+ * (parse_entry()), before it is matched with state_dict_metadata. */
+typedef struct lti {
+	const char *key, *file;
+	int na, ns; /* ns -1: no local_shape */
+	bool flat;
+	int64_t start, stop, rep;
+	int64_t off[FLX_MAX_DIMS], shape[FLX_MAX_DIMS];
+} lti;
+
+/* A primary storage entry streamed (se_sink()): its strings interned
+ * (L->istr), its offsets then local_shape at L->rdims[dims]. */
+typedef struct rawse {
+	uint32_t key, file;
+	size_t dims;
+	int8_t na, ns;
+	bool flat;
+	int64_t start, stop;
+} rawse;
+
+/* A state_dict_metadata list streamed (ltm_sink()): its LTMs
+ * [lo, lo + n) of L->ltms. */
+typedef struct sgroup {
+	const flx_pv *list;
+	size_t lo, n;
+} sgroup;
 
 typedef struct loader {
 	flx_build *b;
@@ -139,11 +175,15 @@ typedef struct loader {
 	const char *module;
 	int64_t *dims;
 	size_t ndims, capdims;
+	int64_t *adims; /* the shapes of the .distcp arrays (parr.sh) */
+	size_t nadims, capadims;
 	ltm *ltms;
 	size_t nltms, capltms;
 	pkey *keys;
 	size_t nkeys;
 	uint32_t *by_name; /* key indices sorted by fqn */
+	uint32_t *khash;   /* key index + 1 by str_hash(fqn), 0: free */
+	size_t kmask;
 	/* LTM indices: within each key's [lo, lo + n), sorted by (ndim,
 	 * global_offset, index), so that a storage entry finds its LTM by
 	 * binary search (a key has one LTM per rank) */
@@ -160,6 +200,30 @@ typedef struct loader {
 	uint64_t memlen;
 	uint64_t memdone; /* bytes decoded into the memfds of earlier parts */
 	uint32_t memfile;
+	/* per key of the part: the name the .distcp files' name tables give
+	 * it, then the first other name one gives it (add_names()) */
+	const char **kname;
+	size_t t0; /* the part's first tensor in c->tensors */
+	/* the metadata's per-chunk parts streamed (load_metadata()): the
+	 * lists of state_dict_metadata (sg, their LTMs in L->ltms, in stream
+	 * order; usedsg: taken by load_sdm()), and the primary entries of
+	 * storage_metadata (raw, when streamed) */
+	sgroup *sg;
+	size_t nsg, capsg, usedsg;
+	bool streamed;
+	rawse *raw;
+	size_t nraw, capraw;
+	int64_t *rdims;
+	size_t nrdims, caprdims;
+	/* the strings of the streamed entries, interned: istr[i] (in spool),
+	 * found through the hash table itab (index + 1, 0: free) */
+	flx_pool spool;
+	const char **istr;
+	size_t nistr, capistr;
+	uint32_t *itab;
+	size_t imask;
+	long
+	    *kmap; /* per interned string: its key index, -1 none, -2 unknown */
 } loader;
 
 /* The DCP directories of a PaddleFormers "flex_checkpoint" save
@@ -462,6 +526,27 @@ static int push_dims(loader *L, int n, const int64_t *v, size_t *at)
 	return 0;
 }
 
+/* An array's shape (valid until the next array is decoded). */
+static const int64_t *ashape(const loader *L, const parr *a)
+{
+	return L->adims + a->sh;
+}
+
+/* shape[0..n) as the shape of array a. */
+static int set_ashape(loader *L, parr *a, int n, const int64_t *shape)
+{
+	if (flx_grow((void **)&L->adims, &L->capadims,
+		     L->nadims + (size_t)n + 1, sizeof(int64_t)))
+		return -ENOMEM;
+	a->ndim = n;
+	a->sh = L->nadims;
+	if (n)
+		memcpy(L->adims + L->nadims, shape,
+		       sizeof(int64_t) * (size_t)n);
+	L->nadims += (size_t)n;
+	return 0;
+}
+
 /* A flattened_range: a pair of ints (start, stop), 0 <= start <= stop. */
 static int range_of(loader *L, const char *key, const flx_pv *v, int64_t *start,
 		    int64_t *stop)
@@ -520,7 +605,7 @@ static int decode_ltm(loader *L, const char *key, const flx_pv *v, ltm *m)
 				     "global_offset has %d dimensions, "
 				     "local_shape %d",
 				     na, ns);
-	m->ndim = na;
+	m->ndim = (int8_t)na;
 	if ((rc = push_dims(L, na, a, &m->dims)) ||
 	    (rc = push_dims(L, ns, s, &(size_t){0})))
 		return rc;
@@ -536,9 +621,18 @@ static int decode_ltm(loader *L, const char *key, const flx_pv *v, ltm *m)
 	gs = field(v, "global_shape");
 	m->gndim = -1;
 	if (!is_none(gs)) {
-		if ((rc = dims_of(L, L->meta, key, "global_shape", gs,
-				  &m->gndim, a)) ||
-		    (rc = push_dims(L, m->gndim, a, &m->gdims)))
+		const ltm *p = m > L->ltms ? m - 1 : NULL;
+		int ng;
+
+		if ((rc = dims_of(L, L->meta, key, "global_shape", gs, &ng, a)))
+			return rc;
+		m->gndim = (int8_t)ng;
+		/* a key's LTMs have one global shape: kept once */
+		if (p && p->gndim == ng &&
+		    !memcmp(L->dims + p->gdims, a,
+			    sizeof(int64_t) * (size_t)ng))
+			m->gdims = p->gdims;
+		else if ((rc = push_dims(L, ng, a, &m->gdims)))
 			return rc;
 	}
 	if ((rc = flag_of(L, key, v, "is_flattened", &m->flat)))
@@ -546,6 +640,36 @@ static int decode_ltm(loader *L, const char *key, const flx_pv *v, ltm *m)
 	if (m->flat)
 		return range_of(L, key, field(v, "flattened_range"), &m->start,
 				&m->stop);
+	return 0;
+}
+
+static uint64_t str_hash(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return h;
+}
+
+/* L->khash: the keys by the hash of their fqn (find_key()). */
+static int hash_keys(loader *L)
+{
+	size_t m = 1;
+
+	while (m < 2 * L->nkeys)
+		m <<= 1;
+	L->khash = calloc(m, sizeof(*L->khash));
+	if (!L->khash)
+		return -ENOMEM;
+	L->kmask = m - 1;
+	for (size_t i = 0; i < L->nkeys; i++) {
+		size_t j = str_hash(L->keys[i].fqn) & L->kmask;
+
+		while (L->khash[j])
+			j = (j + 1) & L->kmask;
+		L->khash[j] = (uint32_t)i + 1;
+	}
 	return 0;
 }
 
@@ -571,7 +695,8 @@ static int load_sdm(loader *L, const flx_pv *sdm)
 				     "state_dict_metadata", "%zu keys", n);
 	L->keys = calloc(n ? n : 1, sizeof(*L->keys));
 	L->by_name = malloc((n ? n : 1) * sizeof(*L->by_name));
-	if (!L->keys || !L->by_name)
+	L->kname = calloc(2 * (n ? n : 1), sizeof(*L->kname));
+	if (!L->keys || !L->by_name || !L->kname)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		const char *key = cstr(sdm->u.dict.kv[2 * i]);
@@ -590,6 +715,13 @@ static int load_sdm(loader *L, const flx_pv *sdm)
 					     "state_dict_metadata value is not "
 					     "a list");
 		k->fqn = key;
+		L->by_name[i] = (uint32_t)i;
+		if (flx_pv_streamed(list)) {
+			/* its LTMs came from the stream (stream_placed()) */
+			k->lo = L->sg[L->usedsg].lo;
+			k->n = L->sg[L->usedsg++].n;
+			continue;
+		}
 		k->lo = L->nltms;
 		k->n = flx_pv_len(list);
 		if (flx_grow((void **)&L->ltms, &L->capltms, L->nltms + k->n,
@@ -603,7 +735,6 @@ static int load_sdm(loader *L, const flx_pv *sdm)
 				return rc;
 		}
 		L->nltms += k->n;
-		L->by_name[i] = (uint32_t)i;
 	}
 	L->nkeys = n;
 	qsort_r(L->by_name, n, sizeof(*L->by_name), cmp_key, L);
@@ -614,25 +745,16 @@ static int load_sdm(loader *L, const flx_pv *sdm)
 			    L->err, -EINVAL, L->meta,
 			    L->keys[L->by_name[i]].fqn,
 			    "listed twice in state_dict_metadata");
-	return 0;
+	return hash_keys(L);
 }
 
 /* The index of key fqn in L->keys, or -1. */
 static long find_key(const loader *L, const char *fqn)
 {
-	size_t lo = 0, hi = L->nkeys;
-
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		int c = strcmp(L->keys[L->by_name[mid]].fqn, fqn);
-
-		if (!c)
-			return L->by_name[mid];
-		if (c < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
+	for (size_t j = str_hash(fqn) & L->kmask; L->khash[j];
+	     j = (j + 1) & L->kmask)
+		if (!strcmp(L->keys[L->khash[j] - 1].fqn, fqn))
+			return (long)L->khash[j] - 1;
 	return -1;
 }
 
@@ -662,9 +784,30 @@ static int cmp_ltm_ord(const void *a, const void *b, void *arg)
 	return c ? c : (x > y) - (x < y);
 }
 
+/* Give back what the LTMs' arrays hold beyond their length. */
+static void fit(void **arr, size_t *cap, size_t n, size_t elem)
+{
+	void *p = n && n < *cap ? realloc(*arr, n * elem) : NULL;
+
+	if (p) {
+		*arr = p;
+		*cap = n;
+	}
+}
+
+/* After the entries found their LTMs: the order is not needed. */
+static int drop_ltm_ord(loader *L)
+{
+	free(L->ltm_ord);
+	L->ltm_ord = NULL;
+	return 0;
+}
+
 /* L->ltm_ord for the keys load_sdm read. */
 static int sort_ltms(loader *L)
 {
+	fit((void **)&L->ltms, &L->capltms, L->nltms, sizeof(ltm));
+	fit((void **)&L->dims, &L->capdims, L->ndims, sizeof(int64_t));
 	L->ltm_ord = malloc((L->nltms ? L->nltms : 1) * sizeof(*L->ltm_ord));
 	if (!L->ltm_ord)
 		return -ENOMEM;
@@ -680,12 +823,16 @@ static int sort_ltms(loader *L)
  * flattened range and, when the index has one, local_shape
  * (docs/formats/paddle.md#metadata-semantics); the first in the metadata's
  * order when several are. */
-static long match_ltm(const loader *L, const pkey *k, int na,
-		      const int64_t *off, bool flat, int64_t start,
-		      int64_t stop, int ns, const int64_t *shape)
+static long match_ltm(const loader *L, pkey *k, int na, const int64_t *off,
+		      bool flat, int64_t start, int64_t stop, int ns,
+		      const int64_t *shape)
 {
-	size_t lo = k->lo, hi = k->lo + k->n;
+	size_t lo = k->lo, hi = k->lo + k->n, h = k->hint;
 
+	/* entries listed in the LTMs' order find theirs at once */
+	if (h > lo && h < hi && !cmp_ltm_off(L, L->ltm_ord[h], na, off) &&
+	    cmp_ltm_off(L, L->ltm_ord[h - 1], na, off) < 0)
+		lo = hi = h;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
 
@@ -707,68 +854,76 @@ static long match_ltm(const loader *L, const pkey *k, int na,
 				(ns && memcmp(mo + na, shape,
 					      sizeof(int64_t) * (size_t)ns))))
 			continue;
+		k->hint = i + 1;
 		return (long)j;
 	}
 	return -1;
 }
 
-static int decode_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v)
+/* Entry i of storage_metadata (key k, value v) into *x. */
+static int parse_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v,
+		       lti *x)
 {
-	int64_t off[FLX_MAX_DIMS], shape[FLX_MAX_DIMS], start = 0, stop = 0,
-							rep = 0;
 	const flx_pv *ls, *r;
-	const char *key, *file;
-	int na, ns = -1, rc;
-	bool flat;
-	long ki, m;
-	sent *e;
+	int rc;
 
+	x->ns = -1;
+	x->start = x->stop = x->rep = 0;
 	if (!is_paddle_obj(k, "LocalTensorIndex") || !fields(k) ||
-	    !(key = cstr(field(k, "tensor_key"))))
+	    !(x->key = cstr(field(k, "tensor_key"))))
 		return flx_error_set(L->err, -EINVAL, L->meta,
 				     "storage_metadata",
 				     "entry %zu: key is not a Paddle "
 				     "LocalTensorIndex with a string "
 				     "tensor_key",
 				     i);
-	if ((rc = dims_of(L, L->meta, key, "LocalTensorIndex.global_offset",
-			  field(k, "global_offset"), &na, off)) ||
-	    (rc = flag_of(L, key, k, "is_flattened", &flat)))
+	if ((rc = dims_of(L, L->meta, x->key, "LocalTensorIndex.global_offset",
+			  field(k, "global_offset"), &x->na, x->off)) ||
+	    (rc = flag_of(L, x->key, k, "is_flattened", &x->flat)))
 		return rc;
-	if (flat &&
-	    (rc = range_of(L, key, field(k, "flattened_range"), &start, &stop)))
+	if (x->flat && (rc = range_of(L, x->key, field(k, "flattened_range"),
+				      &x->start, &x->stop)))
 		return rc;
 	ls = field(k, "local_shape");
 	if (!is_none(ls) &&
-	    (rc = dims_of(L, L->meta, key, "LocalTensorIndex.local_shape", ls,
-			  &ns, shape)))
+	    (rc = dims_of(L, L->meta, x->key, "LocalTensorIndex.local_shape",
+			  ls, &x->ns, x->shape)))
 		return rc;
 	r = field(k, "replica_id");
-	if (!is_none(r) && (!flx_pv_int(r, &rep) || rep < 0))
-		return flx_error_set(L->err, -EINVAL, L->meta, key,
+	if (!is_none(r) && (!flx_pv_int(r, &x->rep) || x->rep < 0))
+		return flx_error_set(L->err, -EINVAL, L->meta, x->key,
 				     "replica_id is not a non-negative "
 				     "integer");
-	if (!(file = cstr(v)))
-		return flx_error_set(L->err, -EINVAL, L->meta, key,
+	if (!(x->file = cstr(v)))
+		return flx_error_set(L->err, -EINVAL, L->meta, x->key,
 				     "storage_metadata value is not a file "
 				     "name");
-	/* replica_id > 0: a copy a loader ignores (save_replicas=True) */
-	if (rep > 0)
-		return 0;
-	ki = find_key(L, key);
+	return 0;
+}
+
+/* A primary entry (replica_id 0 or None) into L->se: its key (index ki,
+ * or -2: look it up) and LTM. */
+static int resolve_entry(loader *L, const lti *x, long ki)
+{
+	long m;
+	sent *e;
+
+	if (ki == -2)
+		ki = find_key(L, x->key);
 	if (ki < 0)
-		return flx_error_set(L->err, -EINVAL, L->meta, key,
+		return flx_error_set(L->err, -EINVAL, L->meta, x->key,
 				     "storage_metadata names a key that "
 				     "state_dict_metadata lacks");
-	m = match_ltm(L, &L->keys[ki], na, off, flat, start, stop, ns, shape);
+	m = match_ltm(L, &L->keys[ki], x->na, x->off, x->flat, x->start,
+		      x->stop, x->ns, x->shape);
 	if (m < 0) {
 		char o[96];
 
-		flx_fmt_dims(o, sizeof(o), na, off);
-		return flx_error_set(L->err, -EINVAL, L->meta, key,
+		flx_fmt_dims(o, sizeof(o), x->na, x->off);
+		return flx_error_set(L->err, -EINVAL, L->meta, x->key,
 				     "no LocalTensorMetadata for the shard at "
 				     "%s%s in %s",
-				     o, flat ? " (flattened)" : "", file);
+				     o, x->flat ? " (flattened)" : "", x->file);
 	}
 	if (flx_grow((void **)&L->se, &L->capse, L->nse + 1, sizeof(sent)))
 		return -ENOMEM;
@@ -776,13 +931,67 @@ static int decode_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v)
 	memset(e, 0, sizeof(*e));
 	e->key = (uint32_t)ki;
 	e->ltm = (size_t)m;
-	e->file = file;
+	e->file = x->file;
 	L->keys[ki].nse++;
+	return 0;
+}
+
+static int decode_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v)
+{
+	lti x;
+	int rc = parse_entry(L, i, k, v, &x);
+
+	/* replica_id > 0: a copy a loader ignores (save_replicas=True) */
+	if (rc || x.rep > 0)
+		return rc;
+	return resolve_entry(L, &x, -2);
+}
+
+/* The streamed entries, in storage_metadata order, as decode_entry() takes
+ * them from the tree; each key looked up once. */
+static int resolve_streamed(loader *L)
+{
+	L->kmap = malloc((L->nistr ? L->nistr : 1) * sizeof(*L->kmap));
+	L->se = malloc((L->nraw ? L->nraw : 1) * sizeof(*L->se));
+	if (!L->kmap || !L->se)
+		return -ENOMEM;
+	L->capse = L->nraw ? L->nraw : 1;
+	for (size_t i = 0; i < L->nistr; i++)
+		L->kmap[i] = -2;
+	for (size_t i = 0; i < L->nraw; i++) {
+		const rawse *r = &L->raw[i];
+		lti x = {.key = L->istr[r->key],
+			 .file = L->istr[r->file],
+			 .na = r->na,
+			 .ns = r->ns,
+			 .flat = r->flat,
+			 .start = r->start,
+			 .stop = r->stop};
+		int rc;
+
+		memcpy(x.off, L->rdims + r->dims,
+		       sizeof(int64_t) * (size_t)r->na);
+		if (r->ns > 0)
+			memcpy(x.shape, L->rdims + r->dims + r->na,
+			       sizeof(int64_t) * (size_t)r->ns);
+		if (L->kmap[r->key] == -2)
+			L->kmap[r->key] = find_key(L, x.key);
+		if ((rc = resolve_entry(L, &x, L->kmap[r->key])))
+			return rc;
+	}
+	/* the entries are L->se now; the file names stay interned */
+	free(L->raw);
+	free(L->rdims);
+	L->raw = NULL;
+	L->rdims = NULL;
+	L->nraw = L->capraw = L->nrdims = L->caprdims = 0;
 	return 0;
 }
 
 static int load_storage(loader *L, const flx_pv *sm)
 {
+	if (L->streamed)
+		return resolve_streamed(L);
 	if (!sm || sm->kind != FLX_PV_DICT)
 		return flx_error_set(L->err, -EINVAL, L->meta,
 				     "storage_metadata",
@@ -946,8 +1155,8 @@ static int decode_raw(loader *L, const char *file, const char *key,
 static int array_bytes(loader *L, const char *file, const char *key, parr *a,
 		       uint64_t *bytes)
 {
-	if (flx_shape_bytes(a->ndim, a->shape, flx_dtype_size(a->dtype), NULL,
-			    bytes))
+	if (flx_shape_bytes(a->ndim, ashape(L, a), flx_dtype_size(a->dtype),
+			    NULL, bytes))
 		return flx_error_set(L->err, -EOVERFLOW, file, key,
 				     "array size overflows 64 bits");
 	return 0;
@@ -960,8 +1169,9 @@ static int decode_array(loader *L, const char *file, const char *key,
 {
 	const flx_pv *cls = flx_pv_obj_class(v), *args, *st, *raw, *shape, *dt,
 		     *order;
+	int64_t shp[FLX_MAX_DIMS];
 	uint64_t want;
-	int rc;
+	int n, rc;
 
 	memset(a, 0, sizeof(*a));
 	a->key = key;
@@ -1000,8 +1210,8 @@ static int decode_array(loader *L, const char *file, const char *key,
 				     "value is not a numpy array "
 				     "(_reconstruct or _frombuffer)");
 	}
-	if ((rc = dims_of(L, file, key, "array shape", shape, &a->ndim,
-			  a->shape)) ||
+	if ((rc = dims_of(L, file, key, "array shape", shape, &n, shp)) ||
+	    (rc = set_ashape(L, a, n, shp)) ||
 	    (rc = decode_np_dtype(L, file, key, dt, &a->dtype)) ||
 	    (rc = array_bytes(L, file, key, a, &want)))
 		return rc;
@@ -1024,7 +1234,8 @@ static char *pool_str(flx_pool *p, const char *s)
 }
 
 /* Collect a file's "StructuredToParameterName@@" entries, for the keys
- * of the metadata only. */
+ * of the metadata only: per key the first name given and the first other
+ * one (set_paddle() refuses two), in the files' order (flush_names()). */
 static int add_names(loader *L, const char *file, const flx_pv *tab)
 {
 	if (!tab || tab->kind != FLX_PV_DICT)
@@ -1033,24 +1244,41 @@ static int add_names(loader *L, const char *file, const flx_pv *tab)
 	for (size_t i = 0; i < tab->u.dict.n; i++) {
 		const char *k = cstr(tab->u.dict.kv[2 * i]);
 		const char *n = cstr(tab->u.dict.kv[2 * i + 1]);
-		flx_name_pair *p;
+		const char **slot;
+		long ki;
 
 		if (!k || !n)
 			return flx_error_set(L->err, -EINVAL, file, NAME_TABLE,
 					     "entry %zu is not a string mapped "
 					     "to a string",
 					     i);
-		if (find_key(L, k) < 0)
+		if ((ki = find_key(L, k)) < 0)
+			continue;
+		slot = &L->kname[2 * ki];
+		if (slot[0] && (slot[1] || !strcmp(slot[0], n)))
+			continue;
+		slot += slot[0] != NULL;
+		if (!(*slot = pool_str(&L->c->pool, n)))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* The part's names (add_names()) into L->names, key by key, each key's
+ * first name first. */
+static int flush_names(loader *L)
+{
+	for (size_t i = 0; i < 2 * L->nkeys; i++) {
+		flx_name_pair *p;
+
+		if (!L->kname[i])
 			continue;
 		if (flx_grow((void **)&L->names, &L->capnames, L->nnames + 1,
 			     sizeof(*p)))
 			return -ENOMEM;
-		p = &L->names[L->nnames];
-		p->key = pool_str(&L->c->pool, k);
-		p->name = pool_str(&L->c->pool, n);
-		if (!p->key || !p->name)
-			return -ENOMEM;
-		L->nnames++;
+		p = &L->names[L->nnames++];
+		p->key = L->c->tensors[L->t0 + i / 2].fqn;
+		p->name = L->kname[i];
 	}
 	return 0;
 }
@@ -1121,7 +1349,7 @@ static int decode_slice(loader *L, pfile *pf, const named *ix, size_t nix,
 	if ((rc = decode_array(L, pf->relpath, name, e->v, s)))
 		return rc;
 	if (s->ndim != 1) {
-		flx_fmt_dims(x, sizeof(x), s->ndim, s->shape);
+		flx_fmt_dims(x, sizeof(x), s->ndim, ashape(L, s));
 		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
 				     UNPACK_INFO ": slice '%s' has shape %s, "
 						 "not one dimension",
@@ -1134,14 +1362,14 @@ static int decode_slice(loader *L, pfile *pf, const named *ix, size_t nix,
 				     name, flx_dtype_name(s->dtype),
 				     flx_dtype_name(*dt));
 	*dt = s->dtype;
-	if ((uint64_t)s->shape[0] > numel - *sum)
+	if ((uint64_t)ashape(L, s)[0] > numel - *sum)
 		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
 				     UNPACK_INFO ": the slices up to '%s' hold "
 						 "more than the %" PRIu64
 						 " elements of OriginShape",
 				     name, numel);
 	s->first = (int64_t)*sum;
-	*sum += (uint64_t)s->shape[0];
+	*sum += (uint64_t)ashape(L, s)[0];
 	if (!(s->key = pool_str(&L->c->pool, name)))
 		return -ENOMEM;
 	pf->nslices++;
@@ -1159,10 +1387,11 @@ static int decode_pieces(loader *L, pfile *pf, const named *ix, size_t nix,
 {
 	const flx_pv *os = flx_pv_dict_get(v, "OriginShape"),
 		     *sl = flx_pv_dict_get(v, "slices");
+	int64_t shp[FLX_MAX_DIMS];
 	uint64_t numel, sum = 0;
 	size_t n;
 	char x[96];
-	int rc;
+	int nd, rc;
 
 	memset(a, 0, sizeof(*a));
 	a->key = key;
@@ -1171,14 +1400,15 @@ static int decode_pieces(loader *L, pfile *pf, const named *ix, size_t nix,
 				     UNPACK_INFO " entry is not a dict with "
 						 "OriginShape and slices");
 	if ((rc = dims_of(L, pf->relpath, key, UNPACK_INFO " OriginShape", os,
-			  &a->ndim, a->shape)))
+			  &nd, shp)) ||
+	    (rc = set_ashape(L, a, nd, shp)))
 		return rc;
 	n = flx_pv_len(sl);
 	if ((sl->kind != FLX_PV_LIST && sl->kind != FLX_PV_TUPLE) || !n)
 		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
 				     UNPACK_INFO ": slices is not a non-empty "
 						 "list of names");
-	if (flx_shape_bytes(a->ndim, a->shape, 1, NULL, &numel))
+	if (flx_shape_bytes(a->ndim, ashape(L, a), 1, NULL, &numel))
 		return flx_error_set(L->err, -EOVERFLOW, pf->relpath, key,
 				     UNPACK_INFO ": OriginShape overflows 64 "
 						 "bits");
@@ -1190,7 +1420,7 @@ static int decode_pieces(loader *L, pfile *pf, const named *ix, size_t nix,
 			return rc;
 	a->nslices = n;
 	if (sum != numel) {
-		flx_fmt_dims(x, sizeof(x), a->ndim, a->shape);
+		flx_fmt_dims(x, sizeof(x), a->ndim, ashape(L, a));
 		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
 				     UNPACK_INFO ": the slices hold %" PRIu64
 						 " elements, OriginShape %s "
@@ -1403,12 +1633,7 @@ static int read_distcp(loader *L, pfile *pf, const bool *want)
 		}
 		if ((rc = decode_array(L, pf->relpath, k, v, &pf->arr[n])))
 			goto out;
-		pf->arr[n].key = pool_str(&L->c->pool, k);
-		if (!pf->arr[n].key) {
-			rc = -ENOMEM;
-			goto out;
-		}
-		n++;
+		pf->arr[n++].key = L->keys[ki].fqn;
 	}
 	pf->narr = n;
 	qsort(pf->arr, n, sizeof(parr), cmp_parr);
@@ -1827,9 +2052,9 @@ static int check_array(loader *L, const flx_tensor *t, const sent *e)
 	char x[96], y[96];
 
 	if (m->flat) {
-		if (a->ndim == 1 && a->shape[0] == m->stop - m->start)
+		if (a->ndim == 1 && ashape(L, a)[0] == m->stop - m->start)
 			return 0;
-		flx_fmt_dims(x, sizeof(x), a->ndim, a->shape);
+		flx_fmt_dims(x, sizeof(x), a->ndim, ashape(L, a));
 		return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
 				     "array shape %s is not that of the "
 				     "flattened range [%" PRId64 ", %" PRId64
@@ -1837,9 +2062,9 @@ static int check_array(loader *L, const flx_tensor *t, const sent *e)
 				     x, m->start, m->stop);
 	}
 	if (a->ndim == m->ndim &&
-	    !memcmp(a->shape, blk, sizeof(int64_t) * (size_t)m->ndim))
+	    !memcmp(ashape(L, a), blk, sizeof(int64_t) * (size_t)m->ndim))
 		return 0;
-	flx_fmt_dims(x, sizeof(x), a->ndim, a->shape);
+	flx_fmt_dims(x, sizeof(x), a->ndim, ashape(L, a));
 	flx_fmt_dims(y, sizeof(y), m->ndim, blk);
 	return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
 			     "array shape %s differs from local_shape %s", x,
@@ -1925,7 +2150,8 @@ static void run_of(const loader *L, const sent *e, size_t i, int64_t *start,
 	if (a->nslices)
 		a = &L->files[e->pf].slices[a->slice0 + i];
 	*start = base + a->first;
-	*stop = *start + (e->arr->nslices ? a->shape[0] : m->stop - m->start);
+	*stop =
+	    *start + (e->arr->nslices ? ashape(L, a)[0] : m->stop - m->start);
 	*file = a->latin1 ? L->memfile : L->files[e->pf].idx;
 	*at = a->off;
 }
@@ -2052,6 +2278,7 @@ static int build_tensors(loader *L)
 	size_t t0 = c->ntensors;
 	flx_tensor *nt;
 
+	L->t0 = t0;
 	if (!start || !es)
 		goto nomem;
 	/* the parts' tensors one after another */
@@ -2190,6 +2417,198 @@ void flx_paddle_attach(flx_ckpt *c, const flx_paddle *pd)
 	c->src_fact = pd ? paddle_fact : NULL;
 }
 
+/* ---- the metadata's per-chunk parts streamed ----
+ *
+ * A metadata of many chunks is mostly its LocalTensorMetadata objects
+ * (the lists of state_dict_metadata) and its LocalTensorIndex -> file
+ * pairs (storage_metadata).  flx_pickle_load_sink() hands both to the
+ * sinks below batch by batch, which keep compact records (LTMs in L->ltms,
+ * entries as rawse with interned strings) while the VM reuses the
+ * objects' memory; load_sdm() and load_storage() then read those instead
+ * of the tree.  Anything the records cannot stand for exactly (an item
+ * or entry that does not decode, a list or pair also in the tree, a list
+ * met elsewhere) declines, and the metadata is decoded again as a tree,
+ * which gives the same index or the same message.
+ */
+
+/* Forget what the sinks took. */
+static void stream_reset(loader *L)
+{
+	free(L->sg);
+	free(L->raw);
+	free(L->rdims);
+	free(L->istr);
+	free(L->itab);
+	flx_pool_free(&L->spool);
+	L->sg = NULL;
+	L->raw = NULL;
+	L->rdims = NULL;
+	L->istr = NULL;
+	L->itab = NULL;
+	L->nsg = L->capsg = L->usedsg = L->nraw = L->capraw = 0;
+	L->nrdims = L->caprdims = L->nistr = L->capistr = L->imask = 0;
+	L->streamed = false;
+	/* the LTMs and their dims came from the stream only */
+	L->nltms = L->ndims = 0;
+}
+
+/* The interned index of s: 0 and *out, -ENOMEM, or -EAGAIN past 2^31
+ * strings. */
+static int intern(loader *L, const char *s, uint32_t *out)
+{
+	uint64_t h = str_hash(s);
+	size_t i, n;
+	char *c;
+
+	if (!L->itab || 2 * (L->nistr + 1) > L->imask + 1) {
+		size_t nmask = L->itab ? 2 * L->imask + 1 : 1023;
+		uint32_t *nt = calloc(nmask + 1, sizeof(*nt));
+
+		if (!nt)
+			return -ENOMEM;
+		for (size_t j = 0; j < L->nistr; j++) {
+			for (i = str_hash(L->istr[j]) & nmask; nt[i];
+			     i = (i + 1) & nmask)
+				;
+			nt[i] = (uint32_t)j + 1;
+		}
+		free(L->itab);
+		L->itab = nt;
+		L->imask = nmask;
+	}
+	for (i = h & L->imask; L->itab[i]; i = (i + 1) & L->imask)
+		if (!strcmp(L->istr[L->itab[i] - 1], s)) {
+			*out = L->itab[i] - 1;
+			return 0;
+		}
+	if (L->nistr >= INT32_MAX)
+		return -EAGAIN;
+	if (flx_grow((void **)&L->istr, &L->capistr, L->nistr + 1,
+		     sizeof(*L->istr)))
+		return -ENOMEM;
+	n = strlen(s) + 1;
+	if (!(c = flx_pool_alloc(&L->spool, n)))
+		return -ENOMEM;
+	memcpy(c, s, n);
+	L->istr[L->nistr] = c;
+	L->itab[i] = (uint32_t)L->nistr + 1;
+	*out = (uint32_t)L->nistr++;
+	return 0;
+}
+
+/* Items of a list of state_dict_metadata: its LTMs, appended to L->ltms
+ * (the list's batches must follow one another). */
+static int ltm_sink(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
+{
+	loader *L = ctx;
+	flx_error scratch, *keep = L->err;
+	int rc = 0;
+
+	if (!L->nsg || L->sg[L->nsg - 1].list != list) {
+		if (flx_grow((void **)&L->sg, &L->capsg, L->nsg + 1,
+			     sizeof(*L->sg)))
+			return -ENOMEM;
+		L->sg[L->nsg++] = (sgroup){list, L->nltms, 0};
+	}
+	if (flx_grow((void **)&L->ltms, &L->capltms, L->nltms + n, sizeof(ltm)))
+		return -ENOMEM;
+	flx_error_init(&scratch);
+	L->err = &scratch;
+	for (size_t i = 0; i < n && !rc; i++)
+		if (!(rc = decode_ltm(L, "", v[i], &L->ltms[L->nltms])))
+			L->nltms++;
+	L->err = keep;
+	if (rc)
+		return rc == -ENOMEM ? rc : -EAGAIN;
+	L->sg[L->nsg - 1].n += n;
+	return 0;
+}
+
+/* Pairs of storage_metadata: the primary entries, as rawse records. */
+static int se_sink(void *ctx, flx_pv *const *kv, size_t npairs)
+{
+	loader *L = ctx;
+	flx_error scratch, *keep = L->err;
+	/* strings a batch names twice share their node */
+	const char *lastk = NULL, *lastf = NULL;
+	uint32_t ik = 0, jf = 0;
+	int rc = 0;
+
+	flx_error_init(&scratch);
+	L->err = &scratch;
+	for (size_t j = 0; j < npairs && !rc; j++) {
+		lti x;
+		rawse *r;
+		size_t nd;
+
+		if ((rc = parse_entry(L, 0, kv[2 * j], kv[2 * j + 1], &x)))
+			break;
+		if (x.rep > 0)
+			continue;
+		if (x.key != lastk && !(rc = intern(L, x.key, &ik)))
+			lastk = x.key;
+		if (!rc && x.file != lastf && !(rc = intern(L, x.file, &jf)))
+			lastf = x.file;
+		nd = (size_t)x.na + (size_t)(x.ns > 0 ? x.ns : 0);
+		if (rc ||
+		    (rc = flx_grow((void **)&L->raw, &L->capraw, L->nraw + 1,
+				   sizeof(*L->raw))) ||
+		    (rc = flx_grow((void **)&L->rdims, &L->caprdims,
+				   L->nrdims + nd + 1, sizeof(*L->rdims))))
+			break;
+		r = &L->raw[L->nraw++];
+		*r = (rawse){.key = ik,
+			     .file = jf,
+			     .dims = L->nrdims,
+			     .na = (int8_t)x.na,
+			     .ns = (int8_t)x.ns,
+			     .flat = x.flat,
+			     .start = x.start,
+			     .stop = x.stop};
+		memcpy(L->rdims + L->nrdims, x.off,
+		       sizeof(int64_t) * (size_t)x.na);
+		if (x.ns > 0)
+			memcpy(L->rdims + L->nrdims + x.na, x.shape,
+			       sizeof(int64_t) * (size_t)x.ns);
+		L->nrdims += nd;
+	}
+	L->err = keep;
+	if (rc)
+		return rc == -ENOMEM ? rc : -EAGAIN;
+	return 0;
+}
+
+/* Whether what the sinks took stands for the metadata exactly: every pair
+ * of storage_metadata went to se_sink() (or none did, nor any other
+ * dict's), and each list ltm_sink() saw is, in order, a value of
+ * state_dict_metadata that holds nothing in the tree. */
+static bool stream_placed(loader *L, const flx_pickle *pk)
+{
+	const flx_pv *root = flx_pickle_root(pk), *sunk, *sm, *sdm;
+	size_t used = 0;
+
+	sunk = flx_pickle_sink_dict(pk);
+	sm = is_paddle_obj(root, "Metadata") ? field(root, "storage_metadata")
+					     : NULL;
+	if (sunk ? sm != sunk || sm->u.dict.n : L->nraw != 0)
+		return false;
+	sdm = is_paddle_obj(root, "Metadata")
+		  ? field(root, "state_dict_metadata")
+		  : NULL;
+	for (size_t i = 0; sdm && sdm->kind == FLX_PV_DICT && i < sdm->u.dict.n;
+	     i++) {
+		const flx_pv *v = sdm->u.dict.kv[2 * i + 1];
+
+		if (!flx_pv_streamed(v))
+			continue;
+		if (used == L->nsg || L->sg[used].list != v || flx_pv_len(v))
+			return false;
+		used++;
+	}
+	L->streamed = sunk != NULL;
+	return used == L->nsg;
+}
+
 static int interpret(loader *L, const flx_pv *root)
 {
 	const flx_pv *cls = flx_pv_obj_class(root);
@@ -2213,10 +2632,11 @@ static int interpret(loader *L, const flx_pv *root)
 	if ((rc = load_sdm(L, field(root, "state_dict_metadata"))) ||
 	    (rc = sort_ltms(L)) ||
 	    (rc = load_storage(L, field(root, "storage_metadata"))) ||
+	    (rc = drop_ltm_ord(L)) ||
 	    (rc = check_flat_mapping(L, field(root, "flat_mapping"))) ||
-	    (rc = load_files(L)))
+	    (rc = load_files(L)) || (rc = build_tensors(L)))
 		return rc;
-	return build_tensors(L);
+	return flush_names(L);
 }
 
 /* What one metadata's load holds; the loader is ready for the next. */
@@ -2228,13 +2648,23 @@ static void part_release(loader *L)
 	}
 	free(L->files);
 	free(L->dims);
+	free(L->adims);
 	free(L->ltms);
 	free(L->keys);
 	free(L->by_name);
+	free(L->khash);
+	L->khash = NULL;
 	free(L->ltm_ord);
 	free(L->se);
+	free(L->kname);
+	free(L->kmap);
+	L->kname = NULL;
+	L->kmap = NULL;
+	stream_reset(L);
 	L->files = NULL;
 	L->dims = NULL;
+	L->adims = NULL;
+	L->nadims = L->capadims = 0;
 	L->ltms = NULL;
 	L->keys = NULL;
 	L->by_name = NULL;
@@ -2259,14 +2689,69 @@ static bool want_distcp(const char *name)
 	return is_distcp_name(name, &id);
 }
 
+/* Decode L->meta.  A local file is read forward through a window, its
+ * per-chunk parts streamed (stream_placed()), else decoded again as a
+ * tree; every payload is copied, as a buffer load copies it, so the tree
+ * and the messages are a buffer load's.  A file the remote backend serves
+ * is read whole. */
+static int load_metadata(loader *L, flx_pickle **pk, int64_t *mtime)
+{
+	static const flx_pickle_limits buf_lim = {0};
+	static const flx_pickle_limits win_lim = {
+	    .max_copy = MAX_METADATA_BYTES,
+	    .max_str = MAX_METADATA_BYTES,
+	};
+	static const char missing[] = "no such file (is this a Paddle "
+				      "checkpoint directory?)";
+	const flx_pickle_sink sink = {.key = "storage_metadata",
+				      .pairs = se_sink,
+				      .ctx = L,
+				      .items = ltm_sink,
+				      .list_parent = "state_dict_metadata"};
+	flx_fd_reader fctx;
+	flx_reader r;
+	void *meta = NULL;
+	size_t meta_len = 0;
+	uint64_t size = 0;
+	int fd = -1;
+	int rc = flx_build_open_whole(L->b, L->meta, MAX_METADATA_BYTES,
+				      missing, &fd, &size, mtime, L->err);
+
+	if (rc == -EREMOTE) {
+		rc = flx_build_read_whole(L->b, L->meta, MAX_METADATA_BYTES,
+					  missing, &meta, &meta_len, mtime,
+					  L->err);
+		if (!rc)
+			rc = flx_pickle_load(meta, meta_len, L->meta, &buf_lim,
+					     pk, L->err);
+		goto out;
+	}
+	if (rc)
+		goto out;
+	flx_reader_fd(&r, &fctx, fd, 0, size);
+	rc = flx_pickle_load_sink(&r, L->meta, &win_lim, &sink, pk, L->err);
+	if (!rc && !stream_placed(L, *pk)) {
+		flx_pickle_free(*pk);
+		*pk = NULL;
+		rc = -EAGAIN;
+	}
+	if (rc == -EAGAIN) {
+		stream_reset(L);
+		flx_error_init(L->err);
+		rc = flx_pickle_load_reader(&r, L->meta, &win_lim, pk, L->err);
+	}
+out:
+	free(meta);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
 /* Load one DCP directory: prefix "" (the checkpoint directory) or a
  * PaddleFormers part ("model_state/"). */
 static int load_part(loader *L, const flx_ckpt_opts *o, const char *prefix)
 {
-	static const flx_pickle_limits lim = {0};
 	flx_pickle *pk = NULL;
-	void *meta = NULL;
-	size_t meta_len = 0;
 	int64_t mtime;
 	int rc;
 
@@ -2274,14 +2759,7 @@ static int load_part(loader *L, const flx_ckpt_opts *o, const char *prefix)
 	rc = pick_id(L, o);
 	if (rc)
 		return rc;
-	rc = flx_build_read_whole(L->b, L->meta, MAX_METADATA_BYTES,
-				  "no such file (is this a Paddle checkpoint "
-				  "directory?)",
-				  &meta, &meta_len, &mtime, L->err);
-	if (!rc)
-		rc =
-		    flx_pickle_load(meta, meta_len, L->meta, &lim, &pk, L->err);
-	free(meta);
+	rc = load_metadata(L, &pk, &mtime);
 	if (!rc && !L->c->mtime_ns)
 		L->c->mtime_ns = mtime;
 	if (!rc)

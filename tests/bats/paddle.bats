@@ -140,6 +140,42 @@ PY
 	views_check
 }
 
+@test "paddle metadata re-pickled in batches of 2 (streamed batch by batch) and of 3 (lists and storage_metadata ending in a lone item: decoded as a tree): every view equals the truth" {
+	local rb=$FLEXFS_SRC/tests/bats/lib/paddle_rebatch.py
+	local d2=$BATS_TEST_TMPDIR/batch2 d3=$BATS_TEST_TMPDIR/batch3
+
+	# the loader streams state_dict_metadata's lists and storage_metadata's
+	# pairs as APPENDS/SETITEMS batches; an item added alone after them
+	# stays in the tree, and the whole metadata is decoded again as one
+	cp -r "$FX/paddle-flex-p4/ckpt" "$d2"
+	cp -r "$FX/paddle-flex-np2-sharding/ckpt" "$d3"
+	run /usr/bin/python3 "$rb" "$d2/0.metadata" 2
+	echo "$output"
+	[ "$status" -eq 0 ]
+	run /usr/bin/python3 "$rb" "$d3/0.metadata" 3 --require-tails
+	echo "$output"
+	[ "$status" -eq 0 ]
+	pd_mount paddle-flex-p4 "$d2" "" "" 1x1 2x2
+	pd_mount paddle-flex-np2-sharding "$d3" "" "" 1x1 2x1 4x2
+	views_check
+}
+
+@test "paddle: an LTM or a storage entry the stream cannot take is refused as the tree decode words it (naming the key)" {
+	local rb=$FLEXFS_SRC/tests/bats/lib/paddle_rebatch.py
+	local d=$BATS_TEST_TMPDIR/bad k=llama.embed_tokens.weight
+
+	cp -r "$FX/paddle-flex-p4/ckpt" "$d"
+	run /usr/bin/python3 "$rb" "$d/0.metadata" 1000 --dtype "$k" paddle.foo
+	[ "$status" -eq 0 ]
+	mount_refused_line "$d" "" \
+		"*/0.metadata: $k: unsupported dtype 'paddle.foo'"
+	cp "$FX/paddle-flex-p4/ckpt/0.metadata" "$d/0.metadata"
+	run /usr/bin/python3 "$rb" "$d/0.metadata" 1000 --replica "$k" -1
+	[ "$status" -eq 0 ]
+	mount_refused_line "$d" "" \
+		"*/0.metadata: $k: replica_id is not a non-negative integer"
+}
+
 @test "paddle: refused at mount in one line: a missing id, no checkpoint" {
 	mount_refused_line "$FX/paddle-multi-id/ckpt" "paddle_id=5" \
 		"*5.metadata: paddle_id: no such file (the highest id here is 10)*"

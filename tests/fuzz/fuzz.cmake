@@ -22,9 +22,9 @@ set(flx_fuzz_libs_pickle_window flx_resolver)
 # any pickle is a seed of pickle_window: it replays pickle's corpus too
 set(flx_fuzz_more_pickle_window ${flx_fuzz_dir}/corpus/pickle)
 set(flx_fuzz_libs_pickle_sink flx_resolver)
-# DCP .metadata files are its seeds, any other pickle too
+# DCP and Paddle .metadata files are its seeds, any other pickle too
 set(flx_fuzz_more_pickle_sink ${flx_fuzz_dir}/corpus/metadata
-  ${flx_fuzz_dir}/corpus/pickle)
+  ${flx_fuzz_dir}/corpus/paddle_meta ${flx_fuzz_dir}/corpus/pickle)
 set(flx_fuzz_libs_zipitem flx_resolver)
 set(flx_fuzz_libs_zstditem flx_resolver)
 set(flx_fuzz_libs_aoa flx_reshard)

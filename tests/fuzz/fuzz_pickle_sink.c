@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* Fuzz target: a sink load (flx_pickle_load_sink(), the dict under
  * "storage_data" and the lists under "chunks", as the DCP loader streams
- * them) either fails with -EAGAIN (decode again without a sink) or does
- * what a plain reader load does: the same error message, or the same tree,
- * where the streamed dict and lists held, in order, exactly what the sink
- * was handed (compared by a structural hash taken during the call, since
- * the sink's values are reused after it).  The window follows from the
- * input's length, as in pickle_window. */
+ * them, and the lists that are values of the dict under
+ * "state_dict_metadata", as the Paddle loader streams its LTM lists) either
+ * fails with -EAGAIN (decode again without a sink) or does what a plain reader
+ * load does: the same error message, or the same tree, where the streamed dict
+ * and lists held, in order, exactly what the sink was handed (compared by a
+ * structural hash taken during the call, since the sink's values are reused
+ * after it).  The window follows from the input's length, as in pickle_window.
+ */
 #include "pickle.h"
 #include "reader.h"
 
@@ -219,7 +221,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const flx_pickle_sink sink = {.key = "storage_data",
 				      .pairs = pairs,
 				      .list_key = "chunks",
-				      .items = items};
+				      .items = items,
+				      .list_parent = "state_dict_metadata"};
 	flx_pickle *a = NULL, *b = NULL;
 	flx_mem_reader m;
 	flx_reader r;

@@ -1875,9 +1875,10 @@ struct sink_rec {
 	struct sbuf pairs; /* every pair taken, dumped */
 	size_t calls, npairs;
 	bool decline;
-	bool count_only;      /* pairs counted, not dumped */
-	const char *list_key; /* lists streamed too (rec_items()) */
-	struct sbuf items;    /* every list's items taken, dumped */
+	bool count_only;	 /* pairs counted, not dumped */
+	const char *list_key;	 /* lists streamed too (rec_items()) */
+	const char *list_parent; /* and the lists in the dict under it */
+	struct sbuf items;	 /* every list's items taken, dumped */
 };
 
 static int rec_pairs(void *ctx, flx_pv *const *kv, size_t npairs)
@@ -1920,7 +1921,8 @@ static int load_sink(const void *data, size_t n, size_t window, const char *key,
 				.pairs = rec_pairs,
 				.ctx = s,
 				.list_key = s->list_key,
-				.items = rec_items};
+				.items = rec_items,
+				.list_parent = s->list_parent};
 	flx_mem_reader m;
 	flx_reader r;
 
@@ -2238,6 +2240,67 @@ static void test_sink_named_again(void)
 	free(s.pairs.p);
 }
 
+/* The lists that are values of the dict under list_parent (a str key) are
+ * streamed, whatever their own keys; a list under a non-str key or in
+ * another dict is not; naming a streamed list again fails the load with
+ * -EAGAIN. */
+static void test_sink_list_parent(void)
+{
+	/* {"sdm": {"a": [1, 2], 7: [3, 4], "b": [5, 6]}, "x": [8, 9]} */
+	static const char pk[] = "\x80\x04}(\x8c\x03sdm}(\x8c\x01"
+				 "a](K\x01K\x02"
+				 "eK\x07](K\x03K"
+				 "\x04"
+				 "e\x8c\x01"
+				 "b](K\x05K\x06"
+				 "eu\x8c\x01x](K\x08K\x09"
+				 "eu.";
+	/* the list of "a" memoized, then named again as the value of "x" */
+	static const char again[] = "\x80\x04}(\x8c\x03sdm}(\x8c\x01"
+				    "a]q\x00(K\x01K\x02"
+				    "e\x8c\x01"
+				    "b](K\x05K\x06"
+				    "eu\x8c\x01xh\x00u.";
+	struct sink_rec s = {.list_parent = "sdm"};
+	struct sbuf got = {.budget = 1000};
+	flx_pickle *p = NULL;
+	const flx_pv *sdm, *a, *b, *n7, *x;
+	flx_error e;
+
+	CHECK_EQ(load_sink(pk, sizeof(pk) - 1, 1 << 16, "none", &s, &p, &e), 0);
+	CHECK(s.items.p && strcmp(s.items.p, "i1;i2;|i5;i6;|") == 0);
+	sdm = flx_pv_dict_get(flx_pickle_root(p), "sdm");
+	a = flx_pv_dict_get(sdm, "a");
+	b = flx_pv_dict_get(sdm, "b");
+	n7 = sdm && sdm->u.dict.n == 3 ? sdm->u.dict.kv[3] : NULL;
+	x = flx_pv_dict_get(flx_pickle_root(p), "x");
+	CHECK(a && flx_pv_streamed(a) && flx_pv_len(a) == 0);
+	CHECK(b && flx_pv_streamed(b) && flx_pv_len(b) == 0);
+	CHECK(n7 && !flx_pv_streamed(n7) && flx_pv_len(n7) == 2);
+	CHECK(x && !flx_pv_streamed(x) && flx_pv_len(x) == 2);
+	if (p)
+		dump(&got, flx_pickle_root(p), 0);
+	CHECK(got.p &&
+	      strcmp(got.p, "<s\"sdm\":<s\"a\":[],i7:[i3,i4],s\"b\":[]>,"
+			    "s\"x\":[i8,i9]>") == 0);
+	flx_pickle_free(p);
+	free(s.items.p);
+	free(got.p);
+	memset(&s, 0, sizeof(s));
+	s.list_parent = "sdm";
+	p = NULL;
+	CHECK_EQ(
+	    load_sink(again, sizeof(again) - 1, 1 << 16, "none", &s, &p, &e),
+	    -EAGAIN);
+	CHECK(p == NULL);
+	free(s.items.p);
+	/* without list_parent nothing is streamed */
+	memset(&s, 0, sizeof(s));
+	CHECK_EQ(load_sink(pk, sizeof(pk) - 1, 1 << 16, "none", &s, &p, &e), 0);
+	CHECK(s.items.p == NULL);
+	flx_pickle_free(p);
+}
+
 enum { PK_PAIRS = 600000, PK_PER = 1000, PK_REF = 300000 };
 enum { PK_KEY, PK_LIST, PK_SET };
 
@@ -2401,6 +2464,7 @@ int main(void)
 	test_file_payload();
 	test_reader_str_limits();
 	test_sink_dcp();
+	test_sink_list_parent();
 	test_sink_batches();
 	test_sink_named_again();
 	test_sink_packed();

@@ -19,7 +19,9 @@ Chunk counts: 100k and 1M; 6M with FLEXFS_BENCH_SCALE_6M=1 (its
 generator holds about 6 GB of Python objects and takes minutes).
 FLEXFS_BENCH_SCALE_DCP=1: the DCP mounts only (no other format, no
 small-items read).  FLEXFS_BENCH_SCALE_ITEMS=1: the small-items read
-only (no mount rows).
+only (no mount rows).  FLEXFS_BENCH_SCALE_FMT=paddle (or a
+comma-separated list of paddle, megatron, mindspore): those formats' rows
+only (scale_fmt.py), no DCP row and no small-items read.
 """
 
 import json
@@ -133,6 +135,9 @@ def fig_items(ctx, b):
 def fig_scale(ctx, b):
     if os.environ.get("FLEXFS_BENCH_SCALE_ITEMS") == "1":
         return fig_items(ctx, b)
+    only = os.environ.get("FLEXFS_BENCH_SCALE_FMT")
+    if only:
+        return scale_fmt.fig_scale_fmt(ctx, b, only.split(","))
     rows = []
     sizes = [("100k", 1000, 100), ("1m", 1000, 1000)]
     if os.environ.get("FLEXFS_BENCH_SCALE_6M") == "1":

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 """The scale figure's rows for the other sources (flexfs-bench --only
-scale): mounts of a Paddle Flex checkpoint and a Megatron-Core torch_dist
-one of 1M chunks, and of a MindSpore checkpoint whose strategy spans 4,096
-ranks (gen_scale_fmt.py writes them).  The same three rows as the DCP ones
+scale): mounts of a Paddle Flex checkpoint of 100k and 1M chunks, of a
+Megatron-Core torch_dist one of 1M chunks, and of a MindSpore checkpoint
+whose strategy spans 4,096 ranks (gen_scale_fmt.py writes them);
+FLEXFS_BENCH_SCALE_FMT=paddle,... (scale.py) runs only the formats named.  The same three rows as the DCP ones
 (scale.py), medians of --runs, each against a baseline measured in the
 same run:
 
@@ -169,12 +170,15 @@ def fig_mounts_fmt(ctx, b, info):
     return rows
 
 
-def fig_scale_fmt(ctx, b):
-    """Paddle Flex and Megatron torch_dist of 1M chunks (1,000 tensors x
-    1,000 ranks), MindSpore of 256 tensors x 4,096 ranks (1,048,576
-    chunks)."""
+def fig_scale_fmt(ctx, b, only=None):
+    """Paddle Flex of 100k chunks (1,000 tensors x 100 ranks), Paddle Flex
+    and Megatron torch_dist of 1M chunks (1,000 tensors x 1,000 ranks),
+    MindSpore of 256 tensors x 4,096 ranks (1,048,576 chunks); only: the
+    formats to run (None: all)."""
     rows = []
-    for fmt, name, t, r in (("paddle", "1m", 1000, 1000), ("megatron", "1m", 1000, 1000),
+    for fmt, name, t, r in (("paddle", "100k", 1000, 100), ("paddle", "1m", 1000, 1000),
+                            ("megatron", "1m", 1000, 1000),
                             ("mindspore", "4096r", 256, 4096)):
-        rows += fig_mounts_fmt(ctx, b, ensure(ctx, b, fmt, name, t, r))
+        if only is None or fmt in only:
+            rows += fig_mounts_fmt(ctx, b, ensure(ctx, b, fmt, name, t, r))
     return rows
