@@ -85,7 +85,8 @@ int flx_tensor_pool_strides(flx_pool *pool, flx_tensor *t, uint32_t n)
 
 	if (t->ndim <= 0)
 		return -EINVAL;
-	ch = flx_pool_alloc(pool, (size_t)n * (sizeof(*ch) + nd * sizeof(int64_t)));
+	ch = flx_pool_alloc(pool,
+			    (size_t)n * (sizeof(*ch) + nd * sizeof(int64_t)));
 	if (!ch)
 		return -ENOMEM;
 	t->chunks = ch;

@@ -291,8 +291,8 @@ int flx_tensor_pool_chunks(flx_pool *pool, flx_tensor *t, uint32_t n);
  * t->ndim offsets followed by t->ndim sizes that it keeps as long as the
  * index (in the index's pool: flx_pool_adopt()), where a source has them
  * already: chunk i's off a fixed step past chunk i-1's, as
- * flx_tensor.dims says.  Thread-safe for distinct pools.  @return 0, -EINVAL (ndim 0)
- * or -ENOMEM.
+ * flx_tensor.dims says.  Thread-safe for distinct pools.  @return 0, -EINVAL
+ * (ndim 0) or -ENOMEM.
  */
 int flx_tensor_pool_strides(flx_pool *pool, flx_tensor *t, uint32_t n);
 
