@@ -75,12 +75,28 @@ static int collect_chunk(void *arg, uint32_t idx)
 	return 0;
 }
 
-/* The chunk index of a tensor; order from small when it fits. */
+/* The chunk index of a tensor; order from small when it fits.  The boxes
+ * are read in place: chunk i's off lies i steps past chunk 0's, its size
+ * right behind it (flx_tensor.dims); anything else is a bug (-EIO). */
 int chunk_index(const flx_tensor *t, box_index *ix, uint32_t *small,
 		size_t nsmall)
 {
-	return bix_build(ix, t->dims, 3 * (size_t)t->ndim * sizeof(int64_t), 0,
-			 t->ndim, t->nchunks, t->ndim,
+	ptrdiff_t D = t->ndim, step = 3 * D;
+	const int64_t *base = t->dims;
+
+	if (t->nchunks > 0 && D > 0) {
+		base = t->chunks[0].off;
+		if (t->nchunks > 1)
+			step = t->chunks[1].off - base;
+		if (step < 2 * D)
+			return -EIO;
+		for (uint32_t i = 0; i < t->nchunks; i++)
+			if (t->chunks[i].off != base + (ptrdiff_t)i * step ||
+			    t->chunks[i].size != t->chunks[i].off + D)
+				return -EIO;
+	}
+	return bix_build(ix, base, (size_t)step * sizeof(int64_t), 0, t->ndim,
+			 t->nchunks, t->ndim,
 			 t->nchunks <= nsmall ? small : NULL);
 }
 

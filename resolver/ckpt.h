@@ -119,19 +119,19 @@ typedef struct flx_chunk {
 	uint32_t file;	 /* index into flx_ckpt.files */
 	/* dims [contig_from, ndim) are dense row-major in storage (ndim:
 	 * even the innermost is strided); see flx_chunk_contig_from() */
-	int32_t contig_from;
-	/* the chunk's window in that file: its item (a record holding it,
-	 * such as a zip) or its data; the order in which items are read */
-	uint64_t item_off;
-	uint64_t item_len;
-	uint64_t data_off;	/* absolute file offset of storage element 0 */
-	int64_t storage_offset; /* elements, from data.pkl (0: none) */
+	int16_t contig_from;
 	/* the item is one zstd frame (a "stream.zstd/1" transform):
 	 * item_off/item_len are the frame's window in the file, and data_off
 	 * is an offset into the frame's decompressed content, not the file.
 	 * Such a chunk is read through resolver/cache/zcache.h, never spliced.
 	 */
 	bool zstd;
+	/* the chunk's window in that file: its item (a record holding it,
+	 * such as a zip) or its data; the order in which items are read */
+	uint64_t item_off;
+	uint64_t item_len;
+	uint64_t data_off;	/* absolute file offset of storage element 0 */
+	int64_t storage_offset; /* elements, from data.pkl (0: none) */
 } flx_chunk;
 
 typedef struct flx_tensor {
@@ -162,7 +162,11 @@ typedef struct flx_tensor {
 	uint32_t nchunks;
 	/* chunks[0..nchunks), then dims: per chunk, in chunk order, its
 	 * ndim offsets, ndim sizes and ndim strides (one allocation, see
-	 * flx_tensor_alloc_chunks(); a chunk's box is read in place there) */
+	 * flx_tensor_alloc_chunks()), or its ndim strides only, where the
+	 * source keeps the boxes elsewhere in the index's pool
+	 * (flx_tensor_pool_strides()).  Either way the boxes are read in
+	 * place: chunk i's off lies a fixed step past chunk i-1's, its size
+	 * right behind it (reshard/view.c) */
 	flx_chunk *chunks;
 	int64_t *dims;
 } flx_tensor;

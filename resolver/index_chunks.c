@@ -35,6 +35,8 @@ static size_t chunks_bytes(const flx_tensor *t, uint32_t n)
 
 	_Static_assert(sizeof(flx_chunk) % sizeof(int64_t) == 0,
 		       "dims follow the chunks, aligned");
+	_Static_assert(sizeof(flx_chunk) <= 64,
+		       "a chunk record is one cache line (millions per mount)");
 	return (size_t)n * sizeof(flx_chunk) +
 	       (ndims ? ndims : 1) * sizeof(int64_t);
 }
@@ -72,6 +74,25 @@ int flx_tensor_pool_chunks(flx_pool *pool, flx_tensor *t, uint32_t n)
 	if (!ch)
 		return -ENOMEM;
 	place_chunks(t, n, ch);
+	t->nchunks = n;
+	return 0;
+}
+
+int flx_tensor_pool_strides(flx_pool *pool, flx_tensor *t, uint32_t n)
+{
+	size_t nd = (size_t)t->ndim;
+	flx_chunk *ch;
+
+	if (t->ndim <= 0)
+		return -EINVAL;
+	ch = flx_pool_alloc(pool,
+			    (size_t)n * (sizeof(*ch) + nd * sizeof(int64_t)));
+	if (!ch)
+		return -ENOMEM;
+	t->chunks = ch;
+	t->dims = (int64_t *)(ch + n);
+	for (uint32_t i = 0; i < n; i++)
+		ch[i].stride = t->dims + i * nd;
 	t->nchunks = n;
 	return 0;
 }

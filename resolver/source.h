@@ -286,6 +286,17 @@ bool flx_relpath_ok(const char *relpath);
 int flx_tensor_pool_chunks(flx_pool *pool, flx_tensor *t, uint32_t n);
 
 /**
+ * As flx_tensor_pool_chunks() (t->ndim > 0), with room for the strides
+ * only: each chunk's off and size are NULL, for the caller to point at
+ * t->ndim offsets followed by t->ndim sizes that it keeps as long as the
+ * index (in the index's pool: flx_pool_adopt()), where a source has them
+ * already: chunk i's off a fixed step past chunk i-1's, as
+ * flx_tensor.dims says.  Thread-safe for distinct pools.  @return 0, -EINVAL
+ * (ndim 0) or -ENOMEM.
+ */
+int flx_tensor_pool_strides(flx_pool *pool, flx_tensor *t, uint32_t n);
+
+/**
  * Check that t's chunks lie inside its shape, are pairwise disjoint and
  * cover it.  from names the file that described them, in messages.
  * Thread-safe (touches only t and err).

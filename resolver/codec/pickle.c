@@ -683,7 +683,11 @@ static flx_pv *new_tuple(struct vm *vm, flx_pv *const *items, size_t n)
 		return new_shared(vm, &vm->empty_tuple, FLX_PV_TUPLE);
 	if (!count_value(vm))
 		return NULL;
-	if (n > TUPLE_SHARE_MAX || !items_old(vm, items, n))
+	/* never in a sink's batch: a shared tuple outlives the batch, its
+	 * memo slot stays live, and a million distinct chunk offsets would
+	 * stay with it; a later reference to a tuple of a batch decodes
+	 * again as a tree */
+	if (n > TUPLE_SHARE_MAX || vm->young || !items_old(vm, items, n))
 		return items_node(vm, FLX_PV_TUPLE, items, n);
 	/* at most half full, so probes stay short and end at a NULL */
 	if (2 * (vm->tuples_n + 1) > ((size_t)1 << vm->tuples_bits) &&

@@ -55,7 +55,8 @@ size_t flx_u32_sort_unique(uint32_t *v, size_t n)
 
 struct flx_pool_blk {
 	flx_pool_blk *next;
-	size_t size; /* bytes, this header included */
+	void *adopted; /* a block of flx_pool_adopt(), freed with this one */
+	size_t size;   /* bytes, this header included */
 	size_t used;
 	bool mapped; /* munmap(), not free() */
 	alignas(max_align_t) unsigned char data[];
@@ -100,6 +101,7 @@ static flx_pool_blk *pool_block(size_t size)
 
 static void pool_block_free(flx_pool_blk *b)
 {
+	free(b->adopted);
 	if (b->mapped)
 		munmap(b, b->size);
 	else
@@ -145,6 +147,23 @@ void *flx_pool_alloc(flx_pool *p, size_t n)
 	r = (unsigned char *)b + b->used;
 	b->used += al;
 	return r;
+}
+
+int flx_pool_adopt(flx_pool *p, void *block)
+{
+	/* a full block of its own, behind the one being filled */
+	flx_pool_blk *b = pool_block(sizeof(*b));
+
+	if (!b)
+		return -ENOMEM;
+	b->adopted = block;
+	if (p->head) {
+		b->next = p->head->next;
+		p->head->next = b;
+	} else {
+		p->head = b;
+	}
+	return 0;
 }
 
 void flx_pool_move(flx_pool *dst, flx_pool *src)

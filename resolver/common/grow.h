@@ -31,6 +31,10 @@ typedef struct flx_pool {
  * memory.  Valid until flx_pool_free(). */
 void *flx_pool_alloc(flx_pool *p, size_t n);
 
+/** Make block (from malloc(), or NULL) one of p's, freed with the pool.
+ * @return 0, or -ENOMEM (block is still the caller's). */
+int flx_pool_adopt(flx_pool *p, void *block);
+
 /** Give every block of src to dst (src ends empty). */
 void flx_pool_move(flx_pool *dst, flx_pool *src);
 

@@ -97,7 +97,10 @@ typedef struct loader {
 		int8_t n1, n2;
 	} * ck;
 	size_t nck, capck;
+	/* once the tree is decoded, ckd belongs to the index's pool
+	 * (ckd_kept) and the chunks' boxes point into it, not copied */
 	int64_t *ckd;
+	bool ckd_kept;
 	size_t nckd, capckd;
 	struct ck_list {
 		const flx_pv *list;
@@ -1317,6 +1320,7 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 	const struct ck_list *cl = cl_find(L, chunks);
 	size_t nch;
 	uint64_t nh = name_hash(name);
+	bool shared;
 	int rc;
 
 	name = interned(L, name, nh);
@@ -1338,7 +1342,9 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 	if (nch == 0 || nch > UINT32_MAX)
 		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 				     "tensor has %zu chunks", nch);
-	rc = flx_tensor_pool_chunks(pool, t, (uint32_t)nch);
+	shared = cl && L->ckd_kept && t->ndim > 0;
+	rc = shared ? flx_tensor_pool_strides(pool, t, (uint32_t)nch)
+		    : flx_tensor_pool_chunks(pool, t, (uint32_t)nch);
 	if (rc)
 		return rc;
 	for (uint32_t i = 0; i < t->nchunks; i++) {
@@ -1355,6 +1361,11 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 
 			n1 = r->n1;
 			n2 = r->n2;
+			if (shared) {
+				ch->off = L->ckd + r->dims;
+				ch->size = ch->off + n1;
+				goto decoded;
+			}
 			memcpy(at, L->ckd + r->dims, sizeof(*at) * (size_t)n1);
 			memcpy(sz, L->ckd + r->dims + n1,
 			       sizeof(*sz) * (size_t)n2);
@@ -1379,8 +1390,10 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 					     "chunk %u has %d/%d dimensions, "
 					     "the tensor %d",
 					     i, n1, n2, t->ndim);
-		memcpy(ch->off, at, sizeof(int64_t) * (size_t)t->ndim);
-		memcpy(ch->size, sz, sizeof(int64_t) * (size_t)t->ndim);
+		if (!shared) {
+			memcpy(ch->off, at, sizeof(int64_t) * (size_t)t->ndim);
+			memcpy(ch->size, sz, sizeof(int64_t) * (size_t)t->ndim);
+		}
 		e = find_sentry(L, nh, name, t->ndim, ch->off);
 		if (!e) {
 			char o[96];
@@ -1531,6 +1544,16 @@ static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
 		else
 			break;
 	}
+	/* the streamed chunks' boxes stay where they are (decode_tensor()),
+	 * before the parts copy the loader:
+	 * a million chunks' offsets and sizes are not copied again */
+	if (L->ckd && L->nckd) {
+		int64_t *fit = realloc(L->ckd, L->nckd * sizeof(*L->ckd));
+
+		if (fit)
+			L->ckd = fit;
+		L->ckd_kept = flx_pool_adopt(&c->pool, L->ckd) == 0;
+	}
 	np = part_count(L, ok);
 	if (!(p = parts_new(L, sdm, ok, np)))
 		goto out;
@@ -1661,7 +1684,8 @@ static void loader_release(loader *L)
 	free(L->itab);
 	flx_pool_free(&L->names);
 	free(L->ck);
-	free(L->ckd);
+	if (!L->ckd_kept)
+		free(L->ckd);
 	free(L->cl);
 }
 

@@ -44,6 +44,11 @@ sys.path.insert(0, os.path.join(here, "..", "fixtures"))
 import gen_dcp  # noqa: E402  (tools/fixtures/gen_dcp.py: torch's DCP names)
 
 
+# what the .metadata looks like; checkpoints of another generator are
+# written again (2: one torch.Size per chunk, as torch's planner makes them)
+GENERATOR = 2
+
+
 def storage_info_class(api):
     try:
         from torch.distributed.checkpoint.filesystem import _StorageInfo
@@ -81,7 +86,6 @@ def main():
                 blob = item_bytes(torch, torch.arange(C, dtype=torch.float32).reshape(1, C) + t)
                 where.append((f.tell(), len(blob)))
                 f.write(blob)
-    size_row = torch.Size([1, C])
     files = []
     for r in range(R) if a.items == "real" else ():
         files.append(open(os.path.join(a.out, "__%d_0.distcp" % r), "wb"))
@@ -90,7 +94,11 @@ def main():
         chunks = []
         for r in range(R):
             off = torch.Size([r, 0])
-            chunks.append(md.ChunkStorageMetadata(offsets=off, sizes=size_row))
+            # one torch.Size per chunk, as torch's planner makes them
+            # (planner_helpers.py: each WriteItem's chunk has its own
+            # offsets and sizes), so the pickle names no chunk's sizes
+            # again from another chunk
+            chunks.append(md.ChunkStorageMetadata(offsets=off, sizes=torch.Size([1, C])))
             if a.items == "repeat":
                 o, n = where[t]
                 storage[md.MetadataIndex(fqn, off)] = SI("__0_0.distcp", o, n)
@@ -116,7 +124,7 @@ def main():
     t_load = time.monotonic() - t0
     assert len(back.state_dict_metadata) == T
     del back
-    stamp = dict(tensors=T, ranks=R, cols=C, chunks=T * R, items=a.items,
+    stamp = dict(generator=GENERATOR, tensors=T, ranks=R, cols=C, chunks=T * R, items=a.items,
                  metadata_bytes=os.path.getsize(path), torch=torch.__version__,
                  write_s=t_write, pickle_load_s=t_load)
     with open(os.path.join(a.out, "scale.json"), "w") as f:

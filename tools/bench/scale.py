@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 
+import gen_scale
 import scale_fmt
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -55,7 +56,8 @@ def ensure(ctx, b, name, tensors, ranks, cols, items):
     if os.path.exists(stamp):
         with open(stamp) as f:
             s = json.load(f)
-        if (s["tensors"], s["ranks"], s["cols"], s["items"]) == (tensors, ranks, cols, items):
+        if (s.get("generator"), s["tensors"], s["ranks"], s["cols"], s["items"]) == \
+                (gen_scale.GENERATOR, tensors, ranks, cols, items):
             return dict(s, dir=d)
     if os.path.isdir(d):
         subprocess.run(["rm", "-rf", d], check=True)
