@@ -374,9 +374,10 @@ static void sort_runs(pending *runs, size_t n)
  * once.  A gap is what another rank's slice of the same rows leaves (TP4
  * of a TP2 source keeps half of each saved row), or the item header
  * between two small tensors saved one after the other (a file of many
- * small items, each behind its own header): reading it costs a copy of under a
- * page per run, far less than a syscall per run, and no extra disk I/O, since a
- * gap under a page lies in pages the runs around it need anyway.
+ * small items, each behind its own header): reading it costs a copy of
+ * under a page per run, far less than a syscall per run, and no extra
+ * disk I/O, since a gap under a page lies in pages the runs around it
+ * need anyway.
  */
 #define GAP_MAX 4095
 
