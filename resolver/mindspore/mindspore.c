@@ -77,7 +77,8 @@ typedef struct piece {
 typedef struct entry {
 	uint32_t name; /* index into loader.names, in first-stored order */
 	uint32_t rank, file, npieces;
-	uint8_t dtype, stored; /* flx_dtype; stored: legacy BFloat16 as float32 */
+	uint8_t dtype,
+	    stored; /* flx_dtype; stored: legacy BFloat16 as float32 */
 	uint8_t ndim;
 	const int64_t *dims; /* ndim of them (loader.dimtab) */
 	uint64_t p0;
@@ -765,8 +766,7 @@ static uint32_t hash_bytes(const void *p, size_t n)
 
 /* The slot of key (n bytes, hash h) in t: the one holding it or the empty
  * one it goes to. */
-static islot *itab_slot(const itab *t, const void *key, uint32_t n,
-			uint32_t h)
+static islot *itab_slot(const itab *t, const void *key, uint32_t n, uint32_t h)
 {
 	for (size_t i = h & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
 		islot *s = &t->slot[i];
@@ -818,10 +818,9 @@ static int intern(itab *t, flx_pool *pool, const void *key, uint32_t n,
 
 /* Append to L->e the entry of name (its pieces are L->pc[p0, p0 +
  * npieces)).  @return 0 or -ENOMEM. */
-static int push_entry(loader *L, const char *name, uint32_t rank,
-		      uint32_t file, flx_dtype dtype, flx_dtype stored,
-		      int ndim, const int64_t *dims, uint64_t p0,
-		      uint32_t npieces)
+static int push_entry(loader *L, const char *name, uint32_t rank, uint32_t file,
+		      flx_dtype dtype, flx_dtype stored, int ndim,
+		      const int64_t *dims, uint64_t p0, uint32_t npieces)
 {
 	const void *nm, *dm;
 	uint32_t id, unused;
@@ -913,7 +912,8 @@ static int finish_entry(loader *L, const char *file, run *cur)
 		goto fail;
 	}
 	for (uint32_t i = 0; i < cur->npieces; i++)
-		if (pc[i].len % flx_dtype_size(cur->stored ? cur->stored : dt)) {
+		if (pc[i].len %
+		    flx_dtype_size(cur->stored ? cur->stored : dt)) {
 			rc = flx_error_set(L->err, -EINVAL, file, cur->name,
 					   "a Value's tensor_content is not a "
 					   "whole number of elements");
@@ -1167,8 +1167,7 @@ static int st_entry(loader *L, const char *file, uint32_t rank, uint32_t idx,
 				     (long long)b0, (long long)b1);
 	uint64_t p0 = L->npc;
 
-	if (numel &&
-	    push_piece(L, base + (uint64_t)b0, (uint64_t)(b1 - b0)))
+	if (numel && push_piece(L, base + (uint64_t)b0, (uint64_t)(b1 - b0)))
 		return -ENOMEM;
 	if (push_entry(L, k, rank, idx, dtype, FLX_DT_INVALID, ndim, dims, p0,
 		       numel ? 1 : 0)) {
@@ -1457,8 +1456,9 @@ static int same_sample(loader *L, const entry *a, const entry *b, bool *same)
 			*same = memcmp(x, y, n) == 0;
 	}
 	if (rc)
-		flx_error_set(L->err, rc, L->c->files[b->file].relpath, L->names[b->name],
-			      "cannot read: %s", strerror(-rc));
+		flx_error_set(L->err, rc, L->c->files[b->file].relpath,
+			      L->names[b->name], "cannot read: %s",
+			      strerror(-rc));
 	return rc;
 }
 
