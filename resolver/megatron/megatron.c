@@ -744,12 +744,59 @@ static int orig_shape(const char *key, const flx_pv *v, int *n, int64_t *orig,
 	return 0;
 }
 
+/* A key of mcore_data: its bytes and its position in the dict. */
+typedef struct mkey {
+	const char *s;
+	size_t len, at;
+} mkey;
+
+static int cmp_mkey(const void *a, const void *b)
+{
+	const mkey *x = a, *y = b;
+	int c = memcmp(x->s, y->s, x->len < y->len ? x->len : y->len);
+
+	if (c)
+		return c;
+	if (x->len != y->len)
+		return x->len < y->len ? -1 : 1;
+	return (x->at > y->at) - (x->at < y->at);
+}
+
+/* The value of key in md through k (md's string keys sorted by
+ * cmp_mkey(), nk of them), as flx_pv_dict_get(md, key) finds it (a
+ * repeated key: the last) without a scan of md per key. */
+static const flx_pv *mkey_get(const flx_pv *md, const mkey *k, size_t nk,
+			      const char *key)
+{
+	mkey want = {key, strlen(key), SIZE_MAX};
+	size_t lo = 0, hi = nk;
+
+	/* the first key above (key, SIZE_MAX): the one before it is the
+	 * last of key's run, if any */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (cmp_mkey(&k[mid], &want) <= 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (!lo || k[lo - 1].len != want.len ||
+	    memcmp(k[lo - 1].s, key, want.len) != 0)
+		return NULL;
+	return md->u.dict.kv[2 * k[lo - 1].at + 1];
+}
+
 /* The DCP loader's attrs hook: every tensor mcore_data says is
- * reformulated, presented under its original shape. */
+ * reformulated, presented under its original shape.  mcore_data has an
+ * entry per tensor: its keys are sorted once, and each tensor's found by
+ * a binary search. */
 static int reformulated(flx_build *b, const flx_pv *attrs, flx_error *err)
 {
 	const flx_pv *md = flx_pv_dict_get(attrs, "mcore_data");
 	flx_ckpt *c = flx_build_ckpt(b);
+	mkey *k = NULL;
+	size_t nk = 0;
 	int rc = 0;
 
 	if (!md || md->kind == FLX_PV_NONE)
@@ -757,9 +804,21 @@ static int reformulated(flx_build *b, const flx_pv *attrs, flx_error *err)
 	if (md->kind != FLX_PV_DICT)
 		return flx_error_set(err, -EINVAL, ".metadata", "mcore_data",
 				     "not a dict (a %s)", flx_pv_kind_name(md));
+	if (!md->u.dict.n)
+		return 0;
+	k = malloc(md->u.dict.n * sizeof(*k));
+	if (!k)
+		return -ENOMEM;
+	for (size_t i = 0; i < md->u.dict.n; i++) {
+		const flx_pv *key = md->u.dict.kv[2 * i];
+
+		if (key->kind == FLX_PV_STR && key->u.str.s)
+			k[nk++] = (mkey){key->u.str.s, key->u.str.len, i};
+	}
+	qsort(k, nk, sizeof(*k), cmp_mkey);
 	for (size_t i = 0; i < c->ntensors && !rc; i++) {
 		flx_tensor *t = &c->tensors[i];
-		const flx_pv *e = flx_pv_dict_get(md, t->fqn), *v;
+		const flx_pv *e = mkey_get(md, k, nk, t->fqn), *v;
 		int64_t orig[FLX_MAX_DIMS], s[FLX_MAX_DIMS];
 		int n = 0;
 
@@ -772,6 +831,7 @@ static int reformulated(flx_build *b, const flx_pv *attrs, flx_error *err)
 		if (!rc)
 			rc = unflatten(&c->pool, t, n, orig, s, err);
 	}
+	free(k);
 	return rc;
 }
 

@@ -70,17 +70,43 @@ typedef struct piece {
 	uint64_t off, len;
 } piece;
 
-/* A parameter as one rank's file holds it. */
+/* A parameter as one rank's file holds it: its byte ranges are
+ * loader.pc[p0, p0 + npieces), its name is loader.names[name] and its dims
+ * are interned (every rank of a parameter mostly stores the same), so that
+ * a million of them stay small. */
 typedef struct entry {
-	char *name;
-	uint32_t rank, file, seq;
-	flx_dtype dtype, stored; /* stored: legacy BFloat16 as float32 */
+	uint32_t name; /* index into loader.names, in first-stored order */
+	uint32_t rank, file, npieces;
+	uint8_t dtype,
+	    stored; /* flx_dtype; stored: legacy BFloat16 as float32 */
+	uint8_t ndim;
+	const int64_t *dims; /* ndim of them (loader.dimtab) */
+	uint64_t p0;
+} entry;
+
+/* The run of same-tag records load_ckpt() is reading: one entry once it
+ * ends (finish_entry()); its pieces are the tail of loader.pc. */
+typedef struct run {
+	char name[MAX_TAG + 1];
+	char type[33]; /* tensor_type of the run's last record */
+	uint32_t rank, file, npieces;
+	flx_dtype dtype, stored;
 	int ndim;
 	int64_t dims[FLX_MAX_DIMS];
-	char type[33]; /* tensor_type of the run's last record */
-	uint32_t npieces;
-	piece *pieces;
-} entry;
+	uint64_t p0;
+} run;
+
+/* Byte strings stored once each: an open-addressing table (cap a power of
+ * two, at most half full) of slots naming the copies. */
+typedef struct islot {
+	const void *p; /* NULL: empty */
+	uint32_t n, id;
+} islot;
+
+typedef struct itab {
+	islot *slot;
+	size_t cap, n;
+} itab;
 
 typedef struct rankfile {
 	uint32_t rank;
@@ -97,6 +123,14 @@ typedef struct loader {
 	size_t nrf, caprf;
 	entry *e;
 	size_t ne, cape;
+	piece *pc; /* every entry's pieces */
+	size_t npc, cappc;
+	/* entry.name: names[i] (in c->pool, the tensors' fqn), found by
+	 * nametab; entry.dims found by dimtab (in dims) */
+	char **names;
+	size_t nnames, capnames;
+	itab nametab, dimtab;
+	flx_pool dims;
 	bool safetensors;
 	/* unnumbered top-level .safetensors names (owned), and whether
 	 * param_name_map.json is beside them: a unified_safetensors output
@@ -719,29 +753,128 @@ static flx_dtype ms_dtype(const char *s)
 	return FLX_DT_INVALID;
 }
 
-static int push_entry(loader *L, entry *x)
+/* FNV-1a */
+static uint32_t hash_bytes(const void *p, size_t n)
 {
-	if (flx_grow((void **)&L->e, &L->cape, L->ne + 1, sizeof(*L->e)))
+	const unsigned char *c = p;
+	uint64_t x = 1469598103934665603ull;
+
+	for (size_t i = 0; i < n; i++)
+		x = (x ^ c[i]) * 1099511628211ull;
+	return (uint32_t)(x ^ (x >> 32));
+}
+
+/* The slot of key (n bytes, hash h) in t: the one holding it or the empty
+ * one it goes to. */
+static islot *itab_slot(const itab *t, const void *key, uint32_t n, uint32_t h)
+{
+	for (size_t i = h & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
+		islot *s = &t->slot[i];
+
+		if (!s->p || (s->n == n && memcmp(s->p, key, n) == 0))
+			return s;
+	}
+}
+
+/* Into *copy the stored copy of key (n bytes), made in pool if new (then
+ * *id is t's count before it, else the id it got).  @return 0, -ENOMEM. */
+static int intern(itab *t, flx_pool *pool, const void *key, uint32_t n,
+		  const void **copy, uint32_t *id)
+{
+	uint32_t h = hash_bytes(key, n);
+	islot *s;
+
+	if (t->n + 1 > t->cap / 2) {
+		size_t cap = t->cap ? 2 * t->cap : 64;
+		islot *old = t->slot, *ns = calloc(cap, sizeof(*ns));
+		size_t oldcap = t->cap;
+
+		if (!ns || t->n >= UINT32_MAX) {
+			free(ns);
+			return -ENOMEM;
+		}
+		t->slot = ns;
+		t->cap = cap;
+		for (size_t i = 0; i < oldcap; i++)
+			if (old[i].p)
+				*itab_slot(t, old[i].p, old[i].n,
+					   hash_bytes(old[i].p, old[i].n)) =
+				    old[i];
+		free(old);
+	}
+	s = itab_slot(t, key, n, h);
+	if (!s->p) {
+		void *c = flx_pool_alloc(pool, n ? n : 1);
+
+		if (!c)
+			return -ENOMEM;
+		memcpy(c, key, n);
+		*s = (islot){c, n, (uint32_t)t->n++};
+	}
+	*copy = s->p;
+	*id = s->id;
+	return 0;
+}
+
+/* Append to L->e the entry of name (its pieces are L->pc[p0, p0 +
+ * npieces)).  @return 0 or -ENOMEM. */
+static int push_entry(loader *L, const char *name, uint32_t rank, uint32_t file,
+		      flx_dtype dtype, flx_dtype stored, int ndim,
+		      const int64_t *dims, uint64_t p0, uint32_t npieces)
+{
+	const void *nm, *dm;
+	uint32_t id, unused;
+
+	if (flx_grow((void **)&L->e, &L->cape, L->ne + 1, sizeof(*L->e)) ||
+	    flx_grow((void **)&L->names, &L->capnames, L->nnames + 1,
+		     sizeof(*L->names)) ||
+	    intern(&L->nametab, &L->c->pool, name, (uint32_t)strlen(name) + 1,
+		   &nm, &id) ||
+	    intern(&L->dimtab, &L->dims, dims,
+		   (uint32_t)(sizeof(int64_t) * (size_t)ndim), &dm, &unused))
 		return -ENOMEM;
-	x->seq = (uint32_t)L->ne;
-	L->e[L->ne++] = *x;
+	if (id == L->nnames)
+		L->names[L->nnames++] = (char *)nm;
+	L->e[L->ne++] = (entry){.name = id,
+				.rank = rank,
+				.file = file,
+				.npieces = npieces,
+				.dtype = (uint8_t)dtype,
+				.stored = (uint8_t)stored,
+				.ndim = (uint8_t)ndim,
+				.dims = dm,
+				.p0 = p0};
+	return 0;
+}
+
+static const piece *pieces_of(const loader *L, const entry *e)
+{
+	return &L->pc[e->p0];
+}
+
+/* Append a piece to L->pc.  @return 0 or -ENOMEM. */
+static int push_piece(loader *L, uint64_t off, uint64_t len)
+{
+	if (flx_grow((void **)&L->pc, &L->cappc, L->npc + 1, sizeof(*L->pc)))
+		return -ENOMEM;
+	L->pc[L->npc++] = (piece){off, len};
 	return 0;
 }
 
 /* Close the run of same-tag records in *cur: dtype and dims from the last
  * record (docs/formats/mindspore.md#large-tensors), legacy rules
  * (docs/formats/mindspore.md#tensor-types, docs/formats/mindspore.md#dims),
- * total length checked. */
-static int finish_entry(loader *L, const char *file, entry *cur)
+ * total length checked.  A run not kept gives its pieces back. */
+static int finish_entry(loader *L, const char *file, run *cur)
 {
 	uint64_t total = 0, numel;
 	flx_dtype dt = ms_dtype(cur->type);
+	const piece *pc = &L->pc[cur->p0];
 	int rc;
 
 	if (strcmp(cur->type, "str") == 0) {
 		/* append_dict text: not a tensor, not served */
-		free(cur->name);
-		free(cur->pieces);
+		L->npc = cur->p0;
 		return 0;
 	}
 	if (dt == FLX_DT_INVALID) {
@@ -752,7 +885,7 @@ static int finish_entry(loader *L, const char *file, entry *cur)
 	}
 	cur->dtype = dt;
 	for (uint32_t i = 0; i < cur->npieces; i++)
-		total += cur->pieces[i].len;
+		total += pc[i].len;
 	/* ≤ 2.2 scalars: dims [0] holding one element (a BFloat16 one as
 	 * the float32 that version wrote,
 	 * docs/formats/mindspore.md#tensor-types) */
@@ -779,17 +912,18 @@ static int finish_entry(loader *L, const char *file, entry *cur)
 		goto fail;
 	}
 	for (uint32_t i = 0; i < cur->npieces; i++)
-		if (cur->pieces[i].len %
+		if (pc[i].len %
 		    flx_dtype_size(cur->stored ? cur->stored : dt)) {
 			rc = flx_error_set(L->err, -EINVAL, file, cur->name,
 					   "a Value's tensor_content is not a "
 					   "whole number of elements");
 			goto fail;
 		}
-	return push_entry(L, cur);
+	return push_entry(L, cur->name, cur->rank, cur->file, cur->dtype,
+			  cur->stored, cur->ndim, cur->dims, cur->p0,
+			  cur->npieces);
 fail:
-	free(cur->name);
-	free(cur->pieces);
+	L->npc = cur->p0;
 	return rc;
 }
 
@@ -837,13 +971,13 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, const char *file)
 {
 	frd *r = malloc(sizeof(*r));
 	record *rec = malloc(sizeof(*rec));
+	run *cur = malloc(sizeof(*cur));
 	uint64_t pos = 0, end, at = 0;
-	entry cur = {0};
 	bool open_run = false;
 	uint8_t head[4], tail[17];
 	int rc = 0;
 
-	if (!r || !rec) {
+	if (!r || !rec || !cur) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -902,30 +1036,33 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, const char *file)
 					   "supported");
 			goto out;
 		}
-		if (open_run && strcmp(cur.name, rec->tag) != 0) {
+		if (open_run && strcmp(cur->name, rec->tag) != 0) {
 			open_run = false;
-			if ((rc = finish_entry(L, file, &cur)))
+			if ((rc = finish_entry(L, file, cur)))
 				goto out;
 		}
 		if (!open_run) {
-			memset(&cur, 0, sizeof(cur));
-			cur.rank = rank;
-			cur.file = idx;
-			if (!(cur.name = strdup(rec->tag))) {
-				rc = -ENOMEM;
-				goto out;
-			}
+			size_t n = strlen(rec->tag) + 1;
+
+			memcpy(cur->name, rec->tag, n);
+			cur->type[0] = '\0';
+			cur->rank = rank;
+			cur->file = idx;
+			cur->npieces = 0;
+			cur->dtype = cur->stored = FLX_DT_INVALID;
+			cur->ndim = 0;
+			cur->p0 = L->npc;
 			open_run = true;
 		}
-		if (cur.npieces == UINT32_MAX) {
+		if (cur->npieces == UINT32_MAX) {
 			rc = -E2BIG;
 			goto bad;
 		}
 		/* a tensor saved in several records repeats its dims and
 		 * tensor_type in each: one that differs is no part of it */
-		if (cur.npieces &&
-		    (strcmp(cur.type, rec->type) || cur.ndim != rec->ndim ||
-		     memcmp(cur.dims, rec->dims,
+		if (cur->npieces &&
+		    (strcmp(cur->type, rec->type) || cur->ndim != rec->ndim ||
+		     memcmp(cur->dims, rec->dims,
 			    (size_t)rec->ndim * sizeof(int64_t)))) {
 			rc = flx_error_set(
 			    L->err, -EINVAL, file, rec->tag,
@@ -933,23 +1070,18 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, const char *file)
 			    "from the one before in tensor_type ('%s', then "
 			    "'%s') or dims (%d, then %d of them): not one "
 			    "tensor",
-			    cur.npieces + 1, (unsigned long long)at, cur.type,
-			    rec->type, cur.ndim, rec->ndim);
+			    cur->npieces + 1, (unsigned long long)at, cur->type,
+			    rec->type, cur->ndim, rec->ndim);
 			goto out;
 		}
-		piece *p = realloc(cur.pieces,
-				   (cur.npieces + 1) * sizeof(*cur.pieces));
-		if (!p) {
-			rc = -ENOMEM;
+		if ((rc = push_piece(L, rec->off, rec->len)))
 			goto out;
-		}
-		cur.pieces = p;
-		cur.pieces[cur.npieces++] = (piece){rec->off, rec->len};
+		cur->npieces++;
 		/* the run's dtype and dims: its last record's
 		 * (docs/formats/mindspore.md#large-tensors) */
-		memcpy(cur.dims, rec->dims, sizeof(cur.dims));
-		cur.ndim = rec->ndim;
-		memcpy(cur.type, rec->type, sizeof(cur.type));
+		memcpy(cur->dims, rec->dims, sizeof(cur->dims));
+		cur->ndim = rec->ndim;
+		memcpy(cur->type, rec->type, sizeof(cur->type));
 	}
 	goto done;
 bad:
@@ -970,14 +1102,13 @@ done:
 out:
 	if (open_run && rc == 0) {
 		open_run = false;
-		rc = finish_entry(L, file, &cur);
+		rc = finish_entry(L, file, cur);
 	}
-	if (open_run) {
-		free(cur.name);
-		free(cur.pieces);
-	}
+	if (open_run)
+		L->npc = cur->p0;
 	free(r);
 	free(rec);
+	free(cur);
 	return rc;
 }
 
@@ -1000,7 +1131,9 @@ static int st_entry(loader *L, const char *file, uint32_t rank, uint32_t idx,
 	json_t *dt = json_object_get(v, "dtype"),
 	       *sh = json_object_get(v, "shape"),
 	       *of = json_object_get(v, "data_offsets"), *x;
-	entry e = {0};
+	int64_t dims[FLX_MAX_DIMS];
+	flx_dtype dtype;
+	int ndim = 0;
 	size_t i;
 
 	if (!json_is_string(dt) || !json_is_array(sh) ||
@@ -1010,8 +1143,8 @@ static int st_entry(loader *L, const char *file, uint32_t rank, uint32_t idx,
 	    !json_is_integer(json_array_get(of, 1)))
 		return flx_error_set(L->err, -EINVAL, file, k,
 				     "needs dtype, shape and two data_offsets");
-	e.dtype = st_dtype(json_string_value(dt));
-	if (e.dtype == FLX_DT_INVALID)
+	dtype = st_dtype(json_string_value(dt));
+	if (dtype == FLX_DT_INVALID)
 		return flx_error_set(L->err, -EINVAL, file, k,
 				     "dtype '%s' is not supported",
 				     json_string_value(dt));
@@ -1020,30 +1153,25 @@ static int st_entry(loader *L, const char *file, uint32_t rank, uint32_t idx,
 		if (!json_is_integer(x) || json_integer_value(x) < 0)
 			return flx_error_set(L->err, -EINVAL, file, k,
 					     "shape is not a list of sizes");
-		e.dims[e.ndim++] = json_integer_value(x);
+		dims[ndim++] = json_integer_value(x);
 	}
 	int64_t b0 = json_integer_value(json_array_get(of, 0)),
 		b1 = json_integer_value(json_array_get(of, 1));
-	uint64_t numel = flx_numel(e.ndim, e.dims);
+	uint64_t numel = flx_numel(ndim, dims);
 	if (b0 < 0 || b1 < b0 || (uint64_t)b1 > dlen ||
 	    numel > (UINT64_MAX >> 4) ||
-	    (uint64_t)(b1 - b0) != numel * flx_dtype_size(e.dtype))
+	    (uint64_t)(b1 - b0) != numel * flx_dtype_size(dtype))
 		return flx_error_set(L->err, -EINVAL, file, k,
 				     "data_offsets [%lld, %lld] do not hold "
 				     "the shape's bytes inside the file",
 				     (long long)b0, (long long)b1);
-	e.rank = rank;
-	e.file = idx;
-	e.name = strdup(k);
-	if (numel) {
-		e.pieces = malloc(sizeof(*e.pieces));
-		if (e.pieces)
-			e.pieces[e.npieces++] =
-			    (piece){base + (uint64_t)b0, (uint64_t)(b1 - b0)};
-	}
-	if (!e.name || (numel && !e.pieces) || push_entry(L, &e)) {
-		free(e.name);
-		free(e.pieces);
+	uint64_t p0 = L->npc;
+
+	if (numel && push_piece(L, base + (uint64_t)b0, (uint64_t)(b1 - b0)))
+		return -ENOMEM;
+	if (push_entry(L, k, rank, idx, dtype, FLX_DT_INVALID, ndim, dims, p0,
+		       numel ? 1 : 0)) {
+		L->npc = p0;
 		return -ENOMEM;
 	}
 	return 0;
@@ -1246,34 +1374,35 @@ out:
 
 /* ---- the global index ---- */
 
-static char *pool_str(flx_pool *p, const char *s)
-{
-	size_t n = strlen(s) + 1;
-	char *d = flx_pool_alloc(p, n);
-	if (d)
-		memcpy(d, s, n);
-	return d;
-}
-
-static int cmp_entry_p(const void *a, const void *b)
-{
-	const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
-	int c = strcmp(x->name, y->name);
-	if (c)
-		return c;
-	return (x->rank > y->rank) - (x->rank < y->rank);
-}
-
+/* The entries of one name, by rank (then as stored). */
 typedef struct group {
 	entry **e;
 	size_t n;
-	uint32_t first; /* lowest seq: the tensor order */
+	char *name;
 } group;
 
-static int cmp_group(const void *a, const void *b)
+/* The strategy's layout of g's parameter for e's stage, through a cache
+ * of the last stage asked (a group's entries come by rank). */
+typedef struct lcache {
+	bool valid;
+	uint32_t stage;
+	const flx_ms_layout *l;
+} lcache;
+
+static const flx_ms_layout *layout_of(const loader *L, const group *g,
+				      const entry *e, lcache *lc)
 {
-	const group *x = a, *y = b;
-	return (x->first > y->first) - (x->first < y->first);
+	uint32_t stage;
+
+	if (!L->st)
+		return NULL;
+	stage = (uint32_t)(e->rank / L->st->devices);
+	if (!lc->valid || lc->stage != stage) {
+		lc->l = flx_ms_strategy_find(L->st, g->name, stage);
+		lc->stage = stage;
+		lc->valid = true;
+	}
+	return lc->l;
 }
 
 static void fmt_dims(char *buf, size_t n, int nd, const int64_t *d)
@@ -1307,17 +1436,19 @@ static int same_sample(loader *L, const entry *a, const entry *b, bool *same)
 	int rc = 0;
 
 	*same = true;
+	if (!a->npieces || !b->npieces)
+		return 0; /* zero elements: nothing to differ */
 	for (int end = 0; end < 2 && *same && !rc; end++) {
 		size_t n = sizeof(x);
 		for (int i = 0; i < 2; i++) {
 			const piece *p =
-			    &e[i]->pieces[end ? e[i]->npieces - 1 : 0];
+			    &pieces_of(L, e[i])[end ? e[i]->npieces - 1 : 0];
 			if (p->len < n)
 				n = (size_t)p->len;
 		}
 		for (int i = 0; i < 2 && !rc; i++) {
 			const piece *p =
-			    &e[i]->pieces[end ? e[i]->npieces - 1 : 0];
+			    &pieces_of(L, e[i])[end ? e[i]->npieces - 1 : 0];
 			rc = flx_file_pread(L->c, e[i]->file, buf[i], n,
 					    end ? p->off + p->len - n : p->off);
 		}
@@ -1325,8 +1456,9 @@ static int same_sample(loader *L, const entry *a, const entry *b, bool *same)
 			*same = memcmp(x, y, n) == 0;
 	}
 	if (rc)
-		flx_error_set(L->err, rc, L->c->files[b->file].relpath, b->name,
-			      "cannot read: %s", strerror(-rc));
+		flx_error_set(L->err, rc, L->c->files[b->file].relpath,
+			      L->names[b->name], "cannot read: %s",
+			      strerror(-rc));
 	return rc;
 }
 
@@ -1373,6 +1505,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 {
 	const entry *e0 = g->e[0];
 	uint64_t devices = L->st ? L->st->devices : 0;
+	lcache lc = {0};
 	char a[160], b[160];
 
 	*nh = 0;
@@ -1384,15 +1517,12 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 	const flx_ms_layout *lay0 = NULL;
 	flx_ms_layout fold;
 	for (size_t i = 0; i < g->n && L->st && !lay0; i++)
-		lay0 = flx_ms_strategy_find(L->st, g->e[i]->name,
-					    g->e[i]->rank / devices);
-	memcpy(t->shape, e0->dims, sizeof(t->shape));
+		lay0 = layout_of(L, g, g->e[i], &lc);
+	memcpy(t->shape, e0->dims, sizeof(int64_t) * e0->ndim);
 	if (lay0) {
 		const entry *ref = NULL;
 		for (size_t i = 0; i < g->n && !ref; i++)
-			if (flx_ms_strategy_find(L->st, g->e[i]->name,
-						 g->e[i]->rank / devices) ==
-			    lay0)
+			if (layout_of(L, g, g->e[i], &lc) == lay0)
 				ref = g->e[i];
 		if ((int)lay0->ndim > ref->ndim &&
 		    flx_ms_layout_fold(lay0, (uint32_t)ref->ndim, fold0) == 0)
@@ -1400,7 +1530,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 		if ((int)lay0->ndim != ref->ndim)
 			return flx_error_set(
 			    L->err, -EINVAL, L->c->files[ref->file].relpath,
-			    ref->name,
+			    g->name,
 			    "stored with %d dims, its strategy layout has %u",
 			    ref->ndim, lay0->ndim);
 		if (lay0->has_shape) {
@@ -1427,10 +1557,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 	for (size_t i = 0; i < g->n; i++) {
 		const entry *e = g->e[i];
 		const char *ef = L->c->files[e->file].relpath;
-		const flx_ms_layout *lay =
-		    L->st ? flx_ms_strategy_find(L->st, e->name,
-						 e->rank / devices)
-			  : NULL;
+		const flx_ms_layout *lay = layout_of(L, g, e, &lc);
 		uint64_t st[FLX_MS_MAX_DIMS], ln[FLX_MS_MAX_DIMS];
 		flx_ms_layout opt;
 		held x = {.e = e};
@@ -1440,7 +1567,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 			lay = &fold;
 
 		if (e->dtype != t->dtype || e->stored != t->stored)
-			return flx_error_set(L->err, -EINVAL, ef, e->name,
+			return flx_error_set(L->err, -EINVAL, ef, g->name,
 					     "dtype %s differs from rank %u's "
 					     "%s",
 					     flx_dtype_name(e->dtype), e0->rank,
@@ -1467,7 +1594,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 			}
 			if (flx_ms_box(lay, S, e->rank % devices, st, ln))
 				return flx_error_set(
-				    L->err, -EINVAL, ef, e->name,
+				    L->err, -EINVAL, ef, g->name,
 				    "its strategy layout does not split the "
 				    "global shape evenly");
 			for (int d = 0; d < t->ndim; d++) {
@@ -1493,7 +1620,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 			return rc;
 		if (!same)
 			return flx_error_set(
-			    L->err, -EINVAL, ef, e->name,
+			    L->err, -EINVAL, ef, g->name,
 			    "rank %u holds the box of rank %u with other "
 			    "bytes: not a replica (an optimizer shard that "
 			    "%s does not record? pass the JSON strategy, "
@@ -1511,7 +1638,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 		} else {
 			fmt_dims(b, sizeof(b), t->ndim, t->shape);
 		}
-		return flx_error_set(L->err, -EINVAL, ef, e->name,
+		return flx_error_set(L->err, -EINVAL, ef, g->name,
 				     "rank %u stores dims %s, %s says %s",
 				     e->rank, a,
 				     lay ? "its strategy layout"
@@ -1579,7 +1706,7 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 				total++; /* its empty box, as DCP saves it */
 			for (uint32_t p = 0; p < e->npieces; p++) {
 				unsigned nb;
-				uint64_t n = e->pieces[p].len / es;
+				uint64_t n = pieces_of(L, e)[p].len / es;
 				flx_flat_boxes(e->ndim, e->dims, (int64_t)el,
 					       (int64_t)(el + n), lo, sz, first,
 					       &nb);
@@ -1614,13 +1741,13 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 			}
 			ch->file = e->file;
 			ch->data_off = ch->item_off =
-			    e->npieces ? e->pieces[0].off : 0;
+			    e->npieces ? pieces_of(L, e)[0].off : 0;
 			ch->item_len = 0;
 			ch->contig_from = flx_chunk_contig_from(e->ndim, ch);
 		}
 		for (uint32_t p = 0; p < e->npieces; p++) {
 			unsigned nb;
-			uint64_t n = e->pieces[p].len / es;
+			uint64_t n = pieces_of(L, e)[p].len / es;
 			flx_flat_boxes(e->ndim, e->dims, (int64_t)el,
 				       (int64_t)(el + n), lo, sz, first, &nb);
 			for (unsigned k = 0; k < nb; k++) {
@@ -1632,7 +1759,7 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 				}
 				ch->file = e->file;
 				ch->data_off = ch->item_off =
-				    e->pieces[p].off +
+				    pieces_of(L, e)[p].off +
 				    (uint64_t)(first[k] - (int64_t)el) * es;
 				ch->item_len =
 				    flx_numel(e->ndim, ch->size) * es;
@@ -1653,40 +1780,51 @@ out:
 	return rc;
 }
 
+/* The entries grouped by name, by a stable counting sort on entry.name:
+ * a group's entries come as stored, by rank, and the groups (the tensors)
+ * in the order their names were first stored.  A name one rank stores
+ * twice is refused: the first such name in byte order, the later of its
+ * two entries. */
 static int build_index(loader *L)
 {
+	size_t ng = L->nnames;
 	entry **p = malloc((L->ne ? L->ne : 1) * sizeof(*p));
-	group *g = malloc((L->ne ? L->ne : 1) * sizeof(*g));
-	size_t ng = 0;
+	size_t *at = calloc(ng + 1, sizeof(*at));
+	group *g = malloc((ng ? ng : 1) * sizeof(*g));
+	const entry *dup = NULL;
 	int rc = 0;
 
-	if (!p || !g) {
+	if (!p || !at || !g) {
 		rc = -ENOMEM;
 		goto out;
 	}
 	for (size_t i = 0; i < L->ne; i++)
-		p[i] = &L->e[i];
-	qsort(p, L->ne, sizeof(*p), cmp_entry_p);
-	for (size_t i = 0; i < L->ne;) {
-		size_t j = i + 1;
-		uint32_t first = p[i]->seq;
-		while (j < L->ne && strcmp(p[j]->name, p[i]->name) == 0) {
+		at[L->e[i].name + 1]++;
+	for (size_t k = 0; k < ng; k++)
+		at[k + 1] += at[k];
+	/* at[k] ends as the end of group k */
+	for (size_t i = 0; i < L->ne; i++)
+		p[at[L->e[i].name]++] = &L->e[i];
+	for (size_t k = 0; k < ng; k++) {
+		size_t i = k ? at[k - 1] : 0;
+
+		g[k] = (group){p + i, at[k] - i, L->names[k]};
+		for (size_t j = i + 1; j < at[k]; j++)
 			if (p[j]->rank == p[j - 1]->rank) {
-				rc = flx_error_set(
-				    L->err, -EINVAL,
-				    L->c->files[p[j]->file].relpath, p[j]->name,
-				    "stored twice (not in consecutive "
-				    "records)");
-				goto out;
+				if (!dup ||
+				    strcmp(g[k].name, L->names[dup->name]) < 0)
+					dup = p[j];
+				break;
 			}
-			if (p[j]->seq < first)
-				first = p[j]->seq;
-			j++;
-		}
-		g[ng++] = (group){p + i, j - i, first};
-		i = j;
 	}
-	qsort(g, ng, sizeof(*g), cmp_group);
+	if (dup) {
+		rc = flx_error_set(L->err, -EINVAL,
+				   L->c->files[dup->file].relpath,
+				   L->names[dup->name],
+				   "stored twice (not in consecutive "
+				   "records)");
+		goto out;
+	}
 	L->c->tensors = calloc(ng ? ng : 1, sizeof(flx_tensor));
 	if (!L->c->tensors) {
 		rc = -ENOMEM;
@@ -1694,17 +1832,15 @@ static int build_index(loader *L)
 	}
 	for (size_t i = 0; i < ng; i++) {
 		flx_tensor *t = &L->c->tensors[i];
-		t->fqn = pool_str(&L->c->pool, g[i].e[0]->name);
+
+		t->fqn = L->names[i];
 		L->c->ntensors = i + 1;
-		if (!t->fqn) {
-			rc = -ENOMEM;
-			goto out;
-		}
 		if ((rc = build_tensor(L, &g[i], t)))
 			goto out;
 	}
 out:
 	free(p);
+	free(at);
 	free(g);
 	return rc;
 }
@@ -1786,11 +1922,12 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	for (size_t i = 0; i < L.nrf; i++)
 		free(L.rf[i].relpath);
 	free(L.rf);
-	for (size_t i = 0; i < L.ne; i++) {
-		free(L.e[i].name);
-		free(L.e[i].pieces);
-	}
 	free(L.e);
+	free(L.pc);
+	free(L.names);
+	free(L.nametab.slot);
+	free(L.dimtab.slot);
+	flx_pool_free(&L.dims);
 	flx_ms_strategy_free(L.st);
 	return rc;
 }

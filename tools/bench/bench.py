@@ -63,7 +63,10 @@ against a baseline taken in the same run (median of --runs, min and max):
            checkpoint of 1M chunks (vs pickle.load of their metadata) and a
            MindSpore checkpoint of 4,096 ranks (vs python3-protobuf's parse
            of its strategy, and of the strategy plus every rank file;
-           scale_fmt.py, gen_scale_fmt.py); a rank file of 1 KiB items vs
+           scale_fmt.py, gen_scale_fmt.py; only the formats named with
+           FLEXFS_BENCH_SCALE_FMT=megatron,mindspore; a Megatron 1M with
+           Megatron-Core's all_local_plans too with FLEXFS_BENCH_SCALE_PLANS=1
+           or FMT naming megatron-plans); a rank file of 1 KiB items vs
            the same bytes in 4 MiB items (scale.py, gen_scale.py)
   mpi      (not in the default list) flexfs-materialize of ranks/ at tp=4:
            one process vs mpirun -np 1, 2, 4 (GB/s written, per-rank rate)

@@ -24,6 +24,14 @@ tensor t holding the float32 values t * R * C + r * C + [0, C): the
 read-rate figure's checkpoints (many small items against few large ones,
 the same bytes) and a checkable view.
 
+--plans: the Metadata also carries all_local_plans, as Megatron-Core's
+coordinator attaches it (megatron/core/dist_checkpointing/strategies/
+torch.py, MCoreSavePlanner.create_global_plan, 0.12 on; torch's SavePlan
+class here): one SavePlan per rank whose WriteItems' chunks are the very
+ChunkStorageMetadata objects of state_dict_metadata (torch's
+create_default_global_save_plan appends item.tensor_data.chunk), so the
+pickle names them again from the plans.
+
 Writes DIR/.metadata, the data files and, last, DIR/scale.json (the
 geometry, torch's version, the seconds spent pickling, and the seconds
 pickle.load takes to read the .metadata back in this interpreter: the
@@ -70,6 +78,7 @@ def main():
     ap.add_argument("--ranks", type=int, required=True)
     ap.add_argument("--cols", type=int, default=4)
     ap.add_argument("--items", choices=("repeat", "real"), default="repeat")
+    ap.add_argument("--plans", action="store_true")
     a = ap.parse_args()
     api = gen_dcp.TorchAPI()
     torch, md = api.torch, api.md
@@ -86,6 +95,7 @@ def main():
                 blob = item_bytes(torch, torch.arange(C, dtype=torch.float32).reshape(1, C) + t)
                 where.append((f.tell(), len(blob)))
                 f.write(blob)
+    plans = [[] for _ in range(R)] if a.plans else None
     files = []
     for r in range(R) if a.items == "real" else ():
         files.append(open(os.path.join(a.out, "__%d_0.distcp" % r), "wb"))
@@ -99,6 +109,11 @@ def main():
             # offsets and sizes), so the pickle names no chunk's sizes
             # again from another chunk
             chunks.append(md.ChunkStorageMetadata(offsets=off, sizes=torch.Size([1, C])))
+            if plans is not None:
+                plans[r].append(api.pl.WriteItem(
+                    index=md.MetadataIndex(fqn, off), type=api.pl.WriteItemType.SHARD,
+                    tensor_data=api.pl.TensorWriteData(chunk=chunks[-1], properties=props,
+                                                       size=torch.Size([R, C]))))
             if a.items == "repeat":
                 o, n = where[t]
                 storage[md.MetadataIndex(fqn, off)] = SI("__0_0.distcp", o, n)
@@ -113,6 +128,8 @@ def main():
     for f in files:
         f.close()
     meta = md.Metadata(state_dict_metadata=sdm, storage_data=storage)
+    if plans is not None:
+        meta.all_local_plans = [api.pl.SavePlan(items) for items in plans]
     path = os.path.join(a.out, ".metadata")
     with open(path, "wb") as f:
         pickle.dump(meta, f)
@@ -124,7 +141,8 @@ def main():
     t_load = time.monotonic() - t0
     assert len(back.state_dict_metadata) == T
     del back
-    stamp = dict(generator=GENERATOR, tensors=T, ranks=R, cols=C, chunks=T * R, items=a.items,
+    stamp = dict(generator=GENERATOR, tensors=T, ranks=R, cols=C, chunks=T * R,
+                 items=a.items, plans=a.plans,
                  metadata_bytes=os.path.getsize(path), torch=torch.__version__,
                  write_s=t_write, pickle_load_s=t_load)
     with open(os.path.join(a.out, "scale.json"), "w") as f:

@@ -3,7 +3,7 @@
 """Write the scale figure's non-DCP checkpoints: many chunks, few bytes.
 
     gen_scale_fmt.py paddle    --out DIR --tensors T --ranks R [--cols C]
-    gen_scale_fmt.py megatron  --out DIR --tensors T --ranks R [--cols C]
+    gen_scale_fmt.py megatron  --out DIR --tensors T --ranks R [--cols C] [--plans]
     gen_scale_fmt.py mindspore --out DIR --tensors T --ranks R [--cols C]
 
 Every checkpoint holds T float32 tensors of shape [R, C], each row-split
@@ -26,6 +26,8 @@ format, scaled:
              version 1) and common.pt copied from the stand-in writer's
              fixture tests/fixtures/megatron-untied (tools/fixtures/
              gen_megatron.py); docs/formats/megatron.md#save-directory.
+             --plans: the .metadata also holds all_local_plans, as
+             Megatron-Core 0.12 on writes it (gen_scale.py --plans).
   mindspore  a MindSpore checkpoint of R ranks (MP = R, DP = 1):
              DIR/strategy/ckpt_strategy_rank_0.ckpt (ParallelStrategyMap,
              protobuf, the C++ writer's MatMul column layout: dev_matrix
@@ -101,7 +103,8 @@ def gen_paddle(a):
 def gen_megatron(a):
     subprocess.run([sys.executable, os.path.join(HERE, "gen_scale.py"), "--out", a.out,
                     "--tensors", str(a.tensors), "--ranks", str(a.ranks), "--cols", str(a.cols),
-                    "--items", "repeat"], check=True, stdout=subprocess.DEVNULL)
+                    "--items", "repeat"] + (["--plans"] if a.plans else []), check=True,
+                   stdout=subprocess.DEVNULL)
     os.unlink(os.path.join(a.out, "scale.json"))
     with open(os.path.join(a.out, "metadata.json"), "w") as f:
         # megatron/core/dist_checkpointing/core.py (CheckpointingConfig, save_config)
@@ -110,7 +113,7 @@ def gen_megatron(a):
     shutil.copyfile(os.path.join(REPO, "tests", "fixtures", "megatron-untied", "ckpt",
                                  "iter_0000100", "common.pt"),
                     os.path.join(a.out, "common.pt"))
-    return dict(metadata=[".metadata"], mount_dir=".", opts="")
+    return dict(metadata=[".metadata"], mount_dir=".", opts="", plans=a.plans)
 
 
 def gen_mindspore(a):
@@ -147,6 +150,8 @@ def main():
     ap.add_argument("--tensors", type=int, required=True)
     ap.add_argument("--ranks", type=int, required=True)
     ap.add_argument("--cols", type=int, default=4)
+    ap.add_argument("--plans", action="store_true",
+                    help="megatron: all_local_plans in the .metadata")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     t0 = time.monotonic()

@@ -139,6 +139,7 @@ def fig_scale(ctx, b):
         return fig_items(ctx, b)
     only = os.environ.get("FLEXFS_BENCH_SCALE_FMT")
     if only:
+        # the named non-DCP rows alone (paddle, megatron, mindspore)
         return scale_fmt.fig_scale_fmt(ctx, b, only.split(","))
     rows = []
     sizes = [("100k", 1000, 100), ("1m", 1000, 1000)]

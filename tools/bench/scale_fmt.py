@@ -72,19 +72,21 @@ LABEL = {"paddle": "Paddle Flex", "megatron": "Megatron torch_dist",
          "mindspore": "MindSpore"}
 
 
-def ensure(ctx, b, fmt, name, tensors, ranks, cols=4):
+def ensure(ctx, b, fmt, name, tensors, ranks, cols=4, plans=False):
     d = os.path.join(ctx.workdir, "scale-%s-%s" % (fmt, name))
     stamp = os.path.join(d, "scale.json")
     if os.path.exists(stamp):
         with open(stamp) as f:
             s = json.load(f)
-        if (s["format"], s["tensors"], s["ranks"], s["cols"]) == (fmt, tensors, ranks, cols):
+        if (s["format"], s["tensors"], s["ranks"], s["cols"], s.get("plans", False)) == (
+                fmt, tensors, ranks, cols, plans):
             return dict(s, dir=d)
     if os.path.isdir(d):
         subprocess.run(["rm", "-rf", d], check=True)
     b.log("scale: writing %s %s (%d tensors x %d ranks)" % (fmt, name, tensors, ranks))
     subprocess.run([PY, GEN, fmt, "--out", d, "--tensors", str(tensors), "--ranks", str(ranks),
-                    "--cols", str(cols)], check=True, stdout=subprocess.DEVNULL)
+                    "--cols", str(cols)] + (["--plans"] if plans else []), check=True,
+                   stdout=subprocess.DEVNULL)
     with open(stamp) as f:
         return dict(json.load(f), dir=d)
 
@@ -119,7 +121,8 @@ def fig_mounts_fmt(ctx, b, info):
     meta = info["metadata_bytes"]
     parsed = meta + info.get("rank_file_bytes", 0)
     mname = os.path.basename(info["metadata"][0])
-    tag = "%s %s chunks (%.1f MB %s)" % (LABEL[fmt], format(n, ","), meta / MB, mname)
+    tag = "%s %s chunks (%.1f MB %s%s)" % (LABEL[fmt], format(n, ","), meta / MB, mname,
+                                           ", all_local_plans" if info.get("plans") else "")
     if fmt == "mindspore":
         tag = "%s %s chunks, %d ranks (%.2f MB strategy, %.0f MB rank files)" % (
             LABEL[fmt], format(n, ","), info["ranks"], meta / MB,
@@ -179,6 +182,12 @@ def fig_scale_fmt(ctx, b, only=None):
     for fmt, name, t, r in (("paddle", "100k", 1000, 100), ("paddle", "1m", 1000, 1000),
                             ("megatron", "1m", 1000, 1000),
                             ("mindspore", "4096r", 256, 4096)):
-        if only is None or fmt in only:
-            rows += fig_mounts_fmt(ctx, b, ensure(ctx, b, fmt, name, t, r))
+        if only is not None and fmt not in only:
+            continue
+        rows += fig_mounts_fmt(ctx, b, ensure(ctx, b, fmt, name, t, r))
+    # Megatron-Core's own shape (all_local_plans beside the DCP metadata)
+    if (os.environ.get("FLEXFS_BENCH_SCALE_PLANS") == "1" if only is None
+            else "megatron-plans" in only):
+        rows += fig_mounts_fmt(ctx, b, ensure(ctx, b, "megatron", "1m-plans", 1000, 1000,
+                                              plans=True))
     return rows
