@@ -132,7 +132,10 @@ struct vm {
 	flx_error *err;
 	flx_pickle *p;
 	size_t max_nodes, max_stack, max_depth, max_memo;
-	size_t nodes;
+	/* values held (a sink load gives back those of the batches the sink
+	 * took, rewind_batch()); memo slots held in a sink load: slots of
+	 * allocated chunks and packed ones, at most max_held */
+	size_t nodes, max_held, memo_chunks;
 	int rc; /* first failure, also when err is NULL */
 
 	flx_pv **stack;
@@ -176,6 +179,8 @@ struct vm {
 	size_t young_nmarks; /* nmarks while the batch's mark is open */
 	struct arena_blk *y_blk, *y_next;
 	unsigned char *y_cur;
+	size_t y_nodes; /* nodes when the batch opened */
+	size_t y_side;	/* values the batch made in p->side */
 	size_t *ylog;
 	size_t nylog, ylog_cap;
 	/* memo chunks packed once a sink load has passed them (pack_memo()):
@@ -511,6 +516,7 @@ static flx_pv *alloc_node(struct vm *vm, flx_pv_kind kind, size_t extra)
 	}
 	memset(v, 0, sizeof(*v));
 	v->kind = kind;
+	vm->y_side += vm->to_side && vm->young;
 	return v;
 }
 
@@ -927,9 +933,16 @@ static int memo_extend(struct vm *vm, size_t len)
 			vm->memo[0] = nm;
 			vm->memo0_cap = ncap;
 		} else if (c > 0 && !vm->memo[c]) {
+			if (vm->sink &&
+			    (vm->memo_chunks + 2) * MEMO_CHUNK + vm->npk >
+				vm->max_held)
+				return vm_fail(vm, -EINVAL,
+					       "more than %zu memo slots held",
+					       vm->max_held);
 			vm->memo[c] = huge_alloc();
 			if (!vm->memo[c])
 				return vm_nomem(vm);
+			vm->memo_chunks++;
 		}
 		memset(vm->memo[c] + from, 0, (to - from) * sizeof(**vm->memo));
 		vm->memo_len = c * MEMO_CHUNK + to;
@@ -1796,6 +1809,8 @@ static void batch_start(struct vm *vm)
 	vm->y_blk = vm->p->blocks;
 	vm->y_next = vm->p->blocks ? vm->p->blocks->next : NULL;
 	vm->y_cur = vm->p->cur;
+	vm->y_nodes = vm->nodes;
+	vm->y_side = 0;
 	vm->nylog = 0;
 }
 
@@ -1877,7 +1892,7 @@ static void rewind_batch(struct vm *vm)
 {
 	flx_pickle *p = vm->p;
 	unsigned char *lo = vm->y_cur, *hi = p->cur, *dst;
-	size_t need = 0, moved;
+	size_t need = 0, moved, kept = 0;
 
 	if (vm->young_dirty || !p->blocks || p->blocks != vm->y_blk ||
 	    p->blocks->next != vm->y_next)
@@ -1916,6 +1931,7 @@ static void rewind_batch(struct vm *vm)
 		keep_copy((flx_pv *)dst, *slot);
 		*slot = (flx_pv *)dst;
 		dst += n;
+		kept++;
 	}
 	moved = (size_t)(dst - hi);
 	if (moved)
@@ -1937,6 +1953,9 @@ static void rewind_batch(struct vm *vm)
 	forget_young(&vm->size_cls, lo, hi);
 	p->left += (size_t)(hi - lo) - moved;
 	p->cur = lo + moved;
+	/* the batch's values are gone but for the scalars kept and what it
+	 * made in p->side: max_nodes bounds the values held */
+	vm->nodes = vm->y_nodes + vm->y_side + kept;
 	vm->nylog = 0;
 }
 
@@ -1980,6 +1999,7 @@ static void pack_memo(struct vm *vm)
 		free(m);
 		vm->memo[c] = NULL;
 		vm->packed[c] = 1;
+		vm->memo_chunks--;
 	}
 }
 
@@ -2480,6 +2500,10 @@ static void set_limits(struct vm *vm, const flx_pickle_limits *lim)
 	vm->max_stack = lim && lim->max_stack ? lim->max_stack : DEF_MAX_STACK;
 	vm->max_depth = lim && lim->max_depth ? lim->max_depth : DEF_MAX_DEPTH;
 	vm->max_memo = lim && lim->max_memo ? lim->max_memo : DEF_MAX_MEMO;
+	/* a sink load holds the memo slots of the chunks it has not packed
+	 * (pack_memo()): max_memo bounds those, and any index up to the
+	 * input length may be named */
+	vm->max_held = vm->max_memo;
 	/* Every value, stack slot and memo slot costs at least one opcode
 	 * byte (CPython numbers memo slots densely), so nothing legitimate
 	 * exceeds the input length; clamping there keeps memory proportional
@@ -2492,6 +2516,9 @@ static void set_limits(struct vm *vm, const flx_pickle_limits *lim)
 		if (vm->max_memo > vm->len + 1)
 			vm->max_memo = (size_t)vm->len + 1;
 	}
+	if (vm->sink && !(lim && lim->max_memo))
+		vm->max_memo =
+		    vm->len < SIZE_MAX ? (size_t)vm->len + 1 : SIZE_MAX;
 	if (!vm->r) { /* a buffer load copies everything */
 		vm->window = 0;
 		vm->max_copy = SIZE_MAX;

@@ -124,7 +124,10 @@ struct flx_pv {
 
 /* Limits; 0 selects the default.  Nodes, stack and memo are further capped
  * at the input length + 1, which no legitimate pickle exceeds.  The last
- * three apply to reader loads only. */
+ * three apply to reader loads only.  A sink load (flx_pickle_load_sink())
+ * bounds what it holds: the values of the batches a sink took are given
+ * back from max_nodes, and max_memo bounds the memo slots held, not the
+ * indices (up to the input length), unless set by the caller. */
 typedef struct flx_pickle_limits {
 	size_t max_nodes; /* values created, shared or not; default 1<<25 */
 	size_t max_stack; /* values on the stack incl. marks; default 1<<20 */

@@ -2380,6 +2380,36 @@ static void test_sink_packed(void)
 	}
 }
 
+/* max_nodes bounds the values a sink load holds, not those it made: the
+ * 1.2 million values of packed_pickle() load through a sink under a
+ * limit of 50,000 (each batch's are given back once the sink took them),
+ * and a plain load under the same limit is refused. */
+static void test_sink_held(void)
+{
+	const flx_pickle_limits lim = {.max_nodes = 50000};
+	struct sbuf b = {0};
+	struct sink_rec s = {.count_only = true};
+	flx_pickle_sink sink = {.key = "sd", .pairs = rec_pairs, .ctx = &s};
+	flx_pickle *p = NULL;
+	flx_mem_reader m;
+	flx_reader r;
+	flx_error e;
+
+	packed_pickle(&b, PK_KEY);
+	flx_error_init(&e);
+	flx_reader_mem(&r, &m, b.p, b.n);
+	CHECK_EQ(flx_pickle_load_sink(&r, "t.pkl", &lim, &sink, &p, &e), 0);
+	CHECK_EQ(s.npairs, PK_PAIRS);
+	CHECK(str_is(flx_pv_dict_get(flx_pickle_root(p), "tail"), "k300000"));
+	flx_pickle_free(p);
+	p = NULL;
+	flx_reader_mem(&r, &m, b.p, b.n);
+	CHECK_EQ(flx_pickle_load_reader(&r, "t.pkl", &lim, &p, &e), -EINVAL);
+	CHECK(strstr(e.text, "more than 50000 values") != NULL);
+	CHECK(p == NULL);
+	free(b.p);
+}
+
 /* Batches whose memoized strings are kept (slid down over the batch's
  * other values) fill the arena's blocks to their end and move on to new
  * ones: every kept string reads back. */
@@ -2468,6 +2498,7 @@ int main(void)
 	test_sink_batches();
 	test_sink_named_again();
 	test_sink_packed();
+	test_sink_held();
 	test_sink_kept_strings();
 	return CHECK_RESULT();
 }
