@@ -1689,15 +1689,20 @@ static void loader_release(loader *L)
 	free(L->cl);
 }
 
-/* The .metadata decoded with storage_data streamed into L->se (sd_sink):
- * 0 with L->streamed when the dict streamed is the Metadata's
- * storage_data and every pair of it went to the sink, 0 without when no
- * dict streamed, -EAGAIN when the tree must be decoded instead. */
+/* The .metadata decoded with storage_data streamed into L->se (sd_sink),
+ * and the chunks lists (ck_sink) when lists: 0 with L->streamed when the
+ * dict streamed is the Metadata's storage_data and every pair of it went
+ * to the sink, 0 without when no dict streamed, -EAGAIN when it must be
+ * decoded otherwise. */
 static int load_streamed(loader *L, const flx_reader *r,
-			 const flx_pickle_limits *lim, flx_pickle **pk)
+			 const flx_pickle_limits *lim, bool lists,
+			 flx_pickle **pk)
 {
-	flx_pickle_sink sink = {"storage_data", sd_sink, L,
-				"chunks",	ck_sink, NULL};
+	flx_pickle_sink sink = {.key = "storage_data",
+				.pairs = sd_sink,
+				.ctx = L,
+				.list_key = lists ? "chunks" : NULL,
+				.items = lists ? ck_sink : NULL};
 	const flx_pv *sd, *sunk;
 	int rc = flx_pickle_load_sink(r, META_NAME, lim, &sink, pk, L->err);
 
@@ -1755,7 +1760,16 @@ static int load_metadata(loader *L, flx_pickle **pk)
 	if (rc)
 		goto out;
 	flx_reader_fd(&r, &fctx, fd, 0, size);
-	rc = load_streamed(L, &r, &win_lim, pk);
+	rc = load_streamed(L, &r, &win_lim, true, pk);
+	if (rc == -EAGAIN) {
+		/* the chunks lists named again (Megatron-Core's
+		 * all_local_plans holds the same chunk objects): storage_data
+		 * alone, which no one names again, before the whole tree */
+		sink_reset(L);
+		if (L->err)
+			flx_error_init(L->err);
+		rc = load_streamed(L, &r, &win_lim, false, pk);
+	}
 	if (rc == -EAGAIN) {
 		sink_reset(L);
 		if (L->err)
