@@ -27,15 +27,16 @@
  *    and a tuple's items sit right behind their node;
  *  - values nothing can change after creation are shared: None, True,
  *    False, ints (through a small cache) and tuples of up to
- *    TUPLE_SHARE_MAX items (hash-consed on their item pointers).  torch
- *    writes the same few ints and torch.Size tuples for every chunk, as
- *    distinct objects.  Lists, dicts, sets and objects are never shared
- *    this way: APPEND, SETITEMS and BUILD change them in place;
+ *    TUPLE_SHARE_MAX items (hash-consed on their item pointers; not in a
+ *    sink's batch, see new_tuple()).  torch writes the same few ints and
+ *    torch.Size tuples for every chunk, as distinct objects.  Lists,
+ *    dicts, sets and objects are never shared this way: APPEND, SETITEMS
+ *    and BUILD change them in place;
  *  - container arrays are filled from the stack at their exact size and
  *    grow geometrically after that, in place when they end the arena.
  * Sharing does not change the limits: max_nodes counts values created,
- * shared or not.  The VM's stacks, memo and caches are heap arrays freed
- * after the load.
+ * shared or not (held, in a sink load: set_limits()).  The VM's stacks,
+ * memo and caches are heap arrays freed after the load.
  *
  * Input goes through a window (struct vm).  A buffer load's window is the
  * buffer itself, so an opcode's argument costs one comparison, as over a
@@ -667,16 +668,6 @@ static bool same_items(const flx_pv *t, flx_pv *const *items, size_t n)
 	return true;
 }
 
-/* Whether a tuple of items[0..n) may be shared: none of them is young
- * (a shared value outlives the batch). */
-static bool items_old(const struct vm *vm, flx_pv *const *items, size_t n)
-{
-	for (size_t i = 0; vm->young && i < n; i++)
-		if (is_young(vm, items[i]))
-			return false;
-	return true;
-}
-
 /* A TUPLE of items[0..n): the existing node when an equal tuple (same item
  * nodes) was made before.  Tuples are immutable here as in Python, so the
  * sharing is invisible to callers. */
@@ -693,7 +684,7 @@ static flx_pv *new_tuple(struct vm *vm, flx_pv *const *items, size_t n)
 	 * memo slot stays live, and a million distinct chunk offsets would
 	 * stay with it; a later reference to a tuple of a batch decodes
 	 * again as a tree */
-	if (n > TUPLE_SHARE_MAX || vm->young || !items_old(vm, items, n))
+	if (n > TUPLE_SHARE_MAX || vm->young)
 		return items_node(vm, FLX_PV_TUPLE, items, n);
 	/* at most half full, so probes stay short and end at a NULL */
 	if (2 * (vm->tuples_n + 1) > ((size_t)1 << vm->tuples_bits) &&
@@ -704,10 +695,7 @@ static flx_pv *new_tuple(struct vm *vm, flx_pv *const *items, size_t n)
 	     s = (s + 1) & mask)
 		if (same_items(t, items, n))
 			return t;
-	/* shared: made in the side arena while a batch is open */
-	vm->to_side = vm->young;
 	t = items_node(vm, FLX_PV_TUPLE, items, n);
-	vm->to_side = false;
 	if (t) {
 		vm->tuples[s] = t;
 		vm->tuples_n++;
@@ -1912,8 +1900,8 @@ static void rewind_batch(struct vm *vm)
 
 		if ((unsigned char *)*slot < lo ||
 		    (unsigned char *)*slot >= hi) {
-			/* an older container memoized in the batch (torch:
-			 * a tuple shared with an older equal one) goes too,
+			/* a container memoized in the batch but made before
+			 * it or in the side arena goes too,
 			 * so that the memo chunks the batches filled can be
 			 * packed (pack_memo()); naming it again decodes
 			 * again, as for a young one */
