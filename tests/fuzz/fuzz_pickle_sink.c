@@ -10,6 +10,7 @@
  * after it).  The window follows from the input's length, as in pickle_window.
  */
 #include "pickle.h"
+#include "pv_same.h"
 #include "reader.h"
 
 #include <errno.h>
@@ -129,86 +130,42 @@ static int items(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
 	return take(list, v, n);
 }
 
-static size_t walk_budget;
-
-/* a: the plain load's value, b: the sink load's; in: b is a container
- * the sink took values of: a's items are those, in order, and b holds
- * none (a container that also got values otherwise is not compared). */
-static bool same(const flx_pv *a, const flx_pv *b, const flx_pv *sunk,
-		 int depth)
+/* b: a container the sink took values of (the sink dict sunk, or a
+ * streamed list): a's items are those, in order, and b holds none (a
+ * container that also got values otherwise is not compared); -1 for
+ * any other b. */
+static int same_sunk(const flx_pv *a, const flx_pv *b, void *ctx)
 {
-	if (!a || !b)
-		return a == b;
-	if (depth > FLX_PV_MAX_WALK_DEPTH || walk_budget == 0)
-		return true;
-	walk_budget--;
-	if (a->kind != b->kind)
-		return false;
-	if ((b == sunk || flx_pv_streamed(b)) && flx_pv_len(b) == 0) {
-		flx_pv *const *av =
-		    a->kind == FLX_PV_DICT ? a->u.dict.kv : a->u.seq.v;
-		size_t an =
-		    a->kind == FLX_PV_DICT ? 2 * a->u.dict.n : a->u.seq.n;
-		size_t j = 0;
+	const flx_pv *sunk = ctx;
+	flx_pv *const *av;
+	size_t an, j = 0;
 
-		for (size_t i = 0; i < ntaken; i++) {
-			size_t budget = 4096;
+	if (b != sunk && !flx_pv_streamed(b))
+		return -1;
+	if (flx_pv_len(b) != 0)
+		return 1;
+	av = a->kind == FLX_PV_DICT ? a->u.dict.kv : a->u.seq.v;
+	an = a->kind == FLX_PV_DICT ? 2 * a->u.dict.n : a->u.seq.n;
+	for (size_t i = 0; i < ntaken; i++) {
+		size_t budget = 4096;
 
-			if (taken[i].in != b)
-				continue;
-			if (j == an || hv(av[j++], 0, &budget) != taken[i].h)
-				return false;
-		}
-		return j == an;
+		if (taken[i].in != b)
+			continue;
+		if (j == an || hv(av[j++], 0, &budget) != taken[i].h)
+			return 0;
 	}
-	if (b == sunk || flx_pv_streamed(b))
-		return true;
-	switch (a->kind) {
-	case FLX_PV_BOOL:
-		return a->u.b == b->u.b;
-	case FLX_PV_INT:
-		return a->u.i == b->u.i;
-	case FLX_PV_FLOAT:
-		return memcmp(&a->u.f, &b->u.f, sizeof(a->u.f)) == 0;
-	case FLX_PV_STR:
-	case FLX_PV_BYTES:
-		return a->u.str.len == b->u.str.len &&
-		       a->u.str.off == b->u.str.off &&
-		       (!a->u.str.s || !b->u.str.s
-			    ? a->u.str.s == b->u.str.s
-			    : memcmp(a->u.str.s, b->u.str.s, a->u.str.len) ==
-				  0);
-	case FLX_PV_TUPLE:
-	case FLX_PV_LIST:
-	case FLX_PV_SET:
-		if (a->u.seq.n != b->u.seq.n)
-			return false;
-		for (size_t i = 0; i < a->u.seq.n; i++)
-			if (!same(a->u.seq.v[i], b->u.seq.v[i], sunk,
-				  depth + 1))
-				return false;
-		return true;
-	case FLX_PV_DICT:
-		if (a->u.dict.n != b->u.dict.n)
-			return false;
-		for (size_t i = 0; i < 2 * a->u.dict.n; i++)
-			if (!same(a->u.dict.kv[i], b->u.dict.kv[i], sunk,
-				  depth + 1))
-				return false;
-		return true;
-	case FLX_PV_GLOBAL:
-		return strcmp(a->u.global.module, b->u.global.module) == 0 &&
-		       strcmp(a->u.global.name, b->u.global.name) == 0;
-	case FLX_PV_OBJ:
-		return a->newobj == b->newobj &&
-		       same(a->u.obj.cls, b->u.obj.cls, sunk, depth + 1) &&
-		       same(a->u.obj.args, b->u.obj.args, sunk, depth + 1) &&
-		       same(a->u.obj.state, b->u.obj.state, sunk, depth + 1);
-	case FLX_PV_PERSID:
-		return same(a->u.persid.pid, b->u.persid.pid, sunk, depth + 1);
-	default: /* NONE, BIGINT */
-		return true;
-	}
+	return j == an;
+}
+
+/* a from the plain load, b from the sink load, both copying every
+ * payload */
+static bool same_payload(const flx_pv *a, const flx_pv *b, void *ctx)
+{
+	(void)ctx;
+	return a->u.str.len == b->u.str.len && a->u.str.off == b->u.str.off &&
+	       (!a->u.str.s || !b->u.str.s
+		    ? a->u.str.s == b->u.str.s
+		    : memcmp(a->u.str.s, b->u.str.s, a->u.str.len) == 0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -242,10 +199,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (size_t i = 0; sd && i < ntaken; i++)
 			if (taken[i].in == &placeholder)
 				taken[i].in = sd;
-		walk_budget = 1u << 16;
+		pv_same_ops ops = {.payload = same_payload,
+				   .pre = same_sunk,
+				   .ctx = (void *)sd,
+				   .budget = 1u << 16};
+
 		if (ra != rb || strcmp(ea.text, eb.text) != 0 ||
 		    (!ra &&
-		     !same(flx_pickle_root(a), flx_pickle_root(b), sd, 0)))
+		     !pv_same(flx_pickle_root(a), flx_pickle_root(b), &ops, 0)))
 			abort();
 	}
 	flx_pickle_free(a);

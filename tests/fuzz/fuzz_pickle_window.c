@@ -6,6 +6,7 @@
  * whether bytes payloads are copied follow from the input's length, so
  * any pickle is a seed (bytes after STOP change them). */
 #include "pickle.h"
+#include "pv_same.h"
 #include "reader.h"
 
 #include <stddef.h>
@@ -15,77 +16,27 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* shared nodes make the tree a DAG, even cyclic: the walk has a budget */
-static size_t budget;
+/* The bytes of a load: a payload left in the input is read there. */
+struct src {
+	const uint8_t *p;
+	size_t n;
+};
 
-static bool same_payload(const flx_pv *a, const flx_pv *b, const uint8_t *src,
-			 size_t n)
+/* a from the buffer load (every payload copied), b from the reader load */
+static bool same_payload(const flx_pv *a, const flx_pv *b, void *ctx)
 {
+	const struct src *src = ctx;
 	const char *bs = b->u.str.s;
 
 	if (a->u.str.len != b->u.str.len || a->u.str.off != b->u.str.off)
 		return false;
 	if (!bs) {
-		if (b->u.str.off > n || b->u.str.len > n - b->u.str.off)
+		if (b->u.str.off > src->n ||
+		    b->u.str.len > src->n - b->u.str.off)
 			return false;
-		bs = (const char *)src + b->u.str.off;
+		bs = (const char *)src->p + b->u.str.off;
 	}
 	return memcmp(a->u.str.s, bs, a->u.str.len) == 0;
-}
-
-/* a from the buffer load (every payload copied), b from the reader load */
-static bool same(const flx_pv *a, const flx_pv *b, const uint8_t *src, size_t n,
-		 int depth)
-{
-	if (!a || !b)
-		return a == b;
-	if (depth > FLX_PV_MAX_WALK_DEPTH || budget == 0)
-		return true;
-	budget--;
-	if (a->kind != b->kind)
-		return false;
-	switch (a->kind) {
-	case FLX_PV_BOOL:
-		return a->u.b == b->u.b;
-	case FLX_PV_INT:
-		return a->u.i == b->u.i;
-	case FLX_PV_FLOAT:
-		return memcmp(&a->u.f, &b->u.f, sizeof(a->u.f)) == 0;
-	case FLX_PV_STR:
-	case FLX_PV_BYTES:
-		return same_payload(a, b, src, n);
-	case FLX_PV_TUPLE:
-	case FLX_PV_LIST:
-	case FLX_PV_SET:
-		if (a->u.seq.n != b->u.seq.n)
-			return false;
-		for (size_t i = 0; i < a->u.seq.n; i++)
-			if (!same(a->u.seq.v[i], b->u.seq.v[i], src, n,
-				  depth + 1))
-				return false;
-		return true;
-	case FLX_PV_DICT:
-		if (a->u.dict.n != b->u.dict.n)
-			return false;
-		for (size_t i = 0; i < 2 * a->u.dict.n; i++)
-			if (!same(a->u.dict.kv[i], b->u.dict.kv[i], src, n,
-				  depth + 1))
-				return false;
-		return true;
-	case FLX_PV_GLOBAL:
-		return strcmp(a->u.global.module, b->u.global.module) == 0 &&
-		       strcmp(a->u.global.name, b->u.global.name) == 0;
-	case FLX_PV_OBJ:
-		return a->newobj == b->newobj &&
-		       same(a->u.obj.cls, b->u.obj.cls, src, n, depth + 1) &&
-		       same(a->u.obj.args, b->u.obj.args, src, n, depth + 1) &&
-		       same(a->u.obj.state, b->u.obj.state, src, n, depth + 1);
-	case FLX_PV_PERSID:
-		return same(a->u.persid.pid, b->u.persid.pid, src, n,
-			    depth + 1);
-	default: /* NONE, BIGINT */
-		return true;
-	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -95,6 +46,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	    .max_copy = (size & 64) ? 1 : SIZE_MAX,
 	    .max_str = SIZE_MAX,
 	};
+	struct src src = {data, size};
+	pv_same_ops ops = {
+	    .payload = same_payload, .ctx = &src, .budget = 1u << 16};
 	flx_pickle *a = NULL, *b = NULL;
 	flx_mem_reader m;
 	flx_reader r;
@@ -106,10 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	ra = flx_pickle_load(data, size, "fuzz", NULL, &a, &ea);
 	flx_reader_mem(&r, &m, data, size);
 	rb = flx_pickle_load_reader(&r, "fuzz", &lim, &b, &eb);
-	budget = 1u << 16;
 	if (ra != rb || strcmp(ea.text, eb.text) != 0 ||
-	    (!ra &&
-	     !same(flx_pickle_root(a), flx_pickle_root(b), data, size, 0)))
+	    (!ra && !pv_same(flx_pickle_root(a), flx_pickle_root(b), &ops, 0)))
 		abort();
 	flx_pickle_free(a);
 	flx_pickle_free(b);
