@@ -467,6 +467,52 @@ out:
 	return rc;
 }
 
+int flx_build_load_pickle(flx_build *b, const char *relpath, uint64_t max,
+			  const char *missing, int64_t *mtime_ns,
+			  unsigned nattempt, flx_pickle_attempt attempt,
+			  void (*reset)(void *ctx), void *ctx, flx_pickle **pk,
+			  flx_error *err)
+{
+	static const flx_pickle_limits buf_lim = {0};
+	const flx_pickle_limits win_lim = {.max_copy = max, .max_str = max};
+	flx_fd_reader fctx;
+	flx_reader r;
+	void *meta = NULL;
+	size_t meta_len = 0;
+	uint64_t size = 0;
+	int fd = -1;
+	int rc = flx_build_open_whole(b, relpath, max, missing, &fd, &size,
+				      mtime_ns, err);
+
+	if (rc == -EREMOTE) {
+		rc = flx_build_read_whole(b, relpath, max, missing, &meta,
+					  &meta_len, mtime_ns, err);
+		if (!rc)
+			rc = flx_pickle_load(meta, meta_len, relpath, &buf_lim,
+					     pk, err);
+		goto out;
+	}
+	if (rc)
+		goto out;
+	flx_reader_fd(&r, &fctx, fd, 0, size);
+	rc = -EAGAIN;
+	for (unsigned k = 0; k <= nattempt && rc == -EAGAIN; k++) {
+		if (k) {
+			reset(ctx);
+			if (err)
+				flx_error_init(err);
+		}
+		rc = k < nattempt ? attempt(ctx, k, &r, &win_lim, pk)
+				  : flx_pickle_load_reader(&r, relpath,
+							   &win_lim, pk, err);
+	}
+out:
+	free(meta);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
 /* relpath -> index into files, so that recording a file stays linear in
  * the number of references (torch 1.13 writes one file per item). */
 static uint64_t hash_str(const char *s)

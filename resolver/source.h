@@ -34,6 +34,7 @@
 
 #include "ckpt.h"
 #include "opt.h"
+#include "pickle.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -219,6 +220,29 @@ int flx_build_read_whole(flx_build *b, const char *relpath, uint64_t max,
 int flx_build_open_whole(flx_build *b, const char *relpath, uint64_t max,
 			 const char *missing, int *fd, uint64_t *size,
 			 int64_t *mtime_ns, flx_error *err);
+
+/* Attempt k of a streamed decode (flx_build_load_pickle()): r decoded
+ * with lim by a sink load of the source's.  @return 0 and *pk, -EAGAIN to
+ * go on, or another -errno (err set). */
+typedef int (*flx_pickle_attempt)(void *ctx, unsigned k, const flx_reader *r,
+				  const flx_pickle_limits *lim,
+				  flx_pickle **pk);
+
+/**
+ * Decode a source's metadata pickle relpath, found and checked as
+ * flx_build_open_whole() does (max, missing, *mtime_ns alike).  A local
+ * file is read forward through a window, every payload copied (at most
+ * max bytes), so that the tree and the messages are a buffer load's:
+ * attempt(ctx, k, ...) for k = 0 .. nattempt - 1 while it returns
+ * -EAGAIN, reset(ctx) and err cleared after each, then a plain reader
+ * load.  A file the remote backend serves is read whole and decoded as a
+ * tree.  @return 0 and *pk (owned: flx_pickle_free()), or -errno with err.
+ */
+int flx_build_load_pickle(flx_build *b, const char *relpath, uint64_t max,
+			  const char *missing, int64_t *mtime_ns,
+			  unsigned nattempt, flx_pickle_attempt attempt,
+			  void (*reset)(void *ctx), void *ctx, flx_pickle **pk,
+			  flx_error *err);
 
 /* Who names a data file, for its error messages. */
 typedef struct flx_file_ref {

@@ -1721,67 +1721,33 @@ static int load_streamed(loader *L, const flx_reader *r,
 	return -EAGAIN;
 }
 
-/* Decode the .metadata pickle.  A local file is read forward through a
- * window (flx_pickle_load_reader()), so that its bytes never sit in memory
- * whole next to the tree: at a million chunks they are over 100 MB.  Every
- * payload is copied, as a buffer load copies it, so the tree and the
- * messages are the ones of a buffer load.  A file the remote backend
- * serves is read whole. */
+/* Attempt k: the chunks lists streamed too (k 0), then, when they are
+ * named again (Megatron-Core's all_local_plans holds the same chunk
+ * objects), storage_data alone, which no one names again. */
+static int load_attempt(void *ctx, unsigned k, const flx_reader *r,
+			const flx_pickle_limits *lim, flx_pickle **pk)
+{
+	return load_streamed(ctx, r, lim, k == 0, pk);
+}
+
+static void load_reset(void *ctx)
+{
+	sink_reset(ctx);
+}
+
+/* Decode the .metadata pickle, read forward through a window
+ * (flx_build_load_pickle()): at a million chunks its bytes are over 100 MB
+ * and never sit in memory whole next to the tree. */
 static int load_metadata(loader *L, flx_pickle **pk)
 {
-	static const flx_pickle_limits buf_lim = {0};
-	static const flx_pickle_limits win_lim = {
-	    .max_copy = MAX_METADATA_BYTES,
-	    .max_str = MAX_METADATA_BYTES,
-	};
 	const char *missing = L->dopts->missing
 				  ? L->dopts->missing
 				  : "no such file (is this a PyTorch DCP "
 				    "checkpoint directory?)";
-	flx_fd_reader fctx;
-	flx_reader r;
-	void *meta = NULL;
-	size_t meta_len = 0;
-	uint64_t size = 0;
-	int fd = -1;
-	int rc =
-	    flx_build_open_whole(L->b, META_NAME, MAX_METADATA_BYTES, missing,
-				 &fd, &size, &L->c->mtime_ns, L->err);
 
-	if (rc == -EREMOTE) {
-		rc = flx_build_read_whole(L->b, META_NAME, MAX_METADATA_BYTES,
-					  missing, &meta, &meta_len,
-					  &L->c->mtime_ns, L->err);
-		if (!rc)
-			rc = flx_pickle_load(meta, meta_len, META_NAME,
-					     &buf_lim, pk, L->err);
-		goto out;
-	}
-	if (rc)
-		goto out;
-	flx_reader_fd(&r, &fctx, fd, 0, size);
-	rc = load_streamed(L, &r, &win_lim, true, pk);
-	if (rc == -EAGAIN) {
-		/* the chunks lists named again (Megatron-Core's
-		 * all_local_plans holds the same chunk objects): storage_data
-		 * alone, which no one names again, before the whole tree */
-		sink_reset(L);
-		if (L->err)
-			flx_error_init(L->err);
-		rc = load_streamed(L, &r, &win_lim, false, pk);
-	}
-	if (rc == -EAGAIN) {
-		sink_reset(L);
-		if (L->err)
-			flx_error_init(L->err);
-		rc =
-		    flx_pickle_load_reader(&r, META_NAME, &win_lim, pk, L->err);
-	}
-out:
-	free(meta);
-	if (fd >= 0)
-		close(fd);
-	return rc;
+	return flx_build_load_pickle(L->b, META_NAME, MAX_METADATA_BYTES,
+				     missing, &L->c->mtime_ns, 2, load_attempt,
+				     load_reset, L, pk, L->err);
 }
 
 int flx_dcp_load(flx_build *b, const flx_ckpt_opts *o, const flx_dcp_opts *d,

@@ -2689,62 +2689,43 @@ static bool want_distcp(const char *name)
 	return is_distcp_name(name, &id);
 }
 
-/* Decode L->meta.  A local file is read forward through a window, its
- * per-chunk parts streamed (stream_placed()), else decoded again as a
- * tree; every payload is copied, as a buffer load copies it, so the tree
- * and the messages are a buffer load's.  A file the remote backend serves
- * is read whole. */
-static int load_metadata(loader *L, flx_pickle **pk, int64_t *mtime)
+/* The one streamed attempt: its per-chunk parts taken by the sinks, and
+ * all of them placed (stream_placed()). */
+static int load_attempt(void *ctx, unsigned k, const flx_reader *r,
+			const flx_pickle_limits *lim, flx_pickle **pk)
 {
-	static const flx_pickle_limits buf_lim = {0};
-	static const flx_pickle_limits win_lim = {
-	    .max_copy = MAX_METADATA_BYTES,
-	    .max_str = MAX_METADATA_BYTES,
-	};
-	static const char missing[] = "no such file (is this a Paddle "
-				      "checkpoint directory?)";
+	loader *L = ctx;
 	const flx_pickle_sink sink = {.key = "storage_metadata",
 				      .pairs = se_sink,
 				      .ctx = L,
 				      .items = ltm_sink,
 				      .list_parent = "state_dict_metadata"};
-	flx_fd_reader fctx;
-	flx_reader r;
-	void *meta = NULL;
-	size_t meta_len = 0;
-	uint64_t size = 0;
-	int fd = -1;
-	int rc = flx_build_open_whole(L->b, L->meta, MAX_METADATA_BYTES,
-				      missing, &fd, &size, mtime, L->err);
+	int rc = flx_pickle_load_sink(r, L->meta, lim, &sink, pk, L->err);
 
-	if (rc == -EREMOTE) {
-		rc = flx_build_read_whole(L->b, L->meta, MAX_METADATA_BYTES,
-					  missing, &meta, &meta_len, mtime,
-					  L->err);
-		if (!rc)
-			rc = flx_pickle_load(meta, meta_len, L->meta, &buf_lim,
-					     pk, L->err);
-		goto out;
-	}
-	if (rc)
-		goto out;
-	flx_reader_fd(&r, &fctx, fd, 0, size);
-	rc = flx_pickle_load_sink(&r, L->meta, &win_lim, &sink, pk, L->err);
+	(void)k;
 	if (!rc && !stream_placed(L, *pk)) {
 		flx_pickle_free(*pk);
 		*pk = NULL;
 		rc = -EAGAIN;
 	}
-	if (rc == -EAGAIN) {
-		stream_reset(L);
-		flx_error_init(L->err);
-		rc = flx_pickle_load_reader(&r, L->meta, &win_lim, pk, L->err);
-	}
-out:
-	free(meta);
-	if (fd >= 0)
-		close(fd);
 	return rc;
+}
+
+static void load_reset(void *ctx)
+{
+	stream_reset(ctx);
+}
+
+/* Decode L->meta, read forward through a window, its per-chunk parts
+ * streamed, else decoded again as a tree (flx_build_load_pickle()). */
+static int load_metadata(loader *L, flx_pickle **pk, int64_t *mtime)
+{
+	static const char missing[] = "no such file (is this a Paddle "
+				      "checkpoint directory?)";
+
+	return flx_build_load_pickle(L->b, L->meta, MAX_METADATA_BYTES, missing,
+				     mtime, 1, load_attempt, load_reset, L, pk,
+				     L->err);
 }
 
 /* Load one DCP directory: prefix "" (the checkpoint directory) or a
