@@ -97,6 +97,28 @@ int flx_tensor_pool_strides(flx_pool *pool, flx_tensor *t, uint32_t n)
 	return 0;
 }
 
+int flx_tensor_pool_place(flx_pool *pool, flx_tensor *t, flx_chunk *ch,
+			  uint32_t n)
+{
+	size_t nd = (size_t)t->ndim;
+	int64_t *d = t->shape; /* ndim 0: no box, nothing read through it */
+
+	if (nd) {
+		d = flx_pool_alloc(pool, (size_t)n * nd * sizeof(int64_t));
+		if (!d)
+			return -ENOMEM;
+	}
+	t->chunks = ch;
+	t->dims = d;
+	for (uint32_t i = 0; i < n; i++) {
+		ch[i].stride = d + i * nd;
+		if (!nd)
+			ch[i].off = ch[i].size = d;
+	}
+	t->nchunks = n;
+	return 0;
+}
+
 int flx_chunk_contig_from(int ndim, const flx_chunk *ch)
 {
 	int64_t expect = 1;

@@ -321,6 +321,18 @@ int flx_tensor_pool_chunks(flx_pool *pool, flx_tensor *t, uint32_t n);
 int flx_tensor_pool_strides(flx_pool *pool, flx_tensor *t, uint32_t n);
 
 /**
+ * As flx_tensor_pool_strides(), for n chunks the source made already:
+ * t's chunks are ch[0..n) (kept by the caller as long as the index, in
+ * its pool: flx_pool_adopt()), with room for their strides from pool;
+ * their other fields are left as they are, off and size for the caller
+ * to point at boxes as flx_tensor_pool_strides() says (ndim 0: pointed
+ * at t->shape, no element read).  Thread-safe for distinct pools.
+ * @return 0 or -ENOMEM.
+ */
+int flx_tensor_pool_place(flx_pool *pool, flx_tensor *t, flx_chunk *ch,
+			  uint32_t n);
+
+/**
  * Check that t's chunks lie inside its shape, are pairwise disjoint and
  * cover it.  from names the file that described them, in messages.
  * Thread-safe (touches only t and err).

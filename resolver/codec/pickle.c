@@ -173,6 +173,7 @@ struct vm {
 	 * wound back to y_cur (rewind_batch()). */
 	const flx_pickle_sink *sink;
 	flx_pv *sink_dict;
+	flx_pv *watch_dict;   /* see flx_pickle_sink.watch */
 	flx_pv *batch_target; /* the sink dict or a sink list */
 	bool young, young_dirty;
 	bool to_side;	     /* alloc_node() takes from p->side */
@@ -1775,6 +1776,12 @@ static void batch_start(struct vm *vm)
 		return;
 	d = vm->stack[vm->sp - 1];
 	k = vm->stack[vm->sp - 2];
+	if (vm->sink->watch && !vm->watch_dict && d->kind == FLX_PV_DICT &&
+	    d != vm->sink_dict && !d->u.dict.n && !d->reref_ &&
+	    is_key(k, vm->sink->watch_key)) {
+		vm->watch_dict = d;
+		return;
+	}
 	if (d->kind == FLX_PV_LIST) {
 		if (!vm->sink->items || d->u.seq.n || d->reref_ ||
 		    !(is_key(k, vm->sink->list_key) || in_list_parent(vm)))
@@ -2012,9 +2019,8 @@ static int mark_target(struct vm *vm, flx_pv_kind want, const char *op,
 }
 
 /* APPENDS (list) and ADDITEMS (set): add every item above the mark. */
-/* After the sink's call on a batch: its result, and the batch's memory
- * given back. */
-static int batch_end(struct vm *vm, int rc, size_t start)
+/* A sink callback's result rc, as the load's. */
+static int sink_result(struct vm *vm, int rc)
 {
 	if (rc == -EAGAIN)
 		return vm_fail(vm, -EAGAIN, "the sink declined");
@@ -2022,10 +2028,25 @@ static int batch_end(struct vm *vm, int rc, size_t start)
 		return vm_nomem(vm);
 	if (rc)
 		return vm_fail(vm, rc, "the sink failed");
+	return 0;
+}
+
+/* After the sink's call on a batch: its result, and the batch's memory
+ * given back. */
+static int batch_end(struct vm *vm, int rc, size_t start)
+{
+	if ((rc = sink_result(vm, rc)))
+		return rc;
 	vm->sp = start;
 	rewind_batch(vm);
 	pack_memo(vm);
 	return 0;
+}
+
+/* The watched dict's pairs kv[0 .. 2 * n) to the sink's watch(). */
+static int watched(struct vm *vm, flx_pv *const *kv, size_t n)
+{
+	return sink_result(vm, vm->sink->watch(vm->sink->ctx, kv, n));
 }
 
 static int op_add_seq(struct vm *vm, flx_pv_kind want, const char *op)
@@ -2068,6 +2089,9 @@ static int op_setitems(struct vm *vm)
 						 vm->stack + start,
 						 (vm->sp - start) / 2),
 				 start);
+	if (d == vm->watch_dict &&
+	    (rc = watched(vm, vm->stack + start, (vm->sp - start) / 2)))
+		return rc;
 	if ((rc = dict_add(vm, d, vm->stack + start, (vm->sp - start) / 2)))
 		return rc;
 	vm->sp = start;
@@ -2412,6 +2436,8 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 				       flx_pv_kind_name(c));
 		a2[0] = b;
 		a2[1] = a;
+		if (c == vm->watch_dict && (rc = watched(vm, a2, 1)))
+			return rc;
 		return dict_add(vm, c, a2, 1);
 	case OP_SETITEMS:
 		return op_setitems(vm);

@@ -206,6 +206,14 @@ struct flx_pickle_sink {
 	 * stored under this str key (NULL: none), whatever their own keys
 	 * (a dict of str -> list, as Paddle's state_dict_metadata) */
 	const char *list_parent;
+	/* and, without taking them, the pairs of the dict stored under this
+	 * str key (NULL: none; found as the sink dict is, and not one of
+	 * the sink's own): watch() is called with each batch of pairs that a
+	 * SETITEMS or SETITEM adds to it, before they are added, as pairs()
+	 * is but with the pairs valid as long as the tree; its result as
+	 * pairs()'s */
+	const char *watch_key;
+	int (*watch)(void *ctx, flx_pv *const *kv, size_t npairs);
 };
 
 /**

@@ -43,10 +43,11 @@
  * temporary array while the index is built. */
 typedef struct sentry {
 	const char *fqn;
-	int ndim; /* -1: no offset key (BYTE_IO) */
+	int8_t ndim; /* -1: no offset key (BYTE_IO) */
 	/* streamed entries (see sd_sink): transform_descriptors is
 	 * ['stream.zstd/1'] (checked), else none */
 	bool ztr;
+	uint32_t rid; /* placed (see place()): relpath's number */
 	/* ndim offsets in a part's pool (an index while that array grows):
 	 * tens of thousands of entries, so no FLX_MAX_DIMS array each */
 	union {
@@ -86,9 +87,14 @@ typedef struct loader {
 	bool streamed;
 	size_t capse;
 	size_t noffs, capoffs;
-	flx_pool names;	   /* interned fqn and relative_path strings */
-	const char **itab; /* open addressing over names, imask + 1 slots */
+	flx_pool names; /* interned fqn and relative_path strings */
+	struct iname {
+		const char *s; /* NULL: empty slot */
+		uint32_t id;   /* names[id] */
+	} * itab;	       /* open addressing over names, imask + 1 slots */
 	size_t imask, in;
+	const char **iname; /* the names by number, in[0..in) */
+	size_t capiname;
 	/* chunks lists streamed (ck_sink): the chunks of all, in order, their
 	 * offsets and sizes in ckd, and an open-addressing table of the
 	 * lists (clmask + 1 slots, list NULL: empty) */
@@ -106,9 +112,30 @@ typedef struct loader {
 		const flx_pv *list;
 		uint32_t first, n; /* its chunks: ck[first, first + n) */
 		bool used;	   /* a tensor's chunks (load_streamed()) */
+		/* placed: the boxes of chunk i at ckd[dims + 2 * nd * i] */
+		int8_t nd;
+		uint32_t dims;
+		const char *fqn; /* placed: its tensor (interned), or NULL */
 	} * cl;
 	size_t clmask, ncl;
 	const flx_pv *cl_last; /* the list of the latest batch */
+	/* Placed (the first attempt, see "storage_data: placed"): the
+	 * chunks themselves made as their lists stream, chk[0..nck) in
+	 * stream order (ck unused), and each storage_data entry written
+	 * into its chunk; own: the tensors' lists by interned fqn, as the
+	 * state_dict_metadata pairs were watched (ownmask + 1 slots) */
+	bool place;
+	bool place_declined;   /* the placing declined: try unplaced */
+	bool kept_chunk_entry; /* a chunk's entry went to se (place()) */
+	flx_chunk *chk;
+	size_t capchk;
+	bool chk_kept; /* chk belongs to the index's pool */
+	struct owner {
+		const char *fqn; /* NULL: empty slot */
+		uint32_t first, n, dims;
+		int8_t nd;
+	} * own;
+	size_t ownmask, nown;
 } loader;
 
 /* ---- small interpretation helpers over the pickle tree ---- */
@@ -395,11 +422,13 @@ static int decode_pair(loader *L, const flx_pv *k, const flx_pv *v, size_t i,
 	e->ndim = -1;
 	if (off && off->kind != FLX_PV_NONE) {
 		int64_t o[FLX_MAX_DIMS];
+		int nd;
 
-		rc = decode_size(L, off, e->fqn, "MetadataIndex.offset",
-				 &e->ndim, o);
+		rc =
+		    decode_size(L, off, e->fqn, "MetadataIndex.offset", &nd, o);
 		if (rc)
 			return rc;
+		e->ndim = (int8_t)nd; /* at most FLX_MAX_DIMS */
 		if (flx_grow((void **)offs, capoffs, *noffs + (size_t)e->ndim,
 			     sizeof(int64_t)))
 			return -ENOMEM;
@@ -456,7 +485,9 @@ static int decode_sentry(part *p, size_t i, sentry *e)
  * (interned): the pairs' strings do not outlive the call.
  */
 
-static const char *intern(loader *L, const char *s)
+/* The interned copy of s, numbered (*id: L->iname[*id] is it; id may be
+ * NULL), or NULL when out of memory. */
+static const char *intern(loader *L, const char *s, uint32_t *id)
 {
 	size_t n = strlen(s), i;
 	uint64_t h = name_hash(s);
@@ -464,14 +495,14 @@ static const char *intern(loader *L, const char *s)
 
 	if (2 * (L->in + 1) > L->imask + 1) {
 		size_t nmask = L->imask ? 2 * L->imask + 1 : 255;
-		const char **nt = calloc(nmask + 1, sizeof(*nt));
+		struct iname *nt = calloc(nmask + 1, sizeof(*nt));
 
 		if (!nt)
 			return NULL;
 		for (size_t j = 0; L->itab && j <= L->imask; j++) {
-			if (!L->itab[j])
+			if (!L->itab[j].s)
 				continue;
-			for (i = name_hash(L->itab[j]) & nmask; nt[i];
+			for (i = name_hash(L->itab[j].s) & nmask; nt[i].s;
 			     i = (i + 1) & nmask)
 				;
 			nt[i] = L->itab[j];
@@ -480,16 +511,21 @@ static const char *intern(loader *L, const char *s)
 		L->itab = nt;
 		L->imask = nmask;
 	}
-	for (i = h & L->imask; L->itab[i]; i = (i + 1) & L->imask)
-		if (strcmp(L->itab[i], s) == 0)
-			return L->itab[i];
-	c = flx_pool_alloc(&L->names, n + 1);
-	if (!c)
+	for (i = h & L->imask; L->itab[i].s; i = (i + 1) & L->imask)
+		if (strcmp(L->itab[i].s, s) == 0)
+			goto found;
+	if (L->in >= UINT32_MAX ||
+	    flx_grow((void **)&L->iname, &L->capiname, L->in + 1,
+		     sizeof(*L->iname)) ||
+	    !(c = flx_pool_alloc(&L->names, n + 1)))
 		return NULL;
 	memcpy(c, s, n + 1);
-	L->itab[i] = c;
-	L->in++;
-	return c;
+	L->itab[i] = (struct iname){c, (uint32_t)L->in};
+	L->iname[L->in++] = c;
+found:
+	if (id)
+		*id = L->itab[i].id;
+	return L->itab[i].s;
 }
 
 /* The interned copy of s (hash: name_hash(s)), or s when none: entries
@@ -499,9 +535,9 @@ static const char *interned(const loader *L, const char *s, uint64_t hash)
 {
 	if (!L->itab)
 		return s;
-	for (size_t i = hash & L->imask; L->itab[i]; i = (i + 1) & L->imask)
-		if (strcmp(L->itab[i], s) == 0)
-			return L->itab[i];
+	for (size_t i = hash & L->imask; L->itab[i].s; i = (i + 1) & L->imask)
+		if (strcmp(L->itab[i].s, s) == 0)
+			return L->itab[i].s;
 	return s;
 }
 
@@ -517,12 +553,22 @@ static bool sink_transform(const flx_pv *v, bool *ztr)
 					flx_pv_str(flx_pv_item(tr, 0))));
 }
 
+/* Declined by the placing itself: the next attempt decodes unplaced. */
+static int place_decline(loader *L)
+{
+	L->place_declined = true;
+	return -EAGAIN;
+}
+
+static int place(loader *L, const flx_pv *k, const sentry *e);
+
 static int sd_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 {
 	loader *L = ctx;
 	flx_error scratch;
 	const char *lastf = NULL, *lastr = NULL, *inf = NULL, *inr = NULL;
 	uint64_t nh = 0;
+	uint32_t rid = 0;
 	int rc;
 
 	flx_error_init(&scratch);
@@ -554,17 +600,29 @@ static int sd_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 		/* consecutive entries share their strings' nodes */
 		if (e->fqn != lastf) {
 			lastf = e->fqn;
-			if (!(inf = intern(L, lastf)))
+			if (!(inf = intern(L, lastf, NULL)))
 				return -ENOMEM;
 			nh = name_hash(inf);
 		}
 		if (e->relpath != lastr) {
 			lastr = e->relpath;
-			if (!(inr = intern(L, lastr)))
+			if (!(inr = intern(L, lastr, &rid)))
 				return -ENOMEM;
 		}
 		e->fqn = inf;
 		e->relpath = inr;
+		e->rid = rid;
+		if (L->place && e->ndim >= 0) {
+			rc = place(L, kv[2 * j], e);
+			if (rc < 0)
+				return rc;
+			if (rc == 0) {
+				/* nothing kept: the next entry reuses its
+				 * room */
+				L->noffs -= (size_t)e->ndim;
+				continue;
+			}
+		}
 		L->sh[L->nse] = sentry_hash(
 		    nh, e->ndim, e->ndim > 0 ? L->offpool[0] + e->offi : NULL);
 		L->nse++;
@@ -638,7 +696,10 @@ static int ck_sink(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
 	if (!L->cl[k].list) {
 		if (L->nck > UINT32_MAX)
 			return -EAGAIN;
-		L->cl[k] = (struct ck_list){list, (uint32_t)L->nck, 0, false};
+		L->cl[k] = (struct ck_list){.list = list,
+					    .first = (uint32_t)L->nck,
+					    .nd = -1,
+					    .dims = (uint32_t)L->nckd};
 		L->ncl++;
 	} else if (list != L->cl_last) {
 		return -EAGAIN; /* its chunks would not be contiguous */
@@ -646,7 +707,12 @@ static int ck_sink(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
 	L->cl_last = list;
 	if (n > UINT32_MAX - L->nck - 1 || n > UINT32_MAX - L->cl[k].n)
 		return -EAGAIN;
-	if (flx_grow((void **)&L->ck, &L->capck, L->nck + n, sizeof(*L->ck)))
+	if (L->place && L->cl[k].fqn)
+		return place_decline(L); /* items after its tensor's pair */
+	if (L->place ? flx_grow((void **)&L->chk, &L->capchk, L->nck + n,
+				sizeof(*L->chk))
+		     : flx_grow((void **)&L->ck, &L->capck, L->nck + n,
+				sizeof(*L->ck)))
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		int64_t at[FLX_MAX_DIMS], sz[FLX_MAX_DIMS];
@@ -657,11 +723,19 @@ static int ck_sink(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
 		    decode_size(&tmp, attr(v[i], "sizes"), "", "", &n2, sz) ||
 		    L->nckd + (size_t)(n1 + n2) > UINT32_MAX)
 			return -EAGAIN;
+		if (L->place &&
+		    (n1 != n2 || (L->cl[k].nd >= 0 && n1 != L->cl[k].nd)))
+			return place_decline(L); /* boxes of one step */
 		if (flx_grow((void **)&L->ckd, &L->capckd,
 			     L->nckd + (size_t)(n1 + n2), sizeof(*L->ckd)))
 			return -ENOMEM;
-		L->ck[L->nck++] =
-		    (struct ck_rec){(uint32_t)L->nckd, (int8_t)n1, (int8_t)n2};
+		if (L->place) {
+			L->cl[k].nd = (int8_t)n1;
+			L->chk[L->nck++] = (flx_chunk){.file = UINT32_MAX};
+		} else {
+			L->ck[L->nck++] = (struct ck_rec){
+			    (uint32_t)L->nckd, (int8_t)n1, (int8_t)n2};
+		}
 		if (n1)
 			memcpy(L->ckd + L->nckd, at, sizeof(*at) * (size_t)n1);
 		if (n2)
@@ -674,7 +748,8 @@ static int ck_sink(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
 }
 
 /* Whether every streamed list is the chunks of exactly one tensor, and
- * holds nothing in the tree (what was added to it otherwise). */
+ * holds nothing in the tree (what was added to it otherwise); placed, the
+ * tensor sdm_watch() saw. */
 static bool lists_placed(loader *L, const flx_pv *sdm)
 {
 	size_t used = 0;
@@ -692,10 +767,126 @@ static bool lists_placed(loader *L, const flx_pv *sdm)
 		e = (struct ck_list *)cl_find(L, ch);
 		if (!e || e->used || flx_pv_len(ch))
 			return false;
+		/* placed: the tensor the watched pairs said */
+		if (L->place &&
+		    (!cstr(sdm->u.dict.kv[2 * i]) ||
+		     e->fqn !=
+			 interned(L, cstr(sdm->u.dict.kv[2 * i]),
+				  name_hash(cstr(sdm->u.dict.kv[2 * i])))))
+			return false;
 		e->used = true;
 		used++;
 	}
 	return used == L->ncl;
+}
+
+/* ---- storage_data: placed ----
+ *
+ * torch's planner numbers each storage_data key (MetadataIndex.index)
+ * with its chunk's place in the tensor's chunks list
+ * (torch/distributed/checkpoint/default_planner.py,
+ * create_default_global_save_plan()), and pickles state_dict_metadata
+ * before storage_data.  So in the first attempt the chunks are made as
+ * their lists stream (ck_sink()), the state_dict_metadata pairs tell
+ * which tensor owns which list (sdm_watch()), and each storage_data entry
+ * of a chunk is written into the chunk its index names, once its offsets
+ * are checked to be that chunk's: no entry is kept, and no table of them
+ * is built.  Anything else (no index, one naming another chunk, a second
+ * entry for a chunk, an entry for no streamed tensor, the lists or the
+ * pairs in another order) declines, and the entries are decoded again
+ * and looked up by their offsets (the second attempt), which reports what
+ * the tree path reports.  Entries without offsets (BYTE_IO) are kept and
+ * looked up as there.
+ */
+
+static size_t own_slot(const loader *L, const char *fqn)
+{
+	uint64_t h = (uint64_t)(uintptr_t)fqn * 0x9e3779b97f4a7c15ull;
+	size_t i = (size_t)(h >> 20) & L->ownmask;
+
+	while (L->own[i].fqn && L->own[i].fqn != fqn)
+		i = (i + 1) & L->ownmask;
+	return i;
+}
+
+static int sdm_watch(void *ctx, flx_pv *const *kv, size_t npairs)
+{
+	loader *L = ctx;
+
+	for (size_t j = 0; j < npairs; j++) {
+		const char *fqn = cstr(kv[2 * j]), *in;
+		const flx_pv *ch = attr(kv[2 * j + 1], "chunks");
+		struct ck_list *e;
+		size_t k;
+
+		if (!fqn || !is_dcp_obj(kv[2 * j + 1], "TensorStorageMetadata"))
+			continue;
+		if (!(in = intern(L, fqn, NULL)))
+			return -ENOMEM;
+		e = (struct ck_list *)cl_find(L, ch);
+		if (!e)
+			continue;
+		/* an entry kept before might be this tensor's */
+		if (e->fqn || flx_pv_len(ch) || L->kept_chunk_entry)
+			return place_decline(L);
+		if (!L->own || 2 * (L->nown + 1) > L->ownmask + 1) {
+			struct owner *old = L->own;
+			size_t oldmask = L->ownmask;
+
+			L->ownmask = old ? 2 * oldmask + 1 : 255;
+			if (!(L->own =
+				  calloc(L->ownmask + 1, sizeof(*L->own)))) {
+				L->own = old;
+				L->ownmask = oldmask;
+				return -ENOMEM;
+			}
+			for (size_t i = 0; old && i <= oldmask; i++)
+				if (old[i].fqn)
+					L->own[own_slot(L, old[i].fqn)] =
+					    old[i];
+			free(old);
+		}
+		k = own_slot(L, in);
+		if (L->own[k].fqn)
+			return place_decline(L); /* a key given twice */
+		L->own[k] = (struct owner){in, e->first, e->n, e->dims, e->nd};
+		L->nown++;
+		e->fqn = in;
+	}
+	return 0;
+}
+
+/* Write entry e (key k, offsets at offpool[0] + e->offi) into the chunk it
+ * is for: 0; 1 when its tensor's chunks did not stream (keep it, as the
+ * unplaced path does); or decline. */
+static int place(loader *L, const flx_pv *k, const sentry *e)
+{
+	const struct owner *o = L->own ? &L->own[own_slot(L, e->fqn)] : NULL;
+	const int64_t *box;
+	flx_chunk *ch;
+	int64_t i;
+
+	if (!o || !o->fqn) {
+		L->kept_chunk_entry = true;
+		return 1;
+	}
+	if (!flx_pv_int(attr(k, "index"), &i) || i < 0 || i >= o->n ||
+	    e->ndim != o->nd)
+		return place_decline(L);
+	ch = &L->chk[o->first + (size_t)i];
+	if (ch->file != UINT32_MAX)
+		return place_decline(L); /* a second entry */
+	if (e->ndim) {
+		box = L->ckd + o->dims + (size_t)i * 2 * (size_t)o->nd;
+		if (memcmp(box, L->offpool[0] + e->offi,
+			   sizeof(*box) * (size_t)e->ndim))
+			return place_decline(L);
+	}
+	ch->file = e->rid;
+	ch->item_off = e->offset;
+	ch->item_len = e->length;
+	ch->zstd = e->ztr;
+	return 0;
 }
 
 /* Forget what the sink took (before decoding again as a tree). */
@@ -709,6 +900,16 @@ static void sink_reset(loader *L)
 	free(L->ck);
 	free(L->ckd);
 	free(L->cl);
+	free(L->iname);
+	free(L->chk);
+	free(L->own);
+	L->iname = NULL;
+	L->capiname = 0;
+	L->chk = NULL;
+	L->capchk = 0;
+	L->own = NULL;
+	L->ownmask = L->nown = 0;
+	L->place = L->kept_chunk_entry = false;
 	L->ck = NULL;
 	L->ckd = NULL;
 	L->cl = NULL;
@@ -1313,6 +1514,46 @@ static int load_any_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
  * failure *windows is how many chunks were found before it (their windows
  * come first in the error order).
  */
+static int no_entry(loader *L, const flx_tensor *t, const flx_chunk *ch)
+{
+	char o[96];
+
+	flx_fmt_dims(o, sizeof(o), t->ndim, ch->off);
+	return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
+			     "no storage_data entry for the chunk at %s", o);
+}
+
+/* decode_tensor() of a placed list's tensor: its chunks are cl's, their
+ * boxes in ckd, their entries written (place()), with the checks and
+ * messages of the unplaced path. */
+static int placed_tensor(loader *L, flx_pool *pool, flx_tensor *t,
+			 const struct ck_list *cl, uint32_t *windows)
+{
+	int rc = flx_tensor_pool_place(pool, t, L->chk + cl->first, cl->n);
+	size_t step = 2 * (size_t)t->ndim;
+
+	if (rc)
+		return rc;
+	for (uint32_t i = 0; i < t->nchunks; i++) {
+		flx_chunk *ch = &t->chunks[i];
+
+		*windows = i;
+		if (cl->nd != t->ndim)
+			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
+					     "chunk %u has %d/%d dimensions, "
+					     "the tensor %d",
+					     i, cl->nd, cl->nd, t->ndim);
+		if (t->ndim) {
+			ch->off = L->ckd + cl->dims + i * step;
+			ch->size = ch->off + t->ndim;
+		}
+		if (ch->file == UINT32_MAX)
+			return no_entry(L, t, ch);
+	}
+	*windows = t->nchunks;
+	return flx_tensor_check_chunks(t, META_NAME, L->err);
+}
+
 static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 			 const char *name, const flx_pv *tsm, uint32_t *windows)
 {
@@ -1342,6 +1583,8 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 	if (nch == 0 || nch > UINT32_MAX)
 		return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
 				     "tensor has %zu chunks", nch);
+	if (cl && L->chk)
+		return placed_tensor(L, pool, t, cl, windows);
 	shared = cl && L->ckd_kept && t->ndim > 0;
 	rc = shared ? flx_tensor_pool_strides(pool, t, (uint32_t)nch)
 		    : flx_tensor_pool_chunks(pool, t, (uint32_t)nch);
@@ -1395,16 +1638,10 @@ static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 			memcpy(ch->size, sz, sizeof(int64_t) * (size_t)t->ndim);
 		}
 		e = find_sentry(L, nh, name, t->ndim, ch->off);
-		if (!e) {
-			char o[96];
-
-			flx_fmt_dims(o, sizeof(o), t->ndim, ch->off);
-			return flx_error_set(L->err, -EINVAL, META_NAME, t->fqn,
-					     "no storage_data entry for the "
-					     "chunk at %s",
-					     o);
-		}
-		ch->file = (uint32_t)(e - L->se);
+		if (!e)
+			return no_entry(L, t, ch);
+		ch->file = L->place ? e->rid : (uint32_t)(e - L->se);
+		ch->zstd = e->ztr;
 		ch->item_off = e->offset;
 		ch->item_len = e->length;
 	}
@@ -1491,9 +1728,21 @@ static int resolve_windows(loader *L, const unsigned char *kinds, size_t n,
 
 			for (uint32_t k = 0; k < lim; k++) {
 				flx_chunk *ch = &t->chunks[k];
+				const sentry *e = &L->se[ch->file];
+				sentry pe;
 
-				rc = item_window(L, &L->se[ch->file], t->fqn,
-						 &ch->file, &ch->zstd);
+				if (L->place) {
+					/* the entry is in the chunk, its
+					 * relative_path numbered (intern()) */
+					pe = (sentry){.relpath =
+							  L->iname[ch->file],
+						      .offset = ch->item_off,
+						      .length = ch->item_len,
+						      .ztr = ch->zstd};
+					e = &pe;
+				}
+				rc = item_window(L, e, t->fqn, &ch->file,
+						 &ch->zstd);
 				if (rc)
 					return rc;
 			}
@@ -1553,6 +1802,17 @@ static int load_state_dict_metadata(loader *L, const flx_pv *sdm)
 		if (fit)
 			L->ckd = fit;
 		L->ckd_kept = flx_pool_adopt(&c->pool, L->ckd) == 0;
+	}
+	/* and, placed, the chunks themselves, which the boxes need */
+	if (L->chk && L->nck) {
+		flx_chunk *fit = realloc(L->chk, L->nck * sizeof(*L->chk));
+
+		if (fit)
+			L->chk = fit;
+		if ((L->nckd && !L->ckd_kept) ||
+		    flx_pool_adopt(&c->pool, L->chk))
+			goto out;
+		L->chk_kept = true;
 	}
 	np = part_count(L, ok);
 	if (!(p = parts_new(L, sdm, ok, np)))
@@ -1686,7 +1946,11 @@ static void loader_release(loader *L)
 	free(L->ck);
 	if (!L->ckd_kept)
 		free(L->ckd);
+	if (!L->chk_kept)
+		free(L->chk);
 	free(L->cl);
+	free(L->iname);
+	free(L->own);
 }
 
 /* The .metadata decoded with storage_data streamed into L->se (sd_sink),
@@ -1702,7 +1966,10 @@ static int load_streamed(loader *L, const flx_reader *r,
 				.pairs = sd_sink,
 				.ctx = L,
 				.list_key = lists ? "chunks" : NULL,
-				.items = lists ? ck_sink : NULL};
+				.items = lists ? ck_sink : NULL,
+				.watch_key =
+				    L->place ? "state_dict_metadata" : NULL,
+				.watch = L->place ? sdm_watch : NULL};
 	const flx_pv *sd, *sunk;
 	int rc = flx_pickle_load_sink(r, META_NAME, lim, &sink, pk, L->err);
 
@@ -1718,16 +1985,25 @@ static int load_streamed(loader *L, const flx_reader *r,
 	}
 	flx_pickle_free(*pk);
 	*pk = NULL;
+	if (L->place)
+		L->place_declined = true;
 	return -EAGAIN;
 }
 
-/* Attempt k: the chunks lists streamed too (k 0), then, when they are
+/* Attempt k: the chunks lists streamed and the storage_data entries
+ * placed into their chunks (k 0); when the placing declined, the entries
+ * looked up by their offsets instead (k 1); then, when the chunks are
  * named again (Megatron-Core's all_local_plans holds the same chunk
- * objects), storage_data alone, which no one names again. */
+ * objects), storage_data alone, which no one names again (k 2). */
 static int load_attempt(void *ctx, unsigned k, const flx_reader *r,
 			const flx_pickle_limits *lim, flx_pickle **pk)
 {
-	return load_streamed(ctx, r, lim, k == 0, pk);
+	loader *L = ctx;
+
+	if (k == 1 && !L->place_declined)
+		return -EAGAIN; /* declined for what k 1 would meet too */
+	L->place = k == 0;
+	return load_streamed(L, r, lim, k < 2, pk);
 }
 
 static void load_reset(void *ctx)
@@ -1746,7 +2022,7 @@ static int load_metadata(loader *L, flx_pickle **pk)
 				    "checkpoint directory?)";
 
 	return flx_build_load_pickle(L->b, META_NAME, MAX_METADATA_BYTES,
-				     missing, &L->c->mtime_ns, 2, load_attempt,
+				     missing, &L->c->mtime_ns, 3, load_attempt,
 				     load_reset, L, pk, L->err);
 }
 

@@ -1879,7 +1879,25 @@ struct sink_rec {
 	const char *list_key;	 /* lists streamed too (rec_items()) */
 	const char *list_parent; /* and the lists in the dict under it */
 	struct sbuf items;	 /* every list's items taken, dumped */
+	const char *watch_key;	 /* pairs watched (rec_watch()) */
+	struct sbuf watched;	 /* every pair watched, dumped */
+	bool watch_decline;
 };
+
+static int rec_watch(void *ctx, flx_pv *const *kv, size_t npairs)
+{
+	struct sink_rec *s = ctx;
+
+	if (s->watch_decline)
+		return -EAGAIN;
+	for (size_t i = 0; i < 2 * npairs; i++) {
+		s->watched.budget = 100000;
+		dump(&s->watched, kv[i], 0);
+		puts_(&s->watched, i & 1 ? ";" : ":");
+	}
+	puts_(&s->watched, "|");
+	return 0;
+}
 
 static int rec_pairs(void *ctx, flx_pv *const *kv, size_t npairs)
 {
@@ -1922,7 +1940,9 @@ static int load_sink(const void *data, size_t n, size_t window, const char *key,
 				.ctx = s,
 				.list_key = s->list_key,
 				.items = rec_items,
-				.list_parent = s->list_parent};
+				.list_parent = s->list_parent,
+				.watch_key = s->watch_key,
+				.watch = rec_watch};
 	flx_mem_reader m;
 	flx_reader r;
 
@@ -2301,6 +2321,57 @@ static void test_sink_list_parent(void)
 	flx_pickle_free(p);
 }
 
+/* The pairs of the dict under the watch key are shown, SETITEMS by
+ * SETITEMS and SETITEM by SETITEM, after the lists streamed inside them,
+ * and stay in the tree; a decline fails the load; with no dict under the
+ * key nothing is watched. */
+static void test_sink_watch(void)
+{
+	/* {"sdm": {"a": [1, 2], "b": [3]} then "c": 4 by SETITEM,
+	 *  "sd": {"k": 5}} */
+	static const char pk[] = "\x80\x04}(\x8c\x03sdm}q\x00(\x8c\x01"
+				 "a](K\x01K\x02"
+				 "e\x8c\x01"
+				 "b]K\x03"
+				 "auh\x00\x8c\x01"
+				 "cK\x04s0\x8c\x02sd}(\x8c\x01kK\x05uu.";
+	struct sink_rec s = {.list_key = "a", .watch_key = "sdm"};
+	struct sbuf got = {.budget = 1000};
+	flx_pickle *p = NULL;
+	flx_error e;
+
+	CHECK_EQ(load_sink(pk, sizeof(pk) - 1, 1 << 16, "sd", &s, &p, &e), 0);
+	CHECK(s.watched.p &&
+	      strcmp(s.watched.p, "s\"a\":[];s\"b\":[i3];|s\"c\":i4;|") == 0);
+	CHECK(s.items.p && strcmp(s.items.p, "i1;i2;|") == 0);
+	CHECK(s.pairs.p && strcmp(s.pairs.p, "s\"k\":i5;") == 0);
+	if (p)
+		dump(&got, flx_pickle_root(p), 0);
+	CHECK(got.p && strcmp(got.p, "<s\"sdm\":<s\"a\":[],s\"b\":[i3],"
+				     "s\"c\":i4>,s\"sd\":<>>") == 0);
+	flx_pickle_free(p);
+	free(s.watched.p);
+	free(s.items.p);
+	free(s.pairs.p);
+	free(got.p);
+	memset(&s, 0, sizeof(s));
+	s.watch_key = "sdm";
+	s.watch_decline = true;
+	p = NULL;
+	CHECK_EQ(load_sink(pk, sizeof(pk) - 1, 1 << 16, "sd", &s, &p, &e),
+		 -EAGAIN);
+	CHECK(p == NULL);
+	free(s.pairs.p);
+	/* no dict under the key: nothing watched */
+	memset(&s, 0, sizeof(s));
+	s.watch_key = "zz";
+	CHECK_EQ(load_sink(pk, sizeof(pk) - 1, 1 << 16, "sd", &s, &p, &e), 0);
+	CHECK(s.watched.p == NULL);
+	flx_pickle_free(p);
+	free(s.items.p);
+	free(s.pairs.p);
+}
+
 enum { PK_PAIRS = 600000, PK_PER = 1000, PK_REF = 300000 };
 enum { PK_KEY, PK_LIST, PK_SET };
 
@@ -2495,6 +2566,7 @@ int main(void)
 	test_reader_str_limits();
 	test_sink_dcp();
 	test_sink_list_parent();
+	test_sink_watch();
 	test_sink_batches();
 	test_sink_named_again();
 	test_sink_packed();

@@ -53,8 +53,10 @@ import gen_dcp  # noqa: E402  (tools/fixtures/gen_dcp.py: torch's DCP names)
 
 
 # what the .metadata looks like; checkpoints of another generator are
-# written again (2: one torch.Size per chunk, as torch's planner makes them)
-GENERATOR = 2
+# written again (2: one torch.Size per chunk, as torch's planner makes them;
+# 3: each storage_data key carries its chunk's index, as torch's global plan
+# writes it)
+GENERATOR = 3
 
 
 def storage_info_class(api):
@@ -114,14 +116,19 @@ def main():
                     index=md.MetadataIndex(fqn, off), type=api.pl.WriteItemType.SHARD,
                     tensor_data=api.pl.TensorWriteData(chunk=chunks[-1], properties=props,
                                                        size=torch.Size([R, C]))))
+            # the key's index is the chunk's place in the tensor's chunks
+            # list, as torch's global plan rewrites it
+            # (default_planner.py, create_default_global_save_plan(),
+            # rewrite_index_hints) before the writer records its results
+            key = md.MetadataIndex(fqn, off, r)
             if a.items == "repeat":
                 o, n = where[t]
-                storage[md.MetadataIndex(fqn, off)] = SI("__0_0.distcp", o, n)
+                storage[key] = SI("__0_0.distcp", o, n)
             else:
                 f = files[r]
                 v = torch.arange(C, dtype=torch.float32).reshape(1, C) + (t * R * C + r * C)
                 blob = item_bytes(torch, v)
-                storage[md.MetadataIndex(fqn, off)] = SI("__%d_0.distcp" % r, f.tell(), len(blob))
+                storage[key] = SI("__%d_0.distcp" % r, f.tell(), len(blob))
                 f.write(blob)
         sdm[fqn] = md.TensorStorageMetadata(
             properties=props, size=torch.Size([R, C]), chunks=chunks)
