@@ -119,8 +119,11 @@ def main():
             # the key's index is the chunk's place in the tensor's chunks
             # list, as torch's global plan rewrites it
             # (default_planner.py, create_default_global_save_plan(),
-            # rewrite_index_hints) before the writer records its results
-            key = md.MetadataIndex(fqn, off, r)
+            # rewrite_index_hints); its offsets are a torch.Size of their
+            # own, as in a multi-process save, where the write results
+            # reach the coordinator pickled (torch 2.6's fsdp2 fixture:
+            # no key shares its chunk's offsets)
+            key = md.MetadataIndex(fqn, torch.Size([r, 0]), r)
             if a.items == "repeat":
                 o, n = where[t]
                 storage[key] = SI("__0_0.distcp", o, n)
