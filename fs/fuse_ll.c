@@ -909,10 +909,10 @@ static void flx_ll_release(fuse_req_t req, fuse_ino_t ino,
  * Per worker thread, one reply buffer that only grows: a fresh allocation
  * per request of up to 1 MiB costs a page fault per page, which
  * dominates a read.  Mapped with MAP_POPULATE, so that even a thread's
- * first reply takes no page fault per page (in a virtual machine a fault
- * costs a trap to the hypervisor, about as much as filling the page:
- * docs/performance.md, "Small items"); a reply's old bytes are never
- * needed, so growing maps a new buffer.  Unmapped when the thread exits.
+ * first reply takes no page fault per page (in a virtual machine each
+ * traps to the hypervisor: docs/performance-history.md, "Scale: small
+ * items, second round"); a reply's old bytes are never needed, so growing
+ * maps a new buffer.  Unmapped when the thread exits.
  */
 static pthread_key_t buf_key;
 static pthread_once_t buf_once = PTHREAD_ONCE_INIT;

@@ -117,13 +117,13 @@ static int st_head(const void *arg, uint32_t idx, unsigned char *dst,
  * The fast writer of the per-tensor text.  A header of a rank file made of
  * small tensors is mostly this text (about 200 bytes a tensor), generated
  * again on every read of it; the JSON writer's call per token and window
- * test per byte run cost 7 ns a byte there (docs/performance.md, "Small
- * items").  With plain names (flx_gen_ctx), nothing in an entry needs an
- * escape, so its bytes are written with memcpy and flx_fmt_int into a
- * stage on the stack and go to the window a stage at a time.  An entry
- * whose bound does not fit an empty stage is written by the JSON writer,
- * which writes the same bytes (tests/unit/test_formats.c checks both
- * against jansson).
+ * test per byte run cost 7 ns a byte there (docs/performance-history.md,
+ * "Scale: small items, second round").  With plain names (flx_gen_ctx),
+ * nothing in an entry needs an escape, so its bytes are written with
+ * memcpy and flx_fmt_int into a stage on the stack and go to the window a
+ * stage at a time.  Other names, and an entry whose bound does not fit an
+ * empty stage, go through the JSON writer, which writes the same bytes
+ * (tests/unit/test_formats.c checks both against jansson).
  */
 #define ST_STAGE 4096
 
