@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/statvfs.h>
@@ -907,19 +908,31 @@ static void flx_ll_release(fuse_req_t req, fuse_ino_t ino,
 /*
  * Per worker thread, one reply buffer that only grows: a fresh allocation
  * per request of up to 1 MiB costs a page fault per page, which
- * dominates a read.  Freed when the thread exits.
+ * dominates a read.  Mapped with MAP_POPULATE, so that even a thread's
+ * first reply takes no page fault per page (in a virtual machine each
+ * traps to the hypervisor: docs/performance-history.md, "Scale: small
+ * items, second round"); a reply's old bytes are never needed, so growing
+ * maps a new buffer.  Unmapped when the thread exits.
  */
 static pthread_key_t buf_key;
 static pthread_once_t buf_once = PTHREAD_ONCE_INIT;
 
 struct reply_buf {
-	size_t cap;
+	size_t map; /* bytes mapped, this header included */
 	char data[];
 };
 
+static void buf_free(void *p)
+{
+	struct reply_buf *b = p;
+
+	if (b)
+		munmap(b, b->map);
+}
+
 static void buf_key_init(void)
 {
-	(void)pthread_key_create(&buf_key, free);
+	(void)pthread_key_create(&buf_key, buf_free);
 }
 
 static char *reply_buf(size_t size)
@@ -928,17 +941,22 @@ static char *reply_buf(size_t size)
 
 	pthread_once(&buf_once, buf_key_init);
 	b = pthread_getspecific(buf_key);
-	if (!b || b->cap < size) {
-		struct reply_buf *nb = realloc(b, sizeof(*nb) + size);
+	if (!b || b->map - sizeof(*b) < size) {
+		size_t map = (sizeof(*b) + size + FLX_LL_PAGE - 1) /
+			     FLX_LL_PAGE * FLX_LL_PAGE;
+		void *m =
+		    mmap(NULL, map, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 
-		if (!nb)
+		if (m == MAP_FAILED)
 			return NULL;
-		nb->cap = size;
-		b = nb;
-		if (pthread_setspecific(buf_key, b)) {
-			free(b);
+		if (pthread_setspecific(buf_key, m)) {
+			munmap(m, map);
 			return NULL;
 		}
+		buf_free(b);
+		b = m;
+		b->map = map;
 	}
 	return b->data;
 }

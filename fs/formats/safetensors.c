@@ -10,8 +10,10 @@
 
 #include "compat.h"
 #include "json_internal.h"
+#include "names.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,6 +113,138 @@ static int st_head(const void *arg, uint32_t idx, unsigned char *dst,
 	return flx_jw_end(&w, len);
 }
 
+/*
+ * The fast writer of the per-tensor text.  A header of a rank file made of
+ * small tensors is mostly this text (about 200 bytes a tensor), generated
+ * again on every read of it; the JSON writer's call per token and window
+ * test per byte run cost 7 ns a byte there (docs/performance-history.md,
+ * "Scale: small items, second round").  With plain names (flx_gen_ctx),
+ * nothing in an entry needs an escape, so its bytes are written with
+ * memcpy and flx_fmt_int into a stage on the stack and go to the window a
+ * stage at a time.  Other names, and an entry whose bound does not fit an
+ * empty stage, go through the JSON writer, which writes the same bytes
+ * (tests/unit/test_formats.c checks both against jansson).
+ */
+#define ST_STAGE 4096
+
+typedef struct st_stage {
+	size_t n;
+	char b[ST_STAGE];
+} st_stage;
+
+/* The most bytes an entry naming name and fqn (NULL: none) with ndim
+ * dimensions can take in either piece: its two names, three arrays of
+ * ndim integers of at most 20 characters and their separators, the
+ * escaped quotes and keys around them. */
+static size_t st_bound(const char *name, const char *fqn, int ndim)
+{
+	return strlen(name) + (fqn ? strlen(fqn) : 0) +
+	       3 * (size_t)(ndim + 1) * 21 + 256;
+}
+
+static void st_flush(flx_jw *w, st_stage *s)
+{
+	flx_jw_raw(w, s->b, s->n);
+	s->n = 0;
+}
+
+/* Room for bound bytes in s, flushed to w if need be; false when an
+ * entry that large must go through the JSON writer. */
+static bool st_room(flx_jw *w, st_stage *s, size_t bound)
+{
+	if (bound > sizeof(s->b)) {
+		st_flush(w, s);
+		return false;
+	}
+	if (s->n + bound > sizeof(s->b))
+		st_flush(w, s);
+	return true;
+}
+
+static char *st_put(char *p, const char *s, size_t n)
+{
+	memcpy(p, s, n);
+	return p + n;
+}
+
+/* A literal, without its NUL. */
+#define ST_LIT(p, s) st_put(p, s, sizeof(s) - 1)
+
+/* An array of n integers, compact, as flx_jw_ints() writes it. */
+static char *st_ints(char *p, int n, const int64_t *v)
+{
+	*p++ = '[';
+	for (int i = 0; i < n; i++) {
+		if (i)
+			*p++ = ',';
+		p += flx_fmt_int(p, v[i], 1);
+	}
+	*p++ = ']';
+	return p;
+}
+
+/* The separator before a member of the container w is in, as
+ * flx_jw_item() writes it compact. */
+static char *st_item(flx_jw *w, char *p)
+{
+	if (w->has >> w->depth & 1)
+		*p++ = ',';
+	w->has |= 1ull << w->depth;
+	return p;
+}
+
+/* Entry e's member of the "flexfs" metadata's tensors, through the JSON
+ * writer. */
+static void st_meta_jw(flx_jw *w, const flx_st_entry *e, const flx_box *part)
+{
+	const flx_tensor *t = e->pl->src;
+
+	flx_jw_key_name(w, e->name);
+	flx_jw_open(w, '{');
+	flx_jw_key(w, "source");
+	flx_jw_name(w, t->fqn);
+	flx_jw_key(w, "global_shape");
+	flx_jw_ints(w, t->ndim, t->shape);
+	flx_jw_key(w, "global_offset");
+	flx_jw_ints(w, t->ndim, part->off);
+	flx_jw_key(w, "split_axis");
+	flx_jw_int_or_null(w, e->pl->split);
+	if (e->pl->groups > 1) {
+		flx_jw_key(w, "split_groups");
+		flx_jw_int(w, e->pl->groups);
+	}
+	flx_jw_close(w, '}');
+}
+
+/* The same bytes into s (room made by st_room()): inside the quoted
+ * metadata, every quote escaped. */
+static void st_meta_fast(flx_jw *w, st_stage *s, const flx_st_entry *e,
+			 const flx_box *part)
+{
+	const flx_tensor *t = e->pl->src;
+	char *p = st_item(w, s->b + s->n);
+
+	p = ST_LIT(p, "\\\"");
+	p = st_put(p, e->name, strlen(e->name));
+	p = ST_LIT(p, "\\\":{\\\"source\\\":\\\"");
+	p = st_put(p, t->fqn, strlen(t->fqn));
+	p = ST_LIT(p, "\\\",\\\"global_shape\\\":");
+	p = st_ints(p, t->ndim, t->shape);
+	p = ST_LIT(p, ",\\\"global_offset\\\":");
+	p = st_ints(p, t->ndim, part->off);
+	p = ST_LIT(p, ",\\\"split_axis\\\":");
+	if (e->pl->split < 0)
+		p = ST_LIT(p, "null");
+	else
+		p += flx_fmt_int(p, e->pl->split, 1);
+	if (e->pl->groups > 1) {
+		p = ST_LIT(p, ",\\\"split_groups\\\":");
+		p += flx_fmt_int(p, e->pl->groups, 1);
+	}
+	*p++ = '}';
+	s->n = (size_t)(p - s->b);
+}
+
 /* The metadata's tensors idx.. (a batch, in set order), inside the quoted
  * metadata, whose "tensors" object is at depth 4. */
 static int st_meta(const void *arg, uint32_t idx, unsigned char *dst,
@@ -118,7 +252,9 @@ static int st_meta(const void *arg, uint32_t idx, unsigned char *dst,
 {
 	const st_file *f = arg;
 	flx_jw w = st_writer(f, dst, lo, hi);
+	st_stage s;
 
+	s.n = 0;
 	w.quoted = true;
 	w.ascii = false;
 	flx_jw_resume(&w, 4, idx > 0);
@@ -127,25 +263,16 @@ static int st_meta(const void *arg, uint32_t idx, unsigned char *dst,
 		const flx_tensor *t = e->pl->src;
 		flx_box part;
 
-		flx_jw_key_name(&w, e->name);
-		flx_jw_open(&w, '{');
-		flx_jw_key(&w, "source");
-		flx_jw_name(&w, t->fqn);
-		flx_jw_key(&w, "global_shape");
-		flx_jw_ints(&w, t->ndim, t->shape);
 		/* a grouped placement: its first part's offset */
 		flx_placement_part(e->pl, flx_view_box(st_view(f, e)), 0,
 				   &part);
-		flx_jw_key(&w, "global_offset");
-		flx_jw_ints(&w, t->ndim, part.off);
-		flx_jw_key(&w, "split_axis");
-		flx_jw_int_or_null(&w, e->pl->split);
-		if (e->pl->groups > 1) {
-			flx_jw_key(&w, "split_groups");
-			flx_jw_int(&w, e->pl->groups);
-		}
-		flx_jw_close(&w, '}');
+		if (w.plain_names &&
+		    st_room(&w, &s, st_bound(e->name, t->fqn, t->ndim)))
+			st_meta_fast(&w, &s, e, &part);
+		else
+			st_meta_jw(&w, e, &part);
 	}
+	st_flush(&w, &s);
 	return flx_jw_end(&w, len);
 }
 
@@ -168,6 +295,44 @@ static int st_meta_end(const void *arg, uint32_t idx, unsigned char *dst,
 	return flx_jw_end(&w, len);
 }
 
+/* Entry e (its data at [off, off + its bytes)) through the JSON
+ * writer. */
+static void st_entry_jw(flx_jw *w, const flx_st_entry *e, const flx_view *v,
+			const int64_t offs[2])
+{
+	const flx_tensor *t = e->pl->src;
+
+	flx_jw_key_name(w, e->name);
+	flx_jw_open(w, '{');
+	flx_jw_key(w, "dtype");
+	flx_jw_str(w, flx_dtype_get(t->dtype)->safetensors);
+	flx_jw_key(w, "shape");
+	flx_jw_ints(w, t->ndim, flx_view_box(v)->size);
+	flx_jw_key(w, "data_offsets");
+	flx_jw_ints(w, 2, offs);
+	flx_jw_close(w, '}');
+}
+
+/* The same bytes into s (room made by st_room()); the dtype's name is
+ * one of the fixed table's, plain. */
+static void st_entry_fast(flx_jw *w, st_stage *s, const flx_st_entry *e,
+			  const char *dtype, const flx_view *v,
+			  const int64_t offs[2])
+{
+	char *p = st_item(w, s->b + s->n);
+
+	*p++ = '"';
+	p = st_put(p, e->name, strlen(e->name));
+	p = ST_LIT(p, "\":{\"dtype\":\"");
+	p = st_put(p, dtype, strlen(dtype));
+	p = ST_LIT(p, "\",\"shape\":");
+	p = st_ints(p, e->pl->src->ndim, flx_view_box(v)->size);
+	p = ST_LIT(p, ",\"data_offsets\":");
+	p = st_ints(p, 2, offs);
+	*p++ = '}';
+	s->n = (size_t)(p - s->b);
+}
+
 /* Tensor entries idx.. in data order (a batch), at depth 1 after
  * __metadata__. */
 static int st_entries(const void *arg, uint32_t idx, unsigned char *dst,
@@ -176,26 +341,26 @@ static int st_entries(const void *arg, uint32_t idx, unsigned char *dst,
 	const st_file *f = arg;
 	flx_jw w = st_writer(f, dst, lo, hi);
 	uint64_t off = f->boff[idx / FLX_GEN_BATCH];
+	st_stage s;
 
+	s.n = 0;
 	flx_jw_resume(&w, 1, true);
 	for (size_t i = idx; i < f->set->n && i < idx + FLX_GEN_BATCH; i++) {
 		const flx_st_entry *e = &f->set->e[f->set->order[i]];
 		const flx_view *v = st_view(f, e);
 		const flx_tensor *t = e->pl->src;
+		const char *dtype = flx_dtype_get(t->dtype)->safetensors;
 		int64_t offs[2] = {(int64_t)off,
 				   (int64_t)(off + flx_view_bytes(v))};
 
-		flx_jw_key_name(&w, e->name);
-		flx_jw_open(&w, '{');
-		flx_jw_key(&w, "dtype");
-		flx_jw_str(&w, flx_dtype_get(t->dtype)->safetensors);
-		flx_jw_key(&w, "shape");
-		flx_jw_ints(&w, t->ndim, flx_view_box(v)->size);
-		flx_jw_key(&w, "data_offsets");
-		flx_jw_ints(&w, 2, offs);
-		flx_jw_close(&w, '}');
+		if (w.plain_names && dtype &&
+		    st_room(&w, &s, st_bound(e->name, dtype, t->ndim)))
+			st_entry_fast(&w, &s, e, dtype, v, offs);
+		else
+			st_entry_jw(&w, e, v, offs);
 		off += flx_view_bytes(v);
 	}
+	st_flush(&w, &s);
 	return flx_jw_end(&w, len);
 }
 

@@ -1372,6 +1372,33 @@ static void make_many(void)
 	}
 }
 
+/* Plain names near the file-name limit, more than a batch of them
+ * (FLX_GEN_BATCH): the safetensors header's fast writer (safetensors.c)
+ * fills its stage a few entries at a time, so it flushes between entries
+ * and across batches. */
+#define NLONG 40
+static char long_names[NLONG][256];
+static tdef long_defs[NLONG];
+
+static void make_long(void)
+{
+	for (int i = 0; i < NLONG; i++) {
+		size_t pad = 180 + (size_t)(i * 37 % 50);
+		int n = snprintf(long_names[i], sizeof(long_names[i]),
+				 "layers.%d.", i / 3);
+
+		memset(long_names[i] + n, 'a' + i % 26, pad);
+		snprintf(long_names[i] + n + pad,
+			 sizeof(long_names[i]) - (size_t)n - pad, ".w%d", i);
+		long_defs[i].fqn = long_names[i];
+		long_defs[i].dt = i % 2 ? FLX_DT_BF16 : FLX_DT_F32;
+		long_defs[i].ndim = 1 + i % 3;
+		long_defs[i].shape[0] = 2 + i % 5;
+		long_defs[i].shape[1] = 4;
+		long_defs[i].shape[2] = 3;
+	}
+}
+
 /*
  * The pickle writer re-emits a decoded argparse.Namespace byte for byte
  * as Python's pickler writes it (every value kind: ints of each width,
@@ -1430,10 +1457,12 @@ int main(void)
 	    {plain_defs, sizeof(plain_defs) / sizeof(plain_defs[0])},
 	    {odd_defs, sizeof(odd_defs) / sizeof(odd_defs[0])},
 	    {many_defs, NMANY},
+	    {long_defs, NLONG},
 	};
 	FILE *f;
 
 	make_many();
+	make_long();
 
 	CHECK(mkdtemp(dir) != NULL);
 	snprintf(rules, sizeof(rules), "%s/rules \"\xc3\xa9\".json", dir);
