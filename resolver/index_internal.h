@@ -87,7 +87,8 @@ int add_file(flx_build *b, const char *relpath, bool data, const char *key,
 
 /* Start reading the items of b's index: workers 1.. on their own
  * threads, worker 0 too unless wait (then it runs here, before returning).
- * @return 0 and *out (for items_end()), or -ENOMEM. */
+ * @return 0 and *out (for items_end()), -ENOMEM, or -EOVERFLOW (more
+ * than UINT32_MAX tensors). */
 int items_begin(const flx_build *b, bool wait, struct flx_item_load **out);
 /* Wait for (or run) every worker, then free ld.  @return 0, or the first
  * failure in file order with err. */

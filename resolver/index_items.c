@@ -56,9 +56,9 @@ void flx_run_parts(void *parts, size_t size, unsigned n, void *(*fn)(void *))
  */
 #define ITEMS_PER_THREAD 4096
 
+/* One chunk: tensors[t].chunks[k] (8 bytes: one per chunk, millions) */
 typedef struct item_job {
-	const flx_tensor *t;
-	flx_chunk *ch;
+	uint32_t t, k;
 } item_job;
 
 typedef struct item_worker {
@@ -80,10 +80,16 @@ struct flx_item_load {
 	item_worker w[FLX_MAX_THREADS];
 };
 
-static int cmp_job(const void *pa, const void *pb)
+static flx_chunk *job_chunk(const flx_ckpt *c, item_job j)
 {
-	const flx_chunk *a = ((const item_job *)pa)->ch;
-	const flx_chunk *b = ((const item_job *)pb)->ch;
+	return &c->tensors[j.t].chunks[j.k];
+}
+
+/* qsort_r() order of jobs over checkpoint arg: file, then offset. */
+static int cmp_job(const void *pa, const void *pb, void *arg)
+{
+	const flx_chunk *a = job_chunk(arg, *(const item_job *)pa);
+	const flx_chunk *b = job_chunk(arg, *(const item_job *)pb);
 
 	if (a->file != b->file)
 		return a->file < b->file ? -1 : 1;
@@ -112,14 +118,15 @@ static int order_jobs(const flx_ckpt *c, item_job *jobs)
 		for (uint32_t k = 0; k < c->tensors[i].nchunks; k++) {
 			flx_chunk *ch = &c->tensors[i].chunks[k];
 
-			jobs[at[ch->file]++] = (item_job){&c->tensors[i], ch};
+			jobs[at[ch->file]++] = (item_job){(uint32_t)i, k};
 		}
 	/* at[f] is now the end of file f's run */
 	for (size_t f = 0, lo = 0; f < c->nfiles; lo = at[f++])
 		for (size_t j = lo + 1; j < at[f]; j++)
-			if (jobs[j - 1].ch->item_off > jobs[j].ch->item_off) {
-				qsort(jobs + lo, at[f] - lo, sizeof(*jobs),
-				      cmp_job);
+			if (job_chunk(c, jobs[j - 1])->item_off >
+			    job_chunk(c, jobs[j])->item_off) {
+				qsort_r(jobs + lo, at[f] - lo, sizeof(*jobs),
+					cmp_job, (void *)c);
 				break;
 			}
 	free(at);
@@ -134,8 +141,8 @@ static void *item_worker_run(void *arg)
 	w->ran = true;
 	w->rc = s ? w->ops->scratch_init(s) : -ENOMEM;
 	for (size_t i = w->lo; !w->rc && i < w->hi; i++)
-		w->rc =
-		    w->ops->load(w->c, s, w->jobs[i].t, w->jobs[i].ch, &w->err);
+		w->rc = w->ops->load(w->c, s, &w->c->tensors[w->jobs[i].t],
+				     job_chunk(w->c, w->jobs[i]), &w->err);
 	if (s)
 		w->ops->scratch_release(s);
 	free(s);
@@ -164,7 +171,8 @@ static unsigned item_threads(unsigned force, size_t n)
  * Start reading the items of b's index: workers 1.. on their own threads,
  * worker 0 too unless wait (then it runs here, before returning).  A
  * worker whose thread cannot start runs in items_end().  @return 0 and
- * *out (for items_end()), or -ENOMEM.
+ * *out (for items_end()), -ENOMEM, or -EOVERFLOW (more than UINT32_MAX
+ * tensors, more than any metadata bound admits).
  */
 int items_begin(const flx_build *b, bool wait, struct flx_item_load **out)
 {
@@ -172,6 +180,9 @@ int items_begin(const flx_build *b, bool wait, struct flx_item_load **out)
 	struct flx_item_load *ld = NULL;
 	size_t n = 0;
 	int rc = -ENOMEM;
+
+	if (c->ntensors > UINT32_MAX)
+		return -EOVERFLOW;
 
 	for (size_t i = 0; i < c->ntensors; i++)
 		n += c->tensors[i].nchunks;
