@@ -450,6 +450,19 @@ bool flx_build_remote(const flx_build *b, const char *relpath)
 	return be && be->lookup(be->ctx, relpath, &id, &size, &mtime_ns) == 0;
 }
 
+bool flx_dir_has(int dirfd, const char *name)
+{
+	struct stat st;
+
+	return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+	       errno != ENOENT;
+}
+
+bool flx_build_has(const flx_build *b, int dirfd, const char *name)
+{
+	return flx_dir_has(dirfd, name) || flx_build_remote(b, name);
+}
+
 const char *flx_build_remote_name(const flx_build *b, uint32_t id)
 {
 	const flx_file_backend *be = b->c->backend;

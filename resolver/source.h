@@ -303,6 +303,16 @@ int flx_build_data_file(flx_build *b, const char *relpath,
  * it as a remote file.  Thread-safe. */
 bool flx_build_remote(const flx_build *b, const char *relpath);
 
+/** Whether directory dirfd has name, of any type (a symlink not
+ * followed), or cannot tell (a lookup error other than ENOENT): a
+ * probe's test for a marker file.  Thread-safe. */
+bool flx_dir_has(int dirfd, const char *name);
+
+/** flx_dir_has(dirfd, name), or the index's file backend serves name
+ * (flx_build_remote()): the checkpoint has it, here or on another node.
+ * Thread-safe. */
+bool flx_build_has(const flx_build *b, int dirfd, const char *name);
+
 /** The relpath of the index's file backend's file id (0, 1, ...: every
  * file any node holds, this one's too), or NULL past the last or without
  * a backend: a source that picks its files by listing the directory
