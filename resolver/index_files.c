@@ -8,7 +8,6 @@
 #include "index_internal.h"
 #include "source.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -451,6 +450,19 @@ bool flx_build_remote(const flx_build *b, const char *relpath)
 	return be && be->lookup(be->ctx, relpath, &id, &size, &mtime_ns) == 0;
 }
 
+bool flx_dir_has(int dirfd, const char *name)
+{
+	struct stat st;
+
+	return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
+	       errno != ENOENT;
+}
+
+bool flx_build_has(const flx_build *b, int dirfd, const char *name)
+{
+	return flx_dir_has(dirfd, name) || flx_build_remote(b, name);
+}
+
 const char *flx_build_remote_name(const flx_build *b, uint32_t id)
 {
 	const flx_file_backend *be = b->c->backend;
@@ -462,51 +474,12 @@ int flx_build_each_name(flx_build *b,
 			int (*fn)(void *arg, const char *name, bool dir),
 			void *arg)
 {
-	char last[NAME_MAX + 1] = "";
-	const char *n, *sl;
-	struct dirent *e;
-	struct stat st;
-	DIR *dir;
-	int fd, rc = 0;
+	const flx_file_backend *be = b->c->backend;
 
-	if (b->c->backend) {
-		/* in strcmp() order: a subdirectory's files are adjacent */
-		for (uint32_t i = 0; !rc && (n = flx_build_remote_name(b, i));
-		     i++) {
-			size_t k;
-
-			if (n[0] == '.')
-				continue;
-			if (!(sl = strchr(n, '/'))) {
-				rc = fn(arg, n, false);
-				continue;
-			}
-			k = (size_t)(sl - n);
-			if (k >= sizeof(last) ||
-			    (!strncmp(last, n, k) && !last[k]))
-				continue;
-			memcpy(last, n, k);
-			last[k] = '\0';
-			rc = fn(arg, last, true);
-		}
-		return rc;
-	}
-	fd = openat(b->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	dir = fd >= 0 ? fdopendir(fd) : NULL;
-	if (!dir) {
-		rc = -errno;
-		if (fd >= 0)
-			close(fd);
-		return rc;
-	}
-	while (!rc && (e = readdir(dir)))
-		if (e->d_name[0] != '.')
-			rc = fn(arg, e->d_name,
-				!fstatat(b->dirfd, e->d_name, &st,
-					 AT_SYMLINK_NOFOLLOW) &&
-				    S_ISDIR(st.st_mode));
-	closedir(dir);
-	return rc;
+	if (be)
+		return flx_each_listed_name(be->name, be->ctx, NAME_MAX,
+					    UINT_MAX, fn, arg);
+	return flx_each_local_name(b->dirfd, UINT_MAX, fn, arg);
 }
 
 int flx_build_data_file(flx_build *b, const char *relpath,

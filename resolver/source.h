@@ -86,6 +86,41 @@ typedef struct flx_dirview {
 void flx_dirview_local(flx_dirview *v, int dirfd, flx_build *b);
 
 /**
+ * fn(arg, name, dir) for each of the first max entries of directory dirfd
+ * (hidden ones counted, never passed), dir true for a directory (not a
+ * symlink to one), until fn returns nonzero.  Thread-safe.
+ * @return what fn returned last, or -errno (the directory's listing).
+ */
+int flx_each_local_name(int dirfd, unsigned max,
+			int (*fn)(void *arg, const char *name, bool dir),
+			void *arg);
+
+/**
+ * fn(arg, name, dir) over the relative paths name_at(ctx, 0),
+ * name_at(ctx, 1), ... up to the first NULL, sorted in strcmp() order (a
+ * subdirectory's paths adjacent): each path at the top (no '/': dir
+ * false) and each top-level subdirectory some path lies under, once (dir
+ * true; one longer than longest bytes, and than PATH_MAX - 1, passed
+ * over), at most max_dirs of them.  Hidden names (a leading '.') never.
+ * Until fn returns nonzero.  name is valid during the call only.
+ * Thread-safe where name_at is.
+ * @return what fn returned last, 0 when never called.
+ */
+int flx_each_listed_name(const char *(*name_at)(void *ctx, uint32_t i),
+			 void *ctx, size_t longest, unsigned max_dirs,
+			 int (*fn)(void *arg, const char *name, bool dir),
+			 void *arg);
+
+/**
+ * As flx_each_listed_name(), fn(arg, name) for the subdirectories only:
+ * a flx_dirview.each_dir over a list of paths.
+ * @return what fn returned last, 0 when never called.
+ */
+int flx_each_listed_dir(const char *(*name_at)(void *ctx, uint32_t i),
+			void *ctx, size_t longest, unsigned max,
+			int (*fn)(void *arg, const char *name), void *arg);
+
+/**
  * The subdirectory holding the checkpoint when v is a save directory:
  * the enter hooks of the sources (only the one o->format names, when
  * set), in table order, the first that names one.  @return 0 and sub
@@ -267,6 +302,16 @@ int flx_build_data_file(flx_build *b, const char *relpath,
  * relpath, a file the directory lacks: flx_build_data_file() then records
  * it as a remote file.  Thread-safe. */
 bool flx_build_remote(const flx_build *b, const char *relpath);
+
+/** Whether directory dirfd has name, of any type (a symlink not
+ * followed), or cannot tell (a lookup error other than ENOENT): a
+ * probe's test for a marker file.  Thread-safe. */
+bool flx_dir_has(int dirfd, const char *name);
+
+/** flx_dir_has(dirfd, name), or the index's file backend serves name
+ * (flx_build_remote()): the checkpoint has it, here or on another node.
+ * Thread-safe. */
+bool flx_build_has(const flx_build *b, int dirfd, const char *name);
 
 /** The relpath of the index's file backend's file id (0, 1, ...: every
  * file any node holds, this one's too), or NULL past the last or without

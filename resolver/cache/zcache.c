@@ -443,6 +443,25 @@ static void keep_history(zstream *s, zslot *sl, unsigned char *buf)
 	s->hist = buf;
 }
 
+/* Under z->mu, s held: produce() returned rc after n bytes of window
+ * next - 1 into buf (slot sl, or NULL: one of s's own buffers).  The
+ * counts, the position others see (pnext, pfresh, pended), and the
+ * history kept or let go. */
+static void produced(flx_zcache *z, zstream *s, int rc, size_t n, zslot *sl,
+		     unsigned char *buf)
+{
+	z->st.decoded += n;
+	if (s->inplace)
+		z->st.inplace += n;
+	s->pnext = s->next;
+	s->pfresh = s->fresh;
+	s->pended = s->ended;
+	if (rc)
+		drop_history(s);
+	else
+		keep_history(s, sl, buf);
+}
+
 /* Under z->mu: the window a stream's next decode gives (0 when fresh). */
 static uint64_t pos(const zstream *s)
 {
@@ -797,17 +816,8 @@ static void ahead_one(flx_zcache *z, zstream *s)
 	rc = produce(c, s, dst->data, &n);
 	pthread_mutex_lock(&z->mu);
 	z->adec--;
-	z->st.decoded += n;
 	z->st.ahead += n;
-	if (s->inplace)
-		z->st.inplace += n;
-	s->pnext = s->next;
-	s->pfresh = s->fresh;
-	s->pended = s->ended;
-	if (rc)
-		drop_history(s);
-	else
-		keep_history(s, dst, dst->data);
+	produced(z, s, rc, n, dst, dst->data);
 	if (!rc && n)
 		publish(z, dst, &s->key, s->next - 1, n);
 	dst->pins--;
@@ -931,16 +941,7 @@ static int get(flx_zcache *z, const flx_ckpt *c, const flx_zitem *it,
 			rc = -ENOMEM;
 		}
 		pthread_mutex_lock(&z->mu);
-		z->st.decoded += n;
-		if (s->inplace)
-			z->st.inplace += n;
-		s->pnext = s->next;
-		s->pfresh = s->fresh;
-		s->pended = s->ended;
-		if (rc)
-			drop_history(s);
-		else
-			keep_history(s, dst, buf);
+		produced(z, s, rc, n, dst, buf);
 		if (dst && !rc && n) {
 			publish(z, dst, it, s->next - 1, n);
 			pthread_cond_broadcast(&z->cv);

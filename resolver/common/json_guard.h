@@ -11,7 +11,11 @@
  * built.  Thread-safe: the flag is per thread.
  */
 
+#include "error.h"
+
+#include <jansson.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 /** Install the allocator hooks (once per process) and clear this
  * thread's failure flag. */
@@ -19,5 +23,15 @@ void flx_json_guard_begin(void);
 
 /** Whether a jansson allocation failed on this thread since begin. */
 bool flx_json_guard_failed(void);
+
+/**
+ * Parse buf[0..len) as one JSON value, duplicate keys refused, under the
+ * guard (begin, then the check).  Thread-safe.
+ * @return 0 and *out (owned: json_decref()); -ENOMEM (an allocation
+ *         failed, nothing kept); or -EINVAL with err: "<file>: <key>:
+ *         not valid JSON: line L column C: <jansson's text>".
+ */
+int flx_json_parse(const void *buf, size_t len, const char *file,
+		   const char *key, json_t **out, flx_error *err);
 
 #endif

@@ -485,6 +485,21 @@ fill:
 	return 0;
 }
 
+/* The box of an index chunk of a tensor of ndim dimensions. */
+static ds_box box_of(const flx_chunk *ch, int ndim)
+{
+	ds_box bx = {.file = ch->file,
+		     .data_off = ch->data_off,
+		     .storage_offset = ch->storage_offset};
+
+	for (int k = 0; k < ndim; k++) {
+		bx.off[k] = ch->off[k];
+		bx.size[k] = ch->size[k];
+		bx.stride[k] = ch->stride[k];
+	}
+	return bx;
+}
+
 static int add_box(ds *d, const ds_box *bx)
 {
 	if (flx_grow((void **)&d->boxes, &d->capboxes, d->nboxes + 1,
@@ -769,11 +784,33 @@ static bool zero2_adds_up(uint64_t used, uint64_t avail, uint64_t ws)
 	return (used + al - 1) / al == (avail + al - 1) / al;
 }
 
+/* Adam's moments in a partition's optimizer state */
+static const char *const adam_mom[] = {"exp_avg", "exp_avg_sq"};
+
+/* The moments state st has (moment_state()) appended to out[0] and
+ * out[1]; *have and *lack count those found and missing. */
+static int moments_add(ds *d, const ds_file *f, const flx_pv *st, ds_flat *out,
+		       size_t *have, size_t *lack)
+{
+	int rc = 0;
+
+	for (int k = 0; !rc && k < 2; k++) {
+		const flx_pv *v = flx_pv_dict_get(st, adam_mom[k]);
+
+		if (!v) {
+			(*lack)++;
+			continue;
+		}
+		(*have)++;
+		rc = flat_add(d, &out[k], f, v, adam_mom[k], FLX_DT_INVALID);
+	}
+	return rc;
+}
+
 /* Stages 1 and 2: group g's flat vector is the ranks' partitions of it
  * concatenated in rank order (padding only at its end). */
 static int load_stage12(ds *d, ds_param *ps, size_t np, size_t ng)
 {
-	static const char *const mom[] = {"exp_avg", "exp_avg_sq"};
 	ds_flat *fp = calloc(ng ? ng : 1, sizeof(ds_flat));
 	ds_flat *mm = calloc(ng ? 2 * ng : 1, sizeof(ds_flat));
 	size_t n_m = 0, no_m = 0;
@@ -810,22 +847,15 @@ static int load_stage12(ds *d, ds_param *ps, size_t np, size_t ng)
 			rc = flat_add(d, &fp[g], f, flx_pv_item(parts, g),
 				      "single_partition_of_fp32_groups",
 				      FLX_DT_F32);
-			for (int k = 0; !rc && k < 2; k++) {
-				const flx_pv *v = flx_pv_dict_get(st, mom[k]);
-
-				if (!v) {
-					no_m++;
-					continue;
-				}
-				n_m++;
-				rc = flat_add(d, &mm[2 * g + (size_t)k], f, v,
-					      mom[k], FLX_DT_INVALID);
-			}
+			if (!rc)
+				rc = moments_add(d, f, st, &mm[2 * g], &n_m,
+						 &no_m);
 		}
 	}
 	have_m = !no_m;
 	if (!rc && n_m && no_m)
-		rc = flx_error_set(d->err, -EINVAL, d->optim[0].name, mom[0],
+		rc = flx_error_set(d->err, -EINVAL, d->optim[0].name,
+				   adam_mom[0],
 				   "the base optimizer keeps moments for some "
 				   "partitions only");
 	/* every group consumed but for the padding */
@@ -848,7 +878,8 @@ static int load_stage12(ds *d, ds_param *ps, size_t np, size_t ng)
 		for (int k = 0; !rc && have_m && k < 2; k++)
 			if (mm[2 * g + (size_t)k].total < used)
 				rc = flx_error_set(
-				    d->err, -EINVAL, d->optim[0].name, mom[k],
+				    d->err, -EINVAL, d->optim[0].name,
+				    adam_mom[k],
 				    "group %zu: the parameters need %llu "
 				    "elements, the partitions hold %llu",
 				    g, (unsigned long long)used,
@@ -870,8 +901,8 @@ static int load_stage12(ds *d, ds_param *ps, size_t np, size_t ng)
 				off = 0;
 			}
 			if (pass)
-				rc = moment_name(d, mom[pass - 1], ps[i].name,
-						 &nm);
+				rc = moment_name(d, adam_mom[pass - 1],
+						 ps[i].name, &nm);
 			if (!rc)
 				rc = new_tensor(d, nm ? nm : ps[i].name,
 						FLX_DT_F32, ps[i].ndim,
@@ -911,7 +942,6 @@ out:
  * the parameters one after the other across its flat groups. */
 static int load_stage3(ds *d, ds_param *ps, size_t np)
 {
-	static const char *const mom[] = {"exp_avg", "exp_avg_sq"};
 	size_t ws = d->noptim;
 	ds_flat *fl = calloc(3 * ws, sizeof(ds_flat));
 	size_t n_m = 0, no_m = 0;
@@ -941,17 +971,9 @@ static int load_stage3(ds *d, ds_param *ps, size_t np)
 
 			rc = flat_add(d, &fl[3 * r], f, flx_pv_item(groups, g),
 				      "fp32_flat_groups", FLX_DT_F32);
-			for (int k = 0; !rc && k < 2; k++) {
-				const flx_pv *v = flx_pv_dict_get(st, mom[k]);
-
-				if (!v) {
-					no_m++;
-					continue;
-				}
-				n_m++;
-				rc = flat_add(d, &fl[3 * r + 1 + (size_t)k], f,
-					      v, mom[k], FLX_DT_INVALID);
-			}
+			if (!rc)
+				rc = moments_add(d, f, st, &fl[3 * r + 1], &n_m,
+						 &no_m);
 		}
 		if (!rc && fl[3 * r].total != need)
 			rc = flx_error_set(d->err, -EINVAL, f->name,
@@ -964,7 +986,7 @@ static int load_stage3(ds *d, ds_param *ps, size_t np)
 		for (int k = 0; !rc && !no_m && k < 2; k++)
 			if (fl[3 * r + 1 + (size_t)k].total < need)
 				rc = flx_error_set(
-				    d->err, -EINVAL, f->name, mom[k],
+				    d->err, -EINVAL, f->name, adam_mom[k],
 				    "%llu elements, the parameters' "
 				    "partitions need %llu",
 				    (unsigned long long)
@@ -974,7 +996,8 @@ static int load_stage3(ds *d, ds_param *ps, size_t np)
 	}
 	have_m = !no_m;
 	if (!rc && n_m && no_m)
-		rc = flx_error_set(d->err, -EINVAL, d->optim[0].name, mom[0],
+		rc = flx_error_set(d->err, -EINVAL, d->optim[0].name,
+				   adam_mom[0],
 				   "the base optimizer keeps moments for some "
 				   "partitions only");
 	for (int pass = 0; !rc && pass < 3; pass++) {
@@ -988,8 +1011,8 @@ static int load_stage3(ds *d, ds_param *ps, size_t np)
 			char *nm = NULL;
 
 			if (pass)
-				rc = moment_name(d, mom[pass - 1], ps[i].name,
-						 &nm);
+				rc = moment_name(d, adam_mom[pass - 1],
+						 ps[i].name, &nm);
 			if (!rc)
 				rc = new_tensor(d, nm ? nm : ps[i].name,
 						FLX_DT_F32, ps[i].ndim,
@@ -1155,16 +1178,8 @@ static int load_shared(ds *d)
 		src = &d->t[si]; /* the array may have moved */
 		t->stored = src->stored;
 		for (uint32_t c = 0; c < src->nchunks; c++) {
-			const flx_chunk *ch = &src->chunks[c];
-			ds_box bx = {.file = ch->file,
-				     .data_off = ch->data_off,
-				     .storage_offset = ch->storage_offset};
+			ds_box bx = box_of(&src->chunks[c], src->ndim);
 
-			for (int x = 0; x < src->ndim; x++) {
-				bx.off[x] = ch->off[x];
-				bx.size[x] = ch->size[x];
-				bx.stride[x] = ch->stride[x];
-			}
 			rc = add_box(d, &bx);
 			if (rc)
 				return rc;
@@ -1752,16 +1767,8 @@ static int merge_one(ds *d, const flx_ckpt_opts *o, const ds_mp *mp, size_t nmp,
 		const flx_tensor *tm = &mp[m].t[i];
 
 		for (uint32_t c = 0; c < tm->nchunks; c++) {
-			const flx_chunk *ch = &tm->chunks[c];
-			ds_box bx = {.file = ch->file,
-				     .data_off = ch->data_off,
-				     .storage_offset = ch->storage_offset};
+			ds_box bx = box_of(&tm->chunks[c], tm->ndim);
 
-			for (int k = 0; k < tm->ndim; k++) {
-				bx.off[k] = ch->off[k];
-				bx.size[k] = ch->size[k];
-				bx.stride[k] = ch->stride[k];
-			}
 			if (axis >= 0)
 				bx.off[axis] += (int64_t)at;
 			rc = add_box(d, &bx);

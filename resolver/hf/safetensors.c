@@ -102,49 +102,14 @@ static bool owns(const char *name)
 	       strcmp(name, INDEX_NAME) == 0 || is_shard_name(name);
 }
 
-static bool exists(int dirfd, const char *name)
-{
-	struct stat st;
-
-	return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
-	       errno != ENOENT;
-}
-
-/* Whether the checkpoint has name: here, or on another node (-o mpi). */
-static bool has(const flx_build *b, int dirfd, const char *name)
-{
-	return exists(dirfd, name) || flx_build_remote(b, name);
-}
-
 static int probe(int dirfd, bool *yes)
 {
-	*yes = exists(dirfd, SINGLE_NAME) || exists(dirfd, INDEX_NAME);
+	*yes =
+	    flx_dir_has(dirfd, SINGLE_NAME) || flx_dir_has(dirfd, INDEX_NAME);
 	return 0;
 }
 
 /* ---- JSON ---- */
-
-/* Parse buf[0..len) as one JSON value under the allocation guard.
- * @return 0 and *out, -ENOMEM, or -EINVAL with err (file, key). */
-static int parse_json(hf *h, const char *buf, size_t len, const char *file,
-		      const char *key, json_t **out)
-{
-	json_error_t je;
-	json_t *root;
-
-	flx_json_guard_begin();
-	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
-	if (flx_json_guard_failed()) {
-		json_decref(root);
-		return -ENOMEM;
-	}
-	if (!root)
-		return flx_error_set(h->err, -EINVAL, file, key,
-				     "not valid JSON: line %d column %d: %s",
-				     je.line, je.column, je.text);
-	*out = root;
-	return 0;
-}
 
 /* A non-negative JSON integer. */
 static bool get_uint(const json_t *v, uint64_t *out)
@@ -174,7 +139,8 @@ static int load_index(hf *h)
 				      &buf, &len, &h->c->mtime_ns, h->err);
 
 	if (!rc)
-		rc = parse_json(h, buf, len, INDEX_NAME, NULL, &h->index);
+		rc = flx_json_parse(buf, len, INDEX_NAME, NULL, &h->index,
+				    h->err);
 	free(buf);
 	if (rc)
 		return rc;
@@ -420,7 +386,8 @@ static int load_header(hf *h, shard *s)
 		rc = flx_error_set(h->err, rc, s->relpath, NULL,
 				   "read failed: %s", strerror(-rc));
 	if (!rc)
-		rc = parse_json(h, buf, n, s->relpath, "header", &s->header);
+		rc = flx_json_parse(buf, n, s->relpath, "header", &s->header,
+				    h->err);
 	free(buf);
 	if (rc)
 		return rc;
@@ -546,13 +513,14 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	int rc = 0;
 
 	(void)o;
-	if (has(b, dirfd, SINGLE_NAME) && has(b, dirfd, INDEX_NAME)) {
+	if (flx_build_has(b, dirfd, SINGLE_NAME) &&
+	    flx_build_has(b, dirfd, INDEX_NAME)) {
 		rc = flx_error_set(err, -EINVAL, INDEX_NAME, NULL,
 				   "beside " SINGLE_NAME
 				   ": which one is the checkpoint?");
 		goto out;
 	}
-	if (has(b, dirfd, INDEX_NAME)) {
+	if (flx_build_has(b, dirfd, INDEX_NAME)) {
 		rc = load_index(&h);
 	} else {
 		h.sh = calloc(1, sizeof(*h.sh));

@@ -159,14 +159,6 @@ static bool is_dir_at(int dirfd, const char *name)
 	       S_ISDIR(st.st_mode);
 }
 
-static bool exists_at(int dirfd, const char *name)
-{
-	struct stat st;
-
-	return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
-	       errno != ENOENT;
-}
-
 /* Whether dirfd is an iteration directory of rank directories: an
  * mp_rank_* directory holding model_optim_rng.pt, and no DCP or Megatron
  * metadata of its own. */
@@ -186,8 +178,8 @@ static int probe(int dirfd, bool *yes)
 			close(fd);
 		return -no; /* cannot look: the open reports it */
 	}
-	if (exists_at(dirfd, ".metadata") ||
-	    exists_at(dirfd, "metadata.json")) {
+	if (flx_dir_has(dirfd, ".metadata") ||
+	    flx_dir_has(dirfd, "metadata.json")) {
 		closedir(d);
 		return 0;
 	}
@@ -197,7 +189,7 @@ static int probe(int dirfd, bool *yes)
 		    !is_dir_at(dirfd, e->d_name))
 			continue;
 		snprintf(path, sizeof(path), "%s/" RANK_FILE, e->d_name);
-		*yes = exists_at(dirfd, path);
+		*yes = flx_dir_has(dirfd, path);
 	}
 	closedir(d);
 	return 0;

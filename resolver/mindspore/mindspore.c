@@ -1405,16 +1405,6 @@ static const flx_ms_layout *layout_of(const loader *L, const group *g,
 	return lc->l;
 }
 
-static void fmt_dims(char *buf, size_t n, int nd, const int64_t *d)
-{
-	size_t at = (size_t)snprintf(buf, n, "[");
-	for (int i = 0; i < nd && at < n; i++)
-		at += (size_t)snprintf(buf + at, n - at, "%s%lld", i ? "," : "",
-				       (long long)d[i]);
-	if (at < n)
-		snprintf(buf + at, n - at, "]");
-}
-
 /* A kept (rank, box): e's data placed at off in the global tensor. */
 typedef struct held {
 	const entry *e;
@@ -1629,14 +1619,14 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 			    L->st_path ? L->st_path : "the strategy");
 		continue;
 	shape_mismatch:
-		fmt_dims(a, sizeof(a), e->ndim, e->dims);
+		flx_fmt_dims(a, sizeof(a), e->ndim, e->dims);
 		if (lay && e->ndim == t->ndim) {
 			int64_t want[FLX_MAX_DIMS];
 			for (int d = 0; d < t->ndim; d++)
 				want[d] = (int64_t)ln[d];
-			fmt_dims(b, sizeof(b), t->ndim, want);
+			flx_fmt_dims(b, sizeof(b), t->ndim, want);
 		} else {
-			fmt_dims(b, sizeof(b), t->ndim, t->shape);
+			flx_fmt_dims(b, sizeof(b), t->ndim, t->shape);
 		}
 		return flx_error_set(L->err, -EINVAL, ef, g->name,
 				     "rank %u stores dims %s, %s says %s",

@@ -795,11 +795,19 @@ static void fit(void **arr, size_t *cap, size_t n, size_t elem)
 	}
 }
 
+/* Free the loader's array *arr (a T **) and forget it (NULL). */
+static void drop(void *arr)
+{
+	void **a = arr;
+
+	free(*a);
+	*a = NULL;
+}
+
 /* After the entries found their LTMs: the order is not needed. */
 static int drop_ltm_ord(loader *L)
 {
-	free(L->ltm_ord);
-	L->ltm_ord = NULL;
+	drop(&L->ltm_ord);
 	return 0;
 }
 
@@ -947,6 +955,14 @@ static int decode_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v)
 	return resolve_entry(L, &x, -2);
 }
 
+/* Forget the streamed entries' records (se_sink()). */
+static void drop_records(loader *L)
+{
+	drop(&L->raw);
+	drop(&L->rdims);
+	L->nraw = L->capraw = L->nrdims = L->caprdims = 0;
+}
+
 /* The streamed entries, in storage_metadata order, as decode_entry() takes
  * them from the tree; each key looked up once. */
 static int resolve_streamed(loader *L)
@@ -980,11 +996,7 @@ static int resolve_streamed(loader *L)
 			return rc;
 	}
 	/* the entries are L->se now; the file names stay interned */
-	free(L->raw);
-	free(L->rdims);
-	L->raw = NULL;
-	L->rdims = NULL;
-	L->nraw = L->capraw = L->nrdims = L->caprdims = 0;
+	drop_records(L);
 	return 0;
 }
 
@@ -2434,19 +2446,13 @@ void flx_paddle_attach(flx_ckpt *c, const flx_paddle *pd)
 /* Forget what the sinks took. */
 static void stream_reset(loader *L)
 {
-	free(L->sg);
-	free(L->raw);
-	free(L->rdims);
-	free(L->istr);
-	free(L->itab);
+	drop_records(L);
+	drop(&L->sg);
+	drop(&L->istr);
+	drop(&L->itab);
 	flx_pool_free(&L->spool);
-	L->sg = NULL;
-	L->raw = NULL;
-	L->rdims = NULL;
-	L->istr = NULL;
-	L->itab = NULL;
-	L->nsg = L->capsg = L->usedsg = L->nraw = L->capraw = 0;
-	L->nrdims = L->caprdims = L->nistr = L->capistr = L->imask = 0;
+	L->nsg = L->capsg = L->usedsg = 0;
+	L->nistr = L->capistr = L->imask = 0;
 	L->streamed = false;
 	/* the LTMs and their dims came from the stream only */
 	L->nltms = L->ndims = 0;
@@ -2646,30 +2652,19 @@ static void part_release(loader *L)
 		free(L->files[i].arr);
 		free(L->files[i].slices);
 	}
-	free(L->files);
-	free(L->dims);
-	free(L->adims);
-	free(L->ltms);
-	free(L->keys);
-	free(L->by_name);
-	free(L->khash);
-	L->khash = NULL;
-	free(L->ltm_ord);
-	free(L->se);
-	free(L->kname);
-	free(L->kmap);
-	L->kname = NULL;
-	L->kmap = NULL;
+	drop(&L->files);
+	drop(&L->dims);
+	drop(&L->adims);
+	drop(&L->ltms);
+	drop(&L->keys);
+	drop(&L->by_name);
+	drop(&L->khash);
+	drop(&L->ltm_ord);
+	drop(&L->se);
+	drop(&L->kname);
+	drop(&L->kmap);
 	stream_reset(L);
-	L->files = NULL;
-	L->dims = NULL;
-	L->adims = NULL;
 	L->nadims = L->capadims = 0;
-	L->ltms = NULL;
-	L->keys = NULL;
-	L->by_name = NULL;
-	L->ltm_ord = NULL;
-	L->se = NULL;
 	L->nfiles = L->ndims = L->capdims = L->nltms = L->capltms = 0;
 	L->nkeys = L->nse = L->capse = 0;
 }

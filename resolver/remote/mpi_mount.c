@@ -903,6 +903,7 @@ static int broadcast(flx_dm *m, flx_error *err)
 #define ENTER_READ_MAX (1u << 20)
 
 static int cmp_name(const void *key, const void *elt);
+static const char *be_name(void *ctx, uint32_t id);
 
 static dm_file *find_file(const flx_dm *m, const char *name)
 {
@@ -948,28 +949,15 @@ static flx_dv_kind dv_kind(const flx_dirview *v, const char *path)
 		   : FLX_DV_NONE;
 }
 
+/* Over the files' table, every name shorter than NAME_MAX_WIRE
+ * (name_ok()): no subdirectory is too long to pass. */
+_Static_assert(NAME_MAX_WIRE <= PATH_MAX, "a subdirectory's name fits");
+
 static int dv_each_dir(const flx_dirview *v, unsigned max,
 		       int (*fn)(void *arg, const char *name), void *arg)
 {
-	const flx_dm *m = v->ctx;
-	char last[NAME_MAX_WIRE] = "";
-	unsigned n = 0;
-	int rc = 0;
-
-	/* sorted by name: a directory's files are adjacent */
-	for (size_t i = 0; !rc && n < max && i < m->nfiles; i++) {
-		const char *f = m->files[i].name, *sl = strchr(f, '/');
-		size_t k = sl ? (size_t)(sl - f) : 0;
-
-		if (!sl || f[0] == '.' || k >= sizeof(last) ||
-		    (!strncmp(last, f, k) && !last[k]))
-			continue;
-		memcpy(last, f, k);
-		last[k] = '\0';
-		n++;
-		rc = fn(arg, last);
-	}
-	return rc;
+	return flx_each_listed_dir(be_name, v->ctx, NAME_MAX_WIRE - 1, max, fn,
+				   arg);
 }
 
 /* Collective: the lowest holder reads, every rank gets the bytes (every
@@ -1175,7 +1163,6 @@ static int agree_format(flx_dm *m, flx_error *err)
 static void *service(void *arg);
 static int be_lookup(void *ctx, const char *relpath, uint32_t *id,
 		     uint64_t *size, int64_t *mtime_ns);
-static const char *be_name(void *ctx, uint32_t id);
 static int be_read(void *ctx, const flx_file_span *s, size_t n);
 
 int flx_dm_exchange(flx_dm *m, const char *dir, flx_ckpt_opts *o,

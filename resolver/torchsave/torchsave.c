@@ -124,19 +124,6 @@ static bool owns(const char *name)
 	       strcmp(name, INDEX_NAME) == 0 || is_shard_name(name);
 }
 
-static bool exists(int dirfd, const char *name)
-{
-	struct stat st;
-
-	return fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 ||
-	       errno != ENOENT;
-}
-
-static bool has(const flx_build *b, int dirfd, const char *name)
-{
-	return exists(dirfd, name) || flx_build_remote(b, name);
-}
-
 /* Whether the directory has a regular file (or a link) with a candidate
  * name; looks at names and types only. */
 static int probe(int dirfd, bool *yes)
@@ -145,7 +132,8 @@ static int probe(int dirfd, bool *yes)
 	DIR *d;
 	struct dirent *de;
 
-	*yes = exists(dirfd, SINGLE_NAME) || exists(dirfd, INDEX_NAME);
+	*yes =
+	    flx_dir_has(dirfd, SINGLE_NAME) || flx_dir_has(dirfd, INDEX_NAME);
 	if (*yes)
 		return 0;
 	if (fd < 0)
@@ -750,7 +738,6 @@ static int load_file(ts *s, const char *relpath, const flx_file_ref *ref)
 
 static int load_index(ts *s, const char ***files, size_t *nfiles)
 {
-	json_error_t je;
 	const char *name;
 	json_t *v;
 	void *buf = NULL;
@@ -758,17 +745,12 @@ static int load_index(ts *s, const char ***files, size_t *nfiles)
 	int rc = flx_build_read_whole(s->b, INDEX_NAME, MAX_INDEX_BYTES, NULL,
 				      &buf, &len, &s->c->mtime_ns, s->err);
 
+	if (!rc)
+		rc = flx_json_parse(buf, len, INDEX_NAME, NULL, &s->index,
+				    s->err);
+	free(buf);
 	if (rc)
 		return rc;
-	flx_json_guard_begin();
-	s->index = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
-	free(buf);
-	if (flx_json_guard_failed())
-		return -ENOMEM;
-	if (!s->index)
-		return flx_error_set(s->err, -EINVAL, INDEX_NAME, NULL,
-				     "not valid JSON: line %d column %d: %s",
-				     je.line, je.column, je.text);
 	s->weight_map = json_object_get(s->index, "weight_map");
 	if (!json_is_object(s->index) || !json_is_object(s->weight_map))
 		return flx_error_set(s->err, -EINVAL, INDEX_NAME, "weight_map",
@@ -956,13 +938,14 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 			s.c->mtime_ns = s.c->files[s.file].mtime_ns;
 		goto done;
 	}
-	if (has(b, dirfd, SINGLE_NAME) && has(b, dirfd, INDEX_NAME)) {
+	if (flx_build_has(b, dirfd, SINGLE_NAME) &&
+	    flx_build_has(b, dirfd, INDEX_NAME)) {
 		rc = flx_error_set(err, -EINVAL, INDEX_NAME, NULL,
 				   "beside " SINGLE_NAME
 				   ": which one is the checkpoint?");
 		goto out;
 	}
-	if (has(b, dirfd, INDEX_NAME)) {
+	if (flx_build_has(b, dirfd, INDEX_NAME)) {
 		rc = load_index(&s, &files, &nfiles);
 		if (!rc)
 			qsort(files, nfiles, sizeof(*files), cmp_str);
@@ -978,7 +961,7 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	} else {
 		const flx_file_ref ref = {".", "file name", NULL};
 
-		if (has(b, dirfd, SINGLE_NAME))
+		if (flx_build_has(b, dirfd, SINGLE_NAME))
 			single = strdup(SINGLE_NAME);
 		else
 			rc = find_single(&s, &single);

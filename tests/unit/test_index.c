@@ -13,11 +13,21 @@
  *    three shards; extras recorded as such; no items to wait for;
  *  - flx_access_meet() against the kernel's rule applied to every user of
  *    a small world: whoever the result lets read could read both, and
- *    with one owner and group exactly those who could.
+ *    with one owner and group exactly those who could;
+ *  - the walks over a directory's top names (resolver/dirview.c): over a
+ *    sorted list of paths and over the directory itself, each against
+ *    the names the kernel lists for the same paths made in a temporary
+ *    directory; a cap on the subdirectories, on their names' length and
+ *    a callback that stops the walk.
  * Runs from tests/ (ctest's working directory).
  */
 #include "check.h"
 #include "ckpt.h"
+#include "source.h"
+
+#include <dirent.h>
+#include <limits.h>
+#include <sys/stat.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -304,11 +314,229 @@ static void test_access_meet(void)
 	CHECK(checked == 2304 * 16 && exact > 0);
 }
 
+/* ---- the walks over a directory's top names ---- */
+
+#define TOP_MAX 64
+
+typedef struct top_seen {
+	char name[TOP_MAX][NAME_MAX + 1];
+	bool dir[TOP_MAX];
+	int n, stop_at, rc_stop;
+} top_seen;
+
+static int top_add(void *arg, const char *name, bool dir)
+{
+	top_seen *t = arg;
+
+	CHECK(t->n < TOP_MAX && strlen(name) <= NAME_MAX);
+	if (t->n >= TOP_MAX || strlen(name) > NAME_MAX)
+		return -1;
+	snprintf(t->name[t->n], sizeof(t->name[0]), "%s", name);
+	t->dir[t->n++] = dir;
+	return t->n == t->stop_at ? t->rc_stop : 0;
+}
+
+static int top_add_dir(void *arg, const char *name)
+{
+	return top_add(arg, name, true);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static const char *top_name_at(void *ctx, uint32_t i)
+{
+	const char *const *v = ctx;
+
+	return v[i];
+}
+
+/* t's names as a set: sorted, and equal to want's (n of them). */
+static void top_same(const top_seen *t, const top_seen *want)
+{
+	const char *a[TOP_MAX], *b[TOP_MAX];
+
+	CHECK_EQ(t->n, want->n);
+	if (t->n != want->n)
+		return;
+	for (int i = 0; i < t->n; i++) {
+		a[i] = t->name[i];
+		b[i] = want->name[i];
+	}
+	qsort(a, (size_t)t->n, sizeof(*a), cmp_str);
+	qsort(b, (size_t)t->n, sizeof(*b), cmp_str);
+	for (int i = 0; i < t->n; i++) {
+		int ia = (int)((const char(*)[NAME_MAX + 1]) a[i] - t->name);
+		int ib = (int)((const char(*)[NAME_MAX + 1]) b[i] - want->name);
+
+		CHECK_STR(a[i], b[i]);
+		CHECK_EQ(t->dir[ia], want->dir[ib]);
+	}
+}
+
+static void test_top_names(void)
+{
+	/* names that sort around '/' ('-' and '.' before it), hidden ones,
+	 * nested directories, a long directory name */
+	static const char *const paths[] = {
+	    "a-b/x",
+	    "a.b",
+	    "a/x",
+	    "a/y/z",
+	    "a/y/w",
+	    "ab",
+	    ".hidden/x",
+	    ".dot",
+	    "zz/1/2/3",
+	    "zz/q",
+	    "m",
+	    "b/.h",
+	    "long-directory-name-past-the-others/f",
+	};
+	const size_t np = sizeof(paths) / sizeof(paths[0]);
+	const char *sorted[sizeof(paths) / sizeof(paths[0]) + 1];
+	char root[] = "/tmp/flexfs-test-top-XXXXXX", p[PATH_MAX];
+	top_seen want = {0}, got = {0};
+	struct dirent *e;
+	struct stat st;
+	int dfd, n_dirs = 0, k;
+	DIR *d;
+
+	CHECK(mkdtemp(root) != NULL);
+	for (size_t i = 0; i < np; i++) {
+		/* every directory on the way, then the file */
+		for (const char *sl = strchr(paths[i], '/'); sl;
+		     sl = strchr(sl + 1, '/')) {
+			snprintf(p, sizeof(p), "%s/%.*s", root,
+				 (int)(sl - paths[i]), paths[i]);
+			CHECK(!mkdir(p, 0755) || errno == EEXIST);
+		}
+		snprintf(p, sizeof(p), "%s/%s", root, paths[i]);
+		k = open(p, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+		CHECK(k >= 0);
+		if (k >= 0)
+			close(k);
+		sorted[i] = paths[i];
+	}
+	sorted[np] = NULL;
+	qsort(sorted, np, sizeof(*sorted), cmp_str);
+	dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	CHECK(dfd >= 0);
+
+	/* the oracle: what the kernel lists at the top, hidden ones left */
+	d = opendir(root);
+	CHECK(d != NULL);
+	while (d && (e = readdir(d)))
+		if (e->d_name[0] != '.') {
+			CHECK(
+			    !fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW));
+			top_add(&want, e->d_name, S_ISDIR(st.st_mode));
+			n_dirs += S_ISDIR(st.st_mode);
+		}
+	if (d)
+		closedir(d);
+	CHECK_EQ(want.n, 8);
+	CHECK_EQ(n_dirs, 5);
+
+	CHECK_EQ(flx_each_listed_name(top_name_at, sorted, NAME_MAX, UINT_MAX,
+				      top_add, &got),
+		 0);
+	top_same(&got, &want);
+	memset(&got, 0, sizeof(got));
+	CHECK_EQ(flx_each_local_name(dfd, UINT_MAX, top_add, &got), 0);
+	top_same(&got, &want);
+
+	/* the subdirectories alone */
+	memset(&got, 0, sizeof(got));
+	CHECK_EQ(flx_each_listed_dir(top_name_at, sorted, NAME_MAX, UINT_MAX,
+				     top_add_dir, &got),
+		 0);
+	CHECK_EQ(got.n, n_dirs);
+	for (int i = 0; i < got.n; i++) {
+		CHECK(!fstatat(dfd, got.name[i], &st, AT_SYMLINK_NOFOLLOW) &&
+		      S_ISDIR(st.st_mode));
+		for (int j = 0; j < i; j++)
+			CHECK(strcmp(got.name[i], got.name[j]));
+	}
+
+	/* at most 2 subdirectories: the walk ends at the second, in the
+	 * list's order (a-b, then a) */
+	memset(&got, 0, sizeof(got));
+	CHECK_EQ(flx_each_listed_name(top_name_at, sorted, NAME_MAX, 2, top_add,
+				      &got),
+		 0);
+	CHECK_EQ(got.n, 3);
+	CHECK(got.n == 3 && !strcmp(got.name[0], "a-b") && got.dir[0] &&
+	      !strcmp(got.name[1], "a.b") && !got.dir[1] &&
+	      !strcmp(got.name[2], "a") && got.dir[2]);
+
+	/* a directory name longer than longest is passed over, nothing
+	 * under it stands for a file at the top */
+	memset(&got, 0, sizeof(got));
+	k = (int)strlen("long-directory-name-past-the-others");
+	CHECK_EQ(flx_each_listed_name(top_name_at, sorted, (size_t)k - 1,
+				      UINT_MAX, top_add, &got),
+		 0);
+	CHECK_EQ(got.n, want.n - 1);
+	for (int i = 0; i < got.n; i++)
+		CHECK((int)strlen(got.name[i]) < k);
+	memset(&got, 0, sizeof(got));
+	CHECK_EQ(flx_each_listed_name(top_name_at, sorted, (size_t)k, UINT_MAX,
+				      top_add, &got),
+		 0);
+	top_same(&got, &want);
+
+	/* fn's nonzero ends the walk and is returned */
+	memset(&got, 0, sizeof(got));
+	got.stop_at = 3;
+	got.rc_stop = 7;
+	CHECK_EQ(flx_each_listed_name(top_name_at, sorted, NAME_MAX, UINT_MAX,
+				      top_add, &got),
+		 7);
+	CHECK_EQ(got.n, 3);
+	memset(&got, 0, sizeof(got));
+	got.stop_at = 3;
+	got.rc_stop = -EIO;
+	CHECK_EQ(flx_each_local_name(dfd, UINT_MAX, top_add, &got), -EIO);
+	CHECK_EQ(got.n, 3);
+
+	/* at most max entries read, hidden ones counted */
+	memset(&got, 0, sizeof(got));
+	CHECK_EQ(flx_each_local_name(dfd, 0, top_add, &got), 0);
+	CHECK_EQ(got.n, 0);
+	CHECK_EQ(flx_each_local_name(-1, UINT_MAX, top_add, &got), -EBADF);
+
+	for (size_t i = np; i-- > 0;) {
+		const char *s = sorted[i];
+
+		snprintf(p, sizeof(p), "%s/%s", root, s);
+		CHECK(!unlink(p));
+	}
+	/* the directories, deepest first */
+	{
+		static const char *const dirs[] = {
+		    "zz/1/2",  "zz/1", "zz",
+		    "a/y",     "a",    "a-b",
+		    ".hidden", "b",    "long-directory-name-past-the-others"};
+
+		for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+			snprintf(p, sizeof(p), "%s/%s", root, dirs[i]);
+			CHECK(!rmdir(p));
+		}
+	}
+	if (dfd >= 0)
+		close(dfd);
+	CHECK(!rmdir(root));
+}
+
 int main(void)
 {
 	test_access_meet();
 	test_dcp_threads();
 	test_detection();
 	test_hf();
+	test_top_names();
 	return CHECK_RESULT();
 }
