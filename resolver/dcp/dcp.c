@@ -1702,7 +1702,8 @@ static int load_streamed(loader *L, const flx_reader *r,
 				.pairs = sd_sink,
 				.ctx = L,
 				.list_key = lists ? "chunks" : NULL,
-				.items = lists ? ck_sink : NULL};
+				.items = lists ? ck_sink : NULL,
+				.drop_key = "all_local_plans"};
 	const flx_pv *sd, *sunk;
 	int rc = flx_pickle_load_sink(r, META_NAME, lim, &sink, pk, L->err);
 
