@@ -2002,14 +2002,25 @@ static void rewind_batch(struct vm *vm)
 	vm->nylog = 0;
 }
 
+/* Whether an open level of a dropped value's batch logged a slot of memo
+ * chunk c: its rewind must find the slot in place (drop_rewind()). */
+static bool drop_logged(const struct vm *vm, size_t c)
+{
+	for (size_t i = 0; vm->ndl && i < vm->nylog; i++)
+		if (vm->ylog[i] / MEMO_CHUNK == c)
+			return true;
+	return false;
+}
+
 /*
  * In a sink load, most memo slots behind the streamed dict's batches name
  * values the sink took (&consumed): a memo chunk the load has passed
  * (every slot index below memo_count) that holds at most 1/16 live slots
  * is freed, its live slots kept in a sorted side table.  A packed slot
  * set again fails the load with -EAGAIN (CPython numbers memo slots
- * densely; only a hand-made pickle goes back).  Out of memory: the chunk
- * simply stays.
+ * densely; only a hand-made pickle goes back).  Out of memory, or a slot
+ * of it logged by an open level of a dropped value: the chunk simply
+ * stays.
  */
 static void pack_memo(struct vm *vm)
 {
@@ -2020,7 +2031,7 @@ static void pack_memo(struct vm *vm)
 		size_t c = vm->memo_scan++, live = 0;
 		flx_pv **m = vm->memo[c];
 
-		if (c == 0 || !m)
+		if (c == 0 || !m || drop_logged(vm, c))
 			continue;
 		for (size_t i = 0; i < MEMO_CHUNK; i++)
 			live += m[i] && m[i] != &consumed;
@@ -2108,19 +2119,6 @@ static int drop_mark(struct vm *vm)
 	return drop_level(vm);
 }
 
-/* The memo chunks that no open level has logged a slot of are packed
- * (pack_memo()): a level's log must find its slots in place. */
-static void drop_pack(struct vm *vm)
-{
-	size_t count = vm->memo_count;
-
-	for (size_t i = 0; i < vm->nylog; i++)
-		if (vm->ylog[i] < vm->memo_count)
-			vm->memo_count = vm->ylog[i];
-	pack_memo(vm);
-	vm->memo_count = count;
-}
-
 /* Give back level l's values (rewind_batch(), over its part of the log);
  * then every container, tuple and object it memoized, and every slot
  * that stood for nothing, names a value the sink took (&consumed), and
@@ -2135,7 +2133,7 @@ static void drop_rewind(struct vm *vm, const struct drop_lvl *l)
 	vm->y_nodes = l->nodes;
 	vm->y_side = side - l->side;
 	vm->young_dirty = !l->blk;
-	vm->ylog = log + l->nylog;
+	vm->ylog = log ? log + l->nylog : NULL;
 	vm->nylog = n - l->nylog;
 	rewind_batch(vm);
 	vm->ylog = log;
@@ -2152,7 +2150,7 @@ static void drop_rewind(struct vm *vm, const struct drop_lvl *l)
 		log[k++] = log[i];
 	}
 	vm->nylog = k;
-	drop_pack(vm);
+	pack_memo(vm);
 }
 
 static bool drop_batch_op(unsigned char op)
@@ -2164,10 +2162,16 @@ static bool drop_batch_op(unsigned char op)
 /* After each opcode while a value is dropped: a level the opcode closed
  * gives back its values when the opcode added them (APPENDS, SETITEMS,
  * ADDITEMS: not kept, see drop_closing()) or discarded them, else its
- * enclosing level holds them; the batch's own level must close so.  V
- * leaves the stack only as the pair dict_add() left out. */
+ * enclosing level holds them; the batch's own level must close so, and
+ * the pickle must not end inside it.  V leaves the stack only as the pair
+ * dict_add() left out. */
 static int drop_close(struct vm *vm)
 {
+	if (vm->ndl && vm->op == OP_STOP)
+		return vm_fail(vm, -EAGAIN,
+			       "the pickle ends in a batch of the value under "
+			       "'%s'",
+			       vm->sink->drop_key);
 	if (drop_closing(vm)) {
 		const struct drop_lvl *l = &vm->dl[--vm->ndl];
 		bool batch = drop_batch_op(vm->op);
@@ -2183,6 +2187,7 @@ static int drop_close(struct vm *vm)
 			vm->drop_nmarks = 0;
 			vm->young = false;
 			vm->drop_ph = false;
+			vm->nylog = 0;
 		}
 	}
 	if (vm->sp > vm->drop_vi && vm->stack[vm->drop_vi] == vm->drop_v)

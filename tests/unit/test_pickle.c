@@ -2605,7 +2605,7 @@ static void test_sink_drop_megatron(void)
 	}
 }
 
-enum { DR_DROP, DR_OUTSIDE, DR_LATER, DR_CONTAINER, DR_PLAIN };
+enum { DR_DROP, DR_OUTSIDE, DR_LATER, DR_CONTAINER, DR_STOP, DR_PLAIN };
 
 /*
  * {'storage_data': {'k0': [v], 'k1': [v]}, KEY: PLANS, 'x': NAME, ...}:
@@ -2616,7 +2616,8 @@ enum { DR_DROP, DR_OUTSIDE, DR_LATER, DR_CONTAINER, DR_PLAIN };
  * shares, see new_int()).  KEY is 'plans', but
  * 'keep' for DR_OUTSIDE.  NAME names the last plan's name through the
  * memo.  DR_LATER adds 'y': the last plan's dict through the memo;
- * DR_CONTAINER appends to slot 0 inside the plans.
+ * DR_CONTAINER appends to slot 0 inside the plans; DR_STOP ends the
+ * pickle there, the last plan's items list its root.
  */
 static void drop_pickle(struct sbuf *b, int mode, int np, int ni)
 {
@@ -2661,6 +2662,8 @@ static void drop_pickle(struct sbuf *b, int mode, int np, int ni)
 			put_str(b, "z");
 			put(b, "e0", 2);
 		}
+		if (mode == DR_STOP && p == np - 1)
+			put(b, ".", 1);
 		put_str(b, "name");
 		snprintf(t, sizeof(t), "p%d", p);
 		put_str(b, t);
@@ -2680,14 +2683,15 @@ static void drop_pickle(struct sbuf *b, int mode, int np, int ni)
 /* A dropped value's batches name what the sink took, yet the load goes
  * through and the tree lacks its key, while the strings it memoized keep
  * their value; the same reference outside it, a later reference to a
- * container made in it, or a use of what the sink took as a container
- * in it, fail the load with -EAGAIN; its values are given back as its
- * batches end: it decodes under a max_nodes it far exceeds, which a
- * load without the drop does not. */
+ * container made in it, a use of what the sink took as a container in
+ * it, or a STOP in it, fail the load with -EAGAIN; its values are given back as
+ * its batches end: it decodes under a max_nodes it far exceeds, which a load
+ * without the drop does not. */
 static void test_sink_drop(void)
 {
 	enum { NP = 40, NI = 100 };
-	static const int fails[] = {DR_OUTSIDE, DR_LATER, DR_CONTAINER};
+	static const int fails[] = {DR_OUTSIDE, DR_LATER, DR_CONTAINER,
+				    DR_STOP};
 
 	for (size_t w = 5; w <= 5u << 16; w <<= 16) {
 		struct sbuf b = {0}, got = {.budget = 1000};
