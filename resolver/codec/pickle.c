@@ -193,12 +193,36 @@ struct vm {
 	size_t *pk_idx;
 	flx_pv **pk_v;
 	size_t npk, cap_idx, cap_v;
+
+	/* The value dropped (sink->drop_key, see drop_mark()): drop_v, the
+	 * list or dict under the key, at stack[drop_vi], until the pair goes
+	 * into drop_d (drop_taken).  While a batch of it is open, every
+	 * MARK opens a level (dl[0] is the batch's own): the arena, nodes,
+	 * side values and memo log when it opened, so that the values its
+	 * APPENDS or SETITEMS adds are given back (drop_close()).  The batch
+	 * is young throughout (the caches take none of its values);
+	 * drop_nmarks is nmarks with the batch's mark, 0 when none is open;
+	 * drop_ph: a reference stood for nothing (nothing_pv) in it. */
+	flx_pv *drop_v, *drop_d;
+	size_t drop_vi, drop_nmarks;
+	bool drop_taken, drop_ph;
+	struct drop_lvl {
+		struct arena_blk *blk, *next;
+		unsigned char *cur;
+		size_t nodes, side, nylog;
+	} * dl;
+	size_t ndl, dl_cap;
 };
 
 /* Memo slots of values a rewound batch held: referring to one again makes
  * the load fail with -EAGAIN (decode again without a sink).  Never
  * written; only its address is used. */
 static flx_pv consumed;
+
+/* What a reference inside a dropped value's batch pushes instead of a
+ * value the sink took or a container (push_again()): a None, never
+ * written (only a DICT, LIST or OBJ node is). */
+static flx_pv nothing_pv = {.kind = FLX_PV_NONE};
 
 /* ---------------------------------------------------------------- opcodes */
 
@@ -360,6 +384,10 @@ static int vm_fail(struct vm *vm, int code, const char *fmt, ...)
 	const char *on = op_name(vm->op);
 	va_list ap;
 
+	/* a reference in a dropped batch stood for nothing: only a decode
+	 * without a sink can tell whether the pickle is malformed */
+	if (code == -EINVAL && vm->drop_ph)
+		code = -EAGAIN;
 	if (!vm->rc)
 		vm->rc = code;
 	va_start(ap, fmt);
@@ -735,12 +763,19 @@ static int reserve(struct vm *vm, flx_pv ***arr, size_t used, size_t *cap,
 	return 0;
 }
 
+/* Whether the opcode running closed a level of a dropped value's batch
+ * (popped its MARK): what it adds is not kept (drop_close()). */
+static bool drop_closing(const struct vm *vm)
+{
+	return vm->ndl && vm->nmarks + 1 < vm->drop_nmarks + vm->ndl;
+}
+
 /* LIST/SET: append items[0..n). */
 static int seq_add(struct vm *vm, flx_pv *seq, flx_pv *const *items, size_t n)
 {
 	int rc;
 
-	if (!n)
+	if (!n || drop_closing(vm))
 		return 0;
 	touch(vm, seq);
 	rc = reserve(vm, &seq->u.seq.v, seq->u.seq.n, &seq->u.seq.cap_, n);
@@ -758,8 +793,20 @@ static int dict_add(struct vm *vm, flx_pv *d, flx_pv *const *items,
 	size_t cap = 2 * d->u.dict.cap_;
 	int rc;
 
-	if (!npairs)
+	if (!npairs || drop_closing(vm))
 		return 0;
+	if (vm->drop_v && d == vm->drop_d && !vm->drop_taken) {
+		/* the dropped value's pair is left out */
+		for (size_t i = 0; i < npairs; i++) {
+			if (items[2 * i + 1] != vm->drop_v)
+				continue;
+			vm->drop_taken = true;
+			if ((rc = dict_add(vm, d, items, i)))
+				return rc;
+			return dict_add(vm, d, items + 2 * i + 2,
+					npairs - i - 1);
+		}
+	}
 	touch(vm, d);
 	rc = reserve(vm, &d->u.dict.kv, 2 * d->u.dict.n, &cap, 2 * npairs);
 	if (rc)
@@ -855,7 +902,15 @@ static int push_mark(struct vm *vm)
  * dict named again is never made the sink dict. */
 static int push_again(struct vm *vm, flx_pv *v)
 {
-	if (v == vm->sink_dict || (v->kind == FLX_PV_LIST && v->sunk_))
+	/* in a dropped value's batch: what the sink took, and any
+	 * container, which that batch must not change nor hold past it */
+	if (vm->ndl && (v == &consumed || v == vm->sink_dict || v->sunk_ ||
+			v->kind == FLX_PV_DICT || v->kind == FLX_PV_LIST ||
+			v->kind == FLX_PV_SET || v->kind == FLX_PV_OBJ)) {
+		vm->drop_ph = true;
+		return push(vm, &nothing_pv);
+	}
+	if (v == vm->sink_dict || v->sunk_)
 		return vm_fail(vm, -EAGAIN,
 			       "a %s streamed is named a second time",
 			       flx_pv_kind_name(v));
@@ -996,7 +1051,7 @@ static int memo_get(struct vm *vm, uint64_t idx)
 	if (!v)
 		return vm_fail(vm, -EINVAL,
 			       "memo index %" PRIu64 " out of range", idx);
-	if (v == &consumed)
+	if (v == &consumed && !vm->ndl)
 		return vm_fail(vm, -EAGAIN,
 			       "memo index %" PRIu64 " names a value the sink "
 			       "took",
@@ -1647,7 +1702,7 @@ static flx_pv *shared_size(struct vm *vm, flx_pv *cls, flx_pv *args)
 
 	if (!count_value(vm))
 		return NULL;
-	if (vm->young && (is_young(vm, cls) || is_young(vm, args))) {
+	if (vm->young && (vm->ndl || is_young(vm, cls) || is_young(vm, args))) {
 		/* not shared: it dies with the batch */
 		v = alloc_node(vm, FLX_PV_OBJ, 0);
 		if (v) {
@@ -1954,14 +2009,25 @@ static void rewind_batch(struct vm *vm)
 	vm->nylog = 0;
 }
 
+/* Whether an open level of a dropped value's batch logged a slot of memo
+ * chunk c: its rewind must find the slot in place (drop_rewind()). */
+static bool drop_logged(const struct vm *vm, size_t c)
+{
+	for (size_t i = 0; vm->ndl && i < vm->nylog; i++)
+		if (vm->ylog[i] / MEMO_CHUNK == c)
+			return true;
+	return false;
+}
+
 /*
  * In a sink load, most memo slots behind the streamed dict's batches name
  * values the sink took (&consumed): a memo chunk the load has passed
  * (every slot index below memo_count) that holds at most 1/16 live slots
  * is freed, its live slots kept in a sorted side table.  A packed slot
  * set again fails the load with -EAGAIN (CPython numbers memo slots
- * densely; only a hand-made pickle goes back).  Out of memory: the chunk
- * simply stays.
+ * densely; only a hand-made pickle goes back).  Out of memory, or a slot
+ * of it logged by an open level of a dropped value: the chunk simply
+ * stays.
  */
 static void pack_memo(struct vm *vm)
 {
@@ -1972,7 +2038,7 @@ static void pack_memo(struct vm *vm)
 		size_t c = vm->memo_scan++, live = 0;
 		flx_pv **m = vm->memo[c];
 
-		if (c == 0 || !m)
+		if (c == 0 || !m || drop_logged(vm, c))
 			continue;
 		for (size_t i = 0; i < MEMO_CHUNK; i++)
 			live += m[i] && m[i] != &consumed;
@@ -1996,6 +2062,149 @@ static void pack_memo(struct vm *vm)
 		vm->packed[c] = 1;
 		vm->memo_chunks--;
 	}
+}
+
+/* ------------------------------------------------------- a dropped value */
+
+/* Open a level of a dropped value's batch, at its MARK. */
+static int drop_level(struct vm *vm)
+{
+	struct drop_lvl *l;
+
+	if (flx_grow((void **)&vm->dl, &vm->dl_cap, vm->ndl + 1,
+		     sizeof(*vm->dl)))
+		return vm_nomem(vm);
+	l = &vm->dl[vm->ndl++];
+	l->blk = vm->p->blocks;
+	l->next = vm->p->blocks ? vm->p->blocks->next : NULL;
+	l->cur = vm->p->cur;
+	l->nodes = vm->nodes;
+	l->side = vm->y_side;
+	l->nylog = vm->nylog;
+	return 0;
+}
+
+/*
+ * At a MARK: a level of the open batch, or the start of a batch of the
+ * value V to drop: the MARK right above V, V a list or dict right above
+ * the drop key, a key of the outermost dict being filled (the frame of
+ * the first MARK holds pairs, then the key and V).  Python's pickler
+ * writes Megatron-Core's all_local_plans so: EMPTY_LIST, MARK, plans,
+ * APPENDS, within the SETITEMS of MCoreMetadata's state.  V named
+ * again before (memo, DUP) is kept: another value holds it.
+ */
+static int drop_mark(struct vm *vm)
+{
+	size_t f;
+	flx_pv *d, *v;
+
+	if (vm->ndl)
+		return drop_level(vm);
+	if (!vm->sink || !vm->sink->drop_key || vm->young || vm->nmarks != 2 ||
+	    vm->marks[1] != vm->sp)
+		return 0;
+	f = vm->marks[0];
+	if (f == 0 || vm->sp < f + 2 || (vm->sp - f) % 2)
+		return 0;
+	d = vm->stack[f - 1];
+	v = vm->stack[vm->sp - 1];
+	if (d->kind != FLX_PV_DICT || d == vm->sink_dict ||
+	    (v->kind != FLX_PV_LIST && v->kind != FLX_PV_DICT) || v->reref_ ||
+	    v == vm->sink_dict || (vm->drop_v ? v != vm->drop_v : v->sunk_) ||
+	    !is_key(vm->stack[vm->sp - 2], vm->sink->drop_key))
+		return 0;
+	v->sunk_ = true;
+	vm->drop_v = v;
+	vm->drop_vi = vm->sp - 1;
+	vm->drop_d = d;
+	vm->drop_nmarks = vm->nmarks;
+	vm->batch_target = NULL;
+	vm->young = true;
+	vm->young_nmarks = vm->nmarks;
+	vm->y_side = 0;
+	vm->nylog = 0;
+	return drop_level(vm);
+}
+
+/* Give back level l's values (rewind_batch(), over its part of the log);
+ * then every container, tuple and object it memoized, and every slot
+ * that stood for nothing, names a value the sink took (&consumed), and
+ * the log keeps the scalars, which the enclosing level holds now. */
+static void drop_rewind(struct vm *vm, const struct drop_lvl *l)
+{
+	size_t *log = vm->ylog, n = vm->nylog, side = vm->y_side, k = l->nylog;
+
+	vm->y_blk = l->blk;
+	vm->y_next = l->next;
+	vm->y_cur = l->cur;
+	vm->y_nodes = l->nodes;
+	vm->y_side = side - l->side;
+	vm->young_dirty = !l->blk;
+	vm->ylog = log ? log + l->nylog : NULL;
+	vm->nylog = n - l->nylog;
+	rewind_batch(vm);
+	vm->ylog = log;
+	vm->y_side = side;
+	for (size_t i = l->nylog; i < n; i++) {
+		flx_pv **slot = memo_slot(vm, log[i]);
+
+		if (*slot == &consumed)
+			continue;
+		if (*slot == &nothing_pv || !keep_size(*slot)) {
+			*slot = &consumed;
+			continue;
+		}
+		log[k++] = log[i];
+	}
+	vm->nylog = k;
+	pack_memo(vm);
+}
+
+static bool drop_batch_op(unsigned char op)
+{
+	return op == OP_APPENDS || op == OP_SETITEMS || op == OP_ADDITEMS ||
+	       op == OP_POP_MARK || op == OP_POP;
+}
+
+/* After each opcode while a value is dropped: a level the opcode closed
+ * gives back its values when the opcode added them (APPENDS, SETITEMS,
+ * ADDITEMS: not kept, see drop_closing()) or discarded them, else its
+ * enclosing level holds them; the batch's own level must close so, and
+ * the pickle must not end inside it.  V leaves the stack only as the pair
+ * dict_add() left out. */
+static int drop_close(struct vm *vm)
+{
+	if (vm->ndl && vm->op == OP_STOP)
+		return vm_fail(vm, -EAGAIN,
+			       "the pickle ends in a batch of the value under "
+			       "'%s'",
+			       vm->sink->drop_key);
+	if (drop_closing(vm)) {
+		const struct drop_lvl *l = &vm->dl[--vm->ndl];
+		bool batch = drop_batch_op(vm->op);
+
+		if (!vm->ndl && !batch)
+			return vm_fail(vm, -EAGAIN,
+				       "the batch of the value under '%s' "
+				       "makes a value",
+				       vm->sink->drop_key);
+		if (batch)
+			drop_rewind(vm, l);
+		if (!vm->ndl) {
+			vm->drop_nmarks = 0;
+			vm->young = false;
+			vm->drop_ph = false;
+			vm->nylog = 0;
+		}
+	}
+	if (vm->sp > vm->drop_vi && vm->stack[vm->drop_vi] == vm->drop_v)
+		return 0;
+	if (!vm->drop_taken)
+		return vm_fail(vm, -EAGAIN, "the value under '%s' is used",
+			       vm->sink->drop_key);
+	vm->drop_v = NULL;
+	vm->drop_taken = false;
+	return 0;
 }
 
 /* -------------------------------------------------------------- containers */
@@ -2257,7 +2466,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		if ((rc = push_mark(vm)))
 			return rc;
 		batch_start(vm);
-		return 0;
+		return drop_mark(vm);
 	case OP_POP:
 		/* CPython: POP right after MARK discards the mark. */
 		if (vm->nmarks && vm->marks[vm->nmarks - 1] == vm->sp) {
@@ -2584,6 +2793,8 @@ static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
 		vm->op_off = at(vm);
 		vm->op = vm->buf[vm->pos++];
 		rc = step(vm, &stop);
+		if (!rc && vm->drop_v)
+			rc = drop_close(vm);
 		if (rc)
 			break;
 	}
@@ -2598,6 +2809,7 @@ static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
 	free(vm->packed);
 	free(vm->pk_idx);
 	free(vm->pk_v);
+	free(vm->dl);
 	if (vm->cloc)
 		freelocale(vm->cloc);
 	if (rc) {

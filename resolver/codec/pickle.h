@@ -214,6 +214,13 @@ struct flx_pickle_sink {
 	 * pairs()'s */
 	const char *watch_key;
 	int (*watch)(void *ctx, flx_pv *const *kv, size_t npairs);
+	/* and the value stored under this str key (NULL: none) in the
+	 * outermost dict being filled (the dict below the first MARK on the
+	 * stack, such as the state of the root object), when that value is a
+	 * list or dict filled by MARK ... APPENDS/SETITEMS batches: decoded
+	 * and checked, then dropped (see flx_pickle_load_sink()).  It should
+	 * name none of the keys above. */
+	const char *drop_key;
 };
 
 /**
@@ -229,8 +236,20 @@ struct flx_pickle_sink {
  * valid), or to the sink dict or a list streamed, fails the load with
  * -EAGAIN, as does a decline: decode again
  * without a sink (flx_pickle_load_reader()), which reads every pickle
- * this one reads.  Limits and messages otherwise as
- * flx_pickle_load_reader().
+ * this one reads.
+ * With sink->drop_key set, the items of each batch added to the value V
+ * under that key (the batch's MARK right above V, V right above the key,
+ * in the outermost dict being filled) are decoded but not kept: the
+ * memory they took is given back at each batch's end (APPENDS, SETITEMS)
+ * at every nesting level inside, as the sink's batches are, under the
+ * same limits.  Inside such a batch, a reference to a value the sink
+ * took, to the sink dict or a list streamed, or to any list, dict, set
+ * or object made before (through the memo or DUP) stands for nothing and
+ * fails nothing unless it is used as a container (then -EAGAIN).  The
+ * pair (key, V) is then left out of that dict; a later reference to V or
+ * to a container made inside its batches, or a use of V other than as
+ * that pair, fails the load with -EAGAIN.  Limits and messages otherwise
+ * as flx_pickle_load_reader().
  * @return as flx_pickle_load_reader(), or -EAGAIN (err set; a caller that
  *         decodes again should discard it).
  */

@@ -1969,7 +1969,8 @@ static int load_streamed(loader *L, const flx_reader *r,
 				.items = lists ? ck_sink : NULL,
 				.watch_key =
 				    L->place ? "state_dict_metadata" : NULL,
-				.watch = L->place ? sdm_watch : NULL};
+				.watch = L->place ? sdm_watch : NULL,
+				.drop_key = "all_local_plans"};
 	const flx_pv *sd, *sunk;
 	int rc = flx_pickle_load_sink(r, META_NAME, lim, &sink, pk, L->err);
 
@@ -1993,8 +1994,8 @@ static int load_streamed(loader *L, const flx_reader *r,
 /* Attempt k: the chunks lists streamed and the storage_data entries
  * placed into their chunks (k 0); when the placing declined, the entries
  * looked up by their offsets instead (k 1); then, when the chunks are
- * named again (Megatron-Core's all_local_plans holds the same chunk
- * objects), storage_data alone, which no one names again (k 2). */
+ * named again (other than from all_local_plans, which every attempt
+ * drops), storage_data alone, which no one names again (k 2). */
 static int load_attempt(void *ctx, unsigned k, const flx_reader *r,
 			const flx_pickle_limits *lim, flx_pickle **pk)
 {

@@ -2,12 +2,15 @@
 /* Fuzz target: a sink load (flx_pickle_load_sink(), the dict under
  * "storage_data" and the lists under "chunks", as the DCP loader streams
  * them, and the lists that are values of the dict under
- * "state_dict_metadata", as the Paddle loader streams its LTM lists) either
- * fails with -EAGAIN (decode again without a sink) or does what a plain reader
- * load does: the same error message, or the same tree, where the streamed dict
- * and lists held, in order, exactly what the sink was handed (compared by a
- * structural hash taken during the call, since the sink's values are reused
- * after it).  The window follows from the input's length, as in pickle_window.
+ * "state_dict_metadata", as the Paddle loader streams its LTM lists, with
+ * the value under "all_local_plans" dropped, as the DCP loader drops it)
+ * either fails with -EAGAIN (decode again without a sink) or does what a
+ * plain reader load does: the same error message, or the same tree, where
+ * the streamed dict and lists held, in order, exactly what the sink was
+ * handed (compared by a structural hash taken during the call, since the
+ * sink's values are reused after it), and where a dict may lack a pair under
+ * "all_local_plans" whose value is a list or dict.  The window follows from
+ * the input's length, as in pickle_window.
  */
 #include "pickle.h"
 #include "pv_same.h"
@@ -22,6 +25,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define MAX_TAKEN 65536
+#define DROP_KEY  "all_local_plans"
 
 /* what the sink was handed: per value, its container and hash */
 static struct taken {
@@ -130,6 +134,45 @@ static int items(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
 	return take(list, v, n);
 }
 
+/* the walk's state, for same_dict() */
+static pv_same_ops *walk;
+
+static bool is_drop_key(const flx_pv *k)
+{
+	return k->kind == FLX_PV_STR && k->u.str.s &&
+	       k->u.str.len == strlen(DROP_KEY) &&
+	       memcmp(k->u.str.s, DROP_KEY, k->u.str.len) == 0;
+}
+
+/* Dicts a (plain load) and b (sink load) where b lacks one pair of a, a
+ * list or dict under DROP_KEY: the other pairs equal, in order; -1 for
+ * dicts of the same length. */
+static int same_dict(const flx_pv *a, const flx_pv *b)
+{
+	size_t j = 0;
+	bool skipped = false;
+
+	if (a->u.dict.n != b->u.dict.n + 1)
+		return -1;
+	for (size_t i = 0; i < a->u.dict.n; i++) {
+		const flx_pv *k = a->u.dict.kv[2 * i];
+		const flx_pv *v = a->u.dict.kv[2 * i + 1];
+
+		if (!skipped && is_drop_key(k) &&
+		    (v->kind == FLX_PV_LIST || v->kind == FLX_PV_DICT) &&
+		    (j == b->u.dict.n || !is_drop_key(b->u.dict.kv[2 * j]))) {
+			skipped = true;
+			continue;
+		}
+		if (j == b->u.dict.n ||
+		    !pv_same(k, b->u.dict.kv[2 * j], walk, 1) ||
+		    !pv_same(v, b->u.dict.kv[2 * j + 1], walk, 1))
+			return 0;
+		j++;
+	}
+	return skipped && j == b->u.dict.n;
+}
+
 /* b: a container the sink took values of (the sink dict sunk, or a
  * streamed list): a's items are those, in order, and b holds none (a
  * container that also got values otherwise is not compared); -1 for
@@ -140,6 +183,8 @@ static int same_sunk(const flx_pv *a, const flx_pv *b, void *ctx)
 	flx_pv *const *av;
 	size_t an, j = 0;
 
+	if (b != sunk && a->kind == FLX_PV_DICT)
+		return same_dict(a, b);
 	if (b != sunk && !flx_pv_streamed(b))
 		return -1;
 	if (flx_pv_len(b) != 0)
@@ -179,7 +224,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				      .pairs = pairs,
 				      .list_key = "chunks",
 				      .items = items,
-				      .list_parent = "state_dict_metadata"};
+				      .list_parent = "state_dict_metadata",
+				      .drop_key = DROP_KEY};
 	flx_pickle *a = NULL, *b = NULL;
 	flx_mem_reader m;
 	flx_reader r;
@@ -204,6 +250,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				   .ctx = (void *)sd,
 				   .budget = 1u << 16};
 
+		walk = &ops;
 		if (ra != rb || strcmp(ea.text, eb.text) != 0 ||
 		    (!ra &&
 		     !pv_same(flx_pickle_root(a), flx_pickle_root(b), &ops, 0)))

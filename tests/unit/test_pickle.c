@@ -2539,6 +2539,284 @@ static void test_sink_kept_strings(void)
 	free(b.p);
 }
 
+static int load_drop(const void *data, size_t n, size_t window,
+		     const char *drop, size_t max_nodes, struct sink_rec *s,
+		     flx_pickle **p, flx_error *e)
+{
+	const flx_pickle_limits lim = {.max_nodes = max_nodes,
+				       .window = window,
+				       .max_copy = SIZE_MAX / 4,
+				       .max_str = SIZE_MAX / 4};
+	flx_pickle_sink sink = {.key = "storage_data",
+				.pairs = rec_pairs,
+				.ctx = s,
+				.list_key = "chunks",
+				.items = rec_items,
+				.drop_key = drop};
+	flx_mem_reader m;
+	flx_reader r;
+
+	flx_error_init(e);
+	flx_reader_mem(&r, &m, data, n);
+	return flx_pickle_load_sink(&r, "t.pkl", &lim, &sink, p, e);
+}
+
+/* Leave the pair under key out of dict d (a plain load's tree, the
+ * oracle of what a drop leaves). */
+static bool unset(flx_pv *d, const char *key)
+{
+	for (size_t i = 0; d && d->kind == FLX_PV_DICT && i < d->u.dict.n;
+	     i++) {
+		const char *k = flx_pv_str(d->u.dict.kv[2 * i]);
+
+		if (!k || strcmp(k, key) != 0)
+			continue;
+		memmove(d->u.dict.kv + 2 * i, d->u.dict.kv + 2 * i + 2,
+			(2 * (d->u.dict.n - i - 1)) * sizeof(*d->u.dict.kv));
+		d->u.dict.n--;
+		return true;
+	}
+	return false;
+}
+
+/* The real Megatron-Core .metadata (MCoreMetadata with all_local_plans,
+ * whose WriteItems name the chunks of state_dict_metadata again): with
+ * all_local_plans dropped, storage_data and every chunks list stream in
+ * one decode, the sink sees the pairs and items of a plain load's tree,
+ * and the rest is that tree without all_local_plans; without the drop
+ * the decode is declined (-EAGAIN). */
+static void test_sink_drop_megatron(void)
+{
+	static const char *const files[] = {
+	    "../../fixtures/megatron-moe/ckpt/iter_0000100/.metadata",
+	    "../../fixtures/megatron-optim-dp-reshardable/ckpt/iter_0000100/"
+	    ".metadata"};
+
+	for (int i = 0; i < 2; i++) {
+		size_t len = 0;
+		unsigned char *buf = check_read_file(files[i], &len);
+		flx_pickle *p = NULL;
+		flx_error e;
+		flx_pv *sd, *sdm, *st;
+		size_t nsd;
+		struct sbuf want = {0}, rest = {0}, witems = {0};
+		struct sink_rec s0 = {.list_key = "chunks"};
+
+		CHECK(buf != NULL);
+		if (!buf)
+			continue;
+		CHECK_EQ(load(buf, len, &p, &e), 0);
+		st = (flx_pv *)state(flx_pickle_root(p));
+		sd = (flx_pv *)flx_pv_dict_get(st, "storage_data");
+		CHECK(flx_pv_len(sd) > 0);
+		for (size_t j = 0; sd && j < 2 * sd->u.dict.n; j++) {
+			want.budget = 100000;
+			dump(&want, sd->u.dict.kv[j], 0);
+			puts_(&want, j & 1 ? ";" : ":");
+		}
+		nsd = flx_pv_len(sd);
+		if (sd)
+			sd->u.dict.n = 0;
+		sdm = (flx_pv *)flx_pv_dict_get(st, "state_dict_metadata");
+		for (size_t j = 0; sdm && j < sdm->u.dict.n; j++) {
+			flx_pv *ch = (flx_pv *)flx_pv_dict_get(
+			    state(sdm->u.dict.kv[2 * j + 1]), "chunks");
+
+			if (!ch || ch->u.seq.n < 2)
+				continue;
+			for (size_t k = 0; k < ch->u.seq.n; k++) {
+				witems.budget = 100000;
+				dump(&witems, ch->u.seq.v[k], 0);
+				puts_(&witems, ";");
+			}
+			puts_(&witems, "|");
+			ch->u.seq.n = 0;
+		}
+		CHECK(witems.p != NULL);
+		CHECK(flx_pv_len(flx_pv_dict_get(st, "all_local_plans")) > 0);
+		CHECK(unset(st, "all_local_plans"));
+		rest.budget = 100000;
+		dump(&rest, flx_pickle_root(p), 0);
+		flx_pickle_free(p);
+		p = NULL;
+		CHECK_EQ(load_drop(buf, len, 1 << 16, NULL, 0, &s0, &p, &e),
+			 -EAGAIN);
+		free(s0.pairs.p);
+		free(s0.items.p);
+		for (size_t w = 7; w <= 7u << 16; w <<= 16) {
+			struct sink_rec s = {.list_key = "chunks"};
+			struct sbuf got = {.budget = 100000};
+			const flx_pv *r;
+
+			p = NULL;
+			CHECK_EQ(load_drop(buf, len, w, "all_local_plans", 0,
+					   &s, &p, &e),
+				 0);
+			if (!p)
+				continue;
+			r = flx_pickle_root(p);
+			CHECK_EQ(s.npairs, nsd);
+			CHECK(s.pairs.p && want.p &&
+			      strcmp(s.pairs.p, want.p) == 0);
+			CHECK(s.items.p && witems.p &&
+			      strcmp(s.items.p, witems.p) == 0);
+			CHECK(flx_pv_dict_get(state(r), "all_local_plans") ==
+			      NULL);
+			dump(&got, r, 0);
+			CHECK(got.p && rest.p && strcmp(got.p, rest.p) == 0);
+			flx_pickle_free(p);
+			free(s.pairs.p);
+			free(s.items.p);
+			free(got.p);
+		}
+		free(want.p);
+		free(witems.p);
+		free(rest.p);
+		free(buf);
+	}
+}
+
+enum { DR_DROP, DR_OUTSIDE, DR_LATER, DR_CONTAINER, DR_STOP, DR_PLAIN };
+
+/*
+ * {'storage_data': {'k0': [v], 'k1': [v]}, KEY: PLANS, 'x': NAME, ...}:
+ * storage_data streamed, its first list memoized (slot 0, a value the
+ * sink took).  PLANS: np plans {'items': [ni items {'c': slot 0 (a str
+ * 'c0' for DR_PLAIN), 'n': i}], 'name': 'p<p>' (memoized)}, each level
+ * filled by one MARK ... SETITEMS or APPENDS (n: i % 7, ints a batch
+ * shares, see new_int()).  KEY is 'plans', but
+ * 'keep' for DR_OUTSIDE.  NAME names the last plan's name through the
+ * memo.  DR_LATER adds 'y': the last plan's dict through the memo;
+ * DR_CONTAINER appends to slot 0 inside the plans; DR_STOP ends the
+ * pickle there, the last plan's items list its root.
+ */
+static void drop_pickle(struct sbuf *b, int mode, int np, int ni)
+{
+	uint32_t memo = 1, name = 0, plan = 0;
+	char t[32];
+
+	put(b, "\x80\x04}(", 4);
+	put_str(b, "storage_data");
+	put(b, "}(", 2);
+	put_str(b, "k0");
+	put(b, "]", 1);
+	put_binput(b, 0);
+	put_str(b, "v");
+	put(b, "a", 1);
+	put_str(b, "k1");
+	put(b, "]", 1);
+	put_str(b, "v");
+	put(b, "au", 2);
+	put_str(b, mode == DR_OUTSIDE ? "keep" : "plans");
+	put(b, "](", 2);
+	if (mode == DR_PLAIN)
+		put_str(b, "c0"), put_binput(b, memo++), put(b, "0", 1);
+	for (int p = 0; p < np; p++) {
+		put(b, "}", 1);
+		put_binput(b, plan = memo++);
+		put(b, "(", 1);
+		put_str(b, "items");
+		put(b, "](", 2);
+		for (int i = 0; i < ni; i++) {
+			put(b, "}(", 2);
+			put_str(b, "c");
+			put_binget(b, mode == DR_PLAIN ? 1 : 0);
+			put_str(b, "n");
+			put_u8(b, 'J');
+			put_le(b, (uint64_t)((p * ni + i) % 7), 4);
+			put(b, "u", 1);
+		}
+		put(b, "e", 1);
+		if (mode == DR_CONTAINER && p == np - 1) {
+			put_binget(b, 0);
+			put(b, "(", 1);
+			put_str(b, "z");
+			put(b, "e0", 2);
+		}
+		if (mode == DR_STOP && p == np - 1)
+			put(b, ".", 1);
+		put_str(b, "name");
+		snprintf(t, sizeof(t), "p%d", p);
+		put_str(b, t);
+		put_binput(b, name = memo++);
+		put(b, "u", 1);
+	}
+	put(b, "e", 1);
+	put_str(b, "x");
+	put_binget(b, name);
+	if (mode == DR_LATER) {
+		put_str(b, "y");
+		put_binget(b, plan);
+	}
+	put(b, "u.", 2);
+}
+
+/* A dropped value's batches name what the sink took, yet the load goes
+ * through and the tree lacks its key, while the strings it memoized keep
+ * their value; the same reference outside it, a later reference to a
+ * container made in it, a use of what the sink took as a container in
+ * it, or a STOP in it, fail the load with -EAGAIN; its values are given back as
+ * its batches end: it decodes under a max_nodes it far exceeds, which a load
+ * without the drop does not. */
+static void test_sink_drop(void)
+{
+	enum { NP = 40, NI = 100 };
+	static const int fails[] = {DR_OUTSIDE, DR_LATER, DR_CONTAINER,
+				    DR_STOP};
+
+	for (size_t w = 5; w <= 5u << 16; w <<= 16) {
+		struct sbuf b = {0}, got = {.budget = 1000};
+		struct sink_rec s = {.list_key = "chunks"};
+		flx_pickle *p = NULL;
+		flx_error e;
+
+		drop_pickle(&b, DR_DROP, NP, NI);
+		CHECK_EQ(load_drop(b.p, b.n, w, "plans", 0, &s, &p, &e), 0);
+		CHECK_EQ(s.npairs, 2);
+		if (p)
+			dump(&got, flx_pickle_root(p), 0);
+		CHECK(got.p && strcmp(got.p, "<s\"storage_data\":<>,"
+					     "s\"x\":s\"p39\">") == 0);
+		flx_pickle_free(p);
+		free(got.p);
+		free(s.pairs.p);
+		free(b.p);
+		for (size_t f = 0; f < sizeof(fails) / sizeof(*fails); f++) {
+			struct sink_rec s2 = {.list_key = "chunks"};
+
+			memset(&b, 0, sizeof(b));
+			drop_pickle(&b, fails[f], NP, NI);
+			p = NULL;
+			CHECK_EQ(
+			    load_drop(b.p, b.n, w, "plans", 0, &s2, &p, &e),
+			    -EAGAIN);
+			CHECK(p == NULL);
+			free(s2.pairs.p);
+			free(b.p);
+		}
+	}
+	/* memory: 40 x 100 items (16,000 values) decode in 2,000 held */
+	{
+		struct sbuf b = {0};
+		struct sink_rec s = {.list_key = "chunks"};
+		flx_pickle *p = NULL;
+		flx_error e;
+
+		drop_pickle(&b, DR_PLAIN, NP, NI);
+		CHECK_EQ(
+		    load_drop(b.p, b.n, 1 << 16, "plans", 2000, &s, &p, &e), 0);
+		CHECK(p &&
+		      flx_pv_dict_get(flx_pickle_root(p), "plans") == NULL);
+		flx_pickle_free(p);
+		p = NULL;
+		CHECK_EQ(load_drop(b.p, b.n, 1 << 16, NULL, 2000, &s, &p, &e),
+			 -EINVAL);
+		CHECK(strstr(e.text, "more than 2000 values") != NULL);
+		free(s.pairs.p);
+		free(b.p);
+	}
+}
+
 int main(void)
 {
 	test_vectors();
@@ -2572,5 +2850,7 @@ int main(void)
 	test_sink_packed();
 	test_sink_held();
 	test_sink_kept_strings();
+	test_sink_drop_megatron();
+	test_sink_drop();
 	return CHECK_RESULT();
 }
