@@ -136,6 +136,8 @@ typedef struct loader {
 		int8_t nd;
 	} * own;
 	size_t ownmask, nown;
+	uint32_t *cmap; /* see cmap_build() */
+	size_t cmask;
 } loader;
 
 /* ---- small interpretation helpers over the pickle tree ---- */
@@ -790,13 +792,16 @@ static bool lists_placed(loader *L, const flx_pv *sdm)
  * their lists stream (ck_sink()), the state_dict_metadata pairs tell
  * which tensor owns which list (sdm_watch()), and each storage_data entry
  * of a chunk is written into the chunk its index names, once its offsets
- * are checked to be that chunk's: no entry is kept, and no table of them
- * is built.  Anything else (no index, one naming another chunk, a second
- * entry for a chunk, an entry for no streamed tensor, the lists or the
- * pairs in another order) declines, and the entries are decoded again
- * and looked up by their offsets (the second attempt), which reports what
- * the tree path reports.  Entries without offsets (BYTE_IO) are kept and
- * looked up as there.
+ * are checked to be that chunk's; an entry without an index (Megatron-
+ * Core's planner writes none) or whose index names another chunk is
+ * found by its offsets in a table of the chunks (4 to 8 bytes a chunk,
+ * while the stream lasts).  No entry is kept.  An entry for no chunk, a
+ * second entry for a chunk, two chunks at one place, or the lists or the
+ * pairs in another order decline, and the entries are decoded again and
+ * looked up by their offsets (the second attempt), which reports what the
+ * tree path reports.  Entries of tensors whose chunks list did not stream
+ * (one chunk: APPEND, not a batch) and entries without offsets (BYTE_IO)
+ * are kept and looked up as there.
  */
 
 static size_t own_slot(const loader *L, const char *fqn)
@@ -826,8 +831,9 @@ static int sdm_watch(void *ctx, flx_pv *const *kv, size_t npairs)
 		e = (struct ck_list *)cl_find(L, ch);
 		if (!e)
 			continue;
-		/* an entry kept before might be this tensor's */
-		if (e->fqn || flx_pv_len(ch) || L->kept_chunk_entry)
+		/* an entry kept before might be this tensor's; the chunk
+		 * table holds the owners so far */
+		if (e->fqn || flx_pv_len(ch) || L->kept_chunk_entry || L->cmap)
 			return place_decline(L);
 		if (!L->own || 2 * (L->nown + 1) > L->ownmask + 1) {
 			struct owner *old = L->own;
@@ -856,32 +862,101 @@ static int sdm_watch(void *ctx, flx_pv *const *kv, size_t npairs)
 	return 0;
 }
 
+/* Chunk i of owner o's offsets (o->nd of them; none when 0). */
+static const int64_t *owned_box(const loader *L, const struct owner *o,
+				size_t i)
+{
+	return o->nd ? L->ckd + o->dims + i * 2 * (size_t)o->nd : NULL;
+}
+
+static uint64_t owned_hash(const struct owner *o, const int64_t *off)
+{
+	return sentry_hash((uint64_t)(uintptr_t)o->fqn, o->nd, off);
+}
+
+/* The number within o's list of its chunk at off, or -1. */
+static int64_t cmap_find(const loader *L, const struct owner *o,
+			 const int64_t *off)
+{
+	size_t nb = sizeof(*off) * (size_t)o->nd;
+
+	for (size_t h = (size_t)owned_hash(o, off);; h++) {
+		uint32_t c = L->cmap[h & L->cmask];
+
+		if (c == UINT32_MAX)
+			return -1;
+		if (c >= o->first && c - o->first < o->n &&
+		    (!nb ||
+		     memcmp(owned_box(L, o, c - o->first), off, nb) == 0))
+			return (int64_t)(c - o->first);
+	}
+}
+
+/* The chunk table of place(): every owned chunk by (owner, offsets),
+ * cmask + 1 slots of chunk numbers (UINT32_MAX: empty), built when the
+ * first entry without a matching index comes (Megatron-Core writes none)
+ * and freed once the stream is done.  Two chunks of a tensor at the same
+ * offsets (refused later, as overlapping) decline: each probe passes only
+ * other places.  @return 0, -ENOMEM, or -EAGAIN. */
+static int cmap_build(loader *L)
+{
+	size_t n = 0;
+
+	for (size_t j = 0; j <= L->ownmask; j++)
+		n += L->own[j].fqn ? L->own[j].n : 0;
+	for (L->cmask = 15; L->cmask < 2 * n;)
+		L->cmask = 2 * L->cmask + 1;
+	if (!(L->cmap = malloc((L->cmask + 1) * sizeof(*L->cmap))))
+		return -ENOMEM;
+	memset(L->cmap, 0xff, (L->cmask + 1) * sizeof(*L->cmap));
+	for (size_t j = 0; j <= L->ownmask; j++) {
+		const struct owner *o = &L->own[j];
+
+		for (size_t i = 0; o->fqn && i < o->n; i++) {
+			const int64_t *box = owned_box(L, o, i);
+
+			if (cmap_find(L, o, box) >= 0)
+				return place_decline(L);
+			for (size_t h = (size_t)owned_hash(o, box);; h++)
+				if (L->cmap[h & L->cmask] == UINT32_MAX) {
+					L->cmap[h & L->cmask] =
+					    o->first + (uint32_t)i;
+					break;
+				}
+		}
+	}
+	return 0;
+}
+
 /* Write entry e (key k, offsets at offpool[0] + e->offi) into the chunk it
- * is for: 0; 1 when its tensor's chunks did not stream (keep it, as the
- * unplaced path does); or decline. */
+ * is for, the one its index names or else found by its offsets: 0; 1 when
+ * its tensor's chunks did not stream (keep it, as the unplaced path does);
+ * or decline. */
 static int place(loader *L, const flx_pv *k, const sentry *e)
 {
 	const struct owner *o = L->own ? &L->own[own_slot(L, e->fqn)] : NULL;
-	const int64_t *box;
+	const int64_t *off = L->offpool[0] + e->offi;
+	size_t nb = sizeof(*off) * (size_t)e->ndim;
 	flx_chunk *ch;
 	int64_t i;
+	int rc;
 
 	if (!o || !o->fqn) {
 		L->kept_chunk_entry = true;
 		return 1;
 	}
-	if (!flx_pv_int(attr(k, "index"), &i) || i < 0 || i >= o->n ||
-	    e->ndim != o->nd)
+	if (e->ndim != o->nd)
 		return place_decline(L);
+	if (!flx_pv_int(attr(k, "index"), &i) || i < 0 || i >= o->n ||
+	    (nb && memcmp(owned_box(L, o, (size_t)i), off, nb))) {
+		if (!L->cmap && (rc = cmap_build(L)))
+			return rc;
+		if ((i = cmap_find(L, o, off)) < 0)
+			return place_decline(L); /* an entry for no chunk */
+	}
 	ch = &L->chk[o->first + (size_t)i];
 	if (ch->file != UINT32_MAX)
 		return place_decline(L); /* a second entry */
-	if (e->ndim) {
-		box = L->ckd + o->dims + (size_t)i * 2 * (size_t)o->nd;
-		if (memcmp(box, L->offpool[0] + e->offi,
-			   sizeof(*box) * (size_t)e->ndim))
-			return place_decline(L);
-	}
 	ch->file = e->rid;
 	ch->item_off = e->offset;
 	ch->item_len = e->length;
@@ -903,6 +978,9 @@ static void sink_reset(loader *L)
 	free(L->iname);
 	free(L->chk);
 	free(L->own);
+	free(L->cmap);
+	L->cmap = NULL;
+	L->cmask = 0;
 	L->iname = NULL;
 	L->capiname = 0;
 	L->chk = NULL;
@@ -1951,6 +2029,7 @@ static void loader_release(loader *L)
 	free(L->cl);
 	free(L->iname);
 	free(L->own);
+	free(L->cmap);
 }
 
 /* The .metadata decoded with storage_data streamed into L->se (sd_sink),
@@ -1982,6 +2061,8 @@ static int load_streamed(loader *L, const flx_reader *r,
 					     "state_dict_metadata"))) &&
 	    ((!sunk && !L->nse) || (sd == sunk && sd->u.dict.n == 0))) {
 		L->streamed = sunk != NULL;
+		free(L->cmap); /* place()'s, done */
+		L->cmap = NULL;
 		return 0;
 	}
 	flx_pickle_free(*pk);
