@@ -24,6 +24,9 @@ tensor t holding the float32 values t * R * C + r * C + [0, C): the
 read-rate figure's checkpoints (many small items against few large ones,
 the same bytes) and a checkable view.
 
+--no-index: every storage_data key's index None, as Megatron-Core's
+saves leave it (torch's own planner numbers each chunk).
+
 --plans: the Metadata also carries all_local_plans, as Megatron-Core's
 coordinator attaches it (megatron/core/dist_checkpointing/strategies/
 torch.py, MCoreSavePlanner.create_global_plan, 0.12 on; torch's SavePlan
@@ -81,6 +84,9 @@ def main():
     ap.add_argument("--cols", type=int, default=4)
     ap.add_argument("--items", choices=("repeat", "real"), default="repeat")
     ap.add_argument("--plans", action="store_true")
+    # Megatron-Core's saves leave every storage_data key's index None (its
+    # real fixtures, tests/fixtures/megatron-*)
+    ap.add_argument("--no-index", action="store_true")
     a = ap.parse_args()
     api = gen_dcp.TorchAPI()
     torch, md = api.torch, api.md
@@ -123,7 +129,7 @@ def main():
             # own, as in a multi-process save, where the write results
             # reach the coordinator pickled (torch 2.6's fsdp2 fixture:
             # no key shares its chunk's offsets)
-            key = md.MetadataIndex(fqn, torch.Size([r, 0]), r)
+            key = md.MetadataIndex(fqn, torch.Size([r, 0]), None if a.no_index else r)
             if a.items == "repeat":
                 o, n = where[t]
                 storage[key] = SI("__0_0.distcp", o, n)

@@ -100,10 +100,16 @@ def gen_paddle(a):
     return dict(metadata=["0.metadata"], mount_dir=".", opts="")
 
 
+# checkpoints of another generator are written again (2: the Megatron
+# .metadata from gen_scale.py's third generator, every key's index None)
+GENERATOR = 2
+
+
 def gen_megatron(a):
     subprocess.run([sys.executable, os.path.join(HERE, "gen_scale.py"), "--out", a.out,
                     "--tensors", str(a.tensors), "--ranks", str(a.ranks), "--cols", str(a.cols),
-                    "--items", "repeat"] + (["--plans"] if a.plans else []), check=True,
+                    "--items", "repeat", "--no-index"] + (["--plans"] if a.plans else []),
+                   check=True,
                    stdout=subprocess.DEVNULL)
     os.unlink(os.path.join(a.out, "scale.json"))
     with open(os.path.join(a.out, "metadata.json"), "w") as f:
@@ -156,7 +162,8 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     t0 = time.monotonic()
     info = {"paddle": gen_paddle, "megatron": gen_megatron, "mindspore": gen_mindspore}[a.format](a)
-    stamp = dict(format=a.format, tensors=a.tensors, ranks=a.ranks, cols=a.cols,
+    stamp = dict(format=a.format, generator=GENERATOR, tensors=a.tensors, ranks=a.ranks,
+                 cols=a.cols,
                  chunks=a.tensors * a.ranks, write_s=time.monotonic() - t0,
                  metadata_bytes=sum(os.path.getsize(os.path.join(a.out, m))
                                     for m in info["metadata"]), **info)

@@ -23,6 +23,8 @@ import json
 import os
 import subprocess
 
+from gen_scale_fmt import GENERATOR as GEN_VERSION
+
 here = os.path.dirname(os.path.abspath(__file__))
 GEN = os.path.join(here, "gen_scale_fmt.py")
 FIXTURES = os.path.join(here, "..", "fixtures")
@@ -78,8 +80,8 @@ def ensure(ctx, b, fmt, name, tensors, ranks, cols=4, plans=False):
     if os.path.exists(stamp):
         with open(stamp) as f:
             s = json.load(f)
-        if (s["format"], s["tensors"], s["ranks"], s["cols"], s.get("plans", False)) == (
-                fmt, tensors, ranks, cols, plans):
+        if (s["format"], s.get("generator"), s["tensors"], s["ranks"], s["cols"],
+                s.get("plans", False)) == (fmt, GEN_VERSION, tensors, ranks, cols, plans):
             return dict(s, dir=d)
     if os.path.isdir(d):
         subprocess.run(["rm", "-rf", d], check=True)
