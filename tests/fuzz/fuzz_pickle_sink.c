@@ -213,6 +213,20 @@ static bool same_payload(const flx_pv *a, const flx_pv *b, void *ctx)
 		    : memcmp(a->u.str.s, b->u.str.s, a->u.str.len) == 0);
 }
 
+/* The watched dict's pairs: walked (they must be valid while the tree
+ * is), and a batch of 7 declined, so that a decline from watch() is met
+ * too.  That they stay in the tree, the comparison with the plain load
+ * checks. */
+static int watch(void *ctx, flx_pv *const *kv, size_t npairs)
+{
+	size_t budget = 4096;
+
+	(void)ctx;
+	for (size_t i = 0; i < 2 * npairs; i++)
+		(void)hv(kv[i], 0, &budget);
+	return npairs == 7 ? -EAGAIN : 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	const flx_pickle_limits lim = {
@@ -225,6 +239,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				      .list_key = "chunks",
 				      .items = items,
 				      .list_parent = "state_dict_metadata",
+				      .watch_key = "state_dict_metadata",
+				      .watch = watch,
 				      .drop_key = DROP_KEY};
 	flx_pickle *a = NULL, *b = NULL;
 	flx_mem_reader m;
