@@ -2057,11 +2057,15 @@ static int load_streamed(loader *L, const flx_reader *r,
 		return rc;
 	sunk = flx_pickle_sink_dict(*pk);
 	sd = attr(flx_pickle_root(*pk), "storage_data");
+	/* placed, the chunks hold their entries only if storage_data was
+	 * the dict streamed (its pairs may all be SETITEMs: no batch) */
 	if ((!L->ncl || lists_placed(L, attr(flx_pickle_root(*pk),
 					     "state_dict_metadata"))) &&
-	    ((!sunk && !L->nse) || (sd == sunk && sd->u.dict.n == 0))) {
+	    ((!sunk && !L->nse) || (sd == sunk && sd->u.dict.n == 0)) &&
+	    !(L->place && L->ncl && !sunk)) {
 		L->streamed = sunk != NULL;
-		free(L->cmap); /* place()'s, done */
+		L->place = L->place && sunk; /* nothing placed otherwise */
+		free(L->cmap);		     /* place()'s, done */
 		L->cmap = NULL;
 		return 0;
 	}
