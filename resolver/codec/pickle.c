@@ -2252,6 +2252,18 @@ static int batch_end(struct vm *vm, int rc, size_t start)
 	return 0;
 }
 
+/* Whether an item added alone (APPEND, SETITEM) to target goes to the
+ * sink: target is the sink dict or a list streamed (Python's pickler ends
+ * a dict or list whose length is one past a multiple of its batch size
+ * with such an item), outside any batch or dropped value.  Its values
+ * were made outside a batch: nothing is rewound, they stay valid. */
+static bool lone_to_sink(const struct vm *vm, const flx_pv *target)
+{
+	return vm->sink && !vm->young && !vm->ndl && target != vm->drop_v &&
+	       (target == vm->sink_dict || (target->kind == FLX_PV_LIST &&
+					    target->sunk_ && vm->sink->items));
+}
+
 /* The watched dict's pairs kv[0 .. 2 * n) to the sink's watch(). */
 static int watched(struct vm *vm, flx_pv *const *kv, size_t n)
 {
@@ -2633,6 +2645,9 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		if (b->kind != FLX_PV_LIST)
 			return vm_fail(vm, -EINVAL, "APPEND to a %s",
 				       flx_pv_kind_name(b));
+		if (lone_to_sink(vm, b))
+			return sink_result(
+			    vm, vm->sink->items(vm->sink->ctx, b, &a, 1));
 		return seq_add(vm, b, &a, 1);
 	case OP_APPENDS:
 		return op_add_seq(vm, FLX_PV_LIST, "APPENDS to");
@@ -2645,6 +2660,9 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 				       flx_pv_kind_name(c));
 		a2[0] = b;
 		a2[1] = a;
+		if (lone_to_sink(vm, c))
+			return sink_result(
+			    vm, vm->sink->pairs(vm->sink->ctx, a2, 1));
 		if (c == vm->watch_dict && (rc = watched(vm, a2, 1)))
 			return rc;
 		return dict_add(vm, c, a2, 1);

@@ -188,17 +188,20 @@ struct flx_pickle_sink {
 	 * dict's pair) */
 	const char *key;
 	/* Called, on the loading thread, with each batch of pairs that a
-	 * SETITEMS adds to that dict, in order: kv[2*i] is a key, kv[2*i+1]
-	 * its value, both borrowed for the call only (their nodes are reused
-	 * once it returns: copy what is kept).  The pairs are then not added
-	 * to the dict.
+	 * SETITEMS adds to that dict, in order (and, as a batch of one, a
+	 * pair a lone SETITEM adds outside any batch: Python's pickler ends
+	 * a dict one pair past a multiple of its batch size so): kv[2*i] is a
+	 * key, kv[2*i+1] its value, both borrowed for the call only (their
+	 * nodes are reused once it returns: copy what is kept).  The pairs are
+	 * then not added to the dict.
 	 * @return 0; -EAGAIN to decline (the load fails with -EAGAIN);
 	 *         another -errno fails the load with it */
 	int (*pairs)(void *ctx, flx_pv *const *kv, size_t npairs);
 	void *ctx;
 	/* and the lists stored under this str key (NULL: none): items() is
 	 * called, as pairs() is, with each batch of items that an APPENDS
-	 * adds to one of them, and list says which (borrowed, valid as long
+	 * adds to one of them (and an item a lone APPEND adds to one after
+	 * its first batch), and list says which (borrowed, valid as long
 	 * as the tree) */
 	const char *list_key;
 	int (*items)(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n);

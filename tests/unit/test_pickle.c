@@ -2372,6 +2372,38 @@ static void test_sink_watch(void)
 	free(s.pairs.p);
 }
 
+/* Python's pickler ends a dict or list one item past a multiple of its
+ * batch size with a lone SETITEM or APPEND: after the batches, that item
+ * goes to the sink too (a batch of one), and the tree keeps none. */
+static void test_sink_lone_tail(void)
+{
+	/* {"sd": {"k": 1, "m": 2} then "z": 3 by SETITEM,
+	 *  "chunks": [1, 2] then 3 by APPEND} */
+	static const char pk[] =
+	    "\x80\x04}(\x8c\x02sd}(\x8c\x01kK\x01\x8c\x01mK"
+	    "\x02u\x8c\x01zK\x03s\x8c\x06"
+	    "chunks](K\x01K\x02"
+	    "eK\x03"
+	    "au.";
+	struct sink_rec s = {.list_key = "chunks"};
+	struct sbuf got = {.budget = 1000};
+	flx_pickle *p = NULL;
+	flx_error e;
+
+	CHECK_EQ(load_sink(pk, sizeof(pk) - 1, 1 << 16, "sd", &s, &p, &e), 0);
+	CHECK(s.pairs.p &&
+	      strcmp(s.pairs.p, "s\"k\":i1;s\"m\":i2;s\"z\":i3;") == 0);
+	CHECK_EQ(s.calls, 2);
+	CHECK(s.items.p && strcmp(s.items.p, "i1;i2;|i3;|") == 0);
+	if (p)
+		dump(&got, flx_pickle_root(p), 0);
+	CHECK(got.p && strcmp(got.p, "<s\"sd\":<>,s\"chunks\":[]>") == 0);
+	flx_pickle_free(p);
+	free(s.pairs.p);
+	free(s.items.p);
+	free(got.p);
+}
+
 enum { PK_PAIRS = 600000, PK_PER = 1000, PK_REF = 300000 };
 enum { PK_KEY, PK_LIST, PK_SET };
 
@@ -2845,6 +2877,7 @@ int main(void)
 	test_sink_dcp();
 	test_sink_list_parent();
 	test_sink_watch();
+	test_sink_lone_tail();
 	test_sink_batches();
 	test_sink_named_again();
 	test_sink_packed();
