@@ -86,21 +86,12 @@ static int other_backend(int dirfd, const char *backend, const char *v,
 static int check_config(int dirfd, const char *buf, size_t len,
 			const char *backend, flx_error *err)
 {
-	json_error_t je;
 	const json_t *v;
 	json_t *root;
-	int rc = 0;
+	int rc = flx_json_parse(buf, len, CONFIG_NAME, NULL, &root, err);
 
-	flx_json_guard_begin();
-	root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
-	if (flx_json_guard_failed()) {
-		json_decref(root);
-		return -ENOMEM;
-	}
-	if (!root)
-		return flx_error_set(err, -EINVAL, CONFIG_NAME, NULL,
-				     "not valid JSON: line %d column %d: %s",
-				     je.line, je.column, je.text);
+	if (rc)
+		return rc;
 	if (!json_is_object(root)) {
 		rc = flx_error_set(err, -EINVAL, CONFIG_NAME, NULL,
 				   "not a JSON object");
