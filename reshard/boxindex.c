@@ -28,17 +28,9 @@ static bool box_empty(int ndim, const int64_t *size)
 	return false;
 }
 
-/*
- * Sort along the axis with the most distinct starts, so a query scans as
- * few candidates as possible.  order: room for n indices, or NULL to have
- * one allocated (freed by bix_free()).
- */
-int bix_build(box_index *ix, const void *base, size_t stride, size_t box_off,
-	      int gap, size_t n, int ndim, uint32_t *order)
+static void bix_init(box_index *ix, const void *base, size_t stride,
+		     size_t box_off, int gap, int ndim, uint32_t *order)
 {
-	int best = 0;
-	size_t best_distinct = 0;
-
 	memset(ix, 0, sizeof(*ix));
 	ix->base = base;
 	ix->stride = stride;
@@ -47,19 +39,19 @@ int bix_build(box_index *ix, const void *base, size_t stride, size_t box_off,
 	ix->ndim = ndim;
 	ix->axis = ndim ? 0 : -1;
 	ix->order = order;
-	if (!order) {
-		ix->order = malloc((n ? n : 1) * sizeof(uint32_t));
-		if (!ix->order)
-			return -ENOMEM;
-		ix->own_order = true;
-	}
-	for (size_t i = 0; i < n; i++)
-		if (!box_empty(ndim, bix_off(ix, i) + gap))
-			ix->order[ix->n++] = (uint32_t)i;
+}
+
+/* Sort ix->order[0..ix->n) along the axis with the most distinct starts,
+ * so a query scans as few candidates as possible. */
+static void bix_sort(box_index *ix)
+{
+	int best = 0, ndim = ix->ndim;
+	size_t best_distinct = 0;
+
 	/* a few boxes are scanned faster than sorted and searched */
 	if (ndim == 0 || ix->n <= SCAN_MAX) {
 		ix->axis = -1;
-		return 0;
+		return;
 	}
 	for (int d = 0; d < ndim; d++) {
 		size_t distinct = 0;
@@ -79,11 +71,39 @@ int bix_build(box_index *ix, const void *base, size_t stride, size_t box_off,
 	ix->axis = best;
 	qsort_r(ix->order, ix->n, sizeof(uint32_t), cmp_u32_by_start, ix);
 	for (size_t i = 0; i < ix->n; i++) {
-		int64_t e = bix_off(ix, ix->order[i])[gap + ix->axis];
+		int64_t e = bix_off(ix, ix->order[i])[ix->gap + ix->axis];
 
 		if (e > ix->maxext)
 			ix->maxext = e;
 	}
+}
+
+int bix_build(box_index *ix, const void *base, size_t stride, size_t box_off,
+	      int gap, size_t n, int ndim, uint32_t *order)
+{
+	bix_init(ix, base, stride, box_off, gap, ndim, order);
+	if (!order) {
+		ix->order = malloc((n ? n : 1) * sizeof(uint32_t));
+		if (!ix->order)
+			return -ENOMEM;
+		ix->own_order = true;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!box_empty(ndim, bix_off(ix, i) + gap))
+			ix->order[ix->n++] = (uint32_t)i;
+	bix_sort(ix);
+	return 0;
+}
+
+int bix_build_subset(box_index *ix, const void *base, size_t stride,
+		     size_t box_off, int gap, const uint32_t *idx, size_t n,
+		     int ndim, uint32_t *order)
+{
+	bix_init(ix, base, stride, box_off, gap, ndim, order);
+	for (size_t i = 0; i < n; i++)
+		if (!box_empty(ndim, bix_off(ix, idx[i]) + gap))
+			ix->order[ix->n++] = idx[i];
+	bix_sort(ix);
 	return 0;
 }
 

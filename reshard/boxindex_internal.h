@@ -46,6 +46,15 @@ typedef struct box_index {
 int bix_build(box_index *ix, const void *base, size_t stride, size_t box_off,
 	      int gap, size_t n, int ndim, uint32_t *order);
 
+/**
+ * As bix_build(), over the n elements of base whose indices are idx[0..n)
+ * (borrowed for the call only) instead of all of them: a query answers
+ * those indices.  order: room for n indices (borrowed).  @return 0.
+ */
+int bix_build_subset(box_index *ix, const void *base, size_t stride,
+		     size_t box_off, int gap, const uint32_t *idx, size_t n,
+		     int ndim, uint32_t *order);
+
 /** Free what bix_build() allocated (nothing when order was given). */
 void bix_free(box_index *ix);
 

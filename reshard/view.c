@@ -20,11 +20,14 @@
  * gpu/slice.h) whose blocks come from the mount's cache (bcache.h).
  *
  * Storage.  A plan has a view per tensor per TP rank (80,000 for 10,000
- * tensors at tp=8) and the mount walks them several times, so a view is
- * kept small: one block (struct, then its pieces with only ndim
- * coordinates each) cut from the plan's arena, its box shared with every
- * other view of the same box (interned), and no piece index below
- * SCAN_MAX pieces.
+ * tensors at tp=8) and a piece per chunk it meets (a million at tp=1 over
+ * a million-chunk checkpoint), so a view is kept small: one block
+ * (struct, then its pieces) cut from the plan's arena, its box shared with
+ * every other view of the same box (interned), and no piece index below
+ * SCAN_MAX pieces.  A view whose box holds each chunk it meets whole (the
+ * usual case: a target rank gathers saved shards) keeps per piece only
+ * the chunk's number in its tensor, 4 bytes, and reads the box from the
+ * chunk; any other keeps the chunk and the intersection's coordinates.
  */
 #include "view_internal.h"
 
@@ -47,22 +50,54 @@
 
 /* ---- views ---- */
 
-/* A piece: the intersection of the view's box with one saved chunk.
- * Stored back to back, each sizeof(piece) + 2 * ndim int64s. */
+/* A piece: the intersection of the view's box with one saved chunk.  In
+ * a view of whole chunks (flx_view.whole) a piece is the chunk's number in
+ * its tensor (uint32_t); otherwise it is this, sizeof(piece) + 2 * ndim
+ * int64s long, back to back. */
 typedef struct piece {
 	const flx_chunk *ch;
 	int64_t c[]; /* off[0..ndim) then size[0..ndim), global */
 } piece;
 
-static size_t piece_stride(int ndim)
+/* A piece as the read path sees it, whichever way it is stored: its
+ * chunk and its box (global).  ch NULL: none. */
+typedef struct pref {
+	const flx_chunk *ch;
+	const int64_t *off, *size;
+} pref;
+
+static size_t piece_stride(int ndim, bool whole)
 {
-	return sizeof(piece) + 2 * (size_t)ndim * sizeof(int64_t);
+	return whole ? sizeof(uint32_t)
+		     : sizeof(piece) + 2 * (size_t)ndim * sizeof(int64_t);
 }
 
-static const piece *piece_at(const flx_view *v, size_t i)
+static pref chunk_piece(const flx_view *v, uint32_t chunk)
 {
-	return (const piece *)((const unsigned char *)(v + 1) +
-			       i * piece_stride(v->ndim));
+	const flx_chunk *ch = &v->t->chunks[chunk];
+
+	return (pref){ch, ch->off, ch->size};
+}
+
+static pref piece_get(const flx_view *v, size_t i)
+{
+	const unsigned char *at = (const unsigned char *)(v + 1);
+	const piece *p;
+
+	if (v->whole)
+		return chunk_piece(v, ((const uint32_t *)at)[i]);
+	p = (const piece *)(at + i * piece_stride(v->ndim, false));
+	return (pref){p->ch, p->c, p->c + v->ndim};
+}
+
+/* Whether box b holds chunk ch whole. */
+static bool box_holds(int D, const flx_box *b, const flx_chunk *ch)
+{
+	for (int d = 0; d < D; d++)
+		if (ch->off[d] < b->off[d] ||
+		    ch->off[d] + ch->size[d] > b->off[d] + b->size[d])
+			return false;
+	return true;
 }
 
 static int collect_chunk(void *arg, uint32_t idx)
@@ -107,9 +142,10 @@ int view_build(const flx_ckpt *ckpt, const flx_tensor *t,
 	       scratch *sc, flx_view **out, flx_error *err)
 {
 	int D = t->ndim, rc;
-	size_t np, pstride = piece_stride(D), need, at;
+	size_t np, pstride, need, at;
 	uint64_t numel = 1, covered = 0;
 	unsigned char *mem;
+	bool whole = true;
 	flx_view *v;
 
 	for (int d = D - 1; d >= 0; d--) {
@@ -124,7 +160,12 @@ int view_build(const flx_ckpt *ckpt, const flx_tensor *t,
 	if (rc)
 		return rc;
 	np = sc->n;
+	for (size_t i = 0; i < np && whole; i++)
+		whole = box_holds(D, box, &t->chunks[sc->idx[i]]);
+	pstride = piece_stride(D, whole);
 	need = sizeof(*v) + np * pstride;
+	need = (need + 7) & ~(size_t)7;
+	at = need;
 	if (np > SCAN_MAX)
 		need += sizeof(box_index) + np * sizeof(uint32_t);
 	need = (need + 7) & ~(size_t)7;
@@ -151,11 +192,16 @@ int view_build(const flx_ckpt *ckpt, const flx_tensor *t,
 	v->bytes = numel * v->esz;
 	v->npieces = (uint32_t)np;
 	v->standalone = !a;
-	at = sizeof(*v) + np * pstride;
+	v->whole = whole;
 	for (size_t i = 0; i < np; i++) {
 		const flx_chunk *ch = &t->chunks[sc->idx[i]];
 		piece *p = (piece *)(mem + sizeof(*v) + i * pstride);
 
+		if (whole) {
+			((uint32_t *)(v + 1))[i] = sc->idx[i];
+			covered += flx_numel(D, ch->size);
+			continue;
+		}
 		for (int d = 0; d < D; d++) {
 			int64_t lo =
 			    ch->off[d] > box->off[d] ? ch->off[d] : box->off[d];
@@ -181,10 +227,19 @@ int view_build(const flx_ckpt *ckpt, const flx_tensor *t,
 			free(v);
 		return rc;
 	}
-	if (np > SCAN_MAX) { /* order lies in the same block: cannot fail */
+	/* the piece index lies in the same block: cannot fail.  A view of
+	 * whole chunks indexes them in place, by chunk number. */
+	if (np > SCAN_MAX) {
+		uint32_t *order = (uint32_t *)(mem + at + sizeof(box_index));
+
 		v->pix = (box_index *)(mem + at);
-		bix_build(v->pix, mem + sizeof(*v), pstride, offsetof(piece, c),
-			  D, np, D, (uint32_t *)(mem + at + sizeof(box_index)));
+		if (whole)
+			bix_build_subset(v->pix, chunks->base, chunks->stride,
+					 chunks->box_off, chunks->gap, sc->idx,
+					 np, D, order);
+		else
+			bix_build(v->pix, mem + sizeof(*v), pstride,
+				  offsetof(piece, c), D, np, D, order);
 	}
 	*out = v;
 	return 0;
@@ -219,7 +274,7 @@ int flx_view_files(const flx_view *v, uint32_t **out, size_t *n)
 	if (!f)
 		return -ENOMEM;
 	for (size_t i = 0; i < v->npieces; i++)
-		f[i] = piece_at(v, i)->ch->file;
+		f[i] = piece_get(v, i).ch->file;
 	*out = f;
 	*n = flx_u32_sort_unique(f, v->npieces);
 	return 0;
@@ -232,13 +287,13 @@ size_t flx_view_npieces(const flx_view *v)
 
 uint32_t flx_view_piece_file(const flx_view *v, size_t i)
 {
-	return piece_at(v, i)->ch->file;
+	return piece_get(v, i).ch->file;
 }
 
 uint64_t flx_view_piece_bytes(const flx_view *v, size_t i)
 {
 	/* a piece's elements fit the view's, whose bytes were checked */
-	return flx_numel(v->ndim, piece_at(v, i)->c + v->ndim) *
+	return flx_numel(v->ndim, piece_get(v, i).size) *
 	       flx_dtype_size(v->t->dtype);
 }
 
@@ -642,41 +697,46 @@ static int emit(rdctx *r, uint32_t file, uint64_t src, size_t dst, size_t len)
 	return 0;
 }
 
-static bool piece_holds(const flx_view *v, const piece *p, const int64_t *g)
+static bool piece_holds(const flx_view *v, const pref *p, const int64_t *g)
 {
 	for (int d = 0; d < v->ndim; d++)
-		if (g[d] < p->c[d] || g[d] >= p->c[d] + p->c[v->ndim + d])
+		if (g[d] < p->off[d] || g[d] >= p->off[d] + p->size[d])
 			return false;
 	return true;
 }
 
-static const piece *find_piece(const flx_view *v, const piece *hint,
-			       const int64_t *g)
+/* The piece holding global element g, hint tried first; ch NULL: none. */
+static pref find_piece(const flx_view *v, const pref *hint, const int64_t *g)
 {
 	int64_t ones[FLX_MAX_DIMS];
 	uint32_t idx;
+	pref p = {0};
 
-	if (hint && piece_holds(v, hint, g))
-		return hint;
+	if (hint->ch && piece_holds(v, hint, g))
+		return *hint;
 	if (!v->pix) {
-		for (size_t i = 0; i < v->npieces; i++)
-			if (piece_holds(v, piece_at(v, i), g))
-				return piece_at(v, i);
-		return NULL;
+		for (size_t i = 0; i < v->npieces; i++) {
+			p = piece_get(v, i);
+			if (piece_holds(v, &p, g))
+				return p;
+		}
+		return (pref){0};
 	}
 	for (int d = 0; d < v->ndim; d++)
 		ones[d] = 1;
-	return bix_find(v->pix, g, ones, &idx) ? NULL : piece_at(v, idx);
+	if (bix_find(v->pix, g, ones, &idx))
+		return p;
+	return v->whole ? chunk_piece(v, idx) : piece_get(v, idx);
 }
 
 /* Elements from g onwards (C order of the box) that stay inside piece p
  * and contiguous in its chunk's storage; see the comment at the top. */
-static uint64_t run_elems(const flx_view *v, const piece *p, const int64_t *g)
+static uint64_t run_elems(const flx_view *v, const pref *p, const int64_t *g)
 {
 	const flx_chunk *ch = p->ch;
 	const flx_box *bx = v->box;
 	int D = v->ndim;
-	const int64_t *boff = p->c, *bsize = p->c + D;
+	const int64_t *boff = p->off, *bsize = p->size;
 	uint64_t n, inner;
 
 	if (D == 0)
@@ -699,7 +759,7 @@ static uint64_t run_elems(const flx_view *v, const piece *p, const int64_t *g)
 }
 
 /* File offset of global element g inside piece p's chunk. */
-static uint64_t src_offset(const flx_view *v, const piece *p, const int64_t *g)
+static uint64_t src_offset(const flx_view *v, const pref *p, const int64_t *g)
 {
 	const flx_chunk *ch = p->ch;
 	int64_t e = ch->storage_offset;
@@ -729,7 +789,7 @@ static void unravel(const flx_view *v, uint64_t e, int64_t *g)
  */
 typedef struct cursor {
 	const flx_view *v;
-	const piece *p; /* the piece holding pos (the next one's hint) */
+	pref p; /* the piece holding pos (the next one's hint) */
 	int64_t g[FLX_MAX_DIMS]; /* global coordinates of element e */
 	uint64_t e;		 /* the element holding pos */
 	uint64_t pos, stop, end; /* the run [pos, stop); stop <= end */
@@ -743,7 +803,7 @@ static void cursor_init(cursor *k, const flx_view *v, uint64_t off,
 			uint64_t end)
 {
 	k->v = v;
-	k->p = NULL;
+	k->p = (pref){0};
 	k->pos = k->stop = off;
 	k->end = end;
 }
@@ -759,15 +819,15 @@ static int cursor_next(cursor *k)
 	k->pos = k->stop;
 	k->e = k->pos / v->esz;
 	unravel(v, k->e, k->g);
-	k->p = find_piece(v, k->p, k->g);
-	if (!k->p)
+	k->p = find_piece(v, &k->p, k->g);
+	if (!k->p.ch)
 		return -EIO;
-	k->stop = (k->e + run_elems(v, k->p, k->g)) * v->esz;
+	k->stop = (k->e + run_elems(v, &k->p, k->g)) * v->esz;
 	if (k->stop > k->end)
 		k->stop = k->end;
-	k->src = src_offset(v, k->p, k->g);
-	k->strided = v->ndim > 0 && k->p->ch->contig_from >= v->ndim;
-	k->zstd = k->p->ch->zstd;
+	k->src = src_offset(v, &k->p, k->g);
+	k->strided = v->ndim > 0 && k->p.ch->contig_from >= v->ndim;
+	k->zstd = k->p.ch->zstd;
 	return 1;
 }
 
@@ -1032,7 +1092,7 @@ static int gather(rdctx *r, uint32_t file, uint64_t src, uint64_t sstride,
 static int zstd_run(rdctx *r, const cursor *k)
 {
 	const flx_view *v = r->v;
-	const flx_chunk *ch = k->p->ch;
+	const flx_chunk *ch = k->p.ch;
 	const flx_zitem it = {ch->file, ch->item_off, ch->item_len};
 	uint64_t stride =
 	    k->strided ? (uint64_t)ch->stride[v->ndim - 1] * v->esz : v->esz;
@@ -1101,7 +1161,7 @@ static ssize_t read_stored(const flx_view *v, const flx_view_io *io,
 		n = (size_t)(v->bytes - off);
 	r.len = (size_t)out_bytes(&r, n);
 	for (cursor_init(&k, v, off, off + n); (rc = cursor_next(&k)) > 0;) {
-		const flx_chunk *ch = k.p->ch;
+		const flx_chunk *ch = k.p.ch;
 
 		if (k.zstd)
 			rc = cast ? -EIO : zstd_run(&r, &k);
@@ -1226,7 +1286,7 @@ int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
 		return 0;
 	for (cursor_init(&c, v, off, off + n); (rc = cursor_next(&c)) > 0;) {
 		uint64_t src = c.src + c.pos % v->esz;
-		uint32_t file = c.p->ch->file;
+		uint32_t file = c.p.ch->file;
 
 		if (c.strided || c.zstd) /* not the file's bytes in order */
 			return 0;
@@ -1263,13 +1323,13 @@ int flx_view_zrun(const flx_view *v, uint64_t off, size_t n, flx_zitem *it,
 	for (cursor_init(&k, v, off, off + n); (rc = cursor_next(&k)) > 0;) {
 		uint64_t src = k.src + k.pos % v->esz;
 
-		if (!k.zstd || (ch && k.p->ch != ch) || k.strided)
+		if (!k.zstd || (ch && k.p.ch != ch) || k.strided)
 			return 0;
 		if (ch && src != next)
 			return 0; /* the next run is elsewhere in the content */
 		if (!ch)
 			*a = src;
-		ch = k.p->ch;
+		ch = k.p.ch;
 		next = src + (k.stop - k.pos);
 	}
 	if (rc)

@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 /*
- * One allocation per view: the struct, its pieces, then (more than
+ * One allocation per view: the struct, its pieces (view.c), then (more than
  * SCAN_MAX pieces) the piece index and its order array, then (a view of
  * its own) its box.  A plan's views live in its arena and share interned
  * boxes; flx_view_new()'s are malloc'd alone.
@@ -32,6 +32,7 @@ struct flx_view {
 	uint16_t esz;
 	uint8_t ndim;
 	bool standalone; /* freed by flx_view_free() */
+	bool whole;	 /* each piece a whole chunk, kept as its number */
 	box_index *pix;	 /* NULL: few pieces, scanned */
 };
 
