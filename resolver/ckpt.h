@@ -126,6 +126,9 @@ typedef struct flx_chunk {
 	 * Such a chunk is read through resolver/cache/zcache.h, never spliced.
 	 */
 	bool zstd;
+	/* stride is shared with other chunks (flx_tensor_pool_place()):
+	 * change it with flx_chunk_set_strides() only */
+	bool shared_stride;
 	/* the chunk's window in that file: its item (a record holding it,
 	 * such as a zip) or its data; the order in which items are read */
 	uint64_t item_off;
@@ -164,7 +167,9 @@ typedef struct flx_tensor {
 	 * ndim offsets, ndim sizes and ndim strides (one allocation, see
 	 * flx_tensor_alloc_chunks()), or its ndim strides only, where the
 	 * source keeps the boxes elsewhere in the index's pool
-	 * (flx_tensor_pool_strides()).  Either way the boxes are read in
+	 * (flx_tensor_pool_strides()), or t->shape, where the source keeps
+	 * boxes and strides elsewhere (flx_tensor_pool_place()).  Either way
+	 * the boxes are read in
 	 * place: chunk i's off lies a fixed step past chunk i-1's, its size
 	 * right behind it (reshard/view.c) */
 	flx_chunk *chunks;

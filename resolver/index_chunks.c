@@ -97,25 +97,63 @@ int flx_tensor_pool_strides(flx_pool *pool, flx_tensor *t, uint32_t n)
 	return 0;
 }
 
+/* The strides of a dense row-major layout of size (ndim > 0). */
+static void dense_strides(int ndim, const int64_t *size, int64_t *out)
+{
+	int64_t s = 1;
+
+	for (int k = ndim - 1; k >= 0; k--) {
+		out[k] = s;
+		s *= size[k];
+	}
+}
+
 int flx_tensor_pool_place(flx_pool *pool, flx_tensor *t, flx_chunk *ch,
 			  uint32_t n)
 {
-	size_t nd = (size_t)t->ndim;
-	int64_t *d = t->shape; /* ndim 0: no box, nothing read through it */
+	int nd = t->ndim;
+	int64_t want[FLX_MAX_DIMS], *last = NULL;
 
-	if (nd) {
-		d = flx_pool_alloc(pool, (size_t)n * nd * sizeof(int64_t));
-		if (!d)
-			return -ENOMEM;
-	}
 	t->chunks = ch;
-	t->dims = d;
-	for (uint32_t i = 0; i < n; i++) {
-		ch[i].stride = d + i * nd;
-		if (!nd)
-			ch[i].off = ch[i].size = d;
-	}
+	t->dims = t->shape; /* no dims block: boxes and strides elsewhere */
 	t->nchunks = n;
+	for (uint32_t i = 0; i < n; i++) {
+		ch[i].shared_stride = true;
+		if (!nd) {
+			ch[i].off = ch[i].size = ch[i].stride = t->shape;
+			continue;
+		}
+		/* the boxes lie inside the shape (checked): no overflow */
+		dense_strides(nd, ch[i].size, want);
+		if (!last || memcmp(last, want, sizeof(*want) * (size_t)nd)) {
+			last = flx_pool_alloc(pool, sizeof(*want) * (size_t)nd);
+			if (!last)
+				return -ENOMEM;
+			memcpy(last, want, sizeof(*want) * (size_t)nd);
+		}
+		ch[i].stride = last;
+	}
+	return 0;
+}
+
+int flx_chunk_set_strides(flx_chunk *ch, int ndim, const int64_t *stride,
+			  flx_pool *keep)
+{
+	size_t bytes = sizeof(*stride) * (size_t)ndim;
+	int64_t *own;
+
+	if (!ch->shared_stride) {
+		memcpy(ch->stride, stride, bytes);
+		return 0;
+	}
+	if (!memcmp(ch->stride, stride, bytes))
+		return 0;
+	own = flx_pool_alloc(keep, bytes ? bytes : 1);
+	if (!own)
+		return -ENOMEM;
+	memcpy(own, stride, bytes);
+	ch->stride = own;
+	ch->shared_stride = false;
 	return 0;
 }
 

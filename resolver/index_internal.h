@@ -90,8 +90,9 @@ int add_file(flx_build *b, const char *relpath, bool data, const char *key,
  * @return 0 and *out (for items_end()), -ENOMEM, or -EOVERFLOW (more
  * than UINT32_MAX tensors). */
 int items_begin(const flx_build *b, bool wait, struct flx_item_load **out);
-/* Wait for (or run) every worker, then free ld.  @return 0, or the first
- * failure in file order with err. */
+/* Wait for (or run) every worker, give what they kept to the index's pool
+ * (the caller's thread must be the only one using it), then free ld.
+ * @return 0, or the first failure in file order with err. */
 int items_end(struct flx_item_load *ld, flx_error *err);
 
 /* index_prefetch.c */

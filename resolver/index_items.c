@@ -71,12 +71,14 @@ typedef struct item_worker {
 	pthread_t tid;
 	int rc;
 	flx_error err;
+	flx_pool keep; /* what load keeps, given to the index's pool */
 } item_worker;
 
 /* Items being read, from items_begin() to items_end(). */
 struct flx_item_load {
 	item_job *jobs;
 	unsigned nt;
+	flx_pool *keep; /* the index's pool */
 	item_worker w[FLX_MAX_THREADS];
 };
 
@@ -142,7 +144,8 @@ static void *item_worker_run(void *arg)
 	w->rc = s ? w->ops->scratch_init(s) : -ENOMEM;
 	for (size_t i = w->lo; !w->rc && i < w->hi; i++)
 		w->rc = w->ops->load(w->c, s, &w->c->tensors[w->jobs[i].t],
-				     job_chunk(w->c, w->jobs[i]), &w->err);
+				     job_chunk(w->c, w->jobs[i]), &w->keep,
+				     &w->err);
 	if (s)
 		w->ops->scratch_release(s);
 	free(s);
@@ -193,6 +196,7 @@ int items_begin(const flx_build *b, bool wait, struct flx_item_load **out)
 	if (rc)
 		goto out;
 	ld->nt = item_threads(b->threads, n);
+	ld->keep = &b->c->pool;
 	for (unsigned k = 0; k < ld->nt; k++) {
 		item_worker *w = &ld->w[k];
 
@@ -232,7 +236,10 @@ int items_end(struct flx_item_load *ld, flx_error *err)
 		else if (!ld->w[k].ran)
 			item_worker_run(&ld->w[k]);
 	}
-	for (unsigned k = 0; k < ld->nt && !rc; k++) {
+	for (unsigned k = 0; k < ld->nt; k++) {
+		flx_pool_move(ld->keep, &ld->w[k].keep);
+		if (rc)
+			continue;
 		rc = ld->w[k].rc;
 		if (rc && ld->w[k].err.code && err)
 			*err = ld->w[k].err;

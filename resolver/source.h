@@ -366,16 +366,28 @@ int flx_tensor_pool_chunks(flx_pool *pool, flx_tensor *t, uint32_t n);
 int flx_tensor_pool_strides(flx_pool *pool, flx_tensor *t, uint32_t n);
 
 /**
- * As flx_tensor_pool_strides(), for n chunks the source made already:
- * t's chunks are ch[0..n) (kept by the caller as long as the index, in
- * its pool: flx_pool_adopt()), with room for their strides from pool;
- * their other fields are left as they are, off and size for the caller
- * to point at boxes as flx_tensor_pool_strides() says (ndim 0: pointed
- * at t->shape, no element read).  Thread-safe for distinct pools.
+ * Give t the n chunks the source made already, ch[0..n) (kept by the
+ * caller as long as the index, in its pool: flx_pool_adopt()), their off
+ * and size pointed at boxes as flx_tensor_pool_strides() says (t->ndim 0:
+ * pointed here at t->shape, no element read) and checked
+ * (flx_tensor_check_chunks()).  Each chunk's strides are set to those of
+ * its size stored dense row-major, one array from pool shared by the
+ * chunks in a row whose sizes give the same (shared_stride set): an item
+ * loader that reads other strides sets them with flx_chunk_set_strides().
+ * Other fields are left as they are.  Thread-safe for distinct pools.
  * @return 0 or -ENOMEM.
  */
 int flx_tensor_pool_place(flx_pool *pool, flx_tensor *t, flx_chunk *ch,
 			  uint32_t n);
+
+/**
+ * Set chunk ch's ndim strides to stride: in place, or, when they are
+ * shared (flx_chunk.shared_stride) and differ, in an array of its own from
+ * keep.  Thread-safe for distinct chunks and pools.
+ * @return 0 or -ENOMEM (ch unchanged).
+ */
+int flx_chunk_set_strides(flx_chunk *ch, int ndim, const int64_t *stride,
+			  flx_pool *keep);
 
 /**
  * Check that t's chunks lie inside its shape, are pairwise disjoint and
@@ -391,8 +403,10 @@ int flx_tensor_check_chunks(const flx_tensor *t, const char *from,
  * record in the file (DCP's torch.save items), the builder calls load
  * once per chunk after the source's load, in file order (by file, then
  * item_off), from up to 8 threads, each with its own scratch.  load may
- * write only *ch.  Until they are read (flx_ckpt_open_start()) the caller
- * of the open may use everything but what load fills.
+ * write only *ch, and take memory that lives as long as the index from
+ * keep (the worker's own pool, given to the index's when the items are
+ * read).  Until they are read (flx_ckpt_open_start()) the caller of the
+ * open may use everything but what load fills.
  */
 typedef struct flx_item_ops {
 	size_t scratch_size;
@@ -401,7 +415,7 @@ typedef struct flx_item_ops {
 	void (*scratch_release)(void *s);
 	/* @return 0, or -errno with err (one per worker) */
 	int (*load)(const flx_ckpt *c, void *s, const flx_tensor *t,
-		    flx_chunk *ch, flx_error *err);
+		    flx_chunk *ch, flx_pool *keep, flx_error *err);
 } flx_item_ops;
 
 /** Have every chunk's item read through ops (static storage). */

@@ -1367,9 +1367,10 @@ static void item_name(char *buf, size_t size, const char *relpath, uint64_t off)
 
 /* Locate the chunk's storage inside its torch.save item and check it
  * against the metadata.  Reads go through s's cache, bound here to the
- * item's file; errors go to err.  Touches nothing shared but *ch, so items
- * may be loaded on several threads at once (flx_item_ops). */
-static int load_item_from(const flx_ckpt *c, item_scratch *s,
+ * item's file; errors go to err.  Touches nothing shared but *ch (and
+ * keep, the worker's), so items may be loaded on several threads at once
+ * (flx_item_ops). */
+static int load_item_from(const flx_ckpt *c, item_scratch *s, flx_pool *keep,
 			  const flx_tensor *t, flx_chunk *ch, flx_reader r,
 			  flx_error *err)
 {
@@ -1482,7 +1483,9 @@ static int load_item_from(const flx_ckpt *c, item_scratch *s,
 	/* zstd: an offset into the decompressed item (ckpt.h) */
 	ch->data_off = ch->zstd ? data.data_off : ch->item_off + data.data_off;
 	ch->storage_offset = tp.storage_offset;
-	memcpy(ch->stride, tp.stride, sizeof(int64_t) * (size_t)t->ndim);
+	rc = flx_chunk_set_strides(ch, t->ndim, tp.stride, keep);
+	if (rc)
+		return rc;
 	ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
 	return 0;
 }
@@ -1491,7 +1494,7 @@ static int load_item_from(const flx_ckpt *c, item_scratch *s,
  * knows a file by its descriptor, which the fd table may give another file
  * once this one is closed: for such files it starts empty. */
 static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
-		     flx_chunk *ch, flx_error *err)
+		     flx_chunk *ch, flx_pool *keep, flx_error *err)
 {
 	item_scratch *s = arg;
 	flx_reader r;
@@ -1508,7 +1511,7 @@ static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
 		flx_small_read_cache_bind_reader(&s->bc, -2 - (int)ch->file,
 						 size, &s->remote);
 		flx_reader_cached(&r, &cr, &s->bc, ch->item_off, ch->item_len);
-		return load_item_from(c, s, t, ch, r, err);
+		return load_item_from(c, s, keep, t, ch, r, err);
 	}
 	rc = flx_file_acquire(c, ch->file, &fd);
 	if (rc)
@@ -1518,7 +1521,7 @@ static int load_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
 		flx_small_read_cache_bind(&s->bc, -1, 0);
 	flx_small_read_cache_bind(&s->bc, fd, c->files[ch->file].size);
 	flx_reader_cached(&r, &cr, &s->bc, ch->item_off, ch->item_len);
-	rc = load_item_from(c, s, t, ch, r, err);
+	rc = load_item_from(c, s, keep, t, ch, r, err);
 	flx_file_release(c, ch->file);
 	return rc;
 }
@@ -1541,8 +1544,9 @@ void flx_dcp_flat_box(flx_chunk *ch, int64_t len, int64_t shift)
  * placed in the piece's storage (inside it: the item's storage record was
  * checked to hold the whole piece). */
 static int load_flat_box(const flx_ckpt *c, void *arg, const flx_tensor *t,
-			 flx_chunk *ch, flx_error *err)
+			 flx_chunk *ch, flx_pool *keep, flx_error *err)
 {
+	int64_t stride[FLX_MAX_DIMS];
 	int64_t dims[3 * FLX_MAX_DIMS];
 	flx_tensor pt = {.fqn = t->fqn, .dtype = t->dtype, .ndim = t->ndim + 1};
 	flx_chunk pc = {.off = dims,
@@ -1563,25 +1567,28 @@ static int load_flat_box(const flx_ckpt *c, void *arg, const flx_tensor *t,
 		pc.size[d] = 1;
 	}
 	pc.size[t->ndim] = (int64_t)ch->data_off;
-	rc = load_item(c, arg, &pt, &pc, err);
+	rc = load_item(c, arg, &pt, &pc, keep, err);
 	if (rc)
 		return rc;
 	ls = pc.stride[t->ndim];
+	for (int d = 0; d < t->ndim; d++)
+		stride[d] = ch->stride[d] * ls;
+	rc = flx_chunk_set_strides(ch, t->ndim, stride, keep);
+	if (rc)
+		return rc;
 	ch->data_off = pc.data_off;
 	ch->storage_offset = pc.storage_offset + ch->storage_offset * ls;
-	for (int d = 0; d < t->ndim; d++)
-		ch->stride[d] *= ls;
 	ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
 	return 0;
 }
 
 /* An item: a chunk's own, or the one a box of a flattened item is in. */
 static int load_any_item(const flx_ckpt *c, void *arg, const flx_tensor *t,
-			 flx_chunk *ch, flx_error *err)
+			 flx_chunk *ch, flx_pool *keep, flx_error *err)
 {
 	if (ch->contig_from == FLAT_BOX)
-		return load_flat_box(c, arg, t, ch, err);
-	return load_item(c, arg, t, ch, err);
+		return load_flat_box(c, arg, t, ch, keep, err);
+	return load_item(c, arg, t, ch, keep, err);
 }
 
 /*
@@ -1607,11 +1614,12 @@ static int no_entry(loader *L, const flx_tensor *t, const flx_chunk *ch)
 static int placed_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 			 const struct ck_list *cl, uint32_t *windows)
 {
-	int rc = flx_tensor_pool_place(pool, t, L->chk + cl->first, cl->n);
 	size_t step = 2 * (size_t)t->ndim;
+	int rc;
 
-	if (rc)
-		return rc;
+	t->chunks = L->chk + cl->first;
+	t->nchunks = cl->n;
+	t->dims = t->shape; /* until flx_tensor_pool_place() */
 	for (uint32_t i = 0; i < t->nchunks; i++) {
 		flx_chunk *ch = &t->chunks[i];
 
@@ -1621,6 +1629,7 @@ static int placed_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 					     "chunk %u has %d/%d dimensions, "
 					     "the tensor %d",
 					     i, cl->nd, cl->nd, t->ndim);
+		ch->off = ch->size = t->shape; /* ndim 0: nothing read */
 		if (t->ndim) {
 			ch->off = L->ckd + cl->dims + i * step;
 			ch->size = ch->off + t->ndim;
@@ -1629,7 +1638,10 @@ static int placed_tensor(loader *L, flx_pool *pool, flx_tensor *t,
 			return no_entry(L, t, ch);
 	}
 	*windows = t->nchunks;
-	return flx_tensor_check_chunks(t, META_NAME, L->err);
+	rc = flx_tensor_check_chunks(t, META_NAME, L->err);
+	if (!rc)
+		rc = flx_tensor_pool_place(pool, t, t->chunks, t->nchunks);
+	return rc;
 }
 
 static int decode_tensor(loader *L, flx_pool *pool, flx_tensor *t,

@@ -4,6 +4,11 @@
  *  - the DCP fixture opens to the same index with 1, 3 and automatic
  *    threads (the thread count is an open option, not an environment
  *    variable);
+ *  - its dense chunks' strides (those of their sizes stored row-major,
+ *    recomputed here) are one array shared by the chunks of a tensor in a
+ *    row whose sizes give the same (flx_tensor_pool_place()), so a
+ *    million chunks do not keep a million copies; a chunk torch saved
+ *    transposed has its own, strided;
  *  - format detection: each fixture opens as its own format, a forced
  *    format is obeyed, an unknown one refused, and a directory no source
  *    recognises gets one line naming what each looks for;
@@ -113,6 +118,52 @@ static void test_dcp_threads(void)
 	}
 	flx_ckpt_close(a);
 	flx_ckpt_close(b);
+	flx_ckpt_close(c);
+}
+
+/* Whether ch's strides are those of its size stored dense row-major. */
+static bool dense(const flx_tensor *t, const flx_chunk *ch)
+{
+	int64_t s = 1;
+
+	for (int d = t->ndim - 1; d >= 0; d--) {
+		if (ch->stride[d] != s)
+			return false;
+		s *= ch->size[d];
+	}
+	return true;
+}
+
+static void test_dcp_strides(void)
+{
+	flx_ckpt *c = open_ok(DCP, NULL);
+	size_t shared = 0, multi = 0, own = 0;
+
+	for (size_t i = 0; c && i < c->ntensors; i++) {
+		const flx_tensor *t = &c->tensors[i];
+
+		multi += t->ndim > 0 && t->nchunks > 1;
+		for (uint32_t k = 0; k < t->nchunks && t->ndim > 0; k++) {
+			const flx_chunk *ch = &t->chunks[k], *prev = ch - 1;
+			bool same = k > 0 && dense(t, prev);
+
+			for (int d = 1; d < t->ndim; d++)
+				same = same && ch->size[d] == prev->size[d];
+			if (!dense(t, ch)) {
+				/* saved transposed: its own, as read */
+				CHECK(ch->contig_from > 0);
+				CHECK(k == 0 || ch->stride != prev->stride);
+				own++;
+				continue;
+			}
+			CHECK_EQ(ch->contig_from, 0);
+			if (same) {
+				CHECK(ch->stride == prev->stride);
+				shared++;
+			}
+		}
+	}
+	CHECK(multi > 0 && shared >= multi && own > 0);
 	flx_ckpt_close(c);
 }
 
@@ -535,6 +586,7 @@ int main(void)
 {
 	test_access_meet();
 	test_dcp_threads();
+	test_dcp_strides();
 	test_detection();
 	test_hf();
 	test_top_names();

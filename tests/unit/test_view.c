@@ -891,8 +891,10 @@ static void test_gather_blocks(const char *dir)
  * Random checkpoints: a random 3-D shape cut into a grid of chunks at
  * random points, each chunk stored in one of the 6 axis orders with a
  * random storage offset, in either file, the files' first chunk at a
- * random alignment.  Random boxes are read whole and in random pieces,
- * through no cache or one of four, against the formula.  This is where
+ * random alignment.  Random boxes, the whole tensor and boxes on the cuts
+ * (views of whole chunks, indexed in place past SCAN_MAX pieces) are read
+ * whole and in random pieces, through no cache or one of four, against the
+ * formula.  This is where
  * the gathers meet layouts the fixed tensors above do not have (every
  * permutation, runs that line up or not).
  */
@@ -958,7 +960,7 @@ static void test_random_layouts(const char *dir)
 				 0);
 		for (uint32_t i = 0; i < c->tensors[0].nchunks; i++)
 			gathered += c->tensors[0].chunks[i].contig_from == 3;
-		for (int bx = 0; bx < 4; bx++) {
+		for (int bx = 0; bx < 6; bx++) {
 			flx_box box;
 			flx_view *v = NULL;
 			unsigned char *want, *got;
@@ -966,9 +968,20 @@ static void test_random_layouts(const char *dir)
 			size_t len;
 
 			for (int d = 0; d < 3; d++) {
+				/* 4: the whole tensor; 5: chunks whole (on
+				 * cuts): views of whole chunks */
+				int lo = rand_r(&seed) % ncut[d];
+				int hi = lo + 1 + rand_r(&seed) % (ncut[d] - lo);
+
 				box.off[d] = rand_r(&seed) % shape[d];
 				box.size[d] =
 				    1 + rand_r(&seed) % (shape[d] - box.off[d]);
+				if (bx >= 4) {
+					box.off[d] = bx == 4 ? 0 : cuts[d][lo];
+					box.size[d] = (bx == 4 ? shape[d]
+							       : cuts[d][hi]) -
+						      box.off[d];
+				}
 			}
 			{
 				int pick = rand_r(&seed) % 5,
@@ -1010,7 +1023,7 @@ static void test_random_layouts(const char *dir)
 		remove_files(dir);
 		flx_ckpt_close(c);
 	}
-	CHECK(boxes == 600 && gathered > 100);
+	CHECK(boxes == 900 && gathered > 100);
 }
 
 /*
