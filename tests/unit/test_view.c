@@ -971,16 +971,17 @@ static void test_random_layouts(const char *dir)
 				/* 4: the whole tensor; 5: chunks whole (on
 				 * cuts): views of whole chunks */
 				int lo = rand_r(&seed) % ncut[d];
-				int hi = lo + 1 + rand_r(&seed) % (ncut[d] - lo);
+				int hi =
+				    lo + 1 + rand_r(&seed) % (ncut[d] - lo);
 
 				box.off[d] = rand_r(&seed) % shape[d];
 				box.size[d] =
 				    1 + rand_r(&seed) % (shape[d] - box.off[d]);
 				if (bx >= 4) {
 					box.off[d] = bx == 4 ? 0 : cuts[d][lo];
-					box.size[d] = (bx == 4 ? shape[d]
-							       : cuts[d][hi]) -
-						      box.off[d];
+					box.size[d] =
+					    (bx == 4 ? shape[d] : cuts[d][hi]) -
+					    box.off[d];
 				}
 			}
 			{
