@@ -1065,7 +1065,7 @@ static int huge_build(flx_build *b, void *state)
 	int file = -1, rc = 0;
 
 	for (int i = 0; !rc && i < (one_file ? 2 : 3); i++) {
-		char name[8];
+		char name[16];
 
 		snprintf(name, sizeof(name), "huge%d", i);
 		if (i == 0 || !one_file)
