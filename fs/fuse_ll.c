@@ -13,7 +13,8 @@
  * Thread-safety: the session runs a multithreaded loop.  The namespace is
  * immutable after flx_fs_build() and every flx_fs_* call is reentrant;
  * flx_ll is read-only; callbacks keep all other state on the stack or in
- * a per-request buffer.  There is no lock here.
+ * per-thread buffers, but for the backing files' mappings (published once
+ * each, atomically), the passthrough ids and the pusher's queue (locked).
  *
  * Caching: since nothing changes, entries and attributes are cached "for
  * ever", file pages are kept across opens (keep_cache) and directory
@@ -231,6 +232,21 @@ static ssize_t flx_ll_writev(int fd, struct iovec *iov, int count,
 
 		send_eio(ll, fd, oh->unique);
 		return (ssize_t)len; /* libfuse needs no error of its own */
+	}
+	if (reply_expect && count > 0 && iov[0].iov_len >= sizeof(*oh) &&
+	    oh->error == 0) {
+		ssize_t n = writev(fd, iov, count);
+
+		/* A reply from mapped backing files (send_mapped()) whose
+		 * file was cut short: the kernel could not take the missing
+		 * pages and has ended the request with EIO itself. */
+		if (n < 0 && errno == EFAULT) {
+			log_once(ll, reply_ino, "read", EIO,
+				 "a backing file ended early while the reply "
+				 "was sent: changed under the mount");
+			return (ssize_t)oh->len;
+		}
+		return n;
 	}
 	if (reply_bid && count == 2 && iov[0].iov_len == sizeof(*oh) &&
 	    oh->error == 0 && iov[1].iov_len == sizeof(struct fuse_open_out)) {
@@ -694,6 +710,7 @@ static void probe_pipe(void)
 }
 
 static void push_start(flx_ll *ll, const struct fuse_conn_info *conn);
+static void maps_start(flx_ll *ll);
 
 static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 {
@@ -740,6 +757,7 @@ static void flx_ll_init(void *userdata, struct fuse_conn_info *conn)
 		conn->max_background = FLX_LL_MAX_BACKGROUND;
 	init_direct_io(ll, conn);
 	init_passthrough(ll, conn);
+	maps_start(ll);
 	push_start(ll, conn);
 }
 
@@ -959,6 +977,138 @@ static char *reply_buf(size_t size)
 		b->map = map;
 	}
 	return b->data;
+}
+
+/*
+ * Replies from mapped backing files.  A reply of more ranges than a pipe
+ * holds (a file of many small tensors: hundreds of ranges a request) is
+ * written to /dev/fuse as an iovec over the backing files, mapped
+ * read-only, so that the kernel copies each byte once, from the page
+ * cache into the reader's pages, where a copy reply copies it twice (into
+ * the thread's buffer, then into /dev/fuse).  A file is mapped whole, at
+ * its size then, by the first reply that needs it, and stays mapped until
+ * the session ends; at most FLX_LL_MAPS_MAX files are (past that, and
+ * where mmap fails, replies are copies).  Nothing in the daemon reads a
+ * mapping: only the kernel does, while it copies the reply.  A file cut
+ * short after the check and before that copy: the kernel cannot take the
+ * missing pages (no SIGBUS: the write fails with EFAULT), ends the request
+ * with EIO (fuse_dev_do_write()), and flx_ll_writev() logs it; the reader
+ * gets EIO, never a shorter file nor zeros.  A range past the mapping
+ * (the file was already shorter when it was mapped) is not sent from it.
+ */
+#define FLX_LL_MAPS_MAX	  4096u
+#define FLX_LL_MAP_PIECES 1023u /* IOV_MAX less the reply's header */
+
+/* One file's mapping, immutable once published in flx_maps.at. */
+struct file_map {
+	const unsigned char *addr;
+	size_t len;
+};
+
+/* Published for a file that cannot be mapped (mmap failed): not tried
+ * again. */
+static struct file_map unmappable;
+
+/* The checkpoint's mapped files: at[i] is NULL until file i is mapped,
+ * then its mapping (published with a compare-and-swap, read atomically);
+ * count (atomic) the files mapped. */
+typedef struct flx_maps {
+	size_t n;
+	struct file_map **at;
+	unsigned count;
+} flx_maps;
+
+static void maps_start(flx_ll *ll)
+{
+	flx_maps *m = calloc(1, sizeof(*m));
+
+	if (!m || !ll->nfiles ||
+	    !(m->at = calloc(ll->nfiles, sizeof(*m->at)))) {
+		free(m);
+		return; /* no mapping: replies of many ranges are copies */
+	}
+	m->n = ll->nfiles;
+	ll->maps = m;
+}
+
+static void maps_stop(flx_ll *ll)
+{
+	flx_maps *m = ll->maps;
+
+	if (!m)
+		return;
+	ll->maps = NULL;
+	for (size_t i = 0; i < m->n; i++)
+		if (m->at[i] && m->at[i] != &unmappable) {
+			munmap((void *)m->at[i]->addr, m->at[i]->len);
+			free(m->at[i]);
+		}
+	free(m->at);
+	free(m);
+}
+
+/* Backing file `file` (its descriptor fd) mapped whole.  @return its
+ * mapping, or NULL (too many files mapped, empty, or mmap failed). */
+static const struct file_map *map_of(flx_maps *m, uint32_t file, int fd)
+{
+	struct file_map *f, *none = NULL;
+	struct stat st;
+	void *a;
+
+	if (file >= m->n)
+		return NULL;
+	f = __atomic_load_n(&m->at[file], __ATOMIC_ACQUIRE);
+	if (f)
+		return f != &unmappable ? f : NULL;
+	if (__atomic_add_fetch(&m->count, 1, __ATOMIC_RELAXED) >
+	    FLX_LL_MAPS_MAX) {
+		__atomic_sub_fetch(&m->count, 1, __ATOMIC_RELAXED);
+		return NULL;
+	}
+	if (fstat(fd, &st) || st.st_size <= 0 ||
+	    (uint64_t)st.st_size > SIZE_MAX || !(f = malloc(sizeof(*f)))) {
+		__atomic_sub_fetch(&m->count, 1, __ATOMIC_RELAXED);
+		return NULL;
+	}
+	a = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	if (a == MAP_FAILED) {
+		free(f);
+		__atomic_sub_fetch(&m->count, 1, __ATOMIC_RELAXED);
+		(void)__atomic_compare_exchange_n(
+		    &m->at[file], &none, &unmappable, false, __ATOMIC_ACQ_REL,
+		    __ATOMIC_ACQUIRE);
+		return NULL;
+	}
+	*f = (struct file_map){a, (size_t)st.st_size};
+	if (!__atomic_compare_exchange_n(&m->at[file], &none, f, false,
+					 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+		munmap(a, f->len); /* another thread mapped it first */
+		free(f);
+		__atomic_sub_fetch(&m->count, 1, __ATOMIC_RELAXED);
+		return none != &unmappable ? none : NULL;
+	}
+	return f;
+}
+
+/* The iovec of pieces p[0..k) (k <= FLX_LL_MAP_PIECES): backing ranges
+ * in their files' mappings, the rest where it is.  @return true, or
+ * false when some range cannot be sent from a mapping. */
+static bool iov_of(flx_maps *m, struct iovec *iov, const flx_piece *p, size_t k)
+{
+	const struct file_map *f = NULL;
+
+	for (size_t i = 0; i < k; i++) {
+		if (p[i].fd < 0) {
+			iov[i] = (struct iovec){(void *)p[i].mem, p[i].len};
+			continue;
+		}
+		if (!f || p[i - 1].fd < 0 || p[i - 1].file != p[i].file)
+			f = map_of(m, p[i].file, p[i].fd);
+		if (!f || p[i].src > f->len || p[i].len > f->len - p[i].src)
+			return false;
+		iov[i] = (struct iovec){(void *)(f->addr + p[i].src), p[i].len};
+	}
+	return true;
 }
 
 /*
@@ -1242,6 +1392,7 @@ static void flx_ll_destroy(void *userdata)
 {
 	push_stop(userdata);
 	pass_stop(userdata);
+	maps_stop(userdata);
 }
 
 /* After a read of [off, off+n) of ino: queue what the core says to push,
@@ -1281,19 +1432,45 @@ static void push_after(flx_ll *ll, fuse_ino_t ino, uint64_t off, size_t n)
 	pthread_mutex_unlock(&p->mu);
 }
 
+/* Per worker thread: the pieces of a read, and the iovec of a reply
+ * from mapped files (send_mapped()). */
+static _Thread_local flx_piece read_pc[FLX_LL_MAP_PIECES];
+static _Thread_local struct iovec read_iov[FLX_LL_MAP_PIECES];
+
+/* Reply to a read of ino with pieces pc[0..np) (len bytes) from the
+ * mapped backing files, and release them.  @return true when sent, false
+ * (pieces kept) when some range cannot be sent from a mapping. */
+static bool send_mapped(flx_ll *ll, fuse_req_t req, fuse_ino_t ino,
+			const flx_piece *pc, size_t np, size_t len)
+{
+	if (!ll->maps || np > FLX_LL_MAP_PIECES ||
+	    !iov_of(ll->maps, read_iov, pc, np))
+		return false;
+	__atomic_add_fetch(&ll->n_mapped, 1, __ATOMIC_RELAXED);
+	reply_expect = sizeof(struct fuse_out_header) + len;
+	reply_ino = ino;
+	fuse_reply_iov(req, read_iov, (int)np);
+	reply_expect = 0;
+	flx_fs_pieces_sent(ll->fs, pc, np);
+	return true;
+}
+
 /*
  * A range made of whole backing ranges and literal bytes (headers) is
  * replied from the files, spliced, so its bytes are copied once (by the
- * kernel, into the page cache or the reader); literal bytes alone are
- * sent from the buffer they were generated into; anything else (a
- * strided gather) is read into the thread's buffer and sent from there.
+ * kernel, into the page cache or the reader); when the pipe cannot hold
+ * them (more pieces than FLX_LL_SPLICE_PIECES: small tensors), from the
+ * files' mappings, again copied once (send_mapped()); literal bytes alone
+ * are sent from the buffer they were generated into; anything else (a
+ * strided gather, more ranges than an iovec takes) is read into the
+ * thread's buffer and sent from there.
  */
 static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			struct fuse_file_info *fi)
 {
 	const flx_fs *fs = fs_of(req);
 	flx_ll *ll = fuse_req_userdata(req);
-	flx_piece pc[FLX_LL_SPLICE_PIECES];
+	flx_piece *pc = read_pc;
 	flx_stat st;
 	char *buf;
 	size_t len = 0, np = 0;
@@ -1314,10 +1491,22 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		len = st.size - (uint64_t)off < size
 			  ? (size_t)(st.size - (uint64_t)off)
 			  : size;
-		rc = flx_fs_pieces(fs, ino, (uint64_t)off, len, buf, pc,
-				   FLX_LL_SPLICE_PIECES, &np);
+		rc = flx_fs_pieces(
+		    fs, ino, (uint64_t)off, len, buf, pc,
+		    ll->maps ? FLX_LL_MAP_PIECES : FLX_LL_SPLICE_PIECES, &np);
 	}
-	way = rc ? SEND_COPY : send_way_of(pc, np, len);
+	way = rc || np > FLX_LL_SPLICE_PIECES ? SEND_COPY
+					      : send_way_of(pc, np, len);
+	if (way == SEND_COPY && !rc && np &&
+	    send_mapped(ll, req, ino, pc, np, len)) {
+		push_after(ll, ino, (uint64_t)off, len);
+		return;
+	}
+	if (way == SEND_COPY && np > FLX_LL_SPLICE_PIECES) {
+		/* too many to copy one by one: read the range as a batch */
+		flx_fs_pieces_release(fs, pc, np);
+		np = 0;
+	}
 	if (way == SEND_SPLICE) {
 		piece_vec v;
 
@@ -1330,7 +1519,7 @@ static void flx_ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	if (way == SEND_MEMORY) {
-		struct iovec iov[FLX_LL_SPLICE_PIECES];
+		struct iovec *iov = read_iov;
 
 		for (size_t i = 0; i < np; i++)
 			iov[i] = (struct iovec){(void *)pc[i].mem, pc[i].len};

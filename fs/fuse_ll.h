@@ -21,8 +21,8 @@
 #define FLX_LL_RA_AUTO UINT_MAX
 
 /* Per-mount context, the session's userdata.  Read-only while mounted,
- * except ra_done, the counters, and push, pass and kernel_flags2 (set at
- * INIT, before any other request, and cleared when the session is
+ * except ra_done, the counters, and push, pass, maps and kernel_flags2
+ * (set at INIT, before any other request, and cleared when the session is
  * destroyed). */
 typedef struct flx_ll {
 	const flx_fs *fs; /* borrowed; outlives the session */
@@ -53,8 +53,9 @@ typedef struct flx_ll {
 	 * flx_ll_session_mounted()); 0 once sent */
 	int init_patch;
 	/* requests served, for FLEXFS_FUSE_STATS (updated atomically):
-	 * reads, opens, and the opens answered passthrough */
-	unsigned long n_reads, n_opens, n_pass_opens;
+	 * reads, opens, the opens answered passthrough, and the reads
+	 * replied from mapped backing files */
+	unsigned long n_reads, n_opens, n_pass_opens, n_mapped;
 	/* NULL, or: into buf (len bytes) the cause of the last failed read
 	 * when the mount knows it (the distributed mount: which rank, and
 	 * why), "" otherwise; called from any thread */
@@ -65,6 +66,11 @@ typedef struct flx_ll {
 	 * the adapter (0: off); see the block above push_after() */
 	unsigned push_kb;
 	struct flx_pusher *push; /* the adapter's: from INIT to destroy */
+	/* the checkpoint's backing files (ckpt->nfiles): read replies of
+	 * many ranges are sent from their mappings, kept in maps (the
+	 * adapter's: from INIT to destroy; NULL: none) */
+	size_t nfiles;
+	struct flx_maps *maps;
 	struct fuse_session *se; /* set by flx_ll_session_new() */
 } flx_ll;
 

@@ -712,7 +712,8 @@ static void zstd_stats(flx_zcache *z)
 }
 
 /* FLEXFS_FUSE_STATS=1 (tests, benchmarks): the requests served, one
- * line: READ requests, opens, and opens answered passthrough. */
+ * line: READ requests, opens, opens answered passthrough, and READ
+ * requests replied from mapped backing files. */
 static void fuse_stats(const flx_ll *ll)
 {
 	const char *on = getenv("FLEXFS_FUSE_STATS");
@@ -720,10 +721,12 @@ static void fuse_stats(const flx_ll *ll)
 	if (!on || strcmp(on, "1"))
 		return;
 	fprintf(stderr,
-		"flexfs: fuse stats: reads %lu opens %lu passthrough %lu\n",
+		"flexfs: fuse stats: reads %lu opens %lu passthrough %lu "
+		"mapped %lu\n",
 		__atomic_load_n(&ll->n_reads, __ATOMIC_RELAXED),
 		__atomic_load_n(&ll->n_opens, __ATOMIC_RELAXED),
-		__atomic_load_n(&ll->n_pass_opens, __ATOMIC_RELAXED));
+		__atomic_load_n(&ll->n_pass_opens, __ATOMIC_RELAXED),
+		__atomic_load_n(&ll->n_mapped, __ATOMIC_RELAXED));
 }
 
 int main(int argc, char **argv)
@@ -786,6 +789,7 @@ int main(int argc, char **argv)
 		      .direct_io = cl.mo.direct_io,
 		      .passthrough = cl.mo.passthrough,
 		      .push_kb = cl.mo.push_ahead_kb,
+		      .nfiles = flx_stack_ckpt(&st)->nfiles,
 		      .logged = calloc(flx_fs_inode_count(st.fs) + 1, 1),
 		      .why = dmount_why};
 	se = flx_ll_session_new(&args, &ll);

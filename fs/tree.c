@@ -476,7 +476,18 @@ typedef struct piece_list {
 	const flx_ckpt *ckpt;
 	flx_piece *out;
 	size_t k, max;
+	size_t pins, pins_max; /* windows pinned, and the most there may be */
+	/* files past the descriptor budget opened for the list, and the most
+	 * there may be */
+	size_t opened, opened_max;
 } piece_list;
+
+/* The most cache windows, and files past the descriptor budget, one
+ * flx_fs_pieces() call pins when it may describe more than
+ * FLX_FS_PIECES_MAX pieces: a list that long is for many ranges of files
+ * that keep their descriptors, not for windows the cache's other readers
+ * need nor for descriptors the budget does not have. */
+#define PINS_MANY 4
 
 /* A range cannot be described as pieces (it needs a gather, or more
  * pieces than allowed); flx_fs_pieces() then reports no pieces. */
@@ -514,6 +525,8 @@ static int add_range(piece_list *pl, uint32_t file, uint64_t src, size_t len)
 	}
 	if (pl->k == pl->max || flx_file_is_remote(pl->ckpt, file))
 		return NO_PIECES; /* a remote file has no descriptor: a copy */
+	if (pl->ckpt->files[file].fd < 0 && pl->opened++ == pl->opened_max)
+		return NO_PIECES; /* past the budget: a copy reads it */
 	if (flx_file_acquire(pl->ckpt, file, &fd))
 		return -EIO;
 	pl->out[pl->k++] = (flx_piece){fd, file, src, len, NULL, NULL};
@@ -530,8 +543,11 @@ static int add_zstd(const flx_fs *fs, piece_list *pl, const flx_zitem *it,
 		    uint64_t a, size_t n)
 {
 	flx_zcache *z = fs->io.zcache;
+	size_t room = pl->max - pl->k;
 
-	if (!z || !flx_zcache_windows(a, n, pl->max - pl->k))
+	if (room > pl->pins_max - pl->pins)
+		room = pl->pins_max - pl->pins;
+	if (!z || !room || !flx_zcache_windows(a, n, room))
 		return NO_PIECES;
 	while (n) {
 		size_t at = (size_t)(a % FLX_ZCACHE_WINDOW), m;
@@ -547,6 +563,7 @@ static int add_zstd(const flx_fs *fs, piece_list *pl, const flx_zitem *it,
 		}
 		pl->out[pl->k++] =
 		    (flx_piece){-1, 0, 0, m, pin.data + at, pin.slot};
+		pl->pins++;
 		a += m;
 		n -= m;
 	}
@@ -658,13 +675,15 @@ static int view_pieces(const flx_fs *fs, const seg_src *s, uint64_t len,
 		rc = add_literal(pl, buf, h);
 	if (rc || h == n)
 		return rc;
-	rc = flx_view_zrun(s->u.view, at + h - s->idx, n - h, &zi, &za, &zrun);
+	room = pl->max - pl->k + (pl->k > 0); /* the first may merge */
+	rc = flx_view_runs(s->u.view, at + h - s->idx, n - h, r,
+			   room < FLX_FS_PIECES_MAX ? room : FLX_FS_PIECES_MAX,
+			   &nr);
+	if (!rc && !nr) /* not backing ranges: one run of zstd content? */
+		rc = flx_view_zrun(s->u.view, at + h - s->idx, n - h, &zi, &za,
+				   &zrun);
 	if (!rc && zrun)
 		return add_zstd(fs, pl, &zi, za, n - h);
-	room = pl->max - pl->k + (pl->k > 0); /* the first may merge */
-	rc = flx_view_ranges(
-	    s->u.view, at + h - s->idx, n - h, r,
-	    room < FLX_FS_PIECES_MAX ? room : FLX_FS_PIECES_MAX, &nr);
 	if (!rc && !nr)
 		rc = NO_PIECES;
 	for (size_t i = 0; i < nr && !rc; i++)
@@ -706,12 +725,9 @@ static int raw_read(const flx_fs *fs, const seg_src *s, uint64_t len,
 static int raw_pieces(const flx_fs *fs, const seg_src *s, uint64_t len,
 		      unsigned char *buf, size_t n, uint64_t at, piece_list *pl)
 {
-	const flx_file *file = &fs->ckpt->files[s->idx];
-
+	(void)fs;
 	(void)len;
 	(void)buf;
-	if (flx_file_verify(fs->ckpt, file, false))
-		return -EIO;
 	return add_range(pl, s->idx, s->u.off + at, n);
 }
 
@@ -1102,11 +1118,43 @@ static int walk(const flx_fs *fs, const node *f, unsigned char *buf, size_t n,
 	return rc ? rc : (done == n ? 0 : -EIO);
 }
 
+/* The few files last checked by check_files(), most recent first. */
+#define CHECKED_FILES 8
+
+/* Check each backing file that pieces p[0..k) name unchanged, once
+ * however many pieces name it (a file of many small tensors).  @return 0
+ * or -EIO. */
+static int check_files(const flx_fs *fs, const flx_piece *p, size_t k)
+{
+	uint32_t done[CHECKED_FILES];
+	size_t nd = 0;
+
+	for (size_t i = 0; i < k; i++) {
+		size_t j = 0;
+
+		if (p[i].fd < 0)
+			continue;
+		while (j < nd && done[j] != p[i].file)
+			j++;
+		if (j < nd)
+			continue;
+		if (flx_file_verify(fs->ckpt, &fs->ckpt->files[p[i].file],
+				    false))
+			return -EIO;
+		if (nd < CHECKED_FILES)
+			nd++;
+		memmove(done + 1, done, (nd - 1) * sizeof(*done));
+		done[0] = p[i].file;
+	}
+	return 0;
+}
+
 int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
 		  void *lit, flx_piece *out, size_t max, size_t *count)
 {
 	const node *f = get(fs, ino);
-	piece_list pl = {fs->ckpt, out, 0, max};
+	size_t many = max <= FLX_FS_PIECES_MAX ? max : PINS_MANY;
+	piece_list pl = {fs->ckpt, out, 0, max, 0, many, 0, many};
 	int rc;
 
 	*count = 0;
@@ -1116,6 +1164,8 @@ int flx_fs_pieces(const flx_fs *fs, flx_ino ino, uint64_t off, size_t n,
 	    n > file_size(f) - off)
 		return 0;
 	rc = walk(fs, f, lit, n, off, NULL, &pl);
+	if (!rc)
+		rc = check_files(fs, out, pl.k);
 	if (!rc) {
 		*count = pl.k;
 		return 0;

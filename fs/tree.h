@@ -115,20 +115,21 @@ typedef struct flx_piece {
 	void *pin;	 /* the window's pin (zcache.h), or NULL */
 } flx_piece;
 
-/* The most pieces flx_fs_pieces() describes a range with. */
+/* The most backing ranges flx_fs_pieces() describes one view segment's
+ * bytes with. */
 #define FLX_FS_PIECES_MAX 16
 
 /**
  * Describe bytes [off, off+n) of file ino (n already clipped to the file
- * size) as at most max (<= FLX_FS_PIECES_MAX) pieces, in order, a piece that
- * continues the one before merged into it: ranges of backing files, just
- * checked unchanged, literal bytes, which are generated into lit + (their
- * offset - off) (lit holds n bytes; other bytes of it are left as they were),
- * and zstd content in pinned cache windows (a view's or object's bytes that
- * are one run of an item's content, see flx_view_zrun()).
- * A reply made of these pieces needs no copy in user space (spliced ranges,
- * memory sent as it is); their descriptors and pins stay valid until
- * flx_fs_pieces_release(fs, out, *count).
+ * size) as at most max pieces, in order, a piece that continues the one
+ * before merged into it: ranges of backing files, just checked unchanged
+ * (each file once, however many pieces name it), literal bytes, which are
+ * generated into lit + (their offset - off) (lit holds n bytes; other bytes of
+ * it are left as they were), and zstd content in pinned cache windows (a view's
+ * or object's bytes that are one run of an item's content, see
+ * flx_view_zrun()). A reply made of these pieces needs no copy in user space
+ * (spliced ranges, memory sent as it is); their descriptors and pins stay valid
+ * until flx_fs_pieces_release(fs, out, *count).
  * @return 0 and *count, the number of pieces in out: 0 when n is 0, past
  *         the file, or some bytes need a gather (a strided view) or take
  *         more than max pieces; -EIO (a backing file changed), -ENOENT.

@@ -1273,8 +1273,8 @@ ssize_t flx_view_read(const flx_view *v, void *buf, size_t n, uint64_t off,
 	return flx_view_read_io(v, NULL, buf, n, off, stats);
 }
 
-int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
-		    size_t max, size_t *nout)
+int flx_view_runs(const flx_view *v, uint64_t off, size_t n, flx_range *out,
+		  size_t max, size_t *nout)
 {
 	cursor c;
 	size_t k = 0;
@@ -1299,8 +1299,17 @@ int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
 			out[k++] = (flx_range){file, src, c.stop - c.pos};
 		}
 	}
-	if (rc)
-		return 0;
+	if (!rc)
+		*nout = k;
+	return 0;
+}
+
+int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
+		    size_t max, size_t *nout)
+{
+	size_t k;
+
+	flx_view_runs(v, off, n, out, max, &k);
 	for (size_t i = 0; i < k; i++)
 		if (flx_file_verify(v->ckpt, &v->ckpt->files[out[i].file],
 				    false))

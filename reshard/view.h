@@ -84,6 +84,15 @@ int flx_view_ranges(const flx_view *v, uint64_t off, size_t n, flx_range *out,
 		    size_t max, size_t *nout);
 
 /**
+ * flx_view_ranges() without the check of the files: the same ranges, for
+ * a caller that checks each file the ranges name before it uses them
+ * (once per request, however many views name it).  Reads no file.
+ * @return 0 and *nout, as flx_view_ranges().
+ */
+int flx_view_runs(const flx_view *v, uint64_t off, size_t n, flx_range *out,
+		  size_t max, size_t *nout);
+
+/**
  * Whether view bytes [off, off+n) are one contiguous run of one zstd
  * chunk's content (an innermost axis of unit stride, no cast): then a
  * reply can be sent from the content's cached windows (zcache.h) without

@@ -219,3 +219,75 @@ PY
 		grep -q 'hf/weights.bin: read failed: Input/output error (a backing file ended early while the reply was sent: changed under the mount)' "$FF_ERR"
 	done
 }
+
+# A rank file of many small tensors (gen_scale.py: 1,024 float32 [1, 256]
+# tensors, each its own torch.save item in one __0_0.distcp): a request
+# holds hundreds of backing ranges, more than a spliced reply takes, and
+# is replied from the mapped backing file.
+small_items() {
+	SMALL=$BATS_TEST_TMPDIR/small
+	$PY "$FLEXFS_SRC/tools/bench/gen_scale.py" --out "$SMALL" --tensors 1024 \
+		--ranks 1 --cols 256 --items real >/dev/null
+}
+
+# every tensor of the rank file: layers.T.w holds T * 256 + [0, 256)
+check_small() {
+	$PY - "$1" <<'PY'
+import json, struct, sys
+import numpy as np
+with open(sys.argv[1], "rb") as f:
+    raw = f.read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n])
+hdr.pop("__metadata__", None)
+assert sorted(hdr) == sorted("layers.%d.w" % t for t in range(1024))
+for name, e in hdr.items():
+    a, b = e["data_offsets"]
+    t = int(name.split(".")[1])
+    want = np.arange(t * 256, t * 256 + 256, dtype="<f4")
+    assert e["dtype"] == "F32" and e["shape"] == [1, 256], name
+    assert raw[8 + n + a:8 + n + b] == want.tobytes(), name
+print("ok")
+PY
+}
+
+@test "many small tensors: replied from the mapped backing file, every byte right" {
+	small_items
+	unmount_ff "$MNT"
+	FLEXFS_FUSE_STATS=1 mount_ff "$SMALL" "$MNT" "tp=1"
+	run check_small "$MNT/ranks/tp00_pp00/model.safetensors"
+	echo "$output"
+	[ "$output" = ok ]
+	unmount_ff "$MNT"
+	line=$(grep '^flexfs: fuse stats: ' "$FF_ERR")
+	echo "$line"
+	[[ $line =~ \ mapped\ ([0-9]+)$ ]]
+	((BASH_REMATCH[1] > 0))
+}
+
+# The same file cut short after the daemon checked it and before the
+# kernel copied a reply from its mapping (the shim maps a copy of the
+# bytes before the cut): EIO, never a shorter file nor zeros.
+@test "cut short during a reply from the mapped backing file: EIO, not a shorter file" {
+	[[ -f ${FLEXFS_SHORT_READ:-} ]] || skip "no short-read shim (run through ctest)"
+	local armed=$BATS_TEST_TMPDIR/armed opts size
+	small_items
+	unmount_ff "$MNT"
+	for opts in "tp=1" "tp=1,direct_io"; do
+		rm -f "$armed"
+		FLEXFS_FUSE_STATS=1 LD_PRELOAD=$FLEXFS_SHORT_READ \
+			FLX_SHORT_FILE=$SMALL/__0_0.distcp FLX_SHORT_AT=1048576 \
+			FLX_SHORT_ARMED=$armed \
+			ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+			mount_ff "$SMALL" "$MNT" "$opts"
+		size=$(stat -c %s "$MNT/ranks/tp00_pp00/model.safetensors")
+		touch "$armed"
+		run read_file "$MNT/ranks/tp00_pp00/model.safetensors"
+		echo "$opts: $output"
+		[ "$output" = EIO ]
+		[[ $(stat -c %s "$MNT/ranks/tp00_pp00/model.safetensors") == "$size" ]]
+		unmount_ff "$MNT"
+		grep -q 'model.safetensors: read failed: Input/output error (a backing file ended early while the reply was sent: changed under the mount)' "$FF_ERR"
+		[[ $(grep '^flexfs: fuse stats: ' "$FF_ERR") =~ \ mapped\ [1-9][0-9]*$ ]]
+	done
+}

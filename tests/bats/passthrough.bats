@@ -70,7 +70,7 @@ stats_of() {
 	line=$(grep -E "passthrough not applied(: | to )" "$FF_ERR" || true)
 	[[ -z $line ]] || skip "${line#flexfs: }"
 	line=$(grep '^flexfs: fuse stats: ' "$FF_ERR")
-	[[ $line =~ ^flexfs:\ fuse\ stats:\ reads\ ([0-9]+)\ opens\ ([0-9]+)\ passthrough\ ([0-9]+)$ ]]
+	[[ $line =~ ^flexfs:\ fuse\ stats:\ reads\ ([0-9]+)\ opens\ ([0-9]+)\ passthrough\ ([0-9]+)\ mapped\ [0-9]+$ ]]
 	READS=${BASH_REMATCH[1]}
 	OPENS=${BASH_REMATCH[2]}
 	PASS=${BASH_REMATCH[3]}
