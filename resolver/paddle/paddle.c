@@ -91,7 +91,7 @@ typedef struct ltm {
 
 /* One key of state_dict_metadata: its LTMs [lo, lo + n) of L->ltms. */
 typedef struct pkey {
-	const char *fqn;
+	char *fqn; /* in the index's pool: the tensor's name */
 	size_t lo, n;
 	size_t hint; /* where in ltm_ord the next entry's LTM likely is */
 	size_t nse;  /* storage entries (primary copies) naming it */
@@ -108,6 +108,7 @@ typedef struct parr {
 	 * off, len first give the UTF-8 text in the file, then (decoded)
 	 * the bytes in the loader's memory file */
 	bool latin1;
+	uint32_t rank; /* the key's place in name order (L->krank) */
 	uint64_t off, len;
 	/* the storage entry (index + 1) the array is the shard of; 0: none
 	 * yet (a file holds one array per key,
@@ -131,8 +132,10 @@ typedef struct pfile {
 
 /* One storage_metadata entry with replica_id 0 or None. */
 typedef struct sent {
-	uint32_t key;	  /* into L->keys */
-	uint32_t pf;	  /* into L->files */
+	uint32_t key; /* into L->keys */
+	/* into L->files; until load_files(), the interned file name's
+	 * index (L->istr) */
+	uint32_t pf;
 	size_t ltm;	  /* into L->ltms */
 	const char *file; /* the value: a file name */
 	const parr *arr;  /* its array in that file */
@@ -175,6 +178,7 @@ typedef struct loader {
 	const char *module;
 	int64_t *dims;
 	size_t ndims, capdims;
+	bool dims_kept; /* dims is the index's (boxes_in_place()) */
 	int64_t *adims; /* the shapes of the .distcp arrays (parr.sh) */
 	size_t nadims, capadims;
 	ltm *ltms;
@@ -182,6 +186,7 @@ typedef struct loader {
 	pkey *keys;
 	size_t nkeys;
 	uint32_t *by_name; /* key indices sorted by fqn */
+	uint32_t *krank;   /* per key: its place in by_name */
 	uint32_t *khash;   /* key index + 1 by str_hash(fqn), 0: free */
 	size_t kmask;
 	/* LTM indices: within each key's [lo, lo + n), sorted by (ndim,
@@ -191,7 +196,7 @@ typedef struct loader {
 	sent *se;
 	size_t nse, capse;
 	pfile *files;
-	size_t nfiles;
+	size_t nfiles, capfiles;
 	flx_name_pair *names;
 	size_t nnames, capnames;
 	/* the decoded protocol-2 arrays: a memfd (-1 until needed) of
@@ -581,13 +586,27 @@ static int flag_of(loader *L, const char *key, const flx_pv *obj,
 	return 0;
 }
 
+static char *pool_str(flx_pool *p, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *d = flx_pool_alloc(p, n);
+
+	if (d)
+		memcpy(d, s, n);
+	return d;
+}
+
 /* ---- state_dict_metadata ---- */
 
+/* LTM v of key into *m; its dims appended to L->dims: the global shape
+ * (when it differs from the LTM before's), then global_offset and
+ * local_shape, so that a key's LTMs lie a fixed step apart (chunk boxes
+ * read in place, build_tensor()). */
 static int decode_ltm(loader *L, const char *key, const flx_pv *v, ltm *m)
 {
-	int64_t a[FLX_MAX_DIMS], s[FLX_MAX_DIMS];
+	int64_t a[FLX_MAX_DIMS], s[FLX_MAX_DIMS], g[FLX_MAX_DIMS];
 	const flx_pv *dt, *gs;
-	int na, ns, rc;
+	int na, ns, ng = -1, rc;
 
 	if (!is_paddle_obj(v, "LocalTensorMetadata") || !fields(v))
 		return flx_error_set(L->err, -EINVAL, L->meta, key,
@@ -606,9 +625,6 @@ static int decode_ltm(loader *L, const char *key, const flx_pv *v, ltm *m)
 				     "local_shape %d",
 				     na, ns);
 	m->ndim = (int8_t)na;
-	if ((rc = push_dims(L, na, a, &m->dims)) ||
-	    (rc = push_dims(L, ns, s, &(size_t){0})))
-		return rc;
 	dt = field(v, "dtype");
 	m->dtype = FLX_DT_INVALID;
 	if (!is_none(dt)) {
@@ -622,19 +638,21 @@ static int decode_ltm(loader *L, const char *key, const flx_pv *v, ltm *m)
 	m->gndim = -1;
 	if (!is_none(gs)) {
 		const ltm *p = m > L->ltms ? m - 1 : NULL;
-		int ng;
 
-		if ((rc = dims_of(L, L->meta, key, "global_shape", gs, &ng, a)))
+		if ((rc = dims_of(L, L->meta, key, "global_shape", gs, &ng, g)))
 			return rc;
 		m->gndim = (int8_t)ng;
 		/* a key's LTMs have one global shape: kept once */
 		if (p && p->gndim == ng &&
-		    !memcmp(L->dims + p->gdims, a,
+		    !memcmp(L->dims + p->gdims, g,
 			    sizeof(int64_t) * (size_t)ng))
 			m->gdims = p->gdims;
-		else if ((rc = push_dims(L, ng, a, &m->gdims)))
+		else if ((rc = push_dims(L, ng, g, &m->gdims)))
 			return rc;
 	}
+	if ((rc = push_dims(L, na, a, &m->dims)) ||
+	    (rc = push_dims(L, ns, s, &(size_t){0})))
+		return rc;
 	if ((rc = flag_of(L, key, v, "is_flattened", &m->flat)))
 		return rc;
 	if (m->flat)
@@ -714,7 +732,9 @@ static int load_sdm(loader *L, const flx_pv *sdm)
 			return flx_error_set(L->err, -EINVAL, L->meta, key,
 					     "state_dict_metadata value is not "
 					     "a list");
-		k->fqn = key;
+		/* the tree is freed before the files are read */
+		if (!(k->fqn = pool_str(&L->c->pool, key)))
+			return -ENOMEM;
 		L->by_name[i] = (uint32_t)i;
 		if (flx_pv_streamed(list)) {
 			/* its LTMs came from the stream (stream_placed()) */
@@ -745,6 +765,10 @@ static int load_sdm(loader *L, const flx_pv *sdm)
 			    L->err, -EINVAL, L->meta,
 			    L->keys[L->by_name[i]].fqn,
 			    "listed twice in state_dict_metadata");
+	if (!(L->krank = malloc((n ? n : 1) * sizeof(*L->krank))))
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		L->krank[L->by_name[i]] = (uint32_t)i;
 	return hash_keys(L);
 }
 
@@ -910,8 +934,8 @@ static int parse_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v,
 }
 
 /* A primary entry (replica_id 0 or None) into L->se: its key (index ki,
- * or -2: look it up) and LTM. */
-static int resolve_entry(loader *L, const lti *x, long ki)
+ * or -2: look it up), LTM and file (x->file, interned as L->istr[f]). */
+static int resolve_entry(loader *L, const lti *x, long ki, uint32_t f)
 {
 	long m;
 	sent *e;
@@ -940,19 +964,31 @@ static int resolve_entry(loader *L, const lti *x, long ki)
 	e->key = (uint32_t)ki;
 	e->ltm = (size_t)m;
 	e->file = x->file;
+	e->pf = f;
 	L->keys[ki].nse++;
 	return 0;
 }
 
+static int intern(loader *L, const char *s, uint32_t *out);
+
 static int decode_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v)
 {
 	lti x;
+	uint32_t f;
 	int rc = parse_entry(L, i, k, v, &x);
 
 	/* replica_id > 0: a copy a loader ignores (save_replicas=True) */
 	if (rc || x.rep > 0)
 		return rc;
-	return resolve_entry(L, &x, -2);
+	/* the file name outlives the tree, which interpret() frees */
+	if ((rc = intern(L, x.file, &f)))
+		return rc == -ENOMEM
+			   ? rc
+			   : flx_error_set(L->err, -EOVERFLOW, L->meta,
+					   "storage_metadata",
+					   "more than 2^31 file names");
+	x.file = L->istr[f];
+	return resolve_entry(L, &x, -2, f);
 }
 
 /* Forget the streamed entries' records (se_sink()). */
@@ -992,7 +1028,7 @@ static int resolve_streamed(loader *L)
 			       sizeof(int64_t) * (size_t)r->ns);
 		if (L->kmap[r->key] == -2)
 			L->kmap[r->key] = find_key(L, x.key);
-		if ((rc = resolve_entry(L, &x, L->kmap[r->key])))
+		if ((rc = resolve_entry(L, &x, L->kmap[r->key], r->file)))
 			return rc;
 	}
 	/* the entries are L->se now; the file names stay interned */
@@ -1083,13 +1119,25 @@ static bool dtype_fits(flx_dtype md, flx_dtype np)
 	return false;
 }
 
+/* Whether cls is numpy.core.{sub}.{name} or numpy._core.{sub}.{name}
+ * (compared in place: one call per array of every .distcp). */
 static bool np_global(const flx_pv *cls, const char *sub, const char *name)
 {
-	char a[48], b[48];
+	const char *m;
 
-	snprintf(a, sizeof(a), "numpy.core.%s", sub);
-	snprintf(b, sizeof(b), "numpy._core.%s", sub);
-	return flx_pv_is_global(cls, a, name) || flx_pv_is_global(cls, b, name);
+	if (!flx_pv_is_global(cls, NULL, name))
+		return false;
+	m = cls->u.global.module;
+	if (strncmp(m, "numpy.", 6))
+		return false;
+	m += 6;
+	if (!strncmp(m, "core.", 5))
+		m += 5;
+	else if (!strncmp(m, "_core.", 6))
+		m += 6;
+	else
+		return false;
+	return !strcmp(m, sub);
 }
 
 /* numpy.dtype(str, ...) with BUILD state (3, byteorder, ...). */
@@ -1230,19 +1278,12 @@ static int decode_array(loader *L, const char *file, const char *key,
 	return decode_raw(L, file, key, raw, want, a);
 }
 
+/* By key name: the keys' ranks (L->krank) are their name order. */
 static int cmp_parr(const void *a, const void *b)
 {
-	return strcmp(((const parr *)a)->key, ((const parr *)b)->key);
-}
+	uint32_t x = ((const parr *)a)->rank, y = ((const parr *)b)->rank;
 
-static char *pool_str(flx_pool *p, const char *s)
-{
-	size_t n = strlen(s) + 1;
-	char *d = flx_pool_alloc(p, n);
-
-	if (d)
-		memcpy(d, s, n);
-	return d;
+	return (x > y) - (x < y);
 }
 
 /* Collect a file's "StructuredToParameterName@@" entries, for the keys
@@ -1530,6 +1571,7 @@ static int read_pieces(loader *L, pfile *pf, const flx_pv *root,
 			rc = -ENOMEM;
 			goto out;
 		}
+		a.rank = L->krank[ki];
 		pf->arr[(*n)++] = a;
 	}
 	qsort(nm, nn, sizeof(named), cmp_named);
@@ -1645,6 +1687,7 @@ static int read_distcp(loader *L, pfile *pf, const bool *want)
 		}
 		if ((rc = decode_array(L, pf->relpath, k, v, &pf->arr[n])))
 			goto out;
+		pf->arr[n].rank = L->krank[ki];
 		pf->arr[n++].key = L->keys[ki].fqn;
 	}
 	pf->narr = n;
@@ -1664,9 +1707,10 @@ out:
 	return rc;
 }
 
-static const parr *find_arr(const pfile *pf, const char *key)
+/* The array of the key of rank r (L->krank) in pf, or NULL. */
+static const parr *find_arr(const pfile *pf, uint32_t r)
 {
-	parr k = {.key = key};
+	parr k = {.rank = r};
 
 	return bsearch(&k, pf->arr, pf->narr, sizeof(parr), cmp_parr);
 }
@@ -1796,13 +1840,47 @@ static int decode_texts(loader *L)
 	return rc;
 }
 
-static int cmp_sent_file(const void *a, const void *b, void *arg)
+static int cmp_istr(const void *a, const void *b, void *arg)
 {
 	const loader *L = arg;
-	uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
-	int c = strcmp(L->se[i].file, L->se[j].file);
 
-	return c ? c : (i > j) - (i < j);
+	return strcmp(L->istr[*(const uint32_t *)a],
+		      L->istr[*(const uint32_t *)b]);
+}
+
+/* order[0..nse): the entries by file name, then in storage_metadata
+ * order: a counting sort by the rank of each entry's interned file name
+ * (sent.pf) among the interned strings, which are distinct. */
+static int order_by_file(loader *L, uint32_t *order)
+{
+	size_t n = L->nistr ? L->nistr : 1;
+	uint32_t *ix = malloc(n * sizeof(*ix));
+	size_t *at = calloc(n + 1, sizeof(*at));
+	int rc = 0;
+
+	if (!ix || !at) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < L->nistr; i++)
+		ix[i] = (uint32_t)i;
+	qsort_r(ix, L->nistr, sizeof(*ix), cmp_istr, L);
+	/* ix becomes the rank of each string */
+	for (size_t i = 0; i < L->nistr; i++)
+		at[ix[i]] = i;
+	for (size_t i = 0; i < L->nistr; i++)
+		ix[i] = (uint32_t)at[i];
+	memset(at, 0, (n + 1) * sizeof(*at));
+	for (size_t i = 0; i < L->nse; i++)
+		at[ix[L->se[i].pf] + 1]++;
+	for (size_t r = 0; r < n; r++)
+		at[r + 1] += at[r];
+	for (size_t i = 0; i < L->nse; i++)
+		order[at[ix[L->se[i].pf]]++] = (uint32_t)i;
+out:
+	free(ix);
+	free(at);
+	return rc;
 }
 
 /* Entry i is the one shard its array holds: two entries naming one file
@@ -1843,12 +1921,8 @@ static int load_files(loader *L)
 		order[i] = (uint32_t)i;
 		want[L->se[i].key] = true;
 	}
-	qsort_r(order, L->nse, sizeof(*order), cmp_sent_file, L);
-	L->files = calloc(L->nse ? L->nse : 1, sizeof(pfile));
-	if (!L->files) {
-		rc = -ENOMEM;
+	if ((rc = order_by_file(L, order)))
 		goto out;
-	}
 	for (size_t i = 0; i < L->nse; i++) {
 		sent *e = &L->se[order[i]];
 		pfile *pf;
@@ -1859,7 +1933,13 @@ static int load_files(loader *L)
 					    .field = "storage_metadata",
 					    .key = L->keys[e->key].fqn};
 
+			if (flx_grow((void **)&L->files, &L->capfiles,
+				     L->nfiles + 1, sizeof(pfile))) {
+				rc = -ENOMEM;
+				goto out;
+			}
 			pf = &L->files[L->nfiles++];
+			memset(pf, 0, sizeof(*pf));
 			pf->relpath = e->file;
 			if (*L->prefix) {
 				size_t a = strlen(L->prefix),
@@ -1886,7 +1966,7 @@ static int load_files(loader *L)
 		pf = &L->files[L->nfiles - 1];
 		e->pf = (uint32_t)(pf - L->files);
 		e->file = pf->relpath;
-		e->arr = find_arr(pf, L->keys[e->key].fqn);
+		e->arr = find_arr(pf, L->krank[e->key]);
 		if (!e->arr) {
 			rc = flx_error_set(L->err, -EINVAL, e->file,
 					   L->keys[e->key].fqn,
@@ -2083,22 +2163,30 @@ static int check_array(loader *L, const flx_tensor *t, const sent *e)
 			     y);
 }
 
-/* Fill chunk ch: box (off, size) of t at block offset boff, whose
- * element 0 is byte at of file. */
+/* Fill chunk ch of t, whose box and strides are set: element 0 is byte
+ * at of file. */
+static void chunk_at(flx_chunk *ch, const flx_tensor *t, uint32_t file,
+		     uint64_t at)
+{
+	unsigned es = flx_dtype_size(t->dtype);
+
+	ch->file = file;
+	ch->data_off = ch->item_off = at;
+	ch->item_len = flx_numel(t->ndim, ch->size) * es;
+	ch->storage_offset = 0;
+	ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
+}
+
+/* Fill chunk ch: box (off, size) of t, whose element 0 is byte at of
+ * file. */
 static void set_chunk(flx_chunk *ch, const flx_tensor *t, uint32_t file,
 		      const int64_t *off, const int64_t *size,
 		      const int64_t *stride, uint64_t at)
 {
-	unsigned es = flx_dtype_size(t->dtype);
-
 	memcpy(ch->off, off, sizeof(int64_t) * (size_t)t->ndim);
 	memcpy(ch->size, size, sizeof(int64_t) * (size_t)t->ndim);
 	memcpy(ch->stride, stride, sizeof(int64_t) * (size_t)t->ndim);
-	ch->file = file;
-	ch->data_off = ch->item_off = at;
-	ch->item_len = flx_numel(t->ndim, size) * es;
-	ch->storage_offset = 0;
-	ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
+	chunk_at(ch, t, file, at);
 }
 
 /* Row-major (or column-major) element strides of shape. */
@@ -2166,6 +2254,30 @@ static void run_of(const loader *L, const sent *e, size_t i, int64_t *start,
 	    *start + (e->arr->nslices ? ashape(L, a)[0] : m->stop - m->start);
 	*file = a->latin1 ? L->memfile : L->files[e->pf].idx;
 	*at = a->off;
+}
+
+/*
+ * Whether t's chunks can be its shards' blocks read in place: each entry
+ * of es[0..n) one whole block (no flattened range, no pieces) and their
+ * LTMs' dims (global_offset then local_shape, decode_ltm()) a fixed step
+ * apart in L->dims, as flx_tensor_pool_strides() asks; L->dims then
+ * belongs to the index (L->dims_kept).
+ */
+static bool boxes_in_place(loader *L, const flx_tensor *t, const uint32_t *es,
+			   size_t n)
+{
+	size_t d0, step = 2 * (size_t)t->ndim;
+
+	if (t->ndim <= 0 || !n)
+		return false;
+	d0 = L->ltms[L->se[es[0]].ltm].dims;
+	for (size_t i = 0; i < n; i++)
+		if (nruns(L, &L->se[es[i]]) ||
+		    L->ltms[L->se[es[i]].ltm].dims != d0 + i * step)
+			return false;
+	if (!L->dims_kept && !flx_pool_adopt(&L->c->pool, L->dims))
+		L->dims_kept = true;
+	return L->dims_kept;
 }
 
 static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
@@ -2240,6 +2352,24 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 			nch += nb;
 		}
 	}
+	if (boxes_in_place(L, t, es, n)) {
+		if ((rc = flx_tensor_pool_strides(&L->c->pool, t, nch)))
+			return rc;
+		for (size_t i = 0; i < n; i++) {
+			const sent *e = &L->se[es[i]];
+			flx_chunk *ch = &t->chunks[i];
+
+			ch->off = L->dims + L->ltms[e->ltm].dims;
+			ch->size = ch->off + t->ndim;
+			strides_of(t->ndim, ch->size, e->arr->fortran,
+				   ch->stride);
+			chunk_at(ch, t,
+				 e->arr->latin1 ? L->memfile
+						: L->files[e->pf].idx,
+				 e->arr->off);
+		}
+		goto done;
+	}
 	if ((rc = flx_tensor_pool_chunks(&L->c->pool, t, nch)))
 		return rc;
 	for (size_t i = 0; i < n; i++) {
@@ -2276,6 +2406,7 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 			}
 		}
 	}
+done:
 	t->saved_split = split_of(L, t, es, n);
 	return flx_tensor_check_chunks(t, L->meta, L->err);
 }
@@ -2310,12 +2441,8 @@ static int build_tensors(loader *L)
 	for (size_t i = 0; i < L->nkeys; i++) {
 		flx_tensor *t = &c->tensors[t0 + i];
 
-		t->fqn = pool_str(&c->pool, L->keys[i].fqn);
+		t->fqn = L->keys[i].fqn;
 		c->ntensors = t0 + i + 1;
-		if (!t->fqn) {
-			rc = -ENOMEM;
-			goto out;
-		}
 		rc = build_tensor(L, &L->keys[i], es + start[i], L->keys[i].nse,
 				  t);
 		if (rc)
@@ -2615,8 +2742,11 @@ static bool stream_placed(loader *L, const flx_pickle *pk)
 	return used == L->nsg;
 }
 
-static int interpret(loader *L, const flx_pv *root)
+/* The index of the metadata *pk: its tree is freed (*pk NULL) once its
+ * fields are read, before the .distcp files are. */
+static int interpret(loader *L, flx_pickle **pk)
 {
+	const flx_pv *root = flx_pickle_root(*pk);
 	const flx_pv *cls = flx_pv_obj_class(root);
 	int rc;
 
@@ -2626,7 +2756,8 @@ static int interpret(loader *L, const flx_pv *root)
 		    "not a Paddle Metadata object (class %s%s%s)",
 		    cls ? cls->u.global.module : flx_pv_kind_name(root),
 		    cls ? "." : "", cls ? cls->u.global.name : "");
-	L->module = cls->u.global.module;
+	/* the module's name outlives the tree: one of the two */
+	L->module = strcmp(cls->u.global.module, MOD_FLEX) ? MOD_OLD : MOD_FLEX;
 	if (!L->c->writer &&
 	    asprintf(&L->c->writer, "Paddle %s (%s, id %" PRIu64 ")",
 		     strcmp(L->module, MOD_FLEX) ? "checkpoint"
@@ -2639,8 +2770,13 @@ static int interpret(loader *L, const flx_pv *root)
 	    (rc = sort_ltms(L)) ||
 	    (rc = load_storage(L, field(root, "storage_metadata"))) ||
 	    (rc = drop_ltm_ord(L)) ||
-	    (rc = check_flat_mapping(L, field(root, "flat_mapping"))) ||
-	    (rc = load_files(L)) || (rc = build_tensors(L)))
+	    (rc = check_flat_mapping(L, field(root, "flat_mapping"))))
+		return rc;
+	/* the keys and file names are the loader's: the tree (most of a
+	 * streamed metadata's memory left) is not needed */
+	flx_pickle_free(*pk);
+	*pk = NULL;
+	if ((rc = load_files(L)) || (rc = build_tensors(L)))
 		return rc;
 	return flush_names(L);
 }
@@ -2653,11 +2789,15 @@ static void part_release(loader *L)
 		free(L->files[i].slices);
 	}
 	drop(&L->files);
+	if (L->dims_kept)
+		L->dims = NULL; /* the index's pool frees it */
+	L->dims_kept = false;
 	drop(&L->dims);
 	drop(&L->adims);
 	drop(&L->ltms);
 	drop(&L->keys);
 	drop(&L->by_name);
+	drop(&L->krank);
 	drop(&L->khash);
 	drop(&L->ltm_ord);
 	drop(&L->se);
@@ -2665,7 +2805,8 @@ static void part_release(loader *L)
 	drop(&L->kmap);
 	stream_reset(L);
 	L->nadims = L->capadims = 0;
-	L->nfiles = L->ndims = L->capdims = L->nltms = L->capltms = 0;
+	L->nfiles = L->capfiles = L->ndims = L->capdims = L->nltms =
+	    L->capltms = 0;
 	L->nkeys = L->nse = L->capse = 0;
 }
 
@@ -2739,7 +2880,7 @@ static int load_part(loader *L, const flx_ckpt_opts *o, const char *prefix)
 	if (!rc && !L->c->mtime_ns)
 		L->c->mtime_ns = mtime;
 	if (!rc)
-		rc = interpret(L, flx_pickle_root(pk));
+		rc = interpret(L, &pk);
 	flx_pickle_free(pk);
 	part_release(L);
 	return rc;
