@@ -123,8 +123,10 @@ typedef struct parr {
 
 typedef struct pfile {
 	const char *relpath;
-	uint32_t idx; /* into c->files */
-	parr *arr;    /* sorted by key */
+	const char *name; /* as storage_metadata gives it (relpath without
+			   * the part's prefix) */
+	uint32_t idx;	  /* into c->files */
+	parr *arr;	  /* sorted by key */
 	size_t narr;
 	parr *slices; /* of the arrays saved in pieces, each list in order */
 	size_t nslices, capslices;
@@ -1928,7 +1930,7 @@ static int load_files(loader *L)
 		pfile *pf;
 
 		if (!L->nfiles ||
-		    strcmp(L->files[L->nfiles - 1].relpath, e->file)) {
+		    strcmp(L->files[L->nfiles - 1].name, e->file)) {
 			flx_file_ref ref = {.from = L->meta,
 					    .field = "storage_metadata",
 					    .key = L->keys[e->key].fqn};
@@ -1940,7 +1942,7 @@ static int load_files(loader *L)
 			}
 			pf = &L->files[L->nfiles++];
 			memset(pf, 0, sizeof(*pf));
-			pf->relpath = e->file;
+			pf->relpath = pf->name = e->file;
 			if (*L->prefix) {
 				size_t a = strlen(L->prefix),
 				       n = strlen(e->file) + 1;
