@@ -79,11 +79,12 @@
 
 /* One LocalTensorMetadata of state_dict_metadata. */
 typedef struct ltm {
-	size_t dims;	     /* off at L->dims[dims], shape at [dims + ndim] */
-	size_t gdims;	     /* global_shape at L->dims[gdims] (shared by the
-			      * LTMs before it with the same one) */
-	int64_t start, stop; /* flattened_range when flat */
-	flx_dtype dtype;     /* FLX_DT_INVALID: the metadata has none */
+	/* off at L->dims[dims], shape at [dims + ndim], then, when flat, the
+	 * flattened_range's start and stop (ltm_start(), ltm_stop()) */
+	size_t dims;
+	size_t gdims;	 /* global_shape at L->dims[gdims] (shared by the
+			  * LTMs before it with the same one) */
+	flx_dtype dtype; /* FLX_DT_INVALID: the metadata has none */
 	int8_t ndim;
 	int8_t gndim; /* -1: no global_shape */
 	bool flat;
@@ -157,10 +158,9 @@ typedef struct lti {
  * (L->istr), its offsets then local_shape at L->rdims[dims]. */
 typedef struct rawse {
 	uint32_t key, file;
-	size_t dims;
+	size_t dims; /* then, when flat, the flattened range's start, stop */
 	int8_t na, ns;
 	bool flat;
-	int64_t start, stop;
 } rawse;
 
 /* A state_dict_metadata list streamed (ltm_sink()): its LTMs
@@ -657,10 +657,26 @@ static int decode_ltm(loader *L, const char *key, const flx_pv *v, ltm *m)
 		return rc;
 	if ((rc = flag_of(L, key, v, "is_flattened", &m->flat)))
 		return rc;
-	if (m->flat)
-		return range_of(L, key, field(v, "flattened_range"), &m->start,
-				&m->stop);
+	if (m->flat) {
+		int64_t r[2];
+
+		if ((rc = range_of(L, key, field(v, "flattened_range"), &r[0],
+				   &r[1])))
+			return rc;
+		return push_dims(L, 2, r, &(size_t){0});
+	}
 	return 0;
+}
+
+/* The flattened_range of a flat LTM m (0 for another). */
+static int64_t ltm_start(const loader *L, const ltm *m)
+{
+	return m->flat ? L->dims[m->dims + 2 * (size_t)m->ndim] : 0;
+}
+
+static int64_t ltm_stop(const loader *L, const ltm *m)
+{
+	return m->flat ? L->dims[m->dims + 2 * (size_t)m->ndim + 1] : 0;
 }
 
 static uint64_t str_hash(const char *s)
@@ -881,8 +897,8 @@ static long match_ltm(const loader *L, pkey *k, int na, const int64_t *off,
 		const ltm *m = &L->ltms[j];
 		const int64_t *mo = L->dims + m->dims;
 
-		if (m->flat != flat ||
-		    (flat && (m->start != start || m->stop != stop)))
+		if (m->flat != flat || (flat && (ltm_start(L, m) != start ||
+						 ltm_stop(L, m) != stop)))
 			continue;
 		if (ns >= 0 && (ns != m->ndim ||
 				(ns && memcmp(mo + na, shape,
@@ -1018,9 +1034,7 @@ static int resolve_streamed(loader *L)
 			 .file = L->istr[r->file],
 			 .na = r->na,
 			 .ns = r->ns,
-			 .flat = r->flat,
-			 .start = r->start,
-			 .stop = r->stop};
+			 .flat = r->flat};
 		int rc;
 
 		memcpy(x.off, L->rdims + r->dims,
@@ -1028,6 +1042,13 @@ static int resolve_streamed(loader *L)
 		if (r->ns > 0)
 			memcpy(x.shape, L->rdims + r->dims + r->na,
 			       sizeof(int64_t) * (size_t)r->ns);
+		if (r->flat) {
+			size_t at = r->dims + (size_t)r->na +
+				    (size_t)(r->ns > 0 ? r->ns : 0);
+
+			x.start = L->rdims[at];
+			x.stop = L->rdims[at + 1];
+		}
 		if (L->kmap[r->key] == -2)
 			L->kmap[r->key] = find_key(L, x.key);
 		if ((rc = resolve_entry(L, &x, L->kmap[r->key], r->file)))
@@ -1997,10 +2018,11 @@ static int cmp_flat(const void *a, const void *b, void *arg)
 	const ltm *p = &L->ltms[x->ltm], *q = &L->ltms[y->ltm];
 	int c = memcmp(L->dims + p->dims, L->dims + q->dims,
 		       sizeof(int64_t) * 2 * (size_t)p->ndim);
+	int64_t s = ltm_start(L, p), u = ltm_start(L, q);
 
 	if (c)
 		return c;
-	return p->start < q->start ? -1 : p->start > q->start;
+	return (s > u) - (s < u);
 }
 
 static bool same_block(const loader *L, const ltm *p, const ltm *q)
@@ -2026,37 +2048,39 @@ static int check_flat(loader *L, const flx_tensor *t, const uint32_t *es,
 		    i == 0 || !same_block(L, m, &L->ltms[L->se[es[i - 1]].ltm]);
 		bool last = i + 1 == n ||
 			    !same_block(L, m, &L->ltms[L->se[es[i + 1]].ltm]);
-		int64_t prev = first ? 0 : L->ltms[L->se[es[i - 1]].ltm].stop;
+		int64_t prev =
+		    first ? 0 : ltm_stop(L, &L->ltms[L->se[es[i - 1]].ltm]);
+		int64_t start = ltm_start(L, m), stop = ltm_stop(L, m);
 
 		flx_fmt_dims(o, sizeof(o), m->ndim, L->dims + m->dims);
-		if ((uint64_t)m->stop > numel)
+		if ((uint64_t)stop > numel)
 			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
 					     "flattened range [%" PRId64
 					     ", %" PRId64
 					     ") runs past the %" PRIu64
 					     " elements of the block at %s",
-					     m->start, m->stop, numel, o);
-		if (m->start < prev)
+					     start, stop, numel, o);
+		if (start < prev)
 			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
 					     "flattened range [%" PRId64
 					     ", %" PRId64
 					     ") of the block at %s overlaps "
 					     "another ending at %" PRId64,
-					     m->start, m->stop, o, prev);
-		if (m->start > prev)
+					     start, stop, o, prev);
+		if (start > prev)
 			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
 					     "flattened ranges of the block at "
 					     "%s leave a hole: elements "
 					     "[%" PRId64 ", %" PRId64
 					     ") are in no file",
-					     o, prev, m->start);
-		if (last && (uint64_t)m->stop != numel)
+					     o, prev, start);
+		if (last && (uint64_t)stop != numel)
 			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
 					     "flattened ranges of the block at "
 					     "%s leave a hole: elements "
 					     "[%" PRId64 ", %" PRIu64
 					     ") are in no file",
-					     o, m->stop, numel);
+					     o, stop, numel);
 	}
 	return 0;
 }
@@ -2146,14 +2170,15 @@ static int check_array(loader *L, const flx_tensor *t, const sent *e)
 	char x[96], y[96];
 
 	if (m->flat) {
-		if (a->ndim == 1 && ashape(L, a)[0] == m->stop - m->start)
+		if (a->ndim == 1 &&
+		    ashape(L, a)[0] == ltm_stop(L, m) - ltm_start(L, m))
 			return 0;
 		flx_fmt_dims(x, sizeof(x), a->ndim, ashape(L, a));
 		return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
 				     "array shape %s is not that of the "
 				     "flattened range [%" PRId64 ", %" PRId64
 				     ")",
-				     x, m->start, m->stop);
+				     x, ltm_start(L, m), ltm_stop(L, m));
 	}
 	if (a->ndim == m->ndim &&
 	    !memcmp(ashape(L, a), blk, sizeof(int64_t) * (size_t)m->ndim))
@@ -2247,13 +2272,13 @@ static void run_of(const loader *L, const sent *e, size_t i, int64_t *start,
 {
 	const ltm *m = &L->ltms[e->ltm];
 	const parr *a = e->arr;
-	int64_t base = m->flat ? m->start : 0;
+	int64_t base = ltm_start(L, m);
 
 	if (a->nslices)
 		a = &L->files[e->pf].slices[a->slice0 + i];
 	*start = base + a->first;
-	*stop =
-	    *start + (e->arr->nslices ? ashape(L, a)[0] : m->stop - m->start);
+	*stop = *start +
+		(e->arr->nslices ? ashape(L, a)[0] : ltm_stop(L, m) - base);
 	*file = a->latin1 ? L->memfile : L->files[e->pf].idx;
 	*at = a->off;
 }
@@ -2684,7 +2709,8 @@ static int se_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 			lastk = x.key;
 		if (!rc && x.file != lastf && !(rc = intern(L, x.file, &jf)))
 			lastf = x.file;
-		nd = (size_t)x.na + (size_t)(x.ns > 0 ? x.ns : 0);
+		nd = (size_t)x.na + (size_t)(x.ns > 0 ? x.ns : 0) +
+		     (x.flat ? 2 : 0);
 		if (rc ||
 		    (rc = flx_grow((void **)&L->raw, &L->capraw, L->nraw + 1,
 				   sizeof(*L->raw))) ||
@@ -2697,14 +2723,16 @@ static int se_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 			     .dims = L->nrdims,
 			     .na = (int8_t)x.na,
 			     .ns = (int8_t)x.ns,
-			     .flat = x.flat,
-			     .start = x.start,
-			     .stop = x.stop};
+			     .flat = x.flat};
 		memcpy(L->rdims + L->nrdims, x.off,
 		       sizeof(int64_t) * (size_t)x.na);
 		if (x.ns > 0)
 			memcpy(L->rdims + L->nrdims + x.na, x.shape,
 			       sizeof(int64_t) * (size_t)x.ns);
+		if (x.flat) {
+			L->rdims[L->nrdims + nd - 2] = x.start;
+			L->rdims[L->nrdims + nd - 1] = x.stop;
+		}
 		L->nrdims += nd;
 	}
 	L->err = keep;
