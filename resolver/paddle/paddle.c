@@ -79,11 +79,12 @@
 
 /* One LocalTensorMetadata of state_dict_metadata. */
 typedef struct ltm {
-	size_t dims;	     /* off at L->dims[dims], shape at [dims + ndim] */
-	size_t gdims;	     /* global_shape at L->dims[gdims] (shared by the
-			      * LTMs before it with the same one) */
-	int64_t start, stop; /* flattened_range when flat */
-	flx_dtype dtype;     /* FLX_DT_INVALID: the metadata has none */
+	/* off at L->dims[dims], shape at [dims + ndim], then, when flat, the
+	 * flattened_range's start and stop (ltm_start(), ltm_stop()) */
+	size_t dims;
+	size_t gdims;	 /* global_shape at L->dims[gdims] (shared by the
+			  * LTMs before it with the same one) */
+	flx_dtype dtype; /* FLX_DT_INVALID: the metadata has none */
 	int8_t ndim;
 	int8_t gndim; /* -1: no global_shape */
 	bool flat;
@@ -91,7 +92,7 @@ typedef struct ltm {
 
 /* One key of state_dict_metadata: its LTMs [lo, lo + n) of L->ltms. */
 typedef struct pkey {
-	const char *fqn;
+	char *fqn; /* in the index's pool: the tensor's name */
 	size_t lo, n;
 	size_t hint; /* where in ltm_ord the next entry's LTM likely is */
 	size_t nse;  /* storage entries (primary copies) naming it */
@@ -108,6 +109,7 @@ typedef struct parr {
 	 * off, len first give the UTF-8 text in the file, then (decoded)
 	 * the bytes in the loader's memory file */
 	bool latin1;
+	uint32_t rank; /* the key's place in name order (L->krank) */
 	uint64_t off, len;
 	/* the storage entry (index + 1) the array is the shard of; 0: none
 	 * yet (a file holds one array per key,
@@ -122,8 +124,10 @@ typedef struct parr {
 
 typedef struct pfile {
 	const char *relpath;
-	uint32_t idx; /* into c->files */
-	parr *arr;    /* sorted by key */
+	const char *name; /* as storage_metadata gives it (relpath without
+			   * the part's prefix) */
+	uint32_t idx;	  /* into c->files */
+	parr *arr;	  /* sorted by key */
 	size_t narr;
 	parr *slices; /* of the arrays saved in pieces, each list in order */
 	size_t nslices, capslices;
@@ -131,8 +135,10 @@ typedef struct pfile {
 
 /* One storage_metadata entry with replica_id 0 or None. */
 typedef struct sent {
-	uint32_t key;	  /* into L->keys */
-	uint32_t pf;	  /* into L->files */
+	uint32_t key; /* into L->keys */
+	/* into L->files; until load_files(), the interned file name's
+	 * index (L->istr) */
+	uint32_t pf;
 	size_t ltm;	  /* into L->ltms */
 	const char *file; /* the value: a file name */
 	const parr *arr;  /* its array in that file */
@@ -152,10 +158,9 @@ typedef struct lti {
  * (L->istr), its offsets then local_shape at L->rdims[dims]. */
 typedef struct rawse {
 	uint32_t key, file;
-	size_t dims;
+	size_t dims; /* then, when flat, the flattened range's start, stop */
 	int8_t na, ns;
 	bool flat;
-	int64_t start, stop;
 } rawse;
 
 /* A state_dict_metadata list streamed (ltm_sink()): its LTMs
@@ -175,6 +180,7 @@ typedef struct loader {
 	const char *module;
 	int64_t *dims;
 	size_t ndims, capdims;
+	bool dims_kept; /* dims is the index's (boxes_in_place()) */
 	int64_t *adims; /* the shapes of the .distcp arrays (parr.sh) */
 	size_t nadims, capadims;
 	ltm *ltms;
@@ -182,6 +188,7 @@ typedef struct loader {
 	pkey *keys;
 	size_t nkeys;
 	uint32_t *by_name; /* key indices sorted by fqn */
+	uint32_t *krank;   /* per key: its place in by_name */
 	uint32_t *khash;   /* key index + 1 by str_hash(fqn), 0: free */
 	size_t kmask;
 	/* LTM indices: within each key's [lo, lo + n), sorted by (ndim,
@@ -191,7 +198,7 @@ typedef struct loader {
 	sent *se;
 	size_t nse, capse;
 	pfile *files;
-	size_t nfiles;
+	size_t nfiles, capfiles;
 	flx_name_pair *names;
 	size_t nnames, capnames;
 	/* the decoded protocol-2 arrays: a memfd (-1 until needed) of
@@ -581,13 +588,27 @@ static int flag_of(loader *L, const char *key, const flx_pv *obj,
 	return 0;
 }
 
+static char *pool_str(flx_pool *p, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *d = flx_pool_alloc(p, n);
+
+	if (d)
+		memcpy(d, s, n);
+	return d;
+}
+
 /* ---- state_dict_metadata ---- */
 
+/* LTM v of key into *m; its dims appended to L->dims: the global shape
+ * (when it differs from the LTM before's), then global_offset and
+ * local_shape, so that a key's LTMs lie a fixed step apart (chunk boxes
+ * read in place, build_tensor()). */
 static int decode_ltm(loader *L, const char *key, const flx_pv *v, ltm *m)
 {
-	int64_t a[FLX_MAX_DIMS], s[FLX_MAX_DIMS];
+	int64_t a[FLX_MAX_DIMS], s[FLX_MAX_DIMS], g[FLX_MAX_DIMS];
 	const flx_pv *dt, *gs;
-	int na, ns, rc;
+	int na, ns, ng = -1, rc;
 
 	if (!is_paddle_obj(v, "LocalTensorMetadata") || !fields(v))
 		return flx_error_set(L->err, -EINVAL, L->meta, key,
@@ -606,9 +627,6 @@ static int decode_ltm(loader *L, const char *key, const flx_pv *v, ltm *m)
 				     "local_shape %d",
 				     na, ns);
 	m->ndim = (int8_t)na;
-	if ((rc = push_dims(L, na, a, &m->dims)) ||
-	    (rc = push_dims(L, ns, s, &(size_t){0})))
-		return rc;
 	dt = field(v, "dtype");
 	m->dtype = FLX_DT_INVALID;
 	if (!is_none(dt)) {
@@ -622,25 +640,43 @@ static int decode_ltm(loader *L, const char *key, const flx_pv *v, ltm *m)
 	m->gndim = -1;
 	if (!is_none(gs)) {
 		const ltm *p = m > L->ltms ? m - 1 : NULL;
-		int ng;
 
-		if ((rc = dims_of(L, L->meta, key, "global_shape", gs, &ng, a)))
+		if ((rc = dims_of(L, L->meta, key, "global_shape", gs, &ng, g)))
 			return rc;
 		m->gndim = (int8_t)ng;
 		/* a key's LTMs have one global shape: kept once */
 		if (p && p->gndim == ng &&
-		    !memcmp(L->dims + p->gdims, a,
+		    !memcmp(L->dims + p->gdims, g,
 			    sizeof(int64_t) * (size_t)ng))
 			m->gdims = p->gdims;
-		else if ((rc = push_dims(L, ng, a, &m->gdims)))
+		else if ((rc = push_dims(L, ng, g, &m->gdims)))
 			return rc;
 	}
+	if ((rc = push_dims(L, na, a, &m->dims)) ||
+	    (rc = push_dims(L, ns, s, &(size_t){0})))
+		return rc;
 	if ((rc = flag_of(L, key, v, "is_flattened", &m->flat)))
 		return rc;
-	if (m->flat)
-		return range_of(L, key, field(v, "flattened_range"), &m->start,
-				&m->stop);
+	if (m->flat) {
+		int64_t r[2];
+
+		if ((rc = range_of(L, key, field(v, "flattened_range"), &r[0],
+				   &r[1])))
+			return rc;
+		return push_dims(L, 2, r, &(size_t){0});
+	}
 	return 0;
+}
+
+/* The flattened_range of a flat LTM m (0 for another). */
+static int64_t ltm_start(const loader *L, const ltm *m)
+{
+	return m->flat ? L->dims[m->dims + 2 * (size_t)m->ndim] : 0;
+}
+
+static int64_t ltm_stop(const loader *L, const ltm *m)
+{
+	return m->flat ? L->dims[m->dims + 2 * (size_t)m->ndim + 1] : 0;
 }
 
 static uint64_t str_hash(const char *s)
@@ -714,7 +750,9 @@ static int load_sdm(loader *L, const flx_pv *sdm)
 			return flx_error_set(L->err, -EINVAL, L->meta, key,
 					     "state_dict_metadata value is not "
 					     "a list");
-		k->fqn = key;
+		/* the tree is freed before the files are read */
+		if (!(k->fqn = pool_str(&L->c->pool, key)))
+			return -ENOMEM;
 		L->by_name[i] = (uint32_t)i;
 		if (flx_pv_streamed(list)) {
 			/* its LTMs came from the stream (stream_placed()) */
@@ -745,6 +783,10 @@ static int load_sdm(loader *L, const flx_pv *sdm)
 			    L->err, -EINVAL, L->meta,
 			    L->keys[L->by_name[i]].fqn,
 			    "listed twice in state_dict_metadata");
+	if (!(L->krank = malloc((n ? n : 1) * sizeof(*L->krank))))
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++)
+		L->krank[L->by_name[i]] = (uint32_t)i;
 	return hash_keys(L);
 }
 
@@ -855,8 +897,8 @@ static long match_ltm(const loader *L, pkey *k, int na, const int64_t *off,
 		const ltm *m = &L->ltms[j];
 		const int64_t *mo = L->dims + m->dims;
 
-		if (m->flat != flat ||
-		    (flat && (m->start != start || m->stop != stop)))
+		if (m->flat != flat || (flat && (ltm_start(L, m) != start ||
+						 ltm_stop(L, m) != stop)))
 			continue;
 		if (ns >= 0 && (ns != m->ndim ||
 				(ns && memcmp(mo + na, shape,
@@ -910,8 +952,8 @@ static int parse_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v,
 }
 
 /* A primary entry (replica_id 0 or None) into L->se: its key (index ki,
- * or -2: look it up) and LTM. */
-static int resolve_entry(loader *L, const lti *x, long ki)
+ * or -2: look it up), LTM and file (x->file, interned as L->istr[f]). */
+static int resolve_entry(loader *L, const lti *x, long ki, uint32_t f)
 {
 	long m;
 	sent *e;
@@ -940,19 +982,31 @@ static int resolve_entry(loader *L, const lti *x, long ki)
 	e->key = (uint32_t)ki;
 	e->ltm = (size_t)m;
 	e->file = x->file;
+	e->pf = f;
 	L->keys[ki].nse++;
 	return 0;
 }
 
+static int intern(loader *L, const char *s, uint32_t *out);
+
 static int decode_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v)
 {
 	lti x;
+	uint32_t f;
 	int rc = parse_entry(L, i, k, v, &x);
 
 	/* replica_id > 0: a copy a loader ignores (save_replicas=True) */
 	if (rc || x.rep > 0)
 		return rc;
-	return resolve_entry(L, &x, -2);
+	/* the file name outlives the tree, which interpret() frees */
+	if ((rc = intern(L, x.file, &f)))
+		return rc == -ENOMEM
+			   ? rc
+			   : flx_error_set(L->err, -EOVERFLOW, L->meta,
+					   "storage_metadata",
+					   "more than 2^31 file names");
+	x.file = L->istr[f];
+	return resolve_entry(L, &x, -2, f);
 }
 
 /* Forget the streamed entries' records (se_sink()). */
@@ -980,9 +1034,7 @@ static int resolve_streamed(loader *L)
 			 .file = L->istr[r->file],
 			 .na = r->na,
 			 .ns = r->ns,
-			 .flat = r->flat,
-			 .start = r->start,
-			 .stop = r->stop};
+			 .flat = r->flat};
 		int rc;
 
 		memcpy(x.off, L->rdims + r->dims,
@@ -990,9 +1042,16 @@ static int resolve_streamed(loader *L)
 		if (r->ns > 0)
 			memcpy(x.shape, L->rdims + r->dims + r->na,
 			       sizeof(int64_t) * (size_t)r->ns);
+		if (r->flat) {
+			size_t at = r->dims + (size_t)r->na +
+				    (size_t)(r->ns > 0 ? r->ns : 0);
+
+			x.start = L->rdims[at];
+			x.stop = L->rdims[at + 1];
+		}
 		if (L->kmap[r->key] == -2)
 			L->kmap[r->key] = find_key(L, x.key);
-		if ((rc = resolve_entry(L, &x, L->kmap[r->key])))
+		if ((rc = resolve_entry(L, &x, L->kmap[r->key], r->file)))
 			return rc;
 	}
 	/* the entries are L->se now; the file names stay interned */
@@ -1083,13 +1142,25 @@ static bool dtype_fits(flx_dtype md, flx_dtype np)
 	return false;
 }
 
+/* Whether cls is numpy.core.{sub}.{name} or numpy._core.{sub}.{name}
+ * (compared in place: one call per array of every .distcp). */
 static bool np_global(const flx_pv *cls, const char *sub, const char *name)
 {
-	char a[48], b[48];
+	const char *m;
 
-	snprintf(a, sizeof(a), "numpy.core.%s", sub);
-	snprintf(b, sizeof(b), "numpy._core.%s", sub);
-	return flx_pv_is_global(cls, a, name) || flx_pv_is_global(cls, b, name);
+	if (!flx_pv_is_global(cls, NULL, name))
+		return false;
+	m = cls->u.global.module;
+	if (strncmp(m, "numpy.", 6))
+		return false;
+	m += 6;
+	if (!strncmp(m, "core.", 5))
+		m += 5;
+	else if (!strncmp(m, "_core.", 6))
+		m += 6;
+	else
+		return false;
+	return !strcmp(m, sub);
 }
 
 /* numpy.dtype(str, ...) with BUILD state (3, byteorder, ...). */
@@ -1230,19 +1301,12 @@ static int decode_array(loader *L, const char *file, const char *key,
 	return decode_raw(L, file, key, raw, want, a);
 }
 
+/* By key name: the keys' ranks (L->krank) are their name order. */
 static int cmp_parr(const void *a, const void *b)
 {
-	return strcmp(((const parr *)a)->key, ((const parr *)b)->key);
-}
+	uint32_t x = ((const parr *)a)->rank, y = ((const parr *)b)->rank;
 
-static char *pool_str(flx_pool *p, const char *s)
-{
-	size_t n = strlen(s) + 1;
-	char *d = flx_pool_alloc(p, n);
-
-	if (d)
-		memcpy(d, s, n);
-	return d;
+	return (x > y) - (x < y);
 }
 
 /* Collect a file's "StructuredToParameterName@@" entries, for the keys
@@ -1530,6 +1594,7 @@ static int read_pieces(loader *L, pfile *pf, const flx_pv *root,
 			rc = -ENOMEM;
 			goto out;
 		}
+		a.rank = L->krank[ki];
 		pf->arr[(*n)++] = a;
 	}
 	qsort(nm, nn, sizeof(named), cmp_named);
@@ -1645,6 +1710,7 @@ static int read_distcp(loader *L, pfile *pf, const bool *want)
 		}
 		if ((rc = decode_array(L, pf->relpath, k, v, &pf->arr[n])))
 			goto out;
+		pf->arr[n].rank = L->krank[ki];
 		pf->arr[n++].key = L->keys[ki].fqn;
 	}
 	pf->narr = n;
@@ -1664,9 +1730,10 @@ out:
 	return rc;
 }
 
-static const parr *find_arr(const pfile *pf, const char *key)
+/* The array of the key of rank r (L->krank) in pf, or NULL. */
+static const parr *find_arr(const pfile *pf, uint32_t r)
 {
-	parr k = {.key = key};
+	parr k = {.rank = r};
 
 	return bsearch(&k, pf->arr, pf->narr, sizeof(parr), cmp_parr);
 }
@@ -1796,13 +1863,47 @@ static int decode_texts(loader *L)
 	return rc;
 }
 
-static int cmp_sent_file(const void *a, const void *b, void *arg)
+static int cmp_istr(const void *a, const void *b, void *arg)
 {
 	const loader *L = arg;
-	uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
-	int c = strcmp(L->se[i].file, L->se[j].file);
 
-	return c ? c : (i > j) - (i < j);
+	return strcmp(L->istr[*(const uint32_t *)a],
+		      L->istr[*(const uint32_t *)b]);
+}
+
+/* order[0..nse): the entries by file name, then in storage_metadata
+ * order: a counting sort by the rank of each entry's interned file name
+ * (sent.pf) among the interned strings, which are distinct. */
+static int order_by_file(loader *L, uint32_t *order)
+{
+	size_t n = L->nistr ? L->nistr : 1;
+	uint32_t *ix = malloc(n * sizeof(*ix));
+	size_t *at = calloc(n + 1, sizeof(*at));
+	int rc = 0;
+
+	if (!ix || !at) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < L->nistr; i++)
+		ix[i] = (uint32_t)i;
+	qsort_r(ix, L->nistr, sizeof(*ix), cmp_istr, L);
+	/* ix becomes the rank of each string */
+	for (size_t i = 0; i < L->nistr; i++)
+		at[ix[i]] = i;
+	for (size_t i = 0; i < L->nistr; i++)
+		ix[i] = (uint32_t)at[i];
+	memset(at, 0, (n + 1) * sizeof(*at));
+	for (size_t i = 0; i < L->nse; i++)
+		at[ix[L->se[i].pf] + 1]++;
+	for (size_t r = 0; r < n; r++)
+		at[r + 1] += at[r];
+	for (size_t i = 0; i < L->nse; i++)
+		order[at[ix[L->se[i].pf]]++] = (uint32_t)i;
+out:
+	free(ix);
+	free(at);
+	return rc;
 }
 
 /* Entry i is the one shard its array holds: two entries naming one file
@@ -1843,24 +1944,26 @@ static int load_files(loader *L)
 		order[i] = (uint32_t)i;
 		want[L->se[i].key] = true;
 	}
-	qsort_r(order, L->nse, sizeof(*order), cmp_sent_file, L);
-	L->files = calloc(L->nse ? L->nse : 1, sizeof(pfile));
-	if (!L->files) {
-		rc = -ENOMEM;
+	if ((rc = order_by_file(L, order)))
 		goto out;
-	}
 	for (size_t i = 0; i < L->nse; i++) {
 		sent *e = &L->se[order[i]];
 		pfile *pf;
 
 		if (!L->nfiles ||
-		    strcmp(L->files[L->nfiles - 1].relpath, e->file)) {
+		    strcmp(L->files[L->nfiles - 1].name, e->file)) {
 			flx_file_ref ref = {.from = L->meta,
 					    .field = "storage_metadata",
 					    .key = L->keys[e->key].fqn};
 
+			if (flx_grow((void **)&L->files, &L->capfiles,
+				     L->nfiles + 1, sizeof(pfile))) {
+				rc = -ENOMEM;
+				goto out;
+			}
 			pf = &L->files[L->nfiles++];
-			pf->relpath = e->file;
+			memset(pf, 0, sizeof(*pf));
+			pf->relpath = pf->name = e->file;
 			if (*L->prefix) {
 				size_t a = strlen(L->prefix),
 				       n = strlen(e->file) + 1;
@@ -1886,7 +1989,7 @@ static int load_files(loader *L)
 		pf = &L->files[L->nfiles - 1];
 		e->pf = (uint32_t)(pf - L->files);
 		e->file = pf->relpath;
-		e->arr = find_arr(pf, L->keys[e->key].fqn);
+		e->arr = find_arr(pf, L->krank[e->key]);
 		if (!e->arr) {
 			rc = flx_error_set(L->err, -EINVAL, e->file,
 					   L->keys[e->key].fqn,
@@ -1915,10 +2018,11 @@ static int cmp_flat(const void *a, const void *b, void *arg)
 	const ltm *p = &L->ltms[x->ltm], *q = &L->ltms[y->ltm];
 	int c = memcmp(L->dims + p->dims, L->dims + q->dims,
 		       sizeof(int64_t) * 2 * (size_t)p->ndim);
+	int64_t s = ltm_start(L, p), u = ltm_start(L, q);
 
 	if (c)
 		return c;
-	return p->start < q->start ? -1 : p->start > q->start;
+	return (s > u) - (s < u);
 }
 
 static bool same_block(const loader *L, const ltm *p, const ltm *q)
@@ -1944,37 +2048,39 @@ static int check_flat(loader *L, const flx_tensor *t, const uint32_t *es,
 		    i == 0 || !same_block(L, m, &L->ltms[L->se[es[i - 1]].ltm]);
 		bool last = i + 1 == n ||
 			    !same_block(L, m, &L->ltms[L->se[es[i + 1]].ltm]);
-		int64_t prev = first ? 0 : L->ltms[L->se[es[i - 1]].ltm].stop;
+		int64_t prev =
+		    first ? 0 : ltm_stop(L, &L->ltms[L->se[es[i - 1]].ltm]);
+		int64_t start = ltm_start(L, m), stop = ltm_stop(L, m);
 
 		flx_fmt_dims(o, sizeof(o), m->ndim, L->dims + m->dims);
-		if ((uint64_t)m->stop > numel)
+		if ((uint64_t)stop > numel)
 			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
 					     "flattened range [%" PRId64
 					     ", %" PRId64
 					     ") runs past the %" PRIu64
 					     " elements of the block at %s",
-					     m->start, m->stop, numel, o);
-		if (m->start < prev)
+					     start, stop, numel, o);
+		if (start < prev)
 			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
 					     "flattened range [%" PRId64
 					     ", %" PRId64
 					     ") of the block at %s overlaps "
 					     "another ending at %" PRId64,
-					     m->start, m->stop, o, prev);
-		if (m->start > prev)
+					     start, stop, o, prev);
+		if (start > prev)
 			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
 					     "flattened ranges of the block at "
 					     "%s leave a hole: elements "
 					     "[%" PRId64 ", %" PRId64
 					     ") are in no file",
-					     o, prev, m->start);
-		if (last && (uint64_t)m->stop != numel)
+					     o, prev, start);
+		if (last && (uint64_t)stop != numel)
 			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
 					     "flattened ranges of the block at "
 					     "%s leave a hole: elements "
 					     "[%" PRId64 ", %" PRIu64
 					     ") are in no file",
-					     o, m->stop, numel);
+					     o, stop, numel);
 	}
 	return 0;
 }
@@ -2064,14 +2170,15 @@ static int check_array(loader *L, const flx_tensor *t, const sent *e)
 	char x[96], y[96];
 
 	if (m->flat) {
-		if (a->ndim == 1 && ashape(L, a)[0] == m->stop - m->start)
+		if (a->ndim == 1 &&
+		    ashape(L, a)[0] == ltm_stop(L, m) - ltm_start(L, m))
 			return 0;
 		flx_fmt_dims(x, sizeof(x), a->ndim, ashape(L, a));
 		return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
 				     "array shape %s is not that of the "
 				     "flattened range [%" PRId64 ", %" PRId64
 				     ")",
-				     x, m->start, m->stop);
+				     x, ltm_start(L, m), ltm_stop(L, m));
 	}
 	if (a->ndim == m->ndim &&
 	    !memcmp(ashape(L, a), blk, sizeof(int64_t) * (size_t)m->ndim))
@@ -2083,22 +2190,30 @@ static int check_array(loader *L, const flx_tensor *t, const sent *e)
 			     y);
 }
 
-/* Fill chunk ch: box (off, size) of t at block offset boff, whose
- * element 0 is byte at of file. */
+/* Fill chunk ch of t, whose box and strides are set: element 0 is byte
+ * at of file. */
+static void chunk_at(flx_chunk *ch, const flx_tensor *t, uint32_t file,
+		     uint64_t at)
+{
+	unsigned es = flx_dtype_size(t->dtype);
+
+	ch->file = file;
+	ch->data_off = ch->item_off = at;
+	ch->item_len = flx_numel(t->ndim, ch->size) * es;
+	ch->storage_offset = 0;
+	ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
+}
+
+/* Fill chunk ch: box (off, size) of t, whose element 0 is byte at of
+ * file. */
 static void set_chunk(flx_chunk *ch, const flx_tensor *t, uint32_t file,
 		      const int64_t *off, const int64_t *size,
 		      const int64_t *stride, uint64_t at)
 {
-	unsigned es = flx_dtype_size(t->dtype);
-
 	memcpy(ch->off, off, sizeof(int64_t) * (size_t)t->ndim);
 	memcpy(ch->size, size, sizeof(int64_t) * (size_t)t->ndim);
 	memcpy(ch->stride, stride, sizeof(int64_t) * (size_t)t->ndim);
-	ch->file = file;
-	ch->data_off = ch->item_off = at;
-	ch->item_len = flx_numel(t->ndim, size) * es;
-	ch->storage_offset = 0;
-	ch->contig_from = flx_chunk_contig_from(t->ndim, ch);
+	chunk_at(ch, t, file, at);
 }
 
 /* Row-major (or column-major) element strides of shape. */
@@ -2157,15 +2272,39 @@ static void run_of(const loader *L, const sent *e, size_t i, int64_t *start,
 {
 	const ltm *m = &L->ltms[e->ltm];
 	const parr *a = e->arr;
-	int64_t base = m->flat ? m->start : 0;
+	int64_t base = ltm_start(L, m);
 
 	if (a->nslices)
 		a = &L->files[e->pf].slices[a->slice0 + i];
 	*start = base + a->first;
-	*stop =
-	    *start + (e->arr->nslices ? ashape(L, a)[0] : m->stop - m->start);
+	*stop = *start +
+		(e->arr->nslices ? ashape(L, a)[0] : ltm_stop(L, m) - base);
 	*file = a->latin1 ? L->memfile : L->files[e->pf].idx;
 	*at = a->off;
+}
+
+/*
+ * Whether t's chunks can be its shards' blocks read in place: each entry
+ * of es[0..n) one whole block (no flattened range, no pieces) and their
+ * LTMs' dims (global_offset then local_shape, decode_ltm()) a fixed step
+ * apart in L->dims, as flx_tensor_pool_strides() asks; L->dims then
+ * belongs to the index (L->dims_kept).
+ */
+static bool boxes_in_place(loader *L, const flx_tensor *t, const uint32_t *es,
+			   size_t n)
+{
+	size_t d0, step = 2 * (size_t)t->ndim;
+
+	if (t->ndim <= 0 || !n)
+		return false;
+	d0 = L->ltms[L->se[es[0]].ltm].dims;
+	for (size_t i = 0; i < n; i++)
+		if (nruns(L, &L->se[es[i]]) ||
+		    L->ltms[L->se[es[i]].ltm].dims != d0 + i * step)
+			return false;
+	if (!L->dims_kept && !flx_pool_adopt(&L->c->pool, L->dims))
+		L->dims_kept = true;
+	return L->dims_kept;
 }
 
 static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
@@ -2240,6 +2379,24 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 			nch += nb;
 		}
 	}
+	if (boxes_in_place(L, t, es, n)) {
+		if ((rc = flx_tensor_pool_strides(&L->c->pool, t, nch)))
+			return rc;
+		for (size_t i = 0; i < n; i++) {
+			const sent *e = &L->se[es[i]];
+			flx_chunk *ch = &t->chunks[i];
+
+			ch->off = L->dims + L->ltms[e->ltm].dims;
+			ch->size = ch->off + t->ndim;
+			strides_of(t->ndim, ch->size, e->arr->fortran,
+				   ch->stride);
+			chunk_at(ch, t,
+				 e->arr->latin1 ? L->memfile
+						: L->files[e->pf].idx,
+				 e->arr->off);
+		}
+		goto done;
+	}
 	if ((rc = flx_tensor_pool_chunks(&L->c->pool, t, nch)))
 		return rc;
 	for (size_t i = 0; i < n; i++) {
@@ -2276,6 +2433,7 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 			}
 		}
 	}
+done:
 	t->saved_split = split_of(L, t, es, n);
 	return flx_tensor_check_chunks(t, L->meta, L->err);
 }
@@ -2310,12 +2468,8 @@ static int build_tensors(loader *L)
 	for (size_t i = 0; i < L->nkeys; i++) {
 		flx_tensor *t = &c->tensors[t0 + i];
 
-		t->fqn = pool_str(&c->pool, L->keys[i].fqn);
+		t->fqn = L->keys[i].fqn;
 		c->ntensors = t0 + i + 1;
-		if (!t->fqn) {
-			rc = -ENOMEM;
-			goto out;
-		}
 		rc = build_tensor(L, &L->keys[i], es + start[i], L->keys[i].nse,
 				  t);
 		if (rc)
@@ -2555,7 +2709,8 @@ static int se_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 			lastk = x.key;
 		if (!rc && x.file != lastf && !(rc = intern(L, x.file, &jf)))
 			lastf = x.file;
-		nd = (size_t)x.na + (size_t)(x.ns > 0 ? x.ns : 0);
+		nd = (size_t)x.na + (size_t)(x.ns > 0 ? x.ns : 0) +
+		     (x.flat ? 2 : 0);
 		if (rc ||
 		    (rc = flx_grow((void **)&L->raw, &L->capraw, L->nraw + 1,
 				   sizeof(*L->raw))) ||
@@ -2568,14 +2723,16 @@ static int se_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 			     .dims = L->nrdims,
 			     .na = (int8_t)x.na,
 			     .ns = (int8_t)x.ns,
-			     .flat = x.flat,
-			     .start = x.start,
-			     .stop = x.stop};
+			     .flat = x.flat};
 		memcpy(L->rdims + L->nrdims, x.off,
 		       sizeof(int64_t) * (size_t)x.na);
 		if (x.ns > 0)
 			memcpy(L->rdims + L->nrdims + x.na, x.shape,
 			       sizeof(int64_t) * (size_t)x.ns);
+		if (x.flat) {
+			L->rdims[L->nrdims + nd - 2] = x.start;
+			L->rdims[L->nrdims + nd - 1] = x.stop;
+		}
 		L->nrdims += nd;
 	}
 	L->err = keep;
@@ -2615,8 +2772,11 @@ static bool stream_placed(loader *L, const flx_pickle *pk)
 	return used == L->nsg;
 }
 
-static int interpret(loader *L, const flx_pv *root)
+/* The index of the metadata *pk: its tree is freed (*pk NULL) once its
+ * fields are read, before the .distcp files are. */
+static int interpret(loader *L, flx_pickle **pk)
 {
+	const flx_pv *root = flx_pickle_root(*pk);
 	const flx_pv *cls = flx_pv_obj_class(root);
 	int rc;
 
@@ -2626,7 +2786,8 @@ static int interpret(loader *L, const flx_pv *root)
 		    "not a Paddle Metadata object (class %s%s%s)",
 		    cls ? cls->u.global.module : flx_pv_kind_name(root),
 		    cls ? "." : "", cls ? cls->u.global.name : "");
-	L->module = cls->u.global.module;
+	/* the module's name outlives the tree: one of the two */
+	L->module = strcmp(cls->u.global.module, MOD_FLEX) ? MOD_OLD : MOD_FLEX;
 	if (!L->c->writer &&
 	    asprintf(&L->c->writer, "Paddle %s (%s, id %" PRIu64 ")",
 		     strcmp(L->module, MOD_FLEX) ? "checkpoint"
@@ -2639,8 +2800,13 @@ static int interpret(loader *L, const flx_pv *root)
 	    (rc = sort_ltms(L)) ||
 	    (rc = load_storage(L, field(root, "storage_metadata"))) ||
 	    (rc = drop_ltm_ord(L)) ||
-	    (rc = check_flat_mapping(L, field(root, "flat_mapping"))) ||
-	    (rc = load_files(L)) || (rc = build_tensors(L)))
+	    (rc = check_flat_mapping(L, field(root, "flat_mapping"))))
+		return rc;
+	/* the keys and file names are the loader's: the tree (most of a
+	 * streamed metadata's memory left) is not needed */
+	flx_pickle_free(*pk);
+	*pk = NULL;
+	if ((rc = load_files(L)) || (rc = build_tensors(L)))
 		return rc;
 	return flush_names(L);
 }
@@ -2653,11 +2819,15 @@ static void part_release(loader *L)
 		free(L->files[i].slices);
 	}
 	drop(&L->files);
+	if (L->dims_kept)
+		L->dims = NULL; /* the index's pool frees it */
+	L->dims_kept = false;
 	drop(&L->dims);
 	drop(&L->adims);
 	drop(&L->ltms);
 	drop(&L->keys);
 	drop(&L->by_name);
+	drop(&L->krank);
 	drop(&L->khash);
 	drop(&L->ltm_ord);
 	drop(&L->se);
@@ -2665,7 +2835,8 @@ static void part_release(loader *L)
 	drop(&L->kmap);
 	stream_reset(L);
 	L->nadims = L->capadims = 0;
-	L->nfiles = L->ndims = L->capdims = L->nltms = L->capltms = 0;
+	L->nfiles = L->capfiles = L->ndims = L->capdims = L->nltms =
+	    L->capltms = 0;
 	L->nkeys = L->nse = L->capse = 0;
 }
 
@@ -2739,7 +2910,7 @@ static int load_part(loader *L, const flx_ckpt_opts *o, const char *prefix)
 	if (!rc && !L->c->mtime_ns)
 		L->c->mtime_ns = mtime;
 	if (!rc)
-		rc = interpret(L, flx_pickle_root(pk));
+		rc = interpret(L, &pk);
 	flx_pickle_free(pk);
 	part_release(L);
 	return rc;
