@@ -51,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,19 +71,23 @@ typedef struct piece {
 	uint64_t off, len;
 } piece;
 
-/* A parameter as one rank's file holds it: its byte ranges are
- * loader.pc[p0, p0 + npieces), its name is loader.names[name] and its dims
- * are interned (every rank of a parameter mostly stores the same), so that
- * a million of them stay small. */
+/* A parameter as one rank's file holds it: its name is
+ * loader.names[name] and its dims loader.dimv[dims], interned (every rank
+ * of a parameter mostly stores the same); its one byte range starts at p0
+ * and is as long as the dims' elements (npieces 1), or its ranges are
+ * loader.pc[p0, p0 + npieces) (piece_of()), so that a million of them stay
+ * small. */
 typedef struct entry {
 	uint32_t name; /* index into loader.names, in first-stored order */
 	uint32_t rank, file, npieces;
+	uint32_t dims; /* index into loader.dimv */
 	uint8_t dtype,
 	    stored; /* flx_dtype; stored: legacy BFloat16 as float32 */
 	uint8_t ndim;
-	const int64_t *dims; /* ndim of them (loader.dimtab) */
 	uint64_t p0;
 } entry;
+
+_Static_assert(sizeof(entry) <= 32, "an entry per (rank, parameter)");
 
 /* The run of same-tag records load_ckpt() is reading: one entry once it
  * ends (finish_entry()); its pieces are the tail of loader.pc. */
@@ -131,6 +136,8 @@ typedef struct loader {
 	size_t nnames, capnames;
 	itab nametab, dimtab;
 	flx_pool dims;
+	const int64_t **dimv; /* entry.dims: the dims in dims, by id */
+	size_t ndimv, capdimv;
 	bool safetensors;
 	/* unnumbered top-level .safetensors names (owned), and whether
 	 * param_name_map.json is beside them: a unified_safetensors output
@@ -817,39 +824,64 @@ static int intern(itab *t, flx_pool *pool, const void *key, uint32_t n,
 }
 
 /* Append to L->e the entry of name (its pieces are L->pc[p0, p0 +
- * npieces)).  @return 0 or -ENOMEM. */
+ * npieces): one alone is taken back into the entry, as the length its dims
+ * give).  @return 0 or -ENOMEM. */
 static int push_entry(loader *L, const char *name, uint32_t rank, uint32_t file,
 		      flx_dtype dtype, flx_dtype stored, int ndim,
 		      const int64_t *dims, uint64_t p0, uint32_t npieces)
 {
 	const void *nm, *dm;
-	uint32_t id, unused;
+	uint32_t id, did;
 
 	if (flx_grow((void **)&L->e, &L->cape, L->ne + 1, sizeof(*L->e)) ||
 	    flx_grow((void **)&L->names, &L->capnames, L->nnames + 1,
 		     sizeof(*L->names)) ||
+	    flx_grow((void **)&L->dimv, &L->capdimv, L->ndimv + 1,
+		     sizeof(*L->dimv)) ||
 	    intern(&L->nametab, &L->c->pool, name, (uint32_t)strlen(name) + 1,
 		   &nm, &id) ||
 	    intern(&L->dimtab, &L->dims, dims,
-		   (uint32_t)(sizeof(int64_t) * (size_t)ndim), &dm, &unused))
+		   (uint32_t)(sizeof(int64_t) * (size_t)ndim), &dm, &did))
 		return -ENOMEM;
 	if (id == L->nnames)
 		L->names[L->nnames++] = (char *)nm;
+	if (did == L->ndimv)
+		L->dimv[L->ndimv++] = dm;
+	/* one piece: its offset in the entry, its length the elements' */
+	if (npieces == 1) {
+		L->npc = p0;
+		p0 = L->pc[p0].off;
+	}
 	L->e[L->ne++] = (entry){.name = id,
 				.rank = rank,
 				.file = file,
 				.npieces = npieces,
+				.dims = did,
 				.dtype = (uint8_t)dtype,
 				.stored = (uint8_t)stored,
 				.ndim = (uint8_t)ndim,
-				.dims = dm,
 				.p0 = p0};
 	return 0;
 }
 
-static const piece *pieces_of(const loader *L, const entry *e)
+static const int64_t *dims_of(const loader *L, const entry *e)
 {
-	return &L->pc[e->p0];
+	return L->dimv[e->dims];
+}
+
+/* Bytes per stored element of e. */
+static unsigned elsize(const entry *e)
+{
+	return flx_dtype_size(e->stored ? e->stored : e->dtype);
+}
+
+/* Byte range p of e's data. */
+static piece piece_of(const loader *L, const entry *e, uint32_t p)
+{
+	if (e->npieces == 1)
+		return (piece){e->p0,
+			       flx_numel(e->ndim, dims_of(L, e)) * elsize(e)};
+	return L->pc[e->p0 + p];
 }
 
 /* Append a piece to L->pc.  @return 0 or -ENOMEM. */
@@ -1376,7 +1408,7 @@ out:
 
 /* The entries of one name, by rank (then as stored). */
 typedef struct group {
-	entry **e;
+	const entry *e;
 	size_t n;
 	char *name;
 } group;
@@ -1408,6 +1440,7 @@ static const flx_ms_layout *layout_of(const loader *L, const group *g,
 /* A kept (rank, box): e's data placed at off in the global tensor. */
 typedef struct held {
 	const entry *e;
+	const int64_t *dims; /* e's */
 	int64_t off[FLX_MAX_DIMS];
 } held;
 
@@ -1431,16 +1464,16 @@ static int same_sample(loader *L, const entry *a, const entry *b, bool *same)
 	for (int end = 0; end < 2 && *same && !rc; end++) {
 		size_t n = sizeof(x);
 		for (int i = 0; i < 2; i++) {
-			const piece *p =
-			    &pieces_of(L, e[i])[end ? e[i]->npieces - 1 : 0];
-			if (p->len < n)
-				n = (size_t)p->len;
+			piece p =
+			    piece_of(L, e[i], end ? e[i]->npieces - 1 : 0);
+			if (p.len < n)
+				n = (size_t)p.len;
 		}
 		for (int i = 0; i < 2 && !rc; i++) {
-			const piece *p =
-			    &pieces_of(L, e[i])[end ? e[i]->npieces - 1 : 0];
+			piece p =
+			    piece_of(L, e[i], end ? e[i]->npieces - 1 : 0);
 			rc = flx_file_pread(L->c, e[i]->file, buf[i], n,
-					    end ? p->off + p->len - n : p->off);
+					    end ? p.off + p.len - n : p.off);
 		}
 		if (!rc)
 			*same = memcmp(x, y, n) == 0;
@@ -1471,19 +1504,19 @@ static size_t box_hash(const int64_t *off, const int64_t *dims, int ndim)
 	return (size_t)(x ^ (x >> 29));
 }
 
-/* The slot of the box (x.off, e->dims) in bs: the one that holds it, or
+/* The slot of the box (x.off, x.dims) in bs: the one that holds it, or
  * the empty one it goes to. */
 static size_t *box_slot(const boxset *bs, const held *h, const held *x,
 			int ndim)
 {
 	size_t n = sizeof(int64_t) * (size_t)ndim;
-	size_t i = box_hash(x->off, x->e->dims, ndim) & (bs->cap - 1);
+	size_t i = box_hash(x->off, x->dims, ndim) & (bs->cap - 1);
 
 	for (;; i = (i + 1) & (bs->cap - 1)) {
 		size_t k = bs->slot[i];
 
 		if (!k || (memcmp(h[k - 1].off, x->off, n) == 0 &&
-			   memcmp(h[k - 1].e->dims, x->e->dims, n) == 0))
+			   h[k - 1].dims == x->dims))
 			return &bs->slot[i];
 	}
 }
@@ -1493,7 +1526,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 		 const boxset *bs, const flx_ms_layout **layout,
 		 flx_ms_layout *fold0)
 {
-	const entry *e0 = g->e[0];
+	const entry *e0 = &g->e[0];
 	uint64_t devices = L->st ? L->st->devices : 0;
 	lcache lc = {0};
 	char a[160], b[160];
@@ -1507,13 +1540,13 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 	const flx_ms_layout *lay0 = NULL;
 	flx_ms_layout fold;
 	for (size_t i = 0; i < g->n && L->st && !lay0; i++)
-		lay0 = layout_of(L, g, g->e[i], &lc);
-	memcpy(t->shape, e0->dims, sizeof(int64_t) * e0->ndim);
+		lay0 = layout_of(L, g, &g->e[i], &lc);
+	memcpy(t->shape, dims_of(L, e0), sizeof(int64_t) * e0->ndim);
 	if (lay0) {
 		const entry *ref = NULL;
 		for (size_t i = 0; i < g->n && !ref; i++)
-			if (layout_of(L, g, g->e[i], &lc) == lay0)
-				ref = g->e[i];
+			if (layout_of(L, g, &g->e[i], &lc) == lay0)
+				ref = &g->e[i];
 		if ((int)lay0->ndim > ref->ndim &&
 		    flx_ms_layout_fold(lay0, (uint32_t)ref->ndim, fold0) == 0)
 			lay0 = fold0;
@@ -1530,7 +1563,8 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 			uint64_t f[FLX_MS_MAX_DIMS];
 			flx_ms_factors(lay0, f);
 			for (uint32_t i = 0; i < lay0->ndim; i++)
-				t->shape[i] = ref->dims[i] * (int64_t)f[i];
+				t->shape[i] =
+				    dims_of(L, ref)[i] * (int64_t)f[i];
 			if (lay0->nsplit) {
 				int64_t m = 0;
 				for (uint32_t j = 0; j < lay0->nsplit; j++)
@@ -1545,12 +1579,12 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 	}
 	*layout = lay0;
 	for (size_t i = 0; i < g->n; i++) {
-		const entry *e = g->e[i];
+		const entry *e = &g->e[i];
 		const char *ef = L->c->files[e->file].relpath;
 		const flx_ms_layout *lay = layout_of(L, g, e, &lc);
 		uint64_t st[FLX_MS_MAX_DIMS], ln[FLX_MS_MAX_DIMS];
 		flx_ms_layout opt;
-		held x = {.e = e};
+		held x = {.e = e, .dims = dims_of(L, e)};
 
 		if (lay && (int)lay->ndim > e->ndim &&
 		    flx_ms_layout_fold(lay, (uint32_t)e->ndim, &fold) == 0)
@@ -1564,13 +1598,13 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 					     flx_dtype_name(t->dtype));
 		if (e->ndim != t->ndim)
 			goto shape_mismatch;
-		bool whole = memcmp(e->dims, t->shape,
+		bool whole = memcmp(dims_of(L, e), t->shape,
 				    sizeof(int64_t) * (size_t)t->ndim) == 0;
 		if (lay && !whole) {
 			uint64_t S[FLX_MS_MAX_DIMS], E[FLX_MS_MAX_DIMS], p = 1;
 			for (int d = 0; d < t->ndim; d++) {
 				S[d] = (uint64_t)t->shape[d];
-				E[d] = (uint64_t)e->dims[d];
+				E[d] = (uint64_t)dims_of(L, e)[d];
 			}
 			/* an optimizer shard the strategy does not record
 			 * (docs/formats/mindspore.md#optimizer-shard); only a
@@ -1588,7 +1622,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 				    "its strategy layout does not split the "
 				    "global shape evenly");
 			for (int d = 0; d < t->ndim; d++) {
-				if ((uint64_t)e->dims[d] != ln[d])
+				if ((uint64_t)dims_of(L, e)[d] != ln[d])
 					goto shape_mismatch;
 				x.off[d] = (int64_t)st[d];
 			}
@@ -1619,7 +1653,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 			    L->st_path ? L->st_path : "the strategy");
 		continue;
 	shape_mismatch:
-		flx_fmt_dims(a, sizeof(a), e->ndim, e->dims);
+		flx_fmt_dims(a, sizeof(a), e->ndim, dims_of(L, e));
 		if (lay && e->ndim == t->ndim) {
 			int64_t want[FLX_MAX_DIMS];
 			for (int d = 0; d < t->ndim; d++)
@@ -1661,14 +1695,32 @@ static int split_axis(const flx_ms_layout *l)
 	return axis < 0 ? -1 : axis + 1;
 }
 
+/* Chunk at of t (chunks from build_tensor()), its box at a fixed step in
+ * box and its strides stride (shared_stride). */
+static flx_chunk *new_chunk(flx_tensor *t, int64_t *box, uint32_t at,
+			    int64_t *stride)
+{
+	flx_chunk *ch = &t->chunks[at];
+
+	ch->off = ch->size = t->shape; /* ndim 0: nothing read */
+	if (t->ndim) {
+		ch->off = box + (size_t)at * 2 * (size_t)t->ndim;
+		ch->size = ch->off + t->ndim;
+	}
+	ch->stride = stride;
+	ch->shared_stride = true;
+	return ch;
+}
+
 static int build_tensor(loader *L, const group *g, flx_tensor *t)
 {
 	held *h = malloc(g->n * sizeof(*h));
 	boxset bs = {.cap = 2};
 	const flx_ms_layout *lay = NULL;
 	flx_ms_layout fold0;
-	size_t nch = 0;
-	uint32_t at = 0;
+	size_t nch = 0, per;
+	uint32_t at = 0, total = 0;
+	int64_t *box, *shared = NULL;
 	int rc;
 
 	while (bs.cap < 2 * g->n)
@@ -1682,34 +1734,39 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 		goto out;
 	t->saved_split = split_axis(lay);
 	/* chunks: each piece of a kept entry as the boxes of its elements */
-	{
-		uint32_t total = 0;
-		for (size_t i = 0; i < nch; i++) {
-			const entry *e = h[i].e;
-			unsigned es =
-			    flx_dtype_size(e->stored ? e->stored : e->dtype);
-			int64_t lo[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
-			    sz[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
-			    first[FLX_FLAT_BOXES_MAX];
-			uint64_t el = 0;
-			if (flx_numel(e->ndim, e->dims) == 0)
-				total++; /* its empty box, as DCP saves it */
-			for (uint32_t p = 0; p < e->npieces; p++) {
-				unsigned nb;
-				uint64_t n = pieces_of(L, e)[p].len / es;
-				flx_flat_boxes(e->ndim, e->dims, (int64_t)el,
-					       (int64_t)(el + n), lo, sz, first,
-					       &nb);
-				total += nb;
-				el += n;
-			}
-		}
-		if ((rc = flx_tensor_pool_chunks(&L->c->pool, t, total)))
-			goto out;
-	}
 	for (size_t i = 0; i < nch; i++) {
 		const entry *e = h[i].e;
-		unsigned es = flx_dtype_size(e->stored ? e->stored : e->dtype);
+		unsigned es = elsize(e);
+		int64_t lo[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
+		    sz[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
+		    first[FLX_FLAT_BOXES_MAX];
+		uint64_t el = 0;
+		if (flx_numel(e->ndim, h[i].dims) == 0)
+			total++; /* its empty box, as DCP saves it */
+		for (uint32_t p = 0; p < e->npieces; p++) {
+			unsigned nb;
+			uint64_t n = piece_of(L, e, p).len / es;
+			flx_flat_boxes(e->ndim, h[i].dims, (int64_t)el,
+				       (int64_t)(el + n), lo, sz, first, &nb);
+			total += nb;
+			el += n;
+		}
+	}
+	/* the chunks, then their boxes (offsets, sizes) at a fixed step;
+	 * strides shared by the chunks in a row that have the same */
+	per = sizeof(flx_chunk) + 2 * (size_t)t->ndim * sizeof(int64_t);
+	if (total > (SIZE_MAX - 1) / per ||
+	    !(t->chunks = flx_pool_alloc(&L->c->pool, total * per + 1))) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	t->nchunks = total;
+	t->dims = t->shape;
+	box = (int64_t *)(t->chunks + total);
+	for (size_t i = 0; i < nch; i++) {
+		const entry *e = h[i].e;
+		const int64_t *dims = h[i].dims;
+		unsigned es = elsize(e);
 		int64_t lo[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
 		    sz[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
 		    first[FLX_FLAT_BOXES_MAX], stride[FLX_MAX_DIMS];
@@ -1717,39 +1774,50 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 		int64_t s = 1;
 		for (int d = e->ndim; d-- > 0;) {
 			stride[d] = s;
-			s *= e->dims[d] ? e->dims[d] : 1;
+			s *= dims[d] ? dims[d] : 1;
 		}
-		if (flx_numel(e->ndim, e->dims) == 0) {
+		if (!e->ndim) {
+			shared = t->shape; /* nothing read */
+		} else if (!shared ||
+			   memcmp(shared, stride, sizeof(*stride) * e->ndim)) {
+			shared = flx_pool_alloc(&L->c->pool,
+						sizeof(*stride) * e->ndim);
+			if (!shared) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			memcpy(shared, stride, sizeof(*stride) * e->ndim);
+		}
+		if (flx_numel(e->ndim, dims) == 0) {
 			/* a zero-element box (a <= 2.2 record with empty
 			 * content, docs/formats/mindspore.md#dims) is one chunk
 			 * of no bytes, as DCP stores a zero-element tensor */
-			flx_chunk *ch = &t->chunks[at++];
+			flx_chunk *ch = new_chunk(t, box, at++, shared);
 			for (int d = 0; d < e->ndim; d++) {
 				ch->off[d] = h[i].off[d];
-				ch->size[d] = e->dims[d];
-				ch->stride[d] = stride[d];
+				ch->size[d] = dims[d];
 			}
 			ch->file = e->file;
 			ch->data_off = ch->item_off =
-			    e->npieces ? pieces_of(L, e)[0].off : 0;
+			    e->npieces ? piece_of(L, e, 0).off : 0;
 			ch->item_len = 0;
 			ch->contig_from = flx_chunk_contig_from(e->ndim, ch);
 		}
 		for (uint32_t p = 0; p < e->npieces; p++) {
 			unsigned nb;
-			uint64_t n = pieces_of(L, e)[p].len / es;
-			flx_flat_boxes(e->ndim, e->dims, (int64_t)el,
+			piece pc = piece_of(L, e, p);
+			uint64_t n = pc.len / es;
+			flx_flat_boxes(e->ndim, dims, (int64_t)el,
 				       (int64_t)(el + n), lo, sz, first, &nb);
 			for (unsigned k = 0; k < nb; k++) {
-				flx_chunk *ch = &t->chunks[at++];
+				flx_chunk *ch = new_chunk(t, box, at++, shared);
 				for (int d = 0; d < e->ndim; d++) {
 					ch->off[d] = h[i].off[d] + lo[k][d];
 					ch->size[d] = sz[k][d];
-					ch->stride[d] = stride[d];
 				}
 				ch->file = e->file;
 				ch->data_off = ch->item_off =
-				    pieces_of(L, e)[p].off +
+				    pc.off +
 				    (uint64_t)(first[k] - (int64_t)el) * es;
 				ch->item_len =
 				    flx_numel(e->ndim, ch->size) * es;
@@ -1760,7 +1828,7 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 		}
 	}
 	rc = flx_tensor_check_chunks(
-	    t, L->st_path ? L->st_path : L->c->files[g->e[0]->file].relpath,
+	    t, L->st_path ? L->st_path : L->c->files[g->e[0].file].relpath,
 	    L->err);
 	if (rc == -EINVAL && L->err)
 		flx_error_key(L->err, t->fqn);
@@ -1770,23 +1838,46 @@ out:
 	return rc;
 }
 
-/* The entries grouped by name, by a stable counting sort on entry.name:
- * a group's entries come as stored, by rank, and the groups (the tensors)
- * in the order their names were first stored.  A name one rank stores
- * twice is refused: the first such name in byte order, the later of its
- * two entries. */
+/* Give back to the system the whole pages of the mapping m before byte
+ * upto that *done (a page boundary) does not cover yet. */
+static void release_pages(void *m, size_t *done, size_t upto)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), cut = upto & ~(page - 1);
+
+	if (cut > *done) {
+		(void)munmap((char *)m + *done, cut - *done);
+		*done = cut;
+	}
+}
+
+/* The entries grouped by name, by a stable counting sort on entry.name
+ * into a mapping of their own (L->e is freed): a group's entries come as
+ * stored, by rank, and the groups (the tensors) in the order their names
+ * were first stored.  Each group's pages go back as soon as its tensor is
+ * built, so that the entries and the chunks made from them are not all
+ * held at once.  A name one rank stores twice is refused: the first such
+ * name in byte order, the later of its two entries. */
 static int build_index(loader *L)
 {
-	size_t ng = L->nnames;
-	entry **p = malloc((L->ne ? L->ne : 1) * sizeof(*p));
+	size_t ng = L->nnames, len = L->ne * sizeof(entry), done = 0;
+	entry *s = NULL;
 	size_t *at = calloc(ng + 1, sizeof(*at));
 	group *g = malloc((ng ? ng : 1) * sizeof(*g));
 	const entry *dup = NULL;
 	int rc = 0;
 
-	if (!p || !at || !g) {
+	if (!at || !g) {
 		rc = -ENOMEM;
 		goto out;
+	}
+	if (len) {
+		s = mmap(NULL, len, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (s == MAP_FAILED) {
+			s = NULL;
+			rc = -ENOMEM;
+			goto out;
+		}
 	}
 	for (size_t i = 0; i < L->ne; i++)
 		at[L->e[i].name + 1]++;
@@ -1794,16 +1885,19 @@ static int build_index(loader *L)
 		at[k + 1] += at[k];
 	/* at[k] ends as the end of group k */
 	for (size_t i = 0; i < L->ne; i++)
-		p[at[L->e[i].name]++] = &L->e[i];
+		s[at[L->e[i].name]++] = L->e[i];
+	free(L->e);
+	L->e = NULL;
+	L->cape = 0;
 	for (size_t k = 0; k < ng; k++) {
 		size_t i = k ? at[k - 1] : 0;
 
-		g[k] = (group){p + i, at[k] - i, L->names[k]};
+		g[k] = (group){s + i, at[k] - i, L->names[k]};
 		for (size_t j = i + 1; j < at[k]; j++)
-			if (p[j]->rank == p[j - 1]->rank) {
+			if (s[j].rank == s[j - 1].rank) {
 				if (!dup ||
 				    strcmp(g[k].name, L->names[dup->name]) < 0)
-					dup = p[j];
+					dup = &s[j];
 				break;
 			}
 	}
@@ -1827,9 +1921,11 @@ static int build_index(loader *L)
 		L->c->ntensors = i + 1;
 		if ((rc = build_tensor(L, &g[i], t)))
 			goto out;
+		release_pages(s, &done, at[i] * sizeof(entry));
 	}
 out:
-	free(p);
+	if (s && len > done)
+		munmap((char *)s + done, len - done);
 	free(at);
 	free(g);
 	return rc;

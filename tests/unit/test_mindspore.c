@@ -173,6 +173,53 @@ static void test_zero_element(void)
 	flx_opt_vals_release(&vals);
 }
 
+/* The chunks' layout in the index (resolver/mindspore/mindspore.c,
+ * build_tensor()): per chunk its offsets and sizes only, chunk i's box
+ * 2 * ndim numbers past chunk i-1's, and one strides array shared by the
+ * chunks in a row that have the same strides.  The tp2dp2 fixture has
+ * split, replicated and multi-Value (sub-box) chunks; that the strides
+ * read the right bytes, mindspore.bats checks against the truth. */
+static void test_chunk_layout(void)
+{
+	const char *fx = "fixtures/mindspore-tp2dp2/";
+	char d[128], st[128];
+	flx_ckpt_opts o = {0};
+	flx_opt_vals vals = {0};
+	flx_ckpt *c = NULL;
+	flx_error e;
+	uint32_t shared = 0, rows = 0;
+
+	snprintf(d, sizeof(d), "%sckpt", fx);
+	snprintf(st, sizeof(st), "%sstrategy/ckpt_strategy_rank_0.ckpt", fx);
+	CHECK_EQ(flx_ckpt_opt_set(&vals, "src_strategy", st, NULL), 0);
+	o.vals = &vals;
+	flx_error_init(&e);
+	CHECK_EQ(flx_ckpt_open_with(d, &o, &c, &e), 0);
+	for (size_t i = 0; c && i < c->ntensors; i++) {
+		const flx_tensor *t = &c->tensors[i];
+		size_t nd = (size_t)t->ndim;
+
+		if (!nd)
+			continue;
+		for (uint32_t k = 0; k < t->nchunks; k++) {
+			const flx_chunk *ch = &t->chunks[k];
+
+			CHECK(ch->off == t->chunks[0].off + k * 2 * nd);
+			CHECK(ch->size == ch->off + nd);
+			CHECK(ch->shared_stride);
+			if (k && !memcmp(ch->stride, ch[-1].stride,
+					 nd * sizeof(int64_t))) {
+				rows++;
+				shared += ch->stride == ch[-1].stride;
+			}
+		}
+	}
+	CHECK(rows > 100); /* the fixture has many */
+	CHECK_EQ(shared, rows);
+	flx_ckpt_close(c);
+	flx_opt_vals_release(&vals);
+}
+
 /* ---- byte strings written here by the spec's wire rules
  * (docs/formats/mindspore.md#ckpt-schema) ---- */
 
@@ -569,6 +616,7 @@ int main(void)
 	test_plain_and_chunked();
 	test_scalar_str();
 	test_zero_element();
+	test_chunk_layout();
 	test_legacy_bf16_scalar();
 	test_all_types();
 	test_records_differ();
