@@ -566,7 +566,7 @@ static int place(loader *L, const flx_pv *k, const sentry *e);
 
 static int sd_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 {
-	loader *L = ctx;
+	loader *L = ctx, tmp;
 	flx_error scratch;
 	const char *lastf = NULL, *lastr = NULL, *inf = NULL, *inr = NULL;
 	uint64_t nh = 0;
@@ -574,6 +574,9 @@ static int sd_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 	int rc;
 
 	flx_error_init(&scratch);
+	/* decode_pair() reads nothing of its loader but err */
+	tmp = *L;
+	tmp.err = &scratch;
 	if (npairs > UINT32_MAX / 2 - L->nse)
 		return -EAGAIN;
 	if (flx_grow((void **)&L->se, &L->capse, L->nse + npairs,
@@ -589,10 +592,8 @@ static int sd_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 	}
 	for (size_t j = 0; j < npairs; j++) {
 		sentry *e = &L->se[L->nse];
-		loader tmp = *L;
 
 		memset(e, 0, sizeof(*e));
-		tmp.err = &scratch;
 		rc = decode_pair(&tmp, kv[2 * j], kv[2 * j + 1], L->nse, e,
 				 &L->offpool[0], &L->noffs, &L->capoffs);
 		if (rc == -ENOMEM)
