@@ -66,6 +66,8 @@
 #define HUGE_SIZE ((size_t)2 << 20)
 /* memo slots per chunk: one huge page of pointers */
 #define MEMO_CHUNK (HUGE_SIZE / sizeof(flx_pv *))
+/* memo chunks kept for reuse once packed (struct vm) */
+#define MEMO_SPARE 2
 /* memo slots cleared at once (a 4 KiB page); divides MEMO_CHUNK */
 #define MEMO_STEP ((size_t)512)
 
@@ -158,6 +160,11 @@ struct vm {
 	 * slots [0, memo_len) exist and are set or NULL */
 	flx_pv ***memo;
 	size_t memo0_cap, memo_len, memo_count;
+	/* chunks pack_memo() freed, kept for the next ones memo_extend()
+	 * makes: memory already touched, where a fresh huge block would be
+	 * faulted in and zeroed again */
+	flx_pv **memo_spare[MEMO_SPARE];
+	size_t nspare;
 	locale_t cloc; /* "C" numeric locale for FLOAT, created on demand */
 
 	/* shared immutable values (see the design note) */
@@ -993,7 +1000,8 @@ static int memo_extend(struct vm *vm, size_t len)
 				return vm_fail(vm, -EINVAL,
 					       "more than %zu memo slots held",
 					       vm->max_held);
-			vm->memo[c] = huge_alloc();
+			vm->memo[c] = vm->nspare ? vm->memo_spare[--vm->nspare]
+						 : huge_alloc();
 			if (!vm->memo[c])
 				return vm_nomem(vm);
 			vm->memo_chunks++;
@@ -1086,6 +1094,8 @@ static void memo_free(struct vm *vm)
 	for (size_t c = 0; c <= vm->max_memo / MEMO_CHUNK; c++)
 		free(vm->memo[c]);
 	free(vm->memo);
+	while (vm->nspare)
+		free(vm->memo_spare[--vm->nspare]);
 }
 
 /* ------------------------------------------------------------------- input */
@@ -2087,7 +2097,10 @@ static void pack_memo(struct vm *vm)
 			}
 			k->bits[w] = bits;
 		}
-		free(m);
+		if (vm->nspare < MEMO_SPARE)
+			vm->memo_spare[vm->nspare++] = m;
+		else
+			free(m);
 		vm->memo[c] = NULL;
 		vm->packed[c] = k;
 		vm->memo_chunks--;
