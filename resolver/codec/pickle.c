@@ -2053,10 +2053,11 @@ static bool drop_logged(const struct vm *vm, size_t c)
  * In a sink load, most memo slots behind the streamed dict's batches name
  * values the sink took (&consumed): a memo chunk the load has passed
  * (every slot index below memo_count) that holds at most 1/16 live slots
- * is freed, its live slots kept in a sorted side table.  A packed slot
- * set again fails the load with -EAGAIN (CPython numbers memo slots
- * densely; only a hand-made pickle goes back).  Out of memory, or a slot
- * of it logged by an open level of a dropped value: the chunk simply
+ * is freed (or kept for the next chunk, MEMO_SPARE), its live slots'
+ * values kept in pk_v and found through a bitmap (struct pk_chunk).  A
+ * packed slot set again fails the load with -EAGAIN (CPython numbers memo
+ * slots densely; only a hand-made pickle goes back).  Out of memory, or a
+ * slot of it logged by an open level of a dropped value: the chunk simply
  * stays.
  */
 static void pack_memo(struct vm *vm)
