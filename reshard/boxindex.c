@@ -20,6 +20,20 @@ static int cmp_u32_by_start(const void *a, const void *b, void *arg)
 	return sa < sb ? -1 : sa > sb;
 }
 
+/* Sort order by the starts along ix->axis; an order already sorted (chunks
+ * are mostly listed so) is left as it is, as the stable sort leaves it. */
+static void sort_by_start(box_index *ix)
+{
+	size_t i = 1;
+
+	while (i < ix->n &&
+	       cmp_u32_by_start(&ix->order[i - 1], &ix->order[i], ix) <= 0)
+		i++;
+	if (i < ix->n)
+		qsort_r(ix->order, ix->n, sizeof(uint32_t), cmp_u32_by_start,
+			ix);
+}
+
 static bool box_empty(int ndim, const int64_t *size)
 {
 	for (int d = 0; d < ndim; d++)
@@ -57,8 +71,7 @@ static void bix_sort(box_index *ix)
 		size_t distinct = 0;
 
 		ix->axis = d;
-		qsort_r(ix->order, ix->n, sizeof(uint32_t), cmp_u32_by_start,
-			ix);
+		sort_by_start(ix);
 		for (size_t i = 0; i < ix->n; i++)
 			distinct +=
 			    i == 0 || bix_off(ix, ix->order[i])[d] !=
@@ -69,7 +82,7 @@ static void bix_sort(box_index *ix)
 		}
 	}
 	ix->axis = best;
-	qsort_r(ix->order, ix->n, sizeof(uint32_t), cmp_u32_by_start, ix);
+	sort_by_start(ix);
 	for (size_t i = 0; i < ix->n; i++) {
 		int64_t e = bix_off(ix, ix->order[i])[ix->gap + ix->axis];
 

@@ -244,9 +244,18 @@ int flx_tensor_check_chunks(const flx_tensor *t, const char *from,
 	}
 	for (uint32_t i = 0; i < t->nchunks; i++)
 		order[i] = &t->chunks[i];
-	if (t->ndim > 0)
-		qsort_r(order, t->nchunks, sizeof(*order), cmp_chunk_axis0,
-			&axis);
+	/* chunks mostly come in that order already, which the stable sort
+	 * would leave as it is */
+	if (t->ndim > 0) {
+		uint32_t i = 1;
+
+		while (i < t->nchunks &&
+		       cmp_chunk_axis0(&order[i - 1], &order[i], &axis) <= 0)
+			i++;
+		if (i < t->nchunks)
+			qsort_r(order, t->nchunks, sizeof(*order),
+				cmp_chunk_axis0, &axis);
+	}
 	for (uint32_t i = 0; i < t->nchunks; i++) {
 		flx_chunk *ch = order[i];
 		size_t keep = 0;

@@ -66,6 +66,8 @@
 #define HUGE_SIZE ((size_t)2 << 20)
 /* memo slots per chunk: one huge page of pointers */
 #define MEMO_CHUNK (HUGE_SIZE / sizeof(flx_pv *))
+/* memo chunks kept for reuse once packed (struct vm) */
+#define MEMO_SPARE 2
 /* memo slots cleared at once (a 4 KiB page); divides MEMO_CHUNK */
 #define MEMO_STEP ((size_t)512)
 
@@ -104,6 +106,17 @@ struct flx_pickle {
 	 * caches share, made while a batch is open (see struct vm) */
 	flx_pickle *side;
 };
+
+/* A packed memo chunk (pack_memo()): slot i is live when bit i % 64 of
+ * bits[i / 64] is set; its value is then pk_v[base + rank[i / 64] + the
+ * live slots below i in its word].  A packed chunk holds at most
+ * MEMO_CHUNK / 16 live slots, which rank counts in 16 bits. */
+struct pk_chunk {
+	size_t base;
+	uint64_t bits[MEMO_CHUNK / 64];
+	uint16_t rank[MEMO_CHUNK / 64];
+};
+_Static_assert(MEMO_CHUNK / 16 <= UINT16_MAX, "pk_chunk rank");
 
 /* No hold on the window (see struct vm). */
 #define NO_HOLD SIZE_MAX
@@ -147,6 +160,11 @@ struct vm {
 	 * slots [0, memo_len) exist and are set or NULL */
 	flx_pv ***memo;
 	size_t memo0_cap, memo_len, memo_count;
+	/* chunks pack_memo() freed, kept for the next ones memo_extend()
+	 * makes: memory already touched, where a fresh huge block would be
+	 * faulted in and zeroed again */
+	flx_pv **memo_spare[MEMO_SPARE];
+	size_t nspare;
 	locale_t cloc; /* "C" numeric locale for FLOAT, created on demand */
 
 	/* shared immutable values (see the design note) */
@@ -186,13 +204,12 @@ struct vm {
 	size_t *ylog;
 	size_t nylog, ylog_cap;
 	/* memo chunks packed once a sink load has passed them (pack_memo()):
-	 * packed[c] set, memo[c] freed, its live slots in pk_idx/pk_v
-	 * (ascending indices) */
-	unsigned char *packed;
+	 * packed[c] set, memo[c] freed, its live slots' values in pk_v
+	 * (ascending indices), found through packed[c]'s bitmap */
+	struct pk_chunk **packed;
 	size_t memo_scan; /* the next chunk pack_memo() looks at */
-	size_t *pk_idx;
 	flx_pv **pk_v;
-	size_t npk, cap_idx, cap_v;
+	size_t npk, cap_v;
 
 	/* The value dropped (sink->drop_key, see drop_mark()): drop_v, the
 	 * list or dict under the key, at stack[drop_vi], until the pair goes
@@ -983,7 +1000,8 @@ static int memo_extend(struct vm *vm, size_t len)
 				return vm_fail(vm, -EINVAL,
 					       "more than %zu memo slots held",
 					       vm->max_held);
-			vm->memo[c] = huge_alloc();
+			vm->memo[c] = vm->nspare ? vm->memo_spare[--vm->nspare]
+						 : huge_alloc();
 			if (!vm->memo[c])
 				return vm_nomem(vm);
 			vm->memo_chunks++;
@@ -1013,7 +1031,8 @@ static int memo_put(struct vm *vm, uint64_t idx, flx_pv *v)
 			       "chunk was packed",
 			       idx);
 	if (vm->young) {
-		if (flx_grow((void **)&vm->ylog, &vm->ylog_cap, vm->nylog + 1,
+		if (vm->nylog == vm->ylog_cap &&
+		    flx_grow((void **)&vm->ylog, &vm->ylog_cap, vm->nylog + 1,
 			     sizeof(*vm->ylog)))
 			return vm_nomem(vm);
 		vm->ylog[vm->nylog++] = (size_t)idx;
@@ -1025,20 +1044,29 @@ static int memo_put(struct vm *vm, uint64_t idx, flx_pv *v)
 	return 0;
 }
 
-/* Slot idx of a packed chunk: its value, or &consumed. */
+/* Set bits of x (without a library call where the target lacks the
+ * instruction). */
+static inline unsigned popcount64(uint64_t x)
+{
+	x -= (x >> 1) & 0x5555555555555555ull;
+	x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+	x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+	return (unsigned)((x * 0x0101010101010101ull) >> 56);
+}
+
+/* Slot idx of a packed chunk: its value, or &consumed.  Constant time: a
+ * DCP .metadata's storage_data names, for every entry, the offsets its
+ * chunk's batch memoized long before. */
 static flx_pv *packed_get(const struct vm *vm, size_t idx)
 {
-	size_t lo = 0, hi = vm->npk;
+	const struct pk_chunk *k = vm->packed[idx / MEMO_CHUNK];
+	size_t i = idx % MEMO_CHUNK, w = i / 64;
+	uint64_t bit = (uint64_t)1 << (i % 64);
 
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (vm->pk_idx[mid] < idx)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo < vm->npk && vm->pk_idx[lo] == idx ? vm->pk_v[lo] : &consumed;
+	if (!(k->bits[w] & bit))
+		return &consumed;
+	return vm
+	    ->pk_v[k->base + k->rank[w] + popcount64(k->bits[w] & (bit - 1))];
 }
 
 static int memo_get(struct vm *vm, uint64_t idx)
@@ -1066,6 +1094,8 @@ static void memo_free(struct vm *vm)
 	for (size_t c = 0; c <= vm->max_memo / MEMO_CHUNK; c++)
 		free(vm->memo[c]);
 	free(vm->memo);
+	while (vm->nspare)
+		free(vm->memo_spare[--vm->nspare]);
 }
 
 /* ------------------------------------------------------------------- input */
@@ -2023,10 +2053,11 @@ static bool drop_logged(const struct vm *vm, size_t c)
  * In a sink load, most memo slots behind the streamed dict's batches name
  * values the sink took (&consumed): a memo chunk the load has passed
  * (every slot index below memo_count) that holds at most 1/16 live slots
- * is freed, its live slots kept in a sorted side table.  A packed slot
- * set again fails the load with -EAGAIN (CPython numbers memo slots
- * densely; only a hand-made pickle goes back).  Out of memory, or a slot
- * of it logged by an open level of a dropped value: the chunk simply
+ * is freed (or kept for the next chunk, MEMO_SPARE), its live slots'
+ * values kept in pk_v and found through a bitmap (struct pk_chunk).  A
+ * packed slot set again fails the load with -EAGAIN (CPython numbers memo
+ * slots densely; only a hand-made pickle goes back).  Out of memory, or a
+ * slot of it logged by an open level of a dropped value: the chunk simply
  * stays.
  */
 static void pack_memo(struct vm *vm)
@@ -2037,6 +2068,7 @@ static void pack_memo(struct vm *vm)
 	       (vm->memo_scan + 1) * MEMO_CHUNK <= vm->memo_len) {
 		size_t c = vm->memo_scan++, live = 0;
 		flx_pv **m = vm->memo[c];
+		struct pk_chunk *k;
 
 		if (c == 0 || !m || drop_logged(vm, c))
 			continue;
@@ -2044,22 +2076,34 @@ static void pack_memo(struct vm *vm)
 			live += m[i] && m[i] != &consumed;
 		if (live > MEMO_CHUNK / 16)
 			continue;
-		if (!vm->packed && !(vm->packed = calloc(nchunks, 1)))
+		if (!vm->packed &&
+		    !(vm->packed = calloc(nchunks, sizeof(*vm->packed))))
 			return;
-		if (flx_grow((void **)&vm->pk_idx, &vm->cap_idx, vm->npk + live,
-			     sizeof(*vm->pk_idx)) ||
-		    flx_grow((void **)&vm->pk_v, &vm->cap_v, vm->npk + live,
-			     sizeof(*vm->pk_v)))
+		if (flx_grow((void **)&vm->pk_v, &vm->cap_v, vm->npk + live,
+			     sizeof(*vm->pk_v)) ||
+		    !(k = malloc(sizeof(*k))))
 			return;
-		for (size_t i = 0; i < MEMO_CHUNK; i++) {
-			if (!m[i] || m[i] == &consumed)
-				continue;
-			vm->pk_idx[vm->npk] = c * MEMO_CHUNK + i;
-			vm->pk_v[vm->npk++] = m[i];
+		k->base = vm->npk;
+		for (size_t w = 0; w < MEMO_CHUNK / 64; w++) {
+			uint64_t bits = 0;
+
+			k->rank[w] = (uint16_t)(vm->npk - k->base);
+			for (size_t b = 0; b < 64; b++) {
+				flx_pv *v = m[w * 64 + b];
+
+				if (!v || v == &consumed)
+					continue;
+				bits |= (uint64_t)1 << b;
+				vm->pk_v[vm->npk++] = v;
+			}
+			k->bits[w] = bits;
 		}
-		free(m);
+		if (vm->nspare < MEMO_SPARE)
+			vm->memo_spare[vm->nspare++] = m;
+		else
+			free(m);
 		vm->memo[c] = NULL;
-		vm->packed[c] = 1;
+		vm->packed[c] = k;
 		vm->memo_chunks--;
 	}
 }
@@ -2824,8 +2868,10 @@ static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
 	free(vm->tuples);
 	free(vm->sizes);
 	free(vm->ylog);
+	if (vm->packed)
+		for (size_t c = 0; c <= vm->max_memo / MEMO_CHUNK; c++)
+			free(vm->packed[c]);
 	free(vm->packed);
-	free(vm->pk_idx);
 	free(vm->pk_v);
 	free(vm->dl);
 	if (vm->cloc)

@@ -64,8 +64,18 @@ typedef struct sentry_ref {
 	uint32_t tag; /* high half of the entry's hash */
 } sentry_ref;
 
+/* Class nodes a sink call has found to be what it checks for: the same
+ * node again needs no string compared.  A sink call's nodes all live
+ * until it returns, no longer (the batch's memory is reused after it), so
+ * each call starts with none. */
+struct cls_seen {
+	const flx_pv *mi, *si, *csm; /* MetadataIndex, _StorageInfo, Chunk.. */
+	const flx_pv *size;	     /* torch.Size */
+};
+
 typedef struct loader {
 	flx_build *b;
+	struct cls_seen *seen; /* a sink call's (see above), or NULL */
 	const flx_dcp_opts *dopts;
 	flx_ckpt *c;
 	flx_error *err;
@@ -154,6 +164,23 @@ static bool is_dcp_obj(const flx_pv *v, const char *name)
 
 /* The attribute dict of a dataclass-like object (BUILD state).  An object
  * with no BUILD (empty __dict__) has no state: NULL. */
+/* is_dcp_obj() through a sink call's seen class *known (known NULL: none) */
+static bool is_dcp_obj_seen(const flx_pv *v, const char *name,
+			    const flx_pv **known)
+{
+	const flx_pv *cls;
+
+	if (!known)
+		return is_dcp_obj(v, name);
+	cls = flx_pv_obj_class(v);
+	if (cls && cls == *known)
+		return true;
+	if (!is_dcp_obj(v, name))
+		return false;
+	*known = cls;
+	return true;
+}
+
 static const flx_pv *obj_state(const flx_pv *v)
 {
 	if (!v || v->kind != FLX_PV_OBJ)
@@ -175,8 +202,12 @@ static int decode_size(loader *L, const flx_pv *v, const char *key,
 	size_t n;
 
 	if (v && v->kind == FLX_PV_OBJ &&
-	    flx_pv_is_global(v->u.obj.cls, "torch", "Size"))
+	    ((L->seen && v->u.obj.cls && v->u.obj.cls == L->seen->size) ||
+	     flx_pv_is_global(v->u.obj.cls, "torch", "Size"))) {
+		if (L->seen)
+			L->seen->size = v->u.obj.cls;
 		t = flx_pv_item(v->u.obj.args, 0);
+	}
 	if (!t || (t->kind != FLX_PV_TUPLE && t->kind != FLX_PV_LIST))
 		return flx_error_set(L->err, -EINVAL, META_NAME, key,
 				     "%s: expected torch.Size, found %s", what,
@@ -413,7 +444,9 @@ static int decode_pair(loader *L, const flx_pv *k, const flx_pv *v, size_t i,
 	const flx_pv *off, *tr;
 	int rc;
 
-	if (!is_dcp_obj(k, "MetadataIndex") || !cstr(attr(k, "fqn")))
+	if (!is_dcp_obj_seen(k, "MetadataIndex",
+			     L->seen ? &L->seen->mi : NULL) ||
+	    !cstr(attr(k, "fqn")))
 		return flx_error_set(L->err, -EINVAL, META_NAME, "storage_data",
 				     "entry %zu: key is not a MetadataIndex "
 				     "with a string fqn free of NUL bytes",
@@ -440,7 +473,7 @@ static int decode_pair(loader *L, const flx_pv *k, const flx_pv *v, size_t i,
 		e->offi = *noffs;
 		*noffs += (size_t)e->ndim;
 	}
-	if (!is_dcp_obj(v, "_StorageInfo"))
+	if (!is_dcp_obj_seen(v, "_StorageInfo", L->seen ? &L->seen->si : NULL))
 		return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
 				     "storage_data value is not a "
 				     "_StorageInfo");
@@ -566,14 +599,19 @@ static int place(loader *L, const flx_pv *k, const sentry *e);
 
 static int sd_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 {
-	loader *L = ctx;
+	loader *L = ctx, tmp;
 	flx_error scratch;
+	struct cls_seen seen = {0};
 	const char *lastf = NULL, *lastr = NULL, *inf = NULL, *inr = NULL;
 	uint64_t nh = 0;
 	uint32_t rid = 0;
 	int rc;
 
 	flx_error_init(&scratch);
+	/* decode_pair() reads nothing of its loader but err */
+	tmp = *L;
+	tmp.err = &scratch;
+	tmp.seen = &seen;
 	if (npairs > UINT32_MAX / 2 - L->nse)
 		return -EAGAIN;
 	if (flx_grow((void **)&L->se, &L->capse, L->nse + npairs,
@@ -589,10 +627,8 @@ static int sd_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 	}
 	for (size_t j = 0; j < npairs; j++) {
 		sentry *e = &L->se[L->nse];
-		loader tmp = *L;
 
 		memset(e, 0, sizeof(*e));
-		tmp.err = &scratch;
 		rc = decode_pair(&tmp, kv[2 * j], kv[2 * j + 1], L->nse, e,
 				 &L->offpool[0], &L->noffs, &L->capoffs);
 		if (rc == -ENOMEM)
@@ -688,10 +724,12 @@ static int ck_sink(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
 {
 	loader *L = ctx, tmp = *L;
 	flx_error scratch;
+	struct cls_seen seen = {0};
 	size_t k;
 
 	flx_error_init(&scratch);
 	tmp.err = &scratch;
+	tmp.seen = &seen;
 	if (cl_room(L))
 		return -ENOMEM;
 	k = cl_slot(L, list);
@@ -720,7 +758,7 @@ static int ck_sink(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
 		int64_t at[FLX_MAX_DIMS], sz[FLX_MAX_DIMS];
 		int n1, n2;
 
-		if (!is_dcp_obj(v[i], "ChunkStorageMetadata") ||
+		if (!is_dcp_obj_seen(v[i], "ChunkStorageMetadata", &seen.csm) ||
 		    decode_size(&tmp, attr(v[i], "offsets"), "", "", &n1, at) ||
 		    decode_size(&tmp, attr(v[i], "sizes"), "", "", &n2, sz) ||
 		    L->nckd + (size_t)(n1 + n2) > UINT32_MAX)

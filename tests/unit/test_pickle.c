@@ -2483,6 +2483,77 @@ static void test_sink_packed(void)
 	}
 }
 
+/* PK_PAIRS pairs 'k<j>': [] as in packed_pickle(), but the first
+ * PK_DENSE keys of every batch memoized too (every other slot of those
+ * stretches), then tail: a tuple naming every key memoized, most of them
+ * in packed chunks by then. */
+enum { PK_DENSE = 40 };
+
+static void dense_packed_pickle(struct sbuf *b)
+{
+	uint32_t memo = 0, *keyref = calloc(PK_PAIRS, sizeof(*keyref));
+	size_t nref = 0;
+	char key[32];
+
+	CHECK(keyref != NULL);
+	put(b, "\x80\x04}(", 4);
+	put_str(b, "sd");
+	put(b, "}", 1);
+	for (int j = 0; j < PK_PAIRS; j++) {
+		if (j % PK_PER == 0)
+			put(b, "(", 1);
+		snprintf(key, sizeof(key), "k%d", j);
+		put_str(b, key);
+		if (j % PK_PER < PK_DENSE) {
+			keyref[nref++] = memo;
+			put_binput(b, memo++);
+		}
+		put(b, "]", 1);
+		put_binput(b, memo++);
+		if (j % PK_PER == PK_PER - 1)
+			put(b, "u", 1);
+	}
+	put_str(b, "tail");
+	put(b, "(", 1);
+	for (size_t i = 0; i < nref; i++)
+		put_binget(b, keyref[i]);
+	put(b, "tu.", 3);
+	free(keyref);
+}
+
+/* Every live slot of the packed memo chunks reads back its own value,
+ * wherever it lies in its chunk (the keys memoized through a sink load
+ * against those of a plain load of the same pickle). */
+static void test_sink_packed_dense(void)
+{
+	struct sbuf b = {0};
+	struct sink_rec s = {.count_only = true};
+	flx_pickle *p = NULL, *q = NULL;
+	const flx_pv *t, *u;
+	flx_error e;
+	char key[32];
+
+	dense_packed_pickle(&b);
+	CHECK_EQ(load_sink(b.p, b.n, 1 << 18, "sd", &s, &p, &e), 0);
+	CHECK_EQ(s.npairs, PK_PAIRS);
+	CHECK_EQ(load(b.p, b.n, &q, &e), 0);
+	t = flx_pv_dict_get(flx_pickle_root(p), "tail");
+	u = flx_pv_dict_get(flx_pickle_root(q), "tail");
+	CHECK(t && u);
+	CHECK_EQ(flx_pv_len(t), (size_t)PK_PAIRS / PK_PER * PK_DENSE);
+	CHECK_EQ(flx_pv_len(u), flx_pv_len(t));
+	for (size_t i = 0; t && u && i < flx_pv_len(t); i++) {
+		snprintf(key, sizeof(key), "k%zu",
+			 i / PK_DENSE * PK_PER + i % PK_DENSE);
+		CHECK(str_is(flx_pv_item(t, i), key));
+		CHECK(str_is(flx_pv_item(u, i), key));
+	}
+	flx_pickle_free(p);
+	flx_pickle_free(q);
+	free(s.pairs.p);
+	free(b.p);
+}
+
 /* max_nodes bounds the values a sink load holds, not those it made: the
  * 1.2 million values of packed_pickle() load through a sink under a
  * limit of 50,000 (each batch's are given back once the sink took them),
@@ -2881,6 +2952,7 @@ int main(void)
 	test_sink_batches();
 	test_sink_named_again();
 	test_sink_packed();
+	test_sink_packed_dense();
 	test_sink_held();
 	test_sink_kept_strings();
 	test_sink_drop_megatron();
