@@ -1854,7 +1854,9 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 		mp_range(om, nom, m, &oa, &oz);
 		mp_range(mm, nmm, m, &ma, &mz);
 		mp_range(m12, nm12, m, &ta, &tz);
-		rc = load_mp(&d, m, nmp, om + oa, oz - oa, mm + ma, mz - ma,
+		/* no offset on a NULL list (none of that kind) */
+		rc = load_mp(&d, m, nmp, om ? om + oa : NULL, oz - oa,
+			     mm ? mm + ma : NULL, mz - ma,
 			     tz > ta ? m12[ta].s : NULL, m ? d.stage : 0,
 			     d.bf16opt, &mp[m]);
 	}
