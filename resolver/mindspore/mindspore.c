@@ -2011,6 +2011,7 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	free(L.e);
 	free(L.pc);
 	free(L.names);
+	free(L.dimv);
 	free(L.nametab.slot);
 	free(L.dimtab.slot);
 	flx_pool_free(&L.dims);
