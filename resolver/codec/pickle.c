@@ -203,6 +203,9 @@ struct vm {
 	size_t y_side;	/* values the batch made in p->side */
 	size_t *ylog;
 	size_t nylog, ylog_cap;
+	/* mark_taken()'s walk */
+	flx_pv **tk;
+	size_t tk_cap;
 	/* memo chunks packed once a sink load has passed them (pack_memo()):
 	 * packed[c] set, memo[c] freed, its live slots' values in pk_v
 	 * (ascending indices), found through packed[c]'s bitmap */
@@ -522,10 +525,19 @@ static bool is_young(const struct vm *vm, const void *v)
 }
 
 /* An older container changed in a batch: the batch is not wound back. */
-static void touch(struct vm *vm, const flx_pv *target)
+/* Before an opcode changes target (adds to it, or BUILDs it).  A value a
+ * sink took (mark_taken()) is what the sink saw: were it changed after, the
+ * sink's view and the tree's would differ, so the load declines (-EAGAIN:
+ * the caller decodes the tree). */
+static int touch(struct vm *vm, const flx_pv *target)
 {
+	if (target->taken_)
+		return vm_fail(vm, -EAGAIN,
+			       "changes a value a sink took (a %s)",
+			       flx_pv_kind_name(target));
 	if (vm->young && !is_young(vm, target))
 		vm->young_dirty = true;
+	return 0;
 }
 
 /* ------------------------------------------------------------------- nodes */
@@ -794,7 +806,8 @@ static int seq_add(struct vm *vm, flx_pv *seq, flx_pv *const *items, size_t n)
 
 	if (!n || drop_closing(vm))
 		return 0;
-	touch(vm, seq);
+	if ((rc = touch(vm, seq)))
+		return rc;
 	rc = reserve(vm, &seq->u.seq.v, seq->u.seq.n, &seq->u.seq.cap_, n);
 	if (rc)
 		return rc;
@@ -824,7 +837,8 @@ static int dict_add(struct vm *vm, flx_pv *d, flx_pv *const *items,
 					npairs - i - 1);
 		}
 	}
-	touch(vm, d);
+	if ((rc = touch(vm, d)))
+		return rc;
 	rc = reserve(vm, &d->u.dict.kv, 2 * d->u.dict.n, &cap, 2 * npairs);
 	if (rc)
 		return rc;
@@ -1807,7 +1821,8 @@ static int op_build(struct vm *vm)
 	if (o->kind == FLX_PV_OBJ && o->shared_)
 		return vm_fail(vm, -EINVAL, "BUILD on a torch.Size");
 	if (o->kind == FLX_PV_OBJ) {
-		touch(vm, o);
+		if ((rc = touch(vm, o)))
+			return rc;
 		o->u.obj.state = state;
 		return 0;
 	}
@@ -2308,6 +2323,80 @@ static bool lone_to_sink(const struct vm *vm, const flx_pv *target)
 					    target->sunk_ && vm->sink->items));
 }
 
+/* Mark v taken and queue it at vm->tk[*sp] for its children: a node that
+ * holds others (scalars are never changed by an opcode). */
+static int take_push(struct vm *vm, size_t *sp, flx_pv *v)
+{
+	if (!v || v->taken_ ||
+	    (v->kind != FLX_PV_TUPLE && v->kind != FLX_PV_LIST &&
+	     v->kind != FLX_PV_SET && v->kind != FLX_PV_DICT &&
+	     v->kind != FLX_PV_OBJ && v->kind != FLX_PV_PERSID))
+		return 0;
+	if (flx_grow((void **)&vm->tk, &vm->tk_cap, *sp + 1, sizeof(*vm->tk)))
+		return vm_nomem(vm);
+	v->taken_ = true;
+	vm->tk[(*sp)++] = v;
+	return 0;
+}
+
+/*
+ * Before a sink takes v[0..n): mark every node they reach taken_, so that
+ * an opcode that changes one later declines the load (touch()).  Each node
+ * is walked once per load (a marked one stops the walk), so the cost is
+ * linear in the values decoded.
+ */
+static int mark_taken(struct vm *vm, flx_pv *const *v, size_t n)
+{
+	size_t sp = 0;
+	int rc = 0;
+
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = take_push(vm, &sp, v[i]);
+	while (!rc && sp) {
+		flx_pv *t = vm->tk[--sp];
+
+		switch (t->kind) {
+		case FLX_PV_TUPLE:
+		case FLX_PV_LIST:
+		case FLX_PV_SET:
+			for (size_t i = 0; !rc && i < t->u.seq.n; i++)
+				rc = take_push(vm, &sp, t->u.seq.v[i]);
+			break;
+		case FLX_PV_DICT:
+			for (size_t i = 0; !rc && i < 2 * t->u.dict.n; i++)
+				rc = take_push(vm, &sp, t->u.dict.kv[i]);
+			break;
+		case FLX_PV_OBJ:
+			if (!(rc = take_push(vm, &sp, t->u.obj.cls)) &&
+			    !(rc = take_push(vm, &sp, t->u.obj.args)))
+				rc = take_push(vm, &sp, t->u.obj.state);
+			break;
+		case FLX_PV_PERSID:
+			rc = take_push(vm, &sp, t->u.persid.pid);
+			break;
+		default:
+			break;
+		}
+	}
+	return rc;
+}
+
+/* The sink's items() and pairs() of what it takes (mark_taken() first). */
+static int sink_items(struct vm *vm, const flx_pv *list, flx_pv *const *v,
+		      size_t n)
+{
+	int rc = mark_taken(vm, v, n);
+
+	return rc ? rc : vm->sink->items(vm->sink->ctx, list, v, n);
+}
+
+static int sink_pairs(struct vm *vm, flx_pv *const *kv, size_t n)
+{
+	int rc = mark_taken(vm, kv, 2 * n);
+
+	return rc ? rc : vm->sink->pairs(vm->sink->ctx, kv, n);
+}
+
 /* The watched dict's pairs kv[0 .. 2 * n) to the sink's watch(). */
 static int watched(struct vm *vm, flx_pv *const *kv, size_t n)
 {
@@ -2325,11 +2414,9 @@ static int op_add_seq(struct vm *vm, flx_pv_kind want, const char *op)
 	if (rc)
 		return rc;
 	if (batch && seq == vm->batch_target)
-		return batch_end(vm,
-				 vm->sink->items(vm->sink->ctx, seq,
-						 vm->stack + start,
-						 vm->sp - start),
-				 start);
+		return batch_end(
+		    vm, sink_items(vm, seq, vm->stack + start, vm->sp - start),
+		    start);
 	if ((rc = seq_add(vm, seq, vm->stack + start, vm->sp - start)))
 		return rc;
 	vm->sp = start;
@@ -2349,11 +2436,9 @@ static int op_setitems(struct vm *vm)
 	if ((vm->sp - start) & 1)
 		return vm_fail(vm, -EINVAL, "odd number of items");
 	if (batch && d == vm->batch_target)
-		return batch_end(vm,
-				 vm->sink->pairs(vm->sink->ctx,
-						 vm->stack + start,
-						 (vm->sp - start) / 2),
-				 start);
+		return batch_end(
+		    vm, sink_pairs(vm, vm->stack + start, (vm->sp - start) / 2),
+		    start);
 	if (d == vm->watch_dict &&
 	    (rc = watched(vm, vm->stack + start, (vm->sp - start) / 2)))
 		return rc;
@@ -2690,8 +2775,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 			return vm_fail(vm, -EINVAL, "APPEND to a %s",
 				       flx_pv_kind_name(b));
 		if (lone_to_sink(vm, b))
-			return sink_result(
-			    vm, vm->sink->items(vm->sink->ctx, b, &a, 1));
+			return sink_result(vm, sink_items(vm, b, &a, 1));
 		return seq_add(vm, b, &a, 1);
 	case OP_APPENDS:
 		return op_add_seq(vm, FLX_PV_LIST, "APPENDS to");
@@ -2705,8 +2789,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		a2[0] = b;
 		a2[1] = a;
 		if (lone_to_sink(vm, c))
-			return sink_result(
-			    vm, vm->sink->pairs(vm->sink->ctx, a2, 1));
+			return sink_result(vm, sink_pairs(vm, a2, 1));
 		if (c == vm->watch_dict && (rc = watched(vm, a2, 1)))
 			return rc;
 		return dict_add(vm, c, a2, 1);
@@ -2868,6 +2951,7 @@ static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
 	free(vm->tuples);
 	free(vm->sizes);
 	free(vm->ylog);
+	free(vm->tk);
 	if (vm->packed)
 		for (size_t c = 0; c <= vm->max_memo / MEMO_CHUNK; c++)
 			free(vm->packed[c]);

@@ -80,11 +80,13 @@ struct flx_pv {
 	 * that a node takes 32 bytes: a DCP .metadata decodes into several
 	 * nodes per chunk. */
 	bool newobj;
-	bool shared_; /* internal (OBJ): one node for equal torch.Size
-		       * values; callers ignore */
-	bool reref_;  /* internal (DICT, LIST): named again through the memo
-		       * or DUP; callers ignore */
-	bool sunk_;   /* internal (LIST): see flx_pv_streamed() */
+	bool shared_ : 1; /* internal (OBJ): one node for equal torch.Size
+			   * values; callers ignore */
+	bool reref_ : 1;  /* internal (DICT, LIST): named again through the
+			   * memo or DUP; callers ignore */
+	bool sunk_ : 1;	  /* internal (LIST): see flx_pv_streamed() */
+	bool taken_ : 1;  /* internal: reachable from a value a sink took;
+			   * callers ignore */
 	union {
 		bool b;
 		int64_t i;

@@ -2404,6 +2404,48 @@ static void test_sink_lone_tail(void)
 	free(got.p);
 }
 
+/*
+ * A value a sink took, changed afterwards: d = {} is appended to the
+ * streamed list under its own key, then d["chunks"] = that list, so
+ * Python's d holds the list that holds d, where the sink saw d empty (as
+ * a BUILD of an object taken before would differ too).  The sink load
+ * declines (-EAGAIN: the caller decodes the tree); a sink of values that
+ * stay as taken still streams (test_sink_lone_tail).  Found by the
+ * pickle_sink fuzz target (its corpus holds this input).
+ */
+static void test_sink_taken_changed(void)
+{
+	/* }\x94( 'chunks' ]( h\x00 e u . */
+	static const char pk[] = "}\x94(\x8c\x06"
+				 "chunks](h\x00"
+				 "eu.";
+	/* o = c.O() memoized; {"chunks": [o]}; then BUILD o with {} */
+	static const char built[] = "\x80\x04\x8c\x01"
+				    "c\x8c\x01O\x93)\x81\x94"
+				    "0}(\x8c\x06"
+				    "chunks](h\x00"
+				    "eu0h\x00}b.";
+	struct sink_rec s = {.list_key = "chunks"};
+	flx_pickle *p = NULL;
+	flx_error e;
+
+	CHECK_EQ(load_sink(pk, sizeof(pk) - 1, 1 << 16, "sd", &s, &p, &e),
+		 -EAGAIN);
+	CHECK(strstr(e.text, "changes a value a sink took (a dict)"));
+	flx_pickle_free(p);
+	free(s.items.p);
+	memset(&s, 0, sizeof(s));
+	s.list_key = "chunks";
+	p = NULL;
+	/* an object appended, then BUILT through the memo */
+	CHECK_EQ(load_sink(built, sizeof(built) - 1, 1 << 16, "sd", &s, &p, &e),
+		 -EAGAIN);
+	CHECK(strstr(e.text, "changes a value a sink took (a object)"));
+	flx_pickle_free(p);
+	free(s.items.p);
+	free(s.pairs.p);
+}
+
 enum { PK_PAIRS = 600000, PK_PER = 1000, PK_REF = 300000 };
 enum { PK_KEY, PK_LIST, PK_SET };
 
@@ -2949,6 +2991,7 @@ int main(void)
 	test_sink_list_parent();
 	test_sink_watch();
 	test_sink_lone_tail();
+	test_sink_taken_changed();
 	test_sink_batches();
 	test_sink_named_again();
 	test_sink_packed();
