@@ -239,7 +239,8 @@ struct flx_pickle_sink {
  * A later reference to a value the sink took (through the memo, to a
  * container, tuple or object; strings, numbers and class references stay
  * valid), or to the sink dict or a list streamed, fails the load with
- * -EAGAIN, as does a decline: decode again
+ * -EAGAIN, as does an opcode that changes (adds to, BUILDs) a value the
+ * sink took or one it reaches, and a decline: decode again
  * without a sink (flx_pickle_load_reader()), which reads every pickle
  * this one reads.
  * With sink->drop_key set, the items of each batch added to the value V
