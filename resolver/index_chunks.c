@@ -108,6 +108,20 @@ static void dense_strides(int ndim, const int64_t *size, int64_t *out)
 	}
 }
 
+int64_t *flx_strides_share(flx_pool *pool, int ndim, const int64_t *want,
+			   int64_t *last)
+{
+	size_t bytes = sizeof(*want) * (size_t)ndim;
+	int64_t *own;
+
+	if (last && !memcmp(last, want, bytes))
+		return last;
+	own = flx_pool_alloc(pool, bytes ? bytes : 1);
+	if (own)
+		memcpy(own, want, bytes);
+	return own;
+}
+
 int flx_tensor_pool_place(flx_pool *pool, flx_tensor *t, flx_chunk *ch,
 			  uint32_t n)
 {
@@ -125,12 +139,8 @@ int flx_tensor_pool_place(flx_pool *pool, flx_tensor *t, flx_chunk *ch,
 		}
 		/* the boxes lie inside the shape (checked): no overflow */
 		dense_strides(nd, ch[i].size, want);
-		if (!last || memcmp(last, want, sizeof(*want) * (size_t)nd)) {
-			last = flx_pool_alloc(pool, sizeof(*want) * (size_t)nd);
-			if (!last)
-				return -ENOMEM;
-			memcpy(last, want, sizeof(*want) * (size_t)nd);
-		}
+		if (!(last = flx_strides_share(pool, nd, want, last)))
+			return -ENOMEM;
 		ch[i].stride = last;
 	}
 	return 0;
@@ -139,21 +149,17 @@ int flx_tensor_pool_place(flx_pool *pool, flx_tensor *t, flx_chunk *ch,
 int flx_chunk_set_strides(flx_chunk *ch, int ndim, const int64_t *stride,
 			  flx_pool *keep)
 {
-	size_t bytes = sizeof(*stride) * (size_t)ndim;
 	int64_t *own;
 
 	if (!ch->shared_stride) {
-		memcpy(ch->stride, stride, bytes);
+		memcpy(ch->stride, stride, sizeof(*stride) * (size_t)ndim);
 		return 0;
 	}
-	if (!memcmp(ch->stride, stride, bytes))
-		return 0;
-	own = flx_pool_alloc(keep, bytes ? bytes : 1);
+	own = flx_strides_share(keep, ndim, stride, ch->stride);
 	if (!own)
 		return -ENOMEM;
-	memcpy(own, stride, bytes);
+	ch->shared_stride = own == ch->stride;
 	ch->stride = own;
-	ch->shared_stride = false;
 	return 0;
 }
 

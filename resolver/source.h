@@ -381,6 +381,14 @@ int flx_tensor_pool_place(flx_pool *pool, flx_tensor *t, flx_chunk *ch,
 			  uint32_t n);
 
 /**
+ * Strides want (ndim) as chunks share them: last when it holds the same
+ * (the previous chunk's), else a copy from pool.  Thread-safe for distinct
+ * pools.  @return the array to point at, or NULL (out of memory).
+ */
+int64_t *flx_strides_share(flx_pool *pool, int ndim, const int64_t *want,
+			   int64_t *last);
+
+/**
  * Set chunk ch's ndim strides to stride: in place, or, when they are
  * shared (flx_chunk.shared_stride) and differ, in an array of its own from
  * keep.  Thread-safe for distinct chunks and pools.

@@ -1778,15 +1778,10 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 		}
 		if (!e->ndim) {
 			shared = t->shape; /* nothing read */
-		} else if (!shared ||
-			   memcmp(shared, stride, sizeof(*stride) * e->ndim)) {
-			shared = flx_pool_alloc(&L->c->pool,
-						sizeof(*stride) * e->ndim);
-			if (!shared) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			memcpy(shared, stride, sizeof(*stride) * e->ndim);
+		} else if (!(shared = flx_strides_share(&L->c->pool, e->ndim,
+							stride, shared))) {
+			rc = -ENOMEM;
+			goto out;
 		}
 		if (flx_numel(e->ndim, dims) == 0) {
 			/* a zero-element box (a <= 2.2 record with empty
