@@ -38,6 +38,16 @@
  * loader keeps the network's value).  A <= 2.2 record with empty content is
  * indexed as DCP indexes a zero-element tensor: one chunk of no bytes per
  * distinct box.
+ *
+ * A checkpoint of thousands of ranks is read on several threads, in three
+ * steps of parts over contiguous runs (flx_run_parts()): the rank
+ * directories looked into (scan_dir()), the rank files read (each part
+ * interning its own names and dims, merge_scans() numbering them as one
+ * reader in rank order would), and the tensors built (each part with its
+ * own pool).  The files are opened between, on this thread, in rank order.
+ * Every step reports the first failure in the order of one thread, so the
+ * index and the error do not depend on the thread count
+ * (flx_ckpt_opts.threads).
  */
 #include "crc32.h"
 #include "json_guard.h"

@@ -445,6 +445,77 @@ static void test_wire_variants(void)
 	flx_ckpt_close(c);
 }
 
+/* One Value record of tag (taglen bytes) holding the Float32 vector x[n],
+ * written to o.  @return its length. */
+static size_t put_f32_record(uint8_t *o, const char *tag, size_t taglen,
+			     const float *x, size_t n)
+{
+	uint8_t *t = malloc(4 * n + 64), *v = malloc(4 * n + 256);
+	size_t nt = 0, nv = 0, k;
+
+	if (!t || !v)
+		abort();
+	t[nt++] = 0x08; /* dims: n, unpacked */
+	nt += put_varint(t + nt, n);
+	nt += put_len(t + nt, 2, "Float32", 7);
+	nt += put_len(t + nt, 3, x, 4 * n);
+	nv += put_len(v + nv, 1, tag, taglen);
+	nv += put_len(v + nv, 2, t, nt);
+	k = put_len(o, 1, v, nv);
+	free(t);
+	free(v);
+	return k;
+}
+
+/* The reader's window (65,536 bytes) ends inside a record's length
+ * varint: the varint is read across the window's end, and the next
+ * tensor is where the bytes say. */
+static void test_window_edge(void)
+{
+	static const float b[2] = {7, 8};
+	float *a = calloc(16384, sizeof(float)), got[2];
+	uint8_t *f = malloc(1 << 17);
+	size_t nf = 0, n = 0, taglen = 0;
+	const char tag[] = "aaaaaaaaaaaaaaaa";
+	char btag[128];
+	flx_ckpt *c;
+
+	if (!a || !f)
+		abort();
+	/* the first record 65,534 bytes long: the second's key at byte
+	 * 65,534, its two-byte length at 65,535 and 65,536 */
+	for (taglen = 1; taglen < 8 && !n; taglen++)
+		for (size_t m = 16000; m < 16384 && !n; m++)
+			if (put_f32_record(f, tag, taglen, a, m) == 65534)
+				n = m;
+	taglen--;
+	CHECK(n != 0);
+	if (!n)
+		goto out;
+	nf = put_f32_record(f, tag, taglen, a, n);
+	/* a tag of 128 bytes: the record's length takes two bytes */
+	memset(btag, 'b', sizeof(btag));
+	nf += put_f32_record(f + nf, btag, sizeof(btag), b, 2);
+	CHECK(f[65534] == 0x0A && (f[65535] & 0x80) && !(f[65536] & 0x80));
+	c = open_bytes(f, nf);
+	if (!c)
+		goto out;
+	CHECK_EQ(c->ntensors, 2);
+	const flx_tensor *x = c->ntensors == 2 ? &c->tensors[1] : NULL;
+	CHECK(x && x->ndim == 1 && x->shape[0] == 2 && x->nchunks == 1);
+	if (x && x->nchunks == 1) {
+		CHECK_EQ(x->chunks[0].data_off, nf - sizeof(b));
+		CHECK_EQ(flx_file_pread(c, x->chunks[0].file, got, sizeof(got),
+					x->chunks[0].data_off),
+			 0);
+		CHECK(got[0] == 7 && got[1] == 8);
+	}
+	flx_ckpt_close(c);
+out:
+	free(a);
+	free(f);
+}
+
 /* rank_0/<name>: a safetensors file of one F32 [1] tensor "w" = x */
 static void put_st(const char *name, float x)
 {
@@ -802,6 +873,7 @@ int main(void)
 	test_all_types();
 	test_records_differ();
 	test_wire_variants();
+	test_window_edge();
 	char p[128];
 	snprintf(p, sizeof(p), "%s/m.ckpt", dir);
 	unlink(p);
