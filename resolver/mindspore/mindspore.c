@@ -142,8 +142,7 @@ typedef struct scan {
 	flx_error *err; /* &own */
 	flx_error own;
 	size_t lo, hi;
-	int rc; /* the first failure, at file fail */
-	size_t fail;
+	int rc; /* its first failure (the part stops there) */
 	entry *e;
 	size_t ne, cape;
 	piece *pc; /* every entry's pieces */
@@ -2213,9 +2212,10 @@ static int build_index(loader *L)
 		}
 		len += S->ne * sizeof(entry);
 	}
+	/* populated at once: the scatter below writes every page of it */
 	if (len) {
 		s = mmap(NULL, len, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 		if (s == MAP_FAILED) {
 			s = NULL;
 			rc = -ENOMEM;
@@ -2296,7 +2296,6 @@ static void *scan_run(void *arg)
 
 		if (rc) {
 			S->rc = rc;
-			S->fail = i;
 			break;
 		}
 	}
@@ -2346,7 +2345,7 @@ static int read_rankfiles(loader *L, size_t n)
 		flx_error_init(&S->own);
 		S->err = &S->own;
 		S->lo = n * k / np;
-		S->hi = S->fail = n * (k + 1) / np;
+		S->hi = n * (k + 1) / np;
 		S->last_name = UINT32_MAX;
 		S->last_dt = FLX_DT_INVALID;
 	}
