@@ -103,6 +103,7 @@ _Static_assert(sizeof(entry) <= 32, "an entry per (rank, parameter)");
  * ends (finish_entry()); its pieces are the tail of loader.pc. */
 typedef struct run {
 	char name[MAX_TAG + 1];
+	uint32_t namelen;
 	char type[33]; /* tensor_type of the run's last record */
 	uint32_t rank, file, npieces;
 	flx_dtype dtype, stored;
@@ -817,6 +818,7 @@ static int frd_field(frd *r, uint64_t *pos, uint64_t end, uint32_t *field,
 
 typedef struct record {
 	char tag[MAX_TAG + 1];
+	uint32_t taglen;
 	char type[33];
 	bool has_tensor, map;
 	int ndim;
@@ -895,7 +897,8 @@ static int parse_value(frd *r, uint64_t pos, uint64_t end, record *rec)
 			if ((rc = frd_read(r, pos, rec->tag, sub - pos)))
 				return rc;
 			rec->tag[sub - pos] = 0;
-			if (strlen(rec->tag) != sub - pos)
+			rec->taglen = (uint32_t)(sub - pos);
+			if (memchr(rec->tag, 0, rec->taglen))
 				return -EBADMSG;
 			have_tag = true;
 		} else if (field == 2 && wt == 2) {
@@ -1054,17 +1057,18 @@ static int dims_id(scan *S, uint32_t name, int ndim, const int64_t *dims,
 	return 0;
 }
 
-/* Append to S->e the entry of name (its pieces are S->pc[p0, p0 +
- * npieces): one alone is taken back into the entry, as the length its dims
+/* Append to S->e the entry of name (namelen bytes; its pieces are S->pc[p0, p0
+ * + npieces): one alone is taken back into the entry, as the length its dims
  * give).  @return 0 or -ENOMEM. */
-static int push_entry(scan *S, const char *name, uint32_t rank, uint32_t file,
-		      flx_dtype dtype, flx_dtype stored, int ndim,
-		      const int64_t *dims, uint64_t p0, uint32_t npieces)
+static int push_entry(scan *S, const char *name, size_t namelen, uint32_t rank,
+		      uint32_t file, flx_dtype dtype, flx_dtype stored,
+		      int ndim, const int64_t *dims, uint64_t p0,
+		      uint32_t npieces)
 {
 	uint32_t id, did;
 
 	if (flx_grow((void **)&S->e, &S->cape, S->ne + 1, sizeof(*S->e)) ||
-	    name_id(S, name, (uint32_t)strlen(name) + 1, &id) ||
+	    name_id(S, name, (uint32_t)namelen + 1, &id) ||
 	    dims_id(S, id, ndim, dims, &did))
 		return -ENOMEM;
 	S->last_name = id;
@@ -1177,9 +1181,9 @@ static int finish_entry(scan *S, const char *file, run *cur)
 					   "whole number of elements");
 			goto fail;
 		}
-	return push_entry(S, cur->name, cur->rank, cur->file, cur->dtype,
-			  cur->stored, cur->ndim, cur->dims, cur->p0,
-			  cur->npieces);
+	return push_entry(S, cur->name, cur->namelen, cur->rank, cur->file,
+			  cur->dtype, cur->stored, cur->ndim, cur->dims,
+			  cur->p0, cur->npieces);
 fail:
 	S->npc = cur->p0;
 	return rc;
@@ -1294,15 +1298,17 @@ static int load_ckpt(scan *S, uint32_t rank, uint32_t idx, const char *file)
 					   "supported");
 			goto out;
 		}
-		if (open_run && strcmp(cur->name, rec->tag) != 0) {
+		if (open_run && (cur->namelen != rec->taglen ||
+				 memcmp(cur->name, rec->tag, rec->taglen))) {
 			open_run = false;
 			if ((rc = finish_entry(S, file, cur)))
 				goto out;
 		}
 		if (!open_run) {
-			size_t n = strlen(rec->tag) + 1;
+			size_t n = rec->taglen + 1;
 
 			memcpy(cur->name, rec->tag, n);
+			cur->namelen = rec->taglen;
 			cur->type[0] = '\0';
 			cur->rank = rank;
 			cur->file = idx;
@@ -1427,8 +1433,8 @@ static int st_entry(scan *S, const char *file, uint32_t rank, uint32_t idx,
 
 	if (numel && push_piece(S, base + (uint64_t)b0, (uint64_t)(b1 - b0)))
 		return -ENOMEM;
-	if (push_entry(S, k, rank, idx, dtype, FLX_DT_INVALID, ndim, dims, p0,
-		       numel ? 1 : 0)) {
+	if (push_entry(S, k, strlen(k), rank, idx, dtype, FLX_DT_INVALID, ndim,
+		       dims, p0, numel ? 1 : 0)) {
 		S->npc = p0;
 		return -ENOMEM;
 	}
@@ -1810,7 +1816,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 		const flx_ms_layout *lay = layout_of(L, g, e, &lc);
 		uint64_t st[FLX_MS_MAX_DIMS], ln[FLX_MS_MAX_DIMS];
 		flx_ms_layout opt;
-		held x = {.e = e, .dims = dims_of(L, e)};
+		held *x = &h[*nh]; /* kept when its box is new */
 
 		if (lay && (int)lay->ndim > e->ndim &&
 		    flx_ms_layout_fold(lay, (uint32_t)e->ndim, &fold) == 0)
@@ -1824,6 +1830,10 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 					     flx_dtype_name(t->dtype));
 		if (e->ndim != t->ndim)
 			goto shape_mismatch;
+		x->e = e;
+		x->dims = dims_of(L, e);
+		for (int d = 0; d < t->ndim; d++)
+			x->off[d] = 0;
 		bool whole = memcmp(dims_of(L, e), t->shape,
 				    sizeof(int64_t) * (size_t)t->ndim) == 0;
 		if (lay && !whole) {
@@ -1850,16 +1860,15 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 			for (int d = 0; d < t->ndim; d++) {
 				if ((uint64_t)dims_of(L, e)[d] != ln[d])
 					goto shape_mismatch;
-				x.off[d] = (int64_t)st[d];
+				x->off[d] = (int64_t)st[d];
 			}
 		} else if (!whole) {
 			goto shape_mismatch;
 		}
 		/* replicas: keep the first (lowest rank) of each box, once
 		 * a sample of their bytes agrees */
-		size_t *slot = box_slot(bs, h, &x, t->ndim);
+		size_t *slot = box_slot(bs, h, x, t->ndim);
 		if (!*slot) {
-			h[*nh] = x;
 			*slot = ++*nh;
 			continue;
 		}
@@ -2442,9 +2451,11 @@ static void free_scans(loader *L)
 
 static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 {
-	loader L = {
-	    .b = b, .c = flx_build_ckpt(b), .err = err, .threads = o->threads};
-	L.pool = &L.c->pool;
+	loader L = {.b = b,
+		    .c = flx_build_ckpt(b),
+		    .err = err,
+		    .threads = o->threads,
+		    .pool = &flx_build_ckpt(b)->pool};
 	const char *strategy = NULL;
 	int rc;
 
@@ -2489,7 +2500,6 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 
 		flx_error_init(&open_err);
 		orc = open_rankfiles(&L, &nopen, &open_err);
-
 		rc = read_rankfiles(&L, nopen);
 		if (!rc && orc) {
 			rc = orc;
