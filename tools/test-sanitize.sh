@@ -15,6 +15,8 @@
 #     Python, label "oracle") is left to tools/test.sh.
 #  2. build-tsan (ThreadSanitizer): the case corpus with the items read on
 #     threads, also beside the plan build (test_cases_threads/_async);
+#     MindSpore's rank directories, rank files and tensors read in parts
+#     on threads (test_mindspore);
 #     readers sharing one block cache (test_bcache, test_view); readers
 #     sharing the zstd window cache, pins held across reads (test_zcache).
 #  3. valgrind memcheck on the normal build: tests/bats/valgrind.bats with
@@ -67,12 +69,12 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFLEXFS_WITH_CUDA=OF
 	-DCMAKE_C_FLAGS=-fsanitize=thread \
 	-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_cases test_bcache test_view \
-	test_zcache
+	test_zcache test_mindspore
 (
 	cd build-tsan
 	TSAN_OPTIONS=halt_on_error=1:exitcode=66 \
 		ctest --output-on-failure \
-		-R "^(test_cases|test_bcache$|test_view$|test_zcache$)" \
+		-R "^(test_cases|test_bcache$|test_view$|test_zcache$|test_mindspore$)" \
 		--timeout 600
 )
 echo "== TSan: passed in $((SECONDS - start)) s"

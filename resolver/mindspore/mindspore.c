@@ -38,6 +38,16 @@
  * loader keeps the network's value).  A <= 2.2 record with empty content is
  * indexed as DCP indexes a zero-element tensor: one chunk of no bytes per
  * distinct box.
+ *
+ * A checkpoint of thousands of ranks is read on several threads, in three
+ * steps of parts over contiguous runs (flx_run_parts()): the rank
+ * directories looked into (scan_dir()), the rank files read (each part
+ * interning its own names and dims, merge_scans() numbering them as one
+ * reader in rank order would), and the tensors built (each part with its
+ * own pool).  The files are opened between, on this thread, in rank order.
+ * Every step reports the first failure in the order of one thread, so the
+ * index and the error do not depend on the thread count
+ * (flx_ckpt_opts.threads).
  */
 #include "crc32.h"
 #include "json_guard.h"
@@ -93,6 +103,7 @@ _Static_assert(sizeof(entry) <= 32, "an entry per (rank, parameter)");
  * ends (finish_entry()); its pieces are the tail of loader.pc. */
 typedef struct run {
 	char name[MAX_TAG + 1];
+	uint32_t namelen;
 	char type[33]; /* tensor_type of the run's last record */
 	uint32_t rank, file, npieces;
 	flx_dtype dtype, stored;
@@ -115,8 +126,48 @@ typedef struct itab {
 
 typedef struct rankfile {
 	uint32_t rank;
+	uint32_t idx; /* its file in the index, once opened */
 	char *relpath;
 } rankfile;
+
+/*
+ * The rank files [lo, hi) read by one part (flx_run_parts(): parts cover
+ * the files in order, each on its own thread): the entries found, their
+ * pieces, and the names and dims they use, interned by the part alone.
+ * merge_scans() then numbers names and dims as one thread reading every
+ * file in order would have.
+ */
+typedef struct scan {
+	const struct loader *L;
+	const flx_ckpt *c;
+	flx_error *err; /* &own */
+	flx_error own;
+	size_t lo, hi;
+	int rc; /* its first failure (the part stops there) */
+	entry *e;
+	size_t ne, cape;
+	piece *pc; /* every entry's pieces */
+	size_t npc, cappc;
+	/* entry.name: names[i] (in npool), found by nametab; entry.dims
+	 * found by dimtab (in dims), dimv[i] ndimv_of[i] int64s long; a
+	 * name's last dims, name_dims[i], are tried first, as the name
+	 * after the last entry's is (ranks store parameters in one order) */
+	const char **names;
+	uint32_t *name_dims;
+	size_t nnames, capnames, capname_dims;
+	itab nametab, dimtab;
+	flx_pool npool, dims;
+	const int64_t **dimv;
+	uint8_t *ndimv_of;
+	size_t ndimv, capdimv, capndimv;
+	uint32_t last_name;
+	char last_type[33]; /* finish_entry()'s last tensor_type, last_dt */
+	flx_dtype last_dt;
+	/* merge_scans(): the global numbers of names and dims, and where
+	 * the pieces start in loader.pc */
+	uint32_t *name_to, *dims_to;
+	uint64_t pc0;
+} scan;
 
 typedef struct loader {
 	flx_build *b;
@@ -124,19 +175,22 @@ typedef struct loader {
 	flx_error *err;
 	flx_ms_strategy *st;
 	const char *st_path;
+	unsigned threads; /* flx_ckpt_opts.threads */
+	flx_pool *pool;	  /* the chunks' (build_tensor()) */
 	rankfile *rf;
 	size_t nrf, caprf;
-	entry *e;
-	size_t ne, cape;
-	piece *pc; /* every entry's pieces */
-	size_t npc, cappc;
-	/* entry.name: names[i] (in c->pool, the tensors' fqn), found by
-	 * nametab; entry.dims found by dimtab (in dims) */
+	scan *sc; /* the parts that read the rank files, in file order */
+	unsigned nsc;
+	piece *pc; /* every entry's pieces, the parts' in order */
+	size_t npc;
+	/* entry.name (after merge_scans()): names[i] (in c->pool, the
+	 * tensors' fqn), found by nametab; entry.dims: dimv[i], found by
+	 * dimtab (in dims, the parts' dims pools) */
 	char **names;
 	size_t nnames, capnames;
 	itab nametab, dimtab;
 	flx_pool dims;
-	const int64_t **dimv; /* entry.dims: the dims in dims, by id */
+	const int64_t **dimv;
 	size_t ndimv, capdimv;
 	bool safetensors;
 	/* unnumbered top-level .safetensors names (owned), and whether
@@ -147,6 +201,25 @@ typedef struct loader {
 	size_t nflat, capflat;
 	bool unified;
 } loader;
+
+/* Parts (threads) for n things, per a part: by count and CPUs, or as
+ * many as the open's forced thread count (flx_ckpt_opts.threads, tests:
+ * the outcome must not depend on it), at most one a thing. */
+static unsigned parts_for(const loader *L, size_t n, size_t per)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t want = n / per;
+
+	if (L->threads)
+		want = L->threads;
+	else if (want > (size_t)(cpus < 1 ? 1 : cpus))
+		want = (size_t)(cpus < 1 ? 1 : cpus);
+	if (want > n)
+		want = n;
+	if (want > FLX_MAX_THREADS)
+		want = FLX_MAX_THREADS;
+	return want ? (unsigned)want : 1;
+}
 
 /* ---- directory ---- */
 
@@ -337,23 +410,15 @@ static int push_rankfile(loader *L, uint32_t rank, char *relpath)
 		free(relpath);
 		return -ENOMEM;
 	}
-	L->rf[L->nrf++] = (rankfile){rank, relpath};
+	L->rf[L->nrf++] = (rankfile){.rank = rank, .relpath = relpath};
 	return 0;
 }
 
+/* Rank rank's file relpath (owned, freed on failure): of several for one
+ * rank the last name wins (flat files of one rank, rank_5/ and rank_05/),
+ * which scan_end() keeps.  @return 0 or -ENOMEM. */
 static int add_rankfile(loader *L, uint32_t rank, char *relpath)
 {
-	for (size_t i = 0; i < L->nrf; i++)
-		if (L->rf[i].rank == rank) {
-			/* flat files of one rank: the last name wins */
-			if (strcmp(relpath, L->rf[i].relpath) > 0) {
-				free(L->rf[i].relpath);
-				L->rf[i].relpath = relpath;
-			} else {
-				free(relpath);
-			}
-			return 0;
-		}
 	return push_rankfile(L, rank, relpath);
 }
 
@@ -397,6 +462,18 @@ static int scan_end(loader *L, char *single, int rc)
 		return flx_error_set(L->err, -ENOENT, "rank_<N>/*.ckpt", NULL,
 				     "no MindSpore checkpoint files");
 	qsort(L->rf, L->nrf, sizeof(*L->rf), cmp_rankfile);
+	/* each rank's last name (a unified directory's files are all rank
+	 * 0's) */
+	size_t n = 0;
+	for (size_t i = 0; i < L->nrf; i++) {
+		if (!unified && i + 1 < L->nrf &&
+		    L->rf[i + 1].rank == L->rf[i].rank) {
+			free(L->rf[i].relpath);
+			continue;
+		}
+		L->rf[n++] = L->rf[i];
+	}
+	L->nrf = n;
 	return 0;
 }
 
@@ -431,6 +508,51 @@ static int add_flat(loader *L, const char *name, char **single)
 	return 0;
 }
 
+/* A name at the top of the directory, for scan_dir(): whether it is a
+ * rank directory, and then its data file (pick_in_dir(): rel, owned, or
+ * NULL) or the failure to find it (rc). */
+typedef struct topname {
+	char *name;
+	uint32_t rank;
+	bool rankdir;
+	int rc;
+	char *rel;
+} topname;
+
+/* The names [lo, hi) of t whose rank directories one thread looks into. */
+typedef struct dirpart {
+	int dirfd;
+	topname *t;
+	size_t lo, hi;
+} dirpart;
+
+static void *dirpart_run(void *arg)
+{
+	dirpart *P = arg;
+
+	for (size_t i = P->lo; i < P->hi; i++) {
+		topname *t = &P->t[i];
+		struct stat sb;
+
+		if (!is_rank_dir(t->name, &t->rank) ||
+		    fstatat(P->dirfd, t->name, &sb, 0) || !S_ISDIR(sb.st_mode))
+			continue;
+		t->rankdir = true;
+		t->rc = pick_in_dir(P->dirfd, t->name, &t->rel);
+	}
+	return NULL;
+}
+
+/*
+ * The rank files of the directory.  A checkpoint of thousands of ranks has
+ * as many rank directories, each listed for its data file: past
+ * DIRS_PER_PART names they are looked into on several threads (parts over
+ * contiguous runs of the listing, threads as read_rankfiles() has them),
+ * then taken in listing order, stopping at the first failure, as one
+ * thread looking into each in turn does.
+ */
+#define DIRS_PER_PART 256
+
 static int scan_dir(loader *L, int dirfd)
 {
 	int fd = dup(dirfd);
@@ -438,6 +560,10 @@ static int scan_dir(loader *L, int dirfd)
 	struct dirent *de;
 	int rc = 0;
 	char *single = NULL;
+	topname *t = NULL;
+	size_t nt = 0, capt = 0;
+	dirpart p[FLX_MAX_THREADS];
+	unsigned np;
 
 	if (fd < 0 || !(d = fdopendir(fd))) {
 		if (fd >= 0)
@@ -447,24 +573,39 @@ static int scan_dir(loader *L, int dirfd)
 	}
 	rewinddir(d);
 	while (!rc && (de = readdir(d))) {
-		uint32_t r;
-		struct stat sb;
-		char *rel = NULL;
 		if (de->d_name[0] == '.')
 			continue;
-		if (is_rank_dir(de->d_name, &r) &&
-		    !fstatat(dirfd, de->d_name, &sb, 0) &&
-		    S_ISDIR(sb.st_mode)) {
-			rc = pick_in_dir(dirfd, de->d_name, &rel);
-			if (!rc && rel)
-				rc = add_rankfile(L, r, rel);
-		} else if (is_data_name(de->d_name)) {
-			rc = add_flat(L, de->d_name, &single);
-		} else if (strcmp(de->d_name, UNIFIED_MAP) == 0) {
+		if (flx_grow((void **)&t, &capt, nt + 1, sizeof(*t)))
+			rc = -ENOMEM;
+		else if (!(t[nt] = (topname){.name = strdup(de->d_name)}).name)
+			rc = -ENOMEM;
+		else
+			nt++;
+	}
+	closedir(d);
+	np = parts_for(L, nt, DIRS_PER_PART);
+	for (unsigned k = 0; k < np; k++)
+		p[k] = (dirpart){dirfd, t, nt * k / np, nt * (k + 1) / np};
+	if (!rc)
+		flx_run_parts(p, sizeof(*p), np, dirpart_run);
+	for (size_t i = 0; !rc && i < nt; i++) {
+		if (t[i].rankdir) {
+			rc = t[i].rc;
+			if (!rc && t[i].rel) {
+				rc = add_rankfile(L, t[i].rank, t[i].rel);
+				t[i].rel = NULL;
+			}
+		} else if (is_data_name(t[i].name)) {
+			rc = add_flat(L, t[i].name, &single);
+		} else if (strcmp(t[i].name, UNIFIED_MAP) == 0) {
 			L->unified = true;
 		}
 	}
-	closedir(d);
+	for (size_t i = 0; i < nt; i++) {
+		free(t[i].name);
+		free(t[i].rel);
+	}
+	free(t);
 	return scan_end(L, single, rc);
 }
 
@@ -585,7 +726,31 @@ static int frd_byte(frd *r, uint64_t pos, uint64_t end, uint8_t *b)
 
 static int frd_varint(frd *r, uint64_t *pos, uint64_t end, uint64_t *v)
 {
-	uint64_t x = 0;
+	uint64_t x = 0, p = *pos;
+
+	/* within the window: straight from its bytes */
+	if (p < end && p >= r->base && p - r->base < r->n) {
+		const uint8_t *b = r->buf + (p - r->base);
+		uint64_t m = r->n - (p - r->base);
+
+		if (m > end - p)
+			m = end - p;
+		if (m > 10)
+			m = 10;
+		for (unsigned i = 0; i < m; i++) {
+			if (i == 9 && b[i] > 1)
+				return -EBADMSG;
+			x |= (uint64_t)(b[i] & 0x7f) << (7 * i);
+			if (!(b[i] & 0x80)) {
+				*v = x;
+				*pos = p + i + 1;
+				return 0;
+			}
+		}
+		if (m == 10)
+			return -EBADMSG;
+		x = 0; /* cut by the window or end: byte by byte */
+	}
 	for (unsigned i = 0; i < 10; i++) {
 		uint8_t b = 0;
 		int rc = frd_byte(r, (*pos)++, end, &b);
@@ -605,6 +770,12 @@ static int frd_varint(frd *r, uint64_t *pos, uint64_t end, uint64_t *v)
 static int frd_read(frd *r, uint64_t pos, void *dst, size_t n)
 {
 	uint8_t *d = dst;
+
+	if (pos >= r->base && pos - r->base <= r->n &&
+	    n <= r->n - (pos - r->base) && n <= r->size - pos) {
+		memcpy(d, r->buf + (pos - r->base), n);
+		return 0;
+	}
 	for (size_t i = 0; i < n; i++) {
 		int rc = frd_byte(r, pos + i, r->size, &d[i]);
 		if (rc)
@@ -647,6 +818,7 @@ static int frd_field(frd *r, uint64_t *pos, uint64_t end, uint32_t *field,
 
 typedef struct record {
 	char tag[MAX_TAG + 1];
+	uint32_t taglen;
 	char type[33];
 	bool has_tensor, map;
 	int ndim;
@@ -725,7 +897,8 @@ static int parse_value(frd *r, uint64_t pos, uint64_t end, record *rec)
 			if ((rc = frd_read(r, pos, rec->tag, sub - pos)))
 				return rc;
 			rec->tag[sub - pos] = 0;
-			if (strlen(rec->tag) != sub - pos)
+			rec->taglen = (uint32_t)(sub - pos);
+			if (memchr(rec->tag, 0, rec->taglen))
 				return -EBADMSG;
 			have_tag = true;
 		} else if (field == 2 && wt == 2) {
@@ -783,39 +956,48 @@ static islot *itab_slot(const itab *t, const void *key, uint32_t n, uint32_t h)
 	}
 }
 
-/* Into *copy the stored copy of key (n bytes), made in pool if new (then
- * *id is t's count before it, else the id it got).  @return 0, -ENOMEM. */
+/* Make room in t for one more key.  @return 0, -ENOMEM. */
+static int itab_room(itab *t)
+{
+	size_t cap = t->cap ? 2 * t->cap : 64;
+	islot *old = t->slot, *ns;
+	size_t oldcap = t->cap;
+
+	if (t->n + 1 <= t->cap / 2)
+		return 0;
+	if (t->n >= UINT32_MAX || !(ns = calloc(cap, sizeof(*ns))))
+		return -ENOMEM;
+	t->slot = ns;
+	t->cap = cap;
+	for (size_t i = 0; i < oldcap; i++)
+		if (old[i].p)
+			*itab_slot(t, old[i].p, old[i].n,
+				   hash_bytes(old[i].p, old[i].n)) = old[i];
+	free(old);
+	return 0;
+}
+
+/*
+ * Into *copy the stored copy of key (n bytes) and into *id its number:
+ * t's count before it when it is new, which pool (when not NULL) then
+ * stores a copy of, else t keeps key itself (which must outlive t).
+ * @return 0, -ENOMEM.
+ */
 static int intern(itab *t, flx_pool *pool, const void *key, uint32_t n,
 		  const void **copy, uint32_t *id)
 {
-	uint32_t h = hash_bytes(key, n);
 	islot *s;
 
-	if (t->n + 1 > t->cap / 2) {
-		size_t cap = t->cap ? 2 * t->cap : 64;
-		islot *old = t->slot, *ns = calloc(cap, sizeof(*ns));
-		size_t oldcap = t->cap;
-
-		if (!ns || t->n >= UINT32_MAX) {
-			free(ns);
-			return -ENOMEM;
-		}
-		t->slot = ns;
-		t->cap = cap;
-		for (size_t i = 0; i < oldcap; i++)
-			if (old[i].p)
-				*itab_slot(t, old[i].p, old[i].n,
-					   hash_bytes(old[i].p, old[i].n)) =
-				    old[i];
-		free(old);
-	}
-	s = itab_slot(t, key, n, h);
+	if (itab_room(t))
+		return -ENOMEM;
+	s = itab_slot(t, key, n, hash_bytes(key, n));
 	if (!s->p) {
-		void *c = flx_pool_alloc(pool, n ? n : 1);
+		void *c = (void *)key;
 
-		if (!c)
+		if (pool && !(c = flx_pool_alloc(pool, n ? n : 1)))
 			return -ENOMEM;
-		memcpy(c, key, n);
+		if (pool)
+			memcpy(c, key, n);
 		*s = (islot){c, n, (uint32_t)t->n++};
 	}
 	*copy = s->p;
@@ -823,36 +1005,79 @@ static int intern(itab *t, flx_pool *pool, const void *key, uint32_t n,
 	return 0;
 }
 
-/* Append to L->e the entry of name (its pieces are L->pc[p0, p0 +
- * npieces): one alone is taken back into the entry, as the length its dims
- * give).  @return 0 or -ENOMEM. */
-static int push_entry(loader *L, const char *name, uint32_t rank, uint32_t file,
-		      flx_dtype dtype, flx_dtype stored, int ndim,
-		      const int64_t *dims, uint64_t p0, uint32_t npieces)
+/* The number of name (n bytes with its NUL) in S: the one after the last
+ * entry's when it matches, else interned.  @return 0, -ENOMEM. */
+static int name_id(scan *S, const char *name, uint32_t n, uint32_t *id)
 {
-	const void *nm, *dm;
+	uint32_t g = S->last_name + 1 < S->nnames ? S->last_name + 1 : 0;
+	const void *nm;
+
+	if (g < S->nnames && strcmp(S->names[g], name) == 0) {
+		*id = g;
+		return 0;
+	}
+	if (flx_grow((void **)&S->names, &S->capnames, S->nnames + 1,
+		     sizeof(*S->names)) ||
+	    flx_grow((void **)&S->name_dims, &S->capname_dims, S->nnames + 1,
+		     sizeof(*S->name_dims)) ||
+	    intern(&S->nametab, &S->npool, name, n, &nm, id))
+		return -ENOMEM;
+	if (*id == S->nnames) {
+		S->names[S->nnames] = nm;
+		S->name_dims[S->nnames++] = UINT32_MAX;
+	}
+	return 0;
+}
+
+/* The number of dims[0, ndim) in S, for an entry of name id: the name's
+ * last dims when they match, else interned.  @return 0, -ENOMEM. */
+static int dims_id(scan *S, uint32_t name, int ndim, const int64_t *dims,
+		   uint32_t *id)
+{
+	uint32_t g = S->name_dims[name];
+	size_t n = sizeof(int64_t) * (size_t)ndim;
+	const void *dm;
+
+	if (g != UINT32_MAX && S->ndimv_of[g] == ndim &&
+	    memcmp(S->dimv[g], dims, n) == 0) {
+		*id = g;
+		return 0;
+	}
+	if (flx_grow((void **)&S->dimv, &S->capdimv, S->ndimv + 1,
+		     sizeof(*S->dimv)) ||
+	    flx_grow((void **)&S->ndimv_of, &S->capndimv, S->ndimv + 1,
+		     sizeof(*S->ndimv_of)) ||
+	    intern(&S->dimtab, &S->dims, dims, (uint32_t)n, &dm, id))
+		return -ENOMEM;
+	if (*id == S->ndimv) {
+		S->dimv[S->ndimv] = dm;
+		S->ndimv_of[S->ndimv++] = (uint8_t)ndim;
+	}
+	S->name_dims[name] = *id;
+	return 0;
+}
+
+/* Append to S->e the entry of name (namelen bytes; its pieces are S->pc[p0, p0
+ * + npieces): one alone is taken back into the entry, as the length its dims
+ * give).  @return 0 or -ENOMEM. */
+static int push_entry(scan *S, const char *name, size_t namelen, uint32_t rank,
+		      uint32_t file, flx_dtype dtype, flx_dtype stored,
+		      int ndim, const int64_t *dims, uint64_t p0,
+		      uint32_t npieces)
+{
 	uint32_t id, did;
 
-	if (flx_grow((void **)&L->e, &L->cape, L->ne + 1, sizeof(*L->e)) ||
-	    flx_grow((void **)&L->names, &L->capnames, L->nnames + 1,
-		     sizeof(*L->names)) ||
-	    flx_grow((void **)&L->dimv, &L->capdimv, L->ndimv + 1,
-		     sizeof(*L->dimv)) ||
-	    intern(&L->nametab, &L->c->pool, name, (uint32_t)strlen(name) + 1,
-		   &nm, &id) ||
-	    intern(&L->dimtab, &L->dims, dims,
-		   (uint32_t)(sizeof(int64_t) * (size_t)ndim), &dm, &did))
+	if (flx_grow((void **)&S->e, &S->cape, S->ne + 1, sizeof(*S->e)) ||
+	    name_id(S, name, (uint32_t)namelen + 1, &id) ||
+	    dims_id(S, id, ndim, dims, &did))
 		return -ENOMEM;
-	if (id == L->nnames)
-		L->names[L->nnames++] = (char *)nm;
-	if (did == L->ndimv)
-		L->dimv[L->ndimv++] = dm;
+	S->last_name = id;
 	/* one piece: its offset in the entry, its length the elements' */
 	if (npieces == 1) {
-		L->npc = p0;
-		p0 = L->pc[p0].off;
+		S->npc = p0;
+		p0 = S->pc[p0].off;
 	}
-	L->e[L->ne++] = (entry){.name = id,
+	S->e[S->ne++] = (entry){.name = id,
 				.rank = rank,
 				.file = file,
 				.npieces = npieces,
@@ -884,12 +1109,12 @@ static piece piece_of(const loader *L, const entry *e, uint32_t p)
 	return L->pc[e->p0 + p];
 }
 
-/* Append a piece to L->pc.  @return 0 or -ENOMEM. */
-static int push_piece(loader *L, uint64_t off, uint64_t len)
+/* Append a piece to S->pc.  @return 0 or -ENOMEM. */
+static int push_piece(scan *S, uint64_t off, uint64_t len)
 {
-	if (flx_grow((void **)&L->pc, &L->cappc, L->npc + 1, sizeof(*L->pc)))
+	if (flx_grow((void **)&S->pc, &S->cappc, S->npc + 1, sizeof(*S->pc)))
 		return -ENOMEM;
-	L->pc[L->npc++] = (piece){off, len};
+	S->pc[S->npc++] = (piece){off, len};
 	return 0;
 }
 
@@ -897,20 +1122,25 @@ static int push_piece(loader *L, uint64_t off, uint64_t len)
  * record (docs/formats/mindspore.md#large-tensors), legacy rules
  * (docs/formats/mindspore.md#tensor-types, docs/formats/mindspore.md#dims),
  * total length checked.  A run not kept gives its pieces back. */
-static int finish_entry(loader *L, const char *file, run *cur)
+static int finish_entry(scan *S, const char *file, run *cur)
 {
 	uint64_t total = 0, numel;
-	flx_dtype dt = ms_dtype(cur->type);
-	const piece *pc = &L->pc[cur->p0];
+	flx_dtype dt = S->last_dt;
+	const piece *pc = &S->pc[cur->p0];
 	int rc;
 
 	if (strcmp(cur->type, "str") == 0) {
 		/* append_dict text: not a tensor, not served */
-		L->npc = cur->p0;
+		S->npc = cur->p0;
 		return 0;
 	}
+	if (strcmp(cur->type, S->last_type) != 0) {
+		dt = ms_dtype(cur->type);
+		memcpy(S->last_type, cur->type, sizeof(S->last_type));
+		S->last_dt = dt;
+	}
 	if (dt == FLX_DT_INVALID) {
-		rc = flx_error_set(L->err, -EINVAL, file, cur->name,
+		rc = flx_error_set(S->err, -EINVAL, file, cur->name,
 				   "tensor_type '%s' is not supported",
 				   cur->type);
 		goto fail;
@@ -928,7 +1158,7 @@ static int finish_entry(loader *L, const char *file, run *cur)
 	}
 	numel = flx_numel(cur->ndim, cur->dims);
 	if (numel == UINT64_MAX || numel > (UINT64_MAX >> 4)) {
-		rc = flx_error_set(L->err, -EINVAL, file, cur->name,
+		rc = flx_error_set(S->err, -EINVAL, file, cur->name,
 				   "dims too large");
 		goto fail;
 	}
@@ -936,7 +1166,7 @@ static int finish_entry(loader *L, const char *file, run *cur)
 		cur->stored = FLX_DT_F32; /* ≤ 2.2: bf16 written as float32 */
 	} else if (total != numel * flx_dtype_size(dt)) {
 		rc = flx_error_set(
-		    L->err, -EINVAL, file, cur->name,
+		    S->err, -EINVAL, file, cur->name,
 		    "tensor_content holds %llu bytes, dims and "
 		    "%s need %llu",
 		    (unsigned long long)total, cur->type,
@@ -946,20 +1176,20 @@ static int finish_entry(loader *L, const char *file, run *cur)
 	for (uint32_t i = 0; i < cur->npieces; i++)
 		if (pc[i].len %
 		    flx_dtype_size(cur->stored ? cur->stored : dt)) {
-			rc = flx_error_set(L->err, -EINVAL, file, cur->name,
+			rc = flx_error_set(S->err, -EINVAL, file, cur->name,
 					   "a Value's tensor_content is not a "
 					   "whole number of elements");
 			goto fail;
 		}
-	return push_entry(L, cur->name, cur->rank, cur->file, cur->dtype,
-			  cur->stored, cur->ndim, cur->dims, cur->p0,
-			  cur->npieces);
+	return push_entry(S, cur->name, cur->namelen, cur->rank, cur->file,
+			  cur->dtype, cur->stored, cur->ndim, cur->dims,
+			  cur->p0, cur->npieces);
 fail:
-	L->npc = cur->p0;
+	S->npc = cur->p0;
 	return rc;
 }
 
-static int check_crc(loader *L, const char *file, frd *r, uint64_t end,
+static int check_crc(scan *S, const char *file, frd *r, uint64_t end,
 		     const uint8_t *be)
 {
 	uint64_t want = 0;
@@ -975,7 +1205,7 @@ static int check_crc(loader *L, const char *file, frd *r, uint64_t end,
 			want = want << 8 | be[i];
 	}
 	if (high)
-		return flx_error_set(L->err, -EINVAL, file, "crc_num",
+		return flx_error_set(S->err, -EINVAL, file, "crc_num",
 				     "the trailer's 10-byte CRC-32 is above "
 				     "32 bits");
 	for (uint64_t pos = 0; pos < end;) {
@@ -984,7 +1214,7 @@ static int check_crc(loader *L, const char *file, frd *r, uint64_t end,
 			n = (size_t)(end - pos);
 		int rc = flx_file_pread(r->c, r->idx, r->buf, n, pos);
 		if (rc)
-			return flx_error_set(L->err, rc, file, NULL,
+			return flx_error_set(S->err, rc, file, NULL,
 					     "cannot read");
 		r->base = pos;
 		r->n = n;
@@ -992,14 +1222,14 @@ static int check_crc(loader *L, const char *file, frd *r, uint64_t end,
 		pos += n;
 	}
 	if (want != crc)
-		return flx_error_set(L->err, -EINVAL, file, "crc_num",
+		return flx_error_set(S->err, -EINVAL, file, "crc_num",
 				     "CRC-32 of the file is %08x, its trailer "
 				     "says %08llx",
 				     crc, (unsigned long long)want);
 	return 0;
 }
 
-static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, const char *file)
+static int load_ckpt(scan *S, uint32_t rank, uint32_t idx, const char *file)
 {
 	frd *r = malloc(sizeof(*r));
 	record *rec = malloc(sizeof(*rec));
@@ -1013,9 +1243,9 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, const char *file)
 		rc = -ENOMEM;
 		goto out;
 	}
-	r->c = L->c;
+	r->c = S->c;
 	r->idx = idx;
-	r->size = end = L->c->files[idx].size;
+	r->size = end = S->c->files[idx].size;
 	r->base = r->n = 0;
 	if (end >= 4) {
 		if ((rc = frd_read(r, 0, head, 4)))
@@ -1025,7 +1255,7 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, const char *file)
 		for (size_t i = 0; i < 3; i++)
 			if (m == enc_magic[i]) {
 				rc = flx_error_set(
-				    L->err, -EINVAL, file, NULL,
+				    S->err, -EINVAL, file, NULL,
 				    "encrypted checkpoint (%s); flexfs reads "
 				    "only plain files: decrypt it first",
 				    i == 0   ? "AES-GCM"
@@ -1039,7 +1269,7 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, const char *file)
 			goto io;
 		if (memcmp(tail, "crc_num", 7) == 0) {
 			end -= 17;
-			if ((rc = check_crc(L, file, r, end, tail + 7)))
+			if ((rc = check_crc(S, file, r, end, tail + 7)))
 				goto out;
 		}
 	}
@@ -1063,27 +1293,29 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, const char *file)
 			goto bad;
 		pos = sub;
 		if (rec->map) {
-			rc = flx_error_set(L->err, -EINVAL, file, rec->tag,
+			rc = flx_error_set(S->err, -EINVAL, file, rec->tag,
 					   "a MapParameter (maptensor) is not "
 					   "supported");
 			goto out;
 		}
-		if (open_run && strcmp(cur->name, rec->tag) != 0) {
+		if (open_run && (cur->namelen != rec->taglen ||
+				 memcmp(cur->name, rec->tag, rec->taglen))) {
 			open_run = false;
-			if ((rc = finish_entry(L, file, cur)))
+			if ((rc = finish_entry(S, file, cur)))
 				goto out;
 		}
 		if (!open_run) {
-			size_t n = strlen(rec->tag) + 1;
+			size_t n = rec->taglen + 1;
 
 			memcpy(cur->name, rec->tag, n);
+			cur->namelen = rec->taglen;
 			cur->type[0] = '\0';
 			cur->rank = rank;
 			cur->file = idx;
 			cur->npieces = 0;
 			cur->dtype = cur->stored = FLX_DT_INVALID;
 			cur->ndim = 0;
-			cur->p0 = L->npc;
+			cur->p0 = S->npc;
 			open_run = true;
 		}
 		if (cur->npieces == UINT32_MAX) {
@@ -1097,7 +1329,7 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, const char *file)
 		     memcmp(cur->dims, rec->dims,
 			    (size_t)rec->ndim * sizeof(int64_t)))) {
 			rc = flx_error_set(
-			    L->err, -EINVAL, file, rec->tag,
+			    S->err, -EINVAL, file, rec->tag,
 			    "record %u of the tensor (at byte %llu) differs "
 			    "from the one before in tensor_type ('%s', then "
 			    "'%s') or dims (%d, then %d of them): not one "
@@ -1106,7 +1338,7 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, const char *file)
 			    rec->type, cur->ndim, rec->ndim);
 			goto out;
 		}
-		if ((rc = push_piece(L, rec->off, rec->len)))
+		if ((rc = push_piece(S, rec->off, rec->len)))
 			goto out;
 		cur->npieces++;
 		/* the run's dtype and dims: its last record's
@@ -1118,7 +1350,7 @@ static int load_ckpt(loader *L, uint32_t rank, uint32_t idx, const char *file)
 	goto done;
 bad:
 	if (rc == -EBADMSG || rc == -E2BIG)
-		rc = flx_error_set(L->err, -EINVAL, file, NULL,
+		rc = flx_error_set(S->err, -EINVAL, file, NULL,
 				   "malformed Checkpoint protobuf record at "
 				   "byte %llu",
 				   (unsigned long long)at);
@@ -1126,7 +1358,7 @@ bad:
 		goto io;
 	goto out;
 io:
-	rc = flx_error_set(L->err, rc, file, NULL, "cannot read: %s",
+	rc = flx_error_set(S->err, rc, file, NULL, "cannot read: %s",
 			   strerror(-rc));
 	goto out;
 done:
@@ -1134,10 +1366,10 @@ done:
 out:
 	if (open_run && rc == 0) {
 		open_run = false;
-		rc = finish_entry(L, file, cur);
+		rc = finish_entry(S, file, cur);
 	}
 	if (open_run)
-		L->npc = cur->p0;
+		S->npc = cur->p0;
 	free(r);
 	free(rec);
 	free(cur);
@@ -1157,7 +1389,7 @@ static flx_dtype st_dtype(const char *s)
 	return FLX_DT_INVALID;
 }
 
-static int st_entry(loader *L, const char *file, uint32_t rank, uint32_t idx,
+static int st_entry(scan *S, const char *file, uint32_t rank, uint32_t idx,
 		    uint64_t base, uint64_t dlen, const char *k, json_t *v)
 {
 	json_t *dt = json_object_get(v, "dtype"),
@@ -1173,17 +1405,17 @@ static int st_entry(loader *L, const char *file, uint32_t rank, uint32_t idx,
 	    json_array_size(of) != 2 ||
 	    !json_is_integer(json_array_get(of, 0)) ||
 	    !json_is_integer(json_array_get(of, 1)))
-		return flx_error_set(L->err, -EINVAL, file, k,
+		return flx_error_set(S->err, -EINVAL, file, k,
 				     "needs dtype, shape and two data_offsets");
 	dtype = st_dtype(json_string_value(dt));
 	if (dtype == FLX_DT_INVALID)
-		return flx_error_set(L->err, -EINVAL, file, k,
+		return flx_error_set(S->err, -EINVAL, file, k,
 				     "dtype '%s' is not supported",
 				     json_string_value(dt));
 	json_array_foreach(sh, i, x)
 	{
 		if (!json_is_integer(x) || json_integer_value(x) < 0)
-			return flx_error_set(L->err, -EINVAL, file, k,
+			return flx_error_set(S->err, -EINVAL, file, k,
 					     "shape is not a list of sizes");
 		dims[ndim++] = json_integer_value(x);
 	}
@@ -1193,17 +1425,17 @@ static int st_entry(loader *L, const char *file, uint32_t rank, uint32_t idx,
 	if (b0 < 0 || b1 < b0 || (uint64_t)b1 > dlen ||
 	    numel > (UINT64_MAX >> 4) ||
 	    (uint64_t)(b1 - b0) != numel * flx_dtype_size(dtype))
-		return flx_error_set(L->err, -EINVAL, file, k,
+		return flx_error_set(S->err, -EINVAL, file, k,
 				     "data_offsets [%lld, %lld] do not hold "
 				     "the shape's bytes inside the file",
 				     (long long)b0, (long long)b1);
-	uint64_t p0 = L->npc;
+	uint64_t p0 = S->npc;
 
-	if (numel && push_piece(L, base + (uint64_t)b0, (uint64_t)(b1 - b0)))
+	if (numel && push_piece(S, base + (uint64_t)b0, (uint64_t)(b1 - b0)))
 		return -ENOMEM;
-	if (push_entry(L, k, rank, idx, dtype, FLX_DT_INVALID, ndim, dims, p0,
-		       numel ? 1 : 0)) {
-		L->npc = p0;
+	if (push_entry(S, k, strlen(k), rank, idx, dtype, FLX_DT_INVALID, ndim,
+		       dims, p0, numel ? 1 : 0)) {
+		S->npc = p0;
 		return -ENOMEM;
 	}
 	return 0;
@@ -1220,9 +1452,9 @@ static int cmp_str_p(const void *a, const void *b)
  * CRC-32 chained over the tensors in sorted name order, of each its UTF-8 name
  * then its bytes (data at base + data_offsets; the entries were checked by
  * st_entry()).  Verified once at mount, as a .ckpt trailer is.  @return 0 or
- * -errno with L->err set.
+ * -errno with S->err set.
  */
-static int check_st_crc(loader *L, const char *file, uint32_t idx, json_t *root,
+static int check_st_crc(scan *S, const char *file, uint32_t idx, json_t *root,
 			uint64_t base, const char *s)
 {
 	size_t n = json_object_size(root), nk = 0;
@@ -1241,7 +1473,7 @@ static int check_st_crc(loader *L, const char *file, uint32_t idx, json_t *root,
 	for (size_t i = 0; s[i]; i++)
 		if (s[i] < '0' || s[i] > '9' || i >= 10) {
 			rc =
-			    flx_error_set(L->err, -EINVAL, file, "crc_num",
+			    flx_error_set(S->err, -EINVAL, file, "crc_num",
 					  "__metadata__ crc_num '%.20s' is not "
 					  "a decimal CRC-32",
 					  s);
@@ -1268,8 +1500,8 @@ static int check_st_crc(loader *L, const char *file, uint32_t idx, json_t *root,
 			size_t m =
 			    end - at < WINDOW ? (size_t)(end - at) : WINDOW;
 
-			if ((rc = flx_file_pread(L->c, idx, buf, m, at))) {
-				rc = flx_error_set(L->err, rc, file, keys[i],
+			if ((rc = flx_file_pread(S->c, idx, buf, m, at))) {
+				rc = flx_error_set(S->err, rc, file, keys[i],
 						   "cannot read: %s",
 						   strerror(-rc));
 				goto out;
@@ -1279,7 +1511,7 @@ static int check_st_crc(loader *L, const char *file, uint32_t idx, json_t *root,
 		}
 	}
 	if (want != crc)
-		rc = flx_error_set(L->err, -EINVAL, file, "crc_num",
+		rc = flx_error_set(S->err, -EINVAL, file, "crc_num",
 				   "CRC-32 of the tensors is %u, __metadata__ "
 				   "says %llu",
 				   crc, (unsigned long long)want);
@@ -1289,10 +1521,10 @@ out:
 	return rc;
 }
 
-static int load_safetensors(loader *L, uint32_t rank, uint32_t idx,
+static int load_safetensors(scan *S, uint32_t rank, uint32_t idx,
 			    const char *file)
 {
-	uint64_t size = L->c->files[idx].size, n = 0;
+	uint64_t size = S->c->files[idx].size, n = 0;
 	uint8_t h8[8];
 	char *buf = NULL;
 	json_t *root = NULL, *v, *meta;
@@ -1300,20 +1532,20 @@ static int load_safetensors(loader *L, uint32_t rank, uint32_t idx,
 	const char *k;
 	int rc = 0;
 
-	if (size < 8 || flx_file_pread(L->c, idx, h8, 8, 0))
-		return flx_error_set(L->err, -EINVAL, file, NULL,
+	if (size < 8 || flx_file_pread(S->c, idx, h8, 8, 0))
+		return flx_error_set(S->err, -EINVAL, file, NULL,
 				     "too short for a safetensors header");
 	for (int i = 7; i >= 0; i--)
 		n = n << 8 | h8[i];
 	if (n > MAX_ST_HEADER || n > size - 8)
-		return flx_error_set(L->err, -EINVAL, file, NULL,
+		return flx_error_set(S->err, -EINVAL, file, NULL,
 				     "safetensors header length %llu does not "
 				     "fit the file",
 				     (unsigned long long)n);
 	if (!(buf = malloc(n + 1)))
 		return -ENOMEM;
-	if (flx_file_pread(L->c, idx, buf, n, 8)) {
-		rc = flx_error_set(L->err, -EIO, file, NULL, "cannot read");
+	if (flx_file_pread(S->c, idx, buf, n, 8)) {
+		rc = flx_error_set(S->err, -EIO, file, NULL, "cannot read");
 		goto out;
 	}
 	flx_json_guard_begin();
@@ -1323,7 +1555,7 @@ static int load_safetensors(loader *L, uint32_t rank, uint32_t idx,
 		goto out;
 	}
 	if (!json_is_object(root)) {
-		rc = flx_error_set(L->err, -EINVAL, file, NULL,
+		rc = flx_error_set(S->err, -EINVAL, file, NULL,
 				   "safetensors header is not a JSON object");
 		goto out;
 	}
@@ -1341,18 +1573,18 @@ static int load_safetensors(loader *L, uint32_t rank, uint32_t idx,
 		 * .ckpt) */
 		mk = json_string_value(json_object_get(meta, k));
 		if (mk && strcmp(mk, "Int4") == 0) {
-			rc = flx_error_set(L->err, -EINVAL, file, k,
+			rc = flx_error_set(S->err, -EINVAL, file, k,
 					   "an Int4 parameter (__metadata__) "
 					   "is not supported");
 			goto out;
 		}
-		if ((rc = st_entry(L, file, rank, idx, 8 + n, size - 8 - n, k,
+		if ((rc = st_entry(S, file, rank, idx, 8 + n, size - 8 - n, k,
 				   v)))
 			goto out;
 	}
 	if (json_is_string(json_object_get(meta, "crc_num")))
 		rc = check_st_crc(
-		    L, file, idx, root, 8 + n,
+		    S, file, idx, root, 8 + n,
 		    json_string_value(json_object_get(meta, "crc_num")));
 out:
 	json_decref(root);
@@ -1584,7 +1816,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 		const flx_ms_layout *lay = layout_of(L, g, e, &lc);
 		uint64_t st[FLX_MS_MAX_DIMS], ln[FLX_MS_MAX_DIMS];
 		flx_ms_layout opt;
-		held x = {.e = e, .dims = dims_of(L, e)};
+		held *x = &h[*nh]; /* kept when its box is new */
 
 		if (lay && (int)lay->ndim > e->ndim &&
 		    flx_ms_layout_fold(lay, (uint32_t)e->ndim, &fold) == 0)
@@ -1598,6 +1830,10 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 					     flx_dtype_name(t->dtype));
 		if (e->ndim != t->ndim)
 			goto shape_mismatch;
+		x->e = e;
+		x->dims = dims_of(L, e);
+		for (int d = 0; d < t->ndim; d++)
+			x->off[d] = 0;
 		bool whole = memcmp(dims_of(L, e), t->shape,
 				    sizeof(int64_t) * (size_t)t->ndim) == 0;
 		if (lay && !whole) {
@@ -1624,16 +1860,15 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 			for (int d = 0; d < t->ndim; d++) {
 				if ((uint64_t)dims_of(L, e)[d] != ln[d])
 					goto shape_mismatch;
-				x.off[d] = (int64_t)st[d];
+				x->off[d] = (int64_t)st[d];
 			}
 		} else if (!whole) {
 			goto shape_mismatch;
 		}
 		/* replicas: keep the first (lowest rank) of each box, once
 		 * a sample of their bytes agrees */
-		size_t *slot = box_slot(bs, h, &x, t->ndim);
+		size_t *slot = box_slot(bs, h, x, t->ndim);
 		if (!*slot) {
-			h[*nh] = x;
 			*slot = ++*nh;
 			continue;
 		}
@@ -1740,9 +1975,13 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 		int64_t lo[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
 		    sz[FLX_FLAT_BOXES_MAX][FLX_MAX_DIMS],
 		    first[FLX_FLAT_BOXES_MAX];
-		uint64_t el = 0;
-		if (flx_numel(e->ndim, h[i].dims) == 0)
+		uint64_t el = 0, numel = flx_numel(e->ndim, h[i].dims);
+		if (numel == 0)
 			total++; /* its empty box, as DCP saves it */
+		if (e->npieces == 1 && numel) {
+			total++; /* all its elements: its whole box */
+			continue;
+		}
 		for (uint32_t p = 0; p < e->npieces; p++) {
 			unsigned nb;
 			uint64_t n = piece_of(L, e, p).len / es;
@@ -1756,7 +1995,7 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 	 * strides shared by the chunks in a row that have the same */
 	per = sizeof(flx_chunk) + 2 * (size_t)t->ndim * sizeof(int64_t);
 	if (total > (SIZE_MAX - 1) / per ||
-	    !(t->chunks = flx_pool_alloc(&L->c->pool, total * per + 1))) {
+	    !(t->chunks = flx_pool_alloc(L->pool, total * per + 1))) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -1778,7 +2017,7 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 		}
 		if (!e->ndim) {
 			shared = t->shape; /* nothing read */
-		} else if (!(shared = flx_strides_share(&L->c->pool, e->ndim,
+		} else if (!(shared = flx_strides_share(L->pool, e->ndim,
 							stride, shared))) {
 			rc = -ENOMEM;
 			goto out;
@@ -1799,11 +2038,23 @@ static int build_tensor(loader *L, const group *g, flx_tensor *t)
 			ch->contig_from = flx_chunk_contig_from(e->ndim, ch);
 		}
 		for (uint32_t p = 0; p < e->npieces; p++) {
-			unsigned nb;
+			unsigned nb = 1;
 			piece pc = piece_of(L, e, p);
 			uint64_t n = pc.len / es;
-			flx_flat_boxes(e->ndim, dims, (int64_t)el,
-				       (int64_t)(el + n), lo, sz, first, &nb);
+
+			if (e->npieces == 1 && n) {
+				/* all its elements: its whole box (as
+				 * flx_flat_boxes() gives it) */
+				first[0] = 0;
+				for (int d = 0; d < e->ndim; d++) {
+					lo[0][d] = 0;
+					sz[0][d] = dims[d];
+				}
+			} else {
+				flx_flat_boxes(e->ndim, dims, (int64_t)el,
+					       (int64_t)(el + n), lo, sz, first,
+					       &nb);
+			}
 			for (unsigned k = 0; k < nb; k++) {
 				flx_chunk *ch = new_chunk(t, box, at++, shared);
 				for (int d = 0; d < e->ndim; d++) {
@@ -1845,8 +2096,98 @@ static void release_pages(void *m, size_t *done, size_t upto)
 	}
 }
 
+/*
+ * Building the tensors.  Past ENTRIES_PER_PART entries the groups are
+ * built on several threads, each a part over a contiguous run of them
+ * (tensors in index order), with its own pool for the chunks (given to
+ * the index's) and its own error; each part stops at its first failure,
+ * and the one reported is the first in index order, as one thread
+ * building them in turn finds it.
+ */
+#define ENTRIES_PER_PART 65536
+
+typedef struct tpart {
+	loader L; /* shallow copy: L.err is &err, L.pool is &pool */
+	flx_error err;
+	flx_pool pool;
+	const group *g;
+	entry *s;
+	const size_t *at;
+	size_t lo, hi, fail;
+	int rc;
+} tpart;
+
+static void *tpart_run(void *arg)
+{
+	tpart *P = arg;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	/* its entries' whole pages, given back as it goes */
+	size_t done = P->lo ? P->at[P->lo - 1] * sizeof(entry) : 0;
+
+	done = (done + page - 1) & ~(page - 1);
+	for (size_t i = P->lo; i < P->hi; i++) {
+		int rc = build_tensor(&P->L, &P->g[i], &P->L.c->tensors[i]);
+
+		if (rc) {
+			P->rc = rc;
+			P->fail = i;
+			break;
+		}
+		if (done < P->at[i] * sizeof(entry))
+			release_pages(P->s, &done, P->at[i] * sizeof(entry));
+	}
+	return NULL;
+}
+
+/* Build the ng groups g (entries in s, group k ending at at[k]) into the
+ * index's tensors, their fqn set.  @return 0, or the first failure in
+ * index order with L->err. */
+static int build_tensors(loader *L, const group *g, entry *s, const size_t *at)
+{
+	size_t ng = L->nnames, ne = ng ? at[ng - 1] : 0;
+	unsigned np = parts_for(L, ne, ENTRIES_PER_PART);
+	tpart *p;
+	int rc = 0;
+
+	if (np > ng)
+		np = ng ? (unsigned)ng : 1;
+	if (!(p = calloc(np, sizeof(*p))))
+		return -ENOMEM;
+	/* part k: the groups from the one holding entry ne * k / np */
+	for (size_t k = 0, i = 0; k < np; k++) {
+		tpart *P = &p[k];
+
+		while (k && i < ng && at[i] <= ne * k / np)
+			i++;
+		P->L = *L;
+		flx_error_init(&P->err);
+		P->L.err = &P->err;
+		P->L.pool = &P->pool;
+		P->g = g;
+		P->s = s;
+		P->at = at;
+		P->lo = i;
+		if (k)
+			p[k - 1].hi = p[k - 1].fail = i;
+	}
+	p[np - 1].hi = p[np - 1].fail = ng;
+	flx_run_parts(p, sizeof(*p), np, tpart_run);
+	L->c->ntensors = ng;
+	for (unsigned k = 0; k < np; k++) {
+		flx_pool_move(&L->c->pool, &p[k].pool);
+		if (rc || !p[k].rc)
+			continue;
+		rc = p[k].rc;
+		L->c->ntensors = p[k].fail + 1;
+		if (L->err)
+			*L->err = p[k].err;
+	}
+	free(p);
+	return rc;
+}
+
 /* The entries grouped by name, by a stable counting sort on entry.name
- * into a mapping of their own (L->e is freed): a group's entries come as
+ * into a mapping of their own (the parts' are freed): a group's entries come as
  * stored, by rank, and the groups (the tensors) in the order their names
  * were first stored.  Each group's pages go back as soon as its tensor is
  * built, so that the entries and the chunks made from them are not all
@@ -1854,7 +2195,7 @@ static void release_pages(void *m, size_t *done, size_t upto)
  * name in byte order, the later of its two entries. */
 static int build_index(loader *L)
 {
-	size_t ng = L->nnames, len = L->ne * sizeof(entry), done = 0;
+	size_t ng = L->nnames, len = 0;
 	entry *s = NULL;
 	size_t *at = calloc(ng + 1, sizeof(*at));
 	group *g = malloc((ng ? ng : 1) * sizeof(*g));
@@ -1865,25 +2206,43 @@ static int build_index(loader *L)
 		rc = -ENOMEM;
 		goto out;
 	}
+	/* the parts' entries, renumbered as merge_scans() says */
+	for (unsigned k = 0; k < L->nsc; k++) {
+		scan *S = &L->sc[k];
+
+		for (size_t i = 0; i < S->ne; i++) {
+			entry *e = &S->e[i];
+
+			e->name = S->name_to[e->name];
+			e->dims = S->dims_to[e->dims];
+			if (e->npieces != 1)
+				e->p0 += S->pc0;
+			at[e->name + 1]++;
+		}
+		len += S->ne * sizeof(entry);
+	}
+	/* populated at once: the scatter below writes every page of it */
 	if (len) {
 		s = mmap(NULL, len, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 		if (s == MAP_FAILED) {
 			s = NULL;
 			rc = -ENOMEM;
 			goto out;
 		}
 	}
-	for (size_t i = 0; i < L->ne; i++)
-		at[L->e[i].name + 1]++;
 	for (size_t k = 0; k < ng; k++)
 		at[k + 1] += at[k];
 	/* at[k] ends as the end of group k */
-	for (size_t i = 0; i < L->ne; i++)
-		s[at[L->e[i].name]++] = L->e[i];
-	free(L->e);
-	L->e = NULL;
-	L->cape = 0;
+	for (unsigned k = 0; k < L->nsc; k++) {
+		scan *S = &L->sc[k];
+
+		for (size_t i = 0; i < S->ne; i++)
+			s[at[S->e[i].name]++] = S->e[i];
+		free(S->e);
+		S->e = NULL;
+		S->ne = S->cape = 0;
+	}
 	for (size_t k = 0; k < ng; k++) {
 		size_t i = k ? at[k - 1] : 0;
 
@@ -1909,18 +2268,12 @@ static int build_index(loader *L)
 		rc = -ENOMEM;
 		goto out;
 	}
-	for (size_t i = 0; i < ng; i++) {
-		flx_tensor *t = &L->c->tensors[i];
-
-		t->fqn = L->names[i];
-		L->c->ntensors = i + 1;
-		if ((rc = build_tensor(L, &g[i], t)))
-			goto out;
-		release_pages(s, &done, at[i] * sizeof(entry));
-	}
+	for (size_t i = 0; i < ng; i++)
+		L->c->tensors[i].fqn = L->names[i];
+	rc = build_tensors(L, g, s, at);
 out:
-	if (s && len > done)
-		munmap((char *)s + done, len - done);
+	if (s)
+		munmap(s, len);
 	free(at);
 	free(g);
 	return rc;
@@ -1928,27 +2281,181 @@ out:
 
 /* ---- load ---- */
 
-static int load_rank(loader *L, const rankfile *rf)
+/*
+ * Reading the rank files.  A checkpoint of thousands of ranks has as many
+ * files, so past FILES_PER_PART files they are read on several threads,
+ * each a part over a contiguous run of them in rank order (the files are
+ * opened before, in that order, on this thread: the file table is the
+ * builder's).  Each part stops at its first failure; the one reported is
+ * the first in rank order, an open's included, as a single thread reading
+ * and opening the files in turn finds it.
+ */
+#define FILES_PER_PART 64
+
+static void *scan_run(void *arg)
+{
+	scan *S = arg;
+
+	for (size_t i = S->lo; i < S->hi; i++) {
+		const rankfile *rf = &S->L->rf[i];
+		int rc =
+		    ends_with(rf->relpath, ".safetensors")
+			? load_safetensors(S, rf->rank, rf->idx, rf->relpath)
+			: load_ckpt(S, rf->rank, rf->idx, rf->relpath);
+
+		if (rc) {
+			S->rc = rc;
+			break;
+		}
+	}
+	return NULL;
+}
+
+/* Open the rank files in order up to the first that fails: *nopen are
+ * open.  @return 0, or that open's -errno with its error moved from L->err
+ * to *open_err (reported once the files before it are read). */
+static int open_rankfiles(loader *L, size_t *nopen, flx_error *open_err)
 {
 	flx_file_ref ref = {.from = "rank directory", .field = "file"};
-	uint32_t idx;
-	int rc;
 
-	rc = flx_build_data_file(L->b, rf->relpath, &ref, &idx);
-	if (rc)
-		return rc;
-	if (ends_with(rf->relpath, ".safetensors")) {
-		L->safetensors = true;
-		rc = load_safetensors(L, rf->rank, idx, rf->relpath);
-	} else {
-		rc = load_ckpt(L, rf->rank, idx, rf->relpath);
+	for (size_t i = 0; i < L->nrf; i++) {
+		int rc = flx_build_data_file(L->b, L->rf[i].relpath, &ref,
+					     &L->rf[i].idx);
+
+		if (rc) {
+			*nopen = i;
+			if (L->err) {
+				*open_err = *L->err;
+				flx_error_init(L->err);
+			}
+			return rc;
+		}
+		if (ends_with(L->rf[i].relpath, ".safetensors"))
+			L->safetensors = true;
 	}
-	return rc;
+	*nopen = L->nrf;
+	return 0;
+}
+
+/* Read rank files [0, n) into the parts L->sc.  @return 0, or the first
+ * failure in rank order with L->err. */
+static int read_rankfiles(loader *L, size_t n)
+{
+	unsigned np = parts_for(L, n, FILES_PER_PART);
+
+	if (!(L->sc = calloc(np, sizeof(*L->sc))))
+		return -ENOMEM;
+	L->nsc = np;
+	for (unsigned k = 0; k < np; k++) {
+		scan *S = &L->sc[k];
+
+		S->L = L;
+		S->c = L->c;
+		flx_error_init(&S->own);
+		S->err = &S->own;
+		S->lo = n * k / np;
+		S->hi = n * (k + 1) / np;
+		S->last_name = UINT32_MAX;
+		S->last_dt = FLX_DT_INVALID;
+	}
+	flx_run_parts(L->sc, sizeof(*L->sc), np, scan_run);
+	for (unsigned k = 0; k < np; k++)
+		if (L->sc[k].rc) {
+			if (L->err)
+				*L->err = L->sc[k].own;
+			return L->sc[k].rc;
+		}
+	return 0;
+}
+
+/*
+ * Number the parts' names and dims as one reader of every file in order
+ * would (in order of first use: part by part, each in its own order),
+ * into L->names (copies in the index's pool) and L->dimv (the parts' dims
+ * pools, moved to L->dims), and their pieces into L->pc.  The parts'
+ * entries keep their numbers until build_index() renumbers them.
+ * @return 0 or -ENOMEM.
+ */
+static int merge_scans(loader *L)
+{
+	size_t npc = 0;
+
+	for (unsigned k = 0; k < L->nsc; k++)
+		npc += L->sc[k].npc;
+	if (!(L->pc = malloc((npc ? npc : 1) * sizeof(*L->pc))))
+		return -ENOMEM;
+	for (unsigned k = 0; k < L->nsc; k++) {
+		scan *S = &L->sc[k];
+		const void *p;
+		uint32_t id;
+
+		S->pc0 = L->npc;
+		if (S->npc)
+			memcpy(L->pc + L->npc, S->pc, S->npc * sizeof(*S->pc));
+		L->npc += S->npc;
+		S->name_to =
+		    malloc((S->nnames ? S->nnames : 1) * sizeof(*S->name_to));
+		S->dims_to =
+		    malloc((S->ndimv ? S->ndimv : 1) * sizeof(*S->dims_to));
+		if (!S->name_to || !S->dims_to)
+			return -ENOMEM;
+		for (size_t i = 0; i < S->nnames; i++) {
+			if (flx_grow((void **)&L->names, &L->capnames,
+				     L->nnames + 1, sizeof(*L->names)) ||
+			    intern(&L->nametab, &L->c->pool, S->names[i],
+				   (uint32_t)strlen(S->names[i]) + 1, &p, &id))
+				return -ENOMEM;
+			if (id == L->nnames)
+				L->names[L->nnames++] = (char *)p;
+			S->name_to[i] = id;
+		}
+		for (size_t i = 0; i < S->ndimv; i++) {
+			if (flx_grow((void **)&L->dimv, &L->capdimv,
+				     L->ndimv + 1, sizeof(*L->dimv)) ||
+			    intern(&L->dimtab, NULL, S->dimv[i],
+				   (uint32_t)(sizeof(int64_t) * S->ndimv_of[i]),
+				   &p, &id))
+				return -ENOMEM;
+			if (id == L->ndimv)
+				L->dimv[L->ndimv++] = p;
+			S->dims_to[i] = id;
+		}
+		flx_pool_move(&L->dims, &S->dims);
+	}
+	return 0;
+}
+
+/* Free the parts (their entries too, where build_index() has not). */
+static void free_scans(loader *L)
+{
+	for (unsigned k = 0; L->sc && k < L->nsc; k++) {
+		scan *S = &L->sc[k];
+
+		free(S->e);
+		free(S->pc);
+		free(S->names);
+		free(S->name_dims);
+		free(S->nametab.slot);
+		free(S->dimtab.slot);
+		flx_pool_free(&S->npool);
+		flx_pool_free(&S->dims);
+		free(S->dimv);
+		free(S->ndimv_of);
+		free(S->name_to);
+		free(S->dims_to);
+	}
+	free(L->sc);
+	L->sc = NULL;
+	L->nsc = 0;
 }
 
 static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 {
-	loader L = {.b = b, .c = flx_build_ckpt(b), .err = err};
+	loader L = {.b = b,
+		    .c = flx_build_ckpt(b),
+		    .err = err,
+		    .threads = o->threads,
+		    .pool = &flx_build_ckpt(b)->pool};
 	const char *strategy = NULL;
 	int rc;
 
@@ -1986,8 +2493,22 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 				    L.st->nstages,
 				    (unsigned long long)L.st->devices);
 	}
-	for (size_t i = 0; i < L.nrf && !rc; i++)
-		rc = load_rank(&L, &L.rf[i]);
+	if (!rc) {
+		flx_error open_err;
+		size_t nopen;
+		int orc;
+
+		flx_error_init(&open_err);
+		orc = open_rankfiles(&L, &nopen, &open_err);
+		rc = read_rankfiles(&L, nopen);
+		if (!rc && orc) {
+			rc = orc;
+			if (err)
+				*err = open_err;
+		}
+	}
+	if (!rc)
+		rc = merge_scans(&L);
 	if (!rc)
 		rc = build_index(&L);
 	if (!rc) {
@@ -2003,7 +2524,7 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	for (size_t i = 0; i < L.nrf; i++)
 		free(L.rf[i].relpath);
 	free(L.rf);
-	free(L.e);
+	free_scans(&L);
 	free(L.pc);
 	free(L.names);
 	free(L.dimv);

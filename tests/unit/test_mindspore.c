@@ -445,6 +445,77 @@ static void test_wire_variants(void)
 	flx_ckpt_close(c);
 }
 
+/* One Value record of tag (taglen bytes) holding the Float32 vector x[n],
+ * written to o.  @return its length. */
+static size_t put_f32_record(uint8_t *o, const char *tag, size_t taglen,
+			     const float *x, size_t n)
+{
+	uint8_t *t = malloc(4 * n + 64), *v = malloc(4 * n + 256);
+	size_t nt = 0, nv = 0, k;
+
+	if (!t || !v)
+		abort();
+	t[nt++] = 0x08; /* dims: n, unpacked */
+	nt += put_varint(t + nt, n);
+	nt += put_len(t + nt, 2, "Float32", 7);
+	nt += put_len(t + nt, 3, x, 4 * n);
+	nv += put_len(v + nv, 1, tag, taglen);
+	nv += put_len(v + nv, 2, t, nt);
+	k = put_len(o, 1, v, nv);
+	free(t);
+	free(v);
+	return k;
+}
+
+/* The reader's window (65,536 bytes) ends inside a record's length
+ * varint: the varint is read across the window's end, and the next
+ * tensor is where the bytes say. */
+static void test_window_edge(void)
+{
+	static const float b[2] = {7, 8};
+	float *a = calloc(16384, sizeof(float)), got[2];
+	uint8_t *f = malloc(1 << 17);
+	size_t nf = 0, n = 0, taglen = 0;
+	const char tag[] = "aaaaaaaaaaaaaaaa";
+	char btag[128];
+	flx_ckpt *c;
+
+	if (!a || !f)
+		abort();
+	/* the first record 65,534 bytes long: the second's key at byte
+	 * 65,534, its two-byte length at 65,535 and 65,536 */
+	for (taglen = 1; taglen < 8 && !n; taglen++)
+		for (size_t m = 16000; m < 16384 && !n; m++)
+			if (put_f32_record(f, tag, taglen, a, m) == 65534)
+				n = m;
+	taglen--;
+	CHECK(n != 0);
+	if (!n)
+		goto out;
+	nf = put_f32_record(f, tag, taglen, a, n);
+	/* a tag of 128 bytes: the record's length takes two bytes */
+	memset(btag, 'b', sizeof(btag));
+	nf += put_f32_record(f + nf, btag, sizeof(btag), b, 2);
+	CHECK(f[65534] == 0x0A && (f[65535] & 0x80) && !(f[65536] & 0x80));
+	c = open_bytes(f, nf);
+	if (!c)
+		goto out;
+	CHECK_EQ(c->ntensors, 2);
+	const flx_tensor *x = c->ntensors == 2 ? &c->tensors[1] : NULL;
+	CHECK(x && x->ndim == 1 && x->shape[0] == 2 && x->nchunks == 1);
+	if (x && x->nchunks == 1) {
+		CHECK_EQ(x->chunks[0].data_off, nf - sizeof(b));
+		CHECK_EQ(flx_file_pread(c, x->chunks[0].file, got, sizeof(got),
+					x->chunks[0].data_off),
+			 0);
+		CHECK(got[0] == 7 && got[1] == 8);
+	}
+	flx_ckpt_close(c);
+out:
+	free(a);
+	free(f);
+}
+
 /* rank_0/<name>: a safetensors file of one F32 [1] tensor "w" = x */
 static void put_st(const char *name, float x)
 {
@@ -608,6 +679,187 @@ static void test_safetensors_pick(void)
 	rmdir(sub);
 }
 
+/* ---- several threads (flx_ckpt_opts.threads): the rank directories,
+ * the rank files and the tensors are each read in parts on their own
+ * threads; the index and the first failure must be those of one thread
+ * ---- */
+
+#define PP2 "fixtures/mindspore-pp2/"
+static const unsigned thread_counts[] = {0, 2, 3, 5, 8};
+
+/* the pp2 fixture's rank files (one each in rank_0 .. rank_7) copied into
+ * to/rank_<r>/, to be spoilt; *names the copies' paths */
+static void copy_pp2(const char *to, char names[8][192])
+{
+	char from[192];
+	uint8_t buf[1 << 16];
+
+	for (int r = 0; r < 8; r++) {
+		FILE *in, *out;
+		size_t n;
+
+		snprintf(names[r], 192, "%s/rank_%d", to, r);
+		mkdir(names[r], 0755);
+		snprintf(names[r], 192, "%s/rank_%d/llama_rank_%d-2_4.ckpt", to,
+			 r, r);
+		snprintf(from, sizeof(from),
+			 PP2 "ckpt/rank_%d/llama_rank_%d-2_4.ckpt", r, r);
+		in = fopen(from, "rb");
+		out = fopen(names[r], "wb");
+		if (!in || !out)
+			abort();
+		while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+			fwrite(buf, 1, n, out);
+		fclose(in);
+		fclose(out);
+	}
+}
+
+static flx_ckpt *open_pp2(const char *d, unsigned threads, flx_error *e)
+{
+	flx_opt_vals vals = {0};
+	flx_ckpt_opts o = {.threads = threads};
+	flx_ckpt *c = NULL;
+
+	CHECK_EQ(flx_ckpt_opt_set(&vals, "src_strategy",
+				  PP2 "merged/merged_ckpt_strategy.ckpt", NULL),
+		 0);
+	o.vals = &vals;
+	flx_error_init(e);
+	if (flx_ckpt_open_with(d, &o, &c, e) < 0)
+		c = NULL;
+	flx_opt_vals_release(&vals);
+	return c;
+}
+
+/* The open of d fails alike with every thread count: as with one.
+ * @return the code. */
+static int fails_alike(const char *d, flx_error *one)
+{
+	flx_error e;
+	flx_ckpt *c = open_pp2(d, 1, one);
+
+	CHECK(c == NULL);
+	CHECK(one->code < 0);
+	for (size_t i = 0; i < sizeof(thread_counts) / sizeof(*thread_counts);
+	     i++) {
+		c = open_pp2(d, thread_counts[i], &e);
+		CHECK(c == NULL);
+		CHECK_EQ(e.code, one->code);
+		CHECK_STR(e.file, one->file);
+		CHECK_STR(e.key, one->key);
+		CHECK_STR(e.text, one->text);
+		flx_ckpt_close(c);
+	}
+	return one->code;
+}
+
+static void test_threads(void)
+{
+	char d[] = "/tmp/flx-ms-threads.XXXXXX", names[8][192], sub[224];
+	flx_ckpt *one, *c;
+	flx_error e;
+	uint8_t x;
+
+	if (!mkdtemp(d))
+		abort();
+	copy_pp2(d, names);
+	one = open_pp2(d, 1, &e);
+	CHECK(one != NULL);
+	if (!one)
+		return;
+	CHECK_EQ(one->nfiles, 8);
+	/* the same index: tensors in first-stored order, chunks, files */
+	for (size_t i = 0; i < sizeof(thread_counts) / sizeof(*thread_counts);
+	     i++) {
+		c = open_pp2(d, thread_counts[i], &e);
+		CHECK(c != NULL);
+		if (!c)
+			continue;
+		CHECK_EQ(c->ntensors, one->ntensors);
+		CHECK_EQ(c->nfiles, one->nfiles);
+		for (size_t f = 0; f < c->nfiles && f < one->nfiles; f++)
+			CHECK_STR(c->files[f].relpath, one->files[f].relpath);
+		for (size_t t = 0; t < c->ntensors && t < one->ntensors; t++) {
+			const flx_tensor *a = &one->tensors[t],
+					 *b = &c->tensors[t];
+
+			CHECK_STR(b->fqn, a->fqn);
+			CHECK_EQ(b->dtype, a->dtype);
+			CHECK_EQ(b->ndim, a->ndim);
+			CHECK_EQ(b->nchunks, a->nchunks);
+			CHECK_EQ(b->saved_split, a->saved_split);
+			for (int k = 0; k < a->ndim; k++)
+				CHECK_EQ(b->shape[k], a->shape[k]);
+			for (uint32_t k = 0; k < a->nchunks && k < b->nchunks;
+			     k++) {
+				const flx_chunk *p = &a->chunks[k],
+						*q = &b->chunks[k];
+
+				CHECK_EQ(q->file, p->file);
+				CHECK_EQ(q->data_off, p->data_off);
+				CHECK_EQ(q->item_len, p->item_len);
+				for (int m = 0; m < a->ndim; m++) {
+					CHECK_EQ(q->off[m], p->off[m]);
+					CHECK_EQ(q->size[m], p->size[m]);
+					CHECK_EQ(q->stride[m], p->stride[m]);
+				}
+			}
+		}
+		flx_ckpt_close(c);
+	}
+
+	/* every kept chunk 0 with a byte flipped: its replicas differ, and
+	 * the tensor reported is the first such in index order */
+	for (size_t t = 0; t < one->ntensors; t++) {
+		const flx_chunk *ch = &one->tensors[t].chunks[0];
+		FILE *f;
+
+		if (!one->tensors[t].nchunks || !ch->item_len)
+			continue;
+		f = fopen(names[ch->file], "r+b");
+		CHECK(f != NULL);
+		if (!f)
+			continue;
+		CHECK(strstr(names[ch->file], one->files[ch->file].relpath));
+		fseek(f, (long)ch->data_off, SEEK_SET);
+		x = (uint8_t)fgetc(f);
+		fseek(f, (long)ch->data_off, SEEK_SET);
+		fputc(x ^ 0x55, f);
+		fclose(f);
+	}
+	CHECK_EQ(fails_alike(d, &e), -EINVAL);
+	CHECK(strstr(e.text, "not a replica") != NULL);
+	CHECK(strcmp(e.key, one->tensors[one->ntensors - 1].fqn) != 0);
+	flx_ckpt_close(one);
+
+	/* rank 6's data file a directory (cannot be opened), ranks 2 and 5
+	 * truncated (cannot be read): rank 2's failure first, then with
+	 * rank 2 whole, rank 5's; with 5 whole too, rank 6's open */
+	copy_pp2(d, names);
+	snprintf(sub, sizeof(sub), "%s/rank_6/zz.ckpt", d);
+	CHECK_EQ(mkdir(sub, 0755), 0);
+	CHECK_EQ(truncate(names[2], 100), 0);
+	CHECK_EQ(truncate(names[5], 100), 0);
+	CHECK_EQ(fails_alike(d, &e), -EINVAL);
+	CHECK(strstr(e.file, "rank_2/") != NULL);
+	copy_pp2(d, names);
+	CHECK_EQ(truncate(names[5], 100), 0);
+	CHECK_EQ(fails_alike(d, &e), -EINVAL);
+	CHECK(strstr(e.file, "rank_5/") != NULL);
+	copy_pp2(d, names);
+	fails_alike(d, &e);
+	CHECK(strstr(e.file, "rank_6/zz.ckpt") != NULL);
+
+	CHECK_EQ(rmdir(sub), 0);
+	for (int r = 0; r < 8; r++) {
+		unlink(names[r]);
+		snprintf(sub, sizeof(sub), "%s/rank_%d", d, r);
+		rmdir(sub);
+	}
+	rmdir(d);
+}
+
 int main(void)
 {
 	snprintf(dir, sizeof(dir), "/tmp/flx-ms-unit.XXXXXX");
@@ -621,11 +873,13 @@ int main(void)
 	test_all_types();
 	test_records_differ();
 	test_wire_variants();
+	test_window_edge();
 	char p[128];
 	snprintf(p, sizeof(p), "%s/m.ckpt", dir);
 	unlink(p);
 	test_safetensors_pick();
 	test_unified();
+	test_threads();
 	snprintf(p, sizeof(p), "%s/m.ckpt", dir);
 	unlink(p);
 	rmdir(dir);
