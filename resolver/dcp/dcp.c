@@ -1307,6 +1307,7 @@ typedef struct item_scratch {
 	unsigned char *buf; /* data.pkl bytes */
 	size_t cap;
 	pkl_memo_ent memo[PKL_MEMO];
+	pkl_memo_ent *last; /* the entry the previous item used, or NULL */
 } item_scratch;
 
 /* On failure too, s is left for scratch_release(). */
@@ -1353,19 +1354,29 @@ static uint64_t bytes_hash(const unsigned char *p, size_t n)
 	return h ^ (h >> 33);
 }
 
-/* flx_tensor_pkl_parse() of buf[0..n), through the memo. */
+/* flx_tensor_pkl_parse() of buf[0..n), through the memo.  Items next to
+ * each other in a file are mostly chunks of one tensor, equally shaped:
+ * the entry the previous item used is compared first, without hashing. */
 static int parse_data_pkl(item_scratch *s, const unsigned char *buf, size_t n,
 			  const char *name, flx_tensor_pkl *tp, flx_error *err)
 {
-	uint64_t h = bytes_hash(buf, n);
-	pkl_memo_ent *m = &s->memo[h % PKL_MEMO];
+	pkl_memo_ent *m = s->last;
+	uint64_t h;
 	int rc;
 
-	if (m->bytes && m->hash == h && m->len == n &&
-	    memcmp(m->bytes, buf, n) == 0) {
+	if (m && m->len == n && memcmp(m->bytes, buf, n) == 0) {
 		*tp = m->tp;
 		return 0;
 	}
+	h = bytes_hash(buf, n);
+	m = &s->memo[h % PKL_MEMO];
+	if (m->bytes && m->hash == h && m->len == n &&
+	    memcmp(m->bytes, buf, n) == 0) {
+		*tp = m->tp;
+		s->last = m;
+		return 0;
+	}
+	s->last = NULL; /* m changes below, or is not kept */
 	rc = flx_tensor_pkl_parse(buf, n, name, tp, err);
 	if (rc || n > PKL_MEMO_MAX)
 		return rc;
@@ -1381,6 +1392,7 @@ static int parse_data_pkl(item_scratch *s, const unsigned char *buf, size_t n,
 	m->len = n;
 	m->hash = h;
 	m->tp = *tp;
+	s->last = m;
 	return 0;
 }
 
