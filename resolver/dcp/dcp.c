@@ -313,7 +313,7 @@ static int decode_dtype(loader *L, const flx_pv *props, const char *key,
 	return 0;
 }
 
-/* val: attribute name of an object (attr_k()). */
+/* val: the value of attribute name (attr_k()), NULL when there is none. */
 static int get_u64(loader *L, const flx_pv *val, const char *name,
 		   const char *key, uint64_t *out)
 {
