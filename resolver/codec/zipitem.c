@@ -38,6 +38,7 @@
 
 struct zent {
 	const char *name; /* in flx_zip.names */
+	const char *rel;  /* name past "<prefix>/": what flx_zip_find() takes */
 	flx_zip_rec rec;
 };
 
@@ -99,18 +100,27 @@ static int zfail(struct zctx *c, int code, const char *fmt, ...)
 	return flx_error_set(c->err, code, c->name, NULL, "zip: %s", why);
 }
 
-static uint64_t get_le(const unsigned char *p, int n)
+/* Little-endian fields, written out so that the compiler makes each one
+ * load (a directory's fields are read for every item at mount). */
+static inline uint32_t get_le16(const unsigned char *p)
 {
-	uint64_t v = 0;
-
-	for (int i = n - 1; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8;
 }
 
-#define U16(p) ((uint32_t)get_le((p), 2))
-#define U32(p) ((uint32_t)get_le((p), 4))
-#define U64(p) get_le((p), 8)
+static inline uint32_t get_le32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t get_le64(const unsigned char *p)
+{
+	return (uint64_t)get_le32(p) | (uint64_t)get_le32(p + 4) << 32;
+}
+
+#define U16(p) get_le16(p)
+#define U32(p) get_le32(p)
+#define U64(p) get_le64(p)
 
 /* Read [off, off+n) of the archive; what names the structure. */
 static int zread(struct zctx *c, void *buf, size_t n, uint64_t off,
@@ -344,10 +354,34 @@ static int zip64_extra(struct zctx *c, const unsigned char *ex, size_t n,
 	return 0;
 }
 
+/* Every name starts with "<prefix>/", so names sort as the part after it
+ * (rel) does. */
 static int cmp_ent(const void *a, const void *b)
 {
-	return strcmp(((const struct zent *)a)->name,
-		      ((const struct zent *)b)->name);
+	return strcmp(((const struct zent *)a)->rel,
+		      ((const struct zent *)b)->rel);
+}
+
+/* Sort e[0..n) by rel: an insertion sort for the few records of a
+ * torch.save item (written nearly in order), qsort() past SMALL_SORT, so
+ * that a hostile directory of FLX_ZIP_MAX_ENTRIES records costs
+ * n log n compares, not n^2. */
+#define SMALL_SORT 16
+
+static void sort_ents(struct zent *e, size_t n)
+{
+	if (n > SMALL_SORT) {
+		qsort(e, n, sizeof(*e), cmp_ent);
+		return;
+	}
+	for (size_t i = 1; i < n; i++) {
+		struct zent x = e[i];
+		size_t j = i;
+
+		for (; j > 0 && strcmp(e[j - 1].rel, x.rel) > 0; j--)
+			e[j] = e[j - 1];
+		e[j] = x;
+	}
 }
 
 /* One CD entry at cd[*cur]: fill e (its name copied to *pool, which has
@@ -510,10 +544,11 @@ static int parse(flx_zip *z, struct zctx *cx)
 			return zfail(&c, -EINVAL,
 				     "record '%s' is not under '%s/'", e->name,
 				     z->prefix);
+		e->rel = e->name + plen + 1;
 	}
-	qsort(z->ents, z->n, sizeof(*z->ents), cmp_ent);
+	sort_ents(z->ents, z->n);
 	for (size_t i = 1; i < z->n; i++)
-		if (strcmp(z->ents[i - 1].name, z->ents[i].name) == 0)
+		if (strcmp(z->ents[i - 1].rel, z->ents[i].rel) == 0)
 			return zfail(&c, -EINVAL, "record '%s' appears twice",
 				     z->ents[i].name);
 	return 0;
@@ -582,22 +617,14 @@ int flx_zip_open(const flx_reader *r, const char *name, flx_zip **out,
 
 int flx_zip_find(const flx_zip *z, const char *rel, flx_zip_rec *rec)
 {
-	size_t plen, rlen, lo = 0, hi;
-	char buf[FLX_ZIP_MAX_NAME + 1];
+	size_t lo = 0, hi;
 
 	if (!z || !rel || !z->prefix || !z->n)
 		return -ENOENT;
-	plen = strlen(z->prefix);
-	rlen = strlen(rel);
-	if (plen + 1 + rlen >= sizeof(buf))
-		return -ENOENT;
-	memcpy(buf, z->prefix, plen);
-	buf[plen] = '/';
-	memcpy(buf + plen + 1, rel, rlen + 1);
 	hi = z->n;
 	while (lo < hi) {
 		size_t mid = lo + (hi - lo) / 2;
-		int d = strcmp(buf, z->ents[mid].name);
+		int d = strcmp(rel, z->ents[mid].rel);
 
 		if (d == 0) {
 			*rec = z->ents[mid].rec;

@@ -64,6 +64,19 @@ typedef struct sentry_ref {
 	uint32_t tag; /* high half of the entry's hash */
 } sentry_ref;
 
+/* Attribute names the sinks look up for every entry or chunk. */
+enum akey {
+	AK_FQN,
+	AK_OFFSET,
+	AK_INDEX,
+	AK_RELPATH,
+	AK_LENGTH,
+	AK_TRANSFORMS,
+	AK_OFFSETS,
+	AK_SIZES,
+	AK_N
+};
+
 /* Class nodes a sink call has found to be what it checks for: the same
  * node again needs no string compared.  A sink call's nodes all live
  * until it returns, no longer (the batch's memory is reused after it), so
@@ -71,6 +84,9 @@ typedef struct sentry_ref {
 struct cls_seen {
 	const flx_pv *mi, *si, *csm; /* MetadataIndex, _StorageInfo, Chunk.. */
 	const flx_pv *size;	     /* torch.Size */
+	/* a key node found to be the string akeys[k] (the pickler memoizes
+	 * attribute names: every object's dict names the same nodes) */
+	const flx_pv *key[AK_N];
 };
 
 typedef struct loader {
@@ -193,6 +209,48 @@ static const flx_pv *attr(const flx_pv *obj, const char *key)
 	return flx_pv_dict_get(obj_state(obj), key);
 }
 
+/* The names of enum akey, n = strlen(s). */
+static const struct {
+	const char *s;
+	size_t n;
+} akeys[AK_N] = {
+    [AK_FQN] = {"fqn", 3},
+    [AK_OFFSET] = {"offset", 6},
+    [AK_INDEX] = {"index", 5},
+    [AK_RELPATH] = {"relative_path", 13},
+    [AK_LENGTH] = {"length", 6},
+    [AK_TRANSFORMS] = {"transform_descriptors", 21},
+    [AK_OFFSETS] = {"offsets", 7},
+    [AK_SIZES] = {"sizes", 5},
+};
+
+/* attr(obj, akeys[k].s) through a sink call's seen key nodes (seen NULL:
+ * attr() itself): a key that is the node found before needs no bytes
+ * compared.  The same pair as attr(): the last whose key is the string. */
+static const flx_pv *attr_k(struct cls_seen *seen, const flx_pv *obj,
+			    enum akey k)
+{
+	const flx_pv *d = obj_state(obj);
+
+	if (!seen)
+		return attr(obj, akeys[k].s);
+	if (!d || d->kind != FLX_PV_DICT)
+		return NULL;
+	for (size_t i = d->u.dict.n; i-- > 0;) {
+		const flx_pv *key = d->u.dict.kv[2 * i];
+
+		if (key == seen->key[k])
+			return d->u.dict.kv[2 * i + 1];
+		if (key->kind == FLX_PV_STR && key->u.str.len == akeys[k].n &&
+		    key->u.str.s &&
+		    memcmp(key->u.str.s, akeys[k].s, akeys[k].n) == 0) {
+			seen->key[k] = key;
+			return d->u.dict.kv[2 * i + 1];
+		}
+	}
+	return NULL;
+}
+
 /* torch.Size(...) is REDUCE(torch.Size, (tuple_of_ints,)); accept a bare
  * tuple/list of ints as well. */
 static int decode_size(loader *L, const flx_pv *v, const char *key,
@@ -255,12 +313,13 @@ static int decode_dtype(loader *L, const flx_pv *props, const char *key,
 	return 0;
 }
 
-static int get_u64(loader *L, const flx_pv *obj, const char *name,
+/* val: the value of attribute name (attr_k()), NULL when there is none. */
+static int get_u64(loader *L, const flx_pv *val, const char *name,
 		   const char *key, uint64_t *out)
 {
 	int64_t v;
 
-	if (!flx_pv_int(attr(obj, name), &v) || v < 0)
+	if (!flx_pv_int(val, &v) || v < 0)
 		return flx_error_set(L->err, -EINVAL, META_NAME, key,
 				     "%s is missing or not a non-negative "
 				     "integer",
@@ -441,19 +500,18 @@ static int decode_pair(loader *L, const flx_pv *k, const flx_pv *v, size_t i,
 		       sentry *e, int64_t **offs, size_t *noffs,
 		       size_t *capoffs)
 {
+	struct cls_seen *sn = L->seen;
 	const flx_pv *off, *tr;
 	int rc;
 
-	if (!is_dcp_obj_seen(k, "MetadataIndex",
-			     L->seen ? &L->seen->mi : NULL) ||
-	    !cstr(attr(k, "fqn")))
+	if (!is_dcp_obj_seen(k, "MetadataIndex", sn ? &sn->mi : NULL) ||
+	    !(e->fqn = cstr(attr_k(sn, k, AK_FQN))))
 		return flx_error_set(L->err, -EINVAL, META_NAME, "storage_data",
 				     "entry %zu: key is not a MetadataIndex "
 				     "with a string fqn free of NUL bytes",
 				     i);
-	e->fqn = cstr(attr(k, "fqn"));
 	/* "offset" is absent (or None) for BYTE_IO entries. */
-	off = attr(k, "offset");
+	off = attr_k(sn, k, AK_OFFSET);
 	e->ndim = -1;
 	if (off && off->kind != FLX_PV_NONE) {
 		int64_t o[FLX_MAX_DIMS];
@@ -473,21 +531,22 @@ static int decode_pair(loader *L, const flx_pv *k, const flx_pv *v, size_t i,
 		e->offi = *noffs;
 		*noffs += (size_t)e->ndim;
 	}
-	if (!is_dcp_obj_seen(v, "_StorageInfo", L->seen ? &L->seen->si : NULL))
+	if (!is_dcp_obj_seen(v, "_StorageInfo", sn ? &sn->si : NULL))
 		return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
 				     "storage_data value is not a "
 				     "_StorageInfo");
-	e->relpath = cstr(attr(v, "relative_path"));
+	e->relpath = cstr(attr_k(sn, v, AK_RELPATH));
 	if (!e->relpath)
 		return flx_error_set(L->err, -EINVAL, META_NAME, e->fqn,
 				     "relative_path is missing or not a "
 				     "string without NUL bytes");
-	rc = get_u64(L, v, "offset", e->fqn, &e->offset);
+	rc = get_u64(L, attr_k(sn, v, AK_OFFSET), "offset", e->fqn, &e->offset);
 	if (!rc)
-		rc = get_u64(L, v, "length", e->fqn, &e->length);
+		rc = get_u64(L, attr_k(sn, v, AK_LENGTH), "length", e->fqn,
+			     &e->length);
 	if (rc)
 		return rc;
-	tr = attr(v, "transform_descriptors");
+	tr = attr_k(sn, v, AK_TRANSFORMS);
 	if (tr && tr->kind != FLX_PV_NONE) {
 		bool ok = tr->kind == FLX_PV_LIST || tr->kind == FLX_PV_TUPLE;
 
@@ -578,9 +637,9 @@ static const char *interned(const loader *L, const char *s, uint64_t hash)
 
 /* Whether a decoded entry's transform_descriptors is none or exactly the
  * one item_transform() accepts (*ztr: it is). */
-static bool sink_transform(const flx_pv *v, bool *ztr)
+static bool sink_transform(struct cls_seen *seen, const flx_pv *v, bool *ztr)
 {
-	const flx_pv *tr = attr(v, "transform_descriptors");
+	const flx_pv *tr = attr_k(seen, v, AK_TRANSFORMS);
 	size_t n = tr && tr->kind != FLX_PV_NONE ? flx_pv_len(tr) : 0;
 
 	*ztr = n > 0;
@@ -595,7 +654,8 @@ static int place_decline(loader *L)
 	return -EAGAIN;
 }
 
-static int place(loader *L, const flx_pv *k, const sentry *e);
+static int place(loader *L, struct cls_seen *seen, const flx_pv *k,
+		 const sentry *e);
 
 static int sd_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 {
@@ -633,7 +693,7 @@ static int sd_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 				 &L->offpool[0], &L->noffs, &L->capoffs);
 		if (rc == -ENOMEM)
 			return rc;
-		if (rc || !sink_transform(kv[2 * j + 1], &e->ztr))
+		if (rc || !sink_transform(&seen, kv[2 * j + 1], &e->ztr))
 			return -EAGAIN;
 		/* consecutive entries share their strings' nodes */
 		if (e->fqn != lastf) {
@@ -651,7 +711,7 @@ static int sd_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 		e->relpath = inr;
 		e->rid = rid;
 		if (L->place && e->ndim >= 0) {
-			rc = place(L, kv[2 * j], e);
+			rc = place(L, &seen, kv[2 * j], e);
 			if (rc < 0)
 				return rc;
 			if (rc == 0) {
@@ -759,8 +819,10 @@ static int ck_sink(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
 		int n1, n2;
 
 		if (!is_dcp_obj_seen(v[i], "ChunkStorageMetadata", &seen.csm) ||
-		    decode_size(&tmp, attr(v[i], "offsets"), "", "", &n1, at) ||
-		    decode_size(&tmp, attr(v[i], "sizes"), "", "", &n2, sz) ||
+		    decode_size(&tmp, attr_k(&seen, v[i], AK_OFFSETS), "", "",
+				&n1, at) ||
+		    decode_size(&tmp, attr_k(&seen, v[i], AK_SIZES), "", "",
+				&n2, sz) ||
 		    L->nckd + (size_t)(n1 + n2) > UINT32_MAX)
 			return -EAGAIN;
 		if (L->place &&
@@ -970,7 +1032,8 @@ static int cmap_build(loader *L)
  * is for, the one its index names or else found by its offsets: 0; 1 when
  * its tensor's chunks did not stream (keep it, as the unplaced path does);
  * or decline. */
-static int place(loader *L, const flx_pv *k, const sentry *e)
+static int place(loader *L, struct cls_seen *seen, const flx_pv *k,
+		 const sentry *e)
 {
 	const struct owner *o = L->own ? &L->own[own_slot(L, e->fqn)] : NULL;
 	const int64_t *off = L->offpool[0] + e->offi;
@@ -985,7 +1048,7 @@ static int place(loader *L, const flx_pv *k, const sentry *e)
 	}
 	if (e->ndim != o->nd)
 		return place_decline(L);
-	if (!flx_pv_int(attr(k, "index"), &i) || i < 0 || i >= o->n ||
+	if (!flx_pv_int(attr_k(seen, k, AK_INDEX), &i) || i < 0 || i >= o->n ||
 	    (nb && memcmp(owned_box(L, o, (size_t)i), off, nb))) {
 		if (!L->cmap && (rc = cmap_build(L)))
 			return rc;
@@ -1307,6 +1370,7 @@ typedef struct item_scratch {
 	unsigned char *buf; /* data.pkl bytes */
 	size_t cap;
 	pkl_memo_ent memo[PKL_MEMO];
+	pkl_memo_ent *last; /* the entry the previous item used, or NULL */
 } item_scratch;
 
 /* On failure too, s is left for scratch_release(). */
@@ -1353,19 +1417,29 @@ static uint64_t bytes_hash(const unsigned char *p, size_t n)
 	return h ^ (h >> 33);
 }
 
-/* flx_tensor_pkl_parse() of buf[0..n), through the memo. */
+/* flx_tensor_pkl_parse() of buf[0..n), through the memo.  Items next to
+ * each other in a file are mostly chunks of one tensor, equally shaped:
+ * the entry the previous item used is compared first, without hashing. */
 static int parse_data_pkl(item_scratch *s, const unsigned char *buf, size_t n,
 			  const char *name, flx_tensor_pkl *tp, flx_error *err)
 {
-	uint64_t h = bytes_hash(buf, n);
-	pkl_memo_ent *m = &s->memo[h % PKL_MEMO];
+	pkl_memo_ent *m = s->last;
+	uint64_t h;
 	int rc;
 
-	if (m->bytes && m->hash == h && m->len == n &&
-	    memcmp(m->bytes, buf, n) == 0) {
+	if (m && m->len == n && memcmp(m->bytes, buf, n) == 0) {
 		*tp = m->tp;
 		return 0;
 	}
+	h = bytes_hash(buf, n);
+	m = &s->memo[h % PKL_MEMO];
+	if (m->bytes && m->hash == h && m->len == n &&
+	    memcmp(m->bytes, buf, n) == 0) {
+		*tp = m->tp;
+		s->last = m;
+		return 0;
+	}
+	s->last = NULL; /* m changes below, or is not kept */
 	rc = flx_tensor_pkl_parse(buf, n, name, tp, err);
 	if (rc || n > PKL_MEMO_MAX)
 		return rc;
@@ -1381,6 +1455,7 @@ static int parse_data_pkl(item_scratch *s, const unsigned char *buf, size_t n,
 	m->len = n;
 	m->hash = h;
 	m->tp = *tp;
+	s->last = m;
 	return 0;
 }
 

@@ -530,6 +530,104 @@ static void test_zip64_saturated(void)
 	free(orig);
 }
 
+/* A stored archive of the records names[0..n) under "pre/" in that
+ * order, record i holding the one byte 'A' + i % 26; @return its length
+ * (at most size). */
+static size_t build_zip(unsigned char *b, size_t size, const char *const *names,
+			size_t n)
+{
+	size_t at = 0, cd, lho[64];
+
+	CHECK(n <= 64);
+	for (size_t i = 0; i < n; i++) {
+		size_t nl = strlen(names[i]) + 4;
+
+		CHECK(at + 30 + nl + 1 <= size);
+		memset(b + at, 0, 30);
+		put32(b + at, 0x04034b50);
+		put16(b + at + 26, (uint32_t)nl);
+		put32(b + at + 18, 1);
+		put32(b + at + 22, 1);
+		lho[i] = at;
+		memcpy(b + at + 30, "pre/", 4);
+		memcpy(b + at + 34, names[i], nl - 4);
+		b[at + 30 + nl] = (unsigned char)('A' + i % 26);
+		at += 30 + nl + 1;
+	}
+	cd = at;
+	for (size_t i = 0; i < n; i++) {
+		size_t nl = strlen(names[i]) + 4;
+
+		CHECK(at + 46 + nl <= size);
+		memset(b + at, 0, 46);
+		put32(b + at, 0x02014b50);
+		put32(b + at + 20, 1);
+		put32(b + at + 24, 1);
+		put16(b + at + 28, (uint32_t)nl);
+		put32(b + at + 42, (uint32_t)lho[i]);
+		memcpy(b + at + 46, "pre/", 4);
+		memcpy(b + at + 50, names[i], nl - 4);
+		at += 46 + nl;
+	}
+	CHECK(at + 22 <= size);
+	memset(b + at, 0, 22);
+	put32(b + at, 0x06054b50);
+	put16(b + at + 8, (uint32_t)n);
+	put16(b + at + 10, (uint32_t)n);
+	put32(b + at + 12, (uint32_t)(at - cd));
+	put32(b + at + 16, (uint32_t)cd);
+	return at + 22;
+}
+
+/* Records in any order, a few (an item's) or many: each found by its name
+ * under the prefix, its byte where it was written; a name given twice is
+ * refused either way. */
+static void test_record_order(void)
+{
+	static const char *const few[] = {
+	    "version",	       "data/0",    "data.pkl",
+	    ".format_version", "byteorder", ".data/serialization_id"};
+	char many[40][16];
+	const char *names[40];
+	unsigned char *b = malloc(1 << 16);
+	size_t counts[] = {6, 40};
+	flx_zip_rec rec;
+	flx_error e;
+	flx_zip *z;
+	size_t len;
+
+	for (size_t i = 0; i < 40; i++) {
+		/* data/0 .. data/39 scrambled: data/1 < data/10 < data/2 */
+		snprintf(many[i], sizeof(many[i]), "data/%zu", (i * 17) % 40);
+	}
+	for (size_t c = 0; c < 2; c++) {
+		size_t n = counts[c];
+
+		for (size_t i = 0; i < n; i++)
+			names[i] = n == 6 ? few[i] : many[i];
+		len = build_zip(b, 1 << 16, names, n);
+		z = NULL;
+		CHECK_EQ(open_mem(b, len, &z, &e), 0);
+		CHECK_STR(flx_zip_prefix(z), "pre");
+		for (size_t i = 0; i < n; i++) {
+			memset(&rec, 0, sizeof(rec));
+			CHECK_EQ(flx_zip_find(z, names[i], &rec), 0);
+			CHECK_EQ(rec.size, 1);
+			CHECK(rec.data_off < len &&
+			      b[rec.data_off] == 'A' + i % 26);
+		}
+		CHECK_EQ(flx_zip_find(z, "pre/data/0", &rec), -ENOENT);
+		CHECK_EQ(flx_zip_find(z, "data/", &rec), -ENOENT);
+		CHECK_EQ(flx_zip_find(z, "data/00", &rec), -ENOENT);
+		flx_zip_close(z);
+		/* the last record named as the first */
+		names[n - 1] = names[0];
+		len = build_zip(b, 1 << 16, names, n);
+		BAD(b, len, "appears twice");
+	}
+	free(b);
+}
+
 static void test_tiny(void)
 {
 	static const unsigned char eocd_only[22] = {0x50, 0x4b, 0x05, 0x06};
@@ -552,5 +650,6 @@ int main(void)
 	test_damaged_torch("torch/t26_f32.pt");
 	test_zip64_saturated();
 	test_tiny();
+	test_record_order();
 	return CHECK_RESULT();
 }
