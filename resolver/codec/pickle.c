@@ -224,6 +224,9 @@ struct vm {
 	unsigned keeps_bits;
 	size_t *kfix;
 	size_t nkfix, kfix_cap;
+	/* rewind_batch(): the memo slots whose values it copied, once each */
+	flx_pv ***mv;
+	size_t mv_cap;
 	/* memo chunks packed once a sink load has passed them (pack_memo()):
 	 * packed[c] set, memo[c] freed, its live slots' values in pk_v
 	 * (ascending indices), found through packed[c]'s bitmap */
@@ -2002,16 +2005,26 @@ static void keep_copy(flx_pv *dst, const flx_pv *v)
 	}
 }
 
-/* Re-point v's own pointers after a move (keep_copy()'s layout). */
-static void keep_fix(flx_pv *v)
+/* p moved with the bytes [lo, hi) to `to` on: where it points now. */
+static const char *moved_ptr(const char *p, const unsigned char *lo,
+			     const unsigned char *hi, unsigned char *to)
 {
-	char *d = (char *)(v + 1);
+	const unsigned char *c = (const unsigned char *)p;
 
+	return c >= lo && c < hi ? (const char *)(to + (c - lo)) : p;
+}
+
+/* Re-point v's own pointers that point into [lo, hi) (keep_copy()'s
+ * copies, moved with v from [lo, hi) to `to` on); a string's payload
+ * shared with a string kept before (rewind_batch()) stays where it is. */
+static void keep_fix(flx_pv *v, const unsigned char *lo,
+		     const unsigned char *hi, unsigned char *to)
+{
 	if ((v->kind == FLX_PV_STR || v->kind == FLX_PV_BYTES) && v->u.str.s) {
-		v->u.str.s = d;
+		v->u.str.s = moved_ptr(v->u.str.s, lo, hi, to);
 	} else if (v->kind == FLX_PV_GLOBAL) {
-		v->u.global.module = d;
-		v->u.global.name = d + strlen(d) + 1;
+		v->u.global.module = moved_ptr(v->u.global.module, lo, hi, to);
+		v->u.global.name = moved_ptr(v->u.global.name, lo, hi, to);
 	}
 }
 
@@ -2114,8 +2127,9 @@ static bool keep_room(struct vm *vm, size_t n)
  * block, fewer bytes than the scalars, stay unused).  Where they lie
  * elsewhere too (a dedicated block, more blocks), they stay.  Where they
  * stay for good (not in a level of a dropped value, which its enclosing
- * level winds back again), a string equal to one kept before is not
- * copied: its slot names that one (strings are immutable; Python's
+ * level winds back again), a string equal to one kept before keeps a
+ * node of its own (its own u.str.off, as in a plain load) but not its
+ * bytes: its payload is that string's (strings are immutable; Python's
  * pickler memoizes each object it meets, so torch writes the same dtype
  * or key as one new memoized string per chunk).
  */
@@ -2127,7 +2141,7 @@ static void rewind_batch(struct vm *vm)
 	unsigned char *stage = top, *to;
 	/* room for the scalars kept from lo on, and from lo2 on */
 	size_t room = (size_t)(top - lo) + p->left, room2 = 0;
-	size_t need = 0, moved, kept = 0;
+	size_t need = 0, moved, kept = 0, nmv = 0;
 	bool share;
 
 	if (vm->young_dirty || !batch_span(vm, &nb))
@@ -2149,6 +2163,8 @@ static void rewind_batch(struct vm *vm)
 	/* need counts a string shared (below) as a copy: what is moved
 	 * fits in the room it fits in */
 	if ((need > room && need > room2) ||
+	    flx_grow((void **)&vm->mv, &vm->mv_cap, vm->nylog,
+		     sizeof(*vm->mv)) ||
 	    (need > p->left && !(stage = malloc(need))))
 		return;
 	share = !vm->ndl && keep_room(vm, vm->nylog);
@@ -2179,7 +2195,14 @@ static void rewind_batch(struct vm *vm)
 			size_t k = keep_slot(vm, *slot);
 
 			if (vm->keeps[k]) {
-				*slot = vm->keeps[k];
+				flx_pv *d = (flx_pv *)dst;
+
+				*d = **slot;
+				d->u.str.s = vm->keeps[k]->u.str.s;
+				*slot = d;
+				vm->mv[nmv++] = slot;
+				dst += round_up(sizeof(*d));
+				kept++;
 				continue;
 			}
 			vm->keeps[k] = (flx_pv *)dst;
@@ -2188,6 +2211,7 @@ static void rewind_batch(struct vm *vm)
 		}
 		keep_copy((flx_pv *)dst, *slot);
 		*slot = (flx_pv *)dst;
+		vm->mv[nmv++] = slot;
 		dst += n;
 		kept++;
 	}
@@ -2195,15 +2219,13 @@ static void rewind_batch(struct vm *vm)
 	to = moved <= room ? lo : lo2;
 	if (moved)
 		memmove(to, stage, moved);
-	for (size_t i = 0; i < vm->nylog; i++) {
-		flx_pv **slot = memo_slot(vm, vm->ylog[i]);
+	/* each copied value once (a memo index set twice in the batch is
+	 * logged twice, and its moved value may lie in [stage, dst) again) */
+	for (size_t i = 0; i < nmv; i++) {
+		flx_pv **slot = vm->mv[i];
 
-		if ((unsigned char *)*slot >= stage &&
-		    (unsigned char *)*slot < dst) {
-			*slot =
-			    (flx_pv *)(to + ((unsigned char *)*slot - stage));
-			keep_fix(*slot);
-		}
+		*slot = (flx_pv *)(to + ((unsigned char *)*slot - stage));
+		keep_fix(*slot, stage, dst, to);
 	}
 	for (size_t i = 0; i < vm->nkfix; i++) {
 		flx_pv **k = &vm->keeps[vm->kfix[i]];
@@ -3137,6 +3159,7 @@ static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
 	free(vm->tk);
 	free(vm->keeps);
 	free(vm->kfix);
+	free(vm->mv);
 	if (vm->packed)
 		for (size_t c = 0; c <= vm->max_memo / MEMO_CHUNK; c++)
 			free(vm->packed[c]);

@@ -2684,6 +2684,63 @@ static void test_sink_kept_strings(void)
 	free(b.p);
 }
 
+/* Equal strings memoized in different batches and named again after
+ * them: a sink load gives each its own node, where its own bytes lie
+ * (flx_pv_payload(), as in a plain load), while the bytes kept are those
+ * of the first. */
+static void test_sink_kept_offsets(void)
+{
+	enum { N = 4 };
+	struct sbuf b = {0};
+	struct sink_rec s = {.count_only = true};
+	flx_pickle *p = NULL, *q = NULL;
+	flx_error e;
+	const flx_pv *r, *r0;
+	bool ok = true;
+
+	put(&b, "\x80\x04}(", 4);
+	put_str(&b, "sd");
+	put(&b, "}", 1);
+	for (int k = 0; k < N; k++) {
+		char key[8];
+
+		snprintf(key, sizeof(key), "k%d", k);
+		put(&b, "(", 1);
+		put_str(&b, key);
+		put(&b, "]", 1);
+		put_str(&b, "float32");
+		put_binput(&b, (uint32_t)k);
+		put(&b, "a", 1);
+		put(&b, "u", 1);
+	}
+	put_str(&b, "all");
+	put(&b, "(", 1);
+	for (int k = 0; k < N; k++)
+		put_binget(&b, (uint32_t)k);
+	put(&b, "tu.", 3);
+	CHECK_EQ(load_sink(b.p, b.n, 1 << 16, "sd", &s, &p, &e), 0);
+	CHECK_EQ(s.npairs, N);
+	CHECK_EQ(load(b.p, b.n, &q, &e), 0);
+	r = p ? flx_pv_dict_get(flx_pickle_root(p), "all") : NULL;
+	r0 = q ? flx_pv_dict_get(flx_pickle_root(q), "all") : NULL;
+	CHECK_EQ(flx_pv_len(r), N);
+	CHECK_EQ(flx_pv_len(r0), N);
+	for (size_t k = 0; r && r0 && k < N; k++) {
+		const flx_pv *v = flx_pv_item(r, k), *w = flx_pv_item(r0, k);
+		uint64_t vo = 0, wo = 1;
+		size_t vl = 0, wl = 1;
+
+		ok = ok && str_is(v, "float32") && str_is(w, "float32") &&
+		     flx_pv_payload(v, &vo, &vl) &&
+		     flx_pv_payload(w, &wo, &wl) && vo == wo && vl == wl &&
+		     (k == 0 || v->u.str.s == flx_pv_item(r, 0)->u.str.s);
+	}
+	CHECK(ok);
+	flx_pickle_free(p);
+	flx_pickle_free(q);
+	free(b.p);
+}
+
 /* Paddle's 0.metadata in miniature: PD_PAIRS pairs, PD_PER a batch, each
  * value a dict {'dtype': 'float32', three tuples, 'l': []} whose every
  * object is memoized, the 'float32' string a new one each time (Python's
@@ -2767,14 +2824,15 @@ static void paddle_pickle(struct sbuf *b, uint32_t *ref)
 /* What a sink load of paddle_pickle() holds stays bounded: the values of
  * the batches the sink took (also of those that fill an arena block with
  * the names kept, and go on in a new one), the 'float32' strings kept
- * (equal ones are one), and the memo chunks the batches filled (packed,
- * though one slot in six is live): under limits of 50,000 values and
- * 2,000,000 memo slots, of the 4 million values and 2 million slots it
- * makes.  Every string named again reads back, as in a plain load. */
+ * (a node each, the bytes of equal ones shared), and the memo chunks the
+ * batches filled (packed, though one slot in six is live): under limits
+ * of 400,000 values (320,000 of them the 'float32' nodes) and 2,000,000
+ * memo slots, of the 4 million values and 2 million slots it makes.
+ * Every string named again reads back, as in a plain load. */
 static void test_sink_paddle_held(void)
 {
 	const flx_pickle_limits lim = {
-	    .max_nodes = 50000, .max_memo = 2000000, .max_str = PD_NAME};
+	    .max_nodes = 400000, .max_memo = 2000000, .max_str = PD_NAME};
 	struct sbuf b = {0};
 	struct sink_rec s = {.count_only = true};
 	flx_pickle_sink sink = {.key = "sd", .pairs = rec_pairs, .ctx = &s};
@@ -3132,6 +3190,7 @@ int main(void)
 	test_sink_held();
 	test_sink_kept_strings();
 	test_sink_paddle_held();
+	test_sink_kept_offsets();
 	test_sink_drop_megatron();
 	test_sink_drop();
 	return CHECK_RESULT();
