@@ -144,15 +144,22 @@ typedef struct pfile {
 } pfile;
 
 /* One storage_metadata entry with replica_id 0 or None (one per chunk:
- * 16 bytes). */
+ * 40 bytes). */
 typedef struct sent {
 	uint32_t key; /* into L->keys */
 	/* into L->files (efile()); until load_files(), the interned file
 	 * name's index (L->istr): the value, a file name */
 	uint32_t pf;
 	uint32_t ltm; /* into L->ltms (fewer than 2^32, resolve_entry()) */
-	uint32_t arr; /* set by load_files(): its array in that file, into
-		       * L->files[pf].arr (earr()) */
+	/* What the tensors need of its array in that file (its parr's
+	 * fields, set by load_files(), which then frees the files'
+	 * arrays); the shape at L->adims[sh, sh + ndim) */
+	uint32_t sh;
+	uint64_t off;
+	uint32_t slice0, nslices;
+	flx_dtype dtype;
+	int8_t ndim;
+	bool fortran, latin1;
 } sent;
 
 /* One storage_metadata entry as its LocalTensorIndex and value give it
@@ -552,8 +559,14 @@ static const int64_t *ashape(const loader *L, const parr *a)
 }
 
 /* shape[0..n) as the shape of array a. */
-static int set_ashape(loader *L, parr *a, int n, const int64_t *shape)
+static int set_ashape(loader *L, const char *file, const char *key, parr *a,
+		      int n, const int64_t *shape)
 {
+	/* an entry names its array's shape in 32 bits (sent.sh) */
+	if (L->nadims > UINT32_MAX - (size_t)n)
+		return flx_error_set(L->err, -EOVERFLOW, file, key,
+				     "more than 2^32 - 1 array dimensions in "
+				     "the .distcp files");
 	if (flx_grow((void **)&L->adims, &L->capadims,
 		     L->nadims + (size_t)n + 1, sizeof(int64_t)))
 		return -ENOMEM;
@@ -1308,7 +1321,7 @@ static int decode_array(loader *L, const char *file, const char *key,
 				     "(_reconstruct or _frombuffer)");
 	}
 	if ((rc = dims_of(L, file, key, "array shape", shape, &n, shp)) ||
-	    (rc = set_ashape(L, a, n, shp)) ||
+	    (rc = set_ashape(L, file, key, a, n, shp)) ||
 	    (rc = decode_np_dtype(L, file, key, dt, &a->dtype)) ||
 	    (rc = array_bytes(L, file, key, a, &want)))
 		return rc;
@@ -1495,7 +1508,7 @@ static int decode_pieces(loader *L, pfile *pf, const named *ix, size_t nix,
 						 "OriginShape and slices");
 	if ((rc = dims_of(L, pf->relpath, key, UNPACK_INFO " OriginShape", os,
 			  &nd, shp)) ||
-	    (rc = set_ashape(L, a, nd, shp)))
+	    (rc = set_ashape(L, pf->relpath, key, a, nd, shp)))
 		return rc;
 	n = flx_pv_len(sl);
 	if ((sl->kind != FLX_PV_LIST && sl->kind != FLX_PV_TUPLE) || !n)
@@ -1749,7 +1762,7 @@ out:
 }
 
 /* The array of the key of rank r (L->krank) in pf, or NULL. */
-static const parr *find_arr(const pfile *pf, uint32_t r)
+static parr *find_arr(pfile *pf, uint32_t r)
 {
 	parr k = {.rank = r};
 
@@ -1924,12 +1937,11 @@ out:
 	return rc;
 }
 
-/* Entry i is the one shard its array holds: two entries naming one file
- * for one key would read the same bytes for two blocks. */
-static int take_arr(loader *L, pfile *pf, uint32_t i)
+/* Entry i is the one shard its array a (of pf) holds: two entries naming
+ * one file for one key would read the same bytes for two blocks. */
+static int take_arr(loader *L, pfile *pf, parr *a, uint32_t i)
 {
 	const sent *e = &L->se[i];
-	parr *a = &pf->arr[e->arr];
 	char x[96], y[96];
 
 	if (!a->taken) {
@@ -1947,7 +1959,9 @@ static int take_arr(loader *L, pfile *pf, uint32_t i)
 }
 
 /* Open and decode every file a primary storage entry names, in name
- * order, and point each entry at its array. */
+ * order, match each entry with its array and copy what the tensors need
+ * of it into the entry; the files' arrays are freed then (their slices
+ * stay). */
 static int load_files(loader *L)
 {
 	uint32_t *order = NULL;
@@ -1974,7 +1988,7 @@ static int load_files(loader *L)
 	for (size_t i = 0; i < L->nse; i++) {
 		sent *e = &L->se[order[i]];
 		const char *name = L->istr[e->pf];
-		const parr *a;
+		parr *a;
 		pfile *pf;
 
 		if (!L->nfiles || strcmp(L->files[L->nfiles - 1].name, name)) {
@@ -2023,13 +2037,35 @@ static int load_files(loader *L)
 					   L->meta);
 			goto out;
 		}
-		/* a file's arrays are values of its pickle: fewer than
-		 * 2^32 */
-		e->arr = (uint32_t)(a - pf->arr);
-		if ((rc = take_arr(L, pf, order[i])))
+		if ((rc = take_arr(L, pf, a, order[i])))
 			goto out;
 	}
-	rc = decode_texts(L);
+	if ((rc = decode_texts(L)))
+		goto out;
+	/* each entry took one array: what the tensors need of it goes to
+	 * the entry, and the files' arrays (one per chunk) are freed */
+	for (size_t i = 0; i < L->nfiles; i++) {
+		pfile *f = &L->files[i];
+
+		for (size_t k = 0; k < f->narr; k++) {
+			const parr *x = &f->arr[k];
+			sent *e;
+
+			if (!x->taken)
+				continue;
+			e = &L->se[x->taken - 1];
+			e->sh = (uint32_t)x->sh;
+			e->off = x->off;
+			e->slice0 = x->slice0;
+			e->nslices = x->nslices;
+			e->dtype = x->dtype;
+			e->ndim = x->ndim;
+			e->fortran = x->fortran;
+			e->latin1 = x->latin1;
+		}
+		drop(&f->arr);
+		f->narr = 0;
+	}
 out:
 	free(order);
 	free(want);
@@ -2038,16 +2074,16 @@ out:
 
 /* ---- tensors ---- */
 
-/* Entry e's file (its relative path) and its array in it, once
+/* Entry e's file (its relative path) and its array's shape, once
  * load_files() read them. */
 static const char *efile(const loader *L, const sent *e)
 {
 	return L->files[e->pf].relpath;
 }
 
-static const parr *earr(const loader *L, const sent *e)
+static const int64_t *eshape(const loader *L, const sent *e)
 {
-	return &L->files[e->pf].arr[e->arr];
+	return L->adims + e->sh;
 }
 
 static int cmp_flat(const void *a, const void *b, void *arg)
@@ -2185,14 +2221,13 @@ static int tensor_type(loader *L, const pkey *k, const uint32_t *es, size_t n,
 		const sent *e = &L->se[es[i]];
 
 		if (!t->dtype)
-			t->dtype = earr(L, e)->dtype;
-		if (!dtype_fits(t->dtype, earr(L, e)->dtype))
-			return flx_error_set(L->err, -EINVAL, efile(L, e),
-					     k->fqn,
-					     "array dtype %s does not hold "
-					     "the metadata's %s",
-					     flx_dtype_name(earr(L, e)->dtype),
-					     flx_dtype_name(t->dtype));
+			t->dtype = e->dtype;
+		if (!dtype_fits(t->dtype, e->dtype))
+			return flx_error_set(
+			    L->err, -EINVAL, efile(L, e), k->fqn,
+			    "array dtype %s does not hold "
+			    "the metadata's %s",
+			    flx_dtype_name(e->dtype), flx_dtype_name(t->dtype));
 	}
 	if (flx_shape_bytes(t->ndim, t->shape, flx_dtype_size(t->dtype), NULL,
 			    NULL))
@@ -2206,25 +2241,24 @@ static int tensor_type(loader *L, const pkey *k, const uint32_t *es, size_t n,
 static int check_array(loader *L, const flx_tensor *t, const sent *e)
 {
 	const ltm *m = &L->ltms[e->ltm];
-	const parr *a = earr(L, e);
 	const int64_t *blk = L->dims + m->dims + m->ndim;
 	char x[96], y[96];
 
 	if (m->flat) {
-		if (a->ndim == 1 &&
-		    ashape(L, a)[0] == ltm_stop(L, m) - ltm_start(L, m))
+		if (e->ndim == 1 &&
+		    eshape(L, e)[0] == ltm_stop(L, m) - ltm_start(L, m))
 			return 0;
-		flx_fmt_dims(x, sizeof(x), a->ndim, ashape(L, a));
+		flx_fmt_dims(x, sizeof(x), e->ndim, eshape(L, e));
 		return flx_error_set(L->err, -EINVAL, efile(L, e), t->fqn,
 				     "array shape %s is not that of the "
 				     "flattened range [%" PRId64 ", %" PRId64
 				     ")",
 				     x, ltm_start(L, m), ltm_stop(L, m));
 	}
-	if (a->ndim == m->ndim &&
-	    !memcmp(ashape(L, a), blk, sizeof(int64_t) * (size_t)m->ndim))
+	if (e->ndim == m->ndim &&
+	    !memcmp(eshape(L, e), blk, sizeof(int64_t) * (size_t)m->ndim))
 		return 0;
-	flx_fmt_dims(x, sizeof(x), a->ndim, ashape(L, a));
+	flx_fmt_dims(x, sizeof(x), e->ndim, eshape(L, e));
 	flx_fmt_dims(y, sizeof(y), m->ndim, blk);
 	return flx_error_set(L->err, -EINVAL, efile(L, e), t->fqn,
 			     "array shape %s differs from local_shape %s", x,
@@ -2305,23 +2339,28 @@ static int split_of(const loader *L, const flx_tensor *t, const uint32_t *es,
  */
 static size_t nruns(const loader *L, const sent *e)
 {
-	return earr(L, e)->nslices ? earr(L, e)->nslices : L->ltms[e->ltm].flat;
+	return e->nslices ? e->nslices : L->ltms[e->ltm].flat;
 }
 
 static void run_of(const loader *L, const sent *e, size_t i, int64_t *start,
 		   int64_t *stop, uint32_t *file, uint64_t *at)
 {
 	const ltm *m = &L->ltms[e->ltm];
-	const parr *a = earr(L, e);
 	int64_t base = ltm_start(L, m);
 
-	if (a->nslices)
-		a = &L->files[e->pf].slices[a->slice0 + i];
-	*start = base + (earr(L, e)->nslices ? a->first : 0);
-	*stop = *start +
-		(earr(L, e)->nslices ? ashape(L, a)[0] : ltm_stop(L, m) - base);
-	*file = a->latin1 ? L->memfile : L->files[e->pf].idx;
-	*at = a->off;
+	if (e->nslices) {
+		const parr *a = &L->files[e->pf].slices[e->slice0 + i];
+
+		*start = base + a->first;
+		*stop = *start + ashape(L, a)[0];
+		*file = a->latin1 ? L->memfile : L->files[e->pf].idx;
+		*at = a->off;
+		return;
+	}
+	*start = base;
+	*stop = ltm_stop(L, m);
+	*file = e->latin1 ? L->memfile : L->files[e->pf].idx;
+	*at = e->off;
 }
 
 /*
@@ -2429,12 +2468,10 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 
 			ch->off = L->dims + L->ltms[e->ltm].dims;
 			ch->size = ch->off + t->ndim;
-			strides_of(t->ndim, ch->size, earr(L, e)->fortran,
-				   ch->stride);
+			strides_of(t->ndim, ch->size, e->fortran, ch->stride);
 			chunk_at(ch, t,
-				 earr(L, e)->latin1 ? L->memfile
-						    : L->files[e->pf].idx,
-				 earr(L, e)->off);
+				 e->latin1 ? L->memfile : L->files[e->pf].idx,
+				 e->off);
 		}
 		goto done;
 	}
@@ -2452,11 +2489,10 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 		unsigned nb;
 
 		if (!nruns(L, e)) {
-			strides_of(t->ndim, blk, earr(L, e)->fortran, st);
+			strides_of(t->ndim, blk, e->fortran, st);
 			set_chunk(&t->chunks[at++], t,
-				  earr(L, e)->latin1 ? L->memfile
-						     : L->files[e->pf].idx,
-				  off, blk, st, earr(L, e)->off);
+				  e->latin1 ? L->memfile : L->files[e->pf].idx,
+				  off, blk, st, e->off);
 			continue;
 		}
 		strides_of(t->ndim, blk, false, st);
