@@ -88,6 +88,9 @@ _Static_assert(sizeof(void *) != 8 || sizeof(flx_pv) == 32, "node size");
 /* ints a sink load's batches may share (new_int()) */
 #define SIDE_INT_MAX ((int64_t)1 << 24)
 #define SIDE_INTS    ((size_t)1 << 16)
+/* strings kept past a sink load's batches and shared by content
+ * (rewind_batch()): at most this many */
+#define KEEP_MAX ((size_t)1 << 16)
 
 struct arena_blk {
 	struct arena_blk *next;
@@ -105,18 +108,23 @@ struct flx_pickle {
 	/* a sink load's side arena (its own blocks only): the values that
 	 * caches share, made while a batch is open (see struct vm) */
 	flx_pickle *side;
+	/* a block of ARENA_MAX_BLOCK bytes a rewound batch gave back
+	 * (rewind_batch()), the next such block arena_block() takes, or NULL */
+	struct arena_blk *spare;
 };
 
 /* A packed memo chunk (pack_memo()): slot i is live when bit i % 64 of
  * bits[i / 64] is set; its value is then pk_v[base + rank[i / 64] + the
  * live slots below i in its word].  A packed chunk holds at most
- * MEMO_CHUNK / 16 live slots, which rank counts in 16 bits. */
+ * PACK_MAX live slots: with their values, a quarter of the chunk's
+ * bytes and a few pages, where a chunk of memo slots takes a huge page. */
+#define PACK_MAX (MEMO_CHUNK / 4)
 struct pk_chunk {
 	size_t base;
 	uint64_t bits[MEMO_CHUNK / 64];
-	uint16_t rank[MEMO_CHUNK / 64];
+	uint32_t rank[MEMO_CHUNK / 64];
 };
-_Static_assert(MEMO_CHUNK / 16 <= UINT16_MAX, "pk_chunk rank");
+_Static_assert(PACK_MAX <= UINT32_MAX, "pk_chunk rank");
 
 /* No hold on the window (see struct vm). */
 #define NO_HOLD SIZE_MAX
@@ -199,6 +207,8 @@ struct vm {
 	size_t young_nmarks; /* nmarks while the batch's mark is open */
 	struct arena_blk *y_blk, *y_next;
 	unsigned char *y_cur;
+	size_t y_left;	/* room of y_blk from y_cur on */
+	size_t y_size;	/* p->next_size when the batch opened */
 	size_t y_nodes; /* nodes when the batch opened */
 	size_t y_side;	/* values the batch made in p->side */
 	size_t *ylog;
@@ -206,6 +216,17 @@ struct vm {
 	/* mark_taken()'s walk */
 	flx_pv **tk;
 	size_t tk_cap;
+	/* The strings batches kept (rewind_batch()), by content: open
+	 * addressing, 1 << keeps_bits slots, keeps_n set; kfix: the slots
+	 * set by the batch being wound back */
+	flx_pv **keeps;
+	size_t keeps_n;
+	unsigned keeps_bits;
+	size_t *kfix;
+	size_t nkfix, kfix_cap;
+	/* rewind_batch(): the memo slots whose values it copied, once each */
+	flx_pv ***mv;
+	size_t mv_cap;
 	/* memo chunks packed once a sink load has passed them (pack_memo()):
 	 * packed[c] set, memo[c] freed, its live slots' values in pk_v
 	 * (ascending indices), found through packed[c]'s bitmap */
@@ -229,7 +250,7 @@ struct vm {
 	struct drop_lvl {
 		struct arena_blk *blk, *next;
 		unsigned char *cur;
-		size_t nodes, side, nylog;
+		size_t left, size, nodes, side, nylog;
 	} * dl;
 	size_t ndl, dl_cap;
 };
@@ -475,7 +496,12 @@ static void *arena_block(flx_pickle *p, size_t n)
 		}
 		return b->data;
 	}
-	b = size == ARENA_MAX_BLOCK ? huge_alloc() : malloc(size);
+	if (size == ARENA_MAX_BLOCK && p->spare) {
+		b = p->spare;
+		p->spare = NULL;
+	} else {
+		b = size == ARENA_MAX_BLOCK ? huge_alloc() : malloc(size);
+	}
 	if (!b)
 		return NULL;
 	b->next = p->blocks;
@@ -515,12 +541,37 @@ static bool arena_extend(flx_pickle *p, void *a, size_t old, size_t new)
 	return true;
 }
 
-/* Whether v was made in the open batch (meaningful while the arena's
- * current block is the batch's: see rewind_batch()). */
+/* Whether the open batch's values lie in y_blk from y_cur on and, if it
+ * moved on to one new ordinary block (*nb, else NULL), in that block:
+ * no other block was made since the batch opened (a dedicated one goes
+ * right behind the current block).  y_blk is a block of the arena's
+ * chain (a rewind keeps the block it winds back to). */
+static bool batch_span(const struct vm *vm, struct arena_blk **nb)
+{
+	const flx_pickle *p = vm->p;
+
+	if (!p->blocks || !vm->y_blk || vm->y_blk->next != vm->y_next)
+		return false;
+	if (p->blocks == vm->y_blk)
+		*nb = NULL;
+	else if (p->blocks->next == vm->y_blk)
+		*nb = p->blocks;
+	else
+		return false;
+	return true;
+}
+
+/* Whether v was made in the open batch: exact while batch_span() holds
+ * (the batch can be wound back only then, see rewind_batch()); otherwise
+ * an address comparison. */
 static bool is_young(const struct vm *vm, const void *v)
 {
 	const unsigned char *a = v;
+	struct arena_blk *nb = NULL;
 
+	if (!vm->ndl && batch_span(vm, &nb) && nb)
+		return (a >= vm->y_cur && a < vm->y_cur + vm->y_left) ||
+		       (a >= (const unsigned char *)nb->data && a < vm->p->cur);
 	return a >= vm->y_cur && a < vm->p->cur;
 }
 
@@ -1904,6 +1955,8 @@ static void batch_start(struct vm *vm)
 	vm->y_blk = vm->p->blocks;
 	vm->y_next = vm->p->blocks ? vm->p->blocks->next : NULL;
 	vm->y_cur = vm->p->cur;
+	vm->y_left = vm->p->left;
+	vm->y_size = vm->p->next_size;
 	vm->y_nodes = vm->nodes;
 	vm->y_side = 0;
 	vm->nylog = 0;
@@ -1952,25 +2005,110 @@ static void keep_copy(flx_pv *dst, const flx_pv *v)
 	}
 }
 
-/* Re-point v's own pointers after a move (keep_copy()'s layout). */
-static void keep_fix(flx_pv *v)
+/* p moved with the bytes [lo, hi) to `to` on: where it points now. */
+static const char *moved_ptr(const char *p, const unsigned char *lo,
+			     const unsigned char *hi, unsigned char *to)
 {
-	char *d = (char *)(v + 1);
+	const unsigned char *c = (const unsigned char *)p;
 
+	return c >= lo && c < hi ? (const char *)(to + (c - lo)) : p;
+}
+
+/* Re-point v's own pointers that point into [lo, hi) (keep_copy()'s
+ * copies, moved with v from [lo, hi) to `to` on); a string's payload
+ * shared with a string kept before (rewind_batch()) stays where it is. */
+static void keep_fix(flx_pv *v, const unsigned char *lo,
+		     const unsigned char *hi, unsigned char *to)
+{
 	if ((v->kind == FLX_PV_STR || v->kind == FLX_PV_BYTES) && v->u.str.s) {
-		v->u.str.s = d;
+		v->u.str.s = moved_ptr(v->u.str.s, lo, hi, to);
 	} else if (v->kind == FLX_PV_GLOBAL) {
-		v->u.global.module = d;
-		v->u.global.name = d + strlen(d) + 1;
+		v->u.global.module = moved_ptr(v->u.global.module, lo, hi, to);
+		v->u.global.name = moved_ptr(v->u.global.name, lo, hi, to);
 	}
 }
 
-static void forget_young(flx_pv **hint, const unsigned char *lo,
-			 const unsigned char *hi)
+/* Whether a is in [lo, hi) or in [lo2, hi2). */
+static bool in_spans(const void *a, const unsigned char *lo,
+		     const unsigned char *hi, const unsigned char *lo2,
+		     const unsigned char *hi2)
 {
-	if ((const unsigned char *)*hint >= lo &&
-	    (const unsigned char *)*hint < hi)
+	const unsigned char *c = a;
+
+	return (c >= lo && c < hi) || (lo2 && c >= lo2 && c < hi2);
+}
+
+static void forget_young(flx_pv **hint, const unsigned char *lo,
+			 const unsigned char *hi, const unsigned char *lo2,
+			 const unsigned char *hi2)
+{
+	if (in_spans(*hint, lo, hi, lo2, hi2))
 		*hint = NULL;
+}
+
+/* Whether a scalar kept past its batch may be shared by content: a copied
+ * string or bytes payload. */
+static bool keep_shares(const flx_pv *v)
+{
+	return (v->kind == FLX_PV_STR || v->kind == FLX_PV_BYTES) && v->u.str.s;
+}
+
+static size_t keep_hash(const struct vm *vm, const flx_pv *v)
+{
+	uint64_t h = 0xcbf29ce484222325u ^ (uint64_t)v->kind;
+
+	for (size_t i = 0; i < v->u.str.len; i++)
+		h = (h ^ (unsigned char)v->u.str.s[i]) * 0x100000001b3u;
+	return (size_t)(mix(h) >> (64 - vm->keeps_bits));
+}
+
+/* The slot of vm->keeps that holds a string equal to v (keep_shares()),
+ * or the empty one where it would go; vm->keeps must exist. */
+static size_t keep_slot(const struct vm *vm, const flx_pv *v)
+{
+	size_t mask = ((size_t)1 << vm->keeps_bits) - 1, i;
+	const flx_pv *k;
+
+	for (i = keep_hash(vm, v); (k = vm->keeps[i]); i = (i + 1) & mask)
+		if (k->kind == v->kind && k->u.str.len == v->u.str.len &&
+		    memcmp(k->u.str.s, v->u.str.s, v->u.str.len) == 0)
+			break;
+	return i;
+}
+
+/* Room in vm->keeps for n more strings (and in vm->kfix for n), so that
+ * none moves while a batch is wound back.  False: out of memory, or past
+ * KEEP_MAX (nothing more is added then). */
+static bool keep_room(struct vm *vm, size_t n)
+{
+	size_t cap = vm->keeps ? (size_t)1 << vm->keeps_bits : 0, ncap;
+	unsigned bits = vm->keeps_bits ? vm->keeps_bits : 8;
+	flx_pv **nt;
+
+	if (n > KEEP_MAX - vm->keeps_n ||
+	    flx_grow((void **)&vm->kfix, &vm->kfix_cap, n, sizeof(*vm->kfix)))
+		return false;
+	if (2 * (vm->keeps_n + n) <= cap)
+		return true;
+	while (((size_t)1 << bits) < 2 * (vm->keeps_n + n))
+		bits++;
+	ncap = (size_t)1 << bits;
+	if (!(nt = calloc(ncap, sizeof(*nt))))
+		return false;
+	vm->keeps_bits = bits;
+	for (size_t j = 0; j < cap; j++) {
+		size_t i;
+
+		if (!vm->keeps[j])
+			continue;
+		for (i = keep_hash(vm, vm->keeps[j]); nt[i];
+		     i = (i + 1) & (ncap - 1))
+			;
+		nt[i] = vm->keeps[j];
+	}
+	free(vm->keeps);
+	vm->keeps = nt;
+	return true;
 }
 
 /*
@@ -1978,35 +2116,65 @@ static void forget_young(flx_pv **hint, const unsigned char *lo,
  * Nothing but memo slots can point at young values (no cache takes one,
  * the stack is back below the mark, and no older container changed, or
  * nothing is done); the memoized scalars are copied above the young
- * values, slid down to y_cur, and every other value memoized in the
- * batch that is no such scalar becomes &consumed.  Where the young values do
- * not lie in one stretch of the current block (a new block, a dedicated one),
- * they stay.
+ * values (or, without the room there, to a buffer of their own), then
+ * down to y_cur, and every other value memoized in the batch that is no
+ * such scalar becomes &consumed.  The young values lie
+ * in the batch's block from y_cur on and, where the batch moved on to a
+ * new block (nb, batch_span()), in that block too: the scalars are then
+ * copied back into the batch's block when they fit in its room (that
+ * block is current again, and nb is kept for the next block, p->spare,
+ * or freed), else to the start of nb (the batch's values in the batch's
+ * block, fewer bytes than the scalars, stay unused).  Where they lie
+ * elsewhere too (a dedicated block, more blocks), they stay.  Where they
+ * stay for good (not in a level of a dropped value, which its enclosing
+ * level winds back again), a string equal to one kept before keeps a
+ * node of its own (its own u.str.off, as in a plain load) but not its
+ * bytes: its payload is that string's (strings are immutable; Python's
+ * pickler memoizes each object it meets, so torch writes the same dtype
+ * or key as one new memoized string per chunk).
  */
 static void rewind_batch(struct vm *vm)
 {
 	flx_pickle *p = vm->p;
-	unsigned char *lo = vm->y_cur, *hi = p->cur, *dst;
-	size_t need = 0, moved, kept = 0;
+	struct arena_blk *nb = NULL;
+	unsigned char *lo = vm->y_cur, *hi, *lo2 = NULL, *top = p->cur, *dst;
+	unsigned char *stage = top, *to;
+	/* room for the scalars kept from lo on, and from lo2 on */
+	size_t room = (size_t)(top - lo) + p->left, room2 = 0;
+	size_t need = 0, moved, kept = 0, nmv = 0;
+	bool share;
 
-	if (vm->young_dirty || !p->blocks || p->blocks != vm->y_blk ||
-	    p->blocks->next != vm->y_next)
+	if (vm->young_dirty || !batch_span(vm, &nb))
 		return;
+	if (nb) {
+		hi = vm->y_cur + vm->y_left;
+		lo2 = (unsigned char *)nb->data;
+		room = vm->y_left;
+		room2 = (size_t)(top - lo2) + p->left;
+	} else {
+		hi = p->cur;
+	}
 	for (size_t i = 0; i < vm->nylog; i++) {
 		flx_pv *v = *memo_slot(vm, vm->ylog[i]);
 
-		if ((unsigned char *)v >= lo && (unsigned char *)v < hi)
+		if (in_spans(v, lo, hi, lo2, top))
 			need += keep_size(v);
 	}
-	if (need > p->left)
+	/* need counts a string shared (below) as a copy: what is moved
+	 * fits in the room it fits in */
+	if ((need > room && need > room2) ||
+	    flx_grow((void **)&vm->mv, &vm->mv_cap, vm->nylog,
+		     sizeof(*vm->mv)) ||
+	    (need > p->left && !(stage = malloc(need))))
 		return;
-	dst = hi;
+	share = !vm->ndl && keep_room(vm, vm->nylog);
+	vm->nkfix = 0;
+	dst = stage;
 	for (size_t i = 0; i < vm->nylog; i++) {
 		flx_pv **slot = memo_slot(vm, vm->ylog[i]);
 		size_t n;
 
-		if ((unsigned char *)*slot < lo ||
-		    (unsigned char *)*slot >= hi) {
+		if (!in_spans(*slot, lo, hi, lo2, top)) {
 			/* a container memoized in the batch but made before
 			 * it or in the side arena goes too,
 			 * so that the memo chunks the batches filled can be
@@ -2023,31 +2191,64 @@ static void rewind_batch(struct vm *vm)
 			*slot = &consumed;
 			continue;
 		}
+		if (share && keep_shares(*slot)) {
+			size_t k = keep_slot(vm, *slot);
+
+			if (vm->keeps[k]) {
+				flx_pv *d = (flx_pv *)dst;
+
+				*d = **slot;
+				d->u.str.s = vm->keeps[k]->u.str.s;
+				*slot = d;
+				vm->mv[nmv++] = slot;
+				dst += round_up(sizeof(*d));
+				kept++;
+				continue;
+			}
+			vm->keeps[k] = (flx_pv *)dst;
+			vm->keeps_n++;
+			vm->kfix[vm->nkfix++] = k;
+		}
 		keep_copy((flx_pv *)dst, *slot);
 		*slot = (flx_pv *)dst;
+		vm->mv[nmv++] = slot;
 		dst += n;
 		kept++;
 	}
-	moved = (size_t)(dst - hi);
+	moved = (size_t)(dst - stage);
+	to = moved <= room ? lo : lo2;
 	if (moved)
-		memmove(lo, hi, moved);
-	for (size_t i = 0; i < vm->nylog; i++) {
-		flx_pv **slot = memo_slot(vm, vm->ylog[i]);
+		memmove(to, stage, moved);
+	/* each copied value once (a memo index set twice in the batch is
+	 * logged twice, and its moved value may lie in [stage, dst) again) */
+	for (size_t i = 0; i < nmv; i++) {
+		flx_pv **slot = vm->mv[i];
 
-		if ((unsigned char *)*slot >= hi &&
-		    (unsigned char *)*slot < dst) {
-			*slot = (flx_pv *)((unsigned char *)*slot - (hi - lo));
-			keep_fix(*slot);
-		}
+		*slot = (flx_pv *)(to + ((unsigned char *)*slot - stage));
+		keep_fix(*slot, stage, dst, to);
 	}
-	forget_young(&vm->none, lo, hi);
-	forget_young(&vm->bools[0], lo, hi);
-	forget_young(&vm->bools[1], lo, hi);
-	forget_young(&vm->empty_tuple, lo, hi);
-	forget_young(&vm->not_odict, lo, hi);
-	forget_young(&vm->size_cls, lo, hi);
-	p->left += (size_t)(hi - lo) - moved;
-	p->cur = lo + moved;
+	for (size_t i = 0; i < vm->nkfix; i++) {
+		flx_pv **k = &vm->keeps[vm->kfix[i]];
+
+		*k = (flx_pv *)(to + ((unsigned char *)*k - stage));
+	}
+	if (stage != top)
+		free(stage);
+	forget_young(&vm->none, lo, hi, lo2, top);
+	forget_young(&vm->bools[0], lo, hi, lo2, top);
+	forget_young(&vm->bools[1], lo, hi, lo2, top);
+	forget_young(&vm->empty_tuple, lo, hi, lo2, top);
+	forget_young(&vm->not_odict, lo, hi, lo2, top);
+	forget_young(&vm->size_cls, lo, hi, lo2, top);
+	p->left = (to == lo ? room : room2) - moved;
+	p->cur = to + moved;
+	if (nb && to == lo) {
+		p->blocks = vm->y_blk;
+		if (vm->y_size == ARENA_MAX_BLOCK && !p->spare)
+			p->spare = nb;
+		else
+			free(nb);
+	}
 	/* the batch's values are gone but for the scalars kept and what it
 	 * made in p->side: max_nodes bounds the values held */
 	vm->nodes = vm->y_nodes + vm->y_side + kept;
@@ -2067,7 +2268,7 @@ static bool drop_logged(const struct vm *vm, size_t c)
 /*
  * In a sink load, most memo slots behind the streamed dict's batches name
  * values the sink took (&consumed): a memo chunk the load has passed
- * (every slot index below memo_count) that holds at most 1/16 live slots
+ * (every slot index below memo_count) that holds at most PACK_MAX live slots
  * is freed (or kept for the next chunk, MEMO_SPARE), its live slots'
  * values kept in pk_v and found through a bitmap (struct pk_chunk).  A
  * packed slot set again fails the load with -EAGAIN (CPython numbers memo
@@ -2089,7 +2290,7 @@ static void pack_memo(struct vm *vm)
 			continue;
 		for (size_t i = 0; i < MEMO_CHUNK; i++)
 			live += m[i] && m[i] != &consumed;
-		if (live > MEMO_CHUNK / 16)
+		if (live > PACK_MAX)
 			continue;
 		if (!vm->packed &&
 		    !(vm->packed = calloc(nchunks, sizeof(*vm->packed))))
@@ -2102,7 +2303,7 @@ static void pack_memo(struct vm *vm)
 		for (size_t w = 0; w < MEMO_CHUNK / 64; w++) {
 			uint64_t bits = 0;
 
-			k->rank[w] = (uint16_t)(vm->npk - k->base);
+			k->rank[w] = (uint32_t)(vm->npk - k->base);
 			for (size_t b = 0; b < 64; b++) {
 				flx_pv *v = m[w * 64 + b];
 
@@ -2137,6 +2338,8 @@ static int drop_level(struct vm *vm)
 	l->blk = vm->p->blocks;
 	l->next = vm->p->blocks ? vm->p->blocks->next : NULL;
 	l->cur = vm->p->cur;
+	l->left = vm->p->left;
+	l->size = vm->p->next_size;
 	l->nodes = vm->nodes;
 	l->side = vm->y_side;
 	l->nylog = vm->nylog;
@@ -2196,6 +2399,8 @@ static void drop_rewind(struct vm *vm, const struct drop_lvl *l)
 	vm->y_blk = l->blk;
 	vm->y_next = l->next;
 	vm->y_cur = l->cur;
+	vm->y_left = l->left;
+	vm->y_size = l->size;
 	vm->y_nodes = l->nodes;
 	vm->y_side = side - l->side;
 	vm->young_dirty = !l->blk;
@@ -2952,6 +3157,9 @@ static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
 	free(vm->sizes);
 	free(vm->ylog);
 	free(vm->tk);
+	free(vm->keeps);
+	free(vm->kfix);
+	free(vm->mv);
 	if (vm->packed)
 		for (size_t c = 0; c <= vm->max_memo / MEMO_CHUNK; c++)
 			free(vm->packed[c]);
@@ -3034,6 +3242,7 @@ void flx_pickle_free(flx_pickle *p)
 		next = b->next;
 		free(b);
 	}
+	free(p->spare);
 	free(p);
 }
 

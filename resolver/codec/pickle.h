@@ -234,6 +234,10 @@ struct flx_pickle_sink {
  * with a MARK pushed right above it) go to sink->pairs() instead of the
  * tree, and the memory their values took is reused.  That dict stays in
  * the tree, without those pairs; flx_pickle_sink_dict() says which it is.
+ * A string memoized in a batch and named again after it is a node of its
+ * own (its u.str.off its own, as in a plain load) whose u.str.s may be
+ * that of an equal string kept from an earlier batch (strings are
+ * immutable).
  * The same for the items of the lists under sink->list_key, if set, and of
  * the lists that are values of a dict under sink->list_parent, if set.
  * A later reference to a value the sink took (through the memo, to a

@@ -98,28 +98,38 @@ typedef struct pkey {
 	size_t nse;  /* storage entries (primary copies) naming it */
 } pkey;
 
-/* One array of a .distcp file. */
+/* One array of a .distcp file (one per chunk: 56 bytes). */
 typedef struct parr {
 	const char *key; /* in the tree while the file is read, then pool */
+	size_t sh;	 /* the shape: L->adims[sh, sh + ndim) */
+	uint64_t off, len;
+	union {
+		/* an array saved in pieces (protocol 2/3, UNPACK_INFO): the
+		 * concatenation of the 1-D slices [slice0, slice0 +
+		 * nslices) of the file's slices, in order, with no bytes
+		 * of its own (off, len 0); nslices 0 for any other array.
+		 * A file's slices are values of its pickle: fewer than its
+		 * max_nodes, and than 2^32 (decode_slice()). */
+		struct {
+			uint32_t slice0, nslices;
+		};
+		/* a slice (pfile.slices): the flat index of its first
+		 * element */
+		int64_t first;
+	};
 	flx_dtype dtype; /* the numpy dtype's (bf16 shows as U16) */
-	int ndim;
-	size_t sh; /* the shape: L->adims[sh, sh + ndim) */
+	uint32_t rank;	 /* the key's place in name order (L->krank) */
+	/* the storage entry (index + 1) the array is the shard of; 0: none
+	 * yet (a file holds one array per key,
+	 * docs/formats/paddle.md#metadata-semantics); entries are fewer
+	 * than 2^32 (load_files()) */
+	uint32_t taken;
+	int8_t ndim;
 	bool fortran;
 	/* protocol 2's _codecs.encode(str, 'latin1') with bytes >= 0x80:
 	 * off, len first give the UTF-8 text in the file, then (decoded)
 	 * the bytes in the loader's memory file */
 	bool latin1;
-	uint32_t rank; /* the key's place in name order (L->krank) */
-	uint64_t off, len;
-	/* the storage entry (index + 1) the array is the shard of; 0: none
-	 * yet (a file holds one array per key,
-	 * docs/formats/paddle.md#metadata-semantics) */
-	size_t taken;
-	/* saved in pieces (protocol 2/3, UNPACK_INFO): the array is the
-	 * concatenation of the 1-D slices [slice0, slice0 + nslices) of the
-	 * file's slices, in order, and has no bytes of its own (off, len 0) */
-	size_t slice0, nslices;
-	int64_t first; /* a slice: the flat index of its first element */
 } parr;
 
 typedef struct pfile {
@@ -133,15 +143,23 @@ typedef struct pfile {
 	size_t nslices, capslices;
 } pfile;
 
-/* One storage_metadata entry with replica_id 0 or None. */
+/* One storage_metadata entry with replica_id 0 or None (one per chunk:
+ * 40 bytes). */
 typedef struct sent {
 	uint32_t key; /* into L->keys */
-	/* into L->files; until load_files(), the interned file name's
-	 * index (L->istr) */
+	/* into L->files (efile()); until load_files(), the interned file
+	 * name's index (L->istr): the value, a file name */
 	uint32_t pf;
-	size_t ltm;	  /* into L->ltms */
-	const char *file; /* the value: a file name */
-	const parr *arr;  /* its array in that file */
+	uint32_t ltm; /* into L->ltms (fewer than 2^32, resolve_entry()) */
+	/* What the tensors need of its array in that file (its parr's
+	 * fields, set by load_files(), which then frees the files'
+	 * arrays); the shape at L->adims[sh, sh + ndim) */
+	uint32_t sh;
+	uint64_t off;
+	uint32_t slice0, nslices;
+	flx_dtype dtype;
+	int8_t ndim;
+	bool fortran, latin1;
 } sent;
 
 /* One storage_metadata entry as its LocalTensorIndex and value give it
@@ -155,10 +173,11 @@ typedef struct lti {
 } lti;
 
 /* A primary storage entry streamed (se_sink()): its strings interned
- * (L->istr), its offsets then local_shape at L->rdims[dims]. */
+ * (L->istr), its offsets then local_shape at L->rdims[dims] (16 bytes;
+ * past 2^32 - 1 dims the stream declines). */
 typedef struct rawse {
 	uint32_t key, file;
-	size_t dims; /* then, when flat, the flattened range's start, stop */
+	uint32_t dims; /* then, when flat, the flattened range's start, stop */
 	int8_t na, ns;
 	bool flat;
 } rawse;
@@ -540,12 +559,18 @@ static const int64_t *ashape(const loader *L, const parr *a)
 }
 
 /* shape[0..n) as the shape of array a. */
-static int set_ashape(loader *L, parr *a, int n, const int64_t *shape)
+static int set_ashape(loader *L, const char *file, const char *key, parr *a,
+		      int n, const int64_t *shape)
 {
+	/* an entry names its array's shape in 32 bits (sent.sh) */
+	if (L->nadims > UINT32_MAX - (size_t)n)
+		return flx_error_set(L->err, -EOVERFLOW, file, key,
+				     "more than 2^32 - 1 array dimensions in "
+				     "the .distcp files");
 	if (flx_grow((void **)&L->adims, &L->capadims,
 		     L->nadims + (size_t)n + 1, sizeof(int64_t)))
 		return -ENOMEM;
-	a->ndim = n;
+	a->ndim = (int8_t)n;
 	a->sh = L->nadims;
 	if (n)
 		memcpy(L->adims + L->nadims, shape,
@@ -975,13 +1000,15 @@ static int resolve_entry(loader *L, const lti *x, long ki, uint32_t f)
 				     "%s%s in %s",
 				     o, x->flat ? " (flattened)" : "", x->file);
 	}
+	if ((unsigned long)m >= UINT32_MAX)
+		return flx_error_set(L->err, -EOVERFLOW, L->meta, x->key,
+				     "more than 2^32 - 1 LocalTensorMetadata");
 	if (flx_grow((void **)&L->se, &L->capse, L->nse + 1, sizeof(sent)))
 		return -ENOMEM;
 	e = &L->se[L->nse++];
 	memset(e, 0, sizeof(*e));
 	e->key = (uint32_t)ki;
-	e->ltm = (size_t)m;
-	e->file = x->file;
+	e->ltm = (uint32_t)m;
 	e->pf = f;
 	L->keys[ki].nse++;
 	return 0;
@@ -1294,7 +1321,7 @@ static int decode_array(loader *L, const char *file, const char *key,
 				     "(_reconstruct or _frombuffer)");
 	}
 	if ((rc = dims_of(L, file, key, "array shape", shape, &n, shp)) ||
-	    (rc = set_ashape(L, a, n, shp)) ||
+	    (rc = set_ashape(L, file, key, a, n, shp)) ||
 	    (rc = decode_np_dtype(L, file, key, dt, &a->dtype)) ||
 	    (rc = array_bytes(L, file, key, a, &want)))
 		return rc;
@@ -1418,6 +1445,10 @@ static int decode_slice(loader *L, pfile *pf, const named *ix, size_t nix,
 				     UNPACK_INFO ": slice '%s' appears twice "
 						 "in the file",
 				     name);
+	if (pf->nslices >= UINT32_MAX)
+		return flx_error_set(L->err, -EOVERFLOW, pf->relpath, key,
+				     UNPACK_INFO ": more than 2^32 - 1 slices "
+						 "in the file");
 	if (flx_grow((void **)&pf->slices, &pf->capslices, pf->nslices + 1,
 		     sizeof(parr)))
 		return -ENOMEM;
@@ -1477,7 +1508,7 @@ static int decode_pieces(loader *L, pfile *pf, const named *ix, size_t nix,
 						 "OriginShape and slices");
 	if ((rc = dims_of(L, pf->relpath, key, UNPACK_INFO " OriginShape", os,
 			  &nd, shp)) ||
-	    (rc = set_ashape(L, a, nd, shp)))
+	    (rc = set_ashape(L, pf->relpath, key, a, nd, shp)))
 		return rc;
 	n = flx_pv_len(sl);
 	if ((sl->kind != FLX_PV_LIST && sl->kind != FLX_PV_TUPLE) || !n)
@@ -1488,13 +1519,13 @@ static int decode_pieces(loader *L, pfile *pf, const named *ix, size_t nix,
 		return flx_error_set(L->err, -EOVERFLOW, pf->relpath, key,
 				     UNPACK_INFO ": OriginShape overflows 64 "
 						 "bits");
-	a->slice0 = pf->nslices;
+	a->slice0 = (uint32_t)pf->nslices;
 	for (size_t i = 0; i < n; i++)
 		if ((rc = decode_slice(L, pf, ix, nix, key, i,
 				       flx_pv_item(sl, i), numel, &a->dtype,
 				       &sum)))
 			return rc;
-	a->nslices = n;
+	a->nslices = (uint32_t)(pf->nslices - a->slice0);
 	if (sum != numel) {
 		flx_fmt_dims(x, sizeof(x), a->ndim, ashape(L, a));
 		return flx_error_set(L->err, -EINVAL, pf->relpath, key,
@@ -1731,7 +1762,7 @@ out:
 }
 
 /* The array of the key of rank r (L->krank) in pf, or NULL. */
-static const parr *find_arr(const pfile *pf, uint32_t r)
+static parr *find_arr(pfile *pf, uint32_t r)
 {
 	parr k = {.rank = r};
 
@@ -1906,36 +1937,44 @@ out:
 	return rc;
 }
 
-/* Entry i is the one shard its array holds: two entries naming one file
- * for one key would read the same bytes for two blocks. */
-static int take_arr(loader *L, pfile *pf, uint32_t i)
+/* Entry i is the one shard its array a (of pf) holds: two entries naming
+ * one file for one key would read the same bytes for two blocks. */
+static int take_arr(loader *L, pfile *pf, parr *a, uint32_t i)
 {
 	const sent *e = &L->se[i];
-	parr *a = &pf->arr[e->arr - pf->arr];
 	char x[96], y[96];
 
 	if (!a->taken) {
-		a->taken = (size_t)i + 1;
+		a->taken = i + 1;
 		return 0;
 	}
 	flx_fmt_dims(x, sizeof(x), L->ltms[L->se[a->taken - 1].ltm].ndim,
 		     L->dims + L->ltms[L->se[a->taken - 1].ltm].dims);
 	flx_fmt_dims(y, sizeof(y), L->ltms[e->ltm].ndim,
 		     L->dims + L->ltms[e->ltm].dims);
-	return flx_error_set(L->err, -EINVAL, e->file, L->keys[e->key].fqn,
+	return flx_error_set(L->err, -EINVAL, pf->relpath, L->keys[e->key].fqn,
 			     "%s names this file for two shards of the key "
 			     "(at %s and %s); a file holds one array per key",
 			     L->meta, x, y);
 }
 
 /* Open and decode every file a primary storage entry names, in name
- * order, and point each entry at its array. */
+ * order, match each entry with its array and copy what the tensors need
+ * of it into the entry; the files' arrays are freed then (their slices
+ * stay). */
 static int load_files(loader *L)
 {
-	uint32_t *order = malloc((L->nse ? L->nse : 1) * sizeof(*order));
-	bool *want = calloc(L->nkeys ? L->nkeys : 1, sizeof(bool));
+	uint32_t *order = NULL;
+	bool *want = NULL;
 	int rc = 0;
 
+	/* entries are numbered in 32 bits (order, parr.taken + 1) */
+	if (L->nse >= UINT32_MAX)
+		return flx_error_set(L->err, -EOVERFLOW, L->meta,
+				     "storage_metadata",
+				     "more than 2^32 - 2 primary entries");
+	order = malloc((L->nse ? L->nse : 1) * sizeof(*order));
+	want = calloc(L->nkeys ? L->nkeys : 1, sizeof(bool));
 	if (!order || !want) {
 		rc = -ENOMEM;
 		goto out;
@@ -1948,10 +1987,11 @@ static int load_files(loader *L)
 		goto out;
 	for (size_t i = 0; i < L->nse; i++) {
 		sent *e = &L->se[order[i]];
+		const char *name = L->istr[e->pf];
+		parr *a;
 		pfile *pf;
 
-		if (!L->nfiles ||
-		    strcmp(L->files[L->nfiles - 1].name, e->file)) {
+		if (!L->nfiles || strcmp(L->files[L->nfiles - 1].name, name)) {
 			flx_file_ref ref = {.from = L->meta,
 					    .field = "storage_metadata",
 					    .key = L->keys[e->key].fqn};
@@ -1963,18 +2003,18 @@ static int load_files(loader *L)
 			}
 			pf = &L->files[L->nfiles++];
 			memset(pf, 0, sizeof(*pf));
-			pf->relpath = pf->name = e->file;
+			pf->relpath = pf->name = name;
 			if (*L->prefix) {
-				size_t a = strlen(L->prefix),
-				       n = strlen(e->file) + 1;
-				char *rp = flx_pool_alloc(&L->c->pool, a + n);
+				size_t p = strlen(L->prefix),
+				       n = strlen(name) + 1;
+				char *rp = flx_pool_alloc(&L->c->pool, p + n);
 
 				if (!rp) {
 					rc = -ENOMEM;
 					goto out;
 				}
-				memcpy(rp, L->prefix, a);
-				memcpy(rp + a, e->file, n);
+				memcpy(rp, L->prefix, p);
+				memcpy(rp + p, name, n);
 				pf->relpath = rp;
 			}
 			rc = flx_build_data_file(L->b, pf->relpath, &ref,
@@ -1988,20 +2028,44 @@ static int load_files(loader *L)
 		}
 		pf = &L->files[L->nfiles - 1];
 		e->pf = (uint32_t)(pf - L->files);
-		e->file = pf->relpath;
-		e->arr = find_arr(pf, L->krank[e->key]);
-		if (!e->arr) {
-			rc = flx_error_set(L->err, -EINVAL, e->file,
+		a = find_arr(pf, L->krank[e->key]);
+		if (!a) {
+			rc = flx_error_set(L->err, -EINVAL, pf->relpath,
 					   L->keys[e->key].fqn,
 					   "%s names this file for the key, "
 					   "which the file lacks",
 					   L->meta);
 			goto out;
 		}
-		if ((rc = take_arr(L, pf, order[i])))
+		if ((rc = take_arr(L, pf, a, order[i])))
 			goto out;
 	}
-	rc = decode_texts(L);
+	if ((rc = decode_texts(L)))
+		goto out;
+	/* each entry took one array: what the tensors need of it goes to
+	 * the entry, and the files' arrays (one per chunk) are freed */
+	for (size_t i = 0; i < L->nfiles; i++) {
+		pfile *f = &L->files[i];
+
+		for (size_t k = 0; k < f->narr; k++) {
+			const parr *x = &f->arr[k];
+			sent *e;
+
+			if (!x->taken)
+				continue;
+			e = &L->se[x->taken - 1];
+			e->sh = (uint32_t)x->sh;
+			e->off = x->off;
+			e->slice0 = x->slice0;
+			e->nslices = x->nslices;
+			e->dtype = x->dtype;
+			e->ndim = x->ndim;
+			e->fortran = x->fortran;
+			e->latin1 = x->latin1;
+		}
+		drop(&f->arr);
+		f->narr = 0;
+	}
 out:
 	free(order);
 	free(want);
@@ -2009,6 +2073,18 @@ out:
 }
 
 /* ---- tensors ---- */
+
+/* Entry e's file (its relative path) and its array's shape, once
+ * load_files() read them. */
+static const char *efile(const loader *L, const sent *e)
+{
+	return L->files[e->pf].relpath;
+}
+
+static const int64_t *eshape(const loader *L, const sent *e)
+{
+	return L->adims + e->sh;
+}
 
 static int cmp_flat(const void *a, const void *b, void *arg)
 {
@@ -2054,33 +2130,33 @@ static int check_flat(loader *L, const flx_tensor *t, const uint32_t *es,
 
 		flx_fmt_dims(o, sizeof(o), m->ndim, L->dims + m->dims);
 		if ((uint64_t)stop > numel)
-			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
-					     "flattened range [%" PRId64
-					     ", %" PRId64
-					     ") runs past the %" PRIu64
-					     " elements of the block at %s",
-					     start, stop, numel, o);
+			return flx_error_set(
+			    L->err, -EINVAL, efile(L, e), t->fqn,
+			    "flattened range [%" PRId64 ", %" PRId64
+			    ") runs past the %" PRIu64
+			    " elements of the block at %s",
+			    start, stop, numel, o);
 		if (start < prev)
-			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
-					     "flattened range [%" PRId64
-					     ", %" PRId64
-					     ") of the block at %s overlaps "
-					     "another ending at %" PRId64,
-					     start, stop, o, prev);
+			return flx_error_set(
+			    L->err, -EINVAL, efile(L, e), t->fqn,
+			    "flattened range [%" PRId64 ", %" PRId64
+			    ") of the block at %s overlaps "
+			    "another ending at %" PRId64,
+			    start, stop, o, prev);
 		if (start > prev)
-			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
-					     "flattened ranges of the block at "
-					     "%s leave a hole: elements "
-					     "[%" PRId64 ", %" PRId64
-					     ") are in no file",
-					     o, prev, start);
+			return flx_error_set(
+			    L->err, -EINVAL, efile(L, e), t->fqn,
+			    "flattened ranges of the block at "
+			    "%s leave a hole: elements "
+			    "[%" PRId64 ", %" PRId64 ") are in no file",
+			    o, prev, start);
 		if (last && (uint64_t)stop != numel)
-			return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
-					     "flattened ranges of the block at "
-					     "%s leave a hole: elements "
-					     "[%" PRId64 ", %" PRIu64
-					     ") are in no file",
-					     o, stop, numel);
+			return flx_error_set(
+			    L->err, -EINVAL, efile(L, e), t->fqn,
+			    "flattened ranges of the block at "
+			    "%s leave a hole: elements "
+			    "[%" PRId64 ", %" PRIu64 ") are in no file",
+			    o, stop, numel);
 	}
 	return 0;
 }
@@ -2145,13 +2221,13 @@ static int tensor_type(loader *L, const pkey *k, const uint32_t *es, size_t n,
 		const sent *e = &L->se[es[i]];
 
 		if (!t->dtype)
-			t->dtype = e->arr->dtype;
-		if (!dtype_fits(t->dtype, e->arr->dtype))
-			return flx_error_set(L->err, -EINVAL, e->file, k->fqn,
-					     "array dtype %s does not hold "
-					     "the metadata's %s",
-					     flx_dtype_name(e->arr->dtype),
-					     flx_dtype_name(t->dtype));
+			t->dtype = e->dtype;
+		if (!dtype_fits(t->dtype, e->dtype))
+			return flx_error_set(
+			    L->err, -EINVAL, efile(L, e), k->fqn,
+			    "array dtype %s does not hold "
+			    "the metadata's %s",
+			    flx_dtype_name(e->dtype), flx_dtype_name(t->dtype));
 	}
 	if (flx_shape_bytes(t->ndim, t->shape, flx_dtype_size(t->dtype), NULL,
 			    NULL))
@@ -2165,27 +2241,26 @@ static int tensor_type(loader *L, const pkey *k, const uint32_t *es, size_t n,
 static int check_array(loader *L, const flx_tensor *t, const sent *e)
 {
 	const ltm *m = &L->ltms[e->ltm];
-	const parr *a = e->arr;
 	const int64_t *blk = L->dims + m->dims + m->ndim;
 	char x[96], y[96];
 
 	if (m->flat) {
-		if (a->ndim == 1 &&
-		    ashape(L, a)[0] == ltm_stop(L, m) - ltm_start(L, m))
+		if (e->ndim == 1 &&
+		    eshape(L, e)[0] == ltm_stop(L, m) - ltm_start(L, m))
 			return 0;
-		flx_fmt_dims(x, sizeof(x), a->ndim, ashape(L, a));
-		return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
+		flx_fmt_dims(x, sizeof(x), e->ndim, eshape(L, e));
+		return flx_error_set(L->err, -EINVAL, efile(L, e), t->fqn,
 				     "array shape %s is not that of the "
 				     "flattened range [%" PRId64 ", %" PRId64
 				     ")",
 				     x, ltm_start(L, m), ltm_stop(L, m));
 	}
-	if (a->ndim == m->ndim &&
-	    !memcmp(ashape(L, a), blk, sizeof(int64_t) * (size_t)m->ndim))
+	if (e->ndim == m->ndim &&
+	    !memcmp(eshape(L, e), blk, sizeof(int64_t) * (size_t)m->ndim))
 		return 0;
-	flx_fmt_dims(x, sizeof(x), a->ndim, ashape(L, a));
+	flx_fmt_dims(x, sizeof(x), e->ndim, eshape(L, e));
 	flx_fmt_dims(y, sizeof(y), m->ndim, blk);
-	return flx_error_set(L->err, -EINVAL, e->file, t->fqn,
+	return flx_error_set(L->err, -EINVAL, efile(L, e), t->fqn,
 			     "array shape %s differs from local_shape %s", x,
 			     y);
 }
@@ -2264,23 +2339,28 @@ static int split_of(const loader *L, const flx_tensor *t, const uint32_t *es,
  */
 static size_t nruns(const loader *L, const sent *e)
 {
-	return e->arr->nslices ? e->arr->nslices : L->ltms[e->ltm].flat;
+	return e->nslices ? e->nslices : L->ltms[e->ltm].flat;
 }
 
 static void run_of(const loader *L, const sent *e, size_t i, int64_t *start,
 		   int64_t *stop, uint32_t *file, uint64_t *at)
 {
 	const ltm *m = &L->ltms[e->ltm];
-	const parr *a = e->arr;
 	int64_t base = ltm_start(L, m);
 
-	if (a->nslices)
-		a = &L->files[e->pf].slices[a->slice0 + i];
-	*start = base + a->first;
-	*stop = *start +
-		(e->arr->nslices ? ashape(L, a)[0] : ltm_stop(L, m) - base);
-	*file = a->latin1 ? L->memfile : L->files[e->pf].idx;
-	*at = a->off;
+	if (e->nslices) {
+		const parr *a = &L->files[e->pf].slices[e->slice0 + i];
+
+		*start = base + a->first;
+		*stop = *start + ashape(L, a)[0];
+		*file = a->latin1 ? L->memfile : L->files[e->pf].idx;
+		*at = a->off;
+		return;
+	}
+	*start = base;
+	*stop = ltm_stop(L, m);
+	*file = e->latin1 ? L->memfile : L->files[e->pf].idx;
+	*at = e->off;
 }
 
 /*
@@ -2388,12 +2468,10 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 
 			ch->off = L->dims + L->ltms[e->ltm].dims;
 			ch->size = ch->off + t->ndim;
-			strides_of(t->ndim, ch->size, e->arr->fortran,
-				   ch->stride);
+			strides_of(t->ndim, ch->size, e->fortran, ch->stride);
 			chunk_at(ch, t,
-				 e->arr->latin1 ? L->memfile
-						: L->files[e->pf].idx,
-				 e->arr->off);
+				 e->latin1 ? L->memfile : L->files[e->pf].idx,
+				 e->off);
 		}
 		goto done;
 	}
@@ -2411,11 +2489,10 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 		unsigned nb;
 
 		if (!nruns(L, e)) {
-			strides_of(t->ndim, blk, e->arr->fortran, st);
+			strides_of(t->ndim, blk, e->fortran, st);
 			set_chunk(&t->chunks[at++], t,
-				  e->arr->latin1 ? L->memfile
-						 : L->files[e->pf].idx,
-				  off, blk, st, e->arr->off);
+				  e->latin1 ? L->memfile : L->files[e->pf].idx,
+				  off, blk, st, e->off);
 			continue;
 		}
 		strides_of(t->ndim, blk, false, st);
@@ -2711,6 +2788,8 @@ static int se_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 			lastf = x.file;
 		nd = (size_t)x.na + (size_t)(x.ns > 0 ? x.ns : 0) +
 		     (x.flat ? 2 : 0);
+		if (!rc && nd > UINT32_MAX - L->nrdims)
+			rc = -EAGAIN;
 		if (rc ||
 		    (rc = flx_grow((void **)&L->raw, &L->capraw, L->nraw + 1,
 				   sizeof(*L->raw))) ||
@@ -2720,7 +2799,7 @@ static int se_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 		r = &L->raw[L->nraw++];
 		*r = (rawse){.key = ik,
 			     .file = jf,
-			     .dims = L->nrdims,
+			     .dims = (uint32_t)L->nrdims,
 			     .na = (int8_t)x.na,
 			     .ns = (int8_t)x.ns,
 			     .flat = x.flat};
@@ -2772,6 +2851,32 @@ static bool stream_placed(loader *L, const flx_pickle *pk)
 	return used == L->nsg;
 }
 
+/* storage_metadata and flat_mapping of a streamed metadata *pk, whose
+ * entries are records (resolve_streamed()): the tree is freed (*pk NULL)
+ * before they are resolved, flat_mapping checked first and its refusal
+ * reported where a tree's load reports it, after the entries'. */
+static int storage_records(loader *L, flx_pickle **pk)
+{
+	const flx_pv *root = flx_pickle_root(*pk);
+	flx_error fm, *keep = L->err;
+	int rc, fm_rc;
+
+	flx_error_init(&fm);
+	L->err = &fm;
+	fm_rc = check_flat_mapping(L, field(root, "flat_mapping"));
+	L->err = keep;
+	flx_pickle_free(*pk);
+	*pk = NULL;
+	/* the lists load_sdm() took were the tree's */
+	drop(&L->sg);
+	L->nsg = L->capsg = L->usedsg = 0;
+	if ((rc = resolve_streamed(L)) || (rc = drop_ltm_ord(L)))
+		return rc;
+	if (fm_rc && L->err && !L->err->code)
+		*L->err = fm;
+	return fm_rc;
+}
+
 /* The index of the metadata *pk: its tree is freed (*pk NULL) once its
  * fields are read, before the .distcp files are. */
 static int interpret(loader *L, flx_pickle **pk)
@@ -2797,10 +2902,14 @@ static int interpret(loader *L, flx_pickle **pk)
 		return -ENOMEM;
 	}
 	if ((rc = load_sdm(L, field(root, "state_dict_metadata"))) ||
-	    (rc = sort_ltms(L)) ||
-	    (rc = load_storage(L, field(root, "storage_metadata"))) ||
-	    (rc = drop_ltm_ord(L)) ||
-	    (rc = check_flat_mapping(L, field(root, "flat_mapping"))))
+	    (rc = sort_ltms(L)))
+		return rc;
+	if (L->streamed)
+		rc = storage_records(L, pk);
+	else if (!(rc = load_storage(L, field(root, "storage_metadata"))) &&
+		 !(rc = drop_ltm_ord(L)))
+		rc = check_flat_mapping(L, field(root, "flat_mapping"));
+	if (rc)
 		return rc;
 	/* the keys and file names are the loader's: the tree (most of a
 	 * streamed metadata's memory left) is not needed */

@@ -2684,6 +2684,197 @@ static void test_sink_kept_strings(void)
 	free(b.p);
 }
 
+/* Equal strings memoized in different batches and named again after
+ * them: a sink load gives each its own node, where its own bytes lie
+ * (flx_pv_payload(), as in a plain load), while the bytes kept are those
+ * of the first. */
+static void test_sink_kept_offsets(void)
+{
+	enum { N = 4 };
+	struct sbuf b = {0};
+	struct sink_rec s = {.count_only = true};
+	flx_pickle *p = NULL, *q = NULL;
+	flx_error e;
+	const flx_pv *r, *r0;
+	bool ok = true;
+
+	put(&b, "\x80\x04}(", 4);
+	put_str(&b, "sd");
+	put(&b, "}", 1);
+	for (int k = 0; k < N; k++) {
+		char key[8];
+
+		snprintf(key, sizeof(key), "k%d", k);
+		put(&b, "(", 1);
+		put_str(&b, key);
+		put(&b, "]", 1);
+		put_str(&b, "float32");
+		put_binput(&b, (uint32_t)k);
+		put(&b, "a", 1);
+		put(&b, "u", 1);
+	}
+	put_str(&b, "all");
+	put(&b, "(", 1);
+	for (int k = 0; k < N; k++)
+		put_binget(&b, (uint32_t)k);
+	put(&b, "tu.", 3);
+	CHECK_EQ(load_sink(b.p, b.n, 1 << 16, "sd", &s, &p, &e), 0);
+	CHECK_EQ(s.npairs, N);
+	CHECK_EQ(load(b.p, b.n, &q, &e), 0);
+	r = p ? flx_pv_dict_get(flx_pickle_root(p), "all") : NULL;
+	r0 = q ? flx_pv_dict_get(flx_pickle_root(q), "all") : NULL;
+	CHECK_EQ(flx_pv_len(r), N);
+	CHECK_EQ(flx_pv_len(r0), N);
+	for (size_t k = 0; r && r0 && k < N; k++) {
+		const flx_pv *v = flx_pv_item(r, k), *w = flx_pv_item(r0, k);
+		uint64_t vo = 0, wo = 1;
+		size_t vl = 0, wl = 1;
+
+		ok = ok && str_is(v, "float32") && str_is(w, "float32") &&
+		     flx_pv_payload(v, &vo, &vl) &&
+		     flx_pv_payload(w, &wo, &wl) && vo == wo && vl == wl &&
+		     (k == 0 || v->u.str.s == flx_pv_item(r, 0)->u.str.s);
+	}
+	CHECK(ok);
+	flx_pickle_free(p);
+	flx_pickle_free(q);
+	free(b.p);
+}
+
+/* Paddle's 0.metadata in miniature: PD_PAIRS pairs, PD_PER a batch, each
+ * value a dict {'dtype': 'float32', three tuples, 'l': []} whose every
+ * object is memoized, the 'float32' string a new one each time (Python's
+ * pickler memoizes every object it meets): one live slot in six or
+ * seven, behind values the sink took.  The first PD_NAMED values of a
+ * batch also hold 'name': a string of PD_NAME bytes of its own, memoized.
+ * The first pair's keys are named again through the memo; tail names
+ * the 'float32' of the first and last pair of every batch and the name
+ * of its first: their memo indices in ref[0 .. 3 * PD_PAIRS / PD_PER). */
+enum { PD_PAIRS = 320000, PD_PER = 1000, PD_NAMED = 20, PD_NAME = 2000 };
+
+static void pd_name(char *s, int j)
+{
+	memset(s, 'a' + j % 26, PD_NAME);
+	s[snprintf(s, 16, "%d:", j)] = 'x';
+}
+
+static void paddle_pickle(struct sbuf *b, uint32_t *ref)
+{
+	static const char *const keys[] = {"dtype",  "shape", "offset",
+					   "gshape", "l",     "name"};
+	uint32_t memo = 0, kref[6];
+	size_t nref = 0;
+	char key[32], name[PD_NAME];
+
+	put(b, "\x80\x04}(", 4);
+	put_str(b, "sd");
+	put(b, "}", 1);
+	for (int j = 0; j < PD_PAIRS; j++) {
+		int nk = j % PD_PER < PD_NAMED ? 6 : 5;
+
+		if (j % PD_PER == 0)
+			put(b, "(", 1);
+		snprintf(key, sizeof(key), "k%d", j);
+		put_str(b, key);
+		put(b, "}", 1);
+		put_binput(b, memo++);
+		put(b, "(", 1);
+		for (int k = 0; k < nk; k++) {
+			if (j) {
+				put_binget(b, kref[k]);
+			} else {
+				put_str(b, keys[k]);
+				kref[k] = memo;
+				put_binput(b, memo++);
+			}
+			if (k == 0) {
+				put_str(b, "float32");
+				if (j % PD_PER == 0 || j % PD_PER == PD_PER - 1)
+					ref[nref++] = memo;
+				put_binput(b, memo++);
+			} else if (k < 4) {
+				put_binint(b, k == 3 ? PD_PAIRS : j % PD_PER);
+				put_binint(b, k == 2 ? 0 : 4);
+				put(b, "\x86", 1);
+				put_binput(b, memo++);
+			} else if (k == 4) {
+				put(b, "]", 1);
+				put_binput(b, memo++);
+			} else {
+				pd_name(name, j);
+				put_u8(b, 'X');
+				put_le(b, PD_NAME, 4);
+				put(b, name, PD_NAME);
+				if (j % PD_PER == 0)
+					ref[nref++] = memo;
+				put_binput(b, memo++);
+			}
+		}
+		put(b, "u", 1);
+		if (j % PD_PER == PD_PER - 1)
+			put(b, "u", 1);
+	}
+	put_str(b, "tail");
+	put(b, "(", 1);
+	for (size_t i = 0; i < nref; i++)
+		put_binget(b, ref[i]);
+	put(b, "tu.", 3);
+}
+
+/* What a sink load of paddle_pickle() holds stays bounded: the values of
+ * the batches the sink took (also of those that fill an arena block with
+ * the names kept, and go on in a new one), the 'float32' strings kept
+ * (a node each, the bytes of equal ones shared), and the memo chunks the
+ * batches filled (packed, though one slot in six is live): under limits
+ * of 400,000 values (320,000 of them the 'float32' nodes) and 2,000,000
+ * memo slots, of the 4 million values and 2 million slots it makes.
+ * Every string named again reads back, as in a plain load. */
+static void test_sink_paddle_held(void)
+{
+	const flx_pickle_limits lim = {
+	    .max_nodes = 400000, .max_memo = 2000000, .max_str = PD_NAME};
+	struct sbuf b = {0};
+	struct sink_rec s = {.count_only = true};
+	flx_pickle_sink sink = {.key = "sd", .pairs = rec_pairs, .ctx = &s};
+	uint32_t ref[3 * PD_PAIRS / PD_PER];
+	flx_pickle *p = NULL, *q = NULL;
+	const flx_pv *t, *u;
+	flx_mem_reader m;
+	flx_reader r;
+	flx_error e;
+	char name[PD_NAME];
+	bool ok = true;
+
+	paddle_pickle(&b, ref);
+	flx_error_init(&e);
+	flx_reader_mem(&r, &m, b.p, b.n);
+	CHECK_EQ(flx_pickle_load_sink(&r, "t.pkl", &lim, &sink, &p, &e), 0);
+	CHECK_EQ(s.npairs, PD_PAIRS);
+	CHECK_EQ(load(b.p, b.n, &q, &e), 0);
+	t = p ? flx_pv_dict_get(flx_pickle_root(p), "tail") : NULL;
+	u = q ? flx_pv_dict_get(flx_pickle_root(q), "tail") : NULL;
+	CHECK_EQ(flx_pv_len(t), sizeof(ref) / sizeof(ref[0]));
+	CHECK_EQ(flx_pv_len(u), flx_pv_len(t));
+	for (size_t i = 0; t && u && i < flx_pv_len(t); i++) {
+		const flx_pv *v = flx_pv_item(t, i), *w = flx_pv_item(u, i);
+
+		if (i % 3 == 1) {
+			pd_name(name, (int)(i / 3) * PD_PER);
+			ok = ok && v && v->kind == FLX_PV_STR &&
+			     v->u.str.len == PD_NAME && w &&
+			     w->kind == FLX_PV_STR && w->u.str.len == PD_NAME &&
+			     memcmp(v->u.str.s, name, PD_NAME) == 0 &&
+			     memcmp(w->u.str.s, name, PD_NAME) == 0;
+		} else {
+			ok = ok && str_is(v, "float32") && str_is(w, "float32");
+		}
+	}
+	CHECK(ok);
+	flx_pickle_free(p);
+	flx_pickle_free(q);
+	free(b.p);
+}
+
 static int load_drop(const void *data, size_t n, size_t window,
 		     const char *drop, size_t max_nodes, struct sink_rec *s,
 		     flx_pickle **p, flx_error *e)
@@ -2998,6 +3189,8 @@ int main(void)
 	test_sink_packed_dense();
 	test_sink_held();
 	test_sink_kept_strings();
+	test_sink_paddle_held();
+	test_sink_kept_offsets();
 	test_sink_drop_megatron();
 	test_sink_drop();
 	return CHECK_RESULT();
