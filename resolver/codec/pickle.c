@@ -1119,27 +1119,29 @@ static inline unsigned popcount64(uint64_t x)
 	return (unsigned)((x * 0x0101010101010101ull) >> 56);
 }
 
-/* Slot idx of a packed chunk: its value, or &consumed.  Constant time: a
- * DCP .metadata's storage_data names, for every entry, the offsets its
- * chunk's batch memoized long before. */
-static flx_pv *packed_get(const struct vm *vm, size_t idx)
+/* The memo slot idx (below memo_len) as a place to read and write: in its
+ * chunk, or, in a packed chunk, the live slot's value in pk_v (valid until
+ * pack_memo() grows pk_v); NULL for a packed slot that is not live (it
+ * names &consumed).  Constant time: a DCP .metadata's storage_data names,
+ * for every entry, the offsets its chunk's batch memoized long before. */
+static flx_pv **memo_ref(const struct vm *vm, size_t idx)
 {
-	const struct pk_chunk *k = vm->packed[idx / MEMO_CHUNK];
+	const struct pk_chunk *k;
 	size_t i = idx % MEMO_CHUNK, w = i / 64;
 	uint64_t bit = (uint64_t)1 << (i % 64);
 
+	if (!vm->packed || !(k = vm->packed[idx / MEMO_CHUNK]))
+		return memo_slot(vm, idx);
 	if (!(k->bits[w] & bit))
-		return &consumed;
-	return vm
-	    ->pk_v[k->base + k->rank[w] + popcount64(k->bits[w] & (bit - 1))];
+		return NULL;
+	return &vm->pk_v[k->base + k->rank[w] +
+			 popcount64(k->bits[w] & (bit - 1))];
 }
 
 static int memo_get(struct vm *vm, uint64_t idx)
 {
-	flx_pv *v = idx >= vm->memo_len ? NULL
-		    : vm->packed && vm->packed[idx / MEMO_CHUNK]
-			? packed_get(vm, (size_t)idx)
-			: *memo_slot(vm, (size_t)idx);
+	flx_pv **ref = idx < vm->memo_len ? memo_ref(vm, (size_t)idx) : NULL;
+	flx_pv *v = idx >= vm->memo_len ? NULL : ref ? *ref : &consumed;
 
 	if (!v)
 		return vm_fail(vm, -EINVAL,
@@ -2155,10 +2157,10 @@ static void rewind_batch(struct vm *vm)
 		hi = p->cur;
 	}
 	for (size_t i = 0; i < vm->nylog; i++) {
-		flx_pv *v = *memo_slot(vm, vm->ylog[i]);
+		flx_pv **slot = memo_ref(vm, vm->ylog[i]);
 
-		if (in_spans(v, lo, hi, lo2, top))
-			need += keep_size(v);
+		if (slot && in_spans(*slot, lo, hi, lo2, top))
+			need += keep_size(*slot);
 	}
 	/* need counts a string shared (below) as a copy: what is moved
 	 * fits in the room it fits in */
@@ -2171,9 +2173,11 @@ static void rewind_batch(struct vm *vm)
 	vm->nkfix = 0;
 	dst = stage;
 	for (size_t i = 0; i < vm->nylog; i++) {
-		flx_pv **slot = memo_slot(vm, vm->ylog[i]);
+		flx_pv **slot = memo_ref(vm, vm->ylog[i]);
 		size_t n;
 
+		if (!slot)
+			continue;
 		if (!in_spans(*slot, lo, hi, lo2, top)) {
 			/* a container memoized in the batch but made before
 			 * it or in the side arena goes too,
@@ -2255,16 +2259,6 @@ static void rewind_batch(struct vm *vm)
 	vm->nylog = 0;
 }
 
-/* Whether an open level of a dropped value's batch logged a slot of memo
- * chunk c: its rewind must find the slot in place (drop_rewind()). */
-static bool drop_logged(const struct vm *vm, size_t c)
-{
-	for (size_t i = 0; vm->ndl && i < vm->nylog; i++)
-		if (vm->ylog[i] / MEMO_CHUNK == c)
-			return true;
-	return false;
-}
-
 /*
  * In a sink load, most memo slots behind the streamed dict's batches name
  * values the sink took (&consumed): a memo chunk the load has passed
@@ -2272,9 +2266,11 @@ static bool drop_logged(const struct vm *vm, size_t c)
  * is freed (or kept for the next chunk, MEMO_SPARE), its live slots'
  * values kept in pk_v and found through a bitmap (struct pk_chunk).  A
  * packed slot set again fails the load with -EAGAIN (CPython numbers memo
- * slots densely; only a hand-made pickle goes back).  Out of memory, or a
- * slot of it logged by an open level of a dropped value: the chunk simply
- * stays.
+ * slots densely; only a hand-made pickle goes back).  The slots that open
+ * batches logged are live, and their rewinds find them in pk_v
+ * (memo_ref()): a dropped value's outer levels stay open across many
+ * chunks (Megatron-Core's all_local_plans: one batch of every plan).  Out
+ * of memory: the chunk simply stays.
  */
 static void pack_memo(struct vm *vm)
 {
@@ -2286,7 +2282,7 @@ static void pack_memo(struct vm *vm)
 		flx_pv **m = vm->memo[c];
 		struct pk_chunk *k;
 
-		if (c == 0 || !m || drop_logged(vm, c))
+		if (c == 0 || !m)
 			continue;
 		for (size_t i = 0; i < MEMO_CHUNK; i++)
 			live += m[i] && m[i] != &consumed;
@@ -2410,9 +2406,9 @@ static void drop_rewind(struct vm *vm, const struct drop_lvl *l)
 	vm->ylog = log;
 	vm->y_side = side;
 	for (size_t i = l->nylog; i < n; i++) {
-		flx_pv **slot = memo_slot(vm, log[i]);
+		flx_pv **slot = memo_ref(vm, log[i]);
 
-		if (*slot == &consumed)
+		if (!slot || *slot == &consumed)
 			continue;
 		if (*slot == &nothing_pv || !keep_size(*slot)) {
 			*slot = &consumed;

@@ -3153,6 +3153,128 @@ static void test_sink_drop(void)
 	}
 }
 
+/*
+ * {'storage_data': {'k0': [v]}, 'plans': PLANS, 'x': NAMES, ...}, shaped
+ * as Megatron-Core's all_local_plans: PLANS is one MARK ... APPENDS of
+ * DP_PLANS plans {'name': 'p<p>' (memoized), 'items': [DP_ITEMS items
+ * {'c': 'c0', 't': (p, i)}, item and tuple memoized, in APPENDS batches of
+ * 1,000]}, so that the plans' outer batches stay open across several memo
+ * chunks and log a slot in each.  NAMES: a tuple of every plan's name
+ * through the memo.  set_again: then 'y' sets slot DP_AGAIN (an item of
+ * the second memo chunk) again.
+ */
+enum { DP_PLANS = 120, DP_ITEMS = 3000, DP_AGAIN = 300000 };
+
+static void drop_plans_pickle(struct sbuf *b, bool set_again)
+{
+	uint32_t memo = 1, c0, names[DP_PLANS];
+	char t[32];
+
+	put(b, "\x80\x04}(", 4);
+	put_str(b, "storage_data");
+	put(b, "}(", 2);
+	put_str(b, "k0");
+	put(b, "]", 1);
+	put_binput(b, 0);
+	put_str(b, "v");
+	put(b, "au", 2);
+	put_str(b, "c0");
+	put_binput(b, c0 = memo++);
+	put(b, "0", 1);
+	put_str(b, "plans");
+	put(b, "](", 2);
+	for (int p = 0; p < DP_PLANS; p++) {
+		put(b, "}(", 2);
+		put_str(b, "name");
+		snprintf(t, sizeof(t), "p%d", p);
+		put_str(b, t);
+		put_binput(b, names[p] = memo++);
+		put_str(b, "items");
+		put(b, "]", 1);
+		for (int i = 0; i < DP_ITEMS; i++) {
+			if (i % 1000 == 0)
+				put(b, "(", 1);
+			put(b, "}", 1);
+			put_binput(b, memo++);
+			put(b, "(", 1);
+			put_str(b, "c");
+			put_binget(b, c0);
+			put_str(b, "t");
+			put_binint(b, p);
+			put_binint(b, i);
+			put(b, "\x86", 1);
+			put_binput(b, memo++);
+			put(b, "u", 1);
+			if (i % 1000 == 999 || i == DP_ITEMS - 1)
+				put(b, "e", 1);
+		}
+		put(b, "u", 1);
+	}
+	put(b, "e", 1);
+	put_str(b, "x");
+	put(b, "(", 1);
+	for (int p = 0; p < DP_PLANS; p++)
+		put_binget(b, names[p]);
+	put(b, "t", 1);
+	if (set_again) {
+		put_str(b, "y");
+		put_str(b, "z");
+		put_binput(b, DP_AGAIN);
+	}
+	put(b, "u.", 2);
+}
+
+/* The memo chunks a dropped value's batches fill are packed while its
+ * outer batches stay open (each plan logged a slot in them): the names
+ * its plans memoized read back as a plain load's, and setting a slot of
+ * them again afterwards fails the load with -EAGAIN, as for any packed
+ * chunk (a plain load, and a sink load that packs nothing, take it). */
+static void test_sink_drop_packed(void)
+{
+	struct sbuf b = {0};
+	struct sink_rec s = {.list_key = "chunks"};
+	flx_pickle *p = NULL, *q = NULL;
+	const flx_pv *t, *u;
+	flx_error e;
+
+	drop_plans_pickle(&b, false);
+	CHECK_EQ(load_drop(b.p, b.n, 1 << 16, "plans", 0, &s, &p, &e), 0);
+	CHECK_EQ(s.npairs, 1);
+	CHECK_EQ(load(b.p, b.n, &q, &e), 0);
+	CHECK(p && flx_pv_dict_get(flx_pickle_root(p), "plans") == NULL);
+	CHECK_EQ(flx_pv_len(flx_pv_dict_get(flx_pickle_root(q), "plans")),
+		 DP_PLANS);
+	t = p ? flx_pv_dict_get(flx_pickle_root(p), "x") : NULL;
+	u = q ? flx_pv_dict_get(flx_pickle_root(q), "x") : NULL;
+	CHECK_EQ(flx_pv_len(t), DP_PLANS);
+	CHECK_EQ(flx_pv_len(u), DP_PLANS);
+	for (size_t i = 0; t && u && i < DP_PLANS; i++) {
+		const char *want = flx_pv_str(flx_pv_item(u, i));
+
+		CHECK(want && str_is(flx_pv_item(t, i), want));
+	}
+	flx_pickle_free(p);
+	flx_pickle_free(q);
+	free(s.pairs.p);
+	free(s.items.p);
+	free(b.p);
+
+	memset(&b, 0, sizeof(b));
+	memset(&s, 0, sizeof(s));
+	s.list_key = "chunks";
+	drop_plans_pickle(&b, true);
+	p = q = NULL;
+	CHECK_EQ(load_drop(b.p, b.n, 1 << 16, "plans", 0, &s, &p, &e), -EAGAIN);
+	CHECK(p == NULL);
+	CHECK(strstr(e.text, "set again after its chunk was packed") != NULL);
+	CHECK_EQ(load(b.p, b.n, &q, &e), 0);
+	CHECK(q && str_is(flx_pv_dict_get(flx_pickle_root(q), "y"), "z"));
+	flx_pickle_free(q);
+	free(s.pairs.p);
+	free(s.items.p);
+	free(b.p);
+}
+
 int main(void)
 {
 	test_vectors();
@@ -3193,5 +3315,6 @@ int main(void)
 	test_sink_kept_offsets();
 	test_sink_drop_megatron();
 	test_sink_drop();
+	test_sink_drop_packed();
 	return CHECK_RESULT();
 }
