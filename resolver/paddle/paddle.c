@@ -190,9 +190,10 @@ typedef struct rawse {
 } rawse;
 
 /* A primary storage entry resolved while it streamed (se_sink(), placed):
- * what sent holds before load_files() (12 bytes). */
+ * what sent holds before load_files() (8 bytes; its key is the one whose
+ * LTMs hold ltm, expand_placed()). */
 typedef struct pent {
-	uint32_t key, pf, ltm;
+	uint32_t pf, ltm;
 } pent;
 
 /* A state_dict_metadata list streamed (ltm_sink()): its LTMs
@@ -2901,7 +2902,7 @@ void flx_paddle_attach(flx_ckpt *c, const flx_paddle *pd)
  * Paddle pickles state_dict_metadata before storage_metadata, so the
  * first attempt (placed) also watches the pairs of state_dict_metadata
  * (sdm_watch(): key i's LTMs are the i-th list streamed) and matches each
- * primary entry with its LTM as it streams (place_entry(), 12 bytes an
+ * primary entry with its LTM as it streams (place_entry(), 8 bytes an
  * entry); the entries' offsets and shapes are never kept.  An entry that
  * matches no LTM, or a pair or LTM after the first entry, declines to
  * the second attempt, which keeps the entries as rawse records and
@@ -3076,9 +3077,26 @@ static int place_entry(loader *L, const lti *x, uint32_t ik, uint32_t f)
 		return -EAGAIN;
 	if (flx_grow((void **)&L->pe, &L->cappe, L->npe + 1, sizeof(*L->pe)))
 		return -ENOMEM;
-	L->pe[L->npe++] = (pent){(uint32_t)ki, f, (uint32_t)m};
+	L->pe[L->npe++] = (pent){f, (uint32_t)m};
 	L->keys[ki].nse++;
 	return 0;
+}
+
+/* The key whose LTMs [lo, lo + n) hold LTM j, placed: the keys' LTMs
+ * follow one another in key order (their lists streamed in order). */
+static uint32_t key_of_ltm(const loader *L, uint32_t j)
+{
+	size_t lo = 0, hi = L->nkeys;
+
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (L->keys[mid].lo <= j)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return (uint32_t)lo;
 }
 
 /* The entries placed (L->pe) as L->se, in storage_metadata order. */
@@ -3089,7 +3107,7 @@ static int expand_placed(loader *L)
 		return -ENOMEM;
 	L->capse = L->npe ? L->npe : 1;
 	for (size_t i = 0; i < L->npe; i++) {
-		L->se[i].key = L->pe[i].key;
+		L->se[i].key = key_of_ltm(L, L->pe[i].ltm);
 		L->se[i].pf = L->pe[i].pf;
 		L->se[i].ltm = L->pe[i].ltm;
 	}
