@@ -10,9 +10,14 @@
  * The metadata's per-chunk parts (the LocalTensorMetadata lists of
  * state_dict_metadata, the pairs of storage_metadata) are streamed out of the
  * pickle VM batch by batch (flx_pickle_load_sink()) into compact records,
- * which load_sdm() and load_storage() read instead of the tree; whatever the
- * records cannot stand for exactly is decoded again as a tree (see the
- * streaming section).
+ * the entries matched with their LTMs as they come, which load_sdm() and
+ * load_storage() read instead of the tree; whatever the records cannot
+ * stand for exactly is decoded again as a tree (see the streaming
+ * section).  A .distcp file's arrays give their entries what the tensors
+ * need of them once the file is read (settle_file()), and the tensors
+ * give back the entries and LTMs they read as they are built
+ * (spend_entries()): at a million chunks the index (chunks and dims) is
+ * most of what a mount holds at any time after the metadata's decode.
  *
  * Each .distcp is decoded once at mount by the inert pickle VM through a
  * bounded window: an array's bytes (BINBYTES/SHORT_BINBYTES/BINBYTES8 under
@@ -141,6 +146,7 @@ typedef struct pfile {
 	size_t narr;
 	parr *slices; /* of the arrays saved in pieces, each list in order */
 	size_t nslices, capslices;
+	bool settled; /* its arrays' fields are its entries' (settle_file()) */
 } pfile;
 
 /* One storage_metadata entry with replica_id 0 or None (one per chunk:
@@ -153,13 +159,14 @@ typedef struct sent {
 	uint32_t ltm; /* into L->ltms (fewer than 2^32, resolve_entry()) */
 	/* What the tensors need of its array in that file (its parr's
 	 * fields, set by load_files(), which then frees the files'
-	 * arrays); the shape at L->adims[sh, sh + ndim) */
+	 * arrays); the shape at L->adims[sh, sh + ndim) unless sok */
 	uint32_t sh;
 	uint64_t off;
 	uint32_t slice0, nslices;
 	flx_dtype dtype;
 	int8_t ndim;
 	bool fortran, latin1;
+	bool sok; /* the array holds its LTM's shard (holds_shard()) */
 } sent;
 
 /* One storage_metadata entry as its LocalTensorIndex and value give it
@@ -182,6 +189,13 @@ typedef struct rawse {
 	bool flat;
 } rawse;
 
+/* A primary storage entry resolved while it streamed (se_sink(), placed):
+ * what sent holds before load_files() (8 bytes; its key is the one whose
+ * LTMs hold ltm, expand_placed()). */
+typedef struct pent {
+	uint32_t pf, ltm;
+} pent;
+
 /* A state_dict_metadata list streamed (ltm_sink()): its LTMs
  * [lo, lo + n) of L->ltms. */
 typedef struct sgroup {
@@ -202,6 +216,11 @@ typedef struct loader {
 	bool dims_kept; /* dims is the index's (boxes_in_place()) */
 	int64_t *adims; /* the shapes of the .distcp arrays (parr.sh) */
 	size_t nadims, capadims;
+	size_t adtotal; /* dims the part's arrays had (set_ashape()) */
+	/* the shapes the tensors need, kept as each file is settled
+	 * (settle_file()); adims once every file is */
+	int64_t *kept;
+	size_t nkept, capkept;
 	ltm *ltms;
 	size_t nltms, capltms;
 	pkey *keys;
@@ -250,6 +269,15 @@ typedef struct loader {
 	size_t imask;
 	long
 	    *kmap; /* per interned string: its key index, -1 none, -2 unknown */
+	size_t nkmap, capkmap;
+	/* the first attempt: the entries resolved as they stream (pe), the
+	 * keys made from the watched pairs of state_dict_metadata (nwk of
+	 * them, key i's list L->sg[i]); se_on: an entry streamed, after
+	 * which neither a pair nor an LTM may come */
+	bool place, se_on;
+	size_t nwk, capkeys;
+	pent *pe;
+	size_t npe, cappe;
 } loader;
 
 /* The DCP directories of a PaddleFormers "flex_checkpoint" save
@@ -563,7 +591,7 @@ static int set_ashape(loader *L, const char *file, const char *key, parr *a,
 		      int n, const int64_t *shape)
 {
 	/* an entry names its array's shape in 32 bits (sent.sh) */
-	if (L->nadims > UINT32_MAX - (size_t)n)
+	if (L->adtotal > UINT32_MAX - (size_t)n)
 		return flx_error_set(L->err, -EOVERFLOW, file, key,
 				     "more than 2^32 - 1 array dimensions in "
 				     "the .distcp files");
@@ -576,6 +604,7 @@ static int set_ashape(loader *L, const char *file, const char *key, parr *a,
 		memcpy(L->adims + L->nadims, shape,
 		       sizeof(int64_t) * (size_t)n);
 	L->nadims += (size_t)n;
+	L->adtotal += (size_t)n;
 	return 0;
 }
 
@@ -754,7 +783,10 @@ static int load_sdm(loader *L, const flx_pv *sdm)
 	if (n > UINT32_MAX / 2)
 		return flx_error_set(L->err, -EOVERFLOW, L->meta,
 				     "state_dict_metadata", "%zu keys", n);
-	L->keys = calloc(n ? n : 1, sizeof(*L->keys));
+	/* placed: the keys the watched pairs made, the same n
+	 * (stream_placed()), their entries counted */
+	if (!L->keys)
+		L->keys = calloc(n ? n : 1, sizeof(*L->keys));
 	L->by_name = malloc((n ? n : 1) * sizeof(*L->by_name));
 	L->kname = calloc(2 * (n ? n : 1), sizeof(*L->kname));
 	if (!L->keys || !L->by_name || !L->kname)
@@ -976,22 +1008,19 @@ static int parse_entry(loader *L, size_t i, const flx_pv *k, const flx_pv *v,
 	return 0;
 }
 
-/* A primary entry (replica_id 0 or None) into L->se: its key (index ki,
- * or -2: look it up), LTM and file (x->file, interned as L->istr[f]). */
-static int resolve_entry(loader *L, const lti *x, long ki, uint32_t f)
+/* The key (index *ki, or -2: look it up) and LTM (*m) of a primary entry
+ * (replica_id 0 or None) whose file is x->file: 0 or -errno (err set). */
+static int match_entry(loader *L, const lti *x, long *ki, long *m)
 {
-	long m;
-	sent *e;
-
-	if (ki == -2)
-		ki = find_key(L, x->key);
-	if (ki < 0)
+	if (*ki == -2)
+		*ki = find_key(L, x->key);
+	if (*ki < 0)
 		return flx_error_set(L->err, -EINVAL, L->meta, x->key,
 				     "storage_metadata names a key that "
 				     "state_dict_metadata lacks");
-	m = match_ltm(L, &L->keys[ki], x->na, x->off, x->flat, x->start,
-		      x->stop, x->ns, x->shape);
-	if (m < 0) {
+	*m = match_ltm(L, &L->keys[*ki], x->na, x->off, x->flat, x->start,
+		       x->stop, x->ns, x->shape);
+	if (*m < 0) {
 		char o[96];
 
 		flx_fmt_dims(o, sizeof(o), x->na, x->off);
@@ -1000,9 +1029,22 @@ static int resolve_entry(loader *L, const lti *x, long ki, uint32_t f)
 				     "%s%s in %s",
 				     o, x->flat ? " (flattened)" : "", x->file);
 	}
-	if ((unsigned long)m >= UINT32_MAX)
+	if ((unsigned long)*m >= UINT32_MAX)
 		return flx_error_set(L->err, -EOVERFLOW, L->meta, x->key,
 				     "more than 2^32 - 1 LocalTensorMetadata");
+	return 0;
+}
+
+/* A primary entry into L->se: its key (index ki, or -2: look it up), LTM
+ * and file (x->file, interned as L->istr[f]). */
+static int resolve_entry(loader *L, const lti *x, long ki, uint32_t f)
+{
+	long m;
+	sent *e;
+	int rc = match_entry(L, x, &ki, &m);
+
+	if (rc)
+		return rc;
 	if (flx_grow((void **)&L->se, &L->capse, L->nse + 1, sizeof(sent)))
 		return -ENOMEM;
 	e = &L->se[L->nse++];
@@ -1937,6 +1979,107 @@ out:
 	return rc;
 }
 
+/* Whether an array of shape[0..n) holds LTM m's shard: the block's shape,
+ * or the flattened range's length. */
+static bool holds_shard(const loader *L, const ltm *m, int n,
+			const int64_t *shape)
+{
+	if (m->flat)
+		return n == 1 && shape[0] == ltm_stop(L, m) - ltm_start(L, m);
+	return n == m->ndim &&
+	       (!n || !memcmp(shape, L->dims + m->dims + m->ndim,
+			      sizeof(int64_t) * (size_t)n));
+}
+
+/* Append shape[0..n) to L->kept (fewer dims than L->adtotal, which
+ * fits 32 bits): its place in *at.  @return 0 or -ENOMEM. */
+static int keep_shape(loader *L, int n, const int64_t *shape, uint32_t *at)
+{
+	if (flx_grow((void **)&L->kept, &L->capkept, L->nkept + (size_t)n + 1,
+		     sizeof(int64_t)))
+		return -ENOMEM;
+	*at = (uint32_t)L->nkept;
+	if (n)
+		memcpy(L->kept + L->nkept, shape, sizeof(int64_t) * (size_t)n);
+	L->nkept += (size_t)n;
+	return 0;
+}
+
+/* What the tensors need of file f's arrays, once its entries took them:
+ * each taken array's fields go to its entry, the slices' shapes and those
+ * of the arrays that do not hold their LTM's shard (check_array() names
+ * them) to L->kept; the file's arrays are freed.  @return 0 or -ENOMEM. */
+static int settle_file(loader *L, pfile *f)
+{
+	int rc;
+
+	for (size_t k = 0; k < f->nslices; k++) {
+		parr *x = &f->slices[k];
+		uint32_t at;
+
+		if ((rc = keep_shape(L, x->ndim, ashape(L, x), &at)))
+			return rc;
+		x->sh = at;
+	}
+	for (size_t k = 0; k < f->narr; k++) {
+		const parr *x = &f->arr[k];
+		sent *e;
+
+		if (!x->taken)
+			continue;
+		e = &L->se[x->taken - 1];
+		e->sok =
+		    holds_shard(L, &L->ltms[e->ltm], x->ndim, ashape(L, x));
+		e->sh = 0;
+		if (!e->sok &&
+		    (rc = keep_shape(L, x->ndim, ashape(L, x), &e->sh)))
+			return rc;
+		e->off = x->off;
+		e->slice0 = x->slice0;
+		e->nslices = x->nslices;
+		e->dtype = x->dtype;
+		e->ndim = x->ndim;
+		e->fortran = x->fortran;
+		e->latin1 = x->latin1;
+	}
+	drop(&f->arr);
+	f->narr = 0;
+	f->settled = true;
+	return 0;
+}
+
+/* Whether decode_texts() reads file f: an array or a slice of one is
+ * protocol 2's latin-1 text. */
+static bool has_text(const pfile *f)
+{
+	for (size_t k = 0; k < f->narr; k++) {
+		const parr *a = &f->arr[k];
+
+		if (a->latin1)
+			return true;
+		for (size_t j = a->slice0; j < a->slice0 + a->nslices; j++)
+			if (f->slices[j].latin1)
+				return true;
+	}
+	return false;
+}
+
+/* The file read last (its shapes last in L->adims), once its entries took
+ * their arrays: settled now unless decode_texts() reads it, its shapes
+ * then given back. */
+static int settle_last(loader *L, size_t ad0)
+{
+	pfile *f = &L->files[L->nfiles - 1];
+	int rc;
+
+	if (has_text(f))
+		return 0;
+	if ((rc = settle_file(L, f)))
+		return rc;
+	L->nadims = ad0;
+	return 0;
+}
+
 /* Entry i is the one shard its array a (of pf) holds: two entries naming
  * one file for one key would read the same bytes for two blocks. */
 static int take_arr(loader *L, pfile *pf, parr *a, uint32_t i)
@@ -1966,6 +2109,7 @@ static int load_files(loader *L)
 {
 	uint32_t *order = NULL;
 	bool *want = NULL;
+	size_t ad0 = 0; /* the first shape of the file read last */
 	int rc = 0;
 
 	/* entries are numbered in 32 bits (order, parr.taken + 1) */
@@ -1996,6 +2140,10 @@ static int load_files(loader *L)
 					    .field = "storage_metadata",
 					    .key = L->keys[e->key].fqn};
 
+			/* the file before took its arrays */
+			if (L->nfiles && (rc = settle_last(L, ad0)))
+				goto out;
+			ad0 = L->nadims;
 			if (flx_grow((void **)&L->files, &L->capfiles,
 				     L->nfiles + 1, sizeof(pfile))) {
 				rc = -ENOMEM;
@@ -2040,32 +2188,19 @@ static int load_files(loader *L)
 		if ((rc = take_arr(L, pf, a, order[i])))
 			goto out;
 	}
-	if ((rc = decode_texts(L)))
+	if ((L->nfiles && (rc = settle_last(L, ad0))) || (rc = decode_texts(L)))
 		goto out;
-	/* each entry took one array: what the tensors need of it goes to
-	 * the entry, and the files' arrays (one per chunk) are freed */
-	for (size_t i = 0; i < L->nfiles; i++) {
-		pfile *f = &L->files[i];
-
-		for (size_t k = 0; k < f->narr; k++) {
-			const parr *x = &f->arr[k];
-			sent *e;
-
-			if (!x->taken)
-				continue;
-			e = &L->se[x->taken - 1];
-			e->sh = (uint32_t)x->sh;
-			e->off = x->off;
-			e->slice0 = x->slice0;
-			e->nslices = x->nslices;
-			e->dtype = x->dtype;
-			e->ndim = x->ndim;
-			e->fortran = x->fortran;
-			e->latin1 = x->latin1;
-		}
-		drop(&f->arr);
-		f->narr = 0;
-	}
+	/* each entry took one array: the files decode_texts() read are
+	 * settled too, and the shapes the tensors need are L->kept's */
+	for (size_t i = 0; i < L->nfiles; i++)
+		if (!L->files[i].settled && (rc = settle_file(L, &L->files[i])))
+			goto out;
+	free(L->adims);
+	L->adims = L->kept;
+	L->nadims = L->nkept;
+	L->capadims = L->capkept;
+	L->kept = NULL;
+	L->nkept = L->capkept = 0;
 out:
 	free(order);
 	free(want);
@@ -2244,6 +2379,8 @@ static int check_array(loader *L, const flx_tensor *t, const sent *e)
 	const int64_t *blk = L->dims + m->dims + m->ndim;
 	char x[96], y[96];
 
+	if (e->sok)
+		return 0;
 	if (m->flat) {
 		if (e->ndim == 1 &&
 		    eshape(L, e)[0] == ltm_stop(L, m) - ltm_start(L, m))
@@ -2515,11 +2652,83 @@ done:
 	return flx_tensor_check_chunks(t, L->meta, L->err);
 }
 
+/* An array of its own pages, whose used start the tensors give back as
+ * they are built (spent()): a copy of the entries in key order, and of the
+ * LTMs when the keys' come in key order. */
+typedef struct spend {
+	char *p;
+	size_t bytes, gone; /* mapped, and unmapped from the start */
+} spend;
+
+/* n * elem bytes mapped (sp->p NULL when they could not be). */
+static void spend_map(spend *sp, size_t n, size_t elem)
+{
+	void *p;
+
+	sp->p = NULL;
+	sp->gone = 0;
+	sp->bytes = (n ? n : 1) * elem;
+	p = mmap(NULL, sp->bytes, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p != MAP_FAILED)
+		sp->p = p;
+}
+
+/* The pages wholly below byte used are not needed. */
+static void spent(spend *sp, size_t used)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), end = used / pg * pg;
+
+	if (sp->p && end > sp->gone) {
+		munmap(sp->p + sp->gone, end - sp->gone);
+		sp->gone = end;
+	}
+}
+
+static void spend_free(spend *sp)
+{
+	if (sp->p && sp->bytes > sp->gone)
+		munmap(sp->p + sp->gone, sp->bytes - sp->gone);
+	sp->p = NULL;
+}
+
+/* The entries (L->se) in key order, storage_metadata order within a key
+ * (as es lists them, which then lists them in place), in *se; the LTMs
+ * (L->ltms) in *lt when each key's follow the key before's.  The loader's
+ * arrays are freed and point at the copies.  @return 0 or -ENOMEM. */
+static int spend_entries(loader *L, uint32_t *es, spend *se, spend *lt)
+{
+	bool ordered = true;
+
+	spend_map(se, L->nse, sizeof(sent));
+	if (!se->p)
+		return -ENOMEM;
+	for (size_t i = 0; i < L->nse; i++) {
+		((sent *)se->p)[i] = L->se[es[i]];
+		es[i] = (uint32_t)i;
+	}
+	free(L->se);
+	L->se = (sent *)se->p;
+	for (size_t i = 1; i < L->nkeys && ordered; i++)
+		ordered = L->keys[i].lo >= L->keys[i - 1].lo + L->keys[i - 1].n;
+	lt->p = NULL;
+	if (!ordered || !L->nltms)
+		return 0;
+	spend_map(lt, L->nltms, sizeof(ltm));
+	if (!lt->p)
+		return -ENOMEM;
+	memcpy(lt->p, L->ltms, L->nltms * sizeof(ltm));
+	free(L->ltms);
+	L->ltms = (ltm *)lt->p;
+	return 0;
+}
+
 static int build_tensors(loader *L)
 {
 	flx_ckpt *c = L->c;
 	size_t *start = calloc(L->nkeys + 1, sizeof(size_t));
 	uint32_t *es = malloc((L->nse ? L->nse : 1) * sizeof(uint32_t));
+	spend sse = {0}, slt = {0};
 	int rc = 0;
 
 	size_t t0 = c->ntensors;
@@ -2542,6 +2751,9 @@ static int build_tensors(loader *L)
 	for (size_t i = L->nkeys; i > 0; i--)
 		start[i] = start[i - 1];
 	start[0] = 0;
+	/* what a tensor read is given back before the next is built */
+	if ((rc = spend_entries(L, es, &sse, &slt)))
+		goto out;
 	for (size_t i = 0; i < L->nkeys; i++) {
 		flx_tensor *t = &c->tensors[t0 + i];
 
@@ -2551,8 +2763,22 @@ static int build_tensors(loader *L)
 				  t);
 		if (rc)
 			goto out;
+		spent(&sse, (start[i] + L->keys[i].nse) * sizeof(sent));
+		if (i + 1 < L->nkeys)
+			spent(&slt, L->keys[i + 1].lo * sizeof(ltm));
 	}
 out:
+	/* the entries and LTMs are the tensors' now, or no longer needed */
+	if (sse.p) {
+		spend_free(&sse);
+		L->se = NULL;
+		L->nse = L->capse = 0;
+	}
+	if (slt.p) {
+		spend_free(&slt);
+		L->ltms = NULL;
+		L->nltms = L->capltms = 0;
+	}
 	free(start);
 	free(es);
 	return rc;
@@ -2672,12 +2898,28 @@ void flx_paddle_attach(flx_ckpt *c, const flx_paddle *pd)
  * or entry that does not decode, a list or pair also in the tree, a list
  * met elsewhere) declines, and the metadata is decoded again as a tree,
  * which gives the same index or the same message.
+ *
+ * Paddle pickles state_dict_metadata before storage_metadata, so the
+ * first attempt (placed) also watches the pairs of state_dict_metadata
+ * (sdm_watch(): key i's LTMs are the i-th list streamed) and matches each
+ * primary entry with its LTM as it streams (place_entry(), 8 bytes an
+ * entry); the entries' offsets and shapes are never kept.  An entry that
+ * matches no LTM, or a pair or LTM after the first entry, declines to
+ * the second attempt, which keeps the entries as rawse records and
+ * matches them once the tree is freed (resolve_streamed()).
  */
 
 /* Forget what the sinks took. */
 static void stream_reset(loader *L)
 {
 	drop_records(L);
+	drop(&L->pe);
+	drop(&L->kmap);
+	drop(&L->keys);
+	drop(&L->ltm_ord);
+	L->npe = L->cappe = L->nkmap = L->capkmap = L->nwk = L->capkeys = 0;
+	L->nkeys = 0;
+	L->se_on = L->place = false;
 	drop(&L->sg);
 	drop(&L->istr);
 	drop(&L->itab);
@@ -2741,6 +2983,10 @@ static int ltm_sink(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
 	flx_error scratch, *keep = L->err;
 	int rc = 0;
 
+	/* placed: a list's LTMs are its key's once its pair is watched */
+	if (L->place && (L->se_on || (L->nsg && L->nsg - 1 < L->nwk &&
+				      L->sg[L->nsg - 1].list == list)))
+		return -EAGAIN;
 	if (!L->nsg || L->sg[L->nsg - 1].list != list) {
 		if (flx_grow((void **)&L->sg, &L->capsg, L->nsg + 1,
 			     sizeof(*L->sg)))
@@ -2761,7 +3007,119 @@ static int ltm_sink(void *ctx, const flx_pv *list, flx_pv *const *v, size_t n)
 	return 0;
 }
 
-/* Pairs of storage_metadata: the primary entries, as rawse records. */
+/* L->kmap for every interned string, the new ones -1 (no key). */
+static int kmap_cover(loader *L)
+{
+	if (flx_grow((void **)&L->kmap, &L->capkmap, L->nistr,
+		     sizeof(*L->kmap)))
+		return -ENOMEM;
+	for (; L->nkmap < L->nistr; L->nkmap++)
+		L->kmap[L->nkmap] = -1;
+	return 0;
+}
+
+/* Pairs of state_dict_metadata, placed: the i-th pair's key becomes key i
+ * of L->keys, its LTMs those of the list streamed as L->sg[i] (whole: a
+ * later batch of it declines, ltm_sink()).  A key named twice, a value
+ * not that list, or a pair after the first entry declines, and the tree's
+ * load reports what it reports. */
+static int sdm_watch(void *ctx, flx_pv *const *kv, size_t npairs)
+{
+	loader *L = ctx;
+	int rc;
+
+	if (L->se_on || npairs > L->nsg - L->nwk ||
+	    L->nwk + npairs > UINT32_MAX / 2)
+		return -EAGAIN;
+	if (flx_grow((void **)&L->keys, &L->capkeys, L->nwk + npairs,
+		     sizeof(*L->keys)))
+		return -ENOMEM;
+	for (size_t j = 0; j < npairs; j++) {
+		const char *key = cstr(kv[2 * j]);
+		const sgroup *g = &L->sg[L->nwk];
+		uint32_t id;
+
+		if (!key || kv[2 * j + 1] != g->list)
+			return -EAGAIN;
+		if ((rc = intern(L, key, &id)) || (rc = kmap_cover(L)))
+			return rc == -ENOMEM ? rc : -EAGAIN;
+		if (L->kmap[id] >= 0)
+			return -EAGAIN;
+		L->kmap[id] = (long)L->nwk;
+		L->keys[L->nwk++] =
+		    (pkey){.fqn = (char *)L->istr[id], .lo = g->lo, .n = g->n};
+	}
+	return 0;
+}
+
+/* A primary entry of storage_metadata, placed: matched with its key's
+ * LTMs as resolve_entry() matches it, into L->pe.  The first one ends
+ * state_dict_metadata: its keys are counted and their LTMs sorted.
+ * @return 0, -ENOMEM, or another -errno (err set) to decline. */
+static int place_entry(loader *L, const lti *x, uint32_t ik, uint32_t f)
+{
+	long ki, m;
+	int rc;
+
+	if (!L->se_on) {
+		L->se_on = true;
+		L->nkeys = L->nwk;
+		if ((rc = sort_ltms(L)))
+			return rc;
+	}
+	if ((rc = kmap_cover(L)))
+		return rc;
+	ki = L->kmap[ik];
+	if ((rc = match_entry(L, x, &ki, &m)))
+		return rc;
+	/* entries are fewer than 2^32 (load_files()) */
+	if (L->npe >= UINT32_MAX - 1)
+		return -EAGAIN;
+	if (flx_grow((void **)&L->pe, &L->cappe, L->npe + 1, sizeof(*L->pe)))
+		return -ENOMEM;
+	L->pe[L->npe++] = (pent){f, (uint32_t)m};
+	L->keys[ki].nse++;
+	return 0;
+}
+
+/* The key whose LTMs [lo, lo + n) hold LTM j, placed: the keys' LTMs
+ * follow one another in key order (their lists streamed in order). */
+static uint32_t key_of_ltm(const loader *L, uint32_t j)
+{
+	size_t lo = 0, hi = L->nkeys;
+
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (L->keys[mid].lo <= j)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return (uint32_t)lo;
+}
+
+/* The entries placed (L->pe) as L->se, in storage_metadata order. */
+static int expand_placed(loader *L)
+{
+	L->se = calloc(L->npe ? L->npe : 1, sizeof(*L->se));
+	if (!L->se)
+		return -ENOMEM;
+	L->capse = L->npe ? L->npe : 1;
+	for (size_t i = 0; i < L->npe; i++) {
+		L->se[i].key = key_of_ltm(L, L->pe[i].ltm);
+		L->se[i].pf = L->pe[i].pf;
+		L->se[i].ltm = L->pe[i].ltm;
+	}
+	L->nse = L->npe;
+	drop(&L->pe);
+	drop(&L->kmap);
+	L->npe = L->cappe = L->nkmap = L->capkmap = 0;
+	return 0;
+}
+
+/* Pairs of storage_metadata: the primary entries, as rawse records (or,
+ * placed, resolved: place_entry()). */
 static int se_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 {
 	loader *L = ctx;
@@ -2786,6 +3144,11 @@ static int se_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 			lastk = x.key;
 		if (!rc && x.file != lastf && !(rc = intern(L, x.file, &jf)))
 			lastf = x.file;
+		if (!rc && L->place) {
+			x.file = L->istr[jf];
+			rc = place_entry(L, &x, ik, jf);
+			continue;
+		}
 		nd = (size_t)x.na + (size_t)(x.ns > 0 ? x.ns : 0) +
 		     (x.flat ? 2 : 0);
 		if (!rc && nd > UINT32_MAX - L->nrdims)
@@ -2823,7 +3186,8 @@ static int se_sink(void *ctx, flx_pv *const *kv, size_t npairs)
 /* Whether what the sinks took stands for the metadata exactly: every pair
  * of storage_metadata went to se_sink() (or none did, nor any other
  * dict's), and each list ltm_sink() saw is, in order, a value of
- * state_dict_metadata that holds nothing in the tree. */
+ * state_dict_metadata that holds nothing in the tree; placed, also the
+ * pairs sdm_watch() saw are that dict's, each value such a list. */
 static bool stream_placed(loader *L, const flx_pickle *pk)
 {
 	const flx_pv *root = flx_pickle_root(pk), *sunk, *sm, *sdm;
@@ -2832,15 +3196,22 @@ static bool stream_placed(loader *L, const flx_pickle *pk)
 	sunk = flx_pickle_sink_dict(pk);
 	sm = is_paddle_obj(root, "Metadata") ? field(root, "storage_metadata")
 					     : NULL;
-	if (sunk ? sm != sunk || sm->u.dict.n : L->nraw != 0)
+	if (sunk ? sm != sunk || sm->u.dict.n : L->nraw || L->npe)
 		return false;
 	sdm = is_paddle_obj(root, "Metadata")
 		  ? field(root, "state_dict_metadata")
 		  : NULL;
+	if (L->place &&
+	    (!sdm || sdm->kind != FLX_PV_DICT || sdm->u.dict.n != L->nwk))
+		return false;
 	for (size_t i = 0; sdm && sdm->kind == FLX_PV_DICT && i < sdm->u.dict.n;
 	     i++) {
 		const flx_pv *v = sdm->u.dict.kv[2 * i + 1];
+		const char *key = cstr(sdm->u.dict.kv[2 * i]);
 
+		if (L->place && (!flx_pv_streamed(v) || !key ||
+				 strcmp(key, L->keys[i].fqn)))
+			return false;
 		if (!flx_pv_streamed(v))
 			continue;
 		if (used == L->nsg || L->sg[used].list != v || flx_pv_len(v))
@@ -2870,7 +3241,8 @@ static int storage_records(loader *L, flx_pickle **pk)
 	/* the lists load_sdm() took were the tree's */
 	drop(&L->sg);
 	L->nsg = L->capsg = L->usedsg = 0;
-	if ((rc = resolve_streamed(L)) || (rc = drop_ltm_ord(L)))
+	if ((rc = L->place ? expand_placed(L) : resolve_streamed(L)) ||
+	    (rc = drop_ltm_ord(L)))
 		return rc;
 	if (fm_rc && L->err && !L->err->code)
 		*L->err = fm;
@@ -2901,8 +3273,9 @@ static int interpret(loader *L, flx_pickle **pk)
 		L->c->writer = NULL;
 		return -ENOMEM;
 	}
+	/* placed: sorted when the first entry streamed */
 	if ((rc = load_sdm(L, field(root, "state_dict_metadata"))) ||
-	    (rc = sort_ltms(L)))
+	    (!L->ltm_ord && (rc = sort_ltms(L))))
 		return rc;
 	if (L->streamed)
 		rc = storage_records(L, pk);
@@ -2933,6 +3306,7 @@ static void part_release(loader *L)
 	L->dims_kept = false;
 	drop(&L->dims);
 	drop(&L->adims);
+	drop(&L->kept);
 	drop(&L->ltms);
 	drop(&L->keys);
 	drop(&L->by_name);
@@ -2941,9 +3315,8 @@ static void part_release(loader *L)
 	drop(&L->ltm_ord);
 	drop(&L->se);
 	drop(&L->kname);
-	drop(&L->kmap);
 	stream_reset(L);
-	L->nadims = L->capadims = 0;
+	L->nadims = L->capadims = L->adtotal = L->nkept = L->capkept = 0;
 	L->nfiles = L->capfiles = L->ndims = L->capdims = L->nltms =
 	    L->capltms = 0;
 	L->nkeys = L->nse = L->capse = 0;
@@ -2964,8 +3337,10 @@ static bool want_distcp(const char *name)
 	return is_distcp_name(name, &id);
 }
 
-/* The one streamed attempt: its per-chunk parts taken by the sinks, and
- * all of them placed (stream_placed()). */
+/* A streamed attempt: its per-chunk parts taken by the sinks, and all of
+ * them placed (stream_placed()); in the first, the entries resolved as
+ * they stream (placed: sdm_watch(), place_entry()), in the second kept
+ * as records and resolved after (resolve_streamed()). */
 static int load_attempt(void *ctx, unsigned k, const flx_reader *r,
 			const flx_pickle_limits *lim, flx_pickle **pk)
 {
@@ -2974,10 +3349,14 @@ static int load_attempt(void *ctx, unsigned k, const flx_reader *r,
 				      .pairs = se_sink,
 				      .ctx = L,
 				      .items = ltm_sink,
-				      .list_parent = "state_dict_metadata"};
-	int rc = flx_pickle_load_sink(r, L->meta, lim, &sink, pk, L->err);
+				      .list_parent = "state_dict_metadata",
+				      .watch_key =
+					  k == 0 ? "state_dict_metadata" : NULL,
+				      .watch = k == 0 ? sdm_watch : NULL};
+	int rc;
 
-	(void)k;
+	L->place = k == 0;
+	rc = flx_pickle_load_sink(r, L->meta, lim, &sink, pk, L->err);
 	if (!rc && !stream_placed(L, *pk)) {
 		flx_pickle_free(*pk);
 		*pk = NULL;
@@ -2999,7 +3378,7 @@ static int load_metadata(loader *L, flx_pickle **pk, int64_t *mtime)
 				      "checkpoint directory?)";
 
 	return flx_build_load_pickle(L->b, L->meta, MAX_METADATA_BYTES, missing,
-				     mtime, 1, load_attempt, load_reset, L, pk,
+				     mtime, 2, load_attempt, load_reset, L, pk,
 				     L->err);
 }
 
