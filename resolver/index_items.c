@@ -26,6 +26,22 @@
 
 /* ---- worker threads ---- */
 
+unsigned flx_part_count(unsigned force, size_t n, size_t per)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t want = per ? n / per : n;
+
+	if (force)
+		want = force;
+	else if (want > (size_t)(cpus < 1 ? 1 : cpus))
+		want = (size_t)(cpus < 1 ? 1 : cpus);
+	if (want > n)
+		want = n;
+	if (want > FLX_MAX_THREADS)
+		want = FLX_MAX_THREADS;
+	return want ? (unsigned)want : 1;
+}
+
 void flx_run_parts(void *parts, size_t size, unsigned n, void *(*fn)(void *))
 {
 	pthread_t tid[FLX_MAX_THREADS];

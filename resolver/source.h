@@ -446,6 +446,14 @@ void flx_build_names_from(flx_build *b, const char *from, const char *where);
 #define FLX_MAX_THREADS 8
 void flx_run_parts(void *parts, size_t size, unsigned n, void *(*fn)(void *));
 
+/**
+ * How many parts (threads) for n things, per a part: n / per, at most the
+ * CPUs online; or force when non-zero (flx_ckpt_opts.threads: tests run
+ * the error corpus that way, and the outcome must not depend on it).
+ * Never more than n or FLX_MAX_THREADS, never 0.  Thread-safe.
+ */
+unsigned flx_part_count(unsigned force, size_t n, size_t per);
+
 /** st's mtime in nanoseconds. */
 int64_t flx_mtime_ns(const struct stat *st);
 

@@ -439,23 +439,10 @@ typedef struct part {
 	flx_pool pool;		    /* names and chunks, for c->pool */
 } part;
 
-/* Parts for n entries: by size and CPUs, or as many as the open's forced
- * thread count (so the error corpus, a few dozen entries, runs through
- * the parts too). */
+/* Parts for n entries (flx_part_count()). */
 static unsigned part_count(const loader *L, size_t n)
 {
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	size_t want = n / ENTRIES_PER_PART;
-
-	if (L->threads)
-		want = L->threads;
-	else if (want > (size_t)(cpus < 1 ? 1 : cpus))
-		want = (size_t)(cpus < 1 ? 1 : cpus);
-	if (want > n)
-		want = n;
-	if (want > MAX_PARTS)
-		want = MAX_PARTS;
-	return want ? (unsigned)want : 1;
+	return flx_part_count(L->threads, n, ENTRIES_PER_PART);
 }
 
 /* np parts over entries [0, n) of dict; NULL when out of memory. */

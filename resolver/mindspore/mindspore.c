@@ -202,23 +202,10 @@ typedef struct loader {
 	bool unified;
 } loader;
 
-/* Parts (threads) for n things, per a part: by count and CPUs, or as
- * many as the open's forced thread count (flx_ckpt_opts.threads, tests:
- * the outcome must not depend on it), at most one a thing. */
+/* Parts (threads) for n things, per a part (flx_part_count()). */
 static unsigned parts_for(const loader *L, size_t n, size_t per)
 {
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	size_t want = n / per;
-
-	if (L->threads)
-		want = L->threads;
-	else if (want > (size_t)(cpus < 1 ? 1 : cpus))
-		want = (size_t)(cpus < 1 ? 1 : cpus);
-	if (want > n)
-		want = n;
-	if (want > FLX_MAX_THREADS)
-		want = FLX_MAX_THREADS;
-	return want ? (unsigned)want : 1;
+	return flx_part_count(L->threads, n, per);
 }
 
 /* ---- directory ---- */
