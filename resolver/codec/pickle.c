@@ -113,16 +113,25 @@ struct flx_pickle {
 	struct arena_blk *spare;
 };
 
-/* A packed memo chunk (pack_memo()): slot i is live when bit i % 64 of
- * bits[i / 64] is set; its value is then pk_v[base + rank[i / 64] + the
- * live slots below i in its word].  A packed chunk holds at most
- * PACK_MAX live slots: with their values, a quarter of the chunk's
- * bytes and a few pages, where a chunk of memo slots takes a huge page. */
-#define PACK_MAX (MEMO_CHUNK / 4)
+/* A packed memo chunk (pack_memo()): its live slots' values are
+ * pk_v[base ..), in ascending slot order.  Sparse (nidx live slots, at most
+ * PACK_SPARSE): the slot at idx[j] is pk_v[base + j].  Dense (nidx is
+ * PACK_DENSE): slot i is live when bit i % 64 of bits[i / 64] is set, its
+ * value pk_v[base + rank[i / 64] + the live slots below i in its word].
+ * A packed chunk holds at most PACK_MAX live slots: with their values, a
+ * quarter of the chunk's bytes and a few pages, where a chunk of memo
+ * slots takes a huge page; a sparse one takes 4 bytes a live slot, not
+ * the bitmap's 48 KiB (a dropped value's logged slots: a few dozen a
+ * chunk). */
+#define PACK_MAX    (MEMO_CHUNK / 4)
+#define PACK_SPARSE 1024
+#define PACK_DENSE  UINT32_MAX
 struct pk_chunk {
 	size_t base;
-	uint64_t bits[MEMO_CHUNK / 64];
-	uint32_t rank[MEMO_CHUNK / 64];
+	uint32_t nidx;
+	uint64_t *bits; /* dense: MEMO_CHUNK / 64 words, then rank */
+	uint32_t *rank;
+	uint32_t idx[]; /* sparse: the live slots, ascending */
 };
 _Static_assert(PACK_MAX <= UINT32_MAX, "pk_chunk rank");
 
@@ -1132,6 +1141,20 @@ static flx_pv **memo_ref(const struct vm *vm, size_t idx)
 
 	if (!vm->packed || !(k = vm->packed[idx / MEMO_CHUNK]))
 		return memo_slot(vm, idx);
+	if (k->nidx != PACK_DENSE) {
+		size_t lo = 0, hi = k->nidx;
+
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+
+			if (k->idx[mid] < i)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
+		return lo < k->nidx && k->idx[lo] == i ? &vm->pk_v[k->base + lo]
+						       : NULL;
+	}
 	if (!(k->bits[w] & bit))
 		return NULL;
 	return &vm->pk_v[k->base + k->rank[w] +
@@ -2272,6 +2295,31 @@ static void rewind_batch(struct vm *vm)
  * chunks (Megatron-Core's all_local_plans: one batch of every plan).  Out
  * of memory: the chunk simply stays.
  */
+/* A packed chunk for live slots: sparse up to PACK_SPARSE, else dense
+ * (struct pk_chunk).  @return it (owned by the caller, one free()), or
+ * NULL when out of memory. */
+static struct pk_chunk *pk_chunk_new(size_t live)
+{
+	const size_t words = MEMO_CHUNK / 64;
+	struct pk_chunk *k;
+
+	if (live <= PACK_SPARSE) {
+		if ((k = malloc(sizeof(*k) + live * sizeof(k->idx[0])))) {
+			k->nidx = (uint32_t)live;
+			k->bits = NULL;
+			k->rank = NULL;
+		}
+		return k;
+	}
+	k = malloc(sizeof(*k) + words * (sizeof(uint64_t) + sizeof(uint32_t)));
+	if (k) {
+		k->nidx = PACK_DENSE;
+		k->bits = (uint64_t *)(k + 1);
+		k->rank = (uint32_t *)(k->bits + words);
+	}
+	return k;
+}
+
 static void pack_memo(struct vm *vm)
 {
 	size_t nchunks = vm->max_memo / MEMO_CHUNK + 1;
@@ -2293,10 +2341,18 @@ static void pack_memo(struct vm *vm)
 			return;
 		if (flx_grow((void **)&vm->pk_v, &vm->cap_v, vm->npk + live,
 			     sizeof(*vm->pk_v)) ||
-		    !(k = malloc(sizeof(*k))))
+		    !(k = pk_chunk_new(live)))
 			return;
 		k->base = vm->npk;
-		for (size_t w = 0; w < MEMO_CHUNK / 64; w++) {
+		for (size_t i = 0; k->nidx != PACK_DENSE && i < MEMO_CHUNK;
+		     i++) {
+			if (!m[i] || m[i] == &consumed)
+				continue;
+			k->idx[vm->npk - k->base] = (uint32_t)i;
+			vm->pk_v[vm->npk++] = m[i];
+		}
+		for (size_t w = 0; k->nidx == PACK_DENSE && w < MEMO_CHUNK / 64;
+		     w++) {
 			uint64_t bits = 0;
 
 			k->rank[w] = (uint32_t)(vm->npk - k->base);
