@@ -18,24 +18,30 @@
 
 static char dir[64];
 
-/* dir/m.ckpt := the spec-bytes fixture's file name */
-static flx_ckpt *open_one(const char *name, flx_error *e)
+/* to := a copy of from (both paths); aborts when either cannot be opened */
+static void copy_file(const char *from, const char *to)
 {
-	char from[256], to[128], buf[4096];
-	flx_ckpt *c = NULL;
-	FILE *in, *out;
+	char buf[1 << 16];
+	FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
 	size_t n;
 
-	snprintf(from, sizeof(from), "fixtures/mindspore-spec-bytes/%s", name);
-	snprintf(to, sizeof(to), "%s/m.ckpt", dir);
-	in = fopen(from, "rb");
-	out = fopen(to, "wb");
 	if (!in || !out)
 		abort();
 	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
 		fwrite(buf, 1, n, out);
 	fclose(in);
 	fclose(out);
+}
+
+/* dir/m.ckpt := the spec-bytes fixture's file name */
+static flx_ckpt *open_one(const char *name, flx_error *e)
+{
+	char from[256], to[128];
+	flx_ckpt *c = NULL;
+
+	snprintf(from, sizeof(from), "fixtures/mindspore-spec-bytes/%s", name);
+	snprintf(to, sizeof(to), "%s/m.ckpt", dir);
+	copy_file(from, to);
 	flx_error_init(e);
 	if (flx_ckpt_open(dir, &c, e) < 0)
 		return NULL;
@@ -692,26 +698,15 @@ static const unsigned thread_counts[] = {0, 2, 3, 5, 8};
 static void copy_pp2(const char *to, char names[8][192])
 {
 	char from[192];
-	uint8_t buf[1 << 16];
 
 	for (int r = 0; r < 8; r++) {
-		FILE *in, *out;
-		size_t n;
-
 		snprintf(names[r], 192, "%s/rank_%d", to, r);
 		mkdir(names[r], 0755);
 		snprintf(names[r], 192, "%s/rank_%d/llama_rank_%d-2_4.ckpt", to,
 			 r, r);
 		snprintf(from, sizeof(from),
 			 PP2 "ckpt/rank_%d/llama_rank_%d-2_4.ckpt", r, r);
-		in = fopen(from, "rb");
-		out = fopen(names[r], "wb");
-		if (!in || !out)
-			abort();
-		while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
-			fwrite(buf, 1, n, out);
-		fclose(in);
-		fclose(out);
+		copy_file(from, names[r]);
 	}
 }
 
