@@ -568,16 +568,23 @@ static int dims_of(loader *L, const char *file, const char *key,
 	return 0;
 }
 
+/* Append v[0..n) to the array *a (*len used, *cap room): its place in
+ * *at.  @return 0 or -ENOMEM. */
+static int push_i64(int64_t **a, size_t *len, size_t *cap, int n,
+		    const int64_t *v, size_t *at)
+{
+	if (flx_grow((void **)a, cap, *len + (size_t)n + 1, sizeof(int64_t)))
+		return -ENOMEM;
+	*at = *len;
+	if (n)
+		memcpy(*a + *len, v, sizeof(int64_t) * (size_t)n);
+	*len += (size_t)n;
+	return 0;
+}
+
 static int push_dims(loader *L, int n, const int64_t *v, size_t *at)
 {
-	if (flx_grow((void **)&L->dims, &L->capdims, L->ndims + (size_t)n + 1,
-		     sizeof(int64_t)))
-		return -ENOMEM;
-	*at = L->ndims;
-	if (n)
-		memcpy(L->dims + L->ndims, v, sizeof(int64_t) * (size_t)n);
-	L->ndims += (size_t)n;
-	return 0;
+	return push_i64(&L->dims, &L->ndims, &L->capdims, n, v, at);
 }
 
 /* An array's shape (valid until the next array is decoded). */
@@ -1995,13 +2002,11 @@ static bool holds_shard(const loader *L, const ltm *m, int n,
  * fits 32 bits): its place in *at.  @return 0 or -ENOMEM. */
 static int keep_shape(loader *L, int n, const int64_t *shape, uint32_t *at)
 {
-	if (flx_grow((void **)&L->kept, &L->capkept, L->nkept + (size_t)n + 1,
-		     sizeof(int64_t)))
+	size_t pos;
+
+	if (push_i64(&L->kept, &L->nkept, &L->capkept, n, shape, &pos))
 		return -ENOMEM;
-	*at = (uint32_t)L->nkept;
-	if (n)
-		memcpy(L->kept + L->nkept, shape, sizeof(int64_t) * (size_t)n);
-	L->nkept += (size_t)n;
+	*at = (uint32_t)pos;
 	return 0;
 }
 
