@@ -159,7 +159,9 @@ typedef struct loader {
 	struct owner {
 		const char *fqn; /* NULL: empty slot */
 		uint32_t first, n, dims;
+		uint32_t next; /* the chunk after the last placed */
 		int8_t nd;
+		int8_t distinct; /* see owned_distinct() */
 	} * own;
 	size_t ownmask, nown;
 	uint32_t *cmap; /* see cmap_build() */
@@ -942,7 +944,8 @@ static int sdm_watch(void *ctx, flx_pv *const *kv, size_t npairs)
 		k = own_slot(L, in);
 		if (L->own[k].fqn)
 			return place_decline(L); /* a key given twice */
-		L->own[k] = (struct owner){in, e->first, e->n, e->dims, e->nd};
+		L->own[k] =
+		    (struct owner){in, e->first, e->n, e->dims, 0, e->nd, 0};
 		L->nown++;
 		e->fqn = in;
 	}
@@ -959,6 +962,32 @@ static const int64_t *owned_box(const loader *L, const struct owner *o,
 static uint64_t owned_hash(const struct owner *o, const int64_t *off)
 {
 	return sentry_hash((uint64_t)(uintptr_t)o->fqn, o->nd, off);
+}
+
+/* Whether o's chunks lie in strictly increasing order of their offsets
+ * (so no two share them), worked out on the first call: the placing may
+ * then take the chunk after the last one placed when its offsets match,
+ * with no lookup, as no other chunk of o has those offsets. */
+static bool owned_distinct(struct owner *o, const loader *L)
+{
+	if (!o->distinct) {
+		o->distinct = 1;
+		for (size_t i = 1; o->nd && i < o->n; i++) {
+			const int64_t *a = owned_box(L, o, i - 1);
+			const int64_t *b = owned_box(L, o, i);
+			int8_t d = 0;
+
+			while (d < o->nd && a[d] == b[d])
+				d++;
+			if (d == o->nd || a[d] > b[d]) {
+				o->distinct = -1;
+				break;
+			}
+		}
+		if (!o->nd && o->n > 1)
+			o->distinct = -1;
+	}
+	return o->distinct > 0;
 }
 
 /* The number within o's list of its chunk at off, or -1. */
@@ -1022,7 +1051,7 @@ static int cmap_build(loader *L)
 static int place(loader *L, struct cls_seen *seen, const flx_pv *k,
 		 const sentry *e)
 {
-	const struct owner *o = L->own ? &L->own[own_slot(L, e->fqn)] : NULL;
+	struct owner *o = L->own ? &L->own[own_slot(L, e->fqn)] : NULL;
 	const int64_t *off = L->offpool[0] + e->offi;
 	size_t nb = sizeof(*off) * (size_t)e->ndim;
 	flx_chunk *ch;
@@ -1037,11 +1066,17 @@ static int place(loader *L, struct cls_seen *seen, const flx_pv *k,
 		return place_decline(L);
 	if (!flx_pv_int(attr_k(seen, k, AK_INDEX), &i) || i < 0 || i >= o->n ||
 	    (nb && memcmp(owned_box(L, o, (size_t)i), off, nb))) {
-		if (!L->cmap && (rc = cmap_build(L)))
-			return rc;
-		if ((i = cmap_find(L, o, off)) < 0)
-			return place_decline(L); /* an entry for no chunk */
+		i = o->next;
+		if (i >= o->n ||
+		    (nb && memcmp(owned_box(L, o, (size_t)i), off, nb)) ||
+		    !owned_distinct(o, L)) {
+			if (!L->cmap && (rc = cmap_build(L)))
+				return rc;
+			if ((i = cmap_find(L, o, off)) < 0)
+				return place_decline(L); /* for no chunk */
+		}
 	}
+	o->next = (uint32_t)i + 1;
 	ch = &L->chk[o->first + (size_t)i];
 	if (ch->file != UINT32_MAX)
 		return place_decline(L); /* a second entry */
