@@ -2607,16 +2607,27 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 		}
 	}
 	if (boxes_in_place(L, t, es, n)) {
-		if ((rc = flx_tensor_pool_strides(&L->c->pool, t, nch)))
+		/* the strides shared by the chunks in a row that have the
+		 * same (flx_tensor_pool_place()) */
+		flx_chunk *ch = flx_pool_alloc(&L->c->pool, nch * sizeof(*ch));
+
+		if (!ch)
+			return -ENOMEM;
+		for (size_t i = 0; i < n; i++) {
+			ch[i].off = L->dims + L->ltms[L->se[es[i]].ltm].dims;
+			ch[i].size = ch[i].off + t->ndim;
+		}
+		if ((rc = flx_tensor_pool_place(&L->c->pool, t, ch, nch)))
 			return rc;
 		for (size_t i = 0; i < n; i++) {
 			const sent *e = &L->se[es[i]];
-			flx_chunk *ch = &t->chunks[i];
+			int64_t st[FLX_MAX_DIMS];
 
-			ch->off = L->dims + L->ltms[e->ltm].dims;
-			ch->size = ch->off + t->ndim;
-			strides_of(t->ndim, ch->size, e->fortran, ch->stride);
-			chunk_at(ch, t,
+			strides_of(t->ndim, ch[i].size, e->fortran, st);
+			if ((rc = flx_chunk_set_strides(&ch[i], t->ndim, st,
+							&L->c->pool)))
+				return rc;
+			chunk_at(&ch[i], t,
 				 e->latin1 ? L->memfile : L->files[e->pf].idx,
 				 e->off);
 		}
