@@ -2674,8 +2674,8 @@ done:
 }
 
 /* An array of its own pages, whose used start the tensors give back as
- * they are built (spent()): a copy of the entries in key order, and of the
- * LTMs when the keys' come in key order. */
+ * they are built (spent()): the entries in key order, and the LTMs when
+ * the keys' come in key order (spend_entries()). */
 typedef struct spend {
 	char *p;
 	size_t bytes, gone; /* mapped, and unmapped from the start */
@@ -2737,10 +2737,10 @@ static void gather_entries(loader *L, uint32_t *es)
 }
 
 /* The entries (L->se) in key order, storage_metadata order within a key
- * (as es lists them, which then lists them in place), in *se: in place
- * where they are mapped (L->se_map), else a copy; the LTMs (L->ltms) in
- * *lt when each key's follow the key before's.  The loader's arrays are
- * freed and point at the copies.  @return 0 or -ENOMEM. */
+ * (as es lists them, which then lists them in place), in *se; the LTMs
+ * (L->ltms) in *lt when each key's follow the key before's.  Each is its
+ * array where that is mapped (L->se_map, L->ltm_map), else a copy, the
+ * loader's array freed and pointing at it.  @return 0 or -ENOMEM. */
 static int spend_entries(loader *L, uint32_t *es, spend *se, spend *lt)
 {
 	bool ordered = true;
