@@ -2924,9 +2924,10 @@ static void paddle_pickle(struct sbuf *b, uint32_t *ref)
 /* What a sink load of paddle_pickle() holds stays bounded: the values of
  * the batches the sink took (also of those that fill an arena block with
  * the names kept, and go on in a new one), the 'float32' strings kept
- * (a node each, the bytes of equal ones shared), and the memo chunks the
- * batches filled (packed, though one slot in six is live): under limits
- * of 400,000 values (320,000 of them the 'float32' nodes) and 2,000,000
+ * (a value each, counted as a node is, though equal ones take only their
+ * memo slot's word), and the memo chunks the batches filled (packed,
+ * though one slot in six is live): under limits of 400,000 values
+ * (320,000 of them the 'float32' strings) and 2,000,000
  * memo slots, of the 4 million values and 2 million slots it makes.
  * Every string named again reads back, as in a plain load. */
 static void test_sink_paddle_held(void)
