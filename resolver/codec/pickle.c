@@ -91,6 +91,16 @@ _Static_assert(sizeof(void *) != 8 || sizeof(flx_pv) == 32, "node size");
 /* strings kept past a sink load's batches and shared by content
  * (rewind_batch()): at most this many */
 #define KEEP_MAX ((size_t)1 << 16)
+/* A memo slot of a sink load holds, for a string kept past its batch that
+ * equals one kept before, a word instead of a node (kw_word()): bit 0 set
+ * (a node is ARENA_ALIGN-aligned), the id of the string kept before
+ * (vm->kstr) in the next KW_ID_BITS bits, the string's input offset above
+ * them.  memo_get() makes its node when it is named again.  Python's
+ * pickler memoizes a new dtype or key string per chunk: 8 bytes each
+ * rather than a 32-byte node. */
+#define KW_ID_BITS 16
+#define KW_OFF_MAX ((uint64_t)(UINTPTR_MAX >> (KW_ID_BITS + 1)))
+_Static_assert(KEEP_MAX <= (size_t)1 << KW_ID_BITS, "kept string id");
 
 struct arena_blk {
 	struct arena_blk *next;
@@ -225,14 +235,14 @@ struct vm {
 	/* mark_taken()'s walk */
 	flx_pv **tk;
 	size_t tk_cap;
-	/* The strings batches kept (rewind_batch()), by content: open
-	 * addressing, 1 << keeps_bits slots, keeps_n set; kfix: the slots
-	 * set by the batch being wound back */
-	flx_pv **keeps;
+	/* The strings batches kept (rewind_batch()): kstr[id], id below
+	 * keeps_n; by content, keeps: open addressing, 1 << keeps_bits
+	 * slots, each an id + 1 or 0 (free) */
+	flx_pv **kstr;
+	size_t kstr_cap;
+	uint32_t *keeps;
 	size_t keeps_n;
 	unsigned keeps_bits;
-	size_t *kfix;
-	size_t nkfix, kfix_cap;
 	/* rewind_batch(): the memo slots whose values it copied, once each */
 	flx_pv ***mv;
 	size_t mv_cap;
@@ -1161,6 +1171,43 @@ static flx_pv **memo_ref(const struct vm *vm, size_t idx)
 			 popcount64(k->bits[w] & (bit - 1))];
 }
 
+/* Whether memo value v is a kept string's word (KW_ID_BITS), not a node. */
+static bool kw_is(const flx_pv *v)
+{
+	return (uintptr_t)v & 1;
+}
+
+/* The word of a kept string equal to vm->kstr[id], at input offset off
+ * (at most KW_OFF_MAX). */
+static flx_pv *kw_word(size_t id, uint64_t off)
+{
+	return (flx_pv *)(((uintptr_t)off << (KW_ID_BITS + 1)) |
+			  ((uintptr_t)id << 1) | 1);
+}
+
+/* The node of the kept string whose word memo slot *ref holds: made once,
+ * in p->side while a batch is open (no rewind gives it back), and stored
+ * in the slot; not counted again (its word was).  Its bytes are those of
+ * the string kept before.  NULL when out of memory. */
+static flx_pv *kw_node(struct vm *vm, flx_pv **ref)
+{
+	uintptr_t w = (uintptr_t)*ref;
+	const flx_pv *k =
+	    vm->kstr[(w >> 1) & (((uintptr_t)1 << KW_ID_BITS) - 1)];
+	flx_pickle *a = vm->young ? side_arena(vm) : vm->p;
+	flx_pv *v = a ? arena_alloc(a, sizeof(*v)) : NULL;
+
+	if (!v)
+		return NULL;
+	memset(v, 0, sizeof(*v));
+	v->kind = k->kind;
+	v->u.str.s = k->u.str.s;
+	v->u.str.len = k->u.str.len;
+	v->u.str.off = (uint64_t)(w >> (KW_ID_BITS + 1));
+	*ref = v;
+	return v;
+}
+
 static int memo_get(struct vm *vm, uint64_t idx)
 {
 	flx_pv **ref = idx < vm->memo_len ? memo_ref(vm, (size_t)idx) : NULL;
@@ -1174,6 +1221,8 @@ static int memo_get(struct vm *vm, uint64_t idx)
 			       "memo index %" PRIu64 " names a value the sink "
 			       "took",
 			       idx);
+	if (kw_is(v) && !(v = kw_node(vm, ref)))
+		return vm_nomem(vm);
 	return push_again(vm, v);
 }
 
@@ -2087,31 +2136,35 @@ static size_t keep_hash(const struct vm *vm, const flx_pv *v)
 	return (size_t)(mix(h) >> (64 - vm->keeps_bits));
 }
 
-/* The slot of vm->keeps that holds a string equal to v (keep_shares()),
- * or the empty one where it would go; vm->keeps must exist. */
+/* The slot of vm->keeps that holds the id of a string equal to v
+ * (keep_shares()), or the empty one where it would go; vm->keeps must
+ * exist. */
 static size_t keep_slot(const struct vm *vm, const flx_pv *v)
 {
 	size_t mask = ((size_t)1 << vm->keeps_bits) - 1, i;
-	const flx_pv *k;
 
-	for (i = keep_hash(vm, v); (k = vm->keeps[i]); i = (i + 1) & mask)
+	for (i = keep_hash(vm, v); vm->keeps[i]; i = (i + 1) & mask) {
+		const flx_pv *k = vm->kstr[vm->keeps[i] - 1];
+
 		if (k->kind == v->kind && k->u.str.len == v->u.str.len &&
 		    memcmp(k->u.str.s, v->u.str.s, v->u.str.len) == 0)
 			break;
+	}
 	return i;
 }
 
-/* Room in vm->keeps for n more strings (and in vm->kfix for n), so that
- * none moves while a batch is wound back.  False: out of memory, or past
+/* Room in vm->keeps and vm->kstr for n more strings, so that neither
+ * moves while a batch is wound back.  False: out of memory, or past
  * KEEP_MAX (nothing more is added then). */
 static bool keep_room(struct vm *vm, size_t n)
 {
 	size_t cap = vm->keeps ? (size_t)1 << vm->keeps_bits : 0, ncap;
 	unsigned bits = vm->keeps_bits ? vm->keeps_bits : 8;
-	flx_pv **nt;
+	uint32_t *nt;
 
 	if (n > KEEP_MAX - vm->keeps_n ||
-	    flx_grow((void **)&vm->kfix, &vm->kfix_cap, n, sizeof(*vm->kfix)))
+	    flx_grow((void **)&vm->kstr, &vm->kstr_cap, vm->keeps_n + n,
+		     sizeof(*vm->kstr)))
 		return false;
 	if (2 * (vm->keeps_n + n) <= cap)
 		return true;
@@ -2126,7 +2179,7 @@ static bool keep_room(struct vm *vm, size_t n)
 
 		if (!vm->keeps[j])
 			continue;
-		for (i = keep_hash(vm, vm->keeps[j]); nt[i];
+		for (i = keep_hash(vm, vm->kstr[vm->keeps[j] - 1]); nt[i];
 		     i = (i + 1) & (ncap - 1))
 			;
 		nt[i] = vm->keeps[j];
@@ -2152,11 +2205,13 @@ static bool keep_room(struct vm *vm, size_t n)
  * block, fewer bytes than the scalars, stay unused).  Where they lie
  * elsewhere too (a dedicated block, more blocks), they stay.  Where they
  * stay for good (not in a level of a dropped value, which its enclosing
- * level winds back again), a string equal to one kept before keeps a
- * node of its own (its own u.str.off, as in a plain load) but not its
- * bytes: its payload is that string's (strings are immutable; Python's
- * pickler memoizes each object it meets, so torch writes the same dtype
- * or key as one new memoized string per chunk).
+ * level winds back again), a string equal to one kept before keeps
+ * neither bytes nor a node: its memo slot holds a word (kw_word()) that
+ * says which and its own u.str.off (as in a plain load), and the node
+ * memo_get() makes of it has that string's payload (strings are
+ * immutable; Python's pickler memoizes each object it meets, so torch
+ * writes the same dtype or key as one new memoized string per chunk).
+ * One whose offset does not fit the word keeps a node of its own.
  */
 static void rewind_batch(struct vm *vm)
 {
@@ -2166,7 +2221,7 @@ static void rewind_batch(struct vm *vm)
 	unsigned char *stage = top, *to;
 	/* room for the scalars kept from lo on, and from lo2 on */
 	size_t room = (size_t)(top - lo) + p->left, room2 = 0;
-	size_t need = 0, moved, kept = 0, nmv = 0;
+	size_t need = 0, moved, kept = 0, nmv = 0, kfrom = vm->keeps_n;
 	bool share;
 
 	if (vm->young_dirty || !batch_span(vm, &nb))
@@ -2182,7 +2237,7 @@ static void rewind_batch(struct vm *vm)
 	for (size_t i = 0; i < vm->nylog; i++) {
 		flx_pv **slot = memo_ref(vm, vm->ylog[i]);
 
-		if (slot && in_spans(*slot, lo, hi, lo2, top))
+		if (slot && !kw_is(*slot) && in_spans(*slot, lo, hi, lo2, top))
 			need += keep_size(*slot);
 	}
 	/* need counts a string shared (below) as a copy: what is moved
@@ -2193,13 +2248,13 @@ static void rewind_batch(struct vm *vm)
 	    (need > p->left && !(stage = malloc(need))))
 		return;
 	share = !vm->ndl && keep_room(vm, vm->nylog);
-	vm->nkfix = 0;
 	dst = stage;
 	for (size_t i = 0; i < vm->nylog; i++) {
 		flx_pv **slot = memo_ref(vm, vm->ylog[i]);
 		size_t n;
 
-		if (!slot)
+		/* a word: a slot logged twice, made a word the first time */
+		if (!slot || kw_is(*slot))
 			continue;
 		if (!in_spans(*slot, lo, hi, lo2, top)) {
 			/* a container memoized in the batch but made before
@@ -2221,20 +2276,26 @@ static void rewind_batch(struct vm *vm)
 		if (share && keep_shares(*slot)) {
 			size_t k = keep_slot(vm, *slot);
 
+			if (vm->keeps[k] && (*slot)->u.str.off <= KW_OFF_MAX) {
+				*slot = kw_word(vm->keeps[k] - 1,
+						(*slot)->u.str.off);
+				kept++;
+				continue;
+			}
 			if (vm->keeps[k]) {
 				flx_pv *d = (flx_pv *)dst;
 
 				*d = **slot;
-				d->u.str.s = vm->keeps[k]->u.str.s;
+				d->u.str.s =
+				    vm->kstr[vm->keeps[k] - 1]->u.str.s;
 				*slot = d;
 				vm->mv[nmv++] = slot;
 				dst += round_up(sizeof(*d));
 				kept++;
 				continue;
 			}
-			vm->keeps[k] = (flx_pv *)dst;
-			vm->keeps_n++;
-			vm->kfix[vm->nkfix++] = k;
+			vm->keeps[k] = (uint32_t)vm->keeps_n + 1;
+			vm->kstr[vm->keeps_n++] = (flx_pv *)dst;
 		}
 		keep_copy((flx_pv *)dst, *slot);
 		*slot = (flx_pv *)dst;
@@ -2254,11 +2315,9 @@ static void rewind_batch(struct vm *vm)
 		*slot = (flx_pv *)(to + ((unsigned char *)*slot - stage));
 		keep_fix(*slot, stage, dst, to);
 	}
-	for (size_t i = 0; i < vm->nkfix; i++) {
-		flx_pv **k = &vm->keeps[vm->kfix[i]];
-
-		*k = (flx_pv *)(to + ((unsigned char *)*k - stage));
-	}
+	for (size_t i = kfrom; i < vm->keeps_n; i++)
+		vm->kstr[i] =
+		    (flx_pv *)(to + ((unsigned char *)vm->kstr[i] - stage));
 	if (stage != top)
 		free(stage);
 	forget_young(&vm->none, lo, hi, lo2, top);
@@ -2466,7 +2525,8 @@ static void drop_rewind(struct vm *vm, const struct drop_lvl *l)
 
 		if (!slot || *slot == &consumed)
 			continue;
-		if (*slot == &nothing_pv || !keep_size(*slot)) {
+		if (!kw_is(*slot) &&
+		    (*slot == &nothing_pv || !keep_size(*slot))) {
 			*slot = &consumed;
 			continue;
 		}
@@ -3210,7 +3270,7 @@ static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
 	free(vm->ylog);
 	free(vm->tk);
 	free(vm->keeps);
-	free(vm->kfix);
+	free(vm->kstr);
 	free(vm->mv);
 	if (vm->packed)
 		for (size_t c = 0; c <= vm->max_memo / MEMO_CHUNK; c++)

@@ -221,8 +221,10 @@ typedef struct loader {
 	 * (settle_file()); adims once every file is */
 	int64_t *kept;
 	size_t nkept, capkept;
+	/* ltm_map: L->ltms is mapped pages of their own, that many bytes
+	 * (map_ltms()), or 0: malloc'd */
 	ltm *ltms;
-	size_t nltms, capltms;
+	size_t nltms, capltms, ltm_map;
 	pkey *keys;
 	size_t nkeys;
 	uint32_t *by_name; /* key indices sorted by fqn */
@@ -233,8 +235,11 @@ typedef struct loader {
 	 * global_offset, index), so that a storage entry finds its LTM by
 	 * binary search (a key has one LTM per rank) */
 	size_t *ltm_ord;
+	/* se_map: L->se is mapped pages of their own, that many bytes
+	 * (expand_placed(); build_tensors() gives them back as it goes),
+	 * or 0: malloc'd */
 	sent *se;
-	size_t nse, capse;
+	size_t nse, capse, se_map;
 	pfile *files;
 	size_t nfiles, capfiles;
 	flx_name_pair *names;
@@ -2602,16 +2607,27 @@ static int build_tensor(loader *L, const pkey *k, const uint32_t *es, size_t n,
 		}
 	}
 	if (boxes_in_place(L, t, es, n)) {
-		if ((rc = flx_tensor_pool_strides(&L->c->pool, t, nch)))
+		/* the strides shared by the chunks in a row that have the
+		 * same (flx_tensor_pool_place()) */
+		flx_chunk *ch = flx_pool_alloc(&L->c->pool, nch * sizeof(*ch));
+
+		if (!ch)
+			return -ENOMEM;
+		for (size_t i = 0; i < n; i++) {
+			ch[i].off = L->dims + L->ltms[L->se[es[i]].ltm].dims;
+			ch[i].size = ch[i].off + t->ndim;
+		}
+		if ((rc = flx_tensor_pool_place(&L->c->pool, t, ch, nch)))
 			return rc;
 		for (size_t i = 0; i < n; i++) {
 			const sent *e = &L->se[es[i]];
-			flx_chunk *ch = &t->chunks[i];
+			int64_t st[FLX_MAX_DIMS];
 
-			ch->off = L->dims + L->ltms[e->ltm].dims;
-			ch->size = ch->off + t->ndim;
-			strides_of(t->ndim, ch->size, e->fortran, ch->stride);
-			chunk_at(ch, t,
+			strides_of(t->ndim, ch[i].size, e->fortran, st);
+			if ((rc = flx_chunk_set_strides(&ch[i], t->ndim, st,
+							&L->c->pool)))
+				return rc;
+			chunk_at(&ch[i], t,
 				 e->latin1 ? L->memfile : L->files[e->pf].idx,
 				 e->off);
 		}
@@ -2658,8 +2674,8 @@ done:
 }
 
 /* An array of its own pages, whose used start the tensors give back as
- * they are built (spent()): a copy of the entries in key order, and of the
- * LTMs when the keys' come in key order. */
+ * they are built (spent()): the entries in key order, and the LTMs when
+ * the keys' come in key order (spend_entries()). */
 typedef struct spend {
 	char *p;
 	size_t bytes, gone; /* mapped, and unmapped from the start */
@@ -2697,28 +2713,63 @@ static void spend_free(spend *sp)
 	sp->p = NULL;
 }
 
+/* Entry es[i] of L->se to place i, in place, each cycle of the permutation
+ * es followed once; es then lists them in place. */
+static void gather_entries(loader *L, uint32_t *es)
+{
+	for (size_t i = 0; i < L->nse; i++) {
+		size_t j = i;
+		sent t;
+
+		if (es[i] == i)
+			continue;
+		t = L->se[i];
+		while (es[j] != i) {
+			size_t k = es[j];
+
+			L->se[j] = L->se[k];
+			es[j] = (uint32_t)j;
+			j = k;
+		}
+		L->se[j] = t;
+		es[j] = (uint32_t)j;
+	}
+}
+
 /* The entries (L->se) in key order, storage_metadata order within a key
  * (as es lists them, which then lists them in place), in *se; the LTMs
- * (L->ltms) in *lt when each key's follow the key before's.  The loader's
- * arrays are freed and point at the copies.  @return 0 or -ENOMEM. */
+ * (L->ltms) in *lt when each key's follow the key before's.  Each is its
+ * array where that is mapped (L->se_map, L->ltm_map), else a copy, the
+ * loader's array freed and pointing at it.  @return 0 or -ENOMEM. */
 static int spend_entries(loader *L, uint32_t *es, spend *se, spend *lt)
 {
 	bool ordered = true;
 
-	spend_map(se, L->nse, sizeof(sent));
-	if (!se->p)
-		return -ENOMEM;
-	for (size_t i = 0; i < L->nse; i++) {
-		((sent *)se->p)[i] = L->se[es[i]];
-		es[i] = (uint32_t)i;
+	if (L->se_map) {
+		gather_entries(L, es);
+		*se = (spend){.p = (char *)L->se, .bytes = L->se_map};
+		L->se_map = 0;
+	} else {
+		spend_map(se, L->nse, sizeof(sent));
+		if (!se->p)
+			return -ENOMEM;
+		for (size_t i = 0; i < L->nse; i++) {
+			((sent *)se->p)[i] = L->se[es[i]];
+			es[i] = (uint32_t)i;
+		}
+		free(L->se);
+		L->se = (sent *)se->p;
 	}
-	free(L->se);
-	L->se = (sent *)se->p;
 	for (size_t i = 1; i < L->nkeys && ordered; i++)
 		ordered = L->keys[i].lo >= L->keys[i - 1].lo + L->keys[i - 1].n;
 	lt->p = NULL;
 	if (!ordered || !L->nltms)
 		return 0;
+	if (L->ltm_map) {
+		*lt = (spend){.p = (char *)L->ltms, .bytes = L->ltm_map};
+		L->ltm_map = 0;
+		return 0;
+	}
 	spend_map(lt, L->nltms, sizeof(ltm));
 	if (!lt->p)
 		return -ENOMEM;
@@ -3104,12 +3155,36 @@ static uint32_t key_of_ltm(const loader *L, uint32_t j)
 	return (uint32_t)lo;
 }
 
-/* The entries placed (L->pe) as L->se, in storage_metadata order. */
+/* L->ltms in pages of their own (L->ltm_map), which build_tensors() gives
+ * back as it goes: moved while the loader holds little else (a streamed
+ * metadata's tree freed, its entries not yet expanded). */
+static int map_ltms(loader *L)
+{
+	spend m;
+
+	spend_map(&m, L->nltms, sizeof(ltm));
+	if (!m.p)
+		return -ENOMEM;
+	if (L->nltms)
+		memcpy(m.p, L->ltms, L->nltms * sizeof(ltm));
+	free(L->ltms);
+	L->ltms = (ltm *)m.p;
+	L->capltms = L->nltms;
+	L->ltm_map = m.bytes;
+	return 0;
+}
+
+/* The entries placed (L->pe) as L->se, in storage_metadata order, in
+ * pages of their own (L->se_map). */
 static int expand_placed(loader *L)
 {
-	L->se = calloc(L->npe ? L->npe : 1, sizeof(*L->se));
-	if (!L->se)
+	spend m;
+
+	spend_map(&m, L->npe, sizeof(*L->se));
+	if (!m.p)
 		return -ENOMEM;
+	L->se = (sent *)m.p;
+	L->se_map = m.bytes;
 	L->capse = L->npe ? L->npe : 1;
 	for (size_t i = 0; i < L->npe; i++) {
 		L->se[i].key = key_of_ltm(L, L->pe[i].ltm);
@@ -3246,7 +3321,11 @@ static int storage_records(loader *L, flx_pickle **pk)
 	/* the lists load_sdm() took were the tree's */
 	drop(&L->sg);
 	L->nsg = L->capsg = L->usedsg = 0;
-	if ((rc = L->place ? expand_placed(L) : resolve_streamed(L)) ||
+	/* placed: the entries found their LTMs as they streamed */
+	if (L->place)
+		drop_ltm_ord(L);
+	if ((rc = map_ltms(L)) ||
+	    (rc = L->place ? expand_placed(L) : resolve_streamed(L)) ||
 	    (rc = drop_ltm_ord(L)))
 		return rc;
 	if (fm_rc && L->err && !L->err->code)
@@ -3312,13 +3391,23 @@ static void part_release(loader *L)
 	drop(&L->dims);
 	drop(&L->adims);
 	drop(&L->kept);
-	drop(&L->ltms);
+	if (L->ltm_map)
+		munmap(L->ltms, L->ltm_map);
+	else
+		free(L->ltms);
+	L->ltms = NULL;
+	L->ltm_map = 0;
 	drop(&L->keys);
 	drop(&L->by_name);
 	drop(&L->krank);
 	drop(&L->khash);
 	drop(&L->ltm_ord);
-	drop(&L->se);
+	if (L->se_map)
+		munmap(L->se, L->se_map);
+	else
+		free(L->se);
+	L->se = NULL;
+	L->se_map = 0;
 	drop(&L->kname);
 	stream_reset(L);
 	L->nadims = L->capadims = L->adtotal = L->nkept = L->capkept = 0;

@@ -23,6 +23,34 @@
 #include <string.h>
 #include <unistd.h>
 
+/* 2 MiB blocks allocated (the pickle arena's and memo's, pickle.c
+ * huge_alloc()), counted as count_alloc.h counts malloc: not under ASan,
+ * which owns the allocator. */
+#define HUGE_BLOCK ((size_t)2 << 20)
+#if defined(__SANITIZE_ADDRESS__)
+#define HUGE_COUNT_OFF 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HUGE_COUNT_OFF 1
+#endif
+#endif
+#ifndef HUGE_COUNT_OFF
+extern void *__libc_memalign(size_t align, size_t n);
+
+static unsigned long nhuge;
+
+int posix_memalign(void **out, size_t align, size_t n)
+{
+	void *b = __libc_memalign(align, n);
+
+	if (!b)
+		return ENOMEM;
+	nhuge += n == HUGE_BLOCK;
+	*out = b;
+	return 0;
+}
+#endif
+
 #define NVEC (sizeof(pkl_vecs) / sizeof(pkl_vecs[0]))
 
 /* ------------------------------------------------------- canonical dump */
@@ -2741,6 +2769,78 @@ static void test_sink_kept_offsets(void)
 	free(b.p);
 }
 
+/* Whether tuples r (a sink load's) and r0 (a plain load's of the same
+ * bytes) hold the same n strings, each payload at the same offset. */
+static bool same_strs(const flx_pv *r, const flx_pv *r0, size_t n,
+		      const char *want)
+{
+	bool ok = flx_pv_len(r) == n && flx_pv_len(r0) == n;
+
+	for (size_t k = 0; ok && k < n; k++) {
+		const flx_pv *v = flx_pv_item(r, k), *w = flx_pv_item(r0, k);
+		uint64_t vo = 0, wo = 1;
+		size_t vl = 0, wl = 1;
+
+		ok = str_is(v, want) && str_is(w, want) &&
+		     flx_pv_payload(v, &vo, &vl) &&
+		     flx_pv_payload(w, &wo, &wl) && vo == wo && vl == wl;
+	}
+	return ok;
+}
+
+/* A sink load keeps each batch's memoized 'float32' string (Python's
+ * pickler memoizes a new one per chunk) without a node of its own: a
+ * string equal to one kept before is a word in its memo slot.  KW_PAIRS
+ * of them would take KW_PAIRS * 32 bytes of arena as nodes; the load
+ * allocates fewer 2 MiB blocks than that in all (memo chunks too), and
+ * those named again read as in a plain load. */
+enum { KW_PAIRS = 300000, KW_PER = 1000, KW_TAIL = 4 };
+
+static void test_sink_kept_words(void)
+{
+	struct sbuf b = {0};
+	struct sink_rec s = {.count_only = true};
+	flx_pickle *p = NULL, *q = NULL;
+	flx_error e;
+	char key[16];
+	int rc;
+
+	put(&b, "\x80\x04}(", 4);
+	put_str(&b, "sd");
+	put(&b, "}", 1);
+	for (uint32_t j = 0; j < KW_PAIRS; j++) {
+		if (j % KW_PER == 0)
+			put(&b, "(", 1);
+		snprintf(key, sizeof(key), "k%" PRIu32, j);
+		put_str(&b, key);
+		put_str(&b, "float32");
+		put_binput(&b, j);
+		if (j % KW_PER == KW_PER - 1)
+			put(&b, "u", 1);
+	}
+	put_str(&b, "tail");
+	put(&b, "(", 1);
+	for (uint32_t j = KW_PAIRS - KW_TAIL; j < KW_PAIRS; j++)
+		put_binget(&b, j);
+	put(&b, "tu.", 3);
+#ifndef HUGE_COUNT_OFF
+	nhuge = 0;
+#endif
+	rc = load_sink(b.p, b.n, 1 << 16, "sd", &s, &p, &e);
+	CHECK_EQ(rc, 0);
+#ifndef HUGE_COUNT_OFF
+	CHECK(nhuge * HUGE_BLOCK < (size_t)KW_PAIRS * 32);
+#endif
+	CHECK_EQ(s.npairs, KW_PAIRS);
+	CHECK_EQ(load(b.p, b.n, &q, &e), 0);
+	CHECK(same_strs(p ? flx_pv_dict_get(flx_pickle_root(p), "tail") : NULL,
+			q ? flx_pv_dict_get(flx_pickle_root(q), "tail") : NULL,
+			KW_TAIL, "float32"));
+	flx_pickle_free(p);
+	flx_pickle_free(q);
+	free(b.p);
+}
+
 /* Paddle's 0.metadata in miniature: PD_PAIRS pairs, PD_PER a batch, each
  * value a dict {'dtype': 'float32', three tuples, 'l': []} whose every
  * object is memoized, the 'float32' string a new one each time (Python's
@@ -2824,9 +2924,10 @@ static void paddle_pickle(struct sbuf *b, uint32_t *ref)
 /* What a sink load of paddle_pickle() holds stays bounded: the values of
  * the batches the sink took (also of those that fill an arena block with
  * the names kept, and go on in a new one), the 'float32' strings kept
- * (a node each, the bytes of equal ones shared), and the memo chunks the
- * batches filled (packed, though one slot in six is live): under limits
- * of 400,000 values (320,000 of them the 'float32' nodes) and 2,000,000
+ * (a value each, counted as a node is, though equal ones take only their
+ * memo slot's word), and the memo chunks the batches filled (packed,
+ * though one slot in six is live): under limits of 400,000 values
+ * (320,000 of them the 'float32' strings) and 2,000,000
  * memo slots, of the 4 million values and 2 million slots it makes.
  * Every string named again reads back, as in a plain load. */
 static void test_sink_paddle_held(void)
@@ -2895,6 +2996,62 @@ static int load_drop(const void *data, size_t n, size_t window,
 	flx_error_init(e);
 	flx_reader_mem(&r, &m, data, n);
 	return flx_pickle_load_sink(&r, "t.pkl", &lim, &sink, p, e);
+}
+
+/* The equal strings kept past their batches, named again inside a later
+ * batch of the sink dict (and memoized again there), inside a batch of a
+ * dropped value, and after both: each reads as in a plain load, its own
+ * offset, in every place. */
+static void test_sink_kept_named_in_batch(void)
+{
+	enum { N = 6 };
+	struct sbuf b = {0};
+	struct sink_rec s = {.count_only = true};
+	flx_pickle *p = NULL, *q = NULL;
+	flx_error e;
+
+	put(&b, "\x80\x04}(", 4);
+	put_str(&b, "storage_data");
+	put(&b, "}", 1);
+	for (int k = 0; k < N; k++) {
+		char key[8];
+
+		snprintf(key, sizeof(key), "k%d", k);
+		put(&b, "(", 1);
+		put_str(&b, key);
+		put_str(&b, "float32");
+		put_binput(&b, (uint32_t)k);
+		put(&b, "u", 1);
+	}
+	/* a batch naming kept strings 1 and 2, and 1 again as N */
+	put(&b, "(", 1);
+	put_str(&b, "x");
+	put_binget(&b, 1);
+	put_binput(&b, N);
+	put_str(&b, "y");
+	put_binget(&b, 2);
+	put(&b, "u", 1);
+	/* a dropped value's batch naming 3 and 4 */
+	put_str(&b, "plans");
+	put(&b, "](", 2);
+	put_binget(&b, 3);
+	put_binget(&b, 4);
+	put(&b, "e", 1);
+	put_str(&b, "all");
+	put(&b, "(", 1);
+	for (int k = 0; k <= N; k++)
+		put_binget(&b, (uint32_t)k);
+	put(&b, "tu.", 3);
+	CHECK_EQ(load_drop(b.p, b.n, 1 << 16, "plans", 0, &s, &p, &e), 0);
+	CHECK_EQ(s.npairs, N + 2);
+	CHECK_EQ(load(b.p, b.n, &q, &e), 0);
+	CHECK(same_strs(p ? flx_pv_dict_get(flx_pickle_root(p), "all") : NULL,
+			q ? flx_pv_dict_get(flx_pickle_root(q), "all") : NULL,
+			N + 1, "float32"));
+	CHECK(p && !flx_pv_dict_get(flx_pickle_root(p), "plans"));
+	flx_pickle_free(p);
+	flx_pickle_free(q);
+	free(b.p);
 }
 
 /* Leave the pair under key out of dict d (a plain load's tree, the
@@ -3313,6 +3470,8 @@ int main(void)
 	test_sink_kept_strings();
 	test_sink_paddle_held();
 	test_sink_kept_offsets();
+	test_sink_kept_named_in_batch();
+	test_sink_kept_words();
 	test_sink_drop_megatron();
 	test_sink_drop();
 	test_sink_drop_packed();
