@@ -495,11 +495,13 @@ static int add_flat(loader *L, const char *name, char **single)
 	return 0;
 }
 
-/* A name at the top of the directory, for scan_dir(): whether it is a
- * rank directory, and then its data file (pick_in_dir(): rel, owned, or
- * NULL) or the failure to find it (rc). */
+/* A name at the top of the directory, for scan_dir(): its type as the
+ * listing gives it (DT_UNKNOWN when it does not), whether it is a rank
+ * directory, and then its data file (pick_in_dir(): rel, owned, or NULL)
+ * or the failure to find it (rc). */
 typedef struct topname {
 	char *name;
+	unsigned char type;
 	uint32_t rank;
 	bool rankdir;
 	int rc;
@@ -521,8 +523,11 @@ static void *dirpart_run(void *arg)
 		topname *t = &P->t[i];
 		struct stat sb;
 
+		/* a directory the listing says is one needs no stat (a
+		 * symlink to one does) */
 		if (!is_rank_dir(t->name, &t->rank) ||
-		    fstatat(P->dirfd, t->name, &sb, 0) || !S_ISDIR(sb.st_mode))
+		    (t->type != DT_DIR && (fstatat(P->dirfd, t->name, &sb, 0) ||
+					   !S_ISDIR(sb.st_mode))))
 			continue;
 		t->rankdir = true;
 		t->rc = pick_in_dir(P->dirfd, t->name, &t->rel);
@@ -562,9 +567,13 @@ static int scan_dir(loader *L, int dirfd)
 	while (!rc && (de = readdir(d))) {
 		if (de->d_name[0] == '.')
 			continue;
-		if (flx_grow((void **)&t, &capt, nt + 1, sizeof(*t)))
+		if (flx_grow((void **)&t, &capt, nt + 1, sizeof(*t))) {
 			rc = -ENOMEM;
-		else if (!(t[nt] = (topname){.name = strdup(de->d_name)}).name)
+			break;
+		}
+		t[nt] =
+		    (topname){.name = strdup(de->d_name), .type = de->d_type};
+		if (!t[nt].name)
 			rc = -ENOMEM;
 		else
 			nt++;
@@ -711,7 +720,8 @@ static int frd_byte(frd *r, uint64_t pos, uint64_t end, uint8_t *b)
 	return 0;
 }
 
-static int frd_varint(frd *r, uint64_t *pos, uint64_t end, uint64_t *v)
+/* frd_varint() past its one-byte case. */
+static int frd_varint_long(frd *r, uint64_t *pos, uint64_t end, uint64_t *v)
 {
 	uint64_t x = 0, p = *pos;
 
@@ -754,6 +764,22 @@ static int frd_varint(frd *r, uint64_t *pos, uint64_t end, uint64_t *v)
 	return -EBADMSG;
 }
 
+/* The varint at *pos (before end) into *v, *pos moved past it.  A
+ * record's keys, lengths and dims are mostly one byte, read here straight
+ * from the window.  @return 0, -EBADMSG, or the read's -errno. */
+static inline int frd_varint(frd *r, uint64_t *pos, uint64_t end, uint64_t *v)
+{
+	uint64_t p = *pos;
+
+	/* p - base wraps past n when p is before the window */
+	if (p < end && p - r->base < r->n && r->buf[p - r->base] < 0x80) {
+		*v = r->buf[p - r->base];
+		*pos = p + 1;
+		return 0;
+	}
+	return frd_varint_long(r, pos, end, v);
+}
+
 static int frd_read(frd *r, uint64_t pos, void *dst, size_t n)
 {
 	uint8_t *d = dst;
@@ -771,9 +797,10 @@ static int frd_read(frd *r, uint64_t pos, void *dst, size_t n)
 	return 0;
 }
 
-/* key and, for LEN, the payload's [*pos, *sub_end) */
-static int frd_field(frd *r, uint64_t *pos, uint64_t end, uint32_t *field,
-		     uint32_t *wt, uint64_t *sub_end)
+/* key and, for LEN, the payload's [*pos, *sub_end) (a VARINT's value
+ * follows: *sub_end is *pos) */
+static inline int frd_field(frd *r, uint64_t *pos, uint64_t end,
+			    uint32_t *field, uint32_t *wt, uint64_t *sub_end)
 {
 	uint64_t k, n;
 	int rc = frd_varint(r, pos, end, &k);
@@ -785,6 +812,7 @@ static int frd_field(frd *r, uint64_t *pos, uint64_t end, uint32_t *field,
 	*wt = (uint32_t)(k & 7);
 	switch (*wt) {
 	case 0:
+		*sub_end = *pos;
 		return 0;
 	case 1:
 	case 5:
@@ -1819,8 +1847,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 			goto shape_mismatch;
 		x->e = e;
 		x->dims = dims_of(L, e);
-		for (int d = 0; d < t->ndim; d++)
-			x->off[d] = 0;
+		memset(x->off, 0, sizeof(x->off));
 		bool whole = memcmp(dims_of(L, e), t->shape,
 				    sizeof(int64_t) * (size_t)t->ndim) == 0;
 		if (lay && !whole) {
