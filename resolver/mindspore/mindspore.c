@@ -41,7 +41,8 @@
  *
  * A checkpoint of thousands of ranks is read on several threads, in three
  * steps of parts over contiguous runs (flx_run_parts()): the rank
- * directories looked into (scan_dir()), the rank files read (each part
+ * directories looked into (scan_dir(), once: the open's probe keeps what
+ * it found for load, probe_open()), the rank files read (each part
  * interning its own names and dims, merge_scans() numbering them as one
  * reader in rank order would), and the tensors built (each part with its
  * own pool).  The files are opened between, on this thread, in rank order.
@@ -670,7 +671,29 @@ static int scan_names(loader *L)
 	return scan_end(L, single, rc);
 }
 
-static int probe(int dirfd, bool *yes)
+/* The rank files scan_dir() found for probe_open(), kept for load
+ * (flx_build_keep()): looking into thousands of rank directories once. */
+typedef struct found {
+	rankfile *rf;
+	size_t nrf;
+	bool unified;
+} found;
+
+static void found_free(void *p)
+{
+	found *f = p;
+
+	for (size_t i = 0; f && i < f->nrf; i++)
+		free(f->rf[i].relpath);
+	if (f)
+		free(f->rf);
+	free(f);
+}
+
+/* Whether scan_dir() finds rank files in dirfd; unless f is NULL, what
+ * it found into *f (owned; NULL when none, or when there is no memory to
+ * keep it: load then looks again).  @return 0, -ENOMEM. */
+static int probe_scan(int dirfd, bool *yes, found **f)
 {
 	loader L = {0};
 	flx_error e;
@@ -679,12 +702,34 @@ static int probe(int dirfd, bool *yes)
 	flx_error_init(&e);
 	L.err = &e;
 	*yes = false;
+	if (f)
+		*f = NULL;
 	rc = scan_dir(&L, dirfd);
 	*yes = rc == 0;
+	if (f && rc == 0 && (*f = malloc(sizeof(**f)))) {
+		**f = (found){L.rf, L.nrf, L.unified};
+		L.rf = NULL;
+		L.nrf = 0;
+	}
 	for (size_t i = 0; i < L.nrf; i++)
 		free(L.rf[i].relpath);
 	free(L.rf);
 	return rc == -ENOMEM ? rc : 0;
+}
+
+static int probe(int dirfd, bool *yes)
+{
+	return probe_scan(dirfd, yes, NULL);
+}
+
+static int probe_open(flx_build *b, bool *yes)
+{
+	found *f = NULL;
+	int rc = probe_scan(flx_build_dirfd(b), yes, &f);
+
+	if (f)
+		flx_build_keep(b, f, found_free);
+	return rc;
 }
 
 /* ---- .ckpt records ---- */
@@ -2474,8 +2519,22 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	int rc;
 
 	flx_opt_text(o->vals, "src_strategy", &strategy);
-	rc = flx_build_remote_name(b, 0) ? scan_names(&L)
-					 : scan_dir(&L, flx_build_dirfd(b));
+	/* the probe's rank files, when it kept them and the files are all
+	 * this node's */
+	found *f = flx_build_take(b);
+	if (f && !flx_build_remote_name(b, 0)) {
+		L.rf = f->rf;
+		L.nrf = L.caprf = f->nrf;
+		L.unified = f->unified;
+		f->rf = NULL;
+		f->nrf = 0;
+		rc = 0;
+	} else {
+		rc = flx_build_remote_name(b, 0)
+			 ? scan_names(&L)
+			 : scan_dir(&L, flx_build_dirfd(b));
+	}
+	found_free(f);
 	/* a unified directory's tensors are whole: a layout would slice them
 	 * again */
 	if (!rc && strategy && L.unified)
@@ -2582,6 +2641,7 @@ const flx_source flx_source_mindspore = {
     .kind = "MindSpore",
     .marker = "rank_<N>/*.ckpt",
     .probe = probe,
+    .probe_open = probe_open,
     .owns = owns,
     .load = load,
     .opts = &ms_group,
