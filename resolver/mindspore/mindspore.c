@@ -2144,13 +2144,15 @@ out:
 }
 
 /* Give back to the system the whole pages of the mapping m before byte
- * upto that *done (a page boundary) does not cover yet. */
+ * upto that *done (a page boundary) does not cover yet.  Their addresses
+ * stay m's (build_index() unmaps it whole): unmapped, another thread's
+ * mapping could take them, and that unmap would take it away. */
 static void release_pages(void *m, size_t *done, size_t upto)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE), cut = upto & ~(page - 1);
 
 	if (cut > *done) {
-		(void)munmap((char *)m + *done, cut - *done);
+		(void)madvise((char *)m + *done, cut - *done, MADV_DONTNEED);
 		*done = cut;
 	}
 }
