@@ -1004,6 +1004,16 @@ static uint32_t hash_bytes(const void *p, size_t n)
 	return (uint32_t)(x ^ (x >> 32));
 }
 
+/* Whether a[0, n) == b[0, n): a few dims, compared in line (a call a
+ * compare costs as much, a million times over). */
+static inline bool same_dims(const int64_t *a, const int64_t *b, int n)
+{
+	for (int d = 0; d < n; d++)
+		if (a[d] != b[d])
+			return false;
+	return true;
+}
+
 /* The slot of key (n bytes, hash h) in t: the one holding it or the empty
  * one it goes to. */
 static islot *itab_slot(const itab *t, const void *key, uint32_t n, uint32_t h)
@@ -1099,7 +1109,7 @@ static int dims_id(scan *S, uint32_t name, int ndim, const int64_t *dims,
 	const void *dm;
 
 	if (g != UINT32_MAX && S->ndimv_of[g] == ndim &&
-	    memcmp(S->dimv[g], dims, n) == 0) {
+	    same_dims(S->dimv[g], dims, ndim)) {
 		*id = g;
 		return 0;
 	}
@@ -1189,7 +1199,7 @@ static int finish_entry(scan *S, const char *file, run *cur)
 	const piece *pc = &S->pc[cur->p0];
 	int rc;
 
-	if (strcmp(cur->type, "str") == 0) {
+	if (cur->type[0] == 's' && strcmp(cur->type, "str") == 0) {
 		/* append_dict text: not a tensor, not served */
 		S->npc = cur->p0;
 		return 0;
@@ -1801,13 +1811,12 @@ static size_t box_hash(const int64_t *off, const int64_t *dims, int ndim)
 static size_t *box_slot(const boxset *bs, const held *h, const held *x,
 			int ndim)
 {
-	size_t n = sizeof(int64_t) * (size_t)ndim;
 	size_t i = box_hash(x->off, x->dims, ndim) & (bs->cap - 1);
 
 	for (;; i = (i + 1) & (bs->cap - 1)) {
 		size_t k = bs->slot[i];
 
-		if (!k || (memcmp(h[k - 1].off, x->off, n) == 0 &&
+		if (!k || (same_dims(h[k - 1].off, x->off, ndim) &&
 			   h[k - 1].dims == x->dims))
 			return &bs->slot[i];
 	}
@@ -1893,8 +1902,7 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 		x->e = e;
 		x->dims = dims_of(L, e);
 		memset(x->off, 0, sizeof(x->off));
-		bool whole = memcmp(dims_of(L, e), t->shape,
-				    sizeof(int64_t) * (size_t)t->ndim) == 0;
+		bool whole = same_dims(dims_of(L, e), t->shape, t->ndim);
 		if (lay && !whole) {
 			uint64_t S[FLX_MS_MAX_DIMS], E[FLX_MS_MAX_DIMS], p = 1;
 			for (int d = 0; d < t->ndim; d++) {
