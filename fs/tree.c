@@ -776,22 +776,220 @@ static const seg_kind seg_kinds[] = {
 };
 
 /*
+ * The distinct backing files of the large views that several segments
+ * read (a tensor's view in the files of several layouts).  A view names a
+ * file per piece, and each piece is a chunk of the index to look at: a
+ * checkpoint of a million chunks would be a million chunks read again for
+ * every file that holds its views.  A view of at least VF_MIN pieces that
+ * two segments read has its files listed once, on first use, in the
+ * order its pieces first name them, as runs of consecutive file numbers
+ * (a tensor's pieces are mostly its ranks' files in order: a run a view).
+ * Lives for flx_fs_finish() only.
+ */
+#define VF_MIN 64
+
+typedef struct vf_slot {
+	const flx_view *v; /* NULL: empty */
+	uint32_t uses;	   /* segments that read it */
+	bool listed;
+	size_t first, n; /* its runs: runs[2 * first, 2 * (first + n)) */
+} vf_slot;
+
+typedef struct view_files {
+	vf_slot *slot;
+	size_t cap; /* a power of two above twice the large views; 0: none */
+	uint32_t *runs; /* (first file, count) pairs */
+	size_t nruns, capruns;
+	uint32_t *seen; /* per backing file: the last listing's stamp */
+	uint32_t stamp; /* listings so far */
+} view_files;
+
+/* The view of sg when it is a large one, else NULL. */
+static const flx_view *vf_view(const seg_src *sg)
+{
+	if (sg->kind != SEG_VIEW || flx_view_npieces(sg->u.view) < VF_MIN)
+		return NULL;
+	return sg->u.view;
+}
+
+/* The slot of v in vf: the one holding it or the empty one it goes to. */
+static vf_slot *vf_slot_of(const view_files *vf, const flx_view *v)
+{
+	size_t i = ((uintptr_t)v >> 4) * 0x9E3779B97F4A7C15ull >> 20;
+
+	for (i &= vf->cap - 1;; i = (i + 1) & (vf->cap - 1))
+		if (!vf->slot[i].v || vf->slot[i].v == v)
+			return &vf->slot[i];
+}
+
+/* The segments of node nd (none for a directory). */
+static const seg_src *node_segs(const flx_fs *fs, const node *nd, size_t *n)
+{
+	*n = nd->type == N_FILE ? nd->u.file.count : nd->type == N_FILE1;
+	if (nd->type == N_FILE)
+		return &fs->segs[nd->u.file.first].src;
+	return &nd->u.one.seg;
+}
+
+/* Count the segments that read each large view of fs.  @return 0 or
+ * -ENOMEM. */
+static int vf_count(view_files *vf, const flx_fs *fs)
+{
+	size_t nlarge = 0;
+
+	for (size_t i = 0; i < fs->n; i++) {
+		size_t n;
+		const seg_src *sg = node_segs(fs, &fs->nodes[i], &n);
+
+		for (size_t k = 0; k < n; k++)
+			nlarge += vf_view(&sg[k]) != NULL;
+	}
+	if (!nlarge)
+		return 0;
+	for (vf->cap = 16; vf->cap < 2 * nlarge;)
+		vf->cap *= 2;
+	vf->slot = calloc(vf->cap, sizeof(*vf->slot));
+	vf->seen =
+	    calloc(fs->ckpt->nfiles ? fs->ckpt->nfiles : 1, sizeof(uint32_t));
+	if (!vf->slot || !vf->seen)
+		return -ENOMEM;
+	for (size_t i = 0; i < fs->n; i++) {
+		size_t n;
+		const seg_src *sg = node_segs(fs, &fs->nodes[i], &n);
+
+		for (size_t k = 0; k < n; k++) {
+			const flx_view *v = vf_view(&sg[k]);
+			vf_slot *sl = v ? vf_slot_of(vf, v) : NULL;
+
+			if (sl) {
+				sl->v = v;
+				sl->uses++;
+			}
+		}
+	}
+	return 0;
+}
+
+static void vf_free(view_files *vf)
+{
+	free(vf->slot);
+	free(vf->runs);
+	free(vf->seen);
+}
+
+/*
+ * The distinct backing files of segment sg as runs when vf lists them (a
+ * large view that several segments read; listed here on first use):
+ * *runs (n pairs of first file and count); else *runs NULL (the
+ * segment's files are read one by one).  @return 0 or -ENOMEM.
+ */
+static int vf_runs(view_files *vf, const seg_src *sg, const uint32_t **runs,
+		   size_t *n)
+{
+	const flx_view *v = vf->cap ? vf_view(sg) : NULL;
+	vf_slot *sl = v ? vf_slot_of(vf, v) : NULL;
+
+	*runs = NULL;
+	*n = 0;
+	if (!sl || sl->uses < 2)
+		return 0;
+	if (!sl->listed) {
+		size_t np = flx_view_npieces(v);
+
+		vf->stamp++; /* one a listing: fewer than segments */
+		sl->first = vf->nruns;
+		for (size_t i = 0; i < np; i++) {
+			uint32_t f = flx_view_piece_file(v, i), *last;
+
+			if (vf->seen[f] == vf->stamp)
+				continue;
+			vf->seen[f] = vf->stamp;
+			last = vf->nruns > sl->first
+				   ? &vf->runs[2 * vf->nruns - 2]
+				   : NULL;
+			if (last && (uint64_t)last[0] + last[1] == f) {
+				last[1]++;
+				continue;
+			}
+			if (flx_grow((void **)&vf->runs, &vf->capruns,
+				     2 * (vf->nruns + 1), sizeof(uint32_t)))
+				return -ENOMEM;
+			vf->runs[2 * vf->nruns] = f;
+			vf->runs[2 * vf->nruns + 1] = 1;
+			vf->nruns++;
+		}
+		sl->n = vf->nruns - sl->first;
+		sl->listed = true;
+	}
+	*runs = vf->runs + 2 * sl->first;
+	*n = sl->n;
+	return 0;
+}
+
+/* The backing files of a segment, one by one (seg_next()): from vf's
+ * runs where it lists the view, else the segment kind's. */
+typedef struct seg_files {
+	const seg_src *sg;
+	const seg_kind *sk;
+	const uint32_t *run; /* NULL: the segment kind's files */
+	size_t nrun, r;	     /* runs, the one being read */
+	uint64_t at;	     /* its next file */
+	size_t n, k;	     /* the segment kind's: files, the next */
+} seg_files;
+
+/* it := the files of sg.  @return 0 or -ENOMEM. */
+static int seg_files_of(view_files *vf, const seg_src *sg, seg_files *it)
+{
+	int rc;
+
+	*it = (seg_files){.sg = sg, .sk = &seg_kinds[sg->kind]};
+	if ((rc = vf_runs(vf, sg, &it->run, &it->nrun)))
+		return rc;
+	if (!it->run)
+		it->n = it->sk->nfiles(sg);
+	else if (it->nrun)
+		it->at = it->run[0];
+	return 0;
+}
+
+/* The next file of it into *f.  @return false past the last. */
+static inline bool seg_next(seg_files *it, uint32_t *f)
+{
+	if (!it->run) {
+		if (it->k == it->n)
+			return false;
+		*f = it->sk->file(it->sg, it->k++);
+		return true;
+	}
+	while (it->r < it->nrun &&
+	       it->at == (uint64_t)it->run[2 * it->r] + it->run[2 * it->r + 1])
+		if (++it->r < it->nrun)
+			it->at = it->run[2 * it->r];
+	if (it->r == it->nrun)
+		return false;
+	*f = (uint32_t)it->at++;
+	return true;
+}
+
+/*
  * The sorted, unique backing files of a file of several segments,
  * appended to fs->deps.  seen[f] == stamp marks file f as already listed
  * for this node.
  */
-static int collect_deps(flx_fs *fs, node *nd, uint32_t *seen, uint32_t stamp)
+static int collect_deps(flx_fs *fs, view_files *vf, node *nd, uint32_t *seen,
+			uint32_t stamp)
 {
 	size_t first = fs->ndeps;
 
 	for (size_t i = 0; i < nd->u.file.count; i++) {
-		const seg_src *sg = &fs->segs[nd->u.file.first + i].src;
-		const seg_kind *sk = &seg_kinds[sg->kind];
-		size_t nf = sk->nfiles(sg);
+		seg_files it;
+		uint32_t f;
+		int rc =
+		    seg_files_of(vf, &fs->segs[nd->u.file.first + i].src, &it);
 
-		for (size_t k = 0; k < nf; k++) {
-			uint32_t f = sk->file(sg, k);
-
+		if (rc)
+			return rc;
+		while (seg_next(&it, &f)) {
 			if (seen[f] == stamp)
 				continue;
 			seen[f] = stamp;
@@ -820,9 +1018,11 @@ static void meet_into(flx_access *a, bool *set, const flx_access *b)
 	*set = true;
 }
 
-/* Narrow *a by every backing file of file node nd. */
-static void file_access(const flx_fs *fs, const node *nd, flx_access *a,
-			bool *set)
+/* Narrow *a by every backing file of file node nd (the first met sets
+ * owner and group; meeting one again changes nothing).  @return 0 or
+ * -ENOMEM. */
+static int file_access(const flx_fs *fs, view_files *vf, const node *nd,
+		       flx_access *a, bool *set)
 {
 	const flx_file *files = fs->ckpt->files;
 
@@ -831,13 +1031,16 @@ static void file_access(const flx_fs *fs, const node *nd, flx_access *a,
 			meet_into(a, set,
 				  &files[fs->deps[nd->u.file.deps + i]].access);
 	} else {
-		const seg_kind *sk = &seg_kinds[nd->u.one.seg.kind];
-		size_t nf = sk->nfiles(&nd->u.one.seg);
+		seg_files it;
+		uint32_t f;
+		int rc = seg_files_of(vf, &nd->u.one.seg, &it);
 
-		for (size_t k = 0; k < nf; k++)
-			meet_into(a, set,
-				  &files[sk->file(&nd->u.one.seg, k)].access);
+		if (rc)
+			return rc;
+		while (seg_next(&it, &f))
+			meet_into(a, set, &files[f].access);
 	}
+	return 0;
 }
 
 /*
@@ -847,7 +1050,7 @@ static void file_access(const flx_fs *fs, const node *nd, flx_access *a,
  * the checkpoint's), so that listing it shows nothing its reader could
  * not read.
  */
-static int fill_access(flx_fs *fs)
+static int fill_access(flx_fs *fs, view_files *vf)
 {
 	bool *set = calloc(fs->n, sizeof(bool));
 
@@ -858,7 +1061,11 @@ static int fill_access(flx_fs *fs)
 	}
 	for (size_t i = 0; i < fs->n; i++)
 		if (fs->nodes[i].type != N_DIR) {
-			file_access(fs, &fs->nodes[i], &fs->access[i], &set[i]);
+			if (file_access(fs, vf, &fs->nodes[i], &fs->access[i],
+					&set[i])) {
+				free(set);
+				return -ENOMEM;
+			}
 			meet_into(&fs->access[i], &set[i], &fs->ckpt->access);
 		}
 	for (size_t i = fs->n; i-- > 0;) {
@@ -877,6 +1084,7 @@ int flx_fs_finish(flx_fs *fs, const char **dup)
 	uint32_t *seen =
 	    calloc(fs->ckpt->nfiles ? fs->ckpt->nfiles : 1, sizeof(uint32_t));
 	dir_sort ds = {0};
+	view_files vf = {0};
 	size_t most = 1;
 	int rc = -ENOMEM;
 
@@ -909,19 +1117,20 @@ int flx_fs_finish(flx_fs *fs, const char **dup)
 	ds.names = ds.kid + most;
 	ds.perm = ds.names + most;
 	ds.prev = ds.perm + most;
-	rc = 0;
+	rc = vf_count(&vf, fs);
 	/* seen[] stamps: node i + 1, never 0 */
 	for (size_t i = 0; i < fs->n && !rc; i++) {
 		node *d = &fs->nodes[i];
 
 		if (d->type == N_FILE)
-			rc = collect_deps(fs, d, seen, (uint32_t)i + 1);
+			rc = collect_deps(fs, &vf, d, seen, (uint32_t)i + 1);
 		else if (d->type == N_DIR)
 			rc = sort_dir(fs, d, &ds, dup);
 	}
 	if (!rc)
-		rc = fill_access(fs);
+		rc = fill_access(fs, &vf);
 out:
+	vf_free(&vf);
 	free(ds.kid);
 	free(seen);
 	return rc;

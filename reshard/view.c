@@ -1111,13 +1111,13 @@ uint64_t flx_ckpt_gather_span(const flx_ckpt *ckpt, const flx_tensor **which)
 		*which = NULL;
 	for (size_t i = 0; i < ckpt->ntensors; i++) {
 		const flx_tensor *t = &ckpt->tensors[i];
+		uint64_t esz = flx_dtype_size(flx_tensor_stored(t));
 
-		for (uint32_t c = 0; c < t->nchunks; c++) {
+		for (uint32_t c = 0; c < t->nchunks && t->ndim; c++) {
 			const flx_chunk *ch = &t->chunks[c];
 			uint64_t reach; /* storage elements it reaches */
-			uint64_t esz = flx_dtype_size(flx_tensor_stored(t));
 
-			if (t->ndim == 0 || ch->contig_from < t->ndim ||
+			if (ch->contig_from < t->ndim ||
 			    ch->zstd || /* gathered from its content */
 			    flx_strided_span(t->ndim, ch->size, ch->stride,
 					     &reach) != 0 ||

@@ -54,6 +54,23 @@ int flx_build_dirfd(const flx_build *b)
 	return b->dirfd;
 }
 
+void flx_build_keep(flx_build *b, void *p, void (*fn)(void *))
+{
+	if (b->kept && b->kept_free)
+		b->kept_free(b->kept);
+	b->kept = p;
+	b->kept_free = fn;
+}
+
+void *flx_build_take(flx_build *b)
+{
+	void *p = b->kept;
+
+	b->kept = NULL;
+	b->kept_free = NULL;
+	return p;
+}
+
 void flx_build_items(flx_build *b, const flx_item_ops *ops)
 {
 	b->items = ops;
@@ -189,7 +206,10 @@ static int pick_source(flx_build *b, const flx_ckpt_opts *o,
 			*out = *s;
 			return 0;
 		}
-		rc = (*s)->probe(b->dirfd, &yes);
+		rc = (*s)->probe_open ? (*s)->probe_open(b, &yes)
+				      : (*s)->probe(b->dirfd, &yes);
+		if (rc || !yes)
+			flx_build_keep(b, NULL, NULL);
 		if (rc)
 			return flx_error_set(b->err, rc, b->c->dir, NULL,
 					     "cannot look for %s: %s",
@@ -335,6 +355,7 @@ static int finish_load(flx_build *b, bool wait)
 
 static void build_release(flx_build *b)
 {
+	flx_build_keep(b, NULL, NULL);
 	prefetch_end(&b->pf);
 	free(b->fmap);
 	free(b->realdir);

@@ -51,6 +51,9 @@ struct flx_build {
 	bool walk_only;	  /* flx_ckpt_opts.walk_only */
 	bool follow;	  /* flx_ckpt_opts.follow_symlinks */
 	char *entered;	  /* flx_build_entered() */
+	/* flx_build_keep(): a probe's findings, for load */
+	void *kept;
+	void (*kept_free)(void *);
 	/* files that keep their descriptor from the open; the others go to
 	 * the fd table of fd_slots slots (fd_budget()) */
 	size_t fd_keep, fd_slots, nkept;

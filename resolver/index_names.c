@@ -98,6 +98,11 @@ int load_extras(flx_build *b)
 
 		if (de->d_name[0] == '.' || b->src->owns(de->d_name))
 			continue;
+		/* what the listing says is neither needs no stat (a
+		 * directory of thousands of rank directories) */
+		if (de->d_type != DT_UNKNOWN && de->d_type != DT_REG &&
+		    de->d_type != DT_LNK)
+			continue;
 		if (fstatat(b->dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
 		    !(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)))
 			continue;

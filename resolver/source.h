@@ -146,6 +146,12 @@ typedef struct flx_source {
 	/* Whether the directory dirfd holds this source's checkpoint; looks,
 	 * never reads a payload.  @return 0 and *yes, or -errno. */
 	int (*probe)(int dirfd, bool *yes);
+	/* NULL, or probe as an open asks it, over flx_build_dirfd(b): the
+	 * same answer, and what it found on the way may be kept for load
+	 * (flx_build_keep()), which then need not look again.  The open
+	 * drops what a probe that says no kept.  @return 0 and *yes, or
+	 * -errno. */
+	int (*probe_open)(flx_build *b, bool *yes);
 	/* Whether a directory entry is one of the source's own files (never
 	 * passed through as an extra; hidden files never are).  Files load
 	 * recorded are own files whatever this says. */
@@ -198,6 +204,16 @@ const char *flx_fact_name(size_t n);
  * rest.  Tensors' and objects' names and chunks go in its pool
  * (flx_ckpt_close() frees it whole); files only through the builder. */
 flx_ckpt *flx_build_ckpt(flx_build *b);
+
+/** Keep p, what a probe_open hook found, for the source's load
+ * (flx_build_take()); the builder frees it with fn (when not NULL) if
+ * load does not take it.  A second keep frees the first. */
+void flx_build_keep(flx_build *b, void *p, void (*fn)(void *));
+
+/** What the source's probe_open kept (flx_build_keep()), now the
+ * caller's, or NULL: none kept (the open was told the format, or the hook
+ * kept nothing). */
+void *flx_build_take(flx_build *b);
 
 /** The checkpoint directory, open O_RDONLY | O_DIRECTORY; the builder
  * owns it.  Look up names with *at() only under symlink-free rules (or

@@ -41,7 +41,8 @@
  *
  * A checkpoint of thousands of ranks is read on several threads, in three
  * steps of parts over contiguous runs (flx_run_parts()): the rank
- * directories looked into (scan_dir()), the rank files read (each part
+ * directories looked into (scan_dir(), once: the open's probe keeps what
+ * it found for load, probe_open()), the rank files read (each part
  * interning its own names and dims, merge_scans() numbering them as one
  * reader in rank order would), and the tensors built (each part with its
  * own pool).  The files are opened between, on this thread, in rank order.
@@ -495,11 +496,13 @@ static int add_flat(loader *L, const char *name, char **single)
 	return 0;
 }
 
-/* A name at the top of the directory, for scan_dir(): whether it is a
- * rank directory, and then its data file (pick_in_dir(): rel, owned, or
- * NULL) or the failure to find it (rc). */
+/* A name at the top of the directory, for scan_dir(): its type as the
+ * listing gives it (DT_UNKNOWN when it does not), whether it is a rank
+ * directory, and then its data file (pick_in_dir(): rel, owned, or NULL)
+ * or the failure to find it (rc). */
 typedef struct topname {
 	char *name;
+	unsigned char type;
 	uint32_t rank;
 	bool rankdir;
 	int rc;
@@ -521,8 +524,11 @@ static void *dirpart_run(void *arg)
 		topname *t = &P->t[i];
 		struct stat sb;
 
+		/* a directory the listing says is one needs no stat (a
+		 * symlink to one does) */
 		if (!is_rank_dir(t->name, &t->rank) ||
-		    fstatat(P->dirfd, t->name, &sb, 0) || !S_ISDIR(sb.st_mode))
+		    (t->type != DT_DIR && (fstatat(P->dirfd, t->name, &sb, 0) ||
+					   !S_ISDIR(sb.st_mode))))
 			continue;
 		t->rankdir = true;
 		t->rc = pick_in_dir(P->dirfd, t->name, &t->rel);
@@ -562,9 +568,13 @@ static int scan_dir(loader *L, int dirfd)
 	while (!rc && (de = readdir(d))) {
 		if (de->d_name[0] == '.')
 			continue;
-		if (flx_grow((void **)&t, &capt, nt + 1, sizeof(*t)))
+		if (flx_grow((void **)&t, &capt, nt + 1, sizeof(*t))) {
 			rc = -ENOMEM;
-		else if (!(t[nt] = (topname){.name = strdup(de->d_name)}).name)
+			break;
+		}
+		t[nt] =
+		    (topname){.name = strdup(de->d_name), .type = de->d_type};
+		if (!t[nt].name)
 			rc = -ENOMEM;
 		else
 			nt++;
@@ -661,7 +671,29 @@ static int scan_names(loader *L)
 	return scan_end(L, single, rc);
 }
 
-static int probe(int dirfd, bool *yes)
+/* The rank files scan_dir() found for probe_open(), kept for load
+ * (flx_build_keep()): looking into thousands of rank directories once. */
+typedef struct found {
+	rankfile *rf;
+	size_t nrf;
+	bool unified;
+} found;
+
+static void found_free(void *p)
+{
+	found *f = p;
+
+	for (size_t i = 0; f && i < f->nrf; i++)
+		free(f->rf[i].relpath);
+	if (f)
+		free(f->rf);
+	free(f);
+}
+
+/* Whether scan_dir() finds rank files in dirfd; unless f is NULL, what
+ * it found into *f (owned; NULL when none, or when there is no memory to
+ * keep it: load then looks again).  @return 0, -ENOMEM. */
+static int probe_scan(int dirfd, bool *yes, found **f)
 {
 	loader L = {0};
 	flx_error e;
@@ -670,12 +702,34 @@ static int probe(int dirfd, bool *yes)
 	flx_error_init(&e);
 	L.err = &e;
 	*yes = false;
+	if (f)
+		*f = NULL;
 	rc = scan_dir(&L, dirfd);
 	*yes = rc == 0;
+	if (f && rc == 0 && (*f = malloc(sizeof(**f)))) {
+		**f = (found){L.rf, L.nrf, L.unified};
+		L.rf = NULL;
+		L.nrf = 0;
+	}
 	for (size_t i = 0; i < L.nrf; i++)
 		free(L.rf[i].relpath);
 	free(L.rf);
 	return rc == -ENOMEM ? rc : 0;
+}
+
+static int probe(int dirfd, bool *yes)
+{
+	return probe_scan(dirfd, yes, NULL);
+}
+
+static int probe_open(flx_build *b, bool *yes)
+{
+	found *f = NULL;
+	int rc = probe_scan(flx_build_dirfd(b), yes, &f);
+
+	if (f)
+		flx_build_keep(b, f, found_free);
+	return rc;
 }
 
 /* ---- .ckpt records ---- */
@@ -711,7 +765,8 @@ static int frd_byte(frd *r, uint64_t pos, uint64_t end, uint8_t *b)
 	return 0;
 }
 
-static int frd_varint(frd *r, uint64_t *pos, uint64_t end, uint64_t *v)
+/* frd_varint() past its one-byte case. */
+static int frd_varint_long(frd *r, uint64_t *pos, uint64_t end, uint64_t *v)
 {
 	uint64_t x = 0, p = *pos;
 
@@ -754,6 +809,22 @@ static int frd_varint(frd *r, uint64_t *pos, uint64_t end, uint64_t *v)
 	return -EBADMSG;
 }
 
+/* The varint at *pos (before end) into *v, *pos moved past it.  A
+ * record's keys, lengths and dims are mostly one byte, read here straight
+ * from the window.  @return 0, -EBADMSG, or the read's -errno. */
+static inline int frd_varint(frd *r, uint64_t *pos, uint64_t end, uint64_t *v)
+{
+	uint64_t p = *pos;
+
+	/* p - base wraps past n when p is before the window */
+	if (p < end && p - r->base < r->n && r->buf[p - r->base] < 0x80) {
+		*v = r->buf[p - r->base];
+		*pos = p + 1;
+		return 0;
+	}
+	return frd_varint_long(r, pos, end, v);
+}
+
 static int frd_read(frd *r, uint64_t pos, void *dst, size_t n)
 {
 	uint8_t *d = dst;
@@ -771,9 +842,10 @@ static int frd_read(frd *r, uint64_t pos, void *dst, size_t n)
 	return 0;
 }
 
-/* key and, for LEN, the payload's [*pos, *sub_end) */
-static int frd_field(frd *r, uint64_t *pos, uint64_t end, uint32_t *field,
-		     uint32_t *wt, uint64_t *sub_end)
+/* key and, for LEN, the payload's [*pos, *sub_end) (a VARINT's value
+ * follows: *sub_end is *pos) */
+static inline int frd_field(frd *r, uint64_t *pos, uint64_t end,
+			    uint32_t *field, uint32_t *wt, uint64_t *sub_end)
 {
 	uint64_t k, n;
 	int rc = frd_varint(r, pos, end, &k);
@@ -785,6 +857,7 @@ static int frd_field(frd *r, uint64_t *pos, uint64_t end, uint32_t *field,
 	*wt = (uint32_t)(k & 7);
 	switch (*wt) {
 	case 0:
+		*sub_end = *pos;
 		return 0;
 	case 1:
 	case 5:
@@ -931,6 +1004,16 @@ static uint32_t hash_bytes(const void *p, size_t n)
 	return (uint32_t)(x ^ (x >> 32));
 }
 
+/* Whether a[0, n) == b[0, n): a few dims, compared in line (a call a
+ * compare costs as much, a million times over). */
+static inline bool same_dims(const int64_t *a, const int64_t *b, int n)
+{
+	for (int d = 0; d < n; d++)
+		if (a[d] != b[d])
+			return false;
+	return true;
+}
+
 /* The slot of key (n bytes, hash h) in t: the one holding it or the empty
  * one it goes to. */
 static islot *itab_slot(const itab *t, const void *key, uint32_t n, uint32_t h)
@@ -1026,7 +1109,7 @@ static int dims_id(scan *S, uint32_t name, int ndim, const int64_t *dims,
 	const void *dm;
 
 	if (g != UINT32_MAX && S->ndimv_of[g] == ndim &&
-	    memcmp(S->dimv[g], dims, n) == 0) {
+	    same_dims(S->dimv[g], dims, ndim)) {
 		*id = g;
 		return 0;
 	}
@@ -1116,7 +1199,7 @@ static int finish_entry(scan *S, const char *file, run *cur)
 	const piece *pc = &S->pc[cur->p0];
 	int rc;
 
-	if (strcmp(cur->type, "str") == 0) {
+	if (cur->type[0] == 's' && strcmp(cur->type, "str") == 0) {
 		/* append_dict text: not a tensor, not served */
 		S->npc = cur->p0;
 		return 0;
@@ -1728,13 +1811,12 @@ static size_t box_hash(const int64_t *off, const int64_t *dims, int ndim)
 static size_t *box_slot(const boxset *bs, const held *h, const held *x,
 			int ndim)
 {
-	size_t n = sizeof(int64_t) * (size_t)ndim;
 	size_t i = box_hash(x->off, x->dims, ndim) & (bs->cap - 1);
 
 	for (;; i = (i + 1) & (bs->cap - 1)) {
 		size_t k = bs->slot[i];
 
-		if (!k || (memcmp(h[k - 1].off, x->off, n) == 0 &&
+		if (!k || (same_dims(h[k - 1].off, x->off, ndim) &&
 			   h[k - 1].dims == x->dims))
 			return &bs->slot[i];
 	}
@@ -1819,10 +1901,8 @@ static int place(loader *L, const group *g, flx_tensor *t, held *h, size_t *nh,
 			goto shape_mismatch;
 		x->e = e;
 		x->dims = dims_of(L, e);
-		for (int d = 0; d < t->ndim; d++)
-			x->off[d] = 0;
-		bool whole = memcmp(dims_of(L, e), t->shape,
-				    sizeof(int64_t) * (size_t)t->ndim) == 0;
+		memset(x->off, 0, sizeof(x->off));
+		bool whole = same_dims(dims_of(L, e), t->shape, t->ndim);
 		if (lay && !whole) {
 			uint64_t S[FLX_MS_MAX_DIMS], E[FLX_MS_MAX_DIMS], p = 1;
 			for (int d = 0; d < t->ndim; d++) {
@@ -2072,13 +2152,15 @@ out:
 }
 
 /* Give back to the system the whole pages of the mapping m before byte
- * upto that *done (a page boundary) does not cover yet. */
+ * upto that *done (a page boundary) does not cover yet.  Their addresses
+ * stay m's (build_index() unmaps it whole): unmapped, another thread's
+ * mapping could take them, and that unmap would take it away. */
 static void release_pages(void *m, size_t *done, size_t upto)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE), cut = upto & ~(page - 1);
 
 	if (cut > *done) {
-		(void)munmap((char *)m + *done, cut - *done);
+		(void)madvise((char *)m + *done, cut - *done, MADV_DONTNEED);
 		*done = cut;
 	}
 }
@@ -2447,8 +2529,22 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 	int rc;
 
 	flx_opt_text(o->vals, "src_strategy", &strategy);
-	rc = flx_build_remote_name(b, 0) ? scan_names(&L)
-					 : scan_dir(&L, flx_build_dirfd(b));
+	/* the probe's rank files, when it kept them and the files are all
+	 * this node's */
+	found *f = flx_build_take(b);
+	if (f && !flx_build_remote_name(b, 0)) {
+		L.rf = f->rf;
+		L.nrf = L.caprf = f->nrf;
+		L.unified = f->unified;
+		f->rf = NULL;
+		f->nrf = 0;
+		rc = 0;
+	} else {
+		rc = flx_build_remote_name(b, 0)
+			 ? scan_names(&L)
+			 : scan_dir(&L, flx_build_dirfd(b));
+	}
+	found_free(f);
 	/* a unified directory's tensors are whole: a layout would slice them
 	 * again */
 	if (!rc && strategy && L.unified)
@@ -2555,6 +2651,7 @@ const flx_source flx_source_mindspore = {
     .kind = "MindSpore",
     .marker = "rank_<N>/*.ckpt",
     .probe = probe,
+    .probe_open = probe_open,
     .owns = owns,
     .load = load,
     .opts = &ms_group,

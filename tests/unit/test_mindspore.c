@@ -855,6 +855,120 @@ static void test_threads(void)
 	rmdir(d);
 }
 
+/*
+ * Many ranks of many small tensors, built on two threads: 128 ranks of
+ * 4,096 parameters, rank r holding row r of each [128, 4] float32 (its
+ * values r, i, 0, 1), a JSON strategy splitting dim 0.  The entries'
+ * pages go back to the system as their tensors are built, while the
+ * threads map blocks of their own for the chunks: every chunk must then
+ * be where its rank's record says (a block of chunks unmapped with the
+ * entries would fault here).
+ */
+#define MANY_RANKS   128
+#define MANY_TENSORS 4096
+
+static void test_many_ranks(void)
+{
+	char d[] = "/tmp/flx-ms-many.XXXXXX", path[256], tag[32];
+	size_t cap = (size_t)MANY_TENSORS * 64, n;
+	uint8_t *buf = malloc(cap), rec[128], ten[96];
+	char *js = malloc((size_t)MANY_TENSORS * 192 + 64);
+	size_t nj = 0;
+	uint64_t *at = malloc(sizeof(uint64_t) * MANY_TENSORS);
+	flx_opt_vals vals = {0};
+	flx_ckpt_opts o = {.threads = 2};
+	flx_ckpt *c = NULL;
+	flx_error e;
+
+	if (!buf || !js || !at || !mkdtemp(d))
+		abort();
+	/* every rank's records alike but for the values: the data offsets
+	 * are the same in every file */
+	for (int r = 0; r < MANY_RANKS; r++) {
+		n = 0;
+		for (int i = 0; i < MANY_TENSORS; i++) {
+			float v[4] = {(float)r, (float)i, 0, 1};
+			size_t k = 0, t;
+
+			k += put_varint(ten + k, 1 << 3);
+			k += put_varint(ten + k, 1);
+			k += put_varint(ten + k, 1 << 3);
+			k += put_varint(ten + k, 4);
+			k += put_len(ten + k, 2, "Float32", 7);
+			k += put_len(ten + k, 3, v, sizeof(v));
+			t = put_len(
+			    rec, 1, tag,
+			    (size_t)snprintf(tag, sizeof(tag), "m.t%05d.w", i));
+			t += put_len(rec + t, 2, ten, k);
+			n += put_varint(buf + n, 1 << 3 | 2);
+			n += put_varint(buf + n, t);
+			memcpy(buf + n, rec, t);
+			n += t;
+			at[i] = n - sizeof(v);
+		}
+		snprintf(path, sizeof(path), "%s/rank_%d", d, r);
+		mkdir(path, 0755);
+		snprintf(path, sizeof(path), "%s/rank_%d/net.ckpt", d, r);
+		write_bytes(path, buf, n);
+	}
+	nj += (size_t)sprintf(js, "{\"parallel_layout_item\":{");
+	for (int i = 0; i < MANY_TENSORS; i++)
+		nj += (size_t)sprintf(js + nj,
+				      "%s\"m.t%05d.w\":{\"dev_matrix\":[%d,1],"
+				      "\"tensor_map\":[1,-1],"
+				      "\"tensor_shape\":[%d,4]}",
+				      i ? "," : "", i, MANY_RANKS, MANY_RANKS);
+	nj += (size_t)sprintf(js + nj, "}}");
+	snprintf(path, sizeof(path), "%s/strategy.json", d);
+	write_bytes(path, js, nj);
+	CHECK_EQ(flx_ckpt_opt_set(&vals, "src_strategy", path, NULL), 0);
+	o.vals = &vals;
+	flx_error_init(&e);
+	if (flx_ckpt_open_with(d, &o, &c, &e) < 0) {
+		fprintf(stderr, "  %s\n", e.text);
+		c = NULL;
+	}
+	CHECK(c != NULL);
+	if (c) {
+		size_t bad = 0;
+
+		CHECK_EQ(c->ntensors, MANY_TENSORS);
+		for (size_t i = 0; i < c->ntensors; i++) {
+			const flx_tensor *t = &c->tensors[i];
+
+			bad += t->nchunks != MANY_RANKS || t->ndim != 2 ||
+			       t->shape[0] != MANY_RANKS || t->shape[1] != 4;
+			for (uint32_t k = 0; k < t->nchunks && !bad; k++) {
+				const flx_chunk *ch = &t->chunks[k];
+				int64_t r = ch->off[0];
+
+				snprintf(path, sizeof(path), "rank_%d/net.ckpt",
+					 (int)r);
+				bad += r < 0 || r >= MANY_RANKS ||
+				       ch->off[1] != 0 || ch->size[0] != 1 ||
+				       ch->size[1] != 4 ||
+				       ch->data_off != at[i] ||
+				       strcmp(c->files[ch->file].relpath, path);
+			}
+		}
+		CHECK_EQ(bad, 0);
+	}
+	flx_ckpt_close(c);
+	flx_opt_vals_release(&vals);
+	for (int r = 0; r < MANY_RANKS; r++) {
+		snprintf(path, sizeof(path), "%s/rank_%d/net.ckpt", d, r);
+		unlink(path);
+		snprintf(path, sizeof(path), "%s/rank_%d", d, r);
+		rmdir(path);
+	}
+	snprintf(path, sizeof(path), "%s/strategy.json", d);
+	unlink(path);
+	rmdir(d);
+	free(buf);
+	free(js);
+	free(at);
+}
+
 int main(void)
 {
 	snprintf(dir, sizeof(dir), "/tmp/flx-ms-unit.XXXXXX");
@@ -875,6 +989,7 @@ int main(void)
 	test_safetensors_pick();
 	test_unified();
 	test_threads();
+	test_many_ranks();
 	snprintf(p, sizeof(p), "%s/m.ckpt", dir);
 	unlink(p);
 	rmdir(dir);
