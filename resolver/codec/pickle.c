@@ -926,7 +926,7 @@ static size_t fence(const struct vm *vm)
 	return vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
 }
 
-static int push(struct vm *vm, flx_pv *v)
+static int push_slow(struct vm *vm, flx_pv *v)
 {
 	if (!v)
 		return vm->rc ? vm->rc : -ENOMEM;
@@ -946,9 +946,21 @@ static int push(struct vm *vm, flx_pv *v)
 	return 0;
 }
 
+/* Push v; a NULL v (its making failed) is the load's failure.  Inline
+ * while the stack has room. */
+static inline __attribute__((always_inline)) int push(struct vm *vm, flx_pv *v)
+{
+	if (!v || vm->sp >= vm->stack_cap ||
+	    vm->sp + vm->nmarks >= vm->max_stack)
+		return push_slow(vm, v);
+	vm->stack[vm->sp++] = v;
+	return 0;
+}
+
 /* Values at and above the innermost mark only: like CPython, a pop that
  * would cross the mark is a malformed pickle. */
-static int pop(struct vm *vm, flx_pv **out)
+static inline __attribute__((always_inline)) int pop(struct vm *vm,
+						     flx_pv **out)
 {
 	if (vm->sp <= fence(vm))
 		return vm_fail(vm, -EINVAL, "stack underflow");
@@ -956,7 +968,8 @@ static int pop(struct vm *vm, flx_pv **out)
 	return 0;
 }
 
-static int top(struct vm *vm, flx_pv **out)
+static inline __attribute__((always_inline)) int top(struct vm *vm,
+						     flx_pv **out)
 {
 	if (vm->sp <= fence(vm))
 		return vm_fail(vm, -EINVAL, "stack underflow");
@@ -1001,7 +1014,7 @@ static int push_mark(struct vm *vm)
  * place in the tree, where its caller looks for it: its pairs are in no
  * other, so a second reference to it fails the load with -EAGAIN, and a
  * dict named again is never made the sink dict. */
-static int push_again(struct vm *vm, flx_pv *v)
+static int push_again_slow(struct vm *vm, flx_pv *v)
 {
 	/* in a dropped value's batch: what the sink took, and any
 	 * container, which that batch must not change nor hold past it */
@@ -1015,6 +1028,16 @@ static int push_again(struct vm *vm, flx_pv *v)
 		return vm_fail(vm, -EAGAIN,
 			       "a %s streamed is named a second time",
 			       flx_pv_kind_name(v));
+	if (v->kind == FLX_PV_DICT || v->kind == FLX_PV_LIST)
+		v->reref_ = true;
+	return push(vm, v);
+}
+
+static inline __attribute__((always_inline)) int push_again(struct vm *vm,
+							    flx_pv *v)
+{
+	if (vm->ndl || v == vm->sink_dict || v->sunk_)
+		return push_again_slow(vm, v);
 	if (v->kind == FLX_PV_DICT || v->kind == FLX_PV_LIST)
 		v->reref_ = true;
 	return push(vm, v);
@@ -1096,7 +1119,8 @@ static int memo_extend(struct vm *vm, size_t len)
 	return 0;
 }
 
-static int memo_put(struct vm *vm, uint64_t idx, flx_pv *v)
+/* memo_put() in full: a slot to make or a log to grow, or a failure. */
+static int memo_put_slow(struct vm *vm, uint64_t idx, flx_pv *v)
 {
 	flx_pv **slot;
 	int rc;
@@ -1138,19 +1162,17 @@ static inline unsigned popcount64(uint64_t x)
 	return (unsigned)((x * 0x0101010101010101ull) >> 56);
 }
 
-/* The memo slot idx (below memo_len) as a place to read and write: in its
- * chunk, or, in a packed chunk, the live slot's value in pk_v (valid until
- * pack_memo() grows pk_v); NULL for a packed slot that is not live (it
- * names &consumed).  Constant time: a DCP .metadata's storage_data names,
- * for every entry, the offsets its chunk's batch memoized long before. */
-static flx_pv **memo_ref(const struct vm *vm, size_t idx)
+/* memo_ref() of a slot in a packed chunk (vm->memo[idx / MEMO_CHUNK] is
+ * NULL: pack_memo() freed it). */
+static flx_pv **memo_ref_packed(const struct vm *vm, size_t idx)
 {
-	const struct pk_chunk *k;
+	const struct pk_chunk *k =
+	    vm->packed ? vm->packed[idx / MEMO_CHUNK] : NULL;
 	size_t i = idx % MEMO_CHUNK, w = i / 64;
 	uint64_t bit = (uint64_t)1 << (i % 64);
 
-	if (!vm->packed || !(k = vm->packed[idx / MEMO_CHUNK]))
-		return memo_slot(vm, idx);
+	if (!k)
+		return NULL;
 	if (k->nidx != PACK_DENSE) {
 		size_t lo = 0, hi = k->nidx;
 
@@ -1208,11 +1230,48 @@ static flx_pv *kw_node(struct vm *vm, flx_pv **ref)
 	return v;
 }
 
-static int memo_get(struct vm *vm, uint64_t idx)
+/* The memo slot idx (below memo_len) as a place to read and write: in its
+ * chunk, or, in a packed chunk, the live slot's value in pk_v (valid until
+ * pack_memo() grows pk_v); NULL for a packed slot that is not live (it
+ * names &consumed).  Constant time: a DCP .metadata's storage_data names,
+ * for every entry, the offsets its chunk's batch memoized long before.
+ * Every chunk below memo_len is allocated until pack_memo() frees it, so
+ * a chunk that is there is not packed: one load and a test on the common
+ * path, inlined where the opcodes run. */
+static inline __attribute__((always_inline)) flx_pv **
+memo_ref(const struct vm *vm, size_t idx)
 {
-	flx_pv **ref = idx < vm->memo_len ? memo_ref(vm, (size_t)idx) : NULL;
-	flx_pv *v = idx >= vm->memo_len ? NULL : ref ? *ref : &consumed;
+	flx_pv **m = vm->memo[idx / MEMO_CHUNK];
 
+	if (m)
+		return &m[idx % MEMO_CHUNK];
+	return memo_ref_packed(vm, idx);
+}
+
+/* Set memo slot idx to v (MEMOIZE, PUT, BINPUT): inline where the slot
+ * exists in an unpacked chunk and the batch log (if a batch is open) has
+ * room; memo_put_slow() checks and does the rest. */
+static inline __attribute__((always_inline)) int
+memo_put(struct vm *vm, uint64_t idx, flx_pv *v)
+{
+	flx_pv **m, **slot;
+
+	/* memo_len <= max_memo: idx is in range */
+	if (idx >= vm->memo_len || !(m = vm->memo[idx / MEMO_CHUNK]) ||
+	    (vm->young && vm->nylog == vm->ylog_cap))
+		return memo_put_slow(vm, idx, v);
+	if (vm->young)
+		vm->ylog[vm->nylog++] = (size_t)idx;
+	slot = &m[idx % MEMO_CHUNK];
+	vm->memo_count += !*slot;
+	*slot = v;
+	return 0;
+}
+
+/* memo_get() of a slot that holds no node to push as it is (ref: the
+ * slot, NULL when v is not in one). */
+static int memo_get_slow(struct vm *vm, uint64_t idx, flx_pv **ref, flx_pv *v)
+{
 	if (!v)
 		return vm_fail(vm, -EINVAL,
 			       "memo index %" PRIu64 " out of range", idx);
@@ -1223,6 +1282,20 @@ static int memo_get(struct vm *vm, uint64_t idx)
 			       idx);
 	if (kw_is(v) && !(v = kw_node(vm, ref)))
 		return vm_nomem(vm);
+	return push_again(vm, v);
+}
+
+static inline __attribute__((always_inline)) int memo_get(struct vm *vm,
+							  uint64_t idx)
+{
+	flx_pv **ref, *v;
+
+	if (idx >= vm->memo_len)
+		return memo_get_slow(vm, idx, NULL, NULL);
+	ref = memo_ref(vm, (size_t)idx);
+	v = ref ? *ref : &consumed;
+	if (!v || v == &consumed || kw_is(v))
+		return memo_get_slow(vm, idx, ref, v);
 	return push_again(vm, v);
 }
 
@@ -1429,8 +1502,8 @@ static int int_cache_init(struct vm *vm)
 	return 0;
 }
 
-/* Ints are immutable: equal ones share a node while it stays cached. */
-static flx_pv *new_int(struct vm *vm, int64_t i)
+/* new_int() of an int not in the cache (or the cache not made yet). */
+static flx_pv *new_int_slow(struct vm *vm, int64_t i)
 {
 	flx_pv **slot, *v;
 
@@ -1451,6 +1524,22 @@ static flx_pv *new_int(struct vm *vm, int64_t i)
 		vm->side_ints += vm->to_side;
 	}
 	vm->to_side = false;
+	return v;
+}
+
+/* Ints are immutable: equal ones share a node while it stays cached.  A
+ * cached one costs a lookup, inline. */
+static inline __attribute__((always_inline)) flx_pv *new_int(struct vm *vm,
+							     int64_t i)
+{
+	flx_pv *v;
+
+	if (!vm->ints || vm->nodes >= vm->max_nodes)
+		return new_int_slow(vm, i);
+	v = vm->ints[(size_t)(mix((uint64_t)i) >> 40) & vm->ints_mask];
+	if (!v || v->u.i != i)
+		return new_int_slow(vm, i);
+	vm->nodes++;
 	return v;
 }
 
@@ -2885,8 +2974,8 @@ static int op_sized(struct vm *vm, int lenbytes, bool is_signed,
  * epilogue were a quarter of the time of a large load's opcodes. */
 static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 {
-	const char *s = NULL;
-	size_t sl = 0;
+	const char *s;
+	size_t sl;
 	uint64_t u;
 	flx_pv *a = NULL, *b = NULL, *c = NULL, *a2[2];
 	int rc;
