@@ -136,6 +136,10 @@ struct flx_pickle {
 #define PACK_MAX    (MEMO_CHUNK / 4)
 #define PACK_SPARSE 1024
 #define PACK_DENSE  UINT32_MAX
+/* memo_ref_packed()'s cache: slots (a power of two), and the place of a
+ * slot that is not live */
+#define PK_CACHE ((size_t)64)
+#define PK_DEAD	 SIZE_MAX
 struct pk_chunk {
 	size_t base;
 	uint32_t nidx;
@@ -253,6 +257,13 @@ struct vm {
 	size_t memo_scan; /* the next chunk pack_memo() looks at */
 	flx_pv **pk_v;
 	size_t npk, cap_v;
+	/* packed slots found before (memo_ref_packed()), direct-mapped by
+	 * index: key idx + 1 (0: empty), pos its value's place in pk_v or
+	 * PK_DEAD; a packed chunk never changes which slots are live, nor
+	 * where their values lie in pk_v */
+	struct {
+		size_t key, pos;
+	} pkc[PK_CACHE];
 
 	/* The value dropped (sink->drop_key, see drop_mark()): drop_v, the
 	 * list or dict under the key, at stack[drop_vi], until the pair goes
@@ -1162,17 +1173,13 @@ static inline unsigned popcount64(uint64_t x)
 	return (unsigned)((x * 0x0101010101010101ull) >> 56);
 }
 
-/* memo_ref() of a slot in a packed chunk (vm->memo[idx / MEMO_CHUNK] is
- * NULL: pack_memo() freed it). */
-static flx_pv **memo_ref_packed(const struct vm *vm, size_t idx)
+/* The place in pk_v of slot idx of packed chunk k, or PK_DEAD when the
+ * slot is not live. */
+static size_t pk_pos(const struct pk_chunk *k, size_t idx)
 {
-	const struct pk_chunk *k =
-	    vm->packed ? vm->packed[idx / MEMO_CHUNK] : NULL;
 	size_t i = idx % MEMO_CHUNK, w = i / 64;
 	uint64_t bit = (uint64_t)1 << (i % 64);
 
-	if (!k)
-		return NULL;
 	if (k->nidx != PACK_DENSE) {
 		size_t lo = 0, hi = k->nidx;
 
@@ -1184,13 +1191,33 @@ static flx_pv **memo_ref_packed(const struct vm *vm, size_t idx)
 			else
 				hi = mid;
 		}
-		return lo < k->nidx && k->idx[lo] == i ? &vm->pk_v[k->base + lo]
-						       : NULL;
+		return lo < k->nidx && k->idx[lo] == i ? k->base + lo : PK_DEAD;
 	}
 	if (!(k->bits[w] & bit))
-		return NULL;
-	return &vm->pk_v[k->base + k->rank[w] +
-			 popcount64(k->bits[w] & (bit - 1))];
+		return PK_DEAD;
+	return k->base + k->rank[w] + popcount64(k->bits[w] & (bit - 1));
+}
+
+/* memo_ref() of a slot in a packed chunk (vm->memo[idx / MEMO_CHUNK] is
+ * NULL: pack_memo() freed it).  A DCP .metadata names the same few keys
+ * and classes of a packed chunk in every entry of storage_data: they are
+ * found in vm->pkc. */
+static flx_pv **memo_ref_packed(struct vm *vm, size_t idx)
+{
+	const struct pk_chunk *k =
+	    vm->packed ? vm->packed[idx / MEMO_CHUNK] : NULL;
+	size_t h = idx & (PK_CACHE - 1), pos;
+
+	if (vm->pkc[h].key == idx + 1) {
+		pos = vm->pkc[h].pos;
+	} else {
+		if (!k)
+			return NULL;
+		pos = pk_pos(k, idx);
+		vm->pkc[h].key = idx + 1;
+		vm->pkc[h].pos = pos;
+	}
+	return pos == PK_DEAD ? NULL : &vm->pk_v[pos];
 }
 
 /* Whether memo value v is a kept string's word (KW_ID_BITS), not a node. */
@@ -1238,8 +1265,8 @@ static flx_pv *kw_node(struct vm *vm, flx_pv **ref)
  * Every chunk below memo_len is allocated until pack_memo() frees it, so
  * a chunk that is there is not packed: one load and a test on the common
  * path, inlined where the opcodes run. */
-static inline __attribute__((always_inline)) flx_pv **
-memo_ref(const struct vm *vm, size_t idx)
+static inline __attribute__((always_inline)) flx_pv **memo_ref(struct vm *vm,
+							       size_t idx)
 {
 	flx_pv **m = vm->memo[idx / MEMO_CHUNK];
 
