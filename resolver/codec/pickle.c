@@ -2758,14 +2758,17 @@ static bool lone_to_sink(const struct vm *vm, const flx_pv *target)
 
 /* Mark v taken and queue it at vm->tk[*sp] for its children: a node that
  * holds others (scalars are never changed by an opcode). */
-static int take_push(struct vm *vm, size_t *sp, flx_pv *v)
+#define HOLDS_OTHERS                                                           \
+	((1u << FLX_PV_TUPLE) | (1u << FLX_PV_LIST) | (1u << FLX_PV_SET) |     \
+	 (1u << FLX_PV_DICT) | (1u << FLX_PV_OBJ) | (1u << FLX_PV_PERSID))
+
+static inline __attribute__((always_inline)) int
+take_push(struct vm *vm, size_t *sp, flx_pv *v)
 {
-	if (!v || v->taken_ ||
-	    (v->kind != FLX_PV_TUPLE && v->kind != FLX_PV_LIST &&
-	     v->kind != FLX_PV_SET && v->kind != FLX_PV_DICT &&
-	     v->kind != FLX_PV_OBJ && v->kind != FLX_PV_PERSID))
+	if (!v || v->taken_ || !((1u << v->kind) & HOLDS_OTHERS))
 		return 0;
-	if (flx_grow((void **)&vm->tk, &vm->tk_cap, *sp + 1, sizeof(*vm->tk)))
+	if (*sp == vm->tk_cap &&
+	    flx_grow((void **)&vm->tk, &vm->tk_cap, *sp + 1, sizeof(*vm->tk)))
 		return vm_nomem(vm);
 	v->taken_ = true;
 	vm->tk[(*sp)++] = v;
