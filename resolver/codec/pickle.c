@@ -200,8 +200,10 @@ struct vm {
 
 	/* shared immutable values (see the design note) */
 	flx_pv *none, *bools[2], *empty_tuple;
-	flx_pv *not_odict; /* a GLOBAL known not to be OrderedDict */
-	flx_pv **ints;	   /* direct-mapped cache, ints_mask + 1 slots */
+	/* GLOBALs known not to be OrderedDict, the latest first (DCP's
+	 * storage_data makes objects of two classes in turn) */
+	flx_pv *not_odict[2];
+	flx_pv **ints; /* direct-mapped cache, ints_mask + 1 slots */
 	size_t ints_mask;
 	flx_pv *size_cls; /* a GLOBAL known to be torch.Size */
 	flx_pv **sizes;	  /* shared torch.Size objects, by args */
@@ -542,8 +544,10 @@ static void *arena_block(flx_pickle *p, size_t n)
 	return b->data;
 }
 
-/* n > 0 bytes, aligned to ARENA_ALIGN, valid until flx_pickle_free(). */
-static void *arena_alloc(flx_pickle *p, size_t n)
+/* n > 0 bytes, aligned to ARENA_ALIGN, valid until flx_pickle_free().
+ * Inline: every node takes one. */
+static inline __attribute__((always_inline)) void *arena_alloc(flx_pickle *p,
+							       size_t n)
 {
 	void *r;
 
@@ -2030,13 +2034,16 @@ static flx_pv *new_obj(struct vm *vm, flx_pv *cls, flx_pv *args, bool newobj)
 			flx_pv_kind_name(args));
 		return NULL;
 	}
-	if (args->u.seq.n == 0 && cls != vm->not_odict) {
+	if (args->u.seq.n == 0 && cls != vm->not_odict[0] &&
+	    cls != vm->not_odict[1]) {
 		if (flx_pv_is_global(cls, "collections", "OrderedDict"))
 			return new_node(vm, FLX_PV_DICT);
 		/* torch makes every DCP object this way, with one class
 		 * node from the memo; GLOBAL nodes never change */
-		if (cls->kind == FLX_PV_GLOBAL)
-			vm->not_odict = cls;
+		if (cls->kind == FLX_PV_GLOBAL) {
+			vm->not_odict[1] = vm->not_odict[0];
+			vm->not_odict[0] = cls;
+		}
 	}
 	if (!newobj && args->u.seq.n == 1 &&
 	    (cls == vm->size_cls || flx_pv_is_global(cls, "torch", "Size"))) {
@@ -2155,7 +2162,7 @@ static void batch_start(struct vm *vm)
 /* Arena bytes a memoized young value takes when kept past its batch: the
  * immutable scalars a later opcode may name (strings, class references,
  * numbers); 0 for a container, which the batch's pairs alone may hold. */
-static size_t keep_size(const flx_pv *v)
+static inline __attribute__((always_inline)) size_t keep_size(const flx_pv *v)
 {
 	switch (v->kind) {
 	case FLX_PV_STR:
@@ -2440,7 +2447,8 @@ static void rewind_batch(struct vm *vm)
 	forget_young(&vm->bools[0], lo, hi, lo2, top);
 	forget_young(&vm->bools[1], lo, hi, lo2, top);
 	forget_young(&vm->empty_tuple, lo, hi, lo2, top);
-	forget_young(&vm->not_odict, lo, hi, lo2, top);
+	forget_young(&vm->not_odict[0], lo, hi, lo2, top);
+	forget_young(&vm->not_odict[1], lo, hi, lo2, top);
 	forget_young(&vm->size_cls, lo, hi, lo2, top);
 	p->left = (to == lo ? room : room2) - moved;
 	p->cur = to + moved;
