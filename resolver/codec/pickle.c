@@ -724,6 +724,19 @@ static flx_pv *new_str(struct vm *vm, flx_pv_kind kind, const void *s, size_t n,
 	return v;
 }
 
+/* dst[0..n) = src[0..n): a loop for the one to a few pointers of a
+ * tuple or an object's state (no library call), memcpy() beyond. */
+static inline __attribute__((always_inline)) void
+copy_items(flx_pv **dst, flx_pv *const *src, size_t n)
+{
+	if (n > 8) {
+		memcpy(dst, src, n * sizeof(*src));
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		dst[i] = src[i];
+}
+
 /* Node of kind holding a copy of items[0..n), the array right behind it
  * (n pointers for a sequence, n/2 pairs for a DICT).  Not counted. */
 static flx_pv *items_node(struct vm *vm, flx_pv_kind kind, flx_pv *const *items,
@@ -740,7 +753,7 @@ static flx_pv *items_node(struct vm *vm, flx_pv_kind kind, flx_pv *const *items,
 	if (!v || !n)
 		return v;
 	arr = (flx_pv **)(v + 1);
-	memcpy(arr, items, n * sizeof(*items));
+	copy_items(arr, items, n);
 	if (kind == FLX_PV_DICT) {
 		v->u.dict.kv = arr;
 		v->u.dict.n = n / 2;
@@ -896,7 +909,7 @@ static int seq_add(struct vm *vm, flx_pv *seq, flx_pv *const *items, size_t n)
 	rc = reserve(vm, &seq->u.seq.v, seq->u.seq.n, &seq->u.seq.cap_, n);
 	if (rc)
 		return rc;
-	memcpy(seq->u.seq.v + seq->u.seq.n, items, n * sizeof(*items));
+	copy_items(seq->u.seq.v + seq->u.seq.n, items, n);
 	seq->u.seq.n += n;
 	return 0;
 }
@@ -928,8 +941,7 @@ static int dict_add(struct vm *vm, flx_pv *d, flx_pv *const *items,
 	if (rc)
 		return rc;
 	d->u.dict.cap_ = cap / 2;
-	memcpy(d->u.dict.kv + 2 * d->u.dict.n, items,
-	       2 * npairs * sizeof(*items));
+	copy_items(d->u.dict.kv + 2 * d->u.dict.n, items, 2 * npairs);
 	d->u.dict.n += npairs;
 	return 0;
 }
