@@ -598,7 +598,8 @@ static bool batch_span(const struct vm *vm, struct arena_blk **nb)
 /* Whether v was made in the open batch: exact while batch_span() holds
  * (the batch can be wound back only then, see rewind_batch()); otherwise
  * an address comparison. */
-static bool is_young(const struct vm *vm, const void *v)
+static inline __attribute__((always_inline)) bool is_young(const struct vm *vm,
+							   const void *v)
 {
 	const unsigned char *a = v;
 	struct arena_blk *nb = NULL;
@@ -620,7 +621,7 @@ static int touch(struct vm *vm, const flx_pv *target)
 		return vm_fail(vm, -EAGAIN,
 			       "changes a value a sink took (a %s)",
 			       flx_pv_kind_name(target));
-	if (vm->young && !is_young(vm, target))
+	if (vm->young && !vm->young_dirty && !is_young(vm, target))
 		vm->young_dirty = true;
 	return 0;
 }
