@@ -149,6 +149,11 @@ struct pk_chunk {
 };
 _Static_assert(PACK_MAX <= UINT32_MAX, "pk_chunk rank");
 
+/* The kinds of value that hold others (bits 1 << kind). */
+#define HOLDS_OTHERS                                                           \
+	((1u << FLX_PV_TUPLE) | (1u << FLX_PV_LIST) | (1u << FLX_PV_SET) |     \
+	 (1u << FLX_PV_DICT) | (1u << FLX_PV_OBJ) | (1u << FLX_PV_PERSID))
+
 /* No hold on the window (see struct vm). */
 #define NO_HOLD SIZE_MAX
 
@@ -227,6 +232,9 @@ struct vm {
 	flx_pv *watch_dict;   /* see flx_pickle_sink.watch */
 	flx_pv *batch_target; /* the sink dict or a sink list */
 	bool young, young_dirty;
+	/* a value that holds others (HOLDS_OTHERS) was named again
+	 * (push_again()) while the batch was open */
+	bool y_holder;
 	bool to_side;	     /* alloc_node() takes from p->side */
 	size_t side_ints;    /* ints made in p->side */
 	size_t young_nmarks; /* nmarks while the batch's mark is open */
@@ -1044,6 +1052,7 @@ static int push_mark(struct vm *vm)
  * dict named again is never made the sink dict. */
 static int push_again_slow(struct vm *vm, flx_pv *v)
 {
+	vm->y_holder |= vm->young && ((1u << v->kind) & HOLDS_OTHERS);
 	/* in a dropped value's batch: what the sink took, and any
 	 * container, which that batch must not change nor hold past it */
 	if (vm->ndl && (v == &consumed || v == vm->sink_dict || v->sunk_ ||
@@ -1066,6 +1075,7 @@ static inline __attribute__((always_inline)) int push_again(struct vm *vm,
 {
 	if (vm->ndl || v == vm->sink_dict || v->sunk_)
 		return push_again_slow(vm, v);
+	vm->y_holder |= vm->young && ((1u << v->kind) & HOLDS_OTHERS);
 	if (v->kind == FLX_PV_DICT || v->kind == FLX_PV_LIST)
 		v->reref_ = true;
 	return push(vm, v);
@@ -2169,6 +2179,7 @@ static void batch_start(struct vm *vm)
 	vm->y_size = vm->p->next_size;
 	vm->y_nodes = vm->nodes;
 	vm->y_side = 0;
+	vm->y_holder = false;
 	vm->nylog = 0;
 }
 
@@ -2348,8 +2359,9 @@ static bool keep_room(struct vm *vm, size_t n)
  * immutable; Python's pickler memoizes each object it meets, so torch
  * writes the same dtype or key as one new memoized string per chunk).
  * One whose offset does not fit the word keeps a node of its own.
+ * @return whether the batch was wound back (false: nothing changed).
  */
-static void rewind_batch(struct vm *vm)
+static bool rewind_batch(struct vm *vm)
 {
 	flx_pickle *p = vm->p;
 	struct arena_blk *nb = NULL;
@@ -2361,7 +2373,7 @@ static void rewind_batch(struct vm *vm)
 	bool share;
 
 	if (vm->young_dirty || !batch_span(vm, &nb))
-		return;
+		return false;
 	if (nb) {
 		hi = vm->y_cur + vm->y_left;
 		lo2 = (unsigned char *)nb->data;
@@ -2382,7 +2394,7 @@ static void rewind_batch(struct vm *vm)
 	    flx_grow((void **)&vm->mv, &vm->mv_cap, vm->nylog,
 		     sizeof(*vm->mv)) ||
 	    (need > p->left && !(stage = malloc(need))))
-		return;
+		return false;
 	share = !vm->ndl && keep_room(vm, vm->nylog);
 	dst = stage;
 	for (size_t i = 0; i < vm->nylog; i++) {
@@ -2476,6 +2488,7 @@ static void rewind_batch(struct vm *vm)
 	 * made in p->side: max_nodes bounds the values held */
 	vm->nodes = vm->y_nodes + vm->y_side + kept;
 	vm->nylog = 0;
+	return true;
 }
 
 /*
@@ -2753,18 +2766,6 @@ static int sink_result(struct vm *vm, int rc)
 	return 0;
 }
 
-/* After the sink's call on a batch: its result, and the batch's memory
- * given back. */
-static int batch_end(struct vm *vm, int rc, size_t start)
-{
-	if ((rc = sink_result(vm, rc)))
-		return rc;
-	vm->sp = start;
-	rewind_batch(vm);
-	pack_memo(vm);
-	return 0;
-}
-
 /* Whether an item added alone (APPEND, SETITEM) to target goes to the
  * sink: target is the sink dict or a list streamed (Python's pickler ends
  * a dict or list whose length is one past a multiple of its batch size
@@ -2779,10 +2780,6 @@ static bool lone_to_sink(const struct vm *vm, const flx_pv *target)
 
 /* Mark v taken and queue it at vm->tk[*sp] for its children: a node that
  * holds others (scalars are never changed by an opcode). */
-#define HOLDS_OTHERS                                                           \
-	((1u << FLX_PV_TUPLE) | (1u << FLX_PV_LIST) | (1u << FLX_PV_SET) |     \
-	 (1u << FLX_PV_DICT) | (1u << FLX_PV_OBJ) | (1u << FLX_PV_PERSID))
-
 static inline __attribute__((always_inline)) int
 take_push(struct vm *vm, size_t *sp, flx_pv *v)
 {
@@ -2854,6 +2851,40 @@ static int sink_pairs(struct vm *vm, flx_pv *const *kv, size_t n)
 	return rc ? rc : vm->sink->pairs(vm->sink->ctx, kv, n);
 }
 
+/*
+ * A batch closed (its mark popped, start the first item above it): the
+ * sink's items() (list the sink list) or pairs() (list NULL) of
+ * v = stack[start .. sp), then the batch's memory given back.  What the
+ * sink took is marked taken (mark_taken()) where a later opcode can still
+ * reach it: marking is for the opcodes after the batch, so it is left out
+ * when rewind_batch() winds the batch back and no value that holds others
+ * was named again in it (y_holder): then the memo names none of the
+ * batch's containers (their slots name &consumed), the stack is below the
+ * batch's mark, no older container was changed (young_dirty), and
+ * whatever else v reaches is a scalar or an immutable shared value
+ * (None, an int, (), a torch.Size object whose arguments are older: those
+ * were named again).  Where the batch stays, v is marked after the sink's
+ * call: its values are where they were.
+ */
+static int batch_end(struct vm *vm, const flx_pv *list, size_t start)
+{
+	flx_pv *const *v = vm->stack + start;
+	size_t n = vm->sp - start;
+	bool holder = vm->y_holder;
+	int rc = holder ? mark_taken(vm, v, n) : 0;
+
+	if (!rc)
+		rc = list ? vm->sink->items(vm->sink->ctx, list, v, n)
+			  : vm->sink->pairs(vm->sink->ctx, v, n / 2);
+	if ((rc = sink_result(vm, rc)))
+		return rc;
+	vm->sp = start;
+	if (!rewind_batch(vm) && !holder && (rc = mark_taken(vm, v, n)))
+		return rc;
+	pack_memo(vm);
+	return 0;
+}
+
 /* The watched dict's pairs kv[0 .. 2 * n) to the sink's watch(). */
 static int watched(struct vm *vm, flx_pv *const *kv, size_t n)
 {
@@ -2871,9 +2902,7 @@ static int op_add_seq(struct vm *vm, flx_pv_kind want, const char *op)
 	if (rc)
 		return rc;
 	if (batch && seq == vm->batch_target)
-		return batch_end(
-		    vm, sink_items(vm, seq, vm->stack + start, vm->sp - start),
-		    start);
+		return batch_end(vm, seq, start);
 	if ((rc = seq_add(vm, seq, vm->stack + start, vm->sp - start)))
 		return rc;
 	vm->sp = start;
@@ -2893,9 +2922,7 @@ static int op_setitems(struct vm *vm)
 	if ((vm->sp - start) & 1)
 		return vm_fail(vm, -EINVAL, "odd number of items");
 	if (batch && d == vm->batch_target)
-		return batch_end(
-		    vm, sink_pairs(vm, vm->stack + start, (vm->sp - start) / 2),
-		    start);
+		return batch_end(vm, NULL, start);
 	if (d == vm->watch_dict &&
 	    (rc = watched(vm, vm->stack + start, (vm->sp - start) / 2)))
 		return rc;
