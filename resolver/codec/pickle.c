@@ -623,7 +623,7 @@ static inline __attribute__((always_inline)) bool is_young(const struct vm *vm,
  * sink took (mark_taken()) is what the sink saw: were it changed after, the
  * sink's view and the tree's would differ, so the load declines (-EAGAIN:
  * the caller decodes the tree). */
-static int touch(struct vm *vm, const flx_pv *target)
+static int touch_slow(struct vm *vm, const flx_pv *target)
 {
 	if (target->taken_)
 		return vm_fail(vm, -EAGAIN,
@@ -632,6 +632,14 @@ static int touch(struct vm *vm, const flx_pv *target)
 	if (vm->young && !vm->young_dirty && !is_young(vm, target))
 		vm->young_dirty = true;
 	return 0;
+}
+
+static inline __attribute__((always_inline)) int touch(struct vm *vm,
+						       const flx_pv *target)
+{
+	if (!target->taken_ && (!vm->young || vm->young_dirty))
+		return 0;
+	return touch_slow(vm, target);
 }
 
 /* ------------------------------------------------------------------- nodes */
@@ -658,7 +666,9 @@ static flx_pickle *side_arena(struct vm *vm)
 	return vm->p->side;
 }
 
-static flx_pv *alloc_node(struct vm *vm, flx_pv_kind kind, size_t extra)
+/* Inline: every value made but a cached one takes one. */
+static inline __attribute__((always_inline)) flx_pv *
+alloc_node(struct vm *vm, flx_pv_kind kind, size_t extra)
 {
 	flx_pickle *a = vm->to_side ? side_arena(vm) : vm->p;
 	flx_pv *v = a ? arena_alloc(a, sizeof(*v) + extra) : NULL;
@@ -1075,9 +1085,11 @@ static inline __attribute__((always_inline)) int push_again(struct vm *vm,
 {
 	if (vm->ndl || v == vm->sink_dict || v->sunk_)
 		return push_again_slow(vm, v);
-	vm->y_holder |= vm->young && ((1u << v->kind) & HOLDS_OTHERS);
-	if (v->kind == FLX_PV_DICT || v->kind == FLX_PV_LIST)
-		v->reref_ = true;
+	if ((1u << v->kind) & HOLDS_OTHERS) {
+		vm->y_holder |= vm->young;
+		if (v->kind == FLX_PV_DICT || v->kind == FLX_PV_LIST)
+			v->reref_ = true;
+	}
 	return push(vm, v);
 }
 
