@@ -192,6 +192,7 @@ struct vm {
 	size_t sp, stack_cap;
 	size_t *marks; /* stack heights at each open MARK */
 	size_t nmarks, marks_cap;
+	size_t fence; /* marks[nmarks - 1], 0 without a mark (fence()) */
 	/* memo chunks of MEMO_CHUNK slots but chunk 0 (memo0_cap slots);
 	 * slots [0, memo_len) exist and are set or NULL */
 	flx_pv ***memo;
@@ -967,9 +968,17 @@ static int dict_add(struct vm *vm, flx_pv *d, flx_pv *const *items,
 
 /* ------------------------------------------------------------------ stacks */
 
+/* The stack height at the innermost mark (0 without one): nothing below
+ * it may be popped. */
 static size_t fence(const struct vm *vm)
 {
-	return vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
+	return vm->fence;
+}
+
+/* After nmarks changed. */
+static void set_fence(struct vm *vm)
+{
+	vm->fence = vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
 }
 
 static int push_slow(struct vm *vm, flx_pv *v)
@@ -1030,6 +1039,7 @@ static int pop_mark(struct vm *vm, size_t *start)
 	if (!vm->nmarks)
 		return vm_fail(vm, -EINVAL, "no MARK on the stack");
 	*start = vm->marks[--vm->nmarks];
+	set_fence(vm);
 	if (vm->nmarks < vm->young_nmarks)
 		vm->young = false; /* the batch's mark is gone */
 	return 0;
@@ -1053,6 +1063,7 @@ static int push_mark(struct vm *vm)
 		vm->marks_cap = ncap;
 	}
 	vm->marks[vm->nmarks++] = vm->sp;
+	vm->fence = vm->sp;
 	return 0;
 }
 
@@ -3062,7 +3073,8 @@ static int op_sized(struct vm *vm, int lenbytes, bool is_signed,
 
 /* Inlined into the loop of flx_pickle_load(): as a call, its prologue and
  * epilogue were a quarter of the time of a large load's opcodes. */
-static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
+static inline __attribute__((always_inline)) int
+step(struct vm *vm, unsigned char op, bool *stop)
 {
 	const char *s;
 	size_t sl;
@@ -3070,7 +3082,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 	flx_pv *a = NULL, *b = NULL, *c = NULL, *a2[2];
 	int rc;
 
-	switch (vm->op) {
+	switch (op) {
 	case OP_PROTO:
 		if ((rc = arg_le(vm, 1, &u)))
 			return rc;
@@ -3108,6 +3120,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		/* CPython: POP right after MARK discards the mark. */
 		if (vm->nmarks && vm->marks[vm->nmarks - 1] == vm->sp) {
 			vm->nmarks--;
+			set_fence(vm);
 			if (vm->nmarks < vm->young_nmarks)
 				vm->young = false;
 			return 0;
@@ -3146,7 +3159,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 			return rc;
 		if (!parse_dec(s, sl, &u, &neg, &big) || neg || big)
 			return vm_fail(vm, -EINVAL, "bad memo index");
-		if (vm->op == OP_GET)
+		if (op == OP_GET)
 			return memo_get(vm, u);
 		if ((rc = top(vm, &a)))
 			return rc;
@@ -3165,7 +3178,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		return push(vm, new_shared(vm, &vm->none, FLX_PV_NONE));
 	case OP_NEWTRUE:
 	case OP_NEWFALSE:
-		return push(vm, new_bool(vm, vm->op == OP_NEWTRUE));
+		return push(vm, new_bool(vm, op == OP_NEWTRUE));
 	case OP_BININT:
 		if ((rc = arg_le(vm, 4, &u)))
 			return rc;
@@ -3180,9 +3193,9 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		return push(vm, new_int(vm, (int64_t)u));
 	case OP_LONG1:
 	case OP_LONG4:
-		if ((rc = arg_le(vm, vm->op == OP_LONG1 ? 1 : 4, &u)))
+		if ((rc = arg_le(vm, op == OP_LONG1 ? 1 : 4, &u)))
 			return rc;
-		if (vm->op == OP_LONG4 && (u & 0x80000000u))
+		if (op == OP_LONG4 && (u & 0x80000000u))
 			return vm_fail(vm, -EINVAL, "negative length");
 		if (u > left(vm))
 			return truncated(vm, u, "payload");
@@ -3250,7 +3263,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 	case OP_TUPLE1:
 	case OP_TUPLE2:
 	case OP_TUPLE3:
-		return op_tuple_n(vm, (size_t)(vm->op - OP_TUPLE1 + 1));
+		return op_tuple_n(vm, (size_t)(op - OP_TUPLE1 + 1));
 	case OP_EMPTY_LIST:
 		return push(vm, new_node(vm, FLX_PV_LIST));
 	case OP_EMPTY_DICT:
@@ -3316,7 +3329,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 	case OP_NEWOBJ:
 		if ((rc = pop(vm, &b)) || (rc = pop(vm, &a)))
 			return rc;
-		return push(vm, new_obj(vm, a, b, vm->op == OP_NEWOBJ));
+		return push(vm, new_obj(vm, a, b, op == OP_NEWOBJ));
 	case OP_NEWOBJ_EX:
 		if ((rc = pop(vm, &c)) || (rc = pop(vm, &b)) ||
 		    (rc = pop(vm, &a)))
@@ -3355,7 +3368,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		return vm_fail(vm, -EINVAL,
 			       "out-of-band buffers are not supported");
 	}
-	return vm_fail(vm, -EINVAL, "unknown opcode 0x%02x", vm->op);
+	return vm_fail(vm, -EINVAL, "unknown opcode 0x%02x", op);
 }
 
 static void set_limits(struct vm *vm, const flx_pickle_limits *lim)
@@ -3402,6 +3415,7 @@ static void set_limits(struct vm *vm, const flx_pickle_limits *lim)
 /* The VM over whole (the whole input, a buffer load) or else vm->r. */
 static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
 {
+	unsigned char op;
 	bool stop = false;
 	int rc = 0;
 
@@ -3432,8 +3446,9 @@ static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
 				break;
 		}
 		vm->op_off = at(vm);
-		vm->op = vm->buf[vm->pos++];
-		rc = step(vm, &stop);
+		op = vm->buf[vm->pos++];
+		vm->op = op;
+		rc = step(vm, op, &stop);
 		if (!rc && vm->drop_v)
 			rc = drop_close(vm);
 		if (rc)
