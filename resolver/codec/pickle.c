@@ -193,6 +193,9 @@ struct vm {
 	size_t *marks; /* stack heights at each open MARK */
 	size_t nmarks, marks_cap;
 	size_t fence; /* marks[nmarks - 1], 0 without a mark (fence()) */
+	/* push() needs no check below this height: the smaller of stack_cap
+	 * and max_stack - nmarks (set_fence()) */
+	size_t push_lim;
 	/* memo chunks of MEMO_CHUNK slots but chunk 0 (memo0_cap slots);
 	 * slots [0, memo_len) exist and are set or NULL */
 	flx_pv ***memo;
@@ -975,10 +978,14 @@ static size_t fence(const struct vm *vm)
 	return vm->fence;
 }
 
-/* After nmarks changed. */
+/* After nmarks or stack_cap changed. */
 static void set_fence(struct vm *vm)
 {
+	size_t lim =
+	    vm->max_stack > vm->nmarks ? vm->max_stack - vm->nmarks : 0;
+
 	vm->fence = vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
+	vm->push_lim = lim < vm->stack_cap ? lim : vm->stack_cap;
 }
 
 static int push_slow(struct vm *vm, flx_pv *v)
@@ -996,6 +1003,7 @@ static int push_slow(struct vm *vm, flx_pv *v)
 			return vm_nomem(vm);
 		vm->stack = ns;
 		vm->stack_cap = ncap;
+		set_fence(vm);
 	}
 	vm->stack[vm->sp++] = v;
 	return 0;
@@ -1005,8 +1013,7 @@ static int push_slow(struct vm *vm, flx_pv *v)
  * while the stack has room. */
 static inline __attribute__((always_inline)) int push(struct vm *vm, flx_pv *v)
 {
-	if (!v || vm->sp >= vm->stack_cap ||
-	    vm->sp + vm->nmarks >= vm->max_stack)
+	if (!v || vm->sp >= vm->push_lim)
 		return push_slow(vm, v);
 	vm->stack[vm->sp++] = v;
 	return 0;
@@ -1063,7 +1070,7 @@ static int push_mark(struct vm *vm)
 		vm->marks_cap = ncap;
 	}
 	vm->marks[vm->nmarks++] = vm->sp;
-	vm->fence = vm->sp;
+	set_fence(vm);
 	return 0;
 }
 
