@@ -616,6 +616,10 @@ static inline __attribute__((always_inline)) bool is_young(const struct vm *vm,
 	const unsigned char *a = v;
 	struct arena_blk *nb = NULL;
 
+	/* the batch's block is still the current one: the last line below,
+	 * whatever batch_span() says */
+	if (vm->p->blocks == vm->y_blk)
+		return a >= vm->y_cur && a < vm->p->cur;
 	if (!vm->ndl && batch_span(vm, &nb) && nb)
 		return (a >= vm->y_cur && a < vm->y_cur + vm->y_left) ||
 		       (a >= (const unsigned char *)nb->data && a < vm->p->cur);
