@@ -136,6 +136,10 @@ struct flx_pickle {
 #define PACK_MAX    (MEMO_CHUNK / 4)
 #define PACK_SPARSE 1024
 #define PACK_DENSE  UINT32_MAX
+/* memo_ref_packed()'s cache: slots (a power of two), and the place of a
+ * slot that is not live */
+#define PK_CACHE ((size_t)64)
+#define PK_DEAD	 SIZE_MAX
 struct pk_chunk {
 	size_t base;
 	uint32_t nidx;
@@ -144,6 +148,11 @@ struct pk_chunk {
 	uint32_t idx[]; /* sparse: the live slots, ascending */
 };
 _Static_assert(PACK_MAX <= UINT32_MAX, "pk_chunk rank");
+
+/* The kinds of value that hold others (bits 1 << kind). */
+#define HOLDS_OTHERS                                                           \
+	((1u << FLX_PV_TUPLE) | (1u << FLX_PV_LIST) | (1u << FLX_PV_SET) |     \
+	 (1u << FLX_PV_DICT) | (1u << FLX_PV_OBJ) | (1u << FLX_PV_PERSID))
 
 /* No hold on the window (see struct vm). */
 #define NO_HOLD SIZE_MAX
@@ -183,6 +192,10 @@ struct vm {
 	size_t sp, stack_cap;
 	size_t *marks; /* stack heights at each open MARK */
 	size_t nmarks, marks_cap;
+	size_t fence; /* marks[nmarks - 1], 0 without a mark (fence()) */
+	/* push() needs no check below this height: the smaller of stack_cap
+	 * and max_stack - nmarks (set_fence()) */
+	size_t push_lim;
 	/* memo chunks of MEMO_CHUNK slots but chunk 0 (memo0_cap slots);
 	 * slots [0, memo_len) exist and are set or NULL */
 	flx_pv ***memo;
@@ -196,8 +209,10 @@ struct vm {
 
 	/* shared immutable values (see the design note) */
 	flx_pv *none, *bools[2], *empty_tuple;
-	flx_pv *not_odict; /* a GLOBAL known not to be OrderedDict */
-	flx_pv **ints;	   /* direct-mapped cache, ints_mask + 1 slots */
+	/* GLOBALs known not to be OrderedDict, the latest first (DCP's
+	 * storage_data makes objects of two classes in turn) */
+	flx_pv *not_odict[2];
+	flx_pv **ints; /* direct-mapped cache, ints_mask + 1 slots */
 	size_t ints_mask;
 	flx_pv *size_cls; /* a GLOBAL known to be torch.Size */
 	flx_pv **sizes;	  /* shared torch.Size objects, by args */
@@ -221,6 +236,9 @@ struct vm {
 	flx_pv *watch_dict;   /* see flx_pickle_sink.watch */
 	flx_pv *batch_target; /* the sink dict or a sink list */
 	bool young, young_dirty;
+	/* a value that holds others (HOLDS_OTHERS) was named again
+	 * (push_again()) while the batch was open */
+	bool y_holder;
 	bool to_side;	     /* alloc_node() takes from p->side */
 	size_t side_ints;    /* ints made in p->side */
 	size_t young_nmarks; /* nmarks while the batch's mark is open */
@@ -253,6 +271,13 @@ struct vm {
 	size_t memo_scan; /* the next chunk pack_memo() looks at */
 	flx_pv **pk_v;
 	size_t npk, cap_v;
+	/* packed slots found before (memo_ref_packed()), direct-mapped by
+	 * index: key idx + 1 (0: empty), pos its value's place in pk_v or
+	 * PK_DEAD; a packed chunk never changes which slots are live, nor
+	 * where their values lie in pk_v */
+	struct {
+		size_t key, pos;
+	} pkc[PK_CACHE];
 
 	/* The value dropped (sink->drop_key, see drop_mark()): drop_v, the
 	 * list or dict under the key, at stack[drop_vi], until the pair goes
@@ -531,8 +556,10 @@ static void *arena_block(flx_pickle *p, size_t n)
 	return b->data;
 }
 
-/* n > 0 bytes, aligned to ARENA_ALIGN, valid until flx_pickle_free(). */
-static void *arena_alloc(flx_pickle *p, size_t n)
+/* n > 0 bytes, aligned to ARENA_ALIGN, valid until flx_pickle_free().
+ * Inline: every node takes one. */
+static inline __attribute__((always_inline)) void *arena_alloc(flx_pickle *p,
+							       size_t n)
 {
 	void *r;
 
@@ -583,11 +610,16 @@ static bool batch_span(const struct vm *vm, struct arena_blk **nb)
 /* Whether v was made in the open batch: exact while batch_span() holds
  * (the batch can be wound back only then, see rewind_batch()); otherwise
  * an address comparison. */
-static bool is_young(const struct vm *vm, const void *v)
+static inline __attribute__((always_inline)) bool is_young(const struct vm *vm,
+							   const void *v)
 {
 	const unsigned char *a = v;
 	struct arena_blk *nb = NULL;
 
+	/* the batch's block is still the current one: the last line below,
+	 * whatever batch_span() says */
+	if (vm->p->blocks == vm->y_blk)
+		return a >= vm->y_cur && a < vm->p->cur;
 	if (!vm->ndl && batch_span(vm, &nb) && nb)
 		return (a >= vm->y_cur && a < vm->y_cur + vm->y_left) ||
 		       (a >= (const unsigned char *)nb->data && a < vm->p->cur);
@@ -599,15 +631,23 @@ static bool is_young(const struct vm *vm, const void *v)
  * sink took (mark_taken()) is what the sink saw: were it changed after, the
  * sink's view and the tree's would differ, so the load declines (-EAGAIN:
  * the caller decodes the tree). */
-static int touch(struct vm *vm, const flx_pv *target)
+static int touch_slow(struct vm *vm, const flx_pv *target)
 {
 	if (target->taken_)
 		return vm_fail(vm, -EAGAIN,
 			       "changes a value a sink took (a %s)",
 			       flx_pv_kind_name(target));
-	if (vm->young && !is_young(vm, target))
+	if (vm->young && !vm->young_dirty && !is_young(vm, target))
 		vm->young_dirty = true;
 	return 0;
+}
+
+static inline __attribute__((always_inline)) int touch(struct vm *vm,
+						       const flx_pv *target)
+{
+	if (!target->taken_ && (!vm->young || vm->young_dirty))
+		return 0;
+	return touch_slow(vm, target);
 }
 
 /* ------------------------------------------------------------------- nodes */
@@ -634,7 +674,9 @@ static flx_pickle *side_arena(struct vm *vm)
 	return vm->p->side;
 }
 
-static flx_pv *alloc_node(struct vm *vm, flx_pv_kind kind, size_t extra)
+/* Inline: every value made but a cached one takes one. */
+static inline __attribute__((always_inline)) flx_pv *
+alloc_node(struct vm *vm, flx_pv_kind kind, size_t extra)
 {
 	flx_pickle *a = vm->to_side ? side_arena(vm) : vm->p;
 	flx_pv *v = a ? arena_alloc(a, sizeof(*v) + extra) : NULL;
@@ -709,6 +751,19 @@ static flx_pv *new_str(struct vm *vm, flx_pv_kind kind, const void *s, size_t n,
 	return v;
 }
 
+/* dst[0..n) = src[0..n): a loop for the one to a few pointers of a
+ * tuple or an object's state (no library call), memcpy() beyond. */
+static inline __attribute__((always_inline)) void
+copy_items(flx_pv **dst, flx_pv *const *src, size_t n)
+{
+	if (n > 8) {
+		memcpy(dst, src, n * sizeof(*src));
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		dst[i] = src[i];
+}
+
 /* Node of kind holding a copy of items[0..n), the array right behind it
  * (n pointers for a sequence, n/2 pairs for a DICT).  Not counted. */
 static flx_pv *items_node(struct vm *vm, flx_pv_kind kind, flx_pv *const *items,
@@ -725,7 +780,7 @@ static flx_pv *items_node(struct vm *vm, flx_pv_kind kind, flx_pv *const *items,
 	if (!v || !n)
 		return v;
 	arr = (flx_pv **)(v + 1);
-	memcpy(arr, items, n * sizeof(*items));
+	copy_items(arr, items, n);
 	if (kind == FLX_PV_DICT) {
 		v->u.dict.kv = arr;
 		v->u.dict.n = n / 2;
@@ -881,7 +936,7 @@ static int seq_add(struct vm *vm, flx_pv *seq, flx_pv *const *items, size_t n)
 	rc = reserve(vm, &seq->u.seq.v, seq->u.seq.n, &seq->u.seq.cap_, n);
 	if (rc)
 		return rc;
-	memcpy(seq->u.seq.v + seq->u.seq.n, items, n * sizeof(*items));
+	copy_items(seq->u.seq.v + seq->u.seq.n, items, n);
 	seq->u.seq.n += n;
 	return 0;
 }
@@ -913,20 +968,31 @@ static int dict_add(struct vm *vm, flx_pv *d, flx_pv *const *items,
 	if (rc)
 		return rc;
 	d->u.dict.cap_ = cap / 2;
-	memcpy(d->u.dict.kv + 2 * d->u.dict.n, items,
-	       2 * npairs * sizeof(*items));
+	copy_items(d->u.dict.kv + 2 * d->u.dict.n, items, 2 * npairs);
 	d->u.dict.n += npairs;
 	return 0;
 }
 
 /* ------------------------------------------------------------------ stacks */
 
+/* The stack height at the innermost mark (0 without one): nothing below
+ * it may be popped. */
 static size_t fence(const struct vm *vm)
 {
-	return vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
+	return vm->fence;
 }
 
-static int push(struct vm *vm, flx_pv *v)
+/* After nmarks or stack_cap changed. */
+static void set_fence(struct vm *vm)
+{
+	size_t lim =
+	    vm->max_stack > vm->nmarks ? vm->max_stack - vm->nmarks : 0;
+
+	vm->fence = vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
+	vm->push_lim = lim < vm->stack_cap ? lim : vm->stack_cap;
+}
+
+static int push_slow(struct vm *vm, flx_pv *v)
 {
 	if (!v)
 		return vm->rc ? vm->rc : -ENOMEM;
@@ -941,14 +1007,26 @@ static int push(struct vm *vm, flx_pv *v)
 			return vm_nomem(vm);
 		vm->stack = ns;
 		vm->stack_cap = ncap;
+		set_fence(vm);
 	}
+	vm->stack[vm->sp++] = v;
+	return 0;
+}
+
+/* Push v; a NULL v (its making failed) is the load's failure.  Inline
+ * while the stack has room. */
+static inline __attribute__((always_inline)) int push(struct vm *vm, flx_pv *v)
+{
+	if (!v || vm->sp >= vm->push_lim)
+		return push_slow(vm, v);
 	vm->stack[vm->sp++] = v;
 	return 0;
 }
 
 /* Values at and above the innermost mark only: like CPython, a pop that
  * would cross the mark is a malformed pickle. */
-static int pop(struct vm *vm, flx_pv **out)
+static inline __attribute__((always_inline)) int pop(struct vm *vm,
+						     flx_pv **out)
 {
 	if (vm->sp <= fence(vm))
 		return vm_fail(vm, -EINVAL, "stack underflow");
@@ -956,7 +1034,8 @@ static int pop(struct vm *vm, flx_pv **out)
 	return 0;
 }
 
-static int top(struct vm *vm, flx_pv **out)
+static inline __attribute__((always_inline)) int top(struct vm *vm,
+						     flx_pv **out)
 {
 	if (vm->sp <= fence(vm))
 		return vm_fail(vm, -EINVAL, "stack underflow");
@@ -971,6 +1050,7 @@ static int pop_mark(struct vm *vm, size_t *start)
 	if (!vm->nmarks)
 		return vm_fail(vm, -EINVAL, "no MARK on the stack");
 	*start = vm->marks[--vm->nmarks];
+	set_fence(vm);
 	if (vm->nmarks < vm->young_nmarks)
 		vm->young = false; /* the batch's mark is gone */
 	return 0;
@@ -994,6 +1074,7 @@ static int push_mark(struct vm *vm)
 		vm->marks_cap = ncap;
 	}
 	vm->marks[vm->nmarks++] = vm->sp;
+	set_fence(vm);
 	return 0;
 }
 
@@ -1001,8 +1082,9 @@ static int push_mark(struct vm *vm)
  * place in the tree, where its caller looks for it: its pairs are in no
  * other, so a second reference to it fails the load with -EAGAIN, and a
  * dict named again is never made the sink dict. */
-static int push_again(struct vm *vm, flx_pv *v)
+static int push_again_slow(struct vm *vm, flx_pv *v)
 {
+	vm->y_holder |= vm->young && ((1u << v->kind) & HOLDS_OTHERS);
 	/* in a dropped value's batch: what the sink took, and any
 	 * container, which that batch must not change nor hold past it */
 	if (vm->ndl && (v == &consumed || v == vm->sink_dict || v->sunk_ ||
@@ -1017,6 +1099,19 @@ static int push_again(struct vm *vm, flx_pv *v)
 			       flx_pv_kind_name(v));
 	if (v->kind == FLX_PV_DICT || v->kind == FLX_PV_LIST)
 		v->reref_ = true;
+	return push(vm, v);
+}
+
+static inline __attribute__((always_inline)) int push_again(struct vm *vm,
+							    flx_pv *v)
+{
+	if (vm->ndl || v == vm->sink_dict || v->sunk_)
+		return push_again_slow(vm, v);
+	if ((1u << v->kind) & HOLDS_OTHERS) {
+		vm->y_holder |= vm->young;
+		if (v->kind == FLX_PV_DICT || v->kind == FLX_PV_LIST)
+			v->reref_ = true;
+	}
 	return push(vm, v);
 }
 
@@ -1096,7 +1191,8 @@ static int memo_extend(struct vm *vm, size_t len)
 	return 0;
 }
 
-static int memo_put(struct vm *vm, uint64_t idx, flx_pv *v)
+/* memo_put() in full: a slot to make or a log to grow, or a failure. */
+static int memo_put_slow(struct vm *vm, uint64_t idx, flx_pv *v)
 {
 	flx_pv **slot;
 	int rc;
@@ -1138,19 +1234,13 @@ static inline unsigned popcount64(uint64_t x)
 	return (unsigned)((x * 0x0101010101010101ull) >> 56);
 }
 
-/* The memo slot idx (below memo_len) as a place to read and write: in its
- * chunk, or, in a packed chunk, the live slot's value in pk_v (valid until
- * pack_memo() grows pk_v); NULL for a packed slot that is not live (it
- * names &consumed).  Constant time: a DCP .metadata's storage_data names,
- * for every entry, the offsets its chunk's batch memoized long before. */
-static flx_pv **memo_ref(const struct vm *vm, size_t idx)
+/* The place in pk_v of slot idx of packed chunk k, or PK_DEAD when the
+ * slot is not live. */
+static size_t pk_pos(const struct pk_chunk *k, size_t idx)
 {
-	const struct pk_chunk *k;
 	size_t i = idx % MEMO_CHUNK, w = i / 64;
 	uint64_t bit = (uint64_t)1 << (i % 64);
 
-	if (!vm->packed || !(k = vm->packed[idx / MEMO_CHUNK]))
-		return memo_slot(vm, idx);
 	if (k->nidx != PACK_DENSE) {
 		size_t lo = 0, hi = k->nidx;
 
@@ -1162,13 +1252,33 @@ static flx_pv **memo_ref(const struct vm *vm, size_t idx)
 			else
 				hi = mid;
 		}
-		return lo < k->nidx && k->idx[lo] == i ? &vm->pk_v[k->base + lo]
-						       : NULL;
+		return lo < k->nidx && k->idx[lo] == i ? k->base + lo : PK_DEAD;
 	}
 	if (!(k->bits[w] & bit))
-		return NULL;
-	return &vm->pk_v[k->base + k->rank[w] +
-			 popcount64(k->bits[w] & (bit - 1))];
+		return PK_DEAD;
+	return k->base + k->rank[w] + popcount64(k->bits[w] & (bit - 1));
+}
+
+/* memo_ref() of a slot in a packed chunk (vm->memo[idx / MEMO_CHUNK] is
+ * NULL: pack_memo() freed it).  A DCP .metadata names the same few keys
+ * and classes of a packed chunk in every entry of storage_data: they are
+ * found in vm->pkc. */
+static flx_pv **memo_ref_packed(struct vm *vm, size_t idx)
+{
+	const struct pk_chunk *k =
+	    vm->packed ? vm->packed[idx / MEMO_CHUNK] : NULL;
+	size_t h = idx & (PK_CACHE - 1), pos;
+
+	if (vm->pkc[h].key == idx + 1) {
+		pos = vm->pkc[h].pos;
+	} else {
+		if (!k)
+			return NULL;
+		pos = pk_pos(k, idx);
+		vm->pkc[h].key = idx + 1;
+		vm->pkc[h].pos = pos;
+	}
+	return pos == PK_DEAD ? NULL : &vm->pk_v[pos];
 }
 
 /* Whether memo value v is a kept string's word (KW_ID_BITS), not a node. */
@@ -1208,11 +1318,48 @@ static flx_pv *kw_node(struct vm *vm, flx_pv **ref)
 	return v;
 }
 
-static int memo_get(struct vm *vm, uint64_t idx)
+/* The memo slot idx (below memo_len) as a place to read and write: in its
+ * chunk, or, in a packed chunk, the live slot's value in pk_v (valid until
+ * pack_memo() grows pk_v); NULL for a packed slot that is not live (it
+ * names &consumed).  Constant time: a DCP .metadata's storage_data names,
+ * for every entry, the offsets its chunk's batch memoized long before.
+ * Every chunk below memo_len is allocated until pack_memo() frees it, so
+ * a chunk that is there is not packed: one load and a test on the common
+ * path, inlined where the opcodes run. */
+static inline __attribute__((always_inline)) flx_pv **memo_ref(struct vm *vm,
+							       size_t idx)
 {
-	flx_pv **ref = idx < vm->memo_len ? memo_ref(vm, (size_t)idx) : NULL;
-	flx_pv *v = idx >= vm->memo_len ? NULL : ref ? *ref : &consumed;
+	flx_pv **m = vm->memo[idx / MEMO_CHUNK];
 
+	if (m)
+		return &m[idx % MEMO_CHUNK];
+	return memo_ref_packed(vm, idx);
+}
+
+/* Set memo slot idx to v (MEMOIZE, PUT, BINPUT): inline where the slot
+ * exists in an unpacked chunk and the batch log (if a batch is open) has
+ * room; memo_put_slow() checks and does the rest. */
+static inline __attribute__((always_inline)) int
+memo_put(struct vm *vm, uint64_t idx, flx_pv *v)
+{
+	flx_pv **m, **slot;
+
+	/* memo_len <= max_memo: idx is in range */
+	if (idx >= vm->memo_len || !(m = vm->memo[idx / MEMO_CHUNK]) ||
+	    (vm->young && vm->nylog == vm->ylog_cap))
+		return memo_put_slow(vm, idx, v);
+	if (vm->young)
+		vm->ylog[vm->nylog++] = (size_t)idx;
+	slot = &m[idx % MEMO_CHUNK];
+	vm->memo_count += !*slot;
+	*slot = v;
+	return 0;
+}
+
+/* memo_get() of a slot that holds no node to push as it is (ref: the
+ * slot, NULL when v is not in one). */
+static int memo_get_slow(struct vm *vm, uint64_t idx, flx_pv **ref, flx_pv *v)
+{
 	if (!v)
 		return vm_fail(vm, -EINVAL,
 			       "memo index %" PRIu64 " out of range", idx);
@@ -1223,6 +1370,20 @@ static int memo_get(struct vm *vm, uint64_t idx)
 			       idx);
 	if (kw_is(v) && !(v = kw_node(vm, ref)))
 		return vm_nomem(vm);
+	return push_again(vm, v);
+}
+
+static inline __attribute__((always_inline)) int memo_get(struct vm *vm,
+							  uint64_t idx)
+{
+	flx_pv **ref, *v;
+
+	if (idx >= vm->memo_len)
+		return memo_get_slow(vm, idx, NULL, NULL);
+	ref = memo_ref(vm, (size_t)idx);
+	v = ref ? *ref : &consumed;
+	if (!v || v == &consumed || kw_is(v))
+		return memo_get_slow(vm, idx, ref, v);
 	return push_again(vm, v);
 }
 
@@ -1356,13 +1517,26 @@ static int chunk(struct vm *vm, uint64_t rest, const unsigned char **p,
 	return 0;
 }
 
-static uint64_t le(const unsigned char *p, int n)
+/* Little-endian unsigned of n <= 8 bytes.  Inline, and spelled out for
+ * the widths of opcode arguments: with n known, one load. */
+static inline __attribute__((always_inline)) uint64_t le(const unsigned char *p,
+							 int n)
 {
 	uint64_t v = 0;
 
-	for (int i = n - 1; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
+	switch (n) {
+	case 1:
+		return p[0];
+	case 2:
+		return (uint64_t)p[0] | (uint64_t)p[1] << 8;
+	case 4:
+		return (uint64_t)p[0] | (uint64_t)p[1] << 8 |
+		       (uint64_t)p[2] << 16 | (uint64_t)p[3] << 24;
+	default:
+		for (int i = n - 1; i >= 0; i--)
+			v = v << 8 | p[i];
+		return v;
+	}
 }
 
 /* Fixed-width little-endian argument. */
@@ -1429,8 +1603,8 @@ static int int_cache_init(struct vm *vm)
 	return 0;
 }
 
-/* Ints are immutable: equal ones share a node while it stays cached. */
-static flx_pv *new_int(struct vm *vm, int64_t i)
+/* new_int() of an int not in the cache (or the cache not made yet). */
+static flx_pv *new_int_slow(struct vm *vm, int64_t i)
 {
 	flx_pv **slot, *v;
 
@@ -1451,6 +1625,22 @@ static flx_pv *new_int(struct vm *vm, int64_t i)
 		vm->side_ints += vm->to_side;
 	}
 	vm->to_side = false;
+	return v;
+}
+
+/* Ints are immutable: equal ones share a node while it stays cached.  A
+ * cached one costs a lookup, inline. */
+static inline __attribute__((always_inline)) flx_pv *new_int(struct vm *vm,
+							     int64_t i)
+{
+	flx_pv *v;
+
+	if (!vm->ints || vm->nodes >= vm->max_nodes)
+		return new_int_slow(vm, i);
+	v = vm->ints[(size_t)(mix((uint64_t)i) >> 40) & vm->ints_mask];
+	if (!v || v->u.i != i)
+		return new_int_slow(vm, i);
+	vm->nodes++;
 	return v;
 }
 
@@ -1914,13 +2104,16 @@ static flx_pv *new_obj(struct vm *vm, flx_pv *cls, flx_pv *args, bool newobj)
 			flx_pv_kind_name(args));
 		return NULL;
 	}
-	if (args->u.seq.n == 0 && cls != vm->not_odict) {
+	if (args->u.seq.n == 0 && cls != vm->not_odict[0] &&
+	    cls != vm->not_odict[1]) {
 		if (flx_pv_is_global(cls, "collections", "OrderedDict"))
 			return new_node(vm, FLX_PV_DICT);
 		/* torch makes every DCP object this way, with one class
 		 * node from the memo; GLOBAL nodes never change */
-		if (cls->kind == FLX_PV_GLOBAL)
-			vm->not_odict = cls;
+		if (cls->kind == FLX_PV_GLOBAL) {
+			vm->not_odict[1] = vm->not_odict[0];
+			vm->not_odict[0] = cls;
+		}
 	}
 	if (!newobj && args->u.seq.n == 1 &&
 	    (cls == vm->size_cls || flx_pv_is_global(cls, "torch", "Size"))) {
@@ -2033,13 +2226,14 @@ static void batch_start(struct vm *vm)
 	vm->y_size = vm->p->next_size;
 	vm->y_nodes = vm->nodes;
 	vm->y_side = 0;
+	vm->y_holder = false;
 	vm->nylog = 0;
 }
 
 /* Arena bytes a memoized young value takes when kept past its batch: the
  * immutable scalars a later opcode may name (strings, class references,
  * numbers); 0 for a container, which the batch's pairs alone may hold. */
-static size_t keep_size(const flx_pv *v)
+static inline __attribute__((always_inline)) size_t keep_size(const flx_pv *v)
 {
 	switch (v->kind) {
 	case FLX_PV_STR:
@@ -2212,8 +2406,9 @@ static bool keep_room(struct vm *vm, size_t n)
  * immutable; Python's pickler memoizes each object it meets, so torch
  * writes the same dtype or key as one new memoized string per chunk).
  * One whose offset does not fit the word keeps a node of its own.
+ * @return whether the batch was wound back (false: nothing changed).
  */
-static void rewind_batch(struct vm *vm)
+static bool rewind_batch(struct vm *vm)
 {
 	flx_pickle *p = vm->p;
 	struct arena_blk *nb = NULL;
@@ -2225,7 +2420,7 @@ static void rewind_batch(struct vm *vm)
 	bool share;
 
 	if (vm->young_dirty || !batch_span(vm, &nb))
-		return;
+		return false;
 	if (nb) {
 		hi = vm->y_cur + vm->y_left;
 		lo2 = (unsigned char *)nb->data;
@@ -2246,7 +2441,7 @@ static void rewind_batch(struct vm *vm)
 	    flx_grow((void **)&vm->mv, &vm->mv_cap, vm->nylog,
 		     sizeof(*vm->mv)) ||
 	    (need > p->left && !(stage = malloc(need))))
-		return;
+		return false;
 	share = !vm->ndl && keep_room(vm, vm->nylog);
 	dst = stage;
 	for (size_t i = 0; i < vm->nylog; i++) {
@@ -2324,7 +2519,8 @@ static void rewind_batch(struct vm *vm)
 	forget_young(&vm->bools[0], lo, hi, lo2, top);
 	forget_young(&vm->bools[1], lo, hi, lo2, top);
 	forget_young(&vm->empty_tuple, lo, hi, lo2, top);
-	forget_young(&vm->not_odict, lo, hi, lo2, top);
+	forget_young(&vm->not_odict[0], lo, hi, lo2, top);
+	forget_young(&vm->not_odict[1], lo, hi, lo2, top);
 	forget_young(&vm->size_cls, lo, hi, lo2, top);
 	p->left = (to == lo ? room : room2) - moved;
 	p->cur = to + moved;
@@ -2339,6 +2535,7 @@ static void rewind_batch(struct vm *vm)
 	 * made in p->side: max_nodes bounds the values held */
 	vm->nodes = vm->y_nodes + vm->y_side + kept;
 	vm->nylog = 0;
+	return true;
 }
 
 /*
@@ -2616,18 +2813,6 @@ static int sink_result(struct vm *vm, int rc)
 	return 0;
 }
 
-/* After the sink's call on a batch: its result, and the batch's memory
- * given back. */
-static int batch_end(struct vm *vm, int rc, size_t start)
-{
-	if ((rc = sink_result(vm, rc)))
-		return rc;
-	vm->sp = start;
-	rewind_batch(vm);
-	pack_memo(vm);
-	return 0;
-}
-
 /* Whether an item added alone (APPEND, SETITEM) to target goes to the
  * sink: target is the sink dict or a list streamed (Python's pickler ends
  * a dict or list whose length is one past a multiple of its batch size
@@ -2642,14 +2827,13 @@ static bool lone_to_sink(const struct vm *vm, const flx_pv *target)
 
 /* Mark v taken and queue it at vm->tk[*sp] for its children: a node that
  * holds others (scalars are never changed by an opcode). */
-static int take_push(struct vm *vm, size_t *sp, flx_pv *v)
+static inline __attribute__((always_inline)) int
+take_push(struct vm *vm, size_t *sp, flx_pv *v)
 {
-	if (!v || v->taken_ ||
-	    (v->kind != FLX_PV_TUPLE && v->kind != FLX_PV_LIST &&
-	     v->kind != FLX_PV_SET && v->kind != FLX_PV_DICT &&
-	     v->kind != FLX_PV_OBJ && v->kind != FLX_PV_PERSID))
+	if (!v || v->taken_ || !((1u << v->kind) & HOLDS_OTHERS))
 		return 0;
-	if (flx_grow((void **)&vm->tk, &vm->tk_cap, *sp + 1, sizeof(*vm->tk)))
+	if (*sp == vm->tk_cap &&
+	    flx_grow((void **)&vm->tk, &vm->tk_cap, *sp + 1, sizeof(*vm->tk)))
 		return vm_nomem(vm);
 	v->taken_ = true;
 	vm->tk[(*sp)++] = v;
@@ -2714,6 +2898,40 @@ static int sink_pairs(struct vm *vm, flx_pv *const *kv, size_t n)
 	return rc ? rc : vm->sink->pairs(vm->sink->ctx, kv, n);
 }
 
+/*
+ * A batch closed (its mark popped, start the first item above it): the
+ * sink's items() (list the sink list) or pairs() (list NULL) of
+ * v = stack[start .. sp), then the batch's memory given back.  What the
+ * sink took is marked taken (mark_taken()) where a later opcode can still
+ * reach it: marking is for the opcodes after the batch, so it is left out
+ * when rewind_batch() winds the batch back and no value that holds others
+ * was named again in it (y_holder): then the memo names none of the
+ * batch's containers (their slots name &consumed), the stack is below the
+ * batch's mark, no older container was changed (young_dirty), and
+ * whatever else v reaches is a scalar or an immutable shared value
+ * (None, an int, (), a torch.Size object whose arguments are older: those
+ * were named again).  Where the batch stays, v is marked after the sink's
+ * call: its values are where they were.
+ */
+static int batch_end(struct vm *vm, const flx_pv *list, size_t start)
+{
+	flx_pv *const *v = vm->stack + start;
+	size_t n = vm->sp - start;
+	bool holder = vm->y_holder;
+	int rc = holder ? mark_taken(vm, v, n) : 0;
+
+	if (!rc)
+		rc = list ? vm->sink->items(vm->sink->ctx, list, v, n)
+			  : vm->sink->pairs(vm->sink->ctx, v, n / 2);
+	if ((rc = sink_result(vm, rc)))
+		return rc;
+	vm->sp = start;
+	if (!rewind_batch(vm) && !holder && (rc = mark_taken(vm, v, n)))
+		return rc;
+	pack_memo(vm);
+	return 0;
+}
+
 /* The watched dict's pairs kv[0 .. 2 * n) to the sink's watch(). */
 static int watched(struct vm *vm, flx_pv *const *kv, size_t n)
 {
@@ -2731,9 +2949,7 @@ static int op_add_seq(struct vm *vm, flx_pv_kind want, const char *op)
 	if (rc)
 		return rc;
 	if (batch && seq == vm->batch_target)
-		return batch_end(
-		    vm, sink_items(vm, seq, vm->stack + start, vm->sp - start),
-		    start);
+		return batch_end(vm, seq, start);
 	if ((rc = seq_add(vm, seq, vm->stack + start, vm->sp - start)))
 		return rc;
 	vm->sp = start;
@@ -2753,9 +2969,7 @@ static int op_setitems(struct vm *vm)
 	if ((vm->sp - start) & 1)
 		return vm_fail(vm, -EINVAL, "odd number of items");
 	if (batch && d == vm->batch_target)
-		return batch_end(
-		    vm, sink_pairs(vm, vm->stack + start, (vm->sp - start) / 2),
-		    start);
+		return batch_end(vm, NULL, start);
 	if (d == vm->watch_dict &&
 	    (rc = watched(vm, vm->stack + start, (vm->sp - start) / 2)))
 		return rc;
@@ -2883,15 +3097,16 @@ static int op_sized(struct vm *vm, int lenbytes, bool is_signed,
 
 /* Inlined into the loop of flx_pickle_load(): as a call, its prologue and
  * epilogue were a quarter of the time of a large load's opcodes. */
-static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
+static inline __attribute__((always_inline)) int
+step(struct vm *vm, unsigned char op, bool *stop)
 {
-	const char *s = NULL;
-	size_t sl = 0;
+	const char *s;
+	size_t sl;
 	uint64_t u;
 	flx_pv *a = NULL, *b = NULL, *c = NULL, *a2[2];
 	int rc;
 
-	switch (vm->op) {
+	switch (op) {
 	case OP_PROTO:
 		if ((rc = arg_le(vm, 1, &u)))
 			return rc;
@@ -2929,6 +3144,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		/* CPython: POP right after MARK discards the mark. */
 		if (vm->nmarks && vm->marks[vm->nmarks - 1] == vm->sp) {
 			vm->nmarks--;
+			set_fence(vm);
 			if (vm->nmarks < vm->young_nmarks)
 				vm->young = false;
 			return 0;
@@ -2967,7 +3183,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 			return rc;
 		if (!parse_dec(s, sl, &u, &neg, &big) || neg || big)
 			return vm_fail(vm, -EINVAL, "bad memo index");
-		if (vm->op == OP_GET)
+		if (op == OP_GET)
 			return memo_get(vm, u);
 		if ((rc = top(vm, &a)))
 			return rc;
@@ -2986,7 +3202,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		return push(vm, new_shared(vm, &vm->none, FLX_PV_NONE));
 	case OP_NEWTRUE:
 	case OP_NEWFALSE:
-		return push(vm, new_bool(vm, vm->op == OP_NEWTRUE));
+		return push(vm, new_bool(vm, op == OP_NEWTRUE));
 	case OP_BININT:
 		if ((rc = arg_le(vm, 4, &u)))
 			return rc;
@@ -3001,9 +3217,9 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		return push(vm, new_int(vm, (int64_t)u));
 	case OP_LONG1:
 	case OP_LONG4:
-		if ((rc = arg_le(vm, vm->op == OP_LONG1 ? 1 : 4, &u)))
+		if ((rc = arg_le(vm, op == OP_LONG1 ? 1 : 4, &u)))
 			return rc;
-		if (vm->op == OP_LONG4 && (u & 0x80000000u))
+		if (op == OP_LONG4 && (u & 0x80000000u))
 			return vm_fail(vm, -EINVAL, "negative length");
 		if (u > left(vm))
 			return truncated(vm, u, "payload");
@@ -3071,7 +3287,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 	case OP_TUPLE1:
 	case OP_TUPLE2:
 	case OP_TUPLE3:
-		return op_tuple_n(vm, (size_t)(vm->op - OP_TUPLE1 + 1));
+		return op_tuple_n(vm, (size_t)(op - OP_TUPLE1 + 1));
 	case OP_EMPTY_LIST:
 		return push(vm, new_node(vm, FLX_PV_LIST));
 	case OP_EMPTY_DICT:
@@ -3137,7 +3353,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 	case OP_NEWOBJ:
 		if ((rc = pop(vm, &b)) || (rc = pop(vm, &a)))
 			return rc;
-		return push(vm, new_obj(vm, a, b, vm->op == OP_NEWOBJ));
+		return push(vm, new_obj(vm, a, b, op == OP_NEWOBJ));
 	case OP_NEWOBJ_EX:
 		if ((rc = pop(vm, &c)) || (rc = pop(vm, &b)) ||
 		    (rc = pop(vm, &a)))
@@ -3176,7 +3392,7 @@ static inline __attribute__((always_inline)) int step(struct vm *vm, bool *stop)
 		return vm_fail(vm, -EINVAL,
 			       "out-of-band buffers are not supported");
 	}
-	return vm_fail(vm, -EINVAL, "unknown opcode 0x%02x", vm->op);
+	return vm_fail(vm, -EINVAL, "unknown opcode 0x%02x", op);
 }
 
 static void set_limits(struct vm *vm, const flx_pickle_limits *lim)
@@ -3223,6 +3439,7 @@ static void set_limits(struct vm *vm, const flx_pickle_limits *lim)
 /* The VM over whole (the whole input, a buffer load) or else vm->r. */
 static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
 {
+	unsigned char op;
 	bool stop = false;
 	int rc = 0;
 
@@ -3253,8 +3470,9 @@ static int load(struct vm *vm, const unsigned char *whole, flx_pickle **out)
 				break;
 		}
 		vm->op_off = at(vm);
-		vm->op = vm->buf[vm->pos++];
-		rc = step(vm, &stop);
+		op = vm->buf[vm->pos++];
+		vm->op = op;
+		rc = step(vm, op, &stop);
 		if (!rc && vm->drop_v)
 			rc = drop_close(vm);
 		if (rc)

@@ -2474,6 +2474,66 @@ static void test_sink_taken_changed(void)
 	free(s.pairs.p);
 }
 
+/*
+ * A batch that stays in the arena: its string of 1 MiB takes a block of
+ * its own (more than the free room of the arena's 2 MiB block, a string of
+ * 1.5 MiB before the batch filled, and more than a quarter of a block),
+ * which keeps rewind_batch() from winding it back.  The list the sink took
+ * under "k" is then still in the memo, and an APPEND to it through the
+ * memo after the batch declines the load, as a change of a value taken
+ * does where the memo still names it (test_sink_taken_changed).  A plain
+ * load of the same bytes succeeds.
+ */
+static void test_sink_taken_kept_batch(void)
+{
+	const size_t na = (size_t)3 << 19, nb = (size_t)1 << 20;
+	struct sbuf b = {0};
+	struct sink_rec s = {0};
+	flx_pickle *p = NULL;
+	flx_error e;
+	char *big = malloc(na);
+
+	CHECK(big != NULL);
+	if (!big)
+		return;
+	memset(big, 'x', na);
+	/* {"a": "x" * na, "sd": {"k": [] (memo 5), "b": "x" * nb},
+	 *  "z": memo 5 + [1]} */
+	put(&b, "\x80\x04}(", 4);
+	put_str(&b, "a");
+	put(&b, "X", 1);
+	put_le(&b, na, 4);
+	put(&b, big, na);
+	put_str(&b, "sd");
+	put(&b, "}(", 2);
+	put_str(&b, "k");
+	put(&b, "]", 1);
+	put_binput(&b, 5);
+	put_str(&b, "b");
+	put(&b, "X", 1);
+	put_le(&b, nb, 4);
+	put(&b, big, nb);
+	put(&b, "u", 1);
+	put_str(&b, "z");
+	put_binget(&b, 5);
+	put(&b,
+	    "K\x01"
+	    "au.",
+	    5);
+
+	flx_error_init(&e);
+	CHECK_EQ(flx_pickle_load(b.p, b.n, "t.pkl", NULL, &p, &e), 0);
+	flx_pickle_free(p);
+	p = NULL;
+	CHECK_EQ(load_sink(b.p, b.n, 1 << 16, "sd", &s, &p, &e), -EAGAIN);
+	CHECK(strstr(e.text, "changes a value a sink took (a list)"));
+	flx_pickle_free(p);
+	free(s.pairs.p);
+	free(s.items.p);
+	free(b.p);
+	free(big);
+}
+
 enum { PK_PAIRS = 600000, PK_PER = 1000, PK_REF = 300000 };
 enum { PK_KEY, PK_LIST, PK_SET };
 
@@ -3462,6 +3522,7 @@ int main(void)
 	test_sink_watch();
 	test_sink_lone_tail();
 	test_sink_taken_changed();
+	test_sink_taken_kept_batch();
 	test_sink_batches();
 	test_sink_named_again();
 	test_sink_packed();
