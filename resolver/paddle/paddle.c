@@ -915,6 +915,20 @@ static void drop(void *arr)
 	*a = NULL;
 }
 
+/* drop() of an array that lies in pages of its own when *map (their
+ * length) is not 0. */
+static void drop_mapped(void *arr, size_t *map)
+{
+	void **a = arr;
+
+	if (*map)
+		munmap(*a, *map);
+	else
+		free(*a);
+	*a = NULL;
+	*map = 0;
+}
+
 /* After the entries found their LTMs: the order is not needed. */
 static int drop_ltm_ord(loader *L)
 {
@@ -3391,23 +3405,13 @@ static void part_release(loader *L)
 	drop(&L->dims);
 	drop(&L->adims);
 	drop(&L->kept);
-	if (L->ltm_map)
-		munmap(L->ltms, L->ltm_map);
-	else
-		free(L->ltms);
-	L->ltms = NULL;
-	L->ltm_map = 0;
+	drop_mapped(&L->ltms, &L->ltm_map);
 	drop(&L->keys);
 	drop(&L->by_name);
 	drop(&L->krank);
 	drop(&L->khash);
 	drop(&L->ltm_ord);
-	if (L->se_map)
-		munmap(L->se, L->se_map);
-	else
-		free(L->se);
-	L->se = NULL;
-	L->se_map = 0;
+	drop_mapped(&L->se, &L->se_map);
 	drop(&L->kname);
 	stream_reset(L);
 	L->nadims = L->capadims = L->adtotal = L->nkept = L->capkept = 0;
