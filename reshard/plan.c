@@ -160,14 +160,19 @@ static int cmp_i64(const void *a, const void *b)
 }
 
 /* The sorted distinct dim-0 offsets of t's chunks into buf, their number
- * in *k. */
+ * in *k.  Chunks listed in dim-0 order (the usual case) need no sort. */
 static void dim0_offsets(const flx_tensor *t, int64_t *buf, uint32_t *k)
 {
 	uint32_t n = 0;
+	bool sorted = true;
 
-	for (uint32_t i = 0; i < t->nchunks; i++)
+	for (uint32_t i = 0; i < t->nchunks; i++) {
 		buf[i] = t->chunks[i].off[0];
-	qsort(buf, t->nchunks, sizeof(*buf), cmp_i64);
+		if (i && buf[i] < buf[i - 1])
+			sorted = false;
+	}
+	if (!sorted)
+		qsort(buf, t->nchunks, sizeof(*buf), cmp_i64);
 	for (uint32_t i = 0; i < t->nchunks; i++)
 		if (i == 0 || buf[i] != buf[n - 1])
 			buf[n++] = buf[i];

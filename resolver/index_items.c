@@ -118,15 +118,21 @@ static int cmp_job(const void *pa, const void *pb, void *arg)
  * Fill jobs with every chunk of c in file order: by file, then by offset
  * in the file.  A rank writes its items in state-dict order, so bucketing
  * the chunks by file in tensor order (stable) nearly always leaves each
- * file's run sorted already; a run that is not gets sorted (a qsort of
- * every job would cost more than the bucketing).  @return 0, or -ENOMEM.
+ * file's run sorted already, as the bucketing notes; a run that is not
+ * gets sorted (a qsort of every job would cost more than the bucketing).
+ * @return 0, or -ENOMEM.
  */
 static int order_jobs(const flx_ckpt *c, item_job *jobs)
 {
 	size_t *at = calloc(c->nfiles + 1, sizeof(*at));
+	/* per file: the item offset of the last job put in its run, and
+	 * whether an offset went down (then the run gets sorted) */
+	uint64_t *last = calloc(c->nfiles + 1, sizeof(*last));
+	bool *unsorted = calloc(c->nfiles + 1, sizeof(*unsorted));
+	int rc = -ENOMEM;
 
-	if (!at)
-		return -ENOMEM;
+	if (!at || !last || !unsorted)
+		goto out;
 	for (size_t i = 0; i < c->ntensors; i++)
 		for (uint32_t k = 0; k < c->tensors[i].nchunks; k++)
 			at[c->tensors[i].chunks[k].file + 1]++;
@@ -136,19 +142,22 @@ static int order_jobs(const flx_ckpt *c, item_job *jobs)
 		for (uint32_t k = 0; k < c->tensors[i].nchunks; k++) {
 			flx_chunk *ch = &c->tensors[i].chunks[k];
 
+			if (ch->item_off < last[ch->file])
+				unsorted[ch->file] = true;
+			last[ch->file] = ch->item_off;
 			jobs[at[ch->file]++] = (item_job){(uint32_t)i, k};
 		}
 	/* at[f] is now the end of file f's run */
 	for (size_t f = 0, lo = 0; f < c->nfiles; lo = at[f++])
-		for (size_t j = lo + 1; j < at[f]; j++)
-			if (job_chunk(c, jobs[j - 1])->item_off >
-			    job_chunk(c, jobs[j])->item_off) {
-				qsort_r(jobs + lo, at[f] - lo, sizeof(*jobs),
-					cmp_job, (void *)c);
-				break;
-			}
+		if (unsorted[f])
+			qsort_r(jobs + lo, at[f] - lo, sizeof(*jobs), cmp_job,
+				(void *)c);
+	rc = 0;
+out:
 	free(at);
-	return 0;
+	free(last);
+	free(unsorted);
+	return rc;
 }
 
 static void *item_worker_run(void *arg)

@@ -173,14 +173,42 @@ static const tdesc fsdp_tp[] = {
     {"step", 0, {0}, {0}},
 };
 
+/* Every tensor's chunks listed backwards (their boxes swapped; each
+ * chunk's arrays stay where flx_tensor_alloc_chunks() put them): the order
+ * a source gives them in says nothing of where they sit. */
+static void reverse_chunks(flx_ckpt *c)
+{
+	for (size_t i = 0; i < c->ntensors; i++) {
+		flx_tensor *t = &c->tensors[i];
+
+		for (uint32_t a = 0, b = t->nchunks; a + 1 < b; a++, b--) {
+			flx_chunk *x = &t->chunks[a], *y = &t->chunks[b - 1];
+
+			for (int d = 0; d < t->ndim; d++) {
+				int64_t o = x->off[d], n = x->size[d],
+					st = x->stride[d];
+
+				x->off[d] = y->off[d];
+				x->size[d] = y->size[d];
+				x->stride[d] = y->stride[d];
+				y->off[d] = o;
+				y->size[d] = n;
+				y->stride[d] = st;
+			}
+		}
+	}
+}
+
 static void check_splits(const tdesc *d, size_t n, int tp, int dp,
-			 const int *want)
+			 const int *want, bool reversed)
 {
 	flx_ckpt *c = make_index(d, n);
 	flx_spec s;
 	flx_plan *p = NULL;
 	flx_error err;
 
+	if (reversed)
+		reverse_chunks(c);
 	flx_spec_init(&s);
 	s.tp = tp;
 	flx_error_init(&err);
@@ -205,9 +233,12 @@ static void test_fsdp(void)
 	static const int tp_axes[7] = {-1, 1, 0, 0, 1, 0, -1};
 
 	/* FSDP alone: its split is no TP split, everything replicated */
-	check_splits(fsdp, 5, 2, 4, none);
+	check_splits(fsdp, 5, 2, 4, none, false);
 	/* FSDP2 x TP: the TP axis from the other axis */
-	check_splits(fsdp_tp, 7, 4, 2, tp_axes);
+	check_splits(fsdp_tp, 7, 4, 2, tp_axes, false);
+	/* the same, the chunks listed out of dim-0 order */
+	check_splits(fsdp, 5, 2, 4, none, true);
+	check_splits(fsdp_tp, 7, 4, 2, tp_axes, true);
 
 	/* one whole 1-D tensor of more than one element: no data-parallel
 	 * sharding, so wo and w2 are undecided at tp=2 and need nothing at
