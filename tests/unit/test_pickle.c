@@ -2087,6 +2087,25 @@ static void put_binput(struct sbuf *b, uint32_t idx)
 	put_le(b, idx, 4);
 }
 
+/* The start of a protocol-4 pickle: a dict, a MARK for its pairs, the key
+ * name and an empty dict (the sink dict, whose pairs follow). */
+static void put_sink_start(struct sbuf *b, const char *name)
+{
+	put(b, "\x80\x04}(", 4);
+	put_str(b, name);
+	put(b, "}", 1);
+}
+
+/* A MARK, then the key "k<k>". */
+static void put_mark_key(struct sbuf *b, int k)
+{
+	char key[16];
+
+	snprintf(key, sizeof(key), "k%d", k);
+	put(b, "(", 1);
+	put_str(b, key);
+}
+
 enum { SB_BATCHES = 60, SB_PER = 300 };
 enum { SB_PLAIN, SB_REFER_LIST, SB_DIRTY };
 
@@ -2731,9 +2750,7 @@ static void test_sink_kept_strings(void)
 	CHECK(text != NULL);
 	if (!text)
 		return;
-	put(&b, "\x80\x04}(", 4);
-	put_str(&b, "sd");
-	put(&b, "}", 1);
+	put_sink_start(&b, "sd");
 	for (int k = 0; k < BATCHES; k++) {
 		memset(text, 'a' + k % 26, LONG);
 		snprintf(text, 16, "%d:", k);
@@ -2786,15 +2803,9 @@ static void test_sink_kept_offsets(void)
 	const flx_pv *r, *r0;
 	bool ok = true;
 
-	put(&b, "\x80\x04}(", 4);
-	put_str(&b, "sd");
-	put(&b, "}", 1);
+	put_sink_start(&b, "sd");
 	for (int k = 0; k < N; k++) {
-		char key[8];
-
-		snprintf(key, sizeof(key), "k%d", k);
-		put(&b, "(", 1);
-		put_str(&b, key);
+		put_mark_key(&b, k);
 		put(&b, "]", 1);
 		put_str(&b, "float32");
 		put_binput(&b, (uint32_t)k);
@@ -2865,9 +2876,7 @@ static void test_sink_kept_words(void)
 	char key[16];
 	int rc;
 
-	put(&b, "\x80\x04}(", 4);
-	put_str(&b, "sd");
-	put(&b, "}", 1);
+	put_sink_start(&b, "sd");
 	for (uint32_t j = 0; j < KW_PAIRS; j++) {
 		if (j % KW_PER == 0)
 			put(&b, "(", 1);
@@ -3070,15 +3079,9 @@ static void test_sink_kept_named_in_batch(void)
 	flx_pickle *p = NULL, *q = NULL;
 	flx_error e;
 
-	put(&b, "\x80\x04}(", 4);
-	put_str(&b, "storage_data");
-	put(&b, "}", 1);
+	put_sink_start(&b, "storage_data");
 	for (int k = 0; k < N; k++) {
-		char key[8];
-
-		snprintf(key, sizeof(key), "k%d", k);
-		put(&b, "(", 1);
-		put_str(&b, key);
+		put_mark_key(&b, k);
 		put_str(&b, "float32");
 		put_binput(&b, (uint32_t)k);
 		put(&b, "u", 1);
