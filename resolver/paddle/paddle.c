@@ -2727,6 +2727,35 @@ static void spend_free(spend *sp)
 	sp->p = NULL;
 }
 
+/* The malloc'd array *arr of n elem-byte elements moved to pages of its
+ * own, their length in *map.  @return 0 or -ENOMEM (*arr unchanged). */
+static int to_pages(void *arr, size_t n, size_t elem, size_t *map)
+{
+	void **a = arr;
+	spend m;
+
+	spend_map(&m, n, elem);
+	if (!m.p)
+		return -ENOMEM;
+	if (n)
+		memcpy(m.p, *a, n * elem);
+	free(*a);
+	*a = m.p;
+	*map = m.bytes;
+	return 0;
+}
+
+/* L->ltms in pages of their own (L->ltm_map), which build_tensors() gives
+ * back as it goes: moved while the loader holds little else (a streamed
+ * metadata's tree freed, its entries not yet expanded). */
+static int map_ltms(loader *L)
+{
+	if (to_pages(&L->ltms, L->nltms, sizeof(ltm), &L->ltm_map))
+		return -ENOMEM;
+	L->capltms = L->nltms;
+	return 0;
+}
+
 /* Entry es[i] of L->se to place i, in place, each cycle of the permutation
  * es followed once; es then lists them in place. */
 static void gather_entries(loader *L, uint32_t *es)
@@ -2752,44 +2781,28 @@ static void gather_entries(loader *L, uint32_t *es)
 
 /* The entries (L->se) in key order, storage_metadata order within a key
  * (as es lists them, which then lists them in place), in *se; the LTMs
- * (L->ltms) in *lt when each key's follow the key before's.  Each is its
- * array where that is mapped (L->se_map, L->ltm_map), else a copy, the
- * loader's array freed and pointing at it.  @return 0 or -ENOMEM. */
+ * (L->ltms) in *lt when each key's follow the key before's.  Each is
+ * moved to pages of its own first where it is not there yet (to_pages()).
+ * @return 0 or -ENOMEM. */
 static int spend_entries(loader *L, uint32_t *es, spend *se, spend *lt)
 {
 	bool ordered = true;
 
-	if (L->se_map) {
-		gather_entries(L, es);
-		*se = (spend){.p = (char *)L->se, .bytes = L->se_map};
-		L->se_map = 0;
-	} else {
-		spend_map(se, L->nse, sizeof(sent));
-		if (!se->p)
-			return -ENOMEM;
-		for (size_t i = 0; i < L->nse; i++) {
-			((sent *)se->p)[i] = L->se[es[i]];
-			es[i] = (uint32_t)i;
-		}
-		free(L->se);
-		L->se = (sent *)se->p;
-	}
+	if (!L->se_map && to_pages(&L->se, L->nse, sizeof(sent), &L->se_map))
+		return -ENOMEM;
+	L->capse = L->nse;
+	gather_entries(L, es);
+	*se = (spend){.p = (char *)L->se, .bytes = L->se_map};
+	L->se_map = 0;
 	for (size_t i = 1; i < L->nkeys && ordered; i++)
 		ordered = L->keys[i].lo >= L->keys[i - 1].lo + L->keys[i - 1].n;
 	lt->p = NULL;
 	if (!ordered || !L->nltms)
 		return 0;
-	if (L->ltm_map) {
-		*lt = (spend){.p = (char *)L->ltms, .bytes = L->ltm_map};
-		L->ltm_map = 0;
-		return 0;
-	}
-	spend_map(lt, L->nltms, sizeof(ltm));
-	if (!lt->p)
+	if (!L->ltm_map && map_ltms(L))
 		return -ENOMEM;
-	memcpy(lt->p, L->ltms, L->nltms * sizeof(ltm));
-	free(L->ltms);
-	L->ltms = (ltm *)lt->p;
+	*lt = (spend){.p = (char *)L->ltms, .bytes = L->ltm_map};
+	L->ltm_map = 0;
 	return 0;
 }
 
@@ -3167,25 +3180,6 @@ static uint32_t key_of_ltm(const loader *L, uint32_t j)
 			hi = mid;
 	}
 	return (uint32_t)lo;
-}
-
-/* L->ltms in pages of their own (L->ltm_map), which build_tensors() gives
- * back as it goes: moved while the loader holds little else (a streamed
- * metadata's tree freed, its entries not yet expanded). */
-static int map_ltms(loader *L)
-{
-	spend m;
-
-	spend_map(&m, L->nltms, sizeof(ltm));
-	if (!m.p)
-		return -ENOMEM;
-	if (L->nltms)
-		memcpy(m.p, L->ltms, L->nltms * sizeof(ltm));
-	free(L->ltms);
-	L->ltms = (ltm *)m.p;
-	L->capltms = L->nltms;
-	L->ltm_map = m.bytes;
-	return 0;
 }
 
 /* The entries placed (L->pe) as L->se, in storage_metadata order, in
