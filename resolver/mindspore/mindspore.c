@@ -131,6 +131,14 @@ typedef struct rankfile {
 	char *relpath;
 } rankfile;
 
+/* Free rf[0, n) and rf. */
+static void free_rankfiles(rankfile *rf, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(rf[i].relpath);
+	free(rf);
+}
+
 /*
  * The rank files [lo, hi) read by one part (flx_run_parts(): parts cover
  * the files in order, each on its own thread): the entries found, their
@@ -683,10 +691,8 @@ static void found_free(void *p)
 {
 	found *f = p;
 
-	for (size_t i = 0; f && i < f->nrf; i++)
-		free(f->rf[i].relpath);
 	if (f)
-		free(f->rf);
+		free_rankfiles(f->rf, f->nrf);
 	free(f);
 }
 
@@ -711,9 +717,7 @@ static int probe_scan(int dirfd, bool *yes, found **f)
 		L.rf = NULL;
 		L.nrf = 0;
 	}
-	for (size_t i = 0; i < L.nrf; i++)
-		free(L.rf[i].relpath);
-	free(L.rf);
+	free_rankfiles(L.rf, L.nrf);
 	return rc == -ENOMEM ? rc : 0;
 }
 
@@ -2604,9 +2608,7 @@ static int load(flx_build *b, const flx_ckpt_opts *o, flx_error *err)
 			rc = -ENOMEM;
 		}
 	}
-	for (size_t i = 0; i < L.nrf; i++)
-		free(L.rf[i].relpath);
-	free(L.rf);
+	free_rankfiles(L.rf, L.nrf);
 	free_scans(&L);
 	free(L.pc);
 	free(L.names);
