@@ -2882,20 +2882,22 @@ static int mark_taken(struct vm *vm, flx_pv *const *v, size_t n)
 	return rc;
 }
 
-/* The sink's items() and pairs() of what it takes (mark_taken() first). */
-static int sink_items(struct vm *vm, const flx_pv *list, flx_pv *const *v,
-		      size_t n)
+/* The sink's items() of v[0 .. n) for the sink list list, or, list NULL,
+ * its pairs() of the n / 2 pairs there. */
+static int sink_call(struct vm *vm, const flx_pv *list, flx_pv *const *v,
+		     size_t n)
+{
+	return list ? vm->sink->items(vm->sink->ctx, list, v, n)
+		    : vm->sink->pairs(vm->sink->ctx, v, n / 2);
+}
+
+/* sink_call() of what the sink takes, marked taken first (mark_taken()). */
+static int sink_take(struct vm *vm, const flx_pv *list, flx_pv *const *v,
+		     size_t n)
 {
 	int rc = mark_taken(vm, v, n);
 
-	return rc ? rc : vm->sink->items(vm->sink->ctx, list, v, n);
-}
-
-static int sink_pairs(struct vm *vm, flx_pv *const *kv, size_t n)
-{
-	int rc = mark_taken(vm, kv, 2 * n);
-
-	return rc ? rc : vm->sink->pairs(vm->sink->ctx, kv, n);
+	return rc ? rc : sink_call(vm, list, v, n);
 }
 
 /*
@@ -2921,8 +2923,7 @@ static int batch_end(struct vm *vm, const flx_pv *list, size_t start)
 	int rc = holder ? mark_taken(vm, v, n) : 0;
 
 	if (!rc)
-		rc = list ? vm->sink->items(vm->sink->ctx, list, v, n)
-			  : vm->sink->pairs(vm->sink->ctx, v, n / 2);
+		rc = sink_call(vm, list, v, n);
 	if ((rc = sink_result(vm, rc)))
 		return rc;
 	vm->sp = start;
@@ -3308,7 +3309,7 @@ step(struct vm *vm, unsigned char op, bool *stop)
 			return vm_fail(vm, -EINVAL, "APPEND to a %s",
 				       flx_pv_kind_name(b));
 		if (lone_to_sink(vm, b))
-			return sink_result(vm, sink_items(vm, b, &a, 1));
+			return sink_result(vm, sink_take(vm, b, &a, 1));
 		return seq_add(vm, b, &a, 1);
 	case OP_APPENDS:
 		return op_add_seq(vm, FLX_PV_LIST, "APPENDS to");
@@ -3322,7 +3323,7 @@ step(struct vm *vm, unsigned char op, bool *stop)
 		a2[0] = b;
 		a2[1] = a;
 		if (lone_to_sink(vm, c))
-			return sink_result(vm, sink_pairs(vm, a2, 1));
+			return sink_result(vm, sink_take(vm, NULL, a2, 2));
 		if (c == vm->watch_dict && (rc = watched(vm, a2, 1)))
 			return rc;
 		return dict_add(vm, c, a2, 1);
